@@ -1,0 +1,3 @@
+from shoal.cli import main
+
+raise SystemExit(main())

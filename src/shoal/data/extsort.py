@@ -1,0 +1,244 @@
+"""Bounded-memory external sort of an edge file, and CSR views built from it.
+
+The classic two-phase external merge sort:
+
+1. **Runs.** Read the edge stream in runs of ``R`` edges (``R`` derived from the memory cap),
+   pack each edge into one ``uint64`` key ``primary << 32 | secondary`` (primary = the sort
+   column), sort in place, optionally drop duplicates, and write the run to a temporary file.
+2. **Merge.** Keep one block of ``B`` keys per run in memory. Repeatedly take, from every block,
+   the keys not larger than the smallest "last loaded key" among unfinished runs (all of them
+   are final: no later key of any run can be smaller), sort that slice, emit it, refill the
+   blocks that ran dry.
+
+Memory is ``O(R + k * B)`` keys plus the sink's O(V) state, whatever the number of edges, so a
+cap of 256 MB holds for billion-edge files. Node ids must be < 2**32.
+
+:func:`build_csr` uses it to write the ``indptr``/``indices`` views of a graph directory:
+``in`` = in-edges grouped by destination (``indices`` are sources), ``out`` = out-edges grouped
+by source (``indices`` are destinations). Neighbour lists come out sorted.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from shoal.data.stream import EdgeStream
+from shoal.errors import ShoalInputError
+from shoal.utils.progress import progress
+
+__all__ = ["DEFAULT_SORT_MEMORY", "build_csr_files", "external_sort", "sort_edges_to_file"]
+
+#: Default memory cap of the external sort (bytes).
+DEFAULT_SORT_MEMORY = 256 * 2**20
+_MIN_MEMORY = 2**20
+# bytes per edge while a run is built: int64 pair read (16) + key (8) + temporaries (16)
+_RUN_BYTES_PER_EDGE = 40
+_SHIFT = np.uint64(32)
+_LOW = np.uint64(0xFFFFFFFF)
+
+Sink = Callable[[np.ndarray, np.ndarray], None]
+
+
+def _runs_size(memory_bytes: int) -> int:
+    return max(1024, memory_bytes // _RUN_BYTES_PER_EDGE)
+
+
+def _dedup_sorted(keys: np.ndarray, last: int | None) -> np.ndarray:
+    if keys.size == 0:
+        return keys
+    keep = np.empty(keys.size, dtype=bool)
+    keep[0] = last is None or keys[0] != last
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
+
+
+def external_sort(
+    stream: EdgeStream,
+    sink: Sink,
+    *,
+    by: str = "src",
+    dedup: bool = False,
+    memory_bytes: int = DEFAULT_SORT_MEMORY,
+    tmp_dir: str | os.PathLike | None = None,
+    num_nodes: int | None = None,
+    show_progress: bool | None = None,
+) -> int:
+    """Sort the edges of ``stream`` by ``(by, other)`` and feed them to ``sink`` in order.
+
+    Args:
+        stream: the edge stream to sort.
+        sink: called as ``sink(primary, secondary)`` with consecutive sorted slices
+            (``uint64``-derived ``int64`` arrays, valid only during the call).
+        by: ``"src"`` (sort by source, then destination) or ``"dst"`` (default ``"src"``).
+        dedup: drop repeated ``(src, dst)`` pairs (default false).
+        memory_bytes: memory cap of runs plus merge blocks (default 256 MiB).
+        tmp_dir: where the runs go (default: next to the edge file).
+        num_nodes: if given, ids are checked to be < 2**32.
+    Returns:
+        The number of edges emitted.
+    """
+    if by not in ("src", "dst"):
+        raise ValueError(f"by must be 'src' or 'dst', got {by!r}")
+    if num_nodes is not None and num_nodes > 2**32:
+        raise ShoalInputError(
+            f"external sort supports up to 2**32 nodes, got {num_nodes}", path=stream.path
+        )
+    memory_bytes = max(int(memory_bytes), _MIN_MEMORY)
+    p_col, s_col = (0, 1) if by == "src" else (1, 0)
+    run_edges = _runs_size(memory_bytes)
+    tmp_dir = Path(tmp_dir) if tmp_dir is not None else stream.path.parent
+    work = Path(tempfile.mkdtemp(prefix=".extsort-", dir=tmp_dir))
+    emitted = 0
+    try:
+        # ---- phase 1: sorted runs -------------------------------------------------------
+        runs: list[tuple[Path, int]] = []
+        src = stream.with_chunk(run_edges)
+        for i, chunk in enumerate(progress(src, total=len(src), desc=f"sort runs (by {by})")):
+            keys = chunk[:, p_col].astype(np.uint64)
+            keys <<= _SHIFT
+            keys |= chunk[:, s_col].astype(np.uint64)
+            keys.sort()
+            if dedup:
+                keys = _dedup_sorted(keys, None)
+            path = work / f"run{i:06d}.u64"
+            keys.tofile(path)
+            runs.append((path, int(keys.size)))
+            del keys
+
+        # ---- phase 2: k-way merge ----------------------------------------------------------
+        k = len(runs)
+        if k == 0:
+            return 0
+        block = max(1024, memory_bytes // (3 * 8 * k))
+        pos = [0] * k
+        bufs: list[np.ndarray] = [np.empty(0, np.uint64)] * k
+        last_emitted: int | None = None
+        total = sum(n for _, n in runs)
+        bar = progress(total=total, desc=f"sort merge (by {by})", unit="edge")
+
+        def refill(j: int) -> None:
+            n = runs[j][1]
+            if pos[j] < n and bufs[j].size == 0:
+                stop = min(pos[j] + block, n)
+                bufs[j] = np.fromfile(
+                    runs[j][0], dtype=np.uint64, count=stop - pos[j], offset=8 * pos[j]
+                )
+                pos[j] = stop
+
+        for j in range(k):
+            refill(j)
+        while True:
+            active = [j for j in range(k) if bufs[j].size]
+            if not active:
+                break
+            # every key <= bound is final: unfinished runs continue above their last loaded key
+            unfinished = [bufs[j][-1] for j in active if pos[j] < runs[j][1]]
+            bound = min(unfinished) if unfinished else None
+            parts = []
+            for j in active:
+                b = bufs[j]
+                cut = b.size if bound is None else int(np.searchsorted(b, bound, side="right"))
+                if cut:
+                    parts.append(b[:cut])
+                    bufs[j] = b[cut:]
+            out = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts), kind="stable")
+            bar.update(sum(p.size for p in parts))
+            if dedup:
+                out = _dedup_sorted(out, last_emitted)
+            if out.size:
+                last_emitted = int(out[-1])
+                sink((out >> _SHIFT).astype(np.int64), (out & _LOW).astype(np.int64))
+                emitted += int(out.size)
+            for j in active:
+                refill(j)
+        bar.close()
+        return emitted
+    finally:
+        for p in work.glob("*"):
+            p.unlink()
+        work.rmdir()
+
+
+def sort_edges_to_file(
+    stream: EdgeStream,
+    out_path: str | os.PathLike,
+    *,
+    by: str = "src",
+    dedup: bool = False,
+    out_dtype: np.dtype | str | None = None,
+    memory_bytes: int = DEFAULT_SORT_MEMORY,
+    num_nodes: int | None = None,
+) -> int:
+    """Write the edges of ``stream`` sorted by ``by`` to a raw ``(E, 2)`` (src, dst) file.
+
+    Returns the number of edges written (fewer than the input when ``dedup`` drops some).
+    """
+    dtype = np.dtype(out_dtype or stream.dtype)
+    with open(out_path, "wb") as f:
+
+        def sink(primary: np.ndarray, secondary: np.ndarray) -> None:
+            rows = np.empty((primary.size, 2), dtype=dtype)
+            if by == "src":
+                rows[:, 0], rows[:, 1] = primary, secondary
+            else:
+                rows[:, 0], rows[:, 1] = secondary, primary
+            rows.tofile(f)
+
+        return external_sort(
+            stream, sink, by=by, dedup=dedup, memory_bytes=memory_bytes, num_nodes=num_nodes
+        )
+
+
+def build_csr_files(
+    stream: EdgeStream,
+    num_nodes: int,
+    out_dir: str | os.PathLike,
+    *,
+    kind: str = "in",
+    memory_bytes: int = DEFAULT_SORT_MEMORY,
+    indices_dtype: np.dtype | str | None = None,
+) -> tuple[Path, Path]:
+    """Write ``indptr.npy`` (int64, N + 1) and ``indices.npy`` into ``out_dir``.
+
+    ``kind="in"`` groups edges by destination (row ``v`` lists the sources of ``v``'s
+    in-edges); ``kind="out"`` groups by source. Memory: the external sort's cap plus the O(V)
+    ``indptr``.
+    """
+    if kind not in ("in", "out"):
+        raise ValueError(f"kind must be 'in' or 'out', got {kind!r}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dtype = np.dtype(indices_dtype or stream.dtype)
+    counts = np.zeros(num_nodes + 1, dtype=np.int64)
+    # write the .npy header, then append the sorted indices with plain writes (no mapping,
+    # so the resident set stays bounded whatever the file size)
+    header = np.lib.format.open_memmap(
+        out_dir / "indices.npy", mode="w+", dtype=dtype, shape=(stream.num_edges,)
+    )
+    offset = header.offset
+    del header
+    with open(out_dir / "indices.npy", "r+b") as f:
+        f.seek(offset)
+
+        def sink(primary: np.ndarray, secondary: np.ndarray) -> None:
+            starts = np.flatnonzero(np.r_[True, primary[1:] != primary[:-1]])
+            counts[primary[starts] + 1] += np.diff(np.r_[starts, primary.size])
+            secondary.astype(dtype, copy=False).tofile(f)
+
+        written = external_sort(
+            stream,
+            sink,
+            by="dst" if kind == "in" else "src",
+            memory_bytes=memory_bytes,
+            num_nodes=num_nodes,
+        )
+    if written != stream.num_edges:  # pragma: no cover - defensive
+        raise RuntimeError(f"CSR build wrote {written} of {stream.num_edges} edges")
+    np.cumsum(counts, out=counts)
+    np.save(out_dir / "indptr.npy", counts)
+    return out_dir / "indptr.npy", out_dir / "indices.npy"

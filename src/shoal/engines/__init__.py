@@ -1,0 +1,1 @@
+"""shoal.engines (see docs and DESIGN)."""

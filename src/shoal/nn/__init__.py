@@ -1,0 +1,1 @@
+"""shoal.nn (see docs and DESIGN)."""

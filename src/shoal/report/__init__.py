@@ -1,0 +1,1 @@
+"""shoal.report (see docs and DESIGN)."""

@@ -1,0 +1,1 @@
+"""shoal.sample (see docs and DESIGN)."""

@@ -1,0 +1,1 @@
+"""shoal.store (see docs and DESIGN)."""
