@@ -63,7 +63,7 @@ def test_error_leaves_nothing(tmp_path):
 
 
 def test_empty_edges_with_nodes(tmp_path):
-    with GraphWriter(tmp_path / "g", num_nodes=5) as w:
+    with GraphWriter(tmp_path / "g", num_nodes=5):
         pass
     g = GraphDir.open(tmp_path / "g")
     assert g.num_nodes == 5 and g.num_edges == 0
