@@ -1,1 +1,52 @@
-"""shoal.nn (see docs and DESIGN)."""
+"""GNN models working on sampled blocks and on full graphs, and a registry by name.
+
+Models know nothing of partitions: distributed engines wrap them from outside.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from shoal.nn.base import BlockGNN
+from shoal.nn.gat import GAT
+from shoal.nn.gcn import GCN
+from shoal.nn.gin import GIN
+from shoal.nn.sage import GraphSAGE
+from shoal.nn.sgc import SGC
+
+__all__ = ["GAT", "GCN", "GIN", "MODELS", "SGC", "BlockGNN", "GraphSAGE", "build_model"]
+
+#: Model names accepted by ``--model`` and :func:`build_model`.
+MODELS: dict[str, type[nn.Module]] = {
+    "sage": GraphSAGE,
+    "gcn": GCN,
+    "gat": GAT,
+    "gin": GIN,
+    "sgc": SGC,
+}
+
+
+def build_model(
+    name: str,
+    *,
+    in_dim: int,
+    hidden: int,
+    out_dim: int,
+    num_layers: int,
+    dropout: float,
+    **extra: Any,
+) -> nn.Module:
+    """Instantiate a registered model by name; ``extra`` goes to its constructor (e.g. heads)."""
+    cls = MODELS.get(name)
+    if cls is None:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
+    return cls(
+        in_dim=in_dim,
+        hidden=hidden,
+        out_dim=out_dim,
+        num_layers=num_layers,
+        dropout=dropout,
+        **extra,
+    )

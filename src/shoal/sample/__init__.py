@@ -1,1 +1,14 @@
-"""shoal.sample (see docs and DESIGN)."""
+"""Neighbour sampling (numba) producing PyG-style bipartite blocks, and feature gathers."""
+
+from shoal.sample.features import FeatureGatherer, gather_rows
+from shoal.sample.sampler import Block, MiniBatch, NeighborSampler, full_graph_block, parse_fanouts
+
+__all__ = [
+    "Block",
+    "FeatureGatherer",
+    "MiniBatch",
+    "NeighborSampler",
+    "full_graph_block",
+    "gather_rows",
+    "parse_fanouts",
+]

@@ -1,0 +1,55 @@
+"""GAT (Veličković et al., "Graph attention networks", ICLR 2018), Eqs. 1-5: multi-head
+attention over each node's neighbourhood plus itself; hidden heads are concatenated (Eq. 5),
+the output layer averages its heads (Eq. 6). Built from PyG ``GATConv`` on bipartite
+``(x_src, x_dst)`` pairs (self loops are added for the destination nodes, which are the first
+``num_dst`` sources)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch_geometric.nn import GATConv
+
+from shoal.nn.base import BlockGNN
+from shoal.sample.sampler import Block
+
+__all__ = ["GAT"]
+
+
+class GAT(BlockGNN):
+    """Multi-head GAT with ELU activations.
+
+    Args (keyword-only): in_dim, hidden (total width of a hidden layer, split over ``heads``),
+    out_dim, num_layers (default 2), dropout (default 0.6, also used as attention dropout),
+    heads (default 8), out_heads (heads of the output layer, averaged; default 1).
+    """
+
+    activation = staticmethod(F.elu)
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        hidden: int,
+        out_dim: int,
+        num_layers: int = 2,
+        dropout: float = 0.6,
+        heads: int = 8,
+        out_heads: int = 1,
+    ) -> None:
+        super().__init__(num_layers, dropout)
+        if heads < 1 or out_heads < 1:
+            raise ValueError("heads and out_heads must be >= 1")
+        if hidden % heads:
+            raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
+        convs = []
+        for i, (a, b) in enumerate(self.dims(in_dim, hidden, out_dim, num_layers)):
+            if i < num_layers - 1:
+                convs.append(GATConv(a, b // heads, heads=heads, dropout=dropout))
+            else:
+                convs.append(GATConv(a, b, heads=out_heads, concat=False, dropout=dropout))
+        self.convs = nn.ModuleList(convs)
+
+    def conv(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
+        return self.convs[layer]((x, x[: block.num_dst]), block.edge_index)

@@ -1,0 +1,43 @@
+"""GCN (Kipf & Welling, "Semi-supervised classification with graph convolutional networks",
+ICLR 2017), Eq. 2: ``H' = D^-1/2 (A + I) D^-1/2 H W`` with the normalisation of
+:func:`shoal.nn.base.gcn_adj_t` (exact on full neighbourhoods, unbiased when sampled)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch_geometric.nn import GCNConv
+
+from shoal.nn.base import BlockGNN, gcn_adj_t
+from shoal.sample.sampler import Block
+
+__all__ = ["GCN"]
+
+
+def gcn_propagate(h: torch.Tensor, block: Block) -> torch.Tensor:
+    """``D^-1/2 (A + I) D^-1/2 h`` restricted to the block's destination rows."""
+    adj, self_w = gcn_adj_t(block)
+    return torch.sparse.mm(adj, h) + self_w * h[: block.num_dst]
+
+
+class GCN(BlockGNN):
+    """GCN; parameters are those of ``num_layers`` PyG ``GCNConv`` layers.
+
+    Args (keyword-only): in_dim, hidden, out_dim, num_layers (default 2), dropout (default 0.5).
+    """
+
+    def __init__(
+        self, *, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5
+    ) -> None:
+        super().__init__(num_layers, dropout)
+        self.convs = nn.ModuleList(
+            GCNConv(i, o) for i, o in self.dims(in_dim, hidden, out_dim, num_layers)
+        )
+
+    def conv(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
+        c = self.convs[layer]
+        if c.out_channels < c.in_channels:
+            h = gcn_propagate(c.lin(x), block)
+        else:
+            h = c.lin(gcn_propagate(x, block))
+        return h + c.bias if c.bias is not None else h

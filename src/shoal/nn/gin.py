@@ -1,0 +1,45 @@
+"""GIN (Xu, Hu, Leskovec & Jegelka, "How powerful are graph neural networks?", ICLR 2019),
+Eq. 4.1: ``h_v = MLP((1 + eps) h_v + sum_{u in N(v)} h_u)`` with a learnable ``eps`` and a
+2-layer MLP per layer, built from PyG ``GINConv``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch_geometric.nn import GINConv
+
+from shoal.nn.base import BlockGNN, sum_aggregate
+from shoal.sample.sampler import Block
+
+__all__ = ["GIN"]
+
+
+class GIN(BlockGNN):
+    """GIN; each layer's MLP is Linear-ReLU-Linear.
+
+    Args (keyword-only): in_dim, hidden, out_dim, num_layers (default 2), dropout (default 0.5),
+    train_eps (learn eps; default true).
+    """
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        hidden: int,
+        out_dim: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        train_eps: bool = True,
+    ) -> None:
+        super().__init__(num_layers, dropout)
+        self.convs = nn.ModuleList(
+            GINConv(
+                nn.Sequential(nn.Linear(i, hidden), nn.ReLU(), nn.Linear(hidden, o)),
+                train_eps=train_eps,
+            )
+            for i, o in self.dims(in_dim, hidden, out_dim, num_layers)
+        )
+
+    def conv(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
+        c = self.convs[layer]
+        return c.nn((1 + c.eps) * x[: block.num_dst] + sum_aggregate(x, block))

@@ -1,0 +1,44 @@
+"""GraphSAGE with mean aggregation (Hamilton, Ying & Leskovec, NeurIPS 2017).
+
+Layer (Algorithm 1, lines 4-5, with the "mean" aggregator of Sec. 3.3 and separate self and
+neighbour weights as in PyG's ``SAGEConv``): ``h_v = W_r x_v + W_l mean_{u in N(v)} x_u + b``.
+Because the mean is linear, ``W_l`` is applied before aggregating when that shrinks the rows
+(out < in), which does the same arithmetic on fewer columns.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch_geometric.nn import SAGEConv
+
+from shoal.nn.base import BlockGNN, mean_aggregate
+from shoal.sample.sampler import Block
+
+__all__ = ["GraphSAGE"]
+
+
+class GraphSAGE(BlockGNN):
+    """GraphSAGE-mean; parameters are those of ``num_layers`` PyG ``SAGEConv`` layers.
+
+    Args (keyword-only): in_dim, hidden, out_dim, num_layers (default 2), dropout (default 0.5).
+    """
+
+    def __init__(
+        self, *, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5
+    ) -> None:
+        super().__init__(num_layers, dropout)
+        self.convs = nn.ModuleList(
+            SAGEConv(i, o, aggr="mean") for i, o in self.dims(in_dim, hidden, out_dim, num_layers)
+        )
+
+    def conv(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
+        c = self.convs[layer]
+        x_dst = x[: block.num_dst]
+        if c.out_channels < c.in_channels:
+            h = mean_aggregate(x @ c.lin_l.weight.t(), block)
+            if c.lin_l.bias is not None:
+                h = h + c.lin_l.bias
+        else:
+            h = c.lin_l(mean_aggregate(x, block))
+        return h + c.lin_r(x_dst)

@@ -1,0 +1,37 @@
+"""SGC (Wu et al., "Simplifying graph convolutional networks", ICML 2019), Eq. 8:
+``softmax(S^K X W)`` with ``S`` GCN's normalised adjacency. ``K = num_layers`` propagation
+steps, one per block; ``W`` (PyG ``SGConv``'s linear layer) is applied first, which is the same
+product (``S^K (X W)``) on fewer columns. No nonlinearity, dropout only on the input."""
+
+from __future__ import annotations
+
+import torch
+from torch_geometric.nn import SGConv
+
+from shoal.nn.base import BlockGNN
+from shoal.nn.gcn import gcn_propagate
+from shoal.sample.sampler import Block
+
+__all__ = ["SGC"]
+
+
+class SGC(BlockGNN):
+    """SGC. Args (keyword-only): in_dim, out_dim, num_layers (= K, default 2), dropout
+    (default 0.0), hidden (ignored; accepted for a uniform registry)."""
+
+    def __init__(
+        self,
+        *,
+        in_dim: int,
+        out_dim: int,
+        num_layers: int = 2,
+        dropout: float = 0.0,
+        hidden: int | None = None,
+    ) -> None:
+        super().__init__(num_layers, dropout)
+        self.sgc = SGConv(in_dim, out_dim, K=num_layers)
+
+    def layer_forward(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
+        if layer == 0:
+            x = self.sgc.lin(torch.nn.functional.dropout(x, self.dropout, self.training))
+        return gcn_propagate(x, block)

@@ -1,0 +1,167 @@
+"""Numba kernels of the neighbour sampler and the feature gather (private; numpy arrays only).
+
+Random numbers come from one SplitMix64 stream per destination node, keyed by
+``(batch seed, hop, position of the node in the frontier)``, so a sample depends only on the
+seed and never on the number of threads or on the order threads run in.
+SplitMix64: G. L. Steele, D. Lea, C. H. Flood, "Fast splittable pseudorandom number
+generators", OOPSLA 2014 (the ``mix64`` finaliser, constants of its Figure 1).
+Sampling without replacement: R. W. Floyd's algorithm (J. Bentley, "Programming pearls: a
+sample of brilliance", CACM 30(9), 1987) for small fanouts, Knuth's selection sampling
+(Algorithm S, TAOCP vol. 2, 3.4.2) for large ones.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+#: fanouts above this use selection sampling (O(degree)) instead of Floyd (O(fanout^2)).
+_FLOYD_MAX = 64
+
+
+@numba.njit(cache=True, inline="always")
+def _mix64(z):
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True, inline="always")
+def _next(state):
+    """Advance a SplitMix64 state; returns (new state, 64 random bits)."""
+    state = state + _GOLDEN
+    return state, _mix64(state)
+
+
+@numba.njit(cache=True, inline="always")
+def _below(bits, n):
+    """A number in [0, n) from 64 random bits (multiply-shift on the top 32 bits)."""
+    return np.int64(((bits >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
+
+
+@numba.njit(cache=True)
+def _stream_key(seed, hop):
+    return _mix64(np.uint64(seed) ^ _mix64(np.uint64(hop) + _GOLDEN))
+
+
+@numba.njit(cache=True, parallel=True)
+def _count(indptr, nodes, n_dst, fanout, counts):
+    """counts[i] = number of neighbours sampled for frontier node nodes[i]."""
+    num_rows = indptr.shape[0] - 1
+    for i in prange(n_dst):
+        v = nodes[i]
+        d = np.int64(indptr[v + 1] - indptr[v]) if v < num_rows else np.int64(0)
+        counts[i] = d if (fanout < 0 or d <= fanout) else fanout
+
+
+@numba.njit(cache=True, parallel=True)
+def _fill(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
+    """Write the sampled in-neighbours (global ids) of nodes[:n_dst] into picked[rowptr[i]:...]."""
+    for i in prange(n_dst):
+        start = rowptr[i]
+        k = rowptr[i + 1] - start
+        if k == 0:
+            continue
+        v = nodes[i]
+        b = np.int64(indptr[v])
+        d = np.int64(indptr[v + 1]) - b
+        for j in range(k):
+            dst[start + j] = i
+        if k == d:
+            for j in range(k):
+                picked[start + j] = indices[b + j]
+            continue
+        state = _mix64(key ^ np.uint64(i))
+        if k <= _FLOYD_MAX:
+            # Floyd: for j = d-k .. d-1 draw t in [0, j]; take t unless taken, else take j.
+            filled = 0
+            for j in range(d - k, d):
+                state, bits = _next(state)
+                t = _below(bits, j + 1)
+                for q in range(filled):
+                    if picked[start + q] == t:
+                        t = j
+                        break
+                picked[start + filled] = t
+                filled += 1
+            for q in range(k):
+                picked[start + q] = indices[b + picked[start + q]]
+        else:
+            # Selection sampling: keep offset j with probability (needed)/(remaining).
+            need = k
+            filled = 0
+            for j in range(d):
+                state, bits = _next(state)
+                if _below(bits, d - j) < need:
+                    picked[start + filled] = indices[b + j]
+                    filled += 1
+                    need -= 1
+                    if need == 0:
+                        break
+
+
+@numba.njit(cache=True)
+def _relabel(picked, num_edges, g2l, nodes, n_nodes, col):
+    """Local ids for sampled nodes: known nodes keep theirs, new ones are appended to nodes.
+
+    Returns the new node count. Sequential, so the order is that of first appearance.
+    """
+    n = n_nodes
+    for e in range(num_edges):
+        u = picked[e]
+        lu = g2l[u]
+        if lu < 0:
+            lu = n
+            g2l[u] = n
+            nodes[n] = u
+            n += 1
+        col[e] = lu
+    return n
+
+
+@numba.njit(cache=True)
+def _seed_ids(seeds, g2l, nodes):
+    """Register the seeds as local ids 0..S-1; returns the index of a duplicate or -1."""
+    for i in range(seeds.shape[0]):
+        s = seeds[i]
+        if g2l[s] >= 0:
+            for j in range(i):
+                g2l[seeds[j]] = -1
+            return i
+        g2l[s] = i
+        nodes[i] = s
+    return -1
+
+
+@numba.njit(cache=True)
+def _reset(g2l, nodes, n):
+    for i in range(n):
+        g2l[nodes[i]] = -1
+
+
+@numba.njit(cache=True, parallel=True)
+def _gather_rows(src, ids, out):
+    """out[i, :] = src[ids[i], :] (with dtype conversion), rows in parallel."""
+    f = src.shape[1]
+    for i in prange(ids.shape[0]):
+        r = ids[i]
+        for j in range(f):
+            out[i, j] = src[r, j]
+
+
+@numba.njit(cache=True, parallel=True)
+def _row_normalize(out, n):
+    """Divide each of the first n rows by its sum (rows summing to 0 are left alone)."""
+    f = out.shape[1]
+    for i in prange(n):
+        s = 0.0
+        for j in range(f):
+            s += out[i, j]
+        if s != 0.0:
+            inv = 1.0 / s
+            for j in range(f):
+                out[i, j] *= inv

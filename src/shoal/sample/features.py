@@ -1,0 +1,70 @@
+"""Feature loading: gather rows of a memory-mapped ``(N, F)`` matrix into a reused buffer.
+
+Only the requested rows are read (the operating system pages them in); the matrix is never
+loaded whole. Rows are gathered in parallel by a numba kernel straight into a float32 buffer
+that is kept between calls and grown when a batch needs more rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from shoal.sample import _kernels as K
+
+__all__ = ["FeatureGatherer", "gather_rows"]
+
+
+def gather_rows(
+    src: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None, *, normalize: bool = False
+) -> np.ndarray:
+    """``out[:len(ids)] = src[ids]`` as float32 (``out`` default: a new array).
+
+    ``src`` is any ``(N, F)`` float array (a memory map is fine); ``ids`` any order.
+    ``normalize=True`` divides each gathered row by its sum (Kipf & Welling's row
+    normalisation of bag-of-words features), leaving all-zero rows alone.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if src.ndim != 2:
+        raise ValueError(f"features must be 2-D, got shape {src.shape}")
+    n = ids.shape[0]
+    if out is None:
+        out = np.empty((n, src.shape[1]), dtype=np.float32)
+    elif out.shape[0] < n or out.shape[1] != src.shape[1] or out.dtype != np.float32:
+        raise ValueError(f"out must be float32 with >= {n} rows and {src.shape[1]} columns")
+    if n and (ids.min() < 0 or ids.max() >= src.shape[0]):
+        raise ValueError(f"row ids must be in [0, {src.shape[0]})")
+    K._gather_rows(src, ids, out)
+    if normalize:
+        K._row_normalize(out, n)
+    return out
+
+
+class FeatureGatherer:
+    """Gathers feature rows for a batch into one reused float32 buffer, returned as a tensor.
+
+    Args:
+        features: the ``(N, F)`` feature matrix (memory map or array).
+        normalize: row-normalise gathered rows (default false).
+
+    The returned tensor shares the buffer: it is valid until the next :meth:`gather` call
+    (keep two gatherers for double buffering).
+    """
+
+    def __init__(self, features: np.ndarray, *, normalize: bool = False) -> None:
+        if features.ndim != 2:
+            raise ValueError(f"features must be 2-D, got shape {features.shape}")
+        self.features = features
+        self.normalize = normalize
+        self._buf = np.empty((0, features.shape[1]), dtype=np.float32)
+
+    @property
+    def dim(self) -> int:
+        return int(self.features.shape[1])
+
+    def gather(self, ids: np.ndarray) -> torch.Tensor:
+        n = int(len(ids))
+        if self._buf.shape[0] < n:
+            self._buf = np.empty((max(n, int(self._buf.shape[0] * 1.25)), self.dim), np.float32)
+        gather_rows(self.features, ids, self._buf, normalize=self.normalize)
+        return torch.from_numpy(self._buf[:n])

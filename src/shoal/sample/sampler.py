@@ -1,0 +1,270 @@
+"""Uniform neighbour sampling on CSR arrays, producing per-layer bipartite blocks.
+
+The sampler implements the layer-wise node-wise sampling of GraphSAGE (W. Hamilton, R. Ying,
+J. Leskovec, "Inductive representation learning on large graphs", NeurIPS 2017, Algorithm 2,
+lines 1-7: starting from the seeds, sample a fixed number of neighbours per node, hop by hop,
+without replacement). It works on any in-neighbour CSR: row ``v`` of ``(indptr, indices)``
+lists the nodes whose messages ``v`` receives (PyG's ``source -> target`` convention). That is
+``GraphDir.csr("in")`` for a graph directory, or a store part's local CSR (core nodes with
+their full in-neighbourhoods; ids beyond the CSR rows, e.g. halo nodes, have no neighbours).
+
+Output (:class:`MiniBatch`): ``n_id`` the global ids of every node the batch touches, seeds
+first; ``blocks`` one :class:`Block` per GNN layer, input layer first. A block's destination
+nodes are the first ``num_dst`` of its source nodes, and the destination nodes of block ``l``
+are exactly the source nodes of block ``l + 1``, so a model runs
+``x = layer_l((x, x[:num_dst]), block_l)`` from the gathered features ``x = X[n_id]``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from shoal.sample import _kernels as K
+
+__all__ = ["Block", "MiniBatch", "NeighborSampler", "full_graph_block", "parse_fanouts"]
+
+
+@dataclass
+class Block:
+    """A bipartite message-passing graph from ``num_src`` source to ``num_dst`` target nodes.
+
+    Attributes:
+        edge_index: ``(2, E)`` int64, row 0 local source ids (in ``[0, num_src)``), row 1 local
+            target ids (in ``[0, num_dst)``), grouped by target in ascending order.
+        num_src, num_dst: node counts; targets are the first ``num_dst`` sources.
+        rowptr: ``(num_dst + 1,)`` int64 offsets of each target's edges (CSR by target).
+        deg_src: ``(num_src,)`` float32 in-degree of each source node in the *whole* graph
+            (used by degree-normalised layers such as GCN to stay unbiased under sampling).
+    """
+
+    edge_index: torch.Tensor
+    num_src: int
+    num_dst: int
+    rowptr: torch.Tensor
+    deg_src: torch.Tensor
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(num_src, num_dst)``, the ``size`` argument of PyG's ``propagate``."""
+        return (self.num_src, self.num_dst)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def deg_dst(self) -> torch.Tensor:
+        return self.deg_src[: self.num_dst]
+
+    @property
+    def count_dst(self) -> torch.Tensor:
+        """Number of sampled in-edges of each target (int64)."""
+        return self.rowptr[1:] - self.rowptr[:-1]
+
+    def adj_t(self) -> torch.Tensor:
+        """The block as a ``(num_dst, num_src)`` torch sparse CSR tensor of ones (cached)."""
+        a = self.cache.get("adj_t")
+        if a is None:
+            a = self.weighted_adj_t(torch.ones(self.num_edges, dtype=torch.float32))
+            self.cache["adj_t"] = a
+        return a
+
+    def weighted_adj_t(self, values: torch.Tensor) -> torch.Tensor:
+        """The block as a ``(num_dst, num_src)`` sparse CSR tensor with the given edge values."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(
+                self.rowptr,
+                self.edge_index[0],
+                values,
+                size=(self.num_dst, self.num_src),
+                check_invariants=False,
+            )
+
+
+@dataclass
+class MiniBatch:
+    """One sampled mini-batch: global ids ``n_id`` (seeds first) and blocks, input layer first."""
+
+    n_id: np.ndarray
+    blocks: list[Block]
+    num_seeds: int
+
+    @property
+    def seeds(self) -> np.ndarray:
+        return self.n_id[: self.num_seeds]
+
+
+def parse_fanouts(value: str | Sequence[int]) -> tuple[int, ...]:
+    """``"15,10,5"`` or ``[15, 10, 5]`` -> ``(15, 10, 5)``; -1 means all neighbours."""
+    if isinstance(value, str):
+        try:
+            items = [int(v) for v in value.replace(" ", "").split(",") if v != ""]
+        except ValueError:
+            raise ValueError(f"fanouts must be comma-separated integers, got {value!r}") from None
+    else:
+        items = [int(v) for v in value]
+    if not items:
+        raise ValueError("fanouts must name at least one layer")
+    for f in items:
+        if f == 0 or f < -1:
+            raise ValueError(f"each fanout must be a positive integer or -1 (all), got {f}")
+    return tuple(items)
+
+
+def _as_index_array(a: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        a = a.detach().cpu().numpy()
+    a = np.asarray(a)
+    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must be a 1-D integer array, got shape {a.shape} {a.dtype}")
+    return a
+
+
+class NeighborSampler:
+    """Uniform neighbour sampler over an in-neighbour CSR, with reused buffers.
+
+    Args:
+        indptr: ``(R + 1,)`` row offsets (any integer dtype; memory maps are fine).
+        indices: ``(nnz,)`` in-neighbour ids, each ``< num_nodes``.
+        fanouts: neighbours sampled per hop, hop 1 (the seeds' neighbours, i.e. the *last*
+            GNN layer) first, as in PyG's ``num_neighbors``; -1 takes all neighbours.
+        num_nodes: size of the id space (default ``R``). Ids ``>= R`` (e.g. a store part's halo
+            nodes) are valid sources with no in-neighbours of their own.
+        degrees: full in-degree of every node (default the CSR's row lengths; give it for a
+            store part so halo nodes' degrees are known). Used only by degree-normalised layers.
+
+    ``sample(seeds, seed)`` is deterministic for a ``seed`` whatever the number of numba
+    threads. Buffers (an ``O(num_nodes)`` id map and the edge buffers) are kept between calls;
+    a sampler is therefore not safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        fanouts: Sequence[int] | str,
+        *,
+        num_nodes: int | None = None,
+        degrees: np.ndarray | None = None,
+    ) -> None:
+        self.indptr = _as_index_array(indptr, "indptr")
+        self.indices = _as_index_array(indices, "indices")
+        if self.indptr.shape[0] < 1:
+            raise ValueError("indptr must have at least one entry")
+        rows = self.indptr.shape[0] - 1
+        self.num_nodes = rows if num_nodes is None else int(num_nodes)
+        if self.num_nodes < rows:
+            raise ValueError(f"num_nodes={self.num_nodes} is smaller than the CSR's {rows} rows")
+        if int(self.indptr[-1]) != self.indices.shape[0]:
+            raise ValueError(
+                f"indptr[-1]={int(self.indptr[-1])} does not match len(indices)="
+                f"{self.indices.shape[0]}"
+            )
+        self.fanouts = parse_fanouts(fanouts)
+        if degrees is None:
+            deg = np.zeros(self.num_nodes, dtype=np.float32)
+            deg[:rows] = np.diff(self.indptr)
+        else:
+            deg = np.asarray(degrees, dtype=np.float32)
+            if deg.shape != (self.num_nodes,):
+                raise ValueError(f"degrees must have shape ({self.num_nodes},), got {deg.shape}")
+        self.degrees = deg
+        self._g2l = np.full(self.num_nodes, -1, dtype=np.int64)
+        self._nodes = np.empty(self.num_nodes, dtype=np.int64)
+        self._counts = np.empty(0, dtype=np.int64)
+        self._picked = np.empty(0, dtype=np.int64)
+        self._dst = np.empty(0, dtype=np.int64)
+        self._col = np.empty(0, dtype=np.int64)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    def _grow(self, name: str, n: int) -> np.ndarray:
+        buf = getattr(self, name)
+        if buf.shape[0] < n:
+            buf = np.empty(max(n, int(buf.shape[0] * 1.5)), dtype=np.int64)
+            setattr(self, name, buf)
+        return buf
+
+    def sample(
+        self,
+        seeds: np.ndarray | torch.Tensor,
+        seed: int = 0,
+        *,
+        fanouts: Sequence[int] | None = None,
+    ) -> MiniBatch:
+        """Sample blocks for ``seeds`` (unique ids); ``fanouts`` overrides the sampler's."""
+        fan = self.fanouts if fanouts is None else parse_fanouts(fanouts)
+        s = _as_index_array(seeds, "seeds").astype(np.int64, copy=False)
+        if s.size and (s.min() < 0 or s.max() >= self.num_nodes):
+            bad = int(s[(s < 0) | (s >= self.num_nodes)][0])
+            raise ValueError(f"seed node {bad} is out of range [0, {self.num_nodes})")
+        dup = K._seed_ids(s, self._g2l, self._nodes)
+        if dup >= 0:
+            raise ValueError(f"seeds must be unique; node {int(s[dup])} appears twice")
+        n = s.shape[0]
+        raw: list[tuple[np.ndarray, np.ndarray, int, int]] = []
+        try:
+            for hop, f in enumerate(fan):
+                counts = self._grow("_counts", n)
+                K._count(self.indptr, self._nodes, n, f, counts)
+                rowptr = np.zeros(n + 1, dtype=np.int64)
+                np.cumsum(counts[:n], out=rowptr[1:])
+                m = int(rowptr[-1])
+                picked = self._grow("_picked", m)
+                dst = self._grow("_dst", m)
+                col = self._grow("_col", m)
+                key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
+                K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
+                n_new = K._relabel(picked, m, self._g2l, self._nodes, n, col)
+                ei = np.empty((2, m), dtype=np.int64)
+                ei[0] = col[:m]
+                ei[1] = dst[:m]
+                raw.append((ei, rowptr, n_new, n))
+                n = n_new
+            n_id = self._nodes[:n].copy()
+        finally:
+            K._reset(self._g2l, self._nodes, n)
+        deg = torch.from_numpy(self.degrees[n_id])
+        blocks = [
+            Block(torch.from_numpy(ei), n_src, n_dst, torch.from_numpy(rp), deg[:n_src])
+            for ei, rp, n_src, n_dst in reversed(raw)
+        ]
+        return MiniBatch(n_id=n_id, blocks=blocks, num_seeds=int(s.shape[0]))
+
+    def full(self, nodes: np.ndarray | torch.Tensor) -> MiniBatch:
+        """One block holding *all* in-neighbours of ``nodes`` (for layer-wise inference)."""
+        return self.sample(nodes, 0, fanouts=(-1,))
+
+
+def full_graph_block(
+    indptr: np.ndarray, indices: np.ndarray, *, num_nodes: int | None = None
+) -> Block:
+    """The whole graph as one block (``num_src == num_dst == N``) for full-graph training.
+
+    Loads every edge: meant for graphs that fit in memory (tests, small datasets).
+    """
+    indptr = np.asarray(indptr, dtype=np.int64)
+    rows = indptr.shape[0] - 1
+    n = rows if num_nodes is None else int(num_nodes)
+    rowptr = np.zeros(n + 1, dtype=np.int64)
+    rowptr[: rows + 1] = indptr
+    rowptr[rows + 1 :] = indptr[-1]
+    counts = np.diff(rowptr)
+    src = torch.from_numpy(np.asarray(indices, dtype=np.int64).copy())
+    dst = torch.repeat_interleave(torch.arange(n), torch.from_numpy(counts))
+    return Block(
+        torch.stack([src, dst]),
+        n,
+        n,
+        torch.from_numpy(rowptr),
+        torch.from_numpy(counts.astype(np.float32)),
+    )
