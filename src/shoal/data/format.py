@@ -424,47 +424,96 @@ class GraphWriter:
     def write_features(
         self, x: Any, *, origin: str = "features", dtype: np.dtype | str | None = None
     ) -> None:
-        """Write the (N, F) feature matrix from an array (dense, scipy sparse or memmap),
-        copied in row blocks; float16 stays float16, anything else becomes float32.
-        Rejects NaN/inf and a row count different from num_nodes."""
+        """Write the (N, F) feature matrix, checked and copied in row blocks.
+
+        ``x`` is either an array (dense, scipy sparse or memory map), read in blocks of about
+        64 MiB, or an iterable of consecutive 2-D row blocks (e.g. parsed from a text file),
+        which is never held whole. float16 stays float16 (for an array input), anything else
+        becomes float32 unless ``dtype`` says otherwise. Rejects NaN/inf, non-numeric values and
+        a row count different from num_nodes. The file is written with plain writes (no memory
+        map), so resident memory stays at one block whatever the matrix size.
+        """
         n = self._resolve_num_nodes()
-        if x.ndim != 2:
-            raise ShoalInputError(f"features must be 2-D (N, F), got shape {x.shape}", path=origin)
-        if x.shape[0] != n:
+        if hasattr(x, "ndim") and hasattr(x, "shape"):
+            if x.ndim != 2:
+                raise ShoalInputError(
+                    f"features must be 2-D (N, F), got shape {x.shape}", path=origin
+                )
+            if x.shape[0] != n:
+                raise ShoalInputError(
+                    f"features have {x.shape[0]} rows but the graph has num_nodes={n}",
+                    path=origin,
+                    fix="give one feature row per node (or pass --num-nodes to match)",
+                )
+            out_dtype = (
+                np.dtype(dtype)
+                if dtype is not None
+                else (np.dtype(np.float16) if x.dtype == np.float16 else np.dtype(np.float32))
+            )
+            block = max(1, (64 * 2**20) // max(1, x.shape[1] * 4))
+            blocks: Any = (x[s : min(n, s + block)] for s in range(0, n, block))
+            num_cols: int | None = int(x.shape[1])
+        else:
+            out_dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float32)
+            blocks = iter(x)
+            num_cols = None
+        path = self.tmp / "features.npy"
+        written = 0
+        f = None
+        try:
+            for rows in blocks:
+                if hasattr(rows, "toarray"):
+                    rows = rows.toarray()
+                rows = np.asarray(rows)
+                if rows.ndim == 1 and num_cols is None:
+                    rows = rows.reshape(-1, 1)
+                if rows.ndim != 2 or (num_cols is not None and rows.shape[1] != num_cols):
+                    raise ShoalInputError(
+                        f"row {written}: feature block has shape {rows.shape}, expected "
+                        f"(k, {num_cols})",
+                        path=origin,
+                        fix="every feature row must have the same number of columns",
+                    )
+                if not (np.issubdtype(rows.dtype, np.number) or rows.dtype == bool):
+                    raise ShoalInputError(
+                        f"features must be numeric, got {rows.dtype}", path=origin
+                    )
+                if f is None:
+                    num_cols = int(rows.shape[1])
+                    hdr = np.lib.format.open_memmap(
+                        path, mode="w+", dtype=out_dtype, shape=(n, num_cols)
+                    )
+                    offset = hdr.offset
+                    del hdr
+                    f = open(path, "r+b")
+                    f.seek(offset)
+                if written + rows.shape[0] > n:
+                    raise ShoalInputError(
+                        f"features have more than {n} rows but the graph has num_nodes={n}",
+                        path=origin,
+                        fix="give one feature row per node (or pass --num-nodes to match)",
+                    )
+                finite = np.isfinite(rows)
+                if not finite.all():
+                    r, c = np.argwhere(~finite)[0]
+                    raise ShoalInputError(
+                        f"row {written + int(r)}, column {int(c)}: feature is {rows[r, c]}",
+                        path=origin,
+                        fix="replace NaN/inf features (e.g. with 0) before importing",
+                    )
+                np.ascontiguousarray(rows, dtype=out_dtype).tofile(f)
+                written += rows.shape[0]
+        finally:
+            if f is not None:
+                f.close()
+        if written != n:
+            path.unlink(missing_ok=True)
             raise ShoalInputError(
-                f"features have {x.shape[0]} rows but the graph has num_nodes={n}",
+                f"features have {written} rows but the graph has num_nodes={n}",
                 path=origin,
                 fix="give one feature row per node (or pass --num-nodes to match)",
             )
-        out_dtype = (
-            np.dtype(dtype)
-            if dtype is not None
-            else (np.dtype(np.float16) if x.dtype == np.float16 else np.dtype(np.float32))
-        )
-        mm = np.lib.format.open_memmap(
-            self.tmp / "features.npy", mode="w+", dtype=out_dtype, shape=(n, x.shape[1])
-        )
-        block = max(1, (64 * 2**20) // max(1, x.shape[1] * 4))
-        for start in range(0, n, block):
-            stop = min(n, start + block)
-            rows = x[start:stop]
-            if hasattr(rows, "toarray"):
-                rows = rows.toarray()
-            rows = np.asarray(rows)
-            if not np.issubdtype(rows.dtype, np.number):
-                raise ShoalInputError(f"features must be numeric, got {rows.dtype}", path=origin)
-            finite = np.isfinite(rows)
-            if not finite.all():
-                r, c = np.argwhere(~finite)[0]
-                raise ShoalInputError(
-                    f"row {start + int(r)}, column {int(c)}: feature is {rows[r, c]}",
-                    path=origin,
-                    fix="replace NaN/inf features (e.g. with 0) before importing",
-                )
-            mm[start:stop] = rows
-        mm.flush()
-        del mm
-        self._feature_dim = int(x.shape[1])
+        self._feature_dim = int(num_cols or 0)
         self._feature_dtype = out_dtype.name
 
     def write_labels(
