@@ -6,10 +6,11 @@ Massive Scale Graphs", WSDM 2014, Section 4 (greedy assignment for the objective
 
     argmax_i  |P_i & N(v)| - alpha * gamma * |P_i| ** (gamma - 1)
 
-over the parts below the hard load bound ``nu * |V| / p`` (Algorithm 1; ``nu`` = our
-``balance``), with the paper's ``gamma = 1.5`` and ``alpha = sqrt(p) * m / n ** 1.5``
-(Section 4, ``m`` = number of undirected edges). Ties go to the part with fewer nodes, then the
-lowest index; with a train mask, training nodes also respect ``balance * |train| / p``.
+over the parts below the hard load bound ``max(floor(nu * |V| / p), ceil(|V| / p))``
+(Algorithm 1; ``nu`` = our ``balance``), with the paper's ``gamma = 1.5`` and
+``alpha = sqrt(p) * m / n ** 1.5`` (Section 4, ``m`` = number of undirected edges). Ties go to the part with fewer nodes, then the
+lowest index; with a train mask, training nodes also respect the same bound over training
+nodes.
 
 Same vertex stream as :mod:`shoal.partition.ldg`: the CSR views read block by block, O(V)
 memory plus one block of neighbours, nodes in id order.

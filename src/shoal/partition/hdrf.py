@@ -36,6 +36,7 @@ from numba import njit
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
+from shoal.partition.vertexcut import owners_from_edge_parts
 from shoal.utils.progress import progress
 
 __all__ = ["HDRF"]
@@ -112,82 +113,6 @@ class _EdgePartFile:
             os.unlink(self.path)
 
 
-@njit(cache=True)
-def _count_edge_parts(src, dst, parts, counts, p):
-    for i in range(src.shape[0]):
-        q = parts[i]
-        counts[src[i] * p + q] += 1
-        if dst[i] != src[i]:
-            counts[dst[i] * p + q] += 1
-
-
-@njit(cache=True)
-def _argmax_owner(counts, p, node_part, loads):
-    n = node_part.shape[0]
-    for v in range(n):
-        best = -1
-        bestc = 0
-        for q in range(p):
-            c = counts[v * p + q]
-            if c > bestc:
-                bestc = c
-                best = q
-        node_part[v] = best
-        if best >= 0:
-            loads[best] += 1
-
-
-@njit(cache=True)
-def _fill_isolated(node_part, loads, train, train_loads, use_train):
-    p = loads.shape[0]
-    for v in range(node_part.shape[0]):
-        if node_part[v] >= 0:
-            continue
-        best = 0
-        for q in range(1, p):
-            if use_train and train[v]:
-                if train_loads[q] < train_loads[best] or (
-                    train_loads[q] == train_loads[best] and loads[q] < loads[best]
-                ):
-                    best = q
-            elif loads[q] < loads[best]:
-                best = q
-        node_part[v] = best
-        loads[best] += 1
-        if use_train and train[v]:
-            train_loads[best] += 1
-
-
-def _owners_fallback(
-    graph: GraphDir,
-    edge_part: np.ndarray,
-    num_parts: int,
-    train_mask: np.ndarray | None,
-    chunk_edges: int,
-) -> np.ndarray:
-    """Owner = part holding most of the node's edges (ties to the lowest index); nodes without
-    edges go to the part with the fewest nodes (fewest training nodes for training nodes)."""
-    n, p = graph.num_nodes, num_parts
-    counts = np.zeros(n * p, dtype=np.int32)
-    buf = np.empty(min(chunk_edges, max(graph.num_edges, 1)), dtype=edge_part.dtype)
-    for start, chunk in graph.edge_stream(chunk_edges).chunks_with_offset():
-        k = chunk.shape[0]
-        ep = buf[:k]
-        ep[:] = edge_part[start : start + k]
-        _count_edge_parts(chunk[:, 0], chunk[:, 1], ep, counts, p)
-    node_part = np.empty(n, dtype=np.int32)
-    loads = np.zeros(p, dtype=np.int64)
-    _argmax_owner(counts, p, node_part, loads)
-    del counts
-    use_train = train_mask is not None
-    train = np.asarray(train_mask if use_train else np.zeros(1), dtype=np.bool_)
-    train_loads = np.zeros(p, dtype=np.int64)
-    if use_train:
-        np.add.at(train_loads, node_part[(node_part >= 0) & train], 1)
-    _fill_isolated(node_part, loads, train, train_loads, use_train)
-    return node_part
-
-
 def _owners(
     graph: GraphDir,
     edge_part: np.ndarray,
@@ -195,26 +120,12 @@ def _owners(
     train_mask: np.ndarray | None,
     chunk_edges: int,
 ) -> np.ndarray:
-    """Node owners of a vertex-cut result (shoal.partition.vertexcut when present)."""
-    try:
-        from shoal.partition.vertexcut import owners_from_edge_parts
-    except ImportError:
-        return _owners_fallback(graph, edge_part, num_parts, train_mask, chunk_edges)
-    return _call_owners(
-        owners_from_edge_parts, graph, edge_part, num_parts, train_mask, chunk_edges
-    )
-
-
-def _call_owners(fn, graph, edge_part, num_parts, train_mask, chunk_edges) -> np.ndarray:
-    import inspect
-
-    params = inspect.signature(fn).parameters
-    kwargs = {}
-    if "train_mask" in params:
-        kwargs["train_mask"] = train_mask
-    if "chunk_edges" in params:
-        kwargs["chunk_edges"] = chunk_edges
-    return np.asarray(fn(graph, edge_part, num_parts, **kwargs), dtype=np.int32)
+    """Node owners of a vertex-cut result: the part holding most of the node's edges (ties to
+    the lowest index; nodes without edges fill the lightest parts), by
+    :func:`shoal.partition.vertexcut.owners_from_edge_parts`. Training-node balance is left to
+    the pipeline's balance post-pass."""
+    del train_mask
+    return owners_from_edge_parts(graph, edge_part, num_parts, chunk_edges=chunk_edges)
 
 
 def _train_array(train_mask: np.ndarray | None, n: int) -> np.ndarray | None:

@@ -7,9 +7,10 @@ neighbour lists; node ``v`` goes to
     argmax_i  |P_i & N(v)| * (1 - |P_i| / C)
 
 where ``P_i`` is the set of nodes already in part ``i`` and ``C`` the part capacity; ties go to
-the part with fewer nodes (then the lowest index). We use ``C = balance * |V| / p`` as a hard
-capacity (the paper's ``C = |V| / p`` with the configured slack), and, when a train mask is
-given, a second hard capacity ``balance * |train| / p`` on training nodes.
+the part with fewer nodes (then the lowest index). We use
+``C = max(floor(balance * |V| / p), ceil(|V| / p))`` as a hard capacity (the paper's
+``C = |V| / p`` with the configured slack) and, when a train mask is given, the same bound over
+training nodes as a second hard capacity.
 
 The vertex stream is the graph's ``csr_out`` view (and ``csr_in`` too for directed graphs, so
 that ``N(v)`` is every neighbour), built once by the external sort and read block by block
@@ -19,6 +20,7 @@ at most ``chunk_edges`` neighbours (or one node's list, if longer). Nodes stream
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -149,11 +151,13 @@ def _ldg_block(a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, ca
 
 
 def _capacities(n: int, p: int, balance: float, train: np.ndarray | None) -> tuple[float, float]:
-    cap = max(balance * n / p, np.ceil(n / p))
-    tcap = 0.0
+    """Hard capacities: ``max(floor(balance * n / p), ceil(n / p))`` nodes per part, and the
+    same bound over training nodes."""
+    cap = max(math.floor(balance * n / p), -(-n // p))
+    tcap = 0
     if train is not None:
         t = int(train.sum())
-        tcap = max(balance * t / p, np.ceil(t / p))
+        tcap = max(math.floor(balance * t / p), -(-t // p))
     return float(cap), float(tcap)
 
 
