@@ -1,0 +1,370 @@
+"""Reader API of the partitioned store: what the engines and the sampler use.
+
+::
+
+    store = Store.open("cora-store")
+    part = store.part(0)                      # Partition: memory-mapped arrays
+    part.indptr, part.indices                 # local CSR of core nodes' in-edges
+    part.global_to_local(ids)                 # new global id -> local index (-1 if absent)
+    store.owner(ids)                          # owner part of new global ids (binary search)
+    store.features(ids, out=buf)              # feature rows of any core ids, gathered by owner
+
+ID spaces: **new** (global, relabelled) IDs are what the store speaks; the core nodes of part
+``i`` are the contiguous range ``[part_offsets[i], part_offsets[i + 1])``. **Local** indices of
+a part number its core nodes first (``0 .. num_core - 1``, in new-ID order) and then its halo
+nodes (``num_core .. num_core + num_halo - 1``, in ascending new ID, hence grouped by owner).
+**Original** IDs (the graph directory's) are reached through :meth:`Store.to_orig` /
+:meth:`Store.to_new` or ``Partition.orig_ids``.
+
+Every array is opened with ``np.load(mmap_mode="r")``: nothing is read until used. The layout is
+specified in ``docs/store.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shoal.errors import ShoalInputError
+from shoal.utils.io import read_json
+
+__all__ = ["Partition", "Store"]
+
+STORE_FORMAT = "shoal-store"
+STORE_FORMAT_VERSION = 1
+
+
+def _load(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r")
+    except FileNotFoundError:
+        raise ShoalInputError(
+            "store file is missing", path=path, fix="rebuild the store with `shoal store build`"
+        ) from None
+    except ValueError as e:
+        if "mmap length is greater than file size" in str(e) or "cannot mmap an empty" in str(e):
+            raise ShoalInputError(
+                f"store file is truncated ({e})",
+                path=path,
+                fix="rebuild the store with `shoal store build`",
+            ) from None
+        # zero-length arrays cannot be memory-mapped: read them
+        try:
+            return np.load(path)
+        except Exception as e2:  # noqa: BLE001
+            raise ShoalInputError(
+                f"store file is unreadable ({e2})",
+                path=path,
+                fix="rebuild the store with `shoal store build`",
+            ) from None
+
+
+class Partition:
+    """One part of a store. Arrays are read-only memory maps (``None`` when absent).
+
+    Attributes:
+        index: the part number ``i``.
+        start, stop: its core nodes' new-ID range ``[start, stop)``.
+        num_core, num_halo: counts; local indices run over core then halo.
+        indptr: int64 ``(num_core + 1,)``; row ``r`` (core node ``start + r``) has in-edges
+            ``indices[indptr[r]:indptr[r + 1]]``, local source indices (sorted per row).
+        indices: int32/int64 ``(num_edges,)`` local source indices over core then halo.
+        halo_ids: int64 ``(num_halo,)`` new IDs of halo nodes, ascending.
+        orig_ids: int64 ``(num_core + num_halo,)`` original IDs in local order.
+        features: ``(num_core, F)`` core feature rows, or None.
+        halo_features: ``(num_halo, F)`` halo feature rows (stores built with
+            ``--halo-features``), or None.
+        labels: int64 ``(num_core,)`` (-1 = unlabelled), or None.
+        train_mask, val_mask, test_mask: bool ``(num_core,)``.
+    """
+
+    def __init__(self, store: Store, index: int) -> None:
+        self.store = store
+        self.index = int(index)
+        self.path = store.path / f"part_{index}"
+        self.start = int(store.part_offsets[index])
+        self.stop = int(store.part_offsets[index + 1])
+        info = store.meta["parts"][index]
+        self.num_core = self.stop - self.start
+        self.num_halo = int(info["num_halo"])
+        self.num_edges = int(info["num_edges"])
+
+    def _opt(self, name: str) -> np.ndarray | None:
+        p = self.path / name
+        return _load(p) if p.exists() else None
+
+    @cached_property
+    def indptr(self) -> np.ndarray:
+        return _load(self.path / "indptr.npy")
+
+    @cached_property
+    def indices(self) -> np.ndarray:
+        return _load(self.path / "indices.npy")
+
+    @cached_property
+    def halo_ids(self) -> np.ndarray:
+        return _load(self.path / "halo_ids.npy")
+
+    @cached_property
+    def orig_ids(self) -> np.ndarray:
+        return _load(self.path / "orig_ids.npy")
+
+    @cached_property
+    def features(self) -> np.ndarray | None:
+        return self._opt("features.npy")
+
+    @cached_property
+    def halo_features(self) -> np.ndarray | None:
+        return self._opt("halo_features.npy")
+
+    @cached_property
+    def labels(self) -> np.ndarray | None:
+        return self._opt("labels.npy")
+
+    @cached_property
+    def train_mask(self) -> np.ndarray:
+        return _load(self.path / "train_mask.npy")
+
+    @cached_property
+    def val_mask(self) -> np.ndarray:
+        return _load(self.path / "val_mask.npy")
+
+    @cached_property
+    def test_mask(self) -> np.ndarray:
+        return _load(self.path / "test_mask.npy")
+
+    @property
+    def num_nodes(self) -> int:
+        """Core plus halo nodes (the local index space)."""
+        return self.num_core + self.num_halo
+
+    @property
+    def core_ids(self) -> np.ndarray:
+        """New IDs of the core nodes (``arange(start, stop)``)."""
+        return np.arange(self.start, self.stop, dtype=np.int64)
+
+    def mask(self, split: str) -> np.ndarray:
+        """The bool ``(num_core,)`` mask of split ``train``/``val``/``test``."""
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"split must be train, val or test, got {split!r}")
+        return getattr(self, f"{split}_mask")
+
+    def global_to_local(self, ids: Any) -> np.ndarray:
+        """Local indices of new global ``ids``; -1 where a node is neither core nor halo here."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.full(ids.shape, -1, dtype=np.int64)
+        core = (ids >= self.start) & (ids < self.stop)
+        out[core] = ids[core] - self.start
+        rest = ~core
+        if self.num_halo and rest.any():
+            halo = self.halo_ids
+            r = ids[rest]
+            pos = np.searchsorted(halo, r)
+            hit = pos < self.num_halo
+            hit[hit] = np.asarray(halo)[pos[hit]] == r[hit]
+            vals = np.where(hit, self.num_core + pos, -1)
+            out[rest] = vals
+        return out
+
+    def local_to_global(self, local: Any) -> np.ndarray:
+        """New global IDs of local indices (core first, then halo)."""
+        local = np.asarray(local, dtype=np.int64)
+        if local.size and (local.min() < 0 or local.max() >= self.num_nodes):
+            raise IndexError(f"local index out of range [0, {self.num_nodes}) in part {self.index}")
+        out = local + self.start
+        h = local >= self.num_core
+        if h.any():
+            out[h] = np.asarray(self.halo_ids)[local[h] - self.num_core]
+        return out
+
+    def in_neighbors(self, row: int) -> np.ndarray:
+        """Local in-neighbour indices of core row ``row``."""
+        return np.asarray(self.indices[self.indptr[row] : self.indptr[row + 1]])
+
+    def __repr__(self) -> str:
+        return (
+            f"Partition({self.index}, core=[{self.start}, {self.stop}), halo={self.num_halo}, "
+            f"edges={self.num_edges})"
+        )
+
+
+class Store:
+    """A partitioned store opened for reading (see the module docstring)."""
+
+    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        self.path = path
+        self.meta = meta
+        self.part_offsets = np.asarray(meta["part_offsets"], dtype=np.int64)
+        self._parts: dict[int, Partition] = {}
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Store:
+        """Open a store directory (reads ``meta.json`` only)."""
+        path = Path(path)
+        meta_path = path / "meta.json"
+        if not meta_path.exists():
+            raise ShoalInputError(
+                "not a store directory: meta.json is missing",
+                path=path,
+                fix="build one with `shoal store build GRAPH_DIR ASSIGNMENT_DIR --out STORE`",
+            )
+        meta = read_json(meta_path)
+        if not isinstance(meta, dict) or meta.get("format") != STORE_FORMAT:
+            raise ShoalInputError(
+                f"meta.json: format is {meta.get('format') if isinstance(meta, dict) else None!r},"
+                f" expected {STORE_FORMAT!r}",
+                path=meta_path,
+            )
+        if meta.get("format_version") != STORE_FORMAT_VERSION:
+            raise ShoalInputError(
+                f"meta.json: format_version {meta.get('format_version')} is not supported (this "
+                f"shoal reads {STORE_FORMAT_VERSION})",
+                path=meta_path,
+                fix="rebuild the store with this version of shoal",
+            )
+        try:
+            store = cls(path, meta)
+            ok = store.part_offsets.shape == (store.num_parts + 1,)
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ShoalInputError(
+                "meta.json: part_offsets/num_parts are missing or inconsistent",
+                path=meta_path,
+                fix="rebuild the store with `shoal store build`",
+            )
+        return store
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_parts(self) -> int:
+        return int(self.meta["num_parts"])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.meta["num_nodes"])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.meta["num_edges"])
+
+    @property
+    def feature_dim(self) -> int | None:
+        return self.meta.get("feature_dim")
+
+    @property
+    def num_classes(self) -> int | None:
+        return self.meta.get("num_classes")
+
+    @property
+    def halo_features(self) -> bool:
+        """Whether parts carry their halo nodes' feature rows."""
+        return bool(self.meta.get("halo_features"))
+
+    def part(self, i: int) -> Partition:
+        """Part ``i`` (cached)."""
+        i = int(i)
+        if not 0 <= i < self.num_parts:
+            raise IndexError(f"part {i} out of range [0, {self.num_parts})")
+        if i not in self._parts:
+            self._parts[i] = Partition(self, i)
+        return self._parts[i]
+
+    def parts(self) -> list[Partition]:
+        return [self.part(i) for i in range(self.num_parts)]
+
+    # ------------------------------------------------------------------ id maps
+    @cached_property
+    def node_map(self) -> np.ndarray:
+        """int64 (N,) original ID -> new ID (memory map)."""
+        return _load(self.path / "node_map.npy")
+
+    @cached_property
+    def node_map_inv(self) -> np.ndarray:
+        """int64 (N,) new ID -> original ID (memory map)."""
+        return _load(self.path / "node_map_inv.npy")
+
+    def to_new(self, orig_ids: Any) -> np.ndarray:
+        return np.asarray(self.node_map[np.asarray(orig_ids, dtype=np.int64)])
+
+    def to_orig(self, new_ids: Any) -> np.ndarray:
+        return np.asarray(self.node_map_inv[np.asarray(new_ids, dtype=np.int64)])
+
+    def owner(self, ids: Any) -> np.ndarray:
+        """Owner part of new global ``ids`` by binary search over ``part_offsets``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
+            raise IndexError(f"node id out of range [0, {self.num_nodes})")
+        return np.searchsorted(self.part_offsets, ids, side="right") - 1
+
+    # ------------------------------------------------------------------ node data
+    def features(self, ids: Any, out: np.ndarray | None = None) -> np.ndarray:
+        """Feature rows of new global ``ids`` (core nodes of any part), gathered from the
+        owners' memory-mapped files into ``out`` (allocated when None)."""
+        if self.feature_dim is None:
+            raise ShoalInputError("the store has no features", path=self.path)
+        ids = np.asarray(ids, dtype=np.int64)
+        if out is None:
+            out = np.empty((ids.shape[0], self.feature_dim), dtype=self.meta["feature_dtype"])
+        elif out.shape[0] < ids.shape[0] or out.shape[1:] != (self.feature_dim,):
+            raise ValueError(
+                f"out has shape {out.shape}, need ({ids.shape[0]}, {self.feature_dim})"
+            )
+        owner = self.owner(ids)
+        for i in np.unique(owner):
+            sel = np.flatnonzero(owner == i)
+            part = self.part(int(i))
+            out[sel] = part.features[ids[sel] - part.start]
+        return out[: ids.shape[0]]
+
+    def labels(self, ids: Any) -> np.ndarray:
+        """Labels of new global ``ids`` (-1 = unlabelled)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.full(ids.shape, -1, dtype=np.int64)
+        owner = self.owner(ids)
+        for i in np.unique(owner):
+            sel = np.flatnonzero(owner == i)
+            part = self.part(int(i))
+            if part.labels is not None:
+                out[sel] = part.labels[ids[sel] - part.start]
+        return out
+
+    # ------------------------------------------------------------------ edge buckets
+    @property
+    def bucket_counts(self) -> np.ndarray:
+        """int64 (p, p): number of edges with owner(src) = row, owner(dst) = column."""
+        return np.asarray(self.meta["buckets"]["counts"], dtype=np.int64).reshape(
+            self.num_parts, self.num_parts
+        )
+
+    def bucket_path(self, src_part: int, dst_part: int) -> Path:
+        return self.path / "buckets" / f"edges_{int(src_part)}_{int(dst_part)}.bin"
+
+    def bucket(self, src_part: int, dst_part: int) -> np.ndarray:
+        """Edges ``(k, 2)`` (new src, new dst) of bucket ``(src_part, dst_part)`` (memory map)."""
+        k = int(self.bucket_counts[src_part, dst_part])
+        dtype = np.dtype(self.meta["edge_dtype"])
+        if k == 0:
+            return np.empty((0, 2), dtype=dtype)
+        return np.memmap(self.bucket_path(src_part, dst_part), dtype=dtype, mode="r", shape=(k, 2))
+
+    def bucket_stream(self, src_part: int, dst_part: int, chunk_edges: int = 1 << 20):
+        """An :class:`~shoal.data.stream.EdgeStream` over one bucket (bounded memory)."""
+        from shoal.data.stream import EdgeStream
+
+        return EdgeStream(
+            self.bucket_path(src_part, dst_part),
+            int(self.bucket_counts[src_part, dst_part]),
+            self.meta["edge_dtype"],
+            chunk_edges,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Store({str(self.path)!r}, num_parts={self.num_parts}, num_nodes={self.num_nodes}, "
+            f"num_edges={self.num_edges})"
+        )

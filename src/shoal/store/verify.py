@@ -1,0 +1,321 @@
+"""``shoal verify`` and ``shoal inspect``: check a store's integrity, summarise its parts.
+
+:func:`verify_store` checks, in order, stopping at the first failing group:
+
+1. ``meta.json`` against its own embedded checksum (any changed byte is caught);
+2. every file listed in ``meta.json`` for presence, size and SHA-256 (all mismatches named);
+3. invariants: ``node_map``/``node_map_inv`` are inverse permutations (every node owned exactly
+   once); ``part_offsets`` match the part sizes; per part, a well-formed CSR, halo IDs sorted,
+   owned elsewhere and exactly the non-core in-neighbours, ``orig_ids`` consistent; edge buckets
+   hold edges of the right owners and add up to the edge count;
+4. against the source graph (its path is in the metadata; skipped with a note when it is gone):
+   each core node's in-edge multiset equals the source graph's (per-node multiset hash of the
+   edges, one streaming pass; the buckets are checked the same way), labels, split masks and
+   feature rows (core and halo) equal the source rows.
+
+Memory: O(V) arrays plus one chunk of edges or feature rows at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shoal.data.format import SPLITS, GraphDir
+from shoal.data.stream import DEFAULT_CHUNK_EDGES
+from shoal.errors import ShoalInputError
+from shoal.store._io import gather_rows, meta_checksum, read_rows
+from shoal.store._kernels import _edge_hash_accumulate
+from shoal.store.reader import Store
+from shoal.utils.io import file_checksum
+from shoal.utils.progress import progress
+
+__all__ = ["inspect_store", "verify_store"]
+
+_FIX = "the store is corrupt; rebuild it with `shoal store build`"
+
+
+def _fail(msg: str, path: object) -> None:
+    raise ShoalInputError(msg, path=path, fix=_FIX)
+
+
+def _check_files(path: Path, meta: dict[str, Any], show: bool | None) -> int:
+    bad = []
+    items = list(meta.get("files", {}).items())
+    for name, info in progress(items, total=len(items), desc="verify: checksums", enable=show):
+        f = path / name
+        if not f.is_file():
+            bad.append(f"{name}: missing")
+        elif f.stat().st_size != info.get("bytes"):
+            bad.append(f"{name}: {f.stat().st_size} bytes, meta.json says {info.get('bytes')}")
+        elif file_checksum(f) != info.get("checksum"):
+            bad.append(f"{name}: checksum mismatch")
+    if bad:
+        _fail("corrupt store files: " + "; ".join(bad), path)
+    return len(items)
+
+
+def verify_store(
+    path: str | os.PathLike,
+    *,
+    source: bool = True,
+    chunk_edges: int = DEFAULT_CHUNK_EDGES,
+    show_progress: bool | None = None,
+) -> dict[str, Any]:
+    """Verify the store at ``path``; raise :class:`ShoalInputError` naming the first problem.
+
+    Returns a report: ``{"ok": True, "files": k, "checks": [...], "skipped": [...]}``.
+    """
+    path = Path(path)
+    meta_path = path / "meta.json"
+    if not meta_path.is_file():
+        _fail("not a store directory: meta.json is missing", path)
+    stored, actual = meta_checksum(meta_path.read_bytes())
+    if stored is None or stored != actual:
+        _fail("meta.json is corrupt: its content does not match its embedded checksum", meta_path)
+    store = Store.open(path)
+    meta = store.meta
+    checks: list[str] = []
+    skipped: list[str] = []
+    nfiles = _check_files(path, meta, show_progress)
+    checks.append(f"checksums of {nfiles} files")
+
+    n, p, m = store.num_nodes, store.num_parts, store.num_edges
+    offsets = store.part_offsets
+    inv = np.asarray(store.node_map_inv, dtype=np.int64)
+    node_map = np.asarray(store.node_map, dtype=np.int64)
+    if inv.shape != (n,) or node_map.shape != (n,):
+        _fail(
+            f"node_map/node_map_inv have shapes {node_map.shape}/{inv.shape}, expected ({n},)",
+            path / "node_map.npy",
+        )
+    if n and (inv.min() < 0 or inv.max() >= n or np.bincount(inv, minlength=n).max() != 1):
+        _fail(
+            "node_map_inv is not a permutation: some node is owned twice or not at all",
+            path / "node_map_inv.npy",
+        )
+    if n and not np.array_equal(node_map[inv], np.arange(n)):
+        _fail("node_map is not the inverse of node_map_inv", path / "node_map.npy")
+    if offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0):
+        _fail(f"part_offsets {offsets.tolist()} are not a partition of [0, {n})", meta_path)
+    if not np.array_equal(np.load(path / "part_offsets.npy"), offsets):
+        _fail("part_offsets.npy differs from meta.json", path / "part_offsets.npy")
+    checks.append("every node owned exactly once (node_map is a permutation)")
+
+    # assignment consistency (when the assignment directory is still there)
+    apath = Path(meta.get("partition", {}).get("path") or "/nonexistent")
+    if (apath / "node_part.npy").is_file():
+        node_part = np.load(apath / "node_part.npy", mmap_mode="r")
+        if node_part.shape == (n,):
+            own = np.repeat(np.arange(p), np.diff(offsets))
+            if not np.array_equal(np.asarray(node_part)[inv], own):
+                _fail(f"core nodes disagree with the assignment {apath}", path / "node_map_inv.npy")
+            checks.append("core nodes match the assignment")
+    else:
+        skipped.append(f"assignment {apath} not found: owners not compared with it")
+
+    # per part structure + in-edge hashes
+    acc_store = np.zeros(n, dtype=np.uint64)
+    total_edges = 0
+    for i in progress(range(p), total=p, desc="verify: parts", enable=show_progress):
+        part = store.part(i)
+        pdir = part.path
+        lo, hi, nc = part.start, part.stop, part.num_core
+        info = meta["parts"][i]
+        if info["num_core"] != nc:
+            _fail(f"part {i}: num_core {info['num_core']} != part_offsets range {nc}", meta_path)
+        indptr = np.asarray(part.indptr)
+        if indptr.shape != (nc + 1,) or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+            _fail(
+                f"part {i}: indptr is not a valid CSR row pointer of {nc} rows", pdir / "indptr.npy"
+            )
+        ne = int(indptr[-1])
+        if part.indices.shape != (ne,) or ne != part.num_edges:
+            _fail(
+                f"part {i}: indices has {part.indices.shape[0]} entries, indptr says {ne}",
+                pdir / "indices.npy",
+            )
+        halo = np.asarray(part.halo_ids, dtype=np.int64)
+        nh = halo.shape[0]
+        if nh != part.num_halo:
+            _fail(f"part {i}: {nh} halo ids, meta.json says {part.num_halo}", pdir / "halo_ids.npy")
+        if nh and (np.any(np.diff(halo) <= 0) or halo[0] < 0 or halo[-1] >= n):
+            _fail(
+                f"part {i}: halo ids are not sorted unique ids in [0, {n})", pdir / "halo_ids.npy"
+            )
+        if nh and np.any(store.owner(halo) == i):
+            _fail(f"part {i}: a halo node is owned by the part itself", pdir / "halo_ids.npy")
+        orig = np.asarray(part.orig_ids)
+        if not np.array_equal(orig, np.concatenate([inv[lo:hi], inv[halo]])):
+            _fail(f"part {i}: orig_ids disagree with node_map_inv", pdir / "orig_ids.npy")
+        used = np.zeros(nh, dtype=bool)
+        for s in range(0, ne, chunk_edges):
+            loc = np.asarray(part.indices[s : s + chunk_edges], dtype=np.int64)
+            if loc.size and (loc.min() < 0 or loc.max() >= nc + nh):
+                _fail(f"part {i}: local index out of range [0, {nc + nh})", pdir / "indices.npy")
+            used[loc[loc >= nc] - nc] = True
+            pos = np.arange(s, s + loc.shape[0])
+            dst = np.searchsorted(indptr, pos, side="right") - 1 + lo
+            src = np.where(loc < nc, loc + lo, halo[np.maximum(loc - nc, 0)] if nh else 0)
+            _edge_hash_accumulate(src, dst, acc_store)
+        if nh and not used.all():
+            k = int(np.flatnonzero(~used)[0])
+            _fail(
+                f"part {i}: halo node {int(halo[k])} is not an in-neighbour of any core node",
+                pdir / "halo_ids.npy",
+            )
+        total_edges += ne
+    if total_edges != m:
+        _fail(f"parts hold {total_edges} in-edges, the graph has {m}", meta_path)
+    checks.append("per-part CSR, halo ids and owners, orig_ids")
+
+    # buckets
+    counts = store.bucket_counts
+    if int(counts.sum()) != m:
+        _fail(f"edge buckets hold {int(counts.sum())} edges, the graph has {m}", meta_path)
+    acc_bucket = np.zeros(n, dtype=np.uint64)
+    for i in range(p):
+        for j in range(p):
+            bpath = store.bucket_path(i, j)
+            for chunk in store.bucket_stream(i, j, chunk_edges):
+                s_ = chunk[:, 0].astype(np.int64)
+                d_ = chunk[:, 1].astype(np.int64)
+                if s_.min() < 0 or d_.min() < 0 or max(s_.max(), d_.max()) >= n:
+                    _fail(f"bucket ({i}, {j}): node id out of range", bpath)
+                if np.any(store.owner(s_) != i) or np.any(store.owner(d_) != j):
+                    _fail(
+                        f"bucket ({i}, {j}): holds an edge whose owners are not ({i}, {j})", bpath
+                    )
+                _edge_hash_accumulate(s_, d_, acc_bucket)
+    if not np.array_equal(acc_bucket, acc_store):
+        v = int(np.flatnonzero(acc_bucket != acc_store)[0])
+        _fail(
+            f"edge buckets and part CSRs disagree on the in-edges of node {v} (new id)",
+            path / "buckets",
+        )
+    checks.append("edge buckets: owners, counts, same edges as the part CSRs")
+
+    # against the source graph
+    gmeta = meta.get("graph", {})
+    gpath = Path(gmeta.get("path") or "/nonexistent")
+    if not source:
+        skipped.append("source graph comparison (disabled)")
+    elif not (gpath / "meta.json").is_file():
+        skipped.append(f"source graph {gpath} not found: in-edges/features not compared")
+    else:
+        g = GraphDir.open(gpath)
+        ck = g.meta.get("files", {}).get(g.meta.get("edge_file", "edges.bin"), {}).get("checksum")
+        if (
+            g.num_nodes != n
+            or g.num_edges != m
+            or (gmeta.get("edges_checksum") and ck != gmeta.get("edges_checksum"))
+        ):
+            _fail(f"the source graph {gpath} changed since the store was built", meta_path)
+        acc_src = np.zeros(n, dtype=np.uint64)
+        stream = g.edge_stream(chunk_edges)
+        for chunk in progress(
+            stream, total=len(stream), desc="verify: source", enable=show_progress
+        ):
+            _edge_hash_accumulate(node_map[chunk[:, 0]], node_map[chunk[:, 1]], acc_src)
+        if not np.array_equal(acc_src, acc_store):
+            v = int(np.flatnonzero(acc_src != acc_store)[0])
+            i = int(store.owner([v])[0])
+            _fail(
+                f"core node {int(inv[v])} (new id {v}) of part {i}: its in-edges differ from "
+                "the source graph's",
+                path / f"part_{i}" / "indices.npy",
+            )
+        checks.append("each core node's in-edge multiset equals the source graph's")
+        _check_node_data(store, g, inv, checks)
+    return {"ok": True, "store": str(path), "files": nfiles, "checks": checks, "skipped": skipped}
+
+
+def _check_node_data(store: Store, g: GraphDir, inv: np.ndarray, checks: list[str]) -> None:
+    labels = g.labels()
+    feat_path = g.path / "features.npy"
+    masks = {s: g.mask(s) for s in SPLITS}
+    for part in store.parts():
+        lo, hi = part.start, part.stop
+        core_old = inv[lo:hi]
+        if labels is not None:
+            if part.labels is None or not np.array_equal(
+                np.asarray(part.labels), np.asarray(labels)[core_old]
+            ):
+                _fail(
+                    f"part {part.index}: labels differ from the source rows",
+                    part.path / "labels.npy",
+                )
+        for s in SPLITS:
+            if not np.array_equal(np.asarray(part.mask(s)), masks[s][core_old]):
+                _fail(
+                    f"part {part.index}: {s} mask differs from the source split",
+                    part.path / f"{s}_mask.npy",
+                )
+        if feat_path.exists():
+            f_path = part.path / "features.npy"
+            block = 1 << 14
+            for s in range(0, part.num_core, block):
+                ours = read_rows(f_path, s, s + block)
+                theirs = gather_rows(feat_path, core_old[s : s + block])
+                if ours.tobytes() != theirs.tobytes():
+                    _fail(
+                        f"part {part.index}: feature rows {s}..{s + ours.shape[0] - 1} differ "
+                        "from the source rows",
+                        f_path,
+                    )
+            h_path = part.path / "halo_features.npy"
+            if store.halo_features:
+                halo_old = inv[np.asarray(part.halo_ids, dtype=np.int64)]
+                for s in range(0, part.num_halo, block):
+                    ours = read_rows(h_path, s, s + block)
+                    theirs = gather_rows(feat_path, halo_old[s : s + block])
+                    if ours.tobytes() != theirs.tobytes():
+                        _fail(
+                            f"part {part.index}: halo feature rows {s}.. differ from the "
+                            "source rows",
+                            h_path,
+                        )
+    checks.append("labels, split masks and feature rows equal the source rows")
+
+
+def inspect_store(path: str | os.PathLike) -> dict[str, Any]:
+    """Per-part summary (nodes, halo, edges, split counts, bytes) plus RF and edge cut."""
+    store = Store.open(path)
+    meta = store.meta
+    parts = []
+    files = meta.get("files", {})
+    for i, info in enumerate(meta["parts"]):
+        prefix = f"part_{i}/"
+        nbytes = sum(v["bytes"] for k, v in files.items() if k.startswith(prefix))
+        parts.append(
+            {
+                "part": i,
+                "nodes": info["num_core"],
+                "halo": info["num_halo"],
+                "edges": info["num_edges"],
+                "train": info.get("train", 0),
+                "val": info.get("val", 0),
+                "test": info.get("test", 0),
+                "bytes": nbytes,
+            }
+        )
+    return {
+        "store": str(store.path),
+        "num_parts": store.num_parts,
+        "num_nodes": store.num_nodes,
+        "num_edges": store.num_edges,
+        "feature_dim": store.feature_dim,
+        "halo_features": store.halo_features,
+        "bytes": sum(v["bytes"] for v in files.values()),
+        "replication_factor": meta["metrics"]["replication_factor"],
+        "edge_cut": meta["metrics"]["edge_cut"],
+        "partition": {
+            "algorithm": meta.get("partition", {}).get("algorithm"),
+            "metrics": meta.get("partition", {}).get("metrics", {}),
+        },
+        "bucket_counts": meta["buckets"]["counts"],
+        "parts": parts,
+    }

@@ -1,0 +1,254 @@
+"""The partitioned store: round trips on hand-built graphs, reader API, bad inputs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shoal.partition.base import Assignment
+from shoal.partition.io import write_assignment
+from shoal.store.reader import Store
+from shoal.store.verify import inspect_store, verify_store
+from shoal.store.writer import build_store
+
+
+def assign(g, node_part, p, tmp_path: Path, name: str = "a") -> Path:
+    out = tmp_path / name
+    write_assignment(out, Assignment(np.asarray(node_part), p, "hash"), g)
+    return out
+
+
+def store_edges_orig(store: Store) -> Counter:
+    """Every (src, dst) in original ids, rebuilt from the parts' local CSRs."""
+    c: Counter = Counter()
+    for part in store.parts():
+        for r in range(part.num_core):
+            dst = int(part.orig_ids[r])
+            for loc in part.in_neighbors(r):
+                c[(int(part.orig_ids[loc]), dst)] += 1
+    return c
+
+
+def check_round_trip(g, node_part, p, store_path: Path) -> Store:
+    store = Store.open(store_path)
+    n = g.num_nodes
+    node_part = np.asarray(node_part)
+    edges = np.asarray(g.edge_stream().memmap()).reshape(-1, 2)
+    src_edges = Counter((int(s), int(d)) for s, d in edges)
+    # every edge accounted for: same multiset of in-edges
+    assert store_edges_orig(store) == src_edges
+    # relabelling: contiguous ranges per part, stable inside a part
+    offs = store.part_offsets
+    assert offs.tolist() == [0, *np.cumsum(np.bincount(node_part, minlength=p)).tolist()]
+    for i in range(p):
+        part = store.part(i)
+        core_old = np.asarray(part.orig_ids[: part.num_core])
+        assert core_old.tolist() == np.flatnonzero(node_part == i).tolist()
+        # halo = in-neighbours of core nodes owned elsewhere
+        expected_halo = {int(s) for s, d in edges if node_part[d] == i and node_part[s] != i}
+        got_halo = set(np.asarray(part.orig_ids[part.num_core :]).tolist())
+        assert got_halo == expected_halo
+        assert np.all(store.owner(part.halo_ids) != i)
+        # local <-> global
+        loc = np.arange(part.num_nodes)
+        glob = part.local_to_global(loc)
+        assert part.global_to_local(glob).tolist() == loc.tolist()
+        assert store.to_orig(glob).tolist() == np.asarray(part.orig_ids).tolist()
+    # owner lookup by binary search equals the assignment
+    new = store.to_new(np.arange(n))
+    assert store.owner(new).tolist() == node_part.tolist()
+    # edge buckets: counts per (owner(src), owner(dst))
+    counts = np.zeros((p, p), dtype=np.int64)
+    for s, d in edges:
+        counts[node_part[s], node_part[d]] += 1
+    assert store.bucket_counts.tolist() == counts.tolist()
+    for i in range(p):
+        for j in range(p):
+            b = np.asarray(store.bucket(i, j))
+            want = [(int(s), int(d)) for s, d in edges if node_part[s] == i and node_part[d] == j]
+            got = [tuple(int(x) for x in store.to_orig(row)) for row in b]
+            assert got == want  # stored sequentially, in the graph's edge order
+    return store
+
+
+EDGES = [(0, 1), (1, 0), (1, 2), (2, 3), (3, 1), (0, 3), (3, 0), (5, 2), (2, 5)]
+
+
+def test_round_trip_hand_built(make_graph, tmp_path):
+    x = np.arange(7 * 3, dtype=np.float32).reshape(7, 3)
+    y = np.array([0, 1, 2, 0, 1, 2, -1])
+    g = make_graph(EDGES, 7, x=x, y=y, train=[0, 2], val=[3], test=[5, 6])
+    node_part = [1, 0, 1, 0, 2, 1, 0]
+    a = assign(g, node_part, 3, tmp_path)
+    res = build_store(g, a, tmp_path / "s", halo_features=True)
+    assert res["num_parts"] == 3
+    store = check_round_trip(g, node_part, 3, tmp_path / "s")
+    # node data
+    for part in store.parts():
+        core_old = np.asarray(part.orig_ids[: part.num_core])
+        assert np.array_equal(part.features, x[core_old])
+        assert np.array_equal(part.labels, y[core_old])
+        assert part.train_mask.tolist() == [int(v) in (0, 2) for v in core_old]
+        assert part.test_mask.tolist() == [int(v) in (5, 6) for v in core_old]
+        halo_old = np.asarray(part.orig_ids[part.num_core :])
+        assert np.array_equal(part.halo_features, x[halo_old])
+    # features of any core ids, gathered by owner, into a given buffer
+    ids = np.array([6, 0, 3, 4, 1])
+    buf = np.zeros((8, 3), dtype=np.float32)
+    got = store.features(ids, out=buf)
+    assert np.array_equal(got, x[store.to_orig(ids)])
+    assert np.shares_memory(got, buf)
+    assert store.labels(ids).tolist() == y[store.to_orig(ids)].tolist()
+    rep = verify_store(tmp_path / "s")
+    assert rep["ok"] and not rep["skipped"]
+
+
+def test_hand_computed_layout(make_graph, tmp_path):
+    # 0 -> 1, 2 -> 1, 1 -> 2 ; parts: {1} = part 0, {0, 2} = part 1
+    g = make_graph([(0, 1), (2, 1), (1, 2)], 3)
+    a = assign(g, [1, 0, 1], 2, tmp_path)
+    build_store(g, a, tmp_path / "s")
+    s = Store.open(tmp_path / "s")
+    assert s.part_offsets.tolist() == [0, 1, 3]
+    assert np.asarray(s.node_map).tolist() == [1, 0, 2]
+    assert np.asarray(s.node_map_inv).tolist() == [1, 0, 2]
+    p0 = s.part(0)  # core: new 0 (old 1); in-edges from old 0, 2 = new 1, 2, both halo
+    assert p0.halo_ids.tolist() == [1, 2]
+    assert p0.indptr.tolist() == [0, 2]
+    assert p0.indices.tolist() == [1, 2]
+    p1 = s.part(1)  # core: new 1 (old 0), new 2 (old 2); old 2 has in-edge from old 1 = new 0
+    assert p1.halo_ids.tolist() == [0]
+    assert p1.indptr.tolist() == [0, 0, 1]
+    assert p1.indices.tolist() == [2]
+    assert p1.global_to_local([0, 1, 2]).tolist() == [2, 0, 1]
+    assert p0.global_to_local([0, 1, 2]).tolist() == [0, 1, 2]
+    assert s.bucket_counts.tolist() == [[0, 1], [2, 0]]
+    m = s.meta["metrics"]
+    assert m["edge_cut"] == 1.0 and m["replication_factor"] == pytest.approx(6 / 3)
+
+
+def test_edge_cases_isolated_empty_parts_self_loops_duplicates(make_graph, tmp_path):
+    edges = [(0, 0), (0, 1), (0, 1), (1, 0), (3, 3), (1, 3)]  # self-loops, a duplicate
+    g = make_graph(edges, 6, x=np.ones((6, 2), dtype=np.float32))  # 2, 4, 5 isolated
+    node_part = [0, 2, 2, 0, 2, 0]  # parts 1 and 3 empty
+    a = assign(g, node_part, 4, tmp_path)
+    build_store(g, a, tmp_path / "s", halo_features=True)
+    s = check_round_trip(g, node_part, 4, tmp_path / "s")
+    assert s.part(1).num_core == 0 and s.part(1).num_edges == 0
+    assert s.part(1).indptr.tolist() == [0]
+    assert s.part(3).features.shape == (0, 2)
+    assert s.owner([0, 1, 2, 3, 4, 5]).tolist() == [0, 0, 0, 2, 2, 2]
+    assert verify_store(tmp_path / "s")["ok"]
+
+
+def test_single_part_and_empty_graph(make_graph, tmp_path):
+    g = make_graph(EDGES, 7)
+    a = assign(g, [0] * 7, 1, tmp_path)
+    build_store(g, a, tmp_path / "s")
+    s = check_round_trip(g, [0] * 7, 1, tmp_path / "s")
+    assert s.part(0).num_halo == 0
+    assert s.meta["metrics"] == pytest.approx(
+        {
+            "replication_factor": 1.0,
+            "edge_cut": 0.0,
+            "cut_edges": 0,
+            "max_part_nodes_over_mean": 1.0,
+        }
+    )
+    g0 = make_graph([], 3, name="empty")
+    a0 = assign(g0, [0, 1, 1], 2, tmp_path, "a0")
+    build_store(g0, a0, tmp_path / "s0")
+    s0 = Store.open(tmp_path / "s0")
+    assert s0.num_edges == 0 and s0.part(1).indptr.tolist() == [0, 0, 0]
+    assert verify_store(tmp_path / "s0")["ok"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_graphs_round_trip(make_graph, tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    n, m, p = 40, 150, 3 + seed
+    edges = rng.integers(0, n, size=(m, 2))
+    g = make_graph(
+        edges,
+        n,
+        x=rng.standard_normal((n, 4)).astype(np.float32),
+        y=rng.integers(0, 3, n),
+        train=np.arange(0, n, 3),
+    )
+    node_part = rng.integers(0, p, n)
+    a = assign(g, node_part, p, tmp_path)
+    # small chunks and sort memory exercise the multi-chunk paths
+    build_store(g, a, tmp_path / "s", chunk_edges=16, halo_features=True)
+    check_round_trip(g, node_part, p, tmp_path / "s")
+    assert verify_store(tmp_path / "s", chunk_edges=7)["ok"]
+
+
+def test_inspect_counts(make_graph, tmp_path):
+    g = make_graph(EDGES, 7, train=[0, 2], val=[3], test=[5, 6])
+    node_part = [1, 0, 1, 0, 2, 1, 0]
+    build_store(g, assign(g, node_part, 3, tmp_path), tmp_path / "s")
+    rep = inspect_store(tmp_path / "s")
+    assert [r["nodes"] for r in rep["parts"]] == [3, 3, 1]
+    assert [r["train"] for r in rep["parts"]] == [0, 2, 0]
+    assert [r["test"] for r in rep["parts"]] == [1, 1, 0]
+    assert sum(r["edges"] for r in rep["parts"]) == len(EDGES)
+    cut = sum(node_part[s] != node_part[d] for s, d in EDGES)
+    assert rep["edge_cut"] == pytest.approx(cut / len(EDGES))
+
+
+# ------------------------------------------------------------------------------ bad inputs
+def _no_leftovers(parent: Path, name: str) -> None:
+    assert not (parent / name).exists()
+    assert not [p for p in parent.iterdir() if p.name.startswith(f".{name}.tmp")]
+
+
+def test_bad_assignment_length(make_graph, tmp_path, run_cli):
+    g = make_graph(EDGES, 7)
+    other = make_graph(EDGES, 8, name="other")
+    a = assign(other, [0] * 8, 2, tmp_path)
+    code, _, err = run_cli("store", "build", g.path, a, "--out", tmp_path / "s")
+    assert code == 2 and "another graph" in err and "num_nodes" in err
+    _no_leftovers(tmp_path, "s")
+    # node_part.npy itself with the wrong length
+    np.save(a / "node_part.npy", np.zeros(5, dtype=np.int32))
+    code, _, err = run_cli("store", "build", g.path, a, "--out", tmp_path / "s")
+    assert code == 2 and "node_part.npy" in err
+    _no_leftovers(tmp_path, "s")
+
+
+def test_bad_part_ids(make_graph, tmp_path, run_cli):
+    g = make_graph(EDGES, 7)
+    a = assign(g, [0] * 7, 2, tmp_path)
+    np.save(a / "node_part.npy", np.array([0, 1, 2, 0, 1, 0, 0], dtype=np.int32))
+    code, _, err = run_cli("store", "build", g.path, a, "--out", tmp_path / "s")
+    assert code == 2 and "row 2" in err and "out of range" in err
+    _no_leftovers(tmp_path, "s")
+
+
+def test_store_from_different_graph(make_graph, tmp_path, run_cli):
+    g = make_graph(EDGES, 7)
+    other = make_graph([(1, 2), (2, 3)], 7, name="other")
+    a = assign(other, [0, 1] * 3 + [0], 2, tmp_path)
+    code, _, err = run_cli("store", "build", g.path, a, "--out", tmp_path / "s")
+    assert code == 2 and "another graph" in err
+    _no_leftovers(tmp_path, "s")
+
+
+def test_existing_output_needs_overwrite(make_graph, tmp_path, run_cli):
+    g = make_graph(EDGES, 7)
+    a = assign(g, [0, 1] * 3 + [0], 2, tmp_path)
+    assert run_cli("store", "build", g.path, a, "--out", tmp_path / "s")[0] == 0
+    code, _, err = run_cli("store", "build", g.path, a, "--out", tmp_path / "s")
+    assert code == 2 and "already exists" in err
+    assert run_cli("store", "build", g.path, a, "--out", tmp_path / "s", "--overwrite")[0] == 0
+
+
+def test_halo_features_without_features(make_graph, tmp_path, run_cli):
+    g = make_graph(EDGES, 7)
+    a = assign(g, [0, 1] * 3 + [0], 2, tmp_path)
+    code, _, err = run_cli("store", "build", g.path, a, "--out", tmp_path / "s", "--halo-features")
+    assert code == 2 and "features" in err
+    _no_leftovers(tmp_path, "s")
