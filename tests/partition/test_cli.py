@@ -1,0 +1,90 @@
+"""``shoal partition``: outputs, JSON keys, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from shoal.partition.io import read_assignment
+
+KEYS = (
+    "algorithm",
+    "num_parts",
+    "num_nodes",
+    "num_edges",
+    "replication_factor",
+    "edge_cut",
+    "node_balance",
+    "edge_balance",
+    "train_balance",
+    "seconds",
+    "peak_rss_bytes",
+)
+
+
+def _graph(make_graph):
+    rng = np.random.default_rng(0)
+    e = rng.integers(0, 40, (120, 2))
+    return make_graph(np.concatenate([e, e[:, ::-1]]), 40, directed=False, train=range(10))
+
+
+def test_default_configuration_writes_assignment(make_graph, run_cli, tmp_path):
+    g = _graph(make_graph)
+    out, js = tmp_path / "parts", tmp_path / "m.json"
+    code, stdout, _ = run_cli("partition", g.path, "--parts", 3, "--out", out, "--json", js)
+    assert code == 0
+    assert "edge cut" in stdout and "replication factor" in stdout
+    m = json.loads(js.read_text())
+    for k in KEYS:
+        assert k in m, k
+    assert m["algorithm"] == "grem" and m["refine_passes"] == 4
+    a, meta = read_assignment(out)
+    assert a.num_parts == 3 and a.node_part.shape == (40,)
+    assert meta["metrics"]["edge_cut"] == m["edge_cut"]
+    assert np.bincount(a.node_part, minlength=3).sum() == 40
+
+
+def test_vertex_cut_and_json_stdout(make_graph, run_cli, tmp_path):
+    g = _graph(make_graph)
+    out = tmp_path / "p"
+    code, stdout, _ = run_cli(
+        "partition", g.path, "--algo", "hdrf", "--parts", 2, "--out", out, "--json", "-"
+    )
+    assert code == 0
+    m = json.loads(stdout)
+    assert m["refine_passes"] == 0 and "vertex_cut_rf" in m
+    a, _ = read_assignment(out)
+    assert a.edge_part is not None and a.edge_part.shape == (g.num_edges,)
+
+
+def test_options_and_seed(make_graph, run_cli, tmp_path):
+    g = _graph(make_graph)
+    args = ["partition", g.path, "--algo", "grem", "--parts", 4, "--option", "window=50"]
+    code, _, _ = run_cli(*args, "--option", "refine=false", "--out", tmp_path / "a")
+    assert code == 0
+    code, _, _ = run_cli(*args, "--option", "refine=false", "--out", tmp_path / "b")
+    a, meta = read_assignment(tmp_path / "a")
+    b, _ = read_assignment(tmp_path / "b")
+    assert np.array_equal(a.node_part, b.node_part)
+    assert meta["params"]["refine"] is False and meta["params"]["window"] == 50
+
+
+def test_exit_codes(make_graph, run_cli, tmp_path):
+    g = _graph(make_graph)
+    code, _, err = run_cli("partition", g.path, "--algo", "nope", "--parts", 2)
+    assert code == 2 and "valid names" in err and "spring" in err
+    code, _, err = run_cli("partition", g.path, "--parts", 41)
+    assert code == 2 and "larger than the number of nodes" in err
+    code, _, err = run_cli("partition", g.path, "--parts", 2, "--option", "bogus=1")
+    assert code == 2 and "window" in err
+    code, _, err = run_cli("partition", tmp_path / "missing", "--parts", 2)
+    assert code == 2
+    out = tmp_path / "o"
+    assert run_cli("partition", g.path, "--algo", "hash", "--parts", 2, "--out", out)[0] == 0
+    code, _, err = run_cli("partition", g.path, "--algo", "hash", "--parts", 2, "--out", out)
+    assert code == 2 and "overwrite" in err
+    assert (
+        run_cli("partition", g.path, "--algo", "hash", "--parts", 2, "--out", out, "--overwrite")[0]
+        == 0
+    )
