@@ -102,10 +102,14 @@ class MiniBatch:
 
 
 def parse_fanouts(value: str | Sequence[int]) -> tuple[int, ...]:
-    """``"15,10,5"`` or ``[15, 10, 5]`` -> ``(15, 10, 5)``; -1 means all neighbours."""
+    """``"15,10,5"`` or ``[15, 10, 5]`` -> ``(15, 10, 5)``; -1 (or ``"all"``) = all neighbours."""
     if isinstance(value, str):
         try:
-            items = [int(v) for v in value.replace(" ", "").split(",") if v != ""]
+            items = [
+                -1 if v.lower() == "all" else int(v)
+                for v in value.replace(" ", "").split(",")
+                if v != ""
+            ]
         except ValueError:
             raise ValueError(f"fanouts must be comma-separated integers, got {value!r}") from None
     else:
