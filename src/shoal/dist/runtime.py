@@ -1,0 +1,174 @@
+"""Process-group runtime shared by every distributed engine.
+
+Processes are started by ``torchrun`` (or by :func:`shoal.dist.launch.launch_local`, which runs
+PyTorch's own elastic launcher in-process); this module reads the environment torchrun sets
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and opens a
+process group with ``init_method="env://"``: gloo on CPU, nccl when CUDA is present. Every
+collective has a finite timeout, and :func:`process_group` destroys the group on every exit path
+(normal return, exception, ``KeyboardInterrupt``).
+
+Without torchrun's variables (a plain ``python`` process), :func:`process_group` opens a
+one-process group over an in-memory store, so single-process code paths run the same engine
+code unchanged.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "DistConfig",
+    "DistContext",
+    "Rank0Filter",
+    "env_world",
+    "process_group",
+    "rank0_print",
+]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("gloo", "nccl")
+
+
+@dataclass(kw_only=True)
+class DistConfig:
+    """How to open the process group.
+
+    Args:
+        backend: ``"gloo"`` or ``"nccl"``; default ``None`` picks nccl when CUDA is available
+            and gloo otherwise.
+        timeout_s: timeout of every collective and of the rendezvous, in seconds (default
+            300). A rank that dies makes the others fail after at most this long instead of
+            hanging (torchrun normally kills them sooner).
+        threads: intra-op threads per process (``torch.set_num_threads``); default ``None``
+            leaves torch's setting (torchrun sets ``OMP_NUM_THREADS=1``).
+    """
+
+    backend: str | None = None
+    timeout_s: float = 300.0
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS} or None, got {self.backend!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """The running process's place in the group."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+
+    @property
+    def is_rank0(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+
+def env_world() -> tuple[int, int, int] | None:
+    """``(rank, world_size, local_rank)`` from torchrun's environment, or None outside it."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
+    return rank, world, local
+
+
+class Rank0Filter(logging.Filter):
+    """Drops records below WARNING on ranks other than 0 (so a run logs once, not N times)."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.rank == 0 or record.levelno >= logging.WARNING
+
+
+def rank0_print(*args: object, **kwargs: object) -> None:
+    """``print`` on rank 0 only (every rank prints when no group is initialised)."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(*args, **kwargs)  # noqa: T201
+
+
+@contextmanager
+def process_group(config: DistConfig | None = None) -> Iterator[DistContext]:
+    """Open the process group described by torchrun's environment; always destroy it.
+
+    Usage::
+
+        with process_group(DistConfig()) as ctx:
+            ... ctx.rank, ctx.world_size ...
+
+    Outside torchrun (no ``RANK``/``WORLD_SIZE``) a world of one process is opened over an
+    in-memory store. If a group is already initialised it is reused and left open.
+    """
+    cfg = config or DistConfig()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    backend = cfg.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    timeout = datetime.timedelta(seconds=cfg.timeout_s)
+    owned = False
+    handler_filter: Rank0Filter | None = None
+    try:
+        if dist.is_initialized():
+            rank, world = dist.get_rank(), dist.get_world_size()
+            local = int(os.environ.get("LOCAL_RANK", rank))
+            backend = str(dist.get_backend())
+        else:
+            env = env_world()
+            if env is None:
+                rank, world, local = 0, 1, 0
+                dist.init_process_group(
+                    backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+                )
+            else:
+                rank, world, local = env
+                dist.init_process_group(
+                    backend, init_method="env://", rank=rank, world_size=world, timeout=timeout
+                )
+            owned = True
+        if backend == "nccl":
+            torch.cuda.set_device(local % max(torch.cuda.device_count(), 1))
+            device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            device = torch.device("cpu")
+        handler_filter = Rank0Filter(rank)
+        for h in logging.getLogger().handlers:
+            h.addFilter(handler_filter)
+        ctx = DistContext(
+            rank=rank, world_size=world, local_rank=local, backend=backend, device=device
+        )
+        log.debug("rank %d/%d up (backend %s, device %s)", rank, world, backend, device)
+        yield ctx
+    finally:
+        if handler_filter is not None:
+            for h in logging.getLogger().handlers:
+                h.removeFilter(handler_filter)
+        if owned and dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception as e:  # pragma: no cover - teardown after a failed peer
+                print(f"shoal: destroy_process_group failed: {e}", file=sys.stderr)

@@ -1,0 +1,161 @@
+"""Spawn real process groups for distributed tests (used by every test under tests/dist and
+tests/engines).
+
+:func:`run_world` starts ``world_size`` processes (multiprocessing, spawn context), each with
+the environment torchrun would give it (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``). The parent hosts the rendezvous TCP store on a free port
+chosen by the OS (port 0, so there is no race for a port) and sets
+``TORCHELASTIC_USE_AGENT_STORE=True``, exactly as torchrun's agent does, so every rank joins as
+a client through ``init_method="env://"``.
+
+Each child runs ``fn(rank, world_size, *args)`` inside :func:`shoal.dist.process_group` and
+sends back its return value (pickled) or its formatted traceback. The first child that fails
+makes :func:`run_world` kill the others and raise :class:`WorldFailed` carrying that rank's
+traceback; a run that does not finish within ``timeout`` is killed and fails too.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+__all__ = ["WorldFailed", "run_world"]
+
+
+class WorldFailed(AssertionError):
+    """A child process failed (or the world timed out); ``rank`` and ``error`` say which/why."""
+
+    def __init__(self, message: str, *, rank: int | None, error: str) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.error = error
+
+
+def _child(
+    fn: Callable[..., Any],
+    rank: int,
+    world_size: int,
+    port: int,
+    args: tuple,
+    out_dir: str,
+    timeout_s: float,
+) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True",
+        OMP_NUM_THREADS="1",
+        NUMBA_NUM_THREADS="1",
+    )
+    path = Path(out_dir) / f"rank{rank}.pkl"
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        from shoal.dist import DistConfig, process_group
+
+        with process_group(DistConfig(timeout_s=timeout_s)):
+            result = fn(rank, world_size, *args)
+        payload = ("ok", result, time.time())
+    except BaseException:
+        payload = ("error", traceback.format_exc(), time.time())
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(payload, f)
+    os.replace(tmp, path)
+    if payload[0] == "error":
+        os._exit(1)
+
+
+def _root_cause(bad: list[int], out_dir: Path) -> int:
+    """The failed rank that wrote its traceback first (later ones are usually knock-ons)."""
+    time.sleep(0.3)
+    stamped = []
+    for path in out_dir.glob("rank*.pkl"):
+        try:
+            payload = pickle.loads(path.read_bytes())
+        except Exception:  # still being written
+            continue
+        if payload[0] == "error":
+            stamped.append((payload[2], int(path.stem[4:])))
+    return min(stamped)[1] if stamped else bad[0]
+
+
+def run_world(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return their results.
+
+    ``fn`` must be importable (a module-level function) and its arguments picklable.
+    Raises :class:`WorldFailed` with the failing rank's traceback if any rank fails or the
+    world runs past ``timeout`` seconds.
+    """
+    ctx = mp.get_context("spawn")
+    store = dist.TCPStore("127.0.0.1", 0, world_size, True, wait_for_workers=False)
+    port = store.port
+    with tempfile.TemporaryDirectory(prefix="shoal-world-") as out_dir:
+        procs = [
+            ctx.Process(
+                target=_child,
+                args=(fn, r, world_size, port, args, out_dir, max(timeout / 2, 5.0)),
+                daemon=True,
+            )
+            for r in range(world_size)
+        ]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout
+        failed: int | None = None
+        try:
+            while True:
+                codes = [p.exitcode for p in procs]
+                bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+                if bad:
+                    failed = _root_cause(bad, Path(out_dir))
+                    break
+                if all(c == 0 for c in codes):
+                    break
+                if time.monotonic() > deadline:
+                    raise WorldFailed(
+                        f"world of {world_size} timed out after {timeout:.0f} s "
+                        f"(ranks still running: {[r for r, c in enumerate(codes) if c is None]})",
+                        rank=None,
+                        error="timeout",
+                    )
+                time.sleep(0.05)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            for p in procs:
+                p.join(10)
+            del store
+        results: list[Any] = []
+        for r in range(world_size):
+            path = Path(out_dir) / f"rank{r}.pkl"
+            payload = pickle.loads(path.read_bytes()) if path.exists() else None
+            if failed is not None:
+                if r == failed:
+                    err = payload[1] if payload else f"exit code {procs[r].exitcode}, no output"
+                    raise WorldFailed(
+                        f"rank {r} of {world_size} failed:\n{err}", rank=r, error=str(err)
+                    )
+                continue
+            results.append(payload[1])
+        return results
