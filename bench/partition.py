@@ -1,0 +1,638 @@
+"""Partitioner benchmark: quality, speed and peak memory of every registered algorithm.
+
+Every run is one subprocess ``shoal partition GRAPH --algo A --parts P --out ... --json F``
+(the real CLI entry ``shoal.cli.main`` with only the partition sub-command registered, see
+:data:`PARTITION_RUNNER`), so peak RSS is the honest resident-set peak of that process, read
+with ``os.wait4``. Results go to ``bench/results/partition.json`` (every run) and
+``bench/results/partition.md`` (tables, means over the issue's reference graphs, target
+checks); both are rewritten after every run, so an interrupted full run still leaves its
+finished part behind (``--resume`` skips the runs already in the JSON).
+
+Graphs (built once under ``--work``, default ``bench/work/partition``):
+
+* the shared real graphs, made undirected and simple (``shoal data import --undirected
+  --dedup --drop-self-loops``), then rewritten in a random stream order (a seeded
+  permutation of the edge file: the external-sort dedup leaves edges sorted by source);
+* ``rmat_1m_5m`` / ``rmat_1m_20m``: R-MAT, 1M nodes, 5M / 20M generated edges, made
+  undirected and simple the same way and shuffled (``shoal data synth rmat``); the pair shows
+  how peak memory grows when edges grow 4x at a fixed number of nodes;
+* ``dcsbm_1m_20m``: a degree-corrected SBM with 1M nodes and 20M edges
+  (``shoal data synth dcsbm``).
+
+Usage::
+
+    python bench/partition.py --quick            # 2 graphs, p = 4, every algorithm
+    python bench/partition.py                    # full: everything (hours on 2 cores)
+    python bench/partition.py --stage reference  # only the 9 reference graphs, p = 4, 8, 16
+    python bench/partition.py --stage synthetic  # only the 1M-node synthetic graphs
+    python bench/partition.py --resume           # continue an interrupted run
+    python bench/partition.py --report-only      # rebuild the .md from the .json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+RESULTS = REPO / "bench" / "results"
+
+#: The graphs the issue's reference table averages over.
+REFERENCE_GRAPHS = [
+    "amazon_photo",
+    "amazon_computers",
+    "coauthor_physics",
+    "facebook_pagepage",
+    "ca_astroph",
+    "soc_brightkite",
+    "fb100_cornell5",
+    "mesh_wing",
+    "github_musae",
+]
+QUICK_GRAPHS = ["amazon_photo", "ca_astroph"]
+
+#: Synthetic graphs: name -> shoal data synth arguments.
+SYNTHETIC = {
+    "rmat_1m_5m": ["rmat", "--nodes", "1000000", "--edges", "5000000", "--undirected"],
+    "rmat_1m_20m": ["rmat", "--nodes", "1000000", "--edges", "20000000", "--undirected"],
+    "dcsbm_1m_20m": ["dcsbm", "--nodes", "1000000", "--edges", "20000000", "--features", "0"],
+}
+
+#: Benchmark variants: label -> extra CLI arguments (``--algo`` included; the ``default``
+#: variant gives none, i.e. the default configuration of ``shoal partition``).
+VARIANTS: dict[str, list[str]] = {
+    "metis": ["--algo", "metis", "--refine-passes", "0"],
+    "kaminpar": ["--algo", "kaminpar", "--refine-passes", "0"],
+    "grem": ["--algo", "grem", "--refine-passes", "0"],
+    "grem_1pct": ["--algo", "grem", "--option", "window=0.01", "--refine-passes", "0"],
+    "grem_fixed_1pct": [
+        "--algo",
+        "grem",
+        "--option",
+        "window=0.01",
+        "--option",
+        "refine=false",
+        "--refine-passes",
+        "0",
+    ],
+    "spring": ["--algo", "spring", "--refine-passes", "0"],
+    "hdrf": ["--algo", "hdrf", "--refine-passes", "0"],
+    "dbh": ["--algo", "dbh", "--refine-passes", "0"],
+    "greedy": ["--algo", "greedy", "--refine-passes", "0"],
+    "2ps-l": ["--algo", "2ps-l", "--refine-passes", "0"],
+    "ldg": ["--algo", "ldg", "--refine-passes", "0"],
+    "fennel": ["--algo", "fennel", "--refine-passes", "0"],
+    "hash": ["--algo", "hash", "--refine-passes", "0"],
+    "random": ["--algo", "random", "--refine-passes", "0"],
+    "default": [],
+}
+#: Variants run on the 1M-node synthetic graphs (GREM 1% / fixed only on the reference set).
+SYNTHETIC_VARIANTS = [
+    "metis",
+    "kaminpar",
+    "default",
+    "grem",
+    "spring",
+    "hdrf",
+    "dbh",
+    "greedy",
+    "2ps-l",
+    "ldg",
+    "fennel",
+    "hash",
+]
+STREAMING = {"grem", "spring", "hdrf", "dbh", "greedy", "2ps-l", "ldg", "fennel", "default"}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+#: ``shoal partition`` through shoal.cli.main with only the partition sub-command registered:
+#: the same parser, handler and error handling, without importing the other stages'
+#: modules (``shoal.train_cli`` imports torch and PyG: +~250 MB RSS and seconds of start-up
+#: in every process, which would swamp the partitioners' own peak memory).
+PARTITION_RUNNER = (
+    "import sys, shoal.cli as c; c.COMMAND_MODULES = ('shoal.partition.cli',); "
+    "sys.exit(c.main(sys.argv[1:]))"
+)
+
+
+def partition_cmd() -> list[str]:
+    return [sys.executable, "-c", PARTITION_RUNNER, "partition"]
+
+
+def shoal_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("shoal")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "shoal.cli"]
+
+
+# --------------------------------------------------------------------------- graphs
+def _shuffle_copy(src: Path, dst: Path, seed: int) -> None:
+    """Rewrite ``src``'s edges in a seeded random order into ``dst`` (splits kept)."""
+    from shoal.data.format import GraphDir, GraphWriter
+
+    g = GraphDir.open(src)
+    e = np.array(g.edge_stream().memmap())
+    e = e[np.random.default_rng(seed).permutation(e.shape[0])]
+    with GraphWriter(dst, num_nodes=g.num_nodes, directed=g.directed, name=g.name) as w:
+        step = 1 << 22
+        for s in range(0, e.shape[0], step):
+            w.add_edges(e[s : s + step])
+        del e
+        w.finish_edges()
+        for split in ("train", "val", "test"):
+            idx = g.split(split)
+            if idx is not None:
+                w.write_split(split, np.asarray(idx))
+        y = g.labels()
+        if y is not None:
+            w.write_labels(np.asarray(y))
+
+
+def prepare_graph(name: str, work: Path, seed: int = 0) -> Path:
+    out = work / "graphs" / name
+    if (out / "meta.json").exists():
+        return out
+    raw = work / "raw" / name
+    if raw.exists():
+        shutil.rmtree(raw)
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    simple = ["--dedup", "--drop-self-loops"]
+    if name in SYNTHETIC:
+        cmd = [*shoal_cmd(), "data", "synth", *SYNTHETIC[name], "--out", str(raw), "--seed", "0"]
+        cmd += simple
+    else:
+        npz = SHARED / name / "graph.npz"
+        cmd = [*shoal_cmd(), "data", "import", str(npz), "--out", str(raw), "--undirected"]
+        cmd += simple
+    log(f"prepare {name}: {' '.join(cmd[1:])}")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    # features are not needed to partition: drop them before the shuffle copy
+    _shuffle_copy(raw, out, seed)
+    shutil.rmtree(raw)
+    # the CSR views (vertex-stream passes: LDG, Fennel, restreaming refinement) are built
+    # once here, so that no timed run pays for the external sort and all see the same files
+    from shoal.data.format import GraphDir
+
+    g = GraphDir.open(out)
+    t0 = time.perf_counter()
+    g.build_csr("out")
+    g.build_csr("in")
+    log(f"prepare {name}: CSR views in {time.perf_counter() - t0:.1f}s")
+    return out
+
+
+# --------------------------------------------------------------------------- runs
+def run_one(graph: Path, variant: str, parts: int, work: Path, timeout: float) -> dict[str, Any]:
+    out_dir = work / "runs" / "assignment"
+    js = work / "runs" / f"{graph.name}.{variant}.p{parts}.json"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    js.parent.mkdir(parents=True, exist_ok=True)
+    js.unlink(missing_ok=True)
+    cmd = [*partition_cmd(), str(graph), *VARIANTS[variant]]
+    cmd += ["--parts", str(parts), "--seed", "0", "--out", str(out_dir), "--json", str(js)]
+    rec: dict[str, Any] = {
+        "graph": graph.name,
+        "variant": variant,
+        "parts": parts,
+        "command": "shoal partition " + " ".join(cmd[len(partition_cmd()) :]),
+    }
+    t0 = time.perf_counter()
+    with open(work / "runs" / "last_stderr.txt", "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = t0 + timeout
+        status, ru = 0, None
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, ru = os.wait4(proc.pid, 0)
+                rec["timed_out"] = True
+                break
+            time.sleep(0.05)
+    rec["wall_seconds"] = time.perf_counter() - t0
+    rec["returncode"] = os.waitstatus_to_exitcode(status)
+    proc.returncode = rec["returncode"]
+    rec["child_peak_rss_bytes"] = int(ru.ru_maxrss) * 1024 if ru is not None else None
+    rec["child_cpu_seconds"] = (ru.ru_utime + ru.ru_stime) if ru is not None else None
+    if rec["returncode"] == 0 and js.exists():
+        rec["metrics"] = json.loads(js.read_text())
+    else:
+        tail = (work / "runs" / "last_stderr.txt").read_text(errors="replace")[-1500:]
+        rec["error"] = tail
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    return rec
+
+
+# --------------------------------------------------------------------------- report
+def _m(rec: dict, key: str) -> float | None:
+    v = rec.get("metrics", {}).get(key)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def _mb(x: float | None) -> str:
+    return "—" if x is None else f"{x / 2**20:.0f}"
+
+
+def _index(records: list[dict]) -> dict[tuple[str, str, int], dict]:
+    return {(r["graph"], r["variant"], r["parts"]): r for r in records if "metrics" in r}
+
+
+def _mean_over(idx, graphs, variant, parts, key) -> float | None:
+    vals = [_m(idx[(g, variant, parts)], key) for g in graphs if (g, variant, parts) in idx]
+    vals = [v for v in vals if v is not None]
+    return mean(vals) if vals and len(vals) == len(graphs) else None
+
+
+def _passes(rec: dict) -> str:
+    """Edges per second of each streaming phase (phase seconds from the CLI's JSON)."""
+    m = rec.get("metrics", {})
+    e = m.get("num_edges") or 0
+    out = []
+    for k, s in (m.get("seconds_per_phase") or {}).items():
+        if k in ("metrics", "partition") or not s or s <= 0:
+            continue
+        out.append(f"{k} {e / s / 1e6:.1f}")
+    return ", ".join(out)
+
+
+REFERENCE_TABLE = {
+    # p: METIS cut, RF; GREM 10% cut, RF; GREM 1% cut; fixed 1% cut; SPRING cut, RF;
+    #    HDRF->owner RF; hash cut   (issue 3, "quick reference prototype")
+    4: (0.155, 1.83, 0.232, 2.10, 0.374, 0.640, 0.512, 2.72, 2.98, 0.750),
+    8: (0.232, 2.49, 0.340, 2.91, 0.508, 0.748, 0.637, 4.14, 4.61, 0.875),
+    16: (0.301, 3.42, 0.428, 3.92, 0.608, 0.803, 0.704, 6.06, 6.65, 0.938),
+}
+
+
+def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path) -> None:
+    path_json.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path_json.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"meta": meta, "runs": records}, indent=1))
+    os.replace(tmp, path_json)
+
+    idx = _index(records)
+    L: list[str] = []
+    L.append("# Partitioner benchmark (issue 3)\n")
+    L.append(f"Command: `{meta['command']}`  ")
+    L.append(f"Machine: {meta['machine']}  ")
+    L.append(f"Started {meta['started']}, last update {time.strftime('%Y-%m-%d %H:%M:%S')}.  ")
+    L.append(
+        "Each run is one `shoal partition` subprocess (seed 0; `shoal.cli.main` with only the "
+        "partition sub-command registered, so torch/PyG of the training stages are not "
+        "imported); peak RSS is that process's `ru_maxrss` (whole process: Python, numpy, "
+        "numba, the algorithm, balance post-pass, refinement and metrics; about 100 MB is "
+        "the interpreter with numpy and numba). Graphs are undirected and simple, edges in a seeded random order. "
+        "RF = replication factor after full-neighbourhood expansion; vcRF = vertex-cut RF "
+        "of the raw edge assignment. Timings on a shared 2-core machine (other jobs running): "
+        "noisy, compare within a row.\n"
+    )
+    errors = [r for r in records if "metrics" not in r]
+    done_graphs = sorted({r["graph"] for r in records})
+    L.append(
+        f"Runs: {len(records)} ({len(errors)} failed or timed out); graphs: "
+        f"{', '.join(done_graphs)}.\n"
+    )
+
+    # ---- reference means
+    ref = [g for g in REFERENCE_GRAPHS if any(k[0] == g for k in idx)]
+    if ref:
+        L.append("## Means over the reference graphs\n")
+        missing = [g for g in REFERENCE_GRAPHS if g not in ref]
+        L.append(
+            f"Graphs: {', '.join(ref)}"
+            + (f" (missing: {', '.join(missing)})" if missing else "")
+            + ". A mean is shown only when the variant ran on all of them.\n"
+        )
+        cols = [
+            "metis",
+            "kaminpar",
+            "grem",
+            "grem_1pct",
+            "grem_fixed_1pct",
+            "spring",
+            "hdrf",
+            "dbh",
+            "greedy",
+            "2ps-l",
+            "ldg",
+            "fennel",
+            "hash",
+            "random",
+            "default",
+        ]
+        L.append("Edge cut (fraction of edges whose endpoints' owners differ):\n")
+        L.append("| p | " + " | ".join(cols) + " |")
+        L.append("|---" * (len(cols) + 1) + "|")
+        for p in (4, 8, 16):
+            row = [_fmt(_mean_over(idx, ref, c, p, "edge_cut")) for c in cols]
+            L.append(f"| {p} | " + " | ".join(row) + " |")
+        L.append("\nReplication factor (full-neighbourhood parts):\n")
+        L.append("| p | " + " | ".join(cols) + " |")
+        L.append("|---" * (len(cols) + 1) + "|")
+        for p in (4, 8, 16):
+            row = [_fmt(_mean_over(idx, ref, c, p, "replication_factor"), ".2f") for c in cols]
+            L.append(f"| {p} | " + " | ".join(row) + " |")
+        vc = ["hdrf", "dbh", "greedy", "2ps-l"]
+        L.append("\nVertex-cut RF of the raw edge assignment (edge partitioners):\n")
+        L.append("| p | " + " | ".join(vc) + " |")
+        L.append("|---" * (len(vc) + 1) + "|")
+        for p in (4, 8, 16):
+            row = [_fmt(_mean_over(idx, ref, c, p, "vertex_cut_rf"), ".2f") for c in vc]
+            L.append(f"| {p} | " + " | ".join(row) + " |")
+
+        L.append("\n### Against the issue's reference table (ours / reference)\n")
+        L.append(
+            "| p | METIS cut | METIS RF | GREM 10% cut | GREM 10% RF | GREM 1% cut | "
+            "fixed-greedy 1% cut | SPRING cut | SPRING RF | HDRF→owner RF | hash cut |"
+        )
+        L.append("|---" * 11 + "|")
+        keys = [
+            ("metis", "edge_cut"),
+            ("metis", "replication_factor"),
+            ("grem", "edge_cut"),
+            ("grem", "replication_factor"),
+            ("grem_1pct", "edge_cut"),
+            ("grem_fixed_1pct", "edge_cut"),
+            ("spring", "edge_cut"),
+            ("spring", "replication_factor"),
+            ("hdrf", "replication_factor"),
+            ("hash", "edge_cut"),
+        ]
+        for p in (4, 8, 16):
+            cells = []
+            for (v, k), r in zip(keys, REFERENCE_TABLE[p]):
+                ours = _mean_over(idx, ref, v, p, k)
+                cells.append(f"{_fmt(ours, '.3f')} / {r}")
+            L.append(f"| {p} | " + " | ".join(cells) + " |")
+
+        L.append("\n### Targets\n")
+        L.append("| target | p=4 | p=8 | p=16 |")
+        L.append("|---|---|---|---|")
+
+        def ratio(a_v, a_k, b_v, b_k, p):
+            a = _mean_over(idx, ref, a_v, p, a_k)
+            b = _mean_over(idx, ref, b_v, p, b_k)
+            return None if a is None or b is None or b == 0 else a / b
+
+        def line(label, a_v, a_k, b_v, b_k, bound):
+            cells = []
+            for p in (4, 8, 16):
+                r = ratio(a_v, a_k, b_v, b_k, p)
+                cells.append(
+                    "not run"
+                    if r is None
+                    else f"{r:.3f} {'**holds**' if r <= bound else '**fails**'}"
+                )
+            L.append(f"| {label} | " + " | ".join(cells) + " |")
+
+        line(
+            "SPRING RF ≤ 0.92 × HDRF RF",
+            "spring",
+            "replication_factor",
+            "hdrf",
+            "replication_factor",
+            0.92,
+        )
+        line("GREM 10% cut ≤ 1.5 × METIS cut", "grem", "edge_cut", "metis", "edge_cut", 1.5)
+        line(
+            "GREM 1% cut ≤ 0.8 × fixed-greedy 1% cut",
+            "grem_1pct",
+            "edge_cut",
+            "grem_fixed_1pct",
+            "edge_cut",
+            0.8,
+        )
+        line(
+            "default (restreaming) cut ≤ 1.2 × METIS cut",
+            "default",
+            "edge_cut",
+            "metis",
+            "edge_cut",
+            1.2,
+        )
+        # speed: SPRING vs 2PS-L wall seconds of the algorithm
+        cells = []
+        for p in (4, 8, 16):
+            a = _mean_over(idx, ref, "spring", p, "seconds")
+            b = _mean_over(idx, ref, "2ps-l", p, "seconds")
+            cells.append(
+                "not run"
+                if a is None or b is None
+                else f"{a:.2f}s vs {b:.2f}s {'**holds**' if a < b else '**fails**'}"
+            )
+        L.append(
+            "| SPRING faster than 2PS-L (mean seconds, whole pipeline) | "
+            + " | ".join(cells)
+            + " |"
+        )
+
+        L.append("\n### Ratios against METIS and HDRF (means over the reference graphs)\n")
+        L.append("| variant | p | cut / METIS cut | RF / METIS RF | RF / HDRF RF |")
+        L.append("|---|---|---|---|---|")
+        for c in cols:
+            for p in (4, 8, 16):
+                r1 = ratio(c, "edge_cut", "metis", "edge_cut", p)
+                r2 = ratio(c, "replication_factor", "metis", "replication_factor", p)
+                r3 = ratio(c, "replication_factor", "hdrf", "replication_factor", p)
+                if r1 is None and r2 is None:
+                    continue
+                L.append(
+                    f"| {c} | {p} | {_fmt(r1, '.2f')} | {_fmt(r2, '.2f')} | {_fmt(r3, '.2f')} |"
+                )
+
+    # ---- synthetic / memory
+    syn = [g for g in SYNTHETIC if any(k[0] == g for k in idx)]
+    if syn:
+        L.append("\n## 1M-node synthetic graphs: memory and speed\n")
+        L.append(
+            "| graph | p | variant | cut | RF | node bal | seconds | peak RSS MB | "
+            "RSS / METIS | Medges/s per phase |"
+        )
+        L.append("|---" * 10 + "|")
+        for g in syn:
+            for p in (4, 8, 16):
+                base = idx.get((g, "metis", p))
+                base_rss = base and base.get("child_peak_rss_bytes")
+                for v in VARIANTS:
+                    r = idx.get((g, v, p))
+                    if r is None:
+                        continue
+                    rss = r.get("child_peak_rss_bytes")
+                    rr = (rss / base_rss) if (rss and base_rss) else None
+                    L.append(
+                        f"| {g} | {p} | {v} | {_fmt(_m(r, 'edge_cut'))} | "
+                        f"{_fmt(_m(r, 'replication_factor'), '.2f')} | "
+                        f"{_fmt(_m(r, 'node_balance'), '.3f')} | {_fmt(_m(r, 'seconds'), '.1f')} | "
+                        f"{_mb(rss)} | {_fmt(rr, '.3f')} | {_passes(r)} |"
+                    )
+        a, b = "rmat_1m_5m", "rmat_1m_20m"
+        if any(k[0] == a for k in idx) and any(k[0] == b for k in idx):
+            L.append(
+                "\nPeak RSS when edges grow 4x at 1M nodes (R-MAT 1M/5M -> 1M/20M "
+                "generated edges):\n"
+            )
+            L.append(
+                "| variant | p | RSS 5M (MB) | RSS 20M (MB) | growth | ≤ 1/10 of METIS at 20M |"
+            )
+            L.append("|---|---|---|---|---|---|")
+            for p in (4, 8, 16):
+                mb = idx.get((b, "metis", p))
+                for v in VARIANTS:
+                    ra, rb = idx.get((a, v, p)), idx.get((b, v, p))
+                    if ra is None or rb is None:
+                        continue
+                    x, y = ra.get("child_peak_rss_bytes"), rb.get("child_peak_rss_bytes")
+                    m_rss = mb.get("child_peak_rss_bytes") if mb else None
+                    ok = "—"
+                    if v in STREAMING and m_rss:
+                        ok = "**holds**" if y * 10 <= m_rss else "**fails**"
+                    L.append(f"| {v} | {p} | {_mb(x)} | {_mb(y)} | {y / x:.2f}x | {ok} |")
+
+    # ---- per-graph detail
+    L.append("\n## Every run\n")
+    L.append(
+        "| graph | p | variant | cut | RF | vcRF | node bal | train bal | seconds | "
+        "peak RSS MB | Medges/s per phase |"
+    )
+    L.append("|---" * 11 + "|")
+    for r in records:
+        if "metrics" not in r:
+            L.append(
+                f"| {r['graph']} | {r['parts']} | {r['variant']} | FAILED (rc "
+                f"{r.get('returncode')}{', timeout' if r.get('timed_out') else ''}) "
+                "| | | | | | | |"
+            )
+            continue
+        L.append(
+            f"| {r['graph']} | {r['parts']} | {r['variant']} | {_fmt(_m(r, 'edge_cut'))} | "
+            f"{_fmt(_m(r, 'replication_factor'), '.2f')} | "
+            f"{_fmt(_m(r, 'vertex_cut_rf'), '.2f')} | {_fmt(_m(r, 'node_balance'))} | "
+            f"{_fmt(_m(r, 'train_balance'))} | {_fmt(_m(r, 'seconds'), '.2f')} | "
+            f"{_mb(r.get('child_peak_rss_bytes'))} | {_passes(r)} |"
+        )
+    if errors:
+        L.append("\n## Failures\n")
+        for r in errors:
+            err = (r.get("error") or "").strip().splitlines()[-3:]
+            L.append(
+                f"- {r['graph']} p={r['parts']} {r['variant']}: `{r['command']}` -> "
+                f"rc {r.get('returncode')}: {' / '.join(err)[:400]}"
+            )
+    tmp = path_md.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(L) + "\n")
+    os.replace(tmp, path_md)
+
+
+# --------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 graphs, p = 4")
+    ap.add_argument("--stage", choices=["all", "reference", "synthetic"], default="all")
+    ap.add_argument("--graphs", nargs="*", help="override the graph list")
+    ap.add_argument("--parts", nargs="*", type=int, help="override p (default 4 8 16)")
+    ap.add_argument("--variants", nargs="*", help=f"subset of {', '.join(VARIANTS)}")
+    ap.add_argument("--work", default=str(REPO / "bench" / "work" / "partition"))
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="results prefix (default bench/results/partition, or partition_quick with --quick)",
+    )
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    ap.add_argument("--resume", action="store_true", help="skip runs already in the JSON")
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args(argv)
+
+    work = Path(args.work)
+    prefix = (
+        Path(args.out) if args.out else RESULTS / ("partition_quick" if args.quick else "partition")
+    )
+    path_md, path_json = prefix.with_suffix(".md"), prefix.with_suffix(".json")
+    records: list[dict] = []
+    meta = {
+        "command": "python bench/partition.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": f"{platform.node()}: {os.cpu_count()} cores, {platform.platform()}, "
+        f"Python {platform.python_version()}",
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    if (args.resume or args.report_only) and path_json.exists():
+        old = json.loads(path_json.read_text())
+        records = old["runs"]
+        meta["started"] = old["meta"].get("started", meta["started"])
+    if args.report_only:
+        write_report(records, meta, path_md, path_json)
+        return 0
+
+    plan: list[tuple[str, list[int], list[str]]] = []
+    if args.quick:
+        plan.append((None, [4], list(VARIANTS)))  # type: ignore[arg-type]
+        graphs_for = {None: args.graphs or QUICK_GRAPHS}
+    else:
+        graphs_for = {}
+        if args.stage in ("all", "reference"):
+            plan.append(("ref", args.parts or [4, 8, 16], list(VARIANTS)))
+            graphs_for["ref"] = args.graphs or REFERENCE_GRAPHS
+        if args.stage in ("all", "synthetic"):
+            # p = 8 first (memory/speed targets), then 4 and 16
+            for ps in ([8], [4, 16]) if not args.parts else (args.parts,):
+                plan.append((f"syn{ps}", ps, SYNTHETIC_VARIANTS))
+                graphs_for[f"syn{ps}"] = args.graphs or list(SYNTHETIC)
+    done = {(r["graph"], r["variant"], r["parts"]) for r in records}
+    for key, parts_list, variants in plan:
+        if args.variants:
+            variants = [v for v in variants if v in args.variants]
+        for gname in graphs_for[key]:
+            try:
+                gpath = prepare_graph(gname, work)
+            except subprocess.CalledProcessError as exc:
+                log(f"cannot prepare {gname}: {exc}")
+                continue
+            for p in parts_list:
+                for v in variants:
+                    if (gname, v, p) in done:
+                        continue
+                    rec = run_one(gpath, v, p, work, args.timeout)
+                    m = rec.get("metrics", {})
+                    log(
+                        f"{gname} p={p} {v}: rc={rec['returncode']} "
+                        f"cut={m.get('edge_cut', float('nan')):.3f} "
+                        f"rf={m.get('replication_factor', float('nan')):.2f} "
+                        f"t={rec['wall_seconds']:.1f}s "
+                        f"rss={(rec['child_peak_rss_bytes'] or 0) / 2**20:.0f}MB"
+                    )
+                    records = [
+                        r
+                        for r in records
+                        if (r["graph"], r["variant"], r["parts"]) != (gname, v, p)
+                    ]
+                    records.append(rec)
+                    done.add((gname, v, p))
+                    write_report(records, meta, path_md, path_json)
+    write_report(records, meta, path_md, path_json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
