@@ -39,6 +39,7 @@ def test_default_configuration_writes_assignment(make_graph, run_cli, tmp_path):
     for k in KEYS:
         assert k in m, k
     assert m["algorithm"] == "grem" and m["refine_passes"] == 4
+    assert json.loads((out / "meta.json").read_text())["params"]["window_per_node"] == 1.0
     a, meta = read_assignment(out)
     assert a.num_parts == 3 and a.node_part.shape == (40,)
     assert meta["metrics"]["edge_cut"] == m["edge_cut"]

@@ -57,19 +57,27 @@ class GremConfig(PartitionConfig):
         metis_seed: bisect the first window with METIS (default true); false starts greedy.
         exact_capacity: capacity exactly ``ceil(|V|/p)`` per part as in the paper (default
             false: ``capacity(|V|, p, balance)``, the same bound as the balance post-pass).
+        window_per_node: if set, the window holds ``window_per_node * |V|`` edges instead
+            (overrides ``window``; default None). This bounds the window by O(V) memory
+            whatever the number of edges.
     """
 
     window: float = 0.1
     refine: bool = True
     metis_seed: bool = True
     exact_capacity: bool = False
+    window_per_node: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.window > 0:
             raise ShoalInputError(f"window must be > 0 (fraction or edge count), got {self.window}")
+        if self.window_per_node is not None and not self.window_per_node > 0:
+            raise ShoalInputError(f"window_per_node must be > 0, got {self.window_per_node}")
 
-    def window_edges(self, num_edges: int) -> int:
+    def window_edges(self, num_edges: int, num_nodes: int = 0) -> int:
+        if self.window_per_node is not None:
+            return max(1, math.ceil(self.window_per_node * num_nodes))
         if self.window < 1:
             return max(1, math.ceil(self.window * num_edges))
         return max(1, int(self.window))
@@ -306,7 +314,7 @@ class Grem(Partitioner):
         kparts = np.zeros(p, dtype=np.int32)
         kparts[0] = p
         part_cap = math.ceil(n / p) if cfg.exact_capacity else capacity(n, p, cfg.balance)
-        w = cfg.window_edges(e)
+        w = cfg.window_edges(e, n)
         stream = graph.edge_stream(min(w, max(e, 1)))
         loc = np.full(n, -1, dtype=np.int64)
         seconds: dict[str, float] = {}
