@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shoal.nn.dropout import dropout
 from shoal.sample.sampler import Block
 
 __all__ = ["BlockGNN", "gcn_adj_t", "mean_aggregate", "sum_aggregate"]
@@ -83,7 +84,7 @@ class BlockGNN(nn.Module):
 
     def layer_forward(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
         """Layer ``layer`` (dropout, convolution, activation) on one block."""
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout(x, self.dropout, self.training)
         h = self.conv(layer, x, block)
         if layer < self.num_layers - 1:
             h = self.activation(h)

@@ -9,6 +9,7 @@ import torch
 from torch_geometric.nn import SGConv
 
 from shoal.nn.base import BlockGNN
+from shoal.nn.dropout import dropout
 from shoal.nn.gcn import gcn_propagate
 from shoal.sample.sampler import Block
 
@@ -33,5 +34,5 @@ class SGC(BlockGNN):
 
     def layer_forward(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
         if layer == 0:
-            x = self.sgc.lin(torch.nn.functional.dropout(x, self.dropout, self.training))
+            x = self.sgc.lin(dropout(x, self.dropout, self.training))
         return gcn_propagate(x, block)

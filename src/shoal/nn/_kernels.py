@@ -1,0 +1,52 @@
+"""Numba kernels of the models (private; numpy arrays only): a fast dropout.
+
+torch's CPU dropout draws one Bernoulli sample per element through a generic path that costs
+tens of nanoseconds per element; on sampled blocks (a hundred thousand input rows) it was the
+largest single cost of a training step (cProfile/torch.profiler, bench/results/train.md).
+Here one SplitMix64 draw (Steele, Lea & Flood, OOPSLA 2014) gives four 16-bit uniforms, rows
+run in parallel, each row with its own stream keyed by (seed, row): the mask depends on the
+seed only, not on the number of threads.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+@numba.njit(cache=True, inline="always")
+def _mix64(z):
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True, parallel=True)
+def _dropout_apply(x, seed, threshold, scale, out):
+    """out = x * mask * scale, mask[i, j] = (16-bit uniform of (seed, i, j) >= threshold).
+
+    The same call on the output gradient is the backward pass (the mask is regenerated from
+    the seed instead of stored). Branch-free inner loop over groups of four columns.
+    """
+    n, f = x.shape
+    f4 = f - f % 4
+    zero = np.float32(0.0)
+    for i in prange(n):
+        state = _mix64(seed ^ _mix64(np.uint64(i) + _GOLDEN))
+        for j in range(0, f4, 4):
+            state = state + _GOLDEN
+            bits = _mix64(state)
+            for q in range(4):
+                u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
+                out[i, j + q] = x[i, j + q] * (scale if u >= threshold else zero)
+        if f4 < f:
+            state = state + _GOLDEN
+            bits = _mix64(state)
+            for q in range(f - f4):
+                u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
+                out[i, f4 + q] = x[i, f4 + q] * (scale if u >= threshold else zero)
