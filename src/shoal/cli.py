@@ -18,18 +18,32 @@ from shoal.errors import ShoalInputError
 
 __all__ = ["build_parser", "main"]
 
-#: Modules that contribute sub-commands, in ``--help`` order. A module missing here (a stage
-#: not built yet) is skipped.
-COMMAND_MODULES = (
-    "shoal.data.cli",  # data import | synth | info | csr
-    "shoal.partition.cli",  # partition
-    "shoal.store.cli",  # store build | inspect | verify | plan
-    "shoal.train_cli",  # train
-    "shoal.demo",  # demo
-)
+#: Sub-command -> the module that registers it, in ``--help`` order. Only the module of the
+#: command being run is imported (``shoal data ...`` never pays for importing torch); a module
+#: that does not exist (a stage not built yet) is skipped.
+COMMANDS = {
+    "data": "shoal.data.cli",  # data import | synth | info | csr
+    "partition": "shoal.partition.cli",
+    "store": "shoal.store.cli",  # store build
+    "inspect": "shoal.store.cli",
+    "verify": "shoal.store.cli",
+    "plan": "shoal.store.cli",
+    "train": "shoal.train_cli",
+    "demo": "shoal.demo",
+}
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _modules_for(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The modules needed to parse ``argv``: the command's own, or all of them for help."""
+    for a in argv or ():
+        if not a.startswith("-"):
+            return (COMMANDS[a],) if a in COMMANDS else COMMAND_MODULES
+    return COMMAND_MODULES
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``shoal`` parser; with ``argv``, only the sub-command it names is registered."""
     parser = argparse.ArgumentParser(
         prog="shoal",
         description=(
@@ -43,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if argv is None else _modules_for(argv):
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as e:
@@ -55,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
