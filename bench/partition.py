@@ -113,6 +113,8 @@ SYNTHETIC_VARIANTS = [
     "fennel",
     "hash",
 ]
+#: Streaming passes over the edge file (or CSR) of each algorithm, owner pass included.
+PASSES = {"hdrf": 2, "dbh": 3, "greedy": 3, "2ps-l": 5, "ldg": 1, "fennel": 1}
 STREAMING = {"grem", "spring", "hdrf", "dbh", "greedy", "2ps-l", "ldg", "fennel", "default"}
 
 
@@ -239,6 +241,36 @@ def run_one(graph: Path, variant: str, parts: int, work: Path, timeout: float) -
     if out_dir.exists():
         shutil.rmtree(out_dir)
     return rec
+
+
+SPEED_SNIPPET = """
+import json, os, sys, time
+from shoal.data.format import GraphDir
+from shoal.partition.base import get_partitioner
+g = GraphDir.open(sys.argv[1])
+part = get_partitioner(sys.argv[2], num_parts=int(sys.argv[3]))
+c0, w0 = time.process_time(), time.perf_counter()
+a = part.partition(g)
+print(json.dumps({"cpu": time.process_time() - c0, "wall": time.perf_counter() - w0,
+                  "phases": a.seconds, "load": os.getloadavg(), "num_edges": g.num_edges}))
+"""
+SPEED_ALGOS = ["hdrf", "spring", "2ps-l", "dbh", "greedy", "ldg", "fennel", "grem"]
+
+
+def run_speed(graph: Path, algo: str, parts: int, repeats: int) -> dict[str, Any]:
+    """The algorithm alone (no balance/metrics) in a fresh process, ``repeats`` times:
+    wall seconds per phase and the process CPU seconds of the whole algorithm (the machine is
+    shared, so CPU time is the steadier figure)."""
+    reps = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, "-c", SPEED_SNIPPET, str(graph), algo, str(parts)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        reps.append(json.loads(out.strip().splitlines()[-1]))
+    return {"graph": graph.name, "algo": algo, "parts": parts, "repeats": reps}
 
 
 # --------------------------------------------------------------------------- report
@@ -512,6 +544,42 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
                         ok = "**holds**" if y * 10 <= m_rss else "**fails**"
                     L.append(f"| {v} | {p} | {_mb(x)} | {_mb(y)} | {y / x:.2f}x | {ok} |")
 
+    # ---- speed
+    speed = meta.get("speed") or []
+    if speed:
+        L.append("\n## Speed of the algorithms alone (no balance post-pass, no metrics)\n")
+        L.append(
+            "`python bench/partition.py --stage speed`: each algorithm in a fresh process via "
+            "the Python API, the edge file read from disk in 2**20-edge chunks; medians over "
+            "the repeats. Wall Medges/s per phase = |E| / phase wall seconds; CPU Medges/s = "
+            "|E| x passes / process CPU seconds of the whole algorithm (passes counted below), "
+            "the figure that the other jobs on this shared machine disturb least. Command: "
+            f"`{meta.get('speed_command')}`.\n"
+        )
+        L.append(
+            "| graph | p | algorithm | wall s | CPU s | wall Medges/s per phase | "
+            "edge passes | CPU Medges/s | load avg |"
+        )
+        L.append("|---" * 9 + "|")
+        for rec in speed:
+            reps = rec["repeats"]
+            e = reps[0]["num_edges"]
+            wall = float(np.median([r["wall"] for r in reps]))
+            cpu = float(np.median([r["cpu"] for r in reps]))
+            phases = {}
+            for k in reps[0]["phases"]:
+                v = float(np.median([r["phases"].get(k, np.nan) for r in reps]))
+                if v > 0:
+                    phases[k] = e / v / 1e6
+            npass = PASSES.get(rec["algo"])
+            cpu_rate = f"{e * npass / cpu / 1e6:.1f}" if npass else "—"
+            load = reps[-1]["load"][0]
+            ph = ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
+            L.append(
+                f"| {rec['graph']} | {rec['parts']} | {rec['algo']} | {wall:.1f} | "
+                f"{cpu:.1f} | {ph} | {npass or '—'} | {cpu_rate} | {load:.1f} |"
+            )
+
     # ---- per-graph detail
     L.append("\n## Every run\n")
     L.append(
@@ -551,7 +619,8 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 graphs, p = 4")
-    ap.add_argument("--stage", choices=["all", "reference", "synthetic"], default="all")
+    ap.add_argument("--stage", choices=["all", "reference", "synthetic", "speed"], default="all")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats of --stage speed")
     ap.add_argument("--graphs", nargs="*", help="override the graph list")
     ap.add_argument("--parts", nargs="*", type=int, help="override p (default 4 8 16)")
     ap.add_argument("--variants", nargs="*", help=f"subset of {', '.join(VARIANTS)}")
@@ -594,13 +663,41 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads(path_json.read_text())
         records = old["runs"]
         meta["started"] = old["meta"].get("started", meta["started"])
+        if old["meta"].get("speed"):
+            meta["speed"] = old["meta"]["speed"]
     if args.report_only:
         for extra in args.merge:
-            got = json.loads(Path(extra).read_text())["runs"]
+            other = json.loads(Path(extra).read_text())
+            got = other["runs"]
+            if other["meta"].get("speed"):
+                meta["speed"] = other["meta"]["speed"]
+                meta["speed_command"] = other["meta"].get("speed_command")
             keys = {(r["graph"], r["variant"], r["parts"]) for r in got}
             records = [r for r in records if (r["graph"], r["variant"], r["parts"]) not in keys]
             records += got
         write_report(records, meta, path_md, path_json)
+        return 0
+
+    if args.stage == "speed":
+        meta["speed_command"] = meta["command"]
+        speed = list(meta.get("speed") or [])
+        if path_json.exists():  # keep what the file holds; only add speed figures
+            old = json.loads(path_json.read_text())
+            records = old["runs"]
+            meta = {**old["meta"], "speed_command": meta["command"]}
+            speed = meta.get("speed") or []
+        graphs = args.graphs or ["rmat_1m_20m"]
+        for gname in graphs:
+            gpath = prepare_graph(gname, work)
+            for p in args.parts or [8]:
+                for algo in args.variants or SPEED_ALGOS:
+                    rec = run_speed(gpath, algo, p, args.repeats)
+                    log(f"speed {gname} p={p} {algo}: " + json.dumps(rec["repeats"][-1]))
+                    speed = [
+                        x for x in speed if (x["graph"], x["algo"], x["parts"]) != (gname, algo, p)
+                    ] + [rec]
+                    meta["speed"] = speed
+                    write_report(records, meta, path_md, path_json)
         return 0
 
     plan: list[tuple[str, list[int], list[str]]] = []
