@@ -104,6 +104,7 @@ class GraphDir:
             raise ShoalInputError(
                 f"meta.json: field 'format' is {meta.get('format')!r}, expected {FORMAT_NAME!r}",
                 path=meta_path,
+                fix="point at a directory written by `shoal data import` or `shoal data synth`",
             )
         version = meta.get("format_version")
         if version != FORMAT_VERSION:
@@ -437,7 +438,9 @@ class GraphWriter:
         if hasattr(x, "ndim") and hasattr(x, "shape"):
             if x.ndim != 2:
                 raise ShoalInputError(
-                    f"features must be 2-D (N, F), got shape {x.shape}", path=origin
+                    f"features must be 2-D (N, F), got shape {x.shape}",
+                    path=origin,
+                    fix="store one feature row per node",
                 )
             if x.shape[0] != n:
                 raise ShoalInputError(
@@ -476,7 +479,9 @@ class GraphWriter:
                     )
                 if not (np.issubdtype(rows.dtype, np.number) or rows.dtype == bool):
                     raise ShoalInputError(
-                        f"features must be numeric, got {rows.dtype}", path=origin
+                        f"features must be numeric, got {rows.dtype}",
+                        path=origin,
+                        fix="store features as a float array",
                     )
                 if f is None:
                     num_cols = int(rows.shape[1])
@@ -529,15 +534,24 @@ class GraphWriter:
             raise ShoalInputError(
                 f"labels have shape {y.shape}, expected ({n},) (one label per node)",
                 path=origin,
+                fix="give one integer label per node (-1 = unlabelled)",
             )
         if np.issubdtype(y.dtype, np.floating):
             nan = np.isnan(y)
             if (np.mod(y[~nan], 1) != 0).any():
                 r = int(np.flatnonzero(~nan & (np.mod(np.nan_to_num(y), 1) != 0))[0])
-                raise ShoalInputError(f"row {r}: label {y[r]} is not an integer", path=origin)
+                raise ShoalInputError(
+                    f"row {r}: label {y[r]} is not an integer",
+                    path=origin,
+                    fix="labels must be integer classes (-1 = unlabelled)",
+                )
             y = np.where(nan, -1, y).astype(np.int64)
         elif not np.issubdtype(y.dtype, np.integer):
-            raise ShoalInputError(f"labels must be integers, got dtype {y.dtype}", path=origin)
+            raise ShoalInputError(
+                f"labels must be integers, got dtype {y.dtype}",
+                path=origin,
+                fix="labels must be integer classes (-1 = unlabelled)",
+            )
         y = y.astype(np.int64)
         labelled = y[y >= 0]
         c = int(labelled.max()) + 1 if labelled.size else 0
@@ -564,25 +578,34 @@ class GraphWriter:
         if a.dtype == bool:
             if a.shape != (n,):
                 raise ShoalInputError(
-                    f"{name} mask has shape {a.shape}, expected ({n},)", path=origin
+                    f"{name} mask has shape {a.shape}, expected ({n},)",
+                    path=origin,
+                    fix="give one mask entry per node",
                 )
             a = np.flatnonzero(a)
         if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
             raise ShoalInputError(
                 f"{name} split must be a 1-D array of node ids, got {a.dtype} {a.shape}",
                 path=origin,
+                fix="give the split as integer node ids or a boolean mask",
             )
         a = a.astype(np.int64)
         bad = np.flatnonzero((a < 0) | (a >= n))
         if bad.size:
             r = int(bad[0])
             raise ShoalInputError(
-                f"row {r}: {name} node id {int(a[r])} is out of range [0, {n})", path=origin
+                f"row {r}: {name} node id {int(a[r])} is out of range [0, {n})",
+                path=origin,
+                fix="split node ids must be in [0, num_nodes); check --num-nodes",
             )
         a = np.sort(a)
         dup = np.flatnonzero(a[1:] == a[:-1])
         if dup.size:
-            raise ShoalInputError(f"{name} split lists node {int(a[dup[0]])} twice", path=origin)
+            raise ShoalInputError(
+                f"{name} split lists node {int(a[dup[0]])} twice",
+                path=origin,
+                fix="list every split node once",
+            )
         for other in SPLITS:
             p = self.tmp / f"{other}_idx.npy"
             if other != name and p.exists():

@@ -178,10 +178,56 @@ def import_graph(
 
 
 # ---------------------------------------------------------------------- shared pieces
+def _check_ids(
+    e: np.ndarray, num_nodes: int | None, where: Any, path: Any, what: str = "line"
+) -> None:
+    """Reject negative ids (and ids >= num_nodes when known) naming the input position.
+
+    ``where`` maps a row of ``e`` to its position in the input (e.g. file line numbers).
+    """
+    bad = (e < 0).any(axis=1)
+    if num_nodes is not None:
+        bad |= (e >= num_nodes).any(axis=1)
+    if not bad.any():
+        return
+    r = int(np.flatnonzero(bad)[0])
+    pos = int(where[r]) if not callable(where) else int(where(r))
+    pair = [int(v) for v in e[r]]
+    if min(pair) < 0:
+        raise ShoalInputError(
+            f"{what} {pos}: negative node id in edge {pair}",
+            path=path,
+            fix="node ids must be integers in [0, num_nodes)",
+        )
+    raise ShoalInputError(
+        f"{what} {pos}: node id {max(pair)} in edge {pair} is out of range for "
+        f"num_nodes={num_nodes}",
+        path=path,
+        fix="pass a larger --num-nodes, or omit it to use max id + 1",
+    )
+
+
 def _add_edge_index(w: GraphWriter, ei: np.ndarray, origin: str, chunk: int) -> None:
-    """Add a (2, E) array in chunks; the origin names the first row of each chunk."""
+    """Add a (2, E) array in chunks; errors name the column of the offending edge."""
+    if ei.size and not np.issubdtype(ei.dtype, np.integer):
+        if not np.issubdtype(ei.dtype, np.number):
+            raise ShoalInputError(
+                f"node ids must be integers, got dtype {ei.dtype}",
+                path=origin,
+                fix="store edge_index as an int64 array",
+            )
+        frac = ~np.isfinite(ei) | (np.mod(np.nan_to_num(ei), 1) != 0)
+        if frac.any():
+            col = int(np.flatnonzero(frac.any(axis=0))[0])
+            raise ShoalInputError(
+                f"column {col}: node id {ei[:, col].tolist()} is not an integer",
+                path=origin,
+                fix="store edge_index as an int64 array",
+            )
     for s in range(0, ei.shape[1], chunk):
-        w.add_edges(ei[:, s : s + chunk].T, origin=f"{origin} (edges from column {s})")
+        e = ei[:, s : s + chunk].T.astype(np.int64)
+        _check_ids(e, w.num_nodes, lambda r, s=s: s + r, origin, "column")
+        w.add_edges(e, origin=f"{origin} (edges from column {s})")
 
 
 def _has_all_reverse(ei: np.ndarray, n: int) -> bool:
@@ -464,7 +510,7 @@ def _parse_int_rows(
 
 
 def _text_edge_chunks(path: Path, ncols: int = 2, what: str = "node ids") -> Iterator:
-    """Yield (first line number, (k, ncols) int64 array) from a text file."""
+    """Yield (file line numbers, (k, ncols) int64 array) blocks from a text file."""
     with _open_text(path) as f:
         delim: str | None = None
         first = True
@@ -472,7 +518,7 @@ def _text_edge_chunks(path: Path, ncols: int = 2, what: str = "node ids") -> Ite
             if first:
                 delim = _delimiter(lines[0])
                 first = False
-            yield nums[0], _parse_int_rows(lines, nums, delim, ncols, path, what)
+            yield np.asarray(nums), _parse_int_rows(lines, nums, delim, ncols, path, what)
 
 
 def import_text(
@@ -492,10 +538,11 @@ def import_text(
         raise ShoalInputError("input not found", path=src)
     _check_out_free(out, cfg)
     with _writer(out, cfg, {"input": str(src), "importer": "text"}) as w:
-        for lineno, rows in _text_edge_chunks(src):
+        for nums, rows in _text_edge_chunks(src):
+            _check_ids(rows, w.num_nodes, nums, src)
             for s in range(0, rows.shape[0], cfg.chunk_edges):
                 w.add_edges(
-                    rows[s : s + cfg.chunk_edges], origin=f"{src} (block from line {lineno})"
+                    rows[s : s + cfg.chunk_edges], origin=f"{src} (block from line {nums[s]})"
                 )
     return GraphDir.open(out)
 
@@ -583,6 +630,7 @@ def import_npy(
                         fix="node ids must be integers; save the array as int64",
                     )
                 e = e.astype(np.int64)
+            _check_ids(e, w.num_nodes, lambda r, s=s: s + r, src, "edge")
             w.add_edges(e, origin=f"{src} (edges from {s})")
     return GraphDir.open(out)
 
@@ -729,8 +777,9 @@ def import_ogb(
     _check_out_free(out, cfg)
     wcfg = ImportConfig(**{**asdict(cfg), "num_nodes": n})
     with _writer(out, wcfg, {"input": str(d), "importer": "ogb"}) as w:
-        for lineno, rows in _text_edge_chunks(edge_path):
-            w.add_edges(rows, origin=f"{edge_path} (block from line {lineno})")
+        for nums, rows in _text_edge_chunks(edge_path):
+            _check_ids(rows, w.num_nodes, nums, edge_path)
+            w.add_edges(rows, origin=f"{edge_path} (block from line {nums[0]})")
         n = w.finish_edges()
         if feat_path is not None:
             w.write_features(_ogb_float_blocks(feat_path, n), origin=str(feat_path))

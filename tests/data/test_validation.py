@@ -1,0 +1,234 @@
+"""Bad input at every importer: exit code 2, a message naming the file, the row/field and a
+fix, and nothing left behind (no output directory, no ``.NAME.tmp-*`` sibling)."""
+
+import gzip
+
+import numpy as np
+import pytest
+
+from tests.data.test_importers import make_ogb, write_text
+
+
+def run_bad(run_cli, tmp_path, src, *extra, must=()):
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, out, err = run_cli("data", "import", src, "--out", tmp_path / "out", *extra)
+    assert code == 2, (out, err)
+    assert err.startswith("shoal: error: ")
+    assert str(src) in err, err  # names the file
+    assert "->" in err, err  # and a fix
+    for m in must:
+        assert m in err, err
+    after = sorted(p.name for p in tmp_path.iterdir())
+    assert after == before, f"left behind: {set(after) - set(before)}"
+    return err
+
+
+# ---------------------------------------------------------------- text
+def test_text_negative_id(run_cli, tmp_path):
+    src = write_text(tmp_path / "e.txt", "# header\n0 1\n\n2 -1\n")
+    run_bad(run_cli, tmp_path, src, must=("line 4", "negative"))
+
+
+def test_text_id_out_of_range(run_cli, tmp_path):
+    src = write_text(tmp_path / "e.txt", "0 1\n1 2\n2 7\n")
+    run_bad(run_cli, tmp_path, src, "--num-nodes", "5", must=("line 3", "7", "--num-nodes"))
+
+
+def test_text_string_in_row(run_cli, tmp_path):
+    src = write_text(tmp_path / "e.csv", "src,dst\n0,1\n")
+    run_bad(run_cli, tmp_path, src, must=("line 1", "'src'", "comment"))
+
+
+def test_text_fractional_id(run_cli, tmp_path):
+    src = write_text(tmp_path / "e.txt", "0 1\n1 2\n% c\n2 1.5\n")
+    run_bad(run_cli, tmp_path, src, must=("line 4, column 2", "'1.5'"))
+
+
+def test_text_missing_column(run_cli, tmp_path):
+    src = write_text(tmp_path / "e.txt", "0 1\n5\n")
+    run_bad(run_cli, tmp_path, src, must=("line 2", "expected 2"))
+
+
+def test_text_empty_graph(run_cli, tmp_path):
+    src = write_text(tmp_path / "e.txt", "# nothing here\n\n")
+    run_bad(run_cli, tmp_path, src, must=("empty",))
+
+
+def test_truncated_gzip(run_cli, tmp_path):
+    data = gzip.compress(("\n".join(f"{i} {i + 1}" for i in range(20000))).encode())
+    src = tmp_path / "e.txt.gz"
+    src.write_bytes(data[: len(data) // 2])
+    run_bad(run_cli, tmp_path, src, must=("truncated",))
+
+
+# ---------------------------------------------------------------- npy
+def test_npy_truncated(run_cli, tmp_path):
+    np.save(tmp_path / "e.npy", np.arange(200, dtype=np.int64).reshape(2, 100))
+    p = tmp_path / "e.npy"
+    p.write_bytes(p.read_bytes()[:-50])
+    run_bad(run_cli, tmp_path, p, must=("truncated", "(2, 100)"))
+
+
+def test_npy_fractional_float(run_cli, tmp_path):
+    a = np.array([[0, 1], [1, 2], [2, 0.5]])
+    np.save(tmp_path / "e.npy", a)
+    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=("edge 2", "not an integer"))
+
+
+def test_npy_wrong_shape(run_cli, tmp_path):
+    np.save(tmp_path / "e.npy", np.zeros((3, 4), np.int64))
+    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=("(3, 4)", "(2, E)"))
+
+
+def test_npy_negative(run_cli, tmp_path):
+    np.save(tmp_path / "e.npy", np.array([[0, 1, 2], [1, -2, 0]]))
+    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=("edge 1", "negative"))
+
+
+def test_npy_string_dtype(run_cli, tmp_path):
+    np.save(tmp_path / "e.npy", np.array([["a", "b"], ["c", "d"], ["e", "f"]]))
+    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=("dtype",))
+
+
+# ---------------------------------------------------------------- npz
+def npz(tmp_path, **over):
+    base = dict(
+        edge_index=np.array([[0, 1, 2, 3], [1, 2, 3, 0]]),
+        num_nodes=np.int64(4),
+        x=np.ones((4, 2), np.float32),
+        y=np.array([0, 1, 0, 1]),
+        train_mask=np.array([1, 0, 0, 0], bool),
+        val_mask=np.array([0, 1, 0, 0], bool),
+        test_mask=np.array([0, 0, 1, 1], bool),
+    )
+    base.update(over)
+    base = {k: v for k, v in base.items() if v is not None}
+    p = tmp_path / "graph.npz"
+    np.savez_compressed(p, **base)
+    return p
+
+
+def test_npz_feature_rows(run_cli, tmp_path):
+    p = npz(tmp_path, x=np.ones((3, 2), np.float32))
+    run_bad(run_cli, tmp_path, p, must=("'x'", "3 rows", "num_nodes=4"))
+
+
+def test_npz_nan_feature(run_cli, tmp_path):
+    x = np.ones((4, 2), np.float32)
+    x[2, 1] = np.nan
+    run_bad(run_cli, tmp_path, npz(tmp_path, x=x), must=("row 2, column 1", "nan"))
+
+
+def test_npz_inf_feature(run_cli, tmp_path):
+    x = np.ones((4, 2), np.float32)
+    x[3, 0] = np.inf
+    run_bad(run_cli, tmp_path, npz(tmp_path, x=x), must=("row 3, column 0", "inf"))
+
+
+def test_npz_label_out_of_range(run_cli, tmp_path):
+    p = npz(tmp_path, y=np.array([0, 1, 5, 1]))
+    run_bad(run_cli, tmp_path, p, "--num-classes", "2", must=("'y'", "row 2", "label 5"))
+
+
+def test_npz_negative_label(run_cli, tmp_path):
+    run_bad(run_cli, tmp_path, npz(tmp_path, y=np.array([0, -3, 0, 1])), must=("row 1", "-3"))
+
+
+def test_npz_id_out_of_range(run_cli, tmp_path):
+    p = npz(tmp_path, edge_index=np.array([[0, 1, 9], [1, 2, 3]]))
+    run_bad(run_cli, tmp_path, p, must=("column 2", "9", "num_nodes=4"))
+
+
+def test_npz_overlapping_splits(run_cli, tmp_path):
+    p = npz(tmp_path, val_mask=np.array([1, 1, 0, 0], bool))
+    run_bad(run_cli, tmp_path, p, must=("overlap", "node 0", "disjoint"))
+
+
+def test_npz_mask_wrong_length(run_cli, tmp_path):
+    p = npz(tmp_path, test_mask=np.array([0, 0, 1], bool))
+    run_bad(run_cli, tmp_path, p, must=("test_mask", "(3,)"))
+
+
+def test_npz_missing_edge_index(run_cli, tmp_path):
+    p = npz(tmp_path, edge_index=None, ei=np.zeros((2, 2), np.int64))
+    run_bad(run_cli, tmp_path, p, must=("edge_index",))
+
+
+def test_npz_truncated(run_cli, tmp_path):
+    p = npz(tmp_path, x=np.random.default_rng(0).random((4, 500)).astype(np.float32))
+    p.write_bytes(p.read_bytes()[:-400])
+    run_bad(run_cli, tmp_path, p, must=("corrupt",))
+
+
+def test_npz_split_index_out_of_range(run_cli, tmp_path):
+    m = np.zeros((10, 4), bool)
+    p = npz(tmp_path, train_masks=m, val_masks=m, test_masks=m)
+    run_bad(run_cli, tmp_path, p, "--split-index", "12", must=("split-index 12", "[0, 10)"))
+
+
+def test_npz_empty_graph(run_cli, tmp_path):
+    p = npz(
+        tmp_path,
+        edge_index=np.zeros((2, 0), np.int64),
+        num_nodes=np.int64(0),
+        x=None,
+        y=None,
+        train_mask=None,
+        val_mask=None,
+        test_mask=None,
+    )
+    run_bad(run_cli, tmp_path, p, must=("empty",))
+
+
+# ---------------------------------------------------------------- OGB
+def test_ogb_split_out_of_range(run_cli, tmp_path):
+    d = make_ogb(tmp_path / "ogb")
+    write_text(d / "split" / "time" / "test.csv.gz", "3\n4\n", gz=True)
+    err = run_bad(run_cli, tmp_path, d, must=("test.csv.gz", "node id 4", "[0, 4)"))
+    assert "row 1" in err
+
+
+def test_ogb_split_overlap(run_cli, tmp_path):
+    d = make_ogb(tmp_path / "ogb")
+    write_text(d / "split" / "time" / "valid.csv.gz", "1\n2\n", gz=True)
+    run_bad(run_cli, tmp_path, d, must=("overlap", "node 1"))
+
+
+def test_ogb_feature_rows(run_cli, tmp_path):
+    d = make_ogb(tmp_path / "ogb", feats="1,2\n3,4\n5,6\n")
+    run_bad(run_cli, tmp_path, d, must=("node-feat.csv.gz", "3 rows", "num_nodes=4"))
+
+
+def test_ogb_feature_nan(run_cli, tmp_path):
+    d = make_ogb(tmp_path / "ogb", feats="1,2\n3,4\n5,nan\n7,8\n")
+    run_bad(run_cli, tmp_path, d, must=("node-feat.csv.gz", "row 2, column 1"))
+
+
+def test_ogb_bad_label(run_cli, tmp_path):
+    d = make_ogb(tmp_path / "ogb", labels="0\n1\nx\n1\n")
+    run_bad(run_cli, tmp_path, d, must=("node-label.csv.gz", "line 3", "'x'"))
+
+
+def test_ogb_edge_out_of_range(run_cli, tmp_path):
+    d = make_ogb(tmp_path / "ogb", edges="0,1\n1,4\n")
+    run_bad(run_cli, tmp_path, d, must=("edge.csv.gz", "line 2", "num_nodes=4"))
+
+
+def test_ogb_missing_edges(run_cli, tmp_path):
+    d = make_ogb(tmp_path / "ogb")
+    (d / "raw" / "edge.csv.gz").unlink()
+    (d / "raw" / "edge.csv").mkdir()  # still detected as OGB, but edges unreadable
+    (d / "raw" / "edge.csv").rmdir()
+    err = run_bad(run_cli, tmp_path, d, "--format", "ogb", must=("raw/edge.csv.gz",))
+    assert "missing" in err
+
+
+# ---------------------------------------------------------------- writer-level
+@pytest.mark.parametrize("existing", [True])
+def test_existing_output_untouched(run_cli, tmp_path, existing):
+    src = write_text(tmp_path / "e.txt", "0 1\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep").write_text("x")
+    code, _, err = run_cli("data", "import", src, "--out", tmp_path / "out")
+    assert code == 2 and "--overwrite" in err
+    assert (tmp_path / "out" / "keep").read_text() == "x"
