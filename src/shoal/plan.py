@@ -1,5 +1,5 @@
-"""Workload allocation (SDT-GNN; Zhou et al., "SDT-GNN: Scalable Distributed Training of GNNs
-on commodity machines", sec. 4.2 "workload allocation").
+"""Workload allocation of SDT-GNN (the seed paper summarised in DESIGN.md: "p from memory
+budget", p = ceil(S / (M - T)), cyclic assignment when p > workers).
 
 Given ``Q`` workers with ``M`` bytes of memory each, of which ``T`` are reserved for everything
 that is not graph data (runtime, model, optimizer state, sampler and batch buffers), and a data

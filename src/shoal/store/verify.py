@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from shoal.data.format import SPLITS, GraphDir
-from shoal.data.stream import DEFAULT_CHUNK_EDGES
 from shoal.errors import ShoalInputError
 from shoal.store._io import gather_rows, meta_checksum, read_rows
 from shoal.store._kernels import _edge_hash_accumulate
@@ -62,7 +61,7 @@ def verify_store(
     path: str | os.PathLike,
     *,
     source: bool = True,
-    chunk_edges: int = DEFAULT_CHUNK_EDGES,
+    chunk_edges: int = 1 << 18,
     show_progress: bool | None = None,
 ) -> dict[str, Any]:
     """Verify the store at ``path``; raise :class:`ShoalInputError` naming the first problem.
@@ -153,7 +152,7 @@ def verify_store(
             _fail(f"part {i}: orig_ids disagree with node_map_inv", pdir / "orig_ids.npy")
         used = np.zeros(nh, dtype=bool)
         for s in range(0, ne, chunk_edges):
-            loc = np.asarray(part.indices[s : s + chunk_edges], dtype=np.int64)
+            loc = read_rows(pdir / "indices.npy", s, s + chunk_edges).astype(np.int64)
             if loc.size and (loc.min() < 0 or loc.max() >= nc + nh):
                 _fail(f"part {i}: local index out of range [0, {nc + nh})", pdir / "indices.npy")
             used[loc[loc >= nc] - nc] = True
@@ -246,15 +245,16 @@ def verify_store(
 
 
 def _check_node_data(store: Store, g: GraphDir, inv: np.ndarray, checks: list[str]) -> None:
-    labels = g.labels()
+    labels_path = g.path / "labels.npy"
     feat_path = g.path / "features.npy"
     masks = {s: g.mask(s) for s in SPLITS}
     for part in store.parts():
         lo, hi = part.start, part.stop
         core_old = inv[lo:hi]
-        if labels is not None:
+        if labels_path.exists():
             if part.labels is None or not np.array_equal(
-                np.asarray(part.labels), np.asarray(labels)[core_old]
+                read_rows(part.path / "labels.npy", 0, part.num_core),
+                gather_rows(labels_path, core_old),
             ):
                 _fail(
                     f"part {part.index}: labels differ from the source rows",

@@ -2,16 +2,19 @@
 
 The store combines three published layouts:
 
-- **DistDGL** (Zheng et al., IA3 2020, sec. 3.3 "graph partitioning"): node IDs are relabelled
-  so that the core nodes of part ``i`` occupy one contiguous range
-  ``[part_offsets[i], part_offsets[i + 1])``; each part keeps its core nodes' *full*
-  in-neighbourhood, with the in-neighbours owned elsewhere duplicated as halo nodes (structure
-  only; their features stay with their owner unless ``halo_features`` is set).
-- **SDT-GNN** (full neighbourhoods per part, sec. 4.1, and replicated halo features for local
-  training): ``halo_features=True`` also writes the halo nodes' feature rows into the part.
-- **Armada** (Waleffe et al., 2025, sec. 4 "edge buckets"): every edge is also stored once in
-  the bucket file of ``(owner(src), owner(dst))``, sequentially, so a worker that holds parts
-  ``S`` reads exactly the buckets ``S x S`` with sequential I/O.
+- **DistDGL** (Zheng et al., "DistDGL: Distributed Graph Neural Network Training for
+  Billion-Scale Graphs", IA3 2020, graph partitioning): node IDs are relabelled so that the
+  core nodes of part ``i`` occupy one contiguous range ``[part_offsets[i], part_offsets[i+1])``;
+  each part keeps its core nodes' *full* in-neighbourhood, with the in-neighbours owned
+  elsewhere duplicated as halo nodes (structure only; their features stay with their owner
+  unless ``halo_features`` is set).
+- **SDT-GNN** (full neighbourhoods per part and replicated halo features for local training;
+  the seed paper summarised in DESIGN.md): ``halo_features=True`` also writes the halo nodes'
+  feature rows into the part.
+- **Armada** (Waleffe et al., "Armada: Memory-Efficient Distributed Training of Large-Scale Graph
+  Neural Networks", 2025, edge buckets): every edge is also stored once in the bucket file of
+  ``(owner(src), owner(dst))``, sequentially, so a worker that holds parts ``S`` reads exactly
+  the buckets ``S x S`` with sequential I/O.
 
 Memory: O(V) numpy state (owner part, old->new and new->old maps, a boolean scratch mask) plus
 bounded buffers: one edge chunk, the external sort's cap, one feature block. The writer never
