@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shoal.partition.base import Assignment
 from shoal.partition.io import write_assignment
@@ -252,3 +254,31 @@ def test_halo_features_without_features(make_graph, tmp_path, run_cli):
     code, _, err = run_cli("store", "build", g.path, a, "--out", tmp_path / "s", "--halo-features")
     assert code == 2 and "features" in err
     _no_leftovers(tmp_path, "s")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 12),
+    p=st.integers(1, 4),
+    data=st.data(),
+)
+def test_property_round_trip(n, p, data):
+    import tempfile
+
+    from shoal.data.format import GraphDir, GraphWriter
+
+    edges = data.draw(
+        st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=30)
+    )
+    node_part = data.draw(st.lists(st.integers(0, p - 1), min_size=n, max_size=n))
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        with GraphWriter(d / "g", num_nodes=n) as w:
+            w.add_edges(np.asarray(edges, dtype=np.int64).reshape(-1, 2))
+            w.finish_edges()
+            w.write_features(np.arange(n * 2, dtype=np.float32).reshape(n, 2))
+        g = GraphDir.open(d / "g")
+        a = assign(g, node_part, p, d)
+        build_store(g, a, d / "s", halo_features=True, chunk_edges=7)
+        check_round_trip(g, node_part, p, d / "s")
+        assert verify_store(d / "s")["ok"]

@@ -147,6 +147,12 @@ def build_store(
             path=adir / "node_part.npy",
             fix="partition this graph with `shoal partition` first",
         )
+    if cfg.halo_features and not (g.path / "features.npy").exists():
+        raise ShoalInputError(
+            "--halo-features needs node features, but the graph has no features.npy",
+            path=g.path,
+            fix="drop --halo-features, or import the graph with features",
+        )
     p = int(assignment.num_parts)
     node_part = np.asarray(assignment.node_part, dtype=np.int32)
     if n and (node_part.min() < 0 or node_part.max() >= p):
@@ -329,12 +335,6 @@ def build_store(
                                         tmp / f"part_{j}" / "features.npy", rows[s : s + gblock]
                                     )
                                 )
-        elif cfg.halo_features:
-            raise ShoalInputError(
-                "--halo-features needs node features, but the graph has no features.npy",
-                path=g.path,
-                fix="drop --halo-features, or import the graph with features",
-            )
         seconds["features"] = time.perf_counter() - t0
         rss["features"] = peak_rss_bytes()
 
