@@ -27,6 +27,7 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.data.stream import DEFAULT_CHUNK_EDGES
+from shoal.utils.progress import progress
 
 __all__ = ["balance_assignment", "capacity", "within_balance"]
 
@@ -124,7 +125,6 @@ def _choose_movers(
     cap_t: int,
 ) -> np.ndarray:
     """Node ids to move, least-connected first."""
-    p = sizes.shape[0]
     chosen = []
     over = np.flatnonzero((sizes > cap_n) | (tsizes > cap_t))
     for k in over:
@@ -144,7 +144,6 @@ def _choose_movers(
     if not chosen:
         return np.empty(0, dtype=np.int64)
     movers = np.concatenate(chosen).astype(np.int64)
-    del p
     return movers[np.argsort(internal[movers], kind="stable")]
 
 
@@ -190,7 +189,7 @@ def balance_assignment(
             copied = True
         internal = np.zeros(n, dtype=np.int64)
         stream = graph.edge_stream(chunk_edges)
-        for chunk in stream:
+        for chunk in progress(stream, total=len(stream), desc="balance pass 1", unit="chunk"):
             _internal_counts(chunk, part, internal)
         movers = _choose_movers(part, is_train, internal, sizes, tsizes, cap_n, cap_t)
         del internal
@@ -199,7 +198,7 @@ def balance_assignment(
         mover_idx = np.full(n, -1, dtype=np.int64)
         mover_idx[movers] = np.arange(movers.size)
         cnt = np.zeros((movers.size, num_parts), dtype=np.int32)
-        for chunk in stream:
+        for chunk in progress(stream, total=len(stream), desc="balance pass 2", unit="chunk"):
             _mover_counts(chunk, part, mover_idx, cnt)
         del mover_idx
         moved = _place(movers, is_train, part, cnt, sizes, tsizes, cap_n, cap_t)

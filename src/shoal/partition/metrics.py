@@ -22,6 +22,7 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.data.stream import DEFAULT_CHUNK_EDGES
+from shoal.utils.progress import progress
 
 __all__ = ["partition_metrics"]
 
@@ -123,14 +124,14 @@ def partition_metrics(
     stream = graph.edge_stream(chunk_edges)
     in_edges = np.zeros(p, dtype=np.int64)
     cut = 0
-    for chunk in stream:
+    for chunk in progress(stream, total=len(stream), desc="metrics: cut", unit="chunk"):
         cut += int(_cut_pass(chunk, part, in_edges))
     g = _groups(n, p, bitmap_bytes)
     halo = 0
     for k0 in range(0, p, g):
         gg = min(g, p - k0)
         bits = np.zeros((n * gg + 7) // 8, dtype=np.uint8)
-        for chunk in stream:
+        for chunk in progress(stream, total=len(stream), desc="metrics: halo", unit="chunk"):
             halo += int(_halo_pass(chunk, part, k0, gg, bits))
         del bits
     sizes = np.bincount(part, minlength=p)
