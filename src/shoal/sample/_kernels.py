@@ -48,8 +48,7 @@ def _stream_key(seed, hop):
     return _mix64(np.uint64(seed) ^ _mix64(np.uint64(hop) + _GOLDEN))
 
 
-@numba.njit(cache=True, parallel=True)
-def _count(indptr, nodes, n_dst, fanout, counts):
+def _count_py(indptr, nodes, n_dst, fanout, counts):
     """counts[i] = number of neighbours sampled for frontier node nodes[i]."""
     num_rows = indptr.shape[0] - 1
     for i in prange(n_dst):
@@ -58,8 +57,7 @@ def _count(indptr, nodes, n_dst, fanout, counts):
         counts[i] = d if (fanout < 0 or d <= fanout) else fanout
 
 
-@numba.njit(cache=True, parallel=True)
-def _fill(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
+def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
     """Write the sampled in-neighbours (global ids) of nodes[:n_dst] into picked[rowptr[i]:...]."""
     for i in prange(n_dst):
         start = rowptr[i]
@@ -104,6 +102,25 @@ def _fill(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
                         break
 
 
+#: Below this many rows the serial twin of a kernel runs: waking threads costs more.
+PARALLEL_MIN = 512
+
+_count_par = numba.njit(cache=True, parallel=True)(_count_py)
+_count_ser = numba.njit(cache=True)(_count_py)
+_fill_par = numba.njit(cache=True, parallel=True)(_fill_py)
+_fill_ser = numba.njit(cache=True)(_fill_py)
+
+
+def _count(indptr, nodes, n_dst, fanout, counts):
+    (_count_par if n_dst >= PARALLEL_MIN else _count_ser)(indptr, nodes, n_dst, fanout, counts)
+
+
+def _fill(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
+    (_fill_par if n_dst >= PARALLEL_MIN else _fill_ser)(
+        indptr, indices, nodes, n_dst, rowptr, key, picked, dst
+    )
+
+
 @numba.njit(cache=True)
 def _relabel(picked, num_edges, g2l, nodes, n_nodes, col):
     """Local ids for sampled nodes: known nodes keep theirs, new ones are appended to nodes.
@@ -143,14 +160,21 @@ def _reset(g2l, nodes, n):
         g2l[nodes[i]] = -1
 
 
-@numba.njit(cache=True, parallel=True)
-def _gather_rows(src, ids, out):
+def _gather_rows_py(src, ids, out):
     """out[i, :] = src[ids[i], :] (with dtype conversion), rows in parallel."""
     f = src.shape[1]
     for i in prange(ids.shape[0]):
         r = ids[i]
         for j in range(f):
             out[i, j] = src[r, j]
+
+
+_gather_rows_par = numba.njit(cache=True, parallel=True)(_gather_rows_py)
+_gather_rows_ser = numba.njit(cache=True)(_gather_rows_py)
+
+
+def _gather_rows(src, ids, out):
+    (_gather_rows_par if ids.shape[0] >= PARALLEL_MIN else _gather_rows_ser)(src, ids, out)
 
 
 @numba.njit(cache=True, parallel=True)

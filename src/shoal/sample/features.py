@@ -34,7 +34,12 @@ def gather_rows(
         raise ValueError(f"out must be float32 with >= {n} rows and {src.shape[1]} columns")
     if n and (ids.min() < 0 or ids.max() >= src.shape[0]):
         raise ValueError(f"row ids must be in [0, {src.shape[0]})")
-    K._gather_rows(src, ids, out)
+    if src.dtype == np.float16:  # numba has no float16: move the raw bits, cast in numpy
+        raw = np.empty((n, src.shape[1]), dtype=np.uint16)
+        K._gather_rows(src.view(np.uint16), ids, raw)
+        out[:n] = raw.view(np.float16)
+    else:
+        K._gather_rows(src, ids, out)
     if normalize:
         K._row_normalize(out, n)
     return out

@@ -1,0 +1,176 @@
+"""Neighbour sampler: correctness on hand-built graphs, determinism, edge cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shoal.sample import NeighborSampler, full_graph_block, parse_fanouts
+
+
+def csr_from_edges(edges, n):
+    """In-neighbour CSR: row v lists the sources of edges (u, v)."""
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    order = np.argsort(e[:, 1], kind="stable")
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(e[:, 1], minlength=n), out=indptr[1:])
+    return indptr, e[order, 0].copy()
+
+
+def random_graph(n=60, m=400, seed=0):
+    rng = np.random.default_rng(seed)
+    e = np.unique(rng.integers(0, n, (m, 2)), axis=0)
+    return csr_from_edges(e, n), {(int(u), int(v)) for u, v in e}
+
+
+def check_batch(mb, edge_set, fanouts, indptr):
+    """Every sampled edge exists, no duplicate edge per target, fanout respected, layout."""
+    n_id = mb.n_id
+    assert len(np.unique(n_id)) == len(n_id)
+    assert len(mb.blocks) == len(fanouts)
+    # blocks are input layer first: block[-1] targets are the seeds
+    assert mb.blocks[-1].num_dst == mb.num_seeds
+    for b_in, b_out in zip(mb.blocks[:-1], mb.blocks[1:], strict=True):
+        assert b_in.num_dst == b_out.num_src
+    hop_fanouts = list(reversed(fanouts))  # block l uses the fanout of hop L - l
+    for block, f in zip(mb.blocks, hop_fanouts, strict=True):
+        src, dst = block.edge_index.numpy()
+        assert src.max(initial=-1) < block.num_src and dst.max(initial=-1) < block.num_dst
+        assert np.all(np.diff(dst) >= 0)
+        assert np.array_equal(np.repeat(np.arange(block.num_dst), np.diff(block.rowptr)), dst)
+        pairs = set()
+        for u, v in zip(n_id[src], n_id[dst], strict=True):
+            assert (int(u), int(v)) in edge_set, f"sampled edge {u}->{v} does not exist"
+            assert (u, v) not in pairs, "duplicate sampled edge"
+            pairs.add((u, v))
+        counts = np.diff(block.rowptr.numpy())
+        deg = np.diff(indptr)[n_id[: block.num_dst]]
+        expect = deg if f == -1 else np.minimum(deg, f)
+        assert np.array_equal(counts, expect)
+        assert np.array_equal(block.deg_src.numpy(), np.diff(indptr)[n_id[: block.num_src]])
+
+
+@pytest.mark.parametrize("fanouts", [(3,), (2, 2), (5, 3, 2), (-1, 2), (100, 70)])
+def test_sampled_edges_exist_no_duplicates_fanout_respected(fanouts):
+    (indptr, indices), edges = random_graph()
+    s = NeighborSampler(indptr, indices, fanouts)
+    for seed in range(3):
+        mb = s.sample(np.array([5, 0, 17, 33]), seed)
+        assert list(mb.seeds) == [5, 0, 17, 33]
+        check_batch(mb, edges, fanouts, indptr)
+
+
+def test_large_fanout_uses_selection_sampling_correctly():
+    # a star: node 0 has 200 in-neighbours; fanout 100 > the Floyd limit
+    n = 201
+    edges = [(u, 0) for u in range(1, n)]
+    indptr, indices = csr_from_edges(edges, n)
+    s = NeighborSampler(indptr, indices, (100,))
+    mb = s.sample(np.array([0]), 7)
+    src = mb.n_id[mb.blocks[0].edge_index[0].numpy()]
+    assert (
+        len(src) == 100 and len(set(src.tolist())) == 100 and set(src.tolist()) <= set(range(1, n))
+    )
+
+
+def test_uniformity_of_small_fanout():
+    n = 11
+    indptr, indices = csr_from_edges([(u, 0) for u in range(1, n)], n)
+    s = NeighborSampler(indptr, indices, (3,))
+    hits = np.zeros(n)
+    for seed in range(800):
+        mb = s.sample(np.array([0]), seed)
+        hits[mb.n_id[1:]] += 1
+    # each of 10 neighbours is drawn with probability 3/10: 240 expected, sd about 13
+    assert np.all(np.abs(hits[1:] - 240) < 65), hits
+
+
+def test_full_neighbour_mode_is_exact():
+    (indptr, indices), edges = random_graph(seed=3)
+    s = NeighborSampler(indptr, indices, (2, 2))
+    nodes = np.array([1, 2, 3, 40])
+    mb = s.full(nodes)
+    b = mb.blocks[0]
+    got = {(int(mb.n_id[u]), int(mb.n_id[v])) for u, v in b.edge_index.numpy().T}
+    want = {(u, v) for (u, v) in edges if v in set(nodes.tolist())}
+    assert got == want
+    # fanout -1 over two hops equals two full hops
+    mb2 = s.sample(nodes, 0, fanouts=(-1, -1))
+    assert mb2.blocks[-1].num_edges == b.num_edges
+
+
+def test_deterministic_for_a_seed_and_independent_of_threads():
+    import numba
+
+    (indptr, indices), _ = random_graph(n=300, m=3000, seed=1)
+    s = NeighborSampler(indptr, indices, (4, 3))
+    seeds = np.arange(0, 300, 7)
+    a = s.sample(seeds, 42)
+    b = s.sample(seeds, 42)
+    c = s.sample(seeds, 43)
+    assert np.array_equal(a.n_id, b.n_id)
+    for x, y in zip(a.blocks, b.blocks, strict=True):
+        assert np.array_equal(x.edge_index.numpy(), y.edge_index.numpy())
+    assert not all(
+        np.array_equal(x.edge_index.numpy(), y.edge_index.numpy())
+        for x, y in zip(a.blocks, c.blocks, strict=True)
+    )
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        d = NeighborSampler(indptr, indices, (4, 3)).sample(seeds, 42)
+    finally:
+        numba.set_num_threads(old)
+    assert np.array_equal(a.n_id, d.n_id)
+
+
+def test_isolated_nodes_self_loops_and_empty_seeds():
+    # node 3 isolated, node 1 has a self-loop
+    indptr, indices = csr_from_edges([(0, 1), (1, 1), (2, 1), (1, 2)], 4)
+    s = NeighborSampler(indptr, indices, (5, 5))
+    mb = s.sample(np.array([3, 1]), 0)
+    assert mb.blocks[-1].count_dst.tolist() == [0, 3]
+    assert set(mb.n_id.tolist()) == {3, 1, 0, 2}
+    empty = s.sample(np.array([], dtype=np.int64), 0)
+    assert empty.num_seeds == 0 and all(b.num_edges == 0 for b in empty.blocks)
+
+
+def test_store_part_halo_ids_beyond_csr_rows():
+    # 3 core rows, ids 3 and 4 are halo nodes (no rows); degrees given for all 5
+    indptr = np.array([0, 2, 3, 4])
+    indices = np.array([3, 1, 4, 0])
+    s = NeighborSampler(indptr, indices, (-1, -1), num_nodes=5, degrees=np.array([2, 1, 1, 7, 9]))
+    mb = s.sample(np.array([0]), 0)
+    assert set(mb.n_id.tolist()) == {0, 1, 3, 4}
+    assert mb.blocks[0].deg_src.tolist()[: len(mb.n_id)] == [2, 7, 1, 9]
+
+
+def test_bad_input_is_rejected_and_buffers_stay_clean():
+    indptr, indices = csr_from_edges([(0, 1), (1, 0)], 2)
+    s = NeighborSampler(indptr, indices, (1,))
+    with pytest.raises(ValueError, match="unique"):
+        s.sample(np.array([1, 1]), 0)
+    with pytest.raises(ValueError, match="out of range"):
+        s.sample(np.array([2]), 0)
+    assert s.sample(np.array([1, 0]), 0).n_id.tolist() == [1, 0]
+    with pytest.raises(ValueError, match="indptr"):
+        NeighborSampler(np.array([0, 3]), np.array([0]), (1,))
+    for bad in ("", "0", "3,-2", "x"):
+        with pytest.raises(ValueError):
+            parse_fanouts(bad)
+    assert parse_fanouts("all,10") == (-1, 10)
+
+
+def test_works_on_graph_directory(make_graph):
+    g = make_graph([(0, 1), (2, 1), (1, 0), (3, 2)], 4)
+    csr = g.csr("in")
+    s = NeighborSampler(csr.indptr, csr.indices, (-1,))
+    mb = s.sample(np.array([1]), 0)
+    assert sorted(mb.n_id[1:].tolist()) == [0, 2]
+
+
+def test_full_graph_block():
+    indptr, indices = csr_from_edges([(0, 1), (2, 1), (1, 0)], 3)
+    b = full_graph_block(indptr, indices)
+    assert b.size == (3, 3)
+    assert sorted(map(tuple, b.edge_index.numpy().T.tolist())) == [(0, 1), (1, 0), (2, 1)]
