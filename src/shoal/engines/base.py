@@ -1,0 +1,460 @@
+"""The Engine interface, the registry of engines, and what every engine shares.
+
+An engine trains a model on a partitioned store across the ranks of a process group
+(``shoal.dist.process_group``); it is built with :func:`get_engine` and run with
+:meth:`Engine.fit`, which returns a :class:`RunResult` (identical on every rank).
+
+Shared pieces:
+
+- :func:`parts_of_rank`: which parts a rank holds -- the plan's assignment (``shoal plan``
+  JSON, ``worker_of_part``) or, without a plan, SDT-GNN's cyclic rule (part ``j`` -> rank
+  ``j mod N``).
+- :class:`NodeTables`: ``O(V)`` per-node arrays every rank needs (full in-degrees, labels),
+  assembled by one all-reduce in which each rank contributes the rows of its own parts.
+- :func:`dist_evaluate`: exact accuracy by distributed layer-wise inference. Each rank computes
+  layer ``l`` for the core nodes of its parts from all their in-neighbours' layer ``l - 1``
+  rows (halo rows pulled from their owners through a :class:`~shoal.dist.DistFeatureStore`
+  holding that layer's outputs: one exchange per layer), so no sampling noise enters the
+  reported accuracy.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import logging
+import math
+import os
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from shoal.dist.comm import CommStats
+from shoal.dist.feature_store import DistFeatureStore
+from shoal.dist.runtime import DistContext
+from shoal.errors import ShoalInputError
+from shoal.nn import build_model
+from shoal.sample.features import gather_rows
+from shoal.sample.sampler import NeighborSampler
+from shoal.store.reader import Partition, Store
+from shoal.train import TrainConfig
+from shoal.utils.io import read_json
+from shoal.utils.memory import peak_rss_bytes
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EngineConfig",
+    "NodeTables",
+    "RunResult",
+    "dist_evaluate",
+    "get_engine",
+    "parts_of_rank",
+    "run_epochs",
+]
+
+#: Engine names -> "module:Class" (imported on use).
+ENGINES: dict[str, str] = {
+    "minibatch": "shoal.engines.minibatch:MinibatchEngine",
+    "averaging": "shoal.engines.averaging:AveragingEngine",
+}
+
+
+@dataclass(kw_only=True)
+class EngineConfig:
+    """Options of a distributed run (the model/optimiser options are a :class:`TrainConfig`).
+
+    Attributes:
+        train: hyper-parameters shared with the single-process trainer (default
+            ``TrainConfig()``). ``patience`` and checkpoints are not used by the engines yet.
+        average_every: averaging engine: average the models every k epochs (default 1).
+        average_optimizer: averaging engine: also average the optimizer state (Adam's
+            moments, weighted like the parameters) at every averaging round (default true;
+            false keeps each rank's own moments, which on Cora with 2 ranks converged much
+            more slowly: see docs/distributed.md).
+        plan: a plan JSON from ``shoal plan`` (its ``worker_of_part`` gives each part's rank);
+            default None assigns part ``j`` to rank ``j mod N``.
+        eval_every: evaluate (validation) every this many epochs; the best-validation model
+            is tested at the end (default: ``train.eval_every``).
+    """
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    average_every: int = 1
+    average_optimizer: bool = True
+    plan: str | None = None
+    eval_every: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.average_every < 1:
+            raise ValueError(f"average_every must be >= 1, got {self.average_every}")
+        if self.eval_every is None:
+            self.eval_every = self.train.eval_every
+        if self.eval_every < 1:
+            raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
+
+
+@dataclass
+class RunResult:
+    """Outcome of a distributed run (``to_json()`` is what ``--json`` writes)."""
+
+    engine: str
+    world_size: int
+    num_parts: int
+    test_accuracy: float
+    val_accuracy: float
+    best_epoch: int
+    epochs: int
+    seconds_per_epoch: float
+    time_split: dict[str, float]
+    comm_per_epoch: dict[str, float]
+    batches_per_epoch: int
+    eval_seconds: float
+    num_parameters: int
+    peak_rss_bytes: int
+    config: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["bytes_per_epoch"] = self.comm_per_epoch.get("bytes_sent", 0.0) + self.comm_per_epoch.get(
+            "allreduce_bytes", 0.0
+        )
+        return d
+
+
+def parts_of_rank(num_parts: int, world_size: int, plan: str | None = None) -> np.ndarray:
+    """``(p,)`` rank holding each part: the plan's ``worker_of_part`` or ``j mod N``."""
+    if plan is None:
+        if num_parts < world_size:
+            raise ShoalInputError(
+                f"the store has {num_parts} parts but {world_size} processes were started",
+                fix=f"use --nproc {num_parts} or fewer, or build a store with more parts",
+            )
+        return np.arange(num_parts, dtype=np.int64) % world_size
+    meta = read_json(Path(plan))
+    try:
+        wop = np.asarray(meta["worker_of_part"], dtype=np.int64)
+        workers = int(meta["workers"])
+    except (KeyError, TypeError, ValueError):
+        raise ShoalInputError(
+            "plan: field 'worker_of_part' or 'workers' is missing",
+            path=plan,
+            fix="write the plan with `shoal plan --store STORE --workers N --json FILE`",
+        ) from None
+    if wop.shape != (num_parts,):
+        raise ShoalInputError(
+            f"plan: worker_of_part has {wop.shape[0]} entries, the store has {num_parts} parts",
+            path=plan,
+            fix="make the plan from this store",
+        )
+    if workers != world_size:
+        raise ShoalInputError(
+            f"plan: made for {workers} workers, but {world_size} processes were started",
+            path=plan,
+            fix=f"use --nproc {workers}",
+        )
+    return wop
+
+
+class NodeTables:
+    """``O(V)`` per-node arrays every rank needs, built by one all-reduce over owned parts.
+
+    Attributes: ``degrees`` float32 full in-degrees; ``labels`` int64 (-1 unlabelled);
+    ``train`` bool training mask.
+    """
+
+    def __init__(self, store: Store, parts: list[Partition]) -> None:
+        n = store.num_nodes
+        t = torch.zeros((3, n), dtype=torch.float64)
+        for part in parts:
+            sl = slice(part.start, part.stop)
+            t[0, sl] = torch.from_numpy(np.diff(np.asarray(part.indptr)).astype(np.float64))
+            if part.labels is not None:
+                t[1, sl] = torch.from_numpy(np.asarray(part.labels, dtype=np.float64) + 1.0)
+            t[2, sl] = torch.from_numpy(np.asarray(part.train_mask, dtype=np.float64))
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(t)
+        a = t.numpy()
+        self.degrees = a[0].astype(np.float32)
+        self.labels = a[1].astype(np.int64) - 1
+        self.train = a[2] > 0.5
+
+
+def build_engine_model(cfg: TrainConfig, store: Store) -> nn.Module:
+    """The model named by ``cfg.model`` (seeded by ``cfg.seed``, as the trainer does)."""
+    if store.feature_dim is None or store.num_classes is None:
+        raise ShoalInputError(
+            "the store has no features or labels",
+            path=store.path,
+            fix="build it from a node-classification graph (features, labels, splits)",
+        )
+    torch.manual_seed(cfg.seed)
+    extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
+    return build_model(
+        cfg.model,
+        in_dim=int(store.feature_dim),
+        hidden=cfg.hidden,
+        out_dim=int(store.num_classes),
+        num_layers=cfg.num_layers,
+        dropout=cfg.dropout,
+        **extra,
+    )
+
+
+def _local_features(part: Partition, normalize: bool) -> np.ndarray:
+    x = part.features
+    if x is None:
+        raise ShoalInputError("the store has no features", path=part.path)
+    if not normalize:
+        return x
+    return gather_rows(x, np.arange(part.num_core), normalize=True)
+
+
+@torch.no_grad()
+def dist_evaluate(
+    model: nn.Module,
+    store: Store,
+    parts: list[Partition],
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    tables: NodeTables,
+    *,
+    splits: tuple[str, ...] = ("val", "test"),
+    batch_size: int = 4096,
+    normalize_features: bool = False,
+    stats: CommStats | None = None,
+) -> dict[str, float]:
+    """Exact accuracy on ``splits`` by distributed layer-wise inference. Collective.
+
+    Layer ``l`` of every core node is computed from all its in-neighbours (full
+    neighbourhoods, as in the single-process :func:`shoal.train.layerwise_inference`); the
+    halo rows each layer needs are pulled from their owners (one exchange per layer). Layer
+    outputs larger than 256 MiB per part go to temporary memory maps.
+    """
+    model.eval()
+    num_layers = int(model.num_layers)
+    stats = stats if stats is not None else CommStats()
+    fdim = int(store.feature_dim)
+    # layer-0 inputs of each local part: core rows (memmap) + halo rows (pulled or replicated)
+    prev_core = {p.index: _local_features(p, normalize_features) for p in parts}
+    prev_dim = fdim
+    correct = np.zeros(len(splits), dtype=np.float64)
+    total = np.zeros(len(splits), dtype=np.float64)
+    with tempfile.TemporaryDirectory(prefix="shoal-dist-infer-") as tmp:
+        for layer in range(num_layers):
+            fs = DistFeatureStore(
+                part_offsets=store.part_offsets,
+                part_to_rank=part_to_rank,
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                local_parts=prev_core,
+                feature_dim=prev_dim,
+                stats=stats,
+            )
+            halo_all = np.concatenate(
+                [np.asarray(p.halo_ids, dtype=np.int64) for p in parts] or [np.empty(0, np.int64)]
+            )
+            halo_rows = fs.pull(halo_all).numpy()
+            new_core: dict[int, np.ndarray] = {}
+            pos = 0
+            for part in parts:
+                inputs = np.empty((part.num_nodes, prev_dim), dtype=np.float32)
+                inputs[: part.num_core] = prev_core[part.index]
+                inputs[part.num_core :] = halo_rows[pos : pos + part.num_halo]
+                pos += part.num_halo
+                local_ids = np.concatenate(
+                    [part.core_ids, np.asarray(part.halo_ids, dtype=np.int64)]
+                )
+                sampler = NeighborSampler(
+                    part.indptr,
+                    part.indices,
+                    (-1,),
+                    num_nodes=part.num_nodes,
+                    degrees=tables.degrees[local_ids],
+                )
+                last = layer == num_layers - 1
+                if last:
+                    masks = [np.asarray(part.mask(s)) for s in splits]
+                    rows = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0)
+                else:
+                    rows = np.arange(part.num_core)
+                out = None
+                for start in range(0, len(rows), batch_size):
+                    batch = rows[start : start + batch_size]
+                    mb = sampler.full(batch)
+                    x = torch.from_numpy(inputs[mb.n_id])
+                    h = model.layer_forward(layer, x, mb.blocks[0]).numpy()
+                    if out is None:
+                        shape = (len(rows), h.shape[1])
+                        if not last and shape[0] * shape[1] * 4 > (256 << 20):
+                            out = np.lib.format.open_memmap(
+                                os.path.join(tmp, f"l{layer}_p{part.index}.npy"),
+                                mode="w+",
+                                dtype=np.float32,
+                                shape=shape,
+                            )
+                        else:
+                            out = np.empty(shape, np.float32)
+                    out[start : start + len(batch)] = h
+                if last:
+                    if out is not None:
+                        pred = out.argmax(1)
+                        y = tables.labels[part.start + rows]
+                        for k, m in enumerate(masks):
+                            sel = m[rows]
+                            correct[k] += float((pred[sel] == y[sel]).sum())
+                            total[k] += float(sel.sum())
+                else:
+                    if out is None:
+                        out = np.empty((0, model_out_dim(model, layer, prev_dim)), np.float32)
+                    new_core[part.index] = out
+            if not last:
+                dims = [a.shape[1] for a in new_core.values()]
+                prev_dim = _agree_dim(dims)
+                prev_core = new_core
+    t = torch.from_numpy(np.concatenate([correct, total]))
+    if ctx.world_size > 1:
+        dist.all_reduce(t)
+    c, n = t[: len(splits)].numpy(), t[len(splits) :].numpy()
+    return {s: float(c[k] / n[k]) if n[k] else math.nan for k, s in enumerate(splits)}
+
+
+def model_out_dim(model: nn.Module, layer: int, in_dim: int) -> int:
+    """Output width of ``layer`` (a dry run on a one-node block)."""
+    from shoal.sample.sampler import full_graph_block
+
+    blk = full_graph_block(np.zeros(2, np.int64), np.zeros(0, np.int64))
+    with torch.no_grad():
+        return int(model.layer_forward(layer, torch.zeros(1, in_dim), blk).shape[1])
+
+
+def _agree_dim(dims: list[int]) -> int:
+    """The layer width every rank agrees on (ranks with no part contribute nothing)."""
+    t = torch.tensor([max(dims) if dims else -1], dtype=torch.int64)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+class Engine(ABC):
+    """A distributed training strategy over a store (one instance per rank).
+
+    Args:
+        store: the opened store; config: an :class:`EngineConfig`; ctx: the process group.
+    """
+
+    name: str = "engine"
+
+    def __init__(self, store: Store, config: EngineConfig, ctx: DistContext) -> None:
+        self.store = store
+        self.config = config
+        self.ctx = ctx
+        self.part_to_rank = parts_of_rank(store.num_parts, ctx.world_size, config.plan)
+        self.parts = [store.part(int(i)) for i in np.flatnonzero(self.part_to_rank == ctx.rank)]
+        if store.feature_dim is None:
+            raise ShoalInputError("the store has no features", path=store.path)
+        self.stats = CommStats()
+        self.tables = NodeTables(store, self.parts)
+
+    @abstractmethod
+    def fit(self) -> RunResult:
+        """Train and evaluate; every rank returns the same result."""
+
+    def evaluate(self, model: nn.Module, splits: tuple[str, ...] = ("val", "test")):
+        """Exact accuracy of ``model`` (collective); communication is not counted per epoch."""
+        return dist_evaluate(
+            model,
+            self.store,
+            self.parts,
+            self.part_to_rank,
+            self.ctx,
+            self.tables,
+            splits=splits,
+            batch_size=self.config.train.eval_batch_size,
+            normalize_features=self.config.train.normalize_features,
+        )
+
+
+def get_engine(name: str) -> type[Engine]:
+    """The engine class registered as ``name``."""
+    target = ENGINES.get(name)
+    if target is None:
+        raise ShoalInputError(
+            f"unknown engine {name!r}", fix=f"valid engines: {', '.join(sorted(ENGINES))}"
+        )
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def run_epochs(engine: Engine, model: torch.nn.Module, train_epoch, after_epoch=None) -> RunResult:
+    """The epoch loop both engines share: train, evaluate every ``eval_every`` epochs, keep the
+    best-validation weights, test them at the end."""
+    cfg = engine.config
+    history: list[dict[str, Any]] = []
+    best_val, best_epoch, best_state = -1.0, 0, None
+    eval_seconds = 0.0
+    for epoch in range(cfg.train.epochs):
+        rec = train_epoch(epoch)
+        if after_epoch is not None:
+            after_epoch(epoch, rec)
+        last = epoch + 1 == cfg.train.epochs
+        if (epoch + 1) % cfg.eval_every == 0 or last:
+            if rec.get("evaluable", True):
+                t0 = time.perf_counter()
+                val = engine.evaluate(model, ("val",))["val"]
+                eval_seconds += time.perf_counter() - t0
+                rec["val_accuracy"] = val
+                if val > best_val:
+                    best_val, best_epoch = val, epoch + 1
+                    best_state = copy.deepcopy(model.state_dict())
+        history.append(rec)
+        if engine.ctx.is_rank0:
+            logging.getLogger("shoal.engines").info(
+                "epoch %d loss %.4f val %s %.2fs",
+                epoch + 1,
+                rec["loss"],
+                rec.get("val_accuracy", "-"),
+                rec["seconds"],
+            )
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    t0 = time.perf_counter()
+    final = engine.evaluate(model, ("val", "test"))
+    eval_seconds += time.perf_counter() - t0
+    n = max(len(history), 1)
+    keys = sorted({k for r in history for k in r["time_split"]})
+    comm_keys = sorted({k for r in history for k in r["comm"]})
+    rss = torch.tensor([peak_rss_bytes()], dtype=torch.float64)
+    if engine.ctx.world_size > 1:
+        torch.distributed.all_reduce(rss, op=torch.distributed.ReduceOp.MAX)
+    return RunResult(
+        engine=engine.name,
+        world_size=engine.ctx.world_size,
+        num_parts=engine.store.num_parts,
+        test_accuracy=final["test"],
+        val_accuracy=final["val"],
+        best_epoch=best_epoch,
+        epochs=len(history),
+        seconds_per_epoch=sum(r["seconds"] for r in history) / n,
+        time_split={k: sum(r["time_split"].get(k, 0.0) for r in history) / n for k in keys},
+        comm_per_epoch={k: sum(r["comm"].get(k, 0.0) for r in history) / n for k in comm_keys},
+        batches_per_epoch=int(getattr(engine, "num_batches", 0)),
+        eval_seconds=eval_seconds,
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        peak_rss_bytes=int(rss.item()),
+        config={
+            "train": cfg.train.to_dict(),
+            "average_every": cfg.average_every,
+            "plan": cfg.plan,
+            "eval_every": cfg.eval_every,
+        },
+        history=history,
+    )

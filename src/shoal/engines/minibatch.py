@@ -1,0 +1,176 @@
+"""``minibatch``: synchronous mini-batch SGD over a partitioned store (DistDGL).
+
+Zheng et al., "DistDGL: Distributed Graph Neural Network Training for Billion-Scale Graphs"
+(IA3 2020), Section 3: every trainer
+
+1. owns the training nodes of its parts; a two-level split (Section 3.4, ``node_split`` with
+   ``force_even``) gives every rank the same number of training nodes -- its own first, the
+   surplus of richer ranks moved to poorer ones in ID order -- hence the same number of
+   batches per epoch, so the ranks' all-reduces stay in step;
+2. samples each batch where the data lives (:class:`shoal.dist.DistNeighborSampler`: frontier
+   nodes owned elsewhere are sampled by their owner);
+3. pulls the input features of non-local nodes from their owners
+   (:class:`shoal.dist.DistFeatureStore`, one exchange per step);
+4. runs the model and all-reduces the gradients (``DistributedDataParallel``; dense weights
+   are updated synchronously, Section 3.1).
+
+With one process and a one-part store the batches, initialisation and dropout stream equal
+those of :class:`shoal.train.Trainer` (same shuffling ``default_rng([seed, epoch])`` and batch
+seeds ``batch_seed(seed, epoch, step)``), so the accuracy is the single-process one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from shoal.dist.comm import all_reduce_stats
+from shoal.dist.feature_store import DistFeatureStore
+from shoal.dist.sampler import DistNeighborSampler
+from shoal.engines.base import Engine, RunResult, build_engine_model, run_epochs
+from shoal.train import batch_seed
+from shoal.utils.progress import progress
+
+__all__ = ["MinibatchEngine", "split_training_nodes"]
+
+
+def split_training_nodes(owned: list[np.ndarray]) -> list[np.ndarray]:
+    """Two-level split: rank ``r`` keeps its own training nodes ``owned[r]`` (sorted IDs) up to
+    an equal share; the surplus of every rank is handed, in rank and ID order, to the ranks
+    short of their share. Shares differ by at most one (the first ``T mod N`` ranks get one
+    more). Every rank computes the same answer from the same input."""
+    n = len(owned)
+    total = sum(len(a) for a in owned)
+    share = [total // n + (1 if r < total % n else 0) for r in range(n)]
+    keep = [a[: share[r]] for r, a in enumerate(owned)]
+    pool = np.concatenate([a[share[r] :] for r, a in enumerate(owned)] or [np.empty(0, np.int64)])
+    out, pos = [], 0
+    for r in range(n):
+        need = share[r] - len(keep[r])
+        out.append(np.concatenate([keep[r], pool[pos : pos + need]]).astype(np.int64))
+        pos += need
+    return out
+
+
+class MinibatchEngine(Engine):
+    """DistDGL-style synchronous mini-batch training (see the module docstring)."""
+
+    name = "minibatch"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.config.train
+        store, ctx = self.store, self.ctx
+        train_ids = np.flatnonzero(self.tables.train).astype(np.int64)
+        owner_rank = self.part_to_rank[store.owner(train_ids)] if train_ids.size else train_ids
+        owned = [train_ids[owner_rank == r] for r in range(ctx.world_size)]
+        splits = split_training_nodes(owned)
+        self.seeds = splits[ctx.rank]
+        max_share = max(len(s) for s in splits)
+        self.num_batches = max(1, math.ceil(max_share / cfg.batch_size)) if max_share else 0
+        self.sampler = DistNeighborSampler(
+            parts=self.parts,
+            part_offsets=store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            fanouts=cfg.fanouts,
+            degrees=self.tables.degrees,
+            stats=self.stats,
+        )
+        local = {}
+        for p in self.parts:
+            local[p.index] = p.features
+        self.features = DistFeatureStore(
+            part_offsets=store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            local_parts=local,
+            feature_dim=int(store.feature_dim),
+            stats=self.stats,
+        )
+        self.model = build_engine_model(cfg, store)
+        self.ddp = DistributedDataParallel(self.model)
+        self.optimizer = torch.optim.Adam(
+            self.ddp.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        self.param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def _batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's seeds for ``epoch``, shuffled, in exactly ``num_batches`` batches."""
+        cfg = self.config.train
+        order = np.random.default_rng([cfg.seed, epoch]).permutation(len(self.seeds))
+        s = self.seeds[order]
+        if math.ceil(len(s) / cfg.batch_size) == self.num_batches:
+            return [s[i : i + cfg.batch_size] for i in range(0, len(s), cfg.batch_size)]
+        return list(np.array_split(s, self.num_batches))
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        cfg = self.config.train
+        self.stats.reset()
+        timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0}
+        total_loss, correct, seen = 0.0, 0, 0
+        self.ddp.train()
+        t_epoch = time.perf_counter()
+        bar = progress(
+            total=self.num_batches,
+            desc=f"epoch {epoch + 1}",
+            unit="batch",
+            enable=cfg.progress if self.ctx.is_rank0 else False,
+        )
+        for step, seeds in enumerate(self._batches(epoch)):
+            t0 = time.perf_counter()
+            # the batch seed depends on the rank too, so ranks draw different samples
+            bseed = batch_seed(cfg.seed, epoch, step) + self.ctx.rank
+            mb = self.sampler.sample(seeds, bseed)
+            t1 = time.perf_counter()
+            x = self.features.pull(mb.n_id)
+            if cfg.normalize_features:
+                s = x.sum(1, keepdim=True)
+                x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
+            y = torch.from_numpy(self.tables.labels[mb.seeds])
+            t2 = time.perf_counter()
+            self.optimizer.zero_grad(set_to_none=True)
+            out = self.ddp(x, mb.blocks)
+            # DDP averages the ranks' gradients (batches differ in size by at most one seed
+            # per rank under the two-level split)
+            loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
+            loss.backward()
+            self.optimizer.step()
+            self.stats.allreduce_bytes += self.param_bytes
+            t3 = time.perf_counter()
+            timer["sampling"] += t1 - t0
+            timer["gather"] += t2 - t1
+            timer["forward_backward"] += t3 - t2
+            n = len(y)
+            total_loss += float(loss.detach()) * n
+            correct += int((out.detach().argmax(1) == y).sum()) if n else 0
+            seen += n
+            bar.update(1)
+        bar.close()
+        seconds = time.perf_counter() - t_epoch
+        comm = all_reduce_stats(self.stats)
+        agg = torch.tensor([total_loss, correct, seen], dtype=torch.float64)
+        if self.ctx.world_size > 1:
+            torch.distributed.all_reduce(agg)
+        t = torch.tensor([seconds], dtype=torch.float64)
+        if self.ctx.world_size > 1:
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return {
+            "epoch": epoch + 1,
+            "loss": float(agg[0] / max(agg[2], 1)),
+            "train_accuracy": float(agg[1] / max(agg[2], 1)),
+            "seconds": float(t.item()),
+            "time_split": timer,
+            "comm": comm,
+        }
+
+    def fit(self) -> RunResult:
+        return run_epochs(self, self.model, self.train_epoch)
