@@ -113,3 +113,18 @@ def test_tiny_overfit(name, graph):
     acc = (m(x, [fb, fb]).argmax(1) == y).float().mean().item()
     assert losses[-1] < 0.8 * losses[0]
     assert acc >= 0.9, acc
+
+
+def test_relu_dropout_matches_relu_then_dropout():
+    from shoal.nn.dropout import relu_dropout
+
+    x = torch.randn(50, 13, requires_grad=True)
+    torch.manual_seed(5)
+    a = relu_dropout(x, 0.4, True)
+    a.sum().backward()
+    g1 = x.grad.clone()
+    x.grad = None
+    torch.manual_seed(5)
+    b = dropout(torch.relu(x), 0.4, True)
+    b.sum().backward()
+    assert torch.allclose(a, b) and torch.allclose(g1, x.grad)

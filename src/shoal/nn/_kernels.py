@@ -50,3 +50,37 @@ def _dropout_apply(x, seed, threshold, scale, out):
             for q in range(f - f4):
                 u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
                 out[i, f4 + q] = x[i, f4 + q] * (scale if u >= threshold else zero)
+
+
+@numba.njit(cache=True, parallel=True)
+def _relu_dropout(x, seed, threshold, scale, out):
+    """out = max(x, 0) * mask * scale (mask as in :func:`_dropout_apply`)."""
+    n, f = x.shape
+    f4 = f - f % 4
+    zero = np.float32(0.0)
+    for i in prange(n):
+        state = _mix64(seed ^ _mix64(np.uint64(i) + _GOLDEN))
+        for j in range(0, f4, 4):
+            state = state + _GOLDEN
+            bits = _mix64(state)
+            for q in range(4):
+                u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
+                v = x[i, j + q]
+                out[i, j + q] = v * scale if (u >= threshold and v > zero) else zero
+        if f4 < f:
+            state = state + _GOLDEN
+            bits = _mix64(state)
+            for q in range(f - f4):
+                u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
+                v = x[i, f4 + q]
+                out[i, f4 + q] = v * scale if (u >= threshold and v > zero) else zero
+
+
+@numba.njit(cache=True, parallel=True)
+def _masked_scale(grad, out, scale, res):
+    """res = grad * scale where out > 0, else 0 (backward of :func:`_relu_dropout`)."""
+    n, f = grad.shape
+    zero = np.float32(0.0)
+    for i in prange(n):
+        for j in range(f):
+            res[i, j] = grad[i, j] * scale if out[i, j] > zero else zero

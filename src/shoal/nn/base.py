@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shoal.nn.dropout import dropout
+from shoal.nn.dropout import dropout, relu_dropout
 from shoal.sample.sampler import Block
 
 __all__ = ["BlockGNN", "gcn_adj_t", "mean_aggregate", "sum_aggregate"]
@@ -83,11 +83,19 @@ class BlockGNN(nn.Module):
         raise NotImplementedError
 
     def layer_forward(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
-        """Layer ``layer`` (dropout, convolution, activation) on one block."""
-        x = dropout(x, self.dropout, self.training)
+        """Layer ``layer`` on one block: convolution, then (but after the last layer)
+        activation and the dropout of the next layer's input; layer 0 also drops its input.
+
+        In evaluation mode this is convolution + activation, the exact layer-wise output.
+        """
+        if layer == 0:
+            x = dropout(x, self.dropout, self.training)
         h = self.conv(layer, x, block)
         if layer < self.num_layers - 1:
-            h = self.activation(h)
+            if self.activation is F.relu:
+                h = relu_dropout(h, self.dropout, self.training)
+            else:
+                h = dropout(self.activation(h), self.dropout, self.training)
         return h
 
     def forward(self, x: torch.Tensor, blocks: Sequence[Block]) -> torch.Tensor:

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from shoal.nn import _kernels as K
 
-__all__ = ["dropout"]
+__all__ = ["dropout", "relu_dropout"]
 
 
 class _FastDropout(torch.autograd.Function):
@@ -44,3 +44,34 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return F.dropout(x, p, training)
     seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64))
     return _FastDropout.apply(x, p, seed)
+
+
+class _FastReluDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+        args = (np.uint64(seed), np.uint64(min(int(round(p * 65536)), 65536)),
+                np.float32(1.0 / (1.0 - p)))  # fmt: skip
+        xc = x.contiguous()
+        out = torch.empty_like(xc)
+        K._relu_dropout(xc.numpy(), *args, out.numpy())
+        ctx.save_for_backward(out)
+        ctx.scale = args[2]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (out,) = ctx.saved_tensors
+        g = grad.contiguous()
+        res = torch.empty_like(g)
+        K._masked_scale(g.numpy(), out.numpy(), ctx.scale, res.numpy())
+        return res, None, None
+
+
+def relu_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``dropout(relu(x))`` in one pass over the data (the same mask as :func:`dropout`)."""
+    if not training or p == 0.0 or x.dtype != torch.float32 or x.device.type != "cpu":
+        return dropout(F.relu(x), p, training)
+    if x.dim() != 2:
+        return F.dropout(F.relu(x), p, training)
+    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64))
+    return _FastReluDropout.apply(x, p, seed)
