@@ -16,7 +16,9 @@ __all__ = ["parse_options", "register"]
 
 _EPILOG = """\
 algorithms (--algo):
-  streaming, O(V) memory:  spring, grem, hdrf, dbh, greedy, 2ps-l, ldg, fennel, hash, random
+  streaming, O(V) memory:  spring, hdrf, dbh, greedy, 2ps-l, ldg, fennel, hash, random
+  streaming, one window:   grem (holds one window of edges: 10% of |E| by default,
+                           --option window=0.01 for 1%, window_per_node=1 for |V| edges)
   in-memory references:    metis, kaminpar (load the whole graph)
 
 The default configuration (no --algo) is the best streaming one measured on the shared
