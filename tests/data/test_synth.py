@@ -105,7 +105,7 @@ def test_dcsbm_blocks_have_no_self_loops():
     assert e.shape == (5000, 2) and not (e[:, 0] == e[:, 1]).any()
 
 
-def _train_acc(g, kind: str, epochs: int = 60, seed: int = 0) -> float:
+def _train_acc(g, kind: str, epochs: int = 40, seed: int = 0) -> float:
     import torch
     from torch_geometric.nn import GCNConv
 
@@ -139,6 +139,7 @@ def _train_acc(g, kind: str, epochs: int = 60, seed: int = 0) -> float:
 def test_dcsbm_gcn_beats_mlp(tmp_path):
     g = generate_dcsbm(tmp_path / "s", DCSBMConfig(nodes=4000, edges=40000, seed=0))
     gcn, mlp = _train_acc(g, "gcn"), _train_acc(g, "mlp")
+    print(f"GCN {gcn:.3f} MLP {mlp:.3f}")
     assert gcn >= mlp + 0.10, (gcn, mlp)
 
 

@@ -290,10 +290,10 @@ example: shoal data synth dcsbm --nodes 100000 --edges 1000000 --out /tmp/sbm"""
     s.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
     s.add_argument("--features", type=int, default=64, help="feature dimension (default 64)")
     s.add_argument(
-        "--homophily", type=float, default=0.8, help="P(edge inside its class) (default 0.8)"
+        "--homophily", type=float, default=0.5, help="P(edge inside its class) (default 0.5)"
     )
     s.add_argument(
-        "--feature-signal", type=float, default=1.0, help="class-centroid scale (default 1.0)"
+        "--feature-signal", type=float, default=1.5, help="class-centroid scale (default 1.5)"
     )
     s.add_argument(
         "--degree-exponent", type=float, default=2.5, help="power-law exponent (default 2.5)"

@@ -29,11 +29,15 @@ degree proportional to theta), so degrees are heavy-tailed as in real graphs. Cl
 blocks (balanced), node features are ``x_i = mu_{y_i} + N(0, I)`` with class centroids
 ``mu_c ~ N(0, feature_signal^2 / F * I)``, and train/val/test splits are uniform random.
 
-Why a GNN beats an MLP on the defaults: the features alone are weak (the distance between two
-class centroids is about ``feature_signal * sqrt(2) = 1.4`` noise standard deviations), so a
-per-node classifier stays low, while a node's in-neighbours are of its own class with
-probability ``homophily = 0.8``: averaging the features of ~``2 * edges / nodes`` neighbours
-shrinks the noise by about the square root of the degree and keeps most of the class signal.
+Why a GNN beats an MLP on the defaults (``homophily=0.5``, ``feature_signal=1.5``, 10
+classes): the features alone are weak (two class centroids lie about
+``feature_signal * sqrt(2) = 2.1`` noise standard deviations apart), so a per-node classifier
+confuses the classes often (MLP ~45 % test accuracy at 10k nodes, mean degree 20), while half of
+a node's in-neighbours share its class and the other half spread over the 9 other classes:
+averaging over them keeps ``0.5 - 0.5 / 9 = 0.44`` of the centroid separation and divides the
+noise by about the square root of the degree (GCN ~89 %). Lower ``homophily`` towards
+``1 / classes`` and the GNN's advantage disappears; raise ``feature_signal`` above ~3 and the MLP
+catches up; with ``homophily=0.8`` the GCN saturates near 99 %.
 See ``docs/format.md`` ("Synthetic graphs") and ``bench/results/data.md`` for the measured gap.
 """
 
@@ -97,7 +101,7 @@ class RMATConfig:
         classes: number of classes C (default 0: no labels); labels are uniform random and
             features class-correlated (centroid + unit noise), so they are only a smoke-test
             signal: use the DC-SBM for accuracy experiments.
-        feature_signal: class-centroid scale (default 1.0).
+        feature_signal: class-centroid scale (default 1.0; smoke-test signal only).
         train_frac, val_frac: split fractions when ``classes`` > 0 (default 0.1, 0.1).
         undirected: store both directions of every edge (default false).
         dedup: drop repeated edges by an external sort (default false; R-MAT repeats edges).
@@ -163,9 +167,9 @@ class DCSBMConfig:
             (2 * edges rows) unless ``directed``.
         classes: number of classes = blocks C (default 10).
         features: feature dimension F (default 64).
-        homophily: probability that an edge stays inside its source's class (default 0.8).
+        homophily: probability that an edge stays inside its source's class (default 0.5).
         feature_signal: class-centroid scale; centroid distance is ~ signal * sqrt(2) noise
-            standard deviations (default 1.0).
+            standard deviations (default 1.5).
         degree_exponent: power-law exponent of the degree propensities theta (default 2.5).
         max_theta: cap on theta relative to its minimum (default 1000), i.e. on the ratio of
             the largest to the smallest expected degree.
@@ -182,8 +186,8 @@ class DCSBMConfig:
     edges: int
     classes: int = 10
     features: int = 64
-    homophily: float = 0.8
-    feature_signal: float = 1.0
+    homophily: float = 0.5
+    feature_signal: float = 1.5
     degree_exponent: float = 2.5
     max_theta: float = 1000.0
     train_frac: float = 0.1
