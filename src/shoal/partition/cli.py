@@ -23,8 +23,8 @@ algorithms (--algo):
 
 The default configuration (no --algo) is the best streaming one measured on the shared
 graphs: grem with windows of |V| edges (--option window_per_node=1, O(V) memory) followed by
-{passes} restreaming refinement passes; its mean edge cut was 1.13-1.14x METIS's at p = 4, 8,
-16 (see shoal.partition.run). With an explicit --algo, --refine-passes defaults to 0 and the
+{passes} restreaming refinement passes; its mean edge cut was 1.08-1.10x METIS's at p = 4, 8,
+16 on the shared graphs (see shoal.partition.run). With an explicit --algo, --refine-passes defaults to 0 and the
 algorithm's own defaults apply (grem: the paper's 10% windows).
 
 Every result is made balanced: max/mean nodes and training nodes per part <= --balance, by a

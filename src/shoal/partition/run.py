@@ -40,12 +40,11 @@ __all__ = [
 #: The default configuration of ``shoal partition`` (no ``--algo``): the best streaming
 #: configuration measured on the nine shared graphs of issue 3 (amazon_photo, amazon_computers,
 #: coauthor_physics, facebook_pagepage, ca_astroph, soc_brightkite, fb100_cornell5, mesh_wing,
-#: github_musae; undirected, simple, random edge order). GREM with windows of |V| edges (so the
-#: window, like every other structure, is O(V)) followed by 4 restreaming refinement passes
-#: (converged after about 3) gave a mean edge cut of 0.173 / 0.261 / 0.340 at p = 4 / 8 / 16,
-#: against 0.152 / 0.230 / 0.299 for METIS: 1.14x / 1.13x / 1.14x. Without refinement the same
-#: GREM gave 0.197 / 0.290 / 0.378; GREM with the paper's 10% windows 0.203 / 0.296 / 0.377
-#: (0.181 / 0.268 / 0.340 refined); LDG, Fennel + 4 passes 0.28 / 0.36 / 0.44.
+#: github_musae; undirected, simple, random edge order): GREM with windows of |V| edges (so the
+#: window, like every other structure, is O(V)) followed by 4 restreaming refinement passes.
+#: Mean edge cut 0.168 / 0.249 / 0.325 at p = 4 / 8 / 16 against 0.152 / 0.230 / 0.299 for
+#: METIS (1.10x / 1.08x / 1.09x; replication factor 1.85 / 2.52 / 3.41 vs 1.82 / 2.45 / 3.42).
+#: The same GREM without refinement: 0.197 / 0.290 / 0.378.
 DEFAULT_ALGORITHM = "grem"
 DEFAULT_OPTIONS: dict[str, Any] = {"window_per_node": 1.0}
 DEFAULT_REFINE_PASSES = 4
