@@ -9,6 +9,11 @@
 3. ``config.refine_passes`` restreaming refinement passes (:mod:`shoal.partition.refine`)
    under the same capacities;
 4. the streaming metrics (:mod:`shoal.partition.metrics`), seconds per phase and peak RSS.
+
+``seconds_per_phase`` holds the algorithm's own phases (e.g. ``degrees``, ``clustering``),
+``partition`` (the algorithm in total), ``balance``, ``refine`` and ``metrics``. For vertex-cut
+algorithms ``edge_part`` stays the algorithm's raw edge assignment (its ``vertex_cut_rf`` is
+reported); ``node_part`` is the owner after the balance and refinement passes.
 """
 
 from __future__ import annotations
