@@ -98,7 +98,10 @@ def test_csr_equals_lexsort(tmp_path_factory, n, m, seed, run_edges):
     for kind, (p, s) in {"in": (1, 0), "out": (0, 1)}.items():
         out = d / kind
         # memory cap so small that runs hold run_edges edges: several runs get merged
-        with mock.patch.object(extsort, "_MIN_MEMORY", 0):
+        with (
+            mock.patch.object(extsort, "_MIN_MEMORY", 0),
+            mock.patch.object(extsort, "_SINK_SLICE", 13),
+        ):
             build_csr_files(stream, n, out, kind=kind, memory_bytes=run_edges * 40)
         indptr = np.load(out / "indptr.npy")
         indices = np.load(out / "indices.npy")

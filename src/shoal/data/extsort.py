@@ -11,7 +11,9 @@ The classic two-phase external merge sort:
    blocks that ran dry.
 
 Memory is ``O(R + k * B)`` keys plus the sink's O(V) state, whatever the number of edges, so a
-cap of 256 MB holds for billion-edge files. Node ids must be < 2**32.
+cap of 256 MB holds for billion-edge files: runs take ~40 bytes per edge (``R = cap / 40``), the
+merge holds ``k`` blocks of ``B = cap / (24 k)`` keys plus the merged slice, sorted in place, and
+decodes it for the sink in pieces of 1 Mi keys. Node ids must be < 2**32.
 
 :func:`build_csr` uses it to write the ``indptr``/``indices`` views of a graph directory:
 ``in`` = in-edges grouped by destination (``indices`` are sources), ``out`` = out-edges grouped
@@ -39,6 +41,8 @@ _MIN_MEMORY = 2**20
 # bytes per edge while a run is built: int64 pair read (16) + key (8) + temporaries (16)
 _RUN_BYTES_PER_EDGE = 40
 _SHIFT = np.uint64(32)
+# keys decoded and handed to the sink at a time during the merge
+_SINK_SLICE = 1 << 20
 _LOW = np.uint64(0xFFFFFFFF)
 
 Sink = Callable[[np.ndarray, np.ndarray], None]
@@ -146,14 +150,24 @@ def external_sort(
                 if cut:
                     parts.append(b[:cut])
                     bufs[j] = b[cut:]
-            out = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts), kind="stable")
-            bar.update(sum(p.size for p in parts))
+            if len(parts) == 1:
+                out = parts[0]
+            else:  # sorted in place: no second copy of the merged slice
+                out = np.concatenate(parts)
+                out.sort()
+            bar.update(out.size)
+            del parts
             if dedup:
                 out = _dedup_sorted(out, last_emitted)
             if out.size:
                 last_emitted = int(out[-1])
-                sink((out >> _SHIFT).astype(np.int64), (out & _LOW).astype(np.int64))
+                # hand the slice to the sink in bounded pieces: the decoded (primary,
+                # secondary) pairs and the sink's own temporaries stay O(_SINK_SLICE)
+                for s in range(0, out.size, _SINK_SLICE):
+                    piece = out[s : s + _SINK_SLICE]
+                    sink((piece >> _SHIFT).view(np.int64), (piece & _LOW).view(np.int64))
                 emitted += int(out.size)
+            del out
             for j in active:
                 refill(j)
         bar.close()
