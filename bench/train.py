@@ -181,7 +181,11 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--skip-dgl", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS / "train")
+    ap.add_argument("--render-only", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args()
+    if args.render_only:
+        render(json.loads(args.out.with_suffix(".json").read_text()), args.out.with_suffix(".md"))
+        return 0
     if args.worker:
         fn = run_shoal if args.worker == "shoal" else run_dgl
         res = fn(args.graph, args.epochs, args.threads, args.batch_size, args.hidden)
@@ -246,7 +250,54 @@ def main() -> int:
     print(table)
     results["table"] = table
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    render(results, args.out.with_suffix(".md"))
     return 0
+
+
+def render(results: dict, path: Path) -> None:
+    w = results["workload"]
+    md = [
+        "# Training speed: shoal vs DGL 2.1.0 (single process)",
+        "",
+        f"Command: `{results['command']}`  ",
+        f"Machine: {results['machine']}  ",
+        f"DGL side: DGL {results.get('dgl', {}).get('dgl', '-')}, torch "
+        f"{results.get('dgl', {}).get('torch', '-')} (venv from `bench/dgl_env.sh`); shoal side: "
+        "the repository's venv.",
+        "",
+        f"Workload: `{w['graph']}` ({w['nodes']:,} nodes, {w['stored_edges']:,} stored edges, "
+        f"{w['features']}-d features, {w['classes']} classes, 10% training nodes), "
+        f"{w['model']}, hidden {w['hidden']}, dropout 0.5 on every layer's input, Adam, "
+        f"batch {w['batch_size']}, fanouts {w['fanouts_hop1_first']} (hop 1 first; DGL gets "
+        f"the reversed list, its input-layer-first order), {w['threads']} thread(s) for torch "
+        f"and numba, {w['epochs']} epochs each, run back to back; medians over epochs.",
+        "",
+        results["table"],
+        "",
+        "Sampling = neighbour sampling to blocks; gather = feature rows (+ labels) of the "
+        "batch's nodes; forward/backward = forward, loss, backward and the optimizer step.",
+        "",
+        "## Profile and what was fixed",
+        "",
+        "torch.profiler on one training step of this workload (1 thread) showed "
+        "`aten::bernoulli_` (torch's dropout mask) at 45% of the step: dropout on the "
+        "~98k x 128 input rows and the hidden rows draws one Bernoulli sample per element "
+        "through a slow generic path. shoal now uses a numba dropout "
+        "(`shoal.nn.dropout`: one SplitMix64 draw gives four 16-bit uniforms, branch-free "
+        "and vectorised; the backward pass regenerates the mask from the seed instead of "
+        "storing it) and fuses ReLU with the next layer's dropout (one pass, "
+        "`relu_dropout`). The step went from ~2.9 s to ~1.0 s in that profile (machine "
+        "shared, so only the ratio is meaningful). Aggregations are sparse-CSR x dense products "
+        "(`torch.sparse.mm`, `reduce='mean'`), built straight from the sampler's "
+        "CSR-by-destination output: on the outer block, PyG's edge-list message passing took "
+        "2.9 s and the CSR product 0.2 s (forward + backward) in a micro-benchmark. The "
+        "remaining cost is dense matrix products (~30%) and the fused dropout kernels.",
+        "",
+        "The machine has 2 cores shared with 4 other jobs; absolute times vary by 2-3x between "
+        "runs, the ratio much less (an earlier run under heavier load, before the fused "
+        "ReLU-dropout, measured 65.4 s vs 90.2 s, ratio 0.726).",
+    ]
+    path.write_text("\n".join(md) + "\n")
 
 
 if __name__ == "__main__":
