@@ -356,6 +356,8 @@ def layerwise_inference(
     that becomes the next layer's input; the last layer only for ``nodes``. Models need a
     ``layer_forward(l, x, block)`` and ``num_layers`` (every :class:`shoal.nn.BlockGNN` has
     them); other modules are evaluated on full L-hop neighbourhoods sampled with fanout -1.
+    A model's ``inference_split(l)`` (see :class:`shoal.nn.BlockGNN`) lets its node-wise part
+    (e.g. projecting wide features) run once per node instead of once per edge.
     """
     model.eval()
     nodes = np.asarray(nodes, dtype=np.int64)
@@ -378,10 +380,33 @@ def layerwise_inference(
         return out if out is not None else np.empty((0, 0), np.float32)
     L = int(model.num_layers)
     all_nodes = np.arange(data.num_nodes, dtype=np.int64)
+    splitter = getattr(model, "inference_split", None)
     with tempfile.TemporaryDirectory(prefix="shoal-infer-") as tmpdir:
-        prev: np.ndarray | None = None
-        buf = np.empty((0, 0), np.float32)
+        prev: np.ndarray | None = None  # None = the (memory-mapped) input features
+        bufs: dict[str, np.ndarray] = {}
+
+        def rows(ids: np.ndarray) -> torch.Tensor:
+            if prev is None:
+                return gatherer.gather(ids)
+            b = bufs.get("in")
+            if b is None or b.shape[0] < len(ids) or b.shape[1] != prev.shape[1]:
+                b = bufs["in"] = np.empty((max(len(ids), 1), prev.shape[1]), np.float32)
+            return torch.from_numpy(gather_rows(prev, ids, b)[: len(ids)])
+
         for layer in range(L):
+            pre, post = splitter(layer) if splitter else (None, None)
+            if pre is not None:
+                # node-wise part once per node, into a temporary array
+                staged = None
+                for start in range(0, data.num_nodes, batch_size):
+                    ids = all_nodes[start : start + batch_size]
+                    h = pre(rows(ids)).numpy()
+                    if staged is None:
+                        staged = _temp_array(
+                            (data.num_nodes, h.shape[1]), tmpdir, f"pre{layer}.npy"
+                        )
+                    staged[start : start + len(ids)] = h
+                prev = staged
             targets = nodes if layer == L - 1 else all_nodes
             out = None
             bar = progress(
@@ -393,13 +418,11 @@ def layerwise_inference(
             for start in range(0, len(targets), batch_size):
                 batch = targets[start : start + batch_size]
                 mb = sampler.full(batch)
-                if prev is None:
-                    x = gatherer.gather(mb.n_id)
+                x = rows(mb.n_id)
+                if post is not None:
+                    h = post(x, mb.blocks[0]).numpy()
                 else:
-                    if buf.shape[0] < len(mb.n_id) or buf.shape[1] != prev.shape[1]:
-                        buf = np.empty((max(len(mb.n_id), buf.shape[0]), prev.shape[1]), np.float32)
-                    x = torch.from_numpy(gather_rows(prev, mb.n_id, buf)[: len(mb.n_id)])
-                h = model.layer_forward(layer, x, mb.blocks[0]).numpy()
+                    h = model.layer_forward(layer, x, mb.blocks[0]).numpy()
                 if out is None:
                     shape = (len(targets), h.shape[1])
                     out = (

@@ -14,7 +14,7 @@ message per edge; the layers' parameters are those of the torch_geometric layers
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -97,6 +97,21 @@ class BlockGNN(nn.Module):
             else:
                 h = dropout(self.activation(h), self.dropout, self.training)
         return h
+
+    def inference_split(self, layer: int) -> tuple[Callable | None, Callable]:
+        """Split layer ``layer`` (eval mode) into a node-wise part and an aggregation part.
+
+        Returns ``(pre, post)``: ``pre(x)`` maps rows independently (None = identity) and
+        ``post(h, block)`` finishes the layer (aggregation, activation) from the ``pre`` rows of
+        the block's sources, so ``post(pre(x), block) == layer_forward(layer, x, block)``.
+        Layer-wise inference runs ``pre`` once per node instead of once per edge, which matters
+        when a wide input is projected before aggregation. Default: no split.
+        """
+        return None, lambda h, block: self.layer_forward(layer, h, block)
+
+    def _finish(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """The activation after layer ``layer`` (none after the last), in eval mode."""
+        return self.activation(h) if layer < self.num_layers - 1 else h
 
     def forward(self, x: torch.Tensor, blocks: Sequence[Block]) -> torch.Tensor:
         if len(blocks) != self.num_layers:

@@ -41,3 +41,14 @@ class GCN(BlockGNN):
         else:
             h = c.lin(gcn_propagate(x, block))
         return h + c.bias if c.bias is not None else h
+
+    def inference_split(self, layer: int):
+        c = self.convs[layer]
+        if c.out_channels >= c.in_channels:
+            return super().inference_split(layer)
+
+        def post(h: torch.Tensor, block: Block) -> torch.Tensor:
+            out = gcn_propagate(h, block)
+            return self._finish(layer, out + c.bias if c.bias is not None else out)
+
+        return c.lin, post

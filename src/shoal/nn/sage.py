@@ -42,3 +42,21 @@ class GraphSAGE(BlockGNN):
         else:
             h = c.lin_l(mean_aggregate(x, block))
         return torch.addmm(h, x_dst, c.lin_r.weight.t())  # h + lin_r(x_dst), one pass
+
+    def inference_split(self, layer: int):
+        c = self.convs[layer]
+        if c.out_channels >= c.in_channels:
+            return super().inference_split(layer)
+        o = c.out_channels
+        w = torch.cat([c.lin_l.weight, c.lin_r.weight]).t()
+
+        def pre(x: torch.Tensor) -> torch.Tensor:
+            return x @ w  # [x W_l^T | x W_r^T]
+
+        def post(h: torch.Tensor, block: Block) -> torch.Tensor:
+            out = mean_aggregate(h[:, :o].contiguous(), block) + h[: block.num_dst, o:]
+            if c.lin_l.bias is not None:
+                out = out + c.lin_l.bias
+            return self._finish(layer, out)
+
+        return pre, post

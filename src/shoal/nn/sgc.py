@@ -36,3 +36,8 @@ class SGC(BlockGNN):
         if layer == 0:
             x = self.sgc.lin(dropout(x, self.dropout, self.training))
         return gcn_propagate(x, block)
+
+    def inference_split(self, layer: int):
+        if layer == 0:
+            return self.sgc.lin, gcn_propagate
+        return super().inference_split(layer)

@@ -1,0 +1,173 @@
+"""Trainer: config validation, exact layer-wise inference, checkpoints, early stopping, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from shoal.errors import ShoalInputError
+from shoal.sample import full_graph_block
+from shoal.train import (
+    TrainConfig,
+    TrainData,
+    Trainer,
+    layerwise_inference,
+    load_checkpoint,
+    save_checkpoint,
+    train_step,
+)
+
+CORA = Path(__file__).resolve().parents[1] / "src/shoal/data/datasets/cora/graph.npz"
+
+
+@pytest.fixture
+def tiny(make_graph):
+    """Two 12-node communities (ring + chords) whose labels follow the community."""
+    rng = np.random.default_rng(0)
+    n = 24
+    edges = []
+    for c in range(2):
+        base = 12 * c
+        for i in range(12):
+            edges.append((base + i, base + (i + 1) % 12))
+            edges.append((base + i, base + (i + 5) % 12))
+    edges.append((0, 12))
+    e = np.array(edges)
+    e = np.concatenate([e, e[:, ::-1]])
+    y = np.repeat([0, 1], 12)
+    x = rng.normal(size=(n, 5)).astype(np.float32) + y[:, None] * 0.5
+    g = make_graph(
+        e, n, x=x, y=y, train=[0, 1, 2, 12, 13, 14], val=[3, 4, 15, 16], test=[5, 6, 7, 17, 18]
+    )
+    return TrainData.from_graph_dir(g)
+
+
+def cfg(**kw):
+    base = dict(model="sage", fanouts=(3, 3), batch_size=4, hidden=8, epochs=3, lr=0.01,
+                threads=1, progress=False)  # fmt: skip
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_config_validation_and_toml(tmp_path):
+    with pytest.raises(ValueError, match="valid names"):
+        TrainConfig(model="transformer")
+    with pytest.raises(ValueError, match="dropout"):
+        TrainConfig(dropout=1.0)
+    with pytest.raises(ValueError, match="fanout"):
+        TrainConfig(fanouts=(0,))
+    with pytest.raises(TypeError):
+        TrainConfig("sage")  # keyword-only
+    p = tmp_path / "c.toml"
+    p.write_text('[train]\nmodel = "gcn"\nfanouts = [-1, -1]\nhidden = 16\n')
+    c = TrainConfig.from_toml(p, hidden=32)
+    assert (c.model, c.fanouts, c.hidden) == ("gcn", (-1, -1), 32)
+    p.write_text("hiden = 3\n")
+    with pytest.raises(ShoalInputError, match="hiden"):
+        TrainConfig.from_toml(p)
+
+
+@pytest.mark.parametrize("hidden", [8, 4])  # 4 < 5 input features: node-wise projection first
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat", "gin", "sgc"])
+def test_layerwise_inference_is_exact(tiny, model, hidden):
+    tr = Trainer(cfg(model=model, fanouts=(2, 2), hidden=hidden, heads=2), tiny)
+    tr.model.eval()
+    fb = full_graph_block(tiny.indptr, tiny.indices, num_nodes=tiny.num_nodes)
+    x = torch.from_numpy(np.array(tiny.features))
+    with torch.no_grad():
+        full = tr.model(x, [fb, fb]).numpy()
+    nodes = np.array([3, 17, 0, 23])
+    got = layerwise_inference(tr.model, tiny, nodes, batch_size=5)
+    assert np.allclose(got, full[nodes], atol=1e-5)
+
+
+def test_training_learns_and_reports(tiny, tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    r = Trainer(cfg(epochs=30, metrics_file=str(metrics), dropout=0.0, lr=0.05), tiny).fit()
+    assert r.epochs == 30 and r.test_accuracy >= 0.8
+    lines = [json.loads(s) for s in metrics.read_text().splitlines()]
+    assert len(lines) == 30 and lines[-1]["loss"] < lines[0]["loss"]
+    assert {"sampling", "gather", "forward_backward"} <= set(r.time_split)
+    assert r.val_accuracy == max(x["val_accuracy"] for x in lines)
+
+
+def test_checkpoint_round_trip_gives_identical_next_step(tiny, tmp_path):
+    a = Trainer(cfg(dropout=0.5), tiny)
+    a.train_epoch()
+    save_checkpoint(tmp_path / "last.pt", a.state())
+    batch = next(iter(a.loader.epoch(a.epoch)))
+    loss_a, _ = train_step(a.model, a.optimizer, batch)
+
+    torch.manual_seed(123)  # a different RNG state, restored by the checkpoint
+    b = Trainer(cfg(dropout=0.5, seed=0), tiny)
+    b.load_state(load_checkpoint(tmp_path / "last.pt"))
+    assert b.epoch == 1
+    batch_b = next(iter(b.loader.epoch(b.epoch)))
+    loss_b, _ = train_step(b.model, b.optimizer, batch_b)
+    assert loss_a == loss_b
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_resume_reaches_the_same_model(tiny, tmp_path):
+    full = Trainer(cfg(epochs=4), tiny)
+    r_full = full.fit()
+    d = tmp_path / "ck"
+    Trainer(cfg(epochs=2, checkpoint_dir=str(d)), tiny).fit()
+    assert (d / "last.pt").exists() and (d / "best.pt").exists()
+    resumed = Trainer(cfg(epochs=4, checkpoint_dir=str(d), resume=True), tiny)
+    r_res = resumed.fit()
+    assert r_res.epochs == 4 and r_res.test_accuracy == r_full.test_accuracy
+    for pa, pb in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_bad_checkpoint_is_a_clear_error(tmp_path):
+    p = tmp_path / "bad.pt"
+    p.write_bytes(b"not a checkpoint")
+    with pytest.raises(ShoalInputError, match="bad.pt"):
+        load_checkpoint(p)
+
+
+def test_early_stopping(tiny):
+    r = Trainer(cfg(epochs=50, patience=2, lr=1e-12), tiny).fit()
+    assert r.epochs == 3 and r.best_epoch == 1
+
+
+def test_missing_node_data_is_rejected(make_graph):
+    g = make_graph([(0, 1), (1, 0)], 2)
+    with pytest.raises(ShoalInputError, match="features"):
+        TrainData.from_graph_dir(g)
+
+
+def test_cli_json_keys_on_bundled_cora(tmp_path, run_cli):
+    from shoal.data.importers import import_graph
+
+    import_graph(CORA, tmp_path / "cora")
+    out = tmp_path / "r.json"
+    code, _, err = run_cli(
+        "train", "--graph", tmp_path / "cora", "--model", "gcn", "--fanouts", "all,all",
+        "--hidden", "16", "--epochs", "20", "--batch-size", "140", "--lr", "0.01",
+        "--weight-decay", "5e-4", "--normalize-features", "--threads", "1", "--no-progress",
+        "--json", out,
+    )  # fmt: skip
+    assert code == 0, err
+    r = json.loads(out.read_text())
+    for key in ("test_accuracy", "val_accuracy", "epochs", "seconds_per_epoch", "time_split",
+                "sampling_seconds_per_epoch", "gather_seconds_per_epoch",
+                "forward_backward_seconds_per_epoch"):  # fmt: skip
+        assert key in r
+    assert r["epochs"] == 20 and r["test_accuracy"] > 0.6
+
+
+def test_cli_errors(tmp_path, run_cli):
+    code, _, err = run_cli("train", "--model", "sage")
+    assert code == 2 and "--graph" in err
+    p = tmp_path / "c.toml"
+    p.write_text("epochs = -1\n")
+    code, _, err = run_cli("train", "--graph", tmp_path, "--config", p)
+    assert code == 2 and "epochs" in err
