@@ -215,3 +215,19 @@ def test_shared_csr_features_and_ten_splits(shared_data, tmp_path):
     d = np.load(shared_data("chameleon_filtered"))
     assert np.array_equal(g.split("val"), np.flatnonzero(d["val_masks"][4]))
     assert g.directed  # edges stored once
+
+
+def test_import_cli_json_and_overwrite(run_cli, tmp_path):
+    import json
+
+    src = write_text(tmp_path / "e.txt", "0 1\n1 2\n")
+    args = ("data", "import", src, "--out", tmp_path / "g", "--json", tmp_path / "s.json")
+    code, out, err = run_cli(*args, "--num-nodes", "4", "--name", "tiny")
+    assert code == 0, err and "imported" in out
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert (s["num_nodes"], s["num_edges"], s["directed"]) == (4, 2, True)
+    assert GraphDir.open(tmp_path / "g").name == "tiny"
+    code, _, err = run_cli(*args, "--undirected", "--overwrite")
+    assert code == 0, err
+    assert GraphDir.open(tmp_path / "g").num_edges == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.txt", "g", "s.json"]
