@@ -238,14 +238,29 @@ def refine_window(
     return _process_window(e, grp, kparts, side, hist, seen, size, capa, refine, refine)
 
 
-def _process_window(edges, grp, kparts, side, hist, seen, size, cap, refine, use_hist, loc=None):
+def _window_buffers(n: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Buffers reused by every window: local node ids, local CSR indptr and indices."""
+    k = min(n, 2 * w)
+    return (
+        np.empty(k, dtype=np.int64),
+        np.empty(k + 1, dtype=np.int64),
+        np.empty(2 * w, dtype=np.int64),
+    )
+
+
+def _process_window(
+    edges, grp, kparts, side, hist, seen, size, cap, refine, use_hist, loc=None, bufs=None
+):
     n = side.shape[0]
     if loc is None:
         loc = np.full(n, -1, dtype=np.int64)
-    nodes = np.empty(min(n, 2 * edges.shape[0]), dtype=np.int64)
+    if bufs is None:
+        bufs = _window_buffers(n, edges.shape[0])
+    nodes, indptr_buf, indices_buf = bufs
     m, nloc = _window_local(edges, grp, kparts, loc, nodes)
-    indptr = np.zeros(nloc + 1, dtype=np.int64)
-    indices = np.empty(2 * m, dtype=np.int64)
+    indptr = indptr_buf[: nloc + 1]
+    indptr[:] = 0
+    indices = indices_buf[: 2 * m]
     _local_csr(edges, grp, kparts, loc, nloc, indptr, indices)
     moved = _greedy_window(
         nodes, nloc, indptr, indices, grp, side, hist, seen, size, cap, refine, use_hist
@@ -331,6 +346,7 @@ class Grem(Partitioner):
             hist = np.zeros((n, 2), dtype=np.float32 if n > (1 << 24) else np.float64)
             seen = np.zeros(n, dtype=np.bool_)
             moved = 0
+            bufs = _window_buffers(n, min(w, max(e, 1)))
             bar = progress(total=len(stream), desc=f"grem level {level + 1}", unit="window")
             for t, chunk in enumerate(stream):
                 if t == 0 and cfg.metis_seed:
@@ -338,11 +354,11 @@ class Grem(Partitioner):
                 else:
                     moved += _process_window(
                         chunk, grp, kparts, side, hist, seen, size, cap,
-                        cfg.refine, cfg.refine, loc,
+                        cfg.refine, cfg.refine, loc, bufs,
                     )  # fmt: skip
                 bar.update(1)
             bar.close()
-            del hist, seen
+            del hist, seen, bufs
             _fill_unassigned(grp, kparts, side, size, cap)
             _split(grp, kparts, side)
             new_k = kparts.copy()
