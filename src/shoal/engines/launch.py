@@ -72,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         help="averaging engine: average the models every K epochs (default 1)",
     )
     g.add_argument(
+        "--local-optimizer-state",
+        action="store_true",
+        help="averaging engine: keep each rank's own Adam moments instead of averaging them "
+        "with the weights (default: averaged)",
+    )
+    g.add_argument(
         "--dist-timeout",
         type=float,
         default=300.0,
@@ -124,10 +130,18 @@ def _worker(args: argparse.Namespace) -> int:
     from shoal.train_cli import config_from_args
 
     tc = config_from_args(args)
-    cfg = EngineConfig(train=tc, average_every=args.average_every, plan=args.plan)
+    cfg = EngineConfig(
+        train=tc,
+        average_every=args.average_every,
+        average_optimizer=not getattr(args, "local_optimizer_state", False),
+        plan=args.plan,
+    )
     store = Store.open(args.store)
     engine_cls = get_engine(args.engine)
     with process_group(DistConfig(timeout_s=args.dist_timeout)) as ctx:
+        # test hook: make one rank fail (tests check the run exits non-zero with its error)
+        if os.environ.get("SHOAL_TEST_FAIL_RANK") == str(ctx.rank):
+            raise RuntimeError(f"injected failure on rank {ctx.rank} (SHOAL_TEST_FAIL_RANK)")
         if tc.threads is None and ctx.world_size > 1:
             import torch
 

@@ -1,0 +1,67 @@
+"""averaging engine: weighted model averaging, optimizer state, halo-feature requirement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from shoal.dist import DistConfig, DistContext, process_group
+from shoal.engines.averaging import (
+    AveragingEngine,
+    average_optimizer_state_,
+    weighted_average_,
+)
+from shoal.engines.base import EngineConfig
+from shoal.errors import ShoalInputError
+from shoal.store import Store
+from shoal.train import TrainConfig
+from tests.dist.helpers import run_world
+
+WEIGHTS = [1.0, 3.0, 0.0]  # rank 2 trained on no node: it contributes nothing
+
+
+def _average(rank: int, world: int) -> tuple[list, list, float]:
+    lin = torch.nn.Linear(2, 1)
+    opt = torch.optim.Adam(lin.parameters())
+    lin(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    with torch.no_grad():  # rank-specific, known parameters and moments
+        lin.weight.fill_(float(rank + 1))  # ranks hold 1, 2, 3
+        lin.bias.fill_(10.0 * (rank + 1))
+        for st in opt.state.values():
+            st["exp_avg"].fill_(float(rank + 1))
+    total, nbytes = weighted_average_(lin, WEIGHTS[rank])
+    average_optimizer_state_(opt, WEIGHTS[rank])
+    moments = [st["exp_avg"].flatten().tolist() for st in opt.state.values()]
+    return lin.weight.flatten().tolist() + lin.bias.tolist(), moments, total
+
+
+def test_models_averaged_weighted_by_training_nodes():
+    out = run_world(_average, 3)
+    w = np.array(WEIGHTS) / sum(WEIGHTS)
+    expect_w = float(w @ np.array([1.0, 2.0, 3.0]))  # 1.75
+    expect_b = 10.0 * expect_w
+    for params, moments, total in out:
+        assert total == sum(WEIGHTS)
+        assert params == pytest.approx([expect_w, expect_w, expect_b])
+        for m in moments:
+            assert m == pytest.approx([expect_w] * len(m))
+
+
+def test_averaging_needs_halo_features(make_store):
+    store = make_store(parts=2, halo_features=False)
+    with process_group(DistConfig()) as ctx, pytest.raises(ShoalInputError, match="halo"):
+        AveragingEngine(Store.open(store), EngineConfig(train=TrainConfig()), ctx)
+
+
+def test_p_greater_than_n_trains_every_part_in_turn(make_store):
+    store = make_store(parts=3)
+    with process_group(DistConfig()) as ctx:
+        assert isinstance(ctx, DistContext)
+        tc = TrainConfig(fanouts=(2,), hidden=4, epochs=2, batch_size=4, progress=False)
+        eng = AveragingEngine(Store.open(store), EngineConfig(train=tc), ctx)
+        assert [p.index for p in eng.parts] == [0, 1, 2]
+        assert eng.weight == 16  # every training node of the three parts
+        rec = eng.train_epoch(0)
+        assert rec["averaged"] and rec["comm"]["bytes_sent"] == 0

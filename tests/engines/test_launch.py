@@ -1,0 +1,73 @@
+"""The launcher: one command starts N processes through torch.distributed.run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.engines.conftest import community_graph
+
+ARGS = [
+    "--fanouts",
+    "3,3",
+    "--hidden",
+    "8",
+    "--batch-size",
+    "4",
+    "--epochs",
+    "8",
+    "--lr",
+    "0.05",
+    "--dropout",
+    "0",
+    "--no-progress",
+]
+
+
+def _launch(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "shoal.engines.launch", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_averaging_two_processes_one_command(tmp_path, make_graph, make_store):
+    store = make_store(parts=4, graph=community_graph(make_graph))
+    out = tmp_path / "run.json"
+    p = _launch(
+        "--store", str(store), "--engine", "averaging", "--nproc", "2", "--json", str(out), *ARGS
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = json.loads(out.read_text())
+    assert d["engine"] == "averaging" and d["world_size"] == 2 and d["num_parts"] == 4
+    assert d["test_accuracy"] >= 0.75
+    assert d["comm_per_epoch"]["bytes_sent"] == 0  # no communication during an epoch
+    assert d["comm_per_epoch"]["allreduce_bytes"] > 0
+    assert "test accuracy" in p.stdout
+
+
+def test_failing_rank_fails_the_run_with_its_error(make_store):
+    store = make_store(parts=2)
+    p = _launch(
+        "--store",
+        str(store),
+        "--engine",
+        "minibatch",
+        "--nproc",
+        "2",
+        *ARGS,
+        env={"SHOAL_TEST_FAIL_RANK": "1"},
+    )
+    assert p.returncode != 0
+    assert "injected failure on rank 1" in p.stderr
+
+
+def test_bad_store_is_an_input_error(tmp_path):
+    p = _launch("--store", str(tmp_path / "nope"), "--nproc", "2")
+    assert p.returncode == 2
+    assert "meta.json is missing" in p.stderr
