@@ -61,6 +61,7 @@ def _child(
         NUMBA_NUM_THREADS="1",
     )
     path = Path(out_dir) / f"rank{rank}.pkl"
+    failure: tuple[str, float] | None = None
     try:
         import torch
 
@@ -68,10 +69,16 @@ def _child(
         from shoal.dist import DistConfig, process_group
 
         with process_group(DistConfig(timeout_s=timeout_s)):
-            result = fn(rank, world_size, *args)
+            try:
+                result = fn(rank, world_size, *args)
+            except BaseException:
+                # stamp the failure before teardown: destroying the group makes peers fail too
+                failure = (traceback.format_exc(), time.time())
+                raise
         payload = ("ok", result, time.time())
     except BaseException:
-        payload = ("error", traceback.format_exc(), time.time())
+        tb, stamp = failure or (traceback.format_exc(), time.time())
+        payload = ("error", tb, stamp)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         pickle.dump(payload, f)

@@ -162,7 +162,17 @@ def process_group(config: DistConfig | None = None) -> Iterator[DistContext]:
             rank=rank, world_size=world, local_rank=local, backend=backend, device=device
         )
         log.debug("rank %d/%d up (backend %s, device %s)", rank, world, backend, device)
-        yield ctx
+        try:
+            yield ctx
+        except BaseException as e:
+            # say which rank failed before the teardown makes its peers fail too
+            if world > 1 and not isinstance(e, (KeyboardInterrupt, SystemExit)):
+                print(
+                    f"shoal: rank {rank} failed: {type(e).__name__}: {e}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            raise
     finally:
         if handler_filter is not None:
             for h in logging.getLogger().handlers:

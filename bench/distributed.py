@@ -1,0 +1,461 @@
+"""Distributed engines benchmark (issue 6): accuracy vs single process, epoch time and bytes.
+
+Two parts:
+
+``accuracy``: for each dataset (default Cora, Amazon-Photo, Coauthor-Physics) import it, partition
+it with SPRING into p = 2 and 4 parts, build stores with ``--halo-features``, then train the
+single-process trainer (``shoal.train.Trainer`` on the graph directory) and the ``minibatch`` and
+``averaging`` engines with 2 processes (``python -m shoal.engines.launch --nproc 2``) with the same
+hyper-parameters, for each seed; report mean +- std of test accuracy.
+
+``speed``: on the 200k-node synthetic graph (``shoal data synth dcsbm``, 2M stored edges, 128-d
+features, 47 classes; shared with bench/train.py) partitioned into 2 parts, time training
+epochs (no evaluation) of both engines with 1 and 2 processes, 1 thread each, through
+torch.distributed.run; report the median epoch time, its split (sampling / gather /
+forward-backward / averaging), bytes and messages per epoch, and the 1 -> 2 speed-up.
+
+Usage::
+
+    python bench/distributed.py accuracy [--datasets cora,...] [--seeds 0,1,2] [--epochs N]
+    python bench/distributed.py speed [--epochs 3]
+    python bench/distributed.py report          # rewrite the markdown from the JSON
+
+Results: bench/results/distributed.json (both parts) and bench/results/distributed.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench" / "work"
+DWORK = WORK / "distributed"
+RESULTS = ROOT / "bench" / "results"
+SHARED = ROOT.parent / "shared" / "data"
+PY = sys.executable
+
+#: Hyper-parameters per dataset (the same for the trainer and the engines).
+HPARAMS = {
+    "cora": dict(
+        model="gcn",
+        fanouts="-1,-1",
+        hidden=64,
+        lr=0.01,
+        weight_decay=5e-4,
+        dropout=0.5,
+        batch_size=1024,
+        epochs=100,
+        normalize_features=True,
+    ),
+    "amazon_photo": dict(
+        model="sage",
+        fanouts="10,5",
+        hidden=64,
+        lr=0.005,
+        weight_decay=0.0,
+        dropout=0.5,
+        batch_size=1024,
+        epochs=100,
+        normalize_features=False,
+    ),
+    "coauthor_physics": dict(
+        model="sage",
+        fanouts="10,5",
+        hidden=64,
+        lr=0.005,
+        weight_decay=0.0,
+        dropout=0.5,
+        batch_size=1024,
+        epochs=60,
+        normalize_features=False,
+    ),
+}
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    return p
+
+
+def shoal(*args: str) -> None:
+    sh([PY, "-m", "shoal", *args])
+
+
+def load_results() -> dict:
+    p = RESULTS / "distributed.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def save_results(d: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "distributed.json").write_text(json.dumps(d, indent=2))
+    write_markdown(d)
+
+
+def machine() -> str:
+    return f"{platform.node() or 'vm'} {platform.machine()}, {os.cpu_count()} cores (shared), {platform.platform()}"
+
+
+# ----------------------------------------------------------------------------- accuracy
+def prepare(name: str, parts: int) -> tuple[Path, Path]:
+    g = DWORK / name
+    if not (g / "meta.json").exists():
+        shoal("data", "import", str(SHARED / name / "graph.npz"), "--out", str(g))
+    a = DWORK / f"{name}-spring{parts}"
+    s = DWORK / f"{name}-store{parts}"
+    if not (a / "meta.json").exists():
+        shoal("partition", str(g), "--algo", "spring", "--parts", str(parts), "--out", str(a))
+    if not (s / "meta.json").exists():
+        shoal("store", "build", str(g), str(a), "--out", str(s), "--halo-features")
+    return g, s
+
+
+def hp_flags(hp: dict, seed: int) -> list[str]:
+    f = [
+        "--model",
+        hp["model"],
+        f"--fanouts={hp['fanouts']}",
+        "--hidden",
+        str(hp["hidden"]),
+        "--lr",
+        str(hp["lr"]),
+        "--weight-decay",
+        str(hp["weight_decay"]),
+        "--dropout",
+        str(hp["dropout"]),
+        "--batch-size",
+        str(hp["batch_size"]),
+        "--epochs",
+        str(hp["epochs"]),
+        "--seed",
+        str(seed),
+        "--eval-every",
+        "5",
+        "--no-progress",
+    ]
+    if hp["normalize_features"]:
+        f.append("--normalize-features")
+    return f
+
+
+def single(g: Path, hp: dict, seed: int) -> dict:
+    code = (
+        "import json,sys\n"
+        "from shoal.train import TrainConfig, TrainData, Trainer\n"
+        "hp=json.loads(sys.argv[2]); hp['fanouts']=tuple(int(x) for x in hp['fanouts'].split(','))\n"
+        "tc=TrainConfig(**hp, seed=int(sys.argv[3]), eval_every=5, progress=False, threads=1)\n"
+        "r=Trainer(tc, TrainData.from_graph_dir(sys.argv[1])).fit()\n"
+        "print(json.dumps({'test_accuracy': r.test_accuracy, 'seconds_per_epoch': r.seconds_per_epoch}))\n"
+    )
+    p = sh([PY, "-c", code, str(g), json.dumps(hp), str(seed)])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def engine_run(store: Path, engine: str, nproc: int, hp: dict, seed: int) -> dict:
+    out = DWORK / f"run-{store.name}-{engine}-{nproc}-{seed}.json"
+    sh(
+        [
+            PY,
+            "-m",
+            "shoal.engines.launch",
+            "--store",
+            str(store),
+            "--engine",
+            engine,
+            "--nproc",
+            str(nproc),
+            "--json",
+            str(out),
+            *hp_flags(hp, seed),
+        ]
+    )
+    d = json.loads(out.read_text())
+    return {
+        "test_accuracy": d["test_accuracy"],
+        "seconds_per_epoch": d["seconds_per_epoch"],
+        "bytes_per_epoch": d["bytes_per_epoch"],
+    }
+
+
+def run_accuracy(args: argparse.Namespace) -> None:
+    res = load_results()
+    acc = res.setdefault("accuracy", {})
+    res["accuracy_command"] = " ".join(["python bench/distributed.py", *sys.argv[1:]])
+    res["machine"] = machine()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for name in args.datasets.split(","):
+        hp = dict(HPARAMS[name])
+        if args.epochs:
+            hp["epochs"] = args.epochs
+        entry = acc.setdefault(name, {"hparams": hp, "runs": {}})
+        entry["hparams"] = hp
+        runs = entry["runs"]
+        g, _ = prepare(name, 2)
+        for seed in seeds:
+            key = f"single/seed{seed}"
+            if key not in runs:
+                runs[key] = single(g, hp, seed)
+                print(name, key, runs[key], flush=True)
+                save_results(res)
+        for parts in (int(p) for p in args.parts.split(",")):
+            _, s = prepare(name, parts)
+            for engine in ("minibatch", "averaging"):
+                for seed in seeds:
+                    key = f"{engine}/p{parts}/seed{seed}"
+                    if key not in runs:
+                        runs[key] = engine_run(s, engine, args.nproc, hp, seed)
+                        print(name, key, runs[key], flush=True)
+                        save_results(res)
+
+
+# ----------------------------------------------------------------------------- speed
+def speed_worker(args: argparse.Namespace) -> None:
+    """One rank of the speed benchmark (started by torch.distributed.run)."""
+    import numpy as np
+
+    from shoal.dist import DistConfig, process_group
+    from shoal.engines.base import EngineConfig, get_engine
+    from shoal.store import Store
+    from shoal.train import TrainConfig, set_threads
+
+    set_threads(1)
+    tc = TrainConfig(
+        model="sage",
+        fanouts=(15, 10, 5),
+        batch_size=1024,
+        hidden=256,
+        epochs=args.epochs,
+        lr=0.003,
+        seed=0,
+        progress=False,
+        threads=1,
+    )
+    with process_group(DistConfig(threads=1)) as ctx:
+        t0 = time.perf_counter()
+        eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
+        setup = time.perf_counter() - t0
+        recs = [eng.train_epoch(e) for e in range(args.epochs)]
+        if ctx.is_rank0:
+            from shoal.utils.memory import peak_rss_bytes
+
+            secs = [r["seconds"] for r in recs]
+            med = int(np.argsort(secs)[len(secs) // 2])
+            out = {
+                "engine": args.engine,
+                "nproc": ctx.world_size,
+                "epochs": args.epochs,
+                "setup_seconds": setup,
+                "epoch_seconds": secs,
+                "median_epoch_seconds": statistics.median(secs),
+                "time_split_rank0": recs[med]["time_split"],
+                "comm_per_epoch": recs[med]["comm"],
+                "batches_per_epoch_per_rank": getattr(eng, "num_batches", None),
+                "peak_rss_bytes_rank0": peak_rss_bytes(),
+                "loss": [r["loss"] for r in recs],
+            }
+            Path(args.out).write_text(json.dumps(out))
+
+
+def run_speed(args: argparse.Namespace) -> None:
+    res = load_results()
+    g = Path(args.graph)
+    if not (g / "meta.json").exists():
+        shoal(
+            "data",
+            "synth",
+            "dcsbm",
+            "--nodes",
+            "200000",
+            "--edges",
+            "1000000",
+            "--out",
+            str(g),
+            "--classes",
+            "47",
+            "--features",
+            "128",
+            "--seed",
+            "0",
+        )
+    a, s = DWORK / "synth-200k-spring2", DWORK / "synth-200k-store2"
+    if not (a / "meta.json").exists():
+        shoal("partition", str(g), "--algo", "spring", "--parts", "2", "--out", str(a))
+    if not (s / "meta.json").exists():
+        shoal("store", "build", str(g), str(a), "--out", str(s), "--halo-features")
+    sp = res.setdefault("speed", {})
+    res["speed_command"] = " ".join(["python bench/distributed.py", *sys.argv[1:]])
+    res["machine"] = machine()
+    for engine in args.engines.split(","):
+        for nproc in (1, 2):
+            key = f"{engine}/nproc{nproc}"
+            if key in sp and not args.force:
+                continue
+            out = DWORK / f"speed-{engine}-{nproc}.json"
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+            sh(
+                [
+                    PY,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    f"--nproc-per-node={nproc}",
+                    str(Path(__file__).resolve()),
+                    "speed-worker",
+                    "--store",
+                    str(s),
+                    "--engine",
+                    engine,
+                    "--epochs",
+                    str(args.epochs),
+                    "--out",
+                    str(out),
+                ],
+                env=env,
+            )
+            sp[key] = json.loads(out.read_text())
+            print(key, sp[key]["median_epoch_seconds"], flush=True)
+            save_results(res)
+
+
+# ----------------------------------------------------------------------------- report
+def _ms(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    m = statistics.mean(xs)
+    s = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{m:.3f} ± {s:.3f}"
+
+
+def write_markdown(d: dict) -> None:
+    L = ["# Distributed engines: accuracy and speed (issue 6)", ""]
+    L.append(
+        f"Machine: {d.get('machine', '?')}. Only gloo on CPU; the 2 cores were shared with "
+        "other jobs while these ran, so absolute times are noisy (ratios within one run "
+        "are what to read)."
+    )
+    L.append("")
+    acc = d.get("accuracy", {})
+    if acc:
+        L += [
+            "## Test accuracy: engines (2 processes) vs the single-process trainer",
+            "",
+            f"Command: `{d.get('accuracy_command', '')}`",
+            "",
+            "SPRING partitions, stores built with `--halo-features`; the same hyper-parameters "
+            "for every column (below); exact layer-wise evaluation of the best-validation "
+            "model; mean ± std over the seeds listed.",
+            "",
+            "| dataset | single process | minibatch p=2 | minibatch p=4 | averaging p=2 | "
+            "averaging p=4 | seeds |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, e in acc.items():
+            runs = e["runs"]
+
+            def col(prefix: str, runs: dict = runs) -> tuple[str, int]:
+                xs = [v["test_accuracy"] for k, v in runs.items() if k.startswith(prefix + "/seed")]
+                return _ms(xs), len(xs)
+
+            cells = [col("single")] + [
+                col(f"{en}/p{p}") for en in ("minibatch", "averaging") for p in (2, 4)
+            ]
+            L.append(
+                f"| {name} | "
+                + " | ".join(c for c, _ in cells)
+                + f" | {max(n for _, n in cells)} |"
+            )
+        L.append("")
+        for name, e in acc.items():
+            L.append(f"- {name}: `{json.dumps(e['hparams'])}`")
+        L.append("")
+    sp = d.get("speed", {})
+    if sp:
+        L += [
+            "## Epoch time and communication, 200k-node synthetic graph",
+            "",
+            f"Command: `{d.get('speed_command', '')}`",
+            "",
+            "Graph: `shoal data synth dcsbm` 200,000 nodes, 2,000,000 stored edges, 128-d "
+            "features, 47 classes, 10% training nodes; SPRING, 2 parts, `--halo-features`. "
+            "GraphSAGE-mean 3 layers, hidden 256, fanouts 15,10,5, batch 1024; 1 thread per "
+            "process (torch and numba); epochs without evaluation; median epoch "
+            "(max over ranks).",
+            "",
+            "| engine | nproc | epoch (s) | sampling | gather | fwd/bwd | averaging | "
+            "MB sent/epoch | MB all-reduced/epoch | messages/epoch | remote features | "
+            "batches/rank |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in sp.values():
+            ts, c = r["time_split_rank0"], r["comm_per_epoch"]
+            L.append(
+                f"| {r['engine']} | {r['nproc']} | {r['median_epoch_seconds']:.2f} | "
+                f"{ts.get('sampling', 0):.2f} | {ts.get('gather', 0):.2f} | "
+                f"{ts.get('forward_backward', 0):.2f} | {ts.get('averaging', 0):.2f} | "
+                f"{c.get('bytes_sent', 0) / 1e6:.1f} | {c.get('allreduce_bytes', 0) / 1e6:.1f} | "
+                f"{int(c.get('messages_sent', 0))} | {c.get('remote_feature_fraction', 0):.3f} | "
+                f"{r.get('batches_per_epoch_per_rank')} |"
+            )
+        L.append("")
+        for engine in ("minibatch", "averaging"):
+            a, b = sp.get(f"{engine}/nproc1"), sp.get(f"{engine}/nproc2")
+            if a and b:
+                L.append(
+                    f"- speed-up 1 -> 2 processes, {engine}: "
+                    f"{a['median_epoch_seconds'] / b['median_epoch_seconds']:.2f}x"
+                )
+        L.append("")
+        L.append(
+            "Time split columns are rank 0's seconds per epoch; bytes are summed over "
+            "ranks (payload of the all-to-all-v exchanges; all-reduce = gradient or model "
+            "payload per rank per all-reduce)."
+        )
+    if d.get("notes"):
+        L += ["", "## Notes", ""] + [f"- {n}" for n in d["notes"]]
+    (RESULTS / "distributed.md").write_text("\n".join(L) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("accuracy")
+    a.add_argument("--datasets", default="cora,amazon_photo,coauthor_physics")
+    a.add_argument("--parts", default="2,4")
+    a.add_argument("--seeds", default="0,1,2")
+    a.add_argument("--nproc", type=int, default=2)
+    a.add_argument("--epochs", type=int, default=None, help="override the per-dataset epochs")
+    s = sub.add_parser("speed")
+    s.add_argument("--graph", default=str(WORK / "synth-200k"))
+    s.add_argument("--epochs", type=int, default=3)
+    s.add_argument("--engines", default="minibatch,averaging")
+    s.add_argument("--force", action="store_true")
+    w = sub.add_parser("speed-worker")
+    w.add_argument("--store", required=True)
+    w.add_argument("--engine", required=True)
+    w.add_argument("--epochs", type=int, default=3)
+    w.add_argument("--out", required=True)
+    sub.add_parser("report")
+    args = ap.parse_args()
+    DWORK.mkdir(parents=True, exist_ok=True)
+    if args.cmd == "accuracy":
+        run_accuracy(args)
+    elif args.cmd == "speed":
+        run_speed(args)
+    elif args.cmd == "speed-worker":
+        speed_worker(args)
+    else:
+        write_markdown(load_results())
+
+
+if __name__ == "__main__":
+    main()
