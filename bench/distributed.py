@@ -96,10 +96,19 @@ def load_results() -> dict:
     return json.loads(p.read_text()) if p.exists() else {}
 
 
-def save_results(d: dict) -> None:
+def save_results(d: dict, section: str) -> None:
+    """Merge ``d[section]`` (and its command) into the results file (the accuracy and speed
+    parts may run at the same time) and rewrite the markdown."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "distributed.json").write_text(json.dumps(d, indent=2))
-    write_markdown(d)
+    cur = load_results()
+    cur[section] = d[section]
+    for k in (f"{section}_command", "machine", "notes"):
+        if k in d:
+            cur[k] = d[k]
+    tmp = RESULTS / "distributed.json.tmp"
+    tmp.write_text(json.dumps(cur, indent=2))
+    os.replace(tmp, RESULTS / "distributed.json")
+    write_markdown(cur)
 
 
 def machine() -> str:
@@ -206,7 +215,7 @@ def run_accuracy(args: argparse.Namespace) -> None:
             if key not in runs:
                 runs[key] = single(g, hp, seed)
                 print(name, key, runs[key], flush=True)
-                save_results(res)
+                save_results(res, "accuracy")
         for parts in (int(p) for p in args.parts.split(",")):
             _, s = prepare(name, parts)
             for engine in ("minibatch", "averaging"):
@@ -215,7 +224,7 @@ def run_accuracy(args: argparse.Namespace) -> None:
                     if key not in runs:
                         runs[key] = engine_run(s, engine, args.nproc, hp, seed)
                         print(name, key, runs[key], flush=True)
-                        save_results(res)
+                        save_results(res, "accuracy")
 
 
 # ----------------------------------------------------------------------------- speed
@@ -324,7 +333,7 @@ def run_speed(args: argparse.Namespace) -> None:
             )
             sp[key] = json.loads(out.read_text())
             print(key, sp[key]["median_epoch_seconds"], flush=True)
-            save_results(res)
+            save_results(res, "speed")
 
 
 # ----------------------------------------------------------------------------- report

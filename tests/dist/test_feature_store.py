@@ -42,7 +42,7 @@ def _pull(rank: int, world: int, part_to_rank: list[int], tmp: str) -> list:
     out = []
     for step in range(3):  # several rounds, with repeats and an empty request
         ids = rng.integers(0, 9, size=0 if step == 1 else 7 + rank)
-        rows = fs.pull(ids).numpy()
+        rows = fs.pull(ids).numpy().copy()  # the tensor shares a reused buffer
         out.append((ids, rows))
     return [out, stats.as_dict()]
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from shoal.dist.comm import CommStats, exchange
+from shoal.sample.features import gather_rows
 
 __all__ = ["DistFeatureStore", "owner_of"]
 
@@ -83,6 +84,7 @@ class DistFeatureStore:
                 raise ValueError(f"part {i} has {a.shape[0]} feature rows, needs {n}")
         self.stats = stats if stats is not None else CommStats()
         self.feature_dim = int(feature_dim)
+        self._buf = np.empty((0, self.feature_dim), dtype=np.float32)
 
     @property
     def num_nodes(self) -> int:
@@ -91,53 +93,54 @@ class DistFeatureStore:
     def owner_rank(self, ids: np.ndarray) -> np.ndarray:
         return self.part_to_rank[owner_of(self.part_offsets, ids)]
 
-    def _gather_local(self, ids: np.ndarray, out: np.ndarray) -> None:
-        """out[j] = row of ids[j]; every id belongs to a part of this rank."""
-        if ids.size == 0:
-            return
+    def _gather_local(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out[:len(ids)] = rows of ids`` (all owned by this rank), by shoal's parallel numba
+        gather straight from the memory maps; returns ``out[:len(ids)]``."""
+        n = ids.shape[0]
+        if n == 0:
+            return out[:0]
         parts = owner_of(self.part_offsets, ids)
+        first = int(parts[0])
+        if len(self.local_parts) == 1 or (parts == first).all():
+            return gather_rows(self.local_parts[first], ids - self.part_offsets[first], out)[:n]
         for i in np.unique(parts):
             sel = np.flatnonzero(parts == i)
-            rows = ids[sel] - self.part_offsets[i]
-            out[sel] = self.local_parts[int(i)][rows]
+            out[sel] = gather_rows(self.local_parts[int(i)], ids[sel] - self.part_offsets[i])
+        return out[:n]
 
     def pull(self, ids: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Feature rows of ``ids`` (relabelled global IDs) as a float32 tensor. Collective.
 
-        Every rank must call ``pull`` the same number of times (possibly with no IDs).
+        Every rank must call ``pull`` the same number of times (possibly with no IDs). The
+        tensor shares a buffer reused by the next call.
         """
         ids = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
         ids = ids.astype(np.int64, copy=False)
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
             raise IndexError(f"node id out of range [0, {self.num_nodes})")
-        dim = self.feature_dim
-        out = np.empty((ids.shape[0], dim), dtype=np.float32)
+        n, dim = ids.shape[0], self.feature_dim
+        if self._buf.shape[0] < n:
+            self._buf = np.empty((max(n, int(self._buf.shape[0] * 1.25)), dim), np.float32)
+        out = self._buf[:n]
         owners = self.owner_rank(ids)
         local = owners == self.rank
-        lidx = np.flatnonzero(local)
-        self._gather_local(ids[lidx], _View(out, lidx))
-        self.stats.feature_rows_local += int(lidx.size)
-        if self.world_size == 1:
-            return torch.from_numpy(out)
+        n_local = int(np.count_nonzero(local))
+        self.stats.feature_rows_local += n_local
+        if n_local == n:
+            self._gather_local(ids, out)
+            if self.world_size == 1:
+                return torch.from_numpy(out)
+        elif n_local:
+            lidx = np.flatnonzero(local)
+            out[lidx] = self._gather_local(ids[lidx], np.empty((n_local, dim), np.float32))
         ridx = np.flatnonzero(~local)
         self.stats.feature_rows_remote += int(ridx.size)
         order = ridx[np.argsort(owners[ridx], kind="stable")]
         counts = np.bincount(owners[order], minlength=self.world_size).astype(np.int64)
         req, req_counts = exchange(ids[order], counts, self.stats)
         req_ids = req.numpy()
-        served = np.empty((req_ids.shape[0], dim), dtype=np.float32)
-        self._gather_local(req_ids, _View(served, np.arange(req_ids.shape[0])))
+        served = self._gather_local(req_ids, np.empty((req_ids.shape[0], dim), np.float32))
         rows, _ = exchange(served, req_counts, self.stats)
-        out[order] = rows.numpy()
+        if order.size:
+            out[order] = rows.numpy()
         return torch.from_numpy(out)
-
-
-class _View:
-    """Write-through index view: ``v[sel] = rows`` stores into ``base[idx[sel]]``."""
-
-    def __init__(self, base: np.ndarray, idx: np.ndarray) -> None:
-        self.base = base
-        self.idx = idx
-
-    def __setitem__(self, sel: np.ndarray, rows: np.ndarray) -> None:
-        self.base[self.idx[sel]] = rows
