@@ -149,6 +149,10 @@ def _edge_pass(graph: GraphDir, chunk_edges: int, desc: str):
 
 
 # --------------------------------------------------------------------------- HDRF kernel
+#: How many edges ahead the packed kernel touches the endpoints' state (software prefetch).
+_LOOKAHEAD = 16
+
+
 @njit(cache=True)
 def _hdrf_chunk(src, dst, pdeg, rep, load, out, lam, eps):
     p = load.shape[0]
@@ -208,7 +212,10 @@ def _hdrf_chunk(src, dst, pdeg, rep, load, out, lam, eps):
 @njit(cache=True)
 def _hdrf_chunk_packed(src, dst, state, load, out, lam, eps):
     """The same pass for p <= 32 with one uint64 per node: partial degree << 32 | replica
-    bits, so each endpoint costs one random memory access."""
+    bits, so each endpoint costs one random memory access. The words of the edge
+    ``_LOOKAHEAD`` positions ahead are read early (a software prefetch: the loads are
+    independent of the current edge, so the CPU overlaps their cache misses); their xor is
+    returned only so that the compiler keeps them."""
     p = load.shape[0]
     maxs = load[0]
     mins = load[0]
@@ -224,7 +231,12 @@ def _hdrf_chunk_packed(src, dst, state, load, out, lam, eps):
     one = np.uint64(1) << np.uint64(32)
     low = np.uint64(0xFFFFFFFF)
     sh = np.uint64(32)
-    for i in range(src.shape[0]):
+    m = src.shape[0]
+    touched = np.uint64(0)
+    for i in range(m):
+        j = i + _LOOKAHEAD
+        if j < m:
+            touched ^= state[src[j]] ^ state[dst[j]]
         u = src[i]
         v = dst[i]
         su = state[u] + one
@@ -268,6 +280,7 @@ def _hdrf_chunk_packed(src, dst, state, load, out, lam, eps):
                 for q in range(p):
                     if load[q] == mins:
                         nmin += 1
+    return touched
 
 
 @dataclass(kw_only=True)
