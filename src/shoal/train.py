@@ -42,9 +42,11 @@ from shoal.utils.memory import peak_rss_bytes
 from shoal.utils.progress import progress
 
 __all__ = [
+    "Batch",
     "BatchLoader",
     "TrainConfig",
     "TrainData",
+    "Timer",
     "TrainResult",
     "Trainer",
     "batch_seed",
