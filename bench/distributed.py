@@ -96,12 +96,15 @@ def load_results() -> dict:
     return json.loads(p.read_text()) if p.exists() else {}
 
 
-def save_results(d: dict, section: str) -> None:
-    """Merge ``d[section]`` (and its command) into the results file (the accuracy and speed
-    parts may run at the same time) and rewrite the markdown."""
+def save_results(d: dict, section: str, keys: list[str] | None = None) -> None:
+    """Merge ``d[section]`` (only its ``keys`` when given) and its command into the results
+    file (several parts may run at the same time) and rewrite the markdown."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     cur = load_results()
-    cur[section] = d[section]
+    if keys is None:
+        cur[section] = d[section]
+    else:
+        cur.setdefault(section, {}).update({k: d[section][k] for k in keys})
     for k in (f"{section}_command", "machine", "notes"):
         if k in d:
             cur[k] = d[k]
@@ -215,7 +218,7 @@ def run_accuracy(args: argparse.Namespace) -> None:
             if key not in runs:
                 runs[key] = single(g, hp, seed)
                 print(name, key, runs[key], flush=True)
-                save_results(res, "accuracy")
+                save_results(res, "accuracy", [name])
         for parts in (int(p) for p in args.parts.split(",")):
             _, s = prepare(name, parts)
             for engine in ("minibatch", "averaging"):
@@ -224,7 +227,7 @@ def run_accuracy(args: argparse.Namespace) -> None:
                     if key not in runs:
                         runs[key] = engine_run(s, engine, args.nproc, hp, seed)
                         print(name, key, runs[key], flush=True)
-                        save_results(res, "accuracy")
+                        save_results(res, "accuracy", [name])
 
 
 # ----------------------------------------------------------------------------- speed
