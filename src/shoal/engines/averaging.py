@@ -144,7 +144,7 @@ class AveragingEngine(Engine):
                 path=self.store.path,
                 fix="rebuild the store with `shoal store build ... --halo-features`",
             )
-        self.model = build_engine_model(cfg, self.store)
+        self.model = build_engine_model(cfg, self.store, self.ctx.rank)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )

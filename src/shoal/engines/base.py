@@ -188,8 +188,10 @@ class NodeTables:
         self.train = a[2] > 0.5
 
 
-def build_engine_model(cfg: TrainConfig, store: Store) -> nn.Module:
-    """The model named by ``cfg.model`` (seeded by ``cfg.seed``, as the trainer does)."""
+def build_engine_model(cfg: TrainConfig, store: Store, rank: int = 0) -> nn.Module:
+    """The model named by ``cfg.model``, initialised from ``cfg.seed`` as the trainer does (the
+    same weights on every rank). Ranks other than 0 then re-seed torch with ``seed + rank`` so
+    their dropout masks are independent of rank 0's (rank 0 keeps the trainer's stream)."""
     if store.feature_dim is None or store.num_classes is None:
         raise ShoalInputError(
             "the store has no features or labels",
@@ -198,7 +200,7 @@ def build_engine_model(cfg: TrainConfig, store: Store) -> nn.Module:
         )
     torch.manual_seed(cfg.seed)
     extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
-    return build_model(
+    model = build_model(
         cfg.model,
         in_dim=int(store.feature_dim),
         hidden=cfg.hidden,
@@ -207,6 +209,9 @@ def build_engine_model(cfg: TrainConfig, store: Store) -> nn.Module:
         dropout=cfg.dropout,
         **extra,
     )
+    if rank:
+        torch.manual_seed(cfg.seed + rank)
+    return model
 
 
 def _local_features(part: Partition, normalize: bool) -> np.ndarray:

@@ -96,7 +96,7 @@ class MinibatchEngine(Engine):
             feature_dim=int(store.feature_dim),
             stats=self.stats,
         )
-        self.model = build_engine_model(cfg, store)
+        self.model = build_engine_model(cfg, store, ctx.rank)
         self.ddp = DistributedDataParallel(self.model)
         self.optimizer = torch.optim.Adam(
             self.ddp.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
