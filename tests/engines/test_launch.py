@@ -67,7 +67,8 @@ def test_failing_rank_fails_the_run_with_its_error(make_store):
     assert "injected failure on rank 1" in p.stderr
 
 
-def test_bad_store_is_an_input_error(tmp_path):
-    p = _launch("--store", str(tmp_path / "nope"), "--nproc", "2")
-    assert p.returncode == 2
-    assert "meta.json is missing" in p.stderr
+def test_bad_store_is_an_input_error(tmp_path, capsys):
+    from shoal.engines.launch import main
+
+    assert main(["--store", str(tmp_path / "nope"), "--nproc", "2"]) == 2
+    assert "meta.json is missing" in capsys.readouterr().err
