@@ -129,9 +129,11 @@ def write_tables(results: dict) -> None:
         "References: T. Kipf, M. Welling, Semi-supervised classification with graph "
         "convolutional networks, ICLR 2017 (Table 2). P. Veličković et al., Graph attention "
         "networks, ICLR 2018 (Table 2). O. Shchur et al., Pitfalls of graph neural network "
-        "evaluation, R2L workshop 2018 (Table 1, GraphSAGE-mean, random 20-per-class splits). "
+        "evaluation, R2L workshop 2018 (GS-mean row, averaged over random 20-per-class splits, so not the same split as here). "
         "K. Xu et al., How powerful are graph neural networks?, ICLR 2019 (graph "
         "classification only).",
+        "",
+        *results.get("notes", []),
         "",
         "Common options: Adam; dropout on every layer's input; GCN/GAT/GIN use full "
         "neighbourhoods (fanouts all) with all 120-140 training nodes in one batch (= full-batch "
@@ -146,7 +148,11 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated run names (default: all)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--render-only", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args()
+    if args.render_only:
+        write_tables(json.loads((RESULTS / "accuracy.json").read_text()))
+        return 0
     keys = args.only.split(",") if args.only else list(RUNS)
     for k in keys:
         if k not in RUNS:
