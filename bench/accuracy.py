@@ -37,7 +37,7 @@ SAGE = dict(model="sage", fanouts=(25, 10), batch_size=1024, hidden=256, epochs=
             dropout=0.7, weight_decay=5e-4, eval_every=2, eval_batch_size=2048)  # fmt: skip
 #: Coauthor-Physics has 8415-d features: smaller model, fanouts and inference batches.
 SAGE_PHYSICS = dict(SAGE, fanouts=(10, 5), hidden=64, epochs=60, dropout=0.5, eval_every=5,
-                    eval_batch_size=512)  # fmt: skip
+                    eval_batch_size=512, normalize_features=True)  # fmt: skip
 #: Amazon-Computers: fewer epochs/evaluations than Photo (CPU time on the shared machine).
 SAGE_COMPUTERS = dict(SAGE, hidden=128, epochs=200, eval_every=4)
 
