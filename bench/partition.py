@@ -351,6 +351,10 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
     L: list[str] = []
     L.append("# Partitioner benchmark (issue 3)\n")
     L.append(f"Command: `{meta['command']}`  ")
+    for note in meta.get("notes") or []:
+        L.append(f"- {note}")
+    if meta.get("notes"):
+        L.append("")
     L.append(f"Machine: {meta['machine']}  ")
     L.append(f"Started {meta['started']}, last update {time.strftime('%Y-%m-%d %H:%M:%S')}.  ")
     L.append(
@@ -512,6 +516,25 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
                 f"algorithm) | | {a:.1f}s vs {b:.1f}s "
                 f"{'**holds**' if a < b else '**fails**'} ({b / a:.1f}x) | |"
             )
+
+        def phase_rate(algo: str, phase: str) -> float | None:
+            x = sp.get(("rmat_1m_20m", algo, 8))
+            if not x:
+                return None
+            v = float(np.median([r["phases_cpu"].get(phase, np.nan) for r in x["repeats"]]))
+            return x["repeats"][0]["num_edges"] / v / 1e6 if v > 0 else None
+
+        for label, algo, phase, bound in (
+            ("HDRF pass ≥ 6 M edges/s", "hdrf", "hdrf", 6.0),
+            ("SPRING clustering pass ≥ 20 M edges/s", "spring", "clustering", 20.0),
+            ("2PS-L clustering pass ≥ 20 M edges/s", "2ps-l", "clustering", 20.0),
+        ):
+            r = phase_rate(algo, phase)
+            if r is not None:
+                L.append(
+                    f"| {label} (R-MAT 1M/20M, speed stage, CPU time) | | {r:.1f} "
+                    f"{'**holds**' if r >= bound else '**fails**'} | |"
+                )
         L.append(
             "\nThe reference graphs take 1-4 s per algorithm, mostly fixed costs (numba "
             "cache loading, CSR/degree passes over < 1.6M edges) measured in wall time on a "
@@ -694,6 +717,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", action="store_true", help="skip runs already in the JSON")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument(
+        "--note", action="append", default=[], help="with --report-only: a line for the header"
+    )
+    ap.add_argument(
         "--merge",
         nargs="*",
         default=[],
@@ -725,6 +751,9 @@ def main(argv: list[str] | None = None) -> int:
         if old["meta"].get("speed"):
             meta["speed"] = old["meta"]["speed"]
     if args.report_only:
+        if args.note:
+            meta["notes"] = args.note
+            meta["command"] = "the stages below, merged by --report-only"
         for extra in args.merge:
             other = json.loads(Path(extra).read_text())
             got = other["runs"]
