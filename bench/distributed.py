@@ -361,7 +361,7 @@ def write_markdown(d: dict) -> None:
         L += [
             "## Test accuracy: engines (2 processes) vs the single-process trainer",
             "",
-            f"Command: `{d.get('accuracy_command', '')}`",
+            f"Last command: `{d.get('accuracy_command', '')}` (all commands: Notes)",
             "",
             "SPRING partitions, stores built with `--halo-features`; the same hyper-parameters "
             "for every column (below); exact layer-wise evaluation of the best-validation "
@@ -395,7 +395,7 @@ def write_markdown(d: dict) -> None:
         L += [
             "## Epoch time and communication, 200k-node synthetic graph",
             "",
-            f"Command: `{d.get('speed_command', '')}`",
+            f"Last command: `{d.get('speed_command', '')}` (all commands: Notes)",
             "",
             "Graph: `shoal data synth dcsbm` 200,000 nodes, 2,000,000 stored edges, 128-d "
             "features, 47 classes, 10% training nodes; SPRING, 2 parts, `--halo-features`. "
