@@ -23,7 +23,7 @@ import numpy as np
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition.base import Assignment
-from shoal.utils.io import atomic_output_dir, file_checksum, read_json, write_json_atomic
+from shoal.utils.io import atomic_output_dir, copy_rows, file_checksum, read_json, write_json_atomic
 
 __all__ = [
     "ASSIGNMENT_FORMAT_VERSION",
@@ -70,7 +70,7 @@ def write_assignment(
             )
             step = 1 << 22
             for s in range(0, graph.num_edges, step):
-                ep[s : s + step] = a.edge_part[s : s + step]
+                ep[s : s + step] = copy_rows(a.edge_part, s, s + step)
             ep.flush()
             del ep
         meta = {

@@ -22,6 +22,7 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.data.stream import DEFAULT_CHUNK_EDGES
+from shoal.utils.io import copy_rows
 from shoal.utils.progress import progress
 
 __all__ = ["partition_metrics"]
@@ -160,7 +161,7 @@ def partition_metrics(
             gg = min(g, p - k0)
             bits = np.zeros((n * gg + 7) // 8, dtype=np.uint8)
             for start, chunk in stream.chunks_with_offset():
-                ep = np.ascontiguousarray(edge_part[start : start + chunk.shape[0]])
+                ep = copy_rows(edge_part, start, start + chunk.shape[0])
                 present += int(_vc_pass(chunk, ep, k0, gg, bits, touched))
             del bits
         isolated = n - int(touched.sum())

@@ -18,6 +18,7 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.data.stream import DEFAULT_CHUNK_EDGES
+from shoal.utils.io import copy_rows
 
 __all__ = ["owners_from_edge_parts"]
 
@@ -86,7 +87,7 @@ def owners_from_edge_parts(
         raise ValueError(f"edge_part has {edge_part.shape[0]} entries, graph has {graph.num_edges}")
     counts = np.zeros((n, max(num_parts, 1)), dtype=np.uint32)
     for start, chunk in graph.edge_stream(chunk_edges).chunks_with_offset():
-        ep = np.ascontiguousarray(edge_part[start : start + chunk.shape[0]])
+        ep = copy_rows(edge_part, start, start + chunk.shape[0])
         bad = _count_edge_parts(chunk, ep, counts)
         if bad >= 0:
             raise ValueError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import re
 import shutil
@@ -18,10 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from shoal.errors import ShoalInputError
 
 __all__ = [
     "atomic_output_dir",
+    "copy_rows",
     "file_checksum",
     "parse_size",
     "read_json",
@@ -118,3 +122,25 @@ def parse_size(text: str | int) -> int:
     base = unit[:1]
     mult = _UNITS[base] if "i" not in unit else 1024 ** "_kmgtp".index(base)
     return int(value * mult)
+
+
+def copy_rows(a: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Return a contiguous copy of ``a[start:stop]``.
+
+    For a memory map (``np.memmap``/``np.load(mmap_mode=...)``), the pages just read are then
+    dropped from the process's resident set (``MADV_DONTNEED``; the data stays in the page
+    cache and on disk), so a sequential pass over a large mapped array keeps peak RSS flat
+    instead of growing to the file size.
+    """
+    out = np.array(a[start:stop])
+    mm = getattr(a, "_mmap", None)
+    if mm is None or a.base is not mm or not hasattr(mm, "madvise") or stop <= start:
+        return out
+    row = a.strides[0] if a.ndim else a.itemsize
+    skip = a.offset % mmap.ALLOCATIONGRANULARITY  # np.memmap maps from an aligned start
+    lo = skip + start * row
+    hi = min(skip + stop * row, len(mm))
+    lo -= lo % mmap.PAGESIZE
+    if hi > lo:
+        mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    return out
