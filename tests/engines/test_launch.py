@@ -60,8 +60,9 @@ def test_failing_rank_fails_the_run_with_its_error(make_store):
         "minibatch",
         "--nproc",
         "2",
+        "--fail-on-rank",
+        "1",
         *ARGS,
-        env={"SHOAL_TEST_FAIL_RANK": "1"},
     )
     assert p.returncode != 0
     assert "injected failure on rank 1" in p.stderr

@@ -84,6 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         metavar="SECONDS",
         help="timeout of every collective; a stuck peer fails the run after this (default 300)",
     )
+    # for tests of failure handling: this rank raises right after joining the group
+    g.add_argument("--fail-on-rank", type=int, default=None, help=argparse.SUPPRESS)
     return g
 
 
@@ -139,9 +141,9 @@ def _worker(args: argparse.Namespace) -> int:
     store = Store.open(args.store)
     engine_cls = get_engine(args.engine)
     with process_group(DistConfig(timeout_s=args.dist_timeout)) as ctx:
-        # test hook: make one rank fail (tests check the run exits non-zero with its error)
-        if os.environ.get("SHOAL_TEST_FAIL_RANK") == str(ctx.rank):
-            raise RuntimeError(f"injected failure on rank {ctx.rank} (SHOAL_TEST_FAIL_RANK)")
+        # hidden --fail-on-rank: tests check that the run exits non-zero with this error
+        if getattr(args, "fail_on_rank", None) == ctx.rank:
+            raise RuntimeError(f"injected failure on rank {ctx.rank} (--fail-on-rank)")
         if tc.threads is None and ctx.world_size > 1:
             import torch
 
