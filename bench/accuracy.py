@@ -98,7 +98,9 @@ def run_one(key: str, seed: int, threads: int) -> dict:
 
 def write_tables(results: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "accuracy.json").write_text(json.dumps(results, indent=2) + "\n")
+    from shoal.utils.io import write_json_atomic
+
+    write_json_atomic(RESULTS / "accuracy.json", results)  # concurrent invocations read it
     lines = [
         "# Accuracy of the single-process trainer",
         "",
