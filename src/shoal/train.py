@@ -20,6 +20,7 @@ import copy
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -685,3 +686,10 @@ class Trainer:
             config=cfg.to_dict(),
             history=self.history,
         )
+
+
+if __name__ == "__main__":
+    # `python -m shoal.train ...` (and `torchrun ... -m shoal.train --store ...`) is `shoal train`
+    from shoal.cli import main as _cli_main
+
+    raise SystemExit(_cli_main(["train", *sys.argv[1:]]))

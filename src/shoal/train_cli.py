@@ -1,4 +1,6 @@
-"""``shoal train``: train a GNN on a graph directory (single process).
+"""``shoal train``: train a GNN on a graph directory (one process) or on a partitioned store
+with a distributed engine (``--store STORE --engine NAME --nproc N``, see
+:mod:`shoal.engines.launch`).
 
 Argument parsing is split into groups (input, model, optimisation, run, output) built by
 :func:`add_train_arguments`, and :func:`config_from_args` merges a TOML file with the flags
@@ -133,11 +135,21 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Handler of ``shoal train``."""
+    """Handler of ``shoal train``: ``--store`` goes to the distributed launcher."""
+    if getattr(args, "store", None):
+        if args.graph:
+            raise ShoalInputError(
+                "both --graph and --store given",
+                fix="train on a graph directory (--graph) or on a partitioned store (--store)",
+            )
+        from shoal.engines.launch import run as run_distributed
+
+        return run_distributed(args)
     config = config_from_args(args)
     if not args.graph:
         raise ShoalInputError(
-            "no input given", fix="pass --graph DIR (a graph directory with features and splits)"
+            "no input given",
+            fix="pass --graph DIR (a graph directory with features and splits) or --store STORE",
         )
     data = TrainData.from_graph_dir(args.graph)
     result = Trainer(config, data).fit().to_json()
@@ -161,14 +173,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="train a GNN (GraphSAGE, GCN, GAT, GIN, SGC) with neighbour sampling",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""Train a GNN on a graph directory with mini-batch neighbour sampling
-(one process). Each epoch visits the training nodes in shuffled batches; validation accuracy
+(one process), or on a partitioned store with a distributed engine (--store, --engine,
+--nproc: N processes on this machine through PyTorch's elastic launcher; on a cluster run
+`torchrun --nnodes ... -m shoal.train --store ...`, see docs/distributed.md). Each epoch visits the training nodes in shuffled batches; validation accuracy
 is computed exactly (layer-wise full-neighbour inference) and the best-validation model is
 tested at the end. Options come from flags and/or a TOML file (--config; flags win).
 
 examples:
   shoal train --graph data/cora --model gcn --fanouts all,all --hidden 64 --epochs 200 \\
       --lr 0.01 --weight-decay 5e-4 --normalize-features --json cora.json
-  shoal train --graph data/products --model sage --fanouts 15,10,5 --batch-size 1024""",
+  shoal train --graph data/products --model sage --fanouts 15,10,5 --batch-size 1024
+  shoal train --store store/cora-4 --engine minibatch --nproc 2 --model gcn --json run.json
+  shoal train --store store/cora-4 --engine averaging --nproc 2 --average-every 1""",
     )
+    from shoal.engines.launch import add_arguments as add_distributed_arguments
+
     add_train_arguments(p)
+    add_distributed_arguments(p)
     p.set_defaults(func=run_train)
