@@ -422,7 +422,9 @@ def run_epochs(engine: Engine, model: torch.nn.Module, train_epoch, after_epoch=
                     best_state = copy.deepcopy(model.state_dict())
         history.append(rec)
         if engine.ctx.is_rank0:
-            logging.getLogger("shoal.engines").info(
+            # every 10th epoch (and the first) at INFO, the others at DEBUG
+            logging.getLogger("shoal.engines").log(
+                logging.INFO if epoch == 0 or (epoch + 1) % 10 == 0 else logging.DEBUG,
                 "epoch %d loss %.4f val %s %.2fs",
                 epoch + 1,
                 rec["loss"],
