@@ -24,33 +24,18 @@ from numba import njit
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
-from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.hdrf import (
+from shoal.partition._streaming import (
     _check_parts,
+    _degrees,
     _edge_pass,
     _EdgePartFile,
+    _mix,
     _owners,
     _train_array,
 )
+from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 
 __all__ = ["DBH"]
-
-
-@njit(cache=True)
-def _mix(x):
-    # splitmix64 finaliser (Steele, Lea, Flood 2014)
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@njit(cache=True)
-def _degree_chunk(src, dst, deg):
-    for i in range(src.shape[0]):
-        deg[src[i]] += 1
-        if dst[i] != src[i]:
-            deg[dst[i]] += 1
 
 
 @njit(cache=True)
@@ -67,14 +52,6 @@ def _dbh_chunk(src, dst, deg, seed, p, out):
         else:
             w = v
         out[i] = _mix(np.uint64(w) ^ s) % pp
-
-
-def _degrees(graph: GraphDir, chunk_edges: int, desc: str = "degrees") -> np.ndarray:
-    """Undirected degree of every node (both directions counted, self-loops once)."""
-    deg = np.zeros(graph.num_nodes, dtype=np.int64)
-    for _, src, dst in _edge_pass(graph, chunk_edges, desc):
-        _degree_chunk(src, dst, deg)
-    return deg
 
 
 @dataclass(kw_only=True)

@@ -27,8 +27,11 @@ from numba import njit
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
+from shoal.partition._streaming import (
+    _check_parts,
+    _train_array,
+)
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.hdrf import _check_parts, _train_array
 from shoal.partition.ldg import _run_vertex_stream
 
 __all__ = ["Fennel"]

@@ -26,15 +26,15 @@ import numpy as np
 from numba import njit
 
 from shoal.data.format import GraphDir
-from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.dbh import _degrees
-from shoal.partition.hdrf import (
+from shoal.partition._streaming import (
     _check_parts,
+    _degrees,
     _edge_pass,
     _EdgePartFile,
     _owners,
     _train_array,
 )
+from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 
 __all__ = ["Greedy"]
 

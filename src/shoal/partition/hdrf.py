@@ -25,8 +25,6 @@ output file, owner conversion).
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -35,119 +33,19 @@ from numba import njit
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
+from shoal.partition._streaming import (
+    _check_parts,
+    _edge_pass,
+    _EdgePartFile,
+    _owners,
+    _train_array,
+)
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.vertexcut import owners_from_edge_parts
-from shoal.utils.progress import progress
 
 __all__ = ["HDRF"]
 
 
 # --------------------------------------------------------------------------- shared helpers
-def _check_parts(graph: GraphDir, num_parts: int) -> None:
-    if graph.num_nodes > 0 and num_parts > graph.num_nodes:
-        raise ShoalInputError(
-            f"num_parts={num_parts} is larger than the number of nodes ({graph.num_nodes})",
-            path=graph.path,
-            fix=f"use --parts <= {graph.num_nodes}",
-        )
-
-
-def _part_dtype(num_parts: int) -> np.dtype:
-    return np.dtype(np.int16 if num_parts <= np.iinfo(np.int16).max else np.int32)
-
-
-class _EdgePartFile:
-    """Write the edge -> part array chunk by chunk to a temporary ``.npy`` file.
-
-    Written with plain file writes (a written memory map would count in RSS); :meth:`finish`
-    memory-maps it read-only and unlinks the file (the mapping keeps the data alive, the disk
-    space is freed when the array is dropped). ``read(start, stop, out)`` reads a range back
-    with a positioned read (for multi-pass algorithms) before :meth:`finish`.
-    """
-
-    def __init__(self, num_edges: int, num_parts: int) -> None:
-        self.num_edges = int(num_edges)
-        self.dtype = _part_dtype(num_parts)
-        fd, name = tempfile.mkstemp(prefix="shoal-edge-part-", suffix=".npy")
-        self.path = name
-        self._f = os.fdopen(fd, "w+b")
-        np.lib.format.write_array_header_1_0(
-            self._f,
-            {
-                "descr": np.lib.format.dtype_to_descr(self.dtype),
-                "fortran_order": False,
-                "shape": (self.num_edges,),
-            },
-        )
-        self._header = self._f.tell()
-        self.written = 0
-
-    def write(self, parts: np.ndarray) -> None:
-        a = np.ascontiguousarray(parts, dtype=self.dtype)
-        a.tofile(self._f)
-        self.written += a.shape[0]
-
-    def read(self, start: int, out: np.ndarray) -> np.ndarray:
-        self._f.flush()
-        view = memoryview(out.reshape(-1).view(np.uint8))
-        got = os.preadv(self._f.fileno(), [view], self._header + start * self.dtype.itemsize)
-        if got != out.nbytes:
-            raise RuntimeError(f"short read in {self.path}")
-        return out
-
-    def finish(self) -> np.ndarray:
-        self._f.close()
-        try:
-            if self.written != self.num_edges:
-                raise RuntimeError(f"wrote {self.written} edge parts, expected {self.num_edges}")
-            if self.num_edges == 0:
-                return np.empty(0, dtype=self.dtype)
-            return np.load(self.path, mmap_mode="r")
-        finally:
-            os.unlink(self.path)
-
-    def discard(self) -> None:
-        if not self._f.closed:
-            self._f.close()
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-
-
-def _owners(
-    graph: GraphDir,
-    edge_part: np.ndarray,
-    num_parts: int,
-    train_mask: np.ndarray | None,
-    chunk_edges: int,
-) -> np.ndarray:
-    """Node owners of a vertex-cut result: the part holding most of the node's edges (ties to
-    the lowest index; nodes without edges fill the lightest parts), by
-    :func:`shoal.partition.vertexcut.owners_from_edge_parts`. Training-node balance is left to
-    the pipeline's balance post-pass."""
-    del train_mask
-    return owners_from_edge_parts(graph, edge_part, num_parts, chunk_edges=chunk_edges)
-
-
-def _train_array(train_mask: np.ndarray | None, n: int) -> np.ndarray | None:
-    if train_mask is None:
-        return None
-    t = np.asarray(train_mask, dtype=bool)
-    if t.shape != (n,):
-        raise ShoalInputError(f"train mask has shape {t.shape}, expected ({n},)", path="train_mask")
-    return t
-
-
-def _edge_pass(graph: GraphDir, chunk_edges: int, desc: str):
-    """Chunks of the edge file with a progress bar: yields ``(start, src, dst)``."""
-    bar = progress(total=graph.num_edges, desc=desc, unit="edge")
-    try:
-        for start, chunk in graph.edge_stream(chunk_edges).chunks_with_offset():
-            yield start, chunk[:, 0], chunk[:, 1]
-            bar.update(chunk.shape[0])
-    finally:
-        bar.close()
-
-
 # --------------------------------------------------------------------------- HDRF kernel
 #: How many edges ahead the packed kernel touches the endpoints' state (software prefetch).
 _LOOKAHEAD = 16

@@ -30,8 +30,11 @@ import numpy as np
 from numba import njit
 
 from shoal.data.format import GraphDir
+from shoal.partition._streaming import (
+    _check_parts,
+    _train_array,
+)
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.hdrf import _check_parts, _train_array
 from shoal.utils.progress import progress
 
 __all__ = ["LDG"]

@@ -40,15 +40,16 @@ from numba import njit
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
-from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.dbh import _degrees
-from shoal.partition.hdrf import (
+from shoal.partition._streaming import (
     _check_parts,
+    _degrees,
     _edge_pass,
     _EdgePartFile,
+    _mix,
     _owners,
     _train_array,
 )
+from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 
 __all__ = ["TwoPSL"]
 
@@ -108,14 +109,6 @@ def _prepartition_chunk(src, dst, cluster, cmap, rep, load, cap, out):
             rep[v * p + pu] = 1
         else:
             out[i] = -1
-
-
-@njit(cache=True)
-def _mix(x):
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True)
