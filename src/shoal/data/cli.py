@@ -141,6 +141,7 @@ def _cmd_synth_dcsbm(args: argparse.Namespace) -> int:
         seed=args.seed,
         directed=args.directed,
         dedup=args.dedup,
+        drop_self_loops=args.drop_self_loops,
         sort_memory=parse_size(args.sort_memory),
         name=args.name,
         overwrite=args.overwrite,

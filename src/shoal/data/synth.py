@@ -177,6 +177,7 @@ class DCSBMConfig:
         seed: random seed (default 0).
         directed: store each generated edge once, as (src, dst) (default false).
         dedup: drop repeated edges (default false).
+        drop_self_loops: drop (v, v) edges (default false).
         sort_memory: external sort memory cap in bytes (default 256 MiB).
         name: dataset name (default: the output directory's name).
         overwrite: replace an existing output (default false).
@@ -195,6 +196,7 @@ class DCSBMConfig:
     seed: int = 0
     directed: bool = False
     dedup: bool = False
+    drop_self_loops: bool = False
     sort_memory: int = DEFAULT_SORT_MEMORY
     name: str | None = None
     overwrite: bool = False
@@ -432,6 +434,7 @@ def generate_dcsbm(
         num_nodes=cfg.nodes,
         symmetrize=not cfg.directed,
         dedup=cfg.dedup,
+        drop_self_loops=cfg.drop_self_loops,
         sort_memory=cfg.sort_memory,
         name=cfg.name,
         source=source,
