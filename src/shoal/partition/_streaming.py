@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 
 import numpy as np
 from numba import njit
@@ -146,3 +147,26 @@ def _degrees(graph: GraphDir, chunk_edges: int, desc: str = "degrees") -> np.nda
     for _, src, dst in _edge_pass(graph, chunk_edges, desc):
         _degree_chunk(src, dst, deg)
     return deg
+
+
+def _assign_edges(
+    graph: GraphDir,
+    num_parts: int,
+    chunk_edges: int,
+    desc: str,
+    fill: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+) -> np.ndarray:
+    """One streaming pass: ``fill(src, dst, out)`` writes the part of every edge of a chunk
+    into ``out`` (a reused buffer); the parts go to an :class:`_EdgePartFile`, whose read-only
+    map is returned (nothing is left on disk, also on error)."""
+    sink = _EdgePartFile(graph.num_edges, num_parts)
+    try:
+        out = np.empty(min(chunk_edges, max(graph.num_edges, 1)), dtype=sink.dtype)
+        for _, src, dst in _edge_pass(graph, chunk_edges, desc):
+            o = out[: src.shape[0]]
+            fill(src, dst, o)
+            sink.write(o)
+    except BaseException:
+        sink.discard()
+        raise
+    return sink.finish()

@@ -25,10 +25,9 @@ from numba import njit
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition._streaming import (
+    _assign_edges,
     _check_parts,
     _degrees,
-    _edge_pass,
-    _EdgePartFile,
     _mix,
     _owners,
     _train_array,
@@ -81,18 +80,15 @@ class DBH(Partitioner):
         t0 = time.perf_counter()
         deg = _degrees(graph, cfg.chunk_edges)
         t1 = time.perf_counter()
-        sink = _EdgePartFile(graph.num_edges, p)
-        try:
-            out = np.empty(min(cfg.chunk_edges, max(graph.num_edges, 1)), dtype=sink.dtype)
-            for _, src, dst in _edge_pass(graph, cfg.chunk_edges, "dbh"):
-                o = out[: src.shape[0]]
-                _dbh_chunk(src, dst, deg, int(cfg.seed) & 0xFFFFFFFFFFFFFFFF, p, o)
-                sink.write(o)
-        except BaseException:
-            sink.discard()
-            raise
+        seed = int(cfg.seed) & 0xFFFFFFFFFFFFFFFF
+        edge_part = _assign_edges(
+            graph,
+            p,
+            cfg.chunk_edges,
+            "dbh",
+            lambda s, d, o, deg=deg: _dbh_chunk(s, d, deg, seed, p, o),
+        )
         del deg
-        edge_part = sink.finish()
         t2 = time.perf_counter()
         node_part = _owners(graph, edge_part, p, train, cfg.chunk_edges)
         t3 = time.perf_counter()

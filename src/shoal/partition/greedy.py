@@ -27,10 +27,9 @@ from numba import njit
 
 from shoal.data.format import GraphDir
 from shoal.partition._streaming import (
+    _assign_edges,
     _check_parts,
     _degrees,
-    _edge_pass,
-    _EdgePartFile,
     _owners,
     _train_array,
 )
@@ -113,18 +112,14 @@ class Greedy(Partitioner):
         t1 = time.perf_counter()
         rep = np.zeros(graph.num_nodes * p, dtype=np.uint8)
         load = np.zeros(p, dtype=np.int64)
-        sink = _EdgePartFile(graph.num_edges, p)
-        try:
-            out = np.empty(min(cfg.chunk_edges, max(graph.num_edges, 1)), dtype=sink.dtype)
-            for _, src, dst in _edge_pass(graph, cfg.chunk_edges, "greedy"):
-                o = out[: src.shape[0]]
-                _greedy_chunk(src, dst, rem, rep, load, o)
-                sink.write(o)
-        except BaseException:
-            sink.discard()
-            raise
+        edge_part = _assign_edges(
+            graph,
+            p,
+            cfg.chunk_edges,
+            "greedy",
+            lambda s, d, o, rem=rem, rep=rep: _greedy_chunk(s, d, rem, rep, load, o),
+        )
         del rep, rem
-        edge_part = sink.finish()
         t2 = time.perf_counter()
         node_part = _owners(graph, edge_part, p, train, cfg.chunk_edges)
         t3 = time.perf_counter()

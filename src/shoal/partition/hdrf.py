@@ -34,9 +34,8 @@ from numba import njit
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition._streaming import (
+    _assign_edges,
     _check_parts,
-    _edge_pass,
-    _EdgePartFile,
     _owners,
     _train_array,
 )
@@ -229,20 +228,16 @@ class HDRF(Partitioner):
             rep = np.zeros(n * p, dtype=np.uint8)
         load = np.zeros(p, dtype=np.int64)
         lam, eps = float(cfg.lam), float(cfg.epsilon)
-        sink = _EdgePartFile(graph.num_edges, p)
-        try:
-            out = np.empty(min(cfg.chunk_edges, max(graph.num_edges, 1)), dtype=sink.dtype)
-            for _, src, dst in _edge_pass(graph, cfg.chunk_edges, "hdrf"):
-                o = out[: src.shape[0]]
-                if packed:
-                    _hdrf_chunk_packed(src, dst, state, load, o, lam, eps)
-                else:
-                    _hdrf_chunk(src, dst, pdeg, rep, load, o, lam, eps)
-                sink.write(o)
-        except BaseException:
-            sink.discard()
-            raise
-        edge_part = sink.finish()
+        if packed:
+
+            def fill(s, d, o):
+                _hdrf_chunk_packed(s, d, state, load, o, lam, eps)
+        else:
+
+            def fill(s, d, o):
+                _hdrf_chunk(s, d, pdeg, rep, load, o, lam, eps)
+
+        edge_part = _assign_edges(graph, p, cfg.chunk_edges, "hdrf", fill)
         t1 = time.perf_counter()
         node_part = _owners(graph, edge_part, p, train, cfg.chunk_edges)
         t2 = time.perf_counter()
