@@ -142,3 +142,78 @@ def test_two_processes_sample_like_one_and_learn(make_store):
     assert comm["bytes_sent"] > 0 and comm["messages_sent"] > 0
     assert 0 < comm["remote_feature_fraction"] < 1
     assert comm["allreduce_bytes"] > 0
+
+
+def _full_batch_fit(rank: int, world: int, store: str):
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    tc = TrainConfig(
+        model="sage",
+        fanouts=(-1, -1),
+        batch_size=64,  # every rank's share in one batch
+        hidden=8,
+        epochs=8,
+        lr=0.05,
+        dropout=0.0,
+        seed=5,
+        eval_every=2,
+        progress=False,
+    )
+    return MinibatchEngine(Store.open(store), EngineConfig(train=tc), ctx).fit().to_json()
+
+
+def test_sync_sgd_equals_one_process_large_batch(make_store):
+    """Without dropout and with full neighbourhoods, 2 ranks with equal halves of the training
+    nodes all-reduce exactly the gradient 1 rank computes on all of them: the loss curve and
+    the accuracy must not depend on the world size (this catches any wrong remote sample,
+    feature row or label)."""
+    store = str(make_store(parts=2))
+    one = run_world(_full_batch_fit, 1, store)[0]
+    two = run_world(_full_batch_fit, 2, store)
+    assert two[0]["test_accuracy"] == two[1]["test_accuracy"]
+    assert [h["loss"] for h in two[0]["history"]] == pytest.approx(
+        [h["loss"] for h in one["history"]], rel=1e-4
+    )
+    assert [h.get("val_accuracy") for h in two[0]["history"]] == [
+        h.get("val_accuracy") for h in one["history"]
+    ]
+    assert two[0]["test_accuracy"] == one["test_accuracy"]
+
+
+def _sampled_edges(rank: int, world: int, store: str, fanouts: tuple[int, ...]):
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    cfg = EngineConfig(train=TrainConfig(batch_size=4, fanouts=fanouts, hidden=4, epochs=1))
+    eng = MinibatchEngine(Store.open(store), cfg, ctx)
+    seeds = np.arange(rank, 48, 3 * world)
+    out = []
+    for bseed in range(5):
+        mb = eng.sampler.sample(seeds, bseed)
+        for blk in mb.blocks:
+            src, dst = blk.edge_index.numpy()
+            out.append((mb.n_id[src].tolist(), mb.n_id[dst].tolist(), mb.n_id[: blk.num_dst]))
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_distributed_sampled_edges_exist_and_respect_fanouts(make_store, world):
+    """Sampled (not full) neighbourhoods across ranks: every picked edge is a real in-edge
+    of its destination, no neighbour is picked twice, and each destination gets
+    min(fanout, in-degree) neighbours."""
+    store = make_store(parts=4)
+    s = Store.open(store)
+    nbrs = {}
+    for p in s.parts():
+        for r in range(p.num_core):
+            nbrs[p.start + r] = p.local_to_global(p.in_neighbors(r)).tolist()
+    fanouts = (3, 2)
+    for blocks in run_world(_sampled_edges, world, str(store), fanouts):
+        for i, (src, dst, dst_ids) in enumerate(blocks):
+            fanout = fanouts[::-1][i % 2]  # blocks are ordered outermost hop first
+            per_dst: dict[int, list[int]] = {}
+            for u, v in zip(src, dst):
+                per_dst.setdefault(v, []).append(u)
+            for v, us in per_dst.items():
+                assert set(us) <= set(nbrs[v]), (v, us)
+                assert len(us) == len(set(us))
+            assert set(per_dst) <= set(dst_ids.tolist())
+            for v in dst_ids.tolist():
+                assert len(per_dst.get(v, [])) == min(fanout, len(nbrs[v]))
