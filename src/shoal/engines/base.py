@@ -29,6 +29,7 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,9 @@ from shoal.dist.runtime import DistContext
 from shoal.errors import ShoalInputError
 from shoal.nn import build_model
 from shoal.sample.features import gather_rows
-from shoal.sample.sampler import NeighborSampler
+from shoal.sample.sampler import NeighborSampler, full_graph_block
 from shoal.store.reader import Partition, Store
-from shoal.train import TrainConfig
+from shoal.train import INFERENCE_MEMMAP_BYTES, TrainConfig
 from shoal.utils.io import read_json
 from shoal.utils.memory import peak_rss_bytes
 
@@ -214,13 +215,28 @@ def build_engine_model(cfg: TrainConfig, store: Store, rank: int = 0) -> nn.Modu
     return model
 
 
-def _local_features(part: Partition, normalize: bool) -> np.ndarray:
-    x = part.features
-    if x is None:
-        raise ShoalInputError("the store has no features", path=part.path)
-    if not normalize:
-        return x
-    return gather_rows(x, np.arange(part.num_core), normalize=True)
+def _map_core_rows(
+    src: np.ndarray,
+    fn,
+    *,
+    normalize: bool,
+    width: int,
+    batch_size: int,
+    path: str,
+) -> np.ndarray:
+    """``fn`` (None = identity) applied to the rows of ``src`` in batches (row-normalised first
+    when ``normalize``), into an array (a temporary memory map above 256 MiB)."""
+    n = src.shape[0]
+    if n * width * 4 > INFERENCE_MEMMAP_BYTES:
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, width))
+    else:
+        out = np.empty((n, width), np.float32)
+    buf = np.empty((min(batch_size, max(n, 1)), src.shape[1]), np.float32)
+    for start in range(0, n, batch_size):
+        ids = np.arange(start, min(start + batch_size, n), dtype=np.int64)
+        x = gather_rows(src, ids, buf, normalize=normalize)[: len(ids)]
+        out[start : start + len(ids)] = fn(torch.from_numpy(x)).numpy() if fn is not None else x
+    return out
 
 
 @torch.no_grad()
@@ -241,20 +257,49 @@ def dist_evaluate(
 
     Layer ``l`` of every core node is computed from all its in-neighbours (full
     neighbourhoods, as in the single-process :func:`shoal.train.layerwise_inference`); the
-    halo rows each layer needs are pulled from their owners (one exchange per layer). Layer
-    outputs larger than 256 MiB per part go to temporary memory maps.
+    halo rows each layer needs are pulled from their owners (one exchange per layer). When
+    the model splits a layer into a node-wise and an aggregation part
+    (:meth:`shoal.nn.BlockGNN.inference_split`), the node-wise part runs once per core node
+    before the pull, so the halo rows exchanged are the projected ones (GraphSAGE on
+    Coauthor-Physics: 128 instead of 8415 columns). Per-part arrays larger than 256 MiB go to
+    temporary memory maps.
     """
     model.eval()
     num_layers = int(model.num_layers)
     stats = stats if stats is not None else CommStats()
-    fdim = int(store.feature_dim)
-    # layer-0 inputs of each local part: core rows (memmap) + halo rows (pulled or replicated)
-    prev_core = {p.index: _local_features(p, normalize_features) for p in parts}
-    prev_dim = fdim
+    splitter = getattr(model, "inference_split", None)
+    for p in parts:
+        if p.features is None:
+            raise ShoalInputError("the store has no features", path=p.path)
+    # layer-0 inputs of each local part: its core rows (memory-mapped)
+    prev_core: dict[int, np.ndarray] = {p.index: p.features for p in parts}
+    prev_dim = int(store.feature_dim)
     correct = np.zeros(len(splits), dtype=np.float64)
     total = np.zeros(len(splits), dtype=np.float64)
     with tempfile.TemporaryDirectory(prefix="shoal-dist-infer-") as tmp:
         for layer in range(num_layers):
+            pre, post = splitter(layer) if splitter is not None else (None, None)
+            if post is None:
+                post = partial(model.layer_forward, layer)
+            norm = normalize_features and layer == 0
+            if pre is not None or norm:
+                # the node-wise part of the layer once per core node, before the halo pull
+                # (so owners send the projected rows, e.g. 2 x hidden instead of 8415 columns)
+                width = int(pre(torch.zeros(1, prev_dim)).shape[1]) if pre else prev_dim
+                prev_core = {
+                    i: _map_core_rows(
+                        a,
+                        pre,
+                        normalize=norm,
+                        width=width,
+                        batch_size=batch_size,
+                        path=os.path.join(tmp, f"pre{layer}_p{i}.npy"),
+                    )
+                    for i, a in prev_core.items()
+                }
+                prev_dim = width
+            # every rank knows the layer's width without a collective (a one-node dry run)
+            out_dim = _out_dim(post, prev_dim)
             fs = DistFeatureStore(
                 part_offsets=store.part_offsets,
                 part_to_rank=part_to_rank,
@@ -296,10 +341,10 @@ def dist_evaluate(
                     batch = rows[start : start + batch_size]
                     mb = sampler.full(batch)
                     x = torch.from_numpy(inputs[mb.n_id])
-                    h = model.layer_forward(layer, x, mb.blocks[0]).numpy()
+                    h = post(x, mb.blocks[0]).numpy()
                     if out is None:
                         shape = (len(rows), h.shape[1])
-                        if not last and shape[0] * shape[1] * 4 > (256 << 20):
+                        if not last and shape[0] * shape[1] * 4 > INFERENCE_MEMMAP_BYTES:
                             out = np.lib.format.open_memmap(
                                 os.path.join(tmp, f"l{layer}_p{part.index}.npy"),
                                 mode="w+",
@@ -319,11 +364,10 @@ def dist_evaluate(
                             total[k] += float(sel.sum())
                 else:
                     if out is None:
-                        out = np.empty((0, model_out_dim(model, layer, prev_dim)), np.float32)
+                        out = np.empty((0, out_dim), np.float32)
                     new_core[part.index] = out
             if not last:
-                dims = [a.shape[1] for a in new_core.values()]
-                prev_dim = _agree_dim(dims)
+                prev_dim = out_dim
                 prev_core = new_core
     t = torch.from_numpy(np.concatenate([correct, total]))
     if ctx.world_size > 1:
@@ -332,21 +376,11 @@ def dist_evaluate(
     return {s: float(c[k] / n[k]) if n[k] else math.nan for k, s in enumerate(splits)}
 
 
-def model_out_dim(model: nn.Module, layer: int, in_dim: int) -> int:
-    """Output width of ``layer`` (a dry run on a one-node block)."""
-    from shoal.sample.sampler import full_graph_block
-
+def _out_dim(post, in_dim: int) -> int:
+    """Output width of a layer's ``post`` part (a dry run on a one-node block)."""
     blk = full_graph_block(np.zeros(2, np.int64), np.zeros(0, np.int64))
     with torch.no_grad():
-        return int(model.layer_forward(layer, torch.zeros(1, in_dim), blk).shape[1])
-
-
-def _agree_dim(dims: list[int]) -> int:
-    """The layer width every rank agrees on (ranks with no part contribute nothing)."""
-    t = torch.tensor([max(dims) if dims else -1], dtype=torch.int64)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
+        return int(post(torch.zeros(1, in_dim), blk).shape[1])
 
 
 class Engine(ABC):
