@@ -73,3 +73,35 @@ def test_bad_store_is_an_input_error(tmp_path, capsys):
 
     assert main(["--store", str(tmp_path / "nope"), "--nproc", "2"]) == 2
     assert "meta.json is missing" in capsys.readouterr().err
+
+
+def test_restarted_workers_resume_from_the_last_checkpoint(tmp_path, make_store):
+    """--max-restarts 1 with --checkpoint-dir/--resume: a worker that fails in epoch 5 makes
+    torchrun restart the group, which continues after epoch 4 and ends like a run that never
+    failed."""
+    store = str(make_store(parts=2))
+    flags = ["--store", store, "--engine", "minibatch", "--nproc", "2", *ARGS, "--dropout", "0.5"]
+    ref, got = tmp_path / "ref.json", tmp_path / "got.json"
+    p = _launch(*flags, "--json", str(ref))
+    assert p.returncode == 0, p.stderr[-3000:]
+    ckpt = tmp_path / "ckpt"
+    p = _launch(
+        *flags,
+        "--json",
+        str(got),
+        "--checkpoint-dir",
+        str(ckpt),
+        "--resume",
+        "--max-restarts",
+        "1",
+        "--fail-at-epoch",
+        "5",
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "injected failure in epoch 5" in p.stderr
+    assert "resumed from" in p.stderr + p.stdout
+    a, b = json.loads(ref.read_text()), json.loads(got.read_text())
+    assert b["epochs"] == 8 and [h["epoch"] for h in b["history"]] == list(range(1, 9))
+    assert [h["loss"] for h in b["history"]] == [h["loss"] for h in a["history"]]
+    assert b["test_accuracy"] == a["test_accuracy"]
+    assert json.loads((ckpt / "last.json").read_text())["epoch"] == 8

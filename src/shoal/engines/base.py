@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import logging
 import math
 import os
@@ -47,7 +48,7 @@ from shoal.sample.features import gather_rows
 from shoal.sample.sampler import NeighborSampler, full_graph_block
 from shoal.store.reader import Partition, Store
 from shoal.train import INFERENCE_MEMMAP_BYTES, TrainConfig
-from shoal.utils.io import read_json
+from shoal.utils.io import read_json, write_json_atomic
 from shoal.utils.memory import peak_rss_bytes
 
 __all__ = [
@@ -75,7 +76,8 @@ class EngineConfig:
 
     Attributes:
         train: hyper-parameters shared with the single-process trainer (default
-            ``TrainConfig()``). ``patience`` and checkpoints are not used by the engines yet.
+            ``TrainConfig()``), including ``patience``, ``checkpoint_dir``/``resume`` and
+            ``metrics_file`` (see :func:`run_epochs`).
         average_every: averaging engine: average the models every k epochs (default 1).
         average_optimizer: averaging engine: also average the optimizer state (Adam's
             moments, weighted like the parameters) at every averaging round (default true;
@@ -433,18 +435,125 @@ def get_engine(name: str) -> type[Engine]:
     return getattr(importlib.import_module(module), cls)
 
 
+CHECKPOINT_FORMAT = 1
+
+
+class _Checkpointer:
+    """Per-epoch checkpoints of a distributed run in ``checkpoint_dir``.
+
+    Every rank writes its own state (model, optimizer, torch RNG, loop counters) as
+    ``epoch{E}-rank{R}.pt``; after a barrier rank 0 commits the epoch by rewriting
+    ``last.json`` atomically, then every rank deletes its previous epoch's file. A crash at any
+    point leaves ``last.json`` naming an epoch whose files are all complete, so ``--resume``
+    (every rank loads its own file) continues exactly where the committed epoch ended. Rank 0
+    also writes ``best.pt`` (``{"model": state_dict}``) when validation improves, as the
+    single-process trainer does. Resuming needs the same engine and world size.
+    """
+
+    def __init__(self, engine: Engine, directory: str) -> None:
+        self.engine = engine
+        self.dir = Path(directory)
+        self.rank = engine.ctx.rank
+        if self.rank == 0:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        _barrier(engine.ctx)
+
+    def _file(self, epoch: int, rank: int | None = None) -> Path:
+        return self.dir / f"epoch{epoch}-rank{self.rank if rank is None else rank}.pt"
+
+    def load(self) -> dict[str, Any] | None:
+        """This rank's state of the last committed epoch (None when there is none)."""
+        from shoal.train import load_checkpoint
+
+        last = self.dir / "last.json"
+        if not last.exists():
+            return None
+        meta = read_json(last)
+        e = self.engine
+        for key, want in (("engine", e.name), ("world_size", e.ctx.world_size)):
+            if meta.get(key) != want:
+                raise ShoalInputError(
+                    f"checkpoint was written by {key} {meta.get(key)!r}, this run has {want!r}",
+                    path=last,
+                    fix="resume with the same engine and --nproc, or use a new --checkpoint-dir",
+                )
+        return load_checkpoint(self._file(int(meta["epoch"])))
+
+    def save(self, epoch: int, state: dict[str, Any], best_improved: bool) -> None:
+        """Write this rank's state for ``epoch`` (epochs done) and commit it. Collective."""
+        from shoal.train import save_checkpoint
+
+        save_checkpoint(self._file(epoch), state)
+        _barrier(self.engine.ctx)
+        if self.rank == 0:
+            if best_improved:
+                save_checkpoint(self.dir / "best.pt", {"model": state["best_model"]})
+            write_json_atomic(
+                self.dir / "last.json",
+                {
+                    "format": CHECKPOINT_FORMAT,
+                    "engine": self.engine.name,
+                    "world_size": self.engine.ctx.world_size,
+                    "epoch": epoch,
+                    "files": [self._file(epoch, r).name for r in range(self.engine.ctx.world_size)],
+                },
+            )
+        _barrier(self.engine.ctx)
+        for old in self.dir.glob(f"epoch*-rank{self.rank}.pt"):
+            if old.name != self._file(epoch).name:
+                old.unlink(missing_ok=True)
+
+
+def _barrier(ctx: DistContext) -> None:
+    if ctx.world_size > 1 and dist.is_initialized():
+        dist.barrier()
+
+
 def run_epochs(engine: Engine, model: torch.nn.Module, train_epoch, after_epoch=None) -> RunResult:
     """The epoch loop both engines share: train, evaluate every ``eval_every`` epochs, keep the
-    best-validation weights, test them at the end."""
+    best-validation weights, test them at the end.
+
+    Also as in :class:`shoal.train.Trainer`: early stopping after ``patience`` evaluations
+    without a better validation accuracy (every rank sees the same collective accuracy, so
+    all stop together), one JSON line per epoch in ``metrics_file`` (rank 0), and per-epoch
+    checkpoints with ``resume`` (:class:`_Checkpointer`). The engine's ``optimizer`` attribute
+    is checkpointed with the model.
+    """
     cfg = engine.config
+    tc = cfg.train
     history: list[dict[str, Any]] = []
-    best_val, best_epoch, best_state = -1.0, 0, None
+    best_val, best_epoch, best_state, bad_evals = -1.0, 0, None, 0
     eval_seconds = 0.0
-    for epoch in range(cfg.train.epochs):
+    start = 0
+    optimizer = getattr(engine, "optimizer", None)
+    ckpt = _Checkpointer(engine, tc.checkpoint_dir) if tc.checkpoint_dir else None
+    if ckpt is not None and tc.resume:
+        st = ckpt.load()
+        if st is not None:
+            model.load_state_dict(st["model"])
+            if optimizer is not None:
+                optimizer.load_state_dict(st["optimizer"])
+            torch.set_rng_state(st["torch_rng"])
+            start = int(st["epoch"])
+            best_val, best_epoch = float(st["best_val"]), int(st["best_epoch"])
+            bad_evals, best_state = int(st["bad_evals"]), st["best_model"]
+            history = list(st["history"])
+            if engine.ctx.is_rank0:
+                logging.getLogger("shoal.engines").info(
+                    "resumed from %s after epoch %d", ckpt.dir, start
+                )
+    metrics = Path(tc.metrics_file) if tc.metrics_file and engine.ctx.is_rank0 else None
+    if metrics is not None:
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+    stop = bad_evals >= tc.patience > 0
+    for epoch in range(start, tc.epochs):
+        if stop:
+            break
         rec = train_epoch(epoch)
         if after_epoch is not None:
             after_epoch(epoch, rec)
-        last = epoch + 1 == cfg.train.epochs
+        last = epoch + 1 == tc.epochs
+        improved = False
         if (epoch + 1) % cfg.eval_every == 0 or last:
             if rec.get("evaluable", True):
                 t0 = time.perf_counter()
@@ -452,18 +561,43 @@ def run_epochs(engine: Engine, model: torch.nn.Module, train_epoch, after_epoch=
                 eval_seconds += time.perf_counter() - t0
                 rec["val_accuracy"] = val
                 if val > best_val:
-                    best_val, best_epoch = val, epoch + 1
+                    best_val, best_epoch, bad_evals, improved = val, epoch + 1, 0, True
                     best_state = copy.deepcopy(model.state_dict())
+                else:
+                    bad_evals += 1
         history.append(rec)
+        stop = tc.patience > 0 and bad_evals >= tc.patience
+        if metrics is not None:
+            with open(metrics, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        if ckpt is not None:
+            ckpt.save(
+                epoch + 1,
+                {
+                    "format": CHECKPOINT_FORMAT,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict() if optimizer is not None else None,
+                    "torch_rng": torch.get_rng_state(),
+                    "epoch": epoch + 1,
+                    "best_val": best_val,
+                    "best_epoch": best_epoch,
+                    "bad_evals": bad_evals,
+                    "best_model": best_state,
+                    "history": history,
+                    "config": tc.to_dict(),
+                },
+                improved,
+            )
         if engine.ctx.is_rank0:
             # every 10th epoch (and the first) at INFO, the others at DEBUG
             logging.getLogger("shoal.engines").log(
-                logging.INFO if epoch == 0 or (epoch + 1) % 10 == 0 else logging.DEBUG,
-                "epoch %d loss %.4f val %s %.2fs",
+                logging.INFO if epoch == 0 or (epoch + 1) % 10 == 0 or stop else logging.DEBUG,
+                "epoch %d loss %.4f val %s %.2fs%s",
                 epoch + 1,
                 rec["loss"],
                 rec.get("val_accuracy", "-"),
                 rec["seconds"],
+                f" (early stop: {bad_evals} evaluations without improvement)" if stop else "",
             )
     if best_state is not None:
         model.load_state_dict(best_state)

@@ -84,8 +84,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         metavar="SECONDS",
         help="timeout of every collective; a stuck peer fails the run after this (default 300)",
     )
+    g.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --nproc: restart all workers up to N times after a failure (torchrun's "
+        "--max-restarts); add --checkpoint-dir DIR --resume so a restarted run continues "
+        "from the last completed epoch instead of epoch 1 (default 0)",
+    )
     # for tests of failure handling: this rank raises right after joining the group
     g.add_argument("--fail-on-rank", type=int, default=None, help=argparse.SUPPRESS)
+    # for tests of restarts: the last rank raises in this epoch (1-based), first attempt only
+    g.add_argument("--fail-at-epoch", type=int, default=None, help=argparse.SUPPRESS)
     return g
 
 
@@ -150,7 +161,14 @@ def _worker(args: argparse.Namespace) -> int:
             set_threads(torch.get_num_threads())  # torchrun sets OMP_NUM_THREADS=1
         else:
             set_threads(tc.threads)
-        result = engine_cls(store, cfg, ctx).fit().to_json()
+        engine = engine_cls(store, cfg, ctx)
+        fail_at = getattr(args, "fail_at_epoch", None)
+        if fail_at and ctx.rank == ctx.world_size - 1:
+            _inject_failure(engine, fail_at)
+        result = engine.fit().to_json()
+        # drop the engine (its DDP reducer holds the group) before the group is destroyed:
+        # destroy_process_group with a live DistributedDataParallel hangs at exit
+        del engine
         if ctx.is_rank0:
             result["store"] = str(Path(args.store).resolve())
             result["command"] = getattr(args, "_command", None) or sys.argv
@@ -160,6 +178,21 @@ def _worker(args: argparse.Namespace) -> int:
             if getattr(args, "_result_file", None):
                 _write_json(args._result_file, result)
     return 0
+
+
+def _inject_failure(engine, epoch: int) -> None:
+    """Hidden --fail-at-epoch: raise in ``epoch`` (1-based) in the first attempt only (torchrun
+    counts restarts in ``TORCHELASTIC_RESTART_COUNT``)."""
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        return
+    train_epoch = engine.train_epoch
+
+    def failing(e: int):
+        if e + 1 == epoch:
+            raise RuntimeError(f"injected failure in epoch {epoch} (--fail-at-epoch)")
+        return train_epoch(e)
+
+    engine.train_epoch = failing
 
 
 def _launch_local(args: argparse.Namespace) -> int:
@@ -178,7 +211,7 @@ def _launch_local(args: argparse.Namespace) -> int:
             [
                 "--standalone",
                 f"--nproc-per-node={args.nproc}",
-                "--max-restarts=0",
+                f"--max-restarts={args.max_restarts}",
                 "--monitor-interval=0.2",
                 "--module",
                 "shoal.engines.launch",
@@ -187,6 +220,9 @@ def _launch_local(args: argparse.Namespace) -> int:
             ]
         )
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+        # restarted workers must not find the previous attempt's gloo addresses in a store
+        # shared with the rendezvous (pytorch/pytorch#135712): give each attempt its own
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
         try:
             elastic_run(launcher)
         except ChildFailedError as e:
@@ -207,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
         raise ShoalInputError(f"--nproc must be >= 1, got {args.nproc}")
     if args.average_every < 1:
         raise ShoalInputError(f"--average-every must be >= 1, got {args.average_every}")
+    if getattr(args, "max_restarts", 0) < 0:
+        raise ShoalInputError(f"--max-restarts must be >= 0, got {args.max_restarts}")
     from shoal.store import Store
 
     Store.open(args.store)  # fail early, before starting processes

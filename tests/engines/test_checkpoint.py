@@ -1,0 +1,101 @@
+"""Engines: per-epoch checkpoints with exact resume, early stopping, the metrics file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shoal.dist import DistContext
+from shoal.engines.base import EngineConfig, get_engine
+from shoal.store import Store
+from shoal.train import TrainConfig
+from tests.dist.helpers import WorldFailed, run_world
+
+
+def _fit(rank: int, world: int, store: str, engine: str, crash_at: int | None, kw: dict):
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    tc = TrainConfig(
+        model="sage",
+        fanouts=(3, 3),
+        batch_size=4,
+        hidden=8,
+        epochs=6,
+        lr=0.05,
+        dropout=0.5,  # the dropout stream must be restored too
+        seed=1,
+        eval_every=2,
+        progress=False,
+        **kw,
+    )
+    eng = get_engine(engine)(Store.open(store), EngineConfig(train=tc), ctx)
+    if crash_at is not None and rank == world - 1:
+        train_epoch = eng.train_epoch
+
+        def crashing(epoch: int):
+            if epoch == crash_at:
+                raise RuntimeError(f"simulated crash in epoch {epoch + 1}")
+            return train_epoch(epoch)
+
+        eng.train_epoch = crashing
+    return eng.fit().to_json()
+
+
+@pytest.mark.parametrize("engine", ["minibatch", "averaging"])
+def test_resume_after_a_crash_equals_an_uninterrupted_run(make_store, tmp_path, engine):
+    store = str(make_store(parts=2))
+    ref = run_world(_fit, 2, store, engine, None, {})[0]
+    ckpt = str(tmp_path / "ckpt")
+    with pytest.raises(WorldFailed, match="simulated crash in epoch 4"):
+        run_world(_fit, 2, store, engine, 3, {"checkpoint_dir": ckpt})
+    last = json.loads((tmp_path / "ckpt" / "last.json").read_text())
+    assert last["epoch"] == 3 and last["world_size"] == 2 and last["engine"] == engine
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("epoch*.pt")) == [
+        "epoch3-rank0.pt",
+        "epoch3-rank1.pt",
+    ]
+    assert (tmp_path / "ckpt" / "best.pt").exists()
+    got = run_world(_fit, 2, store, engine, None, {"checkpoint_dir": ckpt, "resume": True})[0]
+    assert [h["loss"] for h in got["history"]] == pytest.approx(
+        [h["loss"] for h in ref["history"]], rel=1e-6
+    )
+    assert got["epochs"] == 6 and got["best_epoch"] == ref["best_epoch"]
+    assert got["test_accuracy"] == ref["test_accuracy"]
+
+
+def test_resume_with_another_world_size_is_refused(make_store, tmp_path):
+    store = str(make_store(parts=2))
+    ckpt = str(tmp_path / "ckpt")
+    run_world(_fit, 2, store, "minibatch", None, {"checkpoint_dir": ckpt})
+    with pytest.raises(WorldFailed, match="world_size 2.*this run has 1") as exc:
+        run_world(_fit, 1, store, "minibatch", None, {"checkpoint_dir": ckpt, "resume": True})
+    assert "ShoalInputError" in str(exc.value.error)
+
+
+def _patience(rank: int, world: int, store: str, metrics: str):
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    tc = TrainConfig(
+        model="sage",
+        fanouts=(3, 3),
+        batch_size=4,
+        hidden=8,
+        epochs=20,
+        lr=1e-12,  # nothing changes: validation never improves after the first evaluation
+        seed=1,
+        eval_every=1,
+        patience=2,
+        progress=False,
+        metrics_file=metrics,
+    )
+    return get_engine("minibatch")(Store.open(store), EngineConfig(train=tc), ctx).fit().to_json()
+
+
+def test_patience_stops_every_rank_and_metrics_file_has_one_line_per_epoch(make_store, tmp_path):
+    store = str(make_store(parts=2))
+    metrics = tmp_path / "m" / "metrics.jsonl"
+    out = run_world(_patience, 2, store, str(metrics))
+    assert [r["epochs"] for r in out] == [3, 3]  # best at 1, then 2 evaluations without gain
+    assert out[0]["best_epoch"] == 1
+    lines = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [1, 2, 3]  # rank 0 only: no duplicates
+    assert all("val_accuracy" in x and "loss" in x for x in lines)
