@@ -151,7 +151,9 @@ def _worker(args: argparse.Namespace) -> int:
     )
     store = Store.open(args.store)
     engine_cls = get_engine(args.engine)
-    with process_group(DistConfig(timeout_s=args.dist_timeout)) as ctx:
+    # the engines train on CPU and exchange CPU tensors (sampling requests, feature rows), which
+    # nccl cannot carry: they always use gloo, also on machines with CUDA
+    with process_group(DistConfig(backend="gloo", timeout_s=args.dist_timeout)) as ctx:
         # hidden --fail-on-rank: tests check that the run exits non-zero with this error
         if getattr(args, "fail_on_rank", None) == ctx.rank:
             raise RuntimeError(f"injected failure on rank {ctx.rank} (--fail-on-rank)")
