@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from shoal.data.format import GraphDir, GraphWriter
+from tests.engines.conftest import make_store  # noqa: F401  (store fixture shared with tests/dist)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -96,7 +96,10 @@ class DistNeighborSampler:
             m = int(rowptr[-1])
             picked = np.empty(m, dtype=np.int64)
             dst = np.empty(m, dtype=np.int64)
-            K._fill(part.indptr, part.indices, rows, sel.shape[0], rowptr, key, picked, dst)
+            # a stream per (part, row position): rows at the same position in different parts
+            # must not share random numbers (part 0 keeps ``key``, so one part = one sampler)
+            pkey = key if int(i) == 0 else np.uint64(K._stream_key(key, np.uint64(i)))
+            K._fill(part.indptr, part.indices, rows, sel.shape[0], rowptr, pkey, picked, dst)
             # local source index -> global id
             h = picked >= part.num_core
             picked[~h] += part.start
