@@ -58,8 +58,14 @@ def _child(
         MASTER_PORT=str(port),
         TORCHELASTIC_USE_AGENT_STORE="True",
         OMP_NUM_THREADS="1",
-        NUMBA_NUM_THREADS="1",
     )
+    # numba was imported (with the default pool size) while this function was unpickled;
+    # changing NUMBA_NUM_THREADS now would make its next compile raise "Cannot set
+    # NUMBA_NUM_THREADS to a different value once the threads have been launched", so
+    # limit the threads in use through the runtime API instead
+    import numba
+
+    numba.set_num_threads(1)
     path = Path(out_dir) / f"rank{rank}.pkl"
     failure: tuple[str, float] | None = None
     try:
