@@ -81,7 +81,9 @@ class DistContext:
         return self.rank == 0
 
     def barrier(self) -> None:
-        dist.barrier()
+        """Wait for every rank (nothing to wait for in a world of one)."""
+        if self.world_size > 1:
+            dist.barrier()
 
 
 def env_world() -> tuple[int, int, int] | None:

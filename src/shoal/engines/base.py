@@ -47,7 +47,7 @@ from shoal.nn import build_model
 from shoal.sample.features import gather_rows
 from shoal.sample.sampler import NeighborSampler, full_graph_block
 from shoal.store.reader import Partition, Store
-from shoal.train import INFERENCE_MEMMAP_BYTES, TrainConfig
+from shoal.train import INFERENCE_MEMMAP_BYTES, TrainConfig, load_checkpoint, save_checkpoint
 from shoal.utils.io import read_json, write_json_atomic
 from shoal.utils.memory import peak_rss_bytes
 
@@ -456,15 +456,13 @@ class _Checkpointer:
         self.rank = engine.ctx.rank
         if self.rank == 0:
             self.dir.mkdir(parents=True, exist_ok=True)
-        _barrier(engine.ctx)
+        engine.ctx.barrier()
 
     def _file(self, epoch: int, rank: int | None = None) -> Path:
         return self.dir / f"epoch{epoch}-rank{self.rank if rank is None else rank}.pt"
 
     def load(self) -> dict[str, Any] | None:
         """This rank's state of the last committed epoch (None when there is none)."""
-        from shoal.train import load_checkpoint
-
         last = self.dir / "last.json"
         if not last.exists():
             return None
@@ -481,10 +479,8 @@ class _Checkpointer:
 
     def save(self, epoch: int, state: dict[str, Any], best_improved: bool) -> None:
         """Write this rank's state for ``epoch`` (epochs done) and commit it. Collective."""
-        from shoal.train import save_checkpoint
-
         save_checkpoint(self._file(epoch), state)
-        _barrier(self.engine.ctx)
+        self.engine.ctx.barrier()
         if self.rank == 0:
             if best_improved:
                 save_checkpoint(self.dir / "best.pt", {"model": state["best_model"]})
@@ -498,15 +494,10 @@ class _Checkpointer:
                     "files": [self._file(epoch, r).name for r in range(self.engine.ctx.world_size)],
                 },
             )
-        _barrier(self.engine.ctx)
+        self.engine.ctx.barrier()
         for old in self.dir.glob(f"epoch*-rank{self.rank}.pt"):
             if old.name != self._file(epoch).name:
                 old.unlink(missing_ok=True)
-
-
-def _barrier(ctx: DistContext) -> None:
-    if ctx.world_size > 1 and dist.is_initialized():
-        dist.barrier()
 
 
 def run_epochs(engine: Engine, model: torch.nn.Module, train_epoch, after_epoch=None) -> RunResult:
