@@ -2,7 +2,7 @@
 
 Each dataset's ``graph.npz`` (``../shared/data/<name>/``) is imported once into
 ``bench/work/data/<name>`` with ``shoal.data.importers.import_graph`` (the official split of
-the file), then trained with :class:`shoal.train.Trainer` for every seed in ``--seeds``.
+the file), then trained with :class:`shoal.training.Trainer` for every seed in ``--seeds``.
 Test accuracy is that of the best-validation epoch, computed exactly (layer-wise full-neighbour
 inference). Hyper-parameters are listed in ``RUNS`` below and written next to the figures.
 
@@ -78,7 +78,7 @@ def graph_dir(name: str) -> Path:
 
 
 def run_one(key: str, seed: int, threads: int) -> dict:
-    from shoal.train import TrainConfig, TrainData, Trainer
+    from shoal.training import TrainConfig, TrainData, Trainer
 
     dataset, opts, _ = RUNS[key]
     data = TrainData.from_graph_dir(graph_dir(dataset))

@@ -4,13 +4,13 @@ Every step runs in its own subprocess; its peak resident set is the child's ``ru
 read with ``os.wait4`` (the kernel's own high-water mark of that process, not a sample).
 Steps:
 
-1. ``baseline``: ``python -m shoal.data --help`` (interpreter + numpy + shoal.data imports):
+1. ``baseline``: ``python -m shoal data --help`` (interpreter + numpy + shoal.data imports):
    the fixed overhead every data command pays.
-2. ``rmat``: ``python -m shoal.data synth rmat --nodes 1000000 --edges 20000000`` (the lean
+2. ``rmat``: ``python -m shoal data synth rmat --nodes 1000000 --edges 20000000`` (the lean
    entry point, only the data commands loaded) and ``rmat_full_cli``: the same through the
    ``shoal`` command (which also imports the other stages' modules).
 3. ``info``: ``shoal data info`` on that graph (degree statistics, power-law indicators).
-4. ``csr_in`` / ``csr_out``: ``python -m shoal.data csr DIR --kind in|out --memory 256MB``.
+4. ``csr_in`` / ``csr_out``: ``python -m shoal data csr DIR --kind in|out --memory 256MB``.
 5. ``csr_check``: the CSR views of the 1M/20M graph compared with an in-memory
    ``np.lexsort`` of its edges (this step itself needs the whole edge list in memory).
 6. ``dcsbm``: ``shoal data synth dcsbm --nodes 100000 --edges 1000000`` and a full-graph
@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 PY = sys.executable
-DATA = [PY, "-m", "shoal.data"]
+DATA = [PY, "-m", "shoal", "data"]
 SHOAL = [str(Path(PY).with_name("shoal"))]
 STEPS = ("baseline", "rmat", "rmat_full_cli", "info", "csr_in", "csr_out", "csr_check", "dcsbm")
 
@@ -278,7 +278,7 @@ def report(res: dict[str, Any]) -> str:
     if "rmat_full_cli" in s:
         lines.append(
             f"- The same through the `shoal` command (all stages' command modules loaded): peak "
-            f"RSS {mib('rmat_full_cli')} MiB (baseline of the lean `python -m shoal.data` "
+            f"RSS {mib('rmat_full_cli')} MiB (baseline of the lean `python -m shoal data` "
             f"entry: {mib('baseline')} MiB)."
         )
     for k in ("csr_in", "csr_out"):

@@ -4,8 +4,8 @@ Two parts:
 
 ``accuracy``: for each dataset (default Cora, Amazon-Photo, Coauthor-Physics) import it, partition
 it with SPRING into p = 2 and 4 parts, build stores with ``--halo-features``, then train the
-single-process trainer (``shoal.train.Trainer`` on the graph directory) and the ``minibatch`` and
-``averaging`` engines with 2 processes (``python -m shoal.engines.launch --nproc 2``) with the same
+single-process trainer (``shoal.training.Trainer`` on the graph directory) and the ``minibatch`` and
+``averaging`` engines with 2 processes (``python -m shoal train --store ... --nproc 2``) with the same
 hyper-parameters, for each seed; report mean +- std of test accuracy.
 
 ``speed``: on the 200k-node synthetic graph (``shoal data synth dcsbm``, 2M stored edges, 128-d
@@ -163,7 +163,7 @@ def hp_flags(hp: dict, seed: int) -> list[str]:
 def single(g: Path, hp: dict, seed: int) -> dict:
     code = (
         "import json,sys\n"
-        "from shoal.train import TrainConfig, TrainData, Trainer\n"
+        "from shoal.training import TrainConfig, TrainData, Trainer\n"
         "hp=json.loads(sys.argv[2]); hp['fanouts']=tuple(int(x) for x in hp['fanouts'].split(','))\n"
         "tc=TrainConfig(**hp, seed=int(sys.argv[3]), eval_every=5, progress=False, threads=1)\n"
         "r=Trainer(tc, TrainData.from_graph_dir(sys.argv[1])).fit()\n"
@@ -179,7 +179,8 @@ def engine_run(store: Path, engine: str, nproc: int, hp: dict, seed: int) -> dic
         [
             PY,
             "-m",
-            "shoal.engines.launch",
+            "shoal",
+            "train",
             "--store",
             str(store),
             "--engine",
@@ -235,10 +236,11 @@ def speed_worker(args: argparse.Namespace) -> None:
     """One rank of the speed benchmark (started by torch.distributed.run)."""
     import numpy as np
 
-    from shoal.dist import DistConfig, process_group
-    from shoal.engines.base import EngineConfig, get_engine
+    from shoal.distributed import DistConfig, process_group
+    from shoal.engines import EngineConfig, get_engine
     from shoal.store import Store
-    from shoal.train import TrainConfig, set_threads
+    from shoal.training import TrainConfig
+    from shoal.utils.threads import set_threads
 
     set_threads(1)
     tc = TrainConfig(

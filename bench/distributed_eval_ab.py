@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from shoal.dist import DistConfig, process_group
+from shoal.distributed import DistConfig, process_group
 from shoal.engines import base as new
-from shoal.engines.base import EngineConfig, get_engine
+from shoal.engines import EngineConfig, get_engine
 from shoal.store import Store
-from shoal.train import TrainConfig
+from shoal.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "70b9c74"

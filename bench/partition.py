@@ -122,10 +122,10 @@ def log(msg: str) -> None:
 
 #: ``shoal partition`` through shoal.cli.main with only the partition sub-command registered:
 #: the same parser, handler and error handling, without importing the other stages'
-#: modules (``shoal.train_cli`` imports torch and PyG: +~250 MB RSS and seconds of start-up
+#: modules (``shoal.cli.train`` imports torch and PyG: +~250 MB RSS and seconds of start-up
 #: in every process, which would swamp the partitioners' own peak memory).
 PARTITION_RUNNER = (
-    "import sys, shoal.cli as c; c.COMMAND_MODULES = ('shoal.partition.cli',); "
+    "import sys, shoal.cli as c; c.COMMAND_MODULES = ('shoal.cli.partition',); "
     "sys.exit(c.main(sys.argv[1:]))"
 )
 

@@ -48,7 +48,7 @@ def make_graph(path: Path, nodes: int, edges: int, features: int, classes: int) 
 
 # ---------------------------------------------------------------------------- shoal worker
 def run_shoal(graph: Path, epochs: int, threads: int, batch_size: int, hidden: int) -> dict:
-    from shoal.train import TrainConfig, TrainData, Trainer
+    from shoal.training import TrainConfig, TrainData, Trainer
     from shoal.utils.memory import peak_rss_bytes
 
     data = TrainData.from_graph_dir(graph)

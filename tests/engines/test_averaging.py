@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from shoal.dist import DistConfig, DistContext, process_group
+from shoal.distributed import DistConfig, DistContext, process_group
 from shoal.engines.averaging import (
     AveragingEngine,
     average_optimizer_state_,
@@ -15,8 +15,8 @@ from shoal.engines.averaging import (
 from shoal.engines.base import EngineConfig
 from shoal.errors import ShoalInputError
 from shoal.store import Store
-from shoal.train import TrainConfig
-from tests.dist.helpers import run_world
+from shoal.training import TrainConfig
+from tests.distributed.helpers import run_world
 
 WEIGHTS = [1.0, 3.0, 0.0]  # rank 2 trained on no node: it contributes nothing
 

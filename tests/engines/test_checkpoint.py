@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from shoal.dist import DistContext
-from shoal.engines.base import EngineConfig, get_engine
+from shoal.distributed import DistContext
+from shoal.engines import EngineConfig, get_engine
 from shoal.store import Store
-from shoal.train import TrainConfig
-from tests.dist.helpers import WorldFailed, run_world
+from shoal.training import TrainConfig
+from tests.distributed.helpers import WorldFailed, run_world
 
 
 def _fit(rank: int, world: int, store: str, engine: str, crash_at: int | None, kw: dict):

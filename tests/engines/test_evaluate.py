@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import torch
 
-from tests.dist.helpers import run_world
+from tests.distributed.helpers import run_world
 
 
 def _accuracy(rank: int, world: int, store: str) -> dict[str, float]:
-    from shoal.dist import DistContext
-    from shoal.engines.base import EngineConfig, build_engine_model
+    from shoal.distributed import DistContext
+    from shoal.engines.base import EngineConfig
     from shoal.engines.minibatch import MinibatchEngine
     from shoal.store import Store
-    from shoal.train import TrainConfig
+    from shoal.training import TrainConfig, model_from_config
 
     tc = TrainConfig(model="sage", fanouts=(2, 2), hidden=8, seed=3)
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     engine = MinibatchEngine(Store.open(store), EngineConfig(train=tc), ctx)
-    model = build_engine_model(tc, engine.store, 0)
+    model = model_from_config(tc, in_dim=engine.store.feature_dim, out_dim=engine.store.num_classes)
     gen = torch.Generator().manual_seed(7)  # large random weights: varied predictions
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen))
     model.eval()
-    return engine.evaluate(model, ("val", "test"))
+    return engine.evaluate(("val", "test"), model=model)
 
 
 def test_evaluation_does_not_depend_on_world_size(make_store):

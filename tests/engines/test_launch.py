@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.engines.conftest import community_graph
 
@@ -26,13 +27,23 @@ ARGS = [
 ]
 
 
-def _launch(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _launch(*args: str, hooks: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """``shoal train ARGS`` in a subprocess; with ``hooks``, through tests.engines.faults."""
+    cmd = ["-m", "tests.engines.faults", *hooks, "--"] if hooks else ["-m", "shoal", "train"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.run(
-        [sys.executable, "-m", "shoal.engines.launch", *args],
+        [sys.executable, *cmd, *args],
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, **(env or {})},
+        cwd=REPO,
+        env=env,
     )
 
 
@@ -60,18 +71,17 @@ def test_failing_rank_fails_the_run_with_its_error(make_store):
         "minibatch",
         "--nproc",
         "2",
-        "--fail-on-rank",
-        "1",
         *ARGS,
+        hooks=("fail_on_rank_1",),
     )
     assert p.returncode != 0
     assert "injected failure on rank 1" in p.stderr
 
 
 def test_bad_store_is_an_input_error(tmp_path, capsys):
-    from shoal.engines.launch import main
+    from shoal.cli import main
 
-    assert main(["--store", str(tmp_path / "nope"), "--nproc", "2"]) == 2
+    assert main(["train", "--store", str(tmp_path / "nope"), "--nproc", "2"]) == 2
     assert "meta.json is missing" in capsys.readouterr().err
 
 
@@ -94,8 +104,7 @@ def test_restarted_workers_resume_from_the_last_checkpoint(tmp_path, make_store)
         "--resume",
         "--max-restarts",
         "1",
-        "--fail-at-epoch",
-        "5",
+        hooks=("fail_at_epoch_5",),
     )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "injected failure in epoch 5" in p.stderr

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shoal.dist import DistContext
+from shoal.distributed import DistContext
 from shoal.engines.base import EngineConfig
 from shoal.engines.minibatch import MinibatchEngine, split_training_nodes
 from shoal.sample import NeighborSampler
 from shoal.store import Store
-from shoal.train import TrainConfig, TrainData, Trainer
-from tests.dist.helpers import run_world
+from shoal.training import TrainConfig, TrainData, Trainer
+from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
 
 
@@ -56,8 +56,8 @@ def test_equal_batch_counts_per_rank(make_graph, make_store):
 
 
 def _fit(rank: int, world: int, store: str, engine: str, epochs: int):
-    from shoal.dist import process_group  # noqa: F401  (the helper already opened the group)
-    from shoal.engines.base import get_engine
+    from shoal.distributed import process_group  # noqa: F401  (the helper already opened the group)
+    from shoal.engines import get_engine
 
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     tc = TrainConfig(

@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch_geometric.nn import GCNConv
 
+from shoal.graph import full_graph_block
 from shoal.nn import MODELS, build_model
 from shoal.nn.dropout import dropout
-from shoal.sample import NeighborSampler, full_graph_block
+from shoal.sample import NeighborSampler
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,11 @@
 ``minibatch`` (DistDGL: sync SGD, sampling where the data lives, remote feature pulls) and
 ``averaging`` (SDT-GNN: local training on parts, weighted model averaging). Run them with
 ``shoal train --store STORE --engine NAME --nproc N`` or under torchrun with
-``python -m shoal.engines.launch`` (see docs/distributed.md).
+``torchrun ... -m shoal train --store STORE --engine NAME`` (see docs/distributed.md).
 """
 
-from shoal.engines.base import ENGINES, Engine, EngineConfig, RunResult, get_engine
+from shoal.engines.base import Engine, EngineConfig
+from shoal.engines.registry import ENGINES, get_engine
+from shoal.training import RunResult
 
 __all__ = ["ENGINES", "Engine", "EngineConfig", "RunResult", "get_engine"]

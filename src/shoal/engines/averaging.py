@@ -20,7 +20,7 @@ accuracy against 0.811 with averaged moments: the ranks' sign-like Adam steps pa
 the average when their moments disagree. Resetting the moments each round would re-run Adam's
 bias-corrected warm-up after every round, so it is not offered.
 
-With one process and a one-part store the batches equal :class:`shoal.train.Trainer`'s (same
+With one process and a one-part store the batches equal :class:`shoal.training.Trainer`'s (same
 sampler, shuffling and batch seeds), so the accuracy is the single-process one.
 """
 
@@ -33,13 +33,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from shoal.dist.comm import all_reduce_stats
-from shoal.engines.base import Engine, RunResult, build_engine_model, run_epochs
+from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
 from shoal.sample.features import gather_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Partition
-from shoal.train import BatchLoader, Timer, train_step
+from shoal.training import BatchLoader, Timer, train_step
 from shoal.utils.progress import progress
 
 __all__ = ["AveragingEngine", "PartGatherer", "weighted_average_"]
@@ -106,22 +105,57 @@ def weighted_average_(module: torch.nn.Module, weight: float) -> tuple[float, in
     return total, int(sum(t.numel() * t.element_size() for t in tensors))
 
 
-def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float) -> int:
-    """Average every floating tensor of the optimizer state (Adam's moments) over ranks,
-    weighted like the parameters. Collective; returns the bytes all-reduced."""
-    tensors = [
+def _state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [
         v
         for st in optimizer.state.values()
         for k, v in sorted(st.items())
         if torch.is_tensor(v) and torch.is_floating_point(v) and k != "step"
     ]
+
+
+def _init_adam_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create Adam's state as its first step would (zero moments, step 0) for every
+    parameter that has none, so a rank that never stepped joins the average with zeros."""
+    if not isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
+        raise RuntimeError(
+            f"cannot average the state of {type(optimizer).__name__} on a rank that has not "
+            "stepped yet (only Adam/AdamW state can be created empty)"
+        )
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if not optimizer.state.get(p):
+                optimizer.state[p] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                }
+                if group.get("amsgrad"):
+                    optimizer.state[p]["max_exp_avg_sq"] = torch.zeros_like(p)
+
+
+def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float) -> int:
+    """Average every floating tensor of the optimizer state (Adam's moments) over ranks,
+    weighted like the parameters. Collective on every rank, including a rank that has not
+    stepped yet (its parts have no training nodes): it joins with zero moments and weight 0,
+    and receives the others' average. Returns the bytes all-reduced."""
+    distributed = dist.is_initialized() and dist.get_world_size() > 1
+    tensors = _state_tensors(optimizer)
+    size = torch.tensor([float(sum(t.numel() for t in tensors))], dtype=torch.float64)
+    if distributed:
+        dist.all_reduce(size, op=dist.ReduceOp.MAX)
+    if size.item() == 0:
+        return 0  # no rank has stepped: nothing to average (every rank returns here)
     if not tensors:
-        return 0
+        _init_adam_state(optimizer)
+        tensors = _state_tensors(optimizer)
+    if sum(t.numel() for t in tensors) != int(size.item()):
+        raise RuntimeError("optimizer states of the ranks differ in size; cannot average them")
     w = torch.tensor([float(weight)], dtype=torch.float64)
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    if distributed:
         dist.all_reduce(w)
     flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]) * (weight / float(w))
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    if distributed:
         dist.all_reduce(flat)
     pos = 0
     for t in tensors:
@@ -137,14 +171,14 @@ class AveragingEngine(Engine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        cfg = self.config.train
+        cfg = self.train_config
         if self.store.num_parts > 1 and not self.store.halo_features:
             raise ShoalInputError(
                 "the averaging engine trains parts locally and needs their halo features",
                 path=self.store.path,
                 fix="rebuild the store with `shoal store build ... --halo-features`",
             )
-        self.model = build_engine_model(cfg, self.store, self.ctx.rank)
+        self.model = self.build_model()
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -174,7 +208,7 @@ class AveragingEngine(Engine):
         self.num_batches = sum(len(ld) for ld in self.loaders)
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
-        cfg = self.config.train
+        cfg = self.train_config
         self.stats.reset()
         before = dict(self.timer.seconds)
         total_loss, correct, seen = 0.0, 0, 0
@@ -195,33 +229,29 @@ class AveragingEngine(Engine):
                 seen += len(batch.y)
                 bar.update(1)
         bar.close()
-        averaged = (epoch + 1) % self.config.average_every == 0 or epoch + 1 == cfg.epochs
+        averaged = (epoch + 1) % cfg.average_every == 0 or epoch + 1 == cfg.epochs
         if averaged:
             t0 = time.perf_counter()
             _, nbytes = weighted_average_(self.model, self.weight)
-            if self.config.average_optimizer:
+            if cfg.average_optimizer:
                 nbytes += average_optimizer_state_(self.optimizer, self.weight)
             self.timer.add("averaging", time.perf_counter() - t0)
             self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
             self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
-        seconds = time.perf_counter() - t_epoch
-        comm = all_reduce_stats(self.stats)
-        agg = torch.tensor([total_loss, correct, seen, seconds], dtype=torch.float64)
-        mx = agg[3:].clone()
-        if self.ctx.world_size > 1:
-            dist.all_reduce(agg)
-            dist.all_reduce(mx, op=dist.ReduceOp.MAX)
-        split = {k: v - before.get(k, 0.0) for k, v in self.timer.seconds.items()}
-        return {
-            "epoch": epoch + 1,
-            "loss": float(agg[0] / max(agg[2], 1)),
-            "train_accuracy": float(agg[1] / max(agg[2], 1)),
-            "seconds": float(mx.item()),
-            "time_split": split,
-            "comm": comm,
-            "averaged": averaged,
-            "evaluable": averaged,
-        }
+        return self.epoch_record(
+            loss_sum=total_loss,
+            correct=correct,
+            seen=seen,
+            seconds=time.perf_counter() - t_epoch,
+            time_split=self.timer.since(before),
+            averaged=averaged,
+            evaluable=averaged,
+        )
 
-    def fit(self) -> RunResult:
-        return run_epochs(self, self.model, self.train_epoch)
+    def settings(self) -> dict[str, Any]:
+        cfg = self.train_config
+        return {
+            "average_every": cfg.average_every,
+            "average_optimizer": cfg.average_optimizer,
+            "local_optimizer_state": not cfg.average_optimizer,
+        }

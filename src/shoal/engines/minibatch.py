@@ -7,15 +7,15 @@ Zheng et al., "DistDGL: Distributed Graph Neural Network Training for Billion-Sc
    ``force_even``) gives every rank the same number of training nodes -- its own first, the
    surplus of richer ranks moved to poorer ones in ID order -- hence the same number of
    batches per epoch, so the ranks' all-reduces stay in step;
-2. samples each batch where the data lives (:class:`shoal.dist.DistNeighborSampler`: frontier
+2. samples each batch where the data lives (:class:`shoal.distributed.DistNeighborSampler`: frontier
    nodes owned elsewhere are sampled by their owner);
 3. pulls the input features of non-local nodes from their owners
-   (:class:`shoal.dist.DistFeatureStore`, one exchange per step);
+   (:class:`shoal.distributed.DistFeatureStore`, one exchange per step);
 4. runs the model and all-reduces the gradients (``DistributedDataParallel``; dense weights
    are updated synchronously, Section 3.1).
 
 With one process and a one-part store the batches, initialisation and dropout stream equal
-those of :class:`shoal.train.Trainer` (same shuffling ``default_rng([seed, epoch])`` and batch
+those of :class:`shoal.training.Trainer` (same shuffling ``default_rng([seed, epoch])`` and batch
 seeds ``batch_seed(seed, epoch, step)``), so the accuracy is the single-process one.
 """
 
@@ -30,11 +30,9 @@ import torch
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from shoal.dist.comm import all_reduce_stats
-from shoal.dist.feature_store import DistFeatureStore
-from shoal.dist.sampler import DistNeighborSampler
-from shoal.engines.base import Engine, RunResult, build_engine_model, run_epochs
-from shoal.train import batch_seed
+from shoal.distributed import DistFeatureStore, DistNeighborSampler
+from shoal.engines.base import Engine
+from shoal.training import batch_seed
 from shoal.utils.progress import progress
 
 __all__ = ["MinibatchEngine", "split_training_nodes"]
@@ -65,7 +63,7 @@ class MinibatchEngine(Engine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        cfg = self.config.train
+        cfg = self.train_config
         store, ctx = self.store, self.ctx
         train_ids = np.flatnonzero(self.tables.train).astype(np.int64)
         owner_rank = self.part_to_rank[store.owner(train_ids)] if train_ids.size else train_ids
@@ -84,19 +82,16 @@ class MinibatchEngine(Engine):
             degrees=self.tables.degrees,
             stats=self.stats,
         )
-        local = {}
-        for p in self.parts:
-            local[p.index] = p.features
         self.features = DistFeatureStore(
             part_offsets=store.part_offsets,
             part_to_rank=self.part_to_rank,
             rank=ctx.rank,
             world_size=ctx.world_size,
-            local_parts=local,
+            local_parts={p.index: p.features for p in self.parts},
             feature_dim=int(store.feature_dim),
             stats=self.stats,
         )
-        self.model = build_engine_model(cfg, store, ctx.rank)
+        self.model = self.build_model()
         self.ddp = DistributedDataParallel(self.model)
         self.optimizer = torch.optim.Adam(
             self.ddp.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
@@ -105,7 +100,7 @@ class MinibatchEngine(Engine):
 
     def _batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's seeds for ``epoch``, shuffled, in exactly ``num_batches`` batches."""
-        cfg = self.config.train
+        cfg = self.train_config
         order = np.random.default_rng([cfg.seed, epoch]).permutation(len(self.seeds))
         s = self.seeds[order]
         if math.ceil(len(s) / cfg.batch_size) == self.num_batches:
@@ -113,7 +108,7 @@ class MinibatchEngine(Engine):
         return list(np.array_split(s, self.num_batches))
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
-        cfg = self.config.train
+        cfg = self.train_config
         self.stats.reset()
         timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0}
         total_loss, correct, seen = 0.0, 0, 0
@@ -155,22 +150,10 @@ class MinibatchEngine(Engine):
             seen += n
             bar.update(1)
         bar.close()
-        seconds = time.perf_counter() - t_epoch
-        comm = all_reduce_stats(self.stats)
-        agg = torch.tensor([total_loss, correct, seen], dtype=torch.float64)
-        if self.ctx.world_size > 1:
-            torch.distributed.all_reduce(agg)
-        t = torch.tensor([seconds], dtype=torch.float64)
-        if self.ctx.world_size > 1:
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        return {
-            "epoch": epoch + 1,
-            "loss": float(agg[0] / max(agg[2], 1)),
-            "train_accuracy": float(agg[1] / max(agg[2], 1)),
-            "seconds": float(t.item()),
-            "time_split": timer,
-            "comm": comm,
-        }
-
-    def fit(self) -> RunResult:
-        return run_epochs(self, self.model, self.train_epoch)
+        return self.epoch_record(
+            loss_sum=total_loss,
+            correct=correct,
+            seen=seen,
+            seconds=time.perf_counter() - t_epoch,
+            time_split=timer,
+        )

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shoal.graph.blocks import Block
 from shoal.nn.dropout import dropout, relu_dropout
-from shoal.sample.sampler import Block
 
 __all__ = ["BlockGNN", "gcn_adj_t", "mean_aggregate", "sum_aggregate"]
 

@@ -11,8 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch_geometric.nn import GATConv
 
+from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN
-from shoal.sample.sampler import Block
 
 __all__ = ["GAT"]
 

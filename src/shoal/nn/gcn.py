@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import GCNConv
 
+from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, gcn_adj_t
-from shoal.sample.sampler import Block
 
 __all__ = ["GCN"]
 

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import GINConv
 
+from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, sum_aggregate
-from shoal.sample.sampler import Block
 
 __all__ = ["GIN"]
 

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import SAGEConv
 
+from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, mean_aggregate
-from shoal.sample.sampler import Block
 
 __all__ = ["GraphSAGE"]
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 from torch_geometric.nn import SGConv
 
+from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN
 from shoal.nn.dropout import dropout
 from shoal.nn.gcn import gcn_propagate
-from shoal.sample.sampler import Block
 
 __all__ = ["SGC"]
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import mmap
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,10 +32,93 @@ __all__ = [
     "file_checksum",
     "parse_size",
     "read_json",
+    "read_meta",
+    "release_pages",
+    "remove_stale_siblings",
+    "scratch_space",
     "write_json_atomic",
+    "write_json_output",
 ]
 
+log = logging.getLogger(__name__)
+
+#: Suffix of the file (beside a temporary directory) recording which process writes it.
+OWNER_SUFFIX = ".owner"
+
 _CHECKSUM_BLOCK = 1 << 22
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:  # not Linux
+        return ""
+
+
+def _owner_file(tmp: Path) -> Path:
+    return tmp.with_name(tmp.name + OWNER_SUFFIX)
+
+
+def _mark_owner(tmp: Path) -> None:
+    """Record the writer (host, boot, pid) of a temporary directory in a file beside it (not
+    inside: the directory's contents become the output)."""
+    _owner_file(tmp).write_text(
+        json.dumps({"host": socket.gethostname(), "boot": _boot_id(), "pid": os.getpid()})
+    )
+
+
+def _writer_alive(tmp: Path) -> bool:
+    """Whether the process that created ``tmp`` may still be writing it.
+
+    Unknown (no owner file yet, another host, unreadable) counts as alive: only directories
+    whose writer is known to be gone are removed.
+    """
+    try:
+        owner = json.loads(_owner_file(tmp).read_text())
+        host, boot, pid = owner["host"], owner["boot"], int(owner["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        # no owner file: written by an older shoal, or created a moment ago; old ones are stale
+        try:
+            return time.time() - tmp.stat().st_mtime < 24 * 3600
+        except OSError:
+            return False
+    if host != socket.gethostname():
+        return True
+    if boot != _boot_id():
+        return False  # the machine rebooted since
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_siblings(out: str | os.PathLike) -> list[Path]:
+    """Remove temporary siblings of ``out`` (``.NAME.tmp-*``, ``.NAME.old-*``) left behind by
+    a writer that is gone (killed, crashed, machine rebooted). Logs each removal at WARNING
+    and returns the removed paths. Siblings whose writer still runs are left alone."""
+    out = Path(out)
+    removed = []
+    if not out.parent.is_dir():
+        return removed
+    for prefix in (f".{out.name}.tmp-", f".{out.name}.old-"):
+        for p in sorted(out.parent.glob(prefix + "*")):
+            if not p.is_dir() or _writer_alive(p):
+                continue
+            size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            shutil.rmtree(p, ignore_errors=True)
+            _owner_file(p).unlink(missing_ok=True)
+            log.warning(
+                "removed %s (%.1f MB): a temporary output left by a writer that is gone",
+                p,
+                size / 1e6,
+            )
+            removed.append(p)
+    return removed
 
 
 @contextlib.contextmanager
@@ -41,7 +127,9 @@ def atomic_output_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Ite
 
     On any exception the temporary directory is removed and ``out`` is untouched. If ``out``
     exists it is an error unless ``overwrite`` is true (the old directory is then replaced only
-    after the new one is complete).
+    after the new one is complete). A killed writer cannot clean up: the temporary directory
+    records its writer (in ``.NAME.tmp-XXXX.owner`` beside it), and the next writer of the same ``out`` removes
+    siblings whose writer is gone (:func:`remove_stale_siblings`, logged).
     """
     out = Path(out)
     if out.exists() and not overwrite:
@@ -49,11 +137,14 @@ def atomic_output_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Ite
             "output already exists", path=out, fix="choose another --out or pass --overwrite"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_siblings(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
+        _mark_owner(tmp)
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _owner_file(tmp).unlink(missing_ok=True)
         raise
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
@@ -62,6 +153,31 @@ def atomic_output_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Ite
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, out)
+    _owner_file(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def scratch_space(
+    scratch_dir: str | os.PathLike | None, *, beside: str | os.PathLike, prefix: str = "shoal"
+) -> Iterator[Path]:
+    """A private temporary directory for large intermediate files, removed on exit.
+
+    It is created inside ``scratch_dir`` when given (the user's ``--scratch-dir``), else
+    beside ``beside`` (the output or the input being read: a disk the user chose, never the
+    system temp dir, which is often RAM-backed). The directory is named
+    ``.{prefix}-scratch-XXXX``, records its writer, and is removed by a later
+    :func:`remove_stale_siblings` if its process is killed.
+    """
+    base = Path(scratch_dir) if scratch_dir is not None else Path(beside).resolve().parent
+    base.mkdir(parents=True, exist_ok=True)
+    remove_stale_siblings(base / f"{prefix}-scratch")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-scratch.tmp-", dir=base))
+    try:
+        _mark_owner(tmp)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _owner_file(tmp).unlink(missing_ok=True)
 
 
 def file_checksum(path: str | os.PathLike) -> str:
@@ -86,6 +202,20 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_json_output(path: str | os.PathLike | None, obj: Any) -> None:
+    """A command's ``--json`` output: ``'-'`` prints to stdout, a path is written atomically,
+    None does nothing."""
+    if path is None or path == "":
+        return
+    if str(path) == "-":
+        import sys
+
+        json.dump(obj, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    write_json_atomic(path, obj)
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file, turning a missing or malformed file into a ``ShoalInputError``."""
     path = Path(path)
@@ -100,6 +230,45 @@ def read_json(path: str | os.PathLike) -> Any:
             path=path,
             fix="the file is corrupted; rebuild it",
         ) from None
+
+
+def read_meta(
+    directory: str | os.PathLike, *, kind: str, version: int, what: str, fix: str
+) -> dict[str, Any]:
+    """Read and validate ``directory/meta.json`` of one of shoal's on-disk formats.
+
+    Args:
+        directory: the directory (graph, assignment, store, ...).
+        kind: the expected value of the ``format`` field (e.g. ``"shoal-store"``).
+        version: the supported ``format_version``.
+        what: what the directory should be, for messages (e.g. ``"a store directory"``).
+        fix: how to make one (e.g. ``"build one with `shoal store build ...`"``).
+
+    Raises ShoalInputError naming the directory or the field when the directory or its
+    ``meta.json`` is missing, is not JSON, or has another format or version.
+    """
+    path = Path(directory)
+    if not path.is_dir():
+        raise ShoalInputError(f"not {what} (no such directory)", path=path, fix=fix)
+    meta_path = path / "meta.json"
+    if not meta_path.exists():
+        raise ShoalInputError(f"not {what}: meta.json is missing", path=path, fix=fix)
+    meta = read_json(meta_path)
+    if not isinstance(meta, dict) or meta.get("format") != kind:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise ShoalInputError(
+            f"meta.json: field 'format' is {got!r}, expected {kind!r}",
+            path=meta_path,
+            fix=f"point at {what}; {fix}",
+        )
+    if meta.get("format_version") != version:
+        raise ShoalInputError(
+            f"meta.json: format_version {meta.get('format_version')} is not supported "
+            f"(this shoal reads {version})",
+            path=meta_path,
+            fix=f"rewrite it with this version of shoal: {fix}",
+        )
+    return meta
 
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
@@ -144,3 +313,22 @@ def copy_rows(a: np.ndarray, start: int, stop: int) -> np.ndarray:
     if hi > lo:
         mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
     return out
+
+
+def release_pages(a: np.ndarray) -> None:
+    """Drop the resident pages of a memory-mapped array from this process (``MADV_DONTNEED``).
+
+    The data stays in the file (and in the page cache while the kernel keeps it), so the next
+    read is correct; only this process's resident set shrinks. A no-op for in-memory arrays.
+    Used after batched reads of large mapped arrays so a pass over them keeps RSS bounded.
+    """
+    base = a
+    while (
+        isinstance(base, np.ndarray)
+        and base.base is not None
+        and not isinstance(base.base, mmap.mmap)
+    ):
+        base = base.base
+    mm = getattr(a, "_mmap", None) or (base.base if isinstance(base, np.ndarray) else None)
+    if isinstance(mm, mmap.mmap) and hasattr(mm, "madvise") and len(mm):
+        mm.madvise(mmap.MADV_DONTNEED)

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from shoal.dist import CommStats, DistConfig, exchange, process_group
-from tests.dist.helpers import WorldFailed, run_world
+from shoal.distributed import CommStats, DistConfig, exchange, process_group
+from tests.distributed.helpers import WorldFailed, run_world
 
 
 def _sum_ranks(rank: int, world: int) -> tuple[int, int, float, list]:

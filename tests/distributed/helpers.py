@@ -8,7 +8,7 @@ chosen by the OS (port 0, so there is no race for a port) and sets
 ``TORCHELASTIC_USE_AGENT_STORE=True``, exactly as torchrun's agent does, so every rank joins as
 a client through ``init_method="env://"``.
 
-Each child runs ``fn(rank, world_size, *args)`` inside :func:`shoal.dist.process_group` and
+Each child runs ``fn(rank, world_size, *args)`` inside :func:`shoal.distributed.process_group` and
 sends back its return value (pickled) or its formatted traceback. The first child that fails
 makes :func:`run_world` kill the others and raise :class:`WorldFailed` carrying that rank's
 traceback; a run that does not finish within ``timeout`` is killed and fails too.
@@ -72,7 +72,7 @@ def _child(
         import torch
 
         torch.set_num_threads(1)
-        from shoal.dist import DistConfig, process_group
+        from shoal.distributed import DistConfig, process_group
 
         with process_group(DistConfig(timeout_s=timeout_s)):
             try:

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from shoal.errors import ShoalInputError
-from shoal.sample import full_graph_block
-from shoal.train import (
+from shoal.graph import full_graph_block
+from shoal.training import (
     TrainConfig,
     TrainData,
     Trainer,
@@ -21,7 +21,7 @@ from shoal.train import (
     train_step,
 )
 
-CORA = Path(__file__).resolve().parents[1] / "src/shoal/data/datasets/cora/graph.npz"
+CORA = Path(__file__).resolve().parents[2] / "src/shoal/data/datasets/cora/graph.npz"
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shoal.dist import CommStats, DistFeatureStore, owner_of
-from tests.dist.helpers import run_world
+from shoal.distributed import CommStats, DistFeatureStore, owner_of
+from tests.distributed.helpers import run_world
 
 # 4 parts of sizes 3, 0, 4, 2 (an empty part included) over 9 nodes; F = 3.
 OFFSETS = np.array([0, 3, 3, 7, 9])

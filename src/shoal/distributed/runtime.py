@@ -1,6 +1,6 @@
 """Process-group runtime shared by every distributed engine.
 
-Processes are started by ``torchrun`` (or by :func:`shoal.dist.launch.launch_local`, which runs
+Processes are started by ``torchrun`` (or by :func:`shoal.distributed.launch.launch_local`, which runs
 PyTorch's own elastic launcher in-process); this module reads the environment torchrun sets
 (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and opens a
 process group with ``init_method="env://"``: gloo on CPU, nccl when CUDA is present. Every

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shoal.dist.sampler import DistNeighborSampler
+from shoal.distributed.sampler import DistNeighborSampler
 from shoal.store import Store
 
 

@@ -101,7 +101,7 @@ def test_verify_not_a_store(tmp_path, run_cli):
 
 
 def test_store_module_entry_point(small_store, tmp_path, capsys):
-    from shoal.store.__main__ import main
+    from shoal.cli import main
 
     assert main(["inspect", str(small_store)]) == 0
     assert "3 parts" in capsys.readouterr().out

@@ -22,14 +22,14 @@ __all__ = ["build_parser", "main"]
 #: command being run is imported (``shoal data ...`` never pays for importing torch); a module
 #: that does not exist (a stage not built yet) is skipped.
 COMMANDS = {
-    "data": "shoal.data.cli",  # data import | synth | info | csr
-    "partition": "shoal.partition.cli",
-    "store": "shoal.store.cli",  # store build
-    "inspect": "shoal.store.cli",
-    "verify": "shoal.store.cli",
-    "plan": "shoal.store.cli",
-    "train": "shoal.train_cli",
-    "demo": "shoal.demo",
+    "data": "shoal.cli.data",  # data import | synth | info | csr
+    "partition": "shoal.cli.partition",
+    "store": "shoal.cli.store",  # store build
+    "inspect": "shoal.cli.store",
+    "verify": "shoal.cli.store",
+    "plan": "shoal.cli.plan",
+    "train": "shoal.cli.train",
+    "demo": "shoal.cli.demo",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 

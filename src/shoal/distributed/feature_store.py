@@ -8,7 +8,7 @@ files of the parts the plan gives it and answers requests for them.
 
 :meth:`DistFeatureStore.pull` is collective: IDs owned by this rank are gathered straight from
 the memory maps (they never leave the process); the others are grouped per owner rank and
-exchanged with :func:`shoal.dist.comm.exchange` (an all-to-all-v of IDs, then an all-to-all-v
+exchanged with :func:`shoal.distributed.comm.exchange` (an all-to-all-v of IDs, then an all-to-all-v
 of rows) -- one round per call, i.e. one per step and layer.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from shoal.dist.comm import CommStats, exchange
+from shoal.distributed.comm import CommStats, exchange
 from shoal.sample.features import gather_rows
 
 __all__ = ["DistFeatureStore", "owner_of"]

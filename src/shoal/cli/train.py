@@ -2,27 +2,27 @@
 with a distributed engine (``--store STORE --engine NAME --nproc N``, see
 :mod:`shoal.engines.launch`).
 
-Argument parsing is split into groups (input, model, optimisation, run, output) built by
-:func:`add_train_arguments`, and :func:`config_from_args` merges a TOML file with the flags
-(flags win). The distributed engines add their own input flags (``--store``, ``--engine``,
-``--nproc``) to the *input* group and dispatch in :func:`run_train` before the
-single-process path.
+The flags only fill a :class:`~shoal.training.TrainConfig` (every option, the distributed
+ones included; a ``--config`` TOML file fills the same fields, flags win): groups input,
+model, optimisation, run, output and distributed (:func:`add_train_arguments`).
+:func:`run_train` then runs the single-process :class:`~shoal.training.Trainer` (``--graph``)
+or hands a :class:`~shoal.engines.launch.LaunchSpec` to the launcher (``--store``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from shoal.engines.registry import ENGINES
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
 from shoal.sample.sampler import parse_fanouts
-from shoal.train import TrainConfig, TrainData, Trainer
-from shoal.utils.io import write_json_atomic
+from shoal.training import TrainConfig, TrainData, Trainer
+from shoal.utils.io import write_json_output
 
-__all__ = ["add_train_arguments", "config_from_args", "register", "run_train"]
+__all__ = ["add_train_arguments", "config_from_args", "register", "run_train", "spec_from_args"]
 
 #: Flag destinations that map one-to-one onto TrainConfig fields.
 CONFIG_FLAGS = (
@@ -44,6 +44,13 @@ CONFIG_FLAGS = (
     "checkpoint_dir",
     "resume",
     "metrics_file",
+    "scratch_dir",
+    "engine",
+    "nproc",
+    "plan",
+    "dist_timeout",
+    "max_restarts",
+    "average_every",
 )
 
 
@@ -63,9 +70,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
         "optimisation": p.add_argument_group("optimisation"),
         "run": p.add_argument_group("run"),
         "output": p.add_argument_group("output"),
+        "distributed": p.add_argument_group("distributed (with --store)"),
     }
     g = groups["input"]
     g.add_argument("--graph", metavar="DIR", help="graph directory with features, labels, splits")
+    g.add_argument(
+        "--store",
+        metavar="STORE",
+        help="partitioned store (`shoal store build`) to train on with a distributed engine",
+    )
     g.add_argument(
         "--config",
         metavar="FILE.toml",
@@ -119,7 +132,63 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     g.add_argument("--metrics-file", metavar="FILE", help="append per-epoch JSON lines")
     g.add_argument("--json", metavar="FILE", help="write the run's result as JSON ('-' = stdout)")
     g.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    g.add_argument(
+        "--scratch-dir",
+        metavar="DIR",
+        help="where large temporary files go (inference arrays); default: beside the graph "
+        "directory or the store, never the system temp dir (often RAM-backed)",
+    )
+    _add_distributed_arguments(groups["distributed"], d)
     return groups
+
+
+def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
+    g.add_argument(
+        "--engine",
+        choices=sorted(ENGINES),
+        help="minibatch: sync SGD with remote sampling and feature pulls (DistDGL); averaging: "
+        "local training on parts + weighted model averaging every k epochs, needs a store "
+        f"built with --halo-features (SDT-GNN) (default {d.engine})",
+    )
+    g.add_argument(
+        "--nproc",
+        type=int,
+        help="processes to start on this machine through torch.distributed.run (default 1); "
+        "ignored under torchrun, which sets the world itself",
+    )
+    g.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="plan JSON from `shoal plan` (default: part j -> rank j mod N)",
+    )
+    g.add_argument(
+        "--average-every",
+        type=int,
+        metavar="K",
+        help=f"averaging engine: average the models every K epochs (default {d.average_every})",
+    )
+    g.add_argument(
+        "--local-optimizer-state",
+        action="store_true",
+        default=None,
+        help="averaging engine: keep each rank's own Adam moments instead of averaging them "
+        "with the weights (default: averaged)",
+    )
+    g.add_argument(
+        "--dist-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="timeout of every collective; a stuck peer fails the run after this "
+        f"(default {d.dist_timeout:g})",
+    )
+    g.add_argument(
+        "--max-restarts",
+        type=int,
+        metavar="N",
+        help="with --nproc: restart all workers up to N times after a failure (torchrun's "
+        "--max-restarts); add --checkpoint-dir DIR --resume so a restarted run continues "
+        "from the last completed epoch instead of epoch 1 (default 0)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -129,14 +198,29 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     }
     if getattr(args, "no_progress", False):
         given["progress"] = False
+    if getattr(args, "local_optimizer_state", None):
+        given["average_optimizer"] = False
     if getattr(args, "config", None):
         return TrainConfig.from_toml(args.config, **given)
     return TrainConfig.from_dict(given, origin="command line")
 
 
+def spec_from_args(args: argparse.Namespace, config: TrainConfig | None = None):
+    """The launcher's :class:`~shoal.engines.launch.LaunchSpec` for ``--store``."""
+    from shoal.engines.launch import LaunchSpec
+
+    return LaunchSpec(
+        store=args.store,
+        train=config if config is not None else config_from_args(args),
+        json=args.json,
+        command=list(sys.argv),
+    )
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Handler of ``shoal train``: ``--store`` goes to the distributed launcher."""
-    if getattr(args, "store", None):
+    config = config_from_args(args)
+    if args.store:
         if args.graph:
             raise ShoalInputError(
                 "both --graph and --store given",
@@ -144,8 +228,7 @@ def run_train(args: argparse.Namespace) -> int:
             )
         from shoal.engines.launch import run as run_distributed
 
-        return run_distributed(args)
-    config = config_from_args(args)
+        return run_distributed(spec_from_args(args, config))
     if not args.graph:
         raise ShoalInputError(
             "no input given",
@@ -160,10 +243,7 @@ def run_train(args: argparse.Namespace) -> int:
         f"seconds_per_epoch={result['seconds_per_epoch']:.3f}"
     )
     print(summary, file=sys.stderr)
-    if args.json == "-":
-        print(json.dumps(result, indent=2))
-    elif args.json:
-        write_json_atomic(args.json, result)
+    write_json_output(args.json, result)
     return 0
 
 
@@ -175,7 +255,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="""Train a GNN on a graph directory with mini-batch neighbour sampling
 (one process), or on a partitioned store with a distributed engine (--store, --engine,
 --nproc: N processes on this machine through PyTorch's elastic launcher; on a cluster run
-`torchrun --nnodes ... -m shoal.train --store ...`, see docs/distributed.md). Each epoch visits the training nodes in shuffled batches; validation accuracy
+`torchrun --nnodes ... -m shoal train --store ...`, see docs/distributed.md). Each epoch visits the training nodes in shuffled batches; validation accuracy
 is computed exactly (layer-wise full-neighbour inference) and the best-validation model is
 tested at the end. Options come from flags and/or a TOML file (--config; flags win).
 
@@ -186,8 +266,5 @@ examples:
   shoal train --store store/cora-4 --engine minibatch --nproc 2 --model gcn --json run.json
   shoal train --store store/cora-4 --engine averaging --nproc 2 --average-every 1""",
     )
-    from shoal.engines.launch import add_arguments as add_distributed_arguments
-
     add_train_arguments(p)
-    add_distributed_arguments(p)
     p.set_defaults(func=run_train)

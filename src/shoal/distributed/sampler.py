@@ -22,10 +22,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from shoal.dist.comm import CommStats, exchange
-from shoal.dist.feature_store import owner_of
+from shoal.distributed.comm import CommStats, exchange
+from shoal.distributed.feature_store import owner_of
+from shoal.graph.blocks import Block, MiniBatch
 from shoal.sample import _kernels as K
-from shoal.sample.sampler import Block, MiniBatch, parse_fanouts
+from shoal.sample.sampler import parse_fanouts
 from shoal.store.reader import Partition
 
 __all__ = ["DistNeighborSampler"]

@@ -1,0 +1,147 @@
+"""Exact distributed evaluation: the one layer loop of :mod:`shoal.training.inference`, with
+remote rows pulled from their owners.
+
+Each rank computes layer ``l`` for the core nodes of its parts from all their in-neighbours'
+layer ``l - 1`` rows. A part's halo rows are the remote rows: :class:`PullRows` fetches them
+batch by batch from the ranks that own them (a :class:`~shoal.distributed.DistFeatureStore`
+over that layer's inputs, one collective pull per batch; ranks with fewer batches pull nothing
+until every rank is done), so memory is O(batch + one layer's output of the rank's parts) and
+never a whole part's input features, whatever the part size. Accuracy counts are summed over
+ranks with one all-reduce, so every rank returns the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from shoal.distributed.comm import CommStats
+from shoal.distributed.feature_store import DistFeatureStore
+from shoal.distributed.runtime import DistContext
+from shoal.distributed.tables import NodeTables
+from shoal.errors import ShoalInputError
+from shoal.sample.sampler import NeighborSampler
+from shoal.store.reader import Partition, Store
+from shoal.training.inference import RowProvider, Scratch, Segment, run_layers
+from shoal.utils.io import release_pages
+
+__all__ = ["PullRows", "dist_evaluate"]
+
+
+class PullRows(RowProvider):
+    """Remote rows of a layer pulled from their owners (collective)."""
+
+    def __init__(self, store: Store, part_to_rank: np.ndarray, ctx: DistContext, stats):
+        self.store = store
+        self.part_to_rank = part_to_rank
+        self.ctx = ctx
+        self.stats = stats
+        self.feature_dim = int(store.feature_dim)
+        self.fs: DistFeatureStore | None = None
+        self.inputs: dict[int, np.ndarray] = {}
+
+    def set_layer(self, inputs: dict[int, np.ndarray], dim: int) -> None:
+        self.dim = dim
+        self.inputs = inputs
+        self.fs = DistFeatureStore(
+            part_offsets=self.store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            local_parts=inputs,
+            feature_dim=dim,
+            stats=self.stats,
+        )
+
+    def num_steps(self, local_steps: int) -> int:
+        t = torch.tensor([local_steps], dtype=torch.int64)
+        if self.ctx.world_size > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+
+    def fetch(self, ids: np.ndarray) -> np.ndarray:
+        assert self.fs is not None
+        if self.ctx.world_size == 1 and not len(ids):
+            return np.empty((0, self.dim), np.float32)
+        rows = self.fs.pull(ids).numpy()
+        for a in self.inputs.values():  # rows served to other ranks: drop their pages
+            release_pages(a)
+        return rows
+
+
+def _segment(part: Partition, tables: NodeTables, splits: tuple[str, ...]) -> Segment:
+    halo = np.asarray(part.halo_ids, dtype=np.int64)
+    sampler = NeighborSampler(
+        part.indptr,
+        part.indices,
+        (-1,),
+        num_nodes=part.num_nodes,
+        degrees=tables.degrees[np.concatenate([part.core_ids, halo])],
+    )
+    masks = [np.asarray(part.mask(s)) for s in splits]
+    targets = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
+    return Segment(
+        key=part.index,
+        sampler=sampler,
+        num_core=part.num_core,
+        inputs=part.features,
+        remote=halo,
+        targets=targets.astype(np.int64),
+    )
+
+
+@torch.no_grad()
+def dist_evaluate(
+    model: nn.Module,
+    store: Store,
+    parts: list[Partition],
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    tables: NodeTables,
+    *,
+    splits: tuple[str, ...] = ("val", "test"),
+    batch_size: int = 4096,
+    normalize_features: bool = False,
+    stats: CommStats | None = None,
+    scratch_dir: str | os.PathLike | None = None,
+) -> dict[str, float]:
+    """Exact accuracy on ``splits`` by distributed layer-wise inference. Collective.
+
+    Same numbers as :func:`shoal.training.inference.evaluate` on the unpartitioned graph for
+    the same weights (a layer's inputs are the same rows, whichever rank holds them).
+    Temporary arrays go to ``scratch_dir`` (default: beside the store).
+    """
+    model.eval()
+    for p in parts:
+        if p.features is None:
+            raise ShoalInputError("the store has no features", path=p.path)
+    segments = [_segment(p, tables, splits) for p in parts]
+    correct = np.zeros(len(splits), dtype=np.float64)
+    total = np.zeros(len(splits), dtype=np.float64)
+    masks = {p.index: [np.asarray(p.mask(s)) for s in splits] for p in parts}
+    starts = {p.index: p.start for p in parts}
+
+    def count(seg: Segment, rows: np.ndarray, logits: np.ndarray) -> None:
+        local = seg.targets[rows]
+        pred = logits.argmax(1)
+        y = tables.labels[starts[seg.key] + local]
+        for k, m in enumerate(masks[seg.key]):
+            sel = m[local]
+            correct[k] += float((pred[sel] == y[sel]).sum())
+            total[k] += float(sel.sum())
+
+    provider = PullRows(store, part_to_rank, ctx, stats if stats is not None else CommStats())
+    with Scratch(scratch_dir, beside=store.path) as scratch:
+        run_layers(model, segments, count, provider=provider,
+                   normalize_features=normalize_features, batch_size=batch_size,
+                   scratch=scratch, show_progress=False)  # fmt: skip
+    t = torch.from_numpy(np.concatenate([correct, total]))
+    if ctx.world_size > 1:
+        dist.all_reduce(t)
+    c, n = t[: len(splits)].numpy(), t[len(splits) :].numpy()
+    return {s: float(c[k] / n[k]) if n[k] else math.nan for k, s in enumerate(splits)}

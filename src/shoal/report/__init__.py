@@ -1,1 +1,0 @@
-"""shoal.report (see docs and DESIGN)."""

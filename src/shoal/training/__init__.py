@@ -1,0 +1,34 @@
+"""The training core shared by the single-process trainer and every engine: the options
+(:class:`TrainConfig`), mini-batches (:class:`BatchLoader`), the one epoch loop
+(:class:`EpochLoop`), exact layer-wise inference, checkpoints and the result type."""
+
+from shoal.training.batches import Batch, BatchLoader, Timer, batch_seed, train_step
+from shoal.training.checkpoint import Checkpointer, load_checkpoint, save_checkpoint
+from shoal.training.config import TrainConfig
+from shoal.training.data import TrainData
+from shoal.training.inference import evaluate, layerwise_inference
+from shoal.training.loop import EpochLoop, LoopState, Trainable
+from shoal.training.model import model_from_config
+from shoal.training.result import RunResult
+from shoal.training.trainer import Trainer
+
+__all__ = [
+    "Batch",
+    "BatchLoader",
+    "Checkpointer",
+    "EpochLoop",
+    "LoopState",
+    "RunResult",
+    "Timer",
+    "TrainConfig",
+    "TrainData",
+    "Trainable",
+    "Trainer",
+    "batch_seed",
+    "evaluate",
+    "layerwise_inference",
+    "load_checkpoint",
+    "model_from_config",
+    "save_checkpoint",
+    "train_step",
+]

@@ -1,0 +1,153 @@
+"""Checkpoints: atomic save/load of state dicts, and per-epoch checkpoints of a run with exact
+resume, shared by the single-process trainer and every engine.
+
+Layout of ``checkpoint_dir``:
+
+- one process (the trainer): ``last.pt`` (rewritten atomically every epoch) and ``best.pt``;
+- ``N`` processes (an engine): every rank writes its own ``epoch{E}-rank{R}.pt``; after a
+  barrier rank 0 commits the epoch by rewriting ``last.json`` atomically, then every rank
+  deletes its previous epoch's file. A crash at any point leaves ``last.json`` naming an epoch
+  whose files are all complete. Rank 0 writes ``best.pt`` when validation improves.
+
+Every checkpoint records the run's *identity* (engine, world size, model, widths, dataset
+shape); ``resume`` refuses a checkpoint whose identity differs, naming the checkpoint and the
+option (exit 2 from the CLI), instead of loading weights of another model or dataset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shoal.errors import ShoalInputError
+from shoal.utils.io import read_json, write_json_atomic
+
+__all__ = ["CHECKPOINT_FORMAT", "Checkpointer", "load_checkpoint", "save_checkpoint"]
+
+CHECKPOINT_FORMAT = 2
+
+log = logging.getLogger("shoal.training")
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
+    """Write a checkpoint atomically (temporary sibling + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True`` (no arbitrary code runs)."""
+    try:
+        return torch.load(Path(path), map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ShoalInputError("checkpoint not found", path=path) from None
+    except Exception as e:  # a corrupt or foreign file
+        raise ShoalInputError(f"cannot load checkpoint: {e}", path=path) from None
+
+
+def check_identity(saved: dict[str, Any] | None, current: dict[str, Any], path: Path) -> None:
+    """Refuse to resume from a checkpoint of another run: every key of ``current`` must have
+    the same value in ``saved`` (ShoalInputError naming ``path`` and the first mismatch)."""
+    if saved is None:
+        raise ShoalInputError(
+            "the checkpoint does not record which run wrote it (written by an older shoal)",
+            path=path,
+            fix="use a new --checkpoint-dir",
+        )
+    for key, want in current.items():
+        if saved.get(key) != want:
+            raise ShoalInputError(
+                f"checkpoint was written by {key} {saved.get(key)!r}, this run has {want!r}",
+                path=path,
+                fix=f"resume with the same {key}, or use a new --checkpoint-dir",
+            )
+
+
+class Checkpointer:
+    """Per-epoch checkpoints of one run in ``directory`` (layout in the module docstring).
+
+    Args:
+        directory: the checkpoint directory (created).
+        rank, world_size: this process's place; ``world_size == 1`` uses ``last.pt``.
+        barrier: waits for every rank (a no-op for one process).
+        identity: what must match on resume (engine, world size, model, widths, data shape).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        rank: int,
+        world_size: int,
+        barrier: Callable[[], None],
+        identity: dict[str, Any],
+    ) -> None:
+        self.dir = Path(directory)
+        self.rank = rank
+        self.world_size = world_size
+        self.barrier = barrier
+        self.identity = identity
+        self.single = world_size == 1 and identity.get("engine") == "single"
+        if rank == 0:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        barrier()
+
+    def _file(self, epoch: int, rank: int | None = None) -> Path:
+        return self.dir / f"epoch{epoch}-rank{self.rank if rank is None else rank}.pt"
+
+    def load(self) -> dict[str, Any] | None:
+        """This rank's state of the last committed epoch (None when there is none)."""
+        if self.single:
+            last = self.dir / "last.pt"
+            if not last.exists():
+                return None
+            state = load_checkpoint(last)
+            check_identity(state.get("identity"), self.identity, last)
+            return state
+        last = self.dir / "last.json"
+        if not last.exists():
+            return None
+        meta = read_json(last)
+        check_identity(meta.get("identity", meta), self.identity, last)
+        return load_checkpoint(self._file(int(meta["epoch"])))
+
+    def save(self, epoch: int, state: dict[str, Any], best_model: dict | None) -> None:
+        """Write this rank's state after ``epoch`` epochs and commit it (collective).
+        ``best_model`` (a state dict) is written to ``best.pt`` when given."""
+        state = {**state, "format": CHECKPOINT_FORMAT, "identity": self.identity}
+        if self.single:
+            if best_model is not None:
+                save_checkpoint(self.dir / "best.pt", {"model": best_model})
+            save_checkpoint(self.dir / "last.pt", state)
+            return
+        save_checkpoint(self._file(epoch), state)
+        self.barrier()
+        if self.rank == 0:
+            if best_model is not None:
+                save_checkpoint(self.dir / "best.pt", {"model": best_model})
+            write_json_atomic(
+                self.dir / "last.json",
+                {
+                    "format": CHECKPOINT_FORMAT,
+                    **self.identity,
+                    "identity": self.identity,
+                    "epoch": epoch,
+                    "files": [self._file(epoch, r).name for r in range(self.world_size)],
+                },
+            )
+        self.barrier()
+        for old in self.dir.glob(f"epoch*-rank{self.rank}.pt"):
+            if old.name != self._file(epoch).name:
+                old.unlink(missing_ok=True)

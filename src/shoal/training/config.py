@@ -1,0 +1,167 @@
+"""``TrainConfig``: every option of a training run, single-process and distributed, in one
+keyword-only dataclass (settable from flags and from TOML, validated in ``__post_init__``)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from shoal.errors import ShoalInputError
+from shoal.nn import MODELS
+from shoal.sample.sampler import parse_fanouts
+
+__all__ = ["TrainConfig"]
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Hyper-parameters and run options of the trainer and of every engine.
+
+    Model and optimisation:
+        model: registered model name (``shoal.nn.MODELS``; default ``"sage"``).
+        fanouts: neighbours sampled per hop, hop 1 first (PyG's ``num_neighbors`` order);
+            -1 = all; its length is the number of layers (default ``(15, 10, 5)``).
+        batch_size: training seeds per mini-batch (default 1024).
+        hidden: hidden width (default 256).
+        heads: attention heads of GAT's hidden layers (default 8).
+        epochs: maximum number of epochs (default 20).
+        lr: Adam learning rate (default 0.003).
+        dropout: dropout probability on every layer's input (default 0.5).
+        weight_decay: Adam L2 penalty (default 0.0).
+        normalize_features: divide each feature row by its sum when it is read, as Kipf &
+            Welling do for bag-of-words features (default false).
+        patience: stop after this many evaluations without a better validation accuracy;
+            0 disables early stopping (default 0).
+        eval_every: evaluate on the validation set every this many epochs (default 1).
+        eval_batch_size: nodes per batch of layer-wise inference (default 4096).
+        seed: seed of initialisation, shuffling, sampling and dropout (default 0).
+
+    Run and output:
+        threads: torch and numba threads; None keeps the current settings (default None; under
+            several processes, torch's current setting).
+        checkpoint_dir: write per-epoch checkpoints there (default None).
+        resume: continue from the last checkpoint in ``checkpoint_dir`` when there is one
+            (default false).
+        metrics_file: append one JSON line per epoch to this file (default None).
+        progress: show tqdm bars; None = only when stderr is a terminal (default None).
+        scratch_dir: directory for large temporary files (inference arrays); None = beside the
+            input graph or store, never the system temp dir (default None).
+
+    Distributed (``shoal train --store``; ignored by the single-process trainer):
+        engine: registered engine name (``shoal.engines.ENGINES``; default ``"minibatch"``).
+        nproc: processes to start on this machine; torchrun sets the world itself
+            (default 1).
+        plan: a plan JSON from ``shoal plan`` (its ``worker_of_part``); None = part ``j`` on
+            rank ``j mod N`` (default None).
+        dist_timeout: seconds before a stuck collective fails the run (default 300).
+        max_restarts: with ``nproc``: restart all workers up to this many times after a
+            failure (default 0).
+        average_every: averaging engine: average the models every k epochs (default 1).
+        average_optimizer: averaging engine: average Adam's moments with the weights
+            (default true; false = ``--local-optimizer-state``).
+    """
+
+    model: str = "sage"
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    batch_size: int = 1024
+    hidden: int = 256
+    epochs: int = 20
+    lr: float = 0.003
+    dropout: float = 0.5
+    weight_decay: float = 0.0
+    patience: int = 0
+    eval_every: int = 1
+    eval_batch_size: int = 4096
+    seed: int = 0
+    threads: int | None = None
+    normalize_features: bool = False
+    heads: int = 8
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    metrics_file: str | None = None
+    progress: bool | None = None
+    scratch_dir: str | None = None
+    engine: str = "minibatch"
+    nproc: int = 1
+    plan: str | None = None
+    dist_timeout: float = 300.0
+    max_restarts: int = 0
+    average_every: int = 1
+    average_optimizer: bool = True
+
+    def __post_init__(self) -> None:
+        self.fanouts = parse_fanouts(self.fanouts)
+        if self.model not in MODELS:
+            raise ValueError(
+                f"unknown model {self.model!r}; valid names: {', '.join(sorted(MODELS))}"
+            )
+        for name in (
+            "batch_size",
+            "hidden",
+            "epochs",
+            "eval_every",
+            "eval_batch_size",
+            "heads",
+            "nproc",
+            "average_every",
+        ):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.patience < 0:
+            raise ValueError(f"patience must be >= 0 (0 = off), got {self.patience}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("resume needs checkpoint_dir")
+        if not self.dist_timeout > 0:
+            raise ValueError(f"dist_timeout must be > 0, got {self.dist_timeout}")
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fanouts"] = list(self.fanouts)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, origin: str = "config") -> TrainConfig:
+        """Build from a mapping; unknown keys and bad values raise ShoalInputError."""
+        known = {f.name for f in fields(cls)}
+        for k in d:
+            if k not in known:
+                raise ShoalInputError(
+                    f"unknown option {k!r}", path=origin, fix=f"valid: {', '.join(sorted(known))}"
+                )
+        try:
+            return cls(**d)
+        except (TypeError, ValueError) as e:
+            raise ShoalInputError(str(e), path=origin) from None
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> TrainConfig:
+        """Load a TOML file (top level or a ``[train]`` table); ``overrides`` win."""
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise ShoalInputError("config file not found", path=p) from None
+        except tomllib.TOMLDecodeError as e:
+            raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
+        data = dict(data.get("train", data))
+        data.update(overrides)
+        return cls.from_dict(data, origin=str(p))

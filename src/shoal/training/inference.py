@@ -1,0 +1,340 @@
+"""Exact layer-wise inference: the one layer loop, for one process and for many.
+
+Evaluation must not carry sampling noise, so layer ``l`` of a node is computed from *all* its
+in-neighbours' layer ``l - 1`` outputs; doing that layer by layer for every node (rather than
+expanding each target's L-hop neighbourhood) costs one pass over the edges per layer (the
+scheme of GraphSAGE's and DGL's offline inference). Nodes are processed in batches of
+``batch_size`` targets, so memory is O(batch + one layer's output), whatever the graph.
+
+The loop runs over *segments*: the whole graph in one process (:func:`layerwise_inference`),
+or each part a rank holds in a distributed run (``shoal.distributed.evaluate``). A segment
+computes its first ``num_core`` local ids; its other local ids (a part's halo nodes) are
+*remote*: their rows come from a :class:`RowProvider`, whose ``fetch`` the distributed version
+implements with one collective pull per batch (every rank takes the same number of steps).
+
+A model's ``inference_split(l)`` (see :class:`shoal.nn.BlockGNN`) splits a layer into a
+node-wise part (e.g. a projection of wide inputs), run once per core node before the layer's
+aggregation, and an aggregation part; then remote rows are exchanged already projected.
+
+Layer outputs above :data:`INFERENCE_MEMMAP_BYTES` go to memory maps in a scratch directory
+(``--scratch-dir``; default beside the input, never the system temp dir) whose pages are
+released after every batch, so the resident set stays bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from shoal.graph.blocks import full_graph_block
+from shoal.sample import _kernels as K
+from shoal.sample.features import gather_rows
+from shoal.sample.sampler import NeighborSampler
+from shoal.training.data import TrainData
+from shoal.utils.io import release_pages, scratch_space
+from shoal.utils.progress import progress
+
+__all__ = [
+    "INFERENCE_MEMMAP_BYTES",
+    "RowProvider",
+    "Scratch",
+    "Segment",
+    "evaluate",
+    "layerwise_inference",
+    "run_layers",
+]
+
+#: A layer's output array larger than this goes to a memory map in the scratch directory.
+INFERENCE_MEMMAP_BYTES = 64 << 20
+
+
+class Scratch:
+    """Arrays of one inference: in memory when small, memory maps in a scratch directory (made
+    on first use inside ``scratch_dir``, else beside ``beside``) when large; removed on close."""
+
+    def __init__(self, scratch_dir: str | os.PathLike | None, *, beside: str | os.PathLike):
+        self.scratch_dir = scratch_dir
+        self.beside = beside
+        self._stack = contextlib.ExitStack()
+        self._dir: Path | None = None
+        self._count = 0
+
+    def array(self, rows: int, cols: int) -> np.ndarray:
+        """A float32 ``(rows, cols)`` array (contents undefined)."""
+        if rows * cols * 4 <= INFERENCE_MEMMAP_BYTES:
+            return np.empty((rows, cols), np.float32)
+        if self._dir is None:
+            self._dir = self._stack.enter_context(
+                scratch_space(self.scratch_dir, beside=self.beside, prefix="shoal-infer")
+            )
+        self._count += 1
+        path = self._dir / f"a{self._count}.npy"
+        return np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, cols))
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> Scratch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Segment:
+    """One unit of the layer loop (the whole graph, or one part a rank holds).
+
+    Attributes:
+        key: the segment's name in :class:`RowProvider` calls (a part index; 0 for a graph).
+        sampler: a sampler over the segment's local ids (only ``full`` is used).
+        num_core: local ids ``[0, num_core)`` are computed here.
+        inputs: ``(>= num_core, F)`` layer-0 rows of the core ids (a memory map is fine).
+        remote: global id of local id ``num_core + i`` (its rows come from the provider);
+            empty when the segment has no remote ids.
+        targets: local ids whose last-layer output is wanted.
+    """
+
+    key: int
+    sampler: NeighborSampler
+    num_core: int
+    inputs: np.ndarray
+    remote: np.ndarray
+    targets: np.ndarray
+
+
+class RowProvider:
+    """Rows of remote ids for the current layer. One process has none (this class); the
+    distributed inference pulls them from their owners (``shoal.distributed.evaluate``)."""
+
+    def set_layer(self, inputs: dict[int, np.ndarray], dim: int) -> None:
+        """The layer's input arrays of this process's segments (their core rows), width
+        ``dim``: what this process serves to the others."""
+        self.dim = dim
+
+    def num_steps(self, local_steps: int) -> int:
+        """Steps every process takes this layer (the maximum over processes)."""
+        return local_steps
+
+    def fetch(self, ids: np.ndarray) -> np.ndarray:
+        """``(len(ids), dim)`` rows of global ``ids``; collective, called once per step."""
+        if len(ids):
+            raise ValueError("a single process has no remote rows")
+        return np.empty((0, self.dim), np.float32)
+
+
+def _read(src: np.ndarray, ids: np.ndarray, buf: np.ndarray, normalize: bool) -> np.ndarray:
+    """``src[ids]`` into ``buf`` (row-normalised when asked), then release ``src``'s pages."""
+    out = gather_rows(src, ids, buf, normalize=normalize)[: len(ids)]
+    release_pages(src)
+    return out
+
+
+def _buffer(bufs: dict[str, np.ndarray], name: str, rows: int, cols: int) -> np.ndarray:
+    b = bufs.get(name)
+    if b is None or b.shape[0] < rows or b.shape[1] != cols:
+        b = bufs[name] = np.empty((max(rows, 1), cols), np.float32)
+    return b
+
+
+def _stage(pre, seg: Segment, src: np.ndarray, normalize: bool, batch_size: int, scratch):
+    """The node-wise part ``pre`` of a layer on every core row of ``seg`` into a new array."""
+    dim = src.shape[1]
+    width = int(pre(torch.zeros(1, dim)).shape[1])
+    out = scratch.array(seg.num_core, width)
+    bufs: dict[str, np.ndarray] = {}
+    for start in range(0, seg.num_core, batch_size):
+        ids = np.arange(start, min(start + batch_size, seg.num_core), dtype=np.int64)
+        x = _read(src, ids, _buffer(bufs, "x", len(ids), dim), normalize)
+        out[start : start + len(ids)] = pre(torch.from_numpy(x)).numpy()
+        release_pages(out)
+    return out
+
+
+def _out_dim(post, in_dim: int) -> int:
+    """Output width of a layer's aggregation part (a dry run on a one-node block)."""
+    blk = full_graph_block(np.zeros(2, np.int64), np.zeros(0, np.int64))
+    return int(post(torch.zeros(1, in_dim), blk).shape[1])
+
+
+def _steps(segments: list[Segment], last: bool, batch_size: int) -> Iterator[tuple]:
+    for seg in segments:
+        rows = seg.targets if last else np.arange(seg.num_core, dtype=np.int64)
+        for start in range(0, len(rows), batch_size):
+            yield seg, start, rows[start : start + batch_size]
+
+
+def _inputs_of_batch(seg, mb, src, provider, normalize, bufs) -> torch.Tensor:
+    """The layer inputs of a full-neighbourhood batch: core rows read here, remote rows
+    fetched (collective), row-normalised when ``normalize``."""
+    ids = mb.n_id
+    dim = src.shape[1]
+    x = _buffer(bufs, "in", len(ids), dim)[: len(ids)]
+    is_core = ids < seg.num_core
+    if is_core.all():
+        _read(src, ids, x, False)
+        provider.fetch(np.empty(0, np.int64))
+    else:
+        core = np.flatnonzero(is_core)
+        far = np.flatnonzero(~is_core)
+        x[core] = _read(src, ids[core], _buffer(bufs, "core", len(core), dim), False)
+        x[far] = provider.fetch(seg.remote[ids[far] - seg.num_core])
+    if normalize:
+        K._row_normalize(x, len(ids))
+    return torch.from_numpy(x)
+
+
+def run_layers(
+    model: nn.Module,
+    segments: list[Segment],
+    on_output: Callable[[Segment, np.ndarray, np.ndarray], None],
+    *,
+    provider: RowProvider | None = None,
+    normalize_features: bool = False,
+    batch_size: int = 4096,
+    scratch: Scratch,
+    show_progress: bool | None = None,
+) -> None:
+    """The layer loop (module docstring). ``on_output(segment, rows, logits)`` receives the
+    last layer's outputs of ``rows`` (positions in ``segment.targets``) batch by batch.
+
+    The model needs ``num_layers`` and ``layer_forward(l, x, block)`` (every
+    :class:`shoal.nn.BlockGNN` has them). Collective when the provider is.
+    """
+    provider = provider or RowProvider()
+    splitter = getattr(model, "inference_split", None)
+    num_layers = int(model.num_layers)
+    prev = {seg.key: seg.inputs for seg in segments}
+    dim = int(segments[0].inputs.shape[1]) if segments else 0
+    dim = int(getattr(provider, "feature_dim", dim))
+    bufs: dict[str, np.ndarray] = {}
+    for layer in range(num_layers):
+        pre, post = splitter(layer) if splitter is not None else (None, None)
+        post = post if post is not None else partial(model.layer_forward, layer)
+        normalize = normalize_features and layer == 0
+        if pre is not None:
+            prev = {
+                s.key: _stage(pre, s, prev[s.key], normalize, batch_size, scratch) for s in segments
+            }
+            dim = int(pre(torch.zeros(1, dim)).shape[1])
+            normalize = False
+        provider.set_layer(prev, dim)
+        last = layer == num_layers - 1
+        out_dim = _out_dim(post, dim)
+        outs = {} if last else {s.key: scratch.array(s.num_core, out_dim) for s in segments}
+        local = list(_steps(segments, last, batch_size))
+        total = provider.num_steps(len(local))
+        bar = progress(total=total, desc=f"inference layer {layer}", unit="batch",
+                       enable=show_progress)  # fmt: skip
+        for step in range(total):
+            if step >= len(local):
+                provider.fetch(np.empty(0, np.int64))  # keep in step with the other ranks
+                bar.update(1)
+                continue
+            seg, start, rows = local[step]
+            mb = seg.sampler.full(rows)
+            x = _inputs_of_batch(seg, mb, prev[seg.key], provider, normalize, bufs)
+            h = post(x, mb.blocks[0]).numpy()
+            if last:
+                on_output(seg, np.arange(start, start + len(rows)), h)
+            else:
+                outs[seg.key][start : start + len(rows)] = h
+                release_pages(outs[seg.key])
+            bar.update(1)
+        bar.close()
+        prev, dim = outs, out_dim
+
+
+def _sampled_inference(model, data, nodes, sampler, normalize, batch_size) -> np.ndarray:
+    """Models without ``layer_forward``: full L-hop neighbourhoods of each batch of nodes."""
+    num_layers = int(getattr(model, "num_layers", 0))
+    if not num_layers:
+        raise ValueError("a model without layer_forward must define num_layers")
+    out = None
+    buf = np.empty((0, data.feature_dim), np.float32)
+    for start in range(0, len(nodes), batch_size):
+        mb = sampler.sample(nodes[start : start + batch_size], 0, fanouts=(-1,) * num_layers)
+        if buf.shape[0] < len(mb.n_id):
+            buf = np.empty((len(mb.n_id), data.feature_dim), np.float32)
+        x = gather_rows(data.features, mb.n_id, buf, normalize=normalize)[: len(mb.n_id)]
+        h = model(torch.from_numpy(x), mb.blocks).numpy()
+        if out is None:
+            out = np.empty((len(nodes), h.shape[1]), dtype=np.float32)
+        out[start : start + len(h)] = h
+    return out if out is not None else np.empty((0, 0), np.float32)
+
+
+@torch.no_grad()
+def layerwise_inference(
+    model: nn.Module,
+    data: TrainData,
+    nodes: np.ndarray,
+    *,
+    sampler: NeighborSampler | None = None,
+    normalize_features: bool = False,
+    batch_size: int = 4096,
+    show_progress: bool | None = None,
+    scratch_dir: str | os.PathLike | None = None,
+) -> np.ndarray:
+    """Exact outputs (logits) of ``model`` for ``nodes`` of a graph, in one process.
+
+    Every layer but the last is computed for all nodes (in batches of ``batch_size``
+    targets with their full in-neighbourhoods) into a temporary array that becomes the next
+    layer's input; the last layer only for ``nodes``. Models without ``layer_forward`` are
+    evaluated on full L-hop neighbourhoods sampled with fanout -1.
+    """
+    model.eval()
+    nodes = np.asarray(nodes, dtype=np.int64)
+    if sampler is None:
+        sampler = NeighborSampler(
+            data.indptr, data.indices, (-1,), num_nodes=data.num_nodes, degrees=data.degrees
+        )
+    if not hasattr(model, "layer_forward"):
+        return _sampled_inference(model, data, nodes, sampler, normalize_features, batch_size)
+    seg = Segment(
+        key=0,
+        sampler=sampler,
+        num_core=data.num_nodes,
+        inputs=data.features,
+        remote=np.empty(0, np.int64),
+        targets=nodes,
+    )
+    result: np.ndarray | None = None
+
+    def keep(_seg: Segment, rows: np.ndarray, h: np.ndarray) -> None:
+        nonlocal result
+        if result is None:
+            result = np.empty((len(nodes), h.shape[1]), np.float32)
+        result[rows] = h
+
+    # beside the graph directory (in-memory data: the current directory)
+    beside = data.path if data.path is not None else Path.cwd() / "data"
+    with Scratch(scratch_dir, beside=beside) as scratch:
+        run_layers(model, [seg], keep, normalize_features=normalize_features,
+                   batch_size=batch_size, scratch=scratch, show_progress=show_progress)  # fmt: skip
+    return result if result is not None else np.empty((0, 0), np.float32)
+
+
+def evaluate(
+    model: nn.Module, data: TrainData, splits: tuple[str, ...] = ("val", "test"), **kwargs
+) -> dict[str, float]:
+    """Accuracy on each split by exact :func:`layerwise_inference` (one pass for all splits)."""
+    ids = [data.split(s) for s in splits]
+    nodes = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    logits = layerwise_inference(model, data, nodes, **kwargs)
+    pred = logits.argmax(1) if len(nodes) else np.empty(0, np.int64)
+    y = np.asarray(data.labels[nodes]) if len(nodes) else np.empty(0, np.int64)
+    out, pos = {}, 0
+    for s, idx in zip(splits, ids, strict=True):
+        n = len(idx)
+        out[s] = float((pred[pos : pos + n] == y[pos : pos + n]).mean()) if n else float("nan")
+        pos += n
+    return out

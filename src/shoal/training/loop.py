@@ -1,0 +1,260 @@
+"""The one epoch loop, shared by the single-process trainer and every engine.
+
+A training *target* (the trainer, or an engine on one rank) supplies only what is specific to
+it, through a small interface (:class:`Trainable`): ``train_epoch(epoch)`` trains one epoch and
+returns its record, ``evaluate(splits)`` returns exact accuracies (collective in a distributed
+run: every rank gets the same numbers), ``state()``/``load_state()`` carry its optimizer and
+random streams through checkpoints, and ``model`` is the module whose weights are selected.
+
+:class:`EpochLoop` does the rest, once for everybody: evaluate every ``eval_every`` epochs (and
+after the last), keep the best-validation weights, stop early after ``patience`` evaluations
+without improvement (every rank sees the same accuracy, so all stop together), write one JSON
+line per epoch to ``metrics_file`` (rank 0), checkpoint every epoch and resume exactly
+(:class:`~shoal.training.checkpoint.Checkpointer`), log progress (rank 0), test the best
+weights at the end and return one :class:`~shoal.training.result.RunResult`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from shoal.training.checkpoint import Checkpointer
+from shoal.training.config import TrainConfig
+from shoal.training.result import RunResult
+from shoal.utils.memory import peak_rss_bytes
+
+__all__ = ["EpochLoop", "Group", "LocalGroup", "LoopState", "Trainable"]
+
+log = logging.getLogger("shoal.training")
+
+
+class Trainable(Protocol):
+    """What the loop needs from the trainer or an engine (see the module docstring).
+
+    ``train_epoch(epoch)`` (``epoch`` counts from 0) returns a record with at least ``loss``,
+    ``train_accuracy``, ``seconds`` and ``time_split`` (a dict of seconds per phase); optional
+    ``comm`` (communication counters) and ``evaluable`` (False: the weights are mid-round and
+    must not be evaluated, e.g. between two averaging rounds).
+    """
+
+    model: nn.Module
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]: ...
+
+    def evaluate(self, splits: tuple[str, ...]) -> dict[str, float]: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
+
+class Group(Protocol):
+    """The processes of a run: ``rank``, ``world_size`` and a ``barrier()``."""
+
+    rank: int
+    world_size: int
+
+    def barrier(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LocalGroup:
+    """A world of one process (the single-process trainer)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    def barrier(self) -> None:
+        return None
+
+
+@dataclass
+class LoopState:
+    """The loop's counters (checkpointed with the target's own state)."""
+
+    epoch: int = 0  # epochs completed
+    best_val: float = -1.0
+    best_epoch: int = 0
+    bad_evals: int = 0
+    best_model: dict[str, torch.Tensor] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["best_model"] = self.best_model  # asdict would deep-copy the tensors
+        return d
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+        self.best_val = float(state["best_val"])
+        self.best_epoch = int(state["best_epoch"])
+        self.bad_evals = int(state["bad_evals"])
+        self.best_model = state.get("best_model")
+        self.history = list(state.get("history") or [])
+
+
+class EpochLoop:
+    """Runs a :class:`Trainable` to the end (see the module docstring).
+
+    Args:
+        target: the trainer or an engine.
+        config: the run's options (epochs, eval_every, patience, checkpoint_dir, resume,
+            metrics_file).
+        group: the processes (default: one process).
+        identity: what a checkpoint must match to be resumed (engine, world size, model,
+            widths, dataset shape).
+        engine: name recorded in the result (``"single"`` for the trainer).
+        num_parts, batches_per_epoch: recorded in the result.
+        settings: extra settings recorded in the result's ``config``.
+    """
+
+    def __init__(
+        self,
+        target: Trainable,
+        config: TrainConfig,
+        *,
+        group: Group | None = None,
+        identity: dict[str, Any] | None = None,
+        engine: str = "single",
+        num_parts: int = 1,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        self.target = target
+        self.config = config
+        self.group = group or LocalGroup()
+        self.engine = engine
+        self.num_parts = num_parts
+        self.settings = settings or {}
+        self.identity = {"engine": engine, "world_size": self.group.world_size, **(identity or {})}
+        self.state = LoopState()
+        self.eval_seconds = 0.0
+
+    @property
+    def is_rank0(self) -> bool:
+        return self.group.rank == 0
+
+    def _resume(self, ckpt: Checkpointer) -> None:
+        st = ckpt.load()
+        if st is None:
+            return
+        self.target.load_state(st)
+        self.state.load(st)
+        if self.is_rank0:
+            log.info("resumed from %s after epoch %d", ckpt.dir, self.state.epoch)
+
+    def _evaluate_val(self, rec: dict[str, Any]) -> bool:
+        """Validation accuracy into ``rec``; keeps the best weights. True when improved."""
+        st = self.state
+        t0 = time.perf_counter()
+        val = self.target.evaluate(("val",))["val"]
+        self.eval_seconds += time.perf_counter() - t0
+        rec["val_accuracy"] = val
+        if val > st.best_val:
+            st.best_val, st.best_epoch, st.bad_evals = val, st.epoch, 0
+            st.best_model = copy.deepcopy(self.target.model.state_dict())
+            return True
+        st.bad_evals += 1
+        return False
+
+    def _log_epoch(self, rec: dict[str, Any], stop: bool) -> None:
+        if not self.is_rank0:
+            return
+        if self.config.metrics_file:
+            p = Path(self.config.metrics_file)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        e = self.state.epoch
+        log.log(  # every 10th epoch (and the first and the last) at INFO, the others at DEBUG
+            logging.INFO if e == 1 or e % 10 == 0 or stop else logging.DEBUG,
+            "epoch %d loss %.4f val %s %.2fs%s",
+            e,
+            rec["loss"],
+            rec.get("val_accuracy", "-"),
+            rec["seconds"],
+            f" (early stop: {self.state.bad_evals} evaluations without improvement)"
+            if stop
+            else "",
+        )
+
+    def _checkpointer(self) -> Checkpointer | None:
+        cfg = self.config
+        if not cfg.checkpoint_dir:
+            return None
+        return Checkpointer(
+            cfg.checkpoint_dir,
+            rank=self.group.rank,
+            world_size=self.group.world_size,
+            barrier=self.group.barrier,
+            identity=self.identity,
+        )
+
+    def fit(self) -> RunResult:
+        """Train until ``epochs`` or early stopping; test the best-validation weights."""
+        cfg, st = self.config, self.state
+        ckpt = self._checkpointer()
+        if ckpt is not None and cfg.resume:
+            self._resume(ckpt)
+        stop = cfg.patience > 0 and st.bad_evals >= cfg.patience
+        while st.epoch < cfg.epochs and not stop:
+            done = st.epoch + 1
+            rec = {"epoch": done, **self.target.train_epoch(st.epoch)}
+            st.epoch = done
+            improved = False
+            if (st.epoch % cfg.eval_every == 0 or st.epoch == cfg.epochs) and rec.get(
+                "evaluable", True
+            ):
+                improved = self._evaluate_val(rec)
+            st.history.append(rec)
+            stop = cfg.patience > 0 and st.bad_evals >= cfg.patience
+            self._log_epoch(rec, stop)
+            if ckpt is not None:
+                state = {**self.target.state(), **st.to_dict(), "config": cfg.to_dict()}
+                ckpt.save(st.epoch, state, st.best_model if improved else None)
+        return self._finish()
+
+    def _finish(self) -> RunResult:
+        st = self.state
+        model = self.target.model
+        if st.best_model is not None:
+            model.load_state_dict(st.best_model)
+        t0 = time.perf_counter()
+        final = self.target.evaluate(("val", "test"))
+        self.eval_seconds += time.perf_counter() - t0
+        hist = st.history
+        n = max(len(hist), 1)
+        keys = sorted({k for r in hist for k in r["time_split"]})
+        comm_keys = sorted({k for r in hist for k in r.get("comm", {})})
+        rss = torch.tensor([peak_rss_bytes()], dtype=torch.float64)
+        if self.group.world_size > 1:
+            dist.all_reduce(rss, op=dist.ReduceOp.MAX)
+        return RunResult(
+            engine=self.engine,
+            world_size=self.group.world_size,
+            num_parts=self.num_parts,
+            test_accuracy=final["test"],
+            val_accuracy=final["val"],
+            best_epoch=st.best_epoch,
+            epochs=len(hist),
+            seconds_per_epoch=sum(r["seconds"] for r in hist) / n,
+            time_split={k: sum(r["time_split"].get(k, 0.0) for r in hist) / n for k in keys},
+            comm_per_epoch={
+                k: sum(r.get("comm", {}).get(k, 0.0) for r in hist) / n for k in comm_keys
+            },
+            batches_per_epoch=int(getattr(self.target, "num_batches", 0)),
+            eval_seconds=self.eval_seconds,
+            num_parameters=sum(p.numel() for p in model.parameters()),
+            peak_rss_bytes=int(rss.item()),
+            config={**self.config.to_dict(), **self.settings},
+            history=hist,
+        )

@@ -1,0 +1,154 @@
+"""``Trainer``: single-process mini-batch training on a graph directory.
+
+The trainer supplies the :class:`~shoal.training.loop.Trainable` interface (one epoch of
+mini-batches, exact evaluation, its optimizer and random state) and runs the shared
+:class:`~shoal.training.loop.EpochLoop`, exactly as every engine does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from shoal.sample.features import FeatureGatherer
+from shoal.sample.sampler import NeighborSampler
+from shoal.training.batches import BatchLoader, Timer, train_step
+from shoal.training.config import TrainConfig
+from shoal.training.data import TrainData
+from shoal.training.inference import evaluate
+from shoal.training.loop import EpochLoop
+from shoal.training.model import model_from_config
+from shoal.training.result import RunResult
+from shoal.utils.progress import progress
+from shoal.utils.threads import set_threads
+
+__all__ = ["Trainer"]
+
+
+class Trainer:
+    """Single-process mini-batch trainer with best-validation model selection.
+
+    Args:
+        config: a :class:`TrainConfig`.
+        data: a :class:`TrainData`.
+        model: any ``nn.Module`` called as ``model(x, blocks)`` (default: built from
+            ``config.model`` by :func:`~shoal.training.model.model_from_config`).
+    """
+
+    def __init__(self, config: TrainConfig, data: TrainData, model: nn.Module | None = None):
+        self.config = config
+        self.data = data
+        set_threads(config.threads)
+        torch.manual_seed(config.seed)
+        if model is None:
+            model = model_from_config(config, in_dim=data.feature_dim, out_dim=data.num_classes)
+        self.model = model
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+        )
+        self.sampler = NeighborSampler(
+            data.indptr,
+            data.indices,
+            config.fanouts,
+            num_nodes=data.num_nodes,
+            degrees=data.degrees,
+        )
+        self.timer = Timer()
+        self.loader = BatchLoader(
+            self.sampler,
+            FeatureGatherer(data.features, normalize=config.normalize_features),
+            data.labels,
+            data.train_idx,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            timer=self.timer,
+        )
+        self.num_batches = len(self.loader)
+        self.loop = EpochLoop(
+            self,
+            config,
+            identity={
+                "model": config.model,
+                "hidden": config.hidden,
+                "num_layers": config.num_layers,
+                "heads": config.heads,
+                "dataset": data.name,
+                "num_nodes": data.num_nodes,
+                "feature_dim": data.feature_dim,
+                "num_classes": data.num_classes,
+            },
+        )
+
+    @property
+    def epoch(self) -> int:
+        """Epochs completed."""
+        return self.loop.state.epoch
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return self.loop.state.history
+
+    # ---------------------------------------------------------------- Trainable
+    def state(self) -> dict[str, Any]:
+        """Model, optimizer, torch RNG and the loop's counters (a checkpoint)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            **self.loop.state.to_dict(),
+            "config": self.config.to_dict(),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        self.loop.state.load(state)
+
+    def train_epoch(self, epoch: int | None = None) -> dict[str, Any]:
+        """Train one epoch (default: the next one); returns its metrics."""
+        epoch = self.epoch if epoch is None else epoch
+        before = dict(self.timer.seconds)
+        total_loss, correct, seen = 0.0, 0, 0
+        bar = progress(total=len(self.loader), desc=f"epoch {epoch + 1}", unit="batch",
+                       enable=self.config.progress)  # fmt: skip
+        t_epoch = time.perf_counter()
+        for batch in self.loader.epoch(epoch):
+            t0 = time.perf_counter()
+            loss, ok = train_step(self.model, self.optimizer, batch)
+            self.timer.add("forward_backward", time.perf_counter() - t0)
+            n = len(batch.y)
+            total_loss += loss * n
+            correct += ok
+            seen += n
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        bar.close()
+        self.loop.state.epoch = epoch + 1
+        return {
+            "epoch": epoch + 1,
+            "loss": total_loss / max(seen, 1),
+            "train_accuracy": correct / max(seen, 1),
+            "seconds": time.perf_counter() - t_epoch,
+            "time_split": self.timer.since(before),
+        }
+
+    def evaluate(self, splits: tuple[str, ...] = ("val",)) -> dict[str, float]:
+        return evaluate(
+            self.model,
+            self.data,
+            splits,
+            sampler=self.sampler,
+            normalize_features=self.config.normalize_features,
+            batch_size=self.config.eval_batch_size,
+            show_progress=self.config.progress,
+            scratch_dir=self.config.scratch_dir,
+        )
+
+    # ---------------------------------------------------------------- run
+    def fit(self) -> RunResult:
+        """Train until ``epochs`` or early stopping; test the best-validation model."""
+        return self.loop.fit()
