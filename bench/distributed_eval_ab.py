@@ -6,6 +6,9 @@ Usage::
 
     python bench/distributed_eval_ab.py bench/work/distributed/coauthor_physics-store2
 
+Historical: it loads the old version from git, whose imports (``shoal.dist``, ``shoal.train``)
+no longer exist since the restructure of issue 10; run it from a checkout of commit a8fe23e.
+
 Prints the median seconds of 3 alternating runs of each and both accuracies (they must match).
 Measured 2026-11-22 on the 2-core VM (load ~1): Coauthor-Physics 2-part store, GraphSAGE
 hidden 64: before 11.5 s, after 0.88 s (bench/results/distributed.md, Notes).
@@ -25,7 +28,7 @@ from pathlib import Path
 import torch
 
 from shoal.distributed import DistConfig, process_group
-from shoal.engines import base as new
+from shoal.distributed import evaluate as new
 from shoal.engines import EngineConfig, get_engine
 from shoal.store import Store
 from shoal.training import TrainConfig
