@@ -65,3 +65,34 @@ def test_p_greater_than_n_trains_every_part_in_turn(make_store):
         assert eng.weight == 16  # every training node of the three parts
         rec = eng.train_epoch(0)
         assert rec["averaged"] and rec["comm"]["bytes_sent"] == 0
+
+
+def _fit_averaging(rank: int, world: int, store: str):
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    tc = TrainConfig(fanouts=(3, 3), hidden=8, epochs=3, batch_size=4, lr=0.05, seed=2,
+                     progress=False)  # fmt: skip
+    eng = AveragingEngine(Store.open(store), EngineConfig(train=tc), ctx)
+    res = eng.fit().to_json()
+    moments = [st["exp_avg"].flatten().tolist() for st in eng.optimizer.state.values()]
+    return eng.weight, res, moments
+
+
+def test_a_rank_without_training_nodes_joins_every_average(make_graph, make_store):
+    """Rank 1's parts hold no training node, so its Adam state stays empty; the optimizer
+    average must still run its collectives on rank 1 (it used to return before them, pairing
+    rank 0's all-reduces with the wrong ones)."""
+    from tests.engines.conftest import community_graph
+
+    g = community_graph(make_graph)
+    train = set(np.load(g.path / "train_idx.npy").tolist())
+    node_part = np.array([0 if v in train or v % 3 == 0 else 1 for v in range(g.num_nodes)])
+    store = str(make_store(node_part, graph=g))
+    (w0, r0, m0), (w1, r1, m1) = run_world(_fit_averaging, 2, store, timeout=90)
+    assert (w0, w1) == (16.0, 0.0)
+    assert r0["epochs"] == r1["epochs"] == 3
+    keys = ("loss", "train_accuracy", "val_accuracy")
+    assert [[h.get(k) for k in keys] for h in r0["history"]] == [
+        [h.get(k) for k in keys] for h in r1["history"]
+    ]
+    assert r0["test_accuracy"] == r1["test_accuracy"]
+    assert m1 == m0 and any(x != 0 for m in m1 for x in m)  # rank 1 received rank 0's moments

@@ -171,3 +171,37 @@ def test_cli_errors(tmp_path, run_cli):
     p.write_text("epochs = -1\n")
     code, _, err = run_cli("train", "--graph", tmp_path, "--config", p)
     assert code == 2 and "epochs" in err
+
+
+def test_resume_restores_history_and_refuses_another_run(tiny, tmp_path, run_cli):
+    d = tmp_path / "ck"
+    first = Trainer(cfg(epochs=2, checkpoint_dir=str(d)), tiny).fit()
+    resumed = Trainer(cfg(epochs=4, checkpoint_dir=str(d), resume=True), tiny).fit()
+    full = Trainer(cfg(epochs=4), tiny).fit()
+    # the resumed run's history holds all 4 epochs, the first 2 exactly as first trained
+    assert [h["epoch"] for h in resumed.history] == [1, 2, 3, 4]
+    assert [h["loss"] for h in resumed.history[:2]] == [h["loss"] for h in first.history]
+    assert [h["loss"] for h in resumed.history] == pytest.approx([h["loss"] for h in full.history])
+    # another model (or width) cannot resume from it: a clear error naming checkpoint and option
+    with pytest.raises(ShoalInputError, match=r"last\.pt.*model 'sage', this run has 'gcn'"):
+        Trainer(cfg(model="gcn", epochs=5, checkpoint_dir=str(d), resume=True), tiny).fit()
+    with pytest.raises(ShoalInputError, match=r"hidden 8, this run has 16"):
+        Trainer(cfg(hidden=16, epochs=5, checkpoint_dir=str(d), resume=True), tiny).fit()
+
+
+def test_resume_refuses_a_checkpoint_of_another_dataset(tiny, make_graph, tmp_path, run_cli):
+    d = tmp_path / "ck"
+    Trainer(cfg(epochs=1, checkpoint_dir=str(d)), tiny).fit()
+    rng = np.random.default_rng(1)
+    e = np.array([(i, (i + 1) % 30) for i in range(30)])
+    other = make_graph(
+        e, 30, x=rng.normal(size=(30, 5)).astype(np.float32), y=np.arange(30) % 2,
+        train=[0, 1, 2], val=[3, 4], test=[5, 6], name="other",
+    )  # fmt: skip
+    code, _, err = run_cli(
+        "train", "--graph", other.path, "--model", "sage", "--fanouts", "3,3", "--hidden", "8",
+        "--batch-size", "4", "--epochs", "2", "--threads", "1", "--no-progress",
+        "--checkpoint-dir", d, "--resume",
+    )  # fmt: skip
+    assert code == 2
+    assert "last.pt" in err and "num_nodes 24, this run has 30" in err

@@ -2,6 +2,7 @@
 distributed feature store and neighbour sampler, part/rank tables and exact distributed
 evaluation."""
 
+from shoal.distributed.averaging import average_optimizer_state_, weighted_average_
 from shoal.distributed.comm import CommStats, all_reduce_stats, exchange
 from shoal.distributed.evaluate import dist_evaluate
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
@@ -25,6 +26,7 @@ __all__ = [
     "NodeTables",
     "Rank0Filter",
     "all_reduce_stats",
+    "average_optimizer_state_",
     "dist_evaluate",
     "env_world",
     "exchange",
@@ -32,4 +34,5 @@ __all__ = [
     "parts_of_rank",
     "process_group",
     "rank0_print",
+    "weighted_average_",
 ]

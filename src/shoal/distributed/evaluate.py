@@ -64,6 +64,9 @@ class PullRows(RowProvider):
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())
 
+    def end_layer(self) -> None:
+        self.fs, self.inputs = None, {}
+
     def fetch(self, ids: np.ndarray) -> np.ndarray:
         assert self.fs is not None
         if self.ctx.world_size == 1 and not len(ids):

@@ -31,137 +31,16 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
+from shoal.distributed.averaging import average_optimizer_state_, weighted_average_
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
-from shoal.sample.features import gather_rows
+from shoal.sample.features import PartGatherer
 from shoal.sample.sampler import NeighborSampler
-from shoal.store.reader import Partition
 from shoal.training import BatchLoader, Timer, train_step
 from shoal.utils.progress import progress
 
-__all__ = ["AveragingEngine", "PartGatherer", "weighted_average_"]
-
-
-class PartGatherer:
-    """Gathers rows of a part's local index space (core rows, then halo rows) into a reused
-    float32 buffer: the ``gather`` interface of :class:`shoal.sample.FeatureGatherer`."""
-
-    def __init__(self, part: Partition, *, normalize: bool = False) -> None:
-        if part.features is None or (part.num_halo and part.halo_features is None):
-            raise ShoalInputError(
-                "the averaging engine needs every part's halo features",
-                path=part.path,
-                fix="rebuild the store with `shoal store build ... --halo-features`",
-            )
-        self.core = part.features
-        self.halo = part.halo_features
-        self.num_core = part.num_core
-        self.normalize = normalize
-        self._buf = np.empty((0, self.core.shape[1]), dtype=np.float32)
-
-    def gather(self, ids: np.ndarray) -> torch.Tensor:
-        ids = np.asarray(ids, dtype=np.int64)
-        n = ids.shape[0]
-        if self._buf.shape[0] < n:
-            self._buf = np.empty(
-                (max(n, int(self._buf.shape[0] * 1.25)), self.core.shape[1]), np.float32
-            )
-        out = self._buf[:n]
-        h = ids >= self.num_core
-        if h.any():
-            ci, hi = np.flatnonzero(~h), np.flatnonzero(h)
-            out[ci] = gather_rows(self.core, ids[ci], normalize=self.normalize)
-            out[hi] = gather_rows(self.halo, ids[hi] - self.num_core, normalize=self.normalize)
-        else:
-            gather_rows(self.core, ids, out, normalize=self.normalize)
-        return torch.from_numpy(out)
-
-
-def weighted_average_(module: torch.nn.Module, weight: float) -> tuple[float, int]:
-    """Replace every parameter and floating buffer by the average over ranks weighted by
-    ``weight`` (this rank's training-node count). Collective; returns ``(total weight, bytes
-    all-reduced)``. A rank with weight 0 receives the others' average."""
-    w = torch.tensor([float(weight)], dtype=torch.float64)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(w)
-    total = float(w.item())
-    if total <= 0:
-        raise ShoalInputError(
-            "no rank has training nodes to average over", fix="check the store's train split"
-        )
-    tensors = [p.data for p in module.parameters()] + [
-        b for b in module.buffers() if torch.is_floating_point(b)
-    ]
-    flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]) * (weight / total)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(flat)
-    pos = 0
-    for t in tensors:
-        k = t.numel()
-        t.copy_(flat[pos : pos + k].view_as(t).to(t.dtype))
-        pos += k
-    return total, int(sum(t.numel() * t.element_size() for t in tensors))
-
-
-def _state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [
-        v
-        for st in optimizer.state.values()
-        for k, v in sorted(st.items())
-        if torch.is_tensor(v) and torch.is_floating_point(v) and k != "step"
-    ]
-
-
-def _init_adam_state(optimizer: torch.optim.Optimizer) -> None:
-    """Create Adam's state as its first step would (zero moments, step 0) for every
-    parameter that has none, so a rank that never stepped joins the average with zeros."""
-    if not isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
-        raise RuntimeError(
-            f"cannot average the state of {type(optimizer).__name__} on a rank that has not "
-            "stepped yet (only Adam/AdamW state can be created empty)"
-        )
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if not optimizer.state.get(p):
-                optimizer.state[p] = {
-                    "step": torch.tensor(0.0),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-                }
-                if group.get("amsgrad"):
-                    optimizer.state[p]["max_exp_avg_sq"] = torch.zeros_like(p)
-
-
-def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float) -> int:
-    """Average every floating tensor of the optimizer state (Adam's moments) over ranks,
-    weighted like the parameters. Collective on every rank, including a rank that has not
-    stepped yet (its parts have no training nodes): it joins with zero moments and weight 0,
-    and receives the others' average. Returns the bytes all-reduced."""
-    distributed = dist.is_initialized() and dist.get_world_size() > 1
-    tensors = _state_tensors(optimizer)
-    size = torch.tensor([float(sum(t.numel() for t in tensors))], dtype=torch.float64)
-    if distributed:
-        dist.all_reduce(size, op=dist.ReduceOp.MAX)
-    if size.item() == 0:
-        return 0  # no rank has stepped: nothing to average (every rank returns here)
-    if not tensors:
-        _init_adam_state(optimizer)
-        tensors = _state_tensors(optimizer)
-    if sum(t.numel() for t in tensors) != int(size.item()):
-        raise RuntimeError("optimizer states of the ranks differ in size; cannot average them")
-    w = torch.tensor([float(weight)], dtype=torch.float64)
-    if distributed:
-        dist.all_reduce(w)
-    flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]) * (weight / float(w))
-    if distributed:
-        dist.all_reduce(flat)
-    pos = 0
-    for t in tensors:
-        t.copy_(flat[pos : pos + t.numel()].view_as(t).to(t.dtype))
-        pos += t.numel()
-    return int(sum(t.numel() * t.element_size() for t in tensors))
+__all__ = ["AveragingEngine", "PartGatherer", "average_optimizer_state_", "weighted_average_"]
 
 
 class AveragingEngine(Engine):

@@ -10,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from shoal.errors import ShoalInputError
 from shoal.sample import _kernels as K
+from shoal.store.reader import Partition
 
-__all__ = ["FeatureGatherer", "gather_rows"]
+__all__ = ["FeatureGatherer", "PartGatherer", "gather_rows"]
 
 
 def gather_rows(
@@ -73,3 +75,38 @@ class FeatureGatherer:
             self._buf = np.empty((max(n, int(self._buf.shape[0] * 1.25)), self.dim), np.float32)
         gather_rows(self.features, ids, self._buf, normalize=self.normalize)
         return torch.from_numpy(self._buf[:n])
+
+
+class PartGatherer:
+    """Gathers rows of a part's local index space (core rows, then halo rows) into a reused
+    float32 buffer: the ``gather`` interface of :class:`shoal.sample.FeatureGatherer`."""
+
+    def __init__(self, part: Partition, *, normalize: bool = False) -> None:
+        if part.features is None or (part.num_halo and part.halo_features is None):
+            raise ShoalInputError(
+                "the averaging engine needs every part's halo features",
+                path=part.path,
+                fix="rebuild the store with `shoal store build ... --halo-features`",
+            )
+        self.core = part.features
+        self.halo = part.halo_features
+        self.num_core = part.num_core
+        self.normalize = normalize
+        self._buf = np.empty((0, self.core.shape[1]), dtype=np.float32)
+
+    def gather(self, ids: np.ndarray) -> torch.Tensor:
+        ids = np.asarray(ids, dtype=np.int64)
+        n = ids.shape[0]
+        if self._buf.shape[0] < n:
+            self._buf = np.empty(
+                (max(n, int(self._buf.shape[0] * 1.25)), self.core.shape[1]), np.float32
+            )
+        out = self._buf[:n]
+        h = ids >= self.num_core
+        if h.any():
+            ci, hi = np.flatnonzero(~h), np.flatnonzero(h)
+            out[ci] = gather_rows(self.core, ids[ci], normalize=self.normalize)
+            out[hi] = gather_rows(self.halo, ids[hi] - self.num_core, normalize=self.normalize)
+        else:
+            gather_rows(self.core, ids, out, normalize=self.normalize)
+        return torch.from_numpy(out)

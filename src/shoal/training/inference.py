@@ -124,6 +124,9 @@ class RowProvider:
         """Steps every process takes this layer (the maximum over processes)."""
         return local_steps
 
+    def end_layer(self) -> None:
+        """The layer is done: drop references to its input arrays (so they can be freed)."""
+
     def fetch(self, ids: np.ndarray) -> np.ndarray:
         """``(len(ids), dim)`` rows of global ``ids``; collective, called once per step."""
         if len(ids):
@@ -250,6 +253,7 @@ def run_layers(
                 release_pages(outs[seg.key])
             bar.update(1)
         bar.close()
+        provider.end_layer()
         prev, dim = outs, out_dim
 
 

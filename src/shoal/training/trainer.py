@@ -75,7 +75,6 @@ class Trainer:
                 "hidden": config.hidden,
                 "num_layers": config.num_layers,
                 "heads": config.heads,
-                "dataset": data.name,
                 "num_nodes": data.num_nodes,
                 "feature_dim": data.feature_dim,
                 "num_classes": data.num_classes,
