@@ -54,9 +54,19 @@ def _add_write_options(p: argparse.ArgumentParser, *, undirected: bool = True) -
         default="256MiB",
         help="memory cap of the external sort used by --dedup (default 256MiB)",
     )
+    _add_scratch_option(p, "the external sort of --dedup", "beside DIR (in its parent folder)")
     p.add_argument("--name", help="dataset name stored in meta.json (default: DIR's name)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DIR")
     p.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE ('-' = stdout)")
+
+
+def _add_scratch_option(p: argparse.ArgumentParser, what: str, default: str) -> None:
+    p.add_argument(
+        "--scratch-dir",
+        metavar="DIR",
+        help=f"folder for the temporary run files of {what}, in a private subfolder removed "
+        f"afterwards (default: {default}; never the system temp dir, often RAM-backed)",
+    )
 
 
 # ---------------------------------------------------------------------- import
@@ -75,6 +85,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         name=args.name,
         overwrite=args.overwrite,
         sort_memory=parse_size(args.sort_memory),
+        scratch_dir=args.scratch_dir,
     )
     g = import_graph(args.src, args.out, cfg, format=args.format)
     s = _summary(g, t0)
@@ -110,6 +121,7 @@ def _cmd_synth_rmat(args: argparse.Namespace) -> int:
         dedup=args.dedup,
         drop_self_loops=args.drop_self_loops,
         sort_memory=parse_size(args.sort_memory),
+        scratch_dir=args.scratch_dir,
         name=args.name,
         overwrite=args.overwrite,
     )
@@ -143,6 +155,7 @@ def _cmd_synth_dcsbm(args: argparse.Namespace) -> int:
         dedup=args.dedup,
         drop_self_loops=args.drop_self_loops,
         sort_memory=parse_size(args.sort_memory),
+        scratch_dir=args.scratch_dir,
         name=args.name,
         overwrite=args.overwrite,
     )
@@ -181,7 +194,7 @@ def _cmd_csr(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"path": str(g.path), "memory_cap_bytes": mem, "views": {}}
     for k in kinds:
         t0 = time.perf_counter()
-        g.build_csr(k, memory_bytes=mem)
+        g.build_csr(k, memory_bytes=mem, scratch_dir=args.scratch_dir)
         dt = time.perf_counter() - t0
         result["views"][k] = {"seconds": round(dt, 3)}
         print(f"csr_{k}: {g.num_nodes:,} rows, {g.num_edges:,} entries in {dt:.1f}s")
@@ -201,6 +214,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
     data.set_defaults(func=lambda a: (data.print_help(), 2)[1])
 
+    _register_import(sub)
+
+    synth = sub.add_parser("synth", help="generate a synthetic graph (rmat, dcsbm)")
+    ssub = synth.add_subparsers(dest="synth_command", metavar="GENERATOR")
+    synth.set_defaults(func=lambda a: (synth.print_help(), 2)[1])
+    _register_rmat(ssub)
+    _register_dcsbm(ssub)
+
+    _register_info(sub)
+    _register_csr(sub)
+
+
+def _register_import(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import",
         help="import a graph (graph.npz, text/CSV edge list, .npy, OGB raw layout)",
@@ -239,10 +265,8 @@ example: shoal data import ../shared/data/cora/graph.npz --out /tmp/cora""",
     _add_write_options(p)
     p.set_defaults(func=_cmd_import)
 
-    synth = sub.add_parser("synth", help="generate a synthetic graph (rmat, dcsbm)")
-    ssub = synth.add_subparsers(dest="synth_command", metavar="GENERATOR")
-    synth.set_defaults(func=lambda a: (synth.print_help(), 2)[1])
 
+def _register_rmat(ssub: argparse._SubParsersAction) -> None:
     r = ssub.add_parser(
         "rmat",
         help="R-MAT / Kronecker power-law graph (Graph500 parameters)",
@@ -273,6 +297,8 @@ example: shoal data synth rmat --nodes 1000000 --edges 20000000 --out /tmp/r""",
     _add_write_options(r)
     r.set_defaults(func=_cmd_synth_rmat)
 
+
+def _register_dcsbm(ssub: argparse._SubParsersAction) -> None:
     s = ssub.add_parser(
         "dcsbm",
         help="degree-corrected SBM with class-correlated features, labels and splits",
@@ -306,6 +332,8 @@ example: shoal data synth dcsbm --nodes 100000 --edges 1000000 --out /tmp/sbm"""
     _add_write_options(s, undirected=False)
     s.set_defaults(func=_cmd_synth_dcsbm)
 
+
+def _register_info(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser(
         "info",
         help="summary: N, E, degrees (power-law indicators), features, labels, splits",
@@ -322,6 +350,8 @@ example: shoal data synth dcsbm --nodes 100000 --edges 1000000 --out /tmp/sbm"""
     i.add_argument("--verify", action="store_true", help="also check every file's checksum")
     i.set_defaults(func=_cmd_info)
 
+
+def _register_csr(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
         "csr",
         help="build the CSR views (in-edges by destination / out-edges by source)",
@@ -330,5 +360,6 @@ example: shoal data synth dcsbm --nodes 100000 --edges 1000000 --out /tmp/sbm"""
     c.add_argument("dir", help="graph directory")
     c.add_argument("--kind", choices=["in", "out", "both"], default="both", help="default both")
     c.add_argument("--memory", default="256MB", help="external sort memory cap (default 256MB)")
+    _add_scratch_option(c, "the external sort", "inside the graph directory, beside the views")
     c.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE ('-' = stdout)")
     c.set_defaults(func=_cmd_csr)

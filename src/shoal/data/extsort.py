@@ -4,7 +4,9 @@ The classic two-phase external merge sort:
 
 1. **Runs.** Read the edge stream in runs of ``R`` edges (``R`` derived from the memory cap),
    pack each edge into one ``uint64`` key ``primary << 32 | secondary`` (primary = the sort
-   column), sort in place, optionally drop duplicates, and write the run to a temporary file.
+   column), sort in place, optionally drop duplicates, and write the run to a file in a
+   private scratch folder (``scratch_dir``, default beside the output; never the system temp
+   dir, often RAM-backed), removed when the sort ends.
 2. **Merge.** Keep one block of ``B`` keys per run in memory. Repeatedly take, from every block,
    the keys not larger than the smallest "last loaded key" among unfinished runs (all of them
    are final: no later key of any run can be smaller), sort that slice, emit it, refill the
@@ -15,7 +17,7 @@ cap of 256 MB holds for billion-edge files: runs take ~40 bytes per edge (``R = 
 merge holds ``k`` blocks of ``B = cap / (24 k)`` keys plus the merged slice, sorted in place, and
 decodes it for the sink in pieces of 1 Mi keys. Node ids must be < 2**32.
 
-:func:`build_csr` uses it to write the ``indptr``/``indices`` views of a graph directory:
+:func:`build_csr_files` uses it to write the ``indptr``/``indices`` views of a graph directory:
 ``in`` = in-edges grouped by destination (``indices`` are sources), ``out`` = out-edges grouped
 by source (``indices`` are destinations). Neighbour lists come out sorted.
 """
@@ -23,7 +25,6 @@ by source (``indices`` are destinations). Neighbour lists come out sorted.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from shoal.data.stream import EdgeStream
 from shoal.errors import ShoalInputError
+from shoal.utils.io import scratch_space
 from shoal.utils.progress import progress
 
 __all__ = ["DEFAULT_SORT_MEMORY", "build_csr_files", "external_sort", "sort_edges_to_file"]
@@ -61,6 +63,101 @@ def _dedup_sorted(keys: np.ndarray, last: int | None) -> np.ndarray:
     return keys[keep]
 
 
+def _write_runs(
+    stream: EdgeStream, work: Path, *, by: str, dedup: bool, run_edges: int
+) -> list[tuple[Path, int]]:
+    """Phase 1: sorted (and, with ``dedup``, duplicate-free) runs of packed keys in ``work``;
+    returns ``(path, number of keys)`` per run."""
+    p_col, s_col = (0, 1) if by == "src" else (1, 0)
+    runs: list[tuple[Path, int]] = []
+    src = stream.with_chunk(run_edges)
+    for i, chunk in enumerate(progress(src, total=len(src), desc=f"sort runs (by {by})")):
+        keys = chunk[:, p_col].astype(np.uint64)
+        keys <<= _SHIFT
+        keys |= chunk[:, s_col].astype(np.uint64)
+        keys.sort()
+        if dedup:
+            keys = _dedup_sorted(keys, None)
+        path = work / f"run{i:06d}.u64"
+        keys.tofile(path)
+        runs.append((path, int(keys.size)))
+        del keys
+    return runs
+
+
+class _RunBlocks:
+    """One in-memory block of up to ``block`` keys per run, refilled as they run dry."""
+
+    def __init__(self, runs: list[tuple[Path, int]], block: int) -> None:
+        self.runs = runs
+        self.block = block
+        self.pos = [0] * len(runs)
+        self.bufs: list[np.ndarray] = [np.empty(0, np.uint64)] * len(runs)
+        for j in range(len(runs)):
+            self.refill(j)
+
+    def refill(self, j: int) -> None:
+        path, n = self.runs[j]
+        if self.pos[j] < n and self.bufs[j].size == 0:
+            stop = min(self.pos[j] + self.block, n)
+            self.bufs[j] = np.fromfile(
+                path, dtype=np.uint64, count=stop - self.pos[j], offset=8 * self.pos[j]
+            )
+            self.pos[j] = stop
+
+    def take_final(self, active: list[int]) -> np.ndarray:
+        """Remove and return, sorted, every loaded key that no unloaded key can precede."""
+        # every key <= bound is final: unfinished runs continue above their last loaded key
+        unfinished = [self.bufs[j][-1] for j in active if self.pos[j] < self.runs[j][1]]
+        bound = min(unfinished) if unfinished else None
+        parts = []
+        for j in active:
+            b = self.bufs[j]
+            cut = b.size if bound is None else int(np.searchsorted(b, bound, side="right"))
+            if cut:
+                parts.append(b[:cut])
+                self.bufs[j] = b[cut:]
+        if len(parts) == 1:
+            return parts[0]
+        out = np.concatenate(parts)  # sorted in place: no second copy of the merged slice
+        out.sort()
+        return out
+
+
+def _merge_runs(
+    runs: list[tuple[Path, int]], sink: Sink, *, by: str, dedup: bool, memory_bytes: int
+) -> int:
+    """Phase 2: k-way merge of the runs into ``sink``; returns the number of keys emitted."""
+    k = len(runs)
+    if k == 0:
+        return 0
+    blocks = _RunBlocks(runs, max(1024, memory_bytes // (3 * 8 * k)))
+    last_emitted: int | None = None
+    emitted = 0
+    bar = progress(total=sum(n for _, n in runs), desc=f"sort merge (by {by})", unit="edge")
+    while True:
+        active = [j for j in range(k) if blocks.bufs[j].size]
+        if not active:
+            break
+        out = blocks.take_final(active)
+        bar.update(out.size)
+        if dedup:
+            out = _dedup_sorted(out, last_emitted)
+        if out.size:
+            last_emitted = int(out[-1])
+            # hand the slice to the sink in bounded pieces: the decoded (primary, secondary)
+            # pairs and the sink's own temporaries stay O(_SINK_SLICE)
+            for s in range(0, out.size, _SINK_SLICE):
+                piece = out[s : s + _SINK_SLICE]
+                sink((piece >> _SHIFT).view(np.int64), (piece & _LOW).view(np.int64))
+            emitted += int(out.size)
+        del out
+        for j in active:
+            blocks.refill(j)
+    bar.close()
+    return emitted
+
+
 def external_sort(
     stream: EdgeStream,
     sink: Sink,
@@ -68,7 +165,8 @@ def external_sort(
     by: str = "src",
     dedup: bool = False,
     memory_bytes: int = DEFAULT_SORT_MEMORY,
-    tmp_dir: str | os.PathLike | None = None,
+    scratch_dir: str | os.PathLike | None = None,
+    beside: str | os.PathLike | None = None,
     num_nodes: int | None = None,
     show_progress: bool | None = None,
 ) -> int:
@@ -81,7 +179,11 @@ def external_sort(
         by: ``"src"`` (sort by source, then destination) or ``"dst"`` (default ``"src"``).
         dedup: drop repeated ``(src, dst)`` pairs (default false).
         memory_bytes: memory cap of runs plus merge blocks (default 256 MiB).
-        tmp_dir: where the runs go (default: next to the edge file).
+        scratch_dir: directory that receives the run files, in a private
+            ``.extsort-scratch.tmp-XXXX`` folder removed when the sort ends (default: beside
+            ``beside``; never the system temp dir, which is often RAM-backed).
+        beside: the path the scratch folder goes beside (in its parent directory) when
+            ``scratch_dir`` is None (default: the edge file).
         num_nodes: if given, ids are checked to be < 2**32.
     Returns:
         The number of edges emitted.
@@ -93,89 +195,10 @@ def external_sort(
             f"external sort supports up to 2**32 nodes, got {num_nodes}", path=stream.path
         )
     memory_bytes = max(int(memory_bytes), _MIN_MEMORY)
-    p_col, s_col = (0, 1) if by == "src" else (1, 0)
-    run_edges = _runs_size(memory_bytes)
-    tmp_dir = Path(tmp_dir) if tmp_dir is not None else stream.path.parent
-    work = Path(tempfile.mkdtemp(prefix=".extsort-", dir=tmp_dir))
-    emitted = 0
-    try:
-        # ---- phase 1: sorted runs -------------------------------------------------------
-        runs: list[tuple[Path, int]] = []
-        src = stream.with_chunk(run_edges)
-        for i, chunk in enumerate(progress(src, total=len(src), desc=f"sort runs (by {by})")):
-            keys = chunk[:, p_col].astype(np.uint64)
-            keys <<= _SHIFT
-            keys |= chunk[:, s_col].astype(np.uint64)
-            keys.sort()
-            if dedup:
-                keys = _dedup_sorted(keys, None)
-            path = work / f"run{i:06d}.u64"
-            keys.tofile(path)
-            runs.append((path, int(keys.size)))
-            del keys
-
-        # ---- phase 2: k-way merge ----------------------------------------------------------
-        k = len(runs)
-        if k == 0:
-            return 0
-        block = max(1024, memory_bytes // (3 * 8 * k))
-        pos = [0] * k
-        bufs: list[np.ndarray] = [np.empty(0, np.uint64)] * k
-        last_emitted: int | None = None
-        total = sum(n for _, n in runs)
-        bar = progress(total=total, desc=f"sort merge (by {by})", unit="edge")
-
-        def refill(j: int) -> None:
-            n = runs[j][1]
-            if pos[j] < n and bufs[j].size == 0:
-                stop = min(pos[j] + block, n)
-                bufs[j] = np.fromfile(
-                    runs[j][0], dtype=np.uint64, count=stop - pos[j], offset=8 * pos[j]
-                )
-                pos[j] = stop
-
-        for j in range(k):
-            refill(j)
-        while True:
-            active = [j for j in range(k) if bufs[j].size]
-            if not active:
-                break
-            # every key <= bound is final: unfinished runs continue above their last loaded key
-            unfinished = [bufs[j][-1] for j in active if pos[j] < runs[j][1]]
-            bound = min(unfinished) if unfinished else None
-            parts = []
-            for j in active:
-                b = bufs[j]
-                cut = b.size if bound is None else int(np.searchsorted(b, bound, side="right"))
-                if cut:
-                    parts.append(b[:cut])
-                    bufs[j] = b[cut:]
-            if len(parts) == 1:
-                out = parts[0]
-            else:  # sorted in place: no second copy of the merged slice
-                out = np.concatenate(parts)
-                out.sort()
-            bar.update(out.size)
-            del parts
-            if dedup:
-                out = _dedup_sorted(out, last_emitted)
-            if out.size:
-                last_emitted = int(out[-1])
-                # hand the slice to the sink in bounded pieces: the decoded (primary,
-                # secondary) pairs and the sink's own temporaries stay O(_SINK_SLICE)
-                for s in range(0, out.size, _SINK_SLICE):
-                    piece = out[s : s + _SINK_SLICE]
-                    sink((piece >> _SHIFT).view(np.int64), (piece & _LOW).view(np.int64))
-                emitted += int(out.size)
-            del out
-            for j in active:
-                refill(j)
-        bar.close()
-        return emitted
-    finally:
-        for p in work.glob("*"):
-            p.unlink()
-        work.rmdir()
+    near = beside if beside is not None else stream.path
+    with scratch_space(scratch_dir, beside=near, prefix="extsort") as work:
+        runs = _write_runs(stream, work, by=by, dedup=dedup, run_edges=_runs_size(memory_bytes))
+        return _merge_runs(runs, sink, by=by, dedup=dedup, memory_bytes=memory_bytes)
 
 
 def sort_edges_to_file(
@@ -187,10 +210,14 @@ def sort_edges_to_file(
     out_dtype: np.dtype | str | None = None,
     memory_bytes: int = DEFAULT_SORT_MEMORY,
     num_nodes: int | None = None,
+    scratch_dir: str | os.PathLike | None = None,
+    beside: str | os.PathLike | None = None,
 ) -> int:
     """Write the edges of ``stream`` sorted by ``by`` to a raw ``(E, 2)`` (src, dst) file.
 
-    Returns the number of edges written (fewer than the input when ``dedup`` drops some).
+    The sort's run files go to ``scratch_dir`` (default: beside ``beside``, else beside
+    ``out_path``; see :func:`external_sort`). Returns the number of edges written (fewer than
+    the input when ``dedup`` drops some).
     """
     dtype = np.dtype(out_dtype or stream.dtype)
     with open(out_path, "wb") as f:
@@ -204,7 +231,14 @@ def sort_edges_to_file(
             rows.tofile(f)
 
         return external_sort(
-            stream, sink, by=by, dedup=dedup, memory_bytes=memory_bytes, num_nodes=num_nodes
+            stream,
+            sink,
+            by=by,
+            dedup=dedup,
+            memory_bytes=memory_bytes,
+            num_nodes=num_nodes,
+            scratch_dir=scratch_dir,
+            beside=beside if beside is not None else out_path,
         )
 
 
@@ -216,12 +250,15 @@ def build_csr_files(
     kind: str = "in",
     memory_bytes: int = DEFAULT_SORT_MEMORY,
     indices_dtype: np.dtype | str | None = None,
+    scratch_dir: str | os.PathLike | None = None,
+    beside: str | os.PathLike | None = None,
 ) -> tuple[Path, Path]:
     """Write ``indptr.npy`` (int64, N + 1) and ``indices.npy`` into ``out_dir``.
 
     ``kind="in"`` groups edges by destination (row ``v`` lists the sources of ``v``'s
     in-edges); ``kind="out"`` groups by source. Memory: the external sort's cap plus the O(V)
-    ``indptr``.
+    ``indptr``. The sort's run files go to ``scratch_dir`` (default: beside ``beside``, else
+    beside ``out_dir``; see :func:`external_sort`).
     """
     if kind not in ("in", "out"):
         raise ValueError(f"kind must be 'in' or 'out', got {kind!r}")
@@ -250,6 +287,8 @@ def build_csr_files(
             by="dst" if kind == "in" else "src",
             memory_bytes=memory_bytes,
             num_nodes=num_nodes,
+            scratch_dir=scratch_dir,
+            beside=beside if beside is not None else out_dir,
         )
     if written != stream.num_edges:  # pragma: no cover - defensive
         raise RuntimeError(f"CSR build wrote {written} of {stream.num_edges} edges")

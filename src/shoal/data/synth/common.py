@@ -1,0 +1,149 @@
+"""What both generators share: block sizes, seeded random streams, option checks, the writer
+they feed and the class-correlated node data (labels, features, splits)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from shoal.data.format import GraphWriter
+from shoal.errors import ShoalInputError
+from shoal.utils.progress import progress
+
+__all__ = [
+    "FEAT_BLOCK",
+    "GEN_BLOCK",
+    "STREAM_EDGES",
+    "STREAM_FEATURES",
+    "STREAM_NODES",
+    "block_sizes",
+    "check_fractions",
+    "check_positive",
+    "class_node_data",
+    "recorded_config",
+    "rng_for",
+    "synth_writer",
+    "write_edge_blocks",
+]
+
+#: Edges generated per block (each block has its own random stream).
+GEN_BLOCK = 1 << 20
+#: Feature rows generated per block.
+FEAT_BLOCK = 1 << 15
+
+STREAM_EDGES, STREAM_FEATURES, STREAM_NODES = 1, 2, 3  # random stream ids
+
+# config fields left out of meta.json's provenance (they say nothing about the graph)
+_UNRECORDED = ("scratch_dir",)
+
+
+def check_positive(name: str, v: float, allow_zero: bool = False) -> None:
+    if v < 0 or (v == 0 and not allow_zero):
+        raise ShoalInputError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {v}")
+
+
+def check_fractions(train: float, val: float) -> None:
+    if not (0 <= train <= 1 and 0 <= val <= 1 and train + val <= 1):
+        raise ShoalInputError(
+            f"train/val fractions {train}/{val} must lie in [0, 1] and sum to <= 1",
+            fix="the rest of the nodes form the test split",
+        )
+
+
+def rng_for(seed: int, stream: int, block: int = 0) -> np.random.Generator:
+    """The random stream of ``(seed, stream id, block)``: independent of chunk sizes."""
+    return np.random.default_rng([seed, stream, block])
+
+
+def block_sizes(total: int, size: int) -> Iterator[tuple[int, int]]:
+    """``(block index, rows in the block)`` of ``total`` rows cut into blocks of ``size``."""
+    for i, s in enumerate(range(0, total, size)):
+        yield i, min(size, total - s)
+
+
+def recorded_config(config: Any) -> dict[str, Any]:
+    """A generator's config as recorded in meta.json (``source.config``)."""
+    return {k: v for k, v in asdict(config).items() if k not in _UNRECORDED}
+
+
+def synth_writer(
+    out: str | os.PathLike, config: Any, *, generator: str, symmetrize: bool
+) -> GraphWriter:
+    """The :class:`GraphWriter` of a generator whose config has the shared write options
+    (``nodes``, ``dedup``, ``drop_self_loops``, ``sort_memory``, ``scratch_dir``, ``name``,
+    ``overwrite``)."""
+    return GraphWriter(
+        out,
+        num_nodes=config.nodes,
+        symmetrize=symmetrize,
+        dedup=config.dedup,
+        drop_self_loops=config.drop_self_loops,
+        sort_memory=config.sort_memory,
+        scratch_dir=config.scratch_dir,
+        name=config.name,
+        source={"generator": generator, "config": recorded_config(config)},
+        overwrite=config.overwrite,
+    )
+
+
+def write_edge_blocks(
+    w: GraphWriter,
+    edge_blocks: Iterable[np.ndarray],
+    total: int,
+    *,
+    generator: str,
+    show_progress: bool | None,
+) -> None:
+    """Add every generated block to ``w`` with a progress bar, then fix num_nodes."""
+    bar = progress(total=total, desc=f"{generator} edges", unit="edge", enable=show_progress)
+    for e in edge_blocks:
+        w.add_edges(e, origin=f"{generator} generator")
+        bar.update(e.shape[0])
+    bar.close()
+    w.finish_edges()
+
+
+def class_node_data(
+    w: GraphWriter,
+    n: int,
+    classes: int,
+    features: int,
+    signal: float,
+    labels: np.ndarray | None,
+    train: float,
+    val: float,
+    seed: int,
+) -> None:
+    """Labels (given or uniform), class-correlated features and random splits."""
+    rng = rng_for(seed, STREAM_NODES, 1)
+    if labels is None:
+        labels = rng.integers(0, classes, n)
+    if features:
+        centroids = (
+            rng_for(seed, STREAM_NODES, 2).standard_normal((classes, features))
+            * (signal / math.sqrt(features))
+        ).astype(np.float32)
+        # with unit noise per coordinate, two centroids lie ~ signal * sqrt(2) noise standard
+        # deviations apart (along the line joining them), whatever F
+
+        def rows() -> Iterator[np.ndarray]:
+            for i, k in block_sizes(n, FEAT_BLOCK):
+                s = i * FEAT_BLOCK
+                noise = rng_for(seed, STREAM_FEATURES, i).standard_normal(
+                    (k, features), dtype=np.float32
+                )
+                noise += centroids[labels[s : s + k]]
+                yield noise
+
+        w.write_features(rows(), origin="synthetic features")
+    w.write_labels(labels, origin="synthetic labels", num_classes=classes)
+    order = rng_for(seed, STREAM_NODES, 3).permutation(n)
+    n_train, n_val = int(round(train * n)), int(round(val * n))
+    w.write_split("train", order[:n_train])
+    w.write_split("val", order[n_train : n_train + n_val])
+    w.write_split("test", order[n_train + n_val :])
