@@ -15,7 +15,7 @@ from tests.distributed.helpers import WorldFailed, run_world
 
 def _fit(rank: int, world: int, store: str, engine: str, crash_at: int | None, kw: dict):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(
+    options = dict(
         model="sage",
         fanouts=(3, 3),
         batch_size=4,
@@ -26,8 +26,8 @@ def _fit(rank: int, world: int, store: str, engine: str, crash_at: int | None, k
         seed=1,
         eval_every=2,
         progress=False,
-        **kw,
     )
+    tc = TrainConfig(**{**options, **kw})
     eng = get_engine(engine)(Store.open(store), EngineConfig(train=tc), ctx)
     if crash_at is not None and rank == world - 1:
         train_epoch = eng.train_epoch
@@ -99,3 +99,15 @@ def test_patience_stops_every_rank_and_metrics_file_has_one_line_per_epoch(make_
     lines = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert [x["epoch"] for x in lines] == [1, 2, 3]  # rank 0 only: no duplicates
     assert all("val_accuracy" in x and "loss" in x for x in lines)
+
+
+def test_resume_with_another_model_is_refused(make_store, tmp_path):
+    store = str(make_store(parts=2))
+    ckpt = str(tmp_path / "ckpt")
+    run_world(_fit, 2, store, "averaging", None, {"checkpoint_dir": ckpt})
+    kw = {"checkpoint_dir": ckpt, "resume": True, "model": "gcn"}
+    with pytest.raises(WorldFailed, match="model 'sage', this run has 'gcn'") as exc:
+        run_world(_fit, 2, store, "averaging", None, kw)
+    assert "ShoalInputError" in str(exc.value.error) and "last.json" in str(exc.value.error)
+    with pytest.raises(WorldFailed, match="engine 'averaging', this run has 'minibatch'"):
+        run_world(_fit, 2, store, "minibatch", None, {"checkpoint_dir": ckpt, "resume": True})

@@ -205,3 +205,50 @@ def test_resume_refuses_a_checkpoint_of_another_dataset(tiny, make_graph, tmp_pa
     )  # fmt: skip
     assert code == 2
     assert "last.pt" in err and "num_nodes 24, this run has 30" in err
+
+
+def test_inference_arrays_go_to_the_scratch_dir_not_the_system_temp(tiny, tmp_path, monkeypatch):
+    import tempfile
+
+    from shoal.training import inference
+
+    systmp = tmp_path / "systmp"
+    systmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(systmp))
+    tr = Trainer(cfg(), tiny)
+    nodes = np.arange(tiny.num_nodes)
+    in_memory = layerwise_inference(tr.model, tiny, nodes)
+    monkeypatch.setattr(inference, "INFERENCE_MEMMAP_BYTES", 0)  # every layer to a file
+    seen: list[Path] = []
+    array = inference.Scratch.array
+
+    def spy(self, rows, cols):
+        a = array(self, rows, cols)
+        seen.append(Path(a.filename))
+        return a
+
+    monkeypatch.setattr(inference.Scratch, "array", spy)
+    scratch = tmp_path / "scratch"
+    got = layerwise_inference(tr.model, tiny, nodes, scratch_dir=scratch)
+    assert np.array_equal(got, in_memory)
+    assert seen and all(p.parent.parent == scratch for p in seen)
+    assert list(scratch.iterdir()) == []  # removed afterwards
+    seen.clear()
+    layerwise_inference(tr.model, tiny, nodes)  # default: beside the graph directory
+    assert seen and all(p.parent.parent == Path(tiny.path).parent for p in seen)
+    # (PyG writes its own jit templates there; shoal writes nothing)
+    assert [p for p in systmp.iterdir() if "shoal" in p.name or p.suffix == ".npy"] == []
+
+
+def test_distributed_options_come_from_toml_too(tmp_path):
+    p = tmp_path / "run.toml"
+    p.write_text(
+        '[train]\nengine = "averaging"\nnproc = 2\naverage_every = 3\n'
+        'average_optimizer = false\nscratch_dir = "/data/scratch"\nmax_restarts = 1\n'
+    )
+    c = TrainConfig.from_toml(p, nproc=4)
+    assert (c.engine, c.nproc, c.average_every, c.average_optimizer) == ("averaging", 4, 3, False)
+    assert (c.scratch_dir, c.max_restarts) == ("/data/scratch", 1)
+    p.write_text("[train]\naverage_every = 0\n")
+    with pytest.raises(ShoalInputError, match="average_every"):
+        TrainConfig.from_toml(p)
