@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from shoal.partition.io import read_assignment
 
@@ -89,3 +90,64 @@ def test_exit_codes(make_graph, run_cli, tmp_path):
         run_cli("partition", g.path, "--algo", "hash", "--parts", 2, "--out", out, "--overwrite")[0]
         == 0
     )
+
+
+# ------------------------------------------------------------------------------ scratch space
+@pytest.fixture
+def scratch_dirs(tmp_path, monkeypatch):
+    """The scratch directories the vertex-cut edge->part files are made in; the system temp
+    dir points at a directory that does not exist (a file made there fails the run)."""
+    import contextlib
+    import tempfile
+
+    import shoal.partition._streaming as streaming
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system-tmp"))
+    seen: list = []
+    real = streaming.scratch_space
+
+    @contextlib.contextmanager
+    def spy(*args, **kwargs):
+        with real(*args, **kwargs) as d:
+            seen.append(d)
+            yield d
+
+    monkeypatch.setattr(streaming, "scratch_space", spy)
+    return seen
+
+
+def test_scratch_dir_option(make_graph, run_cli, tmp_path, scratch_dirs):
+    g = _graph(make_graph)
+    out, scratch = tmp_path / "parts" / "o", tmp_path / "scratch"
+    code, _, err = run_cli(
+        "partition", g.path, "--algo", "hdrf", "--parts", 2, "--out", out, "--scratch-dir", scratch
+    )
+    assert code == 0, err
+    assert scratch_dirs and all(d.parent == scratch for d in scratch_dirs)
+    assert list(scratch.iterdir()) == []
+    assert sorted(p.name for p in out.parent.iterdir()) == ["o"]
+    assert not (tmp_path / "system-tmp").exists()
+    assert json.loads((out / "meta.json").read_text())["params"]["scratch_dir"] == str(scratch)
+
+
+def test_scratch_defaults_to_beside_the_output(make_graph, run_cli, tmp_path, scratch_dirs):
+    g = _graph(make_graph)
+    out = tmp_path / "parts" / "o"
+    code, _, err = run_cli("partition", g.path, "--algo", "dbh", "--parts", 2, "--out", out)
+    assert code == 0, err
+    assert scratch_dirs and all(d.parent == out.parent.resolve() for d in scratch_dirs)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["o"]
+    assert not (tmp_path / "system-tmp").exists()
+
+
+def test_scratch_dir_is_not_an_algorithm_option(make_graph, run_cli, tmp_path, capsys):
+    g = _graph(make_graph)
+    code, _, err = run_cli("partition", g.path, "--algo", "hdrf", "--parts", 2,
+                           "--option", f"scratch_dir={tmp_path}")  # fmt: skip
+    assert code == 2 and "scratch_dir" in err
+    from shoal.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["partition", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--scratch-dir DIR" in text and "default: the directory that will hold --out" in text

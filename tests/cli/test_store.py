@@ -151,3 +151,132 @@ def test_cora_store_passes_verify(shared_data, tmp_path, run_cli, algorithm):
     store = Store.open(tmp_path / "s")
     new = store.to_new(np.arange(g.num_nodes))
     assert np.array_equal(store.features(new), np.asarray(g.features()))
+
+
+# ------------------------------------------------------------------------------ scratch space
+@pytest.fixture
+def no_system_tmp(tmp_path, monkeypatch):
+    """Point the system temp dir at a directory that does not exist: a temporary file made
+    there fails the run, even one removed before the run ends."""
+    import tempfile
+
+    d = tmp_path / "system-tmp"
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+@pytest.fixture
+def sort_inputs(monkeypatch):
+    """Record the in-edge file each per-part external sort reads (the writer's work files)."""
+    import shoal.store._structure as structure
+
+    seen: list = []
+    real = structure.build_csr_files
+
+    def spy(stream, *args, **kwargs):
+        assert stream.path.is_file()
+        seen.append(stream.path)
+        return real(stream, *args, **kwargs)
+
+    monkeypatch.setattr(structure, "build_csr_files", spy)
+    return seen
+
+
+def _assignment(make_graph, tmp_path):
+    rng = np.random.default_rng(0)
+    g = make_graph(rng.integers(0, 50, (400, 2)), 50, x=rng.standard_normal((50, 4)))
+    a = tmp_path / "a"
+    write_assignment(a, Assignment(rng.integers(0, 3, 50), 3, "random"), g)
+    return g, a
+
+
+def test_store_build_scratch_dir(make_graph, tmp_path, run_cli, no_system_tmp, sort_inputs):
+    g, a = _assignment(make_graph, tmp_path)
+    scratch = tmp_path / "scratch"
+    out = tmp_path / "stores" / "s"
+    code, _, err = run_cli("store", "build", g.path, a, "--out", out, "--scratch-dir", scratch)
+    assert code == 0, err
+    assert len(sort_inputs) == 3
+    for f in sort_inputs:
+        assert f.parent.parent == scratch and f.parent.name.startswith(".shoal-store-scratch.tmp-")
+    assert list(scratch.iterdir()) == []
+    assert sorted(p.name for p in out.parent.iterdir()) == ["s"]
+    assert not no_system_tmp.exists()
+    assert run_cli("verify", out)[0] == 0
+
+
+def test_store_build_default_scratch_is_beside_the_output(
+    make_graph, tmp_path, run_cli, no_system_tmp, sort_inputs
+):
+    g, a = _assignment(make_graph, tmp_path)
+    out = tmp_path / "stores" / "s"
+    code, _, err = run_cli("store", "build", g.path, a, "--out", out)
+    assert code == 0, err
+    assert sort_inputs and all(f.parent.parent == out.parent for f in sort_inputs)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["s"]
+    assert not no_system_tmp.exists()
+
+
+def test_store_build_help_names_the_scratch_default():
+    import argparse
+
+    from shoal.cli import store as cli_store
+
+    parser = argparse.ArgumentParser()
+    cli_store.register(parser.add_subparsers())
+    build = parser._subparsers._group_actions[0].choices["store"]
+    build = build._subparsers._group_actions[0].choices["build"]
+    text = " ".join(build.format_help().split())
+    assert "--scratch-dir DIR" in text and "default: the directory that will hold STORE" in text
+
+
+# ------------------------------------------------------------------------------ killed builds
+@pytest.mark.slow
+def test_killed_build_leaves_a_stale_sibling_that_the_next_build_removes(
+    make_graph, tmp_path, run_cli
+):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rng = np.random.default_rng(0)
+    n, m = 100_000, 500_000
+    g = make_graph(rng.integers(0, n, (m, 2)), n)
+    a = tmp_path / "a"
+    write_assignment(a, Assignment(rng.integers(0, 4, n), 4, "random"), g)
+    out = tmp_path / "s"
+    # small chunks make pass 1 take seconds: time to kill the writer in the middle
+    cmd = [sys.executable, "-m", "shoal", "store", "build", str(g.path), str(a), "--out", str(out)]
+    proc = subprocess.Popen([*cmd, "--chunk-edges", "500"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    stale = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        owners = list(tmp_path.glob(".s.tmp-*.owner"))
+        if owners:
+            cand = owners[0].with_name(owners[0].name[: -len(".owner")])
+            if (cand / "part_offsets.npy").is_file():  # the writer is past its setup
+                stale = cand
+                break
+        time.sleep(0.01)
+    assert proc.poll() is None, f"the build ended before it could be killed: {proc.stderr.read()}"
+    assert stale is not None, "no temporary output appeared"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    # left behind: the temporary output, its owner file and the writer's scratch directory
+    assert stale.is_dir() and stale.with_name(stale.name + ".owner").is_file()
+    assert not out.exists()
+    scratch = list(tmp_path.glob(".shoal-store-scratch.tmp-*"))
+    assert [p for p in scratch if p.is_dir()]
+
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert not stale.exists() and not stale.with_name(stale.name + ".owner").exists()
+    assert not any(p.exists() for p in scratch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "g1", "s"]
+    assert "WARNING" in again.stderr and f"removed {stale}" in again.stderr
+    code, stdout, err = run_cli("verify", out)
+    assert code == 0, err
+    assert "skip" not in stdout

@@ -282,3 +282,34 @@ def test_property_round_trip(n, p, data):
         build_store(g, a, d / "s", halo_features=True, chunk_edges=7)
         check_round_trip(g, node_part, p, d / "s")
         assert verify_store(d / "s")["ok"]
+
+
+def test_meta_format_and_version_are_checked(make_graph, tmp_path):
+    import json
+
+    from shoal.errors import ShoalInputError
+    from shoal.partition.io import read_assignment
+    from shoal.store.format import STORE_FORMAT, STORE_FORMAT_VERSION
+
+    g = make_graph([(0, 1), (1, 2)], 3)
+    a = assign(g, [0, 1, 1], 2, tmp_path)
+    s = tmp_path / "s"
+    build_store(g, a, s)
+    assert Store.open(s).meta["format"] == STORE_FORMAT
+    with pytest.raises(ShoalInputError, match="meta.json is missing"):
+        Store.open(tmp_path / "nope")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ShoalInputError, match="meta.json is missing"):
+        Store.open(empty)
+    with pytest.raises(ShoalInputError, match="expected 'shoal-store'"):
+        Store.open(a)
+    with pytest.raises(ShoalInputError, match="expected 'shoal-assignment'"):
+        read_assignment(s)
+    with pytest.raises(ShoalInputError, match="meta.json is missing"):
+        read_assignment(empty)
+    meta = json.loads((s / "meta.json").read_text())
+    meta["format_version"] = STORE_FORMAT_VERSION + 1
+    (s / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ShoalInputError, match="format_version 2 is not supported"):
+        Store.open(s)

@@ -41,3 +41,70 @@ def test_atomic_output_dir_leaves_nothing_on_error(tmp_path):
     with pytest.raises(ShoalInputError, match="already exists"):
         with atomic_output_dir(tmp_path / "out"):
             pass
+
+
+# ------------------------------------------------------------------------------ stale siblings
+def _write_owner(tmp_dir, pid: int) -> None:
+    import json
+    import socket
+
+    from shoal.utils.io import _boot_id
+
+    owner = tmp_dir.with_name(tmp_dir.name + ".owner")
+    owner.write_text(json.dumps({"host": socket.gethostname(), "boot": _boot_id(), "pid": pid}))
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_sibling_of_a_dead_writer_is_removed(tmp_path, caplog):
+    import logging
+    import os
+
+    stale = tmp_path / ".out.tmp-abc"
+    (stale / "part_0").mkdir(parents=True)
+    (stale / "part_0" / "indices.npy").write_bytes(b"\0" * 4096)
+    _write_owner(stale, _dead_pid())
+    live = tmp_path / ".out.tmp-live"
+    live.mkdir()
+    _write_owner(live, os.getpid())
+    other = tmp_path / ".other.tmp-xyz"  # a sibling of another output: not ours to judge
+    other.mkdir()
+    _write_owner(other, _dead_pid())
+    with caplog.at_level(logging.WARNING, logger="shoal.utils.io"):
+        with atomic_output_dir(tmp_path / "out") as d:
+            (d / "x").write_text("whole")
+    assert not stale.exists() and not (tmp_path / ".out.tmp-abc.owner").exists()
+    assert live.is_dir() and (tmp_path / ".out.tmp-live.owner").is_file()
+    assert other.is_dir()
+    assert (tmp_path / "out" / "x").read_text() == "whole"
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(stale) in warnings[0].getMessage()
+    # the new writer's own owner file is gone once its output is in place; the live one stays
+    assert sorted(p.name for p in tmp_path.glob(".out.tmp-*")) == [
+        ".out.tmp-live",
+        ".out.tmp-live.owner",
+    ]
+
+
+def test_remove_stale_siblings_keeps_live_and_unknown_writers(tmp_path):
+    import os
+
+    from shoal.utils.io import remove_stale_siblings
+
+    live = tmp_path / ".s.tmp-1"
+    live.mkdir()
+    _write_owner(live, os.getpid())
+    fresh = tmp_path / ".s.tmp-2"  # no owner file yet (just created): counts as alive
+    fresh.mkdir()
+    dead = tmp_path / ".s.tmp-3"
+    dead.mkdir()
+    _write_owner(dead, _dead_pid())
+    assert remove_stale_siblings(tmp_path / "s") == [dead]
+    assert live.is_dir() and fresh.is_dir() and not dead.exists()

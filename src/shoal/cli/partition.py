@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from shoal.errors import ShoalInputError
@@ -54,7 +55,7 @@ def _convert(text: str) -> Any:
 
 def parse_options(items: list[str] | None, config_cls: type) -> dict[str, Any]:
     """Parse ``KEY=VALUE`` items against the fields of an algorithm's Config dataclass."""
-    shared = {"num_parts", "seed", "chunk_edges", "balance", "refine_passes"}
+    shared = {"num_parts", "seed", "chunk_edges", "balance", "refine_passes", "scratch_dir"}
     valid = [f.name for f in fields(config_cls) if f.name not in shared]
     out: dict[str, Any] = {}
     for item in items or []:
@@ -97,6 +98,16 @@ def _table(m: dict[str, Any]) -> str:
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
+def _scratch_dir(args: argparse.Namespace) -> str | None:
+    """--scratch-dir, else the directory that will hold --out (None without --out: the
+    partitioner then uses the directory holding GRAPH_DIR)."""
+    if args.scratch_dir is not None:
+        return args.scratch_dir
+    if args.out is not None:
+        return str(Path(args.out).resolve().parent)
+    return None
+
+
 def _cmd_partition(args: argparse.Namespace) -> int:
     from shoal.data.format import GraphDir
     from shoal.partition.base import REGISTRY, get_partitioner
@@ -131,13 +142,12 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     )
     if args.chunk is not None:
         cfg_kwargs["chunk_edges"] = parse_size(args.chunk)
+    cfg_kwargs["scratch_dir"] = _scratch_dir(args)
     try:
         config = type(probe).Config(**cfg_kwargs)
     except TypeError as e:
         raise ShoalInputError(f"bad option: {e}") from None
     if args.out is not None and not args.overwrite:
-        from pathlib import Path
-
         if Path(args.out).exists():
             raise ShoalInputError(
                 "output already exists", path=args.out, fix="choose another --out or --overwrite"
@@ -216,6 +226,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="algorithm option, repeatable (e.g. window=0.01 refine=false for grem; "
         "tau_factor=0.1 beta=1.05 for spring)",
+    )
+    p.add_argument(
+        "--scratch-dir",
+        metavar="DIR",
+        default=None,
+        help="directory for large temporary files (the edge->part file of vertex-cut "
+        "algorithms, KaMinPar's graph file), removed afterwards (default: the directory that "
+        "will hold --out, else the one holding GRAPH_DIR; never the system temp dir)",
     )
     p.add_argument("--json", metavar="FILE", help="write the metrics as JSON ('-' = stdout)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")

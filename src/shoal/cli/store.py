@@ -23,6 +23,7 @@ def _build(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         chunk_edges=args.chunk_edges,
         sort_memory=parse_size_arg(args.sort_memory),
+        scratch_dir=args.scratch_dir,
         command="shoal " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
     )
     res = build_store(args.graph, args.assignment, args.out, config=cfg)
@@ -106,6 +107,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument(
         "--sort-memory", default="32MiB", help="memory cap of the external sort (default 32MiB)"
+    )
+    b.add_argument(
+        "--scratch-dir",
+        metavar="DIR",
+        default=None,
+        help="directory for the temporary files (per-part in-edge files and sort runs, about "
+        "the size of the edge file), removed afterwards (default: the directory that will "
+        "hold STORE; never the system temp dir)",
     )
     b.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE")
     b.set_defaults(func=_build)

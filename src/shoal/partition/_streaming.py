@@ -6,6 +6,7 @@ Private to :mod:`shoal.partition`; numba kernels are private functions over nump
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from numba import njit
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition.vertexcut import owners_from_edge_parts
+from shoal.utils.io import scratch_space
 from shoal.utils.progress import progress
 
 
@@ -35,16 +37,34 @@ def _part_dtype(num_parts: int) -> np.dtype:
 class _EdgePartFile:
     """Write the edge -> part array chunk by chunk to a temporary ``.npy`` file.
 
-    Written with plain file writes (a written memory map would count in RSS); :meth:`finish`
-    memory-maps it read-only and unlinks the file (the mapping keeps the data alive, the disk
-    space is freed when the array is dropped). ``read(start, stop, out)`` reads a range back
-    with a positioned read (for multi-pass algorithms) before :meth:`finish`.
+    The file lives in a private scratch directory (:func:`shoal.utils.io.scratch_space`)
+    inside ``scratch_dir``, else beside ``beside`` (the graph directory): a disk the user
+    chose, never the system temp dir. Written with plain file writes (a written memory map
+    would count in RSS); :meth:`finish` memory-maps it read-only and unlinks the file and its
+    directory (the mapping keeps the data alive, the disk space is freed when the array is
+    dropped). ``read(start, out)`` reads a range back with a positioned read (for multi-pass
+    algorithms) before :meth:`finish`.
     """
 
-    def __init__(self, num_edges: int, num_parts: int) -> None:
+    def __init__(
+        self,
+        num_edges: int,
+        num_parts: int,
+        *,
+        scratch_dir: str | os.PathLike | None,
+        beside: str | os.PathLike,
+    ) -> None:
         self.num_edges = int(num_edges)
         self.dtype = _part_dtype(num_parts)
-        fd, name = tempfile.mkstemp(prefix="shoal-edge-part-", suffix=".npy")
+        self._scratch = contextlib.ExitStack()
+        d = self._scratch.enter_context(
+            scratch_space(scratch_dir, beside=beside, prefix="shoal-edge-part")
+        )
+        try:
+            fd, name = tempfile.mkstemp(prefix="edge-part-", suffix=".npy", dir=d)
+        except BaseException:
+            self._scratch.close()
+            raise
         self.path = name
         self._f = os.fdopen(fd, "w+b")
         np.lib.format.write_array_header_1_0(
@@ -81,12 +101,14 @@ class _EdgePartFile:
             return np.load(self.path, mmap_mode="r")
         finally:
             os.unlink(self.path)
+            self._scratch.close()
 
     def discard(self) -> None:
         if not self._f.closed:
             self._f.close()
         if os.path.exists(self.path):
             os.unlink(self.path)
+        self._scratch.close()
 
 
 def _owners(
@@ -155,11 +177,14 @@ def _assign_edges(
     chunk_edges: int,
     desc: str,
     fill: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+    *,
+    scratch_dir: str | os.PathLike | None,
 ) -> np.ndarray:
     """One streaming pass: ``fill(src, dst, out)`` writes the part of every edge of a chunk
-    into ``out`` (a reused buffer); the parts go to an :class:`_EdgePartFile`, whose read-only
-    map is returned (nothing is left on disk, also on error)."""
-    sink = _EdgePartFile(graph.num_edges, num_parts)
+    into ``out`` (a reused buffer); the parts go to an :class:`_EdgePartFile` in
+    ``scratch_dir`` (None: beside the graph directory), whose read-only map is returned
+    (nothing is left on disk, also on error)."""
+    sink = _EdgePartFile(graph.num_edges, num_parts, scratch_dir=scratch_dir, beside=graph.path)
     try:
         out = np.empty(min(chunk_edges, max(graph.num_edges, 1)), dtype=sink.dtype)
         for _, src, dst in _edge_pass(graph, chunk_edges, desc):

@@ -14,6 +14,7 @@ the part of every edge (``edge_part``, aligned with the graph's edge file) and t
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -24,6 +25,7 @@ from shoal.data.stream import DEFAULT_CHUNK_EDGES
 from shoal.errors import ShoalInputError
 
 __all__ = [
+    "OPTIONAL_IMPORTS",
     "REGISTRY",
     "Assignment",
     "PartitionConfig",
@@ -43,6 +45,10 @@ class PartitionConfig:
         chunk_edges: edges per streamed chunk (default 2**20).
         balance: bound on max/mean of nodes and of training nodes per part (default 1.10).
         refine_passes: restreaming refinement passes after the algorithm (default 0).
+        scratch_dir: directory for large temporary files (the edge->part file of vertex-cut
+            algorithms, KaMinPar's graph file), in a private subdirectory removed afterwards;
+            None = beside the graph directory (default None; never the system temp dir,
+            which is often RAM-backed). ``shoal partition`` defaults it to beside ``--out``.
     """
 
     num_parts: int
@@ -50,6 +56,7 @@ class PartitionConfig:
     chunk_edges: int = DEFAULT_CHUNK_EDGES
     balance: float = 1.10
     refine_passes: int = 0
+    scratch_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.num_parts < 1:
@@ -60,6 +67,8 @@ class PartitionConfig:
             raise ShoalInputError(f"balance must be >= 1.0, got {self.balance}")
         if self.refine_passes < 0:
             raise ShoalInputError(f"refine_passes must be >= 0, got {self.refine_passes}")
+        if self.scratch_dir is not None:
+            self.scratch_dir = os.fspath(self.scratch_dir)  # a str in params/meta.json
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -135,14 +144,35 @@ REGISTRY: dict[str, str] = {
 }
 
 
+#: name -> the optional packages (import names) the algorithm needs.
+#: Only these may be missing: :func:`available` leaves the algorithm out; any other missing
+#: module is a broken installation and raises.
+OPTIONAL_IMPORTS: dict[str, tuple[str, ...]] = {
+    "metis": ("pymetis",),
+    "kaminpar": ("kaminpar",),
+}
+
+
 def available() -> list[str]:
-    """Registry names whose module is importable."""
+    """Registry names that can run here: every algorithm whose optional packages
+    (:data:`OPTIONAL_IMPORTS`) are installed.
+
+    Raises:
+        ModuleNotFoundError: an algorithm's module, or an optional package, fails to import
+            because of a module that is not one of its optional packages (a broken install
+            must fail loudly, not look like an uninstalled extra).
+    """
     out = []
     for name in REGISTRY:
+        optional = OPTIONAL_IMPORTS.get(name, ())
         try:
             _load(name)
-        except ModuleNotFoundError:
-            continue
+            for module in optional:
+                importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name in optional:
+                continue
+            raise
         out.append(name)
     return out
 

@@ -87,6 +87,7 @@ class DBH(Partitioner):
             cfg.chunk_edges,
             "dbh",
             lambda s, d, o, deg=deg: _dbh_chunk(s, d, deg, seed, p, o),
+            scratch_dir=cfg.scratch_dir,
         )
         del deg
         t2 = time.perf_counter()

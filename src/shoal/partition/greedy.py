@@ -118,6 +118,7 @@ class Greedy(Partitioner):
             cfg.chunk_edges,
             "greedy",
             lambda s, d, o, rem=rem, rep=rep: _greedy_chunk(s, d, rem, rep, load, o),
+            scratch_dir=cfg.scratch_dir,
         )
         del rep, rem
         t2 = time.perf_counter()

@@ -237,7 +237,9 @@ class HDRF(Partitioner):
             def fill(s, d, o):
                 _hdrf_chunk(s, d, pdeg, rep, load, o, lam, eps)
 
-        edge_part = _assign_edges(graph, p, cfg.chunk_edges, "hdrf", fill)
+        edge_part = _assign_edges(
+            graph, p, cfg.chunk_edges, "hdrf", fill, scratch_dir=cfg.scratch_dir
+        )
         t1 = time.perf_counter()
         node_part = _owners(graph, edge_part, p, train, cfg.chunk_edges)
         t2 = time.perf_counter()

@@ -23,7 +23,13 @@ import numpy as np
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition.base import Assignment
-from shoal.utils.io import atomic_output_dir, copy_rows, file_checksum, read_json, write_json_atomic
+from shoal.utils.io import (
+    atomic_output_dir,
+    copy_rows,
+    file_checksum,
+    read_meta,
+    write_json_atomic,
+)
 
 __all__ = [
     "ASSIGNMENT_FORMAT_VERSION",
@@ -100,25 +106,13 @@ def read_assignment(path: str | os.PathLike, *, mmap: bool = True) -> tuple[Assi
     """Read an assignment directory; returns ``(assignment, meta)``. Validates the format,
     the node_part length and range."""
     path = Path(path)
-    meta_path = path / "meta.json"
-    if not meta_path.exists():
-        raise ShoalInputError(
-            "not an assignment directory: meta.json is missing",
-            path=path,
-            fix="create one with `shoal partition GRAPH_DIR --out DIR`",
-        )
-    meta = read_json(meta_path)
-    if meta.get("format") != ASSIGNMENT_FORMAT:
-        raise ShoalInputError(
-            f"meta.json: format is {meta.get('format')!r}, expected {ASSIGNMENT_FORMAT!r}",
-            path=meta_path,
-        )
-    if meta.get("format_version") != ASSIGNMENT_FORMAT_VERSION:
-        raise ShoalInputError(
-            f"meta.json: unsupported format_version {meta.get('format_version')}",
-            path=meta_path,
-            fix="re-run `shoal partition` with this version of shoal",
-        )
+    meta = read_meta(
+        path,
+        kind=ASSIGNMENT_FORMAT,
+        version=ASSIGNMENT_FORMAT_VERSION,
+        what="an assignment directory",
+        fix="create one with `shoal partition GRAPH_DIR --out DIR`",
+    )
     node_part = np.load(path / "node_part.npy", mmap_mode="r" if mmap else None)
     n, p = int(meta["num_nodes"]), int(meta["num_parts"])
     if node_part.shape != (n,):

@@ -1,15 +1,15 @@
 """KaMinPar (the ``kaminpar`` package) as an in-memory reference partitioner.
 
 **Loads the whole graph into memory**: the symmetric simple CSR is built in memory
-(:func:`shoal.partition.metis.symmetric_csr`) and written to a temporary METIS-format file,
-which KaMinPar (Gottesbüren et al., "Deep multilevel graph partitioning", ESA 2021) reads and
-partitions with its default context. Reference only, never a streaming algorithm.
+(:func:`shoal.partition.metis.symmetric_csr`) and written to a temporary METIS-format file
+(in ``config.scratch_dir``, else beside the graph directory), which KaMinPar (Gottesbüren et
+al., "Deep multilevel graph partitioning", ESA 2021) reads and partitions with its default
+context. Reference only, never a streaming algorithm.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -19,6 +19,7 @@ from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 from shoal.partition.metis import symmetric_csr
+from shoal.utils.io import scratch_space
 
 __all__ = ["KaMinPar", "KaMinParConfig"]
 
@@ -78,7 +79,7 @@ class KaMinPar(Partitioner):
         if p == 1 or n == 0 or indices.shape[0] == 0:
             part = np.arange(n, dtype=np.int32) % p
         else:
-            with tempfile.TemporaryDirectory(prefix="shoal-kaminpar-") as d:
+            with scratch_space(cfg.scratch_dir, beside=graph.path, prefix="shoal-kaminpar") as d:
                 fn = os.path.join(d, "graph.metis")
                 _write_metis(fn, indptr, indices)
                 g = kaminpar.load_graph(fn, kaminpar.GraphFileFormat.METIS)

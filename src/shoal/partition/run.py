@@ -88,6 +88,70 @@ def _validate(a: Assignment, graph: GraphDir, name: str) -> None:
         raise RuntimeError(f"{name} returned a part id outside [0, {a.num_parts})")
 
 
+def _train_mask(graph: GraphDir, train_mask: np.ndarray | None) -> np.ndarray | None:
+    """The training nodes to balance: ``train_mask`` checked, else the graph's train split."""
+    if train_mask is None and graph.split("train") is not None:
+        train_mask = graph.mask("train")
+    if train_mask is not None:
+        train_mask = np.asarray(train_mask, dtype=bool)
+        if train_mask.shape != (graph.num_nodes,):
+            raise ShoalInputError(
+                f"train_mask has shape {train_mask.shape}, expected ({graph.num_nodes},)"
+            )
+    return train_mask
+
+
+def _post_passes(
+    graph: GraphDir,
+    node_part: np.ndarray,
+    cfg: PartitionConfig,
+    train_mask: np.ndarray | None,
+    seconds: dict[str, float],
+    show_progress: bool | None,
+) -> tuple[np.ndarray, int, list[int]]:
+    """The balance post-pass and ``cfg.refine_passes`` refinement passes, timed into
+    ``seconds``. Returns (node_part, nodes moved by balance, nodes moved per refine pass)."""
+    t0 = time.perf_counter()
+    node_part, moved_balance = balance_assignment(
+        graph,
+        node_part,
+        cfg.num_parts,
+        balance=cfg.balance,
+        train_mask=train_mask,
+        chunk_edges=cfg.chunk_edges,
+    )
+    seconds["balance"] = time.perf_counter() - t0
+    moves: list[int] = []
+    if cfg.refine_passes > 0:
+        t0 = time.perf_counter()
+        node_part, moves = refine_assignment(
+            graph,
+            node_part,
+            cfg.num_parts,
+            passes=cfg.refine_passes,
+            balance=cfg.balance,
+            train_mask=train_mask,
+            block_edges=cfg.chunk_edges,
+            show_progress=show_progress,
+        )
+        seconds["refine"] = time.perf_counter() - t0
+    return node_part, moved_balance, moves
+
+
+def _quality(
+    graph: GraphDir, a: Assignment, cfg: PartitionConfig, train_mask: np.ndarray | None
+) -> dict[str, Any]:
+    """The streaming metrics (:func:`partition_metrics`) of the final assignment."""
+    return partition_metrics(
+        graph,
+        a.node_part,
+        cfg.num_parts,
+        edge_part=a.edge_part,
+        train_mask=train_mask,
+        chunk_edges=cfg.chunk_edges,
+    )
+
+
 def run_partition(
     graph: GraphDir | str | os.PathLike,
     name: str,
@@ -121,47 +185,16 @@ def run_partition(
     part: Partitioner = get_partitioner(name, **(config.to_dict() if config else options))
     cfg = part.config
     check_num_parts(graph, cfg.num_parts)
-    if train_mask is None and graph.split("train") is not None:
-        train_mask = graph.mask("train")
-    if train_mask is not None:
-        train_mask = np.asarray(train_mask, dtype=bool)
-        if train_mask.shape != (graph.num_nodes,):
-            raise ShoalInputError(
-                f"train_mask has shape {train_mask.shape}, expected ({graph.num_nodes},)"
-            )
+    train_mask = _train_mask(graph, train_mask)
 
     t_all = time.perf_counter()
     a = part.partition(graph, train_mask)
     _validate(a, graph, name)
     seconds = dict(a.seconds)
     seconds.setdefault("partition", time.perf_counter() - t_all)
-    node_part = a.node_part
-
-    t0 = time.perf_counter()
-    node_part, moved_balance = balance_assignment(
-        graph,
-        node_part,
-        cfg.num_parts,
-        balance=cfg.balance,
-        train_mask=train_mask,
-        chunk_edges=cfg.chunk_edges,
+    node_part, moved_balance, moves = _post_passes(
+        graph, a.node_part, cfg, train_mask, seconds, show_progress
     )
-    seconds["balance"] = time.perf_counter() - t0
-
-    moves: list[int] = []
-    if cfg.refine_passes > 0:
-        t0 = time.perf_counter()
-        node_part, moves = refine_assignment(
-            graph,
-            node_part,
-            cfg.num_parts,
-            passes=cfg.refine_passes,
-            balance=cfg.balance,
-            train_mask=train_mask,
-            block_edges=cfg.chunk_edges,
-            show_progress=show_progress,
-        )
-        seconds["refine"] = time.perf_counter() - t0
     total = time.perf_counter() - t_all
 
     a = Assignment(
@@ -185,16 +218,7 @@ def run_partition(
     }
     if metrics:
         t0 = time.perf_counter()
-        m.update(
-            partition_metrics(
-                graph,
-                node_part,
-                cfg.num_parts,
-                edge_part=a.edge_part,
-                train_mask=train_mask,
-                chunk_edges=cfg.chunk_edges,
-            )
-        )
+        m.update(_quality(graph, a, cfg, train_mask))
         seconds["metrics"] = time.perf_counter() - t0
     m["seconds"] = total
     m["seconds_per_phase"] = seconds

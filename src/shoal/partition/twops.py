@@ -226,7 +226,7 @@ class TwoPSL(Partitioner):
         rep = np.zeros(n * p, dtype=np.uint8)
         load = np.zeros(p, dtype=np.int64)
         chunk = min(cfg.chunk_edges, max(m, 1))
-        first = _EdgePartFile(m, p)
+        first = _EdgePartFile(m, p, scratch_dir=cfg.scratch_dir, beside=graph.path)
         second = None
         try:
             t = time.perf_counter()
@@ -238,7 +238,7 @@ class TwoPSL(Partitioner):
             secs["prepartition"] = time.perf_counter() - t
 
             t = time.perf_counter()
-            second = _EdgePartFile(m, p)
+            second = _EdgePartFile(m, p, scratch_dir=cfg.scratch_dir, beside=graph.path)
             for start, src, dst in _edge_pass(graph, cfg.chunk_edges, "2ps-l scoring"):
                 o = first.read(start, out[: src.shape[0]])
                 _score_chunk(src, dst, deg, cluster, vol, cmap, rep, load, cap, cfg.seed, o)

@@ -30,12 +30,10 @@ from typing import Any
 import numpy as np
 
 from shoal.errors import ShoalInputError
-from shoal.utils.io import read_json
+from shoal.store.format import STORE_FIX, STORE_FORMAT, STORE_FORMAT_VERSION
+from shoal.utils.io import read_meta
 
 __all__ = ["Partition", "Store"]
-
-STORE_FORMAT = "shoal-store"
-STORE_FORMAT_VERSION = 1
 
 
 def _load(path: Path) -> np.ndarray:
@@ -205,27 +203,18 @@ class Store:
     def open(cls, path: str | os.PathLike) -> Store:
         """Open a store directory (reads ``meta.json`` only)."""
         path = Path(path)
+        if not path.is_dir():  # the message callers know for a path that holds no store
+            raise ShoalInputError(
+                "not a store directory: meta.json is missing", path=path, fix=STORE_FIX
+            )
+        meta = read_meta(
+            path,
+            kind=STORE_FORMAT,
+            version=STORE_FORMAT_VERSION,
+            what="a store directory",
+            fix=STORE_FIX,
+        )
         meta_path = path / "meta.json"
-        if not meta_path.exists():
-            raise ShoalInputError(
-                "not a store directory: meta.json is missing",
-                path=path,
-                fix="build one with `shoal store build GRAPH_DIR ASSIGNMENT_DIR --out STORE`",
-            )
-        meta = read_json(meta_path)
-        if not isinstance(meta, dict) or meta.get("format") != STORE_FORMAT:
-            raise ShoalInputError(
-                f"meta.json: format is {meta.get('format') if isinstance(meta, dict) else None!r},"
-                f" expected {STORE_FORMAT!r}",
-                path=meta_path,
-            )
-        if meta.get("format_version") != STORE_FORMAT_VERSION:
-            raise ShoalInputError(
-                f"meta.json: format_version {meta.get('format_version')} is not supported (this "
-                f"shoal reads {STORE_FORMAT_VERSION})",
-                path=meta_path,
-                fix="rebuild the store with this version of shoal",
-            )
         try:
             store = cls(path, meta)
             ok = store.part_offsets.shape == (store.num_parts + 1,)

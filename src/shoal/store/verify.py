@@ -57,6 +57,174 @@ def _check_files(path: Path, meta: dict[str, Any], show: bool | None) -> int:
     return len(items)
 
 
+def _check_id_maps(store: Store, checks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``node_map``/``node_map_inv`` are inverse permutations and ``part_offsets`` partition
+    the nodes. Returns (node_map, node_map_inv) in memory."""
+    path, n = store.path, store.num_nodes
+    offsets = store.part_offsets
+    inv = np.asarray(store.node_map_inv, dtype=np.int64)
+    node_map = np.asarray(store.node_map, dtype=np.int64)
+    if inv.shape != (n,) or node_map.shape != (n,):
+        _fail(
+            f"node_map/node_map_inv have shapes {node_map.shape}/{inv.shape}, expected ({n},)",
+            path / "node_map.npy",
+        )
+    if n and (inv.min() < 0 or inv.max() >= n or np.bincount(inv, minlength=n).max() != 1):
+        _fail(
+            "node_map_inv is not a permutation: some node is owned twice or not at all",
+            path / "node_map_inv.npy",
+        )
+    if n and not np.array_equal(node_map[inv], np.arange(n)):
+        _fail("node_map is not the inverse of node_map_inv", path / "node_map.npy")
+    if offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0):
+        _fail(
+            f"part_offsets {offsets.tolist()} are not a partition of [0, {n})", path / "meta.json"
+        )
+    if not np.array_equal(np.load(path / "part_offsets.npy"), offsets):
+        _fail("part_offsets.npy differs from meta.json", path / "part_offsets.npy")
+    checks.append("every node owned exactly once (node_map is a permutation)")
+    return node_map, inv
+
+
+def _check_assignment(store: Store, inv: np.ndarray, checks: list[str], skipped: list[str]) -> None:
+    """Core nodes agree with the assignment directory, when it is still there."""
+    n, p = store.num_nodes, store.num_parts
+    apath = Path(store.meta.get("partition", {}).get("path") or "/nonexistent")
+    if not (apath / "node_part.npy").is_file():
+        skipped.append(f"assignment {apath} not found: owners not compared with it")
+        return
+    node_part = np.load(apath / "node_part.npy", mmap_mode="r")
+    if node_part.shape == (n,):
+        own = np.repeat(np.arange(p), np.diff(store.part_offsets))
+        if not np.array_equal(np.asarray(node_part)[inv], own):
+            _fail(
+                f"core nodes disagree with the assignment {apath}", store.path / "node_map_inv.npy"
+            )
+        checks.append("core nodes match the assignment")
+
+
+def _check_part(store: Store, i: int, inv: np.ndarray, acc: np.ndarray, chunk_edges: int) -> int:
+    """Part ``i``'s CSR, halo ids and ``orig_ids``; adds its in-edges' hashes to ``acc``.
+    Returns its number of in-edges."""
+    part = store.part(i)
+    pdir, meta_path, n = part.path, store.path / "meta.json", store.num_nodes
+    lo, hi, nc = part.start, part.stop, part.num_core
+    info = store.meta["parts"][i]
+    if info["num_core"] != nc:
+        _fail(f"part {i}: num_core {info['num_core']} != part_offsets range {nc}", meta_path)
+    indptr = np.asarray(part.indptr)
+    if indptr.shape != (nc + 1,) or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+        _fail(f"part {i}: indptr is not a valid CSR row pointer of {nc} rows", pdir / "indptr.npy")
+    ne = int(indptr[-1])
+    if part.indices.shape != (ne,) or ne != part.num_edges:
+        _fail(
+            f"part {i}: indices has {part.indices.shape[0]} entries, indptr says {ne}",
+            pdir / "indices.npy",
+        )
+    halo = np.asarray(part.halo_ids, dtype=np.int64)
+    nh = halo.shape[0]
+    if nh != part.num_halo:
+        _fail(f"part {i}: {nh} halo ids, meta.json says {part.num_halo}", pdir / "halo_ids.npy")
+    if nh and (np.any(np.diff(halo) <= 0) or halo[0] < 0 or halo[-1] >= n):
+        _fail(f"part {i}: halo ids are not sorted unique ids in [0, {n})", pdir / "halo_ids.npy")
+    if nh and np.any(store.owner(halo) == i):
+        _fail(f"part {i}: a halo node is owned by the part itself", pdir / "halo_ids.npy")
+    orig = np.asarray(part.orig_ids)
+    if not np.array_equal(orig, np.concatenate([inv[lo:hi], inv[halo]])):
+        _fail(f"part {i}: orig_ids disagree with node_map_inv", pdir / "orig_ids.npy")
+    used = np.zeros(nh, dtype=bool)
+    for s in range(0, ne, chunk_edges):
+        loc = read_rows(pdir / "indices.npy", s, s + chunk_edges).astype(np.int64)
+        if loc.size and (loc.min() < 0 or loc.max() >= nc + nh):
+            _fail(f"part {i}: local index out of range [0, {nc + nh})", pdir / "indices.npy")
+        used[loc[loc >= nc] - nc] = True
+        pos = np.arange(s, s + loc.shape[0])
+        dst = np.searchsorted(indptr, pos, side="right") - 1 + lo
+        src = np.where(loc < nc, loc + lo, halo[np.maximum(loc - nc, 0)] if nh else 0)
+        _edge_hash_accumulate(src, dst, acc)
+    if nh and not used.all():
+        k = int(np.flatnonzero(~used)[0])
+        _fail(
+            f"part {i}: halo node {int(halo[k])} is not an in-neighbour of any core node",
+            pdir / "halo_ids.npy",
+        )
+    return ne
+
+
+def _bucket_hashes(store: Store, chunk_edges: int, checks: list[str]) -> np.ndarray:
+    """Owners and counts of the edge buckets; returns their per-node in-edge hashes."""
+    n, p, m = store.num_nodes, store.num_parts, store.num_edges
+    counts = store.bucket_counts
+    if int(counts.sum()) != m:
+        _fail(
+            f"edge buckets hold {int(counts.sum())} edges, the graph has {m}",
+            store.path / "meta.json",
+        )
+    acc = np.zeros(n, dtype=np.uint64)
+    for i in range(p):
+        for j in range(p):
+            bpath = store.bucket_path(i, j)
+            for chunk in store.bucket_stream(i, j, chunk_edges):
+                s_ = chunk[:, 0].astype(np.int64)
+                d_ = chunk[:, 1].astype(np.int64)
+                if s_.min() < 0 or d_.min() < 0 or max(s_.max(), d_.max()) >= n:
+                    _fail(f"bucket ({i}, {j}): node id out of range", bpath)
+                if np.any(store.owner(s_) != i) or np.any(store.owner(d_) != j):
+                    _fail(
+                        f"bucket ({i}, {j}): holds an edge whose owners are not ({i}, {j})", bpath
+                    )
+                _edge_hash_accumulate(s_, d_, acc)
+    checks.append("edge buckets: owners and counts")
+    return acc
+
+
+def _check_source(
+    store: Store,
+    g: GraphDir,
+    node_map: np.ndarray,
+    inv: np.ndarray,
+    acc_store: np.ndarray,
+    acc_bucket: np.ndarray,
+    checks: list[str],
+    *,
+    chunk_edges: int,
+    show: bool | None,
+) -> None:
+    """The parts' and the buckets' in-edges equal the source graph's; then node data."""
+    path, n, m = store.path, store.num_nodes, store.num_edges
+    gmeta = store.meta.get("graph", {})
+    ck = g.meta.get("files", {}).get(g.meta.get("edge_file", "edges.bin"), {}).get("checksum")
+    if (
+        g.num_nodes != n
+        or g.num_edges != m
+        or (gmeta.get("edges_checksum") and ck != gmeta.get("edges_checksum"))
+    ):
+        _fail(f"the source graph {g.path} changed since the store was built", path / "meta.json")
+    acc_src = np.zeros(n, dtype=np.uint64)
+    stream = g.edge_stream(chunk_edges)
+    for chunk in progress(stream, total=len(stream), desc="verify: source", enable=show):
+        _edge_hash_accumulate(node_map[chunk[:, 0]], node_map[chunk[:, 1]], acc_src)
+    if not np.array_equal(acc_src, acc_store):
+        v = int(np.flatnonzero(acc_src != acc_store)[0])
+        i = int(store.owner([v])[0])
+        _fail(
+            f"core node {int(inv[v])} (new id {v}) of part {i}: its in-edges differ from "
+            "the source graph's",
+            path / f"part_{i}" / "indices.npy",
+        )
+    checks.append("each core node's in-edge multiset equals the source graph's")
+    if not np.array_equal(acc_bucket, acc_src):
+        v = int(np.flatnonzero(acc_bucket != acc_src)[0])
+        i = int(store.owner([v])[0])
+        _fail(
+            f"node {int(inv[v])} (new id {v}): the edge buckets (*_{i}.bin) hold other "
+            "in-edges than the source graph",
+            path / "buckets",
+        )
+    checks.append("edge buckets hold exactly the source graph's edges")
+    _check_node_data(store, g, inv, checks)
+
+
 def verify_store(
     path: str | os.PathLike,
     *,
@@ -76,125 +244,27 @@ def verify_store(
     if stored is None or stored != actual:
         _fail("meta.json is corrupt: its content does not match its embedded checksum", meta_path)
     store = Store.open(path)
-    meta = store.meta
     checks: list[str] = []
     skipped: list[str] = []
-    nfiles = _check_files(path, meta, show_progress)
+    nfiles = _check_files(path, store.meta, show_progress)
     checks.append(f"checksums of {nfiles} files")
+    node_map, inv = _check_id_maps(store, checks)
+    _check_assignment(store, inv, checks, skipped)
 
-    n, p, m = store.num_nodes, store.num_parts, store.num_edges
-    offsets = store.part_offsets
-    inv = np.asarray(store.node_map_inv, dtype=np.int64)
-    node_map = np.asarray(store.node_map, dtype=np.int64)
-    if inv.shape != (n,) or node_map.shape != (n,):
-        _fail(
-            f"node_map/node_map_inv have shapes {node_map.shape}/{inv.shape}, expected ({n},)",
-            path / "node_map.npy",
-        )
-    if n and (inv.min() < 0 or inv.max() >= n or np.bincount(inv, minlength=n).max() != 1):
-        _fail(
-            "node_map_inv is not a permutation: some node is owned twice or not at all",
-            path / "node_map_inv.npy",
-        )
-    if n and not np.array_equal(node_map[inv], np.arange(n)):
-        _fail("node_map is not the inverse of node_map_inv", path / "node_map.npy")
-    if offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0):
-        _fail(f"part_offsets {offsets.tolist()} are not a partition of [0, {n})", meta_path)
-    if not np.array_equal(np.load(path / "part_offsets.npy"), offsets):
-        _fail("part_offsets.npy differs from meta.json", path / "part_offsets.npy")
-    checks.append("every node owned exactly once (node_map is a permutation)")
-
-    # assignment consistency (when the assignment directory is still there)
-    apath = Path(meta.get("partition", {}).get("path") or "/nonexistent")
-    if (apath / "node_part.npy").is_file():
-        node_part = np.load(apath / "node_part.npy", mmap_mode="r")
-        if node_part.shape == (n,):
-            own = np.repeat(np.arange(p), np.diff(offsets))
-            if not np.array_equal(np.asarray(node_part)[inv], own):
-                _fail(f"core nodes disagree with the assignment {apath}", path / "node_map_inv.npy")
-            checks.append("core nodes match the assignment")
-    else:
-        skipped.append(f"assignment {apath} not found: owners not compared with it")
-
-    # per part structure + in-edge hashes
-    acc_store = np.zeros(n, dtype=np.uint64)
-    total_edges = 0
-    for i in progress(range(p), total=p, desc="verify: parts", enable=show_progress):
-        part = store.part(i)
-        pdir = part.path
-        lo, hi, nc = part.start, part.stop, part.num_core
-        info = meta["parts"][i]
-        if info["num_core"] != nc:
-            _fail(f"part {i}: num_core {info['num_core']} != part_offsets range {nc}", meta_path)
-        indptr = np.asarray(part.indptr)
-        if indptr.shape != (nc + 1,) or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
-            _fail(
-                f"part {i}: indptr is not a valid CSR row pointer of {nc} rows", pdir / "indptr.npy"
-            )
-        ne = int(indptr[-1])
-        if part.indices.shape != (ne,) or ne != part.num_edges:
-            _fail(
-                f"part {i}: indices has {part.indices.shape[0]} entries, indptr says {ne}",
-                pdir / "indices.npy",
-            )
-        halo = np.asarray(part.halo_ids, dtype=np.int64)
-        nh = halo.shape[0]
-        if nh != part.num_halo:
-            _fail(f"part {i}: {nh} halo ids, meta.json says {part.num_halo}", pdir / "halo_ids.npy")
-        if nh and (np.any(np.diff(halo) <= 0) or halo[0] < 0 or halo[-1] >= n):
-            _fail(
-                f"part {i}: halo ids are not sorted unique ids in [0, {n})", pdir / "halo_ids.npy"
-            )
-        if nh and np.any(store.owner(halo) == i):
-            _fail(f"part {i}: a halo node is owned by the part itself", pdir / "halo_ids.npy")
-        orig = np.asarray(part.orig_ids)
-        if not np.array_equal(orig, np.concatenate([inv[lo:hi], inv[halo]])):
-            _fail(f"part {i}: orig_ids disagree with node_map_inv", pdir / "orig_ids.npy")
-        used = np.zeros(nh, dtype=bool)
-        for s in range(0, ne, chunk_edges):
-            loc = read_rows(pdir / "indices.npy", s, s + chunk_edges).astype(np.int64)
-            if loc.size and (loc.min() < 0 or loc.max() >= nc + nh):
-                _fail(f"part {i}: local index out of range [0, {nc + nh})", pdir / "indices.npy")
-            used[loc[loc >= nc] - nc] = True
-            pos = np.arange(s, s + loc.shape[0])
-            dst = np.searchsorted(indptr, pos, side="right") - 1 + lo
-            src = np.where(loc < nc, loc + lo, halo[np.maximum(loc - nc, 0)] if nh else 0)
-            _edge_hash_accumulate(src, dst, acc_store)
-        if nh and not used.all():
-            k = int(np.flatnonzero(~used)[0])
-            _fail(
-                f"part {i}: halo node {int(halo[k])} is not an in-neighbour of any core node",
-                pdir / "halo_ids.npy",
-            )
-        total_edges += ne
-    if total_edges != m:
-        _fail(f"parts hold {total_edges} in-edges, the graph has {m}", meta_path)
+    acc_store = np.zeros(store.num_nodes, dtype=np.uint64)
+    p = store.num_parts
+    total_edges = sum(
+        _check_part(store, i, inv, acc_store, chunk_edges)
+        for i in progress(range(p), total=p, desc="verify: parts", enable=show_progress)
+    )
+    if total_edges != store.num_edges:
+        _fail(f"parts hold {total_edges} in-edges, the graph has {store.num_edges}", meta_path)
     checks.append("per-part CSR, halo ids and owners, orig_ids")
+    acc_bucket = _bucket_hashes(store, chunk_edges, checks)
 
-    # buckets
-    counts = store.bucket_counts
-    if int(counts.sum()) != m:
-        _fail(f"edge buckets hold {int(counts.sum())} edges, the graph has {m}", meta_path)
-    acc_bucket = np.zeros(n, dtype=np.uint64)
-    for i in range(p):
-        for j in range(p):
-            bpath = store.bucket_path(i, j)
-            for chunk in store.bucket_stream(i, j, chunk_edges):
-                s_ = chunk[:, 0].astype(np.int64)
-                d_ = chunk[:, 1].astype(np.int64)
-                if s_.min() < 0 or d_.min() < 0 or max(s_.max(), d_.max()) >= n:
-                    _fail(f"bucket ({i}, {j}): node id out of range", bpath)
-                if np.any(store.owner(s_) != i) or np.any(store.owner(d_) != j):
-                    _fail(
-                        f"bucket ({i}, {j}): holds an edge whose owners are not ({i}, {j})", bpath
-                    )
-                _edge_hash_accumulate(s_, d_, acc_bucket)
-    checks.append("edge buckets: owners and counts")
-
-    # against the source graph
-    gmeta = meta.get("graph", {})
-    gpath = Path(gmeta.get("path") or "/nonexistent")
-    if not source or not (gpath / "meta.json").is_file():
+    gpath = Path(store.meta.get("graph", {}).get("path") or "/nonexistent")
+    has_source = (gpath / "meta.json").is_file()
+    if not source or not has_source:
         if not np.array_equal(acc_bucket, acc_store):
             v = int(np.flatnonzero(acc_bucket != acc_store)[0])
             _fail(
@@ -205,42 +275,13 @@ def verify_store(
         checks.append("edge buckets hold the same edges as the part CSRs")
     if not source:
         skipped.append("source graph comparison (disabled)")
-    elif not (gpath / "meta.json").is_file():
+    elif not has_source:
         skipped.append(f"source graph {gpath} not found: in-edges/features not compared")
     else:
-        g = GraphDir.open(gpath)
-        ck = g.meta.get("files", {}).get(g.meta.get("edge_file", "edges.bin"), {}).get("checksum")
-        if (
-            g.num_nodes != n
-            or g.num_edges != m
-            or (gmeta.get("edges_checksum") and ck != gmeta.get("edges_checksum"))
-        ):
-            _fail(f"the source graph {gpath} changed since the store was built", meta_path)
-        acc_src = np.zeros(n, dtype=np.uint64)
-        stream = g.edge_stream(chunk_edges)
-        for chunk in progress(
-            stream, total=len(stream), desc="verify: source", enable=show_progress
-        ):
-            _edge_hash_accumulate(node_map[chunk[:, 0]], node_map[chunk[:, 1]], acc_src)
-        if not np.array_equal(acc_src, acc_store):
-            v = int(np.flatnonzero(acc_src != acc_store)[0])
-            i = int(store.owner([v])[0])
-            _fail(
-                f"core node {int(inv[v])} (new id {v}) of part {i}: its in-edges differ from "
-                "the source graph's",
-                path / f"part_{i}" / "indices.npy",
-            )
-        checks.append("each core node's in-edge multiset equals the source graph's")
-        if not np.array_equal(acc_bucket, acc_src):
-            v = int(np.flatnonzero(acc_bucket != acc_src)[0])
-            i = int(store.owner([v])[0])
-            _fail(
-                f"node {int(inv[v])} (new id {v}): the edge buckets (*_{i}.bin) hold other "
-                "in-edges than the source graph",
-                path / "buckets",
-            )
-        checks.append("edge buckets hold exactly the source graph's edges")
-        _check_node_data(store, g, inv, checks)
+        _check_source(
+            store, GraphDir.open(gpath), node_map, inv, acc_store, acc_bucket, checks,
+            chunk_edges=chunk_edges, show=show_progress,
+        )  # fmt: skip
     return {"ok": True, "store": str(path), "files": nfiles, "checks": checks, "skipped": skipped}
 
 

@@ -32,35 +32,38 @@ Passes:
 3. one sequential pass over the feature matrix scatters rows to their part (core rows of a part
    are in ascending original ID, the order of the relabelling); halo rows are then gathered from
    their owners' core feature files.
+
+Passes 1 and 2 are in :mod:`shoal.store._structure`, pass 3 in :mod:`shoal.store._features`.
+The temporary files of passes 1 and 2 (in-edge files, sort runs) go to a private scratch
+directory inside ``Config.scratch_dir``, else beside the output (never the system temp dir);
+the store itself is written to a temporary sibling of the output and renamed into place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
-import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shoal.data.extsort import build_csr_files
 from shoal.data.format import SPLITS, GraphDir, edge_dtype_for
-from shoal.data.stream import EdgeStream
 from shoal.errors import ShoalInputError
 from shoal.partition.io import check_matches_graph, read_assignment
-from shoal.store._io import NpyAppender, gather_rows, npy_info, read_rows, write_meta
-from shoal.utils.io import atomic_output_dir, file_checksum
+from shoal.store._features import write_features
+from shoal.store._io import write_meta
+from shoal.store._structure import make_layout, relabel, write_edges, write_parts
+from shoal.store.format import STORE_FORMAT, STORE_FORMAT_VERSION
+from shoal.utils.io import atomic_output_dir, file_checksum, scratch_space
 from shoal.utils.memory import peak_rss_bytes
-from shoal.utils.progress import progress
 
 __all__ = ["STORE_FORMAT", "STORE_FORMAT_VERSION", "Config", "build_store"]
-
-STORE_FORMAT = "shoal-store"
-STORE_FORMAT_VERSION = 1
 
 
 @dataclass(kw_only=True)
@@ -76,6 +79,10 @@ class Config:
         overwrite: replace an existing output directory (default false).
         show_progress: progress bars on stderr; None = only on a terminal (default None).
         command: the creation command recorded in meta.json (default: ``sys.argv``).
+        scratch_dir: directory for the temporary files (per-part in-edge files, external sort
+            runs; about the size of the edge file), in a private subdirectory removed
+            afterwards; None = beside the output directory (default None; never the system
+            temp dir, which is often RAM-backed).
     """
 
     halo_features: bool = False
@@ -85,6 +92,7 @@ class Config:
     overwrite: bool = False
     show_progress: bool | None = None
     command: str | None = None
+    scratch_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.chunk_edges < 1:
@@ -95,26 +103,142 @@ class Config:
             raise ShoalInputError(
                 f"feature_block_bytes must be >= 1, got {self.feature_block_bytes}"
             )
+        if self.scratch_dir is not None:
+            self.scratch_dir = os.fspath(self.scratch_dir)
 
 
-def _relabel(node_part: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(part_offsets (p+1), node_map old->new, node_map_inv new->old); stable inside parts."""
-    counts = np.bincount(node_part, minlength=p).astype(np.int64)
-    offsets = np.zeros(p + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    inv = np.argsort(node_part, kind="stable").astype(np.int64)
-    node_map = np.empty_like(inv)
-    node_map[inv] = np.arange(inv.shape[0], dtype=np.int64)
-    return offsets, node_map, inv
+class _Phases:
+    """Wall seconds of each phase, and the peak RSS after it."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.rss: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, *, rss: bool = True) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.seconds[name] = time.perf_counter() - t0
+        if rss:
+            self.rss[name] = peak_rss_bytes()
 
 
-def _in_sorted(ids: np.ndarray, sorted_set: np.ndarray | None) -> np.ndarray:
-    """Boolean mask of ``ids`` present in the sorted array ``sorted_set`` (None = empty)."""
-    if sorted_set is None or sorted_set.shape[0] == 0:
-        return np.zeros(ids.shape[0], dtype=bool)
-    pos = np.searchsorted(sorted_set, ids)
-    pos[pos == sorted_set.shape[0]] = 0
-    return np.asarray(sorted_set[pos]) == ids
+def _read_inputs(g: GraphDir, adir: Path, cfg: Config) -> tuple[np.ndarray, int, dict[str, Any]]:
+    """(node_part int32 (N,), num_parts, assignment meta), checked against the graph."""
+    assignment, ameta = read_assignment(adir)
+    check_matches_graph(ameta, g, path=adir)
+    n = g.num_nodes
+    if assignment.num_nodes != n:
+        raise ShoalInputError(
+            f"node_part has {assignment.num_nodes} rows, the graph {g.path} has {n} nodes",
+            path=adir / "node_part.npy",
+            fix="partition this graph with `shoal partition` first",
+        )
+    if cfg.halo_features and not (g.path / "features.npy").exists():
+        raise ShoalInputError(
+            "--halo-features needs node features, but the graph has no features.npy",
+            path=g.path,
+            fix="drop --halo-features, or import the graph with features",
+        )
+    p = int(assignment.num_parts)
+    node_part = np.asarray(assignment.node_part, dtype=np.int32)
+    if n and (node_part.min() < 0 or node_part.max() >= p):
+        bad = int(np.flatnonzero((node_part < 0) | (node_part >= p))[0])
+        raise ShoalInputError(
+            f"row {bad}: part id {int(node_part[bad])} is out of range [0, {p})",
+            path=adir / "node_part.npy",
+            fix="the assignment is corrupt; re-run `shoal partition`",
+        )
+    return node_part, p, ameta
+
+
+def _file_table(tmp: Path) -> tuple[dict[str, Any], int]:
+    """(``files`` of meta.json: relative path -> bytes and checksum, total bytes)."""
+    files: dict[str, Any] = {}
+    total_bytes = 0
+    for f in sorted(tmp.rglob("*")):
+        if f.is_file():
+            size = f.stat().st_size
+            total_bytes += size
+            files[f.relative_to(tmp).as_posix()] = {"bytes": size, "checksum": file_checksum(f)}
+    return files, total_bytes
+
+
+def _metrics(
+    parts_meta: list[dict[str, Any]], counts: np.ndarray, offsets: np.ndarray, n: int, m: int
+) -> dict[str, Any]:
+    p = offsets.shape[0] - 1
+    present = sum(pm["num_core"] + pm["num_halo"] for pm in parts_meta)
+    cut = int(m - np.trace(counts))
+    return {
+        "replication_factor": (present / n) if n else 1.0,
+        "edge_cut": (cut / m) if m else 0.0,
+        "cut_edges": cut,
+        "max_part_nodes_over_mean": (float(np.diff(offsets).max() / (n / p)) if n else 1.0),
+    }
+
+
+def _meta(
+    g: GraphDir,
+    adir: Path,
+    ameta: dict[str, Any],
+    cfg: Config,
+    *,
+    splits: dict[str, np.ndarray | None],
+    counts: np.ndarray,
+    offsets: np.ndarray,
+    parts: list[dict[str, Any]],
+    metrics: dict[str, Any],
+    files: dict[str, Any],
+    edge_dtype: str,
+    feature_dim: int | None,
+    feature_dtype: str | None,
+) -> dict[str, Any]:
+    """The store's meta.json (fields in docs/store.md) from the values the passes computed."""
+    return {
+        "format": STORE_FORMAT,
+        "format_version": STORE_FORMAT_VERSION,
+        "num_parts": int(counts.shape[0]),
+        "num_nodes": g.num_nodes,
+        "num_edges": g.num_edges,
+        "directed": g.directed,
+        "id_dtype": "int64",
+        "edge_dtype": edge_dtype,
+        "feature_dim": feature_dim,
+        "feature_dtype": feature_dtype,
+        "num_classes": g.num_classes,
+        "has_labels": (g.path / "labels.npy").exists(),
+        "halo_features": bool(cfg.halo_features and feature_dim is not None),
+        "splits": {s: 0 if splits[s] is None else int(splits[s].shape[0]) for s in SPLITS},
+        "part_offsets": [int(x) for x in offsets],
+        "parts": parts,
+        "buckets": {
+            "layout": "buckets/edges_{src_part}_{dst_part}.bin: raw (k, 2) row-major "
+            "(new src id, new dst id), in the graph's edge order",
+            "counts": counts.tolist(),
+        },
+        "metrics": metrics,
+        "partition": {
+            "algorithm": ameta.get("algorithm"),
+            "params": ameta.get("params", {}),
+            "metrics": ameta.get("metrics", {}),
+            "seconds": ameta.get("seconds", {}),
+            "path": str(adir.resolve()),
+            "command": ameta.get("command"),
+        },
+        "graph": {
+            "name": g.name,
+            "path": str(g.path.resolve()),
+            "num_nodes": g.num_nodes,
+            "num_edges": g.num_edges,
+            "edges_checksum": g.meta.get("files", {})
+            .get(g.meta.get("edge_file", "edges.bin"), {})
+            .get("checksum"),
+        },
+        "command": cfg.command or " ".join(sys.argv),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "files": files,
+    }
 
 
 def build_store(
@@ -137,272 +261,46 @@ def build_store(
     """
     cfg = config or Config(**options)
     g = graph if isinstance(graph, GraphDir) else GraphDir.open(graph)
-    adir = Path(assignment_dir)
-    assignment, ameta = read_assignment(adir)
-    check_matches_graph(ameta, g, path=adir)
+    adir, out = Path(assignment_dir), Path(out)
+    node_part, p, ameta = _read_inputs(g, adir, cfg)
     n, m = g.num_nodes, g.num_edges
-    if assignment.num_nodes != n:
-        raise ShoalInputError(
-            f"node_part has {assignment.num_nodes} rows, the graph {g.path} has {n} nodes",
-            path=adir / "node_part.npy",
-            fix="partition this graph with `shoal partition` first",
-        )
-    if cfg.halo_features and not (g.path / "features.npy").exists():
-        raise ShoalInputError(
-            "--halo-features needs node features, but the graph has no features.npy",
-            path=g.path,
-            fix="drop --halo-features, or import the graph with features",
-        )
-    p = int(assignment.num_parts)
-    node_part = np.asarray(assignment.node_part, dtype=np.int32)
-    if n and (node_part.min() < 0 or node_part.max() >= p):
-        bad = int(np.flatnonzero((node_part < 0) | (node_part >= p))[0])
-        raise ShoalInputError(
-            f"row {bad}: part id {int(node_part[bad])} is out of range [0, {p})",
-            path=adir / "node_part.npy",
-            fix="the assignment is corrupt; re-run `shoal partition`",
-        )
-
-    seconds: dict[str, float] = {}
-    rss: dict[str, int] = {}  # peak RSS after each phase
-    t0 = time.perf_counter()
-    offsets, node_map, inv = _relabel(node_part, p)
-    seconds["relabel"] = time.perf_counter() - t0
+    phase = _Phases()
+    with phase("relabel", rss=False):
+        offsets, node_map, inv = relabel(node_part, p)
     edtype = edge_dtype_for(max(n, 1))
-    show = cfg.show_progress
-    out = Path(out)
-
-    with atomic_output_dir(out, overwrite=cfg.overwrite) as tmp:
-        work = tmp / ".work"
-        work.mkdir()
+    splits = {s: g.split(s) for s in SPLITS}
+    show, chunk = cfg.show_progress, cfg.chunk_edges
+    with (
+        atomic_output_dir(out, overwrite=cfg.overwrite) as tmp,
+        scratch_space(cfg.scratch_dir, beside=out, prefix="shoal-store") as work,
+    ):
         np.save(tmp / "part_offsets.npy", offsets)
         np.save(tmp / "node_map.npy", node_map)
         np.save(tmp / "node_map_inv.npy", inv)
-        (tmp / "buckets").mkdir()
-        for i in range(p):
-            (tmp / f"part_{i}").mkdir()
-            (work / f"in_{i}.bin").touch()
-            for j in range(p):
-                (tmp / "buckets" / f"edges_{i}_{j}.bin").touch()
-
-        # ---- pass 1: edge buckets and per-part in-edge files ----------------------------
-        t0 = time.perf_counter()
-        bucket_counts = np.zeros(p * p, dtype=np.int64)  # index src_part * p + dst_part
-        stream = g.edge_stream(cfg.chunk_edges)
-        for chunk in progress(stream, total=len(stream), desc="store: edges", enable=show):
-            s_old = chunk[:, 0]
-            d_old = chunk[:, 1]
-            ps = node_part[s_old].astype(np.int64)
-            pd = node_part[d_old].astype(np.int64)
-            key = pd * p + ps  # grouped by destination part, then source part
-            order = np.argsort(key, kind="stable")
-            key = key[order]
-            rows = np.empty((order.shape[0], 2), dtype=edtype)
-            rows[:, 0] = node_map[s_old[order]]
-            rows[:, 1] = node_map[d_old[order]]
-            bounds = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True])
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                dp, sp = divmod(int(key[a]), p)
-                block = rows[a:b]
-                with open(tmp / "buckets" / f"edges_{sp}_{dp}.bin", "ab") as f:
-                    block.tofile(f)
-                bucket_counts[sp * p + dp] += b - a
-            dbounds = np.flatnonzero(np.r_[True, (key[1:] // p) != (key[:-1] // p), True])
-            for a, b in zip(dbounds[:-1], dbounds[1:]):
-                dp = int(key[a]) // p
-                local = rows[a:b].copy()
-                local[:, 1] -= offsets[dp]
-                with open(work / f"in_{dp}.bin", "ab") as f:
-                    local.tofile(f)
-        seconds["edges"] = time.perf_counter() - t0
-        rss["edges"] = peak_rss_bytes()
-
-        # ---- pass 2: per-part CSR, halo, local indices ----------------------------------
-        t0 = time.perf_counter()
-        counts_pp = bucket_counts.reshape(p, p)
-        in_edges = counts_pp.sum(axis=0)
+        make_layout(tmp, work, p)
+        with phase("edges"):
+            counts = write_edges(
+                g, tmp, work, node_part, node_map, offsets, edtype, chunk_edges=chunk, show=show
+            )
         del node_map
-        labels_path = g.path / "labels.npy"
-        has_labels = labels_path.exists()
-        splits = {s: g.split(s) for s in SPLITS}
-        scratch = np.zeros(n, dtype=bool)
-        parts_meta: list[dict[str, Any]] = []
-        halo_lists: list[np.ndarray] = []
-        for i in progress(range(p), total=p, desc="store: parts", enable=show):
-            lo, hi = int(offsets[i]), int(offsets[i + 1])
-            n_i, e_i = hi - lo, int(in_edges[i])
-            pdir = tmp / f"part_{i}"
-            csr_dir = work / f"csr_{i}"
-            build_csr_files(
-                EdgeStream(work / f"in_{i}.bin", e_i, edtype),
-                n_i,
-                csr_dir,
-                kind="in",
-                memory_bytes=cfg.sort_memory,
-                indices_dtype=edtype,
-            )
-            (work / f"in_{i}.bin").unlink()
-            os.replace(csr_dir / "indptr.npy", pdir / "indptr.npy")
-            gidx = csr_dir / "indices.npy"
-            step = cfg.chunk_edges
-            for s in range(0, e_i, step):
-                ids = read_rows(gidx, s, s + step)
-                scratch[ids[(ids < lo) | (ids >= hi)]] = True
-            halo = np.flatnonzero(scratch).astype(np.int64)
-            scratch[halo] = False
-            np.save(pdir / "halo_ids.npy", halo)
-            with NpyAppender(pdir / "indices.npy", edtype, (e_i,)) as w:
-                for s in range(0, e_i, step):
-                    ids = read_rows(gidx, s, s + step).astype(np.int64)
-                    core = (ids >= lo) & (ids < hi)
-                    loc = np.where(core, ids - lo, n_i + np.searchsorted(halo, ids))
-                    w.append(loc)
-            shutil.rmtree(csr_dir)
-            core_old = inv[lo:hi]
-            np.save(pdir / "orig_ids.npy", np.concatenate([core_old, inv[halo]]))
-            if has_labels:
-                np.save(pdir / "labels.npy", gather_rows(labels_path, core_old).astype(np.int64))
-            split_counts = {}
-            for s in SPLITS:
-                mk = _in_sorted(core_old, splits[s])
-                np.save(pdir / f"{s}_mask.npy", mk)
-                split_counts[s] = int(mk.sum())
-            halo_lists.append(halo)
-            parts_meta.append(
-                {
-                    "num_core": n_i,
-                    "num_halo": int(halo.shape[0]),
-                    "num_edges": e_i,
-                    **split_counts,
-                }
-            )
-        del scratch
-        seconds["parts"] = time.perf_counter() - t0
-        rss["parts"] = peak_rss_bytes()
-
-        # ---- pass 3: features ----------------------------------------------------------
-        t0 = time.perf_counter()
-        feat_path = g.path / "features.npy"
-        feature_dim = feature_dtype = None
-        if feat_path.exists():
-            fdtype, fshape, _ = npy_info(feat_path)
-            feature_dim, feature_dtype = int(fshape[1]), fdtype.name
-            row_bytes = max(1, fshape[1] * fdtype.itemsize)
-            block = max(1, cfg.feature_block_bytes // row_bytes)
-            writers = [
-                NpyAppender(
-                    tmp / f"part_{i}" / "features.npy",
-                    fdtype,
-                    (int(offsets[i + 1] - offsets[i]), fshape[1]),
-                )
-                for i in range(p)
-            ]
-            try:
-                bar = progress(total=n, desc="store: features", unit="row", enable=show)
-                for s in range(0, n, block):
-                    x = read_rows(feat_path, s, s + block)
-                    owner = node_part[s : s + x.shape[0]]
-                    order = np.argsort(owner, kind="stable")
-                    ob = np.flatnonzero(np.r_[True, owner[order][1:] != owner[order][:-1], True])
-                    for a, b in zip(ob[:-1], ob[1:]):
-                        writers[int(owner[order[a]])].append(x[order[a:b]])
-                    bar.update(x.shape[0])
-                bar.close()
-            finally:
-                for w in writers:
-                    w.close()
-            if cfg.halo_features:
-                gblock = max(1, cfg.feature_block_bytes // row_bytes)
-                for i in progress(range(p), total=p, desc="store: halo features", enable=show):
-                    halo = halo_lists[i]
-                    if halo.size == 0:
-                        np.save(
-                            tmp / f"part_{i}" / "halo_features.npy",
-                            np.empty((0, fshape[1]), dtype=fdtype),
-                        )
-                        continue
-                    owners = np.searchsorted(offsets, halo, side="right") - 1
-                    with NpyAppender(
-                        tmp / f"part_{i}" / "halo_features.npy", fdtype, (halo.shape[0], fshape[1])
-                    ) as w:
-                        hb = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1], True])
-                        for a, b in zip(hb[:-1], hb[1:]):
-                            j = int(owners[a])
-                            rows = halo[a:b] - offsets[j]
-                            for s in range(0, rows.shape[0], gblock):
-                                w.append(
-                                    gather_rows(
-                                        tmp / f"part_{j}" / "features.npy", rows[s : s + gblock]
-                                    )
-                                )
-        seconds["features"] = time.perf_counter() - t0
-        rss["features"] = peak_rss_bytes()
-
-        # ---- metadata -------------------------------------------------------------------
-        t0 = time.perf_counter()
-        shutil.rmtree(work)
-        files: dict[str, Any] = {}
-        total_bytes = 0
-        for f in sorted(tmp.rglob("*")):
-            if f.is_file():
-                rel = f.relative_to(tmp).as_posix()
-                size = f.stat().st_size
-                total_bytes += size
-                files[rel] = {"bytes": size, "checksum": file_checksum(f)}
-        present = sum(pm["num_core"] + pm["num_halo"] for pm in parts_meta)
-        cut = int(m - np.trace(counts_pp))
-        metrics = {
-            "replication_factor": (present / n) if n else 1.0,
-            "edge_cut": (cut / m) if m else 0.0,
-            "cut_edges": cut,
-            "max_part_nodes_over_mean": (float(np.diff(offsets).max() / (n / p)) if n else 1.0),
-        }
-        seconds["meta"] = time.perf_counter() - t0
-        rss["meta"] = peak_rss_bytes()
-        meta: dict[str, Any] = {
-            "format": STORE_FORMAT,
-            "format_version": STORE_FORMAT_VERSION,
-            "num_parts": p,
-            "num_nodes": n,
-            "num_edges": m,
-            "directed": g.directed,
-            "id_dtype": "int64",
-            "edge_dtype": edtype.name,
-            "feature_dim": feature_dim,
-            "feature_dtype": feature_dtype,
-            "num_classes": g.num_classes,
-            "has_labels": has_labels,
-            "halo_features": bool(cfg.halo_features and feature_dim is not None),
-            "splits": {s: 0 if splits[s] is None else int(splits[s].shape[0]) for s in SPLITS},
-            "part_offsets": [int(x) for x in offsets],
-            "parts": parts_meta,
-            "buckets": {
-                "layout": "buckets/edges_{src_part}_{dst_part}.bin: raw (k, 2) row-major "
-                "(new src id, new dst id), in the graph's edge order",
-                "counts": counts_pp.tolist(),
-            },
-            "metrics": metrics,
-            "partition": {
-                "algorithm": ameta.get("algorithm"),
-                "params": ameta.get("params", {}),
-                "metrics": ameta.get("metrics", {}),
-                "seconds": ameta.get("seconds", {}),
-                "path": str(adir.resolve()),
-                "command": ameta.get("command"),
-            },
-            "graph": {
-                "name": g.name,
-                "path": str(g.path.resolve()),
-                "num_nodes": n,
-                "num_edges": m,
-                "edges_checksum": g.meta.get("files", {})
-                .get(g.meta.get("edge_file", "edges.bin"), {})
-                .get("checksum"),
-            },
-            "command": cfg.command or " ".join(sys.argv),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "files": files,
-        }
+        with phase("parts"):
+            parts_meta, halo_lists = write_parts(
+                g, tmp, work, offsets, inv, counts, edtype, splits,
+                chunk_edges=chunk, sort_memory=cfg.sort_memory, show=show,
+            )  # fmt: skip
+        with phase("features"):
+            feature_dim, feature_dtype = write_features(
+                g, tmp, node_part, offsets, halo_lists,
+                halo_features=cfg.halo_features, block_bytes=cfg.feature_block_bytes, show=show,
+            )  # fmt: skip
+        with phase("meta"):
+            files, total_bytes = _file_table(tmp)
+            metrics = _metrics(parts_meta, counts, offsets, n, m)
+        meta = _meta(
+            g, adir, ameta, cfg, splits=splits, counts=counts, offsets=offsets, parts=parts_meta,
+            metrics=metrics, files=files, edge_dtype=edtype.name, feature_dim=feature_dim,
+            feature_dtype=feature_dtype,
+        )  # fmt: skip
         write_meta(tmp / "meta.json", meta)
 
     return {
@@ -413,7 +311,7 @@ def build_store(
         "parts": parts_meta,
         "metrics": metrics,
         "bytes": total_bytes,
-        "seconds": {k: round(v, 3) for k, v in seconds.items()},
+        "seconds": {k: round(v, 3) for k, v in phase.seconds.items()},
         "peak_rss_bytes": peak_rss_bytes(),
-        "peak_rss_bytes_after": rss,
+        "peak_rss_bytes_after": phase.rss,
     }

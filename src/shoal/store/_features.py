@@ -1,0 +1,105 @@
+"""Pass 3 of the store writer (private): feature rows of core and halo nodes.
+
+One sequential pass over the feature matrix scatters rows to their part (core rows of a part
+are in ascending original ID, the order of the relabelling); halo rows are then gathered from
+their owners' core feature files. Memory: one block of ``block_bytes`` rows at a time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from shoal.data.format import GraphDir
+from shoal.store._io import NpyAppender, gather_rows, npy_info, read_rows
+from shoal.utils.progress import progress
+
+__all__ = ["write_features"]
+
+
+def _scatter_core(
+    feat_path: Path,
+    tmp: Path,
+    node_part: np.ndarray,
+    offsets: np.ndarray,
+    block_rows: int,
+    show: bool | None,
+) -> None:
+    """``part_<i>/features.npy``: the core rows of every part, in one pass over the matrix."""
+    fdtype, fshape, _ = npy_info(feat_path)
+    p, n = offsets.shape[0] - 1, node_part.shape[0]
+    writers = [
+        NpyAppender(
+            tmp / f"part_{i}" / "features.npy",
+            fdtype,
+            (int(offsets[i + 1] - offsets[i]), fshape[1]),
+        )
+        for i in range(p)
+    ]
+    try:
+        bar = progress(total=n, desc="store: features", unit="row", enable=show)
+        for s in range(0, n, block_rows):
+            x = read_rows(feat_path, s, s + block_rows)
+            owner = node_part[s : s + x.shape[0]]
+            order = np.argsort(owner, kind="stable")
+            ob = np.flatnonzero(np.r_[True, owner[order][1:] != owner[order][:-1], True])
+            for a, b in zip(ob[:-1], ob[1:]):
+                writers[int(owner[order[a]])].append(x[order[a:b]])
+            bar.update(x.shape[0])
+        bar.close()
+    finally:
+        for w in writers:
+            w.close()
+
+
+def _gather_halo(
+    tmp: Path,
+    i: int,
+    halo: np.ndarray,
+    offsets: np.ndarray,
+    fdtype: np.dtype,
+    dim: int,
+    block_rows: int,
+) -> None:
+    """``part_<i>/halo_features.npy``: part ``i``'s halo rows, read from their owners' core
+    feature files (halo ids are ascending, hence grouped by owner)."""
+    out = tmp / f"part_{i}" / "halo_features.npy"
+    if halo.size == 0:
+        np.save(out, np.empty((0, dim), dtype=fdtype))
+        return
+    owners = np.searchsorted(offsets, halo, side="right") - 1
+    with NpyAppender(out, fdtype, (halo.shape[0], dim)) as w:
+        hb = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1], True])
+        for a, b in zip(hb[:-1], hb[1:]):
+            j = int(owners[a])
+            rows = halo[a:b] - offsets[j]
+            src = tmp / f"part_{j}" / "features.npy"
+            for s in range(0, rows.shape[0], block_rows):
+                w.append(gather_rows(src, rows[s : s + block_rows]))
+
+
+def write_features(
+    g: GraphDir,
+    tmp: Path,
+    node_part: np.ndarray,
+    offsets: np.ndarray,
+    halo_lists: list[np.ndarray],
+    *,
+    halo_features: bool,
+    block_bytes: int,
+    show: bool | None,
+) -> tuple[int | None, str | None]:
+    """Pass 3: core feature rows of every part, and halo rows when ``halo_features``.
+    Returns ``(feature_dim, feature_dtype)``, ``(None, None)`` when the graph has none."""
+    feat_path = g.path / "features.npy"
+    if not feat_path.exists():
+        return None, None
+    fdtype, fshape, _ = npy_info(feat_path)
+    block_rows = max(1, block_bytes // max(1, fshape[1] * fdtype.itemsize))
+    _scatter_core(feat_path, tmp, node_part, offsets, block_rows, show)
+    if halo_features:
+        p = offsets.shape[0] - 1
+        for i in progress(range(p), total=p, desc="store: halo features", enable=show):
+            _gather_halo(tmp, i, halo_lists[i], offsets, fdtype, int(fshape[1]), block_rows)
+    return int(fshape[1]), fdtype.name
