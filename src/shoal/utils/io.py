@@ -77,9 +77,10 @@ def _writer_alive(tmp: Path) -> bool:
         owner = json.loads(_owner_file(tmp).read_text())
         host, boot, pid = owner["host"], owner["boot"], int(owner["pid"])
     except (OSError, ValueError, KeyError, TypeError):
-        # no owner file: written by an older shoal, or created a moment ago; old ones are stale
+        # no owner file: written by an older shoal, or created a moment ago (between mkdtemp
+        # and the owner file); one untouched for an hour is stale
         try:
-            return time.time() - tmp.stat().st_mtime < 24 * 3600
+            return time.time() - tmp.stat().st_mtime < 3600
         except OSError:
             return False
     if host != socket.gethostname():
@@ -109,7 +110,9 @@ def remove_stale_siblings(out: str | os.PathLike) -> list[Path]:
         for p in sorted(out.parent.glob(prefix + "*")):
             if not p.is_dir() or _writer_alive(p):
                 continue
-            size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            size = 0
+            with contextlib.suppress(OSError):  # another cleaner may be removing it too
+                size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
             shutil.rmtree(p, ignore_errors=True)
             _owner_file(p).unlink(missing_ok=True)
             log.warning(
@@ -165,7 +168,7 @@ def scratch_space(
     It is created inside ``scratch_dir`` when given (the user's ``--scratch-dir``), else
     beside ``beside`` (the output or the input being read: a disk the user chose, never the
     system temp dir, which is often RAM-backed). The directory is named
-    ``.{prefix}-scratch-XXXX``, records its writer, and is removed by a later
+    ``.{prefix}-scratch.tmp-XXXX``, records its writer, and is removed by a later
     :func:`remove_stale_siblings` if its process is killed.
     """
     base = Path(scratch_dir) if scratch_dir is not None else Path(beside).resolve().parent
