@@ -33,3 +33,52 @@ def test_gatherer_reuses_buffer_and_checks_range():
     assert np.array_equal(b.numpy(), x[[4, 5]]) and a.shape == (3, 3)
     with pytest.raises(ValueError, match="row ids"):
         g.gather(np.array([20]))
+
+
+def _rss_file_kib() -> int | None:
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("RssFile:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def test_read_rows_equals_gather_rows_on_mapped_files(tmp_path):
+    from shoal.sample.features import gather_rows, read_rows
+
+    p = tmp_path / "x.npy"
+    a = np.lib.format.open_memmap(p, mode="w+", dtype=np.float32, shape=(1000, 7))
+    a[:] = np.random.default_rng(0).random((1000, 7))
+    ro = np.load(p, mmap_mode="r")
+    ids = np.array([5, 799, 0, 5, 17, 798])
+    for src in (a, ro, ro[100:900], a[3:], np.asarray(ro)):  # writable, read-only, views, RAM
+        want = np.asarray(src)[ids]
+        assert np.array_equal(read_rows(src, ids), want)
+        assert np.array_equal(
+            read_rows(src, ids, normalize=True), gather_rows(src, ids, normalize=True)
+        )
+        run = np.arange(10, 60)  # consecutive rows: one read
+        assert np.array_equal(
+            read_rows(src, run, np.empty((64, 7), np.float32))[:50], np.asarray(src)[run]
+        )
+    with pytest.raises(ValueError, match="row ids"):
+        read_rows(ro, np.array([1000]))
+
+
+def test_read_rows_does_not_map_the_file_into_memory(tmp_path):
+    from shoal.sample.features import read_rows
+
+    if _rss_file_kib() is None:
+        pytest.skip("needs /proc/self/status (Linux)")
+    p = tmp_path / "big.npy"
+    a = np.lib.format.open_memmap(p, mode="w+", dtype=np.float32, shape=(40_000, 256))  # 40 MB
+    a[:] = 1.0
+    del a
+    src = np.load(p, mmap_mode="r")
+    ids = np.random.default_rng(1).choice(40_000, 3000, replace=False)
+    before = _rss_file_kib()
+    out = read_rows(src, ids)
+    assert out.sum() == 3000 * 256
+    assert _rss_file_kib() - before < 4096  # < 4 MiB of the 40 MB file joined the process

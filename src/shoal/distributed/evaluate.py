@@ -25,10 +25,10 @@ from shoal.distributed.feature_store import DistFeatureStore
 from shoal.distributed.runtime import DistContext
 from shoal.distributed.tables import NodeTables
 from shoal.errors import ShoalInputError
+from shoal.sample.features import read_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Partition, Store
 from shoal.training.inference import RowProvider, Scratch, Segment, run_layers
-from shoal.utils.io import release_pages
 
 __all__ = ["PullRows", "dist_evaluate"]
 
@@ -56,6 +56,7 @@ class PullRows(RowProvider):
             local_parts=inputs,
             feature_dim=dim,
             stats=self.stats,
+            gather=read_rows,
         )
 
     def num_steps(self, local_steps: int) -> int:
@@ -71,10 +72,7 @@ class PullRows(RowProvider):
         assert self.fs is not None
         if self.ctx.world_size == 1 and not len(ids):
             return np.empty((0, self.dim), np.float32)
-        rows = self.fs.pull(ids).numpy()
-        for a in self.inputs.values():  # rows served to other ranks: drop their pages
-            release_pages(a)
-        return rows
+        return self.fs.pull(ids).numpy()
 
 
 def _segment(part: Partition, tables: NodeTables, splits: tuple[str, ...]) -> Segment:

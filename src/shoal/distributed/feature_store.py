@@ -14,7 +14,7 @@ of rows) -- one round per call, i.e. one per step and layer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -43,6 +43,9 @@ class DistFeatureStore:
             features) are ignored.
         feature_dim: F (needed by ranks that hold no part).
         stats: counters to update (default: a fresh :class:`CommStats`).
+        gather: ``gather(src, ids, out)`` reading local rows (default
+            :func:`~shoal.sample.features.gather_rows`; the exact evaluation passes
+            :func:`~shoal.sample.features.read_rows`, positioned reads of mapped files).
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class DistFeatureStore:
         local_parts: Mapping[int, np.ndarray],
         feature_dim: int,
         stats: CommStats | None = None,
+        gather: Callable[..., np.ndarray] | None = None,
     ) -> None:
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
@@ -83,6 +87,7 @@ class DistFeatureStore:
             if a.shape[0] < n:
                 raise ValueError(f"part {i} has {a.shape[0]} feature rows, needs {n}")
         self.stats = stats if stats is not None else CommStats()
+        self._gather = gather if gather is not None else gather_rows
         self.feature_dim = int(feature_dim)
         self._buf = np.empty((0, self.feature_dim), dtype=np.float32)
 
@@ -102,10 +107,10 @@ class DistFeatureStore:
         parts = owner_of(self.part_offsets, ids)
         first = int(parts[0])
         if len(self.local_parts) == 1 or (parts == first).all():
-            return gather_rows(self.local_parts[first], ids - self.part_offsets[first], out)[:n]
+            return self._gather(self.local_parts[first], ids - self.part_offsets[first], out)[:n]
         for i in np.unique(parts):
             sel = np.flatnonzero(parts == i)
-            out[sel] = gather_rows(self.local_parts[int(i)], ids[sel] - self.part_offsets[i])
+            out[sel] = self._gather(self.local_parts[int(i)], ids[sel] - self.part_offsets[i])
         return out[:n]
 
     def pull(self, ids: np.ndarray | torch.Tensor) -> torch.Tensor:

@@ -189,3 +189,31 @@ def _row_normalize(out, n):
             inv = 1.0 / s
             for j in range(f):
                 out[i, j] *= inv
+
+
+#: ``ssize_t pread(int fd, void *buf, size_t count, off_t offset)`` from the C library, bound
+#: by name at link time (so the kernels below can be cached, unlike a ctypes pointer).
+_pread = numba.types.ExternalFunction(
+    "pread", numba.types.int64(numba.types.int32, numba.types.intp, numba.types.uint64,
+                               numba.types.int64)
+)  # fmt: skip
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def _pread_rows(fd, first, stride, row_bytes, ids, out):
+    """Row ``ids[i]`` of a file (``row_bytes`` at ``first + ids[i] * stride``) into row ``i`` of
+    the C-contiguous ``out``, one positioned read per row, rows in parallel. Returns the
+    number of rows that could not be read whole (0 on success)."""
+    base = out.ctypes.data
+    bad = 0
+    for i in prange(ids.shape[0]):
+        pos = first + ids[i] * stride
+        done = 0
+        while done < row_bytes:  # pread may return short counts
+            n = _pread(np.int32(fd), base + i * row_bytes + done, np.uint64(row_bytes - done),
+                       pos + done)  # fmt: skip
+            if n <= 0:
+                bad += 1
+                break
+            done += n
+    return bad

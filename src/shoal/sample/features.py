@@ -7,6 +7,9 @@ that is kept between calls and grown when a batch needs more rows.
 
 from __future__ import annotations
 
+import mmap
+import os
+
 import numpy as np
 import torch
 
@@ -14,7 +17,7 @@ from shoal.errors import ShoalInputError
 from shoal.sample import _kernels as K
 from shoal.store.reader import Partition
 
-__all__ = ["FeatureGatherer", "PartGatherer", "gather_rows"]
+__all__ = ["FeatureGatherer", "PartGatherer", "gather_rows", "read_rows"]
 
 
 def gather_rows(
@@ -42,6 +45,67 @@ def gather_rows(
         out[:n] = raw.view(np.float16)
     else:
         K._gather_rows(src, ids, out)
+    if normalize:
+        K._row_normalize(out, n)
+    return out
+
+
+def _file_rows(src: np.ndarray) -> tuple[str, int, int] | None:
+    """``(file, offset of row 0, row stride)`` of a memory-mapped array whose rows are
+    contiguous in its file, or None (an in-memory array, or columns not contiguous)."""
+    mm = getattr(src, "_mmap", None)
+    name = getattr(src, "filename", None)
+    if not isinstance(mm, mmap.mmap) or not name or src.ndim != 2:
+        return None
+    if src.strides[1] != src.itemsize or src.strides[0] < src.shape[1] * src.itemsize:
+        return None
+    map_start = int(src.offset) - int(src.offset) % mmap.ALLOCATIONGRANULARITY
+    map_addr = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+    return str(name), map_start + (src.ctypes.data - map_addr), int(src.strides[0])
+
+
+def read_rows(
+    src: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None, *, normalize: bool = False
+) -> np.ndarray:
+    """``out[:len(ids)] = src[ids]`` as float32, like :func:`gather_rows`, but a memory-mapped
+    float32 ``src`` is read with one positioned read (``pread``) per row instead of page
+    faults: the rows land in ``out`` and the page cache, never in this process's resident set
+    (a page fault maps whole (large) folios around each row, so gathering a few thousand
+    random rows from a mapped file can map all of it). Other arrays go to :func:`gather_rows`.
+    """
+    where = _file_rows(src) if src.dtype == np.float32 else None
+    if where is None:
+        return gather_rows(src, ids, out, normalize=normalize)
+    ids = np.asarray(ids, dtype=np.int64)
+    n = ids.shape[0]
+    if out is None:
+        out = np.empty((n, src.shape[1]), dtype=np.float32)
+    elif out.shape[0] < n or out.shape[1] != src.shape[1] or out.dtype != np.float32:
+        raise ValueError(f"out must be float32 with >= {n} rows and {src.shape[1]} columns")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    if n and (ids.min() < 0 or ids.max() >= src.shape[0]):
+        raise ValueError(f"row ids must be in [0, {src.shape[0]})")
+    name, first, stride = where
+    row_bytes = src.shape[1] * 4
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        if (
+            n > 1
+            and stride == row_bytes
+            and ids[-1] - ids[0] == n - 1
+            and (np.diff(ids) == 1).all()
+        ):
+            # one run of consecutive rows (a sequential pass): one read
+            want = n * row_bytes
+            got = os.preadv(fd, [memoryview(out[:n]).cast("B")], first + int(ids[0]) * stride)
+            bad = 0 if got == want else n
+        else:
+            bad = K._pread_rows(fd, first, stride, row_bytes, ids, out)
+    finally:
+        os.close(fd)
+    if bad:
+        raise OSError(f"{name}: {bad} rows could not be read (file truncated?)")
     if normalize:
         K._row_normalize(out, n)
     return out

@@ -36,7 +36,7 @@ from torch import nn
 
 from shoal.graph.blocks import full_graph_block
 from shoal.sample import _kernels as K
-from shoal.sample.features import gather_rows
+from shoal.sample.features import gather_rows, read_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.data import TrainData
 from shoal.utils.io import release_pages, scratch_space
@@ -135,10 +135,9 @@ class RowProvider:
 
 
 def _read(src: np.ndarray, ids: np.ndarray, buf: np.ndarray, normalize: bool) -> np.ndarray:
-    """``src[ids]`` into ``buf`` (row-normalised when asked), then release ``src``'s pages."""
-    out = gather_rows(src, ids, buf, normalize=normalize)[: len(ids)]
-    release_pages(src)
-    return out
+    """``src[ids]`` into ``buf`` (row-normalised when asked): positioned reads for a mapped
+    file (:func:`~shoal.sample.features.read_rows`), so its pages never join this process."""
+    return read_rows(src, ids, buf, normalize=normalize)[: len(ids)]
 
 
 def _buffer(bufs: dict[str, np.ndarray], name: str, rows: int, cols: int) -> np.ndarray:
@@ -221,6 +220,8 @@ def run_layers(
     bufs: dict[str, np.ndarray] = {}
     for layer in range(num_layers):
         pre, post = splitter(layer) if splitter is not None else (None, None)
+        if pre is not None and int(pre(torch.zeros(1, dim)).shape[1]) >= dim:
+            pre, post = None, None  # the node-wise part would widen the rows: skip the split
         post = post if post is not None else partial(model.layer_forward, layer)
         normalize = normalize_features and layer == 0
         if pre is not None:
@@ -251,6 +252,8 @@ def run_layers(
             else:
                 outs[seg.key][start : start + len(rows)] = h
                 release_pages(outs[seg.key])
+            release_pages(seg.sampler.indptr)  # the part's CSR, read through its memory map
+            release_pages(seg.sampler.indices)
             bar.update(1)
         bar.close()
         provider.end_layer()
