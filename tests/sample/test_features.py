@@ -82,3 +82,22 @@ def test_read_rows_does_not_map_the_file_into_memory(tmp_path):
     out = read_rows(src, ids)
     assert out.sum() == 3000 * 256
     assert _rss_file_kib() - before < 4096  # < 4 MiB of the 40 MB file joined the process
+
+
+def test_read_rows_into_given_positions(tmp_path):
+    from shoal.sample.features import read_rows
+
+    p = tmp_path / "x.npy"
+    a = np.lib.format.open_memmap(p, mode="w+", dtype=np.float32, shape=(50, 3))
+    a[:] = np.arange(150, dtype=np.float32).reshape(50, 3) + 1
+    for src in (np.load(p, mmap_mode="r"), np.asarray(a)):
+        out = np.zeros((6, 3), np.float32)
+        read_rows(src, np.array([7, 2, 49]), out, at=np.array([4, 0, 2]))
+        want = np.zeros((6, 3), np.float32)
+        want[[4, 0, 2]] = np.asarray(src)[[7, 2, 49]]
+        assert np.array_equal(out, want)
+        out2 = np.zeros((6, 3), np.float32)
+        read_rows(src, np.array([7, 2]), out2, at=np.array([5, 1]), normalize=True)
+        rows = np.asarray(src)[[7, 2]]
+        assert np.allclose(out2[[5, 1]], rows / rows.sum(1, keepdims=True))
+        assert not out2[[0, 2, 3, 4]].any()

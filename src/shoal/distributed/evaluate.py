@@ -106,7 +106,7 @@ def dist_evaluate(
     tables: NodeTables,
     *,
     splits: tuple[str, ...] = ("val", "test"),
-    batch_size: int = 4096,
+    batch_size: int = 1024,
     normalize_features: bool = False,
     stats: CommStats | None = None,
     scratch_dir: str | os.PathLike | None = None,

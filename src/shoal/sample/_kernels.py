@@ -200,18 +200,18 @@ _pread = numba.types.ExternalFunction(
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
-def _pread_rows(fd, first, stride, row_bytes, ids, out):
-    """Row ``ids[i]`` of a file (``row_bytes`` at ``first + ids[i] * stride``) into row ``i`` of
-    the C-contiguous ``out``, one positioned read per row, rows in parallel. Returns the
-    number of rows that could not be read whole (0 on success)."""
+def _pread_rows(fd, first, stride, row_bytes, ids, dest, out):
+    """Row ``ids[i]`` of a file (``row_bytes`` at ``first + ids[i] * stride``) into row
+    ``dest[i]`` of the C-contiguous ``out``, one positioned read per row, rows in parallel.
+    Returns the number of rows that could not be read whole (0 on success)."""
     base = out.ctypes.data
     bad = 0
     for i in prange(ids.shape[0]):
         pos = first + ids[i] * stride
+        dst = base + dest[i] * row_bytes
         done = 0
         while done < row_bytes:  # pread may return short counts
-            n = _pread(np.int32(fd), base + i * row_bytes + done, np.uint64(row_bytes - done),
-                       pos + done)  # fmt: skip
+            n = _pread(np.int32(fd), dst + done, np.uint64(row_bytes - done), pos + done)
             if n <= 0:
                 bad += 1
                 break

@@ -65,23 +65,35 @@ def _file_rows(src: np.ndarray) -> tuple[str, int, int] | None:
 
 
 def read_rows(
-    src: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None, *, normalize: bool = False
+    src: np.ndarray,
+    ids: np.ndarray,
+    out: np.ndarray | None = None,
+    *,
+    normalize: bool = False,
+    at: np.ndarray | None = None,
 ) -> np.ndarray:
     """``out[:len(ids)] = src[ids]`` as float32, like :func:`gather_rows`, but a memory-mapped
     float32 ``src`` is read with one positioned read (``pread``) per row instead of page
     faults: the rows land in ``out`` and the page cache, never in this process's resident set
     (a page fault maps whole (large) folios around each row, so gathering a few thousand
     random rows from a mapped file can map all of it). Other arrays go to :func:`gather_rows`.
+
+    ``at`` (positions in ``out``) writes row ``ids[i]`` to ``out[at[i]]`` instead (no
+    temporary copy); ``normalize`` then applies to those rows only.
     """
-    where = _file_rows(src) if src.dtype == np.float32 else None
-    if where is None:
-        return gather_rows(src, ids, out, normalize=normalize)
     ids = np.asarray(ids, dtype=np.int64)
     n = ids.shape[0]
+    where = _file_rows(src) if src.dtype == np.float32 else None
+    if where is None:
+        if at is None:
+            return gather_rows(src, ids, out, normalize=normalize)
+        out[at] = gather_rows(src, ids, normalize=normalize)
+        return out
+    rows = n if at is None else (int(at.max()) + 1 if len(at) else 0)
     if out is None:
-        out = np.empty((n, src.shape[1]), dtype=np.float32)
-    elif out.shape[0] < n or out.shape[1] != src.shape[1] or out.dtype != np.float32:
-        raise ValueError(f"out must be float32 with >= {n} rows and {src.shape[1]} columns")
+        out = np.empty((rows, src.shape[1]), dtype=np.float32)
+    elif out.shape[0] < rows or out.shape[1] != src.shape[1] or out.dtype != np.float32:
+        raise ValueError(f"out must be float32 with >= {rows} rows and {src.shape[1]} columns")
     if not out.flags.c_contiguous:
         raise ValueError("out must be C-contiguous")
     if n and (ids.min() < 0 or ids.max() >= src.shape[0]):
@@ -91,23 +103,27 @@ def read_rows(
     fd = os.open(name, os.O_RDONLY)
     try:
         if (
-            n > 1
+            at is None
+            and n > 1
             and stride == row_bytes
             and ids[-1] - ids[0] == n - 1
             and (np.diff(ids) == 1).all()
         ):
             # one run of consecutive rows (a sequential pass): one read
-            want = n * row_bytes
             got = os.preadv(fd, [memoryview(out[:n]).cast("B")], first + int(ids[0]) * stride)
-            bad = 0 if got == want else n
+            bad = 0 if got == n * row_bytes else n
         else:
-            bad = K._pread_rows(fd, first, stride, row_bytes, ids, out)
+            dest = np.arange(n, dtype=np.int64) if at is None else np.asarray(at, np.int64)
+            bad = K._pread_rows(fd, first, stride, row_bytes, ids, dest, out)
     finally:
         os.close(fd)
     if bad:
         raise OSError(f"{name}: {bad} rows could not be read (file truncated?)")
     if normalize:
-        K._row_normalize(out, n)
+        if at is None:
+            K._row_normalize(out, n)
+        else:
+            out[at] = gather_rows(out, np.asarray(at, np.int64), normalize=True)
     return out
 
 

@@ -38,7 +38,9 @@ class TrainConfig:
         patience: stop after this many evaluations without a better validation accuracy;
             0 disables early stopping (default 0).
         eval_every: evaluate on the validation set every this many epochs (default 1).
-        eval_batch_size: nodes per batch of layer-wise inference (default 4096).
+        eval_batch_size: target nodes per batch of the exact layer-wise inference; a batch
+            reads the rows of all their in-neighbours, so this bounds its memory
+            (default 1024).
         seed: seed of initialisation, shuffling, sampling and dropout (default 0).
 
     Run and output:
@@ -76,7 +78,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     patience: int = 0
     eval_every: int = 1
-    eval_batch_size: int = 4096
+    eval_batch_size: int = 1024
     seed: int = 0
     threads: int | None = None
     normalize_features: bool = False

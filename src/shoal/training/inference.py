@@ -175,19 +175,18 @@ def _steps(segments: list[Segment], last: bool, batch_size: int) -> Iterator[tup
 
 
 def _inputs_of_batch(seg, mb, src, provider, normalize, bufs) -> torch.Tensor:
-    """The layer inputs of a full-neighbourhood batch: core rows read here, remote rows
-    fetched (collective), row-normalised when ``normalize``."""
+    """The layer inputs of a full-neighbourhood batch: core rows read here (straight into
+    their positions), remote rows fetched (collective), row-normalised when ``normalize``."""
     ids = mb.n_id
-    dim = src.shape[1]
-    x = _buffer(bufs, "in", len(ids), dim)[: len(ids)]
+    x = _buffer(bufs, "in", len(ids), src.shape[1])[: len(ids)]
     is_core = ids < seg.num_core
     if is_core.all():
-        _read(src, ids, x, False)
+        read_rows(src, ids, x)
         provider.fetch(np.empty(0, np.int64))
     else:
         core = np.flatnonzero(is_core)
         far = np.flatnonzero(~is_core)
-        x[core] = _read(src, ids[core], _buffer(bufs, "core", len(core), dim), False)
+        read_rows(src, ids[core], x, at=core)
         x[far] = provider.fetch(seg.remote[ids[far] - seg.num_core])
     if normalize:
         K._row_normalize(x, len(ids))
@@ -201,7 +200,7 @@ def run_layers(
     *,
     provider: RowProvider | None = None,
     normalize_features: bool = False,
-    batch_size: int = 4096,
+    batch_size: int = 1024,
     scratch: Scratch,
     show_progress: bool | None = None,
 ) -> None:
@@ -287,7 +286,7 @@ def layerwise_inference(
     *,
     sampler: NeighborSampler | None = None,
     normalize_features: bool = False,
-    batch_size: int = 4096,
+    batch_size: int = 1024,
     show_progress: bool | None = None,
     scratch_dir: str | os.PathLike | None = None,
 ) -> np.ndarray:
