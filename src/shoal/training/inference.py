@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: A layer's output array larger than this goes to a memory map in the scratch directory.
-INFERENCE_MEMMAP_BYTES = 64 << 20
+INFERENCE_MEMMAP_BYTES = 16 << 20
 
 
 class Scratch:
