@@ -43,11 +43,9 @@ class PullRows(RowProvider):
         self.stats = stats
         self.feature_dim = int(store.feature_dim)
         self.fs: DistFeatureStore | None = None
-        self.inputs: dict[int, np.ndarray] = {}
 
     def set_layer(self, inputs: dict[int, np.ndarray], dim: int) -> None:
         self.dim = dim
-        self.inputs = inputs
         self.fs = DistFeatureStore(
             part_offsets=self.store.part_offsets,
             part_to_rank=self.part_to_rank,
@@ -66,7 +64,7 @@ class PullRows(RowProvider):
         return int(t.item())
 
     def end_layer(self) -> None:
-        self.fs, self.inputs = None, {}
+        self.fs = None
 
     def fetch(self, ids: np.ndarray) -> np.ndarray:
         assert self.fs is not None

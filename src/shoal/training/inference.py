@@ -147,10 +147,10 @@ def _buffer(bufs: dict[str, np.ndarray], name: str, rows: int, cols: int) -> np.
     return b
 
 
-def _stage(pre, seg: Segment, src: np.ndarray, normalize: bool, batch_size: int, scratch):
-    """The node-wise part ``pre`` of a layer on every core row of ``seg`` into a new array."""
+def _stage(pre, width: int, seg: Segment, src, normalize: bool, batch_size: int, scratch):
+    """The node-wise part ``pre`` (output ``width``) of a layer on every core row of ``seg``
+    into a new array."""
     dim = src.shape[1]
-    width = int(pre(torch.zeros(1, dim)).shape[1])
     out = scratch.array(seg.num_core, width)
     bufs: dict[str, np.ndarray] = {}
     for start in range(0, seg.num_core, batch_size):
@@ -219,16 +219,17 @@ def run_layers(
     bufs: dict[str, np.ndarray] = {}
     for layer in range(num_layers):
         pre, post = splitter(layer) if splitter is not None else (None, None)
-        if pre is not None and int(pre(torch.zeros(1, dim)).shape[1]) >= dim:
+        width = int(pre(torch.zeros(1, dim)).shape[1]) if pre is not None else dim
+        if pre is not None and width >= dim:
             pre, post = None, None  # the node-wise part would widen the rows: skip the split
         post = post if post is not None else partial(model.layer_forward, layer)
         normalize = normalize_features and layer == 0
         if pre is not None:
             prev = {
-                s.key: _stage(pre, s, prev[s.key], normalize, batch_size, scratch) for s in segments
+                s.key: _stage(pre, width, s, prev[s.key], normalize, batch_size, scratch)
+                for s in segments
             }
-            dim = int(pre(torch.zeros(1, dim)).shape[1])
-            normalize = False
+            dim, normalize = width, False
         provider.set_layer(prev, dim)
         last = layer == num_layers - 1
         out_dim = _out_dim(post, dim)
