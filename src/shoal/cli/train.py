@@ -51,6 +51,8 @@ CONFIG_FLAGS = (
     "dist_timeout",
     "max_restarts",
     "average_every",
+    "memory",
+    "io_threads",
 )
 
 
@@ -64,14 +66,10 @@ def _fanouts(value: str) -> tuple[int, ...]:
 def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
     """Add the trainer's flags (defaults None so a --config file can fill them)."""
     d = TrainConfig()
-    groups = {
-        "input": p.add_argument_group("input"),
-        "model": p.add_argument_group("model"),
-        "optimisation": p.add_argument_group("optimisation"),
-        "run": p.add_argument_group("run"),
-        "output": p.add_argument_group("output"),
-        "distributed": p.add_argument_group("distributed (with --store)"),
-    }
+    titles = {"input": "input", "model": "model", "optimisation": "optimisation", "run": "run",
+              "output": "output", "memory": "memory (out-of-core)",
+              "distributed": "distributed (with --store)"}  # fmt: skip
+    groups = {k: p.add_argument_group(t) for k, t in titles.items()}
     g = groups["input"]
     g.add_argument("--graph", metavar="DIR", help="graph directory with features, labels, splits")
     g.add_argument(
@@ -138,8 +136,27 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
         help="where large temporary files go (inference arrays); default: beside the graph "
         "directory or the store, never the system temp dir (often RAM-backed)",
     )
+    _add_memory_arguments(groups["memory"], d)
     _add_distributed_arguments(groups["distributed"], d)
     return groups
+
+
+def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
+    g.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="memory one training process may use in all, page cache included (e.g. 4GiB): "
+        "the graph structure is held in memory when it fits, feature rows are read ahead in "
+        "windows with direct I/O and the rows of high-degree nodes are cached within it "
+        "(default: the process's memory cgroup limit or the memory available at the start, "
+        "whichever is lower, shared by the processes of one machine)",
+    )
+    g.add_argument(
+        "--io-threads",
+        type=int,
+        metavar="N",
+        help=f"concurrent feature read requests (default {d.io_threads})",
+    )
 
 
 def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:

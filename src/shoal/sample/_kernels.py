@@ -217,3 +217,98 @@ def _pread_rows(fd, first, stride, row_bytes, ids, dest, out):
                 break
             done += n
     return bad
+
+
+@numba.njit(cache=True, nogil=True)
+def _plan_runs(ids, offset, stride, row_bytes, page, gap, max_run, run_start, run_end, row_ptr):
+    """Coalesce the page-aligned extents of rows ``ids`` (sorted, unique) into read runs.
+
+    Row ``v`` occupies bytes ``[offset + v * stride, + row_bytes)``; its extent is that range
+    widened to whole ``page``s. Consecutive extents whose gap is at most ``gap`` bytes join one
+    run while the run stays within ``max_run`` bytes. Writes runs ``[run_start, run_end)`` and
+    ``row_ptr`` (run ``r`` holds ids ``row_ptr[r]:row_ptr[r + 1]``); returns the run count.
+    """
+    n = ids.shape[0]
+    r = -1
+    cur_lo = np.int64(0)
+    cur_hi = np.int64(0)
+    for i in range(n):
+        pos = offset + ids[i] * stride
+        lo = (pos // page) * page
+        hi = ((pos + row_bytes + page - 1) // page) * page
+        if r >= 0 and lo <= cur_hi + gap and hi - cur_lo <= max_run:
+            if hi > cur_hi:
+                cur_hi = hi
+            continue
+        if r >= 0:
+            run_start[r] = cur_lo
+            run_end[r] = cur_hi
+        r += 1
+        row_ptr[r] = i
+        cur_lo = lo
+        cur_hi = hi
+    if r >= 0:
+        run_start[r] = cur_lo
+        run_end[r] = cur_hi
+    row_ptr[r + 1] = n
+    return r + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _read_runs(fd, run_start, run_end, row_ptr, r0, r1, ids, dest, offset, stride, row_bytes,
+               staging, out):  # fmt: skip
+    """Read runs ``r0:r1`` (see :func:`_plan_runs`) into ``staging`` (page-aligned, at least
+    the longest run) with one ``pread`` each, and copy their rows: the row of ``ids[i]`` goes
+    to bytes ``[dest[i] * row_bytes, + row_bytes)`` of ``out`` (1-D uint8). Serial and
+    GIL-free: callers run several in threads. Returns bytes read, or ``-1 - i`` when run ``i``
+    ended before its last row (a truncated file)."""
+    sbase = staging.ctypes.data
+    total = np.int64(0)
+    for r in range(r0, r1):
+        start = run_start[r]
+        want = run_end[r] - start
+        got = np.int64(0)
+        while got < want:
+            k = _pread(np.int32(fd), sbase + got, np.uint64(want - got), start + got)
+            if k <= 0:
+                break
+            got += k
+        total += got
+        for i in range(row_ptr[r], row_ptr[r + 1]):
+            rel = offset + ids[i] * stride - start
+            if rel + row_bytes > got:
+                return -1 - r
+            d = dest[i] * row_bytes
+            for b in range(row_bytes):
+                out[d + b] = staging[rel + b]
+    return total
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _gather_cached(ids, slot, cache, cold, rows, out):
+    """``out[i] = cache[slot[ids[i]]]`` when the row is cached (``slot >= 0``), else the row of
+    ``ids[i]`` in ``rows`` (``cold`` sorted: binary search), as float32, rows in parallel.
+    Returns the number of cached rows, or ``-1 - i`` when an ``ids[i]`` is in neither."""
+    f = out.shape[1]
+    n = ids.shape[0]
+    hit = np.zeros(n, np.int8)
+    for i in prange(n):
+        v = ids[i]
+        s = slot[v]
+        if s >= 0:
+            hit[i] = 1
+            for j in range(f):
+                out[i, j] = cache[s, j]
+            continue
+        p = np.searchsorted(cold, v)
+        if p >= cold.shape[0] or cold[p] != v:
+            hit[i] = -1
+            continue
+        for j in range(f):
+            out[i, j] = rows[p, j]
+    hits = 0
+    for i in range(n):
+        if hit[i] < 0:
+            return -1 - i
+        hits += hit[i]
+    return hits

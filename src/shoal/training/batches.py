@@ -89,11 +89,24 @@ class BatchLoader:
         self.batch_size = batch_size
         self.seed = seed
         self.timer = timer or Timer()
+        self.prefetcher = None
+
+    def use_windows(self, features, *, window_bytes: int, background: bool = True) -> None:
+        """Produce batches from windows of ``features`` (a budgeted
+        :class:`~shoal.sample.featstore.DiskFeatures`) read ahead in a background thread
+        (:class:`~shoal.training.prefetch.WindowPrefetcher`); the batches do not change."""
+        from shoal.training.prefetch import WindowPrefetcher
+
+        self.gatherer = features
+        self.prefetcher = WindowPrefetcher(
+            self, features, window_bytes=window_bytes, background=background
+        )
 
     def __len__(self) -> int:
         return max(1, math.ceil(len(self.seeds) / self.batch_size)) if len(self.seeds) else 0
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def samples(self, epoch: int) -> Iterator[MiniBatch]:
+        """The sampled blocks of ``epoch``'s batches, in order (phase ``sampling``)."""
         order = np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
         seeds = self.seeds[order]
         for step, start in enumerate(range(0, len(seeds), self.batch_size)):
@@ -101,12 +114,18 @@ class BatchLoader:
             mb = self.sampler.sample(
                 seeds[start : start + self.batch_size], batch_seed(self.seed, epoch, step)
             )
+            self.timer.add("sampling", time.perf_counter() - t0)
+            yield mb
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        if self.prefetcher is not None:
+            yield from self.prefetcher.epoch(epoch)
+            return
+        for mb in self.samples(epoch):
             t1 = time.perf_counter()
             x = self.gatherer.gather(mb.n_id)
             y = torch.from_numpy(np.asarray(self.labels[mb.seeds], dtype=np.int64))
-            t2 = time.perf_counter()
-            self.timer.add("sampling", t1 - t0)
-            self.timer.add("gather", t2 - t1)
+            self.timer.add("gather", time.perf_counter() - t1)
             yield Batch(mb, x, y)
 
 

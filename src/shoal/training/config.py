@@ -14,6 +14,7 @@ import tomllib
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
 from shoal.sample.sampler import parse_fanouts
+from shoal.utils.io import parse_size
 
 __all__ = ["TrainConfig"]
 
@@ -53,6 +54,14 @@ class TrainConfig:
         progress: show tqdm bars; None = only when stderr is a terminal (default None).
         scratch_dir: directory for large temporary files (inference arrays); None = beside the
             input graph or store, never the system temp dir (default None).
+
+    Memory (out-of-core):
+        memory: memory one training process may use in all, page cache included, e.g.
+            ``"4GiB"``; it is shared between a fixed reserve, the graph structure, windows of
+            feature rows read ahead and a cache of hot rows (``shoal.sample.budget``). None =
+            the memory cgroup limit or the memory available at the start, whichever is lower
+            (default None).
+        io_threads: concurrent read requests of the feature reader (default 8).
 
     Distributed (``shoal train --store``; ignored by the single-process trainer):
         engine: registered engine name (``shoal.engines.ENGINES``; default ``"minibatch"``).
@@ -95,6 +104,8 @@ class TrainConfig:
     max_restarts: int = 0
     average_every: int = 1
     average_optimizer: bool = True
+    memory: str | int | None = None
+    io_threads: int = 8
 
     def __post_init__(self) -> None:
         self.fanouts = parse_fanouts(self.fanouts)
@@ -111,6 +122,7 @@ class TrainConfig:
             "heads",
             "nproc",
             "average_every",
+            "io_threads",
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -128,12 +140,20 @@ class TrainConfig:
             raise ValueError("resume needs checkpoint_dir")
         if not self.dist_timeout > 0:
             raise ValueError(f"dist_timeout must be > 0, got {self.dist_timeout}")
+        if self.memory is not None:
+            if parse_size(self.memory) <= 0:
+                raise ValueError(f"memory must be a positive size, got {self.memory!r}")
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
 
     @property
     def num_layers(self) -> int:
         return len(self.fanouts)
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """``memory`` in bytes (None: derive from the machine)."""
+        return None if self.memory is None else parse_size(self.memory)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

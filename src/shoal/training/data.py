@@ -9,8 +9,11 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
+from shoal.sample.budget import MIN_WINDOW, BudgetPlan, plan_budget
+from shoal.sample.diskio import load_array
+from shoal.sample.featstore import DiskFeatures
 
-__all__ = ["TrainData"]
+__all__ = ["TrainData", "open_features"]
 
 
 @dataclass
@@ -77,3 +80,44 @@ class TrainData:
 
     def split(self, name: str) -> np.ndarray:
         return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
+
+
+def open_features(
+    data: TrainData,
+    *,
+    memory: int | None,
+    fanouts: tuple[int, ...],
+    batch_size: int,
+    normalize: bool = False,
+    io_threads: int = 8,
+    show_progress: bool | None = None,
+) -> tuple[DiskFeatures, BudgetPlan]:
+    """The budgeted feature store of ``data`` under ``memory`` bytes (None: the machine's or
+    cgroup's limit; ``shoal.sample.budget``). Loads the in-neighbour CSR into memory when the
+    plan keeps it there (``data.indptr``/``indices`` are replaced by the copies), and caches
+    the rows of the highest in-degree nodes first."""
+    x = data.features
+    row_bytes = int(x.shape[1]) * x.dtype.itemsize
+    per_seed = 1
+    for f in fanouts:  # rows a batch may touch: every seed's sampled L-hop tree
+        per_seed *= (f if f > 0 else 64) + 1
+    batch_rows = min(data.num_nodes, batch_size * per_seed)
+    structure = int(data.indptr.nbytes + data.indices.nbytes) + 16 * data.num_nodes
+    plan = plan_budget(
+        memory,
+        feature_bytes=int(x.shape[0]) * row_bytes,
+        structure_bytes=structure,
+        min_window=max(MIN_WINDOW, batch_rows * row_bytes),
+    )
+    if plan.structure_in_memory:
+        data.indptr = load_array(data.indptr)
+        data.indices = load_array(data.indices)
+    priority = None
+    if plan.cache < plan.features:
+        deg = np.diff(np.asarray(data.indptr[: data.num_nodes + 1], dtype=np.int64))
+        if len(deg) < data.num_nodes:
+            deg = np.concatenate([deg, np.zeros(data.num_nodes - len(deg), np.int64)])
+        priority = np.argsort(-deg, kind="stable")
+    store = DiskFeatures(x, cache_bytes=plan.cache, priority=priority, normalize=normalize,
+                         threads=io_threads, show_progress=show_progress)  # fmt: skip
+    return store, plan

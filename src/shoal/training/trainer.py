@@ -13,11 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
-from shoal.training.data import TrainData
+from shoal.training.data import TrainData, open_features
 from shoal.training.inference import evaluate
 from shoal.training.loop import EpochLoop
 from shoal.training.model import model_from_config
@@ -49,6 +48,15 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
+        self.features, self.budget = open_features(
+            data,
+            memory=config.memory_bytes,
+            fanouts=config.fanouts,
+            batch_size=config.batch_size,
+            normalize=config.normalize_features,
+            io_threads=config.io_threads,
+            show_progress=config.progress,
+        )
         self.sampler = NeighborSampler(
             data.indptr,
             data.indices,
@@ -59,13 +67,15 @@ class Trainer:
         self.timer = Timer()
         self.loader = BatchLoader(
             self.sampler,
-            FeatureGatherer(data.features, normalize=config.normalize_features),
+            self.features,
             data.labels,
             data.train_idx,
             batch_size=config.batch_size,
             seed=config.seed,
             timer=self.timer,
         )
+        if self.budget.cache < self.budget.features:
+            self.loader.use_windows(self.features, window_bytes=self.budget.window)
         self.num_batches = len(self.loader)
         self.loop = EpochLoop(
             self,
@@ -111,6 +121,7 @@ class Trainer:
         """Train one epoch (default: the next one); returns its metrics."""
         epoch = self.epoch if epoch is None else epoch
         before = dict(self.timer.seconds)
+        stats0 = self.features.stats.snapshot()
         total_loss, correct, seen = 0.0, 0, 0
         bar = progress(total=len(self.loader), desc=f"epoch {epoch + 1}", unit="batch",
                        enable=self.config.progress)  # fmt: skip
@@ -133,7 +144,20 @@ class Trainer:
             "train_accuracy": correct / max(seen, 1),
             "seconds": time.perf_counter() - t_epoch,
             "time_split": self.timer.since(before),
+            "io": self._io_record(stats0),
         }
+
+    def _io_record(self, before: dict[str, Any]) -> dict[str, Any]:
+        """The epoch's feature I/O: rows asked for and served by the cache, bytes read."""
+        pf = self.loader.prefetcher
+        if pf is not None:
+            rec = dict(pf.last_epoch)
+        else:
+            now = self.features.stats.snapshot()
+            rec = {k: now[k] - before[k] for k in now}
+        req = rec.get("requested", 0)
+        rec["cache_hit_rate"] = rec.get("hits", 0) / req if req else None
+        return rec
 
     def evaluate(self, splits: tuple[str, ...] = ("val",)) -> dict[str, float]:
         return evaluate(

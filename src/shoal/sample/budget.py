@@ -1,0 +1,153 @@
+"""The memory budget of a training process: how much it may use, and how that is shared.
+
+``--memory`` (``TrainConfig.memory``) is the memory one training process may use in all,
+page cache of what it reads included. By default it is what the process may use on this
+machine: the limit of its memory cgroup (v1 ``hierarchical_memory_limit`` or v2
+``memory.max`` of its group and every ancestor; a container's limit is one of these) or, when
+it is lower, the machine's ``MemAvailable`` when training starts (shared equally by the
+processes started on one machine). :func:`plan_budget` splits it into a fixed reserve
+(interpreter, torch, model, activations), the graph structure (held in memory when it fits),
+the feature windows and the cache of hot feature rows: two windows (one trained on, one being
+read) and the cache get a third each of what is left. Every window costs about one sweep of
+the feature file (its rows are spread over the whole file), so a window large enough for an
+epoch's uncached rows matters more than a larger cache; on the 10M-node benchmark graph a
+third of 2.5 GB holds an epoch's uncached rows with a cache of 16% of the rows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from shoal.errors import ShoalInputError
+
+__all__ = ["BudgetPlan", "memory_limit", "plan_budget"]
+
+_UNLIMITED = 1 << 60
+#: memory assumed taken by the interpreter, torch, numba, the model and one batch's
+#: activations, before any data (measured: 0.6-0.9 GiB RSS for GraphSAGE at batch 1024).
+RESERVE = 1 << 30
+#: the smallest window (rows of at least one batch must fit in it).
+MIN_WINDOW = 16 << 20
+
+
+def _int_or_none(text: str) -> int | None:
+    text = text.strip()
+    if not text or text == "max":
+        return None
+    v = int(text)
+    return v if v < _UNLIMITED else None
+
+
+def _cgroup_limit() -> int | None:
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    limits: list[int] = []
+    for line in lines:
+        _, ctrl, path = line.split(":", 2)
+        if ctrl == "":  # cgroup v2: this group and its ancestors
+            p = Path("/sys/fs/cgroup") / path.lstrip("/")
+            while True:
+                try:
+                    v = _int_or_none((p / "memory.max").read_text())
+                except (OSError, ValueError):
+                    v = None
+                if v is not None:
+                    limits.append(v)
+                if p == Path("/sys/fs/cgroup") or p == p.parent:
+                    break
+                p = p.parent
+        elif "memory" in ctrl.split(","):  # cgroup v1: the hierarchical limit
+            stat = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.stat"
+            try:
+                for ln in stat.read_text().splitlines():
+                    if ln.startswith("hierarchical_memory_limit "):
+                        v = _int_or_none(ln.split()[1])
+                        if v is not None:
+                            limits.append(v)
+            except (OSError, ValueError):
+                pass
+    return min(limits) if limits else None
+
+
+def _mem_available() -> int:
+    try:
+        for ln in Path("/proc/meminfo").read_text().splitlines():
+            if ln.startswith("MemAvailable:"):
+                return int(ln.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def memory_limit(processes: int = 1) -> tuple[int, str]:
+    """``(bytes, where it came from)`` one of ``processes`` processes on this machine may use:
+    the memory cgroup's limit, or the machine's available memory (``MemAvailable``) when that
+    is lower, shared equally."""
+    cg = _cgroup_limit()
+    avail = _mem_available()
+    if cg is not None and cg < avail:
+        return cg // max(processes, 1), "memory cgroup limit"
+    return avail // max(processes, 1), "MemAvailable"
+
+
+@dataclass
+class BudgetPlan:
+    """How a process's memory is shared (bytes)."""
+
+    total: int
+    source: str
+    reserve: int
+    structure: int
+    structure_in_memory: bool
+    window: int
+    cache: int
+    features: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_budget(
+    memory: int | None,
+    *,
+    feature_bytes: int,
+    structure_bytes: int,
+    min_window: int = MIN_WINDOW,
+    reserve: int = RESERVE,
+    option: str = "--memory",
+) -> BudgetPlan:
+    """Share ``memory`` (None: :func:`memory_limit`) between the fixed ``reserve``, the graph
+    structure (``structure_bytes``; kept on disk when it does not fit in half of what is left),
+    two feature windows (one in use, one being read) and the cache of hot rows. When the whole
+    feature matrix fits next to one window, it is cached whole and windows are not needed.
+
+    Raises ShoalInputError naming ``option`` when ``memory`` cannot hold the reserve and two
+    windows of ``min_window`` bytes (the rows of one batch).
+    """
+    source = "given"
+    if memory is None:
+        memory, source = memory_limit()
+    left = memory - reserve
+    need = 2 * min_window
+    if left < need:
+        raise ShoalInputError(
+            f"a memory budget of {memory / 2**20:.1f} MiB ({source}) is below the minimum "
+            f"working set ({(reserve + need) / 2**20:.1f} MiB: {reserve / 2**20:.0f} MiB for "
+            f"the process and model, two windows of {min_window / 2**20:.1f} MiB of feature "
+            "rows, each the rows one batch may need)",
+            fix=f"raise {option} (or the memory limit), or lower --batch-size/--fanouts",
+        )
+    in_mem = structure_bytes <= (left - need) // 2
+    if in_mem:
+        left -= structure_bytes
+    if feature_bytes + min_window <= left:
+        return BudgetPlan(memory, source, reserve, structure_bytes, in_mem, min_window,
+                          feature_bytes, feature_bytes)  # fmt: skip
+    window = max(min_window, left // 3)
+    cache = max(0, left - 2 * window)
+    return BudgetPlan(memory, source, reserve, structure_bytes, in_mem, window, cache,
+                      feature_bytes)  # fmt: skip

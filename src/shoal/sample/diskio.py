@@ -1,0 +1,241 @@
+"""Planned reads of rows of a file-backed ``(N, F)`` array: sorted, coalesced, direct.
+
+Reading a row through a memory map costs a page fault that maps (and reads ahead) far more
+than the row; reading it with one ``pread`` costs a system call and a 4 KiB page of the page
+cache per 512-byte row. Both collapse when the file does not fit in memory. A
+:class:`RowReader` instead takes a whole *set* of rows at once (Ginex, Park et al., VLDB 2022,
+Sec. 4: the rows of a window of batches are known before they are used), sorts them, widens
+each to whole pages, merges extents that lie within ``merge_gap`` bytes of each other into one
+run (reading a short gap is cheaper than another request), and reads each run with one
+``pread`` into a page-aligned staging buffer opened with ``O_DIRECT`` (the page cache is
+bypassed: no 4 KiB page per short row, nothing charged to the process's memory), several runs
+at once from ``threads`` threads. A dense set of rows thus becomes a sequential sweep, a sparse
+one a batch of parallel small reads. DGL GraphBolt's ``DiskBasedFeature`` makes the same choice
+(batched direct reads instead of the page cache).
+
+Measured on this project's 2-core build machine (virtio disk, 5.1 GB file, cold):
+sequential ``O_DIRECT`` reads of 16 MiB ran at 1.37 GB/s against 0.40-0.76 GB/s buffered;
+random 4 KiB ``O_DIRECT`` reads at 68k/s from 16 threads against 16k/s buffered. One random
+request therefore costs about as much as 20 KiB of sequential transfer, hence the default
+``merge_gap`` of 32 KiB.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from shoal.sample import _kernels as K
+
+__all__ = ["MAX_RUN", "MERGE_GAP", "PAGE", "ReadStats", "RowFile", "RowReader", "load_array"]
+
+PAGE = 4096
+#: extents closer than this are read as one run (default 32 KiB; see the module docstring).
+MERGE_GAP = 32 << 10
+#: the longest single read and the size of each thread's staging buffer (default 4 MiB).
+MAX_RUN = 4 << 20
+
+
+@dataclass(frozen=True)
+class RowFile:
+    """Where the rows of a 2-D array live in a file: row ``v`` is ``row_bytes`` bytes at
+    ``offset + v * stride``."""
+
+    path: str
+    offset: int
+    stride: int
+    row_bytes: int
+    num_rows: int
+    dim: int
+    dtype: np.dtype
+
+    @classmethod
+    def of(cls, arr: np.ndarray) -> RowFile | None:
+        """The file layout of a memory-mapped 2-D array whose rows are contiguous in its file
+        (an ``np.load(..., mmap_mode="r")`` array), or None (in memory, or strided columns)."""
+        mm = getattr(arr, "_mmap", None)
+        name = getattr(arr, "filename", None)
+        if not isinstance(mm, mmap.mmap) or not name or arr.ndim != 2:
+            return None
+        if arr.strides[1] != arr.itemsize or arr.strides[0] < arr.shape[1] * arr.itemsize:
+            return None
+        map_start = int(arr.offset) - int(arr.offset) % mmap.ALLOCATIONGRANULARITY
+        map_addr = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+        return cls(
+            path=str(name),
+            offset=map_start + (arr.ctypes.data - map_addr),
+            stride=int(arr.strides[0]),
+            row_bytes=int(arr.shape[1] * arr.itemsize),
+            num_rows=int(arr.shape[0]),
+            dim=int(arr.shape[1]),
+            dtype=arr.dtype,
+        )
+
+
+@dataclass
+class ReadStats:
+    """Counters of a reader: rows delivered, bytes read from the file, read requests, reads."""
+
+    rows: int = 0
+    bytes: int = 0
+    requests: int = 0
+    calls: int = 0
+
+    def add(self, rows: int, nbytes: int, requests: int) -> None:
+        self.rows += rows
+        self.bytes += nbytes
+        self.requests += requests
+        self.calls += 1
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    """A page-aligned uint8 buffer (anonymous memory map), as ``O_DIRECT`` needs."""
+    return np.frombuffer(mmap.mmap(-1, max(PAGE, nbytes)), dtype=np.uint8)
+
+
+class RowReader:
+    """Reads sets of rows of a :class:`RowFile` with planned, coalesced, direct reads.
+
+    Args:
+        rows: the file layout (:meth:`RowFile.of`).
+        threads: concurrent read requests (default 8; the disk, not the CPU, is the limit).
+        merge_gap: join extents at most this many bytes apart (default :data:`MERGE_GAP`).
+        direct: open with ``O_DIRECT`` (default true; falls back to buffered reads, with
+            ``POSIX_FADV_RANDOM``, where the file system refuses it).
+
+    :meth:`read` is thread-safe; each call uses ``threads`` staging buffers of
+    :data:`MAX_RUN` bytes (``threads * 4 MiB`` while it runs).
+    """
+
+    def __init__(
+        self, rows: RowFile, *, threads: int = 8, merge_gap: int = MERGE_GAP, direct: bool = True
+    ) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        if merge_gap < 0:
+            raise ValueError(f"merge_gap must be >= 0, got {merge_gap}")
+        self.file = rows
+        self.threads = threads
+        self.merge_gap = int(merge_gap)
+        self.stats = ReadStats()
+        self._lock = threading.Lock()
+        self._fd, self.direct = self._open(direct)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="shoal-read")
+        self._staging = threading.local()  # one staging buffer per pool thread, kept
+
+    def _open(self, direct: bool) -> tuple[int, bool]:
+        flag = getattr(os, "O_DIRECT", 0)
+        if direct and flag:
+            try:
+                fd = os.open(self.file.path, os.O_RDONLY | flag)
+            except OSError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    os.preadv(fd, [memoryview(_aligned(PAGE))], 0)  # EINVAL if unsupported
+                    return fd, True
+                except OSError:
+                    os.close(fd)
+        fd = os.open(self.file.path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        return fd, False
+
+    def bytes_for(self, ids: np.ndarray) -> int:
+        """Bytes the rows ``ids`` (sorted, unique) occupy (what a read of them delivers)."""
+        return len(ids) * self.file.row_bytes
+
+    def read(self, ids: np.ndarray, out: np.ndarray, dest: np.ndarray | None = None) -> int:
+        """Row ``ids[i]`` into ``out[dest[i]]`` (default ``out[i]``); returns bytes read.
+
+        ``ids`` must be sorted and unique (``np.unique``); ``out`` a C-contiguous array of the
+        file's dtype with ``dim`` columns. Raises OSError when the file is shorter than a row.
+        """
+        f = self.file
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        n = len(ids)
+        if out.dtype != f.dtype or out.ndim != 2 or out.shape[1] != f.dim:
+            raise ValueError(f"out must be ({n}+, {f.dim}) {f.dtype}, got {out.shape} {out.dtype}")
+        if not out.flags.c_contiguous:
+            raise ValueError("out must be C-contiguous")
+        if n == 0:
+            return 0
+        if ids[0] < 0 or ids[-1] >= f.num_rows or (n > 1 and np.any(np.diff(ids) <= 0)):
+            raise ValueError(f"ids must be sorted, unique and in [0, {f.num_rows})")
+        dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
+        if len(dest) != n or (n and (dest.min() < 0 or dest.max() >= out.shape[0])):
+            raise ValueError("dest must give one row of out per id")
+        start = np.empty(n, np.int64)
+        end = np.empty(n, np.int64)
+        ptr = np.empty(n + 1, np.int64)
+        gap = self.merge_gap
+        nr = K._plan_runs(ids, f.offset, f.stride, f.row_bytes, PAGE, gap, MAX_RUN, start, end, ptr)
+        flat = out.reshape(-1).view(np.uint8)
+        # contiguous slices of runs of about equal bytes, a few per thread
+        cum = np.cumsum(end[:nr] - start[:nr])
+        pieces = min(nr, self.threads * 4)
+        cuts = np.searchsorted(cum, np.linspace(0, cum[-1], pieces + 1)[1:-1], side="left")
+        bounds = np.unique(np.concatenate([[0], cuts + 1, [nr]]).clip(0, nr))
+        tasks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+        need = max(int((end[:nr] - start[:nr]).max()), MAX_RUN)
+        staging = self._staging
+
+        def work(span: tuple[int, int]) -> int:
+            buf = getattr(staging, "buf", None)
+            if buf is None or buf.shape[0] < need:
+                buf = staging.buf = _aligned(need)
+            a, b = span
+            return K._read_runs(self._fd, start, end, ptr, a, b, ids, dest, f.offset, f.stride,
+                                f.row_bytes, buf, flat)  # fmt: skip
+
+        got = list(self._pool.map(work, tasks))
+        bad = [g for g in got if g < 0]
+        if bad:
+            r = -1 - bad[0]
+            raise OSError(f"{f.path}: file ends before row {int(ids[ptr[r + 1] - 1])} (truncated?)")
+        total = int(sum(got))
+        with self._lock:
+            self.stats.add(n, total, nr)
+        return total
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def load_array(arr: np.ndarray, *, chunk: int = 64 << 20) -> np.ndarray:
+    """An in-memory copy of ``arr``, read from its file (when memory-mapped) in sequential
+    chunks of ``chunk`` bytes whose page cache is dropped as it goes: the copy is the only
+    memory it leaves behind. An in-memory array is returned as is."""
+    mm = getattr(arr, "_mmap", None)
+    name = getattr(arr, "filename", None)
+    if not isinstance(mm, mmap.mmap) or not name or not arr.flags.c_contiguous:
+        return arr
+    map_start = int(arr.offset) - int(arr.offset) % mmap.ALLOCATIONGRANULARITY
+    first = map_start + (arr.ctypes.data - np.frombuffer(mm, dtype=np.uint8).ctypes.data)
+    out = np.empty(arr.shape, dtype=arr.dtype)
+    flat = out.reshape(-1).view(np.uint8)
+    fd = os.open(str(name), os.O_RDONLY)
+    try:
+        pos = 0
+        while pos < flat.shape[0]:
+            k = os.preadv(fd, [memoryview(flat[pos : pos + chunk])], first + pos)
+            if k <= 0:
+                raise OSError(f"{name}: file ends after {pos} of {flat.shape[0]} bytes")
+            os.posix_fadvise(fd, first + pos, k, os.POSIX_FADV_DONTNEED)
+            pos += k
+    finally:
+        os.close(fd)
+    return out

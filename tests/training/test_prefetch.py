@@ -1,0 +1,86 @@
+"""Windows read ahead change when rows are read, never what is trained."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import shoal.training.data as data_mod
+from shoal.errors import ShoalInputError
+from shoal.sample.budget import RESERVE
+from shoal.sample.featstore import DiskFeatures
+from shoal.sample.features import FeatureGatherer
+from shoal.sample.sampler import NeighborSampler
+from shoal.training import TrainConfig, TrainData, Trainer
+from shoal.training.batches import BatchLoader
+
+
+@pytest.fixture
+def graph(make_graph):
+    rng = np.random.default_rng(3)
+    n = 3000
+    src = rng.zipf(1.8, 30000) % n  # skewed degrees, some isolated nodes
+    dst = rng.integers(0, n, 30000)
+    e = np.stack([src, dst], 1)
+    y = rng.integers(0, 4, n)
+    x = rng.normal(size=(n, 64)).astype(np.float32) + y[:, None]
+    perm = rng.permutation(n)
+    return make_graph(e, n, x=x, y=y, train=perm[:900], val=perm[900:1200], test=perm[1200:])
+
+
+def _loader(data, gatherer):
+    s = NeighborSampler(data.indptr, data.indices, (5, 5), num_nodes=data.num_nodes)
+    return BatchLoader(s, gatherer, data.labels, data.train_idx, batch_size=64, seed=7)
+
+
+@pytest.mark.parametrize("background", [True, False])
+@pytest.mark.parametrize("cache_rows", [0, 500])
+def test_windowed_batches_equal_plain_batches(graph, background, cache_rows):
+    data = TrainData.from_graph_dir(graph)
+    plain = _loader(data, FeatureGatherer(data.features))
+    fs = DiskFeatures(data.features, cache_bytes=cache_rows * 256, threads=2,
+                      priority=np.random.default_rng(0).permutation(data.num_nodes))  # fmt: skip
+    win = _loader(data, None)
+    win.use_windows(fs, window_bytes=160_000, background=background)  # several windows
+    for epoch in (0, 1):
+        ids = []
+        # batch tensors share reused buffers: compare each pair before the next one
+        for a, b in zip(plain.epoch(epoch), win.epoch(epoch), strict=True):
+            assert np.array_equal(a.mb.n_id, b.mb.n_id)
+            assert np.array_equal(a.x.numpy(), b.x.numpy())
+            assert np.array_equal(a.y.numpy(), b.y.numpy())
+            ids.append(a.mb.n_id)
+        assert len(ids) == len(plain)
+        assert win.prefetcher.last_epoch["windows"] > 2
+        uniq = len(np.unique(np.concatenate(ids)))
+        assert win.prefetcher.last_epoch["unique_bytes"] == uniq * 256
+    # stopping in the middle of an epoch ends the background thread
+    it = win.epoch(2)
+    next(it)
+    it.close()
+
+
+def test_trainer_with_a_small_budget_trains_the_same_model(graph, monkeypatch):
+    data = TrainData.from_graph_dir(graph)
+    cfg = dict(model="sage", fanouts=(5, 5), batch_size=16, hidden=8, epochs=2, threads=1,
+               progress=False)  # fmt: skip
+    big = Trainer(TrainConfig(**cfg, memory="8GiB"), data)
+    assert big.loader.prefetcher is None and big.features.cached_rows == data.num_nodes
+    ref = [big.train_epoch(e) for e in range(2)]  # torch's RNG is global: one run at a time
+    monkeypatch.setattr(data_mod, "MIN_WINDOW", 4096)
+    small = Trainer(TrainConfig(**cfg, memory=RESERVE + 600_000), TrainData.from_graph_dir(graph))
+    assert small.loader.prefetcher is not None
+    assert 0 < small.features.cached_rows < data.num_nodes
+    for e in range(2):
+        a, b = ref[e], small.train_epoch(e)
+        assert a["loss"] == b["loss"] and a["train_accuracy"] == b["train_accuracy"]
+        assert b["io"]["bytes_read"] > 0 and 0 < b["io"]["cache_hit_rate"] < 1
+        assert b["io"]["windows"] >= 2
+    for p, q in zip(big.model.parameters(), small.model.parameters(), strict=True):
+        assert np.array_equal(p.detach().numpy(), q.detach().numpy())
+
+
+def test_budget_below_the_working_set_names_the_option(graph):
+    data = TrainData.from_graph_dir(graph)
+    with pytest.raises(ShoalInputError, match="--memory"):
+        Trainer(TrainConfig(model="sage", fanouts=(5, 5), memory="100MB", progress=False), data)
