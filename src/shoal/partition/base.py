@@ -45,6 +45,11 @@ class PartitionConfig:
         chunk_edges: edges per streamed chunk (default 2**20).
         balance: bound on max/mean of nodes and of training nodes per part (default 1.10).
         refine_passes: restreaming refinement passes after the algorithm (default 0).
+        edge_balance: if set, also bound max/mean in-edges per part (the edges each part
+            stores, hence its sampling work) by this, as DistDGL's multi-constraint METIS
+            balances nodes, edges and training nodes: honoured by GREM's streaming placement
+            and by the refinement passes (default None: not bounded; the default partitioner
+            sets it, see :data:`shoal.partition.run.DEFAULT_OPTIONS`).
         scratch_dir: directory for large temporary files (the edge->part file of vertex-cut
             algorithms, KaMinPar's graph file), in a private subdirectory removed afterwards;
             None = beside the graph directory (default None; never the system temp dir,
@@ -56,6 +61,7 @@ class PartitionConfig:
     chunk_edges: int = DEFAULT_CHUNK_EDGES
     balance: float = 1.10
     refine_passes: int = 0
+    edge_balance: float | None = None
     scratch_dir: str | None = None
 
     def __post_init__(self) -> None:
@@ -65,6 +71,8 @@ class PartitionConfig:
             raise ShoalInputError(f"chunk_edges must be >= 1, got {self.chunk_edges}")
         if self.balance < 1.0:
             raise ShoalInputError(f"balance must be >= 1.0, got {self.balance}")
+        if self.edge_balance is not None and self.edge_balance < 1.0:
+            raise ShoalInputError(f"edge_balance must be >= 1.0, got {self.edge_balance}")
         if self.refine_passes < 0:
             raise ShoalInputError(f"refine_passes must be >= 0, got {self.refine_passes}")
         if self.scratch_dir is not None:

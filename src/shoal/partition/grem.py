@@ -24,9 +24,32 @@ METIS-seeded bisections"), with the facts recorded in DESIGN.md:
 * ``refine=False`` gives the *fixed greedy* variant of the paper's ablation: a node keeps the
   side it first got and scores use the current window only.
 
-Memory: O(V) per-node state (group, side, two history floats) plus one window of edges (the
-algorithm's own design: 10% windows trade memory for quality, 1% windows need ten times less).
-Nodes that never share an edge with their group go to the side with the most room.
+Two named deviations from the paper, both off by default here and on in the default
+partitioner (:data:`shoal.partition.run.DEFAULT_OPTIONS`):
+
+* ``edge_balance`` (shared option, default None): Alg. 2's ``assign`` bounds each side by
+  ``P`` nodes only; with it each side also holds a bounded number of in-edges (a node weighs
+  its in-degree, counted by one extra edge pass), the streaming form of DistDGL's
+  multi-constraint METIS (nodes and edges per part). A side holding ``k_s`` of a group's ``k``
+  parts may take ``k_s / k`` of the group's in-edges times ``edge_balance ** (1 / levels)``,
+  so the bound compounds to ``edge_balance`` over the ``ceil(log2 p)`` levels. A node goes to
+  (or moves to) a side only if both counts fit; when neither side fits, a new node goes to
+  the side it overloads relatively less (among those with node room). The METIS seed itself
+  is single-constraint; its placement respects both capacities. With an uneven split (``k``
+  odd) a node compares its neighbours per final part on each side (``c_s / k_s``), else the
+  side with more parts draws every well-connected node and the other fills with low-degree
+  ones.
+* ``max_window_edges`` (default None): a cap on the window, so that the window and the METIS
+  seed cost a fixed amount whatever |V| and |E| (Sec. 6.2 runs ogbn-papers100M with 1% chunks;
+  a cap of 2**21 edges is 0.07% of its 3.2 B stored rows).
+
+Memory (Sec. 4.2: "only the active chunk of edges needs to be in memory"): per node the group
+(int32, the final part), the side (int8), the two history scores ``nbr_counts`` of Alg. 1
+line 2 (float32), ``seen`` (bool), the window-local id (int32) and, with ``edge_balance``,
+the in-degree (int32): 22 bytes; plus one window: the edges (8 bytes each for int32 ids), its
+CSR (about 24 bytes per edge) and, for the first window only, METIS on it (64-bit ids, about
+150-300 bytes per window edge). Nodes that never share an edge with their group go to the
+side with the most room.
 """
 
 from __future__ import annotations
@@ -35,20 +58,20 @@ import math
 import time
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
+from shoal.partition import _grem_kernels as K
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 from shoal.utils.progress import progress
 
-__all__ = ["Grem", "GremConfig", "refine_window"]
+__all__ = ["Grem", "GremConfig", "in_degrees", "refine_window"]
 
 
 @dataclass(kw_only=True)
 class GremConfig(PartitionConfig):
-    """Options of :class:`Grem` (plus the shared ones).
+    """Options of :class:`Grem` (plus the shared ones, ``edge_balance`` included).
 
     Args:
         window: edges per window: a fraction of |E| if < 1 (default 0.1), else an edge count.
@@ -60,6 +83,12 @@ class GremConfig(PartitionConfig):
         window_per_node: if set, the window holds ``window_per_node * |V|`` edges instead
             (overrides ``window``; default None). This bounds the window by O(V) memory
             whatever the number of edges.
+        max_window_edges: if set, no window holds more edges than this (default None: the
+            paper's windows, a fraction of |E|). A deviation from Armada Sec. 4.1, whose
+            chunks are a fraction of |E| (1% at ogbn-papers100M scale, Sec. 6.2): with a cap
+            the window and the METIS seed on it cost a fixed amount of memory, independent
+            of N and E. The default partitioner sets ``2**21`` (see
+            :data:`shoal.partition.run.DEFAULT_OPTIONS`).
     """
 
     window: float = 0.1
@@ -67,6 +96,7 @@ class GremConfig(PartitionConfig):
     metis_seed: bool = True
     exact_capacity: bool = False
     window_per_node: float | None = None
+    max_window_edges: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,143 +104,28 @@ class GremConfig(PartitionConfig):
             raise ShoalInputError(f"window must be > 0 (fraction or edge count), got {self.window}")
         if self.window_per_node is not None and not self.window_per_node > 0:
             raise ShoalInputError(f"window_per_node must be > 0, got {self.window_per_node}")
+        if self.max_window_edges is not None:
+            self.max_window_edges = int(self.max_window_edges)
+            if self.max_window_edges < 1:
+                raise ShoalInputError(f"max_window_edges must be >= 1, got {self.max_window_edges}")
 
     def window_edges(self, num_edges: int, num_nodes: int = 0) -> int:
         if self.window_per_node is not None:
-            return max(1, math.ceil(self.window_per_node * num_nodes))
-        if self.window < 1:
-            return max(1, math.ceil(self.window * num_edges))
-        return max(1, int(self.window))
-
-
-# ---------------------------------------------------------------------------- numba kernels
-@numba.njit(cache=True)
-def _window_local(edges, grp, kparts, loc, nodes):
-    """Relabel the window's intra-group edges (groups with k >= 2); returns (m, nloc)."""
-    nloc = 0
-    m = 0
-    for i in range(edges.shape[0]):
-        u = edges[i, 0]
-        v = edges[i, 1]
-        if u == v:
-            continue
-        g = grp[u]
-        if g != grp[v] or kparts[g] < 2:
-            continue
-        if loc[u] < 0:
-            loc[u] = nloc
-            nodes[nloc] = u
-            nloc += 1
-        if loc[v] < 0:
-            loc[v] = nloc
-            nodes[nloc] = v
-            nloc += 1
-        m += 1
-    return m, nloc
-
-
-@numba.njit(cache=True)
-def _local_csr(edges, grp, kparts, loc, nloc, indptr, indices):
-    for i in range(edges.shape[0]):
-        u = edges[i, 0]
-        v = edges[i, 1]
-        if u == v or grp[u] != grp[v] or kparts[grp[u]] < 2:
-            continue
-        indptr[loc[u] + 1] += 1
-        indptr[loc[v] + 1] += 1
-    for i in range(nloc):
-        indptr[i + 1] += indptr[i]
-    fill = indptr[:nloc].copy()
-    for i in range(edges.shape[0]):
-        u = edges[i, 0]
-        v = edges[i, 1]
-        if u == v or grp[u] != grp[v] or kparts[grp[u]] < 2:
-            continue
-        a = loc[u]
-        b = loc[v]
-        indices[fill[a]] = b
-        fill[a] += 1
-        indices[fill[b]] = a
-        fill[b] += 1
-
-
-@numba.njit(cache=True)
-def _greedy_window(
-    nodes, nloc, indptr, indices, grp, side, hist, seen, size, cap, refine, use_hist
-):
-    """Alg. 2 on one window (local CSR over ``nodes[:nloc]``); returns moves of old nodes."""
-    moved = 0
-    for a in range(nloc):
-        v = nodes[a]
-        g = grp[v]
-        c0 = 0.0
-        c1 = 0.0
-        for j in range(indptr[a], indptr[a + 1]):
-            s = side[nodes[indices[j]]]
-            if s == 0:
-                c0 += 1.0
-            elif s == 1:
-                c1 += 1.0
-        cur = side[v]
-        if seen[v] and use_hist:
-            s0 = 0.5 * (hist[v, 0] + c0)
-            s1 = 0.5 * (hist[v, 1] + c1)
+            w = max(1, math.ceil(self.window_per_node * num_nodes))
+        elif self.window < 1:
+            w = max(1, math.ceil(self.window * num_edges))
         else:
-            s0 = c0
-            s1 = c1
-        hist[v, 0] = s0
-        hist[v, 1] = s1
-        seen[v] = True
-        room0 = cap[g, 0] - size[g, 0]
-        room1 = cap[g, 1] - size[g, 1]
-        if cur < 0:
-            if s0 > s1 or (s0 == s1 and room0 * cap[g, 1] >= room1 * cap[g, 0]):
-                want = 0
-            else:
-                want = 1
-            if (want == 0 and room0 <= 0) or (want == 1 and room1 <= 0):
-                want = 1 - want
-            side[v] = want
-            size[g, want] += 1
-        elif refine:
-            other = 1 - cur
-            s_cur = s0 if cur == 0 else s1
-            s_oth = s1 if cur == 0 else s0
-            room_o = room1 if cur == 0 else room0
-            if s_oth > s_cur and room_o > 0:
-                side[v] = other
-                size[g, cur] -= 1
-                size[g, other] += 1
-                moved += 1
-    return moved
+            w = max(1, int(self.window))
+        return w if self.max_window_edges is None else min(w, self.max_window_edges)
 
 
-@numba.njit(cache=True)
-def _reset_loc(nodes, nloc, loc):
-    for a in range(nloc):
-        loc[nodes[a]] = -1
+def _no_edge_weights(n: int) -> np.ndarray:
+    """A read-only (N,) view of one zero: the in-degree when edges are not balanced."""
+    return np.broadcast_to(np.zeros(1, dtype=np.int32), (n,))
 
 
-@numba.njit(cache=True)
-def _fill_unassigned(grp, kparts, side, size, cap):
-    for v in range(grp.shape[0]):
-        g = grp[v]
-        if kparts[g] < 2 or side[v] >= 0:
-            continue
-        r0 = cap[g, 0] - size[g, 0]
-        r1 = cap[g, 1] - size[g, 1]
-        s = 0 if r0 * cap[g, 1] >= r1 * cap[g, 0] else 1
-        side[v] = s
-        size[g, s] += 1
-
-
-@numba.njit(cache=True)
-def _split(grp, kparts, side):
-    for v in range(grp.shape[0]):
-        g = grp[v]
-        k = kparts[g]
-        if k >= 2 and side[v] == 1:
-            grp[v] = g + k // 2
+def _no_edge_caps(p: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((p, 2), dtype=np.int64), np.full((p, 2), np.iinfo(np.int64).max // 4)
 
 
 def refine_window(
@@ -225,9 +140,9 @@ def refine_window(
     """Run GREM's greedy refinement (Alg. 2) on one window of a single bisection.
 
     Exposed for tests and experiments: ``edges`` (k, 2) is the window, ``side`` (N,) int8
-    (-1 unassigned, 0, 1), ``hist`` (N, 2) float64 history scores and ``seen`` (N,) bool are
-    updated in place; ``cap`` is the capacity of each side. Returns how many previously
-    assigned nodes moved.
+    (-1 unassigned, 0, 1), ``hist`` (N, 2) float history scores and ``seen`` (N,) bool are
+    updated in place; ``cap`` is the capacity of each side (in nodes). Returns how many
+    previously assigned nodes moved.
     """
     n = side.shape[0]
     grp = np.zeros(n, dtype=np.int32)
@@ -235,83 +150,125 @@ def refine_window(
     size = np.array([[np.sum(side == 0), np.sum(side == 1)]], dtype=np.int64)
     capa = np.array([list(cap)], dtype=np.int64)
     e = np.ascontiguousarray(edges, dtype=np.int64).reshape(-1, 2)
-    return _process_window(e, grp, kparts, side, hist, seen, size, capa, refine, refine)
+    st = _State(grp, kparts, side, hist, seen, _no_edge_weights(n), size, capa, *_no_edge_caps(1))
+    return _process_window(e, st, refine, refine)
 
 
-def _window_buffers(n: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Buffers reused by every window: local node ids, local CSR indptr and indices."""
-    k = min(n, 2 * w)
-    return (
-        np.empty(k, dtype=np.int64),
-        np.empty(k + 1, dtype=np.int64),
-        np.empty(2 * w, dtype=np.int64),
-    )
+class _State:
+    """GREM's per-node arrays and per-(group, side) counters of one level (see
+    :mod:`shoal.partition._grem_kernels`), plus the buffers every window reuses."""
+
+    def __init__(self, grp, kparts, side, hist, seen, deg, size, cap, esize, ecap, w=None):
+        self.grp, self.kparts, self.side, self.hist, self.seen = grp, kparts, side, hist, seen
+        self.deg, self.size, self.cap, self.esize, self.ecap = deg, size, cap, esize, ecap
+        self.per_part = False  # compare neighbours per final part (with edge capacities)
+        n = side.shape[0]
+        self.loc = np.full(n, -1, dtype=np.int32)
+        w = 1 if w is None else w
+        k = min(n, 2 * w)
+        self.nodes = np.empty(k, dtype=np.int32)
+        self.indptr = np.empty(k + 1, dtype=np.int64)
+        self.indices = np.empty(2 * w, dtype=np.int32)
+
+    def local(self, edges: np.ndarray, idx_dtype=np.int32) -> tuple[int, np.ndarray, np.ndarray]:
+        """The window's intra-group CSR over local ids: ``(nloc, indptr, indices)``; the
+        local ids are ``self.nodes[:nloc]`` (valid until the next window)."""
+        w = edges.shape[0]
+        if self.indices.shape[0] < 2 * w:
+            k = min(self.side.shape[0], 2 * w)
+            self.nodes = np.empty(k, dtype=np.int32)
+            self.indptr = np.empty(k + 1, dtype=np.int64)
+            self.indices = np.empty(2 * w, dtype=np.int32)
+        m, nloc = K.window_local(edges, self.grp, self.kparts, self.loc, self.nodes)
+        indptr = self.indptr[: nloc + 1]
+        indptr[:] = 0
+        if idx_dtype == np.int32:
+            indices = self.indices[: 2 * m]
+        else:
+            indices = np.empty(2 * m, dtype=idx_dtype)
+        K.local_csr(edges, self.grp, self.kparts, self.loc, nloc, indptr, indices)
+        K.reset_loc(self.nodes, nloc, self.loc)
+        return nloc, indptr, indices
 
 
-def _process_window(
-    edges, grp, kparts, side, hist, seen, size, cap, refine, use_hist, loc=None, bufs=None
-):
-    n = side.shape[0]
-    if loc is None:
-        loc = np.full(n, -1, dtype=np.int64)
-    if bufs is None:
-        bufs = _window_buffers(n, edges.shape[0])
-    nodes, indptr_buf, indices_buf = bufs
-    m, nloc = _window_local(edges, grp, kparts, loc, nodes)
-    indptr = indptr_buf[: nloc + 1]
-    indptr[:] = 0
-    indices = indices_buf[: 2 * m]
-    _local_csr(edges, grp, kparts, loc, nloc, indptr, indices)
-    moved = _greedy_window(
-        nodes, nloc, indptr, indices, grp, side, hist, seen, size, cap, refine, use_hist
-    )
-    _reset_loc(nodes, nloc, loc)
+def _process_window(edges, st: _State, refine, use_hist) -> int:
+    nloc, indptr, indices = st.local(edges)
+    moved = K.greedy_window(
+        st.nodes, nloc, indptr, indices, st.grp, st.kparts, st.side, st.hist, st.seen, st.size, st.cap,
+        refine, use_hist, st.deg, st.esize, st.ecap, st.per_part,
+    )  # fmt: skip
     return int(moved)
 
 
-def _metis_window(edges, grp, kparts, side, seen, size, cap, loc, seed):
-    """Seed: bisect the subgraph each group induces on the first window with METIS."""
+def _metis_window(edges, st: _State, seed: int) -> None:
+    """Seed (Alg. 1 line 7): bisect the subgraph each group induces on the first window with
+    METIS. The window CSR, each group's simple subgraph and METIS's own arrays use 64-bit ids
+    (pymetis's ``idx_t``): about 150-300 bytes per window edge, bounded by
+    ``max_window_edges``."""
     import pymetis
-    import scipy.sparse as sp
 
-    n = side.shape[0]
-    nodes = np.empty(min(n, 2 * edges.shape[0]), dtype=np.int64)
-    m, nloc = _window_local(edges, grp, kparts, loc, nodes)
-    indptr = np.zeros(nloc + 1, dtype=np.int64)
-    indices = np.empty(2 * m, dtype=np.int64)
-    _local_csr(edges, grp, kparts, loc, nloc, indptr, indices)
-    _reset_loc(nodes, nloc, loc)
-    nodes = nodes[:nloc]
+    nloc, indptr, indices = st.local(edges, np.int64)
     if nloc == 0:
         return
-    a = sp.csr_matrix(
-        (np.ones(indices.shape[0], dtype=np.int8), indices, indptr), shape=(nloc, nloc)
-    )
-    a.sum_duplicates()
-    g_of = grp[nodes]
+    nodes = st.nodes[:nloc].copy()
+    g_of = st.grp[nodes]
+    pos = np.full(nloc, -1, dtype=np.int64)
     for g in np.unique(g_of):
         members = np.flatnonzero(g_of == g)
-        k = int(kparts[g])
+        k = int(st.kparts[g])
         if members.shape[0] < 2:
             continue
-        sub = a[members][:, members].tocsr()
-        sub.sort_indices()
+        pos[members] = np.arange(members.shape[0])
+        xadj = np.empty(members.shape[0] + 1, dtype=np.int64)
+        adj = np.empty(int((indptr[members + 1] - indptr[members]).sum()), dtype=np.int64)
+        m = K.group_csr(indptr, indices, members, pos, xadj, adj)
+        pos[members] = -1
         f0 = (k // 2) / k
-        opts = pymetis.Options(seed=int(seed))
         _, parts = pymetis.part_graph(
             2,
-            pymetis.CSRAdjacency(sub.indptr.astype(np.int64), sub.indices.astype(np.int64)),
+            pymetis.CSRAdjacency(xadj, adj[:m]),
             tpwgts=[f0, 1.0 - f0],
-            options=opts,
+            options=pymetis.Options(seed=int(seed)),
         )
-        parts = np.asarray(parts, dtype=np.int8)
-        for s_idx, v in zip(parts, nodes[members], strict=True):
-            s = int(s_idx)
-            if size[g, s] >= cap[g, s]:
-                s = 1 - s
-            side[v] = s
-            size[g, s] += 1
-            seen[v] = True
+        del xadj, adj
+        parts = np.frombuffer(parts, dtype=np.int64).astype(np.int8)
+        K.place_seed(
+            parts, nodes[members], st.grp, st.deg, st.side, st.seen, st.size, st.cap,
+            st.esize, st.ecap,
+        )  # fmt: skip
+
+
+def in_degrees(graph: GraphDir, chunk_edges: int) -> np.ndarray:
+    """In-degree of every node (stored rows with that destination; both directions of an
+    undirected graph are stored, so there it is the degree): one edge pass. int32 unless a
+    node could have 2**31 in-edges."""
+    dt = np.int32 if graph.num_edges < np.iinfo(np.int32).max else np.int64
+    deg = np.zeros(graph.num_nodes, dtype=dt)
+    for chunk in graph.edge_stream(chunk_edges):
+        K.in_degree_chunk(chunk, deg)
+    return deg
+
+
+def _level_caps(kparts, part_cap, gload, slack):
+    """Capacities of both sides of every group split at this level. Nodes: a side holding
+    ``k`` final parts gets ``k`` times the capacity of one part. In-edges (``gload`` = the
+    in-degree sum of every group, None when edges are not balanced): a side holding ``k_s``
+    of the group's ``k`` parts gets ``k_s / k`` of the group's load times ``slack`` (the
+    per-level share of ``balance``, so that the slack of ``ceil(log2 p)`` levels compounds to
+    ``balance``, as METIS's recursive bisection splits its imbalance tolerance over levels):
+    an absolute cap would let a group end a level full, leaving its parts no room."""
+    p = kparts.shape[0]
+    active = np.flatnonzero(kparts >= 2)
+    half = kparts[active] // 2
+    cap = np.zeros((p, 2), dtype=np.int64)
+    cap[active, 0] = half * part_cap
+    cap[active, 1] = (kparts[active] - half) * part_cap
+    esize, ecap = _no_edge_caps(p)
+    if gload is not None:
+        share = gload[active] * slack / kparts[active]
+        ecap[active, 0] = np.ceil(half * share).astype(np.int64)
+        ecap[active, 1] = np.ceil((kparts[active] - half) * share).astype(np.int64)
+    return active, cap, esize, ecap
 
 
 class Grem(Partitioner):
@@ -325,47 +282,56 @@ class Grem(Partitioner):
 
         cfg: GremConfig = self.config  # type: ignore[assignment]
         n, e, p = graph.num_nodes, graph.num_edges, cfg.num_parts
+        seconds: dict[str, float] = {}
+        t0 = time.perf_counter()
+        if cfg.edge_balance is not None and p > 1:
+            deg = in_degrees(graph, cfg.chunk_edges)
+            seconds["degrees"] = time.perf_counter() - t0
+        else:
+            deg = _no_edge_weights(n)
         grp = np.zeros(n, dtype=np.int32)
         kparts = np.zeros(p, dtype=np.int32)
         kparts[0] = p
         part_cap = math.ceil(n / p) if cfg.exact_capacity else capacity(n, p, cfg.balance)
+        gload = None
+        if cfg.edge_balance is not None and p > 1:
+            gload = np.zeros(p, dtype=np.int64)
+            gload[0] = e
+        slack = (cfg.edge_balance or 1.0) ** (1.0 / max(1, math.ceil(math.log2(p))))
         w = cfg.window_edges(e, n)
         stream = graph.edge_stream(min(w, max(e, 1)))
-        loc = np.full(n, -1, dtype=np.int64)
-        seconds: dict[str, float] = {}
         level = 0
         moves: list[int] = []
         while kparts.max(initial=1) >= 2:
             t0 = time.perf_counter()
-            active = np.flatnonzero(kparts >= 2)
-            cap = np.zeros((p, 2), dtype=np.int64)
-            cap[active, 0] = (kparts[active] // 2) * part_cap
-            cap[active, 1] = (kparts[active] - kparts[active] // 2) * part_cap
-            size = np.zeros((p, 2), dtype=np.int64)
-            side = np.full(n, -1, dtype=np.int8)
-            hist = np.zeros((n, 2), dtype=np.float32 if n > (1 << 24) else np.float64)
-            seen = np.zeros(n, dtype=np.bool_)
+            active, cap, esize, ecap = _level_caps(kparts, part_cap, gload, slack)
+            st = _State(
+                grp, kparts, np.full(n, -1, dtype=np.int8),
+                np.zeros((n, 2), dtype=np.float32), np.zeros(n, dtype=np.bool_), deg,
+                np.zeros((p, 2), dtype=np.int64), cap, esize, ecap, min(w, max(e, 1)),
+            )  # fmt: skip
+            st.per_part = gload is not None
             moved = 0
-            bufs = _window_buffers(n, min(w, max(e, 1)))
             bar = progress(total=len(stream), desc=f"grem level {level + 1}", unit="window")
             for t, chunk in enumerate(stream):
                 if t == 0 and cfg.metis_seed:
-                    _metis_window(chunk, grp, kparts, side, seen, size, cap, loc, cfg.seed)
+                    _metis_window(chunk, st, cfg.seed)
                 else:
-                    moved += _process_window(
-                        chunk, grp, kparts, side, hist, seen, size, cap,
-                        cfg.refine, cfg.refine, loc, bufs,
-                    )  # fmt: skip
+                    moved += _process_window(chunk, st, cfg.refine, cfg.refine)
                 bar.update(1)
             bar.close()
-            del hist, seen, bufs
-            _fill_unassigned(grp, kparts, side, size, cap)
-            _split(grp, kparts, side)
+            side, size, esize = st.side, st.size, st.esize
+            del st  # hist, seen, loc and the window buffers
+            K.fill_unassigned(grp, kparts, side, size, cap, deg, esize, ecap)
+            K.split(grp, kparts, side)
+            del side
             new_k = kparts.copy()
             for g in active:
                 k = int(kparts[g])
                 new_k[g] = k // 2
                 new_k[g + k // 2] = k - k // 2
+                if gload is not None:
+                    gload[g], gload[g + k // 2] = esize[g, 0], esize[g, 1]
             kparts = new_k
             moves.append(moved)
             seconds[f"level{level + 1}"] = time.perf_counter() - t0

@@ -51,7 +51,11 @@ __all__ = [
 #: METIS (1.10x / 1.08x / 1.09x; replication factor 1.85 / 2.52 / 3.41 vs 1.82 / 2.45 / 3.42).
 #: The same GREM without refinement: 0.197 / 0.290 / 0.378.
 DEFAULT_ALGORITHM = "grem"
-DEFAULT_OPTIONS: dict[str, Any] = {"window_per_node": 1.0}
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "window_per_node": 1.0,
+    "max_window_edges": 1 << 21,
+    "edge_balance": 1.5,
+}
 DEFAULT_REFINE_PASSES = 4
 
 
@@ -132,6 +136,7 @@ def _post_passes(
             balance=cfg.balance,
             train_mask=train_mask,
             block_edges=cfg.chunk_edges,
+            edge_balance=cfg.edge_balance,
             show_progress=show_progress,
         )
         seconds["refine"] = time.perf_counter() - t0

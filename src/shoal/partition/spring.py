@@ -19,7 +19,11 @@ distributed training of GNNs"), with the facts recorded in DESIGN.md:
    makespan; ties to the lowest part index).
 
 Complexity: two edge passes, O(|E|) numba work, one O(|V| log |V|) sort per step 3 and 4;
-memory O(|V|) (cluster id, volume, degree, richest neighbour, union-find parent per node).
+memory O(|V|): the clustering pass holds per node its degree, cluster, richest neighbour and
+that neighbour's degree (one row of four) plus its cluster's volume, 20 bytes with 32-bit
+integers (used while ids, degrees and volumes fit; 40 bytes otherwise); the merge holds
+cluster, degree, richest neighbour, size, representative and union-find parent (int32) and a
+sort of the non-empty clusters by size.
 The result does not depend on the chunk size: edges are processed in file order either way.
 """
 
@@ -163,6 +167,21 @@ def _place(order, size, loads, cpart):
         loads[b] += size[c]
 
 
+def _ids(n: int) -> np.dtype:
+    """int32 node/cluster ids unless ``n`` needs 64 bits."""
+    return np.dtype(np.int32 if n < np.iinfo(np.int32).max else np.int64)
+
+
+def _order(size: np.ndarray, ascending: bool) -> np.ndarray:
+    """Ids of the non-empty clusters ordered by size (stable: ties by id), as ``_ids``."""
+    nonempty = np.flatnonzero(size).astype(_ids(size.shape[0]))
+    key = size[nonempty]
+    idx = np.argsort(key if ascending else -key, kind="stable")
+    del key
+    out = nonempty[idx]
+    return out
+
+
 def merge_clusters(
     cluster: np.ndarray,
     deg: np.ndarray,
@@ -172,9 +191,9 @@ def merge_clusters(
     """SPRING's merge step (step 3 of the module docstring).
 
     Args:
-        cluster: int64 (N,) cluster id of every node (ids are node ids).
-        deg: int64 (N,) degrees.
-        rich: int64 (N,) richest neighbour of every node (-1: none).
+        cluster: int (N,) cluster id of every node (ids are node ids).
+        deg: int (N,) degrees.
+        rich: int (N,) richest neighbour of every node (-1: none).
         bound: the largest allowed merged cluster size ``beta * |V| / p``.
 
     Returns:
@@ -182,27 +201,49 @@ def merge_clusters(
         and the number of merges done.
     """
     n = cluster.shape[0]
-    size = np.bincount(cluster, minlength=n).astype(np.int64)
-    rep = np.full(n, -1, dtype=np.int64)
+    ids = _ids(n)
+    size = _cluster_sizes(cluster, n)
+    rep = np.full(n, -1, dtype=ids)
     _representatives(cluster, deg, rep)
-    nonempty = np.flatnonzero(size)
-    order = nonempty[np.argsort(size[nonempty], kind="stable")]
-    parent = np.arange(n, dtype=np.int64)
+    order = _order(size, ascending=True)
+    parent = np.arange(n, dtype=ids)
     merges = _merge(order, size, rep, rich, cluster, parent, float(bound))
-    roots = parent.copy()
-    for c in nonempty:  # O(#clusters) finds with path compression
-        roots[c] = _find(parent, c)
-    return roots[cluster], int(merges)
+    del rep, size, order
+    return _roots(parent, cluster), int(merges)
+
+
+@numba.njit(cache=True)
+def _count(cluster, size):
+    for v in range(cluster.shape[0]):
+        size[cluster[v]] += 1
+
+
+def _cluster_sizes(cluster: np.ndarray, n: int) -> np.ndarray:
+    size = np.zeros(n, dtype=_ids(n))
+    _count(cluster, size)
+    return size
+
+
+@numba.njit(cache=True)
+def _roots_kernel(parent, cluster, out):
+    for v in range(cluster.shape[0]):
+        out[v] = _find(parent, cluster[v])
+
+
+def _roots(parent: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+    out = np.empty_like(cluster)
+    _roots_kernel(parent, cluster, out)
+    return out
 
 
 def place_clusters(final: np.ndarray, num_parts: int) -> np.ndarray:
     """SPRING's placement (step 4): clusters largest-first to the least-loaded part."""
     n = final.shape[0]
-    size = np.bincount(final, minlength=n).astype(np.int64)
-    nonempty = np.flatnonzero(size)
-    order = nonempty[np.argsort(-size[nonempty], kind="stable")]
+    size = _cluster_sizes(final, n)
+    order = _order(size, ascending=False)
     cpart = np.full(n, -1, dtype=np.int32)
     _place(order, size, np.zeros(num_parts, dtype=np.int64), cpart)
+    del order, size
     return cpart[final]
 
 
@@ -222,19 +263,25 @@ class Spring(Partitioner):
         deg = np.zeros(n, dtype=np.int64)
         for chunk in progress(stream, total=len(stream), desc="spring degrees", unit="chunk"):
             _degree_chunk(chunk, deg)
+        max_deg = int(deg.max(initial=0))
+        tau = cfg.tau_factor * e / p
+        # 32-bit state when degrees, cluster volumes (<= tau + one degree) and ids fit
+        small = max(max_deg + tau, n) < np.iinfo(np.int32).max // 2
+        dt = np.int32 if small else np.int64
+        deg = deg.astype(dt)
         seconds["degrees"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        state = np.empty((n, 4), dtype=np.int64)  # degree, cluster, richest, its degree
+        state = np.empty((n, 4), dtype=dt)  # degree, cluster, richest, its degree
         state[:, 0] = deg
-        state[:, 1] = np.arange(n)
+        state[:, 1] = np.arange(n, dtype=dt)
         state[:, 2:] = -1
         vol = deg.copy()
-        tau = cfg.tau_factor * e / p
         for chunk in progress(stream, total=len(stream), desc="spring clustering", unit="chunk"):
             _cluster_chunk(chunk, state, vol, tau)
+        del vol
         cluster, rich = state[:, 1].copy(), state[:, 2].copy()
-        del vol, state
+        del state
         seconds["clustering"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -1,0 +1,230 @@
+"""numba kernels of GREM (:mod:`shoal.partition.grem`): window relabelling, the window CSR and
+the greedy refinement of Armada Alg. 2 with node and (optionally) edge capacities.
+
+Private to :mod:`shoal.partition`. Per-node arrays: ``grp`` int32 (group = first final part of
+the node's range), ``side`` int8 (-1 unassigned, 0, 1), ``hist`` (N, 2) float32 history
+scores, ``seen`` bool, ``loc`` int32 (window-local id or -1), ``deg`` int32/int64 in-degree
+(the edge weight of a node; zeros when edges are not balanced). Per group ``g`` and side
+``s``: ``size``/``cap`` in nodes and ``esize``/``ecap`` in in-edges.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def window_local(edges, grp, kparts, loc, nodes):
+    """Relabel the window's intra-group edges (groups with k >= 2); returns (m, nloc)."""
+    nloc = 0
+    m = 0
+    for i in range(edges.shape[0]):
+        u = edges[i, 0]
+        v = edges[i, 1]
+        if u == v:
+            continue
+        g = grp[u]
+        if g != grp[v] or kparts[g] < 2:
+            continue
+        if loc[u] < 0:
+            loc[u] = nloc
+            nodes[nloc] = u
+            nloc += 1
+        if loc[v] < 0:
+            loc[v] = nloc
+            nodes[nloc] = v
+            nloc += 1
+        m += 1
+    return m, nloc
+
+
+@numba.njit(cache=True)
+def local_csr(edges, grp, kparts, loc, nloc, indptr, indices):
+    """Symmetric CSR of the window's intra-group edges over local ids (``indptr`` zeroed)."""
+    for i in range(edges.shape[0]):
+        u = edges[i, 0]
+        v = edges[i, 1]
+        if u == v or grp[u] != grp[v] or kparts[grp[u]] < 2:
+            continue
+        indptr[loc[u] + 1] += 1
+        indptr[loc[v] + 1] += 1
+    for i in range(nloc):
+        indptr[i + 1] += indptr[i]
+    fill = indptr[:nloc].copy()
+    for i in range(edges.shape[0]):
+        u = edges[i, 0]
+        v = edges[i, 1]
+        if u == v or grp[u] != grp[v] or kparts[grp[u]] < 2:
+            continue
+        a = loc[u]
+        b = loc[v]
+        indices[fill[a]] = b
+        fill[a] += 1
+        indices[fill[b]] = a
+        fill[b] += 1
+
+
+@numba.njit(cache=True)
+def reset_loc(nodes, nloc, loc):
+    for a in range(nloc):
+        loc[nodes[a]] = -1
+
+
+@numba.njit(cache=True)
+def fits(g, s, d, size, cap, esize, ecap):
+    """Whether side ``s`` of group ``g`` has room for one more node of in-degree ``d``."""
+    return size[g, s] < cap[g, s] and esize[g, s] + d <= ecap[g, s]
+
+
+@numba.njit(cache=True)
+def fallback(g, want, d, size, cap, esize, ecap):
+    """The side for a node whose preferred side ``want`` is full (Alg. 2 ``assign``: the
+    other side; with in-edge capacities, when neither side fits, the side whose in-edges
+    would exceed their cap by the smaller fraction, among sides with node room)."""
+    other = 1 - want
+    if size[g, want] >= cap[g, want] or fits(g, other, d, size, cap, esize, ecap):
+        return other
+    if size[g, other] >= cap[g, other]:
+        return want
+    load_w = (esize[g, want] + d) / max(ecap[g, want], 1)
+    load_o = (esize[g, other] + d) / max(ecap[g, other], 1)
+    return other if load_o < load_w else want
+
+
+@numba.njit(cache=True)
+def group_csr(indptr, indices, members, pos, out_ptr, out_idx):
+    """The subgraph of a local CSR induced by ``members`` (``pos[a]`` = index of local node
+    ``a`` in ``members`` or -1), rows sorted and without repeated neighbours (METIS wants a
+    simple graph). Returns the number of entries written to ``out_idx``."""
+    k = 0
+    out_ptr[0] = 0
+    for r in range(members.shape[0]):
+        a = members[r]
+        start = k
+        for j in range(indptr[a], indptr[a + 1]):
+            b = pos[indices[j]]
+            if b >= 0:
+                out_idx[k] = b
+                k += 1
+        row = np.sort(out_idx[start:k])
+        w = start
+        for j in range(row.shape[0]):
+            if j == 0 or row[j] != row[j - 1]:
+                out_idx[w] = row[j]
+                w += 1
+        k = w
+        out_ptr[r + 1] = k
+    return k
+
+
+@numba.njit(cache=True)
+def place_seed(parts, nodes, grp, deg, side, seen, size, cap, esize, ecap):
+    """Alg. 1 line 7: put the METIS sides of ``nodes`` in place (the other side when full)."""
+    for i in range(nodes.shape[0]):
+        v = nodes[i]
+        g = grp[v]
+        s = parts[i]
+        if not fits(g, s, deg[v], size, cap, esize, ecap):
+            s = fallback(g, s, deg[v], size, cap, esize, ecap)
+        side[v] = s
+        size[g, s] += 1
+        esize[g, s] += deg[v]
+        seen[v] = True
+
+
+# long: one loop over the window's nodes implementing Alg. 2 (cnt_nbrs, assign, fix_sizes)
+@numba.njit(cache=True)
+def greedy_window(
+    nodes, nloc, indptr, indices, grp, kparts, side, hist, seen, size, cap, refine, use_hist,
+    deg, esize, ecap, per_part,
+):  # fmt: skip
+    """Alg. 2 on one window (local CSR over ``nodes[:nloc]``); returns moves of old nodes."""
+    moved = 0
+    for a in range(nloc):
+        v = nodes[a]
+        g = grp[v]
+        d = deg[v]
+        c0 = 0.0
+        c1 = 0.0
+        for j in range(indptr[a], indptr[a + 1]):
+            s = side[nodes[indices[j]]]
+            if s == 0:
+                c0 += 1.0
+            elif s == 1:
+                c1 += 1.0
+        cur = side[v]
+        if seen[v] and use_hist:
+            s0 = 0.5 * (hist[v, 0] + c0)
+            s1 = 0.5 * (hist[v, 1] + c1)
+        else:
+            s0 = c0
+            s1 = c1
+        hist[v, 0] = s0
+        hist[v, 1] = s1
+        seen[v] = True
+        room0 = cap[g, 0] - size[g, 0]
+        room1 = cap[g, 1] - size[g, 1]
+        # with per_part (on with edge capacities), an uneven split (k odd) compares
+        # neighbours per final part: the side with more parts would otherwise draw every
+        # well-connected node
+        k0 = kparts[g] // 2
+        k1 = kparts[g] - k0
+        if per_part and k0 != k1:
+            s0 = s0 / k0
+            s1 = s1 / k1
+        if cur < 0:
+            if s0 > s1 or (s0 == s1 and room0 * cap[g, 1] >= room1 * cap[g, 0]):
+                want = 0
+            else:
+                want = 1
+            if not fits(g, want, d, size, cap, esize, ecap):
+                want = fallback(g, want, d, size, cap, esize, ecap)
+            side[v] = want
+            size[g, want] += 1
+            esize[g, want] += d
+        elif refine:
+            other = 1 - cur
+            s_cur = s0 if cur == 0 else s1
+            s_oth = s1 if cur == 0 else s0
+            if s_oth > s_cur and fits(g, other, d, size, cap, esize, ecap):
+                side[v] = other
+                size[g, cur] -= 1
+                size[g, other] += 1
+                esize[g, cur] -= d
+                esize[g, other] += d
+                moved += 1
+    return moved
+
+
+@numba.njit(cache=True)
+def fill_unassigned(grp, kparts, side, size, cap, deg, esize, ecap):
+    """Nodes that met no edge of their group: the side with more room (nodes, then edges)."""
+    for v in range(grp.shape[0]):
+        g = grp[v]
+        if kparts[g] < 2 or side[v] >= 0:
+            continue
+        r0 = cap[g, 0] - size[g, 0]
+        r1 = cap[g, 1] - size[g, 1]
+        s = 0 if r0 * cap[g, 1] >= r1 * cap[g, 0] else 1
+        d = deg[v]
+        if not fits(g, s, d, size, cap, esize, ecap):
+            s = fallback(g, s, d, size, cap, esize, ecap)
+        side[v] = s
+        size[g, s] += 1
+        esize[g, s] += d
+
+
+@numba.njit(cache=True)
+def split(grp, kparts, side):
+    for v in range(grp.shape[0]):
+        g = grp[v]
+        k = kparts[g]
+        if k >= 2 and side[v] == 1:
+            grp[v] = g + k // 2
+
+
+@numba.njit(cache=True)
+def in_degree_chunk(edges, deg):
+    for i in range(edges.shape[0]):
+        deg[edges[i, 1]] += 1
