@@ -15,6 +15,7 @@ message per edge; the layers' parameters are those of the torch_geometric layers
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -23,7 +24,7 @@ from torch.nn import functional as F
 from shoal.graph.blocks import Block
 from shoal.nn.dropout import dropout, relu_dropout
 
-__all__ = ["BlockGNN", "gcn_adj_t", "mean_aggregate", "sum_aggregate"]
+__all__ = ["BlockGNN", "SumLayer", "gcn_adj_t", "mean_aggregate", "sum_aggregate"]
 
 
 def mean_aggregate(x_src: torch.Tensor, block: Block) -> torch.Tensor:
@@ -58,6 +59,26 @@ def gcn_adj_t(block: Block) -> tuple[torch.Tensor, torch.Tensor]:
     out = (block.weighted_adj_t(w), (1.0 / deg_hat[: block.num_dst]).unsqueeze(1))
     block.cache["gcn"] = out
     return out
+
+
+@dataclass(frozen=True)
+class SumLayer:
+    """A layer (eval mode) written as a sum of per-source messages, so it can be computed
+    source range by source range: with ``h = pre(x)`` (row-wise; identity when None),
+    ``out_v = finish(sum_{u -> v} message(h_u, d_u), h_v, d_v)``, ``d`` the full in-degrees
+    (float32 ``(n, 1)``; an edge given twice counts twice).
+
+    ``message(h, d)`` maps rows to ``width`` columns, independently per row;
+    ``finish(agg, h_dst, d_dst)`` gives the layer's output rows (activation included).
+    ``pre`` narrows the rows once per node (e.g. GraphSAGE's ``[x W_l | x W_r]`` when the
+    layer shrinks them), so the previous layer can store ``pre`` of its output instead.
+    GraphSAGE-mean, GCN, GIN and SGC layers are of this form; attention (GAT) is not.
+    """
+
+    message: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    finish: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    width: int
+    pre: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 class BlockGNN(nn.Module):
@@ -108,6 +129,11 @@ class BlockGNN(nn.Module):
         when a wide input is projected before aggregation. Default: no split.
         """
         return None, lambda h, block: self.layer_forward(layer, h, block)
+
+    def sum_layer(self, layer: int) -> SumLayer | None:
+        """Layer ``layer`` (eval mode) as a :class:`SumLayer`, or None when its aggregation is
+        not a sum of messages (the default). Lets inference read each source range once."""
+        return None
 
     def _finish(self, layer: int, h: torch.Tensor) -> torch.Tensor:
         """The activation after layer ``layer`` (none after the last), in eval mode."""

@@ -9,7 +9,7 @@ from torch import nn
 from torch_geometric.nn import GCNConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN, gcn_adj_t
+from shoal.nn.base import BlockGNN, SumLayer, gcn_adj_t
 
 __all__ = ["GCN"]
 
@@ -18,6 +18,24 @@ def gcn_propagate(h: torch.Tensor, block: Block) -> torch.Tensor:
     """``D^-1/2 (A + I) D^-1/2 h`` restricted to the block's destination rows."""
     adj, self_w = gcn_adj_t(block)
     return torch.sparse.mm(adj, h) + self_w * h[: block.num_dst]
+
+
+def gcn_sum_layer(lin, bias, finish_act, project: bool, width: int) -> SumLayer:
+    """GCN's propagation as a sum of messages: ``m_u = (d_u + 1)^-1/2 h_u``,
+    ``out_v = (d_v + 1)^-1/2 sum_u m_u + h_v / (d_v + 1)`` (the self loop), then ``bias`` and
+    ``finish_act``; ``h = lin(x)`` stored per node (``pre``) when ``project``, else ``lin`` is
+    applied after the propagation."""
+
+    def message(h: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        return h * (d + 1.0).rsqrt()
+
+    def finish(agg: torch.Tensor, h_dst: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        h = agg * (d + 1.0).rsqrt() + h_dst / (d + 1.0)
+        if not project and lin is not None:
+            h = lin(h)
+        return finish_act(h + bias if bias is not None else h)
+
+    return SumLayer(message, finish, width, pre=lin if project else None)
 
 
 class GCN(BlockGNN):
@@ -52,3 +70,9 @@ class GCN(BlockGNN):
             return self._finish(layer, out + c.bias if c.bias is not None else out)
 
         return c.lin, post
+
+    def sum_layer(self, layer: int) -> SumLayer:
+        c = self.convs[layer]
+        project = c.out_channels < c.in_channels
+        width = c.out_channels if project else c.in_channels
+        return gcn_sum_layer(c.lin, c.bias, lambda h: self._finish(layer, h), project, width)

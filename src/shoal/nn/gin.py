@@ -9,7 +9,7 @@ from torch import nn
 from torch_geometric.nn import GINConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN, sum_aggregate
+from shoal.nn.base import BlockGNN, SumLayer, sum_aggregate
 
 __all__ = ["GIN"]
 
@@ -43,3 +43,11 @@ class GIN(BlockGNN):
     def conv(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
         c = self.convs[layer]
         return c.nn((1 + c.eps) * x[: block.num_dst] + sum_aggregate(x, block))
+
+    def sum_layer(self, layer: int) -> SumLayer:
+        c = self.convs[layer]
+
+        def finish(agg: torch.Tensor, x_dst: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+            return self._finish(layer, c.nn((1 + c.eps) * x_dst + agg))
+
+        return SumLayer(lambda x, d: x, finish, c.nn[0].in_features)

@@ -13,7 +13,7 @@ from torch import nn
 from torch_geometric.nn import SAGEConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN, mean_aggregate
+from shoal.nn.base import BlockGNN, SumLayer, mean_aggregate
 
 __all__ = ["GraphSAGE"]
 
@@ -60,3 +60,25 @@ class GraphSAGE(BlockGNN):
             return self._finish(layer, out)
 
         return pre, post
+
+    def sum_layer(self, layer: int) -> SumLayer:
+        """``W_r x_v + W_l (sum_u x_u) / d_v + b`` (mean over the ``d_v`` in-edges; 0 without).
+        When the layer shrinks rows, ``pre`` stores ``[x W_l^T | x W_r^T]`` per node."""
+        c = self.convs[layer]
+        o = c.out_channels
+        b = c.lin_l.bias
+        if o < c.in_channels:
+            w = torch.cat([c.lin_l.weight, c.lin_r.weight]).t()
+
+            def finish_p(agg: torch.Tensor, h_dst: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+                h = agg / d.clamp(min=1.0) + h_dst[:, o:]
+                return self._finish(layer, h + b if b is not None else h)
+
+            return SumLayer(lambda h, d: h[:, :o], finish_p, o, pre=lambda x: x @ w)
+
+        def finish(agg: torch.Tensor, x_dst: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+            h = (agg / d.clamp(min=1.0)) @ c.lin_l.weight.t()
+            h = h + b if b is not None else h
+            return self._finish(layer, torch.addmm(h, x_dst, c.lin_r.weight.t()))
+
+        return SumLayer(lambda x, d: x, finish, c.in_channels)

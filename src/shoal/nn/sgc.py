@@ -9,9 +9,9 @@ import torch
 from torch_geometric.nn import SGConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN
+from shoal.nn.base import BlockGNN, SumLayer
 from shoal.nn.dropout import dropout
-from shoal.nn.gcn import gcn_propagate
+from shoal.nn.gcn import gcn_propagate, gcn_sum_layer
 
 __all__ = ["SGC"]
 
@@ -41,3 +41,9 @@ class SGC(BlockGNN):
         if layer == 0:
             return self.sgc.lin, gcn_propagate
         return super().inference_split(layer)
+
+    def sum_layer(self, layer: int) -> SumLayer:
+        lin = self.sgc.lin
+        if layer == 0:  # project first (S (X W)), no activation anywhere
+            return gcn_sum_layer(lin, None, lambda h: h, True, lin.out_channels)
+        return gcn_sum_layer(None, None, lambda h: h, False, lin.out_channels)

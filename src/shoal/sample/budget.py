@@ -107,8 +107,17 @@ class BudgetPlan:
     cache: int
     features: int
 
+    @property
+    def transient(self) -> int:
+        """What is left beside the reserve, the structure held in memory and the cache: the
+        windows while training, the working memory of inference between epochs."""
+        held = self.structure if self.structure_in_memory else 0
+        return max(self.total - self.reserve - held - self.cache, 2 * self.window)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["transient"] = self.transient
+        return d
 
 
 def plan_budget(

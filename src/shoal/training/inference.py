@@ -36,13 +36,16 @@ from torch import nn
 
 from shoal.graph.blocks import full_graph_block
 from shoal.sample import _kernels as K
+from shoal.sample.featstore import DiskFeatures
 from shoal.sample.features import gather_rows, read_rows
 from shoal.sample.sampler import NeighborSampler
+from shoal.training.blocked import blocked_layers, sum_layers
 from shoal.training.data import TrainData
 from shoal.utils.io import release_pages, scratch_space
 from shoal.utils.progress import progress
 
 __all__ = [
+    "BLOCKED_BUDGET",
     "INFERENCE_MEMMAP_BYTES",
     "RowProvider",
     "Scratch",
@@ -54,6 +57,8 @@ __all__ = [
 
 #: A layer's output array larger than this goes to a memory map in the scratch directory.
 INFERENCE_MEMMAP_BYTES = 16 << 20
+#: working memory of the blocked layer loop when no budget is given (default 1 GiB).
+BLOCKED_BUDGET = 1 << 30
 
 
 class Scratch:
@@ -290,13 +295,19 @@ def layerwise_inference(
     batch_size: int = 1024,
     show_progress: bool | None = None,
     scratch_dir: str | os.PathLike | None = None,
+    features: DiskFeatures | None = None,
+    memory_budget: int | None = None,
 ) -> np.ndarray:
     """Exact outputs (logits) of ``model`` for ``nodes`` of a graph, in one process.
 
-    Every layer but the last is computed for all nodes (in batches of ``batch_size``
-    targets with their full in-neighbourhoods) into a temporary array that becomes the next
-    layer's input; the last layer only for ``nodes``. Models without ``layer_forward`` are
-    evaluated on full L-hop neighbourhoods sampled with fanout -1.
+    Every layer but the last is computed for all nodes into a temporary array that becomes
+    the next layer's input; the last layer only for ``nodes``. When every layer is a sum of
+    messages (:func:`~shoal.training.blocked.sum_layers`), layers run block by block within
+    ``memory_budget`` bytes (default :data:`BLOCKED_BUDGET`), reading each source range once
+    per block (:mod:`shoal.training.blocked`), and layer 0 reads its rows through
+    ``features`` (a budgeted store; default ``data.features``). Other models run in batches
+    of ``batch_size`` targets with their full in-neighbourhoods; models without
+    ``layer_forward`` on full L-hop neighbourhoods sampled with fanout -1.
     """
     model.eval()
     nodes = np.asarray(nodes, dtype=np.int64)
@@ -306,6 +317,10 @@ def layerwise_inference(
         )
     if not hasattr(model, "layer_forward"):
         return _sampled_inference(model, data, nodes, sampler, normalize_features, batch_size)
+    layers = sum_layers(model)
+    if layers is not None:
+        return _blocked_inference(model, layers, data, nodes, features, normalize_features,
+                                  memory_budget, show_progress, scratch_dir)  # fmt: skip
     seg = Segment(
         key=0,
         sampler=sampler,
@@ -328,6 +343,35 @@ def layerwise_inference(
         run_layers(model, [seg], keep, normalize_features=normalize_features,
                    batch_size=batch_size, scratch=scratch, show_progress=show_progress)  # fmt: skip
     return result if result is not None else np.empty((0, 0), np.float32)
+
+
+def _blocked_inference(model, layers, data, nodes, features, normalize, budget, show, scratch_dir):
+    uniq, inverse = np.unique(nodes, return_inverse=True)
+    n = data.num_nodes
+    if data.degrees is not None:
+        deg = np.asarray(data.degrees, np.float32)
+    else:
+        deg = np.zeros(n, np.float32)
+        rows = len(data.indptr) - 1
+        deg[:rows] = np.diff(np.asarray(data.indptr, np.int64))
+    res: np.ndarray | None = None
+
+    def keep(pos: np.ndarray, h: np.ndarray) -> None:
+        nonlocal res
+        if res is None:
+            res = np.empty((len(uniq), h.shape[1]), np.float32)
+        res[pos] = h
+
+    beside = data.path if data.path is not None else Path.cwd() / "data"
+    src = features if features is not None else data.features
+    norm = normalize and features is None  # a DiskFeatures normalises itself
+    with Scratch(scratch_dir, beside=beside) as scratch:
+        blocked_layers(layers, src, data.indptr, data.indices, deg, uniq, keep,
+                       new_array=scratch.array, budget=budget or BLOCKED_BUDGET,
+                       normalize=norm, show_progress=show)  # fmt: skip
+    if res is None:
+        return np.empty((len(nodes), 0), np.float32)
+    return res[inverse]
 
 
 def evaluate(

@@ -169,6 +169,8 @@ class Trainer:
             batch_size=self.config.eval_batch_size,
             show_progress=self.config.progress,
             scratch_dir=self.config.scratch_dir,
+            features=self.features,
+            memory_budget=self.budget.transient,
         )
 
     # ---------------------------------------------------------------- run

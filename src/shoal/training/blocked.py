@@ -1,0 +1,216 @@
+"""Exact layer-wise inference under a memory budget: source ranges read once, in order.
+
+The per-batch layer loop (:mod:`shoal.training.inference`) reads, for each batch of targets,
+the rows of all their in-neighbours: on a graph whose rows do not fit in memory, that is one
+random read per edge. When every layer of the model is a sum of per-source messages
+(:class:`shoal.nn.SumLayer`: GraphSAGE-mean, GCN, GIN, SGC), a layer is instead computed as in
+MariusGNN's partition-buffer scheme (Waleffe et al., EuroSys 2023, Sec. 4) and X-Stream's
+edge-centric scatter: targets are taken in *blocks* whose accumulators and in-edges fit the
+budget; for a block, the sources its edges need are deduplicated and sorted, read range by
+range with planned sequential reads (:class:`~shoal.sample.diskio.RowReader`), turned into
+messages and added into the targets' accumulators; then each target's own row is read and
+the layer finished. Every source row is read once per block, in file order, so the cost is
+``blocks x one sweep`` of the layer's input instead of one random read per edge.
+
+Layer outputs go to arrays in a scratch directory written with positioned writes (never
+mapped into the process), and are read back the same planned way by the next layer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from shoal.nn.base import SumLayer
+from shoal.sample import _kernels as K
+from shoal.sample.diskio import RowFile, RowReader
+from shoal.sample.featstore import DiskFeatures
+from shoal.utils.progress import progress
+
+__all__ = ["EDGE_BYTES", "RowSource", "blocked_layers", "sum_layers"]
+
+#: bytes of working memory per in-edge of a block (its source and target, bucketed).
+EDGE_BYTES = 12
+#: the bytes of one source range read and turned into messages at once (default 64 MiB).
+CHUNK_BYTES = 64 << 20
+
+
+def sum_layers(model: torch.nn.Module) -> list[SumLayer] | None:
+    """The model's layers as :class:`SumLayer` objects, or None when one is not a sum."""
+    fn = getattr(model, "sum_layer", None)
+    num = int(getattr(model, "num_layers", 0) or 0)
+    if fn is None or not num:
+        return None
+    layers = [fn(i) for i in range(num)]
+    return None if any(sl is None for sl in layers) else layers
+
+
+class RowSource:
+    """Float32 rows of a layer's input for sorted unique ids: a :class:`DiskFeatures` (cache +
+    planned reads), a file-backed array (planned reads), or an in-memory array."""
+
+    def __init__(self, src, *, normalize: bool = False, threads: int = 8) -> None:
+        self.src = src
+        self.normalize = normalize
+        self.reader = None
+        self.dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
+        if not isinstance(src, DiskFeatures):
+            rf = RowFile.of(src)
+            if rf is not None:
+                self.reader = RowReader(rf, threads=threads)
+
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        if isinstance(self.src, DiskFeatures):
+            return self.src.window([ids]).gather(ids)  # normalises when the store does
+        if self.reader is not None:
+            raw = np.empty((len(ids), self.dim), dtype=self.src.dtype)
+            self.reader.read(ids, raw)
+            x = raw if raw.dtype == np.float32 else raw.astype(np.float32)
+        else:
+            x = np.asarray(self.src[ids], dtype=np.float32)
+        if self.normalize:
+            x = np.ascontiguousarray(x)
+            K._row_normalize(x, len(x))
+        return x
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+
+class _Writer:
+    """Positioned writes of rows into a file-backed ``.npy`` array (or plain assignment)."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+        self.file = RowFile.of(arr)
+        self.fd = os.open(self.file.path, os.O_WRONLY) if self.file is not None else -1
+
+    def write(self, ids: np.ndarray, h: np.ndarray) -> None:
+        """``arr[ids] = h`` (``ids`` sorted)."""
+        if self.fd < 0:
+            self.arr[ids] = h
+            return
+        f = self.file
+        h = np.ascontiguousarray(h, dtype=self.arr.dtype)
+        if len(ids) and ids[-1] - ids[0] == len(ids) - 1 and f.stride == f.row_bytes:
+            os.pwrite(self.fd, memoryview(h).cast("B"), f.offset + int(ids[0]) * f.stride)
+            return
+        for i, v in enumerate(ids):
+            os.pwrite(self.fd, memoryview(h[i]).cast("B"), f.offset + int(v) * f.stride)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _blocks(indptr: np.ndarray, targets: np.ndarray, per_target: int, budget: int) -> list:
+    """Split ``targets`` into consecutive blocks whose cost (in-edges x EDGE_BYTES + the
+    per-target rows) stays within ``budget`` (at least one target per block)."""
+    d = np.asarray(indptr[targets + 1], np.int64) - np.asarray(indptr[targets], np.int64)
+    cost = np.cumsum(d * EDGE_BYTES + per_target)
+    bounds = [0]
+    while bounds[-1] < len(targets):
+        a = bounds[-1]
+        base = cost[a - 1] if a else 0
+        b = int(np.searchsorted(cost, base + budget, side="right"))
+        bounds.append(max(b, a + 1))
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def _read_pre(rows: RowSource, ids: np.ndarray, pre) -> torch.Tensor:
+    x = torch.from_numpy(rows.read(ids))
+    return pre(x) if pre is not None else x
+
+
+def _layer_block(sl: SumLayer, rows: RowSource, pre, graph, block, range_rows: int):
+    """One block of targets: sweep the source ranges its in-edges need (each range's needed
+    rows read in one planned pass), then finish the targets in slices: yields
+    ``(offset in block, output rows)`` per slice."""
+    indptr, indices, deg_t = graph
+    n_ranges = -(-len(deg_t) // range_rows)
+    ptr = np.zeros(n_ranges + 1, np.int64)
+    m = K._count_by_range(indptr, block, indices, range_rows, ptr)
+    src, dst = np.empty(m, np.int64), np.empty(m, np.int32)
+    K._bucket_by_range(indptr, indices, block, range_rows, ptr, src, dst)
+    acc = np.zeros((len(block), sl.width), np.float32)
+    mark = np.full(range_rows, -1, np.int64)
+    ids_buf = np.empty(range_rows, np.int64)
+    pos = np.empty(int(np.diff(ptr).max()) if m else 0, np.int64)
+    for r in np.flatnonzero(np.diff(ptr)):
+        s_src, s_dst = src[ptr[r] : ptr[r + 1]], dst[ptr[r] : ptr[r + 1]]
+        k = K._range_ids(s_src, r * range_rows, mark, ids_buf, pos)
+        ids = ids_buf[:k]
+        h = _read_pre(rows, ids, pre)
+        msg = sl.message(h, deg_t[torch.from_numpy(ids)].unsqueeze(1)).contiguous().numpy()
+        K._scatter_add(acc, msg, s_dst, pos[: len(s_src)])
+    del src, dst
+    for a in range(0, len(block), range_rows):
+        ids = block[a : a + range_rows]
+        h_dst = _read_pre(rows, ids, pre)
+        d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
+        yield a, sl.finish(torch.from_numpy(acc[a : a + range_rows]), h_dst, d)
+
+
+@torch.no_grad()
+def blocked_layers(
+    layers: list[SumLayer],
+    inputs,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    deg: np.ndarray,
+    targets: np.ndarray,
+    on_output: Callable[[np.ndarray, np.ndarray], None],
+    *,
+    new_array: Callable[[int, int], np.ndarray],
+    budget: int,
+    normalize: bool = False,
+    threads: int = 8,
+    show_progress: bool | None = None,
+) -> None:
+    """Run ``layers`` over the graph ``(indptr, indices)`` (in-neighbour CSR of all
+    ``len(deg)`` nodes; ``deg`` float32 full in-degrees) from ``inputs`` (a
+    :class:`DiskFeatures`, a memory map or an array). Every layer but the last is computed for
+    all nodes into ``new_array(rows, cols)``; the last for ``targets`` (sorted, unique) only,
+    handed to ``on_output(target positions, rows)`` block by block. ``budget``: bytes of
+    working memory (accumulators, edges, the rows being read)."""
+    n = len(deg)
+    graph = (indptr, indices, torch.from_numpy(np.asarray(deg, np.float32)))
+    src, norm, pre = inputs, normalize, layers[0].pre if layers else None
+    for li, sl in enumerate(layers):
+        last = li == len(layers) - 1
+        todo = targets if last else np.arange(n, dtype=np.int64)
+        rows = RowSource(src, normalize=norm, threads=threads)
+        nxt = None if last else layers[li + 1].pre  # stored by this layer, not recomputed
+        in_dim = rows.dim if pre is None else _width(pre, rows.dim)
+        range_rows = max(1, min(CHUNK_BYTES, budget // 4) // (4 * max(rows.dim, in_dim, 1)))
+        blocks = _blocks(indptr, todo, 4 * sl.width, max(budget - 3 * CHUNK_BYTES, 1))
+        out = writer = None
+        if not last:
+            probe = sl.finish(torch.zeros(1, sl.width), torch.zeros(1, in_dim), torch.ones(1, 1))
+            width = int(probe.shape[1]) if nxt is None else _width(nxt, int(probe.shape[1]))
+            out = new_array(n, width)
+            writer = _Writer(out)
+        bar = progress(total=len(todo), desc=f"inference layer {li}", unit="node",
+                       enable=show_progress)  # fmt: skip
+        for a, b in blocks:
+            for i, h in _layer_block(sl, rows, pre, graph, todo[a:b], range_rows):
+                at = a + i
+                if last:
+                    on_output(np.arange(at, at + len(h)), h.numpy())
+                else:
+                    writer.write(todo[at : at + len(h)], (nxt(h) if nxt else h).numpy())
+            bar.update(b - a)
+        bar.close()
+        rows.close()
+        if writer is not None:
+            writer.close()
+        src, norm, pre = out, False, None
+
+
+def _width(fn, dim: int) -> int:
+    return int(fn(torch.zeros(1, dim)).shape[1])
