@@ -12,7 +12,7 @@ As a command::
     python bench/cgroup.py --limit 4GiB [--json out.json] [--evict DIR] -- CMD ARGS...
 
 prints (and writes with ``--json``) wall seconds, the exit code, the cgroup's peak usage,
-failcnt and OOM kills, and the bytes the command read from and wrote to disk (``ru_inblock``
+failcnt and OOM kills, the peaks of its ``rss``, ``cache`` and ``dirty`` (sampled every 0.1 s), and the bytes the command read from and wrote to disk (``ru_inblock``
 and ``ru_oublock`` of the child and its descendants, from ``wait4``). ``--evict DIR`` first
 drops the page cache of every file under DIR (``posix_fadvise(DONTNEED)``), so the run starts
 cold and its file pages are charged to its own group.
@@ -87,6 +87,14 @@ class Cgroup:
     def add(self, pid: int) -> None:
         (self.path / "cgroup.procs").write_text(str(pid))
 
+    def stat(self) -> dict[str, int]:
+        """``memory.stat`` of the group (bytes: ``rss``, ``cache``, ``dirty``, ...)."""
+        try:
+            text = (self.path / "memory.stat").read_text()
+        except OSError:
+            return {}
+        return {k: int(v) for k, v in (ln.split() for ln in text.splitlines() if ln.strip())}
+
     def read(self) -> dict:
         def get(name: str) -> str:
             try:
@@ -150,16 +158,22 @@ def run_capped(
         proc = subprocess.Popen(cmd, preexec_fn=enter, **popen_kw)
         timed_out = False
         deadline = None if timeout is None else t0 + timeout
+        peak = {"rss": 0, "cache": 0, "dirty": 0, "rss+cache": 0}
         while True:
             pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
+            st = cg.stat() if cg is not None else {}
+            if st:
+                for k in ("rss", "cache", "dirty"):
+                    peak[k] = max(peak[k], st.get(k, 0))
+                peak["rss+cache"] = max(peak["rss+cache"], st.get("rss", 0) + st.get("cache", 0))
             if deadline is not None and time.perf_counter() > deadline:
                 timed_out = True
                 os.killpg(proc.pid, signal.SIGKILL)
                 pid, status, ru = os.wait4(proc.pid, 0)
                 break
-            time.sleep(0.05)
+            time.sleep(0.1)
         secs = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
         res = {
@@ -172,7 +186,7 @@ def run_capped(
             "maxrss_bytes": ru.ru_maxrss * 1024,
         }
         if cg is not None:
-            res["cgroup"] = cg.read()
+            res["cgroup"] = {**cg.read(), "peak_sampled": peak}
         return res
     finally:
         if cg is not None:

@@ -148,8 +148,8 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         help="memory one training process may use in all, page cache included (e.g. 4GiB): "
         "the graph structure is held in memory when it fits, feature rows are read ahead in "
         "windows with direct I/O and the rows of high-degree nodes are cached within it "
-        "(default: the process's memory cgroup limit or the memory available at the start, "
-        "whichever is lower, shared by the processes of one machine)",
+        "(default: 90%% of the process's memory cgroup limit or of the memory available at "
+        "the start, whichever is lower, shared by the processes of one machine)",
     )
     g.add_argument(
         "--io-threads",

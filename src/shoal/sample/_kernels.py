@@ -256,10 +256,11 @@ def _plan_runs(ids, offset, stride, row_bytes, page, gap, max_run, run_start, ru
 
 @numba.njit(cache=True, nogil=True)
 def _read_runs(fd, run_start, run_end, row_ptr, r0, r1, ids, dest, offset, stride, row_bytes,
-               staging, out):  # fmt: skip
+               staging, out, out2):  # fmt: skip
     """Read runs ``r0:r1`` (see :func:`_plan_runs`) into ``staging`` (page-aligned, at least
     the longest run) with one ``pread`` each, and copy their rows: the row of ``ids[i]`` goes
-    to bytes ``[dest[i] * row_bytes, + row_bytes)`` of ``out`` (1-D uint8). Serial and
+    to bytes ``[dest[i] * row_bytes, + row_bytes)`` of ``out`` (1-D uint8), or, when
+    ``dest[i] < 0``, to row ``-1 - dest[i]`` of ``out2``. Serial and
     GIL-free: callers run several in threads. Returns bytes read, or ``-1 - i`` when run ``i``
     ended before its last row (a truncated file)."""
     sbase = staging.ctypes.data
@@ -278,9 +279,14 @@ def _read_runs(fd, run_start, run_end, row_ptr, r0, r1, ids, dest, offset, strid
             rel = offset + ids[i] * stride - start
             if rel + row_bytes > got:
                 return -1 - r
-            d = dest[i] * row_bytes
-            for b in range(row_bytes):
-                out[d + b] = staging[rel + b]
+            if dest[i] >= 0:
+                d = dest[i] * row_bytes
+                for b in range(row_bytes):
+                    out[d + b] = staging[rel + b]
+            else:
+                d = (-1 - dest[i]) * row_bytes
+                for b in range(row_bytes):
+                    out2[d + b] = staging[rel + b]
     return total
 
 

@@ -28,6 +28,9 @@ _UNLIMITED = 1 << 60
 #: memory assumed taken by the interpreter, torch, numba, the model and one batch's
 #: activations, before any data (measured: 0.6-0.9 GiB RSS for GraphSAGE at batch 1024).
 RESERVE = 1 << 30
+#: the share of a derived limit (cgroup or available memory) taken by default: the rest is
+#: left to the kernel (page cache of small files, dirty pages being written).
+DEFAULT_SHARE = 0.9
 #: the smallest window (rows of at least one batch must fit in it).
 MIN_WINDOW = 16 << 20
 
@@ -85,13 +88,13 @@ def _mem_available() -> int:
 
 def memory_limit(processes: int = 1) -> tuple[int, str]:
     """``(bytes, where it came from)`` one of ``processes`` processes on this machine may use:
-    the memory cgroup's limit, or the machine's available memory (``MemAvailable``) when that
-    is lower, shared equally."""
+    :data:`DEFAULT_SHARE` of the memory cgroup's limit, or of the machine's available memory
+    (``MemAvailable``) when that is lower, shared equally."""
     cg = _cgroup_limit()
     avail = _mem_available()
     if cg is not None and cg < avail:
-        return cg // max(processes, 1), "memory cgroup limit"
-    return avail // max(processes, 1), "MemAvailable"
+        return int(cg * DEFAULT_SHARE) // max(processes, 1), "90% of the memory cgroup limit"
+    return int(avail * DEFAULT_SHARE) // max(processes, 1), "90% of MemAvailable"
 
 
 @dataclass

@@ -149,8 +149,16 @@ class RowReader:
         """Bytes the rows ``ids`` (sorted, unique) occupy (what a read of them delivers)."""
         return len(ids) * self.file.row_bytes
 
-    def read(self, ids: np.ndarray, out: np.ndarray, dest: np.ndarray | None = None) -> int:
+    def read(
+        self,
+        ids: np.ndarray,
+        out: np.ndarray,
+        dest: np.ndarray | None = None,
+        out2: np.ndarray | None = None,
+    ) -> int:
         """Row ``ids[i]`` into ``out[dest[i]]`` (default ``out[i]``); returns bytes read.
+        With ``out2``, a negative ``dest[i]`` sends the row to ``out2[-1 - dest[i]]`` instead
+        (two arrays filled by one pass).
 
         ``ids`` must be sorted and unique (``np.unique``); ``out`` a C-contiguous array of the
         file's dtype with ``dim`` columns. Raises OSError when the file is shorter than a row.
@@ -167,14 +175,19 @@ class RowReader:
         if ids[0] < 0 or ids[-1] >= f.num_rows or (n > 1 and np.any(np.diff(ids) <= 0)):
             raise ValueError(f"ids must be sorted, unique and in [0, {f.num_rows})")
         dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
-        if len(dest) != n or (n and (dest.min() < 0 or dest.max() >= out.shape[0])):
-            raise ValueError("dest must give one row of out per id")
+        low = -out2.shape[0] if out2 is not None else 0
+        if len(dest) != n or (n and (dest.min() < low or dest.max() >= out.shape[0])):
+            raise ValueError("dest must give one row of out (or out2) per id")
+        if out2 is not None and (out2.dtype != f.dtype or not out2.flags.c_contiguous
+                                 or out2.ndim != 2 or out2.shape[1] != f.dim):  # fmt: skip
+            raise ValueError("out2 must be like out")
         start = np.empty(n, np.int64)
         end = np.empty(n, np.int64)
         ptr = np.empty(n + 1, np.int64)
         gap = self.merge_gap
         nr = K._plan_runs(ids, f.offset, f.stride, f.row_bytes, PAGE, gap, MAX_RUN, start, end, ptr)
         flat = out.reshape(-1).view(np.uint8)
+        flat2 = flat if out2 is None else out2.reshape(-1).view(np.uint8)
         # contiguous slices of runs of about equal bytes, a few per thread
         cum = np.cumsum(end[:nr] - start[:nr])
         pieces = min(nr, self.threads * 4)
@@ -190,7 +203,7 @@ class RowReader:
                 buf = staging.buf = _aligned(need)
             a, b = span
             return K._read_runs(self._fd, start, end, ptr, a, b, ids, dest, f.offset, f.stride,
-                                f.row_bytes, buf, flat)  # fmt: skip
+                                f.row_bytes, buf, flat, flat2)  # fmt: skip
 
         got = list(self._pool.map(work, tasks))
         bad = [g for g in got if g < 0]

@@ -61,10 +61,15 @@ class FeatureStats:
 class Window:
     """The rows of one window's batches that the cache lacks (``cold`` sorted ids, ``rows``)."""
 
-    def __init__(self, store: DiskFeatures, cold: np.ndarray, rows: np.ndarray) -> None:
+    def __init__(self, store: DiskFeatures, cold: np.ndarray, rows: np.ndarray,
+                 bytes_read: int = 0, seconds: float = 0.0) -> None:  # fmt: skip
         self.store = store
         self.cold = cold
         self.rows = rows
+        self.bytes_read = bytes_read
+        self.read_seconds = seconds
+        self.requested = 0
+        self.hits = 0
 
     @property
     def nbytes(self) -> int:
@@ -72,7 +77,11 @@ class Window:
 
     def gather(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """float32 rows of ``ids`` (each must be cached or in this window) into ``out``."""
-        return self.store._assemble(ids, self.cold, self.rows, out)
+        before = self.store.stats.hits
+        x = self.store._assemble(ids, self.cold, self.rows, out)
+        self.requested += len(ids)
+        self.hits += self.store.stats.hits - before
+        return x
 
 
 class DiskFeatures:
@@ -88,6 +97,8 @@ class DiskFeatures:
         normalize: row-normalise the gathered rows (default false).
         threads / merge_gap: of the :class:`RowReader` (defaults 8 / 32 KiB).
         show_progress: a bar while the cache loads (default: when stderr is a terminal).
+        defer_cache: choose the cached rows now but read them with the first window
+            (:meth:`load_cache`), in the same pass (default false: read them now).
     """
 
     def __init__(
@@ -100,6 +111,7 @@ class DiskFeatures:
         threads: int = 8,
         merge_gap: int | None = None,
         show_progress: bool | None = None,
+        defer_cache: bool = False,
     ) -> None:
         if features.ndim != 2:
             raise ValueError(f"features must be 2-D, got shape {features.shape}")
@@ -112,11 +124,16 @@ class DiskFeatures:
         self.reader = RowReader(self.file, threads=threads, **kw) if self.file else None
         self.row_bytes = self.dim * features.dtype.itemsize
         self._buf = np.empty((0, self.dim), np.float32)
-        self._load_cache(int(cache_bytes), priority, show_progress)
+        self.show_progress = show_progress
+        self.cache_load_seconds = 0.0
+        self._choose_cache(int(cache_bytes), priority)
+        if not defer_cache:
+            self.load_cache()
 
     # --------------------------------------------------------------------- cache
-    def _load_cache(self, cache_bytes: int, priority, show_progress) -> None:
+    def _choose_cache(self, cache_bytes: int, priority) -> None:
         n = self.num_rows
+        self._hot = None
         if self.reader is None:  # in memory: everything is "cached"
             self.slot = None
             self.cache = self.features
@@ -134,15 +151,36 @@ class DiskFeatures:
         self.slot[hot] = np.arange(k, dtype=self.slot.dtype)
         self.cache = np.empty((k, self.dim), dtype=self.features.dtype)
         self.cached_rows = k
+        self._hot = hot
+
+    @property
+    def cache_loaded(self) -> bool:
+        return self._hot is None
+
+    def load_cache(self, cold: np.ndarray | None = None) -> Window | None:
+        """Read the cached rows, and with them (one pass over the file) the rows ``cold``
+        (sorted, unique, none cached) as a window, returned. A no-op once loaded."""
+        hot = self._hot
+        if hot is None:
+            return None if cold is None else self.window([], cold=cold)
+        cold = np.empty(0, np.int64) if cold is None else np.asarray(cold, np.int64)
+        rows = np.empty((len(cold), self.dim), dtype=self.features.dtype)
+        ids = np.concatenate([hot, cold])
+        dest = np.concatenate([np.arange(len(hot)), -1 - np.arange(len(cold))])
+        order = np.argsort(ids, kind="stable")
+        ids, dest = ids[order], dest[order]
         step = 1 << 20
-        bar = progress(total=k, desc="loading feature cache", unit="row", enable=show_progress)
+        bar = progress(total=len(ids), desc="loading feature cache", unit="row",
+                       enable=self.show_progress)  # fmt: skip
         t0 = time.perf_counter()
-        for a in range(0, k, step):
-            self.reader.read(hot[a : a + step], self.cache[a : a + step])
-            bar.update(min(step, k - a))
+        nbytes = 0
+        for a in range(0, len(ids), step):
+            nbytes += self.reader.read(ids[a : a + step], self.cache, dest[a : a + step], rows)
+            bar.update(min(step, len(ids) - a))
         bar.close()
         self.cache_load_seconds = time.perf_counter() - t0
-        self.cache_load_bytes = self.reader.stats.bytes
+        self._hot = None
+        return Window(self, cold, rows, nbytes, self.cache_load_seconds)
 
     @property
     def cache_bytes(self) -> int:
@@ -157,19 +195,24 @@ class DiskFeatures:
         ids = np.asarray(ids, dtype=np.int64)
         return ids[self.slot[ids] < 0]
 
-    def window(self, id_arrays: list[np.ndarray]) -> Window:
-        """Read the rows of ``id_arrays`` (the batches of a window) that the cache lacks."""
-        parts = [self.cold_of(a) for a in id_arrays]
-        cold = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+    def window(self, id_arrays: list[np.ndarray], cold: np.ndarray | None = None) -> Window:
+        """Read the rows of ``id_arrays`` (the batches of a window) that the cache lacks
+        (``cold``: those rows, sorted and unique, when the caller knows them)."""
+        if not self.cache_loaded:
+            self.load_cache()
+        if cold is None:
+            parts = [self.cold_of(a) for a in id_arrays]
+            cold = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
         rows = np.empty((len(cold), self.dim), dtype=self.features.dtype)
         t0 = time.perf_counter()
         nbytes = self.reader.read(cold, rows) if len(cold) else 0
+        secs = time.perf_counter() - t0
         s = self.stats
-        s.read_seconds += time.perf_counter() - t0
+        s.read_seconds += secs
         s.rows_read += len(cold)
         s.bytes_read += nbytes
         s.windows += 1
-        return Window(self, cold, rows)
+        return Window(self, cold, rows, nbytes, secs)
 
     def _assemble(self, ids, cold, rows, out) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)

@@ -91,16 +91,16 @@ class BatchLoader:
         self.timer = timer or Timer()
         self.prefetcher = None
 
-    def use_windows(self, features, *, window_bytes: int, background: bool = True) -> None:
+    def use_windows(self, features, *, window_bytes: int, last_epoch: int | None = None,
+                    background: bool = True) -> None:  # fmt: skip
         """Produce batches from windows of ``features`` (a budgeted
         :class:`~shoal.sample.featstore.DiskFeatures`) read ahead in a background thread
         (:class:`~shoal.training.prefetch.WindowPrefetcher`); the batches do not change."""
         from shoal.training.prefetch import WindowPrefetcher
 
         self.gatherer = features
-        self.prefetcher = WindowPrefetcher(
-            self, features, window_bytes=window_bytes, background=background
-        )
+        self.prefetcher = WindowPrefetcher(self, features, window_bytes=window_bytes,
+                                           last_epoch=last_epoch, background=background)  # fmt: skip
 
     def __len__(self) -> int:
         return max(1, math.ceil(len(self.seeds) / self.batch_size)) if len(self.seeds) else 0

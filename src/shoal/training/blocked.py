@@ -34,8 +34,13 @@ __all__ = ["EDGE_BYTES", "RowSource", "blocked_layers", "sum_layers"]
 
 #: bytes of working memory per in-edge of a block (its source and target, bucketed).
 EDGE_BYTES = 12
-#: the bytes of one source range read and turned into messages at once (default 64 MiB).
-CHUNK_BYTES = 64 << 20
+#: the bytes of one source range read and turned into messages at once (default 32 MiB).
+CHUNK_BYTES = 32 << 20
+#: temporaries of one range or one finishing slice, in units of its rows' bytes (read rows,
+#: their float32 copy, messages, the layer's intermediate products): kept out of the blocks.
+CHUNK_COPIES = 8
+#: layer outputs are flushed to disk and dropped from the page cache every this many bytes.
+FLUSH_BYTES = 64 << 20
 
 
 def sum_layers(model: torch.nn.Module) -> list[SumLayer] | None:
@@ -82,12 +87,27 @@ class RowSource:
 
 
 class _Writer:
-    """Positioned writes of rows into a file-backed ``.npy`` array (or plain assignment)."""
+    """Positioned writes of rows into a file-backed ``.npy`` array (or plain assignment).
+    Every :data:`FLUSH_BYTES` written are flushed and dropped from the page cache: dirty
+    pages count against a memory cgroup's limit, and cgroup v1 does not throttle writers, so
+    a fast writer under a cap would be OOM-killed instead of slowed down."""
 
     def __init__(self, arr: np.ndarray) -> None:
         self.arr = arr
         self.file = RowFile.of(arr)
         self.fd = os.open(self.file.path, os.O_WRONLY) if self.file is not None else -1
+        self.pending = 0
+
+    def _written(self, nbytes: int) -> None:
+        self.pending += nbytes
+        if self.pending >= FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.fd >= 0 and self.pending:
+            os.fdatasync(self.fd)
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            self.pending = 0
 
     def write(self, ids: np.ndarray, h: np.ndarray) -> None:
         """``arr[ids] = h`` (``ids`` sorted)."""
@@ -98,12 +118,14 @@ class _Writer:
         h = np.ascontiguousarray(h, dtype=self.arr.dtype)
         if len(ids) and ids[-1] - ids[0] == len(ids) - 1 and f.stride == f.row_bytes:
             os.pwrite(self.fd, memoryview(h).cast("B"), f.offset + int(ids[0]) * f.stride)
-            return
-        for i, v in enumerate(ids):
-            os.pwrite(self.fd, memoryview(h[i]).cast("B"), f.offset + int(v) * f.stride)
+        else:
+            for i, v in enumerate(ids):
+                os.pwrite(self.fd, memoryview(h[i]).cast("B"), f.offset + int(v) * f.stride)
+        self._written(h.nbytes)
 
     def close(self) -> None:
         if self.fd >= 0:
+            self.flush()
             os.close(self.fd)
             self.fd = -1
 
@@ -187,8 +209,9 @@ def blocked_layers(
         rows = RowSource(src, normalize=norm, threads=threads)
         nxt = None if last else layers[li + 1].pre  # stored by this layer, not recomputed
         in_dim = rows.dim if pre is None else _width(pre, rows.dim)
-        range_rows = max(1, min(CHUNK_BYTES, budget // 4) // (4 * max(rows.dim, in_dim, 1)))
-        blocks = _blocks(indptr, todo, 4 * sl.width, max(budget - 3 * CHUNK_BYTES, 1))
+        chunk = min(CHUNK_BYTES, budget // (2 * CHUNK_COPIES))
+        range_rows = max(1, chunk // (4 * max(rows.dim, in_dim, 1)))
+        blocks = _blocks(indptr, todo, 4 * sl.width, max(budget - CHUNK_COPIES * chunk, 1))
         out = writer = None
         if not last:
             probe = sl.finish(torch.zeros(1, sl.width), torch.zeros(1, in_dim), torch.ones(1, 1))

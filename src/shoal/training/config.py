@@ -59,8 +59,8 @@ class TrainConfig:
         memory: memory one training process may use in all, page cache included, e.g.
             ``"4GiB"``; it is shared between a fixed reserve, the graph structure, windows of
             feature rows read ahead and a cache of hot rows (``shoal.sample.budget``). None =
-            the memory cgroup limit or the memory available at the start, whichever is lower
-            (default None).
+            90% of the memory cgroup limit or of the memory available at the start, whichever
+            is lower (default None).
         io_threads: concurrent read requests of the feature reader (default 8).
 
     Distributed (``shoal train --store``; ignored by the single-process trainer):

@@ -95,7 +95,8 @@ def open_features(
     """The budgeted feature store of ``data`` under ``memory`` bytes (None: the machine's or
     cgroup's limit; ``shoal.sample.budget``). Loads the in-neighbour CSR into memory when the
     plan keeps it there (``data.indptr``/``indices`` are replaced by the copies), and caches
-    the rows of the highest in-degree nodes first."""
+    the rows of the highest in-degree nodes first. When the cache does not hold every row,
+    its rows are read with the first window (one pass), not here."""
     x = data.features
     row_bytes = int(x.shape[1]) * x.dtype.itemsize
     per_seed = 1
@@ -119,5 +120,6 @@ def open_features(
             deg = np.concatenate([deg, np.zeros(data.num_nodes - len(deg), np.int64)])
         priority = np.argsort(-deg, kind="stable")
     store = DiskFeatures(x, cache_bytes=plan.cache, priority=priority, normalize=normalize,
-                         threads=io_threads, show_progress=show_progress)  # fmt: skip
+                         threads=io_threads, show_progress=show_progress,
+                         defer_cache=plan.cache < plan.features)  # fmt: skip
     return store, plan

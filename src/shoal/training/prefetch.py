@@ -1,11 +1,13 @@
 """Windows of batches sampled ahead and read in the background (Ginex's pipeline).
 
-A background thread samples the epoch's batches in order, groups consecutive batches into
-windows whose rows (those the cache lacks) fit ``window_bytes``, and has the
+A background thread samples the batches of epoch after epoch in order, groups consecutive
+batches into windows whose rows (those the cache lacks) fit ``window_bytes``, and has the
 :class:`~shoal.sample.featstore.DiskFeatures` read each window's rows in one planned pass.
-The training thread assembles each batch's input rows from memory and trains, while the
-thread reads the next window: I/O overlaps compute. At most two windows exist at a time (the
-one being trained on and the one being read), so the memory is ``2 * window_bytes``.
+The training thread assembles each batch's input rows from memory and trains while the thread
+reads the next window, across epoch boundaries too: I/O overlaps compute. At most two
+windows exist at a time (the one trained on and the one read), so the memory is
+``2 * window_bytes``. :meth:`WindowPrefetcher.pause` stops new reads (during evaluation, which
+needs the memory and the disk) and says how many bytes the prefetched windows hold.
 
 Batches are exactly those of :class:`~shoal.training.batches.BatchLoader` (same seeds, same
 order, same samples): windows change when rows are read, never what is trained.
@@ -27,6 +29,8 @@ from shoal.sample.featstore import DiskFeatures
 
 __all__ = ["WindowPrefetcher", "read_bytes_of_process"]
 
+_END = "end"
+
 
 def read_bytes_of_process() -> int:
     """Bytes this process has caused to be read from storage (``/proc/self/io``), or -1."""
@@ -43,119 +47,273 @@ class _Stop(Exception):
     pass
 
 
+class _Stream:
+    """One background thread producing ``(epoch, batches, window)`` items from ``first`` on
+    (``(epoch, "end", unique rows)`` closes an epoch)."""
+
+    def __init__(self, pf: WindowPrefetcher, first: int, last: int | None, *,
+                 stop: threading.Event | None = None, plan=None, primed=None) -> None:  # fmt: skip
+        self.pf = pf
+        self.next_epoch = first
+        self.q: queue.Queue = queue.Queue()
+        self.slots = threading.Semaphore(2)  # windows alive: the one trained on + the one read
+        self.stop = stop or threading.Event()
+        self.may_read = threading.Event()
+        self.may_read.set()
+        self.reading = threading.Lock()
+        self.held = 0  # bytes of windows read and not yet released
+        if primed is not None:  # a window read already (with the cache)
+            batch, w, slots = primed
+            for _ in range(slots):
+                self.slots.acquire()
+            self.held += w.nbytes
+            self.q.put((first, batch, w, slots))
+        self.thread = threading.Thread(target=self._run, args=(first, last, plan), daemon=True,
+                                       name="shoal-prefetch")  # fmt: skip
+        self.thread.start()
+
+    def _wait(self, ev_or_sem) -> None:
+        while not (ev_or_sem.wait(0.1) if isinstance(ev_or_sem, threading.Event)
+                   else ev_or_sem.acquire(timeout=0.1)):  # fmt: skip
+            if self.stop.is_set():
+                raise _Stop
+
+    def _run(self, first: int, last: int | None, plan) -> None:
+        epoch = first
+        try:
+            while last is None or epoch <= last:
+                if plan is None:
+                    plan = self.pf._plan(epoch, self.stop)
+                for batch, slots, cold in plan:
+                    for _ in range(slots):
+                        self._wait(self.slots)
+                    self._wait(self.may_read)
+                    with self.reading:
+                        if self.stop.is_set():
+                            raise _Stop
+                        item = self.pf._read(batch, cold)
+                        self.held += item[1].nbytes
+                    self.q.put((epoch, *item, slots))
+                self.q.put((epoch, _END, self.pf._unique.pop(epoch, 0), 0))
+                epoch += 1
+                plan = None
+        except _Stop:
+            pass
+        except BaseException as e:  # handed to the training thread
+            self.q.put((epoch, e, None, 0))
+
+    def release(self, nbytes: int, slots: int) -> None:
+        self.held -= nbytes
+        for _ in range(slots):
+            self.slots.release()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.may_read.set()
+        self.thread.join(timeout=60)
+
+
 class WindowPrefetcher:
-    """Produces an epoch's batches from windows read in the background (module docstring).
+    """Produces epochs' batches from windows read in the background (module docstring).
 
     Args:
         loader: the :class:`~shoal.training.batches.BatchLoader` whose batches to produce
             (its sampler, labels, seeds, batch size, seed and timer are used).
         features: the budgeted feature store.
         window_bytes: bytes of one window's rows (at least one batch is always taken).
+        last_epoch: the last epoch to read ahead (None: no limit; the trainer gives
+            ``epochs - 1``).
         background: read in a background thread (default true; false reads each window when
-            it is needed, e.g. for debugging).
+            it is needed, with no overlap).
     """
 
     def __init__(self, loader, features: DiskFeatures, *, window_bytes: int,
-                 background: bool = True) -> None:  # fmt: skip
+                 last_epoch: int | None = None, background: bool = True) -> None:  # fmt: skip
         self.loader = loader
         self.features = features
         self.window_rows = max(1, int(window_bytes) // max(features.row_bytes, 1))
+        self.last_epoch = last_epoch
         self.background = background
-        self._seen = np.zeros(features.num_rows, dtype=np.bool_)
-        self.last_epoch: dict = {}
+        self._seen = np.zeros(features.num_rows, dtype=np.bool_)  # rows of this epoch
+        self._mark = np.zeros(features.num_rows, dtype=np.bool_)  # rows of this window
+        self._unique: dict[int, int] = {}
+        self._stream: _Stream | None = None
+        self.last_epoch_io: dict = {}
 
-    def _read(self, batch: list):
+    # ----------------------------------------------------------------- planning / reading
+    def _read(self, batch: list, cold=None) -> tuple[list, object]:
         t0 = time.perf_counter()
-        w = self.features.window([mb.n_id for mb in batch])
+        w = self.features.window([mb.n_id for mb in batch], cold=cold)
         self.loader.timer.add("read", time.perf_counter() - t0)
         return batch, w
 
-    def _plan(self, epoch: int, stop: threading.Event) -> Iterator[list]:
-        ld, fs = self.loader, self.features
-        seen = self._seen
-        batch: list = []
-        cold = 0
-        unique = 0
-        for mb in ld.samples(epoch):
+    def _plan(self, epoch: int, stop: threading.Event) -> Iterator[tuple[list, int, object]]:
+        """The batches of ``epoch`` grouped into windows: ``(batches, slots, cold)`` with
+        ``cold`` the sorted rows the window needs that the cache lacks (None: not known).
+
+        Batches are sampled ahead until the union of their uncached rows exceeds two windows.
+        An epoch that stays below is read as *one* window using both slots: each window
+        costs about a sweep of the feature file, and one sweep plus the epoch's compute beats
+        two sweeps of which one overlaps compute whenever reading dominates. Otherwise
+        windows of ``window_rows`` follow, one slot each, read while the previous one is
+        trained on.
+        """
+        fs, seen, mark = self.features, self._seen, self._mark
+        seen[:] = False
+        pending: list = []  # (minibatch, its uncached rows not yet in the window)
+        cold = unique = 0
+        single = True
+        for mb in self.loader.samples(epoch):
             if stop.is_set():
                 raise _Stop
-            n_cold = len(fs.cold_of(mb.n_id))
-            if batch and cold + n_cold > self.window_rows:
-                yield batch
-                batch, cold = [], 0
-            batch.append(mb)
-            cold += n_cold
+            c = fs.cold_of(mb.n_id)
+            c = c[~mark[c]]  # n_id has no repeats: c neither
             new = mb.n_id[~seen[mb.n_id]]
             seen[new] = True
             unique += len(new)
-        if batch:
-            yield batch
-        self.last_epoch["unique_rows"] = unique
+            if single and cold + len(c) > 2 * self.window_rows:
+                single = False  # too much for one double window: split what is pending
+                self._clear(pending)
+                yield from self._split([m for m, _ in pending])
+                pending, cold = [], 0
+                c = fs.cold_of(mb.n_id)
+            elif not single and pending and cold + len(c) > self.window_rows:
+                yield [m for m, _ in pending], 1, self._clear(pending)
+                pending, cold = [], 0
+                c = fs.cold_of(mb.n_id)
+            mark[c] = True
+            pending.append((mb, c))
+            cold += len(c)
+        self._unique[epoch] = unique
+        if pending:
+            yield [m for m, _ in pending], 2 if single else 1, self._clear(pending)
 
+    def _clear(self, pending: list) -> np.ndarray:
+        """The sorted union of ``pending``'s uncached rows; their marks are cleared."""
+        c = np.concatenate([x for _, x in pending]) if pending else np.empty(0, np.int64)
+        self._mark[c] = False
+        return np.sort(c)
+
+    def _split(self, mbs: list) -> Iterator[tuple[list, int, object]]:
+        out: list = []
+        cold = 0
+        for mb in mbs:
+            n = len(self.features.cold_of(mb.n_id))
+            if out and cold + n > self.window_rows:
+                yield out, 1, None
+                out, cold = [], 0
+            out.append(mb)
+            cold += n
+        if out:
+            yield out, 1, None
+
+    def prime(self, epoch: int) -> None:
+        """Start reading ahead from ``epoch``; when the cache is not loaded yet, its rows and
+        the first window's are read in one pass now (the run's start pays for both)."""
+        self.close()
+        if not self.background:
+            return
+        stop = threading.Event()
+        plan = self._plan(epoch, stop)
+        first = next(plan, None)
+        primed = None
+        if first is not None and not self.features.cache_loaded:
+            t0 = time.perf_counter()
+            w = self.features.load_cache(first[2])
+            self.loader.timer.add("read", time.perf_counter() - t0)
+            primed = (first[0], w, first[1])
+        elif first is not None:
+            primed = (*self._read(first[0], first[2]), first[1])
+        self._stream = _Stream(self, epoch, self.last_epoch, stop=stop, plan=plan, primed=primed)
+
+    def _sync(self, epoch: int) -> Iterator[tuple]:
+        never = threading.Event()
+        for batch, _, cold in self._plan(epoch, never):
+            yield (epoch, *self._read(batch, cold), 0)
+        yield (epoch, _END, self._unique.pop(epoch, 0), 0)
+
+    # ----------------------------------------------------------------- control
+    def start(self, epoch: int) -> None:
+        """Begin reading ahead from ``epoch`` (:meth:`prime` also reads its first window)."""
+        self.prime(epoch)
+
+    def pause(self) -> int:
+        """Stop starting new reads (the one under way finishes); returns the bytes of the
+        windows read ahead and held. :meth:`resume` undoes it."""
+        st = self._stream
+        if st is None:
+            return 0
+        st.may_read.clear()
+        with st.reading:
+            return max(st.held, 0)
+
+    def resume(self) -> None:
+        if self._stream is not None:
+            self._stream.may_read.set()
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    # ----------------------------------------------------------------- consuming
     def epoch(self, epoch: int) -> Iterator:
         """The batches of ``epoch`` (:class:`~shoal.training.batches.Batch` objects)."""
+        if not self.background:
+            yield from self._consume(epoch, self._sync(epoch), None)
+            return
+        st = self._stream
+        if st is None or st.next_epoch != epoch or not st.thread.is_alive():
+            self.start(epoch)
+            st = self._stream
+        st.may_read.set()
+        ok = False
+        try:
+            yield from self._consume(epoch, iter(st.q.get, None), st)
+            st.next_epoch = epoch + 1
+            ok = True
+        finally:
+            if not ok:  # stopped early or failed: no stream to continue from
+                self.close()
+
+    def _consume(self, epoch: int, items, st: _Stream | None) -> Iterator:
         from shoal.training.batches import Batch
 
         ld, fs = self.loader, self.features
-        self._seen[:] = False
-        self.last_epoch = {}
-        before = fs.stats.snapshot()
         io0 = read_bytes_of_process()
-        stop = threading.Event()
-        source = (self._background(epoch, stop) if self.background
-                  else map(self._read, self._plan(epoch, stop)))  # fmt: skip
+        rec = {"requested": 0, "hits": 0, "rows_read": 0, "bytes_read": 0,
+               "read_seconds": 0.0, "windows": 0}  # fmt: skip
         buf = np.empty((0, fs.dim), np.float32)
-        try:
-            for mbs, w in source:
-                for mb in mbs:
-                    t0 = time.perf_counter()
-                    n = len(mb.n_id)
-                    if buf.shape[0] < n:
-                        buf = np.empty((max(n, int(buf.shape[0] * 1.25)), fs.dim), np.float32)
-                    x = torch.from_numpy(w.gather(mb.n_id, buf[:n]))
-                    y = torch.from_numpy(np.asarray(ld.labels[mb.seeds], dtype=np.int64))
-                    ld.timer.add("gather", time.perf_counter() - t0)
-                    yield Batch(mb, x, y)
-                del w
-        finally:
-            stop.set()
-            after = fs.stats.snapshot()
-            io1 = read_bytes_of_process()
-            rec = {k: after[k] - before[k] for k in after}
-            rec["process_read_bytes"] = io1 - io0 if io0 >= 0 and io1 >= 0 else None
-            rec["unique_bytes"] = self.last_epoch.get("unique_rows", 0) * fs.row_bytes
-            self.last_epoch.update(rec)
-
-    def _background(self, epoch: int, stop: threading.Event) -> Iterator:
-        slots = threading.Semaphore(2)  # windows alive: the one trained on + the one read
-        q: queue.Queue = queue.Queue()
-
-        def run() -> None:
-            try:
-                for batch in self._plan(epoch, stop):
-                    while not slots.acquire(timeout=0.1):  # at most two windows exist
-                        if stop.is_set():
-                            return
-                    q.put(self._read(batch))
-                q.put(None)
-            except _Stop:
-                q.put(None)
-            except BaseException as e:  # handed to the training thread
-                q.put(e)
-
-        th = threading.Thread(target=run, name="shoal-prefetch", daemon=True)
-        th.start()
-        try:
-            while True:
+        while True:
+            t0 = time.perf_counter()
+            e, mbs, w, slots = next(items)
+            ld.timer.add("io_wait", time.perf_counter() - t0)
+            if isinstance(mbs, BaseException):
+                raise mbs
+            if e != epoch:
+                raise RuntimeError(f"prefetch stream out of step: epoch {e}, expected {epoch}")
+            if isinstance(mbs, str):  # end of the epoch
+                rec["unique_rows"] = int(w)
+                break
+            for mb in mbs:
                 t0 = time.perf_counter()
-                item = q.get()
-                self.loader.timer.add("io_wait", time.perf_counter() - t0)
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                slots.release()
-        finally:
-            stop.set()
-            th.join(timeout=60)
+                n = len(mb.n_id)
+                if buf.shape[0] < n:
+                    buf = np.empty((max(n, int(buf.shape[0] * 1.25)), fs.dim), np.float32)
+                x = torch.from_numpy(w.gather(mb.n_id, buf[:n]))
+                y = torch.from_numpy(np.asarray(ld.labels[mb.seeds], dtype=np.int64))
+                ld.timer.add("gather", time.perf_counter() - t0)
+                yield Batch(mb, x, y)
+            rec["requested"] += w.requested
+            rec["hits"] += w.hits
+            rec["rows_read"] += len(w.cold)
+            rec["bytes_read"] += w.bytes_read
+            rec["read_seconds"] += w.read_seconds
+            rec["windows"] += 1
+            if st is not None:
+                st.release(w.nbytes, slots)
+            del w
+        io1 = read_bytes_of_process()
+        rec["process_read_bytes"] = io1 - io0 if io0 >= 0 and io1 >= 0 else None
+        rec["unique_bytes"] = rec["unique_rows"] * fs.row_bytes
+        self.last_epoch_io = rec

@@ -75,7 +75,8 @@ class Trainer:
             timer=self.timer,
         )
         if self.budget.cache < self.budget.features:
-            self.loader.use_windows(self.features, window_bytes=self.budget.window)
+            self.loader.use_windows(self.features, window_bytes=self.budget.window,
+                                    last_epoch=config.epochs - 1)  # fmt: skip
         self.num_batches = len(self.loader)
         self.loop = EpochLoop(
             self,
@@ -151,7 +152,7 @@ class Trainer:
         """The epoch's feature I/O: rows asked for and served by the cache, bytes read."""
         pf = self.loader.prefetcher
         if pf is not None:
-            rec = dict(pf.last_epoch)
+            rec = dict(pf.last_epoch_io)
         else:
             now = self.features.stats.snapshot()
             rec = {k: now[k] - before[k] for k in now}
@@ -160,6 +161,16 @@ class Trainer:
         return rec
 
     def evaluate(self, splits: tuple[str, ...] = ("val",)) -> dict[str, float]:
+        """Exact accuracy on ``splits``, within what the windows read ahead leave free."""
+        pf = self.loader.prefetcher
+        held = pf.pause() if pf is not None else 0
+        try:
+            return self._evaluate(splits, self.budget.transient - held)
+        finally:
+            if pf is not None:
+                pf.resume()
+
+    def _evaluate(self, splits: tuple[str, ...], budget: int) -> dict[str, float]:
         return evaluate(
             self.model,
             self.data,
@@ -170,10 +181,17 @@ class Trainer:
             show_progress=self.config.progress,
             scratch_dir=self.config.scratch_dir,
             features=self.features,
-            memory_budget=self.budget.transient,
+            memory_budget=max(budget, self.budget.window),
         )
 
     # ---------------------------------------------------------------- run
     def fit(self) -> RunResult:
         """Train until ``epochs`` or early stopping; test the best-validation model."""
-        return self.loop.fit()
+        pf = self.loader.prefetcher
+        if pf is not None:
+            pf.start(self.epoch)  # the first window is read while the run starts
+        try:
+            return self.loop.fit()
+        finally:
+            if pf is not None:
+                pf.close()
