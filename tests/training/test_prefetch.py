@@ -103,3 +103,11 @@ def test_an_epoch_within_two_windows_is_read_as_one(graph):
     n = sum(1 for _ in win.epoch(0))
     assert n == len(win) and win.prefetcher.last_epoch_io["windows"] == 1
     win.prefetcher.close()
+
+
+def test_cli_memory_too_small_exits_2_naming_the_option(graph, run_cli):
+    code, _, err = run_cli("train", "--graph", graph.path, "--memory", "100MB", "--epochs", "1",
+                           "--no-progress")  # fmt: skip
+    assert code == 2 and "--memory" in err and "minimum working set" in err
+    code, _, err = run_cli("train", "--graph", graph.path, "--memory", "lots")
+    assert code == 2 and "size" in err

@@ -12,6 +12,7 @@ from shoal.errors import ShoalInputError
 from shoal.sample.budget import MIN_WINDOW, BudgetPlan, plan_budget
 from shoal.sample.diskio import load_array
 from shoal.sample.featstore import DiskFeatures
+from shoal.utils.memory import return_freed_memory
 
 __all__ = ["TrainData", "open_features"]
 
@@ -97,6 +98,7 @@ def open_features(
     plan keeps it there (``data.indptr``/``indices`` are replaced by the copies), and caches
     the rows of the highest in-degree nodes first. When the cache does not hold every row,
     its rows are read with the first window (one pass), not here."""
+    return_freed_memory()  # freed buffers leave the process: the budget stays honest
     x = data.features
     row_bytes = int(x.shape[1]) * x.dtype.itemsize
     per_seed = 1

@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import resource
 import sys
 
-__all__ = ["peak_rss_bytes"]
+__all__ = ["peak_rss_bytes", "return_freed_memory"]
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def return_freed_memory(threshold: int = 8 << 20) -> bool:
+    """Make glibc's allocator give large freed blocks back to the system (``mallopt``).
+
+    By default glibc raises its mmap threshold each time a large block is freed (up to
+    32 MiB), after which blocks of that size come from the heap and stay with the process when
+    freed: buffers of a few MiB allocated and freed batch after batch then add hundreds of MiB
+    to the resident set (measured: 330 MiB after one epoch of the out-of-core trainer). Fixing
+    the mmap and trim thresholds at ``threshold`` bytes keeps a memory budget honest. Returns
+    false where there is no glibc (the call is then a no-op)."""
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)) == 1
+        return bool(libc.mallopt(_M_TRIM_THRESHOLD, int(threshold)) == 1 and ok)
+    except (OSError, AttributeError):
+        return False
 
 
 def peak_rss_bytes() -> int:
