@@ -1,12 +1,12 @@
 """Out-of-core training: the same run uncapped and inside a memory cgroup smaller than the data.
 
-    python bench/out_of_core.py [--work bench/work/ooc] [--epochs 2] [--cap 4GiB]
+    python bench/out_of_core.py [--work bench/work/ooc] [--epochs 2] [--caps 4GiB,3GiB]
 
 Builds (once) the issue-11 graph: ``shoal data synth dcsbm --nodes 10000000 --edges 50000000
 --features 128 --classes 16 --train-frac 0.01 --val-frac 0.002`` (10M nodes, 100M stored
 edges, features 5.1 GB), then runs, back to back, ``shoal train --graph G --model sage
---fanouts 10,5 --hidden 128 --epochs E --eval-every E --threads 2`` uncapped and capped
-(``bench/cgroup.py``: a cgroup-v1 memory group whose limit covers the process and its page
+--fanouts 10,5 --hidden 128 --epochs E --eval-every E --threads 2`` uncapped and under each
+cap (``bench/cgroup.py``: a cgroup-v1 memory group whose limit covers the process and its page
 cache; the graph's page cache is dropped before each run). Writes
 ``bench/results/out_of_core.{md,json}``: per-epoch seconds, evaluation seconds, accuracies,
 bytes read per epoch next to the bytes of the unique rows the epoch needed, cache hit rate,
@@ -47,7 +47,7 @@ def prepare(work: Path, log: list[str]) -> Path:
 
 
 def train(g: Path, work: Path, tag: str, cap: int | None, epochs: int, extra: list[str]) -> dict:
-    out = work / f"train-{tag}.json"
+    out = work / f"train-{tag.replace(' ', '-')}.json"
     out.unlink(missing_ok=True)
     cmd = [*SHOAL, "train", "--graph", str(g), "--model", "sage", "--fanouts", "10,5",
            "--hidden", "128", "--epochs", str(epochs), "--eval-every", str(epochs),
@@ -136,17 +136,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/ooc")
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--cap", default="4GiB")
+    ap.add_argument("--caps", default="4GiB,3GiB", help="comma-separated cgroup caps")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/out_of_core")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
     g = prepare(a.work, log)
     load = open("/proc/loadavg").read().split()[:3]
-    runs = [
-        train(g, a.work, "uncapped", None, a.epochs, []),
-        train(g, a.work, f"capped {a.cap}", parse_size(a.cap), a.epochs, []),
-    ]
+    runs = [train(g, a.work, "uncapped", None, a.epochs, [])]
+    for cap in a.caps.split(","):
+        runs.append(train(g, a.work, f"capped {cap}", parse_size(cap), a.epochs, []))
     res = {
         "command": "python bench/out_of_core.py " + shlex.join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

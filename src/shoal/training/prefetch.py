@@ -218,8 +218,12 @@ class WindowPrefetcher:
         first = next(plan, None)
         primed = None
         if first is not None and not self.features.cache_loaded:
+            cold = first[2]
+            if cold is None:  # a window of a split epoch: its union is computed here
+                parts = [self.features.cold_of(mb.n_id) for mb in first[0]]
+                cold = np.unique(np.concatenate(parts))
             t0 = time.perf_counter()
-            w = self.features.load_cache(first[2])
+            w = self.features.load_cache(cold)
             self.loader.timer.add("read", time.perf_counter() - t0)
             primed = (first[0], w, first[1])
         elif first is not None:
