@@ -297,6 +297,7 @@ def layerwise_inference(
     scratch_dir: str | os.PathLike | None = None,
     features: DiskFeatures | None = None,
     memory_budget: int | None = None,
+    predict: bool = False,
 ) -> np.ndarray:
     """Exact outputs (logits) of ``model`` for ``nodes`` of a graph, in one process.
 
@@ -308,6 +309,8 @@ def layerwise_inference(
     ``features`` (a budgeted store; default ``data.features``). Other models run in batches
     of ``batch_size`` targets with their full in-neighbourhoods; models without
     ``layer_forward`` on full L-hop neighbourhoods sampled with fanout -1.
+    ``predict=True`` returns the predicted class of each node (argmax of its logits, taken
+    block by block, so the logits of many nodes are never held together) instead.
     """
     model.eval()
     nodes = np.asarray(nodes, dtype=np.int64)
@@ -316,11 +319,12 @@ def layerwise_inference(
             data.indptr, data.indices, (-1,), num_nodes=data.num_nodes, degrees=data.degrees
         )
     if not hasattr(model, "layer_forward"):
-        return _sampled_inference(model, data, nodes, sampler, normalize_features, batch_size)
+        out = _sampled_inference(model, data, nodes, sampler, normalize_features, batch_size)
+        return _as_predictions(out, len(nodes)) if predict else out
     layers = sum_layers(model)
     if layers is not None:
         return _blocked_inference(model, layers, data, nodes, features, normalize_features,
-                                  memory_budget, show_progress, scratch_dir)  # fmt: skip
+                                  memory_budget, show_progress, scratch_dir, predict)  # fmt: skip
     seg = Segment(
         key=0,
         sampler=sampler,
@@ -342,25 +346,29 @@ def layerwise_inference(
     with Scratch(scratch_dir, beside=beside) as scratch:
         run_layers(model, [seg], keep, normalize_features=normalize_features,
                    batch_size=batch_size, scratch=scratch, show_progress=show_progress)  # fmt: skip
-    return result if result is not None else np.empty((0, 0), np.float32)
+    out = result if result is not None else np.empty((0, 0), np.float32)
+    return _as_predictions(out, len(nodes)) if predict else out
 
 
-def _blocked_inference(model, layers, data, nodes, features, normalize, budget, show, scratch_dir):
+def _as_predictions(logits: np.ndarray, n: int) -> np.ndarray:
+    return logits.argmax(1).astype(np.int32) if n and logits.size else np.empty(n, np.int32)
+
+
+def _blocked_inference(model, layers, data, nodes, features, normalize, budget, show, scratch_dir,
+                       predict=False):  # fmt: skip
     uniq, inverse = np.unique(nodes, return_inverse=True)
     n = data.num_nodes
-    if data.degrees is not None:
-        deg = np.asarray(data.degrees, np.float32)
-    else:
-        deg = np.zeros(n, np.float32)
-        rows = len(data.indptr) - 1
-        deg[:rows] = np.diff(np.asarray(data.indptr, np.int64))
+    deg = np.zeros(n, np.float32) if data.degrees is None else np.asarray(data.degrees, np.float32)
+    if data.degrees is None:
+        deg[: len(data.indptr) - 1] = np.diff(np.asarray(data.indptr, np.int64))
     res: np.ndarray | None = None
 
     def keep(pos: np.ndarray, h: np.ndarray) -> None:
         nonlocal res
         if res is None:
-            res = np.empty((len(uniq), h.shape[1]), np.float32)
-        res[pos] = h
+            shape = (len(uniq),) if predict else (len(uniq), h.shape[1])
+            res = np.empty(shape, np.int32 if predict else np.float32)
+        res[pos] = h.argmax(1) if predict else h
 
     beside = data.path if data.path is not None else Path.cwd() / "data"
     src = features if features is not None else data.features
@@ -370,7 +378,7 @@ def _blocked_inference(model, layers, data, nodes, features, normalize, budget, 
                        new_array=scratch.array, budget=budget or BLOCKED_BUDGET,
                        normalize=norm, show_progress=show)  # fmt: skip
     if res is None:
-        return np.empty((len(nodes), 0), np.float32)
+        return np.empty(len(nodes), np.int32) if predict else np.empty((len(nodes), 0), np.float32)
     return res[inverse]
 
 
@@ -380,8 +388,7 @@ def evaluate(
     """Accuracy on each split by exact :func:`layerwise_inference` (one pass for all splits)."""
     ids = [data.split(s) for s in splits]
     nodes = np.concatenate(ids) if ids else np.empty(0, np.int64)
-    logits = layerwise_inference(model, data, nodes, **kwargs)
-    pred = logits.argmax(1) if len(nodes) else np.empty(0, np.int64)
+    pred = layerwise_inference(model, data, nodes, predict=True, **kwargs)
     y = np.asarray(data.labels[nodes]) if len(nodes) else np.empty(0, np.int64)
     out, pos = {}, 0
     for s, idx in zip(splits, ids, strict=True):

@@ -164,8 +164,10 @@ class Trainer:
         """Exact accuracy on ``splits``, within what the windows read ahead leave free."""
         pf = self.loader.prefetcher
         held = pf.pause() if pf is not None else 0
+        # per target: its id, position and label, the unique ids, the prediction (~40 bytes)
+        targets = 40 * sum(len(self.data.split(s)) for s in splits)
         try:
-            return self._evaluate(splits, self.budget.transient - held)
+            return self._evaluate(splits, self.budget.transient - held - targets)
         finally:
             if pf is not None:
                 pf.resume()
