@@ -83,3 +83,35 @@ def test_budget_plan_and_minimum():
     with pytest.raises(ShoalInputError, match="--memory") as e:
         plan_budget(RESERVE, feature_bytes=gib, structure_bytes=0)
     assert "minimum working set" in str(e.value)
+
+
+@pytest.mark.parametrize("halo_in_memory", [False, True])
+@pytest.mark.parametrize("cache_rows", [0, 100, 700])
+def test_stacked_core_and_halo_rows(tmp_path, halo_in_memory, cache_rows):
+    """A part's core rows and halo rows as one stacked matrix: exact rows on random batches
+    with repeats, ids at the border of the two files, and an empty batch."""
+    rng = np.random.default_rng(5)
+    core = rng.random((500, 6)).astype(np.float32)
+    halo = rng.random((200, 6)).astype(np.float32)
+    np.save(tmp_path / "core.npy", core)
+    np.save(tmp_path / "halo.npy", halo)
+    h = halo if halo_in_memory else np.load(tmp_path / "halo.npy", mmap_mode="r")
+    fs = DiskFeatures([np.load(tmp_path / "core.npy", mmap_mode="r"), h],
+                      cache_bytes=cache_rows * 24, priority=rng.permutation(700))  # fmt: skip
+    full = np.concatenate([core, halo])
+    assert fs.num_rows == 700 and fs.cache_bytes == min(cache_rows, 700) * 24
+    batches = [rng.integers(0, 700, 300), np.array([499, 500, 499, 500, 0, 699]), np.empty(0)]
+    w = fs.window(batches)
+    for ids in batches:
+        ids = ids.astype(np.int64)
+        np.testing.assert_array_equal(w.gather(ids), full[ids])
+        np.testing.assert_array_equal(fs.gather(ids).numpy(), full[ids])
+    fs.close()
+
+
+def test_stacked_in_memory_members_are_concatenated():
+    a, b = np.ones((3, 2), np.float32), np.zeros((2, 2), np.float32)
+    fs = DiskFeatures([a, b])
+    np.testing.assert_array_equal(fs.gather(np.array([4, 0, 3])).numpy(), [[0, 0], [1, 1], [0, 0]])
+    with pytest.raises(ValueError, match="agree"):
+        DiskFeatures([a, np.ones((2, 3), np.float32)])

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from shoal.distributed.blocked import blocked_dist_counts
 from shoal.distributed.comm import CommStats
 from shoal.distributed.feature_store import DistFeatureStore
 from shoal.distributed.runtime import DistContext
@@ -28,7 +29,8 @@ from shoal.errors import ShoalInputError
 from shoal.sample.features import read_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Partition, Store
-from shoal.training.inference import RowProvider, Scratch, Segment, run_layers
+from shoal.training.blocked import sum_layers
+from shoal.training.inference import BLOCKED_BUDGET, RowProvider, Scratch, Segment, run_layers
 
 __all__ = ["PullRows", "dist_evaluate"]
 
@@ -108,17 +110,32 @@ def dist_evaluate(
     normalize_features: bool = False,
     stats: CommStats | None = None,
     scratch_dir: str | os.PathLike | None = None,
+    memory_budget: int | None = None,
+    threads: int = 8,
 ) -> dict[str, float]:
     """Exact accuracy on ``splits`` by distributed layer-wise inference. Collective.
 
     Same numbers as :func:`shoal.training.inference.evaluate` on the unpartitioned graph for
     the same weights (a layer's inputs are the same rows, whichever rank holds them).
-    Temporary arrays go to ``scratch_dir`` (default: beside the store).
+    Temporary arrays go to ``scratch_dir`` (default: beside the store). A model whose layers
+    are sums (:func:`~shoal.training.blocked.sum_layers`: SAGE, GCN, GIN, SGC) is evaluated
+    layer by layer with halo exchanges and source ranges read in file order
+    (:mod:`shoal.distributed.blocked`) within ``memory_budget`` bytes (default 1 GiB); other
+    models (GAT) by batches of ``batch_size`` targets.
     """
     model.eval()
     for p in parts:
         if p.features is None:
             raise ShoalInputError("the store has no features", path=p.path)
+    layers = sum_layers(model)
+    if layers is not None:
+        with Scratch(scratch_dir, beside=store.path) as scratch:
+            correct, total = blocked_dist_counts(
+                layers, store, parts, part_to_rank, ctx, tables, splits, scratch=scratch,
+                budget=memory_budget or BLOCKED_BUDGET, normalize=normalize_features,
+                stats=stats, threads=threads,
+            )  # fmt: skip
+        return _reduce(ctx, splits, correct, total)
     segments = [_segment(p, tables, splits) for p in parts]
     correct = np.zeros(len(splits), dtype=np.float64)
     total = np.zeros(len(splits), dtype=np.float64)
@@ -139,6 +156,10 @@ def dist_evaluate(
         run_layers(model, segments, count, provider=provider,
                    normalize_features=normalize_features, batch_size=batch_size,
                    scratch=scratch, show_progress=False)  # fmt: skip
+    return _reduce(ctx, splits, correct, total)
+
+
+def _reduce(ctx: DistContext, splits, correct: np.ndarray, total: np.ndarray) -> dict[str, float]:
     t = torch.from_numpy(np.concatenate([correct, total]))
     if ctx.world_size > 1:
         dist.all_reduce(t)

@@ -32,7 +32,18 @@ import numpy as np
 
 from shoal.sample import _kernels as K
 
-__all__ = ["MAX_RUN", "MERGE_GAP", "PAGE", "ReadStats", "RowFile", "RowReader", "load_array"]
+__all__ = [
+    "MAX_RUN",
+    "MERGE_GAP",
+    "MemoryRows",
+    "PAGE",
+    "ReadStats",
+    "RowFile",
+    "RowReader",
+    "StackedReader",
+    "load_array",
+    "open_reader",
+]
 
 PAGE = 4096
 #: extents closer than this are read as one run (default 32 KiB; see the module docstring).
@@ -226,6 +237,101 @@ class RowReader:
             self.close()
         except Exception:
             pass
+
+
+class MemoryRows:
+    """The :class:`RowReader` interface over an in-memory 2-D array (a stacked member that is
+    small enough to live in memory); nothing is read from disk."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+        self.file = RowFile(path="<memory>", offset=0, stride=arr.shape[1] * arr.itemsize,
+                            row_bytes=arr.shape[1] * arr.itemsize, num_rows=arr.shape[0],
+                            dim=arr.shape[1], dtype=arr.dtype)  # fmt: skip
+        self.direct = True
+        self.stats = ReadStats()
+
+    def read(self, ids, out, dest=None, out2=None) -> int:
+        ids = np.asarray(ids, np.int64)
+        dest = np.arange(len(ids), dtype=np.int64) if dest is None else np.asarray(dest)
+        pos = dest >= 0
+        out[dest[pos]] = self.arr[ids[pos]]
+        if out2 is not None and not pos.all():
+            out2[-1 - dest[~pos]] = self.arr[ids[~pos]]
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class StackedReader:
+    """Planned reads over several row sources stacked one after another: row ``v`` of the
+    stack is row ``v - start[k]`` of member ``k`` (e.g. a store part's core rows, then its halo
+    rows). Members are :class:`RowReader` (files) or :class:`MemoryRows`. Same :meth:`read` as
+    :class:`RowReader`; ``ids`` are sorted, so each member's rows are one contiguous slice of
+    them and each member is read with its own planned pass."""
+
+    def __init__(self, readers: list) -> None:
+        if not readers:
+            raise ValueError("StackedReader needs at least one member")
+        files = [r.file for r in readers]
+        if len({(f.dim, np.dtype(f.dtype)) for f in files}) != 1:
+            raise ValueError("stacked rows differ in width or dtype")
+        self.readers = readers
+        self.starts = np.concatenate([[0], np.cumsum([f.num_rows for f in files])]).astype(np.int64)
+        f0 = files[0]
+        self.file = RowFile(path=f0.path, offset=0, stride=f0.stride, row_bytes=f0.row_bytes,
+                            num_rows=int(self.starts[-1]), dim=f0.dim, dtype=f0.dtype)  # fmt: skip
+        self.direct = all(r.direct for r in readers)
+
+    @property
+    def stats(self) -> ReadStats:
+        s = ReadStats()
+        for r in self.readers:
+            s.rows += r.stats.rows
+            s.bytes += r.stats.bytes
+            s.requests += r.stats.requests
+            s.calls += r.stats.calls
+        return s
+
+    def read(self, ids: np.ndarray, out: np.ndarray, dest: np.ndarray | None = None,
+             out2: np.ndarray | None = None) -> int:  # fmt: skip
+        """As :meth:`RowReader.read` over the stacked rows."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        n = len(ids)
+        if n and (ids[0] < 0 or ids[-1] >= self.starts[-1] or np.any(np.diff(ids) <= 0)):
+            raise ValueError(f"ids must be sorted, unique and in [0, {int(self.starts[-1])})")
+        dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
+        cut = np.searchsorted(ids, self.starts)
+        total = 0
+        for k, r in enumerate(self.readers):
+            a, b = int(cut[k]), int(cut[k + 1])
+            if b > a:
+                total += r.read(ids[a:b] - self.starts[k], out, dest[a:b], out2)
+        return total
+
+    def close(self) -> None:
+        for r in self.readers:
+            r.close()
+
+
+def open_reader(arrays, **kw) -> RowReader | StackedReader | None:
+    """A planned reader of ``arrays`` (one 2-D array, or a list stacked row-wise; members
+    without rows are skipped), or None when every row is in memory already (nothing to plan).
+    Memory-mapped members are read from their files, in-memory members copied (a stack may
+    mix both). ``kw`` go to :class:`RowReader`."""
+    if isinstance(arrays, np.ndarray):
+        f = RowFile.of(arrays)
+        return RowReader(f, **kw) if f is not None else None
+    members = [a for a in arrays if a.shape[0] > 0]
+    files = [RowFile.of(a) for a in members]
+    if not members or all(f is None for f in files):
+        return None
+    if len(members) == 1:
+        return RowReader(files[0], **kw)
+    readers = [RowReader(f, **kw) if f is not None else MemoryRows(a)
+               for f, a in zip(files, members, strict=True)]  # fmt: skip
+    return StackedReader(readers)
 
 
 def load_array(arr: np.ndarray, *, chunk: int = 64 << 20) -> np.ndarray:

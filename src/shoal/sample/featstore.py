@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from shoal.sample import _kernels as K
-from shoal.sample.diskio import RowFile, RowReader
+from shoal.sample.diskio import open_reader
 from shoal.utils.progress import progress
 
 __all__ = ["DiskFeatures", "FeatureStats", "Window"]
@@ -93,7 +93,9 @@ class DiskFeatures:
 
     Args:
         features: the matrix; a memory map (``np.load(..., mmap_mode="r")``) is read with
-            planned direct reads, an in-memory array is used as is.
+            planned direct reads, an in-memory array is used as is. A list of matrices is
+            stacked row-wise (a store part's core rows, then its halo rows): memory maps are
+            read as one (:class:`~shoal.sample.diskio.StackedReader`), arrays concatenated.
         cache_bytes: bytes of the static cache (default 0; at least the whole matrix caches it
             whole with one sequential read).
         priority: node ids, most valuable first, that fill the cache (default: ``0..N-1``);
@@ -107,7 +109,7 @@ class DiskFeatures:
 
     def __init__(
         self,
-        features: np.ndarray,
+        features: np.ndarray | list[np.ndarray],
         *,
         cache_bytes: int = 0,
         priority: np.ndarray | None = None,
@@ -117,16 +119,25 @@ class DiskFeatures:
         show_progress: bool | None = None,
         defer_cache: bool = False,
     ) -> None:
-        if features.ndim != 2:
-            raise ValueError(f"features must be 2-D, got shape {features.shape}")
-        self.features = features
-        self.num_rows, self.dim = int(features.shape[0]), int(features.shape[1])
+        members = [features] if isinstance(features, np.ndarray) else list(features)
+        if not members or any(a.ndim != 2 for a in members):
+            raise ValueError(f"features must be 2-D, got shapes {[a.shape for a in members]}")
+        if len({(a.shape[1], a.dtype) for a in members}) != 1:
+            raise ValueError("stacked feature arrays must agree in columns and dtype")
+        kw = {} if merge_gap is None else {"merge_gap": merge_gap}
+        single = members[0] if len(members) == 1 else None
+        self.reader = open_reader(single if single is not None else members, threads=threads,
+                                  **kw)  # fmt: skip
+        # in memory: used as is (several small arrays become one matrix)
+        self.features = single if single is not None else members[0]
+        if self.reader is None and single is None:
+            self.features = np.concatenate(members)
+        self.dtype = members[0].dtype
+        self.num_rows = int(sum(a.shape[0] for a in members))
+        self.dim = int(members[0].shape[1])
         self.normalize = normalize
         self.stats = FeatureStats()
-        self.file = RowFile.of(features)
-        kw = {} if merge_gap is None else {"merge_gap": merge_gap}
-        self.reader = RowReader(self.file, threads=threads, **kw) if self.file else None
-        self.row_bytes = self.dim * features.dtype.itemsize
+        self.row_bytes = self.dim * self.dtype.itemsize
         self._buf = np.empty((0, self.dim), np.float32)
         self.show_progress = show_progress
         self.cache_load_seconds = 0.0
@@ -153,7 +164,7 @@ class DiskFeatures:
             hot = np.sort(np.asarray(order[:k], dtype=np.int64))
         self.slot = np.full(n, -1, dtype=np.int32 if k < 2**31 else np.int64)
         self.slot[hot] = np.arange(k, dtype=self.slot.dtype)
-        self.cache = np.empty((k, self.dim), dtype=self.features.dtype)
+        self.cache = np.empty((k, self.dim), dtype=self.dtype)
         self.cached_rows = k
         self._hot = hot
 
@@ -168,7 +179,7 @@ class DiskFeatures:
         if hot is None:
             return None if cold is None else self.window([], cold=cold)
         cold = np.empty(0, np.int64) if cold is None else np.asarray(cold, np.int64)
-        rows = np.empty((len(cold), self.dim), dtype=self.features.dtype)
+        rows = np.empty((len(cold), self.dim), dtype=self.dtype)
         ids = np.concatenate([hot, cold])
         dest = np.concatenate([np.arange(len(hot)), -1 - np.arange(len(cold))])
         order = np.argsort(ids, kind="stable")
@@ -207,7 +218,7 @@ class DiskFeatures:
         if cold is None:
             parts = [self.cold_of(a) for a in id_arrays]
             cold = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
-        rows = np.empty((len(cold), self.dim), dtype=self.features.dtype)
+        rows = np.empty((len(cold), self.dim), dtype=self.dtype)
         t0 = time.perf_counter()
         nbytes = self.reader.read(cold, rows) if len(cold) else 0
         secs = time.perf_counter() - t0

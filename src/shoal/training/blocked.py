@@ -26,11 +26,20 @@ import torch
 
 from shoal.nn.base import SumLayer
 from shoal.sample import _kernels as K
-from shoal.sample.diskio import RowFile, RowReader
+from shoal.sample.diskio import RowFile, open_reader
 from shoal.sample.featstore import DiskFeatures
 from shoal.utils.progress import progress
 
-__all__ = ["EDGE_BYTES", "RowSource", "blocked_layers", "sum_layers"]
+__all__ = [
+    "EDGE_BYTES",
+    "RowSource",
+    "RowWriter",
+    "blocked_layer",
+    "blocked_layers",
+    "output_width",
+    "width_of",
+    "sum_layers",
+]
 
 #: bytes of working memory per in-edge of a block (its source and target, bucketed).
 EDGE_BYTES = 12
@@ -55,23 +64,30 @@ def sum_layers(model: torch.nn.Module) -> list[SumLayer] | None:
 
 class RowSource:
     """Float32 rows of a layer's input for sorted unique ids: a :class:`DiskFeatures` (cache +
-    planned reads), a file-backed array (planned reads), or an in-memory array."""
+    planned reads), a file-backed array (planned reads), an in-memory array, or a list of
+    arrays stacked row-wise (a part's core rows, then its halo rows)."""
 
     def __init__(self, src, *, normalize: bool = False, threads: int = 8) -> None:
-        self.src = src
         self.normalize = normalize
         self.reader = None
-        self.dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
-        if not isinstance(src, DiskFeatures):
-            rf = RowFile.of(src)
-            if rf is not None:
-                self.reader = RowReader(rf, threads=threads)
+        if not isinstance(src, DiskFeatures | np.ndarray):  # a list stacked row-wise
+            src = [a for a in src if a.shape[0] > 0] or list(src)[:1]
+            self.reader = open_reader(src, threads=threads)
+            self.dtype, self.dim = src[0].dtype, int(src[0].shape[1])
+            if self.reader is None:
+                src = np.concatenate(src)
+        elif isinstance(src, np.ndarray):
+            self.reader = open_reader(src, threads=threads)
+        if isinstance(src, DiskFeatures | np.ndarray):
+            self.dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
+            self.dtype = np.dtype(np.float32) if isinstance(src, DiskFeatures) else src.dtype
+        self.src = src
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         if isinstance(self.src, DiskFeatures):
             return self.src.window([ids]).gather(ids)  # normalises when the store does
         if self.reader is not None:
-            raw = np.empty((len(ids), self.dim), dtype=self.src.dtype)
+            raw = np.empty((len(ids), self.dim), dtype=self.dtype)
             self.reader.read(ids, raw)
             x = raw if raw.dtype == np.float32 else raw.astype(np.float32)
         else:
@@ -86,7 +102,7 @@ class RowSource:
             self.reader.close()
 
 
-class _Writer:
+class RowWriter:
     """Positioned writes of rows into a file-backed ``.npy`` array (or plain assignment).
     Every :data:`FLUSH_BYTES` written are flushed and dropped from the page cache: dirty
     pages count against a memory cgroup's limit, and cgroup v1 does not throttle writers, so
@@ -178,7 +194,56 @@ def _layer_block(sl: SumLayer, rows: RowSource, pre, graph, block, range_rows: i
         yield a, sl.finish(torch.from_numpy(acc[a : a + range_rows]), h_dst, d)
 
 
+def output_width(sl: SumLayer, in_dim: int, nxt=None) -> int:
+    """Columns a layer's stored output has: its output, or the next layer's projection
+    ``nxt`` of it (stored instead: the next layer reads it as is)."""
+    probe = sl.finish(torch.zeros(1, sl.width), torch.zeros(1, in_dim), torch.ones(1, 1))
+    return int(probe.shape[1]) if nxt is None else width_of(nxt, int(probe.shape[1]))
+
+
 @torch.no_grad()
+def blocked_layer(
+    sl: SumLayer,
+    src,
+    graph: tuple,
+    todo: np.ndarray,
+    *,
+    out: np.ndarray | None = None,
+    on_output: Callable[[np.ndarray, np.ndarray], None] | None = None,
+    pre=None,
+    nxt=None,
+    budget: int,
+    normalize: bool = False,
+    threads: int = 8,
+    progress_bar=None,
+) -> None:
+    """One layer for the targets ``todo`` (sorted, unique) from the rows of ``src`` (anything
+    :class:`RowSource` reads): ``graph = (indptr, indices, deg)`` with ``deg`` a float32
+    tensor of full in-degrees over ``src``'s rows; ``pre`` projects source rows first (the
+    first layer's projection), ``nxt`` the output before it is stored. Outputs go to rows
+    ``todo`` of ``out`` (positioned writes) or to ``on_output(positions in todo, rows)``."""
+    rows = RowSource(src, normalize=normalize, threads=threads)
+    in_dim = width_of(pre, rows.dim)
+    chunk = min(CHUNK_BYTES, budget // (2 * CHUNK_COPIES))
+    range_rows = max(1, chunk // (4 * max(rows.dim, in_dim, 1)))
+    blocks = _blocks(graph[0], todo, 4 * sl.width, max(budget - CHUNK_COPIES * chunk, 1))
+    writer = RowWriter(out) if out is not None else None
+    try:
+        for a, b in blocks:
+            for i, h in _layer_block(sl, rows, pre, graph, todo[a:b], range_rows):
+                at = a + i
+                if writer is None:
+                    on_output(np.arange(at, at + len(h)), h.numpy())
+                else:
+                    writer.write(todo[at : at + len(h)], (nxt(h) if nxt else h).numpy())
+            if progress_bar is not None:
+                progress_bar.update(b - a)
+    finally:
+        rows.close()
+        if writer is not None:
+            writer.close()
+
+
 def blocked_layers(
     layers: list[SumLayer],
     inputs,
@@ -206,34 +271,20 @@ def blocked_layers(
     for li, sl in enumerate(layers):
         last = li == len(layers) - 1
         todo = targets if last else np.arange(n, dtype=np.int64)
-        rows = RowSource(src, normalize=norm, threads=threads)
         nxt = None if last else layers[li + 1].pre  # stored by this layer, not recomputed
-        in_dim = rows.dim if pre is None else _width(pre, rows.dim)
-        chunk = min(CHUNK_BYTES, budget // (2 * CHUNK_COPIES))
-        range_rows = max(1, chunk // (4 * max(rows.dim, in_dim, 1)))
-        blocks = _blocks(indptr, todo, 4 * sl.width, max(budget - CHUNK_COPIES * chunk, 1))
-        out = writer = None
+        out = None
         if not last:
-            probe = sl.finish(torch.zeros(1, sl.width), torch.zeros(1, in_dim), torch.ones(1, 1))
-            width = int(probe.shape[1]) if nxt is None else _width(nxt, int(probe.shape[1]))
-            out = new_array(n, width)
-            writer = _Writer(out)
+            dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
+            out = new_array(n, output_width(sl, width_of(pre, dim), nxt))
         bar = progress(total=len(todo), desc=f"inference layer {li}", unit="node",
                        enable=show_progress)  # fmt: skip
-        for a, b in blocks:
-            for i, h in _layer_block(sl, rows, pre, graph, todo[a:b], range_rows):
-                at = a + i
-                if last:
-                    on_output(np.arange(at, at + len(h)), h.numpy())
-                else:
-                    writer.write(todo[at : at + len(h)], (nxt(h) if nxt else h).numpy())
-            bar.update(b - a)
+        blocked_layer(sl, src, graph, todo, out=out, on_output=on_output if last else None,
+                      pre=pre, nxt=nxt, budget=budget, normalize=norm, threads=threads,
+                      progress_bar=bar)  # fmt: skip
         bar.close()
-        rows.close()
-        if writer is not None:
-            writer.close()
         src, norm, pre = out, False, None
 
 
-def _width(fn, dim: int) -> int:
-    return int(fn(torch.zeros(1, dim)).shape[1])
+def width_of(fn, dim: int) -> int:
+    """Columns of ``fn`` applied to ``dim``-column rows (``dim`` when ``fn`` is None)."""
+    return dim if fn is None else int(fn(torch.zeros(1, dim)).shape[1])

@@ -1,0 +1,190 @@
+"""Exact distributed evaluation under a memory budget: halo exchange, then local blocked layers.
+
+The per-batch distributed loop (:mod:`shoal.distributed.evaluate`) pulls, for every batch of
+targets, the rows of their in-neighbours: one random read per edge on the owner's side once
+the rows no longer fit in memory. When every layer is a sum of per-source messages
+(:class:`shoal.nn.SumLayer`), a layer is computed instead as in DistGNN's full-graph layer
+(Md et al., SC 2021, Sec. 3: a layer's aggregation runs over the local part, and the partial
+results of the replicated (halo) nodes are exchanged between layers) combined with the
+single-process blocked scheme (:mod:`shoal.training.blocked`):
+
+1. **halo exchange** (collective): each rank pulls its parts' halo rows of the layer's input
+   from their owners (:class:`~shoal.distributed.DistFeatureStore`, chunk by chunk within the
+   budget; every owner answers with planned reads of sorted rows,
+   :class:`~shoal.sample.diskio.RowReader`) and writes them, in halo order, to a scratch file.
+   Layer 0 of a store built with ``--halo-features`` needs none: the part holds them;
+2. **local layer**: each part's core rows of the layer are computed by
+   :func:`~shoal.training.blocked.blocked_layer` over the part's in-neighbour CSR, reading its
+   core rows and its halo rows as one stacked input (source ranges in file order), and written
+   to a scratch file: the next layer's input, and what this rank serves in the next exchange.
+
+The last layer is computed for the evaluation targets only and compared with their labels, so
+no per-node output of the last layer is kept. Memory is the budget plus ``O(local nodes)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shoal.distributed.comm import CommStats
+from shoal.distributed.feature_store import DistFeatureStore
+from shoal.distributed.runtime import DistContext
+from shoal.distributed.tables import NodeTables
+from shoal.nn.base import SumLayer
+from shoal.sample.diskio import RowFile, RowReader
+from shoal.sample.features import gather_rows
+from shoal.store.reader import Partition, Store
+from shoal.training.blocked import RowWriter, blocked_layer, output_width, width_of
+
+__all__ = ["PlannedGather", "blocked_dist_counts", "exchange_halos"]
+
+
+class PlannedGather:
+    """``gather(src, ids, out)`` for a :class:`DistFeatureStore`: rows of a memory-mapped
+    float32 array by planned direct reads (one :class:`RowReader` per file, kept), any other
+    array by :func:`~shoal.sample.features.gather_rows`."""
+
+    def __init__(self, threads: int = 8) -> None:
+        self.threads = threads
+        self.readers: dict[tuple[str, int], RowReader] = {}
+
+    def __call__(self, src: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None):
+        ids = np.asarray(ids, dtype=np.int64)
+        n = len(ids)
+        if out is None:
+            out = np.empty((n, src.shape[1]), np.float32)
+        f = RowFile.of(src) if src.dtype == np.float32 else None
+        if f is None or n == 0:
+            return gather_rows(src, ids, out)[:n]
+        r = self.readers.get((f.path, f.offset))
+        if r is None:
+            r = self.readers[(f.path, f.offset)] = RowReader(f, threads=self.threads)
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        rows = np.empty((len(uniq), src.shape[1]), np.float32)
+        r.read(uniq, rows)
+        out[:n] = rows[inverse]
+        return out[:n]
+
+    def close(self) -> None:
+        for r in self.readers.values():
+            r.close()
+        self.readers.clear()
+
+
+def _max_over_ranks(ctx: DistContext, value: int) -> int:
+    t = torch.tensor([value], dtype=torch.int64)
+    if ctx.world_size > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def exchange_halos(
+    store: Store,
+    parts: list[Partition],
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    inputs: dict[int, np.ndarray],
+    dim: int,
+    *,
+    new_array,
+    budget: int,
+    stats: CommStats,
+    threads: int = 8,
+) -> dict[int, np.ndarray]:
+    """Each part's halo rows of a layer's input (``inputs``: this rank's parts' core rows,
+    width ``dim``), pulled from their owners into ``new_array(num_halo, dim)``. Collective:
+    every rank takes the same number of pulls (the most any rank needs)."""
+    gather = PlannedGather(threads)
+    fs = DistFeatureStore(part_offsets=store.part_offsets, part_to_rank=part_to_rank,
+                          rank=ctx.rank, world_size=ctx.world_size, local_parts=inputs,
+                          feature_dim=dim, stats=stats, gather=gather)  # fmt: skip
+    # pulled rows, their copy and the rows served to others: a few row copies per id
+    chunk = max(1024, budget // (4 * 4 * max(dim, 1)))
+    outs = {p.index: new_array(p.num_halo, dim) for p in parts}
+    jobs = [(p, a, min(a + chunk, p.num_halo)) for p in parts for a in range(0, p.num_halo, chunk)]
+    writers = {p.index: RowWriter(outs[p.index]) for p in parts}
+    try:
+        for k in range(_max_over_ranks(ctx, len(jobs))):
+            if k >= len(jobs):
+                fs.pull(np.empty(0, np.int64))
+                continue
+            p, a, b = jobs[k]
+            rows = fs.pull(np.asarray(p.halo_ids[a:b], dtype=np.int64)).numpy()
+            writers[p.index].write(np.arange(a, b, dtype=np.int64), rows)
+    finally:
+        for w in writers.values():
+            w.close()
+        gather.close()
+    return outs
+
+
+def _counter(part: Partition, tables: NodeTables, masks, correct, total):
+    def count(pos: np.ndarray, logits: np.ndarray, todo: np.ndarray) -> None:
+        local = todo[pos]
+        pred = logits.argmax(1)
+        y = tables.labels[part.start + local]
+        for k, m in enumerate(masks):
+            sel = m[local]
+            correct[k] += float((pred[sel] == y[sel]).sum())
+            total[k] += float(sel.sum())
+
+    return count
+
+
+@torch.no_grad()
+def blocked_dist_counts(
+    layers: list[SumLayer],
+    store: Store,
+    parts: list[Partition],
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    tables: NodeTables,
+    splits: tuple[str, ...],
+    *,
+    scratch,
+    budget: int,
+    normalize: bool = False,
+    stats: CommStats | None = None,
+    threads: int = 8,
+) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's ``(correct, total)`` per split of the model ``layers`` (module docstring);
+    collective. ``scratch.array(rows, cols)`` makes the layers' arrays."""
+    stats = stats if stats is not None else CommStats()
+    correct = np.zeros(len(splits), np.float64)
+    total = np.zeros(len(splits), np.float64)
+    graphs, targets, counters = {}, {}, {}
+    for p in parts:
+        local = np.concatenate([p.core_ids, np.asarray(p.halo_ids, dtype=np.int64)])
+        deg = torch.from_numpy(np.asarray(tables.degrees[local], np.float32))
+        graphs[p.index] = (p.indptr, p.indices, deg)
+        masks = [np.asarray(p.mask(s)) for s in splits]
+        t = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
+        targets[p.index] = t.astype(np.int64)
+        counters[p.index] = _counter(p, tables, masks, correct, total)
+    inputs = {p.index: p.features for p in parts}
+    halos = {p.index: p.halo_features for p in parts} if store.halo_features else None
+    dim, norm, pre = int(store.feature_dim), normalize, layers[0].pre if layers else None
+    for li, sl in enumerate(layers):
+        last = li == len(layers) - 1
+        if halos is None:  # the same decision on every rank: the exchange is collective
+            halos = exchange_halos(store, parts, part_to_rank, ctx, inputs, dim,
+                                   new_array=scratch.array, budget=budget, stats=stats,
+                                   threads=threads)  # fmt: skip
+        nxt = None if last else layers[li + 1].pre
+        width = output_width(sl, width_of(pre, dim), nxt)
+        outs: dict[int, np.ndarray] = {}
+        for p in parts:
+            todo = targets[p.index] if last else np.arange(p.num_core, dtype=np.int64)
+            halo = halos[p.index]
+            src = [inputs[p.index]] + ([halo] if halo is not None and p.num_halo else [])
+            count = counters[p.index]
+            on_output = (lambda pos, h, c=count, t=todo: c(pos, h, t)) if last else None
+            if not last:
+                outs[p.index] = scratch.array(p.num_core, width)
+            blocked_layer(sl, src, graphs[p.index], todo, out=outs.get(p.index),
+                          on_output=on_output, pre=pre, nxt=nxt, budget=budget,
+                          normalize=norm, threads=threads)  # fmt: skip
+        inputs, halos, dim, norm, pre = outs, None, width, False, None
+    return correct, total
