@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-import shoal.training.data as data_mod
+import shoal.sample.budget as budget_mod
 from shoal.errors import ShoalInputError
 from shoal.sample.budget import RESERVE
 from shoal.sample.featstore import DiskFeatures
@@ -80,7 +80,7 @@ def test_trainer_with_a_small_budget_trains_the_same_model(graph, monkeypatch, e
     big = Trainer(TrainConfig(**cfg, memory="8GiB"), data)
     assert big.loader.prefetcher is None and big.features.cached_rows == data.num_nodes
     ref = [big.train_epoch(e) for e in range(2)]  # torch's RNG is global: one run at a time
-    monkeypatch.setattr(data_mod, "MIN_WINDOW", 4096)
+    monkeypatch.setattr(budget_mod, "MIN_WINDOW", 4096)
     small = Trainer(TrainConfig(**cfg, memory=RESERVE + extra), TrainData.from_graph_dir(graph))
     assert small.loader.prefetcher is not None and not small.features.cache_loaded
     assert 0 < small.features.cached_rows < data.num_nodes

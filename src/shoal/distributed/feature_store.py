@@ -46,6 +46,9 @@ class DistFeatureStore:
         gather: ``gather(src, ids, out)`` reading local rows (default
             :func:`~shoal.sample.features.gather_rows`; the exact evaluation passes
             :func:`~shoal.sample.features.read_rows`, positioned reads of mapped files).
+        serve: ``serve(ids, out)`` returning the rows of global ``ids`` owned by this rank
+            (default: ``gather`` from ``local_parts``); training under a memory budget serves
+            them from the current window (:class:`~shoal.distributed.windows.DistWindows`).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class DistFeatureStore:
         feature_dim: int,
         stats: CommStats | None = None,
         gather: Callable[..., np.ndarray] | None = None,
+        serve: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
@@ -88,6 +92,7 @@ class DistFeatureStore:
                 raise ValueError(f"part {i} has {a.shape[0]} feature rows, needs {n}")
         self.stats = stats if stats is not None else CommStats()
         self._gather = gather if gather is not None else gather_rows
+        self._serve = serve
         self.feature_dim = int(feature_dim)
         self._buf = np.empty((0, self.feature_dim), dtype=np.float32)
 
@@ -104,6 +109,8 @@ class DistFeatureStore:
         n = ids.shape[0]
         if n == 0:
             return out[:0]
+        if self._serve is not None:
+            return self._serve(ids, out[:n])
         parts = owner_of(self.part_offsets, ids)
         first = int(parts[0])
         if len(self.local_parts) == 1 or (parts == first).all():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +26,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from shoal.sample.budget import memory_cgroup
+
 __all__ = [
+    "local_peers",
     "DistConfig",
     "DistContext",
     "Rank0Filter",
@@ -84,6 +88,19 @@ class DistContext:
         """Wait for every rank (nothing to wait for in a world of one)."""
         if self.world_size > 1:
             dist.barrier()
+
+
+def local_peers(ctx: DistContext) -> tuple[int, int]:
+    """``(ranks on this machine, ranks in this process's memory cgroup on this machine)``,
+    this rank included (collective): who shares the machine's memory and the cgroup's limit
+    (:func:`shoal.sample.budget.memory_limit`)."""
+    me = (socket.gethostname(), memory_cgroup())
+    if ctx.world_size == 1:
+        return 1, 1
+    everyone: list = [None] * ctx.world_size
+    dist.all_gather_object(everyone, me)
+    host = sum(1 for h, _ in everyone if h == me[0])
+    return host, sum(1 for x in everyone if tuple(x) == me)
 
 
 def env_world() -> tuple[int, int, int] | None:

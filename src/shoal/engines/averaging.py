@@ -35,7 +35,8 @@ import torch
 from shoal.distributed.averaging import average_optimizer_state_, weighted_average_
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
-from shoal.sample.features import PartGatherer
+from shoal.sample.featstore import DiskFeatures
+from shoal.sample.features import PartGatherer, part_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import BatchLoader, Timer, train_step
 from shoal.utils.progress import progress
@@ -62,27 +63,35 @@ class AveragingEngine(Engine):
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
         self.timer = Timer()
+        rows = [p.num_core + (p.num_halo if self.store.halo_features else 0) for p in self.parts]
+        plan = self.plan_memory(feature_bytes=sum(rows) * self.row_bytes, num_rows=max(rows or [1]))
+        windows = plan.cache < plan.features
+        self.features: list[DiskFeatures] = []
         self.loaders: list[BatchLoader] = []
-        for part in self.parts:
+        for part, n in zip(self.parts, rows, strict=True):
+            share = n / max(sum(rows), 1)  # the rank's parts share the cache and the windows
             local_ids = np.concatenate([part.core_ids, np.asarray(part.halo_ids, dtype=np.int64)])
-            sampler = NeighborSampler(
-                part.indptr,
-                part.indices,
-                cfg.fanouts,
-                num_nodes=part.num_nodes,
-                degrees=self.tables.degrees[local_ids],
+            deg = self.tables.degrees[local_ids]
+            sampler = NeighborSampler(part.indptr, part.indices, cfg.fanouts,
+                                      num_nodes=part.num_nodes, degrees=deg)  # fmt: skip
+            feats = DiskFeatures(
+                part_rows(part),
+                cache_bytes=int(plan.cache * share),
+                priority=np.argsort(-deg, kind="stable") if windows else None,
+                normalize=cfg.normalize_features,
+                threads=cfg.io_threads,
+                show_progress=cfg.progress if self.ctx.is_rank0 else False,
+                defer_cache=windows,
             )
-            self.loaders.append(
-                BatchLoader(
-                    sampler,
-                    PartGatherer(part, normalize=cfg.normalize_features),
-                    part.labels,
-                    np.flatnonzero(np.asarray(part.train_mask)),
-                    batch_size=cfg.batch_size,
-                    seed=cfg.seed + 1_000_003 * part.index,
-                    timer=self.timer,
-                )
-            )
+            loader = BatchLoader(sampler, feats, part.labels,
+                                 np.flatnonzero(np.asarray(part.train_mask)),
+                                 batch_size=cfg.batch_size, seed=cfg.seed + 1_000_003 * part.index,
+                                 timer=self.timer)  # fmt: skip
+            if windows:
+                loader.use_windows(feats, window_bytes=max(int(plan.window * share), 1),
+                                   last_epoch=cfg.epochs - 1)  # fmt: skip
+            self.features.append(feats)
+            self.loaders.append(loader)
         self.weight = float(sum(len(ld.seeds) for ld in self.loaders))
         self.num_batches = sum(len(ld) for ld in self.loaders)
 
@@ -92,6 +101,7 @@ class AveragingEngine(Engine):
         before = dict(self.timer.seconds)
         total_loss, correct, seen = 0.0, 0, 0
         t_epoch = time.perf_counter()
+        stats0 = [f.stats.snapshot() for f in self.features]
         bar = progress(
             total=self.num_batches,
             desc=f"epoch {epoch + 1}",
@@ -125,7 +135,31 @@ class AveragingEngine(Engine):
             time_split=self.timer.since(before),
             averaged=averaged,
             evaluable=averaged,
+            io=self.io_record(self._io(stats0)),
         )
+
+    def _io(self, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for ld, f, b in zip(self.loaders, self.features, before, strict=True):
+            if ld.prefetcher is not None:
+                out.append(dict(ld.prefetcher.last_epoch_io))
+            else:
+                now = f.stats.snapshot()
+                out.append({k: now[k] - b[k] for k in now})
+        return out
+
+    def pause_io(self) -> int:
+        return sum(ld.prefetcher.pause() for ld in self.loaders if ld.prefetcher is not None)
+
+    def resume_io(self) -> None:
+        for ld in self.loaders:
+            if ld.prefetcher is not None:
+                ld.prefetcher.resume()
+
+    def close_io(self) -> None:
+        for ld in self.loaders:
+            if ld.prefetcher is not None:
+                ld.prefetcher.close()
 
     def settings(self) -> dict[str, Any]:
         cfg = self.train_config

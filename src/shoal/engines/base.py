@@ -30,9 +30,13 @@ from shoal.distributed import (
     dist_evaluate,
     parts_of_rank,
 )
+from shoal.distributed.runtime import local_peers
 from shoal.errors import ShoalInputError
+from shoal.sample.budget import RESERVE, BudgetPlan, batch_window, plan_budget
+from shoal.sample.diskio import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
+from shoal.utils.memory import return_freed_memory
 
 __all__ = ["Engine", "EngineConfig"]
 
@@ -75,6 +79,67 @@ class Engine(ABC):
             )
         self.stats = CommStats()
         self.tables = NodeTables(store, self.parts)
+        self.budget: BudgetPlan | None = None
+
+    # ---------------------------------------------------------------- memory
+    def plan_memory(self, *, feature_bytes: int, num_rows: int) -> BudgetPlan:
+        """This rank's memory budget (``--memory``, by default its share of the machine's or
+        cgroup's limit, :func:`~shoal.sample.budget.plan_budget`) for ``feature_bytes`` of
+        feature rows over ``num_rows`` rows; the per-node tables are taken out first. The
+        parts' CSR is read into memory when the plan keeps it there."""
+        tc = self.train_config
+        return_freed_memory()
+        structure = sum(int(p.indptr.nbytes + p.indices.nbytes) for p in self.parts)
+        tables = sum(a.nbytes for a in (self.tables.degrees, self.tables.labels, self.tables.train))
+        plan = plan_budget(
+            tc.memory_bytes,
+            feature_bytes=feature_bytes,
+            structure_bytes=structure,
+            min_window=batch_window(tc.fanouts, tc.batch_size, num_rows, self.row_bytes),
+            reserve=RESERVE + tables,
+            processes=local_peers(self.ctx),
+        )
+        if plan.structure_in_memory:
+            for p in self.parts:  # cached properties: the copies replace the memory maps
+                p.indptr = load_array(p.indptr)
+                p.indices = load_array(p.indices)
+        self.budget = plan
+        return plan
+
+    @property
+    def row_bytes(self) -> int:
+        p = next((p for p in self.parts if p.features is not None), None)
+        item = p.features.dtype.itemsize if p is not None else 4
+        return int(self.store.feature_dim) * item
+
+    def pause_io(self) -> int:
+        """Stop reading ahead (evaluation needs the memory and the disk); returns the bytes
+        the windows read ahead hold (override; default none)."""
+        return 0
+
+    def resume_io(self) -> None:
+        """Undo :meth:`pause_io` (override)."""
+        return None
+
+    def close_io(self) -> None:
+        """Stop the reading threads (override; :meth:`fit` calls it)."""
+        return None
+
+    def io_record(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The epoch's feature I/O summed over this rank's loaders and over ranks
+        (collective): rows requested and served by the cache, rows and bytes read, seconds."""
+        keys = ("requested", "hits", "rows_read", "bytes_read", "unique_rows", "unique_bytes",
+                "windows", "process_read_bytes", "read_seconds")  # fmt: skip
+        t = torch.tensor([float(sum(r.get(k) or 0 for r in records)) for k in keys],
+                         dtype=torch.float64)  # fmt: skip
+        if self.ctx.world_size > 1:
+            dist.all_reduce(t)
+        rec = {
+            k: (float(v) if k == "read_seconds" else int(v))
+            for k, v in zip(keys, t.tolist(), strict=True)
+        }
+        rec["cache_hit_rate"] = rec["hits"] / rec["requested"] if rec["requested"] else None
+        return rec
 
     @property
     def train_config(self) -> TrainConfig:
@@ -101,18 +166,28 @@ class Engine(ABC):
         """Exact accuracy of ``model`` (default: the engine's) on ``splits``. Collective;
         its communication is not counted in the epoch's."""
         tc = self.train_config
-        return dist_evaluate(
-            model if model is not None else self.model,
-            self.store,
-            self.parts,
-            self.part_to_rank,
-            self.ctx,
-            self.tables,
-            splits=splits,
-            batch_size=tc.eval_batch_size,
-            normalize_features=tc.normalize_features,
-            scratch_dir=tc.scratch_dir,
-        )
+        held = self.pause_io()
+        budget = None
+        if self.budget is not None:  # per local target: its id, masks, label, prediction
+            targets = sum(p.num_core for p in self.parts) * 24
+            budget = max(self.budget.transient - held - targets, self.budget.window)
+        try:
+            return dist_evaluate(
+                model if model is not None else self.model,
+                self.store,
+                self.parts,
+                self.part_to_rank,
+                self.ctx,
+                self.tables,
+                splits=splits,
+                batch_size=tc.eval_batch_size,
+                normalize_features=tc.normalize_features,
+                scratch_dir=tc.scratch_dir,
+                memory_budget=budget,
+                threads=tc.io_threads,
+            )
+        finally:
+            self.resume_io()
 
     def state(self) -> dict[str, Any]:
         """This rank's model, optimizer and torch RNG (a checkpoint)."""
@@ -180,4 +255,7 @@ class Engine(ABC):
             },
             settings={"engine": self.name, **self.settings()},
         )
-        return loop.fit()
+        try:  # windows are read ahead from the first epoch trained (after a resume too)
+            return loop.fit()
+        finally:
+            self.close_io()

@@ -31,7 +31,9 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from shoal.distributed import DistFeatureStore, DistNeighborSampler
+from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
+from shoal.sample.featstore import DiskFeatures
 from shoal.training import batch_seed
 from shoal.utils.progress import progress
 
@@ -82,21 +84,50 @@ class MinibatchEngine(Engine):
             degrees=self.tables.degrees,
             stats=self.stats,
         )
-        self.features = DistFeatureStore(
-            part_offsets=store.part_offsets,
-            part_to_rank=self.part_to_rank,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            local_parts={p.index: p.features for p in self.parts},
-            feature_dim=int(store.feature_dim),
-            stats=self.stats,
-        )
+        self._open_features()
         self.model = self.build_model()
         self.ddp = DistributedDataParallel(self.model)
         self.optimizer = torch.optim.Adam(
             self.ddp.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
         self.param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    def _open_features(self) -> None:
+        """This rank's rows under its memory budget: a static cache of the highest in-degree
+        rows of its parts and, when they do not all fit, windows read ahead
+        (:class:`~shoal.distributed.windows.DistWindows`), which serve the rows pulled."""
+        cfg, store, ctx = self.train_config, self.store, self.ctx
+        rows = sum(p.num_core for p in self.parts)
+        plan = self.plan_memory(feature_bytes=rows * self.row_bytes, num_rows=max(rows, 1))
+        windows = plan.cache < plan.features
+        dim = int(store.feature_dim)
+        arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
+        deg = self.tables.degrees[np.concatenate([p.core_ids for p in self.parts] or [[]])
+                                  .astype(np.int64)]  # fmt: skip
+        self.local = DiskFeatures(
+            arrays,
+            cache_bytes=plan.cache,
+            priority=np.argsort(-deg, kind="stable") if windows else None,
+            threads=cfg.io_threads,
+            show_progress=cfg.progress if ctx.is_rank0 else False,
+            defer_cache=windows,
+        )
+        self.windows = DistWindows(
+            self.local, part_offsets=store.part_offsets, part_to_rank=self.part_to_rank,
+            rank=ctx.rank, world_size=ctx.world_size, stats=self.stats,
+            window_rows=plan.window // self.row_bytes if windows else rows + 1,
+            sample_bytes=plan.window // 2 if windows else None,
+        )  # fmt: skip
+        self.features = DistFeatureStore(
+            part_offsets=store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            local_parts={p.index: p.features for p in self.parts},
+            feature_dim=dim,
+            stats=self.stats,
+            serve=self.windows.serve,
+        )
 
     def _batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's seeds for ``epoch``, shuffled, in exactly ``num_batches`` batches."""
@@ -110,7 +141,7 @@ class MinibatchEngine(Engine):
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
         self.stats.reset()
-        timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0}
+        timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0, "io_wait": 0.0}
         total_loss, correct, seen = 0.0, 0, 0
         self.ddp.train()
         t_epoch = time.perf_counter()
@@ -120,40 +151,51 @@ class MinibatchEngine(Engine):
             unit="batch",
             enable=cfg.progress if self.ctx.is_rank0 else False,
         )
-        for step, seeds in enumerate(self._batches(epoch)):
-            t0 = time.perf_counter()
-            # the batch seed depends on the rank too, so ranks draw different samples
-            bseed = batch_seed(cfg.seed, epoch, step) + self.ctx.rank
-            mb = self.sampler.sample(seeds, bseed)
-            t1 = time.perf_counter()
-            x = self.features.pull(mb.n_id)
-            if cfg.normalize_features:
-                s = x.sum(1, keepdim=True)
-                x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
-            y = torch.from_numpy(self.tables.labels[mb.seeds])
-            t2 = time.perf_counter()
-            self.optimizer.zero_grad(set_to_none=True)
-            out = self.ddp(x, mb.blocks)
-            # DDP averages the ranks' gradients (batches differ in size by at most one seed
-            # per rank under the two-level split)
-            loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
-            loss.backward()
-            self.optimizer.step()
-            self.stats.allreduce_bytes += self.param_bytes
-            t3 = time.perf_counter()
-            timer["sampling"] += t1 - t0
-            timer["gather"] += t2 - t1
-            timer["forward_backward"] += t3 - t2
-            n = len(y)
-            total_loss += float(loss.detach()) * n
-            correct += int((out.detach().argmax(1) == y).sum()) if n else 0
-            seen += n
-            bar.update(1)
+        for mbs, _ in self.windows.windows(self._samples(epoch, timer)):
+            for mb in mbs:
+                t1 = time.perf_counter()
+                x = self.features.pull(mb.n_id)
+                if cfg.normalize_features:
+                    s = x.sum(1, keepdim=True)
+                    x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
+                y = torch.from_numpy(self.tables.labels[mb.seeds])
+                t2 = time.perf_counter()
+                self.optimizer.zero_grad(set_to_none=True)
+                out = self.ddp(x, mb.blocks)
+                # DDP averages the ranks' gradients (batches differ in size by at most one
+                # seed per rank under the two-level split)
+                loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
+                loss.backward()
+                self.optimizer.step()
+                self.stats.allreduce_bytes += self.param_bytes
+                t3 = time.perf_counter()
+                timer["gather"] += t2 - t1
+                timer["forward_backward"] += t3 - t2
+                n = len(y)
+                total_loss += float(loss.detach()) * n
+                correct += int((out.detach().argmax(1) == y).sum()) if n else 0
+                seen += n
+                bar.update(1)
         bar.close()
+        timer["io_wait"] = self.windows.io.get("io_wait", 0.0)
         return self.epoch_record(
             loss_sum=total_loss,
             correct=correct,
             seen=seen,
             seconds=time.perf_counter() - t_epoch,
             time_split=timer,
+            io=self.io_record([self.windows.io]),
         )
+
+    def _samples(self, epoch: int, timer: dict[str, float]):
+        """This rank's sampled batches of ``epoch``, in step order (collective)."""
+        cfg = self.train_config
+        for step, seeds in enumerate(self._batches(epoch)):
+            t0 = time.perf_counter()
+            # the batch seed depends on the rank too, so ranks draw different samples
+            mb = self.sampler.sample(seeds, batch_seed(cfg.seed, epoch, step) + self.ctx.rank)
+            timer["sampling"] += time.perf_counter() - t0
+            yield mb
+
+    def close_io(self) -> None:
+        self.windows.close()

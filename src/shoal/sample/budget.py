@@ -22,7 +22,13 @@ from pathlib import Path
 
 from shoal.errors import ShoalInputError
 
-__all__ = ["BudgetPlan", "memory_limit", "plan_budget"]
+__all__ = [
+    "BudgetPlan",
+    "batch_window",
+    "memory_cgroup",
+    "memory_limit",
+    "plan_budget",
+]
 
 _UNLIMITED = 1 << 60
 #: memory assumed taken by the interpreter, torch, numba, the model and one batch's
@@ -86,15 +92,40 @@ def _mem_available() -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
-def memory_limit(processes: int = 1) -> tuple[int, str]:
-    """``(bytes, where it came from)`` one of ``processes`` processes on this machine may use:
-    :data:`DEFAULT_SHARE` of the memory cgroup's limit, or of the machine's available memory
-    (``MemAvailable``) when that is lower, shared equally."""
+def memory_cgroup() -> str:
+    """This process's memory cgroup (its path in ``/proc/self/cgroup``; "" when unknown):
+    processes with the same one share its limit."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        _, ctrl, path = line.split(":", 2)
+        if "memory" in ctrl.split(","):
+            return path
+    return next((ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == ""), "")
+
+
+def memory_limit(processes: int = 1, *, cgroup_processes: int | None = None) -> tuple[int, str]:
+    """``(bytes, where it came from)`` one process may use: :data:`DEFAULT_SHARE` of its
+    memory cgroup's limit shared by the ``cgroup_processes`` processes in that group (default
+    ``processes``), or, when lower, of the machine's available memory (``MemAvailable``) shared
+    by the ``processes`` training processes on this machine."""
     cg = _cgroup_limit()
     avail = _mem_available()
-    if cg is not None and cg < avail:
-        return int(cg * DEFAULT_SHARE) // max(processes, 1), "90% of the memory cgroup limit"
+    in_cg = max(processes if cgroup_processes is None else cgroup_processes, 1)
+    if cg is not None and cg / in_cg < avail / max(processes, 1):
+        return int(cg * DEFAULT_SHARE) // in_cg, "90% of the memory cgroup limit"
     return int(avail * DEFAULT_SHARE) // max(processes, 1), "90% of MemAvailable"
+
+
+def batch_window(fanouts: tuple[int, ...], batch_size: int, num_nodes: int, row_bytes: int) -> int:
+    """The smallest window: the rows one batch may touch (every seed's sampled L-hop tree,
+    at most every node; a full neighbourhood counted as 64), and at least :data:`MIN_WINDOW`."""
+    per_seed = 1
+    for f in fanouts:
+        per_seed *= (f if f > 0 else 64) + 1
+    return max(MIN_WINDOW, min(num_nodes, batch_size * per_seed) * row_bytes)
 
 
 @dataclass
@@ -131,18 +162,22 @@ def plan_budget(
     min_window: int = MIN_WINDOW,
     reserve: int = RESERVE,
     option: str = "--memory",
+    processes: tuple[int, int] = (1, 1),
 ) -> BudgetPlan:
     """Share ``memory`` (None: :func:`memory_limit`) between the fixed ``reserve``, the graph
     structure (``structure_bytes``; kept on disk when it does not fit in half of what is left),
     two feature windows (one in use, one being read) and the cache of hot rows. When the whole
     feature matrix fits next to one window, it is cached whole and windows are not needed.
 
+    ``processes``: training processes on this machine and in this process's memory cgroup,
+    which share the default limit (:func:`memory_limit`).
+
     Raises ShoalInputError naming ``option`` when ``memory`` cannot hold the reserve and two
     windows of ``min_window`` bytes (the rows of one batch).
     """
     source = "given"
     if memory is None:
-        memory, source = memory_limit()
+        memory, source = memory_limit(processes[0], cgroup_processes=processes[1])
     left = memory - reserve
     need = 2 * min_window
     if left < need:

@@ -9,7 +9,7 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
-from shoal.sample.budget import MIN_WINDOW, BudgetPlan, plan_budget
+from shoal.sample.budget import BudgetPlan, batch_window, plan_budget
 from shoal.sample.diskio import load_array
 from shoal.sample.featstore import DiskFeatures
 from shoal.utils.memory import return_freed_memory
@@ -101,16 +101,12 @@ def open_features(
     return_freed_memory()  # freed buffers leave the process: the budget stays honest
     x = data.features
     row_bytes = int(x.shape[1]) * x.dtype.itemsize
-    per_seed = 1
-    for f in fanouts:  # rows a batch may touch: every seed's sampled L-hop tree
-        per_seed *= (f if f > 0 else 64) + 1
-    batch_rows = min(data.num_nodes, batch_size * per_seed)
     structure = int(data.indptr.nbytes + data.indices.nbytes) + 16 * data.num_nodes
     plan = plan_budget(
         memory,
         feature_bytes=int(x.shape[0]) * row_bytes,
         structure_bytes=structure,
-        min_window=max(MIN_WINDOW, batch_rows * row_bytes),
+        min_window=batch_window(fanouts, batch_size, data.num_nodes, row_bytes),
     )
     if plan.structure_in_memory:
         data.indptr = load_array(data.indptr)

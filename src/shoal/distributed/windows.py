@@ -1,0 +1,231 @@
+"""Windows of feature rows for distributed mini-batch training under a memory budget.
+
+Ginex's window (Park et al., VLDB 2022, Sec. 4-5: sample a window of batches first, then read
+the union of their rows in one sorted pass) made distributed: a rank's rows are read not only
+for its own batches but for the rows the other ranks will pull from it
+(:class:`~shoal.distributed.DistFeatureStore`). So, for a window of steps, every rank
+
+1. samples its batches (collective, :class:`~shoal.distributed.DistNeighborSampler`) and cuts
+   the window when some owner's uncached rows would exceed ``window_rows`` (the counts are
+   all-reduced, so every rank cuts at the same step);
+2. sends each owner the sorted unique rows its window needs from it (one all-to-all-v of ids
+   per window) and gets the rows others need from it;
+3. has its :class:`~shoal.sample.featstore.DiskFeatures` read the union of its own and the
+   requested uncached rows in one planned pass, in a background thread, while the previous
+   window is trained on (two windows at most are alive: the one trained on and the one read).
+
+The rows each step pulls are then served from the window (or the static cache): the batches,
+and so the model, are exactly those of training with every row in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shoal.distributed.comm import CommStats, exchange
+from shoal.distributed.feature_store import owner_of
+from shoal.graph.blocks import MiniBatch
+from shoal.sample.featstore import DiskFeatures, Window
+
+__all__ = ["DistWindows", "sample_bytes"]
+
+
+def sample_bytes(mb: MiniBatch) -> int:
+    """Bytes a sampled mini-batch holds (its ids and blocks)."""
+    n = mb.n_id.nbytes
+    for b in mb.blocks:
+        n += sum(t.numel() * t.element_size() for t in (b.edge_index, b.rowptr, b.deg_src))
+    return int(n)
+
+
+class DistWindows:
+    """Windows of this rank's rows for distributed mini-batches (module docstring).
+
+    Args:
+        features: the rank's rows: its parts' core rows stacked in part order.
+        part_offsets, part_to_rank, rank, world_size: the layout (as for the feature store).
+        window_rows: rows of one window (at least one batch is always taken).
+        sample_bytes: bytes the sampled batches of one window may hold (default: no limit);
+            a window is also cut there, on every rank at once.
+        stats: communication counters (the per-window id exchange is counted).
+        background: read windows in a background thread (default true).
+    """
+
+    def __init__(self, features: DiskFeatures, *, part_offsets: np.ndarray,
+                 part_to_rank: np.ndarray, rank: int, world_size: int, window_rows: int,
+                 stats: CommStats | None = None, background: bool = True,
+                 sample_bytes: int | None = None) -> None:  # fmt: skip
+        self.features = features
+        self.part_offsets = np.asarray(part_offsets, np.int64)
+        self.part_to_rank = np.asarray(part_to_rank, np.int64)
+        self.rank, self.world_size = rank, world_size
+        self.window_rows = max(1, int(window_rows))
+        self.sample_bytes = sample_bytes
+        self.stats = stats if stats is not None else CommStats()
+        mine = np.flatnonzero(self.part_to_rank == rank)
+        sizes = self.part_offsets[mine + 1] - self.part_offsets[mine]
+        self._mine = mine
+        self._stack = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.cached = self._global_cached()
+        self._mark = np.zeros(int(self.part_offsets[-1]), dtype=np.bool_)
+        self._pool = (
+            ThreadPoolExecutor(1, thread_name_prefix="shoal-window") if background else None
+        )
+        self.current: Window | None = None
+        self.io: dict = {}
+
+    def _global_cached(self) -> np.ndarray:
+        """Whether each node's row is in its owner's static cache (one all-reduce of N
+        bytes, once): a rank then counts only the rows its owner will have to read."""
+        n = int(self.part_offsets[-1])
+        flags = torch.zeros(n, dtype=torch.uint8)
+        f = self.features
+        for k, part in enumerate(self._mine):
+            a, b = self.part_offsets[part], self.part_offsets[part + 1]
+            if f.slot is None:
+                flags[a:b] = 1
+            else:
+                s = f.slot[self._stack[k] : self._stack[k + 1]]
+                flags[a:b] = torch.from_numpy((s >= 0).astype(np.uint8))
+        if self.world_size > 1:
+            dist.all_reduce(flags)
+        return flags.numpy().astype(np.bool_)
+
+    def local_index(self, ids: np.ndarray) -> np.ndarray:
+        """Positions in the stacked local rows of global ``ids`` owned by this rank."""
+        part = owner_of(self.part_offsets, ids)
+        k = np.searchsorted(self._mine, part)
+        return ids - self.part_offsets[part] + self._stack[k]
+
+    def owner_rank(self, ids: np.ndarray) -> np.ndarray:
+        return self.part_to_rank[owner_of(self.part_offsets, ids)]
+
+    def serve(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Rows of ``ids`` (global, owned here) from the current window or the cache."""
+        if self.current is None:
+            raise RuntimeError("no window is being trained on")
+        return self.current.gather(self.local_index(ids), out)
+
+    # ---------------------------------------------------------------- windows
+    def _new_rows(self, mb: MiniBatch) -> tuple[np.ndarray, np.ndarray]:
+        """``mb``'s rows not cached by their owner and not yet in the window, and how many
+        of them each owner holds, summed over ranks (collective)."""
+        new = mb.n_id[~(self._mark[mb.n_id] | self.cached[mb.n_id])]
+        counts = torch.from_numpy(
+            np.bincount(self.owner_rank(new), minlength=self.world_size).astype(np.int64)
+        )
+        if self.world_size > 1:
+            dist.all_reduce(counts)
+        return new, counts.numpy()
+
+    def _too_many_samples(self, held: int) -> bool:
+        """Whether some rank's window samples reach ``sample_bytes`` (collective)."""
+        if self.sample_bytes is None:
+            return False
+        t = torch.tensor([held], dtype=torch.int64)
+        if self.world_size > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item()) >= self.sample_bytes
+
+    def _needed(self, pending: list[MiniBatch]) -> np.ndarray:
+        """Stacked local positions (sorted) of the uncached rows this rank reads for the
+        window: its own batches' and those the others ask for (collective)."""
+        ids = np.unique(np.concatenate([mb.n_id for mb in pending]))
+        ids = ids[~self.cached[ids]]
+        own = self.owner_rank(ids)
+        local = own == self.rank
+        remote = ids[~local]
+        order = np.argsort(own[~local], kind="stable")
+        counts = np.bincount(own[~local], minlength=self.world_size).astype(np.int64)
+        asked, _ = exchange(remote[order], counts, self.stats)
+        need = np.union1d(ids[local], asked.numpy())
+        return self.local_index(need) if len(need) else need
+
+    def _read(self, cold: np.ndarray) -> Window:
+        f = self.features
+        return f.load_cache(cold) if not f.cache_loaded else f.window([], cold=cold)
+
+    def _submit(self, pending: list[MiniBatch]) -> tuple[list[MiniBatch], Future | Window]:
+        cold = self._needed(pending)
+        for mb in pending:
+            self._mark[mb.n_id] = False
+        if self._pool is None:
+            return pending, self._read(cold)
+        return pending, self._pool.submit(self._read, cold)
+
+    def windows(self, batches: Iterator[MiniBatch]) -> Iterator[tuple[list[MiniBatch], Window]]:
+        """Group ``batches`` (sampled collectively, in step order) into windows and yield
+        ``(batches, window)`` with the window's rows read; the next window is read while the
+        caller trains on the one yielded. Collective: every rank iterates to the end."""
+        pending: list[MiniBatch] = []
+        acc = np.zeros(self.world_size, np.int64)
+        ahead = None
+        self.io = {"requested": 0, "hits": 0, "rows_read": 0, "bytes_read": 0,
+                   "read_seconds": 0.0, "windows": 0, "io_wait": 0.0}  # fmt: skip
+        held = 0
+        if self.cached.all():  # every row of every rank is cached: nothing to plan or read
+            self.current = self.features.window([], cold=np.empty(0, np.int64))
+            try:
+                for mb in batches:
+                    yield [mb], self.current
+                self._finish()
+            finally:
+                self.current = None
+            return
+        try:
+            for mb in batches:
+                new, counts = self._new_rows(mb)
+                full = self._too_many_samples(held)
+                if pending and (full or (acc + counts).max() > self.window_rows):  # all ranks
+                    item = self._submit(pending)
+                    if ahead is not None:
+                        yield self._ready(ahead)
+                    ahead, pending, acc, held = item, [], np.zeros_like(acc), 0
+                    new, counts = self._new_rows(mb)
+                self._mark[new] = True
+                pending.append(mb)
+                acc += counts
+                held += sample_bytes(mb)
+            if pending:
+                item = self._submit(pending)
+                if ahead is not None:
+                    yield self._ready(ahead)
+                ahead = item
+            if ahead is not None:
+                yield self._ready(ahead)
+            self._finish()
+        finally:
+            self.current = None
+            self._mark[:] = False
+
+    def _finish(self) -> None:
+        """Count the window just trained on in :attr:`io` (the epoch's record)."""
+        w = self.current
+        if w is not None:
+            io = self.io
+            io["requested"] += w.requested
+            io["hits"] += w.hits
+            io["rows_read"] += len(w.cold)
+            io["bytes_read"] += w.bytes_read
+            io["read_seconds"] += w.read_seconds
+            io["windows"] += 1
+        self.current = None
+
+    def _ready(self, item) -> tuple[list[MiniBatch], Window]:
+        self._finish()
+        pending, w = item
+        t0 = time.perf_counter()
+        w = w.result() if isinstance(w, Future) else w
+        self.io["io_wait"] += time.perf_counter() - t0
+        self.current = w
+        return pending, w
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)

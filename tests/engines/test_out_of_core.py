@@ -1,0 +1,60 @@
+"""Engines under a memory budget below their feature rows: the budgeted store (static cache +
+windows read ahead) trains exactly the model of the whole-in-memory run, 2 real processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.distributed.helpers import run_world
+from tests.engines.conftest import community_graph
+
+
+def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: int) -> dict:
+    import shoal.engines.base as base
+    import shoal.sample.budget as budget
+    from shoal.distributed import DistContext
+    from shoal.engines import EngineConfig, get_engine
+    from shoal.store import Store
+    from shoal.training import TrainConfig
+
+    cfg = dict(model="sage", fanouts=(3, 3), hidden=8, batch_size=4, seed=5, epochs=epochs,
+               lr=0.02, progress=False, normalize_features=True)  # fmt: skip
+    memory = "8GiB"
+    st = Store.open(store)
+    if small:  # no reserve, tiny windows: a budget of two windows and a quarter of the rows
+        base.RESERVE, budget.MIN_WINDOW = 0, 1024
+        halo = engine == "averaging"
+        rows = sum(p.num_core + halo * p.num_halo for p in st.parts() if p.index % world == rank)
+        row_bytes = st.feature_dim * 4
+        window = budget.batch_window(cfg["fanouts"], cfg["batch_size"], rows, row_bytes)
+        memory = 13 * st.num_nodes + 2 * window + rows * row_bytes // 4
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    eng = get_engine(engine)(st, EngineConfig(train=TrainConfig(**cfg, memory=memory)), ctx)
+    records = [eng.train_epoch(e) for e in range(epochs)]
+    acc = eng.evaluate(("val", "test"))
+    eng.close_io()
+    return {
+        "loss": [r["loss"] for r in records],
+        "io": [r["io"] for r in records],
+        "params": [p.detach().numpy().copy() for p in eng.model.parameters()],
+        "acc": acc,
+        "windows": [r["io"]["windows"] for r in records],
+    }
+
+
+@pytest.mark.parametrize("engine", ["averaging", "minibatch"])
+def test_engine_under_a_small_budget_trains_the_same_model(make_graph, make_store, engine):
+    g = community_graph(make_graph, n=400)
+    store = str(make_store(parts=2, graph=g, halo_features=True))
+    big = run_world(_train, 2, store, engine, False, 3)
+    small = run_world(_train, 2, store, engine, True, 3)
+    for b, s in zip(big, small, strict=True):
+        assert b["loss"] == s["loss"]
+        for p, q in zip(b["params"], s["params"], strict=True):
+            np.testing.assert_array_equal(p, q)
+        assert b["acc"] == s["acc"]
+        assert all(r["bytes_read"] == 0 for r in b["io"])
+        assert all(r["bytes_read"] > 0 and 0 < r["cache_hit_rate"] < 1 for r in s["io"]), s["io"]
+        assert max(s["windows"]) >= 2  # epochs split into windows read ahead
+    assert 0.0 < big[0]["acc"]["test"] < 1.0
