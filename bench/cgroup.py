@@ -193,6 +193,87 @@ def run_capped(
             cg.__exit__(None, None, None)
 
 
+def run_capped_each(
+    cmds: list[tuple[list[str], dict]],
+    limit: int | None,
+    *,
+    name: str = "shoal_bench",
+    timeout: float | None = None,
+    evict_paths: list[str | os.PathLike] = (),
+    **popen_kw,
+) -> list[dict]:
+    """Run the commands ``(argv, extra environment)`` at once, each in its own group capped
+    at ``limit`` bytes (None: uncapped), e.g. the ranks of a distributed run, each with its
+    own cap. When one exits non-zero the others are killed. Returns one result per command,
+    as :func:`run_capped`."""
+    for p in evict_paths:
+        evict(p)
+    groups = [Cgroup(f"{name}_{i}", limit) if limit else None for i in range(len(cmds))]
+    for g in groups:
+        if g is not None:
+            g.__enter__()
+    procs: list = []
+    try:
+        t0 = time.perf_counter()
+        for (cmd, env), g in zip(cmds, groups, strict=True):
+            path = g.path if g is not None else None
+
+            def enter(path=path) -> None:
+                os.setsid()
+                if path is not None:
+                    (path / "cgroup.procs").write_text(str(os.getpid()))
+
+            procs.append(subprocess.Popen(cmd, preexec_fn=enter, env={**os.environ, **env},
+                                          **popen_kw))  # fmt: skip
+        done: dict[int, tuple] = {}
+        peaks = [{"rss": 0, "cache": 0, "dirty": 0, "rss+cache": 0} for _ in cmds]
+        timed_out = False
+        while len(done) < len(procs):
+            for i, proc in enumerate(procs):
+                if i in done:
+                    continue
+                pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    done[i] = (status, ru, time.perf_counter() - t0)
+                    if os.waitstatus_to_exitcode(status) != 0:
+                        for j, q in enumerate(procs):  # a failed rank: stop the others
+                            if j not in done:
+                                os.killpg(q.pid, signal.SIGKILL)
+            for i, g in enumerate(groups):
+                st = g.stat() if g is not None and i not in done else {}
+                for k in ("rss", "cache", "dirty"):
+                    peaks[i][k] = max(peaks[i][k], st.get(k, 0))
+                tot = st.get("rss", 0) + st.get("cache", 0)
+                peaks[i]["rss+cache"] = max(peaks[i]["rss+cache"], tot)
+            if timeout is not None and time.perf_counter() - t0 > timeout and not timed_out:
+                timed_out = True
+                for j, q in enumerate(procs):
+                    if j not in done:
+                        os.killpg(q.pid, signal.SIGKILL)
+            time.sleep(0.1)
+        out = []
+        for i, (cmd, env) in enumerate(cmds):
+            status, ru, secs = done[i]
+            res = {
+                "command": [str(c) for c in cmd],
+                "env": env,
+                "seconds": secs,
+                "returncode": os.waitstatus_to_exitcode(status),
+                "timed_out": timed_out,
+                "read_bytes": ru.ru_inblock * 512,
+                "write_bytes": ru.ru_oublock * 512,
+                "maxrss_bytes": ru.ru_maxrss * 1024,
+            }
+            if groups[i] is not None:
+                res["cgroup"] = {**groups[i].read(), "peak_sampled": peaks[i]}
+            out.append(res)
+        return out
+    finally:
+        for g in groups:
+            if g is not None:
+                g.__exit__(None, None, None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", required=True, help="memory cap, e.g. 4GiB ('none': no cap)")

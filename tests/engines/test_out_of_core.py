@@ -28,7 +28,8 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
         rows = sum(p.num_core + halo * p.num_halo for p in st.parts() if p.index % world == rank)
         row_bytes = st.feature_dim * 4
         window = budget.batch_window(cfg["fanouts"], cfg["batch_size"], rows, row_bytes)
-        memory = 13 * st.num_nodes + 2 * window + rows * row_bytes // 4
+        # ranks with different budgets (windows and caches) must still cut windows together
+        memory = 13 * st.num_nodes + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = get_engine(engine)(st, EngineConfig(train=TrainConfig(**cfg, memory=memory)), ctx)
     records = [eng.train_epoch(e) for e in range(epochs)]

@@ -50,7 +50,8 @@ class DistWindows:
     Args:
         features: the rank's rows: its parts' core rows stacked in part order.
         part_offsets, part_to_rank, rank, world_size: the layout (as for the feature store).
-        window_rows: rows of one window (at least one batch is always taken).
+        window_rows: rows of this rank's window (at least one batch is always taken); a
+            window is cut when some owner's rows would exceed that owner's size.
         sample_bytes: bytes the sampled batches of one window may hold (default: no limit);
             a window is also cut there, on every rank at once.
         stats: communication counters (the per-window id exchange is counted).
@@ -65,8 +66,7 @@ class DistWindows:
         self.part_offsets = np.asarray(part_offsets, np.int64)
         self.part_to_rank = np.asarray(part_to_rank, np.int64)
         self.rank, self.world_size = rank, world_size
-        self.window_rows = max(1, int(window_rows))
-        self.sample_bytes = sample_bytes
+        self.window_rows, self.sample_bytes = self._agree(max(1, int(window_rows)), sample_bytes)
         self.stats = stats if stats is not None else CommStats()
         mine = np.flatnonzero(self.part_to_rank == rank)
         sizes = self.part_offsets[mine + 1] - self.part_offsets[mine]
@@ -74,11 +74,25 @@ class DistWindows:
         self._stack = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.cached = self._global_cached()
         self._mark = np.zeros(int(self.part_offsets[-1]), dtype=np.bool_)
+        self._seen = np.zeros(int(self.part_offsets[-1]), dtype=np.bool_)  # rows of the epoch
         self._pool = (
             ThreadPoolExecutor(1, thread_name_prefix="shoal-window") if background else None
         )
         self.current: Window | None = None
         self.io: dict = {}
+
+    def _agree(self, rows: int, sample_bytes: int | None) -> tuple[np.ndarray, int | None]:
+        """Every owner's window size, and the smallest sample limit (collective): windows
+        must be cut at the same step on every rank, whatever each rank's budget."""
+        none = 1 << 62
+        vec = torch.zeros(self.world_size, dtype=torch.int64)
+        vec[self.rank] = rows
+        lim = torch.tensor([-(none if sample_bytes is None else int(sample_bytes))])
+        if self.world_size > 1:
+            dist.all_reduce(vec)
+            dist.all_reduce(lim, op=dist.ReduceOp.MAX)  # max of -limit: the smallest limit
+        limit = -int(lim.item())
+        return vec.numpy().copy(), (None if limit >= none else limit)
 
     def _global_cached(self) -> np.ndarray:
         """Whether each node's row is in its owner's static cache (one all-reduce of N
@@ -167,7 +181,9 @@ class DistWindows:
         acc = np.zeros(self.world_size, np.int64)
         ahead = None
         self.io = {"requested": 0, "hits": 0, "rows_read": 0, "bytes_read": 0,
-                   "read_seconds": 0.0, "windows": 0, "io_wait": 0.0}  # fmt: skip
+                   "read_seconds": 0.0, "windows": 0, "io_wait": 0.0, "unique_rows": 0}  # fmt: skip
+        self._seen[:] = False
+        batches = self._count_unique(batches)
         held = 0
         if self.cached.all():  # every row of every rank is cached: nothing to plan or read
             self.current = self.features.window([], cold=np.empty(0, np.int64))
@@ -182,7 +198,7 @@ class DistWindows:
             for mb in batches:
                 new, counts = self._new_rows(mb)
                 full = self._too_many_samples(held)
-                if pending and (full or (acc + counts).max() > self.window_rows):  # all ranks
+                if pending and (full or (acc + counts > self.window_rows).any()):  # all ranks
                     item = self._submit(pending)
                     if ahead is not None:
                         yield self._ready(ahead)
@@ -203,6 +219,15 @@ class DistWindows:
         finally:
             self.current = None
             self._mark[:] = False
+
+    def _count_unique(self, batches: Iterator[MiniBatch]) -> Iterator[MiniBatch]:
+        """``batches``, counting the distinct rows the epoch's batches need (:attr:`io`)."""
+        for mb in batches:
+            new = mb.n_id[~self._seen[mb.n_id]]
+            self._seen[new] = True
+            self.io["unique_rows"] += len(new)
+            self.io["unique_bytes"] = self.io["unique_rows"] * self.features.row_bytes
+            yield mb
 
     def _finish(self) -> None:
         """Count the window just trained on in :attr:`io` (the epoch's record)."""

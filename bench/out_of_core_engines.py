@@ -1,0 +1,176 @@
+"""Out-of-core distributed training: 2 ranks uncapped, then each rank in its own 2 GiB cgroup.
+
+    python bench/out_of_core_engines.py [--work bench/work/ooc] [--epochs 3] [--cap 2GiB]
+        [--engines minibatch,averaging]
+
+Builds (once) the issue-11 graph (``bench/out_of_core.py``: 10M nodes, 100M stored edges, 128
+float32 features = 5.1 GB), partitions it into 2 parts with the default partitioner and
+builds the store with halo features (``shoal partition G --parts 2``; ``shoal store build
+--halo-features``: each part holds its core and its halo rows). Then, for each engine, back to
+back: ``shoal train --store S --engine E --model sage --fanouts 10,5 --hidden 128 --epochs E
+--eval-every E --threads 1`` as 2 worker processes (torchrun's environment: ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), uncapped, and with each worker in its own cgroup-v1
+memory group capped at ``--cap`` (``bench/cgroup.py``; the cap covers the process and its page
+cache; the store's page cache is dropped before each run). Writes
+``bench/results/out_of_core_engines.{md,json}``: per-epoch seconds, evaluation seconds,
+accuracies, bytes read per epoch (both ranks) next to the bytes of the unique rows the
+epoch's batches needed, the cache hit rate, and each rank's peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cgroup import parse_size, run_capped_each  # noqa: E402
+from out_of_core import SHOAL, _machine, prepare  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 1 << 30
+
+
+def build_store(g: Path, work: Path, log: list[str]) -> Path:
+    a, s = work / "a10m2", work / "s10m2"
+    if not (s / "meta.json").exists():
+        for cmd in (
+            [*SHOAL, "partition", str(g), "--parts", "2", "--out", str(a), "--overwrite"],
+            [*SHOAL, "store", "build", str(g), str(a), "--out", str(s), "--halo-features",
+             "--overwrite"],
+        ):  # fmt: skip
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            log.append(f"{shlex.join(cmd[2:])}  # {time.perf_counter() - t0:.0f} s")
+    return s
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train(store: Path, work: Path, engine: str, cap: int | None, epochs: int) -> dict:
+    tag = f"{engine} {'uncapped' if cap is None else f'{cap / GiB:.0f} GiB per rank'}"
+    out = work / f"engine-{engine}-{'capped' if cap else 'uncapped'}.json"
+    out.unlink(missing_ok=True)
+    cmd = [*SHOAL, "train", "--store", str(store), "--engine", engine, "--model", "sage",
+           "--fanouts", "10,5", "--hidden", "128", "--epochs", str(epochs), "--eval-every",
+           str(epochs), "--threads", "1", "--no-progress", "--json", str(out)]  # fmt: skip
+    port = str(_port())
+    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": port, "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmds = [(cmd, {**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
+    print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
+    t0 = time.perf_counter()
+    ranks = run_capped_each(cmds, cap, evict_paths=[store], cwd=ROOT, timeout=3600)
+    res = {"tag": tag, "engine": engine, "cap": cap, "seconds": time.perf_counter() - t0,
+           "ranks": ranks, "returncode": max(abs(r["returncode"]) for r in ranks)}  # fmt: skip
+    if res["returncode"] == 0 and out.exists():
+        res["train"] = json.loads(out.read_text())
+    print(f"[{tag}] rc={res['returncode']} {res['seconds']:.0f} s", flush=True)
+    return res
+
+
+def _row(r: dict) -> str:
+    t = r.get("train")
+    peaks = [x.get("cgroup", {}).get("peak_sampled", {}).get("rss+cache") for x in r["ranks"]]
+    peak_s = " / ".join(f"{p / GiB:.2f}" for p in peaks if p) or "-"
+    if t is None:
+        ooms = [x.get("cgroup", {}).get("oom_kill") for x in r["ranks"]]
+        return f"| {r['tag']} | failed (rc {r['returncode']}, OOM kills {ooms}) |" + " |" * 10
+    hist = t["history"]
+    ep = [h["seconds"] for h in hist]
+    io = [h.get("io", {}) for h in hist]
+    rd = statistics.median([i.get("bytes_read", 0) for i in io]) / 1e9
+    uq = statistics.median([i.get("unique_bytes", 0) or 0 for i in io]) / 1e9
+    req = statistics.median([i.get("requested", 0) for i in io]) * 512 / 1e9
+    hit = statistics.median([i.get("cache_hit_rate") or 0 for i in io])
+    return (f"| {r['tag']} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
+            f"{statistics.median(ep):.1f} | {t['eval_seconds']:.0f} | {t['val_accuracy']:.4f} | "
+            f"{t['test_accuracy']:.4f} | {rd:.2f} | {uq:.2f} | {req:.2f} | {hit:.2f} | "
+            f"{peak_s} |")  # fmt: skip
+
+
+def report(res: dict, path: Path) -> None:
+    runs = res["runs"]
+    lines = [
+        "# Out-of-core distributed training (issue 11)",
+        "",
+        f"Command: `{res['command']}` ({res['date']}, {res['machine']}, load before "
+        f"{res['load_before']}).",
+        "",
+        "Store: the 10M-node issue-11 graph (100M stored edges, 5.1 GB of features) in 2 "
+        "parts (default partitioner), with halo features; each part's core rows are 2.56 GB "
+        "and core + halo rows more. Train: GraphSAGE 10,5 hidden 128, batch 1024, "
+        f"{res['epochs']} epochs, 2 worker processes of 1 thread each; exact evaluation of "
+        "all 10M nodes after the last epoch (val, then val+test with the best weights). "
+        "Capped runs: each worker in its own cgroup-v1 memory group (process + page cache). "
+        "`read GB/epoch` and `unique GB/epoch` sum both ranks: bytes read from disk for the "
+        "epoch's features, and the rows (distinct per rank and window) its batches needed "
+        "beyond the cache; `requested GB` the rows gathered, repeats included. `peak GiB`: "
+        "each rank's sampled peak of its group's rss + cache. The averaging engine averages "
+        "the models at the last epoch only (default), so its epochs are local training.",
+        "",
+        "| run | wall s | epoch seconds | median | eval seconds | val acc | test acc | "
+        "read GB/epoch | unique GB/epoch | requested GB/epoch | cache hit rate | peak GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [_row(r) for r in runs]
+    lines.append("")
+    for r in runs:
+        base = next((b for b in runs if b["engine"] == r["engine"] and b["cap"] is None), None)
+        t = r.get("train")
+        if t is None or base is None or r is base or "train" not in base:
+            continue
+        e = statistics.median(h["seconds"] for h in t["history"])
+        e0 = statistics.median(h["seconds"] for h in base["train"]["history"])
+        lines.append(
+            f"- {r['tag']}: epoch {e / e0:.2f}x the uncapped epoch, evaluation "
+            f"{t['eval_seconds'] / base['train']['eval_seconds']:.2f}x the uncapped evaluation, "
+            f"same accuracy: {t['test_accuracy'] == base['train']['test_accuracy']}."
+        )
+    lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "store already built"), ""]
+    path.write_text("\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", type=Path, default=ROOT / "bench/work/ooc")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--cap", default="2GiB", help="cgroup cap of each rank")
+    ap.add_argument("--engines", default="minibatch,averaging")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/out_of_core_engines")
+    a = ap.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    log: list[str] = []
+    store = build_store(prepare(a.work, log), a.work, log)
+    load = open("/proc/loadavg").read().split()[:3]
+    runs = []
+    for engine in a.engines.split(","):
+        runs.append(train(store, a.work, engine, None, a.epochs))
+        runs.append(train(store, a.work, engine, parse_size(a.cap), a.epochs))
+    res = {
+        "command": "python bench/out_of_core_engines.py " + shlex.join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": _machine(),
+        "load_before": " ".join(load),
+        "epochs": a.epochs,
+        "prepare": log,
+        "runs": runs,
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    report(res, a.out.with_suffix(".md"))
+    print(a.out.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""The default memory limit: a cgroup's limit is shared by the processes inside it, the
+machine's available memory by the processes on it."""
+
+from __future__ import annotations
+
+import pytest
+
+import shoal.sample.budget as budget
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "procs", "in_cgroup", "expect", "source"),
+    [
+        (8 * GiB, 2, 1, 0.9 * 8 * GiB, "cgroup"),  # each rank in its own capped group
+        (8 * GiB, 2, 2, 0.9 * 4 * GiB, "cgroup"),  # both ranks in one group share it
+        (None, 2, 2, 0.9 * 10 * GiB, "MemAvailable"),  # no limit: the machine, shared
+        (30 * GiB, 1, 1, 0.9 * 20 * GiB, "MemAvailable"),  # a limit above what is free
+        (16 * GiB, 2, 1, 0.9 * 10 * GiB, "MemAvailable"),  # own group, but the host is shared
+    ],
+)
+def test_memory_limit_shares(monkeypatch, cgroup, procs, in_cgroup, expect, source):
+    monkeypatch.setattr(budget, "_cgroup_limit", lambda: cgroup)
+    monkeypatch.setattr(budget, "_mem_available", lambda: 20 * GiB)
+    got, where = budget.memory_limit(procs, cgroup_processes=in_cgroup)
+    assert got == pytest.approx(expect, abs=1)
+    assert source in where
+
+
+def test_batch_window_counts_the_sampled_tree():
+    # 1024 seeds x (10 + 1) x (5 + 1) rows of 512 bytes
+    assert budget.batch_window((10, 5), 1024, 10**8, 512) == 1024 * 66 * 512
+    assert budget.batch_window((10, 5), 1024, 1000, 512) == budget.MIN_WINDOW  # tiny graph
+    assert budget.batch_window((-1,), 1, 10**6, 1 << 20) == 65 * (1 << 20)  # full = 64
+
+
+def test_memory_cgroup_is_a_path():
+    assert isinstance(budget.memory_cgroup(), str)
