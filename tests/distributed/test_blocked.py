@@ -22,14 +22,15 @@ def _graph(make_graph, n: int = 400, dim: int = 5, seed: int = 1):
     idx = rng.permutation(n)
     return make_graph(
         np.stack([src, dst], 1), n, x=x, y=y,
-        train=np.sort(idx[:40]), val=np.sort(idx[40 : n // 2]), test=np.sort(idx[n // 2 :]),
+        train=np.sort(idx[:40]), val=np.sort(idx[40:52]), test=np.sort(idx[52:]),
     )  # fmt: skip
 
 
-def _config(model: str):
+def _config(model: str, layers: int = 2):
     from shoal.training import TrainConfig
 
-    return TrainConfig(model=model, fanouts=(2, 2), hidden=6, seed=2, normalize_features=True)
+    return TrainConfig(model=model, fanouts=(2,) * layers, hidden=6, seed=2,
+                       normalize_features=True)  # fmt: skip
 
 
 def _weights(model: torch.nn.Module) -> None:
@@ -39,43 +40,53 @@ def _weights(model: torch.nn.Module) -> None:
             p.copy_(torch.randn(p.shape, generator=gen))
 
 
-def _dist(rank: int, world: int, store: str, model_name: str, budget: int) -> dict[str, float]:
+def _dist(rank: int, world: int, store: str, model_name: str, budget: int, splits=("val", "test"),
+          layers: int = 2) -> dict[str, float]:  # fmt: skip
     from shoal.distributed import DistContext, dist_evaluate
     from shoal.engines.base import EngineConfig
     from shoal.engines.minibatch import MinibatchEngine
     from shoal.store import Store
     from shoal.training import model_from_config
 
-    tc = _config(model_name)
+    tc = _config(model_name, layers)
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = MinibatchEngine(Store.open(store), EngineConfig(train=tc), ctx)
     model = model_from_config(tc, in_dim=eng.store.feature_dim, out_dim=eng.store.num_classes)
     _weights(model)
     return dist_evaluate(model, eng.store, eng.parts, eng.part_to_rank, ctx, eng.tables,
-                         splits=("val", "test"), normalize_features=True,
+                         splits=splits, normalize_features=True,
                          memory_budget=budget)  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("model", "parts", "halo"),
-    [("sage", 2, True), ("gcn", 3, False), ("gin", 4, True), ("sgc", 4, False)],
+    ("model", "parts", "halo", "splits", "layers"),
+    [
+        ("sage", 2, True, ("val", "test"), 2),
+        ("gcn", 3, False, ("val", "test"), 2),
+        ("gin", 4, True, ("val", "test"), 2),
+        ("sgc", 4, False, ("val", "test"), 2),
+        # a few targets: earlier layers compute only their neighbourhoods, across ranks
+        ("sage", 3, False, ("val",), 3),
+        ("gcn", 4, True, ("val",), 2),
+    ],
 )
-def test_blocked_two_ranks_equal_single_process(make_graph, make_store, model, parts, halo):
+def test_blocked_two_ranks_equal_single_process(make_graph, make_store, model, parts, halo,
+                                                splits, layers):  # fmt: skip
     from shoal.training import TrainData, model_from_config
     from shoal.training.inference import evaluate
 
     g = _graph(make_graph)
     node_part = np.random.default_rng(3).integers(0, parts, g.num_nodes)
     store = str(make_store(node_part, graph=g, halo_features=halo))
-    ref_model = model_from_config(_config(model), in_dim=5, out_dim=3)
+    ref_model = model_from_config(_config(model, layers), in_dim=5, out_dim=3)
     _weights(ref_model)
-    ref = evaluate(ref_model, TrainData.from_graph_dir(g), ("val", "test"),
+    ref = evaluate(ref_model, TrainData.from_graph_dir(g), splits,
                    normalize_features=True)  # fmt: skip
     # a tiny budget: many blocks, source ranges and halo chunks
-    got = run_world(_dist, 2, store, model, 4096)
+    got = run_world(_dist, 2, store, model, 4096, splits, layers)
     assert got[0] == got[1]
     assert got[0] == pytest.approx(ref, abs=1e-12)
-    assert 0.0 < ref["test"] < 1.0
+    assert 0.0 < ref[splits[-1]] < 1.0
 
 
 def test_planned_gather_matches_fancy_indexing(tmp_path):

@@ -76,3 +76,28 @@ def test_blocks_respect_the_budget():
 def test_gat_is_not_a_sum():
     m = build_model("gat", in_dim=4, hidden=8, out_dim=2, num_layers=2, dropout=0.5)
     assert sum_layers(m) is None
+
+
+def test_needed_nodes_grow_by_in_neighbours_per_layer():
+    # in-neighbour CSR of 6 nodes: 1 <- 0, 2 <- 1, 3 <- 2, 4 <- 3 (a chain), 5 isolated
+    indptr = np.array([0, 0, 1, 2, 3, 4, 4])
+    indices = np.array([0, 1, 2, 3])
+    got = blocked.needed_nodes(indptr, indices, 6, np.array([4]), 3)
+    assert [g.tolist() for g in got] == [[2, 3, 4], [3, 4], [4]]
+    # rows beyond the CSR (e.g. halo nodes) have no in-neighbours of their own
+    got = blocked.needed_nodes(indptr[:3], indices[:1], 6, np.array([1, 5]), 2)
+    assert [g.tolist() for g in got] == [[0, 1, 5], [1, 5]]
+    assert blocked.needed_nodes(indptr, indices, 6, np.array([4]), 1)[0].tolist() == [4]
+
+
+def test_row_writer_writes_runs(tmp_path):
+    arr = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=np.float32, shape=(10, 3))
+    arr[:] = -1
+    arr.flush()
+    w = blocked.RowWriter(np.load(tmp_path / "a.npy", mmap_mode="r+"))
+    ids = np.array([0, 1, 2, 5, 7, 8])
+    w.write(ids, np.arange(18, dtype=np.float32).reshape(6, 3))
+    w.close()
+    got = np.load(tmp_path / "a.npy")
+    np.testing.assert_array_equal(got[ids], np.arange(18).reshape(6, 3))
+    assert (got[[3, 4, 6, 9]] == -1).all()

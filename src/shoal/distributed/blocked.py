@@ -28,17 +28,18 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from shoal.distributed.comm import CommStats
-from shoal.distributed.feature_store import DistFeatureStore
+from shoal.distributed.comm import CommStats, exchange
+from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.distributed.runtime import DistContext
 from shoal.distributed.tables import NodeTables
 from shoal.nn.base import SumLayer
+from shoal.sample import _kernels as K
 from shoal.sample.diskio import RowFile, RowReader
 from shoal.sample.features import gather_rows
 from shoal.store.reader import Partition, Store
 from shoal.training.blocked import RowWriter, blocked_layer, output_width, width_of
 
-__all__ = ["PlannedGather", "blocked_dist_counts", "exchange_halos"]
+__all__ = ["PlannedGather", "blocked_dist_counts", "exchange_halos", "needed_nodes_dist"]
 
 
 class PlannedGather:
@@ -92,10 +93,12 @@ def exchange_halos(
     budget: int,
     stats: CommStats,
     threads: int = 8,
+    needed: dict[int, np.ndarray] | None = None,
 ) -> dict[int, np.ndarray]:
     """Each part's halo rows of a layer's input (``inputs``: this rank's parts' core rows,
-    width ``dim``), pulled from their owners into ``new_array(num_halo, dim)``. Collective:
-    every rank takes the same number of pulls (the most any rank needs)."""
+    width ``dim``), pulled from their owners into ``new_array(num_halo, dim)``; with
+    ``needed`` (part -> sorted halo positions) only those rows (the others are left unset).
+    Collective: every rank takes the same number of pulls (the most any rank needs)."""
     gather = PlannedGather(threads)
     fs = DistFeatureStore(part_offsets=store.part_offsets, part_to_rank=part_to_rank,
                           rank=ctx.rank, world_size=ctx.world_size, local_parts=inputs,
@@ -103,21 +106,71 @@ def exchange_halos(
     # pulled rows, their copy and the rows served to others: a few row copies per id
     chunk = max(1024, budget // (4 * 4 * max(dim, 1)))
     outs = {p.index: new_array(p.num_halo, dim) for p in parts}
-    jobs = [(p, a, min(a + chunk, p.num_halo)) for p in parts for a in range(0, p.num_halo, chunk)]
+    want = {p.index: np.arange(p.num_halo, dtype=np.int64) if needed is None
+            else needed[p.index] for p in parts}  # fmt: skip
+    jobs = [(p, want[p.index][a : a + chunk]) for p in parts
+            for a in range(0, len(want[p.index]), chunk)]  # fmt: skip
     writers = {p.index: RowWriter(outs[p.index]) for p in parts}
     try:
         for k in range(_max_over_ranks(ctx, len(jobs))):
             if k >= len(jobs):
                 fs.pull(np.empty(0, np.int64))
                 continue
-            p, a, b = jobs[k]
-            rows = fs.pull(np.asarray(p.halo_ids[a:b], dtype=np.int64)).numpy()
-            writers[p.index].write(np.arange(a, b, dtype=np.int64), rows)
+            p, pos = jobs[k]
+            rows = fs.pull(np.asarray(p.halo_ids[pos], dtype=np.int64)).numpy()
+            writers[p.index].write(pos, rows)
     finally:
         for w in writers.values():
             w.close()
         gather.close()
     return outs
+
+
+def _ask_owners(store: Store, part_to_rank: np.ndarray, ctx: DistContext, ids: np.ndarray,
+                stats: CommStats) -> np.ndarray:  # fmt: skip
+    """Send global ``ids`` to the ranks owning them; returns the ids sent to this rank (its
+    own among them). Collective."""
+    owners = part_to_rank[owner_of(store.part_offsets, ids)] if len(ids) else ids
+    mine = owners == ctx.rank
+    rest, owners = ids[~mine], owners[~mine]
+    order = np.argsort(owners, kind="stable")
+    counts = np.bincount(owners, minlength=ctx.world_size).astype(np.int64)
+    got, _ = exchange(rest[order], counts, stats)
+    return np.concatenate([ids[mine], got.numpy()])
+
+
+def needed_nodes_dist(store: Store, parts: list[Partition], part_to_rank: np.ndarray,
+                      ctx: DistContext, targets: dict[int, np.ndarray], num_layers: int,
+                      stats: CommStats) -> tuple[list[dict], list[dict]]:  # fmt: skip
+    """What each layer computes and pulls, from the last layer's ``targets`` (part -> core
+    positions) down (collective: one exchange of ids per layer): ``core[l][part]``, the sorted
+    core positions layer ``l`` computes (the next layer's and their in-neighbours, including
+    those other ranks' nodes need), and ``halo[l][part]``, the sorted halo positions whose
+    layer-``l`` inputs it reads (:func:`shoal.training.blocked.needed_nodes`, distributed)."""
+    core: list[dict] = [{} for _ in range(num_layers)]
+    halo: list[dict] = [{} for _ in range(num_layers)]
+    if num_layers == 0:
+        return core, halo
+    core[-1] = dict(targets)
+    for li in range(num_layers - 1, -1, -1):
+        asks = []
+        below: dict[int, np.ndarray] = {}
+        for p in parts:
+            mark = np.zeros(p.num_nodes, dtype=np.bool_)
+            cur = core[li][p.index]
+            mark[cur] = True
+            K._mark_in_neighbours(p.indptr, p.indices, cur, mark)
+            below[p.index] = np.flatnonzero(mark[: p.num_core])
+            halo[li][p.index] = np.flatnonzero(mark[p.num_core :])
+            asks.append(np.asarray(p.halo_ids[halo[li][p.index]], dtype=np.int64))
+        if li == 0:
+            break
+        got = _ask_owners(store, part_to_rank, ctx, np.concatenate(asks or [np.empty(0, np.int64)]),
+                          stats)  # fmt: skip
+        for p in parts:
+            mine = got[(got >= p.start) & (got < p.stop)] - p.start
+            core[li - 1][p.index] = np.union1d(below[p.index], mine)
+    return core, halo
 
 
 def _counter(part: Partition, tables: NodeTables, masks, correct, total):
@@ -163,6 +216,8 @@ def blocked_dist_counts(
         t = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
         targets[p.index] = t.astype(np.int64)
         counters[p.index] = _counter(p, tables, masks, correct, total)
+    core, need_halo = needed_nodes_dist(store, parts, part_to_rank, ctx, targets, len(layers),
+                                        stats)  # fmt: skip
     inputs = {p.index: p.features for p in parts}
     halos = {p.index: p.halo_features for p in parts} if store.halo_features else None
     dim, norm, pre = int(store.feature_dim), normalize, layers[0].pre if layers else None
@@ -171,12 +226,12 @@ def blocked_dist_counts(
         if halos is None:  # the same decision on every rank: the exchange is collective
             halos = exchange_halos(store, parts, part_to_rank, ctx, inputs, dim,
                                    new_array=scratch.array, budget=budget, stats=stats,
-                                   threads=threads)  # fmt: skip
+                                   threads=threads, needed=need_halo[li])  # fmt: skip
         nxt = None if last else layers[li + 1].pre
         width = output_width(sl, width_of(pre, dim), nxt)
         outs: dict[int, np.ndarray] = {}
         for p in parts:
-            todo = targets[p.index] if last else np.arange(p.num_core, dtype=np.int64)
+            todo = core[li][p.index]
             halo = halos[p.index]
             src = [inputs[p.index]] + ([halo] if halo is not None and p.num_halo else [])
             count = counters[p.index]

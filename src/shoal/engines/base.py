@@ -253,7 +253,11 @@ class Engine(ABC):
                 "feature_dim": int(self.store.feature_dim),
                 "num_classes": int(self.store.num_classes),
             },
-            settings={"engine": self.name, **self.settings()},
+            settings={
+                "engine": self.name,
+                **self.settings(),
+                "memory": self.budget.to_dict() if self.budget is not None else None,
+            },
         )
         try:  # windows are read ahead from the first epoch trained (after a resume too)
             return loop.fit()

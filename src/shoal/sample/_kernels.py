@@ -390,3 +390,12 @@ def _range_ids(src, lo, mark, ids, pos):
     for i in range(k):
         mark[ids[i] - lo] = -1
     return k
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_in_neighbours(indptr, indices, nodes, mark):
+    """``mark[u] = True`` for every in-neighbour ``u`` of ``nodes`` (CSR rows)."""
+    for i in range(nodes.shape[0]):
+        v = nodes[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            mark[indices[e]] = True

@@ -36,6 +36,7 @@ __all__ = [
     "RowWriter",
     "blocked_layer",
     "blocked_layers",
+    "needed_nodes",
     "output_width",
     "width_of",
     "sum_layers",
@@ -132,11 +133,15 @@ class RowWriter:
             return
         f = self.file
         h = np.ascontiguousarray(h, dtype=self.arr.dtype)
-        if len(ids) and ids[-1] - ids[0] == len(ids) - 1 and f.stride == f.row_bytes:
-            os.pwrite(self.fd, memoryview(h).cast("B"), f.offset + int(ids[0]) * f.stride)
-        else:
+        if f.stride != f.row_bytes:
             for i, v in enumerate(ids):
                 os.pwrite(self.fd, memoryview(h[i]).cast("B"), f.offset + int(v) * f.stride)
+        else:  # one write per run of consecutive ids
+            cuts = np.flatnonzero(np.diff(ids) != 1) + 1
+            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(ids)], strict=True):
+                if b > a:
+                    at = f.offset + int(ids[a]) * f.stride
+                    os.pwrite(self.fd, memoryview(h[a:b]).cast("B"), at)
         self._written(h.nbytes)
 
     def close(self) -> None:
@@ -194,6 +199,27 @@ def _layer_block(sl: SumLayer, rows: RowSource, pre, graph, block, range_rows: i
         yield a, sl.finish(torch.from_numpy(acc[a : a + range_rows]), h_dst, d)
 
 
+def needed_nodes(indptr: np.ndarray, indices: np.ndarray, size: int, targets: np.ndarray,
+                 num_layers: int) -> list[np.ndarray]:  # fmt: skip
+    """The nodes each layer must compute (sorted): the last layer its ``targets``, every
+    earlier one the nodes of the next plus their in-neighbours (ids below ``size``; CSR rows
+    for the ids that have them). A val evaluation thus computes the first layer for the
+    targets' neighbourhood only, not for every node."""
+    out: list[np.ndarray] = [np.empty(0, np.int64)] * num_layers
+    if num_layers == 0:
+        return out
+    out[-1] = np.asarray(targets, dtype=np.int64)
+    mark = np.zeros(size, dtype=np.bool_)
+    cur = out[-1]
+    for li in range(num_layers - 2, -1, -1):
+        mark[cur] = True
+        rows = cur[cur < len(indptr) - 1]
+        K._mark_in_neighbours(indptr, indices, rows, mark)
+        cur = np.flatnonzero(mark)
+        out[li] = cur
+    return out
+
+
 def output_width(sl: SumLayer, in_dim: int, nxt=None) -> int:
     """Columns a layer's stored output has: its output, or the next layer's projection
     ``nxt`` of it (stored instead: the next layer reads it as is)."""
@@ -224,7 +250,7 @@ def blocked_layer(
     ``todo`` of ``out`` (positioned writes) or to ``on_output(positions in todo, rows)``."""
     rows = RowSource(src, normalize=normalize, threads=threads)
     in_dim = width_of(pre, rows.dim)
-    chunk = min(CHUNK_BYTES, budget // (2 * CHUNK_COPIES))
+    chunk = min(CHUNK_BYTES, budget // (4 * CHUNK_COPIES))  # a quarter for one range
     range_rows = max(1, chunk // (4 * max(rows.dim, in_dim, 1)))
     blocks = _blocks(graph[0], todo, 4 * sl.width, max(budget - CHUNK_COPIES * chunk, 1))
     writer = RowWriter(out) if out is not None else None
@@ -262,15 +288,17 @@ def blocked_layers(
     """Run ``layers`` over the graph ``(indptr, indices)`` (in-neighbour CSR of all
     ``len(deg)`` nodes; ``deg`` float32 full in-degrees) from ``inputs`` (a
     :class:`DiskFeatures`, a memory map or an array). Every layer but the last is computed for
-    all nodes into ``new_array(rows, cols)``; the last for ``targets`` (sorted, unique) only,
+    the nodes the next needs (:func:`needed_nodes`) into ``new_array(rows, cols)`` (other rows
+    are left unset); the last for ``targets`` (sorted, unique) only,
     handed to ``on_output(target positions, rows)`` block by block. ``budget``: bytes of
     working memory (accumulators, edges, the rows being read)."""
     n = len(deg)
     graph = (indptr, indices, torch.from_numpy(np.asarray(deg, np.float32)))
     src, norm, pre = inputs, normalize, layers[0].pre if layers else None
+    todos = needed_nodes(indptr, indices, n, targets, len(layers))
     for li, sl in enumerate(layers):
         last = li == len(layers) - 1
-        todo = targets if last else np.arange(n, dtype=np.int64)
+        todo = todos[li]
         nxt = None if last else layers[li + 1].pre  # stored by this layer, not recomputed
         out = None
         if not last:
