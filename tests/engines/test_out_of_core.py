@@ -10,7 +10,9 @@ from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
 
 
-def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: int) -> dict:
+def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: int,
+           read_ahead: bool = False) -> dict:  # fmt: skip
+    import shoal.distributed.windows as windows
     import shoal.engines.base as base
     import shoal.sample.budget as budget
     from shoal.distributed import DistContext
@@ -22,14 +24,17 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
                lr=0.02, progress=False, normalize_features=True)  # fmt: skip
     memory = "8GiB"
     st = Store.open(store)
+    windows.READ_AHEAD = read_ahead
     if small:  # no reserve, tiny windows: a budget of two windows and a quarter of the rows
-        base.RESERVE, budget.MIN_WINDOW = 0, 1024
+        base.ENGINE_RESERVE, budget.MIN_WINDOW = 0, 1024
         halo = engine == "averaging"
         rows = sum(p.num_core + halo * p.num_halo for p in st.parts() if p.index % world == rank)
         row_bytes = st.feature_dim * 4
         window = budget.batch_window(cfg["fanouts"], cfg["batch_size"], rows, row_bytes)
         # ranks with different budgets (windows and caches) must still cut windows together
-        memory = 13 * st.num_nodes + (2 + 3 * rank) * window + rows * row_bytes // 4
+        # tables, and the engine's own arrays (sampler maps, marks, slot maps)
+        extra = 19 * st.num_nodes + 4 * rows if engine == "minibatch" else 26 * rows
+        memory = 13 * st.num_nodes + extra + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = get_engine(engine)(st, EngineConfig(train=TrainConfig(**cfg, memory=memory)), ctx)
     records = [eng.train_epoch(e) for e in range(epochs)]
@@ -44,12 +49,15 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
     }
 
 
-@pytest.mark.parametrize("engine", ["averaging", "minibatch"])
-def test_engine_under_a_small_budget_trains_the_same_model(make_graph, make_store, engine):
+@pytest.mark.parametrize(
+    ("engine", "read_ahead"), [("averaging", False), ("minibatch", False), ("minibatch", True)]
+)
+def test_engine_under_a_small_budget_trains_the_same_model(make_graph, make_store, engine,
+                                                           read_ahead):  # fmt: skip
     g = community_graph(make_graph, n=400)
     store = str(make_store(parts=2, graph=g, halo_features=True))
     big = run_world(_train, 2, store, engine, False, 3)
-    small = run_world(_train, 2, store, engine, True, 3)
+    small = run_world(_train, 2, store, engine, True, 3, read_ahead)
     for b, s in zip(big, small, strict=True):
         assert b["loss"] == s["loss"]
         for p, q in zip(b["params"], s["params"], strict=True):

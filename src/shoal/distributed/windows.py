@@ -11,8 +11,16 @@ for its own batches but for the rows the other ranks will pull from it
 2. sends each owner the sorted unique rows its window needs from it (one all-to-all-v of ids
    per window) and gets the rows others need from it;
 3. has its :class:`~shoal.sample.featstore.DiskFeatures` read the union of its own and the
-   requested uncached rows in one planned pass, in a background thread, while the previous
-   window is trained on (two windows at most are alive: the one trained on and the one read).
+   requested uncached rows in one planned pass.
+
+By default (:data:`READ_AHEAD` false) a window takes both window slots of the budget and is
+read before it is trained on: on the 10M-node benchmark graph a window's rows, whatever their
+number, are spread over the whole feature file, so every window costs a sweep of it, and one
+sweep without overlap (read, then train) beat two half-size windows read while the previous
+trains (``bench/results/out_of_core_engines.md``: 12 windows and 24 GB read per epoch with
+read-ahead, against 2 windows without). With ``read_ahead=True`` windows take one slot each
+and the next is read in a background thread while the current one is trained on (two
+windows alive at most), which pays when the compute per window exceeds a sweep.
 
 The rows each step pulls are then served from the window (or the static cache): the batches,
 and so the model, are exactly those of training with every row in memory.
@@ -33,7 +41,10 @@ from shoal.distributed.feature_store import owner_of
 from shoal.graph.blocks import MiniBatch
 from shoal.sample.featstore import DiskFeatures, Window
 
-__all__ = ["DistWindows", "sample_bytes"]
+__all__ = ["READ_AHEAD", "DistWindows", "sample_bytes"]
+
+#: read the next window while training on the current one (default false: module docstring).
+READ_AHEAD = False
 
 
 def sample_bytes(mb: MiniBatch) -> int:
@@ -55,18 +66,24 @@ class DistWindows:
         sample_bytes: bytes the sampled batches of one window may hold (default: no limit);
             a window is also cut there, on every rank at once.
         stats: communication counters (the per-window id exchange is counted).
-        background: read windows in a background thread (default true).
+        read_ahead: windows of ``window_rows`` read in a background thread while the previous
+            one trains (default :data:`READ_AHEAD`: false, windows of ``2 * window_rows``
+            read when needed).
     """
 
     def __init__(self, features: DiskFeatures, *, part_offsets: np.ndarray,
                  part_to_rank: np.ndarray, rank: int, world_size: int, window_rows: int,
-                 stats: CommStats | None = None, background: bool = True,
+                 stats: CommStats | None = None, read_ahead: bool | None = None,
                  sample_bytes: int | None = None) -> None:  # fmt: skip
         self.features = features
         self.part_offsets = np.asarray(part_offsets, np.int64)
         self.part_to_rank = np.asarray(part_to_rank, np.int64)
         self.rank, self.world_size = rank, world_size
-        self.window_rows, self.sample_bytes = self._agree(max(1, int(window_rows)), sample_bytes)
+        self.read_ahead = READ_AHEAD if read_ahead is None else bool(read_ahead)
+        slots = 1 if self.read_ahead else 2  # a window without read-ahead takes both slots
+        rows, limit = self._agree(max(1, int(window_rows)), sample_bytes)
+        self.window_rows = rows * slots
+        self.sample_bytes = None if limit is None else limit * slots
         self.stats = stats if stats is not None else CommStats()
         mine = np.flatnonzero(self.part_to_rank == rank)
         sizes = self.part_offsets[mine + 1] - self.part_offsets[mine]
@@ -76,7 +93,7 @@ class DistWindows:
         self._mark = np.zeros(int(self.part_offsets[-1]), dtype=np.bool_)
         self._seen = np.zeros(int(self.part_offsets[-1]), dtype=np.bool_)  # rows of the epoch
         self._pool = (
-            ThreadPoolExecutor(1, thread_name_prefix="shoal-window") if background else None
+            ThreadPoolExecutor(1, thread_name_prefix="shoal-window") if self.read_ahead else None
         )
         self.current: Window | None = None
         self.io: dict = {}
@@ -175,8 +192,9 @@ class DistWindows:
 
     def windows(self, batches: Iterator[MiniBatch]) -> Iterator[tuple[list[MiniBatch], Window]]:
         """Group ``batches`` (sampled collectively, in step order) into windows and yield
-        ``(batches, window)`` with the window's rows read; the next window is read while the
-        caller trains on the one yielded. Collective: every rank iterates to the end."""
+        ``(batches, window)`` with the window's rows read (with read-ahead, the next window is
+        read while the caller trains on the one yielded). Collective: every rank iterates to
+        the end."""
         pending: list[MiniBatch] = []
         acc = np.zeros(self.world_size, np.int64)
         ahead = None
@@ -203,6 +221,9 @@ class DistWindows:
                     if ahead is not None:
                         yield self._ready(ahead)
                     ahead, pending, acc, held = item, [], np.zeros_like(acc), 0
+                    if not self.read_ahead:  # train on it now
+                        yield self._ready(ahead)
+                        ahead = None
                     new, counts = self._new_rows(mb)
                 self._mark[new] = True
                 pending.append(mb)

@@ -32,13 +32,19 @@ from shoal.distributed import (
 )
 from shoal.distributed.runtime import local_peers
 from shoal.errors import ShoalInputError
-from shoal.sample.budget import RESERVE, BudgetPlan, batch_window, plan_budget
+from shoal.sample.budget import BudgetPlan, batch_window, plan_budget
 from shoal.sample.diskio import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.utils.memory import return_freed_memory
 
-__all__ = ["Engine", "EngineConfig"]
+__all__ = ["ENGINE_RESERVE", "Engine", "EngineConfig"]
+
+#: memory a rank needs besides what its plan counts (interpreter, torch, numba, gloo's
+#: buffers, the model, one batch's activations and pulled rows): measured on the 10M-node
+#: benchmark (SAGE 10,5, hidden 128, batch 1024), ranks peaked at 0.43 GB of resident memory
+#: beyond the counted arrays, hence 640 MiB.
+ENGINE_RESERVE = 640 << 20
 
 
 @dataclass(kw_only=True)
@@ -82,11 +88,12 @@ class Engine(ABC):
         self.budget: BudgetPlan | None = None
 
     # ---------------------------------------------------------------- memory
-    def plan_memory(self, *, feature_bytes: int, num_rows: int) -> BudgetPlan:
+    def plan_memory(self, *, feature_bytes: int, num_rows: int, extra_bytes: int = 0) -> BudgetPlan:
         """This rank's memory budget (``--memory``, by default its share of the machine's or
         cgroup's limit, :func:`~shoal.sample.budget.plan_budget`) for ``feature_bytes`` of
-        feature rows over ``num_rows`` rows; the per-node tables are taken out first. The
-        parts' CSR is read into memory when the plan keeps it there."""
+        feature rows over ``num_rows`` rows. :data:`ENGINE_RESERVE`, the per-node tables
+        and ``extra_bytes`` (the engine's own ``O(V)`` arrays: samplers' id maps, marks)
+        are taken out first. The parts' CSR is read into memory when the plan keeps it there."""
         tc = self.train_config
         return_freed_memory()
         structure = sum(int(p.indptr.nbytes + p.indices.nbytes) for p in self.parts)
@@ -96,7 +103,7 @@ class Engine(ABC):
             feature_bytes=feature_bytes,
             structure_bytes=structure,
             min_window=batch_window(tc.fanouts, tc.batch_size, num_rows, self.row_bytes),
-            reserve=RESERVE + tables,
+            reserve=ENGINE_RESERVE + tables + extra_bytes,
             processes=local_peers(self.ctx),
         )
         if plan.structure_in_memory:
