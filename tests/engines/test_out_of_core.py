@@ -33,7 +33,7 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
         window = budget.batch_window(cfg["fanouts"], cfg["batch_size"], rows, row_bytes)
         # ranks with different budgets (windows and caches) must still cut windows together
         # tables, and the engine's own arrays (sampler maps, marks, slot maps)
-        extra = 19 * st.num_nodes + 4 * rows if engine == "minibatch" else 26 * rows
+        extra = 7 * st.num_nodes + 4 * rows if engine == "minibatch" else 14 * rows
         memory = 13 * st.num_nodes + extra + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = get_engine(engine)(st, EngineConfig(train=TrainConfig(**cfg, memory=memory)), ctx)

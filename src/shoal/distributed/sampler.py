@@ -67,8 +67,9 @@ class DistNeighborSampler:
         self.degrees = np.asarray(degrees, dtype=np.float32)
         n = int(self.part_offsets[-1])
         self.stats = stats if stats is not None else CommStats()
-        self._g2l = np.full(n, -1, dtype=np.int64)
-        self._nodes = np.empty(n, dtype=np.int64)
+        # global id -> local id of the batch being sampled (-1: not in it); the batch's ids
+        self._g2l = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
+        self._nodes = np.empty(1024, dtype=np.int64)
         # halo local index -> global id, per part, loaded once (O(halo))
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
 
@@ -119,9 +120,17 @@ class DistNeighborSampler:
             out[where] = picked
         return counts, out
 
+    def _room(self, k: int) -> None:
+        """Grow the batch's id buffer to hold ``k`` ids (kernels do not check bounds)."""
+        if self._nodes.shape[0] < k:
+            grown = np.empty(max(k, 2 * self._nodes.shape[0]), dtype=np.int64)
+            grown[: self._nodes.shape[0]] = self._nodes
+            self._nodes = grown
+
     def sample(self, seeds: np.ndarray, seed: int = 0) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global IDs). Collective."""
         s = np.asarray(seeds, dtype=np.int64)
+        self._room(len(s))
         dup = K._seed_ids(s, self._g2l, self._nodes)
         if dup >= 0:
             raise ValueError(f"seeds must be unique; node {int(s[dup])} appears twice")
@@ -160,6 +169,7 @@ class DistNeighborSampler:
                 _scatter_segments(picked, rowptr, remote, rc, rp.numpy())
                 dst = np.repeat(np.arange(n, dtype=np.int64), counts)
                 col = np.empty(m, dtype=np.int64)
+                self._room(n + m)
                 n_new = K._relabel(picked, m, self._g2l, self._nodes, n, col)
                 raw.append((np.stack([col, dst]), rowptr, n_new, n))
                 n = n_new

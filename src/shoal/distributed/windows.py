@@ -186,8 +186,11 @@ class DistWindows:
         cold = self._needed(pending)
         for mb in pending:
             self._mark[mb.n_id] = False
-        if self._pool is None:
-            return pending, self._read(cold)
+        if self._pool is None:  # read now: training waits for it
+            t0 = time.perf_counter()
+            w = self._read(cold)
+            self.io["io_wait"] += time.perf_counter() - t0
+            return pending, w
         return pending, self._pool.submit(self._read, cold)
 
     def windows(self, batches: Iterator[MiniBatch]) -> Iterator[tuple[list[MiniBatch], Window]]:

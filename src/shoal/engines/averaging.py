@@ -64,10 +64,10 @@ class AveragingEngine(Engine):
         )
         self.timer = Timer()
         rows = [p.num_core + (p.num_halo if self.store.halo_features else 0) for p in self.parts]
-        # per local row: the sampler's id maps and degrees (20 B), the cache's slot map (4 B),
+        # per local row: the sampler's id map and degrees (8 B), the cache's slot map (4 B),
         # the windows' marks (2 B)
         plan = self.plan_memory(feature_bytes=sum(rows) * self.row_bytes,
-                                num_rows=max(rows or [1]), extra_bytes=26 * sum(rows))  # fmt: skip
+                                num_rows=max(rows or [1]), extra_bytes=14 * sum(rows))  # fmt: skip
         windows = plan.cache < plan.features
         self.features: list[DiskFeatures] = []
         self.loaders: list[BatchLoader] = []

@@ -263,7 +263,7 @@ class Engine(ABC):
             settings={
                 "engine": self.name,
                 **self.settings(),
-                "memory": self.budget.to_dict() if self.budget is not None else None,
+                "memory_plan": self.budget.to_dict() if self.budget is not None else None,
             },
         )
         try:  # windows are read ahead from the first epoch trained (after a resume too)

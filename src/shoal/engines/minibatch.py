@@ -98,9 +98,9 @@ class MinibatchEngine(Engine):
         (:class:`~shoal.distributed.windows.DistWindows`), which serve the rows pulled."""
         cfg, store, ctx = self.train_config, self.store, self.ctx
         rows = sum(p.num_core for p in self.parts)
-        # the sampler's id maps (16 B per node), the windows' marks (3 B per node), the cache's
+        # the sampler's id map (4 B per node), the windows' marks (3 B per node), the cache's
         # slot map (4 B per local row)
-        extra = 19 * store.num_nodes + 4 * rows
+        extra = 7 * store.num_nodes + 4 * rows
         plan = self.plan_memory(feature_bytes=rows * self.row_bytes, num_rows=max(rows, 1),
                                 extra_bytes=extra)  # fmt: skip
         windows = plan.cache < plan.features

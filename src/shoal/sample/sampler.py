@@ -72,8 +72,8 @@ class NeighborSampler:
             store part so halo nodes' degrees are known). Used only by degree-normalised layers.
 
     ``sample(seeds, seed)`` is deterministic for a ``seed`` whatever the number of numba
-    threads. Buffers (an ``O(num_nodes)`` id map and the edge buffers) are kept between calls;
-    a sampler is therefore not safe to share between threads.
+    threads. Buffers (an ``O(num_nodes)`` int32 id map, the batch's ids and the edge buffers)
+    are kept between calls; a sampler is therefore not safe to share between threads.
     """
 
     def __init__(
@@ -107,8 +107,10 @@ class NeighborSampler:
             if deg.shape != (self.num_nodes,):
                 raise ValueError(f"degrees must have shape ({self.num_nodes},), got {deg.shape}")
         self.degrees = deg
-        self._g2l = np.full(self.num_nodes, -1, dtype=np.int64)
-        self._nodes = np.empty(self.num_nodes, dtype=np.int64)
+        # id -> local id of the batch being sampled (-1: not in it); the batch's ids (grown)
+        small = self.num_nodes < 2**31
+        self._g2l = np.full(self.num_nodes, -1, dtype=np.int32 if small else np.int64)
+        self._nodes = np.empty(1024, dtype=np.int64)
         self._counts = np.empty(0, dtype=np.int64)
         self._picked = np.empty(0, dtype=np.int64)
         self._dst = np.empty(0, dtype=np.int64)
@@ -125,6 +127,13 @@ class NeighborSampler:
             setattr(self, name, buf)
         return buf
 
+    def _room(self, k: int) -> None:
+        """Grow the batch's id buffer to hold ``k`` ids (kernels do not check bounds)."""
+        if self._nodes.shape[0] < k:
+            grown = np.empty(max(k, 2 * self._nodes.shape[0]), dtype=np.int64)
+            grown[: self._nodes.shape[0]] = self._nodes
+            self._nodes = grown
+
     def sample(
         self,
         seeds: np.ndarray | torch.Tensor,
@@ -138,6 +147,7 @@ class NeighborSampler:
         if s.size and (s.min() < 0 or s.max() >= self.num_nodes):
             bad = int(s[(s < 0) | (s >= self.num_nodes)][0])
             raise ValueError(f"seed node {bad} is out of range [0, {self.num_nodes})")
+        self._room(len(s))
         dup = K._seed_ids(s, self._g2l, self._nodes)
         if dup >= 0:
             raise ValueError(f"seeds must be unique; node {int(s[dup])} appears twice")
@@ -155,6 +165,7 @@ class NeighborSampler:
                 col = self._grow("_col", m)
                 key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
                 K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
+                self._room(n + m)
                 n_new = K._relabel(picked, m, self._g2l, self._nodes, n, col)
                 ei = np.empty((2, m), dtype=np.int64)
                 ei[0] = col[:m]
