@@ -175,9 +175,13 @@ class Engine(ABC):
         tc = self.train_config
         held = self.pause_io()
         budget = None
-        if self.budget is not None:  # per local target: its id, masks, label, prediction
-            targets = sum(p.num_core for p in self.parts) * 24
-            budget = max(self.budget.transient - held - targets, self.budget.window)
+        if self.budget is not None:
+            # per core node: its id as a target, masks, label, prediction (24 B); per local
+            # node and layer, the ids of the nodes each layer computes and pulls (8 B), marks
+            local = sum(p.num_core + p.num_halo for p in self.parts)
+            core = sum(p.num_core for p in self.parts)
+            book = 24 * core + local * (8 * max(self.train_config.num_layers, 1) + 6)
+            budget = max(self.budget.transient - held - book, self.budget.window)
         try:
             return dist_evaluate(
                 model if model is not None else self.model,

@@ -119,8 +119,9 @@ class MinibatchEngine(Engine):
         self.windows = DistWindows(
             self.local, part_offsets=store.part_offsets, part_to_rank=self.part_to_rank,
             rank=ctx.rank, world_size=ctx.world_size, stats=self.stats,
-            window_rows=plan.window // self.row_bytes if windows else rows + 1,
-            sample_bytes=plan.window // 2 if windows else None,
+            # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
+            window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
+            sample_bytes=plan.window // 4 if windows else None,
         )  # fmt: skip
         self.features = DistFeatureStore(
             part_offsets=store.part_offsets,
