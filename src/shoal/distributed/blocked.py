@@ -33,10 +33,10 @@ from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.distributed.runtime import DistContext
 from shoal.distributed.tables import NodeTables
 from shoal.nn.base import SumLayer
-from shoal.sample import _kernels as K
 from shoal.sample.diskio import RowFile, RowReader
 from shoal.sample.features import gather_rows
 from shoal.store.reader import Partition, Store
+from shoal.training import _kernels as BK
 from shoal.training.blocked import RowWriter, blocked_layer, output_width, width_of
 
 __all__ = ["PlannedGather", "blocked_dist_counts", "exchange_halos", "needed_nodes_dist"]
@@ -159,7 +159,7 @@ def needed_nodes_dist(store: Store, parts: list[Partition], part_to_rank: np.nda
             mark = np.zeros(p.num_nodes, dtype=np.bool_)
             cur = core[li][p.index]
             mark[cur] = True
-            K._mark_in_neighbours(p.indptr, p.indices, cur, mark)
+            BK._mark_in_neighbours(p.indptr, p.indices, cur, mark)
             below[p.index] = np.flatnonzero(mark[: p.num_core])
             halo[li][p.index] = np.flatnonzero(mark[p.num_core :])
             asks.append(np.asarray(p.halo_ids[halo[li][p.index]], dtype=np.int64))

@@ -17,8 +17,10 @@ By default (:data:`READ_AHEAD` false) a window takes both window slots of the bu
 read before it is trained on: on the 10M-node benchmark graph a window's rows, whatever their
 number, are spread over the whole feature file, so every window costs a sweep of it, and one
 sweep without overlap (read, then train) beat two half-size windows read while the previous
-trains (``bench/results/out_of_core_engines.md``: 12 windows and 24 GB read per epoch with
-read-ahead, against 2 windows without). With ``read_ahead=True`` windows take one slot each
+trains: 2 GiB per rank, 2 ranks, one epoch of GraphSAGE 10,5: 12 windows, 24 GB read and
+19.5 s with read-ahead (a trial run with a 1 GiB reserve, so somewhat smaller windows),
+against 4 windows, 10.1 GB and 11.6 s without
+(``bench/results/out_of_core_engines.md``). With ``read_ahead=True`` windows take one slot each
 and the next is read in a background thread while the current one is trained on (two
 windows alive at most), which pays when the compute per window exceeds a sweep.
 

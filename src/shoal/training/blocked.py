@@ -28,6 +28,7 @@ from shoal.nn.base import SumLayer
 from shoal.sample import _kernels as K
 from shoal.sample.diskio import RowFile, open_reader
 from shoal.sample.featstore import DiskFeatures
+from shoal.training import _kernels as BK
 from shoal.utils.progress import progress
 
 __all__ = [
@@ -177,20 +178,20 @@ def _layer_block(sl: SumLayer, rows: RowSource, pre, graph, block, range_rows: i
     indptr, indices, deg_t = graph
     n_ranges = -(-len(deg_t) // range_rows)
     ptr = np.zeros(n_ranges + 1, np.int64)
-    m = K._count_by_range(indptr, block, indices, range_rows, ptr)
+    m = BK._count_by_range(indptr, block, indices, range_rows, ptr)
     src, dst = np.empty(m, np.int64), np.empty(m, np.int32)
-    K._bucket_by_range(indptr, indices, block, range_rows, ptr, src, dst)
+    BK._bucket_by_range(indptr, indices, block, range_rows, ptr, src, dst)
     acc = np.zeros((len(block), sl.width), np.float32)
     mark = np.full(range_rows, -1, np.int64)
     ids_buf = np.empty(range_rows, np.int64)
     pos = np.empty(int(np.diff(ptr).max()) if m else 0, np.int64)
     for r in np.flatnonzero(np.diff(ptr)):
         s_src, s_dst = src[ptr[r] : ptr[r + 1]], dst[ptr[r] : ptr[r + 1]]
-        k = K._range_ids(s_src, r * range_rows, mark, ids_buf, pos)
+        k = BK._range_ids(s_src, r * range_rows, mark, ids_buf, pos)
         ids = ids_buf[:k]
         h = _read_pre(rows, ids, pre)
         msg = sl.message(h, deg_t[torch.from_numpy(ids)].unsqueeze(1)).contiguous().numpy()
-        K._scatter_add(acc, msg, s_dst, pos[: len(s_src)])
+        BK._scatter_add(acc, msg, s_dst, pos[: len(s_src)])
     del src, dst
     for a in range(0, len(block), range_rows):
         ids = block[a : a + range_rows]
@@ -214,7 +215,7 @@ def needed_nodes(indptr: np.ndarray, indices: np.ndarray, size: int, targets: np
     for li in range(num_layers - 2, -1, -1):
         mark[cur] = True
         rows = cur[cur < len(indptr) - 1]
-        K._mark_in_neighbours(indptr, indices, rows, mark)
+        BK._mark_in_neighbours(indptr, indices, rows, mark)
         cur = np.flatnonzero(mark)
         out[li] = cur
     return out

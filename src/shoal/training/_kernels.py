@@ -1,0 +1,89 @@
+"""Numba kernels of the blocked layer-wise inference (:mod:`shoal.training.blocked`):
+bucketing a block's in-edges by source range, the ids of one range, scatter-adding messages,
+and marking in-neighbours (the nodes each layer must compute)."""
+
+from __future__ import annotations
+
+import numba
+from numba import prange
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _scatter_add(acc, msg, dst, pos):
+    """``acc[dst[e]] += msg[pos[e]]`` for every edge ``e``; ``dst`` must be sorted (edges of
+    one target together), so threads take disjoint runs of targets."""
+    m = dst.shape[0]
+    f = acc.shape[1]
+    parts = 8 if m >= 8192 else 1
+    for p in prange(parts):
+        a = m * p // parts
+        b = m * (p + 1) // parts
+        # move both ends forward to target boundaries, so no target is split
+        while 0 < a < m and dst[a] == dst[a - 1]:
+            a += 1
+        while 0 < b < m and dst[b] == dst[b - 1]:
+            b += 1
+        for e in range(a, b):
+            d = dst[e]
+            s = pos[e]
+            for j in range(f):
+                acc[d, j] += msg[s, j]
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_by_range(indptr, block, indices, range_rows, ptr):
+    """``ptr[r + 1]`` = in-edges of nodes ``block`` whose source lies in range ``r``
+    (sources ``[r * range_rows, (r + 1) * range_rows)``), then prefix sums; returns the total."""
+    for i in range(block.shape[0]):
+        t = block[i]
+        for e in range(indptr[t], indptr[t + 1]):
+            ptr[indices[e] // range_rows + 1] += 1
+    for r in range(1, ptr.shape[0]):
+        ptr[r] += ptr[r - 1]
+    return ptr[-1]
+
+
+@numba.njit(cache=True, nogil=True)
+def _bucket_by_range(indptr, indices, block, range_rows, ptr, src, dst):
+    """The in-edges of ``block`` grouped by source range (counting sort; ``ptr`` from
+    :func:`_count_by_range`): ``src`` the source, ``dst`` the target's position in ``block``;
+    within a range edges stay in target order."""
+    fill = ptr[:-1].copy()
+    for i in range(block.shape[0]):
+        t = block[i]
+        for e in range(indptr[t], indptr[t + 1]):
+            u = indices[e]
+            r = u // range_rows
+            k = fill[r]
+            src[k] = u
+            dst[k] = i
+            fill[r] = k + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _range_ids(src, lo, mark, ids, pos):
+    """Distinct values of ``src`` (all in ``[lo, lo + len(mark))``) in increasing order into
+    ``ids``, and ``pos[e]`` = the position of ``src[e]`` among them, without sorting (a mark
+    per value; ``mark`` must be all -1 and is left so). Returns the number of distinct values."""
+    for e in range(src.shape[0]):
+        mark[src[e] - lo] = 0
+    k = 0
+    for u in range(mark.shape[0]):
+        if mark[u] == 0:
+            mark[u] = k
+            ids[k] = lo + u
+            k += 1
+    for e in range(src.shape[0]):
+        pos[e] = mark[src[e] - lo]
+    for i in range(k):
+        mark[ids[i] - lo] = -1
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_in_neighbours(indptr, indices, nodes, mark):
+    """``mark[u] = True`` for every in-neighbour ``u`` of ``nodes`` (CSR rows)."""
+    for i in range(nodes.shape[0]):
+        v = nodes[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            mark[indices[e]] = True
