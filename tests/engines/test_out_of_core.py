@@ -67,3 +67,46 @@ def test_engine_under_a_small_budget_trains_the_same_model(make_graph, make_stor
         assert all(r["bytes_read"] > 0 and 0 < r["cache_hit_rate"] < 1 for r in s["io"]), s["io"]
         assert max(s["windows"]) >= 2  # epochs split into windows read ahead
     assert 0.0 < big[0]["acc"]["test"] < 1.0
+
+
+def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dict:
+    import shoal.engines.base as base
+    import shoal.sample.budget as budget
+    from shoal.distributed import DistContext
+    from shoal.engines import EngineConfig, get_engine
+    from shoal.store import Store
+    from shoal.training import TrainConfig
+
+    memory = "8GiB"
+    if small:
+        base.ENGINE_RESERVE, budget.MIN_WINDOW = 0, 1024
+        memory = 20 * 400 + 4 * 1024 + 400 * 16 // 8  # tables, maps, two windows, a little
+    cfg = TrainConfig(model="sage", fanouts=(3, 3), hidden=8, batch_size=4, seed=5, epochs=2,
+                      progress=False, memory=memory, plan=plan)  # fmt: skip
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    eng = get_engine("minibatch")(Store.open(store), EngineConfig(train=cfg), ctx)
+    out = [eng.train_epoch(e) for e in range(2)]
+    acc = eng.evaluate(("val", "test"))
+    eng.close_io()
+    return {"loss": [r["loss"] for r in out], "acc": acc, "parts": len(eng.parts),
+            "windows": [r["io"]["windows"] for r in out],
+            "read": [r["io"]["bytes_read"] for r in out]}  # fmt: skip
+
+
+def test_minibatch_rank_without_parts_under_a_small_budget(make_graph, make_store, tmp_path):
+    """3 ranks, 2 parts: the plan leaves rank 2 without a part (it still trains seeds it is
+    handed and pulls every row); windows and evaluation stay collective and exact."""
+    import json
+
+    g = community_graph(make_graph, n=400)
+    store = str(make_store(parts=2, graph=g, halo_features=False))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"workers": 3, "worker_of_part": [0, 1]}))
+    big = run_world(_idle_rank, 3, store, str(plan), False)
+    small = run_world(_idle_rank, 3, store, str(plan), True)
+    assert [r["parts"] for r in small] == [1, 1, 0]
+    for b, s in zip(big, small, strict=True):
+        assert b["loss"] == s["loss"] and b["acc"] == s["acc"]
+    # the small budget splits epochs into windows (summed over the 3 ranks) read from disk
+    assert min(small[0]["windows"]) > max(big[0]["windows"]) and min(small[0]["read"]) > 0
+    assert 0.0 < big[0]["acc"]["test"] < 1.0
