@@ -10,49 +10,50 @@ from shoal.partition.base import get_partitioner
 from shoal.partition.grem import refine_window
 
 
-def _state(side, seen, hist=None):
+def _state(side, hist=None):
+    """Sides and the history kept as one number per node, ``h0 - h1`` (from (h0, h1) pairs)."""
     side = np.array(side, dtype=np.int8)
-    hist = np.zeros((side.shape[0], 2)) if hist is None else np.array(hist, dtype=np.float64)
-    return side, hist, np.array(seen, dtype=bool)
+    h = np.zeros((side.shape[0], 2)) if hist is None else np.array(hist, dtype=np.float64)
+    return side, (h[:, 0] - h[:, 1]).astype(np.float32)
 
 
 def test_new_node_follows_neighbours_and_capacity_blocks_a_move():
-    side, hist, seen = _state([0, 0, 0, 1, 1, -1], [1, 1, 1, 1, 1, 0])
+    side, hist = _state([0, 0, 0, 1, 1, -1])
     # window order of first appearance: 5, 0, 1, 3
-    moved = refine_window(np.array([(5, 0), (5, 1), (5, 3)]), side, hist, seen, (4, 4))
+    moved = refine_window(np.array([(5, 0), (5, 1), (5, 3)]), side, hist, (4, 4))
     # 5 sees two neighbours on side 0, one on side 1 -> side 0 (now full: 4 nodes)
     assert side.tolist() == [0, 0, 0, 1, 1, 0]
     # 3 now has its only window neighbour (5) on side 0: score (0 + 1) / 2 = 0.5 > 0, but
     # side 0 is full -> it stays
     assert moved == 0
-    assert hist[5].tolist() == [2.0, 1.0]  # a new node's history is its first score
-    assert hist[3].tolist() == [0.5, 0.0]  # averaged with the (empty) history
-    assert seen.all()
+    assert hist[5] == 2.0 - 1.0  # a new node's history is its first score
+    assert hist[3] == 0.5 - 0.0  # averaged with the (empty) history
+    assert (side >= 0).all()
 
 
 def test_history_is_averaged_and_can_keep_a_node():
     # node 0 was on side 1 with strong history; its two window neighbours on side 0 have a
     # strong side-0 history (so they stay: s0 = (4 + 0) / 2 = 2 > s1 = (0 + 1) / 2)
-    side, hist, seen = _state([1, 0, 0], [1, 1, 1], [[0, 4], [4, 0], [4, 0]])
-    moved = refine_window(np.array([(0, 1), (0, 2)]), side, hist, seen, (3, 3))
+    side, hist = _state([1, 0, 0], [[0, 4], [4, 0], [4, 0]])
+    moved = refine_window(np.array([(0, 1), (0, 2)]), side, hist, (3, 3))
     # scores: s0 = (0 + 2) / 2 = 1, s1 = (4 + 0) / 2 = 2 -> stays on side 1
     assert moved == 0 and side[0] == 1
-    assert hist[0].tolist() == [1.0, 2.0]
+    assert hist[0] == 1.0 - 2.0
     # the next window halves the old weight again: s0 = (1 + 2) / 2 = 1.5, s1 = 1 -> moves
-    moved = refine_window(np.array([(0, 1), (0, 2)]), side, hist, seen, (3, 3))
+    moved = refine_window(np.array([(0, 1), (0, 2)]), side, hist, (3, 3))
     assert moved == 1 and side[0] == 0
-    assert hist[0].tolist() == [1.5, 1.0]
+    assert hist[0] == 1.5 - 1.0
 
 
 def test_fixed_greedy_never_moves_assigned_nodes():
-    side, hist, seen = _state([1, 0, 0], [1, 1, 1])
-    moved = refine_window(np.array([(0, 1), (0, 2)]), side, hist, seen, (3, 3), refine=False)
+    side, hist = _state([1, 0, 0])
+    moved = refine_window(np.array([(0, 1), (0, 2)]), side, hist, (3, 3), refine=False)
     assert moved == 0 and side.tolist() == [1, 0, 0]
 
 
 def test_new_node_goes_to_other_side_when_full():
-    side, hist, seen = _state([0, 0, 1, -1], [1, 1, 1, 0])
-    refine_window(np.array([(3, 0), (3, 1)]), side, hist, seen, (2, 2))
+    side, hist = _state([0, 0, 1, -1])
+    refine_window(np.array([(3, 0), (3, 1)]), side, hist, (2, 2))
     assert side[3] == 1
 
 
@@ -93,3 +94,45 @@ def test_exact_capacity_and_greedy_start(make_graph):
 def test_config_errors():
     with pytest.raises(ShoalInputError, match="window"):
         get_partitioner("grem", num_parts=2, window=0)
+
+
+def _reference_local(edges, grp, kparts):
+    """Window-local ids in order of first appearance and each local node's neighbour list,
+    over the window's intra-group edges of splitting groups (no self loops)."""
+    order, nbrs = {}, []
+    for u, v in edges.tolist():
+        if u == v or grp[u] != grp[v] or kparts[grp[u]] < 2:
+            continue
+        for x in (u, v):
+            if x not in order:
+                order[x] = len(order)
+                nbrs.append([])
+        nbrs[order[u]].append(order[v])
+        nbrs[order[v]].append(order[u])
+    return list(order), [sorted(x) for x in nbrs]
+
+
+@pytest.mark.parametrize(("n", "w"), [(30, 120), (1_000_000, 500)])
+def test_window_local_ids_over_consecutive_windows(n, w):
+    """The hash table that replaced the (N,) local-id array: consecutive windows on the same
+    table (emptied after each) give the ids and CSR of a dict-based reference; a table that
+    was not emptied correctly gives stale ids in the next window (random ids among 1M in a
+    table of 2048 slots collide often)."""
+    from shoal.partition.grem import _no_edge_caps, _no_edge_weights, _State
+
+    rng = np.random.default_rng(n)
+    grp = rng.integers(0, 3, n).astype(np.int16) * 2  # groups 0, 2, 4; 4 does not split
+    kparts = np.array([2, 0, 2, 0, 1, 0], dtype=np.int32)
+    st = _State(
+        grp, kparts, np.full(n, -1, np.int8), np.zeros(n, np.float32), _no_edge_weights(n),
+        np.zeros((6, 2), np.int64), np.ones((6, 2), np.int64), *_no_edge_caps(6), w,
+    )  # fmt: skip
+    for t in range(6):
+        edges = rng.integers(0, n if t % 2 else n // 3 + 1, (w - t, 2)).astype(np.int32)
+        for dtype in (np.int32, np.int64):
+            nloc, indptr, indices = st.local(edges, dtype)
+            nodes, nbrs = _reference_local(edges, grp, kparts)
+            assert st.nodes[:nloc].tolist() == nodes
+            got = [sorted(indices[indptr[a] : indptr[a + 1]].tolist()) for a in range(nloc)]
+            assert got == nbrs
+            assert (st.keys == -1).all()

@@ -1,11 +1,13 @@
 """numba kernels of GREM (:mod:`shoal.partition.grem`): window relabelling, the window CSR and
 the greedy refinement of Armada Alg. 2 with node and (optionally) edge capacities.
 
-Private to :mod:`shoal.partition`. Per-node arrays: ``grp`` int32 (group = first final part of
-the node's range), ``side`` int8 (-1 unassigned, 0, 1), ``hist`` (N, 2) float32 history
-scores, ``seen`` bool, ``loc`` int32 (window-local id or -1), ``deg`` int32/int64 in-degree
-(the edge weight of a node; zeros when edges are not balanced). Per group ``g`` and side
-``s``: ``size``/``cap`` in nodes and ``esize``/``ecap`` in in-edges.
+Private to :mod:`shoal.partition`. Per-node arrays: ``grp`` int16 or int32 (group = first final
+part of the node's range), ``side`` int8 (-1 unassigned, 0, 1), ``hdiff`` float32 (the
+difference of the two history scores, see :func:`greedy_window`), ``deg`` int32/int64
+in-degree (the edge weight of a node; zeros when edges are not balanced): 11 bytes per node
+with int16 groups. The window's global -> local ids live in a fixed-size hash table, not an
+(N,) array. Per group ``g`` and side ``s``: ``size``/``cap`` in nodes and ``esize``/``ecap``
+in in-edges.
 """
 
 from __future__ import annotations
@@ -15,8 +17,24 @@ import numpy as np
 
 
 @numba.njit(cache=True)
-def window_local(edges, grp, kparts, loc, nodes):
-    """Relabel the window's intra-group edges (groups with k >= 2); returns (m, nloc)."""
+def _slot(keys, v):
+    """Linear-probing slot of node ``v`` in the open-addressing table ``keys`` (size a power
+    of two, -1 = empty): where ``v`` is, or the empty slot where it would go."""
+    mask = keys.shape[0] - 1
+    h = (np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)  # wraps mod 2**64
+    i = np.int64(h) & mask
+    while keys[i] >= 0 and keys[i] != v:
+        i = (i + 1) & mask
+    return i
+
+
+@numba.njit(cache=True)
+def window_local(edges, grp, kparts, keys, vals, nodes, ledges):
+    """Relabel the window's intra-group edges (groups with k >= 2) to local ids, in order of
+    first appearance: ``nodes[a]`` is local node ``a``, ``ledges[:m]`` the relabelled edges.
+    The global -> local map is the hash table ``keys``/``vals`` (a fixed size, set by the
+    window, instead of an (N,) array); it is emptied again by :func:`reset_loc`.
+    Returns (m, nloc)."""
     nloc = 0
     m = 0
     for i in range(edges.shape[0]):
@@ -27,38 +45,31 @@ def window_local(edges, grp, kparts, loc, nodes):
         g = grp[u]
         if g != grp[v] or kparts[g] < 2:
             continue
-        if loc[u] < 0:
-            loc[u] = nloc
-            nodes[nloc] = u
-            nloc += 1
-        if loc[v] < 0:
-            loc[v] = nloc
-            nodes[nloc] = v
-            nloc += 1
+        for j in range(2):
+            x = u if j == 0 else v
+            t = _slot(keys, x)
+            if keys[t] < 0:
+                keys[t] = x
+                vals[t] = nloc
+                nodes[nloc] = x
+                nloc += 1
+            ledges[m, j] = vals[t]
         m += 1
     return m, nloc
 
 
 @numba.njit(cache=True)
-def local_csr(edges, grp, kparts, loc, nloc, indptr, indices):
-    """Symmetric CSR of the window's intra-group edges over local ids (``indptr`` zeroed)."""
-    for i in range(edges.shape[0]):
-        u = edges[i, 0]
-        v = edges[i, 1]
-        if u == v or grp[u] != grp[v] or kparts[grp[u]] < 2:
-            continue
-        indptr[loc[u] + 1] += 1
-        indptr[loc[v] + 1] += 1
+def local_csr(ledges, m, nloc, indptr, indices):
+    """Symmetric CSR of the relabelled window edges ``ledges[:m]`` (``indptr`` zeroed)."""
+    for i in range(m):
+        indptr[ledges[i, 0] + 1] += 1
+        indptr[ledges[i, 1] + 1] += 1
     for i in range(nloc):
         indptr[i + 1] += indptr[i]
     fill = indptr[:nloc].copy()
-    for i in range(edges.shape[0]):
-        u = edges[i, 0]
-        v = edges[i, 1]
-        if u == v or grp[u] != grp[v] or kparts[grp[u]] < 2:
-            continue
-        a = loc[u]
-        b = loc[v]
+    for i in range(m):
+        a = ledges[i, 0]
+        b = ledges[i, 1]
         indices[fill[a]] = b
         fill[a] += 1
         indices[fill[b]] = a
@@ -66,9 +77,12 @@ def local_csr(edges, grp, kparts, loc, nloc, indptr, indices):
 
 
 @numba.njit(cache=True)
-def reset_loc(nodes, nloc, loc):
-    for a in range(nloc):
-        loc[nodes[a]] = -1
+def reset_loc(nodes, nloc, keys):
+    """Empty the table: the keys of this window are cleared in reverse insertion order (each
+    removal restores the table as it was before that insertion, so every probe chain still
+    finds the keys inserted earlier)."""
+    for a in range(nloc - 1, -1, -1):
+        keys[_slot(keys, nodes[a])] = -1
 
 
 @numba.njit(cache=True)
@@ -119,7 +133,7 @@ def group_csr(indptr, indices, members, pos, out_ptr, out_idx):
 
 
 @numba.njit(cache=True)
-def place_seed(parts, nodes, grp, deg, side, seen, size, cap, esize, ecap):
+def place_seed(parts, nodes, grp, deg, side, size, cap, esize, ecap):
     """Alg. 1 line 7: put the METIS sides of ``nodes`` in place (the other side when full)."""
     for i in range(nodes.shape[0]):
         v = nodes[i]
@@ -130,16 +144,34 @@ def place_seed(parts, nodes, grp, deg, side, seen, size, cap, esize, ecap):
         side[v] = s
         size[g, s] += 1
         esize[g, s] += deg[v]
-        seen[v] = True
+
+
+@numba.njit(cache=True)
+def _weights(per_part, k):
+    """Weights ``(w0, w1)`` of the two sides' scores: with ``per_part`` and an uneven split
+    (``k`` odd) neighbours are compared per final part, ``c0 / k0`` against ``c1 / k1``,
+    i.e. the sign of ``k1 * c0 - k0 * c1``; else ``c0 - c1``."""
+    k0 = k // 2
+    k1 = k - k0
+    if per_part and k0 != k1:
+        return float(k1), float(k0)
+    return 1.0, 1.0
 
 
 # long: one loop over the window's nodes implementing Alg. 2 (cnt_nbrs, assign, fix_sizes)
 @numba.njit(cache=True)
 def greedy_window(
-    nodes, nloc, indptr, indices, grp, kparts, side, hist, seen, size, cap, refine, use_hist,
+    nodes, nloc, indptr, indices, grp, kparts, side, hdiff, size, cap, refine, use_hist,
     deg, esize, ecap, per_part,
 ):  # fmt: skip
-    """Alg. 2 on one window (local CSR over ``nodes[:nloc]``); returns moves of old nodes."""
+    """Alg. 2 on one window (local CSR over ``nodes[:nloc]``); returns moves of old nodes.
+
+    The two history scores of Alg. 1 line 2 (``nbr_counts``, averaged ``h <- (h + c) / 2``)
+    are kept as one number per node, ``hdiff = w0 * h0 - w1 * h1`` (weights of
+    :func:`_weights`, fixed for a group during a level): every decision of Alg. 2 compares
+    the two scores (``s0 > s1``, ``s0 == s1``), and ``w0*s0 - w1*s1`` averages the same way,
+    ``(hdiff + w0*c0 - w1*c1) / 2``, so the decisions are the paper's with 4 bytes per node
+    instead of 8. A node has been seen (has a history) exactly when it has a side."""
     moved = 0
     for a in range(nloc):
         v = nodes[a]
@@ -154,27 +186,15 @@ def greedy_window(
             elif s == 1:
                 c1 += 1.0
         cur = side[v]
-        if seen[v] and use_hist:
-            s0 = 0.5 * (hist[v, 0] + c0)
-            s1 = 0.5 * (hist[v, 1] + c1)
-        else:
-            s0 = c0
-            s1 = c1
-        hist[v, 0] = s0
-        hist[v, 1] = s1
-        seen[v] = True
+        w0, w1 = _weights(per_part, kparts[g])
+        x = w0 * c0 - w1 * c1
+        if cur >= 0 and use_hist:
+            x = 0.5 * (hdiff[v] + x)
+        hdiff[v] = x
         room0 = cap[g, 0] - size[g, 0]
         room1 = cap[g, 1] - size[g, 1]
-        # with per_part (on with edge capacities), an uneven split (k odd) compares
-        # neighbours per final part: the side with more parts would otherwise draw every
-        # well-connected node
-        k0 = kparts[g] // 2
-        k1 = kparts[g] - k0
-        if per_part and k0 != k1:
-            s0 = s0 / k0
-            s1 = s1 / k1
         if cur < 0:
-            if s0 > s1 or (s0 == s1 and room0 * cap[g, 1] >= room1 * cap[g, 0]):
+            if x > 0 or (x == 0 and room0 * cap[g, 1] >= room1 * cap[g, 0]):
                 want = 0
             else:
                 want = 1
@@ -185,9 +205,8 @@ def greedy_window(
             esize[g, want] += d
         elif refine:
             other = 1 - cur
-            s_cur = s0 if cur == 0 else s1
-            s_oth = s1 if cur == 0 else s0
-            if s_oth > s_cur and fits(g, other, d, size, cap, esize, ecap):
+            gain = x if other == 0 else -x
+            if gain > 0 and fits(g, other, d, size, cap, esize, ecap):
                 side[v] = other
                 size[g, cur] -= 1
                 size[g, other] += 1

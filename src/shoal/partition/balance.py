@@ -13,7 +13,8 @@ moves the *least-connected* nodes out of overloaded parts:
 5. movers, least-connected first, go to the part with room holding most of their neighbours
    (ties: the smaller part).
 
-Memory: O(V) plus ``movers x p`` counters; edges are read one chunk at a time. The procedure is
+Memory: O(V) (the parts, a copy, the internal counts and then the movers' index: 4 bytes per
+node each) plus ``movers x p`` counters; edges are read one chunk at a time. The procedure is
 repeated (at most 4 rounds) in the rare case a training node found no part with room for both
 its node and training count.
 """
@@ -187,7 +188,8 @@ def balance_assignment(
         if not copied:
             part = part.copy()
             copied = True
-        internal = np.zeros(n, dtype=np.int64)
+        # counts of one node's edges: int32 unless a node could have 2**31 of them
+        internal = np.zeros(n, dtype=np.int32 if 2 * graph.num_edges < 2**31 else np.int64)
         stream = graph.edge_stream(chunk_edges)
         for chunk in progress(stream, total=len(stream), desc="balance pass 1", unit="chunk"):
             _internal_counts(chunk, part, internal)
@@ -195,7 +197,7 @@ def balance_assignment(
         del internal
         if movers.size == 0:
             break
-        mover_idx = np.full(n, -1, dtype=np.int64)
+        mover_idx = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
         mover_idx[movers] = np.arange(movers.size)
         cnt = np.zeros((movers.size, num_parts), dtype=np.int32)
         for chunk in progress(stream, total=len(stream), desc="balance pass 2", unit="chunk"):

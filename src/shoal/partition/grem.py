@@ -44,12 +44,15 @@ partitioner (:data:`shoal.partition.run.DEFAULT_OPTIONS`):
   a cap of 2**21 edges is 0.07% of its 3.2 B stored rows).
 
 Memory (Sec. 4.2: "only the active chunk of edges needs to be in memory"): per node the group
-(int32, the final part), the side (int8), the two history scores ``nbr_counts`` of Alg. 1
-line 2 (float32), ``seen`` (bool), the window-local id (int32) and, with ``edge_balance``,
-the in-degree (int32): 22 bytes; plus one window: the edges (8 bytes each for int32 ids), its
-CSR (about 24 bytes per edge) and, for the first window only, METIS on it (64-bit ids, about
-150-300 bytes per window edge). Nodes that never share an edge with their group go to the
-side with the most room.
+(int16 for p < 32768, the final part), the side (int8), the difference of the two history
+scores ``nbr_counts`` of Alg. 1 line 2 (one float32: the decisions only compare the two
+scores, see :func:`shoal.partition._grem_kernels.greedy_window`) and, with ``edge_balance``,
+the in-degree (int32): 11 bytes (whether a node was seen is whether it has a side); plus one
+window, sized by ``w`` edges and not by N: the edges and their relabelled copy (8 bytes each),
+the window's global -> local ids (a hash table of 2-4 slots per possible window node,
+``min(N, 2w)``, 8 bytes a slot), its CSR (about 10 bytes per edge) and, for the first window
+only, METIS on it (64-bit ids, about 150-300 bytes per window edge). Nodes that never share an
+edge with their group go to the side with the most room.
 """
 
 from __future__ import annotations
@@ -131,8 +134,7 @@ def _no_edge_caps(p: int) -> tuple[np.ndarray, np.ndarray]:
 def refine_window(
     edges: np.ndarray,
     side: np.ndarray,
-    hist: np.ndarray,
-    seen: np.ndarray,
+    hdiff: np.ndarray,
     cap: tuple[int, int],
     *,
     refine: bool = True,
@@ -140,9 +142,9 @@ def refine_window(
     """Run GREM's greedy refinement (Alg. 2) on one window of a single bisection.
 
     Exposed for tests and experiments: ``edges`` (k, 2) is the window, ``side`` (N,) int8
-    (-1 unassigned, 0, 1), ``hist`` (N, 2) float history scores and ``seen`` (N,) bool are
-    updated in place; ``cap`` is the capacity of each side (in nodes). Returns how many
-    previously assigned nodes moved.
+    (-1 unassigned, 0, 1) and ``hdiff`` (N,) float, the history ``h0 - h1`` (a node has a
+    history when it has a side), are updated in place; ``cap`` is the capacity of each side
+    (in nodes). Returns how many previously assigned nodes moved.
     """
     n = side.shape[0]
     grp = np.zeros(n, dtype=np.int32)
@@ -150,51 +152,59 @@ def refine_window(
     size = np.array([[np.sum(side == 0), np.sum(side == 1)]], dtype=np.int64)
     capa = np.array([list(cap)], dtype=np.int64)
     e = np.ascontiguousarray(edges, dtype=np.int64).reshape(-1, 2)
-    st = _State(grp, kparts, side, hist, seen, _no_edge_weights(n), size, capa, *_no_edge_caps(1))
+    st = _State(grp, kparts, side, hdiff, _no_edge_weights(n), size, capa, *_no_edge_caps(1))
     return _process_window(e, st, refine, refine)
+
+
+def _table_size(nodes: int) -> int:
+    """Slots of the window's hash table: a power of two >= 2 * nodes (load <= 1/2)."""
+    return 1 << max(4, int(2 * max(nodes, 1) - 1).bit_length())
 
 
 class _State:
     """GREM's per-node arrays and per-(group, side) counters of one level (see
-    :mod:`shoal.partition._grem_kernels`), plus the buffers every window reuses."""
+    :mod:`shoal.partition._grem_kernels`), plus the buffers every window reuses: the window's
+    local ids (a hash table of 2-4 slots per possible node, ``min(N, 2w)``), its relabelled
+    edges and CSR, all sized by the window ``w``, not by N."""
 
-    def __init__(self, grp, kparts, side, hist, seen, deg, size, cap, esize, ecap, w=None):
-        self.grp, self.kparts, self.side, self.hist, self.seen = grp, kparts, side, hist, seen
+    def __init__(self, grp, kparts, side, hdiff, deg, size, cap, esize, ecap, w=1):
+        self.grp, self.kparts, self.side, self.hdiff = grp, kparts, side, hdiff
         self.deg, self.size, self.cap, self.esize, self.ecap = deg, size, cap, esize, ecap
         self.per_part = False  # compare neighbours per final part (with edge capacities)
-        n = side.shape[0]
-        self.loc = np.full(n, -1, dtype=np.int32)
-        w = 1 if w is None else w
-        k = min(n, 2 * w)
+        self._alloc(w)
+
+    def _alloc(self, w: int) -> None:
+        k = min(self.side.shape[0], 2 * w)
+        self.keys = np.full(_table_size(k), -1, dtype=np.int32)
+        self.vals = np.empty(self.keys.shape[0], dtype=np.int32)
         self.nodes = np.empty(k, dtype=np.int32)
-        self.indptr = np.empty(k + 1, dtype=np.int64)
+        self.ledges = np.empty((w, 2), dtype=np.int32)
+        self.indptr = np.empty(k + 1, dtype=np.int32)
         self.indices = np.empty(2 * w, dtype=np.int32)
 
     def local(self, edges: np.ndarray, idx_dtype=np.int32) -> tuple[int, np.ndarray, np.ndarray]:
         """The window's intra-group CSR over local ids: ``(nloc, indptr, indices)``; the
         local ids are ``self.nodes[:nloc]`` (valid until the next window)."""
-        w = edges.shape[0]
-        if self.indices.shape[0] < 2 * w:
-            k = min(self.side.shape[0], 2 * w)
-            self.nodes = np.empty(k, dtype=np.int32)
-            self.indptr = np.empty(k + 1, dtype=np.int64)
-            self.indices = np.empty(2 * w, dtype=np.int32)
-        m, nloc = K.window_local(edges, self.grp, self.kparts, self.loc, self.nodes)
-        indptr = self.indptr[: nloc + 1]
-        indptr[:] = 0
+        if self.ledges.shape[0] < edges.shape[0]:
+            self._alloc(edges.shape[0])
+        m, nloc = K.window_local(
+            edges, self.grp, self.kparts, self.keys, self.vals, self.nodes, self.ledges
+        )
+        K.reset_loc(self.nodes, nloc, self.keys)
         if idx_dtype == np.int32:
-            indices = self.indices[: 2 * m]
+            indptr, indices = self.indptr[: nloc + 1], self.indices[: 2 * m]
         else:
+            indptr = np.empty(nloc + 1, dtype=idx_dtype)
             indices = np.empty(2 * m, dtype=idx_dtype)
-        K.local_csr(edges, self.grp, self.kparts, self.loc, nloc, indptr, indices)
-        K.reset_loc(self.nodes, nloc, self.loc)
+        indptr[:] = 0
+        K.local_csr(self.ledges, m, nloc, indptr, indices)
         return nloc, indptr, indices
 
 
 def _process_window(edges, st: _State, refine, use_hist) -> int:
     nloc, indptr, indices = st.local(edges)
     moved = K.greedy_window(
-        st.nodes, nloc, indptr, indices, st.grp, st.kparts, st.side, st.hist, st.seen, st.size, st.cap,
+        st.nodes, nloc, indptr, indices, st.grp, st.kparts, st.side, st.hdiff, st.size, st.cap,
         refine, use_hist, st.deg, st.esize, st.ecap, st.per_part,
     )  # fmt: skip
     return int(moved)
@@ -233,9 +243,8 @@ def _metis_window(edges, st: _State, seed: int) -> None:
         del xadj, adj
         parts = np.frombuffer(parts, dtype=np.int64).astype(np.int8)
         K.place_seed(
-            parts, nodes[members], st.grp, st.deg, st.side, st.seen, st.size, st.cap,
-            st.esize, st.ecap,
-        )  # fmt: skip
+            parts, nodes[members], st.grp, st.deg, st.side, st.size, st.cap, st.esize, st.ecap
+        )
 
 
 def in_degrees(graph: GraphDir, chunk_edges: int) -> np.ndarray:
@@ -289,7 +298,8 @@ class Grem(Partitioner):
             seconds["degrees"] = time.perf_counter() - t0
         else:
             deg = _no_edge_weights(n)
-        grp = np.zeros(n, dtype=np.int32)
+        # groups are final part ids: 2 bytes per node while the levels run, int32 at the end
+        grp = np.zeros(n, dtype=np.int16 if p <= np.iinfo(np.int16).max else np.int32)
         kparts = np.zeros(p, dtype=np.int32)
         kparts[0] = p
         part_cap = math.ceil(n / p) if cfg.exact_capacity else capacity(n, p, cfg.balance)
@@ -306,8 +316,7 @@ class Grem(Partitioner):
             t0 = time.perf_counter()
             active, cap, esize, ecap = _level_caps(kparts, part_cap, gload, slack)
             st = _State(
-                grp, kparts, np.full(n, -1, dtype=np.int8),
-                np.zeros((n, 2), dtype=np.float32), np.zeros(n, dtype=np.bool_), deg,
+                grp, kparts, np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.float32), deg,
                 np.zeros((p, 2), dtype=np.int64), cap, esize, ecap, min(w, max(e, 1)),
             )  # fmt: skip
             st.per_part = gload is not None
@@ -321,7 +330,7 @@ class Grem(Partitioner):
                 bar.update(1)
             bar.close()
             side, size, esize = st.side, st.size, st.esize
-            del st  # hist, seen, loc and the window buffers
+            del st  # hdiff and the window buffers
             K.fill_unassigned(grp, kparts, side, size, cap, deg, esize, ecap)
             K.split(grp, kparts, side)
             del side
@@ -339,6 +348,11 @@ class Grem(Partitioner):
         params = cfg.to_dict()
         params["window_edges"] = w
         params["refine_moves"] = moves
+        del deg
         return Assignment(
-            node_part=grp, num_parts=p, algorithm=self.name, params=params, seconds=seconds
+            node_part=grp.astype(np.int32, copy=False),
+            num_parts=p,
+            algorithm=self.name,
+            params=params,
+            seconds=seconds,
         )

@@ -31,7 +31,7 @@ from shoal.partition.balance import balance_assignment
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner, get_partitioner
 from shoal.partition.metrics import partition_metrics
 from shoal.partition.refine import refine_assignment
-from shoal.utils.memory import peak_rss_bytes
+from shoal.utils.memory import peak_rss_bytes, return_freed_memory
 
 __all__ = [
     "DEFAULT_ALGORITHM",
@@ -192,6 +192,9 @@ def run_partition(
     check_num_parts(graph, cfg.num_parts)
     train_mask = _train_mask(graph, train_mask)
 
+    # freed window buffers and METIS's arrays go back to the system instead of staying in
+    # glibc's heap for the rest of the run (measured on 7M nodes: 290 MiB kept after GREM)
+    return_freed_memory()
     t_all = time.perf_counter()
     a = part.partition(graph, train_mask)
     _validate(a, graph, name)
