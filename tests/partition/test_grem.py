@@ -75,6 +75,7 @@ def test_recursive_bisection_any_p(make_graph, p):
     pairs = np.random.default_rng(0).permutation(np.array(pairs))
     g = make_graph(pairs, n, directed=False)
     a = get_partitioner("grem", num_parts=p, window=0.5).partition(g)
+    assert a.node_part.dtype == np.int32  # int16 groups inside, int32 parts out
     sizes = np.bincount(a.node_part, minlength=p)
     assert sizes.tolist() == [8] * p  # every clique becomes one part
     for c in range(p):
@@ -136,3 +137,30 @@ def test_window_local_ids_over_consecutive_windows(n, w):
             got = [sorted(indices[indptr[a] : indptr[a + 1]].tolist()) for a in range(nloc)]
             assert got == nbrs
             assert (st.keys == -1).all()
+
+
+def test_whole_components_beyond_the_metis_ones(make_graph, monkeypatch):
+    """A seed window of more components than METIS gets: METIS bisects the largest ones,
+    every other component goes whole to the side further below its share."""
+    from shoal.partition import grem
+
+    monkeypatch.setattr(grem, "METIS_COMPONENTS", 2)
+    pairs = [(c * 8 + a, c * 8 + b) for c in range(6) for a in range(8) for b in range(8) if a != b]
+    pairs = np.random.default_rng(0).permutation(np.array(pairs))
+    g = make_graph(pairs, 48, directed=False)  # six disjoint 8-cliques, one window
+    a = get_partitioner("grem", num_parts=2, window=0.999).partition(g)
+    assert a.params["window_edges"] == g.num_edges
+    assert np.bincount(a.node_part, minlength=2).tolist() == [24, 24]
+    for c in range(6):
+        assert len(set(a.node_part[c * 8 : (c + 1) * 8].tolist())) == 1
+
+
+def test_component_sides_fill_the_side_below_its_share():
+    from shoal.partition._grem_kernels import component_sides
+
+    csize = np.array([5, 3, 3, 1], dtype=np.int64)
+    done = np.array([True, False, False, False])
+    # side 0 holds 5 (component 0, done); 3 -> side 1 (3), 3 -> side 1 (6 vs 8), 1 -> side 0
+    assert component_sides(csize, done, 5, 0, 0.5)[1:].tolist() == [1, 1, 0]
+    # side 0's share 1/3: the first 3 goes to side 1 (5 + 3 of 8 would be over 1/3)
+    assert component_sides(csize, done, 5, 0, 1 / 3)[1] == 1

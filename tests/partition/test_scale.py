@@ -246,10 +246,13 @@ def _numpy_peak(g, p):
 
 def test_default_numpy_memory_per_node(make_graph):
     # numpy allocations of the whole default pipeline (GREM, balance, refinement, metrics;
-    # not numba-internal ones nor METIS's), as a slope between two sizes of the same shape
+    # not numba-internal ones nor METIS's), as a slope between two sizes of the same shape.
+    # GREM's state is 11 bytes per node (int16 group, int8 side, float32 history difference,
+    # int32 in-degree) plus the 1-byte train mask; measured 12.2 (23.1 with the two float32
+    # scores, the seen flags, the int32 groups and the (N,) local-id array of before)
     small = make_graph(_skewed_edges(20_000, 100_000, 0), 20_000, directed=False)
     large = make_graph(_skewed_edges(80_000, 400_000, 0), 80_000, directed=False)
     _numpy_peak(small, 8)  # compile
     slope = (_numpy_peak(large, 8) - _numpy_peak(small, 8)) / 60_000
     print(f"numpy bytes per node: {slope:.1f}")
-    assert slope <= 48
+    assert slope <= 16

@@ -247,3 +247,50 @@ def split(grp, kparts, side):
 def in_degree_chunk(edges, deg):
     for i in range(edges.shape[0]):
         deg[edges[i, 1]] += 1
+
+
+@numba.njit(cache=True)
+def components(xadj, adj, lab):
+    """Connected components of a symmetric CSR graph by BFS: ``lab`` (n,) gets every node's
+    component id; returns the number of components."""
+    n = xadj.shape[0] - 1
+    lab[:] = -1
+    queue = np.empty(n, dtype=np.int64)
+    c = 0
+    for s in range(n):
+        if lab[s] >= 0:
+            continue
+        lab[s] = c
+        queue[0] = s
+        head = 0
+        tail = 1
+        while head < tail:
+            v = queue[head]
+            head += 1
+            for j in range(xadj[v], xadj[v + 1]):
+                u = adj[j]
+                if lab[u] < 0:
+                    lab[u] = c
+                    queue[tail] = u
+                    tail += 1
+        c += 1
+    return c
+
+
+@numba.njit(cache=True)
+def component_sides(csize, done, load0, load1, f0):
+    """Sides of whole components (all but those marked in ``done``), largest first, each to
+    the side further below its target share (``f0`` of the nodes on side 0) after taking it;
+    ``load0/1`` are the nodes already on each side. Returns int8 (components,)."""
+    side = np.zeros(csize.shape[0], dtype=np.int8)
+    f1 = 1.0 - f0
+    for c in np.argsort(-csize, kind="mergesort"):
+        if done[c]:
+            continue
+        x = csize[c]
+        if (load0 + x) * f1 <= (load1 + x) * f0:
+            load0 += x
+        else:
+            side[c] = 1
+            load1 += x
+    return side
