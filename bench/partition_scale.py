@@ -122,7 +122,7 @@ def partition_run(g: Path, algo: str, args, src: str | None, limit: int) -> dict
             cmd,
             limit,
             name=CG_NAME,
-            timeout=args.timeout,
+            timeout=args.baseline_timeout if src else args.timeout,
             evict_paths=[g],
             env=env,
             stdout=subprocess.DEVNULL,
@@ -247,6 +247,16 @@ def _f(x, fmt="{:.3f}") -> str:
     return "—" if x is None else fmt.format(x)
 
 
+def _finished(r: dict) -> str:
+    if r["finished"]:
+        return "yes"
+    if r.get("timed_out"):
+        return f"NO: killed after {r['seconds']:.0f} s (timeout)"
+    if r.get("cgroup", {}).get("oom_kill"):
+        return "NO: OOM-killed"
+    return f"NO: exit {r['returncode']}"
+
+
 def _run_rows(runs: list[dict]) -> list[str]:
     lines = [
         "| graph | N | stored edges | algo | code | limit MiB | finished | seconds | "
@@ -258,7 +268,7 @@ def _run_rows(runs: list[dict]) -> list[str]:
         m = r.get("metrics", {})
         lines.append(
             f"| {r['graph']} | {r['nodes']:,} | {r['stored_edges']:,} | {r['algo']} | "
-            f"{r['code']} | {_mib(r['limit'])} | {'yes' if r['finished'] else 'NO'} | "
+            f"{r['code']} | {_mib(r['limit'])} | {_finished(r)} | "
             f"{r['seconds']:.0f} | {_mib(r.get('cgroup', {}).get('max_usage'))} | "
             f"{_mib(r['peak_anon_bytes'])} | {r['peak_anon_bytes'] / r['nodes']:.0f} | "
             f"{r['read_bytes'] / 1e9:.1f} | {_f(m.get('edge_cut'))} | "
@@ -355,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-max-nodes", type=int, default=28_000_000)
     ap.add_argument("--baseline-limit", type=parse_size, default=parse_size("2GiB"))
     ap.add_argument("--baseline-algos", default="default")
+    ap.add_argument("--baseline-timeout", type=float, default=900.0)
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     if args.baseline_rev:
