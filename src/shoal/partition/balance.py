@@ -156,20 +156,23 @@ def balance_assignment(
     balance: float = 1.10,
     train_mask: np.ndarray | None = None,
     chunk_edges: int = DEFAULT_CHUNK_EDGES,
+    copy: bool = True,
 ) -> tuple[np.ndarray, int]:
     """Move least-connected nodes out of overloaded parts (see the module docstring).
 
     Args:
         graph: the graph (read by edge passes only).
-        node_part: int32 (N,) owner parts; not modified.
+        node_part: int32 (N,) owner parts; not modified unless ``copy`` is false.
         num_parts: ``p``.
         balance: bound on max/mean nodes and training nodes per part (default 1.10).
         train_mask: bool (N,) training nodes, or None.
         chunk_edges: edges per streamed chunk (default 2**20).
+        copy: work on a copy of ``node_part`` (default true); false moves the nodes in
+            ``node_part`` itself (an int32 array), saving 4 bytes per node.
 
     Returns:
         ``(new_node_part, moved)``; ``new_node_part`` is ``node_part`` itself when nothing
-        had to move.
+        had to move or ``copy`` is false.
     """
     n = graph.num_nodes
     part = np.asarray(node_part, dtype=np.int32)
@@ -179,7 +182,7 @@ def balance_assignment(
     cap_n = capacity(n, num_parts, balance)
     cap_t = capacity(int(is_train.sum()), num_parts, balance)
     moved_total = 0
-    copied = False
+    copied = not copy and part.flags.writeable
     for _ in range(4):
         sizes = np.bincount(part, minlength=num_parts).astype(np.int64)
         tsizes = np.bincount(part[is_train], minlength=num_parts).astype(np.int64)

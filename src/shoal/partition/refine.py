@@ -216,13 +216,14 @@ def refine_assignment(
     ties: bool = True,
     edge_balance: float | None = None,
     show_progress: bool | None = None,
+    copy: bool = True,
 ) -> tuple[np.ndarray, list[int]]:
     """Restream the graph ``passes`` times, moving nodes to their majority part.
 
     Args:
         graph: the graph; its ``csr_out`` (and ``csr_in`` if directed) views are built by an
             external sort if missing.
-        node_part: int32 (N,) start assignment (not modified).
+        node_part: int32 (N,) start assignment (not modified unless ``copy`` is false).
         num_parts: ``p``.
         passes: number of restreaming passes (default 1); stops early when a pass moves
             nothing.
@@ -236,12 +237,16 @@ def refine_assignment(
             under ``max(capacity(|E|, p, edge_balance), their max at the start)``: no move
             may push a part over it (default None; the default partitioner sets it).
         show_progress: progress bar per pass (default: when stderr is a terminal).
+        copy: refine a copy of ``node_part`` (default true); false moves the nodes in
+            ``node_part`` itself when it is an int32 array (4 bytes per node less).
 
     Returns:
         ``(new_node_part, moves_per_pass)``.
     """
     n = graph.num_nodes
-    part = np.array(node_part, dtype=np.int32)
+    part = np.array(node_part, dtype=np.int32, copy=copy or None)
+    if not part.flags.writeable:
+        part = part.copy()
     if passes <= 0 or n == 0 or num_parts == 1 or graph.num_edges == 0:
         return part, []
     is_train = (

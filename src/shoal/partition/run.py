@@ -114,7 +114,8 @@ def _post_passes(
     show_progress: bool | None,
 ) -> tuple[np.ndarray, int, list[int]]:
     """The balance post-pass and ``cfg.refine_passes`` refinement passes, timed into
-    ``seconds``. Returns (node_part, nodes moved by balance, nodes moved per refine pass)."""
+    ``seconds``, both moving nodes in ``node_part`` itself (one (N,) array in all, not a copy
+    per pass). Returns (node_part, nodes moved by balance, nodes moved per refine pass)."""
     t0 = time.perf_counter()
     node_part, moved_balance = balance_assignment(
         graph,
@@ -123,6 +124,7 @@ def _post_passes(
         balance=cfg.balance,
         train_mask=train_mask,
         chunk_edges=cfg.chunk_edges,
+        copy=False,
     )
     seconds["balance"] = time.perf_counter() - t0
     moves: list[int] = []
@@ -138,6 +140,7 @@ def _post_passes(
             block_edges=cfg.chunk_edges,
             edge_balance=cfg.edge_balance,
             show_progress=show_progress,
+            copy=False,
         )
         seconds["refine"] = time.perf_counter() - t0
     return node_part, moved_balance, moves
@@ -200,8 +203,10 @@ def run_partition(
     _validate(a, graph, name)
     seconds = dict(a.seconds)
     seconds.setdefault("partition", time.perf_counter() - t_all)
+    node_part, edge_part = a.node_part, a.edge_part
+    del a  # the post-passes move nodes in node_part itself: no second (N,) array
     node_part, moved_balance, moves = _post_passes(
-        graph, a.node_part, cfg, train_mask, seconds, show_progress
+        graph, node_part, cfg, train_mask, seconds, show_progress
     )
     total = time.perf_counter() - t_all
 
@@ -210,7 +215,7 @@ def run_partition(
         num_parts=cfg.num_parts,
         algorithm=part.name,
         params=cfg.to_dict(),
-        edge_part=a.edge_part,
+        edge_part=edge_part,
         seconds=seconds,
     )
     m: dict[str, Any] = {
