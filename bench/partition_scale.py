@@ -115,13 +115,13 @@ def partition_run(g: Path, algo: str, args, src: str | None, limit: int) -> dict
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src
-    sampler = StatSampler(Cgroup(CG_NAME, limit).path)
+    sampler = StatSampler(Cgroup(args.cgroup_name, limit).path)
     sampler.start()
     with open(out.with_suffix(".log"), "w") as log:
         res = run_capped(
             cmd,
             limit,
-            name=CG_NAME,
+            name=args.cgroup_name,
             timeout=args.baseline_timeout if src else args.timeout,
             evict_paths=[g],
             env=env,
@@ -168,6 +168,84 @@ def git_rev() -> str:
         text=True,
     ).stdout.strip()
     return rev + ("+dirty" if dirty else "")
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def profile_child(graph: str, parts: int, out: Path) -> int:
+    """In a capped child: the default pipeline (``run_partition`` as ``shoal partition`` runs
+    it), its own anonymous memory (``RssAnon``) sampled every 20 ms, and the start and end of
+    every phase (the partitioner, balance, the CSR build, refinement, metrics), marked by
+    wrapping the functions ``run_partition`` calls. Writes the peak of every phase to ``out``.
+    """
+    from shoal.data.format import GraphDir
+    from shoal.partition import run as R
+
+    samples: list[tuple[float, int]] = []
+    marks: list[tuple[str, float, float]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.perf_counter(), _rss_anon()))
+            stop.wait(0.02)
+
+    def marked(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                marks.append((name, t, time.perf_counter()))
+
+        return wrapper
+
+    for name, label in (("balance_assignment", "balance"), ("refine_assignment", "refine"),
+                        ("partition_metrics", "metrics")):  # fmt: skip
+        setattr(R, name, marked(label, getattr(R, name)))
+    GraphDir.build_csr = marked("csr build (in refine)", GraphDir.build_csr)
+    g = GraphDir.open(graph)
+    part = R.get_partitioner(R.DEFAULT_ALGORITHM, num_parts=1)
+    type(part).partition = marked("grem", type(part).partition)
+    base = _rss_anon()
+    threading.Thread(target=sample, daemon=True).start()
+    R.run_partition(g, R.DEFAULT_ALGORITHM, num_parts=parts,
+                    refine_passes=R.DEFAULT_REFINE_PASSES, **R.DEFAULT_OPTIONS)  # fmt: skip
+    stop.set()
+    rows = [{"phase": n, "seconds": t1 - t0, "start_anon": base,
+             "peak_anon": max([v for t, v in samples if t0 <= t <= t1] or [0])}
+            for n, t0, t1 in sorted(marks, key=lambda m: m[1])]  # fmt: skip
+    out.write_text(json.dumps({"nodes": g.num_nodes, "phases": rows}) + "\n")
+    return 0
+
+
+def profile_runs(args) -> list[dict]:
+    """The phase profile (:func:`profile_child`) of the default partitioner, after and
+    before, on every graph of at most ``--profile-max-nodes`` nodes, each capped."""
+    res = []
+    for n, _, name in parse_sizes(args.sizes):
+        g = args.work / name
+        if n > args.profile_max_nodes:
+            continue
+        for src in [None, args.baseline_src] if args.baseline_src else [None]:
+            out = args.work / f"phases_{name}_{'before' if src else 'after'}.json"
+            drop_csr(g)
+            cmd = [sys.executable, __file__, "--profile-child", str(g), "--parts",
+                   str(args.parts), "--out", str(out)]  # fmt: skip
+            env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
+            r = run_capped(cmd, args.limit, name=args.cgroup_name, timeout=args.baseline_timeout,
+                           evict_paths=[g], env=env)  # fmt: skip
+            drop_csr(g)
+            if r["returncode"] == 0:
+                res.append({"graph": name, "code": "before" if src else "after",
+                            **json.loads(out.read_text())})  # fmt: skip
+    return res
 
 
 def fit(rows: list[dict], key, var: str) -> dict | None:
@@ -280,7 +358,21 @@ def _run_rows(runs: list[dict]) -> list[str]:
     for r in runs:
         ph = r.get("metrics", {}).get("seconds_per_phase", {})
         txt = ", ".join(f"{k} {v:.0f}" for k, v in ph.items())
-        lines.append(f"- {r['graph']} {r['algo']} {r['code']} (code {r.get('git')}): {txt}")
+        lines.append(f"- {r['graph']} {r['algo']} {r['code']} (code {r.get('git')}, run "
+                     f"{r.get('date')}): {txt or '—'}")  # fmt: skip
+    return lines
+
+
+def _phase_rows(profiles: list[dict]) -> list[str]:
+    lines = ["| graph | code | phase | seconds | peak anon MiB | above start MiB | per node B |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for p in profiles:
+        for r in p["phases"]:
+            above = r["peak_anon"] - r["start_anon"]
+            lines.append(
+                f"| {p['graph']} | {p['code']} | {r['phase']} | {r['seconds']:.0f} | "
+                f"{_mib(r['peak_anon'])} | {_mib(above)} | {above / p['nodes']:.1f} |"
+            )
     return lines
 
 
@@ -325,7 +417,10 @@ def write_md(res: dict, path: Path) -> None:
         "rebuilt inside it. Peak anon = sampled (0.2 s) peak of the group's anonymous memory "
         "(`rss` of memory.stat: the process's own arrays, no page cache); cgroup peak = "
         "`memory.max_usage_in_bytes` (page cache included, so it reaches the cap whenever the "
-        "files are larger than it). Read GB = blocks read by the process (`ru_inblock`).",
+        "files are larger than it). Read GB = blocks read by the process (`ru_inblock`). "
+        "With `--reuse`, a run recorded earlier under `--work` by the same code (same commit "
+        "of `src/shoal/partition` and `src/shoal/data`, clean) is reused: its date is listed "
+        "below.",
         "",
         *_run_rows(res["runs"]),
         "",
@@ -340,6 +435,16 @@ def write_md(res: dict, path: Path) -> None:
         "projection follows it. With two sizes the line passes through both points.",
         "",
         *_fit_rows(res["fits"]),
+        "",
+        "## Where the default's memory goes (phase profile)",
+        "",
+        "The default pipeline run in-process in the same cap, its anonymous memory (`RssAnon`) "
+        "sampled every 20 ms, phases marked by wrapping the functions `run_partition` calls "
+        "(`grem` = the partitioner: in-degree pass and the bisection levels, METIS on each "
+        "level's first window included). Per node = (peak - the process before the "
+        "pipeline) / N: it includes the fixed buffers, so it overstates the slope.",
+        "",
+        *_phase_rows(res.get("phases", [])),
     ]
     path.write_text("\n".join(lines) + "\n")
 
@@ -366,7 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-limit", type=parse_size, default=parse_size("2GiB"))
     ap.add_argument("--baseline-algos", default="default")
     ap.add_argument("--baseline-timeout", type=float, default=900.0)
+    ap.add_argument("--profile-max-nodes", type=int, default=7_000_000)
+    ap.add_argument("--profile-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--cgroup-name", default=CG_NAME, help="memory cgroup to create per run")
     args = ap.parse_args(argv)
+    if args.profile_child:
+        return profile_child(args.profile_child, args.parts, args.out)
     args.work.mkdir(parents=True, exist_ok=True)
     if args.baseline_rev:
         args.baseline_src = str(extract_src(args.baseline_rev, args.work))
@@ -383,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         "git": git_rev(),
     }
     t0 = time.time()
-    res = {"header": header, **run_all(args)}
+    res = {"header": header, **run_all(args), "phases": profile_runs(args)}
     res["header"]["total_seconds"] = time.time() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
