@@ -155,19 +155,18 @@ def extract_src(rev: str, work: Path) -> Path:
     return dest / "src"
 
 
+SRC_PATHS = ["src/shoal/partition", "src/shoal/data"]
+
+
 def git_rev() -> str:
-    """Short commit of HEAD, with ``+dirty`` when ``src/`` differs from it (then the run did
-    not use committed code)."""
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "src/shoal/partition", "src/shoal/data"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return rev + ("+dirty" if dirty else "")
+    """The last commit that changed the partitioning code (``SRC_PATHS``), with ``+dirty``
+    when the work tree differs from it there (then the run did not use committed code)."""
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", *SRC_PATHS)
+    return git("log", "-1", "--format=%h", "--", *SRC_PATHS) + ("+dirty" if dirty else "")
 
 
 def _rss_anon() -> int:
@@ -403,7 +402,8 @@ def write_md(res: dict, path: Path) -> None:
         "# Partitioning at papers100M shape under a 2 GiB cap",
         "",
         f"Command: `{h['command']}`",
-        f"Date: {h['date']}. Machine: {h['machine']}. Code: {h['git']}. Load before: "
+        f"Date: {h['date']}. Machine: {h['machine']}. Code: partitioning at {h['git']}, "
+        f"repository at {h.get('head')}. Load before: "
         f"{h['load']}. Another session ran tests and benchmarks on the same 2 cores at the "
         "same time (load column), so the times are noisy; memory is not affected.",
         "",
@@ -491,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
         "fit_min_nodes": args.fit_min_nodes,
         "baseline_src": args.baseline_rev or args.baseline_src,
         "git": git_rev(),
+        "head": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),  # fmt: skip
     }
     t0 = time.time()
     res = {"header": header, **run_all(args), "phases": profile_runs(args)}
