@@ -432,7 +432,14 @@ def write_md(res: dict, path: Path) -> None:
         "stored edges (every phase streams the edges). All sizes have papers100M's E/N ratio "
         "(28.6 stored edges per node; papers100M 29.1), so a per-node and a per-edge term "
         "cannot be told apart: the slope is the cost per node at that ratio, and the "
-        "projection follows it. With two sizes the line passes through both points.",
+        "projection follows it. With two sizes the line passes through both points, and the "
+        "peak may come from different phases at the two sizes (below: GREM at 7M), so the "
+        "slope can understate the O(V) state. That state, by design: GREM 11 bytes per node "
+        "(int16 group, int8 side, float32 history difference, int32 in-degree) plus the 1-byte "
+        "training mask; the post-passes one int32 part array and the mask; the CSR build "
+        "(refinement) adds the external sort's int64 offsets, 8 bytes per node, and its 256 MiB "
+        "buffer: at most 13 bytes per node at any phase, i.e. 1.34 GiB at papers100M's "
+        "111 M nodes plus the fixed buffers.",
         "",
         *_fit_rows(res["fits"]),
         "",
