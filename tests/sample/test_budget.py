@@ -3,6 +3,9 @@ machine's available memory by the processes on it."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 import shoal.sample.budget as budget
@@ -37,3 +40,71 @@ def test_batch_window_counts_the_sampled_tree():
 
 def test_memory_cgroup_is_a_path():
     assert isinstance(budget.memory_cgroup(), str)
+
+
+def _fit_reference(pool, needed, priority, rb, sample, min_window, margin):
+    """Every cache size tried in turn: the largest that lets an epoch's uncached rows and
+    samples fit one slot (overlap), else both slots (one window), else the default thirds."""
+    d = int(needed.sum())
+    best: dict[str, int] = {}
+    for k in range(len(needed) + 1):
+        u = d - int(needed[priority[:k]].sum())
+        need = math.ceil(margin * u) * rb
+        free = pool - k * rb
+        if free >= 0 and free // 2 - sample >= max(need, min_window):
+            best["overlap"] = k
+        if free >= 0 and free - sample >= max(need, 2 * min_window):
+            best["one"] = k
+    for mode in ("overlap", "one"):
+        if mode in best:
+            return mode, best[mode] * rb
+    w = max(min_window, pool // 3)
+    return "split", max(0, pool - 2 * w) // rb * rb
+
+
+def test_fit_windows_hand_made():
+    needed = np.zeros(100, bool)
+    needed[:40] = True  # the first 40 priority rows are all an epoch needs
+    f = budget.fit_windows(1000, needed=needed, priority=np.arange(100), row_bytes=10,
+                           min_window=10, margin=1.0)  # fmt: skip
+    # the cache holds every needed row; both slots keep their minimum of 10 bytes
+    assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("overlap", 980, 10, 0)
+    assert (f.epoch_rows, f.pool) == (40, 1000)
+    f = budget.fit_windows(1000, needed=needed, priority=np.arange(100)[::-1], row_bytes=10,
+                           sample_bytes=50, min_window=10, margin=1.0)  # fmt: skip
+    # needed rows come last in the priority order (a cache of k <= 60 rows holds none): 40
+    # rows + 50 bytes of samples fit a slot of (1000 - 10 k) / 2 bytes while k <= 10
+    assert (f.mode, f.cache_bytes, f.uncached_rows, f.window_bytes) == ("overlap", 100, 40, 400)
+    needed[:] = True
+    f = budget.fit_windows(500, needed=needed, priority=np.arange(100), row_bytes=10,
+                           min_window=10)  # fmt: skip
+    assert (f.mode, f.cache_bytes, f.window_bytes) == ("split", 160, 166)  # thirds
+    needed[50:] = False
+    f = budget.fit_windows(800, needed=needed, priority=np.arange(100), row_bytes=10,
+                           sample_bytes=200, min_window=10, margin=1.0)  # fmt: skip
+    # 50 rows + 200 bytes of samples never fit a slot of (800 - 10 k) / 2 bytes, but fit
+    # both slots for any k; the largest cache leaves each slot 10 bytes of rows
+    assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("one", 580, 10, 0)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fit_windows_matches_trying_every_cache_size(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    needed = rng.random(n) < rng.random()
+    priority = rng.permutation(n)
+    rb = int(rng.integers(1, 64))
+    pool = int(rng.integers(0, 2 * n * rb + 1))
+    sample = int(rng.integers(0, n * rb // 2 + 1))
+    mw = int(rng.integers(1, max(2, pool // 4 + 1)))
+    margin = float(rng.choice([1.0, 1.05, 1.3]))
+    f = budget.fit_windows(pool, needed=needed, priority=priority, row_bytes=rb,
+                           sample_bytes=sample, min_window=mw, margin=margin, steps=n)  # fmt: skip
+    assert (f.mode, f.cache_bytes) == _fit_reference(pool, needed, priority, rb, sample, mw,
+                                                     margin)  # fmt: skip
+    assert f.epoch_rows == int(needed.sum())
+    if f.mode != "split":  # what was promised fits the pool
+        slots = 2 if f.mode == "overlap" else 1
+        assert f.cache_bytes + slots * (math.ceil(margin * f.uncached_rows) * rb) + (
+            slots * sample) <= pool
+        assert f.cache_bytes + 2 * f.window_bytes <= pool + 1

@@ -69,11 +69,12 @@ def test_windowed_batches_equal_plain_batches(graph, background, cache_rows):
     it.close()
 
 
-@pytest.mark.parametrize("extra, windows", [(600_000, 1), (250_000, 2)])
-def test_trainer_with_a_small_budget_trains_the_same_model(graph, monkeypatch, extra, windows):
+@pytest.mark.parametrize("extra, windows, mode", [(900_000, 1, "one"), (250_000, 2, "split")])
+def test_trainer_with_a_small_budget_trains_the_same_model(graph, monkeypatch, extra, windows,
+                                                           mode):  # fmt: skip
     """A budget below the features: the cache (read with the first window) and windows
-    (one per epoch, or several when an epoch's rows exceed two windows) give the same
-    batches, so the same losses and the same model as the whole matrix in memory."""
+    (one per epoch, or several when an epoch's rows and samples exceed two windows) give the
+    same batches, so the same losses and the same model as the whole matrix in memory."""
     data = TrainData.from_graph_dir(graph)
     cfg = dict(model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1,
                progress=False)  # fmt: skip
@@ -84,6 +85,11 @@ def test_trainer_with_a_small_budget_trains_the_same_model(graph, monkeypatch, e
     small = Trainer(TrainConfig(**cfg, memory=RESERVE + extra), TrainData.from_graph_dir(graph))
     assert small.loader.prefetcher is not None and not small.features.cache_loaded
     assert 0 < small.features.cached_rows < data.num_nodes
+    fit = small.budget.fit
+    assert fit["mode"] == mode and fit["sample_bytes"] > 0
+    assert fit["cache_bytes"] == small.features.cached_rows * 256
+    # the cache and the two slots stay within the pool
+    assert fit["cache_bytes"] + 2 * fit["window_bytes"] <= small.budget.pool
     for e in range(2):
         a, b = ref[e], small.train_epoch(e)
         assert a["loss"] == b["loss"] and a["train_accuracy"] == b["train_accuracy"]
@@ -107,6 +113,25 @@ def test_an_epoch_within_two_windows_is_read_as_one(graph):
     win.use_windows(fs, window_bytes=data.num_nodes * 256 // 2)  # two windows hold it all
     n = sum(1 for _ in win.epoch(0))
     assert n == len(win) and win.prefetcher.last_epoch_io["windows"] == 1
+    win.prefetcher.close()
+
+
+def test_an_epoch_within_one_window_is_read_while_the_previous_trains(graph):
+    data = TrainData.from_graph_dir(graph)
+    fs = DiskFeatures(data.features, threads=2)
+    win = _loader(data, None)
+    win.use_windows(fs, window_bytes=data.num_nodes * 256)  # one slot holds an epoch
+    it = win.epoch(0)
+    next(it)
+    deadline = time.time() + 20  # epoch 1's window is read while epoch 0 is trained on
+    while (held := win.prefetcher.pause()) == 0 or win.prefetcher._stream.q.qsize() < 2:
+        win.prefetcher.resume()
+        assert time.time() < deadline, "the next epoch's window was not read ahead"
+        time.sleep(0.01)
+    win.prefetcher.resume()
+    rest = sum(1 for _ in it)
+    assert rest + 1 == len(win) and win.prefetcher.last_epoch_io["windows"] == 1
+    assert sum(1 for _ in win.epoch(1)) == len(win)
     win.prefetcher.close()
 
 

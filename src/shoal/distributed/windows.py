@@ -50,11 +50,8 @@ READ_AHEAD = False
 
 
 def sample_bytes(mb: MiniBatch) -> int:
-    """Bytes a sampled mini-batch holds (its ids and blocks)."""
-    n = mb.n_id.nbytes
-    for b in mb.blocks:
-        n += sum(t.numel() * t.element_size() for t in (b.edge_index, b.rowptr, b.deg_src))
-    return int(n)
+    """Bytes a sampled mini-batch holds (its ids and blocks: :attr:`MiniBatch.nbytes`)."""
+    return mb.nbytes
 
 
 class DistWindows:

@@ -26,6 +26,7 @@ sampler, shuffling and batch seeds), so the accuracy is the single-process one.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -42,6 +43,8 @@ from shoal.training import BatchLoader, Timer, train_step
 from shoal.utils.progress import progress
 
 __all__ = ["AveragingEngine", "PartGatherer", "average_optimizer_state_", "weighted_average_"]
+
+log = logging.getLogger(__name__)
 
 
 class AveragingEngine(Engine):
@@ -69,6 +72,7 @@ class AveragingEngine(Engine):
         plan = self.plan_memory(feature_bytes=sum(rows) * self.row_bytes,
                                 num_rows=max(rows or [1]), extra_bytes=14 * sum(rows))  # fmt: skip
         windows = plan.cache < plan.features
+        fits = []
         self.features: list[DiskFeatures] = []
         self.loaders: list[BatchLoader] = []
         for part, n in zip(self.parts, rows, strict=True):
@@ -90,12 +94,16 @@ class AveragingEngine(Engine):
                                  np.flatnonzero(np.asarray(part.train_mask)),
                                  batch_size=cfg.batch_size, seed=cfg.seed + 1_000_003 * part.index,
                                  timer=self.timer)  # fmt: skip
-            if windows:
-                # rows take 3/4 of a window's share, its sampled batches (~2 MB each) the rest
-                loader.use_windows(feats, window_bytes=max(int(plan.window * share * 3 / 4), 1),
+            if windows:  # cache and windows sized from the part's first sampled epoch
+                loader.use_windows(feats, window_bytes=max(int(plan.window * share), 1),
                                    last_epoch=cfg.epochs - 1)  # fmt: skip
+                fits.append(loader.prefetcher.calibrate(int(plan.pool * share),
+                                                        min_window=plan.min_window))  # fmt: skip
+                if self.ctx.is_rank0:
+                    log.info("part %d features: %s", part.index, fits[-1].describe())
             self.features.append(feats)
             self.loaders.append(loader)
+        plan.use_fit(fits)
         self.weight = float(sum(len(ld.seeds) for ld in self.loaders))
         self.num_batches = sum(len(ld) for ld in self.loaders)
 

@@ -101,6 +101,14 @@ class MiniBatch:
     def seeds(self) -> np.ndarray:
         return self.n_id[: self.num_seeds]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes this mini-batch holds (its ids and its blocks' index tensors)."""
+        n = self.n_id.nbytes
+        for b in self.blocks:
+            n += sum(t.numel() * t.element_size() for t in (b.edge_index, b.rowptr, b.deg_src))
+        return int(n)
+
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> MiniBatch:
         """This mini-batch with its blocks on ``device`` (``n_id`` stays a host array)."""
         blocks = [b.to(device, non_blocking=non_blocking) for b in self.blocks]

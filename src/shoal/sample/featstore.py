@@ -149,18 +149,25 @@ class DiskFeatures:
     def _choose_cache(self, cache_bytes: int, priority) -> None:
         n = self.num_rows
         self._hot = None
+        self.priority = None
         if self.reader is None:  # in memory: everything is "cached"
             self.slot = None
             self.cache = self.features
             self.cached_rows = n
             return
         k = min(n, max(0, cache_bytes) // max(self.row_bytes, 1))
+        if priority is not None and len(priority) != n:
+            raise ValueError(f"priority must list all {n} rows, got {len(priority)}")
+        # kept (4 B per row) until the cache is read, for choose_cache
+        self.priority = (
+            None
+            if priority is None
+            else np.asarray(priority, dtype=np.int32 if n < 2**31 else np.int64)
+        )
         if k >= n:
             hot = np.arange(n, dtype=np.int64)
         else:
-            order = np.arange(n, dtype=np.int64) if priority is None else np.asarray(priority)
-            if len(order) != n:
-                raise ValueError(f"priority must list all {n} rows, got {len(order)}")
+            order = np.arange(n, dtype=np.int64) if priority is None else self.priority
             hot = np.sort(np.asarray(order[:k], dtype=np.int64))
         self.slot = np.full(n, -1, dtype=np.int32 if k < 2**31 else np.int64)
         self.slot[hot] = np.arange(k, dtype=self.slot.dtype)
@@ -171,6 +178,16 @@ class DiskFeatures:
     @property
     def cache_loaded(self) -> bool:
         return self._hot is None
+
+    def choose_cache(self, cache_bytes: int) -> None:
+        """Choose the cached rows again, ``cache_bytes`` of them in the priority order given
+        at construction (e.g. after :func:`~shoal.sample.budget.fit_windows` measured an
+        epoch); only before the cache is read (``defer_cache=True``)."""
+        if self.reader is None:
+            return
+        if self.cache_loaded:
+            raise RuntimeError("the cache is loaded already: choose it before the first window")
+        self._choose_cache(int(cache_bytes), self.priority)
 
     def load_cache(self, cold: np.ndarray | None = None) -> Window | None:
         """Read the cached rows, and with them (one pass over the file) the rows ``cold``
@@ -195,6 +212,7 @@ class DiskFeatures:
         bar.close()
         self.cache_load_seconds = time.perf_counter() - t0
         self._hot = None
+        self.priority = None  # chosen for good: its memory goes back
         return Window(self, cold, rows, nbytes, self.cache_load_seconds)
 
     @property

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shoal.sample.budget import WindowFit, fit_windows
 from shoal.sample.featstore import DiskFeatures
 
 __all__ = ["WindowPrefetcher", "read_bytes_of_process"]
@@ -139,6 +140,7 @@ class WindowPrefetcher:
         self._unique: dict[int, int] = {}
         self._stream: _Stream | None = None
         self.last_epoch_io: dict = {}
+        self.fit: WindowFit | None = None
 
     # ----------------------------------------------------------------- planning / reading
     def _read(self, batch: list, cold=None) -> tuple[list, object]:
@@ -185,8 +187,32 @@ class WindowPrefetcher:
             pending.append((mb, c))
             cold += len(c)
         self._unique[epoch] = unique
-        if pending:
-            yield [m for m, _ in pending], 2 if single else 1, self._clear(pending)
+        if pending:  # an epoch in one window takes one slot when it fits one: read-ahead
+            slots = 1 if not single or cold <= self.window_rows else 2
+            yield [m for m, _ in pending], slots, self._clear(pending)
+
+    def calibrate(self, pool: int, *, epoch: int = 0, min_window: int = 1) -> WindowFit:
+        """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
+        again when trained: the same batches): :func:`~shoal.sample.budget.fit_windows`
+        shares ``pool`` bytes so that an epoch is one window when it can be, read while the
+        previous epoch trains when two fit. Call before the first window is read (the
+        features' cache must not be loaded yet); returns the fit (also :attr:`fit`)."""
+        fs, seen = self.features, self._seen
+        if fs.cache_loaded or fs.priority is None:
+            raise RuntimeError("calibrate needs a DiskFeatures whose cache is not read yet "
+                               "(defer_cache=True) and a priority order")  # fmt: skip
+        seen[:] = False
+        held = 0
+        for mb in self.loader.samples(epoch):
+            seen[mb.n_id] = True
+            held += mb.nbytes
+        fit = fit_windows(pool, needed=seen, priority=fs.priority, row_bytes=fs.row_bytes,
+                          sample_bytes=held, min_window=min_window)  # fmt: skip
+        seen[:] = False
+        fs.choose_cache(fit.cache_bytes)
+        self.window_rows = max(1, fit.window_bytes // max(fs.row_bytes, 1))
+        self.fit = fit
+        return fit
 
     def _clear(self, pending: list) -> np.ndarray:
         """The sorted union of ``pending``'s uncached rows; their marks are cleared."""

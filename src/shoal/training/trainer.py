@@ -7,6 +7,7 @@ mini-batches, exact evaluation, its optimizer and random state) and runs the sha
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -25,6 +26,8 @@ from shoal.utils.progress import progress
 from shoal.utils.threads import set_threads
 
 __all__ = ["Trainer"]
+
+log = logging.getLogger(__name__)
 
 
 class Trainer:
@@ -77,6 +80,11 @@ class Trainer:
         if self.budget.cache < self.budget.features:
             self.loader.use_windows(self.features, window_bytes=self.budget.window,
                                     last_epoch=config.epochs - 1)  # fmt: skip
+            # cache and windows sized from the first epoch's sampled batches
+            fit = self.loader.prefetcher.calibrate(self.budget.pool,
+                                                   min_window=self.budget.min_window)  # fmt: skip
+            self.budget.use_fit(fit)
+            log.info("features: %s", fit.describe())
         self.num_batches = len(self.loader)
         self.loop = EpochLoop(
             self,
@@ -90,6 +98,7 @@ class Trainer:
                 "feature_dim": data.feature_dim,
                 "num_classes": data.num_classes,
             },
+            settings={"memory_plan": self.budget.to_dict()},
         )
 
     @property
