@@ -69,7 +69,7 @@ def _row(r: dict) -> str:
     if t is None:
         return (
             f"| {r['tag']} | {cap} | failed (rc {r['returncode']}, OOM kills {cg.get('oom_kill')}) |"
-            + " |" * 9
+            + " |" * 11
         )
     hist = t["history"]
     ep = [h["seconds"] for h in hist]
@@ -78,12 +78,15 @@ def _row(r: dict) -> str:
     uq = statistics.median([i.get("unique_bytes", 0) or 0 for i in io]) / 1e9
     hit = statistics.median([i.get("cache_hit_rate") or 0 for i in io])
     wait = statistics.median([h["time_split"].get("io_wait", 0.0) for h in hist])
+    csr = statistics.median([i.get("structure_bytes_read", 0) or 0 for i in io]) / 1e9
+    fit = (t.get("config", {}).get("memory_plan") or {}).get("fit") or {}
+    mode = f"{fit['mode']}, cache {fit['cache_bytes'] / GiB:.2f} GiB" if fit else "-"
     peak = cg.get("peak_sampled", {}).get("rss+cache")
     peak_s = f"{peak / GiB:.2f}" if peak else "-"
     return (f"| {r['tag']} | {cap} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
             f"{statistics.median(ep):.1f} | {t['eval_seconds']:.0f} | {t['val_accuracy']:.4f} | "
             f"{t['test_accuracy']:.4f} | {rd:.2f} | {uq:.2f} | {hit:.2f} | {wait:.1f} | "
-            f"{peak_s} |")  # fmt: skip
+            f"{csr:.2f} | {mode} | {peak_s} |")  # fmt: skip
 
 
 def report(res: dict, path: Path) -> None:
@@ -104,11 +107,16 @@ def report(res: dict, path: Path) -> None:
         "training, both evaluations). Per-epoch figures are medians over the epochs; the "
         "first capped epoch's rows are read at the start of the run in the same pass as "
         "the cache (so its read time is in `wall s`, not in the epoch), later epochs read "
-        "theirs in the epoch.",
+        "theirs in the epoch. `window fit`: how the cache and the window slots were sized "
+        "from the first sampled epoch (`overlap`: an epoch's rows fit one slot and are read "
+        "while the previous epoch trains; `one`: one window per epoch, read before it "
+        "trains; `split`: several windows per epoch). `CSR read`: neighbour-list bytes read "
+        "from disk by the sampler (`--structure disk`).",
         "",
         "| run | cap | wall s | epoch seconds | median | eval seconds | val acc | test acc | "
-        "read GB/epoch | unique rows GB/epoch | cache hit rate | io wait s/epoch | peak GiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "read GB/epoch | unique rows GB/epoch | cache hit rate | io wait s/epoch | "
+        "CSR read GB/epoch | window fit | peak GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_row(r) for r in runs]
     lines.append("")
@@ -137,6 +145,12 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work/ooc")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--caps", default="4GiB,3GiB", help="comma-separated cgroup caps")
+    ap.add_argument(
+        "--structure-disk-caps",
+        default="",
+        help="comma-separated caps at which to run once more with the CSR left on disk "
+        "(--structure disk: sampled neighbour entries read with planned direct reads)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/out_of_core")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
@@ -146,6 +160,9 @@ def main() -> None:
     runs = [train(g, a.work, "uncapped", None, a.epochs, [])]
     for cap in a.caps.split(","):
         runs.append(train(g, a.work, f"capped {cap}", parse_size(cap), a.epochs, []))
+    for cap in filter(None, a.structure_disk_caps.split(",")):
+        runs.append(train(g, a.work, f"capped {cap}, CSR on disk", parse_size(cap), a.epochs,
+                          ["--structure", "disk"]))  # fmt: skip
     res = {
         "command": "python bench/out_of_core.py " + shlex.join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

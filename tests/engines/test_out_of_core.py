@@ -34,7 +34,10 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
         # ranks with different budgets (windows and caches) must still cut windows together
         # tables, and the engine's own arrays (sampler maps, marks, slot maps)
         extra = 7 * st.num_nodes + 4 * rows if engine == "minibatch" else 14 * rows
-        memory = 13 * st.num_nodes + extra + (2 + 3 * rank) * window + rows * row_bytes // 4
+        # the parts' row index (indptr) is held in memory even when the CSR stays on disk
+        index = sum(p.indptr.nbytes for p in st.parts() if p.index % world == rank)
+        memory = (13 * st.num_nodes + extra + index + (2 + 3 * rank) * window
+                  + rows * row_bytes // 4)  # fmt: skip
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = get_engine(engine)(st, EngineConfig(train=TrainConfig(**cfg, memory=memory)), ctx)
     records = [eng.train_epoch(e) for e in range(epochs)]
@@ -46,6 +49,8 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
         "params": [p.detach().numpy().copy() for p in eng.model.parameters()],
         "acc": acc,
         "windows": [r["io"]["windows"] for r in records],
+        "csr_on_disk": not eng.budget.structure_in_memory,
+        "direct_samplers": [ld.sampler._reader is not None for ld in getattr(eng, "loaders", [])],
     }
 
 
@@ -66,6 +71,9 @@ def test_engine_under_a_small_budget_trains_the_same_model(make_graph, make_stor
         assert all(r["bytes_read"] == 0 for r in b["io"])
         assert all(r["bytes_read"] > 0 and 0 < r["cache_hit_rate"] < 1 for r in s["io"]), s["io"]
         assert max(s["windows"]) >= 2  # epochs split into windows read ahead
+        assert not b["csr_on_disk"] and s["csr_on_disk"]  # the small budget leaves it on disk
+        if engine == "averaging":  # whose samplers read the sampled entries directly
+            assert s["direct_samplers"] and all(s["direct_samplers"])
     assert 0.0 < big[0]["acc"]["test"] < 1.0
 
 

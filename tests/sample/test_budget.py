@@ -105,6 +105,8 @@ def test_fit_windows_matches_trying_every_cache_size(seed):
     assert f.epoch_rows == int(needed.sum())
     if f.mode != "split":  # what was promised fits the pool
         slots = 2 if f.mode == "overlap" else 1
-        assert f.cache_bytes + slots * (math.ceil(margin * f.uncached_rows) * rb) + (
-            slots * sample) <= pool
+        assert (
+            f.cache_bytes + slots * (math.ceil(margin * f.uncached_rows) * rb) + (slots * sample)
+            <= pool
+        )
         assert f.cache_bytes + 2 * f.window_bytes <= pool + 1

@@ -174,3 +174,42 @@ def test_full_graph_block():
     b = full_graph_block(indptr, indices)
     assert b.size == (3, 3)
     assert sorted(map(tuple, b.edge_index.numpy().T.tolist())) == [(0, 1), (1, 0), (2, 1)]
+
+
+def _on_disk(tmp_path, arr, name="indices.npy"):
+    np.save(tmp_path / name, arr)
+    return np.load(tmp_path / name, mmap_mode="r")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("fanouts", [(3, 2), (60, 2), (-1, 4)])
+def test_direct_indices_draw_exactly_the_in_memory_samples(tmp_path, dtype, fanouts):
+    """Neighbour lists read from disk by planned reads of the drawn positions give the very
+    batches of the in-memory CSR: small fanouts (Floyd), large ones (selection sampling),
+    whole neighbourhoods, hubs, isolated nodes and self-loops."""
+    rng = np.random.default_rng(5)
+    n = 500
+    hub = np.stack([rng.integers(0, n, 3000), np.zeros(3000, np.int64)], 1)  # node 0: a hub
+    e = np.concatenate([rng.integers(0, n - 20, (4000, 2)), hub, [[7, 7], [7, 7]]])
+    indptr, indices = csr_from_edges(e, n)  # nodes n-20.. have no in-edges; duplicates kept
+    mem = NeighborSampler(indptr, indices.astype(dtype), fanouts)
+    disk = NeighborSampler(indptr, _on_disk(tmp_path, indices.astype(dtype)), fanouts,
+                           direct_indices=True, io_threads=3)  # fmt: skip
+    for step, seeds in enumerate([np.array([0, 7, n - 1]), rng.permutation(n)[:64],
+                                  np.arange(n), np.array([], np.int64)]):  # fmt: skip
+        a, b = mem.sample(seeds, step), disk.sample(seeds, step)
+        assert np.array_equal(a.n_id, b.n_id)
+        for x, y in zip(a.blocks, b.blocks, strict=True):
+            assert np.array_equal(x.edge_index.numpy(), y.edge_index.numpy())
+            assert np.array_equal(x.rowptr.numpy(), y.rowptr.numpy())
+    assert disk.structure_bytes_read > 0  # read from the file, not the map
+    disk.close()
+
+
+def test_direct_indices_need_a_file(tmp_path):
+    indptr, indices = csr_from_edges([(0, 1), (1, 0)], 2)
+    with pytest.raises(ValueError, match="memory-mapped"):
+        NeighborSampler(indptr, indices, (1,), direct_indices=True)
+    s = NeighborSampler(np.zeros(3, np.int64), _on_disk(tmp_path, np.empty(0, np.int64)), (2,),
+                        direct_indices=True)  # fmt: skip
+    assert s.sample(np.array([0, 1]), 0).n_id.tolist() == [0, 1]  # no edges at all

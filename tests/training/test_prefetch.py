@@ -124,7 +124,7 @@ def test_an_epoch_within_one_window_is_read_while_the_previous_trains(graph):
     it = win.epoch(0)
     next(it)
     deadline = time.time() + 20  # epoch 1's window is read while epoch 0 is trained on
-    while (held := win.prefetcher.pause()) == 0 or win.prefetcher._stream.q.qsize() < 2:
+    while win.prefetcher.pause() == 0 or win.prefetcher._stream.q.qsize() < 2:
         win.prefetcher.resume()
         assert time.time() < deadline, "the next epoch's window was not read ahead"
         time.sleep(0.01)
@@ -141,3 +141,28 @@ def test_cli_memory_too_small_exits_2_naming_the_option(graph, run_cli):
     assert code == 2 and "--memory" in err and "minimum working set" in err
     code, _, err = run_cli("train", "--graph", graph.path, "--memory", "lots")
     assert code == 2 and "size" in err
+
+
+@pytest.mark.parametrize("memory", ["8GiB", RESERVE + 900_000])
+def test_trainer_with_the_structure_on_disk_trains_the_same_model(graph, monkeypatch, memory):
+    """The CSR left on disk (its row index in memory, sampled neighbour entries read with
+    planned direct reads), with all features in memory or windows of them: same batches, so
+    the same losses, model and accuracy as everything in memory."""
+    data = TrainData.from_graph_dir(graph)
+    cfg = dict(model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1,
+               progress=False)  # fmt: skip
+    big = Trainer(TrainConfig(**cfg, memory="8GiB"), data)
+    assert big.budget.structure_in_memory and big.sampler._reader is None
+    ref = [big.train_epoch(e) for e in range(2)]
+    monkeypatch.setattr(budget_mod, "MIN_WINDOW", 4096)
+    disk = Trainer(TrainConfig(**cfg, memory=memory, structure="disk"),
+                   TrainData.from_graph_dir(graph))  # fmt: skip
+    assert not disk.budget.structure_in_memory and disk.sampler._reader is not None
+    assert disk.budget.held_structure == disk.budget.index_bytes < disk.budget.structure
+    assert isinstance(disk.data.indices, np.memmap) and not isinstance(disk.data.indptr,
+                                                                       np.memmap)  # fmt: skip
+    for e in range(2):
+        a, b = ref[e], disk.train_epoch(e)
+        assert a["loss"] == b["loss"] and a["train_accuracy"] == b["train_accuracy"]
+        assert b["io"]["structure_bytes_read"] > 0
+    assert disk.evaluate(("val", "test")) == big.evaluate(("val", "test"))

@@ -53,6 +53,7 @@ CONFIG_FLAGS = (
     "average_every",
     "memory",
     "io_threads",
+    "structure",
 )
 
 
@@ -156,6 +157,14 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         type=int,
         metavar="N",
         help=f"concurrent feature read requests (default {d.io_threads})",
+    )
+    g.add_argument(
+        "--structure",
+        choices=("auto", "memory", "disk"),
+        help="where the graph's CSR lives while training: auto = in memory when it fits half "
+        "of the budget left after the reserve, else on disk (its row index in memory, sampled "
+        "neighbour entries read with planned direct reads, no page cache); memory / disk force "
+        f"it (default {d.structure}; single-process trainer and averaging engine)",
     )
 
 

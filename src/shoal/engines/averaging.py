@@ -40,6 +40,7 @@ from shoal.sample.featstore import DiskFeatures
 from shoal.sample.features import PartGatherer, part_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import BatchLoader, Timer, train_step
+from shoal.training.data import structure_on_disk
 from shoal.utils.progress import progress
 
 __all__ = ["AveragingEngine", "PartGatherer", "average_optimizer_state_", "weighted_average_"]
@@ -70,7 +71,8 @@ class AveragingEngine(Engine):
         # per local row: the sampler's id map and degrees (8 B), the cache's slot map (4 B),
         # the windows' marks (2 B)
         plan = self.plan_memory(feature_bytes=sum(rows) * self.row_bytes,
-                                num_rows=max(rows or [1]), extra_bytes=14 * sum(rows))  # fmt: skip
+                                num_rows=max(rows or [1]), extra_bytes=14 * sum(rows),
+                                structure=cfg.structure)  # fmt: skip
         windows = plan.cache < plan.features
         fits = []
         self.features: list[DiskFeatures] = []
@@ -79,8 +81,10 @@ class AveragingEngine(Engine):
             share = n / max(sum(rows), 1)  # the rank's parts share the cache and the windows
             local_ids = np.concatenate([part.core_ids, np.asarray(part.halo_ids, dtype=np.int64)])
             deg = self.tables.degrees[local_ids]
+            direct = not plan.structure_in_memory and structure_on_disk(part.indices)
             sampler = NeighborSampler(part.indptr, part.indices, cfg.fanouts,
-                                      num_nodes=part.num_nodes, degrees=deg)  # fmt: skip
+                                      num_nodes=part.num_nodes, degrees=deg,
+                                      direct_indices=direct, io_threads=cfg.io_threads)  # fmt: skip
             feats = DiskFeatures(
                 part_rows(part),
                 cache_bytes=int(plan.cache * share),

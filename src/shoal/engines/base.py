@@ -88,27 +88,33 @@ class Engine(ABC):
         self.budget: BudgetPlan | None = None
 
     # ---------------------------------------------------------------- memory
-    def plan_memory(self, *, feature_bytes: int, num_rows: int, extra_bytes: int = 0) -> BudgetPlan:
+    def plan_memory(self, *, feature_bytes: int, num_rows: int, extra_bytes: int = 0,
+                    structure: str = "auto") -> BudgetPlan:  # fmt: skip
         """This rank's memory budget (``--memory``, by default its share of the machine's or
         cgroup's limit, :func:`~shoal.sample.budget.plan_budget`) for ``feature_bytes`` of
         feature rows over ``num_rows`` rows. :data:`ENGINE_RESERVE`, the per-node tables
         and ``extra_bytes`` (the engine's own ``O(V)`` arrays: samplers' id maps, marks)
-        are taken out first. The parts' CSR is read into memory when the plan keeps it there."""
+        are taken out first. The parts' row indices (``indptr``) are read into memory, their
+        neighbour lists too when the plan keeps the structure there (``structure``: "auto",
+        or "memory"/"disk" forced; an engine that samples from disk passes the option)."""
         tc = self.train_config
         return_freed_memory()
-        structure = sum(int(p.indptr.nbytes + p.indices.nbytes) for p in self.parts)
+        index = sum(int(p.indptr.nbytes) for p in self.parts)
+        csr = index + sum(int(p.indices.nbytes) for p in self.parts)
         tables = sum(a.nbytes for a in (self.tables.degrees, self.tables.labels, self.tables.train))
         plan = plan_budget(
             tc.memory_bytes,
             feature_bytes=feature_bytes,
-            structure_bytes=structure,
+            structure_bytes=csr,
             min_window=batch_window(tc.fanouts, tc.batch_size, num_rows, self.row_bytes),
             reserve=ENGINE_RESERVE + tables + extra_bytes,
             processes=local_peers(self.ctx),
+            index_bytes=index,
+            structure=structure,
         )
-        if plan.structure_in_memory:
-            for p in self.parts:  # cached properties: the copies replace the memory maps
-                p.indptr = load_array(p.indptr)
+        for p in self.parts:  # cached properties: the copies replace the memory maps
+            p.indptr = load_array(p.indptr)
+            if plan.structure_in_memory:
                 p.indices = load_array(p.indices)
         self.budget = plan
         return plan

@@ -57,8 +57,10 @@ def _count_py(indptr, nodes, n_dst, fanout, counts):
         counts[i] = d if (fanout < 0 or d <= fanout) else fanout
 
 
-def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
-    """Write the sampled in-neighbours (global ids) of nodes[:n_dst] into picked[rowptr[i]:...]."""
+def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets):
+    """Write the sampled in-neighbours (global ids) of nodes[:n_dst] into picked[rowptr[i]:...];
+    with ``offsets``, their positions in ``indices`` instead (``indices`` is not read: the
+    caller reads those entries from disk), the same draws either way."""
     for i in prange(n_dst):
         start = rowptr[i]
         k = rowptr[i + 1] - start
@@ -71,7 +73,7 @@ def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
             dst[start + j] = i
         if k == d:
             for j in range(k):
-                picked[start + j] = indices[b + j]
+                picked[start + j] = b + j if offsets else indices[b + j]
             continue
         state = _mix64(key ^ np.uint64(i))
         if k <= _FLOYD_MAX:
@@ -87,7 +89,8 @@ def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
                 picked[start + filled] = t
                 filled += 1
             for q in range(k):
-                picked[start + q] = indices[b + picked[start + q]]
+                o = b + picked[start + q]
+                picked[start + q] = o if offsets else indices[o]
         else:
             # Selection sampling: keep offset j with probability (needed)/(remaining).
             need = k
@@ -95,7 +98,7 @@ def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
             for j in range(d):
                 state, bits = _next(state)
                 if _below(bits, d - j) < need:
-                    picked[start + filled] = indices[b + j]
+                    picked[start + filled] = b + j if offsets else indices[b + j]
                     filled += 1
                     need -= 1
                     if need == 0:
@@ -115,9 +118,9 @@ def _count(indptr, nodes, n_dst, fanout, counts):
     (_count_par if n_dst >= PARALLEL_MIN else _count_ser)(indptr, nodes, n_dst, fanout, counts)
 
 
-def _fill(indptr, indices, nodes, n_dst, rowptr, key, picked, dst):
+def _fill(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets=False):
     (_fill_par if n_dst >= PARALLEL_MIN else _fill_ser)(
-        indptr, indices, nodes, n_dst, rowptr, key, picked, dst
+        indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets
     )
 
 

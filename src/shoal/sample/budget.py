@@ -6,12 +6,14 @@ machine: the limit of its memory cgroup (v1 ``hierarchical_memory_limit`` or v2
 ``memory.max`` of its group and every ancestor; a container's limit is one of these) or, when
 it is lower, the machine's ``MemAvailable`` when training starts (shared equally by the
 processes started on one machine). :func:`plan_budget` splits it into a fixed reserve
-(interpreter, torch, model, activations), the graph structure (held in memory when it fits),
-the feature windows and the cache of hot feature rows: two windows (one trained on, one being
-read) and the cache get a third each of what is left. Every window costs about one sweep of
-the feature file (its rows are spread over the whole file), so a window large enough for an
-epoch's uncached rows matters more than a larger cache; on the 10M-node benchmark graph a
-third of 2.5 GB holds an epoch's uncached rows with a cache of 16% of the rows.
+(interpreter, torch, model, activations), the graph structure (held in memory when it fits;
+else only its ``O(V)`` row index), the feature windows and the cache of hot feature rows: two
+window slots (one trained on, one being read) and the cache get a third each of what is left
+until :func:`fit_windows` resizes them from a sampled epoch. Every window costs about one
+sweep of the feature file (its rows are spread over the whole file), so a window large enough
+for an epoch's uncached rows matters more than a larger cache: on the 10M-node benchmark graph
+under 4 GiB the fit keeps one window per epoch with a cache of 29% of the rows (epoch 1.9x
+the uncapped one, against 2.2x with the thirds).
 """
 
 from __future__ import annotations
@@ -147,20 +149,24 @@ class BudgetPlan:
     features: int
     min_window: int = MIN_WINDOW
     fit: dict | None = None  # how fit_windows resized cache and windows (WindowFit.to_dict)
+    index_bytes: int = 0  # the structure's O(V) part, held in memory in any case (indptr)
+
+    @property
+    def held_structure(self) -> int:
+        """Bytes of the structure held in memory: all of it, or its ``O(V)`` index."""
+        return self.structure if self.structure_in_memory else self.index_bytes
 
     @property
     def pool(self) -> int:
         """What the cache and the windows share: the total less the reserve and the structure
         held in memory."""
-        held = self.structure if self.structure_in_memory else 0
-        return max(self.total - self.reserve - held, 0)
+        return max(self.total - self.reserve - self.held_structure, 0)
 
     @property
     def transient(self) -> int:
         """What is left beside the reserve, the structure held in memory and the cache: the
         windows while training, the working memory of inference between epochs."""
-        held = self.structure if self.structure_in_memory else 0
-        return max(self.total - self.reserve - held - self.cache, 2 * self.window)
+        return max(self.total - self.reserve - self.held_structure - self.cache, 2 * self.window)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -188,11 +194,16 @@ def plan_budget(
     reserve: int = RESERVE,
     option: str = "--memory",
     processes: tuple[int, int] = (1, 1),
+    index_bytes: int = 0,
+    structure: str = "auto",
 ) -> BudgetPlan:
     """Share ``memory`` (None: :func:`memory_limit`) between the fixed ``reserve``, the graph
-    structure (``structure_bytes``; kept on disk when it does not fit in half of what is left),
-    two feature windows (one in use, one being read) and the cache of hot rows. When the whole
-    feature matrix fits next to one window, it is cached whole and windows are not needed.
+    structure (``structure_bytes``; kept on disk when it does not fit in half of what is left,
+    except its ``index_bytes``: the ``O(V)`` row index, held in any case), two feature windows
+    (one in use, one being read) and the cache of hot rows. When the whole feature matrix
+    fits next to one window, it is cached whole and windows are not needed.
+
+    ``structure``: ``"auto"`` (as above), ``"memory"`` or ``"disk"`` (forced).
 
     ``processes``: training processes on this machine and in this process's memory cgroup,
     which share the default limit (:func:`memory_limit`).
@@ -213,16 +224,29 @@ def plan_budget(
             "rows, each the rows one batch may need)",
             fix=f"raise {option} (or the memory limit), or lower --batch-size/--fanouts",
         )
-    in_mem = structure_bytes <= (left - need) // 2
-    if in_mem:
-        left -= structure_bytes
+    if structure not in ("auto", "memory", "disk"):
+        raise ValueError(f"structure must be auto, memory or disk, got {structure!r}")
+    in_mem = structure == "memory" or (
+        structure == "auto" and structure_bytes <= (left - need) // 2
+    )
+    left -= structure_bytes if in_mem else index_bytes
+    if left < need:
+        raise ShoalInputError(
+            f"a memory budget of {memory / 2**20:.1f} MiB ({source}) cannot hold the graph "
+            f"structure ({(structure_bytes if in_mem else index_bytes) / 2**20:.1f} MiB "
+            f"{'in all' if in_mem else 'of row index'}) next to two windows of "
+            f"{min_window / 2**20:.1f} MiB",
+            fix=f"raise {option}" + (" or keep the structure on disk (--structure disk)"
+                                     if in_mem else ""),
+        )  # fmt: skip
+    kw = {"min_window": min_window, "index_bytes": int(index_bytes)}
     if feature_bytes + min_window <= left:
         return BudgetPlan(memory, source, reserve, structure_bytes, in_mem, min_window,
-                          feature_bytes, feature_bytes, min_window)  # fmt: skip
+                          feature_bytes, feature_bytes, **kw)  # fmt: skip
     window = max(min_window, left // 3)
     cache = max(0, left - 2 * window)
     return BudgetPlan(memory, source, reserve, structure_bytes, in_mem, window, cache,
-                      feature_bytes, min_window)  # fmt: skip
+                      feature_bytes, **kw)  # fmt: skip
 
 
 #: headroom on an epoch's uncached rows when a window is sized to hold them all (measured on

@@ -24,8 +24,11 @@ import torch
 
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.sample import _kernels as K
+from shoal.sample.diskio import RowFile, RowReader
 
 __all__ = ["NeighborSampler", "parse_fanouts"]
+
+_NO_INDICES = np.empty(0, dtype=np.int64)  # the kernels' indices when only positions are drawn
 
 
 def parse_fanouts(value: str | Sequence[int]) -> tuple[int, ...]:
@@ -70,6 +73,14 @@ class NeighborSampler:
             nodes) are valid sources with no in-neighbours of their own.
         degrees: full in-degree of every node (default the CSR's row lengths; give it for a
             store part so halo nodes' degrees are known). Used only by degree-normalised layers.
+        direct_indices: ``indices`` is a memory map of a file larger than the memory budget:
+            each hop first draws the *positions* of the sampled neighbours (the same draws),
+            then reads just those entries with planned direct reads
+            (:class:`~shoal.sample.diskio.RowReader`: sorted, widened to pages, merged,
+            ``O_DIRECT``), never through page faults of the map (default false: ``indices``
+            is read where it is, in memory). ``indptr`` is indexed as given (``O(V)``: keep it
+            in memory).
+        io_threads: concurrent reads of ``indices`` with ``direct_indices`` (default 8).
 
     ``sample(seeds, seed)`` is deterministic for a ``seed`` whatever the number of numba
     threads. Buffers (an ``O(num_nodes)`` int32 id map, the batch's ids and the edge buffers)
@@ -84,9 +95,18 @@ class NeighborSampler:
         *,
         num_nodes: int | None = None,
         degrees: np.ndarray | None = None,
+        direct_indices: bool = False,
+        io_threads: int = 8,
     ) -> None:
         self.indptr = _as_index_array(indptr, "indptr")
         self.indices = _as_index_array(indices, "indices")
+        self._reader = None
+        if direct_indices:
+            mapped = indices if isinstance(indices, np.ndarray) else self.indices
+            f = RowFile.of(mapped.reshape(-1, 1)) if self.indices.size else None
+            if f is None and self.indices.size:
+                raise ValueError("direct_indices needs indices memory-mapped from a file")
+            self._reader = RowReader(f, threads=io_threads) if f is not None else None
         if self.indptr.shape[0] < 1:
             raise ValueError("indptr must have at least one entry")
         rows = self.indptr.shape[0] - 1
@@ -115,6 +135,8 @@ class NeighborSampler:
         self._picked = np.empty(0, dtype=np.int64)
         self._dst = np.empty(0, dtype=np.int64)
         self._col = np.empty(0, dtype=np.int64)
+        self.structure_bytes_read = 0  # bytes of indices read from disk (direct_indices)
+        self._seen_bytes = 0
 
     @property
     def num_layers(self) -> int:
@@ -164,7 +186,12 @@ class NeighborSampler:
                 dst = self._grow("_dst", m)
                 col = self._grow("_col", m)
                 key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
-                K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
+                if self._reader is None:
+                    K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
+                else:
+                    K._fill(self.indptr, _NO_INDICES, self._nodes, n, rowptr, key, picked, dst,
+                            True)  # fmt: skip
+                    self._read_picked(picked, m)
                 self._room(n + m)
                 n_new = K._relabel(picked, m, self._g2l, self._nodes, n, col)
                 ei = np.empty((2, m), dtype=np.int64)
@@ -181,6 +208,23 @@ class NeighborSampler:
             for ei, rp, n_src, n_dst in reversed(raw)
         ]
         return MiniBatch(n_id=n_id, blocks=blocks, num_seeds=int(s.shape[0]))
+
+    def _read_picked(self, picked: np.ndarray, m: int) -> None:
+        """Replace the positions ``picked[:m]`` by the entries of ``indices`` there, read from
+        disk in one planned pass over their sorted distinct positions."""
+        if m == 0:
+            return
+        pos, inv = np.unique(picked[:m], return_inverse=True)
+        vals = np.empty((len(pos), 1), dtype=self.indices.dtype)
+        self._reader.read(pos, vals)
+        self.structure_bytes_read += self._reader.stats.bytes - self._seen_bytes
+        self._seen_bytes = self._reader.stats.bytes
+        picked[:m] = vals[inv, 0]
+
+    def close(self) -> None:
+        """Close the reader of ``indices`` (``direct_indices``)."""
+        if self._reader is not None:
+            self._reader.close()
 
     def full(self, nodes: np.ndarray | torch.Tensor) -> MiniBatch:
         """One block holding *all* in-neighbours of ``nodes`` (for layer-wise inference)."""

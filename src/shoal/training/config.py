@@ -62,6 +62,11 @@ class TrainConfig:
             90% of the memory cgroup limit or of the memory available at the start, whichever
             is lower (default None).
         io_threads: concurrent read requests of the feature reader (default 8).
+        structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
+            fits half of the budget left after the reserve, else on disk: its row index in
+            memory, the sampled neighbour entries read with planned direct reads), or
+            ``"memory"`` / ``"disk"`` forced (default ``"auto"``; the single-process trainer
+            and the ``averaging`` engine; ``minibatch`` always uses ``"auto"``).
 
     Distributed (``shoal train --store``; ignored by the single-process trainer):
         engine: registered engine name (``shoal.engines.ENGINES``; default ``"minibatch"``).
@@ -106,6 +111,7 @@ class TrainConfig:
     average_optimizer: bool = True
     memory: str | int | None = None
     io_threads: int = 8
+    structure: str = "auto"
 
     def __post_init__(self) -> None:
         self.fanouts = parse_fanouts(self.fanouts)
@@ -143,6 +149,8 @@ class TrainConfig:
         if self.memory is not None:
             if parse_size(self.memory) <= 0:
                 raise ValueError(f"memory must be a positive size, got {self.memory!r}")
+        if self.structure not in ("auto", "memory", "disk"):
+            raise ValueError(f"structure must be auto, memory or disk, got {self.structure!r}")
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
 

@@ -10,11 +10,17 @@ import numpy as np
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.sample.budget import BudgetPlan, batch_window, plan_budget
-from shoal.sample.diskio import load_array
+from shoal.sample.diskio import RowFile, load_array
 from shoal.sample.featstore import DiskFeatures
 from shoal.utils.memory import return_freed_memory
 
-__all__ = ["TrainData", "open_features"]
+__all__ = ["TrainData", "open_features", "structure_on_disk"]
+
+
+def structure_on_disk(indices: np.ndarray) -> bool:
+    """Whether ``indices`` is a memory map that a sampler can read with planned direct reads
+    (``NeighborSampler(direct_indices=True)``)."""
+    return bool(indices.size) and RowFile.of(indices.reshape(-1, 1)) is not None
 
 
 @dataclass
@@ -92,24 +98,32 @@ def open_features(
     normalize: bool = False,
     io_threads: int = 8,
     show_progress: bool | None = None,
+    structure: str = "auto",
 ) -> tuple[DiskFeatures, BudgetPlan]:
     """The budgeted feature store of ``data`` under ``memory`` bytes (None: the machine's or
     cgroup's limit; ``shoal.sample.budget``). Loads the in-neighbour CSR into memory when the
     plan keeps it there (``data.indptr``/``indices`` are replaced by the copies), and caches
     the rows of the highest in-degree nodes first. When the cache does not hold every row,
-    its rows are read with the first window (one pass), not here."""
+    its rows are read with the first window (one pass), not here. When the CSR stays on
+    disk (``plan.structure_in_memory`` false; ``structure``: ``"auto"``, ``"memory"`` or
+    ``"disk"``) only ``indptr`` is read into memory and the sampler reads the sampled
+    entries of ``indices`` directly (``NeighborSampler(direct_indices=True)``)."""
     return_freed_memory()  # freed buffers leave the process: the budget stays honest
     x = data.features
     row_bytes = int(x.shape[1]) * x.dtype.itemsize
-    structure = int(data.indptr.nbytes + data.indices.nbytes) + 16 * data.num_nodes
+    index = int(data.indptr.nbytes) + 16 * data.num_nodes  # + the sampler's per-node arrays
+    if structure == "disk" and not structure_on_disk(data.indices):
+        structure = "auto"  # already in memory: nothing to read from disk
     plan = plan_budget(
         memory,
         feature_bytes=int(x.shape[0]) * row_bytes,
-        structure_bytes=structure,
+        structure_bytes=index + int(data.indices.nbytes),
         min_window=batch_window(fanouts, batch_size, data.num_nodes, row_bytes),
+        index_bytes=index,
+        structure=structure,
     )
+    data.indptr = load_array(data.indptr)  # O(V): in memory in any case
     if plan.structure_in_memory:
-        data.indptr = load_array(data.indptr)
         data.indices = load_array(data.indices)
     priority = None
     if plan.cache < plan.features:

@@ -17,7 +17,7 @@ from torch import nn
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
-from shoal.training.data import TrainData, open_features
+from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.inference import evaluate
 from shoal.training.loop import EpochLoop
 from shoal.training.model import model_from_config
@@ -59,6 +59,7 @@ class Trainer:
             normalize=config.normalize_features,
             io_threads=config.io_threads,
             show_progress=config.progress,
+            structure=config.structure,
         )
         self.sampler = NeighborSampler(
             data.indptr,
@@ -66,6 +67,8 @@ class Trainer:
             config.fanouts,
             num_nodes=data.num_nodes,
             degrees=data.degrees,
+            direct_indices=not self.budget.structure_in_memory and structure_on_disk(data.indices),
+            io_threads=config.io_threads,
         )
         self.timer = Timer()
         self.loader = BatchLoader(
@@ -132,6 +135,7 @@ class Trainer:
         epoch = self.epoch if epoch is None else epoch
         before = dict(self.timer.seconds)
         stats0 = self.features.stats.snapshot()
+        structure0 = self.sampler.structure_bytes_read
         total_loss, correct, seen = 0.0, 0, 0
         bar = progress(total=len(self.loader), desc=f"epoch {epoch + 1}", unit="batch",
                        enable=self.config.progress)  # fmt: skip
@@ -154,7 +158,11 @@ class Trainer:
             "train_accuracy": correct / max(seen, 1),
             "seconds": time.perf_counter() - t_epoch,
             "time_split": self.timer.since(before),
-            "io": self._io_record(stats0),
+            "io": {
+                **self._io_record(stats0),
+                # neighbour lists read from disk (sampled ahead: counted when trained)
+                "structure_bytes_read": self.sampler.structure_bytes_read - structure0,
+            },
         }
 
     def _io_record(self, before: dict[str, Any]) -> dict[str, Any]:
