@@ -51,10 +51,10 @@ def _fit_reference(pool, needed, priority, rb, sample, min_window, margin):
         u = d - int(needed[priority[:k]].sum())
         need = math.ceil(margin * u) * rb
         free = pool - k * rb
-        if free >= 0 and free // 2 - sample >= max(need, min_window):
-            best["overlap"] = k
-        if free >= 0 and free - sample >= max(need, 2 * min_window):
-            best["one"] = k
+        if free >= 0 and (free - 3 * sample) // 2 >= max(need, min_window):
+            best["overlap"] = k  # two windows + three epochs' samples
+        if free >= 0 and free - 2 * sample >= max(need, 2 * min_window):
+            best["one"] = k  # one window + two epochs' samples
     for mode in ("overlap", "one"):
         if mode in best:
             return mode, best[mode] * rb
@@ -73,18 +73,18 @@ def test_fit_windows_hand_made():
     f = budget.fit_windows(1000, needed=needed, priority=np.arange(100)[::-1], row_bytes=10,
                            sample_bytes=50, min_window=10, margin=1.0)  # fmt: skip
     # needed rows come last in the priority order (a cache of k <= 60 rows holds none): 40
-    # rows + 50 bytes of samples fit a slot of (1000 - 10 k) / 2 bytes while k <= 10
-    assert (f.mode, f.cache_bytes, f.uncached_rows, f.window_bytes) == ("overlap", 100, 40, 400)
+    # rows fit a slot of (1000 - 10 k - 3 * 50) / 2 bytes while k <= 5
+    assert (f.mode, f.cache_bytes, f.uncached_rows, f.window_bytes) == ("overlap", 50, 40, 400)
     needed[:] = True
     f = budget.fit_windows(500, needed=needed, priority=np.arange(100), row_bytes=10,
                            min_window=10)  # fmt: skip
     assert (f.mode, f.cache_bytes, f.window_bytes) == ("split", 160, 166)  # thirds
     needed[50:] = False
-    f = budget.fit_windows(800, needed=needed, priority=np.arange(100), row_bytes=10,
+    f = budget.fit_windows(900, needed=needed, priority=np.arange(100), row_bytes=10,
                            sample_bytes=200, min_window=10, margin=1.0)  # fmt: skip
-    # 50 rows + 200 bytes of samples never fit a slot of (800 - 10 k) / 2 bytes, but fit
-    # both slots for any k; the largest cache leaves each slot 10 bytes of rows
-    assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("one", 580, 10, 0)
+    # 50 - k rows never fit a slot of (900 - 10 k - 3 * 200) / 2 bytes, but fit both slots,
+    # 900 - 10 k - 2 * 200 bytes, as long as those hold two minimal windows: k <= 48
+    assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("one", 480, 10, 2)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -104,9 +104,7 @@ def test_fit_windows_matches_trying_every_cache_size(seed):
                                                      margin)  # fmt: skip
     assert f.epoch_rows == int(needed.sum())
     if f.mode != "split":  # what was promised fits the pool
-        slots = 2 if f.mode == "overlap" else 1
-        assert (
-            f.cache_bytes + slots * (math.ceil(margin * f.uncached_rows) * rb) + (slots * sample)
-            <= pool
-        )
-        assert f.cache_bytes + 2 * f.window_bytes <= pool + 1
+        windows, samples = (2, 3) if f.mode == "overlap" else (1, 2)
+        rows = math.ceil(margin * f.uncached_rows) * rb
+        assert f.cache_bytes + windows * rows + samples * sample <= pool
+        assert f.cache_bytes + 2 * f.window_bytes + samples * sample <= pool

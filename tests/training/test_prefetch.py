@@ -17,17 +17,21 @@ from shoal.training import TrainConfig, TrainData, Trainer
 from shoal.training.batches import BatchLoader
 
 
-@pytest.fixture
-def graph(make_graph):
+def _graph(make_graph, dim: int = 64):
     rng = np.random.default_rng(3)
     n = 3000
     src = rng.zipf(1.8, 30000) % n  # skewed degrees, some isolated nodes
     dst = rng.integers(0, n, 30000)
     e = np.stack([src, dst], 1)
     y = rng.integers(0, 4, n)
-    x = rng.normal(size=(n, 64)).astype(np.float32) + y[:, None]
+    x = rng.normal(size=(n, dim)).astype(np.float32) + y[:, None]
     perm = rng.permutation(n)
     return make_graph(e, n, x=x, y=y, train=perm[:900], val=perm[900:1200], test=perm[1200:])
+
+
+@pytest.fixture
+def graph(make_graph):
+    return _graph(make_graph)
 
 
 def _loader(data, gatherer):
@@ -69,13 +73,19 @@ def test_windowed_batches_equal_plain_batches(graph, background, cache_rows):
     it.close()
 
 
-@pytest.mark.parametrize("extra, windows, mode", [(900_000, 1, "one"), (250_000, 2, "split")])
-def test_trainer_with_a_small_budget_trains_the_same_model(graph, monkeypatch, extra, windows,
-                                                           mode):  # fmt: skip
+@pytest.mark.parametrize(
+    "dim, extra, windows, mode",
+    [(64, 250_000, 2, "split"), (512, 3_300_000, 1, "one"), (512, 5_600_000, 1, "overlap")],
+)
+def test_trainer_with_a_small_budget_trains_the_same_model(make_graph, monkeypatch, dim, extra,
+                                                           windows, mode):  # fmt: skip
     """A budget below the features: the cache (read with the first window) and windows
-    (one per epoch, or several when an epoch's rows and samples exceed two windows) give the
-    same batches, so the same losses and the same model as the whole matrix in memory."""
+    (several per epoch when an epoch's rows and samples exceed two slots, one per epoch when
+    they fit both, one read while the previous epoch trains when they fit one) give the same
+    batches, so the same losses and the same model as the whole matrix in memory."""
+    graph = _graph(make_graph, dim)
     data = TrainData.from_graph_dir(graph)
+    rb = dim * 4
     cfg = dict(model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1,
                progress=False)  # fmt: skip
     big = Trainer(TrainConfig(**cfg, memory="8GiB"), data)
@@ -87,7 +97,7 @@ def test_trainer_with_a_small_budget_trains_the_same_model(graph, monkeypatch, e
     assert 0 < small.features.cached_rows < data.num_nodes
     fit = small.budget.fit
     assert fit["mode"] == mode and fit["sample_bytes"] > 0
-    assert fit["cache_bytes"] == small.features.cached_rows * 256
+    assert fit["cache_bytes"] == small.features.cached_rows * rb
     # the cache and the two slots stay within the pool
     assert fit["cache_bytes"] + 2 * fit["window_bytes"] <= small.budget.pool
     for e in range(2):

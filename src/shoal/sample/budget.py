@@ -310,9 +310,11 @@ def fit_windows(
     used, ``sample_bytes``: what its sampled batches hold), with ``U(k)`` the rows needed
     beyond a cache of ``k`` rows, this takes the largest cache such that
 
-    1. ``margin * U(k)`` rows plus the epoch's samples fit *one* slot (two epochs alive:
-       the next is read while this one trains): mode ``"overlap"``; else
-    2. they fit both slots (one window per epoch, no overlap): mode ``"one"``; else
+    1. ``margin * U(k)`` rows fit *one* slot (two epochs' windows alive: the next is read
+       while this one trains) next to three epochs' samples (the two windows' and the one
+       sampled ahead while the reader waits for a slot): mode ``"overlap"``; else
+    2. they fit both slots next to two epochs' samples (one window per epoch, read when
+       the previous one is done): mode ``"one"``; else
     3. the default thirds (cache, two windows): mode ``"split"``.
 
     ``k`` is searched on ``steps`` evenly spaced cache sizes (and 0).
@@ -327,13 +329,16 @@ def fit_windows(
     u = d - np.concatenate([[0], np.cumsum(inside)]).astype(np.int64)
     need = np.ceil(margin * u) * rb
     free = pool - ks * rb  # what the two slots share for each cache size
-    overlap = (free // 2 - sample_bytes >= np.maximum(need, min_window)) & (free >= 0)
-    one = (free - sample_bytes >= np.maximum(need, 2 * min_window)) & (free >= 0)
+    # samples alive: the epoch trained on, the one read ahead (overlap) and the one sampled
+    # while the reader waits for a slot
+    held = {"overlap": 3 * sample_bytes, "one": 2 * sample_bytes}
+    overlap = ((free - held["overlap"]) // 2 >= np.maximum(need, min_window)) & (free >= 0)
+    one = (free - held["one"] >= np.maximum(need, 2 * min_window)) & (free >= 0)
     for mode, ok in (("overlap", overlap), ("one", one)):
         if ok.any():
             i = int(np.flatnonzero(ok)[-1])
             k = int(ks[i])
-            w = int(free[i] // 2 - (sample_bytes if mode == "overlap" else -(-sample_bytes // 2)))
+            w = int((free[i] - held[mode]) // 2)
             return WindowFit(mode, k * rb, w, d, int(u[i]), int(sample_bytes), int(pool))
     w = max(min_window, pool // 3)
     k = max(0, pool - 2 * w) // rb
