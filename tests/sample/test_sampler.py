@@ -213,3 +213,37 @@ def test_direct_indices_need_a_file(tmp_path):
     s = NeighborSampler(np.zeros(3, np.int64), _on_disk(tmp_path, np.empty(0, np.int64)), (2,),
                         direct_indices=True)  # fmt: skip
     assert s.sample(np.array([0, 1]), 0).n_id.tolist() == [0, 1]  # no edges at all
+
+
+@pytest.mark.parametrize("cache_blocks", [1, 3, 1000])
+def test_direct_indices_through_a_block_cache_draw_the_same_samples(tmp_path, cache_blocks):
+    """Blocks of 16 entries through a CLOCK cache of 1, 3 or all blocks (evictions within
+    one hop included; the tail block lives in memory): the very in-memory batches."""
+    import shoal.sample.diskio as diskio
+
+    rng = np.random.default_rng(8)
+    n = 300
+    e = np.concatenate([rng.integers(0, n, (2500, 2)), [[3, 3]]])
+    indptr, indices = csr_from_edges(e, n)
+    mem = NeighborSampler(indptr, indices, (4, 3))
+    disk = NeighborSampler(indptr, _on_disk(tmp_path, indices), (4, 3), direct_indices=True,
+                           neighbor_cache_bytes=1)  # fmt: skip
+    disk._blocks = diskio.BlockCache(_on_disk(tmp_path, indices), cache_blocks * 16 * 8,
+                                     block=16, threads=2)  # fmt: skip
+    for step in range(6):
+        seeds = rng.permutation(n)[: 10 * (step + 1)]
+        a, b = mem.sample(seeds, step), disk.sample(seeds, step)
+        assert np.array_equal(a.n_id, b.n_id)
+        for x, y in zip(a.blocks, b.blocks, strict=True):
+            assert np.array_equal(x.edge_index.numpy(), y.edge_index.numpy())
+    bc = disk._blocks
+    assert bc.data.shape[0] == min(cache_blocks, len(indices) // 16)
+    assert 0 < bc.hits < bc.requests  # some blocks found cached, others read
+    assert (bc.slot >= 0).sum() == (bc.owner >= 0).sum() <= bc.data.shape[0]
+    live = bc.owner[bc.owner >= 0]
+    assert np.array_equal(bc.slot[live], np.flatnonzero(bc.owner >= 0))  # maps agree
+    for s, blk in enumerate(bc.owner):  # every cached block holds its entries
+        if blk >= 0:
+            assert np.array_equal(bc.data[s], indices[blk * 16 : (blk + 1) * 16])
+    with pytest.raises(ValueError, match="positions"):
+        bc.take(np.array([len(indices)]))

@@ -168,11 +168,17 @@ def test_trainer_with_the_structure_on_disk_trains_the_same_model(graph, monkeyp
     disk = Trainer(TrainConfig(**cfg, memory=memory, structure="disk"),
                    TrainData.from_graph_dir(graph))  # fmt: skip
     assert not disk.budget.structure_in_memory and disk.sampler._reader is not None
-    assert disk.budget.held_structure == disk.budget.index_bytes < disk.budget.structure
+    plan = disk.budget  # the row index and a cache of neighbour-list blocks are held
+    assert plan.held_structure == plan.index_bytes + plan.neighbor_cache <= plan.structure
+    assert plan.neighbor_cache > 0 and disk.sampler._blocks is not None
     assert isinstance(disk.data.indices, np.memmap) and not isinstance(disk.data.indptr,
                                                                        np.memmap)  # fmt: skip
+    read = []
     for e in range(2):
         a, b = ref[e], disk.train_epoch(e)
         assert a["loss"] == b["loss"] and a["train_accuracy"] == b["train_accuracy"]
-        assert b["io"]["structure_bytes_read"] > 0
+        read.append(b["io"]["structure_bytes_read"])
+    assert read[0] > 0  # the first epoch reads neighbour blocks (later ones may hit the cache)
+    blocks = disk.sampler._blocks
+    assert 0 < blocks.hits < blocks.requests and blocks.data.nbytes <= plan.neighbor_cache
     assert disk.evaluate(("val", "test")) == big.evaluate(("val", "test"))

@@ -84,7 +84,8 @@ class AveragingEngine(Engine):
             direct = not plan.structure_in_memory and structure_on_disk(part.indices)
             sampler = NeighborSampler(part.indptr, part.indices, cfg.fanouts,
                                       num_nodes=part.num_nodes, degrees=deg,
-                                      direct_indices=direct, io_threads=cfg.io_threads)  # fmt: skip
+                                      direct_indices=direct, io_threads=cfg.io_threads,
+                                      neighbor_cache_bytes=int(plan.neighbor_cache * share))  # fmt: skip
             feats = DiskFeatures(
                 part_rows(part),
                 cache_bytes=int(plan.cache * share),

@@ -321,3 +321,23 @@ def _gather_cached(ids, slot, cache, cold, rows, out):
             return -1 - i
         hits += hit[i]
     return hits
+
+
+@numba.njit(cache=True)
+def _clock_victims(ref, hand, k, out):
+    """CLOCK: ``k`` (<= len(ref)) distinct slots to evict from ``hand`` on; a slot whose
+    reference bit is set gets a second chance (the bit is cleared). Chosen slots get the bit
+    set (the new block is referenced) so one call never picks a slot twice. Returns the hand."""
+    n = ref.shape[0]
+    got = 0
+    while got < k:
+        if ref[hand]:
+            ref[hand] = 0
+        else:
+            ref[hand] = 1
+            out[got] = hand
+            got += 1
+        hand += 1
+        if hand == n:
+            hand = 0
+    return hand

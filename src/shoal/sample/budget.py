@@ -150,11 +150,15 @@ class BudgetPlan:
     min_window: int = MIN_WINDOW
     fit: dict | None = None  # how fit_windows resized cache and windows (WindowFit.to_dict)
     index_bytes: int = 0  # the structure's O(V) part, held in memory in any case (indptr)
+    neighbor_cache: int = 0  # with the structure on disk: its block cache (BlockCache)
 
     @property
     def held_structure(self) -> int:
-        """Bytes of the structure held in memory: all of it, or its ``O(V)`` index."""
-        return self.structure if self.structure_in_memory else self.index_bytes
+        """Bytes of the structure held in memory: all of it, or its ``O(V)`` index and the
+        cache of its neighbour-list blocks."""
+        if self.structure_in_memory:
+            return self.structure
+        return self.index_bytes + self.neighbor_cache
 
     @property
     def pool(self) -> int:
@@ -199,7 +203,8 @@ def plan_budget(
 ) -> BudgetPlan:
     """Share ``memory`` (None: :func:`memory_limit`) between the fixed ``reserve``, the graph
     structure (``structure_bytes``; kept on disk when it does not fit in half of what is left,
-    except its ``index_bytes``: the ``O(V)`` row index, held in any case), two feature windows
+    except its ``index_bytes``: the ``O(V)`` row index, held in any case, and a cache of its
+    neighbour-list blocks of an eighth of what is left), two feature windows
     (one in use, one being read) and the cache of hot rows. When the whole feature matrix
     fits next to one window, it is cached whole and windows are not needed.
 
@@ -230,6 +235,9 @@ def plan_budget(
         structure == "auto" and structure_bytes <= (left - need) // 2
     )
     left -= structure_bytes if in_mem else index_bytes
+    # on disk: an eighth of what is left (at most the lists) caches blocks of neighbour lists
+    lists = 0 if in_mem else max(0, min(structure_bytes - index_bytes, (left - need) // 8))
+    left -= lists
     if left < need:
         raise ShoalInputError(
             f"a memory budget of {memory / 2**20:.1f} MiB ({source}) cannot hold the graph "
@@ -239,7 +247,7 @@ def plan_budget(
             fix=f"raise {option}" + (" or keep the structure on disk (--structure disk)"
                                      if in_mem else ""),
         )  # fmt: skip
-    kw = {"min_window": min_window, "index_bytes": int(index_bytes)}
+    kw = {"min_window": min_window, "index_bytes": int(index_bytes), "neighbor_cache": lists}
     if feature_bytes + min_window <= left:
         return BudgetPlan(memory, source, reserve, structure_bytes, in_mem, min_window,
                           feature_bytes, feature_bytes, **kw)  # fmt: skip

@@ -24,7 +24,7 @@ import torch
 
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.sample import _kernels as K
-from shoal.sample.diskio import RowFile, RowReader
+from shoal.sample.diskio import BlockCache, RowFile, RowReader
 
 __all__ = ["NeighborSampler", "parse_fanouts"]
 
@@ -81,6 +81,9 @@ class NeighborSampler:
             is read where it is, in memory). ``indptr`` is indexed as given (``O(V)``: keep it
             in memory).
         io_threads: concurrent reads of ``indices`` with ``direct_indices`` (default 8).
+        neighbor_cache_bytes: with ``direct_indices``, entries are read by blocks through a
+            CLOCK cache of this many bytes (:class:`~shoal.sample.diskio.BlockCache`;
+            default 0: no cache, each hop reads the pages of its drawn entries).
 
     ``sample(seeds, seed)`` is deterministic for a ``seed`` whatever the number of numba
     threads. Buffers (an ``O(num_nodes)`` int32 id map, the batch's ids and the edge buffers)
@@ -97,16 +100,20 @@ class NeighborSampler:
         degrees: np.ndarray | None = None,
         direct_indices: bool = False,
         io_threads: int = 8,
+        neighbor_cache_bytes: int = 0,
     ) -> None:
         self.indptr = _as_index_array(indptr, "indptr")
         self.indices = _as_index_array(indices, "indices")
         self._reader = None
+        self._blocks: BlockCache | None = None
         if direct_indices:
             mapped = indices if isinstance(indices, np.ndarray) else self.indices
             f = RowFile.of(mapped.reshape(-1, 1)) if self.indices.size else None
             if f is None and self.indices.size:
                 raise ValueError("direct_indices needs indices memory-mapped from a file")
             self._reader = RowReader(f, threads=io_threads) if f is not None else None
+            if f is not None and neighbor_cache_bytes > 0:
+                self._blocks = BlockCache(mapped, neighbor_cache_bytes, threads=io_threads)
         if self.indptr.shape[0] < 1:
             raise ValueError("indptr must have at least one entry")
         rows = self.indptr.shape[0] - 1
@@ -214,6 +221,10 @@ class NeighborSampler:
         disk in one planned pass over their sorted distinct positions."""
         if m == 0:
             return
+        if self._blocks is not None:
+            picked[:m] = self._blocks.take(picked[:m])
+            self.structure_bytes_read = self._blocks.bytes_read
+            return
         pos, inv = np.unique(picked[:m], return_inverse=True)
         vals = np.empty((len(pos), 1), dtype=self.indices.dtype)
         self._reader.read(pos, vals)
@@ -225,6 +236,8 @@ class NeighborSampler:
         """Close the reader of ``indices`` (``direct_indices``)."""
         if self._reader is not None:
             self._reader.close()
+        if self._blocks is not None:
+            self._blocks.close()
 
     def full(self, nodes: np.ndarray | torch.Tensor) -> MiniBatch:
         """One block holding *all* in-neighbours of ``nodes`` (for layer-wise inference)."""

@@ -69,6 +69,7 @@ class Trainer:
             degrees=data.degrees,
             direct_indices=not self.budget.structure_in_memory and structure_on_disk(data.indices),
             io_threads=config.io_threads,
+            neighbor_cache_bytes=self.budget.neighbor_cache,
         )
         self.timer = Timer()
         self.loader = BatchLoader(
