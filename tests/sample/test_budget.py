@@ -46,18 +46,19 @@ def _fit_reference(pool, needed, priority, rb, sample, min_window, margin):
     """Every cache size tried in turn: the largest that lets an epoch's uncached rows and
     samples fit one slot (overlap), else both slots (one window), else the default thirds."""
     d = int(needed.sum())
-    best: dict[str, int] = {}
+    best: dict[str, list[int]] = {}
     for k in range(len(needed) + 1):
         u = d - int(needed[priority[:k]].sum())
         need = math.ceil(margin * u) * rb
         free = pool - k * rb
         if free >= 0 and (free - 3 * sample) // 2 >= max(need, min_window):
-            best["overlap"] = k  # two windows + three epochs' samples
+            best.setdefault("overlap", []).append(k)  # two windows + three epochs' samples
         if free >= 0 and free - 2 * sample >= max(need, 2 * min_window):
-            best["one"] = k  # one window + two epochs' samples
+            best.setdefault("one", []).append(k)  # one window + two epochs' samples
     for mode in ("overlap", "one"):
-        if mode in best:
-            return mode, best[mode] * rb
+        if mode in best:  # the largest within a third of the pool, else the smallest
+            within = [k for k in best[mode] if k * rb <= pool // 3]
+            return mode, (within[-1] if within else best[mode][0]) * rb
     w = max(min_window, pool // 3)
     return "split", max(0, pool - 2 * w) // rb * rb
 
@@ -67,8 +68,8 @@ def test_fit_windows_hand_made():
     needed[:40] = True  # the first 40 priority rows are all an epoch needs
     f = budget.fit_windows(1000, needed=needed, priority=np.arange(100), row_bytes=10,
                            min_window=10, margin=1.0)  # fmt: skip
-    # the cache holds every needed row; both slots keep their minimum of 10 bytes
-    assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("overlap", 980, 10, 0)
+    # any cache fits; the largest within a third of the pool (33 rows) leaves 7 rows to read
+    assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("overlap", 330, 335, 7)
     assert (f.epoch_rows, f.pool) == (40, 1000)
     f = budget.fit_windows(1000, needed=needed, priority=np.arange(100)[::-1], row_bytes=10,
                            sample_bytes=50, min_window=10, margin=1.0)  # fmt: skip
@@ -83,8 +84,8 @@ def test_fit_windows_hand_made():
     f = budget.fit_windows(900, needed=needed, priority=np.arange(100), row_bytes=10,
                            sample_bytes=200, min_window=10, margin=1.0)  # fmt: skip
     # 50 - k rows never fit a slot of (900 - 10 k - 3 * 200) / 2 bytes, but fit both slots,
-    # 900 - 10 k - 2 * 200 bytes, as long as those hold two minimal windows: k <= 48
-    assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("one", 480, 10, 2)
+    # 900 - 10 k - 2 * 200 bytes, for k <= 48; a third of the pool is 30 rows
+    assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("one", 300, 100, 20)
 
 
 @pytest.mark.parametrize("seed", range(12))
