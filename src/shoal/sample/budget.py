@@ -12,8 +12,8 @@ window slots (one trained on, one being read) and the cache get a third each of 
 until :func:`fit_windows` resizes them from a sampled epoch. Every window costs about one
 sweep of the feature file (its rows are spread over the whole file), so a window large enough
 for an epoch's uncached rows matters more than a larger cache: on the 10M-node benchmark graph
-under 4 GiB the fit keeps one window per epoch with a cache of 29% of the rows (epoch 1.9x
-the uncapped one, against 2.2x with the thirds).
+under 4 GiB the fit reads one window per epoch next to a cache of 13% of the rows (epoch 2.1x
+the uncapped one, ``bench/results/out_of_core.md``).
 """
 
 from __future__ import annotations
