@@ -219,7 +219,7 @@ def test_direct_indices_need_a_file(tmp_path):
 def test_direct_indices_through_a_block_cache_draw_the_same_samples(tmp_path, cache_blocks):
     """Blocks of 16 entries through a CLOCK cache of 1, 3 or all blocks (evictions within
     one hop included; the tail block lives in memory): the very in-memory batches."""
-    import shoal.sample.diskio as diskio
+    from shoal.sample.blockcache import BlockCache
 
     rng = np.random.default_rng(8)
     n = 300
@@ -228,7 +228,7 @@ def test_direct_indices_through_a_block_cache_draw_the_same_samples(tmp_path, ca
     mem = NeighborSampler(indptr, indices, (4, 3))
     disk = NeighborSampler(indptr, _on_disk(tmp_path, indices), (4, 3), direct_indices=True,
                            neighbor_cache_bytes=1)  # fmt: skip
-    disk._blocks = diskio.BlockCache(_on_disk(tmp_path, indices), cache_blocks * 16 * 8,
+    disk._blocks = BlockCache(_on_disk(tmp_path, indices), cache_blocks * 16 * 8,
                                      block=16, threads=2)  # fmt: skip
     for step in range(6):
         seeds = rng.permutation(n)[: 10 * (step + 1)]

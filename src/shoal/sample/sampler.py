@@ -24,7 +24,8 @@ import torch
 
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.sample import _kernels as K
-from shoal.sample.diskio import BlockCache, RowFile, RowReader
+from shoal.sample.blockcache import BlockCache
+from shoal.sample.diskio import RowFile, RowReader
 
 __all__ = ["NeighborSampler", "parse_fanouts"]
 
@@ -82,7 +83,7 @@ class NeighborSampler:
             in memory).
         io_threads: concurrent reads of ``indices`` with ``direct_indices`` (default 8).
         neighbor_cache_bytes: with ``direct_indices``, entries are read by blocks through a
-            CLOCK cache of this many bytes (:class:`~shoal.sample.diskio.BlockCache`;
+            CLOCK cache of this many bytes (:class:`~shoal.sample.blockcache.BlockCache`;
             default 0: no cache, each hop reads the pages of its drawn entries).
 
     ``sample(seeds, seed)`` is deterministic for a ``seed`` whatever the number of numba
