@@ -18,6 +18,7 @@ from typing import Any
 from shoal.engines.registry import ENGINES
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
+from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training import TrainConfig, TrainData, Trainer
 from shoal.utils.io import write_json_output
@@ -160,7 +161,7 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     )
     g.add_argument(
         "--structure",
-        choices=("auto", "memory", "disk"),
+        choices=STRUCTURE_MODES,
         help="where the graph's CSR lives while training: auto = in memory when it fits half "
         "of the budget left after the reserve, else on disk (its row index in memory, sampled "
         "neighbour entries read with planned direct reads, no page cache); memory / disk force "

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-__all__ = ["Block", "MiniBatch", "full_graph_block"]
+__all__ = ["Batch", "Block", "MiniBatch", "full_graph_block"]
 
 
 @dataclass
@@ -113,6 +113,15 @@ class MiniBatch:
         """This mini-batch with its blocks on ``device`` (``n_id`` stays a host array)."""
         blocks = [b.to(device, non_blocking=non_blocking) for b in self.blocks]
         return MiniBatch(n_id=self.n_id, blocks=blocks, num_seeds=self.num_seeds)
+
+
+@dataclass
+class Batch:
+    """A ready mini-batch: sampled blocks, input features of ``mb.n_id``, seed labels."""
+
+    mb: MiniBatch
+    x: torch.Tensor
+    y: torch.Tensor
 
 
 def full_graph_block(

@@ -27,6 +27,7 @@ import numpy as np
 from shoal.errors import ShoalInputError
 
 __all__ = [
+    "STRUCTURE_MODES",
     "BudgetPlan",
     "WINDOW_MARGIN",
     "WindowFit",
@@ -44,6 +45,9 @@ RESERVE = 1 << 30
 #: the share of a derived limit (cgroup or available memory) taken by default: the rest is
 #: left to the kernel (page cache of small files, dirty pages being written).
 DEFAULT_SHARE = 0.9
+#: where the graph structure may live while training (``--structure``): in memory when it
+#: fits, or forced in memory, or forced on disk.
+STRUCTURE_MODES = ("auto", "memory", "disk")
 #: the smallest window (rows of at least one batch must fit in it).
 MIN_WINDOW = 16 << 20
 
@@ -229,8 +233,8 @@ def plan_budget(
             "rows, each the rows one batch may need)",
             fix=f"raise {option} (or the memory limit), or lower --batch-size/--fanouts",
         )
-    if structure not in ("auto", "memory", "disk"):
-        raise ValueError(f"structure must be auto, memory or disk, got {structure!r}")
+    if structure not in STRUCTURE_MODES:
+        raise ValueError(f"structure must be one of {STRUCTURE_MODES}, got {structure!r}")
     in_mem = structure == "memory" or (
         structure == "auto" and structure_bytes <= (left - need) // 2
     )

@@ -143,8 +143,6 @@ class NeighborSampler:
         self._picked = np.empty(0, dtype=np.int64)
         self._dst = np.empty(0, dtype=np.int64)
         self._col = np.empty(0, dtype=np.int64)
-        self.structure_bytes_read = 0  # bytes of indices read from disk (direct_indices)
-        self._seen_bytes = 0
 
     @property
     def num_layers(self) -> int:
@@ -224,14 +222,18 @@ class NeighborSampler:
             return
         if self._blocks is not None:
             picked[:m] = self._blocks.take(picked[:m])
-            self.structure_bytes_read = self._blocks.bytes_read
             return
         pos, inv = np.unique(picked[:m], return_inverse=True)
         vals = np.empty((len(pos), 1), dtype=self.indices.dtype)
         self._reader.read(pos, vals)
-        self.structure_bytes_read += self._reader.stats.bytes - self._seen_bytes
-        self._seen_bytes = self._reader.stats.bytes
         picked[:m] = vals[inv, 0]
+
+    @property
+    def structure_bytes_read(self) -> int:
+        """Bytes of ``indices`` read from disk so far (``direct_indices``; 0 otherwise)."""
+        if self._blocks is not None:
+            return self._blocks.bytes_read
+        return self._reader.stats.bytes if self._reader is not None else 0
 
     def close(self) -> None:
         """Close the reader of ``indices`` (``direct_indices``)."""

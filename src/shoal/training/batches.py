@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -20,8 +19,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shoal.graph.blocks import MiniBatch
+from shoal.graph.blocks import Batch, MiniBatch
 from shoal.sample.sampler import NeighborSampler
+from shoal.training.prefetch import WindowPrefetcher
 
 __all__ = ["Batch", "BatchLoader", "Gatherer", "Timer", "batch_seed", "train_step"]
 
@@ -50,15 +50,6 @@ class Timer:
     def since(self, before: dict[str, float]) -> dict[str, float]:
         """Seconds per phase accumulated since the snapshot ``before`` (``dict(self.seconds)``)."""
         return {k: v - before.get(k, 0.0) for k, v in self.seconds.items()}
-
-
-@dataclass
-class Batch:
-    """A ready mini-batch: sampled blocks, input features of ``mb.n_id``, seed labels."""
-
-    mb: MiniBatch
-    x: torch.Tensor
-    y: torch.Tensor
 
 
 class BatchLoader:
@@ -96,8 +87,6 @@ class BatchLoader:
         """Produce batches from windows of ``features`` (a budgeted
         :class:`~shoal.sample.featstore.DiskFeatures`) read ahead in a background thread
         (:class:`~shoal.training.prefetch.WindowPrefetcher`); the batches do not change."""
-        from shoal.training.prefetch import WindowPrefetcher
-
         self.gatherer = features
         self.prefetcher = WindowPrefetcher(self, features, window_bytes=window_bytes,
                                            last_epoch=last_epoch, background=background)  # fmt: skip

@@ -13,6 +13,7 @@ import tomllib
 
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
+from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.utils.io import parse_size
 
@@ -149,8 +150,10 @@ class TrainConfig:
         if self.memory is not None:
             if parse_size(self.memory) <= 0:
                 raise ValueError(f"memory must be a positive size, got {self.memory!r}")
-        if self.structure not in ("auto", "memory", "disk"):
-            raise ValueError(f"structure must be auto, memory or disk, got {self.structure!r}")
+        if self.structure not in STRUCTURE_MODES:
+            raise ValueError(
+                f"structure must be one of {', '.join(STRUCTURE_MODES)}, got {self.structure!r}"
+            )
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
 

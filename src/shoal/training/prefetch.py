@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shoal.graph.blocks import Batch
 from shoal.sample.budget import WindowFit, fit_windows
 from shoal.sample.featstore import DiskFeatures
 
@@ -307,8 +308,6 @@ class WindowPrefetcher:
                 self.close()
 
     def _consume(self, epoch: int, items, st: _Stream | None) -> Iterator:
-        from shoal.training.batches import Batch
-
         ld, fs = self.loader, self.features
         io0 = read_bytes_of_process()
         rec = {"requested": 0, "hits": 0, "rows_read": 0, "bytes_read": 0,
