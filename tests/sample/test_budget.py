@@ -42,9 +42,10 @@ def test_memory_cgroup_is_a_path():
     assert isinstance(budget.memory_cgroup(), str)
 
 
-def _fit_reference(pool, needed, priority, rb, sample, min_window, margin):
+def _fit_reference(pool, needed, priority, rb, sample, min_window, margin, batch=0):
     """Every cache size tried in turn: the largest that lets an epoch's uncached rows and
-    samples fit one slot (overlap), else both slots (one window), else the default thirds."""
+    samples fit one slot (overlap), else both slots (one window), else both slots next to
+    a few batches sampled again (resample), else the default thirds."""
     d = int(needed.sum())
     best: dict[str, list[int]] = {}
     for k in range(len(needed) + 1):
@@ -55,7 +56,9 @@ def _fit_reference(pool, needed, priority, rb, sample, min_window, margin):
             best.setdefault("overlap", []).append(k)  # two windows + three epochs' samples
         if free >= 0 and free - 2 * sample >= max(need, 2 * min_window):
             best.setdefault("one", []).append(k)  # one window + two epochs' samples
-    for mode in ("overlap", "one"):
+        if free >= 0 and free - budget.RESAMPLE_BATCHES * batch >= max(need, 2 * min_window):
+            best.setdefault("resample", []).append(k)  # one window + a few batches
+    for mode in ("overlap", "one", "resample"):
         if mode in best:  # the largest within a third of the pool, else the smallest
             within = [k for k in best[mode] if k * rb <= pool // 3]
             return mode, (within[-1] if within else best[mode][0]) * rb
@@ -86,6 +89,15 @@ def test_fit_windows_hand_made():
     # 50 - k rows never fit a slot of (900 - 10 k - 3 * 200) / 2 bytes, but fit both slots,
     # 900 - 10 k - 2 * 200 bytes, for k <= 48; a third of the pool is 30 rows
     assert (f.mode, f.cache_bytes, f.window_bytes, f.uncached_rows) == ("one", 300, 100, 20)
+    assert not f.resample
+    f = budget.fit_windows(900, needed=needed, priority=np.arange(100), row_bytes=10,
+                           sample_bytes=300, batch_bytes=20, min_window=10,
+                           margin=1.0)  # fmt: skip
+    # two epochs' samples (600 B) leave 300 - 10 k bytes for 50 - k rows: never; six
+    # batches sampled again (120 B) leave 780 - 10 k: always; the largest cache within a
+    # third of the pool (30 rows) leaves two slots of (900 - 300 - 120) / 2 bytes
+    assert (f.mode, f.resample, f.cache_bytes, f.window_bytes) == ("one", True, 300, 240)
+    assert "sampled again" in f.describe()
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -97,15 +109,20 @@ def test_fit_windows_matches_trying_every_cache_size(seed):
     rb = int(rng.integers(1, 64))
     pool = int(rng.integers(0, 2 * n * rb + 1))
     sample = int(rng.integers(0, n * rb // 2 + 1))
+    batch = int(rng.integers(0, sample // 4 + 1))
     mw = int(rng.integers(1, max(2, pool // 4 + 1)))
     margin = float(rng.choice([1.0, 1.05, 1.3]))
     f = budget.fit_windows(pool, needed=needed, priority=priority, row_bytes=rb,
-                           sample_bytes=sample, min_window=mw, margin=margin, steps=n)  # fmt: skip
-    assert (f.mode, f.cache_bytes) == _fit_reference(pool, needed, priority, rb, sample, mw,
-                                                     margin)  # fmt: skip
+                           sample_bytes=sample, batch_bytes=batch, min_window=mw,
+                           margin=margin, steps=n)  # fmt: skip
+    mode, cache = _fit_reference(pool, needed, priority, rb, sample, mw, margin, batch)
+    assert (f.mode, f.cache_bytes, f.resample) == ("one" if mode == "resample" else mode,
+                                                    cache, mode == "resample")  # fmt: skip
     assert f.epoch_rows == int(needed.sum())
     if f.mode != "split":  # what was promised fits the pool
-        windows, samples = (2, 3) if f.mode == "overlap" else (1, 2)
+        windows, held = (2, 3 * sample) if f.mode == "overlap" else (1, 2 * sample)
+        if f.resample:
+            held = budget.RESAMPLE_BATCHES * batch
         rows = math.ceil(margin * f.uncached_rows) * rb
-        assert f.cache_bytes + windows * rows + samples * sample <= pool
-        assert f.cache_bytes + 2 * f.window_bytes + samples * sample <= pool
+        assert f.cache_bytes + windows * rows + held <= pool
+        assert f.cache_bytes + 2 * f.window_bytes + held <= pool

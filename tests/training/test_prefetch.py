@@ -15,6 +15,7 @@ from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import TrainConfig, TrainData, Trainer
 from shoal.training.batches import BatchLoader
+from shoal.training.prefetch import RESAMPLE_QUEUE
 
 
 def _graph(make_graph, dim: int = 64):
@@ -74,15 +75,17 @@ def test_windowed_batches_equal_plain_batches(graph, background, cache_rows):
 
 
 @pytest.mark.parametrize(
-    "dim, extra, windows, mode",
-    [(64, 250_000, 2, "split"), (512, 3_300_000, 1, "one"), (512, 5_600_000, 1, "overlap")],
-)
+    "dim, extra, windows, mode, resample",
+    [(64, 250_000, 2, "split", False), (512, 2_700_000, 1, "one", True),
+     (512, 3_300_000, 1, "one", False), (512, 5_600_000, 1, "overlap", False)],
+)  # fmt: skip
 def test_trainer_with_a_small_budget_trains_the_same_model(make_graph, monkeypatch, dim, extra,
-                                                           windows, mode):  # fmt: skip
+                                                           windows, mode, resample):  # fmt: skip
     """A budget below the features: the cache (read with the first window) and windows
     (several per epoch when an epoch's rows and samples exceed two slots, one per epoch when
-    they fit both, one read while the previous epoch trains when they fit one) give the same
-    batches, so the same losses and the same model as the whole matrix in memory."""
+    they fit both, with the batches sampled again when two epochs' samples do not fit beside,
+    one read while the previous epoch trains when they fit one) give the same batches, so
+    the same losses and the same model as the whole matrix in memory."""
     graph = _graph(make_graph, dim)
     data = TrainData.from_graph_dir(graph)
     rb = dim * 4
@@ -97,6 +100,7 @@ def test_trainer_with_a_small_budget_trains_the_same_model(make_graph, monkeypat
     assert 0 < small.features.cached_rows < data.num_nodes
     fit = small.budget.fit
     assert fit["mode"] == mode and fit["sample_bytes"] > 0
+    assert fit["resample"] == resample == small.loader.prefetcher.resample
     assert fit["cache_bytes"] == small.features.cached_rows * rb
     # the cache and the two slots stay within the pool
     assert fit["cache_bytes"] + 2 * fit["window_bytes"] <= small.budget.pool
@@ -108,6 +112,92 @@ def test_trainer_with_a_small_budget_trains_the_same_model(make_graph, monkeypat
     for p, q in zip(big.model.parameters(), small.model.parameters(), strict=True):
         assert np.array_equal(p.detach().numpy(), q.detach().numpy())
     assert small.evaluate(("val", "test")) == big.evaluate(("val", "test"))
+
+
+@pytest.mark.parametrize("window_bytes", [60_000, 3000 * 256 // 2])  # split / one window
+def test_batches_sampled_again_equal_plain_batches(graph, window_bytes):
+    """With ``resample`` the reading thread keeps only the windows' rows and batch steps
+    while it plans, and samples the batches again as they are trained: the same batches."""
+    data = TrainData.from_graph_dir(graph)
+    plain = _loader(data, FeatureGatherer(data.features))
+    fs = DiskFeatures(data.features, threads=2)
+    win = _loader(data, None)
+    win.use_windows(fs, window_bytes=window_bytes)
+    win.prefetcher.resample = True
+    for epoch in (0, 1):
+        n = 0
+        for a, b in zip(plain.epoch(epoch), win.epoch(epoch), strict=True):
+            assert np.array_equal(a.mb.n_id, b.mb.n_id)
+            for ba, bb in zip(a.mb.blocks, b.mb.blocks, strict=True):
+                assert np.array_equal(ba.edge_index.numpy(), bb.edge_index.numpy())
+            assert np.array_equal(a.x.numpy(), b.x.numpy())
+            assert np.array_equal(a.y.numpy(), b.y.numpy())
+            st = win.prefetcher._stream
+            # planned windows hold steps, not samples; few batches wait in the queue
+            lazy = [it[1] for it in list(st.q.queue) if hasattr(it[1], "steps")]
+            assert all(isinstance(x, int) for z in lazy for x in z.steps)
+            assert all(z.q.qsize() <= RESAMPLE_QUEUE for z in lazy)
+            n += 1
+        assert n == len(plain)
+        windows = win.prefetcher.last_epoch_io["windows"]
+        assert windows == 1 if window_bytes > 60_000 else windows > 2
+    win.prefetcher.close()
+
+
+@pytest.mark.parametrize("resample", [False, True])
+@pytest.mark.parametrize("one", [False, True])
+def test_windows_are_freed_before_the_next_is_read(graph, monkeypatch, resample, one):
+    """A window is freed when trained, before the next is read into its slot: while a
+    window is read, only the one trained on is alive (several windows per epoch), or none
+    (one window per epoch in both slots). The reading thread kept a reference to the last
+    window it read, so an epoch's window was alive while the next epoch's was read."""
+    import weakref
+
+    data = TrainData.from_graph_dir(graph)
+    fs = DiskFeatures(data.features, threads=2)
+    alive: list = []
+    most = [0]
+    make = fs.window
+
+    def window(*a, **k):
+        most[0] = max(most[0], sum(r() is not None for r in alive))
+        w = make(*a, **k)
+        alive.append(weakref.ref(w))
+        return w
+
+    monkeypatch.setattr(fs, "window", window)
+    win = _loader(data, None)
+    u = len(np.unique(np.concatenate([mb.n_id for mb in win.samples(0)])))
+    # one window per epoch that needs both slots, or several of one slot
+    win.use_windows(fs, window_bytes=(u * 11 // 20 if one else u // 8) * 256)
+    win.prefetcher.resample = resample
+    for epoch in range(3):
+        for _ in win.epoch(epoch):
+            time.sleep(0.001)  # the reader runs ahead and waits for a slot
+        assert (win.prefetcher.last_epoch_io["windows"] == 1) == one
+    win.prefetcher.close()
+    assert most[0] == (0 if one else 1)
+
+
+def test_an_error_while_sampling_again_reaches_the_training_thread(graph, monkeypatch):
+    data = TrainData.from_graph_dir(graph)
+    win = _loader(data, None)
+    win.use_windows(DiskFeatures(data.features, threads=2), window_bytes=60_000)
+    win.prefetcher.resample = True
+    sample = win.sampler.sample
+    calls = [0]
+
+    def flaky(*a, **k):
+        calls[0] += 1
+        if calls[0] > 2 * len(win):  # epoch 0 planned and trained, epoch 1 planned
+            raise RuntimeError("disk gone")
+        return sample(*a, **k)
+
+    monkeypatch.setattr(win.sampler, "sample", flaky)
+    assert sum(1 for _ in win.epoch(0)) == len(win)
+    with pytest.raises(RuntimeError, match="disk gone"):
+        for _ in win.epoch(1):
+            pass
 
 
 def test_budget_below_the_working_set_names_the_option(graph):

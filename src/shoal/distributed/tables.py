@@ -53,8 +53,8 @@ def parts_of_rank(num_parts: int, world_size: int, plan: str | None = None) -> n
 class NodeTables:
     """``O(V)`` per-node arrays every rank needs, built by one all-reduce over owned parts.
 
-    Attributes: ``degrees`` float32 full in-degrees; ``labels`` int64 (-1 unlabelled);
-    ``train`` bool training mask.
+    Attributes: ``degrees`` float32 full in-degrees; ``labels`` int32 (-1 unlabelled; half the
+    memory of int64, which a loss needs only for a batch's seeds); ``train`` bool training mask.
     """
 
     def __init__(self, store: Store, parts: list[Partition]) -> None:
@@ -70,5 +70,5 @@ class NodeTables:
             dist.all_reduce(t)
         a = t.numpy()
         self.degrees = a[0].astype(np.float32)
-        self.labels = a[1].astype(np.int64) - 1
+        self.labels = a[1].astype(np.int32) - 1
         self.train = a[2] > 0.5

@@ -109,6 +109,8 @@ class AveragingEngine(Engine):
             self.features.append(feats)
             self.loaders.append(loader)
         plan.use_fit(fits)
+        if self.ctx.is_rank0:
+            log.info("rank 0 %s", plan.describe())
         self.weight = float(sum(len(ld.seeds) for ld in self.loaders))
         self.num_batches = sum(len(ld) for ld in self.loaders)
 

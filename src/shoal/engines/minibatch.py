@@ -21,6 +21,7 @@ seeds ``batch_seed(seed, epoch, step)``), so the accuracy is the single-process 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -38,6 +39,8 @@ from shoal.training import batch_seed
 from shoal.utils.progress import progress
 
 __all__ = ["MinibatchEngine", "split_training_nodes"]
+
+log = logging.getLogger(__name__)
 
 
 def split_training_nodes(owned: list[np.ndarray]) -> list[np.ndarray]:
@@ -103,6 +106,8 @@ class MinibatchEngine(Engine):
         extra = 7 * store.num_nodes + 4 * rows
         plan = self.plan_memory(feature_bytes=rows * self.row_bytes, num_rows=max(rows, 1),
                                 extra_bytes=extra)  # fmt: skip
+        if ctx.is_rank0:
+            log.info("rank 0 %s", plan.describe())
         windows = plan.cache < plan.features
         dim = int(store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
@@ -163,7 +168,7 @@ class MinibatchEngine(Engine):
                 if cfg.normalize_features:
                     s = x.sum(1, keepdim=True)
                     x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
-                y = torch.from_numpy(self.tables.labels[mb.seeds])
+                y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64))
                 t2 = time.perf_counter()
                 self.optimizer.zero_grad(set_to_none=True)
                 out = self.ddp(x, mb.blocks)

@@ -27,6 +27,7 @@ import numpy as np
 from shoal.errors import ShoalInputError
 
 __all__ = [
+    "RESAMPLE_BATCHES",
     "STRUCTURE_MODES",
     "BudgetPlan",
     "WINDOW_MARGIN",
@@ -181,6 +182,19 @@ class BudgetPlan:
         d["transient"] = self.transient
         return d
 
+    def describe(self) -> str:
+        """One line for the log: where the budget came from and how it is shared."""
+        mib = 1 << 20
+        where = ("in memory" if self.structure_in_memory else
+                 f"on disk (row index {self.index_bytes / mib:.0f} MiB, block cache "
+                 f"{self.neighbor_cache / mib:.0f} MiB)")  # fmt: skip
+        return (
+            f"memory budget {self.total / mib:.0f} MiB ({self.source}): reserve "
+            f"{self.reserve / mib:.0f} MiB, structure {self.structure / mib:.0f} MiB {where}, "
+            f"features {self.features / mib:.0f} MiB: cache {self.cache / mib:.0f} MiB and "
+            f"window slots of {self.window / mib:.0f} MiB (pool {self.pool / mib:.0f} MiB)"
+        )
+
     def use_fit(self, fits: WindowFit | list[WindowFit]) -> None:
         """Take the cache and window sizes :func:`fit_windows` chose for the pool, or for
         shares of it (one fit per share, e.g. a rank's parts): ``cache`` is their sum,
@@ -261,6 +275,11 @@ def plan_budget(
                       feature_bytes, **kw)  # fmt: skip
 
 
+#: batches alive when an epoch is sampled again as it is trained (``WindowFit.resample``):
+#: those queued by the reading thread (:data:`shoal.training.prefetch.RESAMPLE_QUEUE`), the
+#: one being queued and the one trained on.
+RESAMPLE_BATCHES = 6
+
 #: headroom on an epoch's uncached rows when a window is sized to hold them all (measured on
 #: the 10M-node benchmark graph: the distinct rows of consecutive epochs differ by < 0.2%).
 WINDOW_MARGIN = 1.05
@@ -274,7 +293,9 @@ class WindowFit:
     window is read while this one trains), ``"one"`` (they fit both slots: one window per
     epoch, read before it trains) or ``"split"`` (several windows per epoch, each a sweep of
     the file: the default thirds of :func:`plan_budget`). Sizes in bytes; ``window_bytes`` is
-    one slot's rows; rows counted on the sampled epoch.
+    one slot's rows; rows counted on the sampled epoch. ``resample``: the batches are sampled
+    once to plan the window and again, in the reading thread, when trained (their samples are
+    not held while the window is planned and read).
     """
 
     mode: str
@@ -284,6 +305,7 @@ class WindowFit:
     uncached_rows: int
     sample_bytes: int
     pool: int
+    resample: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -293,10 +315,12 @@ class WindowFit:
         how = {"overlap": "one window per epoch, read while the previous epoch trains",
                "one": "one window per epoch (both slots), read before it trains",
                "split": "several windows per epoch"}[self.mode]  # fmt: skip
+        again = "; batches sampled again when trained, not held" if self.resample else ""
         return (
             f"cache {self.cache_bytes / 2**20:.0f} MiB, window slots of "
             f"{self.window_bytes / 2**20:.0f} MiB; a sampled epoch needs "
-            f"{self.epoch_rows:,} rows, {self.uncached_rows:,} beyond the cache: {how}"
+            f"{self.epoch_rows:,} rows, {self.uncached_rows:,} beyond the cache, its batches "
+            f"{self.sample_bytes / 2**20:.0f} MiB: {how}{again}"
         )
 
 
@@ -307,6 +331,7 @@ def fit_windows(
     priority: np.ndarray,
     row_bytes: int,
     sample_bytes: int = 0,
+    batch_bytes: int = 0,
     min_window: int = MIN_WINDOW,
     margin: float = WINDOW_MARGIN,
     steps: int = 4096,
@@ -327,7 +352,15 @@ def fit_windows(
        sampled ahead while the reader waits for a slot): mode ``"overlap"``; else
     2. they fit both slots next to two epochs' samples (one window per epoch, read when
        the previous one is done): mode ``"one"``; else
-    3. the default thirds (cache, two windows): mode ``"split"``.
+    3. they fit both slots next to :data:`RESAMPLE_BATCHES` batches of ``batch_bytes``
+       (the largest sampled batch): mode ``"one"`` with ``resample``: the epoch is sampled
+       once to plan its window, its samples are dropped, and the reading thread samples the
+       batches again (the same ones: sampling is seeded per batch) as they are trained. That
+       costs a second sampling pass per epoch, in the background, instead of the memory of
+       two epochs' samples (on the 10M-node benchmark an ``averaging`` rank under 2 GiB
+       needed 0.11 GiB more for them than it had, and fell back to 3 windows per epoch);
+       else
+    4. the default thirds (cache, two windows): mode ``"split"``.
 
     Among the caches that reach the best mode it takes the largest one within a third of the
     pool (what the thirds give the cache), else the smallest: beyond that, a larger cache
@@ -349,17 +382,20 @@ def fit_windows(
     free = pool - ks * rb  # what the two slots share for each cache size
     # samples alive: the epoch trained on, the one read ahead (overlap) and the one sampled
     # while the reader waits for a slot
-    held = {"overlap": 3 * sample_bytes, "one": 2 * sample_bytes}
+    held = {"overlap": 3 * sample_bytes, "one": 2 * sample_bytes,
+            "resample": RESAMPLE_BATCHES * batch_bytes}  # fmt: skip
     overlap = ((free - held["overlap"]) // 2 >= np.maximum(need, min_window)) & (free >= 0)
     one = (free - held["one"] >= np.maximum(need, 2 * min_window)) & (free >= 0)
-    for mode, ok in (("overlap", overlap), ("one", one)):
+    again = (free - held["resample"] >= np.maximum(need, 2 * min_window)) & (free >= 0)
+    for mode, ok in (("overlap", overlap), ("one", one), ("resample", again)):
         if ok.any():
             fits = np.flatnonzero(ok)
             third = fits[ks[fits] * rb <= pool // 3]  # no larger than the thirds' cache
             i = int(third[-1] if len(third) else fits[0])
             k = int(ks[i])
             w = int((free[i] - held[mode]) // 2)
-            return WindowFit(mode, k * rb, w, d, int(u[i]), int(sample_bytes), int(pool))
+            return WindowFit("one" if mode == "resample" else mode, k * rb, w, d, int(u[i]),
+                             int(sample_bytes), int(pool), resample=mode == "resample")  # fmt: skip
     w = max(min_window, pool // 3)
     k = max(0, pool - 2 * w) // rb
     i = int(np.searchsorted(ks, k, side="right") - 1)

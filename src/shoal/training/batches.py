@@ -94,14 +94,16 @@ class BatchLoader:
     def __len__(self) -> int:
         return max(1, math.ceil(len(self.seeds) / self.batch_size)) if len(self.seeds) else 0
 
-    def samples(self, epoch: int) -> Iterator[MiniBatch]:
-        """The sampled blocks of ``epoch``'s batches, in order (phase ``sampling``)."""
+    def samples(self, epoch: int, steps: list[int] | None = None) -> Iterator[MiniBatch]:
+        """The sampled blocks of ``epoch``'s batches, in order (phase ``sampling``); only
+        those of ``steps`` (batch indices, in the order given) when given."""
         order = np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
         seeds = self.seeds[order]
-        for step, start in enumerate(range(0, len(seeds), self.batch_size)):
+        bs = self.batch_size
+        for step in range(len(self)) if steps is None else steps:
             t0 = time.perf_counter()
             mb = self.sampler.sample(
-                seeds[start : start + self.batch_size], batch_seed(self.seed, epoch, step)
+                seeds[step * bs : (step + 1) * bs], batch_seed(self.seed, epoch, step)
             )
             self.timer.add("sampling", time.perf_counter() - t0)
             yield mb

@@ -9,6 +9,11 @@ windows exist at a time (the one trained on and the one read), so the memory is
 ``2 * window_bytes``. :meth:`WindowPrefetcher.pause` stops new reads (during evaluation, which
 needs the memory and the disk) and says how many bytes the prefetched windows hold.
 
+When two epochs' samples do not fit beside a window that holds an epoch
+(:attr:`WindowPrefetcher.resample`, chosen by :func:`~shoal.sample.budget.fit_windows`), the
+thread samples each epoch once to plan its window, keeping only the rows, and samples the
+batches again after reading it, a few ahead of training.
+
 Batches are exactly those of :class:`~shoal.training.batches.BatchLoader` (same seeds, same
 order, same samples): windows change when rows are read, never what is trained.
 """
@@ -29,9 +34,13 @@ from shoal.graph.blocks import Batch
 from shoal.sample.budget import WindowFit, fit_windows
 from shoal.sample.featstore import DiskFeatures
 
-__all__ = ["WindowPrefetcher", "read_bytes_of_process"]
+__all__ = ["RESAMPLE_QUEUE", "WindowPrefetcher", "read_bytes_of_process"]
 
 _END = "end"
+#: batches the reading thread samples ahead of training when batches are sampled again
+#: (:attr:`WindowPrefetcher.resample`; :data:`shoal.sample.budget.RESAMPLE_BATCHES` counts
+#: these, the one being queued and the one trained on)
+RESAMPLE_QUEUE = 4
 
 
 def read_bytes_of_process() -> int:
@@ -49,9 +58,36 @@ class _Stop(Exception):
     pass
 
 
+class _Resampled:
+    """The batches of one window, sampled again by the reading thread as they are trained
+    (:attr:`WindowPrefetcher.resample`): at most :data:`RESAMPLE_QUEUE` wait in a queue."""
+
+    def __init__(self, steps: list[int], stream: _Stream) -> None:
+        self.steps = steps
+        self.stream = stream
+        self.q: queue.Queue = queue.Queue(maxsize=RESAMPLE_QUEUE)
+        self.error: BaseException | None = None
+
+    def __iter__(self) -> Iterator:
+        for _ in self.steps:
+            while True:
+                try:
+                    mb = self.q.get(timeout=0.5)
+                    break
+                except queue.Empty:
+                    if self.error is not None:
+                        raise self.error from None
+                    if not self.stream.thread.is_alive():
+                        raise RuntimeError("the prefetch thread stopped before sampling all "
+                                           "of a window's batches") from None  # fmt: skip
+            yield mb
+
+
 class _Stream:
     """One background thread producing ``(epoch, batches, window)`` items from ``first`` on
-    (``(epoch, "end", unique rows)`` closes an epoch)."""
+    (``(epoch, "end", unique rows)`` closes an epoch). When batches are sampled again
+    (:attr:`WindowPrefetcher.resample`), ``batches`` is a :class:`_Resampled` that the
+    thread fills after putting the item."""
 
     def __init__(self, pf: WindowPrefetcher, first: int, last: int | None, *,
                  stop: threading.Event | None = None, plan=None, primed=None) -> None:  # fmt: skip
@@ -64,14 +100,17 @@ class _Stream:
         self.may_read.set()
         self.reading = threading.Lock()
         self.held = 0  # bytes of windows read and not yet released
+        lazy = None
         if primed is not None:  # a window read already (with the cache)
             batch, w, slots = primed
             for _ in range(slots):
                 self.slots.acquire()
             self.held += w.nbytes
+            if pf.resample:
+                batch = lazy = _Resampled(batch, self)
             self.q.put((first, batch, w, slots))
-        self.thread = threading.Thread(target=self._run, args=(first, last, plan), daemon=True,
-                                       name="shoal-prefetch")  # fmt: skip
+        self.thread = threading.Thread(target=self._run, args=(first, last, plan, lazy),
+                                       daemon=True, name="shoal-prefetch")  # fmt: skip
         self.thread.start()
 
     def _wait(self, ev_or_sem) -> None:
@@ -80,9 +119,31 @@ class _Stream:
             if self.stop.is_set():
                 raise _Stop
 
-    def _run(self, first: int, last: int | None, plan) -> None:
+    def _put(self, q: queue.Queue, item) -> None:
+        while True:
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                if self.stop.is_set():
+                    raise _Stop from None
+
+    def _produce(self, epoch: int, lazy: _Resampled) -> None:
+        """Sample ``lazy``'s batches again, in order, as the training thread takes them."""
+        try:
+            for mb in self.pf.loader.samples(epoch, lazy.steps):
+                self._put(lazy.q, mb)
+        except _Stop:
+            raise
+        except BaseException as e:
+            lazy.error = e
+            raise
+
+    def _run(self, first: int, last: int | None, plan, lazy: _Resampled | None) -> None:
         epoch = first
         try:
+            if lazy is not None:
+                self._produce(first, lazy)
             while last is None or epoch <= last:
                 if plan is None:
                     plan = self.pf._plan(epoch, self.stop)
@@ -93,9 +154,16 @@ class _Stream:
                     with self.reading:
                         if self.stop.is_set():
                             raise _Stop
-                        item = self.pf._read(batch, cold)
-                        self.held += item[1].nbytes
-                    self.q.put((epoch, *item, slots))
+                        _, w = self.pf._read(batch, cold)
+                        self.held += w.nbytes
+                    lazy = _Resampled(batch, self) if self.pf.resample else None
+                    self.q.put((epoch, batch if lazy is None else lazy, w, slots))
+                    # no reference to the window stays here: the training thread frees it
+                    # when done, before the next one is read into its slot
+                    del w, batch
+                    if lazy is not None:
+                        self._produce(epoch, lazy)
+                        lazy = None
                 self.q.put((epoch, _END, self.pf._unique.pop(epoch, 0), 0))
                 epoch += 1
                 plan = None
@@ -142,17 +210,21 @@ class WindowPrefetcher:
         self._stream: _Stream | None = None
         self.last_epoch_io: dict = {}
         self.fit: WindowFit | None = None
+        #: sample each batch twice (to plan its window, then when trained) instead of holding
+        #: an epoch's samples while its window is read (set by :meth:`calibrate`)
+        self.resample = False
 
     # ----------------------------------------------------------------- planning / reading
-    def _read(self, batch: list, cold=None) -> tuple[list, object]:
+    def _read(self, batch: list, cold: np.ndarray) -> tuple[list, object]:
         t0 = time.perf_counter()
-        w = self.features.window([mb.n_id for mb in batch], cold=cold)
+        w = self.features.window([], cold=cold)
         self.loader.timer.add("read", time.perf_counter() - t0)
         return batch, w
 
     def _plan(self, epoch: int, stop: threading.Event) -> Iterator[tuple[list, int, object]]:
         """The batches of ``epoch`` grouped into windows: ``(batches, slots, cold)`` with
-        ``cold`` the sorted rows the window needs that the cache lacks (None: not known).
+        ``cold`` the sorted rows the window needs that the cache lacks; ``batches`` are the
+        sampled minibatches, or their steps when they are sampled again (:attr:`resample`).
 
         Batches are sampled ahead until the union of their uncached rows exceeds two windows.
         An epoch that stays below is read as *one* window using both slots: each window
@@ -163,34 +235,36 @@ class WindowPrefetcher:
         """
         fs, seen, mark = self.features, self._seen, self._mark
         seen[:] = False
-        pending: list = []  # (minibatch, its uncached rows not yet in the window)
+        # (minibatch, or its step when batches are sampled again; its uncached rows not yet
+        # in the window; all its uncached rows, kept when the minibatch is not)
+        pending: list = []
         cold = unique = 0
         single = True
-        for mb in self.loader.samples(epoch):
+        for step, mb in enumerate(self.loader.samples(epoch)):
             if stop.is_set():
                 raise _Stop
-            c = fs.cold_of(mb.n_id)
-            c = c[~mark[c]]  # n_id has no repeats: c neither
+            c_all = fs.cold_of(mb.n_id)
+            c = c_all[~mark[c_all]]  # n_id has no repeats: c neither
             new = mb.n_id[~seen[mb.n_id]]
             seen[new] = True
             unique += len(new)
             if single and cold + len(c) > 2 * self.window_rows:
                 single = False  # too much for one double window: split what is pending
                 self._clear(pending)
-                yield from self._split([m for m, _ in pending])
+                yield from self._split([(x, a) for x, _, a in pending])
                 pending, cold = [], 0
-                c = fs.cold_of(mb.n_id)
+                c = c_all
             elif not single and pending and cold + len(c) > self.window_rows:
-                yield [m for m, _ in pending], 1, self._clear(pending)
+                yield [x for x, _, _ in pending], 1, self._clear(pending)
                 pending, cold = [], 0
-                c = fs.cold_of(mb.n_id)
+                c = c_all
             mark[c] = True
-            pending.append((mb, c))
+            pending.append((step, c, c_all) if self.resample else (mb, c, None))
             cold += len(c)
         self._unique[epoch] = unique
         if pending:  # an epoch in one window takes one slot when it fits one: read-ahead
             slots = 1 if not single or cold <= self.window_rows else 2
-            yield [m for m, _ in pending], slots, self._clear(pending)
+            yield [x for x, _, _ in pending], slots, self._clear(pending)
 
     def calibrate(self, pool: int, *, epoch: int = 0, min_window: int = 1) -> WindowFit:
         """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
@@ -203,36 +277,43 @@ class WindowPrefetcher:
             raise RuntimeError("calibrate needs a DiskFeatures whose cache is not read yet "
                                "(defer_cache=True) and a priority order")  # fmt: skip
         seen[:] = False
-        held = 0
+        held = largest = 0
         for mb in self.loader.samples(epoch):
             seen[mb.n_id] = True
             held += mb.nbytes
+            largest = max(largest, mb.nbytes)
         fit = fit_windows(pool, needed=seen, priority=fs.priority, row_bytes=fs.row_bytes,
-                          sample_bytes=held, min_window=min_window)  # fmt: skip
+                          sample_bytes=held, batch_bytes=largest,
+                          min_window=min_window)  # fmt: skip
         seen[:] = False
         fs.choose_cache(fit.cache_bytes)
         self.window_rows = max(1, fit.window_bytes // max(fs.row_bytes, 1))
+        self.resample = fit.resample and self.background
         self.fit = fit
         return fit
 
     def _clear(self, pending: list) -> np.ndarray:
         """The sorted union of ``pending``'s uncached rows; their marks are cleared."""
-        c = np.concatenate([x for _, x in pending]) if pending else np.empty(0, np.int64)
+        c = np.concatenate([x[1] for x in pending]) if pending else np.empty(0, np.int64)
         self._mark[c] = False
         return np.sort(c)
 
-    def _split(self, mbs: list) -> Iterator[tuple[list, int, object]]:
+    def _split(self, batches: list) -> Iterator[tuple[list, int, np.ndarray]]:
+        """``(minibatch or step, its uncached rows or None)`` pairs in windows of at most
+        ``window_rows`` rows (repeats counted), with each window's sorted uncached rows."""
         out: list = []
+        parts: list = []
         cold = 0
-        for mb in mbs:
-            n = len(self.features.cold_of(mb.n_id))
-            if out and cold + n > self.window_rows:
-                yield out, 1, None
-                out, cold = [], 0
-            out.append(mb)
-            cold += n
+        for x, c in batches:
+            c = self.features.cold_of(x.n_id) if c is None else c
+            if out and cold + len(c) > self.window_rows:
+                yield out, 1, np.unique(np.concatenate(parts))
+                out, parts, cold = [], [], 0
+            out.append(x)
+            parts.append(c)
+            cold += len(c)
         if out:
-            yield out, 1, None
+            yield out, 1, np.unique(np.concatenate(parts))
 
     def prime(self, epoch: int) -> None:
         """Start reading ahead from ``epoch``; when the cache is not loaded yet, its rows and
@@ -245,12 +326,8 @@ class WindowPrefetcher:
         first = next(plan, None)
         primed = None
         if first is not None and not self.features.cache_loaded:
-            cold = first[2]
-            if cold is None:  # a window of a split epoch: its union is computed here
-                parts = [self.features.cold_of(mb.n_id) for mb in first[0]]
-                cold = np.unique(np.concatenate(parts))
             t0 = time.perf_counter()
-            w = self.features.load_cache(cold)
+            w = self.features.load_cache(first[2])
             self.loader.timer.add("read", time.perf_counter() - t0)
             primed = (first[0], w, first[1])
         elif first is not None:
@@ -339,9 +416,10 @@ class WindowPrefetcher:
             rec["bytes_read"] += w.bytes_read
             rec["read_seconds"] += w.read_seconds
             rec["windows"] += 1
+            nbytes = w.nbytes
+            del w, mbs  # gone before the reading thread may take their memory
             if st is not None:
-                st.release(w.nbytes, slots)
-            del w
+                st.release(nbytes, slots)
         io1 = read_bytes_of_process()
         rec["process_read_bytes"] = io1 - io0 if io0 >= 0 and io1 >= 0 else None
         rec["unique_bytes"] = rec["unique_rows"] * fs.row_bytes

@@ -89,6 +89,7 @@ class Trainer:
                                                    min_window=self.budget.min_window)  # fmt: skip
             self.budget.use_fit(fit)
             log.info("features: %s", fit.describe())
+        log.info("%s", self.budget.describe())
         self.num_batches = len(self.loader)
         self.loop = EpochLoop(
             self,
