@@ -15,7 +15,7 @@ from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import TrainConfig, TrainData, Trainer
 from shoal.training.batches import BatchLoader
-from shoal.training.prefetch import RESAMPLE_QUEUE
+from shoal.training.readahead import RESAMPLE_QUEUE
 
 
 def _graph(make_graph, dim: int = 64):

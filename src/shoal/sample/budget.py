@@ -9,7 +9,7 @@ processes started on one machine). :func:`plan_budget` splits it into a fixed re
 (interpreter, torch, model, activations), the graph structure (held in memory when it fits;
 else only its ``O(V)`` row index), the feature windows and the cache of hot feature rows: two
 window slots (one trained on, one being read) and the cache get a third each of what is left
-until :func:`fit_windows` resizes them from a sampled epoch. Every window costs about one
+until :func:`~shoal.sample.windowfit.fit_windows` resizes them from a sampled epoch. Every window costs about one
 sweep of the feature file (its rows are spread over the whole file), so a window large enough
 for an epoch's uncached rows matters more than a larger cache: on the 10M-node benchmark graph
 under 4 GiB the fit reads one window per epoch next to a cache of 13% of the rows (epoch 2.1x
@@ -21,19 +21,17 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from shoal.errors import ShoalInputError
 
+if TYPE_CHECKING:
+    from shoal.sample.windowfit import WindowFit
+
 __all__ = [
-    "RESAMPLE_BATCHES",
     "STRUCTURE_MODES",
     "BudgetPlan",
-    "WINDOW_MARGIN",
-    "WindowFit",
     "batch_window",
-    "fit_windows",
     "memory_cgroup",
     "memory_limit",
     "plan_budget",
@@ -196,10 +194,10 @@ class BudgetPlan:
         )
 
     def use_fit(self, fits: WindowFit | list[WindowFit]) -> None:
-        """Take the cache and window sizes :func:`fit_windows` chose for the pool, or for
+        """Take the cache and window sizes :func:`~shoal.sample.windowfit.fit_windows` chose for the pool, or for
         shares of it (one fit per share, e.g. a rank's parts): ``cache`` is their sum,
         ``window`` one slot (rows and the samples of its batches)."""
-        fits = [fits] if isinstance(fits, WindowFit) else list(fits)
+        fits = list(fits) if isinstance(fits, list | tuple) else [fits]
         if not fits:
             return
         self.cache = sum(f.cache_bytes for f in fits)
@@ -273,132 +271,3 @@ def plan_budget(
     cache = max(0, left - 2 * window)
     return BudgetPlan(memory, source, reserve, structure_bytes, in_mem, window, cache,
                       feature_bytes, **kw)  # fmt: skip
-
-
-#: batches alive when an epoch is sampled again as it is trained (``WindowFit.resample``):
-#: those queued by the reading thread (:data:`shoal.training.prefetch.RESAMPLE_QUEUE`), the
-#: one being queued and the one trained on.
-RESAMPLE_BATCHES = 6
-
-#: headroom on an epoch's uncached rows when a window is sized to hold them all (measured on
-#: the 10M-node benchmark graph: the distinct rows of consecutive epochs differ by < 0.2%).
-WINDOW_MARGIN = 1.05
-
-
-@dataclass
-class WindowFit:
-    """How :func:`fit_windows` shares a pool between the static cache and the windows.
-
-    ``mode``: ``"overlap"`` (an epoch's uncached rows fit one window slot: the next epoch's
-    window is read while this one trains), ``"one"`` (they fit both slots: one window per
-    epoch, read before it trains) or ``"split"`` (several windows per epoch, each a sweep of
-    the file: the default thirds of :func:`plan_budget`). Sizes in bytes; ``window_bytes`` is
-    one slot's rows; rows counted on the sampled epoch. ``resample``: the batches are sampled
-    once to plan the window and again, in the reading thread, when trained (their samples are
-    not held while the window is planned and read).
-    """
-
-    mode: str
-    cache_bytes: int
-    window_bytes: int
-    epoch_rows: int
-    uncached_rows: int
-    sample_bytes: int
-    pool: int
-    resample: bool = False
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def describe(self) -> str:
-        """One line for the log: the cache, the window slots and what an epoch costs."""
-        how = {"overlap": "one window per epoch, read while the previous epoch trains",
-               "one": "one window per epoch (both slots), read before it trains",
-               "split": "several windows per epoch"}[self.mode]  # fmt: skip
-        again = "; batches sampled again when trained, not held" if self.resample else ""
-        return (
-            f"cache {self.cache_bytes / 2**20:.0f} MiB, window slots of "
-            f"{self.window_bytes / 2**20:.0f} MiB; a sampled epoch needs "
-            f"{self.epoch_rows:,} rows, {self.uncached_rows:,} beyond the cache, its batches "
-            f"{self.sample_bytes / 2**20:.0f} MiB: {how}{again}"
-        )
-
-
-def fit_windows(
-    pool: int,
-    *,
-    needed: np.ndarray,
-    priority: np.ndarray,
-    row_bytes: int,
-    sample_bytes: int = 0,
-    batch_bytes: int = 0,
-    min_window: int = MIN_WINDOW,
-    margin: float = WINDOW_MARGIN,
-    steps: int = 4096,
-) -> WindowFit:
-    """Share ``pool`` bytes between a static cache (the first rows of ``priority``) and two
-    window slots so that an epoch costs as few sweeps of the feature file as possible.
-
-    Every window costs about one sweep of the file, whatever its size (its rows are spread
-    over the whole file), so the number of windows per epoch, not the cache hit rate, sets
-    the I/O: on the 10M-node benchmark graph a rank of the ``averaging`` engine under 2 GiB
-    read 3 windows of 2.7 GB per epoch with the default thirds although one epoch's uncached
-    rows (0.5 GB) fit the two slots. From one sampled epoch (``needed``: whether each row is
-    used, ``sample_bytes``: what its sampled batches hold), with ``U(k)`` the rows needed
-    beyond a cache of ``k`` rows, this takes a cache such that
-
-    1. ``margin * U(k)`` rows fit *one* slot (two epochs' windows alive: the next is read
-       while this one trains) next to three epochs' samples (the two windows' and the one
-       sampled ahead while the reader waits for a slot): mode ``"overlap"``; else
-    2. they fit both slots next to two epochs' samples (one window per epoch, read when
-       the previous one is done): mode ``"one"``; else
-    3. they fit both slots next to :data:`RESAMPLE_BATCHES` batches of ``batch_bytes``
-       (the largest sampled batch): mode ``"one"`` with ``resample``: the epoch is sampled
-       once to plan its window, its samples are dropped, and the reading thread samples the
-       batches again (the same ones: sampling is seeded per batch) as they are trained. That
-       costs a second sampling pass per epoch, in the background, instead of the memory of
-       two epochs' samples (on the 10M-node benchmark an ``averaging`` rank under 2 GiB
-       needed 0.11 GiB more for them than it had, and fell back to 3 windows per epoch);
-       else
-    4. the default thirds (cache, two windows): mode ``"split"``.
-
-    Among the caches that reach the best mode it takes the largest one within a third of the
-    pool (what the thirds give the cache), else the smallest: beyond that, a larger cache
-    barely changes what a window reads (the window still sweeps the file) but takes memory
-    from exact evaluation between epochs, which runs in what the cache leaves (10M-node
-    graph under 4 GiB: the largest cache, 1.23 GiB, made evaluation 2.96-3.24x the uncapped
-    one, against 2.28-2.43x with the thirds' 0.67 GiB). ``k`` is searched on ``steps``
-    evenly spaced cache sizes (and 0).
-    """
-    n = len(needed)
-    rb = max(int(row_bytes), 1)
-    d = int(np.count_nonzero(needed))
-    step = max(1, -(-n // max(steps, 1)))
-    starts = np.arange(0, n, step)
-    inside = np.add.reduceat(np.asarray(needed)[priority], starts, dtype=np.int64) if n else []
-    ks = np.concatenate([[0], np.minimum(starts + step, n)]).astype(np.int64)
-    u = d - np.concatenate([[0], np.cumsum(inside)]).astype(np.int64)
-    need = np.ceil(margin * u) * rb
-    free = pool - ks * rb  # what the two slots share for each cache size
-    # samples alive: the epoch trained on, the one read ahead (overlap) and the one sampled
-    # while the reader waits for a slot
-    held = {"overlap": 3 * sample_bytes, "one": 2 * sample_bytes,
-            "resample": RESAMPLE_BATCHES * batch_bytes}  # fmt: skip
-    overlap = ((free - held["overlap"]) // 2 >= np.maximum(need, min_window)) & (free >= 0)
-    one = (free - held["one"] >= np.maximum(need, 2 * min_window)) & (free >= 0)
-    again = (free - held["resample"] >= np.maximum(need, 2 * min_window)) & (free >= 0)
-    for mode, ok in (("overlap", overlap), ("one", one), ("resample", again)):
-        if ok.any():
-            fits = np.flatnonzero(ok)
-            third = fits[ks[fits] * rb <= pool // 3]  # no larger than the thirds' cache
-            i = int(third[-1] if len(third) else fits[0])
-            k = int(ks[i])
-            w = int((free[i] - held[mode]) // 2)
-            return WindowFit("one" if mode == "resample" else mode, k * rb, w, d, int(u[i]),
-                             int(sample_bytes), int(pool), resample=mode == "resample")  # fmt: skip
-    w = max(min_window, pool // 3)
-    k = max(0, pool - 2 * w) // rb
-    i = int(np.searchsorted(ks, k, side="right") - 1)
-    rows = w - min(w // 4, int(sample_bytes))
-    return WindowFit("split", int(k * rb), int(max(rows, 1)), d, int(u[max(i, 0)]),
-                     int(sample_bytes), int(pool))  # fmt: skip

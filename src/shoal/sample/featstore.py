@@ -181,7 +181,7 @@ class DiskFeatures:
 
     def choose_cache(self, cache_bytes: int) -> None:
         """Choose the cached rows again, ``cache_bytes`` of them in the priority order given
-        at construction (e.g. after :func:`~shoal.sample.budget.fit_windows` measured an
+        at construction (e.g. after :func:`~shoal.sample.windowfit.fit_windows` measured an
         epoch); only before the cache is read (``defer_cache=True``)."""
         if self.reader is None:
             return

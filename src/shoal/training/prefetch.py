@@ -10,7 +10,7 @@ windows exist at a time (the one trained on and the one read), so the memory is
 needs the memory and the disk) and says how many bytes the prefetched windows hold.
 
 When two epochs' samples do not fit beside a window that holds an epoch
-(:attr:`WindowPrefetcher.resample`, chosen by :func:`~shoal.sample.budget.fit_windows`), the
+(:attr:`WindowPrefetcher.resample`, chosen by :func:`~shoal.sample.windowfit.fit_windows`), the
 thread samples each epoch once to plan its window, keeping only the rows, and samples the
 batches again after reading it, a few ahead of training.
 
@@ -21,7 +21,6 @@ order, same samples): windows change when rows are read, never what is trained.
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -31,16 +30,11 @@ import numpy as np
 import torch
 
 from shoal.graph.blocks import Batch
-from shoal.sample.budget import WindowFit, fit_windows
 from shoal.sample.featstore import DiskFeatures
+from shoal.sample.windowfit import WindowFit, fit_windows
+from shoal.training.readahead import END, Stop, Stream
 
-__all__ = ["RESAMPLE_QUEUE", "WindowPrefetcher", "read_bytes_of_process"]
-
-_END = "end"
-#: batches the reading thread samples ahead of training when batches are sampled again
-#: (:attr:`WindowPrefetcher.resample`; :data:`shoal.sample.budget.RESAMPLE_BATCHES` counts
-#: these, the one being queued and the one trained on)
-RESAMPLE_QUEUE = 4
+__all__ = ["WindowPrefetcher", "read_bytes_of_process"]
 
 
 def read_bytes_of_process() -> int:
@@ -52,135 +46,6 @@ def read_bytes_of_process() -> int:
     except OSError:
         pass
     return -1
-
-
-class _Stop(Exception):
-    pass
-
-
-class _Resampled:
-    """The batches of one window, sampled again by the reading thread as they are trained
-    (:attr:`WindowPrefetcher.resample`): at most :data:`RESAMPLE_QUEUE` wait in a queue."""
-
-    def __init__(self, steps: list[int], stream: _Stream) -> None:
-        self.steps = steps
-        self.stream = stream
-        self.q: queue.Queue = queue.Queue(maxsize=RESAMPLE_QUEUE)
-        self.error: BaseException | None = None
-
-    def __iter__(self) -> Iterator:
-        for _ in self.steps:
-            while True:
-                try:
-                    mb = self.q.get(timeout=0.5)
-                    break
-                except queue.Empty:
-                    if self.error is not None:
-                        raise self.error from None
-                    if not self.stream.thread.is_alive():
-                        raise RuntimeError("the prefetch thread stopped before sampling all "
-                                           "of a window's batches") from None  # fmt: skip
-            yield mb
-
-
-class _Stream:
-    """One background thread producing ``(epoch, batches, window)`` items from ``first`` on
-    (``(epoch, "end", unique rows)`` closes an epoch). When batches are sampled again
-    (:attr:`WindowPrefetcher.resample`), ``batches`` is a :class:`_Resampled` that the
-    thread fills after putting the item."""
-
-    def __init__(self, pf: WindowPrefetcher, first: int, last: int | None, *,
-                 stop: threading.Event | None = None, plan=None, primed=None) -> None:  # fmt: skip
-        self.pf = pf
-        self.next_epoch = first
-        self.q: queue.Queue = queue.Queue()
-        self.slots = threading.Semaphore(2)  # windows alive: the one trained on + the one read
-        self.stop = stop or threading.Event()
-        self.may_read = threading.Event()
-        self.may_read.set()
-        self.reading = threading.Lock()
-        self.held = 0  # bytes of windows read and not yet released
-        lazy = None
-        if primed is not None:  # a window read already (with the cache)
-            batch, w, slots = primed
-            for _ in range(slots):
-                self.slots.acquire()
-            self.held += w.nbytes
-            if pf.resample:
-                batch = lazy = _Resampled(batch, self)
-            self.q.put((first, batch, w, slots))
-        self.thread = threading.Thread(target=self._run, args=(first, last, plan, lazy),
-                                       daemon=True, name="shoal-prefetch")  # fmt: skip
-        self.thread.start()
-
-    def _wait(self, ev_or_sem) -> None:
-        while not (ev_or_sem.wait(0.1) if isinstance(ev_or_sem, threading.Event)
-                   else ev_or_sem.acquire(timeout=0.1)):  # fmt: skip
-            if self.stop.is_set():
-                raise _Stop
-
-    def _put(self, q: queue.Queue, item) -> None:
-        while True:
-            try:
-                q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                if self.stop.is_set():
-                    raise _Stop from None
-
-    def _produce(self, epoch: int, lazy: _Resampled) -> None:
-        """Sample ``lazy``'s batches again, in order, as the training thread takes them."""
-        try:
-            for mb in self.pf.loader.samples(epoch, lazy.steps):
-                self._put(lazy.q, mb)
-        except _Stop:
-            raise
-        except BaseException as e:
-            lazy.error = e
-            raise
-
-    def _run(self, first: int, last: int | None, plan, lazy: _Resampled | None) -> None:
-        epoch = first
-        try:
-            if lazy is not None:
-                self._produce(first, lazy)
-            while last is None or epoch <= last:
-                if plan is None:
-                    plan = self.pf._plan(epoch, self.stop)
-                for batch, slots, cold in plan:
-                    for _ in range(slots):
-                        self._wait(self.slots)
-                    self._wait(self.may_read)
-                    with self.reading:
-                        if self.stop.is_set():
-                            raise _Stop
-                        _, w = self.pf._read(batch, cold)
-                        self.held += w.nbytes
-                    lazy = _Resampled(batch, self) if self.pf.resample else None
-                    self.q.put((epoch, batch if lazy is None else lazy, w, slots))
-                    # no reference to the window stays here: the training thread frees it
-                    # when done, before the next one is read into its slot
-                    del w, batch
-                    if lazy is not None:
-                        self._produce(epoch, lazy)
-                        lazy = None
-                self.q.put((epoch, _END, self.pf._unique.pop(epoch, 0), 0))
-                epoch += 1
-                plan = None
-        except _Stop:
-            pass
-        except BaseException as e:  # handed to the training thread
-            self.q.put((epoch, e, None, 0))
-
-    def release(self, nbytes: int, slots: int) -> None:
-        self.held -= nbytes
-        for _ in range(slots):
-            self.slots.release()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.may_read.set()
-        self.thread.join(timeout=60)
 
 
 class WindowPrefetcher:
@@ -207,7 +72,7 @@ class WindowPrefetcher:
         self._seen = np.zeros(features.num_rows, dtype=np.bool_)  # rows of this epoch
         self._mark = np.zeros(features.num_rows, dtype=np.bool_)  # rows of this window
         self._unique: dict[int, int] = {}
-        self._stream: _Stream | None = None
+        self._stream: Stream | None = None
         self.last_epoch_io: dict = {}
         self.fit: WindowFit | None = None
         #: sample each batch twice (to plan its window, then when trained) instead of holding
@@ -242,7 +107,7 @@ class WindowPrefetcher:
         single = True
         for step, mb in enumerate(self.loader.samples(epoch)):
             if stop.is_set():
-                raise _Stop
+                raise Stop
             c_all = fs.cold_of(mb.n_id)
             c = c_all[~mark[c_all]]  # n_id has no repeats: c neither
             new = mb.n_id[~seen[mb.n_id]]
@@ -268,7 +133,7 @@ class WindowPrefetcher:
 
     def calibrate(self, pool: int, *, epoch: int = 0, min_window: int = 1) -> WindowFit:
         """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
-        again when trained: the same batches): :func:`~shoal.sample.budget.fit_windows`
+        again when trained: the same batches): :func:`~shoal.sample.windowfit.fit_windows`
         shares ``pool`` bytes so that an epoch is one window when it can be, read while the
         previous epoch trains when two fit. Call before the first window is read (the
         features' cache must not be loaded yet); returns the fit (also :attr:`fit`)."""
@@ -332,13 +197,13 @@ class WindowPrefetcher:
             primed = (first[0], w, first[1])
         elif first is not None:
             primed = (*self._read(first[0], first[2]), first[1])
-        self._stream = _Stream(self, epoch, self.last_epoch, stop=stop, plan=plan, primed=primed)
+        self._stream = Stream(self, epoch, self.last_epoch, stop=stop, plan=plan, primed=primed)
 
     def _sync(self, epoch: int) -> Iterator[tuple]:
         never = threading.Event()
         for batch, _, cold in self._plan(epoch, never):
             yield (epoch, *self._read(batch, cold), 0)
-        yield (epoch, _END, self._unique.pop(epoch, 0), 0)
+        yield (epoch, END, self._unique.pop(epoch, 0), 0)
 
     # ----------------------------------------------------------------- control
     def start(self, epoch: int) -> None:
@@ -384,7 +249,7 @@ class WindowPrefetcher:
             if not ok:  # stopped early or failed: no stream to continue from
                 self.close()
 
-    def _consume(self, epoch: int, items, st: _Stream | None) -> Iterator:
+    def _consume(self, epoch: int, items, st: Stream | None) -> Iterator:
         ld, fs = self.loader, self.features
         io0 = read_bytes_of_process()
         rec = {"requested": 0, "hits": 0, "rows_read": 0, "bytes_read": 0,
