@@ -52,6 +52,10 @@ CONFIG_FLAGS = (
     "dist_timeout",
     "max_restarts",
     "average_every",
+    "hec_size",
+    "hec_push",
+    "hec_lifespan",
+    "hec_delay",
     "memory",
     "io_threads",
     "structure",
@@ -175,7 +179,9 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
         choices=sorted(ENGINES),
         help="minibatch: sync SGD with remote sampling and feature pulls (DistDGL); averaging: "
         "local training on parts + weighted model averaging every k epochs, needs a store "
-        f"built with --halo-features (SDT-GNN) (default {d.engine})",
+        "built with --halo-features (SDT-GNN); hec: local sampling, halo embeddings from "
+        "caches filled by the owners' delayed pushes (DistGNN-MB) "
+        f"(default {d.engine})",
     )
     g.add_argument(
         "--nproc",
@@ -200,6 +206,34 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
         default=None,
         help="averaging engine: keep each rank's own Adam moments instead of averaging them "
         "with the weights (default: averaged)",
+    )
+    g.add_argument(
+        "--hec-size",
+        type=int,
+        metavar="CS",
+        help="hec engine: lines of each layer's historical embedding cache (DistGNN-MB's cs; "
+        f"default {d.hec_size:,}; at most the rank's halo nodes are allocated)",
+    )
+    g.add_argument(
+        "--hec-push",
+        type=int,
+        metavar="NC",
+        help="hec engine: most embeddings pushed per step, layer and peer, drawn by degree "
+        f"(DistGNN-MB's nc; default {d.hec_push}; -1 = all)",
+    )
+    g.add_argument(
+        "--hec-lifespan",
+        type=int,
+        metavar="LS",
+        help="hec engine: mini-batch steps a cached embedding stays valid (DistGNN-MB's ls; "
+        f"default {d.hec_lifespan})",
+    )
+    g.add_argument(
+        "--hec-delay",
+        type=int,
+        metavar="D",
+        help="hec engine: steps between pushing an embedding and using it, overlapping the "
+        f"exchange with compute (DistGNN-MB's d; default {d.hec_delay})",
     )
     g.add_argument(
         "--dist-timeout",

@@ -12,6 +12,7 @@ __all__ = ["ENGINES", "get_engine"]
 ENGINES: dict[str, str] = {
     "minibatch": "shoal.engines.minibatch:MinibatchEngine",
     "averaging": "shoal.engines.averaging:AveragingEngine",
+    "hec": "shoal.engines.hec:HecEngine",
 }
 
 

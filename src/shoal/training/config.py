@@ -81,6 +81,12 @@ class TrainConfig:
         average_every: averaging engine: average the models every k epochs (default 1).
         average_optimizer: averaging engine: average Adam's moments with the weights
             (default true; false = ``--local-optimizer-state``).
+        hec_size: hec engine: lines of each layer's historical embedding cache, ``cs``
+            (default 1,000,000, DistGNN-MB's; at most the rank's halo nodes are allocated).
+        hec_push: hec engine: most rows pushed per step, layer and peer, ``nc``, drawn by
+            degree (default 2000; -1 = every candidate).
+        hec_lifespan: hec engine: steps a cache line stays valid, ``ls`` (default 2).
+        hec_delay: hec engine: steps between a push and its use, ``d`` (default 1).
     """
 
     model: str = "sage"
@@ -110,6 +116,10 @@ class TrainConfig:
     max_restarts: int = 0
     average_every: int = 1
     average_optimizer: bool = True
+    hec_size: int = 1_000_000
+    hec_push: int = 2000
+    hec_lifespan: int = 2
+    hec_delay: int = 1
     memory: str | int | None = None
     io_threads: int = 8
     structure: str = "auto"
@@ -130,6 +140,8 @@ class TrainConfig:
             "nproc",
             "average_every",
             "io_threads",
+            "hec_size",
+            "hec_delay",
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -154,6 +166,10 @@ class TrainConfig:
             raise ValueError(
                 f"structure must be one of {', '.join(STRUCTURE_MODES)}, got {self.structure!r}"
             )
+        if self.hec_push < -1:
+            raise ValueError(f"hec_push must be >= 0, or -1 for all, got {self.hec_push}")
+        if self.hec_lifespan < 0:
+            raise ValueError(f"hec_lifespan must be >= 0, got {self.hec_lifespan}")
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
 
