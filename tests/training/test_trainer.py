@@ -252,3 +252,16 @@ def test_distributed_options_come_from_toml_too(tmp_path):
     p.write_text("[train]\naverage_every = 0\n")
     with pytest.raises(ShoalInputError, match="average_every"):
         TrainConfig.from_toml(p)
+
+
+def test_eval_test_records_the_test_accuracy_of_every_evaluation(tiny):
+    r = Trainer(cfg(epochs=6, eval_every=2, eval_test=True, lr=0.05), tiny).fit()
+    evals = [h for h in r.history if "val_accuracy" in h]
+    assert [h["epoch"] for h in evals] == [2, 4, 6]
+    assert all("test_accuracy" in h for h in evals)
+    # the final test is of the best-validation weights: the test accuracy measured then
+    best = next(h for h in evals if h["epoch"] == r.best_epoch)
+    assert best["test_accuracy"] == pytest.approx(r.test_accuracy)
+    plain = Trainer(cfg(epochs=6, eval_every=2, lr=0.05), tiny).fit()
+    assert not any("test_accuracy" in h for h in plain.history)
+    assert plain.test_accuracy == pytest.approx(r.test_accuracy)  # nothing else changes

@@ -37,6 +37,7 @@ CONFIG_FLAGS = (
     "weight_decay",
     "patience",
     "eval_every",
+    "eval_test",
     "eval_batch_size",
     "seed",
     "threads",
@@ -124,6 +125,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     g.add_argument("--threads", type=int, help="torch/numba threads (default: all)")
     g.add_argument(
         "--eval-every", type=int, help=f"evaluate every N epochs (default {d.eval_every})"
+    )
+    g.add_argument(
+        "--eval-test",
+        action="store_true",
+        default=None,
+        help="also record the test accuracy at every evaluation (to follow convergence; the "
+        "best weights are still chosen on validation)",
     )
     g.add_argument(
         "--eval-batch-size",

@@ -40,6 +40,10 @@ class TrainConfig:
         patience: stop after this many evaluations without a better validation accuracy;
             0 disables early stopping (default 0).
         eval_every: evaluate on the validation set every this many epochs (default 1).
+        eval_test: also measure the test accuracy at every evaluation, recorded in the epoch's
+            record (``test_accuracy``) to follow convergence, as DistGNN-MB's "epochs to
+            reach the target" does; the best-validation weights are still chosen on
+            validation only (default false).
         eval_batch_size: target nodes per batch of the exact layer-wise inference; a batch
             reads the rows of all their in-neighbours, so this bounds its memory
             (default 1024).
@@ -99,6 +103,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     patience: int = 0
     eval_every: int = 1
+    eval_test: bool = False
     eval_batch_size: int = 1024
     seed: int = 0
     threads: int | None = None

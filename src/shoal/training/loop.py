@@ -153,12 +153,15 @@ class EpochLoop:
             log.info("resumed from %s after epoch %d", ckpt.dir, self.state.epoch)
 
     def _evaluate_val(self, rec: dict[str, Any]) -> bool:
-        """Validation accuracy into ``rec``; keeps the best weights. True when improved."""
+        """Validation accuracy (and the test accuracy with ``eval_test``) into ``rec``; keeps
+        the best weights. True when improved."""
         st = self.state
         t0 = time.perf_counter()
-        val = self.target.evaluate(("val",))["val"]
+        acc = self.target.evaluate(("val", "test") if self.config.eval_test else ("val",))
         self.eval_seconds += time.perf_counter() - t0
-        rec["val_accuracy"] = val
+        val = rec["val_accuracy"] = acc["val"]
+        if "test" in acc:
+            rec["test_accuracy"] = acc["test"]
         if val > st.best_val:
             st.best_val, st.best_epoch, st.bad_evals = val, st.epoch, 0
             st.best_model = copy.deepcopy(self.target.model.state_dict())

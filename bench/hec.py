@@ -1,0 +1,465 @@
+"""``hec`` engine benchmark (issue 12): accuracy, epochs to the target, hit rates, bytes, speed.
+
+Three parts, all with 2 processes on stores partitioned by SPRING (``--halo-features``):
+
+``accuracy``: on Cora, Amazon-Photo and Coauthor-Physics with 2 and 4 parts, 10 seeds: the test
+accuracy of ``hec`` (the paper's defaults: cs = 1M, nc = 2000, ls = 2, d = 1) against the
+single-process trainer (the target, as the paper's single-socket runs), the epochs ``hec``
+needs to come within 1 point of it (test accuracy measured at every evaluation, as the paper
+does: ``--eval-test``), the HEC hit rate per layer, and the bytes sent per epoch against
+``minibatch`` on the same store with the same hyper-parameters (``minibatch`` also run for
+every seed, so its accuracy sits beside). Batches of 16 seeds: the datasets have 100-160
+training nodes, and with 1024 an epoch is one step, in which ``hec`` never pushes (the paper
+pushes while ``k < M - d``).
+
+``sweep``: on one dataset (Amazon-Photo, 2 parts), ``nc`` in {100, 500, 2000, all} x ``d`` in
+{1, 2, 4}, 3 seeds: test accuracy against data bytes per epoch (table and plot).
+
+``speed``: on the 200k-node synthetic graph of ``bench/distributed.py speed`` (2 parts, 3-layer
+GraphSAGE 15,10,5, batch 1024, hidden 256, 1 thread per process), the median training epoch of
+``hec`` and ``minibatch``, back to back, and its split.
+
+Usage::
+
+    python bench/hec.py accuracy [--datasets cora,...] [--parts 2,4] [--seeds 0,...,9]
+    python bench/hec.py sweep [--dataset amazon_photo] [--seeds 0,1,2]
+    python bench/hec.py speed [--epochs 3]
+    python bench/hec.py report        # rewrite the markdown and the plot from the JSON
+
+Results: bench/results/hec.json, bench/results/hec.md, bench/results/hec_sweep.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import distributed as dbench  # noqa: E402  (bench/distributed.py: data preparation, helpers)
+
+ROOT = Path(__file__).resolve().parents[1]
+DWORK = dbench.DWORK
+RESULTS = ROOT / "bench" / "results"
+PY = sys.executable
+BATCH = 16
+#: the sweep's grid: nc (-1 = every candidate) and d
+SWEEP_NC = (100, 500, 2000, -1)
+SWEEP_D = (1, 2, 4)
+
+
+def hparams(name: str) -> dict:
+    """bench/distributed.py's hyper-parameters for ``name``, with batches of :data:`BATCH`."""
+    return {**dbench.HPARAMS[name], "batch_size": BATCH}
+
+
+def load() -> dict:
+    p = RESULTS / "hec.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def save(res: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS / "hec.json.tmp"
+    tmp.write_text(json.dumps(res, indent=1))
+    os.replace(tmp, RESULTS / "hec.json")
+    write_markdown(res)
+
+
+def command(res: dict, part: str) -> None:
+    res.setdefault("commands", {})[part] = " ".join(["python bench/hec.py", *sys.argv[1:]])
+    res["machine"] = dbench.machine()
+
+
+# ----------------------------------------------------------------------------- runs
+def curve(history: list[dict]) -> list[list[float]]:
+    return [[h["epoch"], h["test_accuracy"]] for h in history if "test_accuracy" in h]
+
+
+def single(g: Path, hp: dict, seed: int) -> dict:
+    code = (
+        "import json,sys\n"
+        "from shoal.training import TrainConfig, TrainData, Trainer\n"
+        "hp=json.loads(sys.argv[2]); hp['fanouts']=tuple(int(x) for x in hp['fanouts'].split(','))\n"
+        "tc=TrainConfig(**hp, seed=int(sys.argv[3]), eval_every=5, eval_test=True,"
+        " progress=False, threads=1)\n"
+        "r=Trainer(tc, TrainData.from_graph_dir(sys.argv[1])).fit()\n"
+        "print(json.dumps({'test_accuracy': r.test_accuracy, 'best_epoch': r.best_epoch,"
+        " 'seconds_per_epoch': r.seconds_per_epoch,"
+        " 'curve': [[h['epoch'], h['test_accuracy']] for h in r.history if 'test_accuracy' in h]}))\n"
+    )
+    p = dbench.sh([PY, "-c", code, str(g), json.dumps(hp), str(seed)])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def hec_layers(history: list[dict]) -> list[dict]:
+    """Per layer over the run's epochs: hit rate (hits / lookups), and per epoch the rows
+    pushed, received and dropped and the lines valid at the epoch's end."""
+    recs = [h["hec"] for h in history if "hec" in h]
+    if not recs:
+        return []
+    out = []
+    n = len(recs)
+    for layer in range(len(recs[0])):
+        rows = [r[layer] for r in recs]
+        look = sum(r["lookups"] for r in rows)
+        out.append({
+            "layer": layer,
+            "hit_rate": sum(r["hits"] for r in rows) / look if look else None,
+            **{f"{k}_per_epoch": sum(r[k] for r in rows) / n
+               for k in ("lookups", "pushed", "received", "dropped", "valid_lines")},
+        })  # fmt: skip
+    return out
+
+
+def engine(store: Path, name: str, hp: dict, seed: int, extra: list[str] = ()) -> dict:
+    tag = "-".join(x.lstrip("-") for x in extra)
+    out = DWORK / f"hec-run-{store.name}-{name}-{seed}{'-' + tag if tag else ''}.json"
+    dbench.sh([PY, "-m", "shoal", "train", "--store", str(store), "--engine", name,
+               "--nproc", "2", "--json", str(out), "--eval-test", *dbench.hp_flags(hp, seed),
+               *extra])  # fmt: skip
+    d = json.loads(out.read_text())
+    comm = d["comm_per_epoch"]
+    return {
+        "test_accuracy": d["test_accuracy"],
+        "best_epoch": d["best_epoch"],
+        "seconds_per_epoch": d["seconds_per_epoch"],
+        "data_bytes_per_epoch": comm.get("bytes_sent", 0.0),
+        "allreduce_bytes_per_epoch": comm.get("allreduce_bytes", 0.0),
+        "batches_per_epoch": d["batches_per_epoch"],
+        "curve": curve(d["history"]),
+        "hec": hec_layers(d["history"]),
+    }
+
+
+def run_accuracy(args: argparse.Namespace) -> None:
+    res = load()
+    command(res, "accuracy")
+    acc = res.setdefault("accuracy", {})
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for name in args.datasets.split(","):
+        hp = hparams(name)
+        entry = acc.setdefault(name, {"hparams": hp, "runs": {}})
+        entry["hparams"] = hp
+        runs = entry["runs"]
+        g, _ = dbench.prepare(name, 2)
+        todo = [(f"single/seed{s}", single, (g, hp, s)) for s in seeds]
+        for parts in (int(p) for p in args.parts.split(",")):
+            _, st = dbench.prepare(name, parts)
+            for eng in ("hec", "minibatch"):
+                todo += [(f"{eng}/p{parts}/seed{s}", engine, (st, eng, hp, s)) for s in seeds]
+        for key, fn, fargs in todo:
+            if key not in runs:
+                t0 = time.perf_counter()
+                runs[key] = fn(*fargs)
+                print(name, key, round(runs[key]["test_accuracy"], 4),
+                      f"{time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
+                save(res)
+
+
+def run_sweep(args: argparse.Namespace) -> None:
+    res = load()
+    command(res, "sweep")
+    sw = res.setdefault("sweep", {"dataset": args.dataset, "parts": 2, "runs": {}})
+    hp = hparams(args.dataset)
+    sw["hparams"] = hp
+    _, st = dbench.prepare(args.dataset, 2)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for nc in SWEEP_NC:
+        for d in SWEEP_D:
+            for s in seeds:
+                key = f"nc{nc}/d{d}/seed{s}"
+                if key not in sw["runs"]:
+                    flags = [f"--hec-push={nc}", f"--hec-delay={d}"]
+                    sw["runs"][key] = engine(st, "hec", hp, s, flags)
+                    print(key, round(sw["runs"][key]["test_accuracy"], 4), flush=True)
+                    save(res)
+    for s in seeds:  # minibatch on the same store: the bytes and accuracy to compare with
+        key = f"minibatch/seed{s}"
+        if key not in sw["runs"]:
+            sw["runs"][key] = engine(st, "minibatch", hp, s)
+            save(res)
+
+
+# ----------------------------------------------------------------------------- speed
+def speed_worker(args: argparse.Namespace) -> None:
+    """One rank of the speed benchmark (started by torch.distributed.run)."""
+    from shoal.distributed import DistConfig, process_group
+    from shoal.engines import EngineConfig, get_engine
+    from shoal.store import Store
+    from shoal.training import TrainConfig
+    from shoal.utils.threads import set_threads
+
+    set_threads(1)
+    tc = TrainConfig(model="sage", fanouts=(15, 10, 5), batch_size=1024, hidden=256,
+                     epochs=args.epochs, lr=0.003, seed=0, progress=False, threads=1)  # fmt: skip
+    with process_group(DistConfig(threads=1)) as ctx:
+        eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
+        recs = [eng.train_epoch(e) for e in range(args.epochs)]
+        if ctx.is_rank0:
+            secs = [r["seconds"] for r in recs]
+            med = sorted(range(len(secs)), key=secs.__getitem__)[len(secs) // 2]
+            Path(args.out).write_text(json.dumps({
+                "engine": args.engine,
+                "epoch_seconds": secs,
+                "median_epoch_seconds": statistics.median(secs),
+                "time_split_rank0": recs[med]["time_split"],
+                "comm_per_epoch": recs[med]["comm"],
+                "batches_per_epoch_per_rank": eng.num_batches,
+                "hec": recs[med].get("hec"),
+                "loss": [r["loss"] for r in recs],
+            }))  # fmt: skip
+
+
+def run_speed(args: argparse.Namespace) -> None:
+    res = load()
+    command(res, "speed")
+    g = dbench.WORK / "synth-200k"
+    if not (g / "meta.json").exists():
+        dbench.shoal("data", "synth", "dcsbm", "--nodes", "200000", "--edges", "1000000",
+                     "--out", str(g), "--classes", "47", "--features", "128", "--seed", "0")  # fmt: skip
+    a, s = DWORK / "synth-200k-spring2", DWORK / "synth-200k-store2"
+    if not (a / "meta.json").exists():
+        dbench.shoal("partition", str(g), "--algo", "spring", "--parts", "2", "--out", str(a))
+    if not (s / "meta.json").exists():
+        dbench.shoal("store", "build", str(g), str(a), "--out", str(s), "--halo-features")
+    sp = res["speed"] = {"load_before": os.getloadavg()[0]}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    for eng in ("minibatch", "hec"):  # back to back
+        out = DWORK / f"hec-speed-{eng}.json"
+        dbench.sh([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                   str(Path(__file__).resolve()), "speed-worker", "--store", str(s),
+                   "--engine", eng, "--epochs", str(args.epochs), "--out", str(out)],
+                  env=env)  # fmt: skip
+        sp[eng] = json.loads(out.read_text())
+        print(eng, sp[eng]["median_epoch_seconds"], flush=True)
+    save(res)
+
+
+# ----------------------------------------------------------------------------- report
+def _mean_sd(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.3f} ± {sd:.3f}"
+
+
+def mean_curve(runs: list[dict]) -> list[tuple[int, float]]:
+    """Test accuracy at each evaluation epoch, averaged over the runs that have it."""
+    by: dict[int, list[float]] = {}
+    for r in runs:
+        for e, a in r["curve"]:
+            by.setdefault(int(e), []).append(a)
+    return [(e, statistics.mean(v)) for e, v in sorted(by.items())]
+
+
+def epochs_to(runs: list[dict], target: float) -> int | None:
+    """The first evaluation epoch whose mean test accuracy is within 1 point of ``target``."""
+    return next((e for e, a in mean_curve(runs) if a >= target - 0.01), None)
+
+
+def _mb(x: float) -> str:
+    return f"{x / 1e6:.2f}"
+
+
+def accuracy_section(acc: dict) -> list[str]:
+    lines = [
+        "## Accuracy, epochs to the target, bytes (2 processes, 10 seeds)",
+        "",
+        "Target: the single-process trainer's mean test accuracy (best-validation weights). "
+        "'epochs to target': the first evaluation (every 5 epochs) at which the mean over "
+        "seeds of the test accuracy is within 1 point of the target (the paper's criterion). "
+        "Data bytes: everything sent per epoch but the gradient all-reduce (summed over ranks; "
+        "ids, rows, pushes); the all-reduce is the same for both engines.",
+        "",
+        "| dataset | p | single | epochs to target (single) | hec | Δ | epochs to target (hec) "
+        "| minibatch | data MB/epoch hec | minibatch | ratio | all-reduce MB/epoch | steps/epoch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    hits = ["", "### HEC per layer (mean over seeds and epochs)", "",
+            "| dataset | p | layer | hit rate | lookups/epoch | pushed/epoch | received/epoch "
+            "| dropped/epoch | lines valid at epoch end |",
+            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, entry in acc.items():
+        runs = entry["runs"]
+        sg = [r for k, r in runs.items() if k.startswith("single/")]
+        if not sg:
+            continue
+        target = statistics.mean(r["test_accuracy"] for r in sg)
+        for p in (2, 4):
+            hc = [r for k, r in runs.items() if k.startswith(f"hec/p{p}/")]
+            mb = [r for k, r in runs.items() if k.startswith(f"minibatch/p{p}/")]
+            if not hc:
+                continue
+            ha = [r["test_accuracy"] for r in hc]
+            hb = statistics.mean(r["data_bytes_per_epoch"] for r in hc)
+            mbb = statistics.mean(r["data_bytes_per_epoch"] for r in mb) if mb else float("nan")
+            lines.append(
+                f"| {name} | {p} | {_mean_sd([r['test_accuracy'] for r in sg])} | "
+                f"{epochs_to(sg, target)} | {_mean_sd(ha)} | "
+                f"{100 * (statistics.mean(ha) - target):+.1f} | {epochs_to(hc, target)} | "
+                f"{_mean_sd([r['test_accuracy'] for r in mb])} | {_mb(hb)} | {_mb(mbb)} | "
+                f"{hb / mbb:.2f} | {_mb(hc[0]['allreduce_bytes_per_epoch'])} | "
+                f"{hc[0]['batches_per_epoch']} |"
+            )
+            for layer in range(len(hc[0]["hec"])):
+                ls = [r["hec"][layer] for r in hc]
+                hr = [x["hit_rate"] for x in ls if x["hit_rate"] is not None]
+                hits.append(
+                    f"| {name} | {p} | L{layer} | {statistics.mean(hr) if hr else 0:.2f} | "
+                    + " | ".join(
+                        f"{statistics.mean(x[k] for x in ls):.0f}"
+                        for k in (
+                            "lookups_per_epoch",
+                            "pushed_per_epoch",
+                            "received_per_epoch",
+                            "dropped_per_epoch",
+                            "valid_lines_per_epoch",
+                        )
+                    )  # fmt: skip
+                    + " |"
+                )
+    return [*lines, *hits, ""]
+
+
+def sweep_rows(sw: dict) -> list[dict]:
+    out = []
+    for nc in SWEEP_NC:
+        for d in SWEEP_D:
+            rs = [r for k, r in sw["runs"].items() if k.startswith(f"nc{nc}/d{d}/")]
+            if rs:
+                out.append({"nc": nc, "d": d, "n": len(rs),
+                            "acc": [r["test_accuracy"] for r in rs],
+                            "bytes": statistics.mean(r["data_bytes_per_epoch"] for r in rs),
+                            "hit": [statistics.mean(r["hec"][i]["hit_rate"] or 0 for r in rs)
+                                    for i in range(len(rs[0]["hec"]))]})  # fmt: skip
+    return out
+
+
+def sweep_section(sw: dict) -> list[str]:
+    rows = sweep_rows(sw)
+    mb = [r for k, r in sw["runs"].items() if k.startswith("minibatch/")]
+    mbb = statistics.mean(r["data_bytes_per_epoch"] for r in mb) if mb else float("nan")
+    lines = [f"## Sweep of nc and d ({sw['dataset']}, {sw['parts']} parts, 2 processes)", "",
+             f"minibatch on the same store: test {_mean_sd([r['test_accuracy'] for r in mb])}, "
+             f"{_mb(mbb)} data MB/epoch. Plot: `hec_sweep.png`.", "",
+             "| nc | d | seeds | test accuracy | data MB/epoch | vs minibatch | hit rate per layer |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {'all' if r['nc'] < 0 else r['nc']} | {r['d']} | {r['n']} | "
+                     f"{_mean_sd(r['acc'])} | {_mb(r['bytes'])} | {r['bytes'] / mbb:.2f} | "
+                     f"{', '.join(f'{h:.2f}' for h in r['hit'])} |")  # fmt: skip
+    return [*lines, ""]
+
+
+def plot_sweep(sw: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sweep_rows(sw)
+    mb = [r for k, r in sw["runs"].items() if k.startswith("minibatch/")]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for d in SWEEP_D:
+        rs = [r for r in rows if r["d"] == d]
+        xs = [r["bytes"] / 1e6 for r in rs]
+        ys = [statistics.mean(r["acc"]) for r in rs]
+        ax.plot(xs, ys, marker="o", label=f"hec, d = {d}")
+        for r, x, y in zip(rs, xs, ys, strict=True):
+            ax.annotate("all" if r["nc"] < 0 else str(r["nc"]), (x, y), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    if mb:
+        ax.scatter([statistics.mean(r["data_bytes_per_epoch"] for r in mb) / 1e6],
+                   [statistics.mean(r["test_accuracy"] for r in mb)], marker="*", s=120,
+                   color="black", label="minibatch", zorder=3)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("data bytes sent per epoch (MB, all ranks; log scale)")
+    ax.set_ylabel("test accuracy (mean over seeds)")
+    ax.set_title(f"hec: push limit nc (labels) and delay d, {sw['dataset']}, 2 parts")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp = RESULTS / "hec_sweep.tmp.png"
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, RESULTS / "hec_sweep.png")
+    plt.close(fig)
+
+
+def speed_section(sp: dict) -> list[str]:
+    if "hec" not in sp or "minibatch" not in sp:
+        return []
+    h, m = sp["hec"], sp["minibatch"]
+    lines = ["## Epoch time on the 200k-node synthetic graph (2 parts, 2 processes, 1 thread each)",
+             "", f"Run back to back (load before: {sp['load_before']:.2f}); 3-layer GraphSAGE "
+             "15,10,5, batch 1024, hidden 256; median epoch.", "",
+             "| engine | median epoch s | epochs s | sampling | gather | forward-backward | "
+             "communication | data MB/epoch | steps/epoch/rank |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, r in (("minibatch", m), ("hec", h)):
+        ts = r["time_split_rank0"]
+        lines.append(f"| {name} | {r['median_epoch_seconds']:.2f} | "
+                     f"{', '.join(f'{x:.2f}' for x in r['epoch_seconds'])} | "
+                     + " | ".join(f"{ts.get(k, 0.0):.2f}" for k in
+                                  ("sampling", "gather", "forward_backward", "communication"))
+                     + f" | {_mb(r['comm_per_epoch'].get('bytes_sent', 0.0))} | "
+                     f"{r['batches_per_epoch_per_rank']} |")  # fmt: skip
+    lines.append("")
+    lines.append(f"hec / minibatch epoch time: {h['median_epoch_seconds'] / m['median_epoch_seconds']:.2f}; "
+                 "hit rate per layer: "
+                 + ", ".join(f"L{x['layer']} {x['hit_rate']:.2f}" for x in h["hec"] or []))  # fmt: skip
+    return [*lines, ""]
+
+
+def write_markdown(res: dict) -> None:
+    lines = ["# hec engine (DistGNN-MB): accuracy, hit rates, bytes, speed", "",
+             f"Machine: {res.get('machine', '?')}. Written by `bench/hec.py` (commands below).",
+             ""]  # fmt: skip
+    if "accuracy" in res:
+        lines += accuracy_section(res["accuracy"])
+        hp = {k: v["hparams"] for k, v in res["accuracy"].items()}
+        lines += ["Hyper-parameters (single, hec and minibatch alike; hec with the paper's "
+                  "cs = 1M, nc = 2000, ls = 2, d = 1):", ""]  # fmt: skip
+        lines += [f"- {k}: `{json.dumps(v)}`" for k, v in hp.items()] + [""]
+    if "sweep" in res:
+        lines += sweep_section(res["sweep"])
+        plot_sweep(res["sweep"])
+    if "speed" in res:
+        lines += speed_section(res["speed"])
+    lines += ["## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
+    lines += ["", *res.get("notes", [])]
+    tmp = RESULTS / "hec.md.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, RESULTS / "hec.md")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("accuracy")
+    a.add_argument("--datasets", default="cora,amazon_photo,coauthor_physics")
+    a.add_argument("--parts", default="2,4")
+    a.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
+    s = sub.add_parser("sweep")
+    s.add_argument("--dataset", default="amazon_photo")
+    s.add_argument("--seeds", default="0,1,2")
+    p = sub.add_parser("speed")
+    p.add_argument("--epochs", type=int, default=3)
+    w = sub.add_parser("speed-worker")
+    w.add_argument("--store", required=True)
+    w.add_argument("--engine", required=True)
+    w.add_argument("--epochs", type=int, default=3)
+    w.add_argument("--out", required=True)
+    sub.add_parser("report")
+    args = ap.parse_args()
+    DWORK.mkdir(parents=True, exist_ok=True)
+    {"accuracy": run_accuracy, "sweep": run_sweep, "speed": run_speed,
+     "speed-worker": speed_worker, "report": lambda _: write_markdown(load())}[args.cmd](args)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
