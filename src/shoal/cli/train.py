@@ -120,7 +120,25 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
         help="early stopping after N evaluations without a better "
         "validation accuracy; 0 = off (default 0)",
     )
-    g = groups["run"]
+    _add_run_arguments(groups["run"], d)
+    g = groups["output"]
+    g.add_argument("--checkpoint-dir", metavar="DIR", help="write last.pt / best.pt there")
+    g.add_argument("--resume", action="store_true", default=None, help="continue from DIR/last.pt")
+    g.add_argument("--metrics-file", metavar="FILE", help="append per-epoch JSON lines")
+    g.add_argument("--json", metavar="FILE", help="write the run's result as JSON ('-' = stdout)")
+    g.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    g.add_argument(
+        "--scratch-dir",
+        metavar="DIR",
+        help="where large temporary files go (inference arrays); default: beside the graph "
+        "directory or the store, never the system temp dir (often RAM-backed)",
+    )
+    _add_memory_arguments(groups["memory"], d)
+    _add_distributed_arguments(groups["distributed"], d)
+    return groups
+
+
+def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument("--seed", type=int, help=f"random seed (default {d.seed})")
     g.add_argument("--threads", type=int, help="torch/numba threads (default: all)")
     g.add_argument(
@@ -138,21 +156,6 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
         type=int,
         help=f"nodes per inference batch (default {d.eval_batch_size})",
     )
-    g = groups["output"]
-    g.add_argument("--checkpoint-dir", metavar="DIR", help="write last.pt / best.pt there")
-    g.add_argument("--resume", action="store_true", default=None, help="continue from DIR/last.pt")
-    g.add_argument("--metrics-file", metavar="FILE", help="append per-epoch JSON lines")
-    g.add_argument("--json", metavar="FILE", help="write the run's result as JSON ('-' = stdout)")
-    g.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    g.add_argument(
-        "--scratch-dir",
-        metavar="DIR",
-        help="where large temporary files go (inference arrays); default: beside the graph "
-        "directory or the store, never the system temp dir (often RAM-backed)",
-    )
-    _add_memory_arguments(groups["memory"], d)
-    _add_distributed_arguments(groups["distributed"], d)
-    return groups
 
 
 def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
