@@ -57,7 +57,7 @@ from shoal.distributed.hec import (
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN
+from shoal.nn.base import BlockGNN, layer_widths
 from shoal.sample.featstore import DiskFeatures
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Partition
@@ -172,7 +172,7 @@ class HecEngine(Engine):
         # Algorithm 1: db_halo and one cache per layer
         owner_rank = self.part_to_rank[store.owner(g.halo)] if len(g.halo) else g.halo
         self.db = halo_database(g.halo, owner_rank, ctx.world_size, self.stats)
-        self.dims = self._layer_widths(dim)
+        self.dims = layer_widths(self.model, dim)[:-1]  # every layer's input
         self.caches = [HistoricalCache(universe=g.halo, dim=w, size=cfg.hec_size,
                                        lifespan=cfg.hec_lifespan) for w in self.dims]  # fmt: skip
         self.push = DelayedPush(self.dims, ctx.world_size, cfg.hec_delay, self.stats)
@@ -184,20 +184,6 @@ class HecEngine(Engine):
             log.info("hec: rank 0 has %d solid and %d halo nodes, %d steps per epoch; caches of "
                      "%s lines", g.num_solid, len(g.halo), self.num_batches,
                      [c.capacity for c in self.caches])  # fmt: skip
-
-    def _layer_widths(self, in_dim: int) -> list[int]:
-        """The input width of every layer (layer 0: the features), from a one-node pass."""
-        e = torch.empty((2, 0), dtype=torch.int64)
-        blk = Block(e, 1, 1, torch.zeros(2, dtype=torch.int64), torch.ones(1))
-        widths, x = [], torch.zeros(1, in_dim)
-        was = self.model.training
-        self.model.eval()
-        with torch.no_grad():
-            for layer in range(self.model.num_layers):
-                widths.append(int(x.shape[1]))
-                x = self.model.layer_forward(layer, x, blk)
-        self.model.train(was)
-        return widths
 
     def _batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's seeds for ``epoch``, shuffled as the single-process trainer does, in
