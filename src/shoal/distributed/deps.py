@@ -80,8 +80,10 @@ class RemoteCSR:
             return self
         ids = np.concatenate([self.ids, other.ids])
         order = np.argsort(ids, kind="stable")
-        lists = [self.indices[self.indptr[i]:self.indptr[i + 1]] for i in range(len(self.ids))]
-        lists += [other.indices[other.indptr[i]:other.indptr[i + 1]] for i in range(len(other.ids))]
+        lists = [self.indices[self.indptr[i] : self.indptr[i + 1]] for i in range(len(self.ids))]
+        lists += [
+            other.indices[other.indptr[i] : other.indptr[i + 1]] for i in range(len(other.ids))
+        ]
         lists = [lists[i] for i in order]
         indptr = np.zeros(len(ids) + 1, np.int64)
         indptr[1:] = np.cumsum([len(x) for x in lists])
@@ -241,7 +243,7 @@ def fetch_in_edges(ids: np.ndarray, owner_rank: np.ndarray, serve, world: int,
     return RemoteCSR(np.asarray(ids, np.int64), indptr, idx.astype(np.int64))
 
 
-def fetch_closure(halo: np.ndarray, depth: int, *, owner_rank, is_local, serve, world: int,
+def fetch_closure(halo: np.ndarray, depth: int, *, owner_rank, local_mask, serve, world: int,
                   stats=None) -> RemoteCSR:  # fmt: skip
     """In-neighbour lists of the remote nodes within ``depth - 1`` hops below the halo
     (depth 0: none): what :func:`split_dependencies` needs for an ``L``-layer model with
@@ -253,7 +255,5 @@ def fetch_closure(halo: np.ndarray, depth: int, *, owner_rank, is_local, serve, 
         csr = fetch_in_edges(frontier, owner_rank(frontier), serve, world, stats)
         known = known.merge(csr)
         nxt = np.unique(csr.indices)
-        mask = np.array([not is_local(int(w)) for w in nxt], dtype=bool) if len(nxt) else nxt
-        nxt = nxt[mask.astype(bool)] if len(nxt) else nxt
-        frontier = np.setdiff1d(nxt, known.ids)
+        frontier = np.setdiff1d(nxt[~local_mask(nxt)], known.ids)
     return known

@@ -48,8 +48,8 @@ from shoal.distributed.deps import (
     fetch_closure,
     split_dependencies,
 )
+from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
-from shoal.engines.hec import rank_graph
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, layer_widths
@@ -186,10 +186,9 @@ class FullGraphEngine(Engine):
         depth = 0 if cfg.deps == "comm" else self.model.num_layers - 1
         self.structure = RemoteCSR.empty()
         if depth:
-            self.structure = fetch_closure(
-                g.halo, depth, owner_rank=self._owner_rank, is_local=lambda w: bool(
-                    self._local(np.array([w]))[0]), serve=self._serve,
-                world=self.ctx.world_size, stats=self.stats)  # fmt: skip
+            self.structure = fetch_closure(g.halo, depth, owner_rank=self._owner_rank,
+                                           local_mask=self._local, serve=self._serve,
+                                           world=self.ctx.world_size, stats=self.stats)  # fmt: skip
         if cfg.dep_memory is not None:
             limit = float(parse_size(cfg.dep_memory))
         else:  # what the features' share of the budget leaves after this rank's own rows
