@@ -8,8 +8,9 @@ import torch
 
 from shoal.distributed import DistContext
 from shoal.distributed.hec import drop_sources
+from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import EngineConfig
-from shoal.engines.hec import HecEngine, rank_graph
+from shoal.engines.hec import HecEngine
 from shoal.graph.blocks import Block
 from shoal.store import Store
 from shoal.training import TrainConfig, TrainData, Trainer

@@ -1,8 +1,10 @@
 """Distributed training engines on one Engine interface (``shoal.engines.base``).
 
 ``minibatch`` (DistDGL: sync SGD, sampling where the data lives, remote feature pulls),
-``averaging`` (SDT-GNN: local training on parts, weighted model averaging) and ``hec``
-(DistGNN-MB: local sampling, historical embedding caches filled by delayed pushes). Run them with
+``averaging`` (SDT-GNN: local training on parts, weighted model averaging), ``hec``
+(DistGNN-MB: local sampling, historical embedding caches filled by delayed pushes) and
+``fullgraph`` (NeutronStar: full-graph training, remote dependencies communicated or
+recomputed). Run them with
 ``shoal train --store STORE --engine NAME --nproc N`` or under torchrun with
 ``torchrun ... -m shoal train --store STORE --engine NAME`` (see docs/distributed.md).
 """

@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,82 +53,19 @@ from shoal.distributed.hec import (
     halo_database,
     select_push,
 )
+from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN
+from shoal.nn.base import BlockGNN, layer_widths
 from shoal.sample.featstore import DiskFeatures
 from shoal.sample.sampler import NeighborSampler
-from shoal.store.reader import Partition
 from shoal.training import batch_seed
 from shoal.utils.progress import progress
 
-__all__ = ["HecEngine", "RankGraph", "rank_graph"]
+__all__ = ["HecEngine"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RankGraph:
-    """A rank's partition: ``solid`` global ids (its parts' core nodes, part after part),
-    ``halo`` sorted global ids of their in-neighbours on other ranks, and the CSR of the
-    solid nodes' in-edges in rank-local ids (solid ``0..S-1``, halo ``S + position``)."""
-
-    solid: np.ndarray
-    halo: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
-
-    @property
-    def num_solid(self) -> int:
-        return len(self.solid)
-
-    def to_global(self, local: np.ndarray) -> np.ndarray:
-        """Global ids of rank-local ids."""
-        local = np.asarray(local, dtype=np.int64)
-        out = np.empty(local.shape, dtype=np.int64)
-        solid = local < self.num_solid
-        out[solid] = self.solid[local[solid]]
-        out[~solid] = self.halo[local[~solid] - self.num_solid]
-        return out
-
-
-def rank_graph(parts: list[Partition], part_to_rank: np.ndarray, rank: int, owner) -> RankGraph:
-    """The :class:`RankGraph` of ``parts`` (this rank's). With one part its arrays are the
-    part's own (core nodes, then its sorted halo); with several, the parts' CSRs are merged and
-    halo nodes held by another of this rank's parts become solid. ``owner(ids)``: part of each
-    global id."""
-    if not parts:
-        e = np.empty(0, np.int64)
-        return RankGraph(e, e, np.zeros(1, np.int64), e)
-    if len(parts) == 1:
-        p = parts[0]
-        return RankGraph(p.core_ids.astype(np.int64), np.asarray(p.halo_ids, np.int64),
-                         np.asarray(p.indptr), np.asarray(p.indices))  # fmt: skip
-    solid = np.concatenate([p.core_ids for p in parts]).astype(np.int64)
-    offsets = np.cumsum([0] + [p.num_core for p in parts])
-    off_of = np.zeros(len(part_to_rank), np.int64)  # part -> its first rank-local id
-    start_of = np.zeros(len(part_to_rank), np.int64)  # part -> its first global id
-    for p, o in zip(parts, offsets, strict=False):
-        off_of[p.index], start_of[p.index] = o, p.start
-    halos = np.concatenate([np.asarray(p.halo_ids, np.int64) for p in parts])
-    halo = np.unique(halos[part_to_rank[owner(halos)] != rank])
-    s = len(solid)
-    ptrs, idx, base = [np.zeros(1, np.int64)], [], 0
-    for p in parts:
-        h = np.asarray(p.halo_ids, np.int64)
-        q = owner(h)
-        mine = part_to_rank[q] == rank  # halo of this part, core of another part here
-        local_h = np.where(mine, off_of[q] + h - start_of[q], 0)
-        local_h[~mine] = s + np.searchsorted(halo, h[~mine])
-        ind = np.asarray(p.indices, np.int64)
-        core = ind < p.num_core
-        out = np.where(core, off_of[p.index] + ind, 0)
-        out[~core] = local_h[ind[~core] - p.num_core]
-        idx.append(out)
-        ptrs.append(np.asarray(p.indptr, np.int64)[1:] + base)
-        base += len(ind)
-    return RankGraph(solid, halo, np.concatenate(ptrs), np.concatenate(idx))
 
 
 class HecEngine(Engine):
@@ -172,7 +108,7 @@ class HecEngine(Engine):
         # Algorithm 1: db_halo and one cache per layer
         owner_rank = self.part_to_rank[store.owner(g.halo)] if len(g.halo) else g.halo
         self.db = halo_database(g.halo, owner_rank, ctx.world_size, self.stats)
-        self.dims = self._layer_widths(dim)
+        self.dims = layer_widths(self.model, dim)[:-1]  # every layer's input
         self.caches = [HistoricalCache(universe=g.halo, dim=w, size=cfg.hec_size,
                                        lifespan=cfg.hec_lifespan) for w in self.dims]  # fmt: skip
         self.push = DelayedPush(self.dims, ctx.world_size, cfg.hec_delay, self.stats)
@@ -184,20 +120,6 @@ class HecEngine(Engine):
             log.info("hec: rank 0 has %d solid and %d halo nodes, %d steps per epoch; caches of "
                      "%s lines", g.num_solid, len(g.halo), self.num_batches,
                      [c.capacity for c in self.caches])  # fmt: skip
-
-    def _layer_widths(self, in_dim: int) -> list[int]:
-        """The input width of every layer (layer 0: the features), from a one-node pass."""
-        e = torch.empty((2, 0), dtype=torch.int64)
-        blk = Block(e, 1, 1, torch.zeros(2, dtype=torch.int64), torch.ones(1))
-        widths, x = [], torch.zeros(1, in_dim)
-        was = self.model.training
-        self.model.eval()
-        with torch.no_grad():
-            for layer in range(self.model.num_layers):
-                widths.append(int(x.shape[1]))
-                x = self.model.layer_forward(layer, x, blk)
-        self.model.train(was)
-        return widths
 
     def _batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's seeds for ``epoch``, shuffled as the single-process trainer does, in

@@ -13,6 +13,7 @@ ENGINES: dict[str, str] = {
     "minibatch": "shoal.engines.minibatch:MinibatchEngine",
     "averaging": "shoal.engines.averaging:AveragingEngine",
     "hec": "shoal.engines.hec:HecEngine",
+    "fullgraph": "shoal.engines.fullgraph:FullGraphEngine",
 }
 
 

@@ -24,7 +24,14 @@ from torch.nn import functional as F
 from shoal.graph.blocks import Block
 from shoal.nn.dropout import dropout, relu_dropout
 
-__all__ = ["BlockGNN", "SumLayer", "gcn_adj_t", "mean_aggregate", "sum_aggregate"]
+__all__ = [
+    "BlockGNN",
+    "SumLayer",
+    "gcn_adj_t",
+    "layer_widths",
+    "mean_aggregate",
+    "sum_aggregate",
+]
 
 
 def mean_aggregate(x_src: torch.Tensor, block: Block) -> torch.Tensor:
@@ -154,3 +161,19 @@ class BlockGNN(nn.Module):
     def dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[tuple[int, int]]:
         sizes = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         return list(zip(sizes[:-1], sizes[1:], strict=True))
+
+
+def layer_widths(model: BlockGNN, in_dim: int) -> list[int]:
+    """The width of every level of ``model``: its input (``in_dim``), each layer's output
+    (GAT's heads included), from a pass over one isolated node in evaluation mode."""
+    e = torch.empty((2, 0), dtype=torch.int64)
+    blk = Block(e, 1, 1, torch.zeros(2, dtype=torch.int64), torch.ones(1))
+    widths, x = [int(in_dim)], torch.zeros(1, in_dim)
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        for layer in range(model.num_layers):
+            x = model.layer_forward(layer, x, blk)
+            widths.append(int(x.shape[1]))
+    model.train(was)
+    return widths

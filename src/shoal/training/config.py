@@ -17,7 +17,10 @@ from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.utils.io import parse_size
 
-__all__ = ["TrainConfig"]
+__all__ = ["DEP_MODES", "TrainConfig"]
+
+#: how the fullgraph engine handles remote dependencies (``TrainConfig.deps``)
+DEP_MODES = ("hybrid", "comm", "cache")
 
 
 @dataclass(kw_only=True)
@@ -91,6 +94,18 @@ class TrainConfig:
             degree (default 2000; -1 = every candidate).
         hec_lifespan: hec engine: steps a cache line stays valid, ``ls`` (default 2).
         hec_delay: hec engine: steps between a push and its use, ``d`` (default 1).
+        deps: fullgraph engine: how remote dependencies are handled: ``"comm"`` (fetched
+            every layer, DepComm), ``"cache"`` (recomputed from replicated subtrees,
+            DepCache) or ``"hybrid"`` (split per dependency by NeutronStar's cost model;
+            default ``"hybrid"``).
+        dep_memory: fullgraph engine: the memory limit ``S`` of the replicated dependencies,
+            a size (e.g. ``"512MiB"``); None = what the rank's memory budget leaves for
+            features after its own part (default None).
+        dep_costs: fullgraph engine: ``(T_v, T_e, T_c)`` seconds per dimension instead of
+            probing them (for ablations and tests; default None = probe).
+        ring: fullgraph engine: exchange chunks in ring order (default true).
+        overlap: fullgraph engine: compute cached dependencies while chunks are in flight
+            (default true).
     """
 
     model: str = "sage"
@@ -125,6 +140,11 @@ class TrainConfig:
     hec_push: int = 2000
     hec_lifespan: int = 2
     hec_delay: int = 1
+    deps: str = "hybrid"
+    dep_memory: str | int | None = None
+    dep_costs: tuple[float, float, float] | list[float] | None = None
+    ring: bool = True
+    overlap: bool = True
     memory: str | int | None = None
     io_threads: int = 8
     structure: str = "auto"
@@ -175,6 +195,16 @@ class TrainConfig:
             raise ValueError(f"hec_push must be >= 0, or -1 for all, got {self.hec_push}")
         if self.hec_lifespan < 0:
             raise ValueError(f"hec_lifespan must be >= 0, got {self.hec_lifespan}")
+        if self.deps not in DEP_MODES:
+            raise ValueError(f"deps must be one of {', '.join(DEP_MODES)}, got {self.deps!r}")
+        if self.dep_memory is not None and parse_size(self.dep_memory) < 0:
+            raise ValueError(f"dep_memory must be a size >= 0, got {self.dep_memory!r}")
+        if self.dep_costs is not None:
+            self.dep_costs = tuple(float(x) for x in self.dep_costs)
+            if len(self.dep_costs) != 3 or not all(x >= 0 and math.isfinite(x)
+                                                   for x in self.dep_costs):  # fmt: skip
+                raise ValueError(f"dep_costs must be three costs >= 0 (T_v, T_e, T_c), got "
+                                 f"{self.dep_costs!r}")  # fmt: skip
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
 
