@@ -305,7 +305,8 @@ def accuracy_section(acc: dict) -> list[str]:
             mbb = statistics.mean(r["data_bytes_per_epoch"] for r in mb) if mb else float("nan")
             lines.append(
                 f"| {name} | {p} | {_mean_sd([r['test_accuracy'] for r in sg])} | "
-                f"{epochs_to(sg, target)} | {_mean_sd(ha)} | "
+                f"{epochs_to(sg, target)} | {_mean_sd(ha)}"
+                f"{f' ({len(ha)} seeds)' if len(ha) != len(sg) else ''} | "
                 f"{100 * (statistics.mean(ha) - target):+.1f} | {epochs_to(hc, target)} | "
                 f"{_mean_sd([r['test_accuracy'] for r in mb])} | {_mb(hb)} | {_mb(mbb)} | "
                 f"{hb / mbb:.2f} | {_mb(hc[0]['allreduce_bytes_per_epoch'])} | "
