@@ -22,9 +22,9 @@ from tests.engines.conftest import community_graph
 CFG = dict(fanouts=(-1, -1), hidden=8, lr=0.05, dropout=0.0, seed=5, progress=False)
 
 
-def _reference(store: str, tc: TrainConfig):
-    """Single-process full-graph training on the whole graph (the store's numbering): the
-    loss and the weights' gradients of one step."""
+def _whole_graph(store: str, tc: TrainConfig):
+    """The store's whole graph for single-process full-graph training (its numbering): one
+    full block, the features, the training nodes, the labels and a freshly built model."""
     s = Store.open(store)
     parts = list(s.parts())
     n = s.num_nodes
@@ -32,16 +32,21 @@ def _reference(store: str, tc: TrainConfig):
     for p in parts:
         for r in range(p.num_core):
             nbrs[p.start + r] = p.local_to_global(p.in_neighbors(r)).tolist()
-    indptr = np.concatenate([[0], np.cumsum([len(x) for x in nbrs])])
-    indices = np.array([u for x in nbrs for u in x], np.int64)
+    blk = full_graph_block(np.concatenate([[0], np.cumsum([len(x) for x in nbrs])]),
+                           np.array([u for x in nbrs for u in x], np.int64))  # fmt: skip
     x = torch.from_numpy(np.asarray(s.features(np.arange(n)), np.float32))
     t = NodeTables(s, parts)
-    model = model_from_config(tc, in_dim=int(s.feature_dim), out_dim=int(s.num_classes), rank=0)
-    blk = full_graph_block(indptr, indices)
-    logits = model(x, [blk] * tc.num_layers)
     train = torch.from_numpy(np.flatnonzero(t.train))
     y = torch.from_numpy(t.labels.astype(np.int64))
-    loss = F.cross_entropy(logits[train], y[train])
+    model = model_from_config(tc, in_dim=int(s.feature_dim), out_dim=int(s.num_classes), rank=0)
+    return blk, x, train, y, model
+
+
+def _reference(store: str, tc: TrainConfig):
+    """Single-process full-graph training on the whole graph: the loss and the weights'
+    gradients of one step."""
+    blk, x, train, y, model = _whole_graph(store, tc)
+    loss = F.cross_entropy(model(x, [blk] * tc.num_layers)[train], y[train])
     loss.backward()
     return float(loss.detach()), [p.grad.clone() for p in model.parameters()]
 
@@ -53,7 +58,7 @@ def _step(rank: int, world: int, store: str, extra: dict):
     eng.model.train()
     loss = eng.loss(eng.forward())
     loss.backward()
-    eng._all_reduce_gradients()
+    eng.all_reduce_gradients(average=False)
     total = torch.tensor([float(loss)], dtype=torch.float64)
     if world > 1:
         dist.all_reduce(total)
@@ -132,20 +137,7 @@ def test_epochs_follow_single_process_full_graph_training(make_graph, make_store
     store = str(make_store(node_part, graph=g, halo_features=False))
     extra = {"model": "sage", "deps": mode, "dep_costs": (1.0, 1.0, 6.0)}
     tc = TrainConfig(**{**CFG, "epochs": 5, **extra})
-    s = Store.open(store)
-    parts_ = list(s.parts())
-    n = s.num_nodes
-    nbrs = [[] for _ in range(n)]
-    for p in parts_:
-        for r in range(p.num_core):
-            nbrs[p.start + r] = p.local_to_global(p.in_neighbors(r)).tolist()
-    blk = full_graph_block(np.concatenate([[0], np.cumsum([len(x) for x in nbrs])]),
-                           np.array([u for x in nbrs for u in x], np.int64))  # fmt: skip
-    x = torch.from_numpy(np.asarray(s.features(np.arange(n)), np.float32))
-    t = NodeTables(s, parts_)
-    train = torch.from_numpy(np.flatnonzero(t.train))
-    y = torch.from_numpy(t.labels.astype(np.int64))
-    model = model_from_config(tc, in_dim=int(s.feature_dim), out_dim=int(s.num_classes), rank=0)
+    blk, x, train, y, model = _whole_graph(store, tc)
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     ref = []
     for _ in range(5):

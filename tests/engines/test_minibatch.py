@@ -32,7 +32,7 @@ def _batch_counts(rank: int, world: int, store: str) -> tuple[int, list[int], li
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     cfg = EngineConfig(train=TrainConfig(batch_size=3, fanouts=(2, 2), hidden=4, epochs=1))
     eng = MinibatchEngine(Store.open(store), cfg, ctx)
-    sizes = [len(b) for b in eng._batches(0)]
+    sizes = [len(b) for b in eng.epoch_batches(0)]
     return eng.num_batches, sizes, sorted(eng.seeds.tolist())
 
 

@@ -247,6 +247,43 @@ class Engine(ABC):
             **extra,
         }
 
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's ``self.seeds`` for ``epoch``, shuffled as the single-process trainer
+        does, in exactly ``self.num_batches`` batches (fewer seeds than another rank: smaller
+        batches, some possibly empty, so collectives stay in step)."""
+        cfg = self.train_config
+        order = np.random.default_rng([cfg.seed, epoch]).permutation(len(self.seeds))
+        s = self.seeds[order]
+        if -(-len(s) // cfg.batch_size) == self.num_batches:
+            return [s[i : i + cfg.batch_size] for i in range(0, len(s), cfg.batch_size)]
+        return list(np.array_split(s, self.num_batches))
+
+    def all_reduce_gradients(self, *, average: bool) -> None:
+        """Sum (``average``: average) the model's gradients over ranks with one flattened
+        all-reduce; a parameter without a gradient contributes zeros."""
+        if self.ctx.world_size == 1:
+            return
+        params = list(self.model.parameters())
+        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+                          for p in params])  # fmt: skip
+        dist.all_reduce(flat)
+        if average:
+            flat /= self.ctx.world_size
+        self.stats.allreduce_bytes += flat.numel() * 4
+        off = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[off : off + n].view_as(p).clone()
+            off += n
+
+    def require_block_model(self, why: str) -> None:
+        """Refuse a model that is not a shoal ``BlockGNN`` (``why``: what the engine needs)."""
+        from shoal.nn.base import BlockGNN
+
+        if not isinstance(self.model, BlockGNN):
+            raise ShoalInputError(f"the {self.name} engine {why} and needs a shoal BlockGNN model",
+                                  fix="use one of shoal's models (--model), or another engine")  # fmt: skip
+
     def settings(self) -> dict[str, Any]:
         """Engine settings recorded in the result besides the TrainConfig (override)."""
         return {}

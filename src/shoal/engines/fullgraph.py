@@ -50,7 +50,6 @@ from shoal.distributed.deps import (
 )
 from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
-from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, layer_widths
 from shoal.sample.featstore import DiskFeatures
@@ -127,9 +126,7 @@ class FullGraphEngine(Engine):
         super().__init__(*args, **kwargs)
         cfg, ctx, store = self.train_config, self.ctx, self.store
         self.model = self.build_model()
-        if not isinstance(self.model, BlockGNN):
-            raise ShoalInputError("the fullgraph engine runs a shoal BlockGNN layer by layer",
-                                  fix="use one of shoal's models (--model)")  # fmt: skip
+        self.require_block_model("runs the model layer by layer")
         if any(f != -1 for f in cfg.fanouts):
             log.warning("fullgraph uses every neighbour: --fanouts %s only sets %d layers",
                         ",".join(map(str, cfg.fanouts)), cfg.num_layers)  # fmt: skip
@@ -333,7 +330,8 @@ class FullGraphEngine(Engine):
         timer["backward"] = time.perf_counter() - t0 - back_wait
         timer["communication"] += back_wait
         t0 = time.perf_counter()
-        self._all_reduce_gradients()
+        # summed, not averaged: the loss is already divided by every rank's training nodes
+        self.all_reduce_gradients(average=False)
         timer["allreduce"] = time.perf_counter() - t0
         self.optimizer.step()
         with torch.no_grad():
@@ -342,22 +340,6 @@ class FullGraphEngine(Engine):
         loss_sum = float(loss.detach()) * self.num_train  # summed over ranks in the record
         return self.epoch_record(loss_sum=loss_sum, correct=correct, seen=len(self.train_pos),
                                  seconds=time.perf_counter() - t_epoch, time_split=timer)  # fmt: skip
-
-    def _all_reduce_gradients(self) -> None:
-        """Sum the gradients over ranks (the loss is already divided by every rank's
-        training nodes)."""
-        params = list(self.model.parameters())
-        if self.ctx.world_size == 1:
-            return
-        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                          for p in params])  # fmt: skip
-        dist.all_reduce(flat)
-        self.stats.allreduce_bytes += flat.numel() * 4
-        off = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[off : off + n].view_as(p).clone()
-            off += n
 
     def close_io(self) -> None:
         self.features.close()

@@ -55,9 +55,8 @@ from shoal.distributed.hec import (
 )
 from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
-from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN, layer_widths
+from shoal.nn.base import layer_widths
 from shoal.sample.featstore import DiskFeatures
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import batch_seed
@@ -77,11 +76,7 @@ class HecEngine(Engine):
         super().__init__(*args, **kwargs)
         cfg, ctx, store = self.train_config, self.ctx, self.store
         self.model = self.build_model()
-        if not isinstance(self.model, BlockGNN):
-            raise ShoalInputError(
-                "the hec engine replaces halo rows between layers and needs a shoal BlockGNN model",
-                fix="use one of shoal's models (--model), or another engine",
-            )
+        self.require_block_model("replaces halo rows between layers")
         s_rows = sum(p.num_core for p in self.parts)
         plan = self.plan_memory(feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1),
                                 extra_bytes=16 * s_rows)  # fmt: skip
@@ -121,16 +116,6 @@ class HecEngine(Engine):
                      "%s lines", g.num_solid, len(g.halo), self.num_batches,
                      [c.capacity for c in self.caches])  # fmt: skip
 
-    def _batches(self, epoch: int) -> list[np.ndarray]:
-        """This rank's seeds for ``epoch``, shuffled as the single-process trainer does, in
-        exactly ``num_batches`` batches."""
-        cfg = self.train_config
-        order = np.random.default_rng([cfg.seed, epoch]).permutation(len(self.seeds))
-        s = self.seeds[order]
-        if math.ceil(len(s) / cfg.batch_size) == self.num_batches:
-            return [s[i : i + cfg.batch_size] for i in range(0, len(s), cfg.batch_size)]
-        return list(np.array_split(s, self.num_batches))
-
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
         self.stats.reset()
@@ -143,7 +128,7 @@ class HecEngine(Engine):
         bar = progress(total=self.num_batches, desc=f"epoch {epoch + 1}", unit="batch",
                        enable=cfg.progress if self.ctx.is_rank0 else False)  # fmt: skip
         m, d = self.num_batches, cfg.hec_delay
-        for k, seeds in enumerate(self._batches(epoch)):
+        for k, seeds in enumerate(self.epoch_batches(epoch)):
             t0 = time.perf_counter()
             got = self.push.receive(k) if k >= d else None  # lines 7-9
             if got is not None:
@@ -205,7 +190,7 @@ class HecEngine(Engine):
             timer["gather"] += t2 - t1
             timer["forward_backward"] += time.perf_counter() - t2
         t0 = time.perf_counter()
-        self._all_reduce_gradients()
+        self.all_reduce_gradients(average=True)
         timer["communication"] += time.perf_counter() - t0
         self.optimizer.step()
         pushes = None
@@ -255,23 +240,6 @@ class HecEngine(Engine):
                         self.caches[layer].stats.pushed += len(chosen)
             out.append(per)
         return out
-
-    def _all_reduce_gradients(self) -> None:
-        """Average the gradients over ranks (one flattened all-reduce; a rank without a batch
-        contributes zeros), as DistributedDataParallel does."""
-        params = list(self.model.parameters())
-        if self.ctx.world_size == 1:
-            return
-        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                          for p in params])  # fmt: skip
-        dist.all_reduce(flat)
-        flat /= self.ctx.world_size
-        self.stats.allreduce_bytes += flat.numel() * 4
-        off = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[off : off + n].view_as(p).clone()
-            off += n
 
     def _hec_record(self) -> list[dict[str, Any]]:
         """Per layer, summed over ranks (collective): lookups, hits, hit rate, lines valid at

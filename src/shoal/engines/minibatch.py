@@ -139,15 +139,6 @@ class MinibatchEngine(Engine):
             serve=self.windows.serve,
         )
 
-    def _batches(self, epoch: int) -> list[np.ndarray]:
-        """This rank's seeds for ``epoch``, shuffled, in exactly ``num_batches`` batches."""
-        cfg = self.train_config
-        order = np.random.default_rng([cfg.seed, epoch]).permutation(len(self.seeds))
-        s = self.seeds[order]
-        if math.ceil(len(s) / cfg.batch_size) == self.num_batches:
-            return [s[i : i + cfg.batch_size] for i in range(0, len(s), cfg.batch_size)]
-        return list(np.array_split(s, self.num_batches))
-
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
         self.stats.reset()
@@ -200,7 +191,7 @@ class MinibatchEngine(Engine):
     def _samples(self, epoch: int, timer: dict[str, float]):
         """This rank's sampled batches of ``epoch``, in step order (collective)."""
         cfg = self.train_config
-        for step, seeds in enumerate(self._batches(epoch)):
+        for step, seeds in enumerate(self.epoch_batches(epoch)):
             t0 = time.perf_counter()
             # the batch seed depends on the rank too, so ranks draw different samples
             mb = self.sampler.sample(seeds, batch_seed(cfg.seed, epoch, step) + self.ctx.rank)

@@ -21,12 +21,9 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from shoal.errors import ShoalInputError
-
-if TYPE_CHECKING:
-    from shoal.sample.windowfit import WindowFit
 
 __all__ = [
     "STRUCTURE_MODES",
@@ -193,10 +190,11 @@ class BudgetPlan:
             f"window slots of {self.window / mib:.0f} MiB (pool {self.pool / mib:.0f} MiB)"
         )
 
-    def use_fit(self, fits: WindowFit | list[WindowFit]) -> None:
-        """Take the cache and window sizes :func:`~shoal.sample.windowfit.fit_windows` chose for the pool, or for
-        shares of it (one fit per share, e.g. a rank's parts): ``cache`` is their sum,
-        ``window`` one slot (rows and the samples of its batches)."""
+    def use_fit(self, fits: Any) -> None:
+        """Take the cache and window sizes that :func:`~shoal.sample.windowfit.fit_windows`
+        chose for the pool, or for shares of it (a ``WindowFit``, or one per share, e.g. a
+        rank's parts): ``cache`` is their sum, ``window`` one slot (rows and the samples of its
+        batches). Typed loosely: the fit module builds on this one, not the reverse."""
         fits = list(fits) if isinstance(fits, list | tuple) else [fits]
         if not fits:
             return

@@ -13,17 +13,14 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from shoal.training.prefetch import WindowPrefetcher
+from typing import Any
 
 __all__ = ["END", "RESAMPLE_QUEUE", "Resampled", "Stop", "Stream"]
 
 #: the batches of an item that closes an epoch
 END = "end"
 #: batches the reading thread samples ahead of training when batches are sampled again
-#: (``WindowPrefetcher.resample``; :data:`shoal.sample.budget.RESAMPLE_BATCHES` counts
+#: (``WindowPrefetcher.resample``; :data:`shoal.sample.windowfit.RESAMPLE_BATCHES` counts
 #: these, the one being queued and the one trained on)
 RESAMPLE_QUEUE = 4
 
@@ -61,9 +58,10 @@ class Stream:
     """One background thread producing ``(epoch, batches, window)`` items from ``first`` on
     (``(epoch, "end", unique rows)`` closes an epoch). When batches are sampled again
     (``WindowPrefetcher.resample``), ``batches`` is a :class:`Resampled` that the
-    thread fills after putting the item."""
+    thread fills after putting the item. ``pf``: the ``WindowPrefetcher`` (its module builds
+    on this one, not the reverse)."""
 
-    def __init__(self, pf: WindowPrefetcher, first: int, last: int | None, *,
+    def __init__(self, pf: Any, first: int, last: int | None, *,
                  stop: threading.Event | None = None, plan=None, primed=None) -> None:  # fmt: skip
         self.pf = pf
         self.next_epoch = first
