@@ -15,11 +15,15 @@ dependencies against epoch time (the paper's Figure 11).
 ``ablate``: Hybrid with the ring order off (4 processes: with 2 the orders coincide) and with
 the overlap off (2 processes), each against Hybrid with both on, back to back.
 
+``accuracy``: test accuracy of Hybrid against single-process full-graph training (Cora and
+CiteSeer GCN, Amazon-Photo and Coauthor-Physics SAGE, 2 and 4 parts, 10 seeds).
+
 Usage::
 
     python bench/fullgraph.py modes [--datasets ...] [--hidden 64,256,640] [--epochs 5]
     python bench/fullgraph.py sweep [--dataset amazon_photo] [--hidden 256]
     python bench/fullgraph.py ablate [--dataset amazon_photo] [--hidden 256]
+    python bench/fullgraph.py accuracy [--datasets ...] [--seeds 10]
     python bench/fullgraph.py report
 
 Results: bench/results/fullgraph.json and bench/results/fullgraph.md (network: loopback unless
@@ -38,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import distributed as dbench  # noqa: E402  (bench/distributed.py: data preparation, helpers)
+import netshape  # noqa: E402  (bench/netshape.py: namespaces + tc rate limits)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -91,46 +96,58 @@ def worker(args: argparse.Namespace) -> None:
             }))  # fmt: skip
 
 
-def run(store: Path, hidden: int, epochs: int, extra: dict, nproc: int = 2) -> dict:
+def run(store: Path, hidden: int, epochs: int, extra: dict, nproc: int = 2,
+        net: str = "loopback") -> dict:  # fmt: skip
+    """One torchrun job; ``net`` is ``loopback`` or a rate (``1gbit``) shaped by netshape."""
     out = dbench.DWORK / "fullgraph-run.json"
+    out.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    dbench.sh([PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               str(Path(__file__).resolve()), "worker", "--store", str(store), "--hidden",
-               str(hidden), "--epochs", str(epochs), "--extra", json.dumps(extra), "--out",
-               str(out)], env=env)  # fmt: skip
-    return json.loads(out.read_text())
+    argv = [str(Path(__file__).resolve()), "worker", "--store", str(store), "--hidden",
+            str(hidden), "--epochs", str(epochs), "--extra", json.dumps(extra), "--out",
+            str(out)]  # fmt: skip
+    if net == "loopback":
+        dbench.sh([PY, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={nproc}", *argv], env=env)  # fmt: skip
+    else:
+        netshape.launch(nproc, net, argv, env)
+    return {"network": net, **json.loads(out.read_text())}
 
 
 def command(res: dict, part: str) -> None:
     res.setdefault("commands", {})[part] = " ".join(["python bench/fullgraph.py", *sys.argv[1:]])
     res["machine"] = dbench.machine()
+    net = part.split()[-1]
+    if net != "loopback" and net not in res.get("networks", {}):
+        res.setdefault("networks", {})[net] = netshape.throughput(net)
 
 
 def run_modes(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "modes")
-    m = res.setdefault("modes", {})
+    command(res, f"modes {args.net}")
+    m = res.setdefault("modes", {}).setdefault(args.net, {})
     for name in args.datasets.split(","):
         _, store = dbench.prepare(name, 2)
         for hidden in (int(h) for h in args.hidden.split(",")):
             for deps in ("cache", "comm", "hybrid"):  # back to back per graph and width
                 key = f"{name}/h{hidden}/{deps}"
                 m[key] = {"load_before": os.getloadavg()[0],
-                          **run(store, hidden, args.epochs, {"deps": deps})}  # fmt: skip
-                print(key, round(m[key]["median_epoch_seconds"], 3), flush=True)
+                          **run(store, hidden, args.epochs, {"deps": deps}, net=args.net)}  # fmt: skip
+                print(args.net, key, round(m[key]["median_epoch_seconds"], 3), flush=True)
                 save(res)
 
 
 def run_sweep(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "sweep")
+    command(res, f"sweep {args.net}")
     _, store = dbench.prepare(args.dataset, 2)
-    probe = run(store, args.hidden, 1, {"deps": "hybrid"})["settings"]["dep_costs_probed"]
-    sw = res["sweep"] = {"dataset": args.dataset, "hidden": args.hidden, "probed": probe,
-                         "runs": {}}  # fmt: skip
+    probe = run(store, args.hidden, 1, {"deps": "hybrid"}, net=args.net)
+    probe = probe["settings"]["dep_costs_probed"]
+    sw = res.setdefault("sweep", {})[args.net] = {
+        "dataset": args.dataset, "hidden": args.hidden, "probed": probe, "runs": {}}  # fmt: skip
     for f in SWEEP:
         costs = [probe[0], probe[1], probe[2] * f]
-        r = run(store, args.hidden, args.epochs, {"deps": "hybrid", "dep_costs": costs})
+        r = run(store, args.hidden, args.epochs, {"deps": "hybrid", "dep_costs": costs},
+                net=args.net)  # fmt: skip
         sw["runs"][str(f)] = r
         print(f, r["cached_fraction_layer2_rank0"], r["median_epoch_seconds"], flush=True)
         save(res)
@@ -138,60 +155,147 @@ def run_sweep(args: argparse.Namespace) -> None:
 
 def run_ablate(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "ablate")
+    command(res, f"ablate {args.net}")
     _, store = dbench.prepare(args.dataset, 2)
     _, store4 = dbench.prepare(args.dataset, 4)
-    ab = res["ablate"] = {"dataset": args.dataset, "hidden": args.hidden}
+    ab = res.setdefault("ablate", {})[args.net] = {"dataset": args.dataset, "hidden": args.hidden}
     for key, st, n, extra in (("both, 4 procs", store4, 4, {}),
                               ("no ring, 4 procs", store4, 4, {"ring": False}),
                               ("both, 2 procs", store, 2, {}),
                               ("no overlap, 2 procs", store, 2, {"overlap": False})):  # fmt: skip
-        ab[key] = run(st, args.hidden, args.epochs, {"deps": "hybrid", **extra}, nproc=n)
+        ab[key] = run(st, args.hidden, args.epochs, {"deps": "hybrid", **extra}, nproc=n,
+                      net=args.net)  # fmt: skip
         print(key, ab[key]["median_epoch_seconds"], flush=True)
         save(res)
 
 
+#: Full-graph hyper-parameters (the single-process reference runs one step of every training
+#: node per epoch: full neighbourhoods and a batch larger than the training set).
+FULL = dict(fanouts="-1,-1", hidden=64, lr=0.01, dropout=0.5, batch_size=1 << 30, epochs=200)
+ACC_HPARAMS = {
+    "cora": dict(FULL, model="gcn", weight_decay=5e-4, normalize_features=True),
+    "citeseer": dict(FULL, model="gcn", weight_decay=5e-4, normalize_features=True),
+    "amazon_photo": dict(FULL, model="sage", weight_decay=0.0, normalize_features=False),
+    "coauthor_physics": dict(
+        FULL, model="sage", weight_decay=0.0, normalize_features=False, epochs=100
+    ),  # fmt: skip
+}
+
+
+def run_accuracy(args: argparse.Namespace) -> None:
+    """Test accuracy of fullgraph (hybrid) against single-process full-graph training (resumable:
+    runs already in the JSON are kept)."""
+    res = load()
+    command(res, "accuracy loopback")
+    acc = res.setdefault("accuracy", {})
+    seeds = range(args.seeds)
+    for name in args.datasets.split(","):
+        hp = ACC_HPARAMS[name]
+        entry = acc.setdefault(name, {"runs": {}})
+        entry["hparams"] = hp
+        g, _ = dbench.prepare(name, 2)
+        jobs = [("single", None, g)] + [("fullgraph", p, dbench.prepare(name, p)[1])
+                                        for p in map(int, args.parts.split(","))]  # fmt: skip
+        for seed in seeds:
+            for kind, parts, path in jobs:
+                key = f"{kind}/seed{seed}" if parts is None else f"{kind}/p{parts}/seed{seed}"
+                if key in entry["runs"]:
+                    continue
+                if parts is None:
+                    entry["runs"][key] = dbench.single(path, hp, seed)
+                else:
+                    entry["runs"][key] = dbench.engine_run(path, "fullgraph", 2, hp, seed)
+                print(name, key, entry["runs"][key]["test_accuracy"], flush=True)
+                save(res)
+
+
+def _stat(runs: dict, prefix: str) -> tuple[float, str]:
+    xs = [r["test_accuracy"] for k, r in runs.items() if k.rsplit("/", 1)[0] == prefix]
+    if not xs:
+        return float("nan"), "-"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return statistics.mean(xs), f"{statistics.mean(xs):.3f} +- {sd:.3f} ({len(xs)})"
+
+
+def _accuracy_md(res: dict) -> list[str]:
+    lines = ["## Accuracy: fullgraph (hybrid) vs single-process full-graph training", "",
+             "2 processes, test accuracy at the best validation epoch (evaluated every 5), mean "
+             "+- standard deviation over seeds; target: within 1 point of single.", "",
+             "| graph | model | epochs | single | p=2 | diff | p=4 | diff |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, e in res.get("accuracy", {}).items():
+        runs, hp = e["runs"], e["hparams"]
+
+        m0, s0 = _stat(runs, "single")
+        row = [name, hp["model"], str(hp["epochs"]), s0]
+        for p in (2, 4):
+            m, txt = _stat(runs, f"fullgraph/p{p}")
+            row += [txt, f"{(m - m0) * 100:+.1f}" if m == m else "-"]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+SPLIT = ("cached_compute", "local_compute", "communication", "backward", "allreduce")
+
+
+def _net_label(res: dict, net: str) -> str:
+    if net == "loopback":
+        return "loopback (gloo over TCP on one machine)"
+    got = res.get("networks", {}).get(net)
+    meas = f", one TCP stream measured {got / 1e9:.2f} Gbit/s" if got else ""
+    return f"shaped to {net} per rank and direction (netns + veth + tc tbf{meas})"
+
+
+def _modes_md(res: dict, net: str, rows: dict) -> list[str]:
+    lines = [f"## Epoch time per mode, network: {_net_label(res, net)}", "",
+             "2 processes, GCN 2 layers, median of the timed epochs; split of rank 0's epoch in "
+             "seconds.", "",
+             "| graph | hidden | deps | median epoch s | cached | local | comm | backward "
+             "| all-reduce | MB/epoch | cached per layer (rank 0) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for key, r in rows.items():
+        name, h, deps = key.split("/")
+        ts = r["time_split_rank0"]
+        split = " | ".join(f"{ts.get(k, 0.0):.3f}" for k in SPLIT)
+        lines.append(f"| {name} | {h[1:]} | {deps} | {r['median_epoch_seconds']:.3f} | {split} "
+                     f"| {r['bytes_per_epoch'] / 1e6:.2f} | "
+                     f"{r['settings']['cached_per_layer_rank0']} |")  # fmt: skip
+    lines += ["", "Hybrid against the better pure mode (target: <= 0.9 on at least two graphs):",
+              "", "| graph | hidden | hybrid / min(cache, comm) |", "|---|---|---|"]  # fmt: skip
+    for key, r in rows.items():
+        name, h, deps = key.split("/")
+        others = [rows.get(f"{name}/{h}/{d}") for d in ("cache", "comm")]
+        if deps == "hybrid" and all(others):
+            best = min(o["median_epoch_seconds"] for o in others)
+            lines.append(f"| {name} | {h[1:]} | {r['median_epoch_seconds'] / best:.2f} |")
+    return lines + [""]
+
+
 def write_markdown(res: dict) -> None:
     lines = ["# fullgraph engine (NeutronStar): DepCache, DepComm, Hybrid", "",
-             f"Machine: {res.get('machine', '?')}. Network: loopback (gloo over TCP on one "
-             "machine) for every row. Written by `bench/fullgraph.py`.", ""]  # fmt: skip
-    if "modes" in res:
-        lines += ["## Epoch time per mode (2 processes, GCN 2 layers)", "",
-                  "| graph | hidden | deps | median epoch s | cached | local | comm | backward "
-                  "| all-reduce | MB/epoch | cached per layer (rank 0) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-        for key, r in res["modes"].items():
-            name, h, deps = key.split("/")
-            ts = r["time_split_rank0"]
+             f"Machine: {res.get('machine', '?')}. Written by `bench/fullgraph.py`; every "
+             "section names the network its rows used.", ""]  # fmt: skip
+    lines += _accuracy_md(res) if "accuracy" in res else []
+    for net, rows in res.get("modes", {}).items():
+        lines += _modes_md(res, net, rows)
+    for net, sw in res.get("sweep", {}).items():
+        lines += [f"## Cached fraction sweep ({sw['dataset']}, hidden {sw['hidden']}), network: "
+                  f"{_net_label(res, net)}", "",
+                  f"Probed costs (T_v, T_e, T_c, seconds per dimension): {sw['probed']}; the "
+                  "sweep scales T_c.", "",
+                  "| T_c factor | cached fraction (layer 2, rank 0) | median epoch s | MB/epoch |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for f, r in sw["runs"].items():
             lines.append(
-                f"| {name} | {h[1:]} | {deps} | {r['median_epoch_seconds']:.3f} | "
-                + " | ".join(
-                    f"{ts.get(k, 0.0):.3f}"
-                    for k in (
-                        "cached_compute",
-                        "local_compute",
-                        "communication",
-                        "backward",
-                        "allreduce",
-                    )
-                )  # fmt: skip
-                + f" | {r['bytes_per_epoch'] / 1e6:.2f} | "
-                f"{r['settings']['cached_per_layer_rank0']} |"
+                f"| {f} | {r['cached_fraction_layer2_rank0']:.2f} | "
+                f"{r['median_epoch_seconds']:.3f} | {r['bytes_per_epoch'] / 1e6:.2f} |"
             )
         lines.append("")
-    if "sweep" in res:
-        sw = res["sweep"]
-        lines += [f"## Cached fraction sweep ({sw['dataset']}, hidden {sw['hidden']})", "",
-                  "| T_c factor | cached fraction (layer 2, rank 0) | median epoch s |",
-                  "|---|---|---|"]  # fmt: skip
-        for f, r in sw["runs"].items():
-            lines.append(f"| {f} | {r['cached_fraction_layer2_rank0']:.2f} | "
-                         f"{r['median_epoch_seconds']:.3f} |")  # fmt: skip
-        lines.append("")
-    if "ablate" in res:
-        lines += ["## Ring order and overlap, each off alone", "", "| run | median epoch s |",
-                  "|---|---|"]  # fmt: skip
-        lines += [f"| {k} | {v['median_epoch_seconds']:.3f} |" for k, v in res["ablate"].items()
+    for net, ab in res.get("ablate", {}).items():
+        lines += [f"## Ring order and overlap, each off alone ({ab['dataset']}, hidden "
+                  f"{ab['hidden']}), network: {_net_label(res, net)}", "",
+                  "| run | median epoch s |", "|---|---|"]  # fmt: skip
+        lines += [f"| {k} | {v['median_epoch_seconds']:.3f} |" for k, v in ab.items()
                   if isinstance(v, dict)]  # fmt: skip
         lines.append("")
     lines += ["## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
@@ -207,11 +311,17 @@ def main() -> None:
     m.add_argument("--datasets", default=",".join(DATASETS))
     m.add_argument("--hidden", default="64,256,640")
     m.add_argument("--epochs", type=int, default=5)
+    m.add_argument("--net", default="loopback", help="loopback, or a shaped rate: 1gbit, 10gbit")
     for name in ("sweep", "ablate"):
         s = sub.add_parser(name)
+        s.add_argument("--net", default="loopback")
         s.add_argument("--dataset", default="amazon_photo")
         s.add_argument("--hidden", type=int, default=256)
         s.add_argument("--epochs", type=int, default=5)
+    a = sub.add_parser("accuracy")
+    a.add_argument("--datasets", default="cora,citeseer,amazon_photo,coauthor_physics")
+    a.add_argument("--parts", default="2,4")
+    a.add_argument("--seeds", type=int, default=10)
     w = sub.add_parser("worker")
     for a in ("--store", "--extra", "--out"):
         w.add_argument(a, required=True)
@@ -220,7 +330,7 @@ def main() -> None:
     sub.add_parser("report")
     args = ap.parse_args()
     dbench.DWORK.mkdir(parents=True, exist_ok=True)
-    {"modes": run_modes, "sweep": run_sweep, "ablate": run_ablate, "worker": worker,
+    {"modes": run_modes, "accuracy": run_accuracy, "sweep": run_sweep, "ablate": run_ablate, "worker": worker,
      "report": lambda _: write_markdown(load())}[args.cmd](args)  # fmt: skip
 
 

@@ -68,12 +68,16 @@ def _block(rowptr: np.ndarray, src: np.ndarray, num_src: int, deg: np.ndarray) -
                  len(counts), rowptr, torch.from_numpy(np.asarray(deg, np.float32)))  # fmt: skip
 
 
+_PROBE_FLOATS = 1 << 20  # 4 MB per peer in the T_c probe
+
+
 def probe_costs(model: BlockGNN, widths: list[int], ctx, *, nodes: int = 2048,
                 degree: int = 16, repeats: int = 3) -> Costs:  # fmt: skip
     """Algorithm 4 line 1: ``T_v``, ``T_e`` (forward + backward of the model's second layer,
     or its first when it has one, on synthetic blocks without and with ``degree`` in-edges per
-    node) and ``T_c`` (a row exchange of ``nodes`` rows with every peer, forward and back), per
-    output dimension; medians of ``repeats``, averaged over ranks (a collective)."""
+    node) and ``T_c`` (a row exchange with every peer, forward and back, of ``nodes`` rows but
+    at least ``_PROBE_FLOATS`` values, so that it measures the per-row cost the split trades,
+    the bandwidth, not one message's latency), per output dimension; medians of ``repeats``, averaged over ranks (a collective)."""
     layer = 1 if model.num_layers > 1 else 0
     d_in, d_out = widths[layer], widths[layer + 1]
     g = torch.Generator().manual_seed(0)
@@ -97,6 +101,7 @@ def probe_costs(model: BlockGNN, widths: list[int], ctx, *, nodes: int = 2048,
     t_c = float("inf")
     if ctx.world_size > 1:
         world, rank = ctx.world_size, ctx.rank
+        nodes = max(nodes, -(-_PROBE_FLOATS // d_out))  # bandwidth, not latency
         idx = [np.arange(nodes) if r != rank else np.empty(0, np.int64) for r in range(world)]
         ex = RowExchange(idx, [nodes if r != rank else 0 for r in range(world)], rank=rank,
                          world=world, tag=999)  # fmt: skip
