@@ -65,7 +65,9 @@ def save(res: dict) -> None:
 
 
 def worker(args: argparse.Namespace) -> None:
-    """One rank (started by torch.distributed.run): build the engine, time the epochs."""
+    """One rank (started by torch.distributed.run): for each configuration of ``--extra`` (a
+    JSON object or list of them), build the engine, time the epochs; one process group for all,
+    so back-to-back modes share the start-up."""
     from shoal.distributed import DistConfig, process_group
     from shoal.engines import EngineConfig, get_engine
     from shoal.store import Store
@@ -73,19 +75,22 @@ def worker(args: argparse.Namespace) -> None:
     from shoal.utils.threads import set_threads
 
     set_threads(1)
-    extra = json.loads(args.extra)
-    tc = TrainConfig(model="gcn", fanouts=(-1, -1), hidden=args.hidden, epochs=args.epochs,
-                     lr=0.01, dropout=0.5, seed=0, progress=False, threads=1, **extra)  # fmt: skip
+    extras = json.loads(args.extra)
+    extras = extras if isinstance(extras, list) else [extras]
+    out = []
     with process_group(DistConfig(threads=1)) as ctx:
-        t0 = time.perf_counter()
-        eng = get_engine("fullgraph")(Store.open(args.store), EngineConfig(train=tc), ctx)
-        setup = time.perf_counter() - t0
-        recs = [eng.train_epoch(e) for e in range(args.epochs + 1)][1:]  # one warm-up epoch
-        if ctx.is_rank0:
+        for extra in extras:
+            tc = TrainConfig(model="gcn", fanouts=(-1, -1), hidden=args.hidden,
+                             epochs=args.epochs, lr=0.01, dropout=0.5, seed=0, progress=False,
+                             threads=1, **extra)  # fmt: skip
+            t0 = time.perf_counter()
+            eng = get_engine("fullgraph")(Store.open(args.store), EngineConfig(train=tc), ctx)
+            setup = time.perf_counter() - t0
+            recs = [eng.train_epoch(e) for e in range(args.epochs + 1)][1:]  # one warm-up
             secs = [r["seconds"] for r in recs]
             med = sorted(range(len(secs)), key=secs.__getitem__)[len(secs) // 2]
             halo = max(len(eng.graph.halo), 1)
-            Path(args.out).write_text(json.dumps({
+            out.append({
                 "setup_seconds": setup,
                 "epoch_seconds": secs,
                 "median_epoch_seconds": statistics.median(secs),
@@ -93,24 +98,34 @@ def worker(args: argparse.Namespace) -> None:
                 "bytes_per_epoch": recs[med]["comm"]["bytes_sent"],
                 "settings": eng.settings(),
                 "cached_fraction_layer2_rank0": len(eng.sets.cached[-1]) / halo,
-            }))  # fmt: skip
+            })  # fmt: skip
+            eng.close_io()
+            del eng
+    if ctx.is_rank0:
+        Path(args.out).write_text(json.dumps(out))
 
 
-def run(store: Path, hidden: int, epochs: int, extra: dict, nproc: int = 2,
-        net: str = "loopback") -> dict:  # fmt: skip
-    """One torchrun job; ``net`` is ``loopback`` or a rate (``1gbit``) shaped by netshape."""
+def run_many(store: Path, hidden: int, epochs: int, extras: list[dict], nproc: int = 2,
+             net: str = "loopback") -> list[dict]:  # fmt: skip
+    """One torchrun job for several configurations; ``net`` is ``loopback`` or a rate
+    (``1gbit``) shaped by netshape."""
     out = dbench.DWORK / "fullgraph-run.json"
     out.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     argv = [str(Path(__file__).resolve()), "worker", "--store", str(store), "--hidden",
-            str(hidden), "--epochs", str(epochs), "--extra", json.dumps(extra), "--out",
+            str(hidden), "--epochs", str(epochs), "--extra", json.dumps(extras), "--out",
             str(out)]  # fmt: skip
     if net == "loopback":
         dbench.sh([PY, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={nproc}", *argv], env=env)  # fmt: skip
     else:
         netshape.launch(nproc, net, argv, env)
-    return {"network": net, **json.loads(out.read_text())}
+    return [{"network": net, **r} for r in json.loads(out.read_text())]
+
+
+def run(store: Path, hidden: int, epochs: int, extra: dict, nproc: int = 2,
+        net: str = "loopback") -> dict:  # fmt: skip
+    return run_many(store, hidden, epochs, [extra], nproc, net)[0]
 
 
 def command(res: dict, part: str) -> None:
@@ -122,18 +137,33 @@ def command(res: dict, part: str) -> None:
 
 
 def run_modes(args: argparse.Namespace) -> None:
+    """Per graph and width, the three modes back to back in one job, ``--repeats`` rounds
+    (jobs) interleaved, since the machine's speed drifts by tens of percent between runs: the
+    row is the median over rounds of each run's median epoch. Resumable per graph and width."""
     res = load()
     command(res, f"modes {args.net}")
     m = res.setdefault("modes", {}).setdefault(args.net, {})
+    modes = ("cache", "comm", "hybrid")
     for name in args.datasets.split(","):
         _, store = dbench.prepare(name, 2)
+        heavy = name == "coauthor_physics"  # 30 s epochs at width 640: fewer epochs, rounds
+        epochs, repeats = (3, max(args.repeats - 1, 1)) if heavy else (args.epochs, args.repeats)
         for hidden in (int(h) for h in args.hidden.split(",")):
-            for deps in ("cache", "comm", "hybrid"):  # back to back per graph and width
-                key = f"{name}/h{hidden}/{deps}"
-                m[key] = {"load_before": os.getloadavg()[0],
-                          **run(store, hidden, args.epochs, {"deps": deps}, net=args.net)}  # fmt: skip
-                print(args.net, key, round(m[key]["median_epoch_seconds"], 3), flush=True)
-                save(res)
+            if all(f"{name}/h{hidden}/{d}" in m for d in modes):
+                continue
+            runs: dict[str, list] = {d: [] for d in modes}
+            for _ in range(repeats):
+                load_before = os.getloadavg()[0]
+                got = run_many(store, hidden, epochs, [{"deps": d} for d in modes], net=args.net)
+                for d, r in zip(modes, got):
+                    runs[d].append({"load_before": load_before, **r})
+            for deps, rs in runs.items():
+                meds = [r["median_epoch_seconds"] for r in rs]
+                mid = sorted(range(len(rs)), key=meds.__getitem__)[len(rs) // 2]
+                m[f"{name}/h{hidden}/{deps}"] = {**rs[mid], "median_epoch_seconds":
+                                                 statistics.median(meds), "run_medians": meds}  # fmt: skip
+                print(args.net, name, hidden, deps, [round(x, 3) for x in meds], flush=True)
+            save(res)
 
 
 def run_sweep(args: argparse.Namespace) -> None:
@@ -248,8 +278,9 @@ def _net_label(res: dict, net: str) -> str:
 
 def _modes_md(res: dict, net: str, rows: dict) -> list[str]:
     lines = [f"## Epoch time per mode, network: {_net_label(res, net)}", "",
-             "2 processes, GCN 2 layers, median of the timed epochs; split of rank 0's epoch in "
-             "seconds.", "",
+             "2 processes, GCN 2 layers; epoch time: the median over interleaved rounds of each "
+             "run's median epoch (3 rounds of 5 epochs; Coauthor-Physics 2 of 3); split of rank "
+             "0's epoch (the median round) in seconds.", "",
              "| graph | hidden | deps | median epoch s | cached | local | comm | backward "
              "| all-reduce | MB/epoch | cached per layer (rank 0) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -283,11 +314,13 @@ def write_markdown(res: dict) -> None:
                   f"{_net_label(res, net)}", "",
                   f"Probed costs (T_v, T_e, T_c, seconds per dimension): {sw['probed']}; the "
                   "sweep scales T_c.", "",
-                  "| T_c factor | cached fraction (layer 2, rank 0) | median epoch s | MB/epoch |",
-                  "|---|---|---|---|"]  # fmt: skip
+                  "| T_c factor | cached per layer (rank 0) | cached fraction (layer 2) | "
+                  "median epoch s | MB/epoch |",
+                  "|---|---|---|---|---|"]  # fmt: skip
         for f, r in sw["runs"].items():
             lines.append(
-                f"| {f} | {r['cached_fraction_layer2_rank0']:.2f} | "
+                f"| {f} | {r['settings']['cached_per_layer_rank0']} | "
+                f"{r['cached_fraction_layer2_rank0']:.2f} | "
                 f"{r['median_epoch_seconds']:.3f} | {r['bytes_per_epoch'] / 1e6:.2f} |"
             )
         lines.append("")
@@ -298,6 +331,7 @@ def write_markdown(res: dict) -> None:
         lines += [f"| {k} | {v['median_epoch_seconds']:.3f} |" for k, v in ab.items()
                   if isinstance(v, dict)]  # fmt: skip
         lines.append("")
+    lines += [*res.get("notes", []), ""] if res.get("notes") else []
     lines += ["## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
     tmp = RESULTS / "fullgraph.md.tmp"
     tmp.write_text("\n".join(lines) + "\n")
@@ -312,6 +346,7 @@ def main() -> None:
     m.add_argument("--hidden", default="64,256,640")
     m.add_argument("--epochs", type=int, default=5)
     m.add_argument("--net", default="loopback", help="loopback, or a shaped rate: 1gbit, 10gbit")
+    m.add_argument("--repeats", type=int, default=3, help="interleaved rounds of the modes")
     for name in ("sweep", "ablate"):
         s = sub.add_parser(name)
         s.add_argument("--net", default="loopback")

@@ -79,6 +79,15 @@ def cleanup() -> None:
         if name.startswith(PREFIX):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
     subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+    # a namespace's removal takes its veth pairs with it asynchronously: remove and wait
+    for _ in range(100):
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        left = [w.split("@")[0] for w in links.split() if w.startswith("shv")]
+        if not left:
+            return
+        for name in left:
+            subprocess.run(["ip", "link", "del", name.rstrip(":")], capture_output=True)
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
