@@ -22,6 +22,7 @@ prepares the next batches while the compute worker trains (sampling is off its c
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 
@@ -49,6 +50,8 @@ from shoal.store.reader import Store
 from shoal.training.batches import batch_seed
 
 __all__ = ["BatchWorker"]
+
+log = logging.getLogger(__name__)
 
 
 class BatchWorker:
@@ -96,7 +99,10 @@ class BatchWorker:
     def phases(self, part_to_bw: np.ndarray, epoch: int) -> list[list[int]]:
         """This worker's phases: parts loaded together first, then one per swap."""
         order = parts_in_order(part_to_bw, self.b, self.seed, epoch)
-        return phases(order, self.part_bytes, self.budget, self.max_parts)
+        ph = phases(order, self.part_bytes, self.budget, self.max_parts)
+        log.debug("batch worker %d, epoch %d: parts %s, resident together %s, then swapped "
+                  "in %s", self.b, epoch, order, ph[0] if ph else [], ph[1:])  # fmt: skip
+        return ph
 
     def phase_seeds(self, ph: list[list[int]]) -> list[np.ndarray]:
         out = []

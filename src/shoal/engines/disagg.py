@@ -29,6 +29,7 @@ Every epoch:
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -41,12 +42,15 @@ from shoal.distributed.disagg_msg import recv_batch, send_update
 from shoal.distributed.disagg_plan import Roles, assign_parts, epoch_schedule
 from shoal.distributed.disagg_worker import BatchWorker
 from shoal.distributed.rowcache import ComputeCache
+from shoal.distributed.runtime import local_peers
 from shoal.engines.base import ENGINE_RESERVE, Engine
 from shoal.errors import ShoalInputError
 from shoal.sample.budget import memory_limit
 from shoal.utils.io import parse_size
 
 __all__ = ["DisaggEngine", "cache_rows", "default_batch_workers"]
+
+log = logging.getLogger(__name__)
 
 COUNTERS = ("batches", "rows_sent", "rows_omitted", "batch_bytes", "update_bytes", "hits",
             "redundant", "peak_pending", "unavailable", "bytes_read")  # fmt: skip
@@ -108,8 +112,9 @@ class DisaggEngine(Engine):
         self.capacity = cache_rows(cfg.disagg_cache, store.num_nodes, self.row_bytes)
         self.dim = int(store.feature_dim)
         self.is_batch = roles.is_batch(ctx.rank)
+        peers = local_peers(ctx)  # collective: every rank
         if self.is_batch:
-            total = cfg.memory_bytes or memory_limit(max(ctx.world_size, 1))[0]
+            total = cfg.memory_bytes or memory_limit(peers[0], cgroup_processes=peers[1])[0]
             self.worker = BatchWorker(
                 store, roles=roles, rank=ctx.rank, degrees=self.tables.degrees,
                 train=self.tables.train, fanouts=cfg.fanouts, batch_size=cfg.batch_size,
@@ -122,6 +127,13 @@ class DisaggEngine(Engine):
             feeders = roles.feeders(ctx.rank)
             self.cache = ComputeCache(store.num_nodes, self.dim, self.capacity, feeders)
         self.last: dict[str, Any] = {}
+        if ctx.is_rank0:
+            log.info("disagg: compute ranks %s, batch ranks %s (batch worker j feeds compute "
+                     "rank j mod %d), %d replica(s), cache %d rows, queue %d, %s sampling%s",
+                     roles.compute_ranks, roles.batch_ranks, roles.compute_workers,
+                     cfg.replicas, self.capacity, cfg.batch_queue,
+                     "local" if cfg.local_sampling else "remote",
+                     "" if cfg.grouping else ", no grouping")  # fmt: skip
 
     # ---------------------------------------------------------------- the epoch
     def _plan(self, epoch: int):
