@@ -33,6 +33,23 @@ def fail_at_epoch_5(engine, ctx) -> None:
     engine.train_epoch = failing
 
 
+def fail_batch_worker_mid_epoch(engine, ctx) -> None:
+    """disagg: the last rank (a batch worker) raises while preparing its second global batch,
+    while its compute worker waits for it."""
+    if ctx.rank != ctx.world_size - 1:
+        return
+    step = engine.worker._step
+    calls = [0]
+
+    def failing(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RuntimeError("injected failure in a batch worker")
+        return step(*args, **kwargs)
+
+    engine.worker._step = failing
+
+
 def main(argv: list[str]) -> int:
     from shoal.cli.train import add_train_arguments, spec_from_args
     from shoal.engines.launch import run

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.engines.conftest import community_graph
@@ -76,6 +77,16 @@ def test_failing_rank_fails_the_run_with_its_error(make_store):
     )
     assert p.returncode != 0
     assert "injected failure on rank 1" in p.stderr
+
+
+def test_a_failing_disagg_batch_worker_ends_the_run_with_its_error(make_store):
+    store = make_store(parts=2)
+    t0 = time.monotonic()
+    p = _launch("--store", str(store), "--engine", "disagg", "--nproc", "3", "--batch-workers",
+                "2", "--dist-timeout", "60", *ARGS, hooks=("fail_batch_worker_mid_epoch",))  # fmt: skip
+    assert p.returncode != 0
+    assert "injected failure in a batch worker" in p.stderr
+    assert time.monotonic() - t0 < 60  # ended by the failure, not by a timeout
 
 
 def test_bad_store_is_an_input_error(tmp_path, capsys):

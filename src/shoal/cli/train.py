@@ -15,13 +15,13 @@ import argparse
 import sys
 from typing import Any
 
+from shoal.cli.engine_options import ENGINE_FLAGS, add_engine_arguments, engine_overrides
 from shoal.engines.registry import ENGINES
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
 from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training import TrainConfig, TrainData, Trainer
-from shoal.training.config import DEP_MODES
 from shoal.utils.io import write_json_output
 
 __all__ = ["add_train_arguments", "config_from_args", "register", "run_train", "spec_from_args"]
@@ -54,16 +54,10 @@ CONFIG_FLAGS = (
     "dist_timeout",
     "max_restarts",
     "average_every",
-    "hec_size",
-    "hec_push",
-    "hec_lifespan",
-    "hec_delay",
-    "deps",
-    "dep_memory",
-    "dep_costs",
     "memory",
     "io_threads",
     "structure",
+    *ENGINE_FLAGS,
 )
 
 
@@ -139,7 +133,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     )
     _add_memory_arguments(groups["memory"], d)
     _add_distributed_arguments(groups["distributed"], d)
-    _add_fullgraph_arguments(groups["distributed"], d)
+    add_engine_arguments(groups["distributed"], d)
     return groups
 
 
@@ -197,7 +191,8 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
         "local training on parts + weighted model averaging every k epochs, needs a store "
         "built with --halo-features (SDT-GNN); hec: local sampling, halo embeddings from "
         "caches filled by the owners' delayed pushes (DistGNN-MB); fullgraph: full-graph "
-        "training, remote dependencies communicated or recomputed (NeutronStar) "
+        "training, remote dependencies communicated or recomputed (NeutronStar); disagg: "
+        "batch workers sample and load rows for compute workers that cache them (Armada) "
         f"(default {d.engine})",
     )
     g.add_argument(
@@ -225,34 +220,6 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
         "with the weights (default: averaged)",
     )
     g.add_argument(
-        "--hec-size",
-        type=int,
-        metavar="CS",
-        help="hec engine: lines of each layer's historical embedding cache (DistGNN-MB's cs; "
-        f"default {d.hec_size:,}; at most the rank's halo nodes are allocated)",
-    )
-    g.add_argument(
-        "--hec-push",
-        type=int,
-        metavar="NC",
-        help="hec engine: most embeddings pushed per step, layer and peer, drawn by degree "
-        f"(DistGNN-MB's nc; default {d.hec_push}; -1 = all)",
-    )
-    g.add_argument(
-        "--hec-lifespan",
-        type=int,
-        metavar="LS",
-        help="hec engine: mini-batch steps a cached embedding stays valid (DistGNN-MB's ls; "
-        f"default {d.hec_lifespan})",
-    )
-    g.add_argument(
-        "--hec-delay",
-        type=int,
-        metavar="D",
-        help="hec engine: steps between pushing an embedding and using it, overlapping the "
-        f"exchange with compute (DistGNN-MB's d; default {d.hec_delay})",
-    )
-    g.add_argument(
         "--dist-timeout",
         type=float,
         metavar="SECONDS",
@@ -269,50 +236,6 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
     )
 
 
-def _dep_costs(value: str) -> tuple[float, float, float]:
-    try:
-        costs = tuple(float(x) for x in value.split(","))
-    except ValueError:
-        costs = ()
-    if len(costs) != 3:
-        raise argparse.ArgumentTypeError(f"expected T_v,T_e,T_c (three numbers), got {value!r}")
-    return costs  # type: ignore[return-value]
-
-
-def _add_fullgraph_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
-    g.add_argument(
-        "--deps",
-        choices=DEP_MODES,
-        help="fullgraph engine: remote dependencies communicated every layer (comm, DepComm), "
-        "recomputed from replicated subtrees (cache, DepCache), or split per dependency by "
-        f"NeutronStar's cost model (hybrid) (default {d.deps})",
-    )
-    g.add_argument(
-        "--dep-memory",
-        metavar="SIZE",
-        help="fullgraph engine: memory limit S of the replicated dependencies (default: what "
-        "the rank's memory budget leaves for features after its own part)",
-    )
-    g.add_argument(
-        "--dep-costs",
-        type=_dep_costs,
-        metavar="TV,TE,TC",
-        help="fullgraph engine: seconds per dimension of a vertex operation, an edge "
-        "aggregation and a row exchange, instead of probing them (default: probe)",
-    )
-    g.add_argument(
-        "--no-ring",
-        action="store_true",
-        help="fullgraph engine: send chunks in rank order instead of the ring order (ablation)",
-    )
-    g.add_argument(
-        "--no-overlap",
-        action="store_true",
-        help="fullgraph engine: wait for the chunks before computing cached dependencies "
-        "(ablation)",
-    )
-
-
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """TOML file (if ``--config``) overridden by the flags that were given."""
     given: dict[str, Any] = {
@@ -322,10 +245,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         given["progress"] = False
     if getattr(args, "local_optimizer_state", None):
         given["average_optimizer"] = False
-    if getattr(args, "no_ring", None):
-        given["ring"] = False
-    if getattr(args, "no_overlap", None):
-        given["overlap"] = False
+    given.update(engine_overrides(args))
     if getattr(args, "config", None):
         return TrainConfig.from_toml(args.config, **given)
     return TrainConfig.from_dict(given, origin="command line")

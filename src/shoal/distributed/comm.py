@@ -60,6 +60,7 @@ def exchange(
     send: np.ndarray | torch.Tensor,
     send_counts: np.ndarray,
     stats: CommStats | None = None,
+    group: dist.ProcessGroup | None = None,
 ) -> tuple[torch.Tensor, np.ndarray]:
     """All-to-all-v: rows ``send[off[i]:off[i+1]]`` go to rank ``i``; returns what arrived.
 
@@ -67,14 +68,15 @@ def exchange(
         send: rows grouped by destination rank, in rank order (first dimension = rows).
         send_counts: rows for each rank (length world size); ``send_counts[rank]`` must be 0.
         stats: counters to update (bytes and messages exclude the calling rank itself).
+        group: the process group (default: the whole world); ranks are the group's.
 
     Returns:
         ``(recv, recv_counts)``: rows from each rank concatenated in rank order, and how many
         came from each. A collective: every rank must call it, in the same order.
     """
     t = torch.from_numpy(np.ascontiguousarray(send)) if isinstance(send, np.ndarray) else send
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size(group) if dist.is_initialized() else 1
+    rank = dist.get_rank(group) if dist.is_initialized() else 0
     counts = np.asarray(send_counts, dtype=np.int64)
     if counts.shape != (world,):
         raise ValueError(f"send_counts must have length {world}, got shape {counts.shape}")
@@ -85,7 +87,7 @@ def exchange(
     if world == 1:
         return t[:0].clone(), np.zeros(1, dtype=np.int64)
     recv_counts_t = torch.empty(world, dtype=torch.int64)
-    dist.all_to_all_single(recv_counts_t, torch.from_numpy(counts.copy()))
+    dist.all_to_all_single(recv_counts_t, torch.from_numpy(counts.copy()), group=group)
     recv_counts = recv_counts_t.numpy().copy()
     row_shape = tuple(t.shape[1:])
     recv = torch.empty((int(recv_counts.sum()), *row_shape), dtype=t.dtype)
@@ -94,6 +96,7 @@ def exchange(
         t.contiguous(),
         output_split_sizes=recv_counts.tolist(),
         input_split_sizes=counts.tolist(),
+        group=group,
     )
     if stats is not None:
         row_bytes = t.element_size() * int(np.prod(row_shape, dtype=np.int64))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
 from shoal.sample.features import gather_rows
@@ -49,6 +50,7 @@ class DistFeatureStore:
         serve: ``serve(ids, out)`` returning the rows of global ``ids`` owned by this rank
             (default: ``gather`` from ``local_parts``); training under a memory budget serves
             them from the current window (:class:`~shoal.distributed.windows.DistWindows`).
+        group: the process group the ranks above belong to (default: the whole world).
     """
 
     def __init__(
@@ -63,7 +65,9 @@ class DistFeatureStore:
         stats: CommStats | None = None,
         gather: Callable[..., np.ndarray] | None = None,
         serve: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+        group: dist.ProcessGroup | None = None,
     ) -> None:
+        self.group = group
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         p = self.part_offsets.shape[0] - 1
@@ -149,10 +153,10 @@ class DistFeatureStore:
         self.stats.feature_rows_remote += int(ridx.size)
         order = ridx[np.argsort(owners[ridx], kind="stable")]
         counts = np.bincount(owners[order], minlength=self.world_size).astype(np.int64)
-        req, req_counts = exchange(ids[order], counts, self.stats)
+        req, req_counts = exchange(ids[order], counts, self.stats, self.group)
         req_ids = req.numpy()
         served = self._gather_local(req_ids, np.empty((req_ids.shape[0], dim), np.float32))
-        rows, _ = exchange(served, req_counts, self.stats)
+        rows, _ = exchange(served, req_counts, self.stats, self.group)
         if order.size:
             out[order] = rows.numpy()
         return torch.from_numpy(out)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
@@ -44,6 +45,11 @@ class DistNeighborSampler:
         fanouts: per hop, hop 1 first (-1 = all).
         degrees: ``(N,)`` full in-degree of every node (for degree-normalised layers).
         stats: communication counters.
+        group: the process group the ranks above belong to (default: the whole world).
+
+    A part that ``part_to_rank`` gives to this rank but that is not in ``parts`` (not
+    resident: the ``disagg`` engine's swapped-out parts) has no neighbours to give: its
+    frontier nodes get none, and :attr:`unavailable` counts them.
     """
 
     def __init__(
@@ -57,7 +63,9 @@ class DistNeighborSampler:
         fanouts: Sequence[int] | str,
         degrees: np.ndarray,
         stats: CommStats | None = None,
+        group: dist.ProcessGroup | None = None,
     ) -> None:
+        self.group = group
         self.parts = {p.index: p for p in parts}
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
@@ -71,6 +79,13 @@ class DistNeighborSampler:
         self._g2l = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
         self._nodes = np.empty(1024, dtype=np.int64)
         # halo local index -> global id, per part, loaded once (O(halo))
+        self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
+        self.unavailable = 0
+
+    def set_parts(self, parts: Sequence[Partition], part_to_rank: np.ndarray) -> None:
+        """Replace the resident parts and the part -> rank map (a new epoch's assignment)."""
+        self.parts = {p.index: p for p in parts}
+        self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
 
     @property
@@ -89,7 +104,10 @@ class DistNeighborSampler:
         pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for i in np.unique(part_of):
             sel = np.flatnonzero(part_of == i)
-            part = self.parts[int(i)]
+            part = self.parts.get(int(i))
+            if part is None:  # not resident: no neighbours (counts stay 0)
+                self.unavailable += int(sel.shape[0])
+                continue
             rows = ids[sel] - part.start
             c = np.empty(sel.shape[0], dtype=np.int64)
             K._count(part.indptr, rows, sel.shape[0], fanout, c)
@@ -149,12 +167,14 @@ class DistNeighborSampler:
                     remote = np.flatnonzero(owners != self.rank)
                     remote = remote[np.argsort(owners[remote], kind="stable")]
                     send_counts = np.bincount(owners[remote], minlength=self.world_size)
-                    req, req_counts = exchange(frontier[remote], send_counts, self.stats)
+                    req, req_counts = exchange(
+                        frontier[remote], send_counts, self.stats, self.group
+                    )
                     # serve the peers' requests (a distinct stream from this rank's own rows)
                     sc, sp = self._sample_owned(req.numpy(), f, key ^ np.uint64(0x5BD1E995))
-                    rc, _ = exchange(sc, req_counts, self.stats)
+                    rc, _ = exchange(sc, req_counts, self.stats, self.group)
                     per_rank = _segment_sums(sc, req_counts)
-                    rp, _ = exchange(sp, per_rank, self.stats)
+                    rp, _ = exchange(sp, per_rank, self.stats, self.group)
                     rc = rc.numpy()
                     counts[remote] = rc
                 else:

@@ -4,7 +4,8 @@
 ``averaging`` (SDT-GNN: local training on parts, weighted model averaging), ``hec``
 (DistGNN-MB: local sampling, historical embedding caches filled by delayed pushes) and
 ``fullgraph`` (NeutronStar: full-graph training, remote dependencies communicated or
-recomputed). Run them with
+recomputed) and ``disagg`` (Armada: batch workers sample and load features for compute
+workers, which cache rows). Run them with
 ``shoal train --store STORE --engine NAME --nproc N`` or under torchrun with
 ``torchrun ... -m shoal train --store STORE --engine NAME`` (see docs/distributed.md).
 """

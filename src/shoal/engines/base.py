@@ -75,7 +75,7 @@ class Engine(ABC):
         self.store = store
         self.config = config if isinstance(config, EngineConfig) else EngineConfig(train=config)
         self.ctx = ctx
-        self.part_to_rank = parts_of_rank(store.num_parts, ctx.world_size, self.train_config.plan)
+        self.part_to_rank = self.rank_of_parts()
         self.parts = [store.part(int(i)) for i in np.flatnonzero(self.part_to_rank == ctx.rank)]
         if store.feature_dim is None or store.num_classes is None:
             raise ShoalInputError(
@@ -86,6 +86,11 @@ class Engine(ABC):
         self.stats = CommStats()
         self.tables = NodeTables(store, self.parts)
         self.budget: BudgetPlan | None = None
+
+    def rank_of_parts(self) -> np.ndarray:
+        """``(p,)`` rank holding each part (the plan, or part ``j`` on rank ``j mod N``);
+        an engine whose ranks do not all hold parts overrides it."""
+        return parts_of_rank(self.store.num_parts, self.ctx.world_size, self.train_config.plan)
 
     # ---------------------------------------------------------------- memory
     def plan_memory(self, *, feature_bytes: int, num_rows: int, extra_bytes: int = 0,

@@ -14,6 +14,7 @@ ENGINES: dict[str, str] = {
     "averaging": "shoal.engines.averaging:AveragingEngine",
     "hec": "shoal.engines.hec:HecEngine",
     "fullgraph": "shoal.engines.fullgraph:FullGraphEngine",
+    "disagg": "shoal.engines.disagg:DisaggEngine",
 }
 
 

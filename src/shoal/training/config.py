@@ -106,6 +106,25 @@ class TrainConfig:
         ring: fullgraph engine: exchange chunks in ring order (default true).
         overlap: fullgraph engine: compute cached dependencies while chunks are in flight
             (default true).
+        batch_workers: disagg engine: ranks that sample and load features (the last ones);
+            the others compute; at least as many as compute workers; None = half the
+            ranks, rounded up (default None).
+        replicas: disagg engine: model replicas per compute worker, ``G`` (one per GPU; on
+            CPU the ``G`` mini-batches run one after the other); a batch worker sends them
+            as one global batch (default 1).
+        disagg_cache: disagg engine: LRU feature cache of each compute worker: rows (an
+            int), a share of the nodes (``"5%"``) or a size (``"64MiB"``); 0 = off
+            (default ``"5%"``).
+        batch_queue: disagg engine: global batches a batch worker may have in flight
+            (default 4).
+        local_sampling: disagg engine: sample only the edges among a batch worker's own
+            parts, no traffic between batch workers (default false: remote sampling, the
+            same distribution as ``minibatch``).
+        grouping: disagg engine: send the rows of a global batch's union once (default
+            true; false sends every mini-batch's rows, an ablation).
+        resident_parts: disagg engine: most parts a batch worker holds together (the rest
+            are swapped in one at a time); None = as many as half its memory budget holds
+            (default None).
     """
 
     model: str = "sage"
@@ -145,6 +164,13 @@ class TrainConfig:
     dep_costs: tuple[float, float, float] | list[float] | None = None
     ring: bool = True
     overlap: bool = True
+    batch_workers: int | None = None
+    replicas: int = 1
+    disagg_cache: str | int = "5%"
+    batch_queue: int = 4
+    local_sampling: bool = False
+    grouping: bool = True
+    resident_parts: int | None = None
     memory: str | int | None = None
     io_threads: int = 8
     structure: str = "auto"
@@ -167,6 +193,8 @@ class TrainConfig:
             "io_threads",
             "hec_size",
             "hec_delay",
+            "replicas",
+            "batch_queue",
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -205,6 +233,11 @@ class TrainConfig:
                                                    for x in self.dep_costs):  # fmt: skip
                 raise ValueError(f"dep_costs must be three costs >= 0 (T_v, T_e, T_c), got "
                                  f"{self.dep_costs!r}")  # fmt: skip
+        for name in ("batch_workers", "resident_parts"):
+            v = getattr(self, name)
+            if v is not None and int(v) < 1:
+                raise ValueError(f"{name} must be >= 1 (or None), got {v}")
+        _check_cache(self.disagg_cache)
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
 
@@ -249,3 +282,20 @@ class TrainConfig:
         data = dict(data.get("train", data))
         data.update(overrides)
         return cls.from_dict(data, origin=str(p))
+
+
+def _check_cache(spec: str | int) -> None:
+    """``disagg_cache``: rows >= 0, a percentage in [0, 100] or a size."""
+    text = str(spec).strip()
+    try:
+        if isinstance(spec, int) or text.isdigit():
+            ok = int(text) >= 0
+        elif text.endswith("%"):
+            ok = 0.0 <= float(text[:-1]) <= 100.0
+        else:
+            ok = parse_size(text) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"disagg_cache must be rows (e.g. 10000), a share of the nodes "
+                         f"(e.g. 5%) or a size (e.g. 64MiB), got {spec!r}")  # fmt: skip

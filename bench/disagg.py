@@ -1,0 +1,307 @@
+"""``disagg`` engine benchmark (issue 14): scaling of batch workers, bytes, speed, accuracy.
+
+Parts (processes of 1 thread each under torch.distributed.run; stores: SPRING, 6 parts, so 1,
+2 or 3 batch workers hold equal shares):
+
+``scaling``: the 200k-node synthetic graph of ``bench/distributed.py speed`` and a 1M-node one,
+3-layer GraphSAGE (fanouts 15,10,5, hidden 64, batch 1024: sampling and feature loading
+dominate, as in the paper's Figure 1), one compute worker and 1, 2, 3 batch workers:
+iterations per second (the paper's Figure 8).
+
+``bytes``: the 200k-node graph, one compute worker with ``G = 2`` replicas and one batch
+worker: bytes per epoch with and without grouping, with compute-worker caches of 0, 5% and 20%
+of the nodes (hit rate, bytes saved).
+
+``speed``: epoch time of ``disagg`` against ``minibatch`` at the same process count (2 and 3),
+back to back, on the 200k-node graph.
+
+``accuracy``: Cora, Amazon-Photo and Coauthor-Physics (the hyper-parameters of
+``bench/hec.py``: batches of 16 seeds), 2 parts, 3 processes (2 batch workers, 1 compute
+worker), 10 seeds, against the single-process trainer; ``--local-sampling`` next to it.
+
+Usage::
+
+    python bench/disagg.py scaling | bytes | speed | accuracy | report
+
+Results: bench/results/disagg.json and bench/results/disagg.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import distributed as dbench  # noqa: E402  (bench/distributed.py: data preparation, helpers)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PY = sys.executable
+#: name -> (nodes, edges, training fraction): 20,000 training nodes each (20 iterations)
+GRAPHS = {"synth-200k": (200_000, 1_000_000, 0.1), "synth-1m": (1_000_000, 5_000_000, 0.02)}
+PARTS = 6
+SPEED_CFG = dict(model="sage", fanouts=(15, 10, 5), batch_size=1024, hidden=64, lr=0.003,
+                 seed=0, progress=False, threads=1)  # fmt: skip
+
+
+def load() -> dict:
+    p = RESULTS / "disagg.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def save(res: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS / "disagg.json.tmp"
+    tmp.write_text(json.dumps(res, indent=1))
+    os.replace(tmp, RESULTS / "disagg.json")
+    write_markdown(res)
+
+
+def command(res: dict, part: str) -> None:
+    res.setdefault("commands", {})[part] = " ".join(["python bench/disagg.py", *sys.argv[1:]])
+    res["machine"] = dbench.machine()
+
+
+def synth(name: str) -> Path:
+    """The synthetic graph ``name`` and its 6-part store (built once)."""
+    nodes, edges, frac = GRAPHS[name]
+    g = dbench.WORK / name
+    if not (g / "meta.json").exists():
+        dbench.shoal("data", "synth", "dcsbm", "--nodes", str(nodes), "--edges", str(edges),
+                     "--out", str(g), "--classes", "47", "--features", "128", "--seed", "0",
+                     "--train-frac", str(frac))  # fmt: skip
+    a, s = dbench.DWORK / f"{name}-spring{PARTS}", dbench.DWORK / f"{name}-store{PARTS}"
+    if not (a / "meta.json").exists():
+        dbench.shoal("partition", str(g), "--algo", "spring", "--parts", str(PARTS), "--out",
+                     str(a))  # fmt: skip
+    if not (s / "meta.json").exists():
+        dbench.shoal("store", "build", str(g), str(a), "--out", str(s))
+    return s
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One rank (started by torch.distributed.run): build the engine, time the epochs."""
+    from shoal.distributed import DistConfig, process_group
+    from shoal.engines import EngineConfig, get_engine
+    from shoal.store import Store
+    from shoal.training import TrainConfig
+    from shoal.utils.threads import set_threads
+
+    set_threads(1)
+    tc = TrainConfig(**{**SPEED_CFG, "epochs": args.epochs, **json.loads(args.extra)})
+    with process_group(DistConfig(threads=1)) as ctx:
+        eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
+        recs = [eng.train_epoch(e) for e in range(args.epochs + 1)][1:]  # one warm-up epoch
+        if ctx.is_rank0:
+            secs = [r["seconds"] for r in recs]
+            med = sorted(range(len(secs)), key=secs.__getitem__)[len(secs) // 2]
+            Path(args.out).write_text(json.dumps({
+                "engine": args.engine, "epoch_seconds": secs,
+                "median_epoch_seconds": statistics.median(secs),
+                "iterations": eng.num_batches,
+                "time_split_rank0": recs[med]["time_split"], "comm": recs[med]["comm"],
+                "disagg": recs[med].get("disagg"), "settings": eng.settings(),
+            }))  # fmt: skip
+
+
+def run(store: Path, engine: str, nproc: int, extra: dict, epochs: int) -> dict:
+    out = dbench.DWORK / "disagg-run.json"
+    out.unlink(missing_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    dbench.sh([PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               str(Path(__file__).resolve()), "worker", "--store", str(store), "--engine", engine,
+               "--epochs", str(epochs), "--extra", json.dumps(extra), "--out", str(out)],
+              env=env)  # fmt: skip
+    r = json.loads(out.read_text())
+    r["load_before"] = os.getloadavg()[0]
+    if r.get("iterations"):
+        r["iterations_per_second"] = r["iterations"] / r["median_epoch_seconds"]
+    return r
+
+
+def run_scaling(args: argparse.Namespace) -> None:
+    res = load()
+    command(res, "scaling")
+    sc = res.setdefault("scaling", {})
+    for name in args.graphs.split(","):
+        store = synth(name)
+        for b in (1, 2, 3):
+            r = run(store, "disagg", b + 1, {"batch_workers": b}, args.epochs)
+            sc[f"{name}/B{b}"] = r
+            print(name, b, round(r["iterations_per_second"], 2), flush=True)
+            save(res)
+
+
+def run_bytes(args: argparse.Namespace) -> None:
+    res = load()
+    command(res, "bytes")
+    store = synth("synth-200k")
+    by = res["bytes"] = {}
+    for grouping in (True, False):
+        for cache in ("0", "5%", "20%"):
+            extra = {"batch_workers": 1, "replicas": 2, "grouping": grouping,
+                     "disagg_cache": cache}  # fmt: skip
+            r = run(store, "disagg", 2, extra, args.epochs)
+            by[f"{'grouped' if grouping else 'ungrouped'}/{cache}"] = r
+            print(grouping, cache, r["disagg"]["batch_bytes"], flush=True)
+            save(res)
+
+
+def run_speed(args: argparse.Namespace) -> None:
+    res = load()
+    command(res, "speed")
+    store = synth("synth-200k")
+    sp = res["speed"] = {}
+    for nproc in (2, 3):
+        for eng, extra in (("minibatch", {}), ("disagg", {"batch_workers": nproc - 1})):
+            sp[f"{eng}/{nproc}"] = run(store, eng, nproc, extra, args.epochs)
+            print(eng, nproc, sp[f"{eng}/{nproc}"]["median_epoch_seconds"], flush=True)
+            save(res)
+
+
+ACC = ("cora", "amazon_photo", "coauthor_physics")
+
+
+def run_accuracy(args: argparse.Namespace) -> None:
+    """Resumable: runs already in the JSON are kept."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import hec as hbench
+
+    res = load()
+    command(res, "accuracy")
+    acc = res.setdefault("accuracy", {})
+    for name in args.datasets.split(","):
+        hp = hbench.hparams(name)
+        entry = acc.setdefault(name, {"hparams": hp, "runs": {}})
+        g, store = dbench.prepare(name, 2)
+        for seed in range(args.seeds):
+            for kind in ("single", "disagg", "local"):
+                key = f"{kind}/seed{seed}"
+                if key in entry["runs"] or (kind == "local" and seed >= args.local_seeds):
+                    continue
+                if kind == "single":
+                    r = dbench.single(g, hp, seed)
+                else:
+                    flags = ["--batch-workers", "2"] + (["--local-sampling"] if kind == "local"
+                                                         else [])  # fmt: skip
+                    r = _engine(store, hp, seed, flags)
+                entry["runs"][key] = r
+                print(name, key, r["test_accuracy"], flush=True)
+                save(res)
+
+
+def _engine(store: Path, hp: dict, seed: int, flags: list[str]) -> dict:
+    out = dbench.DWORK / f"disagg-acc-{store.name}-{seed}.json"
+    t = time.perf_counter()
+    dbench.sh([PY, "-m", "shoal", "train", "--store", str(store), "--engine", "disagg",
+               "--nproc", "3", *flags, "--json", str(out), *dbench.hp_flags(hp, seed)])  # fmt: skip
+    d = json.loads(out.read_text())
+    return {"test_accuracy": d["test_accuracy"], "seconds": time.perf_counter() - t,
+            "bytes_per_epoch": d["bytes_per_epoch"]}  # fmt: skip
+
+
+def _mean(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.3f} ± {sd:.3f} ({len(xs)})"
+
+
+def _accs(entry: dict, kind: str) -> list[float]:
+    return [r["test_accuracy"] for k, r in entry["runs"].items() if k.startswith(kind + "/")]
+
+
+def write_markdown(res: dict) -> None:
+    lines = ["# disagg engine (Armada): batch workers feeding compute workers", "",
+             f"Machine: {res.get('machine', '?')}. Written by `bench/disagg.py` (commands "
+             "below). Every process runs one thread.", ""]  # fmt: skip
+    if "scaling" in res:
+        lines += ["## Iterations per second against batch workers (1 compute worker)", "",
+                  "3-layer GraphSAGE 15,10,5, hidden 64, batch 1024, 6-part store.", "",
+                  "| graph | batch workers | processes | iterations/s | epoch s | compute worker "
+                  "waiting for batches s | computing s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for key, r in res["scaling"].items():
+            name, b = key.split("/")
+            ts = r["time_split_rank0"]
+            lines.append(f"| {name} | {b[1:]} | {int(b[1:]) + 1} | "
+                         f"{r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
+                         f"{ts.get('receive_wait', 0):.2f} | "
+                         f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} |")  # fmt: skip
+        lines.append("")
+    if "bytes" in res:
+        lines += ["## Bytes per epoch: grouping and the compute-worker cache (200k nodes)", "",
+                  "1 batch worker, 1 compute worker with G = 2 replicas.", "",
+                  "| batches | cache | batch MB/epoch | rows sent | hit rate | update MB | "
+                  "epoch s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for key, r in res["bytes"].items():
+            grouping, cache = key.split("/")
+            d = r["disagg"]
+            lines.append(
+                f"| {grouping} | {cache} | {d['batch_bytes'] / 1e6:.1f} | "
+                f"{int(d['rows_sent'])} | {d['hit_rate']:.2f} | "
+                f"{d['update_bytes'] / 1e6:.2f} | {r['median_epoch_seconds']:.2f} |"
+            )
+        lines.append("")
+    if "speed" in res:
+        lines += [
+            "## Epoch time against minibatch (200k nodes, same processes)",
+            "",
+            "| engine | processes | median epoch s | MB sent/epoch |",
+            "|---|---|---|---|",
+        ]
+        for key, r in res["speed"].items():
+            eng, n = key.split("/")
+            lines.append(
+                f"| {eng} | {n} | {r['median_epoch_seconds']:.2f} | "
+                f"{r['comm']['bytes_sent'] / 1e6:.1f} |"
+            )
+        lines.append("")
+    if "accuracy" in res:
+        lines += ["## Accuracy (2 parts, 3 processes: 2 batch workers, 1 compute worker)", "",
+                  "| graph | single | disagg | diff | disagg --local-sampling | diff |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for name, e in res["accuracy"].items():
+            s0, d, lo = (_accs(e, k) for k in ("single", "disagg", "local"))
+            m0 = statistics.mean(s0) if s0 else float("nan")
+            diff = [f"{(statistics.mean(x) - m0) * 100:+.1f}" if x and s0 else "-" for x in (d, lo)]
+            lines.append(
+                f"| {name} | {_mean(s0)} | {_mean(d)} | {diff[0]} | {_mean(lo)} | {diff[1]} |"
+            )
+        lines.append("")
+    lines += [*res.get("notes", []), "", "## Commands", ""]
+    lines += [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
+    tmp = RESULTS / "disagg.md.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, RESULTS / "disagg.md")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("scaling")
+    s.add_argument("--graphs", default=",".join(GRAPHS))
+    for name in ("scaling", "bytes", "speed"):
+        p = s if name == "scaling" else sub.add_parser(name)
+        p.add_argument("--epochs", type=int, default=2)
+    a = sub.add_parser("accuracy")
+    a.add_argument("--datasets", default=",".join(ACC))
+    a.add_argument("--seeds", type=int, default=10)
+    a.add_argument("--local-seeds", type=int, default=3)
+    w = sub.add_parser("worker")
+    for flag in ("--store", "--engine", "--extra", "--out"):
+        w.add_argument(flag, required=True)
+    w.add_argument("--epochs", type=int, default=2)
+    sub.add_parser("report")
+    args = ap.parse_args()
+    dbench.DWORK.mkdir(parents=True, exist_ok=True)
+    {"scaling": run_scaling, "bytes": run_bytes, "speed": run_speed, "accuracy": run_accuracy,
+     "worker": worker, "report": lambda _: write_markdown(load())}[args.cmd](args)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

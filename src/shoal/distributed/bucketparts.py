@@ -1,0 +1,151 @@
+"""A batch worker's resident parts, loaded from the store's edge buckets (Armada, Section 3).
+
+Armada's storage layer keeps, for every pair of partitions ``(i, j)``, the edges from nodes of
+``i`` to nodes of ``j`` sequentially in **edge bucket** ``(i, j)``, so a worker holding a set
+of partitions reads the edges it needs with sequential reads only. shoal's store writes these
+buckets (``docs/store.md``); :class:`ResidentParts` is the engine side that reads them:
+
+- **remote sampling** (default): part ``j`` is loaded with the buckets ``(*, j)`` -- every
+  in-edge of its nodes, the full neighbourhoods other batch workers ask it to sample;
+- **local sampling** (``local=True``): only the buckets ``(i, j)`` with ``i`` and ``j`` both
+  resident -- the subgraph held in this worker's memory; swapping a part in adds its buckets
+  to and from the resident parts, swapping one out removes them.
+
+A loaded part has the attributes :class:`~shoal.distributed.DistNeighborSampler` reads from a
+store :class:`~shoal.store.Partition` (``index``, ``start``, ``num_core``, ``indptr``,
+``indices`` over core then halo rows, ``halo_ids``) plus its core feature rows, read in one
+sequential pass. Neighbours of a row are ordered by source bucket, then by the graph's edge
+order (a store part orders them by the graph's order alone): the sampling distribution is
+the same, the individual draws are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shoal.sample.diskio import load_array
+from shoal.store.reader import Store
+
+__all__ = ["LoadedPart", "ResidentParts", "part_bytes"]
+
+
+@dataclass
+class LoadedPart:
+    """One resident part (see the module docstring)."""
+
+    index: int
+    start: int
+    num_core: int
+    features: np.ndarray
+    buckets: dict[int, np.ndarray] = field(default_factory=dict)
+    indptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    indices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    halo_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.features, self.indptr, self.indices, self.halo_ids, *self.buckets.values()]
+        return int(sum(a.nbytes for a in arrays))
+
+    def rebuild(self) -> None:
+        """The CSR (rows = this part's nodes, in-edges) of the buckets held."""
+        keys = sorted(self.buckets)
+        edges = [self.buckets[k] for k in keys]
+        src = np.concatenate([e[:, 0] for e in edges]).astype(np.int64) if edges else \
+            np.zeros(0, np.int64)  # fmt: skip
+        dst = np.concatenate([e[:, 1] for e in edges]).astype(np.int64) if edges else src
+        rows = dst - self.start
+        order = np.argsort(rows, kind="stable")
+        src = src[order]
+        self.indptr = np.zeros(self.num_core + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.num_core), out=self.indptr[1:])
+        inside = (src >= self.start) & (src < self.start + self.num_core)
+        self.halo_ids, inv = np.unique(src[~inside], return_inverse=True)
+        local = np.empty(len(src), np.int64)
+        local[inside] = src[inside] - self.start
+        local[~inside] = self.num_core + inv
+        self.indices = local
+
+
+def part_bytes(store: Store, *, local: bool = False) -> np.ndarray:
+    """Memory one resident part takes (features, its buckets, the CSR built from them):
+    used to decide how many parts a batch worker loads together. With ``local`` the buckets
+    from other parts are counted too (an upper bound)."""
+    counts = store.bucket_counts
+    edges = counts.sum(0)
+    item = np.dtype(store.meta["edge_dtype"]).itemsize
+    core = np.diff(np.asarray(store.part_offsets, np.int64))
+    feat = core * int(store.feature_dim or 0) * 4
+    # bucket copies (2 ids) + CSR (indices, indptr) + halo ids (at most one per edge)
+    return feat + edges * (2 * item + 8 + 8) + 8 * (core + 1)
+
+
+class ResidentParts:
+    """The parts a batch worker holds, loaded from edge buckets; counts what it reads.
+
+    Args:
+        store: the opened store. local: local sampling (buckets among resident parts only).
+    """
+
+    def __init__(self, store: Store, *, local: bool = False) -> None:
+        self.store = store
+        self.local = local
+        self.parts: dict[int, LoadedPart] = {}
+        self.loads: list[int] = []  # parts loaded, in order (each once per epoch)
+        self.bytes_read = 0
+        self.buckets_read = 0
+
+    def _bucket(self, i: int, j: int) -> np.ndarray:
+        b = load_array(self.store.bucket(i, j))
+        self.bytes_read += int(b.nbytes)
+        self.buckets_read += 1
+        return np.asarray(b)
+
+    def load(self, j: int) -> None:
+        """Read part ``j`` (its features, then its buckets) and make it resident."""
+        if j in self.parts:
+            raise ValueError(f"part {j} is already resident")
+        s = self.store
+        start = int(s.part_offsets[j])
+        core = int(s.part_offsets[j + 1]) - start
+        feats = s.part(j).features
+        f = np.array(load_array(feats), np.float32, copy=False)[:core]
+        self.bytes_read += int(f.nbytes)
+        part = LoadedPart(j, start, core, f)
+        sources = sorted(self.parts) + [j] if self.local else range(s.num_parts)
+        for i in sources:
+            part.buckets[int(i)] = self._bucket(int(i), j)
+        if self.local:  # the new part's edges into the resident ones
+            for k, other in self.parts.items():
+                other.buckets[j] = self._bucket(j, k)
+                other.rebuild()
+        part.rebuild()
+        self.parts[j] = part
+        self.loads.append(j)
+
+    def evict(self, j: int) -> None:
+        """Drop part ``j`` (and, with local sampling, its edges into the others)."""
+        self.parts.pop(j)
+        if self.local:
+            for other in self.parts.values():
+                if other.buckets.pop(j, None) is not None:
+                    other.rebuild()
+
+    def clear(self) -> None:
+        self.parts.clear()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts.values())
+
+    def rows(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Feature rows of ``ids`` (all in resident parts) into ``out``."""
+        starts = np.asarray(self.store.part_offsets, np.int64)
+        owner = np.searchsorted(starts, ids, side="right") - 1
+        for j in np.unique(owner):
+            sel = np.flatnonzero(owner == j)
+            p = self.parts[int(j)]
+            out[sel] = p.features[ids[sel] - p.start]
+        return out[: len(ids)]

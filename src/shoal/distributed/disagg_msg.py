@@ -1,0 +1,146 @@
+"""Messages between the ``disagg`` engine's batch and compute workers (Armada, Section 5).
+
+A **global batch** carries the ``G`` mini-batches of one compute iteration ("mini batch
+grouping": the mini-batches destined for the ``G`` model replicas of one compute worker travel
+together, and the feature rows of the union of their nodes are sent once). It travels as three
+point-to-point messages (gloo ``isend``/``recv``): a fixed header (acknowledged cache update,
+lengths), one int64 array (per mini-batch: seeds, its nodes as positions in the union, its
+blocks; the union's ids; the positions whose rows are sent) and one float32 array (the sent
+rows, in position order). Without grouping (an ablation) the union is the concatenation of
+the mini-batches' nodes, duplicates included.
+
+A cache **update** (compute -> batch worker) is a header ``(version, inserted, evicted)`` and
+the ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shoal.graph.blocks import Block, MiniBatch
+
+__all__ = ["GlobalBatch", "pack_batch", "recv_batch", "recv_update", "send_update", "unpack",
+           "group_union"]  # fmt: skip
+
+TAG_META, TAG_INTS, TAG_ROWS, TAG_UPDATE, TAG_UPDATE_IDS = 11, 12, 13, 14, 15
+
+
+@dataclass
+class GlobalBatch:
+    """A received global batch: its nodes (``ids``), the positions sent (``sent``, rows in
+    ``rows``), and per mini-batch ``(num_seeds, positions in ids, [(edge_index, rowptr,
+    num_src, num_dst)] per layer)``."""
+
+    ack: int
+    ids: np.ndarray
+    sent: np.ndarray
+    rows: np.ndarray
+    minibatches: list[tuple[int, np.ndarray, list[tuple[np.ndarray, np.ndarray, int, int]]]]
+
+    def blocks(self, k: int, degrees: np.ndarray) -> tuple[np.ndarray, list[Block]]:
+        """Mini-batch ``k``'s positions in ``ids`` and its blocks."""
+        _, pos, layers = self.minibatches[k]
+        n_id = self.ids[pos]
+        out = []
+        for ei, rp, ns, nd in layers:
+            deg = torch.from_numpy(np.asarray(degrees[n_id[:ns]], np.float32))
+            out.append(Block(torch.from_numpy(ei), ns, nd, torch.from_numpy(rp), deg))
+        return pos, out
+
+
+def group_union(mbs: list[MiniBatch], grouping: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The global batch's nodes and each mini-batch's positions among them."""
+    if not grouping:
+        ids = np.concatenate([mb.n_id for mb in mbs]) if mbs else np.zeros(0, np.int64)
+        offs = np.cumsum([0] + [len(mb.n_id) for mb in mbs])
+        return ids, [np.arange(offs[i], offs[i + 1]) for i in range(len(mbs))]
+    allids = np.concatenate([mb.n_id for mb in mbs]) if mbs else np.zeros(0, np.int64)
+    ids, inv = np.unique(allids, return_inverse=True)
+    offs = np.cumsum([0] + [len(mb.n_id) for mb in mbs])
+    return ids, [inv[offs[i] : offs[i + 1]].astype(np.int64) for i in range(len(mbs))]
+
+
+def pack_batch(ack: int, mbs: list[MiniBatch], ids: np.ndarray, pos: list[np.ndarray],
+               sent: np.ndarray, rows: np.ndarray) -> list[torch.Tensor]:  # fmt: skip
+    """The three tensors of a global batch (module docstring)."""
+    layers = len(mbs[0].blocks) if mbs else 0
+    head = [len(mbs), layers, len(ids), len(sent)]
+    body: list[np.ndarray] = []
+    for mb, p in zip(mbs, pos):
+        head += [mb.num_seeds, len(p)]
+        body.append(p)
+        for b in mb.blocks:
+            head += [b.num_src, b.num_dst, b.edge_index.shape[1]]
+            body += [b.edge_index.numpy().reshape(-1), b.rowptr.numpy()]
+    ints = np.concatenate([np.asarray(head, np.int64), ids, sent, *body]).astype(np.int64)
+    meta = torch.tensor([ack, len(ints), len(sent), rows.shape[1] if rows.ndim == 2 else 0])
+    return [meta, torch.from_numpy(ints), torch.from_numpy(np.ascontiguousarray(rows))]
+
+
+def unpack(meta: torch.Tensor, ints: torch.Tensor, rows: torch.Tensor) -> GlobalBatch:
+    a = ints.numpy()
+    g, layers, n_ids, n_sent = (int(x) for x in a[:4])
+    h = 4
+    spec = []
+    for _ in range(g):
+        seeds, n_pos = int(a[h]), int(a[h + 1])
+        h += 2
+        lay = [tuple(int(x) for x in a[h + 3 * k : h + 3 * k + 3]) for k in range(layers)]
+        h += 3 * layers
+        spec.append((seeds, n_pos, lay))
+    ids = a[h : h + n_ids]
+    h += n_ids
+    sent = a[h : h + n_sent]
+    h += n_sent
+    mbs = []
+    for seeds, n_pos, lay in spec:
+        pos = a[h : h + n_pos]
+        h += n_pos
+        blocks = []
+        for ns, nd, ne in lay:
+            ei = a[h : h + 2 * ne].reshape(2, ne)
+            h += 2 * ne
+            rp = a[h : h + nd + 1]
+            h += nd + 1
+            blocks.append((ei, rp, ns, nd))
+        mbs.append((seeds, pos, blocks))
+    return GlobalBatch(int(meta[0]), ids, sent, rows.numpy(), mbs)
+
+
+def recv_batch(src: int, dim: int) -> tuple[GlobalBatch, int]:
+    """Receive one global batch from rank ``src``; returns it and the bytes received."""
+    meta = torch.empty(4, dtype=torch.int64)
+    dist.recv(meta, src, tag=TAG_META)
+    ints = torch.empty(int(meta[1]), dtype=torch.int64)
+    dist.recv(ints, src, tag=TAG_INTS)
+    rows = torch.empty((int(meta[2]), dim), dtype=torch.float32)
+    if rows.numel():
+        dist.recv(rows, src, tag=TAG_ROWS)
+    return unpack(meta, ints, rows), 32 + ints.numel() * 8 + rows.numel() * 4
+
+
+def send_update(dst: int, version: int, inserted: np.ndarray, evicted: np.ndarray) -> list:
+    """Send a cache update to batch worker rank ``dst`` (non-blocking; keep the handles)."""
+    head = torch.tensor([version, len(inserted), len(evicted)], dtype=torch.int64)
+    ids = torch.from_numpy(np.concatenate([inserted, evicted]).astype(np.int64))
+    works = [dist.isend(head, dst, tag=TAG_UPDATE)]
+    if ids.numel():
+        works.append(dist.isend(ids, dst, tag=TAG_UPDATE_IDS))
+    return [works, head, ids]
+
+
+def recv_update(src: int, head: torch.Tensor | None = None):
+    """Receive one cache update from rank ``src`` (``head`` already received, if given)."""
+    if head is None:
+        head = torch.empty(3, dtype=torch.int64)
+        dist.recv(head, src, tag=TAG_UPDATE)
+    n_ins, n_ev = int(head[1]), int(head[2])
+    ids = torch.empty(n_ins + n_ev, dtype=torch.int64)
+    if ids.numel():
+        dist.recv(ids, src, tag=TAG_UPDATE_IDS)
+    a = ids.numpy()
+    return int(head[0]), a[:n_ins], a[n_ins:], 24 + 8 * len(a)
