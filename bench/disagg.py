@@ -131,9 +131,10 @@ def run_scaling(args: argparse.Namespace) -> None:
     for name in args.graphs.split(","):
         store = synth(name)
         for b in (1, 2, 3):
-            r = run(store, "disagg", b + 1, {"batch_workers": b}, args.epochs)
-            sc[f"{name}/B{b}"] = r
-            print(name, b, round(r["iterations_per_second"], 2), flush=True)
+            r = run(store, "disagg", b + 1, {"batch_workers": b, "hidden": args.hidden},
+                    args.epochs)  # fmt: skip
+            sc[f"{name}/h{args.hidden}/B{b}"] = r
+            print(name, args.hidden, b, round(r["iterations_per_second"], 2), flush=True)
             save(res)
 
 
@@ -222,13 +223,17 @@ def write_markdown(res: dict) -> None:
              "below). Every process runs one thread.", ""]  # fmt: skip
     if "scaling" in res:
         lines += ["## Iterations per second against batch workers (1 compute worker)", "",
-                  "3-layer GraphSAGE 15,10,5, hidden 64, batch 1024, 6-part store.", "",
-                  "| graph | batch workers | processes | iterations/s | epoch s | compute worker "
-                  "waiting for batches s | computing s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "3-layer GraphSAGE 15,10,5, batch 1024, 6-part store.", "",
+                  "| graph | hidden | batch workers | processes | iterations/s | epoch s | compute worker "
+                  "waiting for batches s | computing s |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for key, r in res["scaling"].items():
-            name, b = key.split("/")
+            name, h, b = (
+                key.split("/")
+                if key.count("/") == 2
+                else (*key.split("/")[:1], "h64", key.split("/")[1])
+            )
             ts = r["time_split_rank0"]
-            lines.append(f"| {name} | {b[1:]} | {int(b[1:]) + 1} | "
+            lines.append(f"| {name} | {h[1:]} | {b[1:]} | {int(b[1:]) + 1} | "
                          f"{r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
                          f"{ts.get('receive_wait', 0):.2f} | "
                          f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} |")  # fmt: skip
@@ -285,6 +290,12 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("scaling")
     s.add_argument("--graphs", default=",".join(GRAPHS))
+    s.add_argument(
+        "--hidden",
+        type=int,
+        default=64,
+        help="a small width makes batch preparation the bottleneck",
+    )
     for name in ("scaling", "bytes", "speed"):
         p = s if name == "scaling" else sub.add_parser(name)
         p.add_argument("--epochs", type=int, default=2)
