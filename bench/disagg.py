@@ -84,8 +84,32 @@ def synth(name: str) -> Path:
     return s
 
 
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1 cpu controller (this machine has it)
+
+
+def cap_cpu(fraction: float, rank: int) -> None:
+    """Move this process into its own cgroup-v1 cpu group with a CFS quota of ``fraction`` of
+    a core: emulates ranks on separate machines with that much CPU each, so that adding a
+    batch worker adds CPU instead of sharing this machine's two cores."""
+    g = CPU_CGROUP / f"shoal-bench-disagg-{rank}"
+    g.mkdir(exist_ok=True)
+    period = int((g / "cpu.cfs_period_us").read_text())
+    (g / "cpu.cfs_quota_us").write_text(str(int(fraction * period)))
+    (g / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def remove_cpu_groups() -> None:
+    for g in CPU_CGROUP.glob("shoal-bench-disagg-*"):
+        try:
+            g.rmdir()
+        except OSError as e:  # still has a process: leave it, say so
+            print(f"could not remove {g}: {e}", file=sys.stderr)
+
+
 def worker(args: argparse.Namespace) -> None:
     """One rank (started by torch.distributed.run): build the engine, time the epochs."""
+    if args.cpu:
+        cap_cpu(args.cpu, int(os.environ["RANK"]))
     from shoal.distributed import DistConfig, process_group
     from shoal.engines import EngineConfig, get_engine
     from shoal.store import Store
@@ -109,16 +133,23 @@ def worker(args: argparse.Namespace) -> None:
             }))  # fmt: skip
 
 
-def run(store: Path, engine: str, nproc: int, extra: dict, epochs: int) -> dict:
+def run(store: Path, engine: str, nproc: int, extra: dict, epochs: int, cpu: float = 0.0) -> dict:
     out = dbench.DWORK / "disagg-run.json"
     out.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    dbench.sh([PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               str(Path(__file__).resolve()), "worker", "--store", str(store), "--engine", engine,
-               "--epochs", str(epochs), "--extra", json.dumps(extra), "--out", str(out)],
-              env=env)  # fmt: skip
+    load_before = os.getloadavg()[0]
+    try:
+        dbench.sh([PY, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={nproc}", str(Path(__file__).resolve()), "worker",
+                   "--store", str(store), "--engine", engine, "--epochs", str(epochs),
+                   "--extra", json.dumps(extra), "--out", str(out), "--cpu", str(cpu)],
+                  env=env)  # fmt: skip
+    finally:
+        if cpu:
+            remove_cpu_groups()
     r = json.loads(out.read_text())
-    r["load_before"] = os.getloadavg()[0]
+    r["load_before"] = load_before
+    r["cpu_per_process"] = cpu or None
     if r.get("iterations"):
         r["iterations_per_second"] = r["iterations"] / r["median_epoch_seconds"]
     return r
@@ -126,15 +157,17 @@ def run(store: Path, engine: str, nproc: int, extra: dict, epochs: int) -> dict:
 
 def run_scaling(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "scaling")
+    command(res, " ".join(["scaling", *sys.argv[2:]]))  # one entry per set of options
     sc = res.setdefault("scaling", {})
     for name in args.graphs.split(","):
         store = synth(name)
-        for b in (1, 2, 3):
+        for b in map(int, args.batch_workers.split(",")):
             r = run(store, "disagg", b + 1, {"batch_workers": b, "hidden": args.hidden},
-                    args.epochs)  # fmt: skip
-            sc[f"{name}/h{args.hidden}/B{b}"] = r
-            print(name, args.hidden, b, round(r["iterations_per_second"], 2), flush=True)
+                    args.epochs, args.cpu)  # fmt: skip
+            r.update(graph=name, hidden=args.hidden, batch_workers=b)
+            cpu = f"/cpu{args.cpu:g}" if args.cpu else ""
+            sc[f"{name}/h{args.hidden}{cpu}/B{b}"] = r
+            print(name, args.hidden, cpu, b, round(r["iterations_per_second"], 2), flush=True)
             save(res)
 
 
@@ -180,13 +213,14 @@ def run_accuracy(args: argparse.Namespace) -> None:
         hp = hbench.hparams(name)
         entry = acc.setdefault(name, {"hparams": hp, "runs": {}})
         g, store = dbench.prepare(name, 2)
+        hec_single = _hec_single(hbench.load(), name, hp)
         for seed in range(args.seeds):
             for kind in ("single", "disagg", "local"):
                 key = f"{kind}/seed{seed}"
                 if key in entry["runs"] or (kind == "local" and seed >= args.local_seeds):
                     continue
                 if kind == "single":
-                    r = dbench.single(g, hp, seed)
+                    r = hec_single.get(key) or dbench.single(g, hp, seed)
                 else:
                     flags = ["--batch-workers", "2"] + (["--local-sampling"] if kind == "local"
                                                          else [])  # fmt: skip
@@ -194,6 +228,16 @@ def run_accuracy(args: argparse.Namespace) -> None:
                 entry["runs"][key] = r
                 print(name, key, r["test_accuracy"], flush=True)
                 save(res)
+
+
+def _hec_single(hec_res: dict, name: str, hp: dict) -> dict:
+    """The single-process runs of ``bench/hec.py accuracy`` with the same hyper-parameters
+    (same trainer, same seeds: the same numbers), so the reference is not trained twice."""
+    entry = hec_res.get("accuracy", {}).get(name, {})
+    if entry.get("hparams") != hp:
+        return {}
+    return {k: {"test_accuracy": r["test_accuracy"], "from": "bench/hec.py accuracy"}
+            for k, r in entry["runs"].items() if k.startswith("single/")}  # fmt: skip
 
 
 def _engine(store: Path, hp: dict, seed: int, flags: list[str]) -> dict:
@@ -224,16 +268,16 @@ def write_markdown(res: dict) -> None:
     if "scaling" in res:
         lines += ["## Iterations per second against batch workers (1 compute worker)", "",
                   "3-layer GraphSAGE 15,10,5, batch 1024, 6-part store.", "",
-                  "| graph | hidden | batch workers | processes | iterations/s | epoch s | compute worker "
-                  "waiting for batches s | computing s |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "'CPU per process': a cgroup CFS quota per rank (`--cpu`), emulating one "
+                  "machine per rank; '-': the ranks share this machine's 2 cores.", "",
+                  "| graph | hidden | CPU per process | batch workers | processes | iterations/s "
+                  "| epoch s | compute worker waiting for batches s | computing s |",
+                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for key, r in res["scaling"].items():
-            name, h, b = (
-                key.split("/")
-                if key.count("/") == 2
-                else (*key.split("/")[:1], "h64", key.split("/")[1])
-            )
+            name, h, b = key.split("/")[0], key.split("/")[1][1:], key.split("/")[-1][1:]
+            cpu = r.get("cpu_per_process") or "-"
             ts = r["time_split_rank0"]
-            lines.append(f"| {name} | {h[1:]} | {b[1:]} | {int(b[1:]) + 1} | "
+            lines.append(f"| {name} | {h} | {cpu} | {b} | {int(b) + 1} | "
                          f"{r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
                          f"{ts.get('receive_wait', 0):.2f} | "
                          f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} |")  # fmt: skip
@@ -296,6 +340,10 @@ def main() -> None:
         default=64,
         help="a small width makes batch preparation the bottleneck",
     )
+    s.add_argument("--batch-workers", default="1,2,3")
+    s.add_argument("--cpu", type=float, default=0.0,
+                   help="CPU quota per process in cores (cgroup v1 cpu controller; 0: none). "
+                   "0.5 with 1 compute and up to 3 batch workers fills 2 cores exactly")  # fmt: skip
     for name in ("scaling", "bytes", "speed"):
         p = s if name == "scaling" else sub.add_parser(name)
         p.add_argument("--epochs", type=int, default=2)
@@ -307,6 +355,7 @@ def main() -> None:
     for flag in ("--store", "--engine", "--extra", "--out"):
         w.add_argument(flag, required=True)
     w.add_argument("--epochs", type=int, default=2)
+    w.add_argument("--cpu", type=float, default=0.0)
     sub.add_parser("report")
     args = ap.parse_args()
     dbench.DWORK.mkdir(parents=True, exist_ok=True)

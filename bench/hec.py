@@ -24,7 +24,7 @@ GraphSAGE 15,10,5, batch 1024, hidden 256, 1 thread per process), the median tra
 Usage::
 
     python bench/hec.py accuracy [--datasets cora,...] [--parts 2,4] [--seeds 0,...,9]
-                                 [--minibatch-seeds 0,1,2]
+                                 [--minibatch-seeds 0,1,2] [--hec-push N]
     python bench/hec.py sweep [--dataset cora] [--seeds 0,1]
     python bench/hec.py speed [--epochs 3]
     python bench/hec.py report        # rewrite the markdown and the plot from the JSON
@@ -139,9 +139,14 @@ def engine(store: Path, name: str, hp: dict, seed: int, extra: list[str] = ()) -
     }
 
 
+def variant(nc: int | None) -> str:
+    """The key prefix of a hec accuracy run: ``hec`` (the paper's nc) or ``hec-nc<N>``."""
+    return "hec" if nc is None else f"hec-nc{nc}"
+
+
 def run_accuracy(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "accuracy")
+    command(res, "accuracy" if args.hec_push is None else f"accuracy {variant(args.hec_push)}")
     acc = res.setdefault("accuracy", {})
     seeds = [int(s) for s in args.seeds.split(",")]
     mb_seeds = [int(s) for s in args.minibatch_seeds.split(",")]
@@ -154,7 +159,9 @@ def run_accuracy(args: argparse.Namespace) -> None:
         todo = [(f"single/seed{s}", single, (g, hp, s)) for s in seeds]
         for parts in (int(p) for p in args.parts.split(",")):
             _, st = dbench.prepare(name, parts)
-            todo += [(f"hec/p{parts}/seed{s}", engine, (st, "hec", hp, s)) for s in seeds]
+            flags = [f"--hec-push={args.hec_push}"] if args.hec_push is not None else []
+            todo += [(f"{variant(args.hec_push)}/p{parts}/seed{s}", engine,
+                      (st, "hec", hp, s, flags)) for s in seeds]  # fmt: skip
             todo += [(f"minibatch/p{parts}/seed{s}", engine, (st, "minibatch", hp, s))
                      for s in mb_seeds]  # fmt: skip
         for key, fn, fargs in todo:
@@ -281,22 +288,26 @@ def accuracy_section(acc: dict) -> list[str]:
         "Data bytes: everything sent per epoch but the gradient all-reduce (summed over ranks; "
         "ids, rows, pushes); the all-reduce is the same for both engines.",
         "",
-        "| dataset | p | single | epochs to target (single) | hec | Δ | epochs to target (hec) "
-        "| minibatch | data MB/epoch hec | minibatch | ratio | all-reduce MB/epoch | steps/epoch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Rows `hec-ncN`: the same with the push limit nc = N (`accuracy --hec-push N`).",
+        "",
+        "| dataset | p | single | epochs to target (single) | engine | hec | Δ "
+        "| epochs to target (hec) | minibatch | data MB/epoch hec | minibatch | ratio "
+        "| all-reduce MB/epoch | steps/epoch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     hits = ["", "### HEC per layer (mean over seeds and epochs)", "",
-            "| dataset | p | layer | hit rate | lookups/epoch | pushed/epoch | received/epoch "
-            "| dropped/epoch | lines valid at epoch end |",
-            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            "| dataset | p | engine | layer | hit rate | lookups/epoch | pushed/epoch "
+            "| received/epoch | dropped/epoch | lines valid at epoch end |",
+            "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, entry in acc.items():
         runs = entry["runs"]
         sg = [r for k, r in runs.items() if k.startswith("single/")]
         if not sg:
             continue
         target = statistics.mean(r["test_accuracy"] for r in sg)
-        for p in (2, 4):
-            hc = [r for k, r in runs.items() if k.startswith(f"hec/p{p}/")]
+        variants = sorted({k.split("/")[0] for k in runs if k.startswith("hec")}, key=len)
+        for p, var in ((p, v) for p in (2, 4) for v in variants):
+            hc = [r for k, r in runs.items() if k.startswith(f"{var}/p{p}/")]
             mb = [r for k, r in runs.items() if k.startswith(f"minibatch/p{p}/")]
             if not hc:
                 continue
@@ -305,7 +316,7 @@ def accuracy_section(acc: dict) -> list[str]:
             mbb = statistics.mean(r["data_bytes_per_epoch"] for r in mb) if mb else float("nan")
             lines.append(
                 f"| {name} | {p} | {_mean_sd([r['test_accuracy'] for r in sg])} | "
-                f"{epochs_to(sg, target)} | {_mean_sd(ha)}"
+                f"{epochs_to(sg, target)} | {var} | {_mean_sd(ha)}"
                 f"{f' ({len(ha)} seeds)' if len(ha) != len(sg) else ''} | "
                 f"{100 * (statistics.mean(ha) - target):+.1f} | {epochs_to(hc, target)} | "
                 f"{_mean_sd([r['test_accuracy'] for r in mb])} | {_mb(hb)} | {_mb(mbb)} | "
@@ -316,7 +327,7 @@ def accuracy_section(acc: dict) -> list[str]:
                 ls = [r["hec"][layer] for r in hc]
                 hr = [x["hit_rate"] for x in ls if x["hit_rate"] is not None]
                 hits.append(
-                    f"| {name} | {p} | L{layer} | {statistics.mean(hr) if hr else 0:.2f} | "
+                    f"| {name} | {p} | {var} | L{layer} | {statistics.mean(hr) if hr else 0:.2f} | "
                     + " | ".join(
                         f"{statistics.mean(x[k] for x in ls):.0f}"
                         for k in (
@@ -459,6 +470,9 @@ def main() -> None:
     a.add_argument("--parts", default="2,4")
     a.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
     a.add_argument("--minibatch-seeds", default="0,1,2", help="minibatch runs (bytes, accuracy)")
+    a.add_argument("--hec-push", type=int, default=None,
+                   help="nc for these hec runs (default: the engine's, the paper's 2000); "
+                   "runs are keyed hec-nc<N>")  # fmt: skip
     s = sub.add_parser("sweep")
     s.add_argument("--dataset", default="cora")
     s.add_argument("--seeds", default="0,1")
