@@ -108,8 +108,11 @@ def remove_cpu_groups() -> None:
 
 def worker(args: argparse.Namespace) -> None:
     """One rank (started by torch.distributed.run): build the engine, time the epochs."""
-    if args.cpu:
-        cap_cpu(args.cpu, int(os.environ["RANK"]))
+    rank = int(os.environ["RANK"])
+    compute = rank < int(os.environ["WORLD_SIZE"]) - json.loads(args.extra).get("batch_workers", 0)
+    cpu = args.compute_cpu if compute and args.compute_cpu else args.cpu
+    if cpu:
+        cap_cpu(cpu, rank)
     from shoal.distributed import DistConfig, process_group
     from shoal.engines import EngineConfig, get_engine
     from shoal.store import Store
@@ -121,6 +124,9 @@ def worker(args: argparse.Namespace) -> None:
     with process_group(DistConfig(threads=1)) as ctx:
         eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
         recs = [eng.train_epoch(e) for e in range(args.epochs + 1)][1:]  # one warm-up epoch
+        split = {k: statistics.median(r["time_split"][k] for r in recs)
+                 for k in recs[0]["time_split"]}  # fmt: skip
+        Path(f"{args.out}.rank{ctx.rank}").write_text(json.dumps(split))
         if ctx.is_rank0:
             secs = [r["seconds"] for r in recs]
             med = sorted(range(len(secs)), key=secs.__getitem__)[len(secs) // 2]
@@ -133,23 +139,28 @@ def worker(args: argparse.Namespace) -> None:
             }))  # fmt: skip
 
 
-def run(store: Path, engine: str, nproc: int, extra: dict, epochs: int, cpu: float = 0.0) -> dict:
+def run(store: Path, engine: str, nproc: int, extra: dict, epochs: int, cpu: float = 0.0,
+        compute_cpu: float = 0.0) -> dict:  # fmt: skip
     out = dbench.DWORK / "disagg-run.json"
-    out.unlink(missing_ok=True)
+    for f in [out, *dbench.DWORK.glob("disagg-run.json.rank*")]:
+        f.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     load_before = os.getloadavg()[0]
     try:
         dbench.sh([PY, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={nproc}", str(Path(__file__).resolve()), "worker",
                    "--store", str(store), "--engine", engine, "--epochs", str(epochs),
-                   "--extra", json.dumps(extra), "--out", str(out), "--cpu", str(cpu)],
+                   "--extra", json.dumps(extra), "--out", str(out), "--cpu", str(cpu),
+                   "--compute-cpu", str(compute_cpu)],
                   env=env)  # fmt: skip
     finally:
         if cpu:
             remove_cpu_groups()
     r = json.loads(out.read_text())
+    r["time_split_ranks"] = [json.loads(Path(f"{out}.rank{i}").read_text()) for i in range(nproc)]
     r["load_before"] = load_before
     r["cpu_per_process"] = cpu or None
+    r["cpu_compute_worker"] = compute_cpu or cpu or None
     if r.get("iterations"):
         r["iterations_per_second"] = r["iterations"] / r["median_epoch_seconds"]
     return r
@@ -163,9 +174,12 @@ def run_scaling(args: argparse.Namespace) -> None:
         store = synth(name)
         for b in map(int, args.batch_workers.split(",")):
             r = run(store, "disagg", b + 1, {"batch_workers": b, "hidden": args.hidden},
-                    args.epochs, args.cpu)  # fmt: skip
-            r.update(graph=name, hidden=args.hidden, batch_workers=b)
+                    args.epochs, args.cpu, args.compute_cpu)  # fmt: skip
+            nodes, _, frac = GRAPHS[name]
+            r.update(graph=name, hidden=args.hidden, batch_workers=b,
+                     seeds_per_second=round(nodes * frac) / r["median_epoch_seconds"])  # fmt: skip
             cpu = f"/cpu{args.cpu:g}" if args.cpu else ""
+            cpu += f"-{args.compute_cpu:g}" if args.compute_cpu else ""
             sc[f"{name}/h{args.hidden}{cpu}/B{b}"] = r
             print(name, args.hidden, cpu, b, round(r["iterations_per_second"], 2), flush=True)
             save(res)
@@ -261,6 +275,12 @@ def _accs(entry: dict, kind: str) -> list[float]:
     return [r["test_accuracy"] for k, r in entry["runs"].items() if k.startswith(kind + "/")]
 
 
+def _send_wait(r: dict) -> str:
+    """The batch workers' mean time blocked on a full queue (compute-bound when large)."""
+    ws = [t["send_wait"] for t in r.get("time_split_ranks", []) if "send_wait" in t]
+    return f"{statistics.mean(ws):.2f}" if ws else "-"
+
+
 def write_markdown(res: dict) -> None:
     lines = ["# disagg engine (Armada): batch workers feeding compute workers", "",
              f"Machine: {res.get('machine', '?')}. Written by `bench/disagg.py` (commands "
@@ -270,17 +290,27 @@ def write_markdown(res: dict) -> None:
                   "3-layer GraphSAGE 15,10,5, batch 1024, 6-part store.", "",
                   "'CPU per process': a cgroup CFS quota per rank (`--cpu`), emulating one "
                   "machine per rank; '-': the ranks share this machine's 2 cores.", "",
-                  "| graph | hidden | CPU per process | batch workers | processes | iterations/s "
-                  "| epoch s | compute worker waiting for batches s | computing s |",
-                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "Seeds/s: training nodes per second (20,000 per epoch on both graphs); "
+                  "iterations grow with the batch workers, since each worker's parts end in "
+                  "a partial batch.", "",
+                  "| graph | hidden | CPU per process | batch workers | processes | seeds/s "
+                  "| iterations | iterations/s "
+                  "| epoch s | compute worker waiting for batches s | assembling s | computing s "
+                  "| batch workers waiting to send s |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for key, r in res["scaling"].items():
             name, h, b = key.split("/")[0], key.split("/")[1][1:], key.split("/")[-1][1:]
-            cpu = r.get("cpu_per_process") or "-"
+            cpu = (f"{r['cpu_per_process']:g} (compute {r.get('cpu_compute_worker') or r['cpu_per_process']:g})"
+                   if r.get("cpu_per_process") else "-")  # fmt: skip
             ts = r["time_split_rank0"]
+            nodes, _, frac = GRAPHS[name]
             lines.append(f"| {name} | {h} | {cpu} | {b} | {int(b) + 1} | "
-                         f"{r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
+                         f"{round(nodes * frac) / r['median_epoch_seconds']:.0f} | "
+                         f"{r['iterations']} | {r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
                          f"{ts.get('receive_wait', 0):.2f} | "
-                         f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} |")  # fmt: skip
+                         + (f"{ts['assemble']:.2f} | " if "assemble" in ts else "- | ")
+                         + f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} | "
+                         f"{_send_wait(r)} |")  # fmt: skip
         lines.append("")
     if "bytes" in res:
         lines += ["## Bytes per epoch: grouping and the compute-worker cache (200k nodes)", "",
@@ -344,6 +374,9 @@ def main() -> None:
     s.add_argument("--cpu", type=float, default=0.0,
                    help="CPU quota per process in cores (cgroup v1 cpu controller; 0: none). "
                    "0.5 with 1 compute and up to 3 batch workers fills 2 cores exactly")  # fmt: skip
+    s.add_argument("--compute-cpu", type=float, default=0.0,
+                   help="the compute worker's quota instead of --cpu (a compute worker faster "
+                   "than one batch worker, as a GPU is in the paper)")  # fmt: skip
     for name in ("scaling", "bytes", "speed"):
         p = s if name == "scaling" else sub.add_parser(name)
         p.add_argument("--epochs", type=int, default=2)
@@ -356,6 +389,7 @@ def main() -> None:
         w.add_argument(flag, required=True)
     w.add_argument("--epochs", type=int, default=2)
     w.add_argument("--cpu", type=float, default=0.0)
+    w.add_argument("--compute-cpu", type=float, default=0.0)
     sub.add_parser("report")
     args = ap.parse_args()
     dbench.DWORK.mkdir(parents=True, exist_ok=True)

@@ -185,7 +185,7 @@ class DisaggEngine(Engine):
 
     def _compute_epoch(self, sched) -> tuple[dict, dict, tuple[float, int, int]]:
         roles, rank = self.roles, self.ctx.rank
-        split = {"receive_wait": 0.0, "forward_backward": 0.0, "allreduce": 0.0}
+        split = {"receive_wait": 0.0, "assemble": 0.0, "forward_backward": 0.0, "allreduce": 0.0}
         rec = {k: 0 for k in COUNTERS}
         feeders = [roles.batch_ranks[b] for b in roles.feeders(rank)]
         sends: list = []
@@ -195,13 +195,15 @@ class DisaggEngine(Engine):
             t = time.perf_counter()
             gb, nbytes = recv_batch(roles.batch_ranks[b], self.dim)
             self.stats.bytes_received += nbytes
+            split["receive_wait"] += time.perf_counter() - t
+            t = time.perf_counter()
             self.cache.acknowledge(b, gb.ack)
             x_all, (v, ins, ev) = self.cache.consume(gb.ids, gb.sent, gb.rows)
             if self.capacity:
                 for f in feeders:
                     sends.append(send_update(f, v, ins, ev))
                     self.stats.bytes_sent += 24 + 8 * (len(ins) + len(ev))
-            split["receive_wait"] += time.perf_counter() - t
+            split["assemble"] += time.perf_counter() - t
             t = time.perf_counter()
             total = max(sched.iteration_seeds(i), 1)
             self.optimizer.zero_grad(set_to_none=True)
