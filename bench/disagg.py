@@ -275,6 +275,55 @@ def _accs(entry: dict, kind: str) -> list[float]:
     return [r["test_accuracy"] for k, r in entry["runs"].items() if k.startswith(kind + "/")]
 
 
+def _scaling_notes(sc: dict) -> list[str]:
+    out = []
+    groups: dict[str, list[tuple[int, dict]]] = {}
+    for key, r in sc.items():
+        head, b = key.rsplit("/", 1)
+        groups.setdefault(head, []).append((int(b[1:]), r))
+    for head, rows in groups.items():
+        name, cfg = head.split("/", 1)
+        nodes, _, frac = GRAPHS[name]
+        sps = {b: round(nodes * frac) / r["median_epoch_seconds"] for b, r in sorted(rows)}
+        best = max(sps, key=sps.__getitem__)
+        quota = "with a CPU quota per rank" if "/cpu" in cfg else "sharing 2 cores"
+        out.append(f"- Scaling, {name}, {cfg.replace('/', ' ')} ({quota}): seeds/s "
+                   + ", ".join(f"{v:.0f}" for v in sps.values())
+                   + f" for {min(sps)}-{max(sps)} batch workers; the most at {best} "
+                   f"({sps[best] / sps[min(sps)]:.2f}x the first).")  # fmt: skip
+    return out
+
+
+def notes(res: dict) -> list[str]:
+    """Observations computed from the results (no hand-written figures)."""
+    out = ["## Notes (computed from the tables)", ""]
+    out += _scaling_notes(res.get("scaling", {}))
+    by = res.get("bytes", {})
+    if "grouped/0" in by and "ungrouped/0" in by:
+        mb = {k: r["disagg"]["batch_bytes"] for k, r in by.items()}
+        out.append(f"- Bytes: grouping sends {mb['grouped/0'] / mb['ungrouped/0']:.2f}x the "
+                   "ungrouped batch bytes without cache; a cache of 5% of the nodes sends "
+                   f"{mb.get('grouped/5%', float('nan')) / mb['grouped/0']:.2f}x (grouped), 20% "
+                   f"{mb.get('grouped/20%', float('nan')) / mb['grouped/0']:.2f}x.")  # fmt: skip
+    sp = res.get("speed", {})
+    for n in (2, 3):
+        if f"disagg/{n}" in sp and f"minibatch/{n}" in sp:
+            ratio = (sp[f"disagg/{n}"]["median_epoch_seconds"]
+                     / sp[f"minibatch/{n}"]["median_epoch_seconds"])  # fmt: skip
+            out.append(f"- Epoch time, {n} processes on 2 shared cores: disagg / minibatch "
+                       f"= {ratio:.2f}.")  # fmt: skip
+    for name, e in res.get("accuracy", {}).items():
+        s0 = _accs(e, "single")
+        for kind in ("disagg", "local"):
+            xs = _accs(e, kind)
+            if s0 and xs:
+                d = 100 * (statistics.mean(xs) - statistics.mean(s0))
+                verdict = "within" if abs(d) <= 1.0 else "outside"
+                out.append(f"- Accuracy, {name}, {kind} ({len(xs)} seeds) against single "
+                           f"({len(s0)}): {d:+.1f} points, {verdict} 1 point.")  # fmt: skip
+    return out
+
+
 def _send_wait(r: dict) -> str:
     """The batch workers' mean time blocked on a full queue (compute-bound when large)."""
     ws = [t["send_wait"] for t in r.get("time_split_ranks", []) if "send_wait" in t]
@@ -286,7 +335,7 @@ def write_markdown(res: dict) -> None:
              f"Machine: {res.get('machine', '?')}. Written by `bench/disagg.py` (commands "
              "below). Every process runs one thread.", ""]  # fmt: skip
     if "scaling" in res:
-        lines += ["## Iterations per second against batch workers (1 compute worker)", "",
+        lines += ["## Throughput against batch workers (1 compute worker)", "",
                   "3-layer GraphSAGE 15,10,5, batch 1024, 6-part store.", "",
                   "'CPU per process': a cgroup CFS quota per rank (`--cpu`), emulating one "
                   "machine per rank; '-': the ranks share this machine's 2 cores.", "",
@@ -352,7 +401,7 @@ def write_markdown(res: dict) -> None:
                 f"| {name} | {_mean(s0)} | {_mean(d)} | {diff[0]} | {_mean(lo)} | {diff[1]} |"
             )
         lines.append("")
-    lines += [*res.get("notes", []), "", "## Commands", ""]
+    lines += [*notes(res), "", "## Commands", ""]
     lines += [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
     tmp = RESULTS / "disagg.md.tmp"
     tmp.write_text("\n".join(lines) + "\n")
