@@ -14,6 +14,7 @@ from shoal.data.importers import (
     from_scipy,
     import_graph,
 )
+from shoal.errors import ShoalInputError
 
 EDGES = np.array([[0, 1], [1, 2], [2, 0], [3, 1], [1, 0]])
 
@@ -35,7 +36,7 @@ def write_text(path, text, gz=False):
     "text",
     [
         "0 1\n1 2\n2 0\n3 1\n1 0\n",
-        "# comment\n% another\n\n0\t1\n1 2\n2   0\n3 1 0.5\n1 0\n",
+        "# comment\n% another\n\n0\t1\n1 2\n2   0\n3 \t 1\n1 0  \n",  # runs of blanks
         "0,1\n1,2\n2,0\n3,1\n1,0\n",
         "0;1\n1;2\n2;0\n3;1\n1;0",
         "0 1\n1 2.0\n2 0\n3 1\n1 0\n",  # integral floats are accepted
@@ -47,6 +48,26 @@ def test_text_variants(tmp_path, text):
     assert edges_of(g) == EDGES.tolist()
     assert g.num_nodes == 4 and g.directed
     assert g.meta["source"]["importer"] == "text"
+
+
+@pytest.mark.parametrize("text", ["0 1\n1 2\n2 0\n3 1 0.5\n1 0\n",
+                                  "0,1,7\n1,2,7\n2,0,7\n3,1,7\n1,0,7\n"])  # fmt: skip
+def test_text_extra_columns_only_when_asked(tmp_path, text):
+    src = write_text(tmp_path / "e.txt", text)
+    with pytest.raises(ShoalInputError, match="line [14]: 3 columns") as e:
+        import_graph(src, tmp_path / "g")
+    assert "--ignore-extra-columns" in e.value.fix and not (tmp_path / "g").exists()
+    g = import_graph(src, tmp_path / "g", ImportConfig(extra_columns="ignore"))
+    assert edges_of(g) == EDGES.tolist()
+    assert g.meta["source"]["options"]["extra_columns"] == "ignore"
+
+
+def test_text_extra_column_deep_in_a_block(tmp_path):
+    lines = [f"{i} {i + 1}" for i in range(3000)]
+    lines[2345] += " 1.0"
+    src = write_text(tmp_path / "e.txt", "\n".join(lines))
+    with pytest.raises(ShoalInputError, match="line 2346: 3 columns"):
+        import_graph(src, tmp_path / "g")
 
 
 def test_text_gz_and_chunking(tmp_path):

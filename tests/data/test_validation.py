@@ -5,6 +5,7 @@ import gzip
 
 import numpy as np
 
+from shoal.data.format import GraphDir
 from tests.data.test_importers import make_ogb, write_text
 
 
@@ -41,6 +42,15 @@ def test_text_string_in_row(run_cli, tmp_path):
 def test_text_fractional_id(run_cli, tmp_path):
     src = write_text(tmp_path / "e.txt", "0 1\n1 2\n% c\n2 1.5\n")
     run_bad(run_cli, tmp_path, src, must=("line 4, column 2", "'1.5'"))
+
+
+def test_text_third_column(run_cli, tmp_path):
+    src = write_text(tmp_path / "e.txt", "0 1\n1 2\n# c\n2 0 17\n")
+    run_bad(run_cli, tmp_path, src, must=("line 4", "3 columns", "--ignore-extra-columns"))
+    out = tmp_path / "g"
+    code, _, err = run_cli("data", "import", src, "--out", out, "--ignore-extra-columns")
+    assert code == 0, err
+    assert GraphDir.open(out).edge_stream().memmap().tolist() == [[0, 1], [1, 2], [2, 0]]
 
 
 def test_text_missing_column(run_cli, tmp_path):

@@ -86,6 +86,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         sort_memory=parse_size(args.sort_memory),
         scratch_dir=args.scratch_dir,
+        extra_columns="ignore" if args.ignore_extra_columns else "error",
     )
     g = import_graph(args.src, args.out, cfg, format=args.format)
     s = _summary(g, t0)
@@ -238,7 +239,8 @@ Formats (--format auto decides from the path):
         x_data/x_indices/x_indptr/x_shape, y, train/val/test_mask (N,), optional
         train/val/test_masks (10, N) (pick one with --split-index)
   text  one "src dst" per line; whitespace, comma or semicolon separated; # and % comments;
-        extra columns ignored; .gz decompressed on the fly
+        a third column (weight, timestamp) is refused with the line named, unless
+        --ignore-extra-columns; .gz decompressed on the fly
   npy   an integer array (2, E) or (E, 2)
   ogb   an OGB node-property dataset folder: raw/edge.csv.gz, raw/num-node-list.csv.gz,
         raw/node-feat.csv.gz, raw/node-label.csv.gz, split/<scheme>/{train,valid,test}.csv.gz
@@ -262,6 +264,12 @@ example: shoal data import ../shared/data/cora/graph.npz --out /tmp/cora""",
         help="which of the 10 official splits of a graph.npz (default: the single masks, else 0)",
     )
     p.add_argument("--split-scheme", help="OGB split folder under split/ (default: the only one)")
+    p.add_argument(
+        "--ignore-extra-columns",
+        action="store_true",
+        help="text edge lists: read only src and dst of lines with more columns (weights, "
+        "timestamps) instead of refusing them (default: refuse with exit 2, naming the line)",
+    )
     _add_write_options(p)
     p.set_defaults(func=_cmd_import)
 

@@ -53,6 +53,9 @@ class ImportConfig:
         scratch_dir: where the external sort of ``dedup`` puts its run files, in a private
             folder removed afterwards (default: beside the output directory, in its parent;
             never the system temp dir). Not recorded in meta.json.
+        extra_columns: what a text edge list's columns beyond ``src dst`` (weights,
+            timestamps, as in many SNAP and Matrix Market files) do: ``"error"`` (default:
+            refuse, naming the line) or ``"ignore"`` (import the first two columns only).
     """
 
     num_nodes: int | None = None
@@ -67,8 +70,13 @@ class ImportConfig:
     chunk_edges: int = DEFAULT_CHUNK_EDGES
     sort_memory: int = DEFAULT_SORT_MEMORY
     scratch_dir: str | os.PathLike | None = None
+    extra_columns: str = "error"
 
     def __post_init__(self) -> None:
+        if self.extra_columns not in ("error", "ignore"):
+            raise ShoalInputError(
+                f"extra_columns must be 'error' or 'ignore', got {self.extra_columns!r}"
+            )
         if self.num_nodes is not None and self.num_nodes < 0:
             raise ShoalInputError(
                 f"num_nodes must be >= 0, got {self.num_nodes}", fix="pass --num-nodes N >= 0"

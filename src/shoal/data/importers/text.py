@@ -111,8 +111,31 @@ def _parse_int_rows(
     return rows
 
 
-def text_edge_chunks(path: Path, ncols: int = 2, what: str = "node ids") -> Iterator:
-    """Yield (file line numbers, (k, ncols) int64 array) blocks from a text file."""
+def _count_columns(line: str, delim: str | None) -> int:
+    return len(line.split(delim)) if delim else len(line.split())
+
+
+def _first_wide_line(lines: list[str], delim: str | None, ncols: int) -> int | None:
+    """Index of the first line with more than ``ncols`` columns, or None.
+
+    The block's separators are counted at once: if there are exactly ``ncols - 1`` per line no
+    line is wider (a line with fewer columns fails the parse anyway). Otherwise (a wider line,
+    or a whitespace file with runs of blanks) the lines are split one by one."""
+    joined = "\n".join(lines)
+    seps = joined.count(delim) if delim else joined.count(" ") + joined.count("\t")
+    if seps <= len(lines) * (ncols - 1):
+        return None
+    return next((i for i, t in enumerate(lines) if _count_columns(t, delim) > ncols), None)
+
+
+def text_edge_chunks(
+    path: Path, ncols: int = 2, what: str = "node ids", extra_columns: str = "error"
+) -> Iterator:
+    """Yield (file line numbers, (k, ncols) int64 array) blocks from a text file.
+
+    A line with more than ``ncols`` columns (a weight, a timestamp) is an error naming the
+    file and the line, unless ``extra_columns == "ignore"``: data is never dropped silently.
+    """
     with open_text(path) as f:
         delim: str | None = None
         first = True
@@ -120,6 +143,17 @@ def text_edge_chunks(path: Path, ncols: int = 2, what: str = "node ids") -> Iter
             if first:
                 delim = _delimiter(lines[0])
                 first = False
+            if extra_columns != "ignore":
+                i = _first_wide_line(lines, delim, ncols)
+                if i is not None:
+                    raise ShoalInputError(
+                        f"line {nums[i]}: {_count_columns(lines[i], delim)} columns, expected "
+                        f"{ncols} ({what}; {lines[i][:80]!r}): the extra columns (a weight or "
+                        "timestamp?) would be dropped",
+                        path=path,
+                        fix="pass --ignore-extra-columns to import only the first "
+                        f"{ncols} column{'s' if ncols > 1 else ''}, or remove the others",
+                    )
             yield np.asarray(nums), _parse_int_rows(lines, nums, delim, ncols, path, what)
 
 
@@ -129,7 +163,8 @@ def import_text(
     """Import a text edge list: one ``src dst`` pair per line.
 
     Columns are separated by whitespace, commas or semicolons (decided from the first data
-    line); further columns (weights, timestamps) are ignored; lines starting with ``#`` or
+    line); a line with further columns (weights, timestamps) is an error naming the line
+    unless ``config.extra_columns == "ignore"`` (then only the first two are read); lines starting with ``#`` or
     ``%`` and blank lines are skipped; ``.gz`` files are decompressed on the fly. The file is
     read in blocks of 256 Ki lines, so memory does not depend on its size. A bad line is
     reported with its line number in the file.
@@ -140,7 +175,7 @@ def import_text(
         raise ShoalInputError("input not found", path=src)
     check_out_free(out, cfg)
     with make_writer(out, cfg, {"input": str(src), "importer": "text"}) as w:
-        for nums, rows in text_edge_chunks(src):
+        for nums, rows in text_edge_chunks(src, extra_columns=cfg.extra_columns):
             check_ids(rows, w.num_nodes, nums, src)
             for s in range(0, rows.shape[0], cfg.chunk_edges):
                 w.add_edges(
