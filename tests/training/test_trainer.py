@@ -71,6 +71,25 @@ def test_config_validation_and_toml(tmp_path):
         TrainConfig.from_toml(p)
 
 
+def test_fanouts_input_first_is_dgls_order(tiny, tmp_path):
+    c = TrainConfig(fanouts=(5, 10, 15), fanouts_order="input-first")
+    assert (c.fanouts, c.fanouts_order) == ((15, 10, 5), "hop-first")
+    assert TrainConfig.from_dict(c.to_dict()).fanouts == (15, 10, 5)  # not reversed twice
+    with pytest.raises(ValueError, match="fanouts_order"):
+        TrainConfig(fanouts_order="dgl")
+    p = tmp_path / "c.toml"
+    p.write_text('fanouts = [1, 3]\nfanouts_order = "input-first"\n')
+    assert TrainConfig.from_toml(p).fanouts == (3, 1)
+    # the same sampler: hop 1 draws 3 neighbours, hop 2 one, in both spellings
+    a = Trainer(cfg(fanouts=(3, 1)), tiny)
+    b = Trainer(cfg(fanouts=(1, 3), fanouts_order="input-first"), tiny)
+    ba, bb = next(iter(a.loader.epoch(0))).mb, next(iter(b.loader.epoch(0))).mb
+    assert np.array_equal(ba.n_id, bb.n_id)
+    assert [blk.edge_index.shape[1] for blk in ba.blocks] == [
+        blk.edge_index.shape[1] for blk in bb.blocks
+    ]
+
+
 @pytest.mark.parametrize("hidden", [8, 4])  # 4 < 5 input features: node-wise projection first
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat", "gin", "sgc"])
 def test_layerwise_inference_is_exact(tiny, model, hidden):
@@ -162,6 +181,16 @@ def test_cli_json_keys_on_bundled_cora(tmp_path, run_cli):
                 "forward_backward_seconds_per_epoch"):  # fmt: skip
         assert key in r
     assert r["epochs"] == 20 and r["test_accuracy"] > 0.6
+
+
+def test_help_explains_the_fanout_order(capsys):
+    from shoal.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "hop 1 first" in out and "DGL [5, 10, 15] is --fanouts 15,10,5" in out
+    assert "--fanouts-order" in out
 
 
 def test_cli_errors(tmp_path, run_cli):

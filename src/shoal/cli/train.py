@@ -30,6 +30,7 @@ __all__ = ["add_train_arguments", "config_from_args", "register", "run_train", "
 CONFIG_FLAGS = (
     "model",
     "fanouts",
+    "fanouts_order",
     "batch_size",
     "hidden",
     "epochs",
@@ -95,9 +96,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     g.add_argument(
         "--fanouts",
         type=_fanouts,
-        help="neighbours per hop, hop 1 first; all (or -1, written --fanouts=-1,-1) takes every "
-        "neighbour; the count is the number of layers "
+        help="neighbours per hop, hop 1 first (PyG's num_neighbors order; DGL's NeighborSampler "
+        "lists the input layer first: DGL [5, 10, 15] is --fanouts 15,10,5); all (or -1, "
+        "written --fanouts=-1,-1) takes every neighbour; the count is the number of layers "
         f"(default {','.join(map(str, d.fanouts))})",
+    )
+    g.add_argument(
+        "--fanouts-order",
+        choices=["hop-first", "input-first"],
+        help="how --fanouts is written: hop-first (default) or input-first (DGL's order, for "
+        "ported scripts: --fanouts 5,10,15 --fanouts-order input-first = --fanouts 15,10,5)",
     )
     g.add_argument("--heads", type=int, help=f"GAT attention heads (default {d.heads})")
     g.add_argument(

@@ -31,6 +31,11 @@ class TrainConfig:
         model: registered model name (``shoal.nn.MODELS``; default ``"sage"``).
         fanouts: neighbours sampled per hop, hop 1 first (PyG's ``num_neighbors`` order);
             -1 = all; its length is the number of layers (default ``(15, 10, 5)``).
+            DGL's ``NeighborSampler`` and the papers list the input layer first: DGL's
+            ``[5, 10, 15]`` is shoal's ``(15, 10, 5)``.
+        fanouts_order: how ``fanouts`` is written: ``"hop-first"`` (default) or
+            ``"input-first"`` (DGL's order, for ported scripts); an input-first list is
+            reversed on construction, after which the config holds ``"hop-first"``.
         batch_size: training seeds per mini-batch (default 1024).
         hidden: hidden width (default 256).
         heads: attention heads of GAT's hidden layers (default 8).
@@ -129,6 +134,7 @@ class TrainConfig:
 
     model: str = "sage"
     fanouts: tuple[int, ...] = (15, 10, 5)
+    fanouts_order: str = "hop-first"
     batch_size: int = 1024
     hidden: int = 256
     epochs: int = 20
@@ -177,6 +183,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.fanouts = parse_fanouts(self.fanouts)
+        if self.fanouts_order not in ("hop-first", "input-first"):
+            raise ValueError(
+                f"fanouts_order must be 'hop-first' or 'input-first', got {self.fanouts_order!r}"
+            )
+        if self.fanouts_order == "input-first":  # DGL's order: store hop 1 first
+            self.fanouts, self.fanouts_order = tuple(reversed(self.fanouts)), "hop-first"
         if self.model not in MODELS:
             raise ValueError(
                 f"unknown model {self.model!r}; valid names: {', '.join(sorted(MODELS))}"
