@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from shoal.graph.blocks import Block, MiniBatch
+from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.blockcache import BlockCache
 from shoal.sample.diskio import RowFile, RowReader
@@ -194,7 +195,7 @@ class NeighborSampler:
                 counts = self._grow("_counts", n)
                 if ex is not None:
                     n_ex = self._grow("_n_ex", n)
-                    K._count_excl(self.indptr, self.indices, self._nodes, n, f, ex,
+                    KX._count_excl(self.indptr, self.indices, self._nodes, n, f, ex,
                                   self.num_nodes, counts, n_ex)  # fmt: skip
                 else:
                     K._count(self.indptr, self._nodes, n, f, counts)
@@ -206,7 +207,7 @@ class NeighborSampler:
                 col = self._grow("_col", m)
                 key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
                 if ex is not None:
-                    K._fill_excl(self.indptr, self.indices, self._nodes, n, rowptr, key, picked,
+                    KX._fill_excl(self.indptr, self.indices, self._nodes, n, rowptr, key, picked,
                                  dst, ex, self.num_nodes, n_ex)  # fmt: skip
                 elif self._reader is None:
                     K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
