@@ -64,3 +64,25 @@ def test_needs_a_split_graph(tmp_path):
     with pytest.raises(ValueError, match="valid names"):
         LinkConfig(scorer="cosine")
     assert np.isfinite(LinkConfig().eval_negatives)
+
+
+def test_cli_task_link_and_toml(cora_link, tmp_path, run_cli):
+    out = tmp_path / "r.json"
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('task = "link"\nepochs = 2\n[link]\nscorer = "mlp"\neval_negatives = 20\n')
+    code, _, err = run_cli(
+        "train", "--graph", cora_link.path, "--config", cfg_file, "--fanouts", "5,5", "--hidden",
+        "16", "--batch-size", "256", "--threads", "1", "--no-progress", "--hits-k", "10",
+        "--json", out,
+    )  # fmt: skip
+    assert code == 0, err
+    r = json.loads(out.read_text())
+    assert r["config"]["task"] == "link" and r["config"]["link_scorer"] == "mlp"
+    assert r["config"]["link_eval_negatives"] == 20 and "test_hits@10" in r and "test_mrr" in r
+    assert r["epochs"] == 2 and "test_mrr" in err
+    code, _, err = run_cli("train", "--store", tmp_path, "--task", "link")
+    assert code == 2 and "not supported by the distributed engines" in err
+    bad = tmp_path / "bad.toml"
+    bad.write_text('task = "link"\n[link]\nscorr = "dot"\n')
+    code, _, err = run_cli("train", "--graph", cora_link.path, "--config", bad)
+    assert code == 2 and "scorr" in err

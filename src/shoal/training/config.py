@@ -29,6 +29,8 @@ class TrainConfig:
 
     Model and optimisation:
         model: registered model name (``shoal.nn.MODELS``; default ``"sage"``).
+        task: ``"node"`` (node classification, default) or ``"link"`` (link prediction on a
+            graph split by ``shoal data split-edges``; its options: ``LinkConfig``).
         fanouts: neighbours sampled per hop, hop 1 first (PyG's ``num_neighbors`` order);
             -1 = all; its length is the number of layers (default ``(15, 10, 5)``).
         batch_size: training seeds per mini-batch (default 1024).
@@ -128,6 +130,7 @@ class TrainConfig:
     """
 
     model: str = "sage"
+    task: str = "node"
     fanouts: tuple[int, ...] = (15, 10, 5)
     batch_size: int = 1024
     hidden: int = 256
@@ -177,6 +180,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.fanouts = parse_fanouts(self.fanouts)
+        if self.task not in ("node", "link"):
+            raise ValueError(f"task must be 'node' or 'link', got {self.task!r}")
         if self.model not in MODELS:
             raise ValueError(
                 f"unknown model {self.model!r}; valid names: {', '.join(sorted(MODELS))}"
@@ -280,6 +285,7 @@ class TrainConfig:
         except tomllib.TOMLDecodeError as e:
             raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
         data = dict(data.get("train", data))
+        data.pop("link", None)  # the [link] table is LinkConfig's
         data.update(overrides)
         return cls.from_dict(data, origin=str(p))
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tomllib
 import torch
 from torch import nn
 
@@ -59,6 +61,21 @@ class LinkConfig:
     negatives: str = "uniform"
     eval_negatives: int = 100
     hits_k: int = 50
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> LinkConfig:
+        """The ``[link]`` table of a TOML file (may be absent); ``overrides`` win."""
+        p = Path(path)
+        try:
+            table = tomllib.loads(p.read_text()).get("link", {})
+        except (FileNotFoundError, tomllib.TOMLDecodeError) as e:
+            raise ShoalInputError(f"cannot read the config: {e}", path=p) from None
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(table) - known)
+        if bad:
+            raise ShoalInputError(f"unknown [link] option(s) {', '.join(bad)}", path=p,
+                                  fix=f"valid options: {', '.join(sorted(known))}")  # fmt: skip
+        return cls(**{**table, **overrides})
 
     def __post_init__(self) -> None:
         for name, valid in (
