@@ -86,3 +86,27 @@ def test_cli_task_link_and_toml(cora_link, tmp_path, run_cli):
     bad.write_text('task = "link"\n[link]\nscorr = "dot"\n')
     code, _, err = run_cli("train", "--graph", cora_link.path, "--config", bad)
     assert code == 2 and "scorr" in err
+
+
+def test_learned_embeddings_without_features(make_graph, tmp_path):
+    rng = np.random.default_rng(0)
+    n = 200  # two dense communities: links are predictable from the embeddings alone
+    e = [(u, v) for u in range(n) for v in rng.choice(n, 6) if (u < 100) == (v < 100) and u != v]
+    e = np.unique(np.sort(np.array(e), axis=1), axis=0)
+    g = make_graph(np.concatenate([e, e[:, ::-1]]), n, directed=False)
+    s = split_edges(g, tmp_path / "s", EdgeSplitConfig(val=0.1, test=0.1))
+    data = LinkData.from_graph_dir(s)
+    assert data.features is None
+    with pytest.raises(ShoalInputError, match="--embedding-dim"):
+        LinkTrainer(cfg(), LinkConfig(), data)
+    link = LinkConfig(embedding_dim=16, embedding_dir=str(tmp_path / "emb"), eval_negatives=20)
+    tr = LinkTrainer(cfg(epochs=8, lr=0.02), link, data)
+    w0 = np.array(tr.embedding.weight)
+    before = tr.evaluate(("val",))["val"]
+    r = tr.fit().to_json()
+    assert (tmp_path / "emb" / "embedding.npy").exists() and not np.array_equal(
+        np.array(tr.embedding.weight), w0
+    )
+    assert r["val_mrr"] > before + 0.05, (before, r["val_mrr"])
+    with pytest.raises(ShoalInputError, match="another run"):
+        LinkTrainer(cfg(), link, LinkData.from_graph_dir(s))

@@ -13,7 +13,9 @@ __all__ = ["add_link_arguments", "link_config_from_args"]
 
 #: flag destination -> LinkConfig field
 _FIELDS = {"scorer": "scorer", "link_loss": "loss", "margin": "margin", "num_neg": "num_neg",
-           "negatives": "negatives", "eval_negatives": "eval_negatives", "hits_k": "hits_k"}  # fmt: skip
+           "negatives": "negatives", "eval_negatives": "eval_negatives", "hits_k": "hits_k",
+           "embedding_dim": "embedding_dim", "embedding_dir": "embedding_dir",
+           "embedding_optimizer": "embedding_optimizer", "embedding_lr": "embedding_lr"}  # fmt: skip
 
 
 def add_link_arguments(g: argparse._ArgumentGroup) -> None:
@@ -44,6 +46,24 @@ def add_link_arguments(g: argparse._ArgumentGroup) -> None:
                    f"and Hits@K, fixed per split (default {d.eval_negatives})")  # fmt: skip
     g.add_argument(
         "--hits-k", type=int, help=f"link: the K of the reported Hits@K (default {d.hits_k})"
+    )
+    _add_embedding_arguments(g)
+
+
+def _add_embedding_arguments(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--embedding-dim", type=int, metavar="D",
+                   help="link: learn a D-wide embedding per node as the model's input (graphs "
+                   "without features), kept in a file and updated sparsely (default 0: features)")  # fmt: skip
+    g.add_argument("--embedding-dir", metavar="DIR",
+                   help="link: where the embedding table and its optimizer state live "
+                   "(default: GRAPH.emb beside the graph directory)")  # fmt: skip
+    g.add_argument(
+        "--embedding-optimizer",
+        choices=["adam", "adagrad"],
+        help="link: sparse optimizer of the table (default adam, per-row steps)",
+    )
+    g.add_argument(
+        "--embedding-lr", type=float, help="link: the table's learning rate (default --lr)"
     )
 
 

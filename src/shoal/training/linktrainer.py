@@ -30,6 +30,7 @@ from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import Timer
 from shoal.training.config import TrainConfig
+from shoal.training.embedding import NodeEmbedding, SparseAdagrad, SparseAdam
 from shoal.training.inference import layerwise_inference
 from shoal.training.linkbatches import NEGATIVE_SAMPLERS, LinkBatchLoader
 from shoal.training.linkmetrics import mrr_hits
@@ -52,6 +53,13 @@ class LinkConfig:
         negatives: ``uniform`` (default) or ``in-batch``.
         eval_negatives: negatives per held-out positive for MRR / Hits@K (default 100).
         hits_k: the ``K`` of the reported Hits@K (default 50).
+        embedding_dim: learn a ``D``-wide embedding per node as the model's input instead of
+            reading features (:class:`~shoal.training.embedding.NodeEmbedding`, a table on
+            disk updated sparsely); 0 = use the graph's features (default 0).
+        embedding_dir: where the table and its optimizer state live (default: ``<graph>.emb``
+            beside the graph directory; an existing table is reopened only with ``resume``).
+        embedding_optimizer: ``adam`` (sparse Adam, default) or ``adagrad``.
+        embedding_lr: learning rate of the table (default: the model's ``lr``).
     """
 
     scorer: str = "dot"
@@ -61,6 +69,10 @@ class LinkConfig:
     negatives: str = "uniform"
     eval_negatives: int = 100
     hits_k: int = 50
+    embedding_dim: int = 0
+    embedding_dir: str | None = None
+    embedding_optimizer: str = "adam"
+    embedding_lr: float | None = None
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> LinkConfig:
@@ -86,6 +98,11 @@ class LinkConfig:
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: "
                                  f"{', '.join(sorted(valid))}")  # fmt: skip
+        if self.embedding_optimizer not in ("adam", "adagrad"):
+            raise ValueError(f"unknown embedding_optimizer {self.embedding_optimizer!r}; "
+                             "valid names: adagrad, adam")  # fmt: skip
+        if self.embedding_dim < 0:
+            raise ValueError(f"embedding_dim must be >= 0, got {self.embedding_dim}")
         for name in ("num_neg", "eval_negatives", "hits_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -98,7 +115,7 @@ class LinkData:
 
     indptr: np.ndarray
     indices: np.ndarray
-    features: np.ndarray
+    features: np.ndarray | None
     edges: np.ndarray
     directed: bool
     num_nodes: int
@@ -110,7 +127,7 @@ class LinkData:
 
     @property
     def feature_dim(self) -> int:
-        return int(self.features.shape[1])
+        return 0 if self.features is None else int(self.features.shape[1])
 
     @classmethod
     def from_graph_dir(cls, graph: GraphDir | str | os.PathLike) -> LinkData:
@@ -122,9 +139,6 @@ class LinkData:
                 path=g.path, fix=f"split the edges first: shoal data split-edges {g.path} --out DIR",
             )  # fmt: skip
         x = g.features()
-        if x is None:
-            raise ShoalInputError("link prediction needs features.npy", path=g.path,
-                                  fix="import a graph with node features")  # fmt: skip
         csr = g.csr("in")
         return cls(indptr=csr.indptr, indices=csr.indices, features=x,
                    edges=g.edge_stream().memmap(), directed=g.directed, num_nodes=g.num_nodes,
@@ -142,8 +156,11 @@ class LinkTrainer:
         self.config, self.link, self.data = config, link, data
         set_threads(config.threads)
         torch.manual_seed(config.seed)
-        self.model = model or model_from_config(config, in_dim=data.feature_dim,
-                                                out_dim=config.hidden)  # fmt: skip
+        self.embedding, self.embedding_opt = self._embedding(config, link, data)
+        gatherer = self.embedding or FeatureGatherer(data.features,
+                                                     normalize=config.normalize_features)  # fmt: skip
+        in_dim = link.embedding_dim or data.feature_dim
+        self.model = model or model_from_config(config, in_dim=in_dim, out_dim=config.hidden)
         self.scorer = build_scorer(link.scorer, config.hidden, dropout=config.dropout)
         #: what best-validation selection keeps and restores: the encoder and the scorer
         self.selected_module = nn.ModuleDict({"encoder": self.model, "scorer": self.scorer})
@@ -153,13 +170,40 @@ class LinkTrainer:
         sampler = NeighborSampler(data.indptr, data.indices, config.fanouts,
                                   num_nodes=data.num_nodes)  # fmt: skip
         self.loader = LinkBatchLoader(
-            sampler, FeatureGatherer(data.features, normalize=config.normalize_features),
+            sampler, gatherer,
             data.edges, directed=data.directed, num_nodes=data.num_nodes,
             batch_size=config.batch_size, num_neg=link.num_neg, negatives=link.negatives,
             seed=config.seed, timer=self.timer,
         )  # fmt: skip
         self.num_batches = 0
         self._eval_neg: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def _embedding(config: TrainConfig, link: LinkConfig, data: LinkData):
+        """The learnable input table and its sparse optimizer (``embedding_dim > 0``); its
+        rows become ``data.features`` for evaluation."""
+        if not link.embedding_dim:
+            if data.features is None:
+                raise ShoalInputError(
+                    "the graph has no features.npy", path=data.path,
+                    fix="learn an embedding per node instead: --embedding-dim 64",
+                )  # fmt: skip
+            return None, None
+        where = Path(link.embedding_dir or f"{data.path}.emb")
+        if (where / "embedding.npy").exists() and not config.resume:
+            raise ShoalInputError(
+                "an embedding table from another run is there", path=where,
+                fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
+            )  # fmt: skip
+        emb = NodeEmbedding(where, data.num_nodes, link.embedding_dim, seed=config.seed)
+        lr = link.embedding_lr or config.lr
+        opt = (
+            SparseAdam(emb, lr=lr)
+            if link.embedding_optimizer == "adam"
+            else SparseAdagrad(emb, lr=lr)
+        )
+        data.features = emb.weight
+        return emb, opt
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         t0, before = time.perf_counter(), dict(self.timer.seconds)
@@ -175,10 +219,14 @@ class LinkTrainer:
             loss = link_loss(self.link.loss, pos, neg, margin=self.link.margin)
             loss.backward()
             self.optimizer.step()
+            if self.embedding_opt is not None:
+                self.embedding_opt.step(b.mb.n_id, b.x.grad)
             self.timer.add("forward_backward", time.perf_counter() - t)
             loss_sum += float(loss.detach()) * len(pos)
             n, steps = n + len(pos), steps + 1
         self.num_batches = steps
+        if self.embedding_opt is not None:
+            self.embedding_opt.flush()
         return {"loss": loss_sum / max(n, 1), "train_accuracy": None,
                 "seconds": time.perf_counter() - t0, "time_split": self.timer.since(before)}  # fmt: skip
 
