@@ -247,3 +247,54 @@ def test_direct_indices_through_a_block_cache_draw_the_same_samples(tmp_path, ca
             assert np.array_equal(bc.data[s], indices[blk * 16 : (blk + 1) * 16])
     with pytest.raises(ValueError, match="positions"):
         bc.take(np.array([len(indices)]))
+
+
+def sampled_edges(mb) -> set[tuple[int, int]]:
+    out = set()
+    for b in mb.blocks:
+        src, dst = b.edge_index.numpy()
+        out |= {(int(u), int(v)) for u, v in zip(mb.n_id[src], mb.n_id[dst], strict=True)}
+    return out
+
+
+@pytest.mark.parametrize("fanouts", [(3, 2), (-1, -1), (100, 70)])
+def test_excluded_edges_are_never_sampled_and_fanouts_hold(fanouts):
+    (indptr, indices), edges = random_graph(n=40, m=500, seed=5)
+    s = NeighborSampler(indptr, indices, fanouts)
+    rng = np.random.default_rng(0)
+    pick = np.array(sorted(edges))[rng.choice(len(edges), 30, replace=False)]
+    ex = np.concatenate([pick, pick[:, ::-1]])  # positives and their reverses
+    ex_set = {(int(u), int(v)) for u, v in ex}
+    seeds = np.unique(pick)
+    for seed in range(5):
+        mb = s.sample(seeds, seed, exclude=ex)
+        got = sampled_edges(mb)
+        assert not (got & ex_set)
+        assert got <= edges
+        # each destination draws min(fanout, its in-degree without the excluded edges)
+        for block, f in zip(mb.blocks, reversed(fanouts), strict=True):
+            for i, c in enumerate(np.diff(block.rowptr.numpy())):
+                v = int(mb.n_id[i])
+                d = sum(1 for (u, w) in edges if w == v and (u, v) not in ex_set)
+                assert c == (d if f == -1 else min(d, f))
+
+
+def test_exclusion_changes_nothing_elsewhere_and_is_uniform():
+    (indptr, indices), edges = random_graph(seed=2)
+    s = NeighborSampler(indptr, indices, (3, 2))
+    seeds = np.array([5, 0, 17])
+    a = s.sample(seeds, 4)
+    b = s.sample(seeds, 4, exclude=np.array([[59, 59]]))  # absent: the same draws
+    assert np.array_equal(a.n_id, b.n_id)
+    # a star with one excluded spoke: the other 9 are drawn uniformly, never the excluded one
+    n = 11
+    indptr, indices = csr_from_edges([(u, 0) for u in range(1, n)], n)
+    s = NeighborSampler(indptr, indices, (3,))
+    hits = np.zeros(n)
+    for seed in range(900):
+        hits[s.sample(np.array([0]), seed, exclude=np.array([[4, 0]])).n_id[1:]] += 1
+    assert hits[4] == 0
+    others = np.delete(hits[1:], 3)  # expected 900 * 3 / 9 = 300 each, sd about 14
+    assert np.all(np.abs(others - 300) < 70), hits
+    with pytest.raises(ValueError, match="excluded edge ids"):
+        s.sample(np.array([0]), 0, exclude=np.array([[0, 99]]))

@@ -29,6 +29,7 @@ COMMANDS = {
     "verify": "shoal.cli.store",
     "plan": "shoal.cli.plan",
     "train": "shoal.cli.train",
+    "embed": "shoal.cli.embed",
     "demo": "shoal.cli.demo",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))

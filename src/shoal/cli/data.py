@@ -1,4 +1,4 @@
-"""``shoal data ...`` sub-commands: import, synth, info, csr."""
+"""``shoal data ...`` sub-commands: import, synth, info, csr, split-edges."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from shoal.cli.data_link import register_split_edges
 from shoal.utils.io import parse_size, write_json_atomic
 from shoal.utils.memory import peak_rss_bytes
 
@@ -225,6 +226,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     _register_info(sub)
     _register_csr(sub)
+    register_split_edges(sub)
 
 
 def _register_import(sub: argparse._SubParsersAction) -> None:

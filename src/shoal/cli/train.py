@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from shoal.cli.engine_options import ENGINE_FLAGS, add_engine_arguments, engine_overrides
+from shoal.cli.link_options import add_link_arguments, link_config_from_args
 from shoal.engines.registry import ENGINES
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
@@ -29,6 +30,7 @@ __all__ = ["add_train_arguments", "config_from_args", "register", "run_train", "
 #: Flag destinations that map one-to-one onto TrainConfig fields.
 CONFIG_FLAGS = (
     "model",
+    "task",
     "fanouts",
     "fanouts_order",
     "batch_size",
@@ -72,7 +74,8 @@ def _fanouts(value: str) -> tuple[int, ...]:
 def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
     """Add the trainer's flags (defaults None so a --config file can fill them)."""
     d = TrainConfig()
-    titles = {"input": "input", "model": "model", "optimisation": "optimisation", "run": "run",
+    titles = {"input": "input", "model": "model", "link": "link prediction (--task link)",
+              "optimisation": "optimisation", "run": "run",
               "output": "output", "memory": "memory (out-of-core)",
               "distributed": "distributed (with --store)"}  # fmt: skip
     groups = {k: p.add_argument_group(t) for k, t in titles.items()}
@@ -126,6 +129,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
         help="early stopping after N evaluations without a better "
         "validation accuracy; 0 = off (default 0)",
     )
+    add_link_arguments(groups["link"])
     _add_run_arguments(groups["run"], d)
     g = groups["output"]
     g.add_argument("--checkpoint-dir", metavar="DIR", help="write last.pt / best.pt there")
@@ -274,6 +278,8 @@ def spec_from_args(args: argparse.Namespace, config: TrainConfig | None = None):
 def run_train(args: argparse.Namespace) -> int:
     """Handler of ``shoal train``: ``--store`` goes to the distributed launcher."""
     config = config_from_args(args)
+    if config.task == "link":
+        return _run_link(args, config)
     if args.store:
         if args.graph:
             raise ShoalInputError(
@@ -297,6 +303,31 @@ def run_train(args: argparse.Namespace) -> int:
         f"seconds_per_epoch={result['seconds_per_epoch']:.3f}"
     )
     print(summary, file=sys.stderr)
+    write_json_output(args.json, result)
+    return 0
+
+
+def _run_link(args: argparse.Namespace, config: TrainConfig) -> int:
+    """``--task link``: single-process link prediction (the engines do not support it yet)."""
+    from shoal.training.linktrainer import LinkData, LinkTrainer
+
+    if args.store:
+        raise ShoalInputError(
+            "--task link is not supported by the distributed engines yet",
+            fix="train link prediction on a split graph directory: --graph DIR --task link",
+        )
+    if not args.graph:
+        raise ShoalInputError(
+            "no input given", fix="pass --graph DIR (made by shoal data split-edges)"
+        )
+    link = link_config_from_args(args)
+    result = LinkTrainer(config, link, LinkData.from_graph_dir(args.graph)).fit().to_json()
+    result["graph"] = str(args.graph)
+    k = link.hits_k
+    print(f"test_mrr={result['test_mrr']:.4f} val_mrr={result['val_mrr']:.4f} "
+          f"test_hits@{k}={result[f'test_hits@{k}']:.4f} epochs={result['epochs']} "
+          f"best_epoch={result['best_epoch']} seconds_per_epoch={result['seconds_per_epoch']:.3f}",
+          file=sys.stderr)  # fmt: skip
     write_json_output(args.json, result)
     return 0
 

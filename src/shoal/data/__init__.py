@@ -2,6 +2,7 @@
 
 from shoal.data.format import CSR, FORMAT_VERSION, GraphDir, GraphWriter
 from shoal.data.importers import ImportConfig, from_pyg, from_scipy, import_graph
+from shoal.data.linksplit import EdgeSplitConfig, split_edges
 from shoal.data.stream import DEFAULT_CHUNK_EDGES, EdgeStream
 from shoal.data.synth import DCSBMConfig, RMATConfig, generate_dcsbm, generate_rmat
 
@@ -10,6 +11,7 @@ __all__ = [
     "DEFAULT_CHUNK_EDGES",
     "FORMAT_VERSION",
     "DCSBMConfig",
+    "EdgeSplitConfig",
     "EdgeStream",
     "GraphDir",
     "GraphWriter",
@@ -20,4 +22,5 @@ __all__ = [
     "generate_dcsbm",
     "generate_rmat",
     "import_graph",
+    "split_edges",
 ]

@@ -229,6 +229,13 @@ class GraphDir:
             raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
         return self._npy(f"{name}_idx.npy")
 
+    def link_edges(self, name: str) -> np.ndarray | None:
+        """Held-out positive edges ``val``/``test`` of a link split (``shoal data
+        split-edges``) as a ``(k, 2)`` int64 memory map, or None when the graph has none."""
+        if name not in ("val", "test"):
+            raise ValueError(f"link split must be 'val' or 'test', got {name!r}")
+        return self._npy(f"link_{name}.npy")
+
     def mask(self, name: str) -> np.ndarray:
         """Boolean (N,) mask of a split (all false when the split is absent)."""
         m = np.zeros(self.num_nodes, dtype=bool)

@@ -57,6 +57,47 @@ def _count_py(indptr, nodes, n_dst, fanout, counts):
         counts[i] = d if (fanout < 0 or d <= fanout) else fanout
 
 
+@numba.njit(cache=True, inline="always")
+def _fill_row(indptr, indices, v, i, start, k, key, picked, dst, offsets):
+    """Draw frontier node ``i`` (= node ``v``)'s ``k`` in-neighbours into ``picked[start:]``."""
+    b = np.int64(indptr[v])
+    d = np.int64(indptr[v + 1]) - b
+    for j in range(k):
+        dst[start + j] = i
+    if k == d:
+        for j in range(k):
+            picked[start + j] = b + j if offsets else indices[b + j]
+        return
+    state = _mix64(key ^ np.uint64(i))
+    if k <= _FLOYD_MAX:
+        # Floyd: for j = d-k .. d-1 draw t in [0, j]; take t unless taken, else take j.
+        filled = 0
+        for j in range(d - k, d):
+            state, bits = _next(state)
+            t = _below(bits, j + 1)
+            for q in range(filled):
+                if picked[start + q] == t:
+                    t = j
+                    break
+            picked[start + filled] = t
+            filled += 1
+        for q in range(k):
+            o = b + picked[start + q]
+            picked[start + q] = o if offsets else indices[o]
+    else:
+        # Selection sampling: keep offset j with probability (needed)/(remaining).
+        need = k
+        filled = 0
+        for j in range(d):
+            state, bits = _next(state)
+            if _below(bits, d - j) < need:
+                picked[start + filled] = b + j if offsets else indices[b + j]
+                filled += 1
+                need -= 1
+                if need == 0:
+                    break
+
+
 def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets):
     """Write the sampled in-neighbours (global ids) of nodes[:n_dst] into picked[rowptr[i]:...];
     with ``offsets``, their positions in ``indices`` instead (``indices`` is not read: the
@@ -66,43 +107,7 @@ def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets):
         k = rowptr[i + 1] - start
         if k == 0:
             continue
-        v = nodes[i]
-        b = np.int64(indptr[v])
-        d = np.int64(indptr[v + 1]) - b
-        for j in range(k):
-            dst[start + j] = i
-        if k == d:
-            for j in range(k):
-                picked[start + j] = b + j if offsets else indices[b + j]
-            continue
-        state = _mix64(key ^ np.uint64(i))
-        if k <= _FLOYD_MAX:
-            # Floyd: for j = d-k .. d-1 draw t in [0, j]; take t unless taken, else take j.
-            filled = 0
-            for j in range(d - k, d):
-                state, bits = _next(state)
-                t = _below(bits, j + 1)
-                for q in range(filled):
-                    if picked[start + q] == t:
-                        t = j
-                        break
-                picked[start + filled] = t
-                filled += 1
-            for q in range(k):
-                o = b + picked[start + q]
-                picked[start + q] = o if offsets else indices[o]
-        else:
-            # Selection sampling: keep offset j with probability (needed)/(remaining).
-            need = k
-            filled = 0
-            for j in range(d):
-                state, bits = _next(state)
-                if _below(bits, d - j) < need:
-                    picked[start + filled] = b + j if offsets else indices[b + j]
-                    filled += 1
-                    need -= 1
-                    if need == 0:
-                        break
+        _fill_row(indptr, indices, nodes[i], i, start, k, key, picked, dst, offsets)
 
 
 #: Below this many rows the serial twin of a kernel runs: waking threads costs more.

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from shoal.graph.blocks import Block, MiniBatch
+from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.blockcache import BlockCache
 from shoal.sample.diskio import RowFile, RowReader
@@ -140,6 +141,7 @@ class NeighborSampler:
         self._g2l = np.full(self.num_nodes, -1, dtype=np.int32 if small else np.int64)
         self._nodes = np.empty(1024, dtype=np.int64)
         self._counts = np.empty(0, dtype=np.int64)
+        self._n_ex = np.empty(0, dtype=np.int64)
         self._picked = np.empty(0, dtype=np.int64)
         self._dst = np.empty(0, dtype=np.int64)
         self._col = np.empty(0, dtype=np.int64)
@@ -168,9 +170,16 @@ class NeighborSampler:
         seed: int = 0,
         *,
         fanouts: Sequence[int] | None = None,
+        exclude: np.ndarray | torch.Tensor | None = None,
     ) -> MiniBatch:
-        """Sample blocks for ``seeds`` (unique ids); ``fanouts`` overrides the sampler's."""
+        """Sample blocks for ``seeds`` (unique ids); ``fanouts`` overrides the sampler's.
+
+        ``exclude``: ``(m, 2)`` edges ``(src, dst)`` that message passing must not use at any
+        hop (a link batch's own positive edges and their reverses, DGL's ``exclude``): they
+        are removed from the candidates before drawing, so a node still gets ``fanout`` of
+        its other in-neighbours. Needs ``indices`` in memory (not ``direct_indices``)."""
         fan = self.fanouts if fanouts is None else parse_fanouts(fanouts)
+        ex = self._exclusion_keys(exclude)
         s = _as_index_array(seeds, "seeds").astype(np.int64, copy=False)
         if s.size and (s.min() < 0 or s.max() >= self.num_nodes):
             bad = int(s[(s < 0) | (s >= self.num_nodes)][0])
@@ -184,7 +193,12 @@ class NeighborSampler:
         try:
             for hop, f in enumerate(fan):
                 counts = self._grow("_counts", n)
-                K._count(self.indptr, self._nodes, n, f, counts)
+                if ex is not None:
+                    n_ex = self._grow("_n_ex", n)
+                    KX._count_excl(self.indptr, self.indices, self._nodes, n, f, ex,
+                                  self.num_nodes, counts, n_ex)  # fmt: skip
+                else:
+                    K._count(self.indptr, self._nodes, n, f, counts)
                 rowptr = np.zeros(n + 1, dtype=np.int64)
                 np.cumsum(counts[:n], out=rowptr[1:])
                 m = int(rowptr[-1])
@@ -192,7 +206,10 @@ class NeighborSampler:
                 dst = self._grow("_dst", m)
                 col = self._grow("_col", m)
                 key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
-                if self._reader is None:
+                if ex is not None:
+                    KX._fill_excl(self.indptr, self.indices, self._nodes, n, rowptr, key, picked,
+                                 dst, ex, self.num_nodes, n_ex)  # fmt: skip
+                elif self._reader is None:
                     K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
                 else:
                     K._fill(self.indptr, _NO_INDICES, self._nodes, n, rowptr, key, picked, dst,
@@ -214,6 +231,23 @@ class NeighborSampler:
             for ei, rp, n_src, n_dst in reversed(raw)
         ]
         return MiniBatch(n_id=n_id, blocks=blocks, num_seeds=int(s.shape[0]))
+
+    def _exclusion_keys(self, exclude: np.ndarray | torch.Tensor | None) -> np.ndarray | None:
+        """Sorted ``dst * num_nodes + src`` keys of the edges to exclude, or None."""
+        if exclude is None:
+            return None
+        e = exclude.numpy() if isinstance(exclude, torch.Tensor) else np.asarray(exclude)
+        e = e.astype(np.int64, copy=False).reshape(-1, 2)
+        if len(e) == 0:
+            return None
+        if self._reader is not None or self._blocks is not None:
+            raise ValueError(
+                "excluding edges needs the in-neighbour CSR in memory; this sampler reads it "
+                "from disk (--structure disk): use --structure memory for link prediction"
+            )
+        if e.min() < 0 or e.max() >= self.num_nodes:
+            raise ValueError(f"excluded edge ids must lie in [0, {self.num_nodes})")
+        return np.unique(e[:, 1] * np.int64(self.num_nodes) + e[:, 0])
 
     def _read_picked(self, picked: np.ndarray, m: int) -> None:
         """Replace the positions ``picked[:m]`` by the entries of ``indices`` there, read from

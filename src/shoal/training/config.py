@@ -29,6 +29,8 @@ class TrainConfig:
 
     Model and optimisation:
         model: registered model name (``shoal.nn.MODELS``; default ``"sage"``).
+        task: ``"node"`` (node classification, default) or ``"link"`` (link prediction on a
+            graph split by ``shoal data split-edges``; its options: ``LinkConfig``).
         fanouts: neighbours sampled per hop, hop 1 first (PyG's ``num_neighbors`` order);
             -1 = all; its length is the number of layers (default ``(15, 10, 5)``).
             DGL's ``NeighborSampler`` and the papers list the input layer first: DGL's
@@ -133,6 +135,7 @@ class TrainConfig:
     """
 
     model: str = "sage"
+    task: str = "node"
     fanouts: tuple[int, ...] = (15, 10, 5)
     fanouts_order: str = "hop-first"
     batch_size: int = 1024
@@ -189,6 +192,8 @@ class TrainConfig:
             )
         if self.fanouts_order == "input-first":  # DGL's order: store hop 1 first
             self.fanouts, self.fanouts_order = tuple(reversed(self.fanouts)), "hop-first"
+        if self.task not in ("node", "link"):
+            raise ValueError(f"task must be 'node' or 'link', got {self.task!r}")
         if self.model not in MODELS:
             raise ValueError(
                 f"unknown model {self.model!r}; valid names: {', '.join(sorted(MODELS))}"
@@ -292,6 +297,7 @@ class TrainConfig:
         except tomllib.TOMLDecodeError as e:
             raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
         data = dict(data.get("train", data))
+        data.pop("link", None)  # the [link] table is LinkConfig's
         data.update(overrides)
         return cls.from_dict(data, origin=str(p))
 

@@ -1,10 +1,8 @@
 """Exact layer-wise inference: the one layer loop, for one process and for many.
 
-Evaluation must not carry sampling noise, so layer ``l`` of a node is computed from *all* its
-in-neighbours' layer ``l - 1`` outputs; doing that layer by layer for every node (rather than
-expanding each target's L-hop neighbourhood) costs one pass over the edges per layer (the
-scheme of GraphSAGE's and DGL's offline inference). Nodes are processed in batches of
-``batch_size`` targets, so memory is O(batch + one layer's output), whatever the graph.
+Layer ``l`` of a node is computed from *all* its in-neighbours' layer ``l - 1`` outputs, layer
+by layer for every node: one pass over the edges per layer (GraphSAGE's and DGL's offline
+inference), in batches of ``batch_size`` targets (memory: a batch + one layer's output).
 
 The loop runs over *segments*: the whole graph in one process (:func:`layerwise_inference`),
 or each part a rank holds in a distributed run (``shoal.distributed.evaluate``). A segment
@@ -12,13 +10,11 @@ computes its first ``num_core`` local ids; its other local ids (a part's halo no
 *remote*: their rows come from a :class:`RowProvider`, whose ``fetch`` the distributed version
 implements with one collective pull per batch (every rank takes the same number of steps).
 
-A model's ``inference_split(l)`` (see :class:`shoal.nn.BlockGNN`) splits a layer into a
-node-wise part (e.g. a projection of wide inputs), run once per core node before the layer's
-aggregation, and an aggregation part; then remote rows are exchanged already projected.
-
-Layer outputs above :data:`INFERENCE_MEMMAP_BYTES` go to memory maps in a scratch directory
-(``--scratch-dir``; default beside the input, never the system temp dir) whose pages are
-released after every batch, so the resident set stays bounded.
+A model's ``inference_split(l)`` (:class:`shoal.nn.BlockGNN`) splits a layer into a node-wise
+part (e.g. a projection of wide inputs), run once per core node, and an aggregation part;
+remote rows are then exchanged already projected. Layer outputs above
+:data:`INFERENCE_MEMMAP_BYTES` go to memory maps in a scratch directory (``--scratch-dir``;
+default beside the input, never the system temp dir), released after every batch.
 """
 
 from __future__ import annotations
@@ -298,6 +294,7 @@ def layerwise_inference(
     features: DiskFeatures | None = None,
     memory_budget: int | None = None,
     predict: bool = False,
+    new_output: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Exact outputs (logits) of ``model`` for ``nodes`` of a graph, in one process.
 
@@ -309,22 +306,26 @@ def layerwise_inference(
     ``features`` (a budgeted store; default ``data.features``). Other models run in batches
     of ``batch_size`` targets with their full in-neighbourhoods; models without
     ``layer_forward`` on full L-hop neighbourhoods sampled with fanout -1.
-    ``predict=True`` returns the predicted class of each node (argmax of its logits, taken
-    block by block, so the logits of many nodes are never held together) instead.
+    ``predict=True`` returns each node's predicted class instead (argmax taken block by block).
+    ``new_output(shape, dtype)`` creates the result (e.g. a memory-mapped ``.npy`` of every
+    node, written block by block, returned as is; ``nodes`` strictly increasing).
     """
     model.eval()
     nodes = np.asarray(nodes, dtype=np.int64)
+    if new_output is not None and len(nodes) > 1 and not (np.diff(nodes) > 0).all():
+        raise ValueError("new_output needs strictly increasing nodes")
+    alloc = new_output or np.empty
     if sampler is None:
-        sampler = NeighborSampler(
-            data.indptr, data.indices, (-1,), num_nodes=data.num_nodes, degrees=data.degrees
-        )
+        sampler = NeighborSampler(data.indptr, data.indices, (-1,), num_nodes=data.num_nodes,
+                                  degrees=data.degrees)  # fmt: skip
     if not hasattr(model, "layer_forward"):
         out = _sampled_inference(model, data, nodes, sampler, normalize_features, batch_size)
         return _as_predictions(out, len(nodes)) if predict else out
     layers = sum_layers(model)
     if layers is not None:
         return _blocked_inference(model, layers, data, nodes, features, normalize_features,
-                                  memory_budget, show_progress, scratch_dir, predict)  # fmt: skip
+                                  memory_budget, show_progress, scratch_dir, predict,
+                                  alloc if new_output is not None else None)  # fmt: skip
     seg = Segment(
         key=0,
         sampler=sampler,
@@ -338,7 +339,7 @@ def layerwise_inference(
     def keep(_seg: Segment, rows: np.ndarray, h: np.ndarray) -> None:
         nonlocal result
         if result is None:
-            result = np.empty((len(nodes), h.shape[1]), np.float32)
+            result = alloc((len(nodes), h.shape[1]), np.dtype(np.float32))
         result[rows] = h
 
     # beside the graph directory (in-memory data: the current directory)
@@ -355,7 +356,7 @@ def _as_predictions(logits: np.ndarray, n: int) -> np.ndarray:
 
 
 def _blocked_inference(model, layers, data, nodes, features, normalize, budget, show, scratch_dir,
-                       predict=False):  # fmt: skip
+                       predict=False, alloc=None):  # fmt: skip
     uniq, inverse = np.unique(nodes, return_inverse=True)
     n = data.num_nodes
     deg = np.zeros(n, np.float32) if data.degrees is None else np.asarray(data.degrees, np.float32)
@@ -367,7 +368,8 @@ def _blocked_inference(model, layers, data, nodes, features, normalize, budget, 
         nonlocal res
         if res is None:
             shape = (len(uniq),) if predict else (len(uniq), h.shape[1])
-            res = np.empty(shape, np.int32 if predict else np.float32)
+            dtype = np.dtype(np.int32 if predict else np.float32)
+            res = (alloc or np.empty)(shape, dtype)
         res[pos] = h.argmax(1) if predict else h
 
     beside = data.path if data.path is not None else Path.cwd() / "data"
@@ -379,7 +381,7 @@ def _blocked_inference(model, layers, data, nodes, features, normalize, budget, 
                        normalize=norm, show_progress=show)  # fmt: skip
     if res is None:
         return np.empty(len(nodes), np.int32) if predict else np.empty((len(nodes), 0), np.float32)
-    return res[inverse]
+    return res if alloc is not None else res[inverse]  # alloc: nodes are sorted and unique
 
 
 def evaluate(

@@ -140,6 +140,16 @@ class EpochLoop:
         self.eval_seconds = 0.0
 
     @property
+    def metric(self) -> str:
+        """The name of the selection metric (``target.metric``; default ``accuracy``)."""
+        return getattr(self.target, "metric", "accuracy")
+
+    def _selected(self) -> nn.Module:
+        """The weights kept at the best validation score: ``target.selected_module`` when the
+        target has one (e.g. an encoder and its scorer), else ``target.model``."""
+        return getattr(self.target, "selected_module", None) or self.target.model
+
+    @property
     def is_rank0(self) -> bool:
         return self.group.rank == 0
 
@@ -159,12 +169,13 @@ class EpochLoop:
         t0 = time.perf_counter()
         acc = self.target.evaluate(("val", "test") if self.config.eval_test else ("val",))
         self.eval_seconds += time.perf_counter() - t0
-        val = rec["val_accuracy"] = acc["val"]
+        val = rec[f"val_{self.metric}"] = acc["val"]
         if "test" in acc:
-            rec["test_accuracy"] = acc["test"]
+            rec[f"test_{self.metric}"] = acc["test"]
+        rec.update({k: v for k, v in acc.items() if k not in ("val", "test")})
         if val > st.best_val:
             st.best_val, st.best_epoch, st.bad_evals = val, st.epoch, 0
-            st.best_model = copy.deepcopy(self.target.model.state_dict())
+            st.best_model = copy.deepcopy(self._selected().state_dict())
             return True
         st.bad_evals += 1
         return False
@@ -183,7 +194,7 @@ class EpochLoop:
             "epoch %d loss %.4f val %s %.2fs%s",
             e,
             rec["loss"],
-            rec.get("val_accuracy", "-"),
+            rec.get(f"val_{self.metric}", "-"),
             rec["seconds"],
             f" (early stop: {self.state.bad_evals} evaluations without improvement)"
             if stop
@@ -230,7 +241,7 @@ class EpochLoop:
         st = self.state
         model = self.target.model
         if st.best_model is not None:
-            model.load_state_dict(st.best_model)
+            self._selected().load_state_dict(st.best_model)
         t0 = time.perf_counter()
         final = self.target.evaluate(("val", "test"))
         self.eval_seconds += time.perf_counter() - t0
@@ -260,4 +271,6 @@ class EpochLoop:
             peak_rss_bytes=int(rss.item()),
             config={**self.config.to_dict(), **self.settings},
             history=hist,
+            metric=self.metric,
+            metrics={k: v for k, v in final.items() if k not in ("val", "test")},
         )

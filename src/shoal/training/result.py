@@ -27,6 +27,10 @@ class RunResult:
         peak_rss_bytes: peak resident set size (max over ranks).
         config: every setting of the run (``TrainConfig.to_dict()`` plus engine settings).
         history: one record per epoch (loss, train accuracy, val accuracy, time split, ...).
+        metric: the selection metric: ``accuracy`` (node classification) or ``mrr`` (link
+            prediction, whose ``test_accuracy``/``val_accuracy`` hold the MRR and are written
+            as ``test_mrr``/``val_mrr`` by :meth:`to_json`).
+        metrics: further final metrics (e.g. ``test_hits@50``).
     """
 
     test_accuracy: float
@@ -45,9 +49,15 @@ class RunResult:
     num_parts: int = 1
     comm_per_epoch: dict[str, float] = field(default_factory=dict)
     batches_per_epoch: int = 0
+    metric: str = "accuracy"
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.metric != "accuracy":  # name the numbers for what they are
+            d[f"test_{self.metric}"] = d.pop("test_accuracy")
+            d[f"val_{self.metric}"] = d.pop("val_accuracy")
+            d.update(self.metrics)
         d["sampling_seconds_per_epoch"] = self.time_split.get("sampling", 0.0)
         d["gather_seconds_per_epoch"] = self.time_split.get("gather", 0.0)
         d["forward_backward_seconds_per_epoch"] = self.time_split.get("forward_backward", 0.0)

@@ -1,0 +1,120 @@
+"""``shoal embed``: every node's output of a trained model, written to an ``.npy`` file.
+
+The model is rebuilt from a run's checkpoint directory (its ``TrainConfig`` in ``last.pt``,
+or in rank 0's file of the last committed epoch for an engine's run) with the best-validation
+weights (``best.pt``; ``--which last`` for the last epoch's). Outputs come from the exact
+layer-wise inference, written block by block into a memory-mapped ``.npy`` (a temporary
+sibling renamed into place): memory stays bounded by the inference's budget, not by the
+number of nodes. Node classification runs give logits (``--predict``: classes), link
+prediction runs the encoder's embeddings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shoal.errors import ShoalInputError
+from shoal.utils.io import read_json
+
+__all__ = ["register"]
+
+
+def _load_run(ckpt: Path, which: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the run's TrainConfig dict, the model's state dict) from a checkpoint directory."""
+    from shoal.training.checkpoint import load_checkpoint
+
+    if (ckpt / "last.pt").exists():
+        last = load_checkpoint(ckpt / "last.pt")
+    elif (ckpt / "last.json").exists():
+        meta = read_json(ckpt / "last.json")
+        last = load_checkpoint(ckpt / meta["files"][0])
+    else:
+        raise ShoalInputError("no checkpoint of a run here (last.pt or last.json)", path=ckpt,
+                              fix="train with --checkpoint-dir DIR and pass that DIR")  # fmt: skip
+    weights = last["model"]
+    if which == "best":
+        if not (ckpt / "best.pt").exists():
+            raise ShoalInputError("no best.pt (no validation ran)", path=ckpt,
+                                  fix="pass --which last")  # fmt: skip
+        weights = load_checkpoint(ckpt / "best.pt")["model"]
+    if any(k.startswith("encoder.") for k in weights):  # a link run keeps encoder + scorer
+        weights = {k[len("encoder.") :]: v for k, v in weights.items() if k.startswith("encoder.")}
+    return last["config"], weights
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    from shoal.data.format import GraphDir
+    from shoal.training.config import TrainConfig
+    from shoal.training.inference import layerwise_inference
+    from shoal.training.linktrainer import LinkData
+    from shoal.training.model import model_from_config
+
+    cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
+    cfg = TrainConfig.from_dict({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
+    g = GraphDir.open(args.graph)
+    data = LinkData.from_graph_dir(g) if g.link_edges("val") is not None else None
+    if data is None:  # any graph: the inference needs the CSR and the inputs only
+        csr = g.csr("in")
+        data = LinkData(indptr=csr.indptr, indices=csr.indices, features=g.features(),
+                        edges=np.empty((0, 2), np.int64), directed=g.directed,
+                        num_nodes=g.num_nodes, val_edges=np.empty((0, 2), np.int64),
+                        test_edges=np.empty((0, 2), np.int64), name=g.name, path=str(g.path))  # fmt: skip
+    if args.input:
+        data.features = np.load(args.input, mmap_mode="r")
+    if data.features is None or data.features.shape[0] != g.num_nodes:
+        raise ShoalInputError("no input rows for every node", path=args.input or g.path,
+                              fix="pass --input TABLE.npy (N rows), e.g. a learned embedding table")  # fmt: skip
+    out_dim = cfg.hidden if cfg.task == "link" else (g.num_classes or 1)
+    model = model_from_config(cfg, in_dim=data.features.shape[1], out_dim=out_dim)
+    model.load_state_dict(weights)
+    out = Path(args.out)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+
+    def new_output(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+
+    try:
+        res = layerwise_inference(model, data, np.arange(g.num_nodes), predict=args.predict,
+                                  normalize_features=cfg.normalize_features,
+                                  scratch_dir=args.scratch_dir or cfg.scratch_dir,
+                                  new_output=new_output)  # fmt: skip
+        if isinstance(res, np.memmap):
+            res.flush()
+        else:  # nothing was computed (an empty graph): write what came back
+            np.save(tmp, res)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"embed {g.path} -> {out}: {res.shape} {res.dtype} "
+          f"({'classes' if args.predict else 'embeddings' if cfg.task == 'link' else 'logits'})")  # fmt: skip
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "embed",
+        help="write every node's embedding (or logits) of a trained model to an .npy",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("\n\n", 1)[1].strip()
+        + "\n\nexample: shoal embed --graph data/cora --checkpoint-dir ckpt --out cora-emb.npy",
+    )
+    p.add_argument("--graph", required=True, help="graph directory (the one trained on)")
+    p.add_argument("--checkpoint-dir", required=True, help="the run's --checkpoint-dir")
+    p.add_argument("--out", required=True, help="the .npy file to write (N rows)")
+    p.add_argument("--which", choices=["best", "last"], default="best",
+                   help="best-validation weights (default) or the last epoch's")  # fmt: skip
+    p.add_argument(
+        "--predict", action="store_true", help="node classification: classes, not logits"
+    )
+    p.add_argument(
+        "--input",
+        metavar="TABLE.npy",
+        help="input rows instead of the graph's features (a learned embedding table)",
+    )
+    p.add_argument("--scratch-dir", metavar="DIR", help="where the inference's layer arrays go")
+    p.set_defaults(func=_cmd_embed)

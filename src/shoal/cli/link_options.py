@@ -1,0 +1,75 @@
+"""Link-prediction flags of ``shoal train --task link``: they fill
+:class:`~shoal.training.linktrainer.LinkConfig` (a TOML file's ``[link]`` table first)."""
+
+from __future__ import annotations
+
+import argparse
+
+from shoal.nn.linkpred import LOSSES, SCORERS
+from shoal.training.linkbatches import NEGATIVE_SAMPLERS
+from shoal.training.linktrainer import LinkConfig
+
+__all__ = ["add_link_arguments", "link_config_from_args"]
+
+#: flag destination -> LinkConfig field
+_FIELDS = {"scorer": "scorer", "link_loss": "loss", "margin": "margin", "num_neg": "num_neg",
+           "negatives": "negatives", "eval_negatives": "eval_negatives", "hits_k": "hits_k",
+           "embedding_dim": "embedding_dim", "embedding_dir": "embedding_dir",
+           "embedding_optimizer": "embedding_optimizer", "embedding_lr": "embedding_lr"}  # fmt: skip
+
+
+def add_link_arguments(g: argparse._ArgumentGroup) -> None:
+    d = LinkConfig()
+    g.add_argument(
+        "--task",
+        choices=["node", "link"],
+        help="node classification (default) or link prediction on a graph split by `shoal "
+        "data split-edges` (single process; the engines refuse it for now)",
+    )
+    g.add_argument("--scorer", choices=sorted(SCORERS),
+                   help=f"link: edge scorer, dot product or an MLP on h_u * h_v (default {d.scorer})")  # fmt: skip
+    g.add_argument("--link-loss", choices=sorted(LOSSES),
+                   help=f"link: loss of positive against negative logits (default {d.loss})")  # fmt: skip
+    g.add_argument(
+        "--margin", type=float, help=f"link: margin of --link-loss margin (default {d.margin})"
+    )
+    g.add_argument(
+        "--num-neg",
+        type=int,
+        help=f"link: negatives per positive edge in training (default {d.num_neg})",
+    )
+    g.add_argument("--negatives", choices=list(NEGATIVE_SAMPLERS),
+                   help="link: negative sampler, uniform over all nodes or other positives' "
+                   f"destinations in the batch (default {d.negatives})")  # fmt: skip
+    g.add_argument("--eval-negatives", type=int,
+                   help="link: uniform negatives each held-out edge is ranked against for MRR "
+                   f"and Hits@K, fixed per split (default {d.eval_negatives})")  # fmt: skip
+    g.add_argument(
+        "--hits-k", type=int, help=f"link: the K of the reported Hits@K (default {d.hits_k})"
+    )
+    _add_embedding_arguments(g)
+
+
+def _add_embedding_arguments(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--embedding-dim", type=int, metavar="D",
+                   help="link: learn a D-wide embedding per node as the model's input (graphs "
+                   "without features), kept in a file and updated sparsely (default 0: features)")  # fmt: skip
+    g.add_argument("--embedding-dir", metavar="DIR",
+                   help="link: where the embedding table and its optimizer state live "
+                   "(default: GRAPH.emb beside the graph directory)")  # fmt: skip
+    g.add_argument(
+        "--embedding-optimizer",
+        choices=["adam", "adagrad"],
+        help="link: sparse optimizer of the table (default adam, per-row steps)",
+    )
+    g.add_argument(
+        "--embedding-lr", type=float, help="link: the table's learning rate (default --lr)"
+    )
+
+
+def link_config_from_args(args: argparse.Namespace) -> LinkConfig:
+    """The ``[link]`` table of ``--config`` (if any) overridden by the flags given."""
+    given = {f: getattr(args, a) for a, f in _FIELDS.items() if getattr(args, a, None) is not None}
+    if getattr(args, "config", None):
+        return LinkConfig.from_toml(args.config, **given)
+    return LinkConfig(**given)

@@ -1,0 +1,277 @@
+"""``LinkTrainer``: single-process link prediction on a split graph (``shoal data split-edges``).
+
+The model (any ``model(x, blocks)``, e.g. GraphSAGE with ``out_dim = hidden``) embeds the end
+nodes of each :class:`~shoal.training.linkbatches.LinkBatch`; a scorer
+(:mod:`shoal.nn.linkpred`) turns pairs of embeddings into logits and a link loss compares
+positives with their negatives. Evaluation follows OGB (:mod:`shoal.training.linkmetrics`):
+every held-out positive ``(u, v)`` is ranked against ``eval_negatives`` pairs ``(u, w)``
+with ``w`` uniform, drawn once per split from the seed (the same candidates at every
+evaluation), scored from exact layer-wise embeddings. The loop, best-validation selection
+(on MRR), checkpoints and the result are the shared :class:`~shoal.training.loop.EpochLoop`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomllib
+import torch
+from torch import nn
+
+from shoal.data.format import GraphDir
+from shoal.errors import ShoalInputError
+from shoal.nn.linkpred import LOSSES, SCORERS, build_scorer, link_loss
+from shoal.sample.features import FeatureGatherer
+from shoal.sample.sampler import NeighborSampler
+from shoal.training.batches import Timer
+from shoal.training.config import TrainConfig
+from shoal.training.embedding import NodeEmbedding, SparseAdagrad, SparseAdam
+from shoal.training.inference import layerwise_inference
+from shoal.training.linkbatches import NEGATIVE_SAMPLERS, LinkBatchLoader
+from shoal.training.linkmetrics import mrr_hits
+from shoal.training.loop import EpochLoop
+from shoal.training.model import model_from_config
+from shoal.training.result import RunResult
+from shoal.utils.threads import set_threads
+
+__all__ = ["LinkConfig", "LinkData", "LinkTrainer"]
+
+
+@dataclass(kw_only=True)
+class LinkConfig:
+    """Options of the link-prediction task.
+
+    Attributes:
+        scorer: ``dot`` (default) or ``mlp`` (:mod:`shoal.nn.linkpred`).
+        loss: ``bce`` (default), ``bpr`` or ``margin``; margin: of ``margin`` (default 1.0).
+        num_neg: negatives per positive in training (default 1).
+        negatives: ``uniform`` (default) or ``in-batch``.
+        eval_negatives: negatives per held-out positive for MRR / Hits@K (default 100).
+        hits_k: the ``K`` of the reported Hits@K (default 50).
+        embedding_dim: learn a ``D``-wide embedding per node as the model's input instead of
+            reading features (:class:`~shoal.training.embedding.NodeEmbedding`, a table on
+            disk updated sparsely); 0 = use the graph's features (default 0).
+        embedding_dir: where the table and its optimizer state live (default: ``<graph>.emb``
+            beside the graph directory; an existing table is reopened only with ``resume``).
+        embedding_optimizer: ``adam`` (sparse Adam, default) or ``adagrad``.
+        embedding_lr: learning rate of the table (default: the model's ``lr``).
+    """
+
+    scorer: str = "dot"
+    loss: str = "bce"
+    margin: float = 1.0
+    num_neg: int = 1
+    negatives: str = "uniform"
+    eval_negatives: int = 100
+    hits_k: int = 50
+    embedding_dim: int = 0
+    embedding_dir: str | None = None
+    embedding_optimizer: str = "adam"
+    embedding_lr: float | None = None
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> LinkConfig:
+        """The ``[link]`` table of a TOML file (may be absent); ``overrides`` win."""
+        p = Path(path)
+        try:
+            table = tomllib.loads(p.read_text()).get("link", {})
+        except (FileNotFoundError, tomllib.TOMLDecodeError) as e:
+            raise ShoalInputError(f"cannot read the config: {e}", path=p) from None
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(table) - known)
+        if bad:
+            raise ShoalInputError(f"unknown [link] option(s) {', '.join(bad)}", path=p,
+                                  fix=f"valid options: {', '.join(sorted(known))}")  # fmt: skip
+        return cls(**{**table, **overrides})
+
+    def __post_init__(self) -> None:
+        for name, valid in (
+            ("scorer", SCORERS),
+            ("loss", LOSSES),
+            ("negatives", NEGATIVE_SAMPLERS),
+        ):
+            if getattr(self, name) not in valid:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: "
+                                 f"{', '.join(sorted(valid))}")  # fmt: skip
+        if self.embedding_optimizer not in ("adam", "adagrad"):
+            raise ValueError(f"unknown embedding_optimizer {self.embedding_optimizer!r}; "
+                             "valid names: adagrad, adam")  # fmt: skip
+        if self.embedding_dim < 0:
+            raise ValueError(f"embedding_dim must be >= 0, got {self.embedding_dim}")
+        for name in ("num_neg", "eval_negatives", "hits_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class LinkData:
+    """A split graph: the message-passing graph's CSR, edges and features, and the held-out
+    positives. Arrays are memory maps; nothing is copied whole."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    features: np.ndarray | None
+    edges: np.ndarray
+    directed: bool
+    num_nodes: int
+    val_edges: np.ndarray
+    test_edges: np.ndarray
+    degrees: np.ndarray | None = None
+    name: str = "graph"
+    path: str | None = None
+
+    @property
+    def feature_dim(self) -> int:
+        return 0 if self.features is None else int(self.features.shape[1])
+
+    @classmethod
+    def from_graph_dir(cls, graph: GraphDir | str | os.PathLike) -> LinkData:
+        g = graph if isinstance(graph, GraphDir) else GraphDir.open(graph)
+        val, test = g.link_edges("val"), g.link_edges("test")
+        if val is None or test is None:
+            raise ShoalInputError(
+                "link prediction needs held-out edges (link_val.npy, link_test.npy)",
+                path=g.path, fix=f"split the edges first: shoal data split-edges {g.path} --out DIR",
+            )  # fmt: skip
+        x = g.features()
+        csr = g.csr("in")
+        return cls(indptr=csr.indptr, indices=csr.indices, features=x,
+                   edges=g.edge_stream().memmap(), directed=g.directed, num_nodes=g.num_nodes,
+                   val_edges=val, test_edges=test, name=g.name, path=str(g.path))  # fmt: skip
+
+
+class LinkTrainer:
+    """Single-process link prediction (module docstring); :meth:`fit` returns a
+    :class:`RunResult` whose selection metric is the validation MRR."""
+
+    metric = "mrr"
+
+    def __init__(self, config: TrainConfig, link: LinkConfig, data: LinkData,
+                 model: nn.Module | None = None) -> None:  # fmt: skip
+        self.config, self.link, self.data = config, link, data
+        set_threads(config.threads)
+        torch.manual_seed(config.seed)
+        self.embedding, self.embedding_opt = self._embedding(config, link, data)
+        gatherer = self.embedding or FeatureGatherer(data.features,
+                                                     normalize=config.normalize_features)  # fmt: skip
+        in_dim = link.embedding_dim or data.feature_dim
+        self.model = model or model_from_config(config, in_dim=in_dim, out_dim=config.hidden)
+        self.scorer = build_scorer(link.scorer, config.hidden, dropout=config.dropout)
+        #: what best-validation selection keeps and restores: the encoder and the scorer
+        self.selected_module = nn.ModuleDict({"encoder": self.model, "scorer": self.scorer})
+        params = list(self.model.parameters()) + list(self.scorer.parameters())
+        self.optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+        self.timer = Timer()
+        sampler = NeighborSampler(data.indptr, data.indices, config.fanouts,
+                                  num_nodes=data.num_nodes)  # fmt: skip
+        self.loader = LinkBatchLoader(
+            sampler, gatherer,
+            data.edges, directed=data.directed, num_nodes=data.num_nodes,
+            batch_size=config.batch_size, num_neg=link.num_neg, negatives=link.negatives,
+            seed=config.seed, timer=self.timer,
+        )  # fmt: skip
+        self.num_batches = 0
+        self._eval_neg: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def _embedding(config: TrainConfig, link: LinkConfig, data: LinkData):
+        """The learnable input table and its sparse optimizer (``embedding_dim > 0``); its
+        rows become ``data.features`` for evaluation."""
+        if not link.embedding_dim:
+            if data.features is None:
+                raise ShoalInputError(
+                    "the graph has no features.npy", path=data.path,
+                    fix="learn an embedding per node instead: --embedding-dim 64",
+                )  # fmt: skip
+            return None, None
+        where = Path(link.embedding_dir or f"{data.path}.emb")
+        if (where / "embedding.npy").exists() and not config.resume:
+            raise ShoalInputError(
+                "an embedding table from another run is there", path=where,
+                fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
+            )  # fmt: skip
+        emb = NodeEmbedding(where, data.num_nodes, link.embedding_dim, seed=config.seed)
+        lr = link.embedding_lr or config.lr
+        opt = (
+            SparseAdam(emb, lr=lr)
+            if link.embedding_optimizer == "adam"
+            else SparseAdagrad(emb, lr=lr)
+        )
+        data.features = emb.weight
+        return emb, opt
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        t0, before = time.perf_counter(), dict(self.timer.seconds)
+        self.model.train()
+        self.scorer.train()
+        loss_sum, n, steps = 0.0, 0, 0
+        for b in self.loader.epoch(epoch):
+            t = time.perf_counter()
+            self.optimizer.zero_grad(set_to_none=True)
+            h = self.model(b.x, b.mb.blocks)
+            pos = self.scorer(h[b.pos[0]], h[b.pos[1]])
+            neg = self.scorer(h[b.neg[0]], h[b.neg[1]]).view(len(pos), b.num_neg)
+            loss = link_loss(self.link.loss, pos, neg, margin=self.link.margin)
+            loss.backward()
+            self.optimizer.step()
+            if self.embedding_opt is not None:
+                self.embedding_opt.step(b.mb.n_id, b.x.grad)
+            self.timer.add("forward_backward", time.perf_counter() - t)
+            loss_sum += float(loss.detach()) * len(pos)
+            n, steps = n + len(pos), steps + 1
+        self.num_batches = steps
+        if self.embedding_opt is not None:
+            self.embedding_opt.flush()
+        return {"loss": loss_sum / max(n, 1), "train_accuracy": None,
+                "seconds": time.perf_counter() - t0, "time_split": self.timer.since(before)}  # fmt: skip
+
+    def _negatives(self, split: str, pos: np.ndarray) -> np.ndarray:
+        if split not in self._eval_neg:  # drawn once per split: the same at every evaluation
+            rng = np.random.default_rng([self.config.seed, 0xE7A1, len(split)])
+            k = self.link.eval_negatives
+            self._eval_neg[split] = rng.integers(0, self.data.num_nodes, size=(len(pos), k))
+        return self._eval_neg[split]
+
+    @torch.no_grad()
+    def evaluate(self, splits: tuple[str, ...]) -> dict[str, float]:
+        """MRR per split (and ``<split>_hits@K``) from exact layer-wise embeddings."""
+        self.scorer.eval()
+        held = {s: np.asarray(self.data.val_edges if s == "val" else self.data.test_edges,
+                              dtype=np.int64) for s in splits}  # fmt: skip
+        negs = {s: self._negatives(s, held[s]) for s in splits}
+        nodes = np.unique(np.concatenate([x.ravel() for s in splits for x in (held[s], negs[s])]))
+        emb = torch.from_numpy(layerwise_inference(
+            self.model, self.data, nodes, normalize_features=self.config.normalize_features,
+            batch_size=self.config.eval_batch_size, scratch_dir=self.config.scratch_dir,
+        ))  # fmt: skip
+        out: dict[str, float] = {}
+        for s in splits:
+            p, q = held[s], negs[s]
+            u = torch.from_numpy(np.searchsorted(nodes, p[:, 0]))
+            sp = self.scorer(emb[u], emb[torch.from_numpy(np.searchsorted(nodes, p[:, 1]))])
+            uq = u.repeat_interleave(q.shape[1])
+            sq = self.scorer(emb[uq], emb[torch.from_numpy(np.searchsorted(nodes, q.ravel()))])
+            m = mrr_hits(sp, sq.view(len(p), -1), ks=(self.link.hits_k,))
+            out[s] = m["mrr"]
+            out[f"{s}_hits@{self.link.hits_k}"] = m[f"hits@{self.link.hits_k}"]
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "scorer": self.scorer.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state()}  # fmt: skip
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.scorer.load_state_dict(state["scorer"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+
+    def fit(self) -> RunResult:
+        settings = {"task": "link", **{f"link_{k}": v for k, v in vars(self.link).items()}}
+        return EpochLoop(self, self.config, identity={"task": "link", "name": self.data.name},
+                         settings=settings).fit()  # fmt: skip
