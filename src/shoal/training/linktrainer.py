@@ -39,7 +39,7 @@ from shoal.training.model import model_from_config
 from shoal.training.result import RunResult
 from shoal.utils.threads import set_threads
 
-__all__ = ["LinkConfig", "LinkData", "LinkTrainer"]
+__all__ = ["LinkConfig", "LinkData", "LinkTrainer", "eval_negatives"]
 
 
 @dataclass(kw_only=True)
@@ -145,6 +145,13 @@ class LinkData:
                    val_edges=val, test_edges=test, name=g.name, path=str(g.path))  # fmt: skip
 
 
+def eval_negatives(seed: int, split: str, num_pos: int, num_nodes: int, k: int) -> np.ndarray:
+    """The ``(num_pos, k)`` uniform negative destinations of a held-out split: a function of
+    ``(seed, split)`` only, so every evaluation and every baseline ranks the same candidates."""
+    rng = np.random.default_rng([seed, 0xE7A1, {"val": 1, "test": 2}[split]])
+    return rng.integers(0, num_nodes, size=(num_pos, k))
+
+
 class LinkTrainer:
     """Single-process link prediction (module docstring); :meth:`fit` returns a
     :class:`RunResult` whose selection metric is the validation MRR."""
@@ -232,9 +239,8 @@ class LinkTrainer:
 
     def _negatives(self, split: str, pos: np.ndarray) -> np.ndarray:
         if split not in self._eval_neg:  # drawn once per split: the same at every evaluation
-            rng = np.random.default_rng([self.config.seed, 0xE7A1, len(split)])
-            k = self.link.eval_negatives
-            self._eval_neg[split] = rng.integers(0, self.data.num_nodes, size=(len(pos), k))
+            self._eval_neg[split] = eval_negatives(self.config.seed, split, len(pos),
+                                                   self.data.num_nodes, self.link.eval_negatives)  # fmt: skip
         return self._eval_neg[split]
 
     @torch.no_grad()

@@ -1,0 +1,175 @@
+"""Link-prediction benchmark (issue 15): MRR and Hits@50 of GraphSAGE against a heuristic.
+
+For each graph (default: Cora, citation; Coauthor-Physics, collaboration; Facebook
+page-page, social) import it, split its edges (``shoal data split-edges --val 0.05 --test
+0.1 --seed 0``), then, per seed:
+
+- ``features``: GraphSAGE on the graph's features (``shoal train --task link``);
+- ``embeddings``: GraphSAGE on learned node embeddings only (``--embedding-dim 64``);
+- ``adamic-adar``: the heuristic on the message-passing graph (no training; the same
+  held-out edges and the same fixed negatives as the runs: ``eval_negatives`` uniform
+  destinations per positive, drawn from the seed exactly as ``LinkTrainer`` draws them).
+
+Every held-out test edge is ranked against 100 uniform negatives (OGB's rank with ties
+averaged). Target: GraphSAGE beats the heuristic on at least two of the three graphs.
+Not yet: the 2-process ``minibatch`` column (the engines refuse ``--task link`` for now).
+
+Usage::
+
+    python bench/linkpred.py run [--graphs cora,...] [--seeds 0,1,2] [--epochs 20]
+    python bench/linkpred.py report
+
+Results: bench/results/linkpred.json and bench/results/linkpred.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import distributed as dbench  # noqa: E402  (bench/distributed.py: helpers)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+LWORK = dbench.WORK / "linkpred"
+PY = sys.executable
+GRAPHS = ("cora", "coauthor_physics", "facebook_pagepage")
+HP = dict(model="sage", fanouts="10,5", hidden=64, batch_size=512, lr=0.005, dropout=0.0,
+          eval_negatives=100, num_neg=1)  # fmt: skip
+
+
+def load() -> dict:
+    p = RESULTS / "linkpred.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def save(res: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS / "linkpred.json.tmp"
+    tmp.write_text(json.dumps(res, indent=1))
+    os.replace(tmp, RESULTS / "linkpred.json")
+    write_markdown(res)
+
+
+def prepare(name: str) -> Path:
+    g, s = LWORK / name, LWORK / f"{name}-link"
+    if not (g / "meta.json").exists():
+        dbench.shoal("data", "import", str(dbench.SHARED / name / "graph.npz"), "--out", str(g))
+    if not (s / "meta.json").exists():
+        dbench.shoal("data", "split-edges", str(g), "--val", "0.05", "--test", "0.1", "--seed",
+                     "0", "--out", str(s))  # fmt: skip
+    return s
+
+
+def train(split: Path, seed: int, epochs: int, embedding: bool) -> dict:
+    out = LWORK / f"run-{split.name}-{seed}-{'emb' if embedding else 'feat'}.json"
+    emb = ["--embedding-dim", "64", "--embedding-dir", str(LWORK / f"emb-{split.name}-{seed}")]
+    if embedding:
+        import shutil
+
+        shutil.rmtree(LWORK / f"emb-{split.name}-{seed}", ignore_errors=True)
+    t = time.perf_counter()
+    dbench.sh([PY, "-m", "shoal", "train", "--graph", str(split), "--task", "link",
+               "--model", HP["model"], f"--fanouts={HP['fanouts']}", "--hidden", str(HP["hidden"]),
+               "--batch-size", str(HP["batch_size"]), "--lr", str(HP["lr"]), "--dropout",
+               str(HP["dropout"]), "--epochs", str(epochs), "--seed", str(seed), "--num-neg",
+               str(HP["num_neg"]), "--eval-negatives", str(HP["eval_negatives"]), "--threads",
+               "1", "--no-progress", "--json", str(out), *(emb if embedding else [])])  # fmt: skip
+    d = json.loads(out.read_text())
+    return {"test_mrr": d["test_mrr"], "val_mrr": d["val_mrr"], "test_hits@50": d["test_hits@50"],
+            "seconds_per_epoch": d["seconds_per_epoch"], "wall_seconds": time.perf_counter() - t}  # fmt: skip
+
+
+def heuristic(split: Path, seed: int) -> dict:
+    """Adamic-Adar on the test edges against the same negatives as LinkTrainer (seeded)."""
+    import numpy as np
+
+    from shoal.data.format import GraphDir
+    from shoal.training.linkheuristics import heuristic_scores
+    from shoal.training.linkmetrics import mrr_hits
+    from shoal.training.linktrainer import eval_negatives
+
+    g = GraphDir.open(split)
+    csr = g.csr("in")
+    pos = np.asarray(g.link_edges("test"), np.int64)
+    neg = eval_negatives(seed, "test", len(pos), g.num_nodes, HP["eval_negatives"])
+    sp = heuristic_scores(csr.indptr, csr.indices, pos)
+    pairs = np.stack([np.repeat(pos[:, 0], neg.shape[1]), neg.ravel()], axis=1)
+    sq = heuristic_scores(csr.indptr, csr.indices, pairs).reshape(len(pos), -1)
+    m = mrr_hits(sp, sq, ks=(50,))
+    return {"test_mrr": m["mrr"], "test_hits@50": m["hits@50"]}
+
+
+def run(args: argparse.Namespace) -> None:
+    res = load()
+    res.setdefault("commands", {})["run"] = " ".join(["python bench/linkpred.py", *sys.argv[1:]])
+    res["machine"] = dbench.machine()
+    res["hparams"] = {**HP, "epochs": args.epochs}
+    runs = res.setdefault("runs", {})
+    for name in args.graphs.split(","):
+        split = prepare(name)
+        for seed in map(int, args.seeds.split(",")):
+            for kind in ("adamic-adar", "features", "embeddings"):
+                key = f"{name}/{kind}/seed{seed}"
+                if key in runs:
+                    continue
+                runs[key] = (heuristic(split, seed) if kind == "adamic-adar"
+                             else train(split, seed, args.epochs, kind == "embeddings"))  # fmt: skip
+                print(key, round(runs[key]["test_mrr"], 4), flush=True)
+                save(res)
+
+
+def _mean(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.3f}"
+
+
+def write_markdown(res: dict) -> None:
+    runs = res.get("runs", {})
+    lines = ["# Link prediction: GraphSAGE against Adamic-Adar", "",
+             f"Machine: {res.get('machine', '?')}. Written by `bench/linkpred.py`. Test MRR and "
+             "Hits@50 of each held-out test edge ranked against 100 uniform negatives (ties "
+             "averaged); mean ± sd over seeds. 1 process; hyper-parameters: "
+             f"`{json.dumps(res.get('hparams', {}))}`.", "",
+             "| graph | method | seeds | test MRR | test Hits@50 | s/epoch |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    names = sorted({k.split("/")[0] for k in runs})
+    for name in names:
+        for kind in ("adamic-adar", "features", "embeddings"):
+            rs = [r for k, r in runs.items() if k.startswith(f"{name}/{kind}/")]
+            if rs:
+                sec = (
+                    _mean([r["seconds_per_epoch"] for r in rs])
+                    if "seconds_per_epoch" in rs[0]
+                    else "-"
+                )
+                lines.append(f"| {name} | {kind} | {len(rs)} | {_mean([r['test_mrr'] for r in rs])} "
+                             f"| {_mean([r['test_hits@50'] for r in rs])} | {sec} |")  # fmt: skip
+    lines += ["", "## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
+    tmp = RESULTS / "linkpred.md.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, RESULTS / "linkpred.md")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--graphs", default=",".join(GRAPHS))
+    r.add_argument("--seeds", default="0,1,2")
+    r.add_argument("--epochs", type=int, default=20)
+    sub.add_parser("report")
+    args = ap.parse_args()
+    LWORK.mkdir(parents=True, exist_ok=True)
+    {"run": run, "report": lambda _: write_markdown(load())}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
