@@ -60,3 +60,42 @@ def test_config_errors():
         get_partitioner("spring", num_parts=2, beta=0.5)
     with pytest.raises(ShoalInputError, match="tau_factor"):
         get_partitioner("spring", num_parts=2, tau_factor=0)
+
+
+def test_paper_representative_rule_differs_by_hand():
+    # A = {0, 1, 2} (id 0), B = {3, 4} (id 3)
+    cluster = np.array([0, 0, 0, 3, 3], dtype=np.int64)
+    deg = np.array([4, 2, 1, 6, 1], dtype=np.int64)
+    rich = np.array([1, 3, 0, 0, 3], dtype=np.int64)
+    # shoal: rep(A) = 0 (degree 4), its richest (1) is in A: A stays; rep(B) = 3, richest 0 in
+    # A: B (visited first, size 2) merges into A
+    final, merges = merge_clusters(cluster, deg, rich, bound=5, representative="degree")
+    assert (merges, final.tolist()) == (1, [0] * 5)
+    # paper: rep(A) = 1 (its richest, 3, has degree 6), rep(B) = 4 (richest 3, degree 6, in
+    # B: B stays); A then merges into B
+    final, merges = merge_clusters(cluster, deg, rich, bound=5, representative="richest")
+    assert (merges, final.tolist()) == (1, [3] * 5)
+
+
+def test_paper_rule_updates_the_merged_representative():
+    # A = {0, 1} (id 0), C = {2} (id 2), D = {3, 4} (id 3); visited C, A, D
+    cluster = np.array([0, 0, 2, 3, 3], dtype=np.int64)
+    deg = np.array([2, 7, 1, 3, 1], dtype=np.int64)
+    rich = np.array([3, -1, 1, 4, 3], dtype=np.int64)
+    # rep(A) = 0 (its richest, 3, has degree 3; 1 has none); rep(C) = 2 (richest 1, degree 7)
+    # C merges into A, whose representative becomes 2 (7 > 3): pointing into A, so A then
+    # stays (without the update, rep 0 would take A into D); rep(D) = 4 -> 3, inside D
+    final, merges = merge_clusters(cluster, deg, rich, bound=10, representative="richest")
+    assert (merges, final.tolist()) == (1, [0, 0, 0, 3, 3])
+
+
+def test_representative_option_partitions_and_is_validated(make_graph):
+    rng = np.random.default_rng(0)
+    e = rng.integers(0, 60, size=(300, 2))
+    g = make_graph(np.concatenate([e, e[:, ::-1]]), 60, directed=False)
+    for rule in ("degree", "richest"):
+        a = get_partitioner("spring", num_parts=3, representative=rule).partition(g)
+        assert a.node_part.min() >= 0 and a.node_part.max() < 3
+        assert a.params["representative"] == rule
+    with pytest.raises(ShoalInputError, match="representative=richest"):
+        get_partitioner("spring", num_parts=2, representative="paper")

@@ -13,8 +13,17 @@ distributed training of GNNs"), with the facts recorded in DESIGN.md:
    seen on ties).
 3. *Cluster merging*: clusters are visited smallest-first (node count; ties by cluster id);
    cluster ``Ci`` is merged into the cluster ``Cj`` currently holding the richest neighbour of
-   its representative node (its highest-degree member; ties to the lowest id) while
-   ``|Ci| + |Cj| <= beta * |V| / p`` (``beta = 1.05``). A union-find keeps merged clusters.
+   its representative node while ``|Ci| + |Cj| <= beta * |V| / p`` (``beta = 1.05``). A
+   union-find keeps merged clusters. The representative (``representative``):
+
+   - ``"degree"`` (shoal's default): the member of highest degree (ties to the lowest id);
+   - ``"richest"`` (the paper, Alg. 1 lines 19-21): the member whose richest neighbour has
+     the highest degree (ties to the lowest id; the paper breaks them randomly), and after a
+     merge the merged cluster keeps the representative of the two with the richer
+     neighbour (the paper's "update the representative node of the merged cluster").
+
+   Not reproduced: the paper re-ranks a merged cluster by its new size; shoal visits the
+   clusters in the order of their sizes before merging.
 4. *Placement*: clusters largest-first, each to the currently least-loaded part (greedy
    makespan; ties to the lowest part index).
 
@@ -40,7 +49,10 @@ from shoal.errors import ShoalInputError
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 from shoal.utils.progress import progress
 
-__all__ = ["Spring", "SpringConfig", "merge_clusters", "place_clusters"]
+__all__ = ["REPRESENTATIVES", "Spring", "SpringConfig", "merge_clusters", "place_clusters"]
+
+#: SPRING's representative rules: shoal's default first, then the paper's.
+REPRESENTATIVES = ("degree", "richest")
 
 
 @dataclass(kw_only=True)
@@ -51,10 +63,14 @@ class SpringConfig(PartitionConfig):
         tau_factor: volume threshold ``tau_vol = tau_factor * |E| / p`` (default 0.1, the
             SDT-GNN code's value).
         beta: merge bound ``|Ci| + |Cj| <= beta * |V| / p`` (default 1.05).
+        representative: a cluster's representative in the merge step: ``"degree"`` (its
+            highest-degree member, default) or ``"richest"`` (the paper's: the member whose
+            richest neighbour has the highest degree); see the module docstring.
     """
 
     tau_factor: float = 0.1
     beta: float = 1.05
+    representative: str = "degree"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,6 +78,12 @@ class SpringConfig(PartitionConfig):
             raise ShoalInputError(f"tau_factor must be > 0, got {self.tau_factor}")
         if self.beta < 1.0:
             raise ShoalInputError(f"beta must be >= 1.0, got {self.beta}")
+        if self.representative not in REPRESENTATIVES:
+            raise ShoalInputError(
+                f"representative must be one of {', '.join(REPRESENTATIVES)}, got "
+                f"{self.representative!r}",
+                fix="--option representative=degree (shoal) or representative=richest (paper)",
+            )
 
 
 @numba.njit(cache=True)
@@ -130,8 +152,26 @@ def _representatives(cluster, deg, rep):
             rep[c] = v
 
 
+@numba.njit(cache=True, inline="always")
+def _rich_deg(v, rich, deg):
+    """Degree of ``v``'s richest neighbour (-1: ``v`` is none or has no neighbour)."""
+    if v < 0 or rich[v] < 0:
+        return -1
+    return deg[rich[v]]
+
+
 @numba.njit(cache=True)
-def _merge(order, size, rep, rich, cluster, parent, bound):
+def _representatives_richest(cluster, deg, rich, rep):
+    """The paper's rule (Alg. 1 lines 19-21): the member whose richest neighbour is richest."""
+    for v in range(cluster.shape[0]):
+        c = cluster[v]
+        r = rep[c]
+        if r < 0 or _rich_deg(r, rich, deg) < _rich_deg(v, rich, deg):
+            rep[c] = v
+
+
+@numba.njit(cache=True)
+def _merge(order, size, rep, rich, cluster, parent, bound, deg, update_rep):
     merges = 0
     for t in range(order.shape[0]):
         i = order[t]
@@ -151,6 +191,8 @@ def _merge(order, size, rep, rich, cluster, parent, bound):
             size[j] += size[i]
             size[i] = 0
             merges += 1
+            if update_rep and _rich_deg(r, rich, deg) > _rich_deg(rep[j], rich, deg):
+                rep[j] = r
     return merges
 
 
@@ -187,6 +229,7 @@ def merge_clusters(
     deg: np.ndarray,
     rich: np.ndarray,
     bound: float,
+    representative: str = "degree",
 ) -> tuple[np.ndarray, int]:
     """SPRING's merge step (step 3 of the module docstring).
 
@@ -195,6 +238,7 @@ def merge_clusters(
         deg: int (N,) degrees.
         rich: int (N,) richest neighbour of every node (-1: none).
         bound: the largest allowed merged cluster size ``beta * |V| / p``.
+        representative: ``"degree"`` or ``"richest"`` (:class:`SpringConfig`).
 
     Returns:
         ``(final_cluster, merges)``: every node's cluster after merging (a union-find root)
@@ -204,10 +248,14 @@ def merge_clusters(
     ids = _ids(n)
     size = _cluster_sizes(cluster, n)
     rep = np.full(n, -1, dtype=ids)
-    _representatives(cluster, deg, rep)
+    paper = representative == "richest"
+    if paper:
+        _representatives_richest(cluster, deg, rich, rep)
+    else:
+        _representatives(cluster, deg, rep)
     order = _order(size, ascending=True)
     parent = np.arange(n, dtype=ids)
-    merges = _merge(order, size, rep, rich, cluster, parent, float(bound))
+    merges = _merge(order, size, rep, rich, cluster, parent, float(bound), deg, paper)
     del rep, size, order
     return _roots(parent, cluster), int(merges)
 
@@ -285,7 +333,7 @@ class Spring(Partitioner):
         seconds["clustering"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        final, merges = merge_clusters(cluster, deg, rich, cfg.beta * n / p)
+        final, merges = merge_clusters(cluster, deg, rich, cfg.beta * n / p, cfg.representative)
         del cluster, rich
         seconds["merge"] = time.perf_counter() - t0
 
