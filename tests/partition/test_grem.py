@@ -164,3 +164,28 @@ def test_component_sides_fill_the_side_below_its_share():
     assert component_sides(csize, done, 5, 0, 0.5)[1:].tolist() == [1, 1, 0]
     # side 0's share 1/3: the first 3 goes to side 1 (5 + 3 of 8 would be over 1/3)
     assert component_sides(csize, done, 5, 0, 1 / 3)[1] == 1
+
+
+def test_paper_move_rule_moves_on_a_tie_strict_does_not():
+    # nodes 0, 1, 3 on side 0, node 2 on side 1; window edges 0-1, 0-2; capacity 4 per side
+    # strict: 0 ties (one neighbour each side) and stays; 1 stays (its neighbour 0 is on 0);
+    # 2 (score (0 + 1) / 2 for side 0) moves to side 0, which has room
+    side, hist = _state([0, 0, 1, 0])
+    moved = refine_window(np.array([(0, 1), (0, 2)]), side, hist, (4, 4))
+    assert (moved, side.tolist()) == (1, [0, 0, 0, 0])
+    # paper (Alg. 2 assign): 0 ties -> the side with more room (1: 3 free against 1); then 1
+    # (its neighbour 0 now on side 1: score -0.5) follows it; 2 (neighbour 0 on 1) stays
+    side, hist = _state([0, 0, 1, 0])
+    moved = refine_window(np.array([(0, 1), (0, 2)]), side, hist, (4, 4), move_rule="paper")
+    assert (moved, side.tolist()) == (2, [1, 1, 1, 0])
+
+
+def test_paper_move_rule_partitions(make_graph):
+    rng = np.random.default_rng(1)
+    e = rng.integers(0, 80, size=(400, 2))
+    g = make_graph(np.concatenate([e, e[:, ::-1]]), 80, directed=False)
+    a = get_partitioner("grem", num_parts=4, move_rule="paper", exact_capacity=True,
+                        window=0.1).partition(g)  # fmt: skip
+    assert np.bincount(a.node_part, minlength=4).max() <= 20  # ceil(80 / 4), exact
+    with pytest.raises(ShoalInputError, match="move_rule"):
+        get_partitioner("grem", num_parts=2, move_rule="tie")

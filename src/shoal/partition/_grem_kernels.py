@@ -158,11 +158,23 @@ def _weights(per_part, k):
     return 1.0, 1.0
 
 
+@numba.njit(cache=True)
+def _paper_assign(g, x, d, room0, room1, size, cap, esize, ecap):
+    """Alg. 2's ``assign`` for a node seen before: the side with more neighbours if it has
+    room, else (a tie, or that side full) the side with more room (ties: side 0), so a node
+    may move on a tie. Room counts the node itself where it is, as the paper's ``sizes``."""
+    if x > 0 and fits(g, 0, d, size, cap, esize, ecap):
+        return 0
+    if x < 0 and fits(g, 1, d, size, cap, esize, ecap):
+        return 1
+    return 0 if room0 * cap[g, 1] >= room1 * cap[g, 0] else 1
+
+
 # long: one loop over the window's nodes implementing Alg. 2 (cnt_nbrs, assign, fix_sizes)
 @numba.njit(cache=True)
 def greedy_window(
     nodes, nloc, indptr, indices, grp, kparts, side, hdiff, size, cap, refine, use_hist,
-    deg, esize, ecap, per_part,
+    deg, esize, ecap, per_part, paper_assign=False,
 ):  # fmt: skip
     """Alg. 2 on one window (local CSR over ``nodes[:nloc]``); returns moves of old nodes.
 
@@ -205,8 +217,13 @@ def greedy_window(
             esize[g, want] += d
         elif refine:
             other = 1 - cur
-            gain = x if other == 0 else -x
-            if gain > 0 and fits(g, other, d, size, cap, esize, ecap):
+            if paper_assign:
+                new = _paper_assign(g, x, d, room0, room1, size, cap, esize, ecap)
+                move = new == other and fits(g, other, d, size, cap, esize, ecap)
+            else:
+                gain = x if other == 0 else -x
+                move = gain > 0 and fits(g, other, d, size, cap, esize, ecap)
+            if move:
                 side[v] = other
                 size[g, cur] -= 1
                 size[g, other] += 1

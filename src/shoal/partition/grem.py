@@ -19,8 +19,7 @@ METIS-seeded bisections"), with the facts recorded in DESIGN.md:
   has ``k`` times that capacity.
 * **p > 2 by recursive bisection.** One pass over the edges per level; every group of nodes
   sharing a range of ``k >= 2`` final parts is split into ``floor(k/2)`` and ``ceil(k/2)``
-  parts (METIS gets the matching target weights), so any ``p`` works, not only powers of two.
-  Edges between groups are ignored at deeper levels. Levels: ``ceil(log2 p)``.
+  parts (METIS gets matching target weights): any ``p``; edges between groups are ignored.
 * ``refine=False`` gives the *fixed greedy* variant of the paper's ablation: a node keeps the
   side it first got and scores use the current window only.
 
@@ -29,30 +28,26 @@ partitioner (:data:`shoal.partition.run.DEFAULT_OPTIONS`):
 
 * ``edge_balance`` (shared option, default None): Alg. 2's ``assign`` bounds each side by
   ``P`` nodes only; with it each side also holds a bounded number of in-edges (a node weighs
-  its in-degree, counted by one extra edge pass), the streaming form of DistDGL's
-  multi-constraint METIS (nodes and edges per part). A side holding ``k_s`` of a group's ``k``
-  parts may take ``k_s / k`` of the group's in-edges times ``edge_balance ** (1 / levels)``,
-  so the bound compounds to ``edge_balance`` over the ``ceil(log2 p)`` levels. A node goes to
+  its in-degree; one extra edge pass), the streaming form of DistDGL's multi-constraint METIS:
+  a side holding ``k_s`` of a group's ``k`` parts may take ``k_s / k`` of its in-edges times
+  ``edge_balance ** (1 / levels)``, compounding to ``edge_balance`` over the levels. A node goes to
   (or moves to) a side only if both counts fit; when neither side fits, a new node goes to
   the side it overloads relatively less (among those with node room). The METIS seed itself
   is single-constraint; its placement respects both capacities. With an uneven split (``k``
   odd) a node compares its neighbours per final part on each side (``c_s / k_s``), else the
   side with more parts draws every well-connected node and the other fills with low-degree
   ones.
-* ``max_window_edges`` (default None): a cap on the window, so that the window and the METIS
-  seed cost a fixed amount whatever |V| and |E| (Sec. 6.2 runs ogbn-papers100M with 1% chunks;
-  a cap of 2**21 edges is 0.07% of its 3.2 B stored rows).
+* ``max_window_edges`` (default None): a cap on the window, so the window and the METIS seed
+  cost a fixed amount whatever |V| and |E| (2**21 edges: 0.07% of ogbn-papers100M's 3.2 B).
 
 Memory (Sec. 4.2: "only the active chunk of edges needs to be in memory"): per node the group
-(int16 for p < 32768, the final part), the side (int8), the difference of the two history
-scores ``nbr_counts`` of Alg. 1 line 2 (one float32: the decisions only compare the two
-scores, see :func:`shoal.partition._grem_kernels.greedy_window`) and, with ``edge_balance``,
-the in-degree (int32): 11 bytes (whether a node was seen is whether it has a side); plus one
-window, sized by ``w`` edges and not by N: the edges and their relabelled copy (8 bytes each),
-the window's global -> local ids (a hash table of 2-4 slots per possible window node,
-``min(N, 2w)``, 8 bytes a slot), its CSR (about 10 bytes per edge) and, for the first window
-only, METIS on it (64-bit ids, about 150-300 bytes per window edge). Nodes that never share an
-edge with their group go to the side with the most room.
+(int16, the final part), the side (int8), the difference of the two history scores of Alg. 1
+line 2 (float32: decisions compare the two, :func:`~shoal.partition._grem_kernels.greedy_window`)
+and, with ``edge_balance``, the in-degree (int32): 11 bytes; plus one window, sized by ``w``
+edges, not N: the edges and their relabelled copy (8 bytes each), its global -> local id hash
+table (2-4 slots of 8 bytes per possible node, ``min(N, 2w)``), its CSR (about 10 bytes per
+edge) and, for the first window only, METIS on it (about 150-300 bytes per window edge).
+Nodes that never share an edge with their group go to the side with the most room.
 """
 
 from __future__ import annotations
@@ -83,6 +78,9 @@ class GremConfig(PartitionConfig):
         metis_seed: bisect the first window with METIS (default true); false starts greedy.
         exact_capacity: capacity exactly ``ceil(|V|/p)`` per part as in the paper (default
             false: ``capacity(|V|, p, balance)``, the same bound as the balance post-pass).
+        move_rule: re-assigning a seen node: ``"strict"`` (default: it moves only to a
+            strictly better side with room) or ``"paper"`` (Alg. 2's ``assign``; may move on a
+            tie; with ``exact_capacity``, the paper's rule).
         window_per_node: if set, the window holds ``window_per_node * |V|`` edges instead
             (overrides ``window``; default None). This bounds the window by O(V) memory
             whatever the number of edges.
@@ -98,6 +96,7 @@ class GremConfig(PartitionConfig):
     refine: bool = True
     metis_seed: bool = True
     exact_capacity: bool = False
+    move_rule: str = "strict"
     window_per_node: float | None = None
     max_window_edges: int | None = None
 
@@ -105,6 +104,8 @@ class GremConfig(PartitionConfig):
         super().__post_init__()
         if not self.window > 0:
             raise ShoalInputError(f"window must be > 0 (fraction or edge count), got {self.window}")
+        if self.move_rule not in ("strict", "paper"):
+            raise ShoalInputError(f"move_rule must be 'strict' or 'paper', got {self.move_rule!r}")
         if self.window_per_node is not None and not self.window_per_node > 0:
             raise ShoalInputError(f"window_per_node must be > 0, got {self.window_per_node}")
         if self.max_window_edges is not None:
@@ -138,14 +139,12 @@ def refine_window(
     cap: tuple[int, int],
     *,
     refine: bool = True,
+    move_rule: str = "strict",
 ) -> int:
-    """Run GREM's greedy refinement (Alg. 2) on one window of a single bisection.
-
-    Exposed for tests and experiments: ``edges`` (k, 2) is the window, ``side`` (N,) int8
-    (-1 unassigned, 0, 1) and ``hdiff`` (N,) float, the history ``h0 - h1`` (a node has a
-    history when it has a side), are updated in place; ``cap`` is the capacity of each side
-    (in nodes). Returns how many previously assigned nodes moved.
-    """
+    """GREM's refinement (Alg. 2) on one window of one bisection, for tests and experiments:
+    ``edges`` (k, 2), ``side`` (N,) int8 (-1 unassigned, 0, 1) and ``hdiff`` (N,), the history
+    ``h0 - h1`` (a node has one when it has a side), updated in place; ``cap``: nodes per side.
+    Returns how many previously assigned nodes moved."""
     n = side.shape[0]
     grp = np.zeros(n, dtype=np.int32)
     kparts = np.array([2], dtype=np.int32)
@@ -153,6 +152,7 @@ def refine_window(
     capa = np.array([list(cap)], dtype=np.int64)
     e = np.ascontiguousarray(edges, dtype=np.int64).reshape(-1, 2)
     st = _State(grp, kparts, side, hdiff, _no_edge_weights(n), size, capa, *_no_edge_caps(1))
+    st.paper_assign = move_rule == "paper"
     return _process_window(e, st, refine, refine)
 
 
@@ -171,6 +171,7 @@ class _State:
         self.grp, self.kparts, self.side, self.hdiff = grp, kparts, side, hdiff
         self.deg, self.size, self.cap, self.esize, self.ecap = deg, size, cap, esize, ecap
         self.per_part = False  # compare neighbours per final part (with edge capacities)
+        self.paper_assign = False  # Alg. 2's assign for seen nodes (GremConfig.move_rule)
         self._alloc(w)
 
     def _alloc(self, w: int) -> None:
@@ -205,7 +206,7 @@ def _process_window(edges, st: _State, refine, use_hist) -> int:
     nloc, indptr, indices = st.local(edges)
     moved = K.greedy_window(
         st.nodes, nloc, indptr, indices, st.grp, st.kparts, st.side, st.hdiff, st.size, st.cap,
-        refine, use_hist, st.deg, st.esize, st.ecap, st.per_part,
+        refine, use_hist, st.deg, st.esize, st.ecap, st.per_part, st.paper_assign,
     )  # fmt: skip
     return int(moved)
 
@@ -359,6 +360,7 @@ class Grem(Partitioner):
                 np.zeros((p, 2), dtype=np.int64), cap, esize, ecap, min(w, max(e, 1)),
             )  # fmt: skip
             st.per_part = gload is not None
+            st.paper_assign = cfg.move_rule == "paper"
             moved = 0
             bar = progress(total=len(stream), desc=f"grem level {level + 1}", unit="window")
             for t, chunk in enumerate(stream):
