@@ -189,3 +189,25 @@ def test_paper_move_rule_partitions(make_graph):
     assert np.bincount(a.node_part, minlength=4).max() <= 20  # ceil(80 / 4), exact
     with pytest.raises(ShoalInputError, match="move_rule"):
         get_partitioner("grem", num_parts=2, move_rule="tie")
+
+
+def test_seed_history_keeps_the_first_windows_counts():
+    from shoal.partition import _grem_kernels as K
+
+    nodes = np.array([0, 1, 2], dtype=np.int64)
+    indptr = np.array([0, 2, 3, 4], dtype=np.int64)  # 0: {1, 2}; 1: {0}; 2: {0}
+    indices = np.array([1, 2, 0, 0], dtype=np.int64)
+    side = np.array([0, 0, 1], dtype=np.int8)
+    hdiff = np.zeros(3, dtype=np.float32)
+    grp = np.zeros(3, dtype=np.int32)
+    K.seed_history(nodes, 3, indptr, indices, grp, np.array([2], np.int32), side, hdiff, False)
+    assert hdiff.tolist() == [0.0, 1.0, 1.0]  # counts per side in the window: c0 - c1
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_seed_history_option(make_graph, keep):
+    rng = np.random.default_rng(2)
+    e = rng.integers(0, 100, size=(600, 2))
+    g = make_graph(np.concatenate([e, e[:, ::-1]]), 100, directed=False)
+    a = get_partitioner("grem", num_parts=2, window=0.3, seed_history=keep).partition(g)
+    assert a.params["seed_history"] is keep and a.node_part.min() >= 0

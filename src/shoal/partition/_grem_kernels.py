@@ -170,6 +170,25 @@ def _paper_assign(g, x, d, room0, room1, size, cap, esize, ecap):
     return 0 if room0 * cap[g, 1] >= room1 * cap[g, 0] else 1
 
 
+@numba.njit(cache=True)
+def seed_history(nodes, nloc, indptr, indices, grp, kparts, side, hdiff, per_part):
+    """Alg. 1 lines 9-10: after the seed, every node of the first window keeps its neighbour
+    counts per side in that window (as ``hdiff = w0 * c0 - w1 * c1``), so its first
+    refinement averages them in."""
+    for a in range(nloc):
+        v = nodes[a]
+        c0 = 0.0
+        c1 = 0.0
+        for j in range(indptr[a], indptr[a + 1]):
+            s = side[nodes[indices[j]]]
+            if s == 0:
+                c0 += 1.0
+            elif s == 1:
+                c1 += 1.0
+        w0, w1 = _weights(per_part, kparts[grp[v]])
+        hdiff[v] = w0 * c0 - w1 * c1
+
+
 # long: one loop over the window's nodes implementing Alg. 2 (cnt_nbrs, assign, fix_sizes)
 @numba.njit(cache=True)
 def greedy_window(
@@ -311,3 +330,26 @@ def component_sides(csize, done, load0, load1, f0):
             side[c] = 1
             load1 += x
     return side
+
+
+def level_caps(kparts, part_cap, gload, slack):
+    """Capacities of both sides of every group split at this level. Nodes: a side holding
+    ``k`` final parts gets ``k`` times the capacity of one part. In-edges (``gload`` = the
+    in-degree sum of every group, None when edges are not balanced): a side holding ``k_s``
+    of the group's ``k`` parts gets ``k_s / k`` of the group's load times ``slack`` (the
+    per-level share of ``balance``, so that the slack of ``ceil(log2 p)`` levels compounds to
+    ``balance``, as METIS's recursive bisection splits its imbalance tolerance over levels):
+    an absolute cap would let a group end a level full, leaving its parts no room."""
+    p = kparts.shape[0]
+    active = np.flatnonzero(kparts >= 2)
+    half = kparts[active] // 2
+    cap = np.zeros((p, 2), dtype=np.int64)
+    cap[active, 0] = half * part_cap
+    cap[active, 1] = (kparts[active] - half) * part_cap
+    esize = np.zeros((p, 2), dtype=np.int64)
+    ecap = np.full((p, 2), np.iinfo(np.int64).max // 4)
+    if gload is not None:
+        share = gload[active] * slack / kparts[active]
+        ecap[active, 0] = np.ceil(half * share).astype(np.int64)
+        ecap[active, 1] = np.ceil((kparts[active] - half) * share).astype(np.int64)
+    return active, cap, esize, ecap
