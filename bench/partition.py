@@ -97,7 +97,29 @@ VARIANTS: dict[str, list[str]] = {
     "hash": ["--algo", "hash", "--refine-passes", "0"],
     "random": ["--algo", "random", "--refine-passes", "0"],
     "default": [],
-}
+    # issue 16: the papers' rules next to shoal's (see RULE_PAIRS)
+    "spring_paper": ["--algo", "spring", "--option", "representative=richest",
+                     "--refine-passes", "0"],
+    "grem_paper": ["--algo", "grem", "--option", "move_rule=paper", "--option",
+                   "exact_capacity=true", "--option", "seed_history=true", "--refine-passes", "0"],
+    "grem_seed_history": ["--algo", "grem", "--option", "seed_history=true", "--refine-passes",
+                          "0"],
+    "grem_paper_assign": ["--algo", "grem", "--option", "move_rule=paper", "--option",
+                          "exact_capacity=true", "--refine-passes", "0"],
+}  # fmt: skip
+#: (shoal's variant, the paper's, what differs) for the rules comparison (issue 16); the
+#: first of each pair is the default of its algorithm
+RULE_PAIRS = [
+    ("spring", "spring_paper", "SPRING representative: highest-degree member (shoal) vs the "
+     "member whose richest neighbour has the highest degree (Alg. 1 lines 19-21)"),
+    ("grem", "grem_seed_history", "GREM first window: history from 0 (shoal) vs the seeded "
+     "window's neighbour counts kept (Alg. 1 lines 9-10)"),
+    ("grem", "grem_paper_assign", "GREM assign: 1.10x slack, moves on strict gains (shoal) vs "
+     "P = ceil(|V|/p), moves on ties (Alg. 2 assign)"),
+    ("grem", "grem_paper", "GREM: shoal's rules vs all three of the paper's"),
+]  # fmt: skip
+RULE_VARIANTS = ["spring", "spring_paper", "grem", "grem_seed_history", "grem_paper_assign",
+                 "grem_paper"]  # fmt: skip
 #: Variants run on the 1M-node synthetic graphs (GREM 1% / fixed only on the reference set).
 SYNTHETIC_VARIANTS = [
     "metis",
@@ -341,6 +363,34 @@ REFERENCE_TABLE = {
 }
 
 
+def _rules_section(L: list[str], idx: dict, ref: list[str]) -> None:
+    """Paper rule against shoal's rule, means over the reference graphs (issue 16)."""
+    rows = []
+    for shoal_v, paper_v, what in RULE_PAIRS:
+        for p in (4, 8, 16):
+            both = [g for g in ref if (g, shoal_v, p) in idx and (g, paper_v, p) in idx]
+            if not both:
+                continue
+            cells = []
+            for v in (shoal_v, paper_v):
+                cells.append(" | ".join(_fmt(_mean_over(idx, both, v, p, k), f)
+                                        for k, f in (("edge_cut", ".4f"),
+                                                     ("replication_factor", ".3f"),
+                                                     ("node_balance", ".3f"),
+                                                     ("seconds", ".2f"))))  # fmt: skip
+            rows.append(f"| {what} | {p} | {len(both)} | {cells[0]} | {cells[1]} |")
+    if not rows:
+        return
+    L.append("\n## Paper rules against shoal's (issue 16)\n")
+    L.append(
+        "Means over the reference graphs that have both runs; the first of each pair "
+        "(shoal's rule) is the default. Seconds: wall time of the whole CLI run.\n"
+    )
+    L.append("| rule | p | graphs | shoal cut | RF | balance | s | paper cut | RF | balance | s |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    L.extend(rows)
+
+
 def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path) -> None:
     path_json.parent.mkdir(parents=True, exist_ok=True)
     tmp = path_json.with_suffix(".json.tmp")
@@ -555,6 +605,8 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
                 L.append(
                     f"| {c} | {p} | {_fmt(r1, '.2f')} | {_fmt(r2, '.2f')} | {_fmt(r3, '.2f')} |"
                 )
+
+    _rules_section(L, idx, ref)
 
     # ---- synthetic / memory
     syn = [g for g in SYNTHETIC if any(k[0] == g for k in idx)]
