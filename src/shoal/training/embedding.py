@@ -16,6 +16,11 @@ A batch gathers its rows as a leaf tensor (:meth:`NodeEmbedding.gather`); after
 ``backward()`` the optimizer's ``step(ids, grad)`` updates those rows in place. Rows of
 repeated ids are summed first.
 
+Checkpoints copy the table and the optimizer's state files (:func:`save_tables`, into the
+checkpoint directory, atomically) and a resume copies them back (:func:`load_tables`), so a
+resumed run continues from exactly the checkpointed rows (the copy costs one sequential pass
+over the files per checkpoint).
+
 Not yet: rows go through the memory map (page faults), not the planned direct reads and
 writes of the budgeted feature store; tables larger than memory work but rely on the page
 cache for speed.
@@ -24,12 +29,13 @@ cache for speed.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-__all__ = ["NodeEmbedding", "SparseAdagrad", "SparseAdam"]
+__all__ = ["NodeEmbedding", "SparseAdagrad", "SparseAdam", "load_tables", "save_tables"]
 
 _BLOCK_ROWS = 1 << 16
 
@@ -125,6 +131,11 @@ class SparseAdam:
             a.flush()
         self.emb.flush()
 
+    def tables(self) -> dict[str, np.ndarray]:
+        """Every file-backed array of the table and this optimizer, by file name."""
+        return {"embedding.npy": self.emb.weight, "embedding.adam_m.npy": self.m,
+                "embedding.adam_v.npy": self.v, "embedding.adam_step.npy": self.steps}  # fmt: skip
+
 
 class SparseAdagrad:
     """Adagrad on the touched rows; the squared-gradient sums in ``embedding.adagrad.npy``."""
@@ -144,3 +155,34 @@ class SparseAdagrad:
     def flush(self) -> None:
         self.sum.flush()
         self.emb.flush()
+
+    def tables(self) -> dict[str, np.ndarray]:
+        return {"embedding.npy": self.emb.weight, "embedding.adagrad.npy": self.sum}
+
+
+def save_tables(tables: dict[str, np.ndarray], dst: str | os.PathLike) -> None:
+    """Copy the file-backed ``tables`` into the directory ``dst`` (a temporary sibling
+    renamed into place: a crash leaves the previous copy whole)."""
+    dst = Path(dst)
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, t in tables.items():
+        t.flush()
+        shutil.copyfile(t.filename, tmp / name)
+    old = dst.with_name(f".{dst.name}.old{os.getpid()}")
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(tmp, dst)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_tables(tables: dict[str, np.ndarray], src: str | os.PathLike) -> None:
+    """Copy the arrays saved by :func:`save_tables` back into ``tables``, in row blocks."""
+    for name, t in tables.items():
+        saved = np.load(Path(src) / name, mmap_mode="r")
+        if saved.shape != t.shape:
+            raise ValueError(f"{Path(src) / name} holds shape {saved.shape}, expected {t.shape}")
+        for s in range(0, t.shape[0], _BLOCK_ROWS):
+            t[s : s + _BLOCK_ROWS] = saved[s : s + _BLOCK_ROWS]
+        t.flush()

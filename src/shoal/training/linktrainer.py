@@ -30,7 +30,13 @@ from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import Timer
 from shoal.training.config import TrainConfig
-from shoal.training.embedding import NodeEmbedding, SparseAdagrad, SparseAdam
+from shoal.training.embedding import (
+    NodeEmbedding,
+    SparseAdagrad,
+    SparseAdam,
+    load_tables,
+    save_tables,
+)
 from shoal.training.inference import layerwise_inference
 from shoal.training.linkbatches import NEGATIVE_SAMPLERS, LinkBatchLoader
 from shoal.training.linkmetrics import mrr_hits
@@ -268,14 +274,22 @@ class LinkTrainer:
         return out
 
     def state(self) -> dict[str, Any]:
+        """Weights, optimizer and RNG; a learned table is copied into the checkpoint
+        directory (``embedding/``) beside them."""
+        snap = self.embedding_opt is not None and bool(self.config.checkpoint_dir)
+        if snap:
+            save_tables(self.embedding_opt.tables(), Path(self.config.checkpoint_dir) / "embedding")
         return {"model": self.model.state_dict(), "scorer": self.scorer.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state()}  # fmt: skip
+                "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                "embedding_snapshot": snap}  # fmt: skip
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.scorer.load_state_dict(state["scorer"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
+        if state.get("embedding_snapshot") and self.embedding_opt is not None:
+            load_tables(self.embedding_opt.tables(), Path(self.config.checkpoint_dir) / "embedding")
 
     def fit(self) -> RunResult:
         settings = {"task": "link", **{f"link_{k}": v for k, v in vars(self.link).items()}}
