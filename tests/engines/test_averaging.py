@@ -96,3 +96,31 @@ def test_a_rank_without_training_nodes_joins_every_average(make_graph, make_stor
     ]
     assert r0["test_accuracy"] == r1["test_accuracy"]
     assert m1 == m0 and any(x != 0 for m in m1 for x in m)  # rank 1 received rank 0's moments
+
+
+def _fit_params(rank: int, world: int, store: str, part_models: bool):
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    tc = TrainConfig(fanouts=(3, 3), hidden=8, epochs=2, batch_size=4, lr=0.05, seed=2,
+                     dropout=0.0, progress=False, part_models=part_models)  # fmt: skip
+    eng = AveragingEngine(Store.open(store), EngineConfig(train=tc), ctx)
+    for e in range(2):
+        eng.train_epoch(e)
+    flat = torch.cat([p.detach().reshape(-1) for p in eng.model.parameters()])
+    same = all(
+        torch.equal(flat, torch.cat([p.detach().reshape(-1) for p in m.parameters()]))
+        for m in eng.models
+    )
+    return flat.tolist(), same, len(eng.models)
+
+
+def test_part_models_on_one_rank_equal_one_part_per_rank(make_store):
+    """SDT-GNN's one model per part: one process holding both parts with --part-models trains
+    and averages exactly what two processes holding one part each do (no dropout, so no RNG
+    is shared between the parts); carrying one model through both parts does not."""
+    store = str(make_store(parts=2))
+    (two, _, _), _ = run_world(_fit_params, 2, store, False, timeout=90)
+    one, same, n_models = run_world(_fit_params, 1, store, True, timeout=90)[0]
+    carried, _, _ = run_world(_fit_params, 1, store, False, timeout=90)[0]
+    assert n_models == 2 and same  # after averaging every part restarts from the mean
+    assert np.allclose(one, two, atol=1e-5)
+    assert not np.allclose(carried, two, atol=1e-3)

@@ -57,6 +57,7 @@ CONFIG_FLAGS = (
     "dist_timeout",
     "max_restarts",
     "average_every",
+    "part_models",
     "memory",
     "io_threads",
     "structure",
@@ -223,6 +224,14 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
         type=int,
         metavar="K",
         help=f"averaging engine: average the models every K epochs (default {d.average_every})",
+    )
+    g.add_argument(
+        "--part-models",
+        action="store_true",
+        default=None,
+        help="averaging engine, more parts than processes: train one model per part and "
+        "average all of them each round (SDT-GNN); default: one model per rank carried "
+        "through its parts in turn",
     )
     g.add_argument(
         "--local-optimizer-state",

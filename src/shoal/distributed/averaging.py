@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from shoal.errors import ShoalInputError
 
-__all__ = ["average_optimizer_state_", "weighted_average_"]
+__all__ = ["average_optimizer_state_", "broadcast_local_", "combine_local_", "weighted_average_"]
 
 
 def weighted_average_(module: torch.nn.Module, weight: float) -> tuple[float, int]:
@@ -97,3 +97,52 @@ def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float) ->
         t.copy_(flat[pos : pos + t.numel()].view_as(t).to(t.dtype))
         pos += t.numel()
     return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def combine_local_(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
+                   weights: list[float], *, moments: bool = True) -> float:  # fmt: skip
+    """Average this rank's per-part models (and Adam moments) into ``models[0]`` /
+    ``optimizers[0]``, weighted by ``weights`` (each part's training nodes); local, no
+    communication. Returns the rank's total weight (for :func:`weighted_average_`). With a
+    total of 0 the first model is left as it is (the rank joins the global average with
+    weight 0)."""
+    total = float(sum(weights))
+    if total <= 0 or len(models) == 1:
+        return total
+
+    def params(m):
+        return [p.data for p in m.parameters()] + [
+            b for b in m.buffers() if torch.is_floating_point(b)
+        ]
+
+    acc = [torch.zeros_like(t, dtype=torch.float64) for t in params(models[0])]
+    for m, w in zip(models, weights, strict=True):
+        for a, t in zip(acc, params(m), strict=True):
+            a.add_(t.to(torch.float64), alpha=w / total)
+    for a, t in zip(acc, params(models[0]), strict=True):
+        t.copy_(a.to(t.dtype))
+    if moments:
+        for o in optimizers:
+            if not _state_tensors(o):
+                _init_adam_state(o)
+        acc = [torch.zeros_like(t, dtype=torch.float64) for t in _state_tensors(optimizers[0])]
+        for o, w in zip(optimizers, weights, strict=True):
+            for a, t in zip(acc, _state_tensors(o), strict=True):
+                a.add_(t.to(torch.float64), alpha=w / total)
+        for a, t in zip(acc, _state_tensors(optimizers[0]), strict=True):
+            t.copy_(a.to(t.dtype))
+    return total
+
+
+def broadcast_local_(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
+                     *, moments: bool = True) -> None:  # fmt: skip
+    """Copy ``models[0]`` (and its Adam moments) into every other per-part model."""
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    if moments:
+        src = _state_tensors(optimizers[0])
+        for o in optimizers[1:]:
+            if not _state_tensors(o):
+                _init_adam_state(o)
+            for a, b in zip(_state_tensors(o), src, strict=True):
+                a.copy_(b)

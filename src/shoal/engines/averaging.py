@@ -9,7 +9,11 @@ are averaged, each weighted by the number of training nodes its worker trained o
     theta <- sum_r (n_r / sum_s n_s) * theta_r          (one all-reduce of all parameters)
 
 With more parts than workers (``p > N``) a worker trains its parts in turn within each epoch
-(the plan's cyclic assignment), as SDT-GNN does when a worker's memory holds one part at a time.
+(the plan's cyclic assignment). By default one model is carried through a rank's parts in
+turn; with ``part_models`` (``--part-models``) every part trains its own model and optimizer,
+as the paper's Sections III-C/D describe (one model per sub-graph), and each averaging round
+averages all ``p`` models, weighted by their parts' training nodes (first within the rank,
+then across ranks: the same weighted mean), after which every part restarts from it.
 
 Optimizer state: by default the Adam moments (``exp_avg``, ``exp_avg_sq``) are averaged with
 the same weights at every averaging round, so every rank restarts the next local round from the
@@ -26,6 +30,7 @@ sampler, shuffling and batch seeds), so the accuracy is the single-process one.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from typing import Any
@@ -33,7 +38,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from shoal.distributed.averaging import average_optimizer_state_, weighted_average_
+from shoal.distributed.averaging import (
+    average_optimizer_state_,
+    broadcast_local_,
+    combine_local_,
+    weighted_average_,
+)
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
 from shoal.sample.featstore import DiskFeatures
@@ -113,6 +123,14 @@ class AveragingEngine(Engine):
             log.info("rank 0 %s", plan.describe())
         self.weight = float(sum(len(ld.seeds) for ld in self.loaders))
         self.num_batches = sum(len(ld) for ld in self.loaders)
+        # one model and optimizer per part (--part-models), else the one model for every part
+        self.models, self.optimizers = [self.model], [self.optimizer]
+        if cfg.part_models:
+            for _ in self.loaders[1:]:
+                m = copy.deepcopy(self.model)
+                self.models.append(m)
+                self.optimizers.append(torch.optim.Adam(m.parameters(), lr=cfg.lr,
+                                                        weight_decay=cfg.weight_decay))  # fmt: skip
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
@@ -127,10 +145,11 @@ class AveragingEngine(Engine):
             unit="batch",
             enable=cfg.progress if self.ctx.is_rank0 else False,
         )
-        for loader in self.loaders:  # p > N: this rank's parts in turn
+        for i, loader in enumerate(self.loaders):  # p > N: this rank's parts in turn
+            j = i if len(self.models) > 1 else 0
             for batch in loader.epoch(epoch):
                 t0 = time.perf_counter()
-                loss, ok = train_step(self.model, self.optimizer, batch)
+                loss, ok = train_step(self.models[j], self.optimizers[j], batch)
                 self.timer.add("forward_backward", time.perf_counter() - t0)
                 total_loss += loss * len(batch.y)
                 correct += ok
@@ -140,9 +159,12 @@ class AveragingEngine(Engine):
         averaged = (epoch + 1) % cfg.average_every == 0 or epoch + 1 == cfg.epochs
         if averaged:
             t0 = time.perf_counter()
+            local = [float(len(ld.seeds)) for ld in self.loaders]
+            combine_local_(self.models, self.optimizers, local, moments=cfg.average_optimizer)
             _, nbytes = weighted_average_(self.model, self.weight)
             if cfg.average_optimizer:
                 nbytes += average_optimizer_state_(self.optimizer, self.weight)
+            broadcast_local_(self.models, self.optimizers, moments=cfg.average_optimizer)
             self.timer.add("averaging", time.perf_counter() - t0)
             self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
             self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
@@ -156,6 +178,19 @@ class AveragingEngine(Engine):
             evaluable=averaged,
             io=self.io_record(self._io(stats0)),
         )
+
+    def state(self) -> dict[str, Any]:
+        st = super().state()
+        st["part_models"] = [(m.state_dict(), o.state_dict())
+                             for m, o in zip(self.models[1:], self.optimizers[1:], strict=True)]  # fmt: skip
+        return st
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        for (ms, os_), m, o in zip(state.get("part_models", []), self.models[1:],
+                                   self.optimizers[1:], strict=False):  # fmt: skip
+            m.load_state_dict(ms)
+            o.load_state_dict(os_)
 
     def _io(self, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
@@ -186,4 +221,5 @@ class AveragingEngine(Engine):
             "average_every": cfg.average_every,
             "average_optimizer": cfg.average_optimizer,
             "local_optimizer_state": not cfg.average_optimizer,
+            "part_models": cfg.part_models,
         }

@@ -93,6 +93,9 @@ class TrainConfig:
         max_restarts: with ``nproc``: restart all workers up to this many times after a
             failure (default 0).
         average_every: averaging engine: average the models every k epochs (default 1).
+        part_models: averaging engine with more parts than ranks: one model per part, all
+            averaged at each round (SDT-GNN Sec. III-C/D; default false: one model carried
+            through a rank's parts in turn).
         average_optimizer: averaging engine: average Adam's moments with the weights
             (default true; false = ``--local-optimizer-state``).
         hec_size: hec engine: lines of each layer's historical embedding cache, ``cs``
@@ -164,6 +167,7 @@ class TrainConfig:
     max_restarts: int = 0
     average_every: int = 1
     average_optimizer: bool = True
+    part_models: bool = False
     hec_size: int = 1_000_000
     hec_push: int = 2000
     hec_lifespan: int = 2
