@@ -440,6 +440,71 @@ def speed_section(sp: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _acc_rows(acc: dict) -> list[tuple[str, int, str, float, float, float | None]]:
+    """(dataset, p, variant, hec - single in points, hec / minibatch data bytes,
+    minibatch - single in points) for every accuracy row."""
+    out = []
+    for name, entry in acc.items():
+        runs = entry["runs"]
+        sg = [r["test_accuracy"] for k, r in runs.items() if k.startswith("single/")]
+        if not sg:
+            continue
+        variants = sorted({k.split("/")[0] for k in runs if k.startswith("hec")}, key=len)
+        for p, var in ((p, v) for p in (2, 4) for v in variants):
+            hc = [r for k, r in runs.items() if k.startswith(f"{var}/p{p}/")]
+            mb = [r for k, r in runs.items() if k.startswith(f"minibatch/p{p}/")]
+            if not hc or not mb:
+                continue
+            d = 100 * (statistics.mean(r["test_accuracy"] for r in hc) - statistics.mean(sg))
+            ratio = (statistics.mean(r["data_bytes_per_epoch"] for r in hc)
+                     / statistics.mean(r["data_bytes_per_epoch"] for r in mb))  # fmt: skip
+            dm = 100 * (statistics.mean(r["test_accuracy"] for r in mb) - statistics.mean(sg))
+            out.append((name, p, var, d, ratio, dm))
+    return out
+
+
+def notes(res: dict) -> list[str]:
+    """The results' notes: figures computed from the JSON, explanations fixed here."""
+    out = ["## Notes (figures computed from the tables above)", "",
+           f"- Batches of {BATCH} seeds on Cora, Photo and Physics (140, 160 and 100 training "
+           "nodes): with 1024 an epoch is one step, in which hec never pushes (Algorithm 2 "
+           "pushes while k < M - d). The single-process and minibatch runs use the same "
+           "batches."]  # fmt: skip
+    rows = _acc_rows(res.get("accuracy", {}))
+    for var in sorted({r[2] for r in rows}, key=len):
+        rs = [r for r in rows if r[2] == var]
+        ok = [r for r in rs if abs(r[3]) <= 1.0 and r[4] <= 0.2]
+        out.append(
+            f"- {var}: against the single-process trainer "
+            + ", ".join(f"{n} p{p} {d:+.1f}" for n, p, _, d, _, _ in rs)
+            + " points; data bytes against minibatch "
+            + ", ".join(f"{x:.2f}x" for *_, x, _ in rs)
+            + f"; both targets (within 1 point, at most 1/5 of the bytes) met on {len(ok)} of "
+            f"{len(rs)} rows" + (f" ({', '.join(f'{n} p{p}' for n, p, *_ in ok)})." if ok else ".")
+        )
+    sp = res.get("speed", {})
+    if "hec" in sp and "minibatch" in sp:
+        b = {k: sp[k]["comm_per_epoch"].get("bytes_sent", 0.0) for k in ("hec", "minibatch")}
+        out.append(f"- 200k-node graph (1024-seed batches, fanouts 15,10,5): hec sends "
+                   f"{b['hec'] / b['minibatch']:.2f}x minibatch's data bytes at the paper's "
+                   "nc = 2000: there a batch has far more candidates than nc, the paper's "
+                   "regime.")  # fmt: skip
+    out += ["- Why the bytes differ by regime: hec sends at most nc rows per step, layer and "
+            "peer, but every candidate (a batch's solid node that is halo on the peer) below "
+            "that. A 16-seed batch on the small graphs has fewer than ~100 candidates, so "
+            "nc = 2000 never binds and hec pushes rows at both layers whether or not the peer "
+            "will look them up; a small nc (the hec-nc10 rows, and the sweep) is the regime "
+            "of the paper's 1/5.",
+            "- 'epochs to target' uses the mean over seeds of the test accuracy measured at "
+            "every evaluation (`--eval-test`), as the paper tracks test accuracy per epoch; "
+            "single-process runs are measured the same way.",
+            "- Minibatch's own difference on the same stores and batches: "
+            + ", ".join(f"{n} p{p} {dm:+.1f}" for n, p, v, _, _, dm in rows if v == "hec")
+            + " points (3 seeds): part of hec's gap on Coauthor-Physics p4 comes with the "
+            "4-part store and the 16-seed batches, not with the cache."]  # fmt: skip
+    return out
+
+
 def write_markdown(res: dict) -> None:
     lines = ["# hec engine (DistGNN-MB): accuracy, hit rates, bytes, speed", "",
              f"Machine: {res.get('machine', '?')}. Written by `bench/hec.py` (commands below).",
@@ -456,7 +521,7 @@ def write_markdown(res: dict) -> None:
     if "speed" in res:
         lines += speed_section(res["speed"])
     lines += ["## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
-    lines += ["", *res.get("notes", [])]
+    lines += ["", *notes(res)]
     tmp = RESULTS / "hec.md.tmp"
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, RESULTS / "hec.md")
