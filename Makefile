@@ -26,12 +26,12 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests bench
-	$(VENV)/bin/ruff check --fix src tests bench
+	$(VENV)/bin/ruff format src tests bench examples
+	$(VENV)/bin/ruff check --fix src tests bench examples
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
