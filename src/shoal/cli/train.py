@@ -30,6 +30,7 @@ __all__ = ["add_train_arguments", "config_from_args", "register", "run_train", "
 #: Flag destinations that map one-to-one onto TrainConfig fields.
 CONFIG_FLAGS = (
     "model",
+    "model_factory",
     "task",
     "fanouts",
     "fanouts_order",
@@ -96,6 +97,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     g.add_argument(
         "--model", choices=sorted(MODELS), default=None, help=f"model (default {d.model})"
     )
+    _add_factory_argument(g)
     g.add_argument("--hidden", type=int, help=f"hidden width (default {d.hidden})")
     g.add_argument(
         "--fanouts",
@@ -148,6 +150,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     _add_distributed_arguments(groups["distributed"], d)
     add_engine_arguments(groups["distributed"], d)
     return groups
+
+
+def _add_factory_argument(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
+        "--model-factory",
+        metavar="MODULE:FUNCTION",
+        help="build the model with your own function (keywords in_dim, hidden, out_dim, "
+        "num_layers, dropout), e.g. a torch_geometric.nn.models.GraphSAGE called as "
+        "model(x, edge_index); replaces --model (engines hec and fullgraph need shoal's models)",
+    )
 
 
 def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:

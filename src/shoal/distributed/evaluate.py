@@ -24,6 +24,7 @@ from shoal.distributed.blocked import blocked_dist_counts
 from shoal.distributed.comm import CommStats
 from shoal.distributed.feature_store import DistFeatureStore
 from shoal.distributed.runtime import DistContext
+from shoal.distributed.sampled_eval import sampled_dist_counts
 from shoal.distributed.tables import NodeTables
 from shoal.errors import ShoalInputError
 from shoal.sample.features import read_rows
@@ -127,6 +128,13 @@ def dist_evaluate(
     for p in parts:
         if p.features is None:
             raise ShoalInputError("the store has no features", path=p.path)
+    if not hasattr(model, "layer_forward"):  # any model(x, blocks): full L-hop batches
+        correct, total = sampled_dist_counts(
+            model, store, parts, part_to_rank, ctx, tables, splits,
+            num_layers=int(getattr(model, "num_layers", 0) or 0), batch_size=batch_size,
+            normalize=normalize_features, stats=stats,
+        )  # fmt: skip
+        return _reduce(ctx, splits, correct, total)
     layers = sum_layers(model)
     if layers is not None:
         with Scratch(scratch_dir, beside=store.path) as scratch:

@@ -163,9 +163,20 @@ class Engine(ABC):
     def train_config(self) -> TrainConfig:
         return self.config.train
 
+    #: whether the engine runs a model built by ``--model-factory`` (it works layer by layer
+    #: inside shoal's own models when not)
+    accepts_factory_models = True
+
     def build_model(self) -> nn.Module:
         """The configured model, with the same initial weights on every rank (see
         :func:`~shoal.training.model_from_config`)."""
+        if self.train_config.model_factory and not self.accepts_factory_models:
+            raise ShoalInputError(
+                f"the {self.name} engine reaches inside shoal's own models layer by layer; "
+                "it cannot run a --model-factory model",
+                fix="use --model (sage, gcn, gat, gin, sgc), or an engine that takes any model: "
+                "minibatch, averaging, disagg",
+            )
         return model_from_config(
             self.train_config,
             in_dim=int(self.store.feature_dim),

@@ -126,6 +126,7 @@ class FullGraphEngine(Engine):
     """NeutronStar-style full-graph training (module docstring)."""
 
     name = "fullgraph"
+    accepts_factory_models = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -71,6 +71,7 @@ class HecEngine(Engine):
     """DistGNN-MB-style training with historical embedding caches (module docstring)."""
 
     name = "hec"
+    accepts_factory_models = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -29,6 +29,9 @@ class TrainConfig:
 
     Model and optimisation:
         model: registered model name (``shoal.nn.MODELS``; default ``"sage"``).
+        model_factory: ``"module:function"`` building the model instead (called with
+            ``in_dim, hidden, out_dim, num_layers, dropout``); a module called as
+            ``model(x, edge_index)`` (PyG) is adapted to blocks (default None).
         task: ``"node"`` (node classification, default) or ``"link"`` (link prediction on a
             graph split by ``shoal data split-edges``; its options: ``LinkConfig``).
         fanouts: neighbours sampled per hop, hop 1 first (PyG's ``num_neighbors`` order);
@@ -138,6 +141,7 @@ class TrainConfig:
     """
 
     model: str = "sage"
+    model_factory: str | None = None
     task: str = "node"
     fanouts: tuple[int, ...] = (15, 10, 5)
     fanouts_order: str = "hop-first"

@@ -2,20 +2,50 @@
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 from torch import nn
 
-from shoal.nn import build_model
+from shoal.errors import ShoalInputError
+from shoal.nn import BlockGNN, build_model
+from shoal.nn.adapter import EdgeIndexModel
 from shoal.training.config import TrainConfig
 
-__all__ = ["model_from_config"]
+__all__ = ["factory_model", "model_from_config"]
+
+
+def factory_model(spec: str, **kwargs) -> nn.Module:
+    """``module:function`` called with ``in_dim``, ``hidden``, ``out_dim``, ``num_layers`` and
+    ``dropout`` (keywords); a module that is not a shoal model is called as
+    ``model(x, edge_index)`` through :class:`~shoal.nn.adapter.EdgeIndexModel`."""
+    mod_name, _, fn_name = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ShoalInputError(f"cannot load the model factory {spec!r}: {e}",
+                              fix="pass --model-factory package.module:function, importable "
+                              "from this environment (e.g. on PYTHONPATH)") from None  # fmt: skip
+    model = fn(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise ShoalInputError(f"the model factory {spec!r} returned {type(model).__name__}, "
+                              "not a torch.nn.Module")  # fmt: skip
+    return model if isinstance(model, BlockGNN) else EdgeIndexModel(model, kwargs["num_layers"])
 
 
 def model_from_config(cfg: TrainConfig, *, in_dim: int, out_dim: int, rank: int = 0) -> nn.Module:
-    """The model named by ``cfg.model``, initialised from ``cfg.seed`` (the same weights in
-    every process). Ranks other than 0 then re-seed torch with ``seed + rank`` so their dropout
-    masks are independent of rank 0's (rank 0 keeps the single-process trainer's stream)."""
+    """The model named by ``cfg.model`` (or built by ``cfg.model_factory``), initialised from
+    ``cfg.seed`` (the same weights in every process). Ranks other than 0 then re-seed torch
+    with ``seed + rank`` so their dropout masks are independent of rank 0's (rank 0 keeps the
+    single-process trainer's stream)."""
     torch.manual_seed(cfg.seed)
+    if cfg.model_factory:
+        model = factory_model(cfg.model_factory, in_dim=int(in_dim), hidden=cfg.hidden,
+                              out_dim=int(out_dim), num_layers=cfg.num_layers,
+                              dropout=cfg.dropout)  # fmt: skip
+        if rank:
+            torch.manual_seed(cfg.seed + rank)
+        return model
     extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
     model = build_model(
         cfg.model,
