@@ -64,7 +64,11 @@ def _engine(rank: int, world: int, store: str, engine: str):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     tc = TrainConfig(model_factory=FACTORY, fanouts=(3, 3), hidden=8, epochs=2, batch_size=4,
                      lr=0.05, progress=False)  # fmt: skip
-    cls = {"minibatch": MinibatchEngine, "hec": HecEngine}[engine]
+    from shoal.engines.averaging import AveragingEngine
+    from shoal.engines.disagg import DisaggEngine
+
+    cls = {"minibatch": MinibatchEngine, "hec": HecEngine, "averaging": AveragingEngine,
+           "disagg": DisaggEngine}[engine]  # fmt: skip
     try:
         eng = cls(Store.open(store), EngineConfig(train=tc), ctx)
     except ShoalInputError as e:
@@ -74,7 +78,8 @@ def _engine(rank: int, world: int, store: str, engine: str):
 
 def test_engines_run_factory_models_or_refuse(make_store):
     store = str(make_store(parts=2))
-    assert run_world(_engine, 2, store, "minibatch", timeout=120) == [2, 2]
+    for engine in ("minibatch", "averaging", "disagg"):
+        assert run_world(_engine, 2, store, engine, timeout=120) == [2, 2], engine
     msgs = run_world(_engine, 2, store, "hec", timeout=120)
     assert all("cannot run a --model-factory model" in m for m in msgs)
 
