@@ -35,3 +35,41 @@ def test_version(capsys):
         main(["--version"])
     assert e.value.code == 0
     assert "shoal" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        (["--log-level", "debug", "data", "info", "X"], "debug"),
+        (["data", "info", "X", "--log-level=info"], "info"),
+        (["data", "info", "X", "-q"], "error"),
+        (["--quiet", "data", "info", "X"], "error"),
+        (["data", "-vv", "info", "X"], "debug"),
+        (["data", "info", "X"], None),
+        (["data", "info", "--", "-q"], None),  # after -- nothing is taken
+    ],
+)
+def test_global_options_before_or_after_the_command(argv, level):
+    from shoal.cli import global_options
+
+    rest, got = global_options(argv)
+    assert got == level
+    assert rest[:2] == ["data", "info"] and "--log-level" not in " ".join(rest[:3])
+
+
+def test_quiet_and_log_level_through_main(tmp_path, capsys, monkeypatch):
+    import logging
+
+    monkeypatch.delenv("SHOAL_QUIET", raising=False)
+    monkeypatch.delenv("SHOAL_LOG_LEVEL", raising=False)
+    assert main(["data", "info", str(tmp_path / "missing"), "--log-level", "loud"]) == 2
+    assert "--log-level 'loud'" in capsys.readouterr().err
+    main(["data", "info", str(tmp_path / "missing"), "--quiet"])  # exit 2: no graph there
+    import os
+
+    assert os.environ.get("SHOAL_QUIET") == "1"
+    assert logging.getLogger().getEffectiveLevel() == logging.ERROR
+    main(["--log-level", "debug", "data", "info", str(tmp_path / "missing")])
+    assert logging.getLogger().getEffectiveLevel() == logging.DEBUG
+    assert os.environ.get("SHOAL_LOG_LEVEL") == "DEBUG"
+    logging.getLogger().setLevel(logging.WARNING)

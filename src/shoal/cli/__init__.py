@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -55,8 +56,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
-    )
+        "-v", "--verbose", action="count", default=0,
+        help="more logging (-v info, -vv debug); like --log-level and --quiet, before or "
+        "after the command",
+    )  # fmt: skip
+    parser.add_argument("--log-level", choices=LEVELS, help="log level (default warning)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="errors only, no progress bars (results are still printed)")  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES if argv is None else _modules_for(argv):
         try:
@@ -69,16 +75,59 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def global_options(argv: Sequence[str]) -> tuple[list[str], str | None]:
+    """Take ``-v``/``-vv``/``--verbose``, ``--log-level L`` and ``-q``/``--quiet`` from
+    anywhere in ``argv`` (before or after the command; not after ``--``). Returns the other
+    arguments and the level asked for (None: the default)."""
+    rest: list[str] = []
+    level: str | None = None
+    verbose = 0
+    it = iter(range(len(argv)))
+    for i in it:
+        a = argv[i]
+        if a == "--":
+            rest += list(argv[i:])
+            break
+        if a in ("-q", "--quiet"):
+            level = "error"
+        elif a == "--verbose" or (a.startswith("-v") and set(a[1:]) == {"v"}):
+            verbose += 1 if a == "--verbose" else len(a) - 1
+        elif a == "--log-level" or a.startswith("--log-level="):
+            value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            if "=" not in a:
+                next(it, None)
+            if value.lower() not in LEVELS:
+                raise ShoalInputError(f"--log-level {value!r} is not a level",
+                                      fix=f"pass one of {', '.join(LEVELS)}")  # fmt: skip
+            level = value.lower()
+        else:
+            rest.append(a)
+    if level is None and verbose:
+        level = "info" if verbose == 1 else "debug"
+    return rest, level
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
+    try:
+        argv, level = global_options(argv)
+    except ShoalInputError as e:
+        print(f"shoal: error: {e}", file=sys.stderr)
+        return 2
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
-        format="%(asctime)s %(name)s %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    lvl = getattr(logging, (level or "warning").upper())
+    logging.basicConfig(level=lvl, format="%(asctime)s %(name)s %(levelname)s: %(message)s",
+                        stream=sys.stderr)  # fmt: skip
+    logging.getLogger().setLevel(lvl)
+    if level is not None:  # torchrun workers follow an explicit level (default: info)
+        os.environ["SHOAL_LOG_LEVEL"] = logging.getLevelName(lvl)
+    if level == "error":
+        os.environ["SHOAL_QUIET"] = "1"  # no progress bars, here or in the workers
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     spec = LaunchSpec.from_dict(json.loads(Path(argv[1]).read_text()))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    level = getattr(logging, os.environ.get("SHOAL_LOG_LEVEL", "INFO").upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
     return worker(spec)
 
 

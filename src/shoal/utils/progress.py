@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -20,8 +21,11 @@ def progress(
     enable: bool | None = None,
     **kwargs: Any,
 ) -> tqdm:
-    """Return a tqdm bar. ``enable=None`` shows it only when stderr is a terminal."""
-    if enable is None:
+    """Return a tqdm bar. ``enable=None`` shows it only when stderr is a terminal; never
+    under ``shoal --quiet`` (``SHOAL_QUIET=1``)."""
+    if os.environ.get("SHOAL_QUIET") == "1":
+        enable = False
+    elif enable is None:
         enable = sys.stderr.isatty()
     return tqdm(
         iterable,
