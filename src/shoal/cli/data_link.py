@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
-from shoal.utils.io import write_json_atomic
+from shoal.utils.io import write_json_output
 from shoal.utils.memory import peak_rss_bytes
 
 __all__ = ["register_split_edges"]
@@ -28,10 +27,7 @@ def _cmd_split_edges(args: argparse.Namespace) -> int:
         f"{'pairs' if not g.directed else 'edges'} held out (seed {cfg.seed}) "
         f"in {s['seconds']:.1f}s"
     )
-    if args.json == "-":
-        print(json.dumps(s, indent=2))
-    elif args.json:
-        write_json_atomic(args.json, s)
+    write_json_output(args.json, s)
     return 0
 
 

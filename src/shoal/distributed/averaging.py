@@ -26,9 +26,7 @@ def weighted_average_(module: torch.nn.Module, weight: float) -> tuple[float, in
         raise ShoalInputError(
             "no rank has training nodes to average over", fix="check the store's train split"
         )
-    tensors = [p.data for p in module.parameters()] + [
-        b for b in module.buffers() if torch.is_floating_point(b)
-    ]
+    tensors = _tensors(module)
     flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]) * (weight / total)
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(flat)
@@ -99,6 +97,19 @@ def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float) ->
     return int(sum(t.numel() * t.element_size() for t in tensors))
 
 
+def _weighted_into(lists: list[list[torch.Tensor]], weights: list[float], total: float) -> None:
+    """``lists[0][i] <- sum_m weights[m] / total * lists[m][i]`` (in float64)."""
+    for i, dst in enumerate(lists[0]):
+        acc = torch.zeros_like(dst, dtype=torch.float64)
+        for ts, w in zip(lists, weights, strict=True):
+            acc.add_(ts[i].to(torch.float64), alpha=w / total)
+        dst.copy_(acc.to(dst.dtype))
+
+
+def _tensors(m: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.data for p in m.parameters()] + [b for b in m.buffers() if torch.is_floating_point(b)]
+
+
 def combine_local_(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
                    weights: list[float], *, moments: bool = True) -> float:  # fmt: skip
     """Average this rank's per-part models (and Adam moments) into ``models[0]`` /
@@ -109,28 +120,12 @@ def combine_local_(models: list[torch.nn.Module], optimizers: list[torch.optim.O
     total = float(sum(weights))
     if total <= 0 or len(models) == 1:
         return total
-
-    def params(m):
-        return [p.data for p in m.parameters()] + [
-            b for b in m.buffers() if torch.is_floating_point(b)
-        ]
-
-    acc = [torch.zeros_like(t, dtype=torch.float64) for t in params(models[0])]
-    for m, w in zip(models, weights, strict=True):
-        for a, t in zip(acc, params(m), strict=True):
-            a.add_(t.to(torch.float64), alpha=w / total)
-    for a, t in zip(acc, params(models[0]), strict=True):
-        t.copy_(a.to(t.dtype))
+    _weighted_into([_tensors(m) for m in models], weights, total)
     if moments:
         for o in optimizers:
             if not _state_tensors(o):
                 _init_adam_state(o)
-        acc = [torch.zeros_like(t, dtype=torch.float64) for t in _state_tensors(optimizers[0])]
-        for o, w in zip(optimizers, weights, strict=True):
-            for a, t in zip(acc, _state_tensors(o), strict=True):
-                a.add_(t.to(torch.float64), alpha=w / total)
-        for a, t in zip(acc, _state_tensors(optimizers[0]), strict=True):
-            t.copy_(a.to(t.dtype))
+        _weighted_into([_state_tensors(o) for o in optimizers], weights, total)
     return total
 
 

@@ -170,6 +170,20 @@ def _paper_assign(g, x, d, room0, room1, size, cap, esize, ecap):
     return 0 if room0 * cap[g, 1] >= room1 * cap[g, 0] else 1
 
 
+@numba.njit(cache=True, inline="always")
+def _side_counts(a, nodes, indptr, indices, side):
+    """Alg. 2 ``cnt_nbrs``: local node ``a``'s window neighbours on side 0 and on side 1."""
+    c0 = 0.0
+    c1 = 0.0
+    for j in range(indptr[a], indptr[a + 1]):
+        s = side[nodes[indices[j]]]
+        if s == 0:
+            c0 += 1.0
+        elif s == 1:
+            c1 += 1.0
+    return c0, c1
+
+
 @numba.njit(cache=True)
 def seed_history(nodes, nloc, indptr, indices, grp, kparts, side, hdiff, per_part):
     """Alg. 1 lines 9-10: after the seed, every node of the first window keeps its neighbour
@@ -177,14 +191,7 @@ def seed_history(nodes, nloc, indptr, indices, grp, kparts, side, hdiff, per_par
     refinement averages them in."""
     for a in range(nloc):
         v = nodes[a]
-        c0 = 0.0
-        c1 = 0.0
-        for j in range(indptr[a], indptr[a + 1]):
-            s = side[nodes[indices[j]]]
-            if s == 0:
-                c0 += 1.0
-            elif s == 1:
-                c1 += 1.0
+        c0, c1 = _side_counts(a, nodes, indptr, indices, side)
         w0, w1 = _weights(per_part, kparts[grp[v]])
         hdiff[v] = w0 * c0 - w1 * c1
 
@@ -208,14 +215,7 @@ def greedy_window(
         v = nodes[a]
         g = grp[v]
         d = deg[v]
-        c0 = 0.0
-        c1 = 0.0
-        for j in range(indptr[a], indptr[a + 1]):
-            s = side[nodes[indices[j]]]
-            if s == 0:
-                c0 += 1.0
-            elif s == 1:
-                c1 += 1.0
+        c0, c1 = _side_counts(a, nodes, indptr, indices, side)
         cur = side[v]
         w0, w1 = _weights(per_part, kparts[g])
         x = w0 * c0 - w1 * c1

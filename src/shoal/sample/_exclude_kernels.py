@@ -8,7 +8,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from shoal.sample._kernels import PARALLEL_MIN, _below, _fill_row, _mix64, _next
+from shoal.sample._kernels import PARALLEL_MIN, _fill_row, _floyd, _mix64
 
 __all__: list[str] = []
 
@@ -75,17 +75,7 @@ def _fill_excl_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, ex_ke
             for j in range(k):
                 picked[start + j] = indices[keep[j]]
             continue
-        state = _mix64(key ^ np.uint64(i))
-        filled = 0
-        for j in range(d - k, d):
-            state, bits = _next(state)
-            t = _below(bits, j + 1)
-            for q in range(filled):
-                if picked[start + q] == t:
-                    t = j
-                    break
-            picked[start + filled] = t
-            filled += 1
+        _floyd(_mix64(key ^ np.uint64(i)), d, k, picked, start)
         for q in range(k):
             picked[start + q] = indices[keep[picked[start + q]]]
 

@@ -58,6 +58,22 @@ def _count_py(indptr, nodes, n_dst, fanout, counts):
 
 
 @numba.njit(cache=True, inline="always")
+def _floyd(state, d, k, picked, start):
+    """Floyd's sample of ``k`` distinct positions of ``[0, d)`` into ``picked[start:]``: for
+    j = d-k .. d-1 draw t in [0, j]; take t unless taken, else take j."""
+    filled = 0
+    for j in range(d - k, d):
+        state, bits = _next(state)
+        t = _below(bits, j + 1)
+        for q in range(filled):
+            if picked[start + q] == t:
+                t = j
+                break
+        picked[start + filled] = t
+        filled += 1
+
+
+@numba.njit(cache=True, inline="always")
 def _fill_row(indptr, indices, v, i, start, k, key, picked, dst, offsets):
     """Draw frontier node ``i`` (= node ``v``)'s ``k`` in-neighbours into ``picked[start:]``."""
     b = np.int64(indptr[v])
@@ -70,17 +86,7 @@ def _fill_row(indptr, indices, v, i, start, k, key, picked, dst, offsets):
         return
     state = _mix64(key ^ np.uint64(i))
     if k <= _FLOYD_MAX:
-        # Floyd: for j = d-k .. d-1 draw t in [0, j]; take t unless taken, else take j.
-        filled = 0
-        for j in range(d - k, d):
-            state, bits = _next(state)
-            t = _below(bits, j + 1)
-            for q in range(filled):
-                if picked[start + q] == t:
-                    t = j
-                    break
-            picked[start + filled] = t
-            filled += 1
+        _floyd(state, d, k, picked, start)
         for q in range(k):
             o = b + picked[start + q]
             picked[start + q] = o if offsets else indices[o]
