@@ -24,7 +24,7 @@ def add_link_arguments(g: argparse._ArgumentGroup) -> None:
         "--task",
         choices=["node", "link"],
         help="node classification (default) or link prediction on a graph split by `shoal "
-        "data split-edges` (single process; the engines refuse it for now)",
+        "data split-edges` (one process with --graph; --store with --engine minibatch)",
     )
     g.add_argument("--scorer", choices=sorted(SCORERS),
                    help=f"link: edge scorer, dot product or an MLP on h_u * h_v (default {d.scorer})")  # fmt: skip
@@ -39,8 +39,10 @@ def add_link_arguments(g: argparse._ArgumentGroup) -> None:
         help=f"link: negatives per positive edge in training (default {d.num_neg})",
     )
     g.add_argument("--negatives", choices=list(NEGATIVE_SAMPLERS),
-                   help="link: negative sampler, uniform over all nodes or other positives' "
-                   f"destinations in the batch (default {d.negatives})")  # fmt: skip
+                   help="link: negative sampler: uniform over all nodes, other positives' "
+                   "destinations in the batch, or uniform over the nodes of the rank's own "
+                   f"parts (owner-local: no feature traffic; = uniform in one process) "
+                   f"(default {d.negatives})")  # fmt: skip
     g.add_argument("--eval-negatives", type=int,
                    help="link: uniform negatives each held-out edge is ranked against for MRR "
                    f"and Hits@K, fixed per split (default {d.eval_negatives})")  # fmt: skip

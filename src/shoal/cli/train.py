@@ -288,18 +288,16 @@ def spec_from_args(args: argparse.Namespace, config: TrainConfig | None = None):
     """The launcher's :class:`~shoal.engines.launch.LaunchSpec` for ``--store``."""
     from shoal.engines.launch import LaunchSpec
 
-    return LaunchSpec(
-        store=args.store,
-        train=config if config is not None else config_from_args(args),
-        json=args.json,
-        command=list(sys.argv),
-    )
+    train = config if config is not None else config_from_args(args)
+    link = vars(link_config_from_args(args)) if train.task == "link" else None
+    return LaunchSpec(store=args.store, train=train, json=args.json, command=list(sys.argv),
+                      link=link)  # fmt: skip
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Handler of ``shoal train``: ``--store`` goes to the distributed launcher."""
     config = config_from_args(args)
-    if config.task == "link":
+    if config.task == "link" and not args.store:
         return _run_link(args, config)
     if args.store:
         if args.graph:
@@ -329,14 +327,10 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _run_link(args: argparse.Namespace, config: TrainConfig) -> int:
-    """``--task link``: single-process link prediction (the engines do not support it yet)."""
+    """``--task link`` on a graph directory: single-process link prediction (``--store``
+    goes to the distributed launcher like the node task)."""
     from shoal.training.linktrainer import LinkData, LinkTrainer
 
-    if args.store:
-        raise ShoalInputError(
-            "--task link is not supported by the distributed engines yet",
-            fix="train link prediction on a split graph directory: --graph DIR --task link",
-        )
     if not args.graph:
         raise ShoalInputError(
             "no input given", fix="pass --graph DIR (made by shoal data split-edges)"

@@ -19,10 +19,13 @@ single-process blocked scheme (:mod:`shoal.training.blocked`):
    to a scratch file: the next layer's input, and what this rank serves in the next exchange.
 
 The last layer is computed for the evaluation targets only and compared with their labels, so
-no per-node output of the last layer is kept. Memory is the budget plus ``O(local nodes)``.
+no per-node output of the last layer is kept (:func:`blocked_dist_outputs` hands the rows to a
+callback instead: the link task keeps them). Memory is the budget plus ``O(local nodes)``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -39,7 +42,13 @@ from shoal.store.reader import Partition, Store
 from shoal.training import _kernels as BK
 from shoal.training.blocked import RowWriter, blocked_layer, output_width, width_of
 
-__all__ = ["PlannedGather", "blocked_dist_counts", "exchange_halos", "needed_nodes_dist"]
+__all__ = [
+    "PlannedGather",
+    "blocked_dist_counts",
+    "blocked_dist_outputs",
+    "exchange_halos",
+    "needed_nodes_dist",
+]
 
 
 class PlannedGather:
@@ -204,23 +213,58 @@ def blocked_dist_counts(
 ) -> tuple[np.ndarray, np.ndarray]:
     """This rank's ``(correct, total)`` per split of the model ``layers`` (module docstring);
     collective. ``scratch.array(rows, cols)`` makes the layers' arrays."""
-    stats = stats if stats is not None else CommStats()
     correct = np.zeros(len(splits), np.float64)
     total = np.zeros(len(splits), np.float64)
-    graphs, targets, counters = {}, {}, {}
+    targets, counters = {}, {}
     for p in parts:
-        local = np.concatenate([p.core_ids, np.asarray(p.halo_ids, dtype=np.int64)])
-        deg = torch.from_numpy(np.asarray(tables.degrees[local], np.float32))
-        graphs[p.index] = (p.indptr, p.indices, deg)
         masks = [np.asarray(p.mask(s)) for s in splits]
         t = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
         targets[p.index] = t.astype(np.int64)
         counters[p.index] = _counter(p, tables, masks, correct, total)
+    blocked_dist_outputs(layers, store, parts, part_to_rank, ctx, tables, targets, counters,
+                         scratch=scratch, budget=budget, normalize=normalize, stats=stats,
+                         threads=threads)  # fmt: skip
+    return correct, total
+
+
+@torch.no_grad()
+def blocked_dist_outputs(
+    layers: list[SumLayer],
+    store: Store,
+    parts: list[Partition],
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    tables: NodeTables,
+    targets: dict[int, np.ndarray],
+    on_output: dict[int, Callable[[np.ndarray, np.ndarray, np.ndarray], None]],
+    *,
+    scratch,
+    budget: int,
+    normalize: bool = False,
+    stats: CommStats | None = None,
+    threads: int = 8,
+    inputs: dict[int, np.ndarray] | None = None,
+) -> None:
+    """Run the model ``layers`` for the sorted core positions ``targets[part]`` of this rank's
+    parts; the last layer's rows are handed to ``on_output[part](pos, h, todo)`` (``h`` the
+    outputs of the core positions ``todo[pos]``). Collective. ``inputs``: layer-0 rows per
+    part (default the store's features; halo rows are then pulled from the owners)."""
+    stats = stats if stats is not None else CommStats()
+    graphs = {}
+    for p in parts:
+        local = np.concatenate([p.core_ids, np.asarray(p.halo_ids, dtype=np.int64)])
+        deg = torch.from_numpy(np.asarray(tables.degrees[local], np.float32))
+        graphs[p.index] = (p.indptr, p.indices, deg)
     core, need_halo = needed_nodes_dist(store, parts, part_to_rank, ctx, targets, len(layers),
                                         stats)  # fmt: skip
-    inputs = {p.index: p.features for p in parts}
-    halos = {p.index: p.halo_features for p in parts} if store.halo_features else None
-    dim, norm, pre = int(store.feature_dim), normalize, layers[0].pre if layers else None
+    if inputs is None:
+        inputs = {p.index: p.features for p in parts}
+        halos = {p.index: p.halo_features for p in parts} if store.halo_features else None
+        dim = int(store.feature_dim)
+    else:
+        halos, dim = None, int(next(iter(inputs.values())).shape[1]) if inputs else 0
+        dim = _max_over_ranks(ctx, dim)
+    norm, pre = normalize, layers[0].pre if layers else None
     for li, sl in enumerate(layers):
         last = li == len(layers) - 1
         if halos is None:  # the same decision on every rank: the exchange is collective
@@ -234,12 +278,11 @@ def blocked_dist_counts(
             todo = core[li][p.index]
             halo = halos[p.index]
             src = [inputs[p.index]] + ([halo] if halo is not None and p.num_halo else [])
-            count = counters[p.index]
-            on_output = (lambda pos, h, c=count, t=todo: c(pos, h, t)) if last else None
+            count = on_output[p.index]
+            emit = (lambda pos, h, c=count, t=todo: c(pos, h, t)) if last else None
             if not last:
                 outs[p.index] = scratch.array(p.num_core, width)
             blocked_layer(sl, src, graphs[p.index], todo, out=outs.get(p.index),
-                          on_output=on_output, pre=pre, nxt=nxt, budget=budget,
+                          on_output=emit, pre=pre, nxt=nxt, budget=budget,
                           normalize=norm, threads=threads)  # fmt: skip
         inputs, halos, dim, norm, pre = outs, None, width, False, None
-    return correct, total

@@ -13,6 +13,12 @@ sampling keyed by ``(batch seed, hop, row position)``), so with one rank the bat
 collective: every rank calls it once per step (three all-to-all-v exchanges per hop: requested
 IDs, per-node counts, picked neighbours; entered even with empty payloads, to keep ranks in
 step).
+
+Link prediction passes ``exclude``: the batch's own positive edges (and reverses), which message
+passing must not use (DGL's ``exclude``). Each excluded edge goes to the rank owning its
+destination (one more exchange per batch), and an owner skips a requester's excluded edges
+only when it samples for that requester, so a rank's batch never loses edges to another
+rank's exclusions.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import torch.distributed as dist
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.graph.blocks import Block, MiniBatch
+from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.sampler import parse_fanouts
 from shoal.store.reader import Partition
@@ -93,9 +100,10 @@ class DistNeighborSampler:
         return len(self.fanouts)
 
     def _sample_owned(
-        self, ids: np.ndarray, fanout: int, key: np.uint64
+        self, ids: np.ndarray, fanout: int, key: np.uint64, ex: dict[int, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(counts, picked global ids) for nodes this rank owns, in ``ids`` order."""
+        """(counts, picked global ids) for nodes this rank owns, in ``ids`` order; ``ex``:
+        per part, sorted local keys ``row * num_nodes + source`` of edges to skip."""
         n = ids.shape[0]
         counts = np.zeros(n, dtype=np.int64)
         if n == 0:
@@ -109,9 +117,17 @@ class DistNeighborSampler:
                 self.unavailable += int(sel.shape[0])
                 continue
             rows = ids[sel] - part.start
-            c = np.empty(sel.shape[0], dtype=np.int64)
-            K._count(part.indptr, rows, sel.shape[0], fanout, c)
-            rowptr = np.zeros(sel.shape[0] + 1, dtype=np.int64)
+            k = sel.shape[0]
+            keys = None if ex is None else ex.get(int(i))
+            keys = keys if keys is not None and len(keys) else None
+            c = np.empty(k, dtype=np.int64)
+            n_ex = np.empty(k, dtype=np.int64)
+            if keys is not None:
+                KX._count_excl(part.indptr, part.indices, rows, k, fanout, keys, part.num_nodes,
+                               c, n_ex)  # fmt: skip
+            else:
+                K._count(part.indptr, rows, k, fanout, c)
+            rowptr = np.zeros(k + 1, dtype=np.int64)
             np.cumsum(c, out=rowptr[1:])
             m = int(rowptr[-1])
             picked = np.empty(m, dtype=np.int64)
@@ -119,7 +135,11 @@ class DistNeighborSampler:
             # a stream per (part, row position): rows at the same position in different parts
             # must not share random numbers (part 0 keeps ``key``, so one part = one sampler)
             pkey = key if int(i) == 0 else np.uint64(K._stream_key(key, np.uint64(i)))
-            K._fill(part.indptr, part.indices, rows, sel.shape[0], rowptr, pkey, picked, dst)
+            if keys is not None:
+                KX._fill_excl(part.indptr, part.indices, rows, k, rowptr, pkey, picked, dst,
+                              keys, part.num_nodes, n_ex)  # fmt: skip
+            else:
+                K._fill(part.indptr, part.indices, rows, k, rowptr, pkey, picked, dst)
             # local source index -> global id
             h = picked >= part.num_core
             picked[~h] += part.start
@@ -138,6 +158,47 @@ class DistNeighborSampler:
             out[where] = picked
         return counts, out
 
+    def _exclusions(self, exclude: np.ndarray) -> list[dict[int, np.ndarray]]:
+        """Per requesting rank, per part this rank holds: the local keys of the requester's
+        excluded edges (each edge sent to the owner of its destination; collective)."""
+        e = np.asarray(exclude, dtype=np.int64).reshape(-1, 2)
+        owners = self.part_to_rank[owner_of(self.part_offsets, e[:, 1])] if len(e) else e[:, 1]
+        mine = e[owners == self.rank]
+        got: list[np.ndarray] = [np.empty((0, 2), np.int64)] * self.world_size
+        got[self.rank] = mine
+        if self.world_size > 1:
+            away = np.flatnonzero(owners != self.rank)
+            away = away[np.argsort(owners[away], kind="stable")]
+            recv, counts = exchange(e[away], np.bincount(owners[away], minlength=self.world_size),
+                                    self.stats, self.group)  # fmt: skip
+            off = np.concatenate([[0], np.cumsum(counts)])
+            r = recv.numpy()
+            for q in range(self.world_size):
+                if q != self.rank:
+                    got[q] = r[off[q] : off[q + 1]]
+        out = []
+        for edges in got:
+            part_of = owner_of(self.part_offsets, edges[:, 1]) if len(edges) else edges[:, 1]
+            keys = {}
+            for i in np.unique(part_of):
+                part = self.parts.get(int(i))
+                if part is not None:
+                    keys[int(i)] = _local_keys(part, self._l2g_halo[int(i)], edges[part_of == i])
+            out.append(keys)
+        return out
+
+    def _serve(self, req: np.ndarray, req_counts: np.ndarray, fanout: int, key: np.uint64,
+               ex: list[dict[int, np.ndarray]] | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Sample the peers' requests ``req`` (grouped by requesting rank, ``req_counts``),
+        each without its requester's excluded edges."""
+        if ex is None:
+            return self._sample_owned(req, fanout, key)
+        off = np.concatenate([[0], np.cumsum(req_counts)])
+        pieces = [self._sample_owned(req[off[q] : off[q + 1]], fanout, key, ex[q])
+                  for q in range(self.world_size)]  # fmt: skip
+        return (np.concatenate([c for c, _ in pieces]),
+                np.concatenate([p for _, p in pieces]))  # fmt: skip
+
     def _room(self, k: int) -> None:
         """Grow the batch's id buffer to hold ``k`` ids (kernels do not check bounds)."""
         if self._nodes.shape[0] < k:
@@ -145,8 +206,13 @@ class DistNeighborSampler:
             grown[: self._nodes.shape[0]] = self._nodes
             self._nodes = grown
 
-    def sample(self, seeds: np.ndarray, seed: int = 0) -> MiniBatch:
-        """Sample the blocks of ``seeds`` (unique global IDs). Collective."""
+    def sample(self, seeds: np.ndarray, seed: int = 0, *,
+               exclude: np.ndarray | None = None) -> MiniBatch:  # fmt: skip
+        """Sample the blocks of ``seeds`` (unique global IDs). Collective.
+
+        ``exclude``: ``(m, 2)`` global edges ``(src, dst)`` message passing must not use at any
+        hop (module docstring); every rank passes an array (maybe empty) or every rank None."""
+        ex = None if exclude is None else self._exclusions(exclude)
         s = np.asarray(seeds, dtype=np.int64)
         self._room(len(s))
         dup = K._seed_ids(s, self._g2l, self._nodes)
@@ -161,7 +227,8 @@ class DistNeighborSampler:
                 owners = self.part_to_rank[owner_of(self.part_offsets, frontier)]
                 local = np.flatnonzero(owners == self.rank)
                 counts = np.zeros(n, dtype=np.int64)
-                lc, lp = self._sample_owned(frontier[local], f, key)
+                lc, lp = self._sample_owned(frontier[local], f, key,
+                                            None if ex is None else ex[self.rank])  # fmt: skip
                 counts[local] = lc
                 if self.world_size > 1:
                     remote = np.flatnonzero(owners != self.rank)
@@ -171,7 +238,8 @@ class DistNeighborSampler:
                         frontier[remote], send_counts, self.stats, self.group
                     )
                     # serve the peers' requests (a distinct stream from this rank's own rows)
-                    sc, sp = self._sample_owned(req.numpy(), f, key ^ np.uint64(0x5BD1E995))
+                    sc, sp = self._serve(req.numpy(), req_counts, f, key ^ np.uint64(0x5BD1E995),
+                                         ex)  # fmt: skip
                     rc, _ = exchange(sc, req_counts, self.stats, self.group)
                     per_rank = _segment_sums(sc, req_counts)
                     rp, _ = exchange(sp, per_rank, self.stats, self.group)
@@ -202,6 +270,20 @@ class DistNeighborSampler:
             for ei, rp, n_src, n_dst in reversed(raw)
         ]
         return MiniBatch(n_id=n_id, blocks=blocks, num_seeds=int(s.shape[0]))
+
+
+def _local_keys(part: Partition, halo: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Sorted ``row * num_nodes + local source`` keys of the global ``edges`` (src, dst) whose
+    destination is a core node of ``part``; a source that is no neighbour there is dropped."""
+    row = edges[:, 1] - part.start
+    src = edges[:, 0]
+    core = (src >= part.start) & (src < part.start + part.num_core)
+    pos = np.searchsorted(halo, src)
+    hit = pos < len(halo)
+    hit[hit] = halo[pos[hit]] == src[hit]
+    lsrc = np.where(core, src - part.start, part.num_core + pos)
+    keep = core | hit
+    return np.unique(row[keep] * np.int64(part.num_nodes) + lsrc[keep])
 
 
 def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -67,6 +67,8 @@ class Engine(ABC):
     """
 
     name: str = "engine"
+    #: the task the engine trains: "node" (classification) or "link" (prediction)
+    task: str = "node"
     model: nn.Module
     optimizer: torch.optim.Optimizer
     num_batches: int = 0
@@ -77,7 +79,7 @@ class Engine(ABC):
         self.ctx = ctx
         self.part_to_rank = self.rank_of_parts()
         self.parts = [store.part(int(i)) for i in np.flatnonzero(self.part_to_rank == ctx.rank)]
-        if store.feature_dim is None or store.num_classes is None:
+        if self.task == "node" and (store.feature_dim is None or store.num_classes is None):
             raise ShoalInputError(
                 "the store has no features or labels",
                 path=store.path,
@@ -167,9 +169,12 @@ class Engine(ABC):
     #: inside shoal's own models when not)
     accepts_factory_models = True
 
-    def build_model(self) -> nn.Module:
+    def build_model(self, *, in_dim: int | None = None, out_dim: int | None = None,
+                    rank: int | None = None) -> nn.Module:  # fmt: skip
         """The configured model, with the same initial weights on every rank (see
-        :func:`~shoal.training.model_from_config`)."""
+        :func:`~shoal.training.model_from_config`); ``in_dim``/``out_dim`` default to the
+        store's feature width and class count; ``rank`` (default this rank's) re-seeds torch
+        afterwards for the rank's own dropout stream (0: not re-seeded)."""
         if self.train_config.model_factory and not self.accepts_factory_models:
             raise ShoalInputError(
                 f"the {self.name} engine reaches inside shoal's own models layer by layer; "
@@ -179,9 +184,9 @@ class Engine(ABC):
             )
         return model_from_config(
             self.train_config,
-            in_dim=int(self.store.feature_dim),
-            out_dim=int(self.store.num_classes),
-            rank=self.ctx.rank,
+            in_dim=int(self.store.feature_dim) if in_dim is None else in_dim,
+            out_dim=int(self.store.num_classes) if out_dim is None else out_dim,
+            rank=self.ctx.rank if rank is None else rank,
         )
 
     # ---------------------------------------------------------------- Trainable
@@ -320,8 +325,9 @@ class Engine(ABC):
                 "heads": tc.heads,
                 "num_nodes": self.store.num_nodes,
                 "num_parts": self.store.num_parts,
-                "feature_dim": int(self.store.feature_dim),
-                "num_classes": int(self.store.num_classes),
+                "feature_dim": self.store.feature_dim,
+                "num_classes": self.store.num_classes,
+                "task": self.task,
             },
             settings={
                 "engine": self.name,

@@ -50,6 +50,8 @@ class LaunchSpec:
         command: the command line recorded in the result (default ``sys.argv``).
         hooks: ``"module:function"`` names called as ``fn(engine, ctx)`` in every worker after
             the engine is built (tests inject failures this way; default none).
+        link: the ``--task link`` options (:class:`~shoal.training.linktrainer.LinkConfig`
+            fields; default None: its defaults).
     """
 
     store: str
@@ -57,6 +59,7 @@ class LaunchSpec:
     json: str | None = None
     command: list[str] | None = None
     hooks: tuple[str, ...] = ()
+    link: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.store:
@@ -73,6 +76,7 @@ class LaunchSpec:
             "json": self.json,
             "command": self.command if self.command is not None else list(sys.argv),
             "hooks": list(self.hooks),
+            "link": self.link,
         }
 
     @classmethod
@@ -83,14 +87,16 @@ class LaunchSpec:
             json=d.get("json"),
             command=d.get("command"),
             hooks=tuple(d.get("hooks") or ()),
+            link=d.get("link"),
         )
 
 
 def _summary(d: dict[str, Any]) -> str:
     c = d["comm_per_epoch"]
+    m = d.get("metric", "accuracy")
     return (
         f"{d['engine']} on {d['world_size']} process(es), {d['num_parts']} parts: "
-        f"test accuracy {d['test_accuracy']:.4f}, val {d['val_accuracy']:.4f} "
+        f"test {m} {d[f'test_{m}']:.4f}, val {d[f'val_{m}']:.4f} "
         f"(best epoch {d['best_epoch']}/{d['epochs']}), {d['seconds_per_epoch']:.3f} s/epoch, "
         f"{c.get('bytes_sent', 0) / 1e6:.2f} MB sent + {c.get('allreduce_bytes', 0) / 1e6:.2f} MB "
         f"all-reduced per epoch, remote feature fraction {c.get('remote_feature_fraction', 0):.3f}"
@@ -114,13 +120,18 @@ def worker(spec: LaunchSpec) -> int:
 
     tc = spec.train
     store = Store.open(spec.store)
-    engine_cls = get_engine(tc.engine)
+    engine_cls = get_engine(tc.engine, tc.task)
+    extra: dict[str, Any] = {}
+    if tc.task == "link":
+        from shoal.training.linktrainer import LinkConfig
+
+        extra["link"] = LinkConfig(**(spec.link or {}))
     with process_group(DistConfig(backend="gloo", timeout_s=tc.dist_timeout)) as ctx:
         if tc.threads is None and ctx.world_size > 1:
             set_threads(torch.get_num_threads())  # torchrun sets OMP_NUM_THREADS=1
         else:
             set_threads(tc.threads)
-        engine = engine_cls(store, tc, ctx)
+        engine = engine_cls(store, tc, ctx, **extra)
         _call_hooks(spec, engine, ctx)
         result = engine.fit().to_json()
         # drop the engine (its DDP reducer holds the group) before the group is destroyed:
@@ -173,7 +184,9 @@ def run(spec: LaunchSpec) -> int:
     from shoal.engines.registry import get_engine
     from shoal.store import Store
 
-    get_engine(spec.train.engine)  # a clear error for an unknown engine, before any process
+    get_engine(
+        spec.train.engine, spec.train.task
+    )  # a clear error for an unknown engine, before any process
     Store.open(spec.store)  # fail early, before starting processes
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if under_torchrun or spec.train.nproc == 1:

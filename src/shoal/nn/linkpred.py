@@ -24,7 +24,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["LOSSES", "SCORERS", "DotScorer", "MLPScorer", "build_scorer", "link_loss"]
+__all__ = [
+    "LOSSES",
+    "SCORERS",
+    "DotScorer",
+    "LinkNet",
+    "MLPScorer",
+    "build_scorer",
+    "link_loss",
+]
 
 
 class DotScorer(nn.Module):
@@ -103,3 +111,18 @@ def link_loss(
     if name not in LOSSES:
         raise ValueError(f"unknown link loss {name!r}; valid names: {', '.join(sorted(LOSSES))}")
     return LOSSES[name](pos, neg, margin)
+
+
+class LinkNet(nn.Module):
+    """An encoder (any ``encoder(x, blocks)``) and a scorer as one module: ``forward`` embeds
+    a batch's nodes and scores the edges ``pos`` / ``neg`` (``(2, n)`` positions among the
+    seeds), so one module holds every weight a link model trains and checkpoints."""
+
+    def __init__(self, encoder: nn.Module, scorer: nn.Module) -> None:
+        super().__init__()
+        self.encoder, self.scorer = encoder, scorer
+
+    def forward(self, x: torch.Tensor, blocks, pos: torch.Tensor,
+                neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        h = self.encoder(x, blocks)
+        return self.scorer(h[pos[0]], h[pos[1]]), self.scorer(h[neg[0]], h[neg[1]])

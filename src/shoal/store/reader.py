@@ -290,6 +290,14 @@ class Store:
             raise IndexError(f"node id out of range [0, {self.num_nodes})")
         return np.searchsorted(self.part_offsets, ids, side="right") - 1
 
+    def link_edges(self, name: str) -> np.ndarray | None:
+        """Held-out positive edges ``val``/``test`` of a link split, in new ids, as a
+        ``(k, 2)`` int64 memory map; None when the store was built from an unsplit graph."""
+        if name not in ("val", "test"):
+            raise ValueError(f"link split must be 'val' or 'test', got {name!r}")
+        path = self.path / f"link_{name}.npy"
+        return _load(path) if path.exists() else None
+
     # ------------------------------------------------------------------ node data
     def features(self, ids: Any, out: np.ndarray | None = None) -> np.ndarray:
         """Feature rows of new global ``ids`` (core nodes of any part), gathered from the

@@ -178,6 +178,26 @@ def _metrics(
     }
 
 
+def _write_link_edges(g: GraphDir, tmp: Path, node_map: np.ndarray,
+                      chunk: int) -> dict[str, int] | None:  # fmt: skip
+    """The held-out positives of a link split (``link_val.npy``, ``link_test.npy`` of the
+    graph, ``shoal data split-edges``) in the store's new ids, chunk by chunk; their counts
+    (None when the graph has none)."""
+    out: dict[str, int] = {}
+    for name in ("val", "test"):
+        e = g.link_edges(name)
+        if e is None:
+            continue
+        dst = np.lib.format.open_memmap(tmp / f"link_{name}.npy", mode="w+", dtype=np.int64,
+                                        shape=(len(e), 2))  # fmt: skip
+        for s in range(0, len(e), chunk):
+            dst[s : s + chunk] = node_map[np.asarray(e[s : s + chunk], dtype=np.int64)]
+        dst.flush()
+        del dst
+        out[name] = len(e)
+    return out or None
+
+
 def _meta(
     g: GraphDir,
     adir: Path,
@@ -193,6 +213,7 @@ def _meta(
     edge_dtype: str,
     feature_dim: int | None,
     feature_dtype: str | None,
+    link: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The store's meta.json (fields in docs/store.md) from the values the passes computed."""
     return {
@@ -209,6 +230,7 @@ def _meta(
         "num_classes": g.num_classes,
         "has_labels": (g.path / "labels.npy").exists(),
         "halo_features": bool(cfg.halo_features and feature_dim is not None),
+        "link_edges": link,
         "splits": {s: 0 if splits[s] is None else int(splits[s].shape[0]) for s in SPLITS},
         "part_offsets": [int(x) for x in offsets],
         "parts": parts,
@@ -282,6 +304,7 @@ def build_store(
             counts = write_edges(
                 g, tmp, work, node_part, node_map, offsets, edtype, chunk_edges=chunk, show=show
             )
+            link = _write_link_edges(g, tmp, node_map, chunk)
         del node_map
         with phase("parts"):
             parts_meta, halo_lists = write_parts(
@@ -299,7 +322,7 @@ def build_store(
         meta = _meta(
             g, adir, ameta, cfg, splits=splits, counts=counts, offsets=offsets, parts=parts_meta,
             metrics=metrics, files=files, edge_dtype=edtype.name, feature_dim=feature_dim,
-            feature_dtype=feature_dtype,
+            feature_dtype=feature_dtype, link=link,
         )  # fmt: skip
         write_meta(tmp / "meta.json", meta)
 

@@ -61,9 +61,12 @@ class NodeEmbedding:
         directory: where the table (and its optimizer's state) live; reopened if present.
         num_nodes, dim: the table's shape.
         seed: initialisation seed (default 0).
+        stream: tables of one run with different ``stream`` (e.g. one per part) get
+            different values (default 0).
     """
 
-    def __init__(self, directory: str | os.PathLike, num_nodes: int, dim: int, *, seed: int = 0):
+    def __init__(self, directory: str | os.PathLike, num_nodes: int, dim: int, *, seed: int = 0,
+                 stream: int = 0):  # fmt: skip
         if num_nodes < 0 or dim < 1:
             raise ValueError(f"need num_nodes >= 0 and dim >= 1, got {num_nodes}, {dim}")
         self.dir = Path(directory)
@@ -75,7 +78,7 @@ class NodeEmbedding:
         if fresh:
             bound = 1.0 / np.sqrt(dim)
             for s in range(0, num_nodes, _BLOCK_ROWS):
-                rng = np.random.default_rng([seed, s])
+                rng = np.random.default_rng([seed, s] if stream == 0 else [seed, stream, s])
                 e = min(s + _BLOCK_ROWS, num_nodes)
                 self.weight[s:e] = rng.uniform(-bound, bound, size=(e - s, dim))
             self.weight.flush()

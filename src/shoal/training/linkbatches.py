@@ -17,7 +17,9 @@ Negative samplers (``negatives``):
 - ``uniform`` (default): ``w`` uniform over all nodes (PyG's and OGB's default; may hit a
   true edge with probability ``degree / N``, as theirs does);
 - ``in-batch``: ``w`` is the destination of another positive of the same batch (cheap: no new
-  nodes to sample; needs batches of at least 2 positives).
+  nodes to sample; needs batches of at least 2 positives);
+- ``owner-local``: ``w`` uniform over the nodes of the rank's own parts (the distributed
+  engines: their rows are local); in one process every node is local, so it is ``uniform``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from shoal.training.batches import Gatherer, Timer, batch_seed
 
 __all__ = ["NEGATIVE_SAMPLERS", "LinkBatch", "LinkBatchLoader", "draw_negatives", "positive_chunks"]
 
-NEGATIVE_SAMPLERS = ("uniform", "in-batch")
+NEGATIVE_SAMPLERS = ("uniform", "in-batch", "owner-local")
 
 
 @dataclass
@@ -68,7 +70,7 @@ def draw_negatives(pos: np.ndarray, num_nodes: int, k: int, how: str,
                    rng: np.random.Generator) -> np.ndarray:  # fmt: skip
     """``(B, k)`` negative destinations for the ``(B, 2)`` positives."""
     b = len(pos)
-    if how == "uniform":
+    if how in ("uniform", "owner-local"):  # one process owns every node
         return rng.integers(0, num_nodes, size=(b, k), dtype=np.int64)
     if how == "in-batch":
         if b < 2:

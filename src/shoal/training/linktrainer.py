@@ -45,7 +45,14 @@ from shoal.training.model import model_from_config
 from shoal.training.result import RunResult
 from shoal.utils.threads import set_threads
 
-__all__ = ["LinkConfig", "LinkData", "LinkTrainer", "eval_negatives"]
+__all__ = [
+    "EVAL_CHUNK",
+    "LinkConfig",
+    "LinkData",
+    "LinkTrainer",
+    "eval_negative_chunk",
+    "eval_negatives",
+]
 
 
 @dataclass(kw_only=True)
@@ -151,11 +158,26 @@ class LinkData:
                    val_edges=val, test_edges=test, name=g.name, path=str(g.path))  # fmt: skip
 
 
+#: held-out positives per block of evaluation negatives (each block has its own stream)
+EVAL_CHUNK = 1 << 14
+
+
+def eval_negative_chunk(seed: int, split: str, chunk: int, rows: int, num_nodes: int,
+                        k: int) -> np.ndarray:  # fmt: skip
+    """The ``(rows, k)`` uniform negative destinations of the held-out positives
+    ``chunk * EVAL_CHUNK ...`` of ``split``: a function of ``(seed, split, chunk)`` only, so
+    a distributed evaluation reading one block at a time ranks the same candidates."""
+    rng = np.random.default_rng([seed, 0xE7A1, {"val": 1, "test": 2}[split], chunk])
+    return rng.integers(0, num_nodes, size=(rows, k))
+
+
 def eval_negatives(seed: int, split: str, num_pos: int, num_nodes: int, k: int) -> np.ndarray:
     """The ``(num_pos, k)`` uniform negative destinations of a held-out split: a function of
-    ``(seed, split)`` only, so every evaluation and every baseline ranks the same candidates."""
-    rng = np.random.default_rng([seed, 0xE7A1, {"val": 1, "test": 2}[split]])
-    return rng.integers(0, num_nodes, size=(num_pos, k))
+    ``(seed, split)`` only, so every evaluation and every baseline ranks the same candidates
+    (blocks of :func:`eval_negative_chunk`)."""
+    blocks = [eval_negative_chunk(seed, split, c, min(EVAL_CHUNK, num_pos - s), num_nodes, k)
+              for c, s in enumerate(range(0, num_pos, EVAL_CHUNK))]  # fmt: skip
+    return np.concatenate(blocks) if blocks else np.empty((0, k), np.int64)
 
 
 class LinkTrainer:
@@ -258,7 +280,8 @@ class LinkTrainer:
         negs = {s: self._negatives(s, held[s]) for s in splits}
         nodes = np.unique(np.concatenate([x.ravel() for s in splits for x in (held[s], negs[s])]))
         emb = torch.from_numpy(layerwise_inference(
-            self.model, self.data, nodes, normalize_features=self.config.normalize_features,
+            self.model, self.data, nodes,
+            normalize_features=self.config.normalize_features and self.embedding is None,
             batch_size=self.config.eval_batch_size, scratch_dir=self.config.scratch_dir,
         ))  # fmt: skip
         out: dict[str, float] = {}
