@@ -31,6 +31,7 @@ COMMANDS = {
     "plan": "shoal.cli.plan",
     "train": "shoal.cli.train",
     "embed": "shoal.cli.embed",
+    "report": "shoal.cli.report",
     "demo": "shoal.cli.demo",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))

@@ -17,6 +17,7 @@ from typing import Any
 
 from shoal.cli.engine_options import ENGINE_FLAGS, add_engine_arguments, engine_overrides
 from shoal.cli.link_options import add_link_arguments, link_config_from_args
+from shoal.cli.report import add_report_argument, report_after_run, run_with_report
 from shoal.engines.registry import ENGINES
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
@@ -139,6 +140,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     g.add_argument("--resume", action="store_true", default=None, help="continue from DIR/last.pt")
     g.add_argument("--metrics-file", metavar="FILE", help="append per-epoch JSON lines")
     g.add_argument("--json", metavar="FILE", help="write the run's result as JSON ('-' = stdout)")
+    add_report_argument(g)
     g.add_argument("--no-progress", action="store_true", help="hide progress bars")
     g.add_argument(
         "--scratch-dir",
@@ -307,6 +309,8 @@ def run_train(args: argparse.Namespace) -> int:
             )
         from shoal.engines.launch import run as run_distributed
 
+        if getattr(args, "report", None):
+            return run_with_report(spec_from_args(args, config), args.report)
         return run_distributed(spec_from_args(args, config))
     if not args.graph:
         raise ShoalInputError(
@@ -323,6 +327,8 @@ def run_train(args: argparse.Namespace) -> int:
     )
     print(summary, file=sys.stderr)
     write_json_output(args.json, result)
+    if getattr(args, "report", None):
+        report_after_run(args.report, result, json_path=args.json)
     return 0
 
 
@@ -344,6 +350,8 @@ def _run_link(args: argparse.Namespace, config: TrainConfig) -> int:
           f"best_epoch={result['best_epoch']} seconds_per_epoch={result['seconds_per_epoch']:.3f}",
           file=sys.stderr)  # fmt: skip
     write_json_output(args.json, result)
+    if getattr(args, "report", None):
+        report_after_run(args.report, result, json_path=args.json)
     return 0
 
 

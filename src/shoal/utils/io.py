@@ -36,6 +36,7 @@ __all__ = [
     "release_pages",
     "remove_stale_siblings",
     "scratch_space",
+    "write_bytes_atomic",
     "write_json_atomic",
     "write_json_output",
 ]
@@ -203,6 +204,17 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
         json.dump(obj, f, indent=2, sort_keys=False)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary sibling file and a rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_json_output(path: str | os.PathLike | None, obj: Any) -> None:
