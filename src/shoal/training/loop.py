@@ -189,12 +189,14 @@ class EpochLoop:
             with open(p, "a") as f:
                 f.write(json.dumps(rec) + "\n")
         e = self.state.epoch
+        val = rec.get(f"val_{self.metric}")
         log.log(  # every 10th epoch (and the first and the last) at INFO, the others at DEBUG
             logging.INFO if e == 1 or e % 10 == 0 or stop else logging.DEBUG,
-            "epoch %d loss %.4f val %s %.2fs%s",
+            "epoch %d loss %.4f val %s %s %.2fs%s",
             e,
             rec["loss"],
-            rec.get(f"val_{self.metric}", "-"),
+            self.metric,
+            f"{val:.4f}" if isinstance(val, float) else "-",
             rec["seconds"],
             f" (early stop: {self.state.bad_evals} evaluations without improvement)"
             if stop
