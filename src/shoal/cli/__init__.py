@@ -32,6 +32,7 @@ COMMANDS = {
     "train": "shoal.cli.train",
     "embed": "shoal.cli.embed",
     "report": "shoal.cli.report",
+    "config": "shoal.cli.config",  # config show
     "demo": "shoal.cli.demo",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
@@ -111,6 +112,24 @@ def global_options(argv: Sequence[str]) -> tuple[list[str], str | None]:
     return rest, level
 
 
+def _parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """Parse ``argv`` with the stage's section of ``--config FILE`` as defaults
+    (:mod:`shoal.cli.config`; ``shoal train`` reads its own sections)."""
+    from shoal.cli.config import apply_config_file, take_config
+
+    rest, cfg = take_config(argv)
+    first = next((a for a in rest if not a.startswith("-")), None)
+    if first == "train" and cfg is not None:
+        rest = [*rest, "--config", cfg]
+    parser = build_parser(rest)
+    if cfg is not None and first not in ("train", "config"):
+        apply_config_file(parser, rest, cfg)
+    args = parser.parse_args(rest)
+    if first == "config" and cfg is not None and getattr(args, "config_file", None) is None:
+        args.config_file = cfg
+    return parser, args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -119,8 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShoalInputError as e:
         print(f"shoal: error: {e}", file=sys.stderr)
         return 2
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    try:
+        parser, args = _parse(argv)
+    except ShoalInputError as e:
+        print(f"shoal: error: {e}", file=sys.stderr)
+        return 2
     lvl = getattr(logging, (level or "warning").upper())
     logging.basicConfig(level=lvl, format="%(asctime)s %(name)s %(levelname)s: %(message)s",
                         stream=sys.stderr)  # fmt: skip
