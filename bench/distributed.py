@@ -174,7 +174,11 @@ def single(g: Path, hp: dict, seed: int) -> dict:
 
 
 def engine_run(store: Path, engine: str, nproc: int, hp: dict, seed: int) -> dict:
-    out = DWORK / f"run-{store.name}-{engine}-{nproc}-{seed}.json"
+    """One engine run; ``averaging-pm``: averaging with one model per part (SDT-GNN
+    Sec. III-C/D, ``--part-models``)."""
+    extra = ["--part-models"] if engine == "averaging-pm" else []
+    engine = "averaging" if engine == "averaging-pm" else engine
+    out = DWORK / f"run-{store.name}-{engine}{'-pm' if extra else ''}-{nproc}-{seed}.json"
     sh(
         [
             PY,
@@ -190,6 +194,7 @@ def engine_run(store: Path, engine: str, nproc: int, hp: dict, seed: int) -> dic
             "--json",
             str(out),
             *hp_flags(hp, seed),
+            *extra,
         ]
     )
     d = json.loads(out.read_text())
@@ -222,7 +227,8 @@ def run_accuracy(args: argparse.Namespace) -> None:
                 save_results(res, "accuracy", [name])
         for parts in (int(p) for p in args.parts.split(",")):
             _, s = prepare(name, parts)
-            for engine in ("minibatch", "averaging"):
+            engines = ("minibatch", "averaging") + (("averaging-pm",) if parts > args.nproc else ())
+            for engine in engines:
                 for seed in seeds:
                     key = f"{engine}/p{parts}/seed{seed}"
                     if key not in runs:
@@ -350,6 +356,40 @@ def _ms(xs: list[float]) -> str:
     return f"{m:.3f} ± {s:.3f}"
 
 
+def _part_models_table(acc: dict) -> list[str]:
+    """Averaging with more parts than processes: one model carried through a rank's parts
+    (shoal's default) against one model per part, all averaged (SDT-GNN III-C/D)."""
+    rows = []
+    for name, e in acc.items():
+        runs = e["runs"]
+        for p in (4, 8):
+            pm = [v for k, v in runs.items() if k.startswith(f"averaging-pm/p{p}/")]
+            seeds = {k.rsplit("/", 1)[1] for k in runs if k.startswith(f"averaging-pm/p{p}/")}
+            carried = [v for k, v in runs.items() if k.startswith(f"averaging/p{p}/")
+                       and k.rsplit("/", 1)[1] in seeds]  # fmt: skip
+            if not pm or not carried:
+                continue
+            a = [v["test_accuracy"] for v in carried]
+            b = [v["test_accuracy"] for v in pm]
+            ta = statistics.median(v["seconds_per_epoch"] for v in carried)
+            tb = statistics.median(v["seconds_per_epoch"] for v in pm)
+            rows.append(f"| {name} | {p} | {len(pm)} | {_ms(a)} | {_ms(b)} | "
+                        f"{100 * (statistics.mean(b) - statistics.mean(a)):+.1f} | {ta:.2f} | "
+                        f"{tb:.2f} |")  # fmt: skip
+    if not rows:
+        return []
+    return ["## Averaging with more parts than processes: carried model vs per-part models",
+            "", "2 processes; `averaging` carries one model through its rank's parts in turn "
+            "(the default); `--part-models` trains one model per part and averages all p "
+            "of them each round (SDT-GNN Sec. III-C/D). Same seeds and hyper-parameters on "
+            "both sides (`bench/distributed.py accuracy`); epoch times are medians over seeds "
+            "of accuracy runs made at different times (with evaluation every 5 epochs): a "
+            "rough comparison, not a benchmark.",
+            "", "| dataset | parts | seeds | carried | per-part models | difference (points) "
+            "| carried s/epoch | per-part s/epoch |", "|---|---|---|---|---|---|---|---|",
+            *rows, ""]  # fmt: skip
+
+
 def write_markdown(d: dict) -> None:
     L = ["# Distributed engines: accuracy and speed (issue 6)", ""]
     L.append(
@@ -429,6 +469,7 @@ def write_markdown(d: dict) -> None:
         for name, e in acc.items():
             L.append(f"- {name}: `{json.dumps(e['hparams'])}`")
         L.append("")
+        L += _part_models_table(acc)
     sp = d.get("speed", {})
     if sp:
         L += [

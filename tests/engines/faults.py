@@ -51,7 +51,8 @@ def fail_batch_worker_mid_epoch(engine, ctx) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from shoal.cli.train import add_train_arguments, spec_from_args
+    from shoal.cli.train import spec_from_args
+    from shoal.cli.train_options import add_train_arguments
     from shoal.engines.launch import run
 
     split = argv.index("--")

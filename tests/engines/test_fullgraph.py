@@ -19,7 +19,16 @@ from shoal.training import TrainConfig, model_from_config
 from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
 
-CFG = dict(fanouts=(-1, -1), hidden=8, lr=0.05, dropout=0.0, seed=5, progress=False)
+# features as stored (the reference reads them raw; GCN's paper preset would row-normalise)
+CFG = dict(
+    fanouts=(-1, -1),
+    hidden=8,
+    lr=0.05,
+    dropout=0.0,
+    seed=5,
+    progress=False,
+    normalize_features=False,
+)
 
 
 def _whole_graph(store: str, tc: TrainConfig):

@@ -48,7 +48,7 @@ def tiny(make_graph):
 
 def cfg(**kw):
     base = dict(model="sage", fanouts=(3, 3), batch_size=4, hidden=8, epochs=3, lr=0.01,
-                threads=1, progress=False)  # fmt: skip
+                threads=1, progress=False, eval_every=1)  # fmt: skip
     base.update(kw)
     return TrainConfig(**base)
 

@@ -36,6 +36,7 @@ from shoal.sample.budget import BudgetPlan, batch_window, plan_budget
 from shoal.sample.diskio import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
+from shoal.training.loop import eval_work_ratio
 from shoal.utils.memory import return_freed_memory
 
 __all__ = ["ENGINE_RESERVE", "Engine", "EngineConfig"]
@@ -304,6 +305,14 @@ class Engine(ABC):
         if not isinstance(self.model, BlockGNN):
             raise ShoalInputError(f"the {self.name} engine {why} and needs a shoal BlockGNN model",
                                   fix="use one of shoal's models (--model), or another engine")  # fmt: skip
+
+    def eval_work_ratio(self) -> float:
+        """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``;
+        from global sizes: every rank gets the same); an engine training otherwise than by
+        sampled mini-batches of training nodes overrides it."""
+        return eval_work_ratio(num_nodes=self.store.num_nodes, num_edges=self.store.num_edges,
+                               num_seeds=int(self.tables.train.sum()),
+                               fanouts=self.train_config.fanouts)  # fmt: skip
 
     def settings(self) -> dict[str, Any]:
         """Engine settings recorded in the result besides the TrainConfig (override)."""

@@ -51,6 +51,7 @@ from shoal.training.embedding import load_tables, save_tables
 from shoal.training.inference import BLOCKED_BUDGET, Scratch
 from shoal.training.linkbatches import draw_negatives
 from shoal.training.linktrainer import LinkConfig
+from shoal.training.loop import eval_work_ratio
 from shoal.utils.progress import progress
 
 __all__ = ["LinkMinibatchEngine"]
@@ -81,9 +82,12 @@ class LinkMinibatchEngine(Engine):
         self.positives = RankPositives(self.parts, directed=bool(store.meta["directed"]),
                                        rank=ctx.rank)  # fmt: skip
         most = torch.tensor([self.positives.count], dtype=torch.int64)
+        total = most.clone()
         if ctx.world_size > 1:
             dist.all_reduce(most, op=dist.ReduceOp.MAX)
+            dist.all_reduce(total)
         self.num_batches = max(1, math.ceil(int(most) / cfg.batch_size))
+        self.total_positives = int(total)
         self.sampler = DistNeighborSampler(
             parts=self.parts, part_offsets=store.part_offsets, part_to_rank=self.part_to_rank,
             rank=ctx.rank, world_size=ctx.world_size, fanouts=cfg.fanouts,
@@ -262,6 +266,12 @@ class LinkMinibatchEngine(Engine):
             root = Path(self.train_config.checkpoint_dir) / "embedding"
             for i, tables in self.embedding.state_tables().items():
                 load_tables(tables, root / f"part_{i}")
+
+    def eval_work_ratio(self) -> float:
+        """As the base's, with an epoch's seeds = every positive's ends and negatives."""
+        return eval_work_ratio(num_nodes=self.store.num_nodes, num_edges=self.store.num_edges,
+                               num_seeds=self.total_positives * (2 + self.link.num_neg),
+                               fanouts=self.train_config.fanouts)  # fmt: skip
 
     def settings(self) -> dict[str, Any]:
         return {"task": "link", **{f"link_{k}": v for k, v in vars(self.link).items()}}

@@ -15,9 +15,10 @@ from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
 from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
+from shoal.training.presets import PRESETS, preset_defaults
 from shoal.utils.io import parse_size
 
-__all__ = ["DEP_MODES", "TrainConfig"]
+__all__ = ["DEP_MODES", "PRESETS", "TrainConfig", "preset_defaults"]
 
 #: how the fullgraph engine handles remote dependencies (``TrainConfig.deps``)
 DEP_MODES = ("hybrid", "comm", "cache")
@@ -34,25 +35,40 @@ class TrainConfig:
             ``model(x, edge_index)`` (PyG) is adapted to blocks (default None).
         task: ``"node"`` (node classification, default) or ``"link"`` (link prediction on a
             graph split by ``shoal data split-edges``; its options: ``LinkConfig``).
+        preset: where the hyper-parameters left unset (``None``: ``fanouts``, ``hidden``,
+            ``heads``, ``epochs``, ``lr``, ``dropout``, ``weight_decay``,
+            ``normalize_features``) come from: ``"paper"`` (default): the model's paper
+            (GCN: hidden 64, dropout 0.5, lr 0.01, L2 5e-4, 200 epochs, row-normalised
+            features; GAT: 8 heads x 8, dropout 0.6, lr 0.005, L2 5e-4; SAGE: hidden 256,
+            lr 0.01, 10 epochs; GIN: hidden 64, lr 0.01; SGC: lr 0.2, 100 epochs), 2 layers
+            sampled (25, 10) as GraphSAGE's paper; ``"large"``: for large graphs, every model
+            with 3 sampled hops (15, 10, 5), hidden 256, lr 0.003, dropout 0.5, 20 epochs
+            (:func:`preset_defaults`; the resolved values are what the run records).
         fanouts: neighbours sampled per hop, hop 1 first (PyG's ``num_neighbors`` order);
-            -1 = all; its length is the number of layers (default ``(15, 10, 5)``).
+            -1 = all; its length is the number of layers (default: the preset's).
             DGL's ``NeighborSampler`` and the papers list the input layer first: DGL's
             ``[5, 10, 15]`` is shoal's ``(15, 10, 5)``.
         fanouts_order: how ``fanouts`` is written: ``"hop-first"`` (default) or
             ``"input-first"`` (DGL's order, for ported scripts); an input-first list is
             reversed on construction, after which the config holds ``"hop-first"``.
         batch_size: training seeds per mini-batch (default 1024).
-        hidden: hidden width (default 256).
-        heads: attention heads of GAT's hidden layers (default 8).
-        epochs: maximum number of epochs (default 20).
-        lr: Adam learning rate (default 0.003).
-        dropout: dropout probability on every layer's input (default 0.5).
-        weight_decay: Adam L2 penalty (default 0.0).
+        hidden: hidden width (default: the preset's).
+        heads: attention heads of GAT's hidden layers (default: the preset's, 8).
+        epochs: maximum number of epochs (default: the preset's).
+        lr: Adam learning rate (default: the preset's).
+        dropout: dropout probability on every layer's input (default: the preset's).
+        weight_decay: Adam L2 penalty (default: the preset's).
         normalize_features: divide each feature row by its sum when it is read, as Kipf &
-            Welling do for bag-of-words features (default false).
+            Welling do for bag-of-words features (default: the preset's).
         patience: stop after this many evaluations without a better validation accuracy;
             0 disables early stopping (default 0).
-        eval_every: evaluate on the validation set every this many epochs (default 1).
+        eval_every: evaluate on the validation set every this many epochs, or ``"auto"``
+            (default): every ``k = ceil(4 r)`` epochs, ``r`` the work of one exact evaluation
+            over one epoch's estimated from the graph's sizes and the fanouts
+            (:func:`~shoal.training.loop.eval_work_ratio`), so evaluation takes about a fifth
+            of the run or less; deterministic (the same epochs in every run with the same
+            data and options); the last epoch is always evaluated; ``k`` is recorded
+            (``eval_every_chosen``).
         eval_test: also measure the test accuracy at every evaluation, recorded in the epoch's
             record (``test_accuracy``) to follow convergence, as DistGNN-MB's "epochs to
             reach the target" does; the best-validation weights are still chosen on
@@ -143,22 +159,23 @@ class TrainConfig:
     model: str = "sage"
     model_factory: str | None = None
     task: str = "node"
-    fanouts: tuple[int, ...] = (15, 10, 5)
+    preset: str = "paper"
+    fanouts: tuple[int, ...] | None = None
     fanouts_order: str = "hop-first"
     batch_size: int = 1024
-    hidden: int = 256
-    epochs: int = 20
-    lr: float = 0.003
-    dropout: float = 0.5
-    weight_decay: float = 0.0
+    hidden: int | None = None
+    epochs: int | None = None
+    lr: float | None = None
+    dropout: float | None = None
+    weight_decay: float | None = None
     patience: int = 0
-    eval_every: int = 1
+    eval_every: int | str = "auto"
     eval_test: bool = False
     eval_batch_size: int = 1024
     seed: int = 0
     threads: int | None = None
-    normalize_features: bool = False
-    heads: int = 8
+    normalize_features: bool | None = None
+    heads: int | None = None
     checkpoint_dir: str | None = None
     resume: bool = False
     metrics_file: str | None = None
@@ -193,6 +210,11 @@ class TrainConfig:
     structure: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(
+                f"unknown model {self.model!r}; valid names: {', '.join(sorted(MODELS))}"
+            )
+        self._resolve_preset()
         self.fanouts = parse_fanouts(self.fanouts)
         if self.fanouts_order not in ("hop-first", "input-first"):
             raise ValueError(
@@ -202,15 +224,10 @@ class TrainConfig:
             self.fanouts, self.fanouts_order = tuple(reversed(self.fanouts)), "hop-first"
         if self.task not in ("node", "link"):
             raise ValueError(f"task must be 'node' or 'link', got {self.task!r}")
-        if self.model not in MODELS:
-            raise ValueError(
-                f"unknown model {self.model!r}; valid names: {', '.join(sorted(MODELS))}"
-            )
         for name in (
             "batch_size",
             "hidden",
             "epochs",
-            "eval_every",
             "eval_batch_size",
             "heads",
             "nproc",
@@ -223,6 +240,8 @@ class TrainConfig:
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_every != "auto" and self.eval_every < 1:
+            raise ValueError(f"eval_every must be >= 1 or 'auto', got {self.eval_every}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if not 0.0 <= self.dropout < 1.0:
@@ -265,6 +284,18 @@ class TrainConfig:
         _check_cache(self.disagg_cache)
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+
+    def _resolve_preset(self) -> None:
+        """Fill the hyper-parameters left ``None`` from the preset; parse ``eval_every``."""
+        for name, value in preset_defaults(self.model, self.preset).items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        if self.eval_every != "auto":
+            try:
+                self.eval_every = int(self.eval_every)
+            except (TypeError, ValueError):
+                raise ValueError(f"eval_every must be a number of epochs or 'auto', got "
+                                 f"{self.eval_every!r}") from None  # fmt: skip
 
     @property
     def num_layers(self) -> int:

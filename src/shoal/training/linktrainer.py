@@ -40,7 +40,7 @@ from shoal.training.embedding import (
 from shoal.training.inference import layerwise_inference
 from shoal.training.linkbatches import NEGATIVE_SAMPLERS, LinkBatchLoader
 from shoal.training.linkmetrics import mrr_hits
-from shoal.training.loop import EpochLoop
+from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
 from shoal.training.result import RunResult
 from shoal.utils.threads import set_threads
@@ -313,6 +313,14 @@ class LinkTrainer:
         torch.set_rng_state(state["torch_rng"])
         if state.get("embedding_snapshot") and self.embedding_opt is not None:
             load_tables(self.embedding_opt.tables(), Path(self.config.checkpoint_dir) / "embedding")
+
+    def eval_work_ratio(self) -> float:
+        """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``): an
+        epoch's seeds are every positive's two ends and its negatives."""
+        pos = len(self.data.edges) // (1 if self.data.directed else 2)
+        return eval_work_ratio(num_nodes=self.data.num_nodes, num_edges=len(self.data.edges),
+                               num_seeds=pos * (2 + self.link.num_neg),
+                               fanouts=self.config.fanouts)  # fmt: skip
 
     def fit(self) -> RunResult:
         settings = {"task": "link", **{f"link_{k}": v for k, v in vars(self.link).items()}}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from shoal.training.config import TrainConfig
 from shoal.training.result import RunResult
 from shoal.utils.memory import peak_rss_bytes
 
-__all__ = ["EpochLoop", "Group", "LocalGroup", "LoopState", "Trainable"]
+__all__ = ["EpochLoop", "Group", "LocalGroup", "LoopState", "Trainable", "eval_work_ratio"]
 
 log = logging.getLogger("shoal.training")
 
@@ -56,6 +57,23 @@ class Trainable(Protocol):
     def state(self) -> dict[str, Any]: ...
 
     def load_state(self, state: dict[str, Any]) -> None: ...
+
+
+def eval_work_ratio(
+    *, num_nodes: int, num_edges: int, num_seeds: int, fanouts: tuple[int, ...]
+) -> float:
+    """Estimated work of one exact layer-wise evaluation over one epoch of sampled training:
+    an evaluation aggregates every edge and transforms every node once per layer, ``L (E +
+    N)``; an epoch samples, per seed, ``sum_h prod_{i<=h} min(f_i, d)`` edges (``d = E / N``
+    the mean in-degree, ``f = -1``: all) and runs them forward and backward (about 3 times a
+    forward pass)."""
+    d = num_edges / max(num_nodes, 1)
+    per_seed, width = 0.0, 1.0
+    for f in fanouts:
+        width *= d if f < 0 else min(f, d)
+        per_seed += width
+    train = 3.0 * max(num_seeds, 1) * max(per_seed, 1.0)
+    return len(fanouts) * (num_edges + num_nodes) / train
 
 
 class Group(Protocol):
@@ -88,6 +106,7 @@ class LoopState:
     bad_evals: int = 0
     best_model: dict[str, torch.Tensor] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    eval_every: int = 0  # the cadence in use (0: not chosen yet)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -101,6 +120,7 @@ class LoopState:
         self.bad_evals = int(state["bad_evals"])
         self.best_model = state.get("best_model")
         self.history = list(state.get("history") or [])
+        self.eval_every = int(state.get("eval_every") or 0)
 
 
 class EpochLoop:
@@ -203,6 +223,27 @@ class EpochLoop:
             else "",
         )
 
+    def _due(self, epoch: int) -> bool:
+        """Whether ``epoch`` (counted from 1) is evaluated: every ``eval_every`` epochs (the
+        cadence chosen under "auto") and the last one."""
+        k = self.state.eval_every or 1
+        return epoch % k == 0 or epoch == self.config.epochs
+
+    def _cadence(self) -> int:
+        """``eval_every``, or under "auto" ``ceil(4 r)`` with ``r`` the target's estimated
+        work of one exact evaluation over one epoch's (``target.eval_work_ratio()``, from the
+        graph's sizes: the same on every rank and in every run with the same data), so that
+        evaluation takes about a fifth of the run or less."""
+        cfg = self.config
+        if cfg.eval_every != "auto":
+            return int(cfg.eval_every)
+        ratio = getattr(self.target, "eval_work_ratio", None)
+        k = max(1, math.ceil(4.0 * ratio())) if ratio is not None else 1
+        if self.is_rank0:
+            log.info("evaluating every %d epoch(s) (--eval-every auto: an exact evaluation is "
+                     "estimated at %.2f epochs of training work)", k, ratio() if ratio else 0.0)  # fmt: skip
+        return k
+
     def _checkpointer(self) -> Checkpointer | None:
         cfg = self.config
         if not cfg.checkpoint_dir:
@@ -221,15 +262,15 @@ class EpochLoop:
         ckpt = self._checkpointer()
         if ckpt is not None and cfg.resume:
             self._resume(ckpt)
+        if not st.eval_every:  # a resumed run keeps its cadence
+            st.eval_every = self._cadence()
         stop = cfg.patience > 0 and st.bad_evals >= cfg.patience
         while st.epoch < cfg.epochs and not stop:
             done = st.epoch + 1
             rec = {"epoch": done, **self.target.train_epoch(st.epoch)}
             st.epoch = done
             improved = False
-            if (st.epoch % cfg.eval_every == 0 or st.epoch == cfg.epochs) and rec.get(
-                "evaluable", True
-            ):
+            if self._due(st.epoch) and rec.get("evaluable", True):
                 improved = self._evaluate_val(rec)
             st.history.append(rec)
             stop = cfg.patience > 0 and st.bad_evals >= cfg.patience
@@ -271,7 +312,11 @@ class EpochLoop:
             eval_seconds=self.eval_seconds,
             num_parameters=sum(p.numel() for p in model.parameters()),
             peak_rss_bytes=int(rss.item()),
-            config={**self.config.to_dict(), **self.settings},
+            config={
+                **self.config.to_dict(),
+                **self.settings,
+                "eval_every_chosen": st.eval_every,
+            },  # fmt: skip
             history=hist,
             metric=self.metric,
             metrics={k: v for k, v in final.items() if k not in ("val", "test")},

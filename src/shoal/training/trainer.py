@@ -19,7 +19,7 @@ from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.inference import evaluate
-from shoal.training.loop import EpochLoop
+from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
 from shoal.training.result import RunResult
 from shoal.utils.progress import progress
@@ -206,6 +206,12 @@ class Trainer:
         )
 
     # ---------------------------------------------------------------- run
+    def eval_work_ratio(self) -> float:
+        """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``)."""
+        return eval_work_ratio(num_nodes=self.data.num_nodes,
+                               num_edges=int(self.data.indptr[-1]),
+                               num_seeds=len(self.data.train_idx), fanouts=self.config.fanouts)  # fmt: skip
+
     def fit(self) -> RunResult:
         """Train until ``epochs`` or early stopping; test the best-validation model."""
         pf = self.loader.prefetcher

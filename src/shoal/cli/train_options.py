@@ -1,0 +1,307 @@
+"""The flags of ``shoal train`` (:func:`add_train_arguments`) and the
+:class:`~shoal.training.TrainConfig` they fill (:func:`config_from_args`): groups input, model,
+optimisation, run, output, memory and distributed; every flag defaults to None so that a
+``--config`` TOML file can fill it, and flags given win."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from shoal.cli.engine_options import ENGINE_FLAGS, add_engine_arguments, engine_overrides
+from shoal.cli.link_options import add_link_arguments
+from shoal.cli.report import add_report_argument
+from shoal.engines.registry import ENGINES
+from shoal.nn import MODELS
+from shoal.sample.budget import STRUCTURE_MODES
+from shoal.sample.sampler import parse_fanouts
+from shoal.training import TrainConfig
+from shoal.training.config import PRESETS
+
+__all__ = ["CONFIG_FLAGS", "add_train_arguments", "config_from_args"]
+
+#: Flag destinations that map one-to-one onto TrainConfig fields.
+CONFIG_FLAGS = (
+    "model",
+    "model_factory",
+    "task",
+    "preset",
+    "fanouts",
+    "fanouts_order",
+    "batch_size",
+    "hidden",
+    "epochs",
+    "lr",
+    "dropout",
+    "weight_decay",
+    "patience",
+    "eval_every",
+    "eval_test",
+    "eval_batch_size",
+    "seed",
+    "threads",
+    "normalize_features",
+    "heads",
+    "checkpoint_dir",
+    "resume",
+    "metrics_file",
+    "scratch_dir",
+    "engine",
+    "nproc",
+    "plan",
+    "dist_timeout",
+    "max_restarts",
+    "average_every",
+    "part_models",
+    "memory",
+    "io_threads",
+    "structure",
+    *ENGINE_FLAGS,
+)
+
+
+def _fanouts(value: str) -> tuple[int, ...]:
+    try:
+        return parse_fanouts(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _eval_every(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of epochs or auto, got {text!r}"
+        ) from None
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """Add the trainer's flags (defaults None so a --config file can fill them)."""
+    d = TrainConfig()
+    titles = {"input": "input", "model": "model", "link": "link prediction (--task link)",
+              "optimisation": "optimisation", "run": "run",
+              "output": "output", "memory": "memory (out-of-core)",
+              "distributed": "distributed (with --store)"}  # fmt: skip
+    groups = {k: p.add_argument_group(t) for k, t in titles.items()}
+    g = groups["input"]
+    g.add_argument("--graph", metavar="DIR", help="graph directory with features, labels, splits")
+    g.add_argument(
+        "--store",
+        metavar="STORE",
+        help="partitioned store (`shoal store build`) to train on with a distributed engine",
+    )
+    g.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        help="TrainConfig options (top level or [train]); flags override it",
+    )
+    _add_model_arguments(groups["model"], d)
+    g = groups["optimisation"]
+    g.add_argument("--epochs", type=int, help="maximum epochs (default: the preset's)")
+    g.add_argument("--batch-size", type=int, help=f"seeds per batch (default {d.batch_size})")
+    g.add_argument("--lr", type=float, help="Adam learning rate (default: the preset's)")
+    g.add_argument("--dropout", type=float, help="dropout (default: the preset's)")
+    g.add_argument("--weight-decay", type=float, help="L2 penalty (default: the preset's)")
+    g.add_argument(
+        "--patience",
+        type=int,
+        help="early stopping after N evaluations without a better "
+        "validation accuracy; 0 = off (default 0)",
+    )
+    add_link_arguments(groups["link"])
+    _add_run_arguments(groups["run"], d)
+    g = groups["output"]
+    g.add_argument("--checkpoint-dir", metavar="DIR", help="write last.pt / best.pt there")
+    g.add_argument("--resume", action="store_true", default=None, help="continue from DIR/last.pt")
+    g.add_argument("--metrics-file", metavar="FILE", help="append per-epoch JSON lines")
+    g.add_argument("--json", metavar="FILE", help="write the run's result as JSON ('-' = stdout)")
+    add_report_argument(g)
+    g.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    g.add_argument(
+        "--scratch-dir",
+        metavar="DIR",
+        help="where large temporary files go (inference arrays); default: beside the graph "
+        "directory or the store, never the system temp dir (often RAM-backed)",
+    )
+    _add_memory_arguments(groups["memory"], d)
+    _add_distributed_arguments(groups["distributed"], d)
+    add_engine_arguments(groups["distributed"], d)
+    return groups
+
+
+def _add_model_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
+    g.add_argument(
+        "--model", choices=sorted(MODELS), default=None, help=f"model (default {d.model})"
+    )
+    _add_factory_argument(g)
+    g.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        help="where the model's unset hyper-parameters come from: paper = the model's paper "
+        "(GCN: hidden 64, dropout 0.5, lr 0.01, L2 5e-4, 200 epochs; GAT: 8 heads x 8, "
+        "dropout 0.6, lr 0.005; SAGE: hidden 256, lr 0.01, 10 epochs; 2 layers sampled 25,10), "
+        "large = large graphs (3 hops 15,10,5, hidden 256, lr 0.003, 20 epochs) (default "
+        f"{d.preset}; the values chosen are printed at the start)",
+    )
+    g.add_argument("--hidden", type=int, help="hidden width (default: the preset's)")
+    g.add_argument(
+        "--fanouts",
+        type=_fanouts,
+        help="neighbours per hop, hop 1 first (PyG's num_neighbors order; DGL's NeighborSampler "
+        "lists the input layer first: DGL [5, 10, 15] is --fanouts 15,10,5); all (or -1, "
+        "written --fanouts=-1,-1) takes every neighbour; the count is the number of layers "
+        "(default: the preset's)",
+    )
+    g.add_argument(
+        "--fanouts-order",
+        choices=["hop-first", "input-first"],
+        help="how --fanouts is written: hop-first (default) or input-first (DGL's order, for "
+        "ported scripts: --fanouts 5,10,15 --fanouts-order input-first = --fanouts 15,10,5)",
+    )
+    g.add_argument("--heads", type=int, help="GAT attention heads (default: the preset's, 8)")
+    g.add_argument(
+        "--normalize-features",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="row-normalise features when gathered (Planetoid bag-of-words; default: the "
+        "preset's: on for GCN, GAT and SGC papers)",
+    )
+
+
+def _add_factory_argument(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
+        "--model-factory",
+        metavar="MODULE:FUNCTION",
+        help="build the model with your own function (keywords in_dim, hidden, out_dim, "
+        "num_layers, dropout), e.g. a torch_geometric.nn.models.GraphSAGE called as "
+        "model(x, edge_index); replaces --model (engines hec and fullgraph need shoal's models)",
+    )
+
+
+def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
+    g.add_argument("--seed", type=int, help=f"random seed (default {d.seed})")
+    g.add_argument("--threads", type=int, help="torch/numba threads (default: all)")
+    g.add_argument(
+        "--eval-every",
+        type=_eval_every,
+        help="evaluate every N epochs, or auto: every k epochs, k estimated from the graph's "
+        "sizes so that exact evaluation takes about a fifth of the run or less (the same in "
+        f"every run; the last epoch is always evaluated; default {d.eval_every})",
+    )
+    g.add_argument(
+        "--eval-test",
+        action="store_true",
+        default=None,
+        help="also record the test accuracy at every evaluation (to follow convergence; the "
+        "best weights are still chosen on validation)",
+    )
+    g.add_argument(
+        "--eval-batch-size",
+        type=int,
+        help=f"nodes per inference batch (default {d.eval_batch_size})",
+    )
+
+
+def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
+    g.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="memory one training process may use in all, page cache included (e.g. 4GiB): "
+        "the graph structure is held in memory when it fits, feature rows are read ahead in "
+        "windows with direct I/O and the rows of high-degree nodes are cached within it "
+        "(default: 90%% of the process's memory cgroup limit or of the memory available at "
+        "the start, whichever is lower, shared by the processes of one machine)",
+    )
+    g.add_argument(
+        "--io-threads",
+        type=int,
+        metavar="N",
+        help=f"concurrent feature read requests (default {d.io_threads})",
+    )
+    g.add_argument(
+        "--structure",
+        choices=STRUCTURE_MODES,
+        help="where the graph's CSR lives while training: auto = in memory when it fits half "
+        "of the budget left after the reserve, else on disk (its row index in memory, sampled "
+        "neighbour entries read with planned direct reads, no page cache); memory / disk force "
+        f"it (default {d.structure}; single-process trainer and averaging engine)",
+    )
+
+
+def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
+    g.add_argument(
+        "--engine",
+        choices=sorted(ENGINES),
+        help="minibatch: sync SGD with remote sampling and feature pulls (DistDGL); averaging: "
+        "local training on parts + weighted model averaging every k epochs, needs a store "
+        "built with --halo-features (SDT-GNN); hec: local sampling, halo embeddings from "
+        "caches filled by the owners' delayed pushes (DistGNN-MB); fullgraph: full-graph "
+        "training, remote dependencies communicated or recomputed (NeutronStar); disagg: "
+        "batch workers sample and load rows for compute workers that cache them (Armada) "
+        f"(default {d.engine})",
+    )
+    g.add_argument(
+        "--nproc",
+        type=int,
+        help="processes to start on this machine through torch.distributed.run (default 1); "
+        "ignored under torchrun, which sets the world itself",
+    )
+    g.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="plan JSON from `shoal plan` (default: part j -> rank j mod N)",
+    )
+    g.add_argument(
+        "--average-every",
+        type=int,
+        metavar="K",
+        help=f"averaging engine: average the models every K epochs (default {d.average_every})",
+    )
+    g.add_argument(
+        "--part-models",
+        action="store_true",
+        default=None,
+        help="averaging engine, more parts than processes: train one model per part and "
+        "average all of them each round (SDT-GNN); default: one model per rank carried "
+        "through its parts in turn",
+    )
+    g.add_argument(
+        "--local-optimizer-state",
+        action="store_true",
+        default=None,
+        help="averaging engine: keep each rank's own Adam moments instead of averaging them "
+        "with the weights (default: averaged)",
+    )
+    g.add_argument(
+        "--dist-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="timeout of every collective; a stuck peer fails the run after this "
+        f"(default {d.dist_timeout:g})",
+    )
+    g.add_argument(
+        "--max-restarts",
+        type=int,
+        metavar="N",
+        help="with --nproc: restart all workers up to N times after a failure (torchrun's "
+        "--max-restarts); add --checkpoint-dir DIR --resume so a restarted run continues "
+        "from the last completed epoch instead of epoch 1 (default 0)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """TOML file (if ``--config``) overridden by the flags that were given."""
+    given: dict[str, Any] = {
+        k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None
+    }
+    if getattr(args, "no_progress", False):
+        given["progress"] = False
+    if getattr(args, "local_optimizer_state", None):
+        given["average_optimizer"] = False
+    given.update(engine_overrides(args))
+    if getattr(args, "config", None):
+        return TrainConfig.from_toml(args.config, **given)
+    return TrainConfig.from_dict(given, origin="command line")
