@@ -48,7 +48,7 @@ PY = sys.executable
 GRAPHS = ("cora", "coauthor_physics", "facebook_pagepage")
 KINDS = ("adamic-adar", "features", "embeddings", "features-2p", "embeddings-2p")
 HP = dict(model="sage", fanouts="10,5", hidden=64, batch_size=512, lr=0.005, dropout=0.0,
-          eval_negatives=100, num_neg=1)  # fmt: skip
+          eval_negatives=100, num_neg=1, eval_every=2)  # fmt: skip
 
 
 def load() -> dict:
@@ -101,7 +101,8 @@ def train(split: Path, seed: int, epochs: int, embedding: bool, nproc: int = 1) 
                "--model", HP["model"], f"--fanouts={HP['fanouts']}", "--hidden", str(HP["hidden"]),
                "--batch-size", str(HP["batch_size"] // nproc), "--lr", str(HP["lr"]), "--dropout",
                str(HP["dropout"]), "--epochs", str(epochs), "--seed", str(seed), "--num-neg",
-               str(HP["num_neg"]), "--eval-negatives", str(HP["eval_negatives"]), "--threads",
+               str(HP["num_neg"]), "--eval-negatives", str(HP["eval_negatives"]), "--eval-every",
+               str(HP["eval_every"]), "--threads",
                "1", "--no-progress", "--json", str(out), *(emb if embedding else [])])  # fmt: skip
     d = json.loads(out.read_text())
     return {"test_mrr": d["test_mrr"], "val_mrr": d["val_mrr"], "test_hits@50": d["test_hits@50"],
