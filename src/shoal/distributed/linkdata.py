@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
@@ -186,7 +185,3 @@ class DistEmbedding:
     def state_tables(self) -> dict[int, dict[str, np.ndarray]]:
         """Part -> the table and its optimizer's state arrays (for checkpoints)."""
         return {i: opt.tables() for i, opt in self.optimizers.items()}
-
-    def barrier(self) -> None:
-        if self.world_size > 1:
-            dist.barrier()
