@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from shoal.training import TrainConfig
 from shoal.training.config import PRESETS, preset_defaults
 from shoal.training.loop import EpochLoop, LoopState, eval_work_ratio
+from shoal.training.presets import AUTO_NORMALIZE_MAX_NNZ, auto_normalize, resolve_for_data
 
 
 def test_paper_preset_gives_each_model_its_papers_settings():
     gcn = TrainConfig(model="gcn")
     assert (gcn.num_layers, gcn.hidden, gcn.dropout, gcn.lr, gcn.weight_decay, gcn.epochs) == (
         2, 64, 0.5, 0.01, 5e-4, 200)  # fmt: skip
-    assert gcn.normalize_features and gcn.fanouts == (25, 10) and gcn.preset == "paper"
+    assert gcn.normalize_features == "auto" and gcn.fanouts == (25, 10) and gcn.preset == "paper"
     gat = TrainConfig(model="gat")
     assert (gat.hidden, gat.heads, gat.dropout, gat.lr) == (64, 8, 0.6, 0.005)
     sage = TrainConfig()
@@ -34,6 +36,50 @@ def test_large_preset_and_explicit_values_win():
     for model in ("gcn", "gat", "sage", "gin", "sgc"):
         for preset in PRESETS:
             TrainConfig(model=model, **preset_defaults(model, preset))  # all valid
+
+
+def _bag_of_words(rows: int, nnz: int, width: int = 200) -> np.ndarray:
+    x = np.zeros((rows, width), np.float32)
+    for i in range(rows):
+        x[i, (np.arange(nnz) * 7 + i) % width] = 1.0
+    return x
+
+
+def test_auto_normalisation_row_normalises_sparse_bag_of_words_only():
+    k = AUTO_NORMALIZE_MAX_NNZ
+    assert auto_normalize(_bag_of_words(10, 3)) and auto_normalize(_bag_of_words(10, k))
+    assert not auto_normalize(_bag_of_words(10, k + 1))  # dense rows: as stored
+    signed = _bag_of_words(10, 3)
+    signed[4, 0] = -0.5
+    assert not auto_normalize(signed) and not auto_normalize(np.zeros((0, 5)))
+    gcn = TrainConfig(model="gcn")
+    sparse = resolve_for_data(gcn, train_nodes=10, features=_bag_of_words(5000, 5))
+    dense = resolve_for_data(gcn, train_nodes=10, features=_bag_of_words(5000, 150))
+    none = resolve_for_data(gcn, train_nodes=10, features=None)  # learned embeddings only
+    assert (sparse.normalize_features, dense.normalize_features, none.normalize_features) == (
+        True, False, False)  # fmt: skip
+    mine = TrainConfig(model="gcn", normalize_features=False)  # given: never changed
+    assert resolve_for_data(mine, train_nodes=10, features=_bag_of_words(9, 2)) is mine
+    with pytest.raises(ValueError, match="normalize_features"):
+        TrainConfig(normalize_features="sometimes")
+
+
+def test_min_steps_grow_the_epochs_of_small_training_sets_only():
+    sage = TrainConfig(batch_size=100)  # the paper preset: 10 epochs, at least 200 steps
+    assert (sage.epochs, sage.min_steps) == (10, 200)
+    assert resolve_for_data(sage, train_nodes=160).epochs == 100  # 2 steps per epoch
+    assert resolve_for_data(sage, train_nodes=1).epochs == 200
+    assert resolve_for_data(sage, train_nodes=2000, ranks=2).epochs == 20  # 10 steps
+    big = resolve_for_data(sage, train_nodes=100_000)
+    assert big is sage and big.epochs == 10  # 1000 steps an epoch: the paper's 10
+    mine = TrainConfig(epochs=5)  # epochs given: exactly those
+    assert mine.min_steps == 0 and resolve_for_data(mine, train_nodes=1).epochs == 5
+    both = TrainConfig(epochs=5, min_steps=30, batch_size=10)
+    assert resolve_for_data(both, train_nodes=20).epochs == 15
+    assert TrainConfig(model="gcn").min_steps == 0
+    assert TrainConfig(preset="large").min_steps == 0
+    with pytest.raises(ValueError, match="min_steps"):
+        TrainConfig(min_steps=-1)
 
 
 def test_resolved_values_round_trip():

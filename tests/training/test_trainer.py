@@ -294,3 +294,19 @@ def test_eval_test_records_the_test_accuracy_of_every_evaluation(tiny):
     plain = Trainer(cfg(epochs=6, eval_every=2, lr=0.05), tiny).fit()
     assert not any("test_accuracy" in h for h in plain.history)
     assert plain.test_accuracy == pytest.approx(r.test_accuracy)  # nothing else changes
+
+
+def test_trainer_records_the_data_dependent_defaults(tiny):
+    """``normalize_features="auto"`` and ``min_steps`` are decided from the data at the start
+    and the run records the decision (tiny's features are signed: kept as stored)."""
+    c = TrainConfig(model="gcn", fanouts=(3, 3), hidden=8, batch_size=4, threads=1,
+                    progress=False, epochs=2)  # fmt: skip
+    assert c.normalize_features == "auto"
+    t = Trainer(c, tiny)
+    assert t.config.normalize_features is False and t.config.epochs == 2
+    sage = TrainConfig(fanouts=(3, 3), hidden=8, batch_size=4, threads=1, progress=False,
+                       min_steps=6, eval_every=5)  # fmt: skip
+    r = Trainer(sage, tiny).fit()  # 6 training nodes: 2 steps an epoch, 10 epochs = 20 steps
+    assert r.config["epochs"] == 10 and r.epochs == 10
+    short = Trainer(TrainConfig(**{**sage.to_dict(), "min_steps": 40}), tiny)
+    assert short.config.epochs == 20

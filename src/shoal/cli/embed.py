@@ -53,6 +53,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     from shoal.training.inference import layerwise_inference
     from shoal.training.linktrainer import LinkData
     from shoal.training.model import model_from_config
+    from shoal.training.presets import resolve_for_data
 
     cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
     cfg = TrainConfig.from_dict({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
@@ -69,6 +70,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     if data.features is None or data.features.shape[0] != g.num_nodes:
         raise ShoalInputError("no input rows for every node", path=args.input or g.path,
                               fix="pass --input TABLE.npy (N rows), e.g. a learned embedding table")  # fmt: skip
+    cfg = resolve_for_data(cfg, train_nodes=0, features=data.features)
     out_dim = cfg.hidden if cfg.task == "link" else (g.num_classes or 1)
     model = model_from_config(cfg, in_dim=data.features.shape[1], out_dim=out_dim)
     model.load_state_dict(weights)

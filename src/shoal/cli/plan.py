@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from shoal.cli._common import human, parse_size_arg, write_json
+from shoal.errors import ShoalInputError
 
 __all__ = ["register"]
 
@@ -21,6 +23,9 @@ def _plan(args: argparse.Namespace) -> int:
     )
     plan = make_plan(cfg, store=args.store, graph=args.graph)
     d = plan.to_dict()
+    auto = _engine_plan(args) if args.store and not args.no_engine else None
+    if auto is not None:
+        d["engine"] = auto.to_dict()
     if args.json == "-":
         print(json.dumps(d, indent=2))
     else:
@@ -33,12 +38,41 @@ def _plan(args: argparse.Namespace) -> int:
             print(f"  worker {w}: parts {parts}")
         for note in plan.notes:
             print(f"  note: {note}")
+        if auto is not None:
+            print(
+                f"engine: {auto.engine} (estimated training epoch on this machine's probed "
+                f"costs, network {auto.costs['network']}):"
+            )
+            for line in auto.reasons():
+                print(f"  {line}")
         if not plan.fits:
             print("  WARNING: the largest part does not fit the budget", file=sys.stderr)
     write_json(args.out, d)
     if args.json != "-":
         write_json(args.json, d)
     return 0 if plan.fits else 3
+
+
+def _engine_plan(args: argparse.Namespace):
+    """The automatic engine choice for the store (:mod:`shoal.engines.autoplan`), probed with
+    the workers' share of this machine's cores."""
+    from shoal.engines.autoplan import AUTO_CANDIDATES, plan_engine
+    from shoal.store import Store
+    from shoal.training import TrainConfig
+    from shoal.utils.threads import set_threads
+
+    set_threads(args.threads or max(1, (os.cpu_count() or 1) // args.workers))
+    kw = {k: getattr(args, k) for k in ("model", "hidden", "batch_size") if getattr(args, k)}
+    if args.fanouts:
+        kw["fanouts"] = args.fanouts
+    tc = TrainConfig(**kw, progress=False)
+    cands = tuple(args.engines.split(",")) if args.engines else AUTO_CANDIDATES
+    try:
+        return plan_engine(Store.open(args.store), tc, args.workers, network=args.network,
+                           candidates=cands)  # fmt: skip
+    except ValueError as e:
+        raise ShoalInputError(str(e), path=args.store,
+                              fix="change --engines or --workers") from None  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "max(512MiB, M/4) on CPU (runtime + model + sampler/batch buffers; see shoal.plan).\n"
             "With --store the store's p is used (error if p < Q; exit 3 if a part does not fit);\n"
             "with --graph the plan recommends p for `shoal partition --parts`.\n\n"
+            "With --store it also chooses the engine, as `shoal train --engine auto` does: it\n"
+            "probes one mini-batch of the store here (sampling, gather, compute), the model's\n"
+            "layers over a part, and the network, and prints each engine's estimated training\n"
+            "epoch on Q workers (shoal.engines.autoplan).\n\n"
             "examples:\n  shoal plan --graph data/products --workers 4 --memory-per-worker 4GB\n"
             "  shoal plan --store stores/cora4 --workers 2 --memory-per-worker 2GB --out plan.json"
         ),
@@ -67,6 +105,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument(
         "--reserve", metavar="T", help="reserved memory per worker (default: see above)"
     )
+    g = pl.add_argument_group("engine choice (with --store)")
+    g.add_argument("--model", help="the model to plan for (default sage, the paper preset)")
+    g.add_argument("--hidden", type=int, help="hidden width (default: the preset's)")
+    g.add_argument("--fanouts", help="neighbours per hop, hop 1 first (default: the preset's)")
+    g.add_argument("--batch-size", type=int, help="seeds per batch (default 1024)")
+    g.add_argument("--threads", type=int,
+                   help="threads of one worker while probing (default: cores / workers)")  # fmt: skip
+    g.add_argument("--network", default="loopback",
+                   help="loopback (probed; the workers share this machine) or the cluster's "
+                   "link rate, e.g. 1gbit, 10gbit (default loopback)")  # fmt: skip
+    g.add_argument("--engines", metavar="A,B",
+                   help="candidates (default all: minibatch,averaging,hec,disagg,fullgraph)")  # fmt: skip
+    g.add_argument("--no-engine", action="store_true", help="skip the engine choice")
     pl.add_argument("--out", metavar="FILE", help="write the plan as JSON (for the engines)")
     pl.add_argument("--json", metavar="FILE", help="same as --out; '-' prints JSON to stdout")
     pl.set_defaults(func=_plan)

@@ -42,11 +42,15 @@ def announce(config: TrainConfig) -> None:
     c = config
     ev = ("auto (k epochs, from the graph's sizes: about a fifth of the run or less)"
           if c.eval_every == "auto" else f"every {c.eval_every} epoch(s)")  # fmt: skip
+    feats = {True: "row-normalised", False: "as stored"}.get(
+        c.normalize_features, "auto (row-normalised if sparse bag-of-words)"
+    )
+    epochs = f"{c.epochs} epochs" + (f" (at least {c.min_steps} steps)" if c.min_steps else "")
     print(f"shoal train: {c.model_factory or c.model}, preset {c.preset}: {c.num_layers} "
           f"layers, fanouts {','.join(map(str, c.fanouts))}, hidden {c.hidden}"
           f"{f', heads {c.heads}' if c.model == 'gat' else ''}, dropout {c.dropout}, lr {c.lr}, "
-          f"weight decay {c.weight_decay}, {c.epochs} epochs, batch {c.batch_size}, features "
-          f"{'row-normalised' if c.normalize_features else 'as stored'}; evaluation {ev}",
+          f"weight decay {c.weight_decay}, {epochs}, batch {c.batch_size}, features {feats}; "
+          f"evaluation {ev}",
           file=sys.stderr)  # fmt: skip
 
 

@@ -31,6 +31,7 @@ CONFIG_FLAGS = (
     "batch_size",
     "hidden",
     "epochs",
+    "min_steps",
     "lr",
     "dropout",
     "weight_decay",
@@ -101,6 +102,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     _add_model_arguments(groups["model"], d)
     g = groups["optimisation"]
     g.add_argument("--epochs", type=int, help="maximum epochs (default: the preset's)")
+    g.add_argument(
+        "--min-steps",
+        type=int,
+        help="train at least this many optimizer steps: the epochs grow on a small training "
+        "set (default: the preset's when --epochs is not given, 200 for sage; else 0)",
+    )
     g.add_argument("--batch-size", type=int, help=f"seeds per batch (default {d.batch_size})")
     g.add_argument("--lr", type=float, help="Adam learning rate (default: the preset's)")
     g.add_argument("--dropout", type=float, help="dropout (default: the preset's)")
@@ -166,8 +173,9 @@ def _add_model_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "--normalize-features",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="row-normalise features when gathered (Planetoid bag-of-words; default: the "
-        "preset's: on for GCN, GAT and SGC papers)",
+        help="row-normalise features when gathered, as Kipf & Welling on bag-of-words "
+        "(default: the preset's: auto for GCN, GAT and SGC, i.e. when the rows are "
+        "non-negative with at most 64 non-zeros on average; off for the others)",
     )
 
 
@@ -234,14 +242,16 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
 def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument(
         "--engine",
-        choices=sorted(ENGINES),
+        choices=[*sorted(ENGINES), "auto"],
         help="minibatch: sync SGD with remote sampling and feature pulls (DistDGL); averaging: "
         "local training on parts + weighted model averaging every k epochs, needs a store "
         "built with --halo-features (SDT-GNN); hec: local sampling, halo embeddings from "
         "caches filled by the owners' delayed pushes (DistGNN-MB); fullgraph: full-graph "
         "training, remote dependencies communicated or recomputed (NeutronStar); disagg: "
-        "batch workers sample and load rows for compute workers that cache them (Armada) "
-        f"(default {d.engine})",
+        "batch workers sample and load rows for compute workers that cache them (Armada); "
+        "auto: probe this machine's sampling, gather, compute and exchange costs and take the "
+        "engine with the lowest estimated epoch (printed and recorded as auto_plan in the "
+        f"run JSON; `shoal plan --store` shows the same estimates) (default {d.engine})",
     )
     g.add_argument(
         "--nproc",

@@ -37,6 +37,7 @@ from shoal.sample.diskio import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.training.loop import eval_work_ratio
+from shoal.training.presets import resolve_for_data
 from shoal.utils.memory import return_freed_memory
 
 __all__ = ["ENGINE_RESERVE", "Engine", "EngineConfig"]
@@ -89,6 +90,12 @@ class Engine(ABC):
         self.stats = CommStats()
         self.tables = NodeTables(store, self.parts)
         self.budget: BudgetPlan | None = None
+        # the same decision on every rank: the global training set, part 0's rows
+        seeds = int(self.tables.train.sum()) if self.task == "node" else int(store.num_edges)
+        self.config.train = resolve_for_data(
+            self.config.train, train_nodes=seeds, ranks=ctx.world_size,
+            features=store.part(0).features if store.num_parts else None,
+        )  # fmt: skip
 
     def rank_of_parts(self) -> np.ndarray:
         """``(p,)`` rank holding each part (the plan, or part ``j`` on rank ``j mod N``);

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,30 @@ def _call_hooks(spec: LaunchSpec, engine: Any, ctx: Any) -> None:
         getattr(importlib.import_module(module), func)(engine, ctx)
 
 
+def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, dict[str, Any]]:
+    """``--engine auto``: rank 0 probes this machine (the exchange between ranks 0 and 1
+    included) and chooses (:mod:`shoal.engines.autoplan`); every rank gets its choice."""
+    import torch.distributed as dist
+
+    from shoal.engines.autoplan import plan_engine
+    from shoal.engines.probe import probe_group_network
+
+    if tc.task != "node":
+        raise ShoalInputError("--engine auto plans node classification only",
+                              fix="give --engine minibatch for --task link")  # fmt: skip
+    net = probe_group_network(ctx) if ctx.world_size > 1 else None
+    box: list[Any] = [None]
+    if ctx.rank == 0:
+        plan = plan_engine(store, tc, ctx.world_size, net_costs=net)
+        box[0] = plan.to_dict()
+        print("shoal train --engine auto: estimated training epoch per engine on this "
+              f"machine ({ctx.world_size} processes):\n  " + "\n  ".join(plan.reasons()),
+              file=sys.stderr, flush=True)  # fmt: skip
+    if ctx.world_size > 1:
+        dist.broadcast_object_list(box, 0)
+    return replace(tc, engine=box[0]["engine"]), box[0]
+
+
 def worker(spec: LaunchSpec) -> int:
     """One rank: open the group, train, report (rank 0). Returns the exit code."""
     import torch
@@ -120,7 +144,6 @@ def worker(spec: LaunchSpec) -> int:
 
     tc = spec.train
     store = Store.open(spec.store)
-    engine_cls = get_engine(tc.engine, tc.task)
     extra: dict[str, Any] = {}
     if tc.task == "link":
         from shoal.training.linktrainer import LinkConfig
@@ -131,7 +154,10 @@ def worker(spec: LaunchSpec) -> int:
             set_threads(torch.get_num_threads())  # torchrun sets OMP_NUM_THREADS=1
         else:
             set_threads(tc.threads)
-        engine = engine_cls(store, tc, ctx, **extra)
+        auto = None
+        if tc.engine == "auto":
+            tc, auto = _auto_engine(store, tc, ctx)
+        engine = get_engine(tc.engine, tc.task)(store, tc, ctx, **extra)
         _call_hooks(spec, engine, ctx)
         result = engine.fit().to_json()
         # drop the engine (its DDP reducer holds the group) before the group is destroyed:
@@ -140,6 +166,8 @@ def worker(spec: LaunchSpec) -> int:
         if ctx.is_rank0:
             result["store"] = str(Path(spec.store).resolve())
             result["command"] = spec.command if spec.command is not None else sys.argv
+            if auto is not None:
+                result["auto_plan"] = auto
             print(_summary(result))
             write_json_output(spec.json, result)
     return 0
@@ -184,9 +212,8 @@ def run(spec: LaunchSpec) -> int:
     from shoal.engines.registry import get_engine
     from shoal.store import Store
 
-    get_engine(
-        spec.train.engine, spec.train.task
-    )  # a clear error for an unknown engine, before any process
+    if spec.train.engine != "auto":  # a clear error for an unknown engine, before any process
+        get_engine(spec.train.engine, spec.train.task)
     Store.open(spec.store)  # fail early, before starting processes
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if under_torchrun or spec.train.nproc == 1:

@@ -59,7 +59,15 @@ class TrainConfig:
         dropout: dropout probability on every layer's input (default: the preset's).
         weight_decay: Adam L2 penalty (default: the preset's).
         normalize_features: divide each feature row by its sum when it is read, as Kipf &
-            Welling do for bag-of-words features (default: the preset's).
+            Welling do for bag-of-words features; ``"auto"``: when the rows are non-negative
+            with at most 64 non-zeros on average (sparse bag-of-words; denser rows divided by
+            their sum leave GCN far behind, e.g. Amazon-Photo)
+            (:func:`~shoal.training.presets.resolve_for_data`; default: the preset's, "auto"
+            for GCN, GAT and SGC).
+        min_steps: train at least this many optimizer steps: the epochs grow to
+            ``ceil(min_steps / steps per epoch)`` on a small training set (default: the
+            preset's when ``epochs`` is not given -- 200 for GraphSAGE, whose paper's 10
+            epochs are thousands of steps on Reddit but 10 on 160 labelled nodes -- else 0).
         patience: stop after this many evaluations without a better validation accuracy;
             0 disables early stopping (default 0).
         eval_every: evaluate on the validation set every this many epochs, or ``"auto"``
@@ -174,7 +182,8 @@ class TrainConfig:
     eval_batch_size: int = 1024
     seed: int = 0
     threads: int | None = None
-    normalize_features: bool | None = None
+    normalize_features: bool | str | None = None
+    min_steps: int | None = None
     heads: int | None = None
     checkpoint_dir: str | None = None
     resume: bool = False
@@ -240,6 +249,11 @@ class TrainConfig:
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.normalize_features not in (True, False, "auto"):
+            raise ValueError(f"normalize_features must be true, false or 'auto', got "
+                             f"{self.normalize_features!r}")  # fmt: skip
+        if self.min_steps < 0:
+            raise ValueError(f"min_steps must be >= 0, got {self.min_steps}")
         if self.eval_every != "auto" and self.eval_every < 1:
             raise ValueError(f"eval_every must be >= 1 or 'auto', got {self.eval_every}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -287,6 +301,8 @@ class TrainConfig:
 
     def _resolve_preset(self) -> None:
         """Fill the hyper-parameters left ``None`` from the preset; parse ``eval_every``."""
+        if self.min_steps is None and self.epochs is not None:
+            self.min_steps = 0  # epochs given: exactly those
         for name, value in preset_defaults(self.model, self.preset).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)

@@ -42,6 +42,7 @@ from shoal.training.linkbatches import NEGATIVE_SAMPLERS, LinkBatchLoader
 from shoal.training.linkmetrics import mrr_hits
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
+from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
 from shoal.utils.threads import set_threads
 
@@ -188,6 +189,7 @@ class LinkTrainer:
 
     def __init__(self, config: TrainConfig, link: LinkConfig, data: LinkData,
                  model: nn.Module | None = None) -> None:  # fmt: skip
+        config = resolve_for_data(config, train_nodes=len(data.edges), features=data.features)
         self.config, self.link, self.data = config, link, data
         set_threads(config.threads)
         torch.manual_seed(config.seed)

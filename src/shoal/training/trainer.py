@@ -21,6 +21,7 @@ from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.inference import evaluate
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
+from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
 from shoal.utils.progress import progress
 from shoal.utils.threads import set_threads
@@ -41,6 +42,7 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, data: TrainData, model: nn.Module | None = None):
+        config = resolve_for_data(config, train_nodes=len(data.train_idx), features=data.features)
         self.config = config
         self.data = data
         set_threads(config.threads)

@@ -1,0 +1,232 @@
+"""Probes of this machine's costs for the automatic plan (:mod:`shoal.engines.autoplan`).
+
+As NeutronStar's Algorithm 4 line 1 probes ``T_v``, ``T_e`` and ``T_c`` before splitting the
+dependencies, the automatic plan measures, on the store it will train and with the model it
+will train, what one mini-batch costs and what a byte of exchange costs:
+
+- **sampling**: the sampler on part 0's CSR, ``batch_size`` training seeds, the configured
+  fan-outs (median of ``repeats`` batches); the batches' sampled edges, rows and the share of
+  rows owned by another part (the halo fraction the distributed engines pull);
+- **gather**: the batch's rows read from part 0's feature file with the planned direct reads
+  every engine uses (``O_DIRECT``: not the page cache);
+- **compute**: forward, backward and an Adam step of the configured model on the sampled
+  blocks (random inputs of the store's width);
+- **layers** (full-graph training): every layer of the model, forward and backward, on
+  ``layer_nodes`` random core nodes of part 0 with all their in-edges (NeutronStar's ``T_v``
+  and ``T_e`` together, on the store's own degree distribution and widths);
+- **network**: bandwidth and round-trip latency of a TCP connection over loopback (the ranks
+  of one machine), or a given link rate (``"1gbit"``, ``"10gbit"``) for a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from shoal.nn.base import BlockGNN, layer_widths
+from shoal.sample.diskio import open_reader
+from shoal.sample.sampler import NeighborSampler
+from shoal.store.reader import Store
+from shoal.training import TrainConfig, model_from_config
+
+__all__ = ["MachineCosts", "parse_rate", "probe_group_network", "probe_machine", "probe_network"]
+
+#: round-trip latency assumed for a given link rate (a switched data-centre network)
+GIVEN_LATENCY = 50e-6
+
+
+@dataclass(kw_only=True)
+class MachineCosts:
+    """What the probes measured (seconds, bytes; per mini-batch of part 0 unless stated)."""
+
+    sample_s: float
+    batch_edges: float
+    batch_rows: float
+    halo_fraction: float
+    gather_s: float
+    compute_s: float
+    layer_s: list[float]
+    layer_nodes: int
+    net_bytes_per_s: float
+    net_latency_s: float
+    network: str
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_rate(text: str) -> float:
+    """``"10gbit"``, ``"1gbit"``, ``"500mbit"`` -> bytes per second."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmg])bit\s*", text.lower())
+    if not m:
+        raise ValueError(f"network rate must look like 1gbit, 10gbit or 500mbit, got {text!r}")
+    return float(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8
+
+
+def probe_network(nbytes: int = 32 << 20, pings: int = 200) -> tuple[float, float]:
+    """(bytes per second, round-trip seconds) of a loopback TCP connection."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            for _ in range(pings):
+                conn.sendall(conn.recv(1))
+            left = nbytes
+            while left > 0:
+                left -= len(conn.recv(min(left, 1 << 20)))
+            conn.sendall(b"k")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t0 = time.perf_counter()
+        for _ in range(pings):
+            c.sendall(b"p")
+            c.recv(1)
+        rtt = (time.perf_counter() - t0) / pings
+        chunk = bytes(1 << 20)
+        t0 = time.perf_counter()
+        for i in range(0, nbytes, len(chunk)):
+            c.sendall(chunk[: min(len(chunk), nbytes - i)])
+        c.recv(1)
+        bw = nbytes / (time.perf_counter() - t0)
+    t.join()
+    srv.close()
+    return bw, rtt
+
+
+def _seeds(part: Any, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+    train = np.flatnonzero(np.asarray(part.train_mask))
+    pool = train if train.size else np.arange(part.num_core)
+    return np.sort(rng.choice(pool, size=min(batch_size, pool.size), replace=False))
+
+
+def _median_time(fn, repeats: int) -> float:
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def _probe_layers(model: Any, part: Any, sampler: NeighborSampler, width: int,
+                  rng: np.random.Generator, repeats: int,
+                  nodes: int = 4096) -> tuple[list[float], int]:  # fmt: skip
+    """Seconds of each layer (forward + backward) on ``nodes`` random core nodes of ``part``
+    with all their in-edges, and the node count (0: the model has no layers to probe)."""
+    if not isinstance(model, BlockGNN) or part.num_core == 0:
+        return [], 0
+    k = min(nodes, part.num_core)
+    dst = np.sort(rng.choice(part.num_core, size=k, replace=False))
+    blk = sampler.sample(dst, 0, fanouts=(-1,)).blocks[0]
+    out = []
+    for layer, w in enumerate(layer_widths(model, width)[:-1]):
+        x = torch.randn(blk.num_src, w, requires_grad=True)
+
+        def step(layer: int = layer, x: torch.Tensor = x) -> None:
+            model.layer_forward(layer, x, blk).sum().backward()
+
+        out.append(_median_time(step, repeats))
+    model.zero_grad(set_to_none=True)
+    return out, k
+
+
+def probe_machine(store: Store, config: TrainConfig, *,
+                  network: str | tuple[float, float, str] | None = None,
+                  repeats: int = 3) -> MachineCosts:  # fmt: skip
+    """Probe the costs of training ``config`` on ``store`` here (module docstring); a few
+    seconds. ``network``: None or ``"loopback"`` probes loopback; a rate (``"10gbit"``) is
+    taken as given, as is a measured ``(bytes per second, round trip, label)``."""
+    t_start = time.perf_counter()
+    part = max((store.part(i) for i in range(store.num_parts)), key=lambda p: p.num_core)
+    rng = np.random.default_rng(config.seed)
+    n_local = part.num_core + part.num_halo
+    sampler = NeighborSampler(part.indptr, part.indices, config.fanouts, num_nodes=n_local)
+    batches = []
+    sample_s = _median_time(
+        lambda: batches.append(sampler.sample(_seeds(part, config.batch_size, rng))), repeats
+    )
+    edges = float(np.mean([sum(b.edge_index.shape[1] for b in mb.blocks) for mb in batches]))
+    rows = float(np.mean([mb.n_id.size for mb in batches]))
+    halo = float(np.mean([(mb.n_id >= part.num_core).mean() for mb in batches]))
+    mb = batches[-1]
+    feats = part.features  # core rows (the halo's, when stored, sit in a second file)
+    ids = np.unique(mb.n_id)
+    ids = ids[ids < (feats.shape[0] if feats is not None else 0)]
+    width = int(store.feature_dim or 1)
+    gather_s = 0.0
+    if feats is not None and ids.size:
+        out = np.empty((ids.size, width), dtype=feats.dtype)
+        reader = open_reader(feats, threads=config.io_threads)
+        read = (lambda: reader.read(ids, out)) if reader else (lambda: np.take(feats, ids, 0, out))
+        gather_s = _median_time(read, repeats) * mb.n_id.size / ids.size  # every row
+        if reader is not None:
+            reader.close()
+    model = model_from_config(config, in_dim=width, out_dim=int(store.num_classes or 2))
+    opt = torch.optim.Adam(model.parameters(), lr=config.lr)
+    x = torch.randn(mb.n_id.size, width)
+    y = torch.randint(0, int(store.num_classes or 2), (mb.num_seeds,))
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x, mb.blocks), y).backward()
+        opt.step()
+
+    step()  # warm-up (allocations, first kernels)
+    compute_s = _median_time(step, repeats)
+    layer_s, k = _probe_layers(model, part, sampler, width, rng, repeats)
+    if isinstance(network, tuple):
+        bw, lat, label = network
+    elif network in (None, "loopback"):
+        bw, lat = probe_network()
+        label = "loopback (probed)"
+    else:
+        bw, lat, label = parse_rate(network), GIVEN_LATENCY, f"{network} (given)"
+    return MachineCosts(sample_s=sample_s, batch_edges=edges, batch_rows=rows,
+                        halo_fraction=halo, gather_s=gather_s, compute_s=compute_s,
+                        layer_s=layer_s, layer_nodes=k, net_bytes_per_s=bw, net_latency_s=lat, network=label,
+                        seconds=time.perf_counter() - t_start)  # fmt: skip
+
+
+def probe_group_network(ctx: Any, nbytes: int = 8 << 20, pings: int = 20) -> tuple[float, float]:
+    """(bytes per second, round-trip seconds) between ranks 0 and 1 of the process group (a
+    collective: every rank calls it; the result is broadcast from rank 0)."""
+    import torch.distributed as dist
+
+    out = torch.zeros(2, dtype=torch.float64)
+    if ctx.world_size > 1 and ctx.rank in (0, 1):
+        peer = 1 - ctx.rank
+        small, big = torch.zeros(1), torch.zeros(nbytes // 4)
+        t0 = time.perf_counter()
+        for _ in range(pings):
+            if ctx.rank == 0:
+                dist.send(small, peer)
+                dist.recv(small, peer)
+            else:
+                dist.recv(small, peer)
+                dist.send(small, peer)
+        rtt = (time.perf_counter() - t0) / pings
+        t0 = time.perf_counter()
+        if ctx.rank == 0:
+            dist.send(big, peer)
+            dist.recv(small, peer)
+        else:
+            dist.recv(big, peer)
+            dist.send(small, peer)
+        out[:] = torch.tensor([nbytes / (time.perf_counter() - t0), rtt])
+    if ctx.world_size > 1:
+        dist.broadcast(out, 0)
+    return float(out[0]), float(out[1])
