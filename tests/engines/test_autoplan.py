@@ -20,6 +20,7 @@ CFG = dict(model="sage", fanouts=(3, 3), batch_size=4, hidden=8, epochs=2, progr
 def _costs(**kw) -> MachineCosts:
     base = dict(sample_s=0.01, batch_edges=100.0, batch_rows=50.0, halo_fraction=0.2,
                 gather_s=0.02, compute_s=0.03, layer_s=[0.5, 0.25], layer_nodes=10,
+                layer_sources=20, remote_scale=1.0,
                 net_bytes_per_s=1e6, net_latency_s=1e-3, network="given")  # fmt: skip
     return MachineCosts(**{**base, **kw})
 
@@ -37,13 +38,15 @@ def test_estimates_equal_the_formulas_by_hand(make_store):
     assert mb["communication"] == pytest.approx(steps * pull)
     assert mb["epoch_s"] == pytest.approx(steps * (0.01 + 0.02 * 0.8 + 0.03 + pull + allreduce))
     av = est["averaging"]
-    assert av["epoch_s"] == pytest.approx(steps * (0.01 + 0.02 + 0.03) + allreduce)
+    assert av["epoch_s"] == pytest.approx(steps * (0.01 + 0.02 + 0.03) + 3 * allreduce)
     hec = est["hec"]  # remote rows: hidden-width embeddings
     assert hec["communication"] == pytest.approx(steps * (50 * 0.2 * 4 * 8 / 1e6 + 4e-3))
     parts = st.meta["parts"]
     core, halo = max(p["num_core"] for p in parts), max(p["num_halo"] for p in parts)
     fg = est["fullgraph"]  # one part per rank: the larger one sets the pace
-    assert fg["compute"] == pytest.approx(0.75 * core / 10)
+    # layer 0 (4 -> 8 wide) aggregates first: its core nodes; layer 1 (8 -> 2) applies its
+    # linear map to the sources first: the part's core + halo rows
+    assert fg["compute"] == pytest.approx(0.5 * core / 10 + 0.25 * (core + halo) / 20)
     assert fg["communication"] == pytest.approx(2 * halo * 4 * 8 / 1e6 + 2 * 1 * 1 * 1e-3)
     dg = est["disagg"]  # 1 batch worker, 1 compute worker, ceil(train / 4) batches
     batches = math.ceil(train / 4)
@@ -51,12 +54,28 @@ def test_estimates_equal_the_formulas_by_hand(make_store):
     assert dg["compute"] == pytest.approx(batches * (0.03 + 50 * 16 / 1e6 + 1e-3))
     one = estimate(st, tc, c, 1, params=100, widths=[4, 8, 2])  # one rank: nothing remote
     assert one["minibatch"]["communication"] == 0 and "disagg" not in one
+    grown = estimate(st, tc, _costs(remote_scale=2.0), 2, params=100, widths=[4, 8, 2])
+    assert grown["minibatch"]["compute"] == pytest.approx(2 * mb["compute"])  # halo expanded
+    assert grown["averaging"] == av and grown["disagg"]["preparation"] == pytest.approx(
+        2 * dg["preparation"])  # fmt: skip
+
+
+def test_a_probed_all_reduce_replaces_the_ring_formula(make_store):
+    st = Store.open(make_store(parts=2))
+    tc = TrainConfig(**CFG)
+    probed = _costs(allreduce_s=0.5, ranks=2)
+    a = estimate(st, tc, probed, 2, params=100, widths=[4, 8, 2])
+    b = estimate(st, tc, _costs(), 2, params=100, widths=[4, 8, 2])
+    steps = math.ceil(sum(p["train"] for p in st.meta["parts"]) / 8)
+    assert a["minibatch"]["allreduce"] == pytest.approx(steps * 0.5)
+    assert b["minibatch"]["allreduce"] == pytest.approx(steps * (8 * 100 / 2 / 1e6 + 2e-3))
+    assert a["disagg"]["allreduce"] == 0  # one compute worker: nothing to reduce
 
 
 def test_choice_is_the_cheapest_runnable_candidate(make_store):
     st = Store.open(make_store(parts=2))
     tc = TrainConfig(**CFG)
-    slow_compute = _costs(compute_s=10.0, layer_s=[1e-4, 1e-4])  # full graph wins
+    slow_compute = _costs(compute_s=10.0, layer_s=[1e-5, 1e-5])  # full graph wins
     assert choose(st, tc, slow_compute, 2, params=10, widths=[4, 8, 2]).engine == "fullgraph"
     gat = TrainConfig(**{**CFG, "model": "gat"})
     p = choose(st, gat, slow_compute, 2, params=10, widths=[4, 8, 2])
@@ -101,6 +120,20 @@ def test_engine_auto_trains_with_the_chosen_engine_and_records_why(tmp_path, mak
     best = min(plan["estimates"].values(), key=lambda e: e["epoch_s"])
     assert plan["estimates"][plan["engine"]] == best
     assert f"-> {plan['engine']}" in p.stderr
+
+
+def test_shoal_plan_probes_with_the_workers_processes(make_store, capsys, tmp_path):
+    from shoal.cli import main
+
+    store = make_store(parts=2)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    rc = main(["plan", "--store", str(store), "--workers", "2", "--memory-per-worker", "1GB",
+               "--scratch-dir", str(scratch), "--json", "-"])  # fmt: skip
+    c = json.loads(capsys.readouterr().out)["engine"]["costs"]
+    assert rc == 0 and c["ranks"] == 2 and c["allreduce_s"] > 0 and c["params"] > 0
+    assert c["network"] == "between the run's ranks (probed)"
+    assert list(scratch.iterdir()) == []  # the result file is removed
 
 
 def test_shoal_plan_prints_the_engine_estimates(make_store, capsys):

@@ -69,7 +69,7 @@ def _engine_plan(args: argparse.Namespace):
     cands = tuple(args.engines.split(",")) if args.engines else AUTO_CANDIDATES
     try:
         return plan_engine(Store.open(args.store), tc, args.workers, network=args.network,
-                           candidates=cands)  # fmt: skip
+                           candidates=cands, scratch=args.scratch_dir)  # fmt: skip
     except ValueError as e:
         raise ShoalInputError(str(e), path=args.store,
                               fix="change --engines or --workers") from None  # fmt: skip
@@ -90,7 +90,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "With --store it also chooses the engine, as `shoal train --engine auto` does: it\n"
             "probes one mini-batch of the store here (sampling, gather, compute), the model's\n"
             "layers over a part, and the network, and prints each engine's estimated training\n"
-            "epoch on Q workers (shoal.engines.autoplan).\n\n"
+            "epoch on Q workers (shoal.engines.autoplan). With --network loopback (default)\n"
+            "the Q workers share this machine and probe at once, in Q processes; with a rate\n"
+            "(--network 10gbit) one process probes alone.\n\n"
             "examples:\n  shoal plan --graph data/products --workers 4 --memory-per-worker 4GB\n"
             "  shoal plan --store stores/cora4 --workers 2 --memory-per-worker 2GB --out plan.json"
         ),
@@ -118,6 +120,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--engines", metavar="A,B",
                    help="candidates (default all: minibatch,averaging,hec,disagg,fullgraph)")  # fmt: skip
     g.add_argument("--no-engine", action="store_true", help="skip the engine choice")
+    g.add_argument("--scratch-dir", metavar="DIR",
+                   help="where the probing workers leave their result (a few bytes; default "
+                   "the system's temporary directory)")  # fmt: skip
     pl.add_argument("--out", metavar="FILE", help="write the plan as JSON (for the engines)")
     pl.add_argument("--json", metavar="FILE", help="same as --out; '-' prints JSON to stdout")
     pl.set_defaults(func=_plan)

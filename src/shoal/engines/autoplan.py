@@ -9,16 +9,20 @@ workers, split into sampling, gather, compute and communication:
 
 - ``minibatch`` (DistDGL): ``ceil(T / (B N))`` steps of sampling, gathering the batch's own
   rows, computing, pulling the halo share of the rows (and their neighbour lists: one round
-  trip per hop) from their owners and all-reducing the gradients (ring: ``2 P (N-1)/N``
-  bytes);
-- ``averaging`` (SDT-GNN): the same steps with every row local (parts carry their halos) and
-  one all-reduce of the model per ``average_every`` epochs;
+  trip per hop) from their owners and all-reducing the gradients (probed, or a ring's
+  ``2 P (N-1)/N`` floats); its batches are the part's grown by ``remote_scale`` (the owners
+  expand the halo nodes);
+- ``averaging`` (SDT-GNN): the part's own batches, every row local (parts carry their
+  halos), and one all-reduce of the model (and of Adam's two moments with
+  ``average_optimizer``) per ``average_every`` epochs;
 - ``hec`` (DistGNN-MB): ``minibatch`` whose remote rows are the cached hidden-width embeddings
   instead of input features;
 - ``disagg`` (Armada): ``ceil(N/2)`` batch workers sample and gather for ``N - ceil(N/2)``
   compute workers, which receive each batch's rows; the slower side sets the pace;
-- ``fullgraph`` (NeutronStar): one pass of every layer over the largest rank's nodes (the
-  probed layers scaled by its node count), its rows read once, the mirrors' hidden rows
+- ``fullgraph`` (NeutronStar): one pass of every layer over the largest rank's nodes (each
+  probed layer scaled by the rank's core + halo rows over the probe's sources when it applies
+  its linear map before aggregating -- GCN and SAGE narrowing the width -- else by its core
+  nodes over the probe's), its rows read once, the mirrors' hidden rows
   exchanged forward and back at every layer above the input (DepComm; Hybrid caches only
   what is cheaper, so DepComm bounds it).
 
@@ -80,7 +84,13 @@ def _net(nbytes: float, messages: float, c: MachineCosts) -> float:
 
 
 def _allreduce(params: int, n: int, c: MachineCosts) -> float:
-    return _net(2 * 4 * params * (n - 1) / n, 2 * (n - 1), c) if n > 1 else 0.0
+    """One all-reduce of ``params`` floats over ``n`` ranks: probed when the probe ran with
+    ``n`` ranks, else a ring's ``2 P (n-1)/n`` floats."""
+    if n <= 1:
+        return 0.0
+    if c.allreduce_s is not None and c.ranks == n:
+        return c.allreduce_s
+    return _net(2 * 4 * params * (n - 1) / n, 2 * (n - 1), c)
 
 
 def _split(steps: float, **parts: float) -> dict[str, float]:
@@ -96,7 +106,11 @@ def _fullgraph(store: Store, config: TrainConfig, c: MachineCosts, widths: list[
     per_rank = [[p for j, p in enumerate(parts) if j % n == r] for r in range(n)]
     core = max(sum(p["num_core"] for p in ps) for ps in per_rank)
     halo = max(sum(p["num_halo"] for p in ps) for ps in per_rank)
-    compute = sum(c.layer_s) * core / max(c.layer_nodes, 1)
+    compute = 0.0
+    for i, t in enumerate(c.layer_s):  # each probed layer scaled to the rank's rows
+        on_sources = config.model in ("gcn", "sage") and widths[i + 1] < widths[i]
+        compute += (t * (core + halo) / max(c.layer_sources, 1) if on_sources
+                    else t * core / max(c.layer_nodes, 1))  # fmt: skip
     row_s = c.gather_s / max(c.batch_rows, 1.0)
     comm = 0.0
     if n > 1:
@@ -117,13 +131,16 @@ def estimate(store: Store, config: TrainConfig, costs: MachineCosts, workers: in
     h, rows, hops = c.halo_fraction, c.batch_rows, len(config.fanouts)
     remote = 1.0 if n > 1 else 0.0  # one rank holds every part: nothing is remote
     hidden = widths[1] if len(widths) > 2 else row_bytes // 4
+    g = c.remote_scale if n > 1 else 1.0  # the owners expand the halo nodes too
+    models = 3 if config.average_optimizer else 1  # the weights and Adam's two moments
     out = {
-        "minibatch": _split(steps, sampling=c.sample_s, gather=c.gather_s * (1 - h * remote),
-                            compute=c.compute_s,
-                            communication=remote * _net(rows * h * row_bytes, 2 * hops + 2, c),
+        "minibatch": _split(steps, sampling=c.sample_s * g, compute=c.compute_s * g,
+                            gather=c.gather_s * g * (1 - h * remote),
+                            communication=remote * _net(rows * g * h * row_bytes, 2 * hops + 2, c),
                             allreduce=_allreduce(params, n, c)),
         "averaging": _split(steps, sampling=c.sample_s, gather=c.gather_s, compute=c.compute_s,
-                            allreduce=_allreduce(params, n, c) / (steps * config.average_every)),
+                            allreduce=_allreduce(params, n, c) * models
+                            / (steps * config.average_every)),
         "hec": _split(steps, sampling=c.sample_s, gather=c.gather_s * (1 - h * remote),
                       compute=c.compute_s,
                       communication=remote * _net(rows * h * 4 * hidden, 4, c),
@@ -133,8 +150,8 @@ def estimate(store: Store, config: TrainConfig, costs: MachineCosts, workers: in
         nb = default_batch_workers(n)
         nc = n - nb
         batches = math.ceil(train / b)
-        prep = batches * (c.sample_s + c.gather_s) / nb
-        comp = batches / nc * (c.compute_s + _net(rows * row_bytes, 1, c))
+        prep = batches * (c.sample_s + c.gather_s) * g / nb
+        comp = batches / nc * (c.compute_s * g + _net(rows * g * row_bytes, 1, c))
         e = {"preparation": prep, "compute": comp,
              "allreduce": math.ceil(batches / nc) * _allreduce(params, nc, c)}  # fmt: skip
         e["epoch_s"] = max(prep, comp) + e["allreduce"]
@@ -185,27 +202,32 @@ def choose(store: Store, config: TrainConfig, costs: MachineCosts, workers: int,
 
 
 def plan_engine(store: Store, config: TrainConfig, workers: int, *, network: str | None = None,
-                candidates: tuple[str, ...] = AUTO_CANDIDATES,
-                net_costs: tuple[float, float] | None = None) -> AutoPlan:  # fmt: skip
-    """Probe this machine (:func:`~shoal.engines.probe.probe_machine`) for ``config`` on
-    ``store`` and :func:`choose` among ``candidates`` for ``workers`` ranks. ``net_costs``:
-    (bytes per second, round-trip seconds) measured between the run's ranks, replacing the
-    loopback probe."""
-    from shoal.engines.probe import probe_machine
-    from shoal.nn.base import BlockGNN, layer_widths
-    from shoal.training import model_from_config
+                candidates: tuple[str, ...] = AUTO_CANDIDATES, ctx: Any = None,
+                scratch: str | None = None) -> AutoPlan | None:  # fmt: skip
+    """Probe this machine for ``config`` on ``store`` and :func:`choose` among ``candidates``
+    for ``workers`` ranks. In a run (``ctx``: its process group; a collective, the plan is
+    returned on rank 0, None elsewhere) every rank probes at once
+    (:func:`~shoal.engines.probe.probe_in_group`); otherwise, with ``network`` loopback and
+    several workers, they are started here to probe the same way
+    (:func:`~shoal.engines.probe.spawn_probe`, result file in ``scratch``), and with a given
+    rate one process probes alone (the workers are on other machines)."""
+    import tempfile
+
+    from shoal.engines.probe import probe_in_group, probe_machine, spawn_probe
     from shoal.training.presets import resolve_for_data
 
     train = sum(int(p.get("train", 0)) for p in store.meta["parts"])
     config = resolve_for_data(config, train_nodes=train, ranks=workers,
                               features=store.part(0).features if store.num_parts else None)  # fmt: skip
-    net = network if net_costs is None else (*net_costs, "between the run's ranks (probed)")
-    costs = probe_machine(store, config, network=net)
+    if ctx is not None:
+        costs = probe_in_group(store, config, ctx)
+        if ctx.rank != 0:
+            return None
+    elif workers > 1 and network in (None, "loopback"):
+        costs = spawn_probe(str(store.path), config, workers, scratch or tempfile.gettempdir())
+    else:
+        costs = probe_machine(store, config, network=network)
     width = int(store.feature_dim or 1)
-    model = model_from_config(config, in_dim=width, out_dim=int(store.num_classes or 2))
-    params = sum(p.numel() for p in model.parameters())
-    widths = (layer_widths(model, width) if isinstance(model, BlockGNN)
-              else [width] + [config.hidden] * (config.num_layers - 1) + [2])  # fmt: skip
-    return choose(
-        store, config, costs, workers, params=params, widths=widths, candidates=candidates
-    )
+    widths = costs.widths or [width] + [config.hidden] * (config.num_layers - 1) + [2]
+    return choose(store, config, costs, workers, params=costs.params, widths=widths,
+                  candidates=candidates)  # fmt: skip

@@ -110,20 +110,19 @@ def _call_hooks(spec: LaunchSpec, engine: Any, ctx: Any) -> None:
 
 
 def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, dict[str, Any]]:
-    """``--engine auto``: rank 0 probes this machine (the exchange between ranks 0 and 1
-    included) and chooses (:mod:`shoal.engines.autoplan`); every rank gets its choice."""
+    """``--engine auto``: every rank probes at once (the exchange between ranks 0 and 1 and
+    an all-reduce included), rank 0 chooses (:mod:`shoal.engines.autoplan`) and every rank
+    gets its choice."""
     import torch.distributed as dist
 
     from shoal.engines.autoplan import plan_engine
-    from shoal.engines.probe import probe_group_network
 
     if tc.task != "node":
         raise ShoalInputError("--engine auto plans node classification only",
                               fix="give --engine minibatch for --task link")  # fmt: skip
-    net = probe_group_network(ctx) if ctx.world_size > 1 else None
     box: list[Any] = [None]
+    plan = plan_engine(store, tc, ctx.world_size, ctx=ctx if ctx.world_size > 1 else None)
     if ctx.rank == 0:
-        plan = plan_engine(store, tc, ctx.world_size, net_costs=net)
         box[0] = plan.to_dict()
         print("shoal train --engine auto: estimated training epoch per engine on this "
               f"machine ({ctx.world_size} processes):\n  " + "\n  ".join(plan.reasons()),

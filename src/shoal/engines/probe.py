@@ -12,10 +12,17 @@ will train, what one mini-batch costs and what a byte of exchange costs:
 - **compute**: forward, backward and an Adam step of the configured model on the sampled
   blocks (random inputs of the store's width);
 - **layers** (full-graph training): every layer of the model, forward and backward, on
-  ``layer_nodes`` random core nodes of part 0 with all their in-edges (NeutronStar's ``T_v``
+  up to 2048 random core nodes of the part with all their in-edges (NeutronStar's ``T_v``
   and ``T_e`` together, on the store's own degree distribution and widths);
-- **network**: bandwidth and round-trip latency of a TCP connection over loopback (the ranks
-  of one machine), or a given link rate (``"1gbit"``, ``"10gbit"``) for a cluster.
+- **network**: bandwidth and round-trip latency between ranks 0 and 1, and the time of one
+  all-reduce of the model's parameters over every rank, or a given link rate (``"1gbit"``,
+  ``"10gbit"``) for a cluster.
+
+Ranks that will share a machine's cores and memory also share them while training, so they
+probe at the same time (:func:`probe_in_group`): two ranks of one thread on two cores compute
+a batch ~1.7x slower each than one rank alone (Amazon-Photo and the 200k-node graph,
+bench/results/plan.md). ``shoal plan`` starts the workers' processes on this machine to probe
+the same way (:func:`spawn_probe`).
 """
 
 from __future__ import annotations
@@ -37,7 +44,15 @@ from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Store
 from shoal.training import TrainConfig, model_from_config
 
-__all__ = ["MachineCosts", "parse_rate", "probe_group_network", "probe_machine", "probe_network"]
+__all__ = [
+    "MachineCosts",
+    "parse_rate",
+    "probe_group_network",
+    "probe_in_group",
+    "probe_machine",
+    "probe_network",
+    "spawn_probe",
+]
 
 #: round-trip latency assumed for a given link rate (a switched data-centre network)
 GIVEN_LATENCY = 50e-6
@@ -51,13 +66,19 @@ class MachineCosts:
     batch_edges: float
     batch_rows: float
     halo_fraction: float
+    remote_scale: float
     gather_s: float
     compute_s: float
     layer_s: list[float]
     layer_nodes: int
+    layer_sources: int
     net_bytes_per_s: float
     net_latency_s: float
     network: str
+    params: int = 0
+    widths: list[int] | None = None
+    allreduce_s: float | None = None
+    ranks: int = 1
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,6 +134,19 @@ def _seeds(part: Any, batch_size: int, rng: np.random.Generator) -> np.ndarray:
     return np.sort(rng.choice(pool, size=min(batch_size, pool.size), replace=False))
 
 
+def _remote_scale(mb: Any, num_core: int) -> float:
+    """How much larger the batch is when the owners also expand its halo nodes (distributed
+    sampling, ``minibatch``/``disagg``) than in the part alone, where halo nodes are leaves:
+    the outermost hop's new rows grow by ``1 / (1 - h)``, ``h`` the halo share of the nodes
+    it expands."""
+    if len(mb.blocks) < 2 or mb.n_id.size == 0:
+        return 1.0
+    outer = mb.blocks[0]
+    h = float((mb.n_id[: outer.num_dst] >= num_core).mean())
+    grown = outer.num_dst + (outer.num_src - outer.num_dst) / max(1.0 - h, 0.1)
+    return grown / max(outer.num_src, 1)
+
+
 def _median_time(fn, repeats: int) -> float:
     ts = []
     for _ in range(repeats):
@@ -124,11 +158,12 @@ def _median_time(fn, repeats: int) -> float:
 
 def _probe_layers(model: Any, part: Any, sampler: NeighborSampler, width: int,
                   rng: np.random.Generator, repeats: int,
-                  nodes: int = 4096) -> tuple[list[float], int]:  # fmt: skip
-    """Seconds of each layer (forward + backward) on ``nodes`` random core nodes of ``part``
-    with all their in-edges, and the node count (0: the model has no layers to probe)."""
+                  nodes: int = 2048) -> tuple[list[float], int, int]:  # fmt: skip
+    """Seconds of every layer (forward + backward) on ``nodes`` random core nodes of
+    ``part`` with all their in-edges, the node count and the block's source count (0, 0:
+    the model has no layers to probe). A slow layer (over 0.5 s) is timed once."""
     if not isinstance(model, BlockGNN) or part.num_core == 0:
-        return [], 0
+        return [], 0, 0
     k = min(nodes, part.num_core)
     dst = np.sort(rng.choice(part.num_core, size=k, replace=False))
     blk = sampler.sample(dst, 0, fanouts=(-1,)).blocks[0]
@@ -139,19 +174,23 @@ def _probe_layers(model: Any, part: Any, sampler: NeighborSampler, width: int,
         def step(layer: int = layer, x: torch.Tensor = x) -> None:
             model.layer_forward(layer, x, blk).sum().backward()
 
-        out.append(_median_time(step, repeats))
+        t = _median_time(step, 1)
+        out.append(t if t > 0.5 else _median_time(step, repeats))
     model.zero_grad(set_to_none=True)
-    return out, k
+    return out, k, int(blk.num_src)
 
 
 def probe_machine(store: Store, config: TrainConfig, *,
                   network: str | tuple[float, float, str] | None = None,
-                  repeats: int = 3) -> MachineCosts:  # fmt: skip
+                  repeats: int = 3, part: int | None = None) -> MachineCosts:  # fmt: skip
     """Probe the costs of training ``config`` on ``store`` here (module docstring); a few
-    seconds. ``network``: None or ``"loopback"`` probes loopback; a rate (``"10gbit"``) is
-    taken as given, as is a measured ``(bytes per second, round trip, label)``."""
+    seconds. ``network``: None or ``"loopback"`` probes loopback TCP; a rate (``"10gbit"``)
+    is taken as given, as is a measured ``(bytes per second, round trip, label)``. ``part``:
+    the part probed (default the largest)."""
     t_start = time.perf_counter()
-    part = max((store.part(i) for i in range(store.num_parts)), key=lambda p: p.num_core)
+    if part is None:
+        part = max(range(store.num_parts), key=lambda i: store.meta["parts"][i]["num_core"])
+    part = store.part(part)
     rng = np.random.default_rng(config.seed)
     n_local = part.num_core + part.num_halo
     sampler = NeighborSampler(part.indptr, part.indices, config.fanouts, num_nodes=n_local)
@@ -162,6 +201,7 @@ def probe_machine(store: Store, config: TrainConfig, *,
     edges = float(np.mean([sum(b.edge_index.shape[1] for b in mb.blocks) for mb in batches]))
     rows = float(np.mean([mb.n_id.size for mb in batches]))
     halo = float(np.mean([(mb.n_id >= part.num_core).mean() for mb in batches]))
+    remote = float(np.mean([_remote_scale(mb, part.num_core) for mb in batches]))
     mb = batches[-1]
     feats = part.features  # core rows (the halo's, when stored, sit in a second file)
     ids = np.unique(mb.n_id)
@@ -187,7 +227,7 @@ def probe_machine(store: Store, config: TrainConfig, *,
 
     step()  # warm-up (allocations, first kernels)
     compute_s = _median_time(step, repeats)
-    layer_s, k = _probe_layers(model, part, sampler, width, rng, repeats)
+    layer_s, k, sources = _probe_layers(model, part, sampler, width, rng, repeats)
     if isinstance(network, tuple):
         bw, lat, label = network
     elif network in (None, "loopback"):
@@ -196,8 +236,11 @@ def probe_machine(store: Store, config: TrainConfig, *,
     else:
         bw, lat, label = parse_rate(network), GIVEN_LATENCY, f"{network} (given)"
     return MachineCosts(sample_s=sample_s, batch_edges=edges, batch_rows=rows,
-                        halo_fraction=halo, gather_s=gather_s, compute_s=compute_s,
-                        layer_s=layer_s, layer_nodes=k, net_bytes_per_s=bw, net_latency_s=lat, network=label,
+                        halo_fraction=halo, remote_scale=remote, gather_s=gather_s, compute_s=compute_s,
+                        layer_s=layer_s, layer_nodes=k, layer_sources=sources, params=sum(
+                            p.numel() for p in model.parameters()),
+                        widths=layer_widths(model, width) if isinstance(model, BlockGNN) else None,
+                        net_bytes_per_s=bw, net_latency_s=lat, network=label,
                         seconds=time.perf_counter() - t_start)  # fmt: skip
 
 
@@ -230,3 +273,74 @@ def probe_group_network(ctx: Any, nbytes: int = 8 << 20, pings: int = 20) -> tup
     if ctx.world_size > 1:
         dist.broadcast(out, 0)
     return float(out[0]), float(out[1])
+
+
+def _mean_costs(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ranks' probes averaged (numbers and lists of numbers; the rest from rank 0)."""
+    out = dict(rows[0])
+    for k, v in out.items():
+        if isinstance(v, float):
+            out[k] = float(np.mean([r[k] for r in rows]))
+        elif k == "layer_s" and v:
+            out[k] = np.mean([r[k] for r in rows], axis=0).tolist()
+    return out
+
+
+def probe_in_group(store: Store, config: TrainConfig, ctx: Any, *,
+                   repeats: int = 3) -> MachineCosts:  # fmt: skip
+    """Every rank of the group probes at once, each on its own part (the contention of
+    training); ranks 0 and 1 time the exchange, all ranks an all-reduce of the model's
+    parameters; returns the ranks' mean on every rank (a collective)."""
+    import torch.distributed as dist
+
+    bw, rtt = probe_group_network(ctx)
+    dist.barrier()
+    c = probe_machine(store, config, network=(bw, rtt, "between the run's ranks (probed)"),
+                      repeats=repeats, part=ctx.rank % max(store.num_parts, 1))  # fmt: skip
+    buf = torch.zeros(max(c.params, 1))
+    dist.barrier()
+    c.allreduce_s = _median_time(lambda: dist.all_reduce(buf), 2 * repeats + 1)
+    c.ranks = ctx.world_size
+    rows: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(rows, c.to_dict())
+    return MachineCosts(**_mean_costs(rows))
+
+
+def _spawned(rank: int, world: int, port: int, store: str, config: dict, out: str) -> None:
+    import json
+    import os
+
+    from shoal.distributed import DistConfig, process_group
+    from shoal.utils.threads import set_threads
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))  # fmt: skip
+    set_threads(max(1, (os.cpu_count() or 1) // world))
+    with process_group(DistConfig(backend="gloo")) as ctx:
+        c = probe_in_group(Store.open(store), TrainConfig.from_dict(config), ctx)
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump(c.to_dict(), f)
+
+
+def spawn_probe(store: str, config: TrainConfig, workers: int, scratch: str) -> MachineCosts:
+    """:func:`probe_in_group` in ``workers`` processes started here (the workers of one
+    machine, sharing its cores); ``scratch``: a directory for the result (a few bytes)."""
+    import json
+    import os
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fd, out = tempfile.mkstemp(prefix="shoal-probe-", suffix=".json", dir=scratch)
+    os.close(fd)
+    try:
+        mp.spawn(_spawned, args=(workers, port, str(store), config.to_dict(), out),
+                 nprocs=workers, join=True)  # fmt: skip
+        with open(out) as f:
+            return MachineCosts(**json.load(f))
+    finally:
+        os.unlink(out)
