@@ -20,7 +20,8 @@ CFG = dict(model="sage", fanouts=(3, 3), batch_size=4, hidden=8, epochs=2, progr
 def _costs(**kw) -> MachineCosts:
     base = dict(sample_s=0.01, batch_edges=100.0, batch_rows=50.0, halo_fraction=0.2,
                 gather_s=0.02, compute_s=0.03, layer_s=[0.5, 0.25], layer_nodes=10,
-                layer_sources=20, remote_scale=1.0,
+                layer_sources=20, remote_scale=1.0, seq_read_bytes_per_s=float("inf"),
+                gather_mem_s=0.001,
                 net_bytes_per_s=1e6, net_latency_s=1e-3, network="given")  # fmt: skip
     return MachineCosts(**{**base, **kw})
 
@@ -52,6 +53,14 @@ def test_estimates_equal_the_formulas_by_hand(make_store):
     batches = math.ceil(train / 4)
     assert dg["preparation"] == pytest.approx(batches * 0.03)
     assert dg["compute"] == pytest.approx(batches * (0.03 + 50 * 16 / 1e6 + 1e-3))
+    cached = estimate(st, tc, c, 2, params=100, widths=[4, 8, 2], memory_per_worker=1 << 30)
+    assert cached["averaging"]["gather"] == pytest.approx(steps * 0.001)  # rows in memory
+    tight = estimate(st, tc, c, 2, params=100, widths=[4, 8, 2], memory_per_worker=64)
+    assert tight["averaging"]["gather"] == pytest.approx(steps * 0.02)  # direct reads
+    slow_disk = estimate(st, tc, _costs(seq_read_bytes_per_s=1e3), 2, params=100,
+                         widths=[4, 8, 2])["disagg"]  # fmt: skip
+    whole = st.num_nodes * 4 * 4 + st.num_edges * 4  # every part streamed in, one worker
+    assert slow_disk["streaming"] == pytest.approx(whole / 1e3)
     one = estimate(st, tc, c, 1, params=100, widths=[4, 8, 2])  # one rank: nothing remote
     assert one["minibatch"]["communication"] == 0 and "disagg" not in one
     grown = estimate(st, tc, _costs(remote_scale=2.0), 2, params=100, widths=[4, 8, 2])

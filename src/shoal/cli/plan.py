@@ -69,7 +69,8 @@ def _engine_plan(args: argparse.Namespace):
     cands = tuple(args.engines.split(",")) if args.engines else AUTO_CANDIDATES
     try:
         return plan_engine(Store.open(args.store), tc, args.workers, network=args.network,
-                           candidates=cands, scratch=args.scratch_dir)  # fmt: skip
+                           candidates=cands, scratch=args.scratch_dir,
+                           memory_per_worker=parse_size_arg(args.memory_per_worker))  # fmt: skip
     except ValueError as e:
         raise ShoalInputError(str(e), path=args.store,
                               fix="change --engines or --workers") from None  # fmt: skip

@@ -18,7 +18,9 @@ workers, split into sampling, gather, compute and communication:
 - ``hec`` (DistGNN-MB): ``minibatch`` whose remote rows are the cached hidden-width embeddings
   instead of input features;
 - ``disagg`` (Armada): ``ceil(N/2)`` batch workers sample and gather for ``N - ceil(N/2)``
-  compute workers, which receive each batch's rows; the slower side sets the pace;
+  compute workers, which receive each batch's rows, and stream every part in once per epoch
+  (its features and edge buckets, at the probed sequential read rate); the slower side sets
+  the pace;
 - ``fullgraph`` (NeutronStar): one pass of every layer over the largest rank's nodes (each
   probed layer scaled by the rank's core + halo rows over the probe's sources when it applies
   its linear map before aggregating -- GCN and SAGE narrowing the width -- else by its core
@@ -38,6 +40,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from shoal.engines.disagg import default_batch_workers
 from shoal.engines.probe import MachineCosts
 from shoal.store.reader import Store
@@ -47,6 +51,8 @@ __all__ = ["AUTO_CANDIDATES", "AutoPlan", "estimate", "choose"]
 
 #: the engines the automatic plan considers, in the order of preference on a tie
 AUTO_CANDIDATES = ("minibatch", "averaging", "hec", "disagg", "fullgraph")
+#: share of a worker's memory its feature cache may take (the rest: structure, windows, model)
+CACHE_SHARE = 0.5
 #: models the fullgraph engine runs (it works layer by layer inside shoal's models)
 FULLGRAPH_MODELS = ("gcn", "sage", "gin")
 
@@ -99,6 +105,14 @@ def _split(steps: float, **parts: float) -> dict[str, float]:
     return out
 
 
+def store_bytes(store: Store) -> int:
+    """The store's feature rows and neighbour lists (what the disagg engine's batch workers
+    read once per epoch, every part resident in turn)."""
+    item = np.dtype(store.meta.get("feature_dtype") or "float32").itemsize
+    edge = np.dtype(store.meta.get("edge_dtype") or "int64").itemsize
+    return store.num_nodes * int(store.feature_dim or 0) * item + store.num_edges * edge
+
+
 def _fullgraph(store: Store, config: TrainConfig, c: MachineCosts, widths: list[int],
                n: int, params: int) -> dict[str, float]:  # fmt: skip
     """The largest rank's epoch: its parts' nodes and edges through every layer."""
@@ -120,10 +134,26 @@ def _fullgraph(store: Store, config: TrainConfig, c: MachineCosts, widths: list[
                   allreduce=_allreduce(params, n, c))  # fmt: skip
 
 
+def _gather(store: Store, c: MachineCosts, n: int, memory: int | None, *, halo: bool) -> float:
+    """One batch's gather: from memory when the rank's rows (its core nodes', with ``halo``
+    its halo's too) fit in :data:`CACHE_SHARE` of ``memory``, else with direct reads."""
+    if memory is None:
+        return c.gather_s
+    parts = store.meta["parts"]
+    rows = max(sum(p["num_core"] + (p["num_halo"] if halo else 0)
+                   for j, p in enumerate(parts) if j % n == r) for r in range(n))  # fmt: skip
+    fits = rows * int(store.feature_dim or 1) * 4 <= CACHE_SHARE * memory
+    return c.gather_mem_s if fits else c.gather_s
+
+
 def estimate(store: Store, config: TrainConfig, costs: MachineCosts, workers: int, *,
-             params: int, widths: list[int]) -> dict[str, dict[str, float]]:  # fmt: skip
-    """Each engine's estimated training epoch on ``workers`` ranks (module docstring)."""
-    c, n = costs, workers
+             params: int, widths: list[int],
+             memory_per_worker: int | None = None) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Each engine's estimated training epoch on ``workers`` ranks (module docstring);
+    ``memory_per_worker``: the budget deciding whether a rank's rows are gathered from
+    memory (None: always with direct reads)."""
+    c, n, mem = costs, workers, memory_per_worker
+    own, with_halo = _gather(store, c, n, mem, halo=False), _gather(store, c, n, mem, halo=True)
     train = sum(int(p.get("train", 0)) for p in store.meta["parts"]) or store.num_nodes
     b = config.batch_size
     steps = math.ceil(train / (b * n))
@@ -135,13 +165,13 @@ def estimate(store: Store, config: TrainConfig, costs: MachineCosts, workers: in
     models = 3 if config.average_optimizer else 1  # the weights and Adam's two moments
     out = {
         "minibatch": _split(steps, sampling=c.sample_s * g, compute=c.compute_s * g,
-                            gather=c.gather_s * g * (1 - h * remote),
+                            gather=own * g * (1 - h * remote),
                             communication=remote * _net(rows * g * h * row_bytes, 2 * hops + 2, c),
                             allreduce=_allreduce(params, n, c)),
-        "averaging": _split(steps, sampling=c.sample_s, gather=c.gather_s, compute=c.compute_s,
+        "averaging": _split(steps, sampling=c.sample_s, gather=with_halo, compute=c.compute_s,
                             allreduce=_allreduce(params, n, c) * models
                             / (steps * config.average_every)),
-        "hec": _split(steps, sampling=c.sample_s, gather=c.gather_s * (1 - h * remote),
+        "hec": _split(steps, sampling=c.sample_s, gather=own * (1 - h * remote),
                       compute=c.compute_s,
                       communication=remote * _net(rows * h * 4 * hidden, 4, c),
                       allreduce=_allreduce(params, n, c)),
@@ -150,9 +180,11 @@ def estimate(store: Store, config: TrainConfig, costs: MachineCosts, workers: in
         nb = default_batch_workers(n)
         nc = n - nb
         batches = math.ceil(train / b)
-        prep = batches * (c.sample_s + c.gather_s) * g / nb
+        stream = (store_bytes(store) / nb / c.seq_read_bytes_per_s
+                  if math.isfinite(c.seq_read_bytes_per_s) else 0.0)  # fmt: skip
+        prep = batches * (c.sample_s + c.gather_s) * g / nb + stream
         comp = batches / nc * (c.compute_s * g + _net(rows * g * row_bytes, 1, c))
-        e = {"preparation": prep, "compute": comp,
+        e = {"preparation": prep, "streaming": stream, "compute": comp,
              "allreduce": math.ceil(batches / nc) * _allreduce(params, nc, c)}  # fmt: skip
         e["epoch_s"] = max(prep, comp) + e["allreduce"]
         out["disagg"] = e
@@ -181,14 +213,15 @@ def _excluded(store: Store, config: TrainConfig, workers: int) -> dict[str, str]
 
 
 def choose(store: Store, config: TrainConfig, costs: MachineCosts, workers: int, *,
-           params: int, widths: list[int],
-           candidates: tuple[str, ...] = AUTO_CANDIDATES) -> AutoPlan:  # fmt: skip
+           params: int, widths: list[int], candidates: tuple[str, ...] = AUTO_CANDIDATES,
+           memory_per_worker: int | None = None) -> AutoPlan:  # fmt: skip
     """The cheapest runnable engine among ``candidates`` (default :data:`AUTO_CANDIDATES`)."""
     unknown = set(candidates) - set(AUTO_CANDIDATES)
     if unknown:
         raise ValueError(f"unknown candidate engines {sorted(unknown)}; valid names: "
                          f"{', '.join(AUTO_CANDIDATES)}")  # fmt: skip
-    est = estimate(store, config, costs, workers, params=params, widths=widths)
+    est = estimate(store, config, costs, workers, params=params, widths=widths,
+                   memory_per_worker=memory_per_worker)  # fmt: skip
     excluded = {k: v for k, v in _excluded(store, config, workers).items() if k in candidates}
     excluded.update({k: "not among the candidates" for k in AUTO_CANDIDATES
                      if k not in candidates})  # fmt: skip
@@ -203,14 +236,17 @@ def choose(store: Store, config: TrainConfig, costs: MachineCosts, workers: int,
 
 def plan_engine(store: Store, config: TrainConfig, workers: int, *, network: str | None = None,
                 candidates: tuple[str, ...] = AUTO_CANDIDATES, ctx: Any = None,
-                scratch: str | None = None) -> AutoPlan | None:  # fmt: skip
+                scratch: str | None = None,
+                memory_per_worker: int | None = None) -> AutoPlan | None:  # fmt: skip
     """Probe this machine for ``config`` on ``store`` and :func:`choose` among ``candidates``
     for ``workers`` ranks. In a run (``ctx``: its process group; a collective, the plan is
     returned on rank 0, None elsewhere) every rank probes at once
     (:func:`~shoal.engines.probe.probe_in_group`); otherwise, with ``network`` loopback and
     several workers, they are started here to probe the same way
     (:func:`~shoal.engines.probe.spawn_probe`, result file in ``scratch``), and with a given
-    rate one process probes alone (the workers are on other machines)."""
+    rate one process probes alone (the workers are on other machines). ``memory_per_worker``
+    (default ``--memory``, else this machine's share per worker) decides whether a rank's
+    rows are gathered from memory."""
     import tempfile
 
     from shoal.engines.probe import probe_in_group, probe_machine, spawn_probe
@@ -229,5 +265,9 @@ def plan_engine(store: Store, config: TrainConfig, workers: int, *, network: str
         costs = probe_machine(store, config, network=network)
     width = int(store.feature_dim or 1)
     widths = costs.widths or [width] + [config.hidden] * (config.num_layers - 1) + [2]
+    if memory_per_worker is None:  # the budget an engine's rank takes by default
+        from shoal.sample.budget import memory_limit
+
+        memory_per_worker = config.memory_bytes or memory_limit(workers)[0]
     return choose(store, config, costs, workers, params=costs.params, widths=widths,
-                  candidates=candidates)  # fmt: skip
+                  candidates=candidates, memory_per_worker=memory_per_worker)  # fmt: skip

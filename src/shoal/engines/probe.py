@@ -8,7 +8,9 @@ will train, what one mini-batch costs and what a byte of exchange costs:
   fan-outs (median of ``repeats`` batches); the batches' sampled edges, rows and the share of
   rows owned by another part (the halo fraction the distributed engines pull);
 - **gather**: the batch's rows read from part 0's feature file with the planned direct reads
-  every engine uses (``O_DIRECT``: not the page cache);
+  every engine uses (``O_DIRECT``: not the page cache), and copied from memory (where the
+  engine's budget caches every row a rank reads); and a sequential read of up to
+  64 MiB of it (page cache dropped behind), the rate at which a whole part streams in;
 - **compute**: forward, backward and an Adam step of the configured model on the sampled
   blocks (random inputs of the store's width);
 - **layers** (full-graph training): every layer of the model, forward and backward, on
@@ -39,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from shoal.nn.base import BlockGNN, layer_widths
-from shoal.sample.diskio import open_reader
+from shoal.sample.diskio import load_array, open_reader
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Store
 from shoal.training import TrainConfig, model_from_config
@@ -67,6 +69,8 @@ class MachineCosts:
     batch_rows: float
     halo_fraction: float
     remote_scale: float
+    gather_mem_s: float
+    seq_read_bytes_per_s: float
     gather_s: float
     compute_s: float
     layer_s: list[float]
@@ -147,6 +151,18 @@ def _remote_scale(mb: Any, num_core: int) -> float:
     return grown / max(outer.num_src, 1)
 
 
+def _seq_read_rate(feats: Any, nbytes: int = 64 << 20) -> float:
+    """Bytes per second of a sequential read of the first ``nbytes`` of ``feats`` from its
+    file (:func:`~shoal.sample.diskio.load_array`; infinite for rows in memory or none)."""
+    if feats is None or feats.shape[0] == 0 or getattr(feats, "filename", None) is None:
+        return float("inf")
+    rows = max(1, min(feats.shape[0], nbytes // max(feats[0].nbytes, 1)))
+    head = feats[:rows]
+    t = time.perf_counter()
+    got = load_array(head)
+    return got.nbytes / max(time.perf_counter() - t, 1e-9)
+
+
 def _median_time(fn, repeats: int) -> float:
     ts = []
     for _ in range(repeats):
@@ -207,7 +223,7 @@ def probe_machine(store: Store, config: TrainConfig, *,
     ids = np.unique(mb.n_id)
     ids = ids[ids < (feats.shape[0] if feats is not None else 0)]
     width = int(store.feature_dim or 1)
-    gather_s = 0.0
+    gather_s = gather_mem_s = 0.0
     if feats is not None and ids.size:
         out = np.empty((ids.size, width), dtype=feats.dtype)
         reader = open_reader(feats, threads=config.io_threads)
@@ -215,6 +231,11 @@ def probe_machine(store: Store, config: TrainConfig, *,
         gather_s = _median_time(read, repeats) * mb.n_id.size / ids.size  # every row
         if reader is not None:
             reader.close()
+        held = out.copy()  # the rows as a cache in memory holds them
+        order = np.random.default_rng(0).permutation(ids.size)
+        gather_mem_s = _median_time(lambda: np.take(held, order, 0, out), repeats)
+        gather_mem_s *= mb.n_id.size / ids.size
+    seq = _seq_read_rate(feats)
     model = model_from_config(config, in_dim=width, out_dim=int(store.num_classes or 2))
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     x = torch.randn(mb.n_id.size, width)
@@ -236,7 +257,8 @@ def probe_machine(store: Store, config: TrainConfig, *,
     else:
         bw, lat, label = parse_rate(network), GIVEN_LATENCY, f"{network} (given)"
     return MachineCosts(sample_s=sample_s, batch_edges=edges, batch_rows=rows,
-                        halo_fraction=halo, remote_scale=remote, gather_s=gather_s, compute_s=compute_s,
+                        halo_fraction=halo, remote_scale=remote, seq_read_bytes_per_s=seq,
+                        gather_mem_s=gather_mem_s, gather_s=gather_s, compute_s=compute_s,
                         layer_s=layer_s, layer_nodes=k, layer_sources=sources, params=sum(
                             p.numel() for p in model.parameters()),
                         widths=layer_widths(model, width) if isinstance(model, BlockGNN) else None,
