@@ -7,7 +7,7 @@ larger and sparser synthetic 200k-node graph), back to back:
 
 1. ``shoal plan --store S --workers 2 --json -``: the probed costs, each engine's estimated
    training epoch and the choice;
-2. every engine by hand, ``--epochs E``: the median training epoch after the first (exact
+2. every engine by hand, ``--epochs E``: the mean training epoch after the first (exact
    evaluation excluded; it runs once, after the last epoch);
 3. ``shoal train --engine auto``: the engine it chose (probing inside the run, between its
    ranks) and its own epoch time.
@@ -86,7 +86,7 @@ def train(store: Path, engine: str, epochs: int) -> dict:
               str(epochs), "--eval-every", str(epochs), "--no-progress", "--json", str(out))  # fmt: skip
     d = json.loads(out.read_text())
     secs = [h["seconds"] for h in d["history"]][1:]  # the first epoch warms up
-    r = {"engine": d["engine"], "epoch_s": statistics.median(secs), "epochs_s": secs}
+    r = {"engine": d["engine"], "epoch_s": statistics.mean(secs), "epochs_s": secs}
     if "auto_plan" in d:
         r["auto_plan"] = d["auto_plan"]
         r["stderr"] = [ln for ln in p.stderr.splitlines() if "s per epoch" in ln]
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _row(name: str, e: dict) -> tuple[list[str], bool | None]:
-    m = {k: v["epoch_s"] for k, v in e.get("measured", {}).items()}
+    m = {k: statistics.mean(v["epochs_s"]) for k, v in e.get("measured", {}).items()}
     if not m:
         return [name] + ["-"] * 7, None
     best = min(m, key=m.get)
@@ -140,7 +140,7 @@ def _row(name: str, e: dict) -> tuple[list[str], bool | None]:
         best,
         e["plan"]["engine"],
         auto or "-",
-        f"{e['auto']['epoch_s']:.3g}" if auto else "-",
+        f"{statistics.mean(e['auto']['epochs_s']):.3g}" if auto else "-",
         f"{ratio:.2f}" if auto in m else "-",
         {True: "yes", False: "no"}.get(ok, "-"),
     ], ok
@@ -152,8 +152,9 @@ def write_markdown(res: dict) -> None:
              f"Machine: {res.get('machine', '?')}; 2 processes of 1 thread, 2 parts; "
              "network: loopback", "",
              "Model: the defaults (`sage`, paper preset: 2 layers sampled 25,10, hidden 256, "
-             f"batch 1024); {res.get('epochs', '?')} epochs, the median training epoch after "
-             "the first (seconds, evaluation excluded). *est.*: `shoal plan`'s estimate from "
+             f"batch 1024); {res.get('epochs', '?')} epochs, the mean training epoch after "
+             "the first (seconds, evaluation excluded: the training time an epoch adds; single "
+             "epochs vary by up to 2x, e.g. averaging on synth-200k alternates 1.2 and 2.5 s). *est.*: `shoal plan`'s estimate from "
              "the probed costs; *plan*: its choice; *auto*: the engine `shoal train --engine "
              "auto` chose (probing inside the run) and its own epoch; *ratio*: the hand-measured "
              f"epoch of auto's choice over the fastest (target <= {TARGET}).", "",
