@@ -65,15 +65,15 @@ def _engine_plan(args: argparse.Namespace):
     kw = {k: getattr(args, k) for k in ("model", "hidden", "batch_size") if getattr(args, k)}
     if args.fanouts:
         kw["fanouts"] = args.fanouts
-    tc = TrainConfig(**kw, progress=False)
     cands = tuple(args.engines.split(",")) if args.engines else AUTO_CANDIDATES
     try:
+        tc = TrainConfig(**kw, progress=False)
         return plan_engine(Store.open(args.store), tc, args.workers, network=args.network,
                            candidates=cands, scratch=args.scratch_dir,
                            memory_per_worker=parse_size_arg(args.memory_per_worker))  # fmt: skip
     except ValueError as e:
         raise ShoalInputError(str(e), path=args.store,
-                              fix="change --engines or --workers") from None  # fmt: skip
+                              fix="check --model, --fanouts, --engines and --workers") from None  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -114,7 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--fanouts", help="neighbours per hop, hop 1 first (default: the preset's)")
     g.add_argument("--batch-size", type=int, help="seeds per batch (default 1024)")
     g.add_argument("--threads", type=int,
-                   help="threads of one worker while probing (default: cores / workers)")  # fmt: skip
+                   help="threads of the one probing process with --network RATE (default: "
+                   "cores / workers; with loopback each worker takes cores / workers)")  # fmt: skip
     g.add_argument("--network", default="loopback",
                    help="loopback (probed; the workers share this machine) or the cluster's "
                    "link rate, e.g. 1gbit, 10gbit (default loopback)")  # fmt: skip
