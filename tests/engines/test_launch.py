@@ -9,6 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+import torch
+
 from tests.engines.conftest import community_graph
 
 ARGS = [
@@ -52,11 +55,13 @@ def test_averaging_two_processes_one_command(tmp_path, make_graph, make_store):
     store = make_store(parts=4, graph=community_graph(make_graph))
     out = tmp_path / "run.json"
     p = _launch(
-        "--store", str(store), "--engine", "averaging", "--nproc", "2", "--json", str(out), *ARGS
-    )
+        "--store", str(store), "--engine", "averaging", "--nproc", "2", "--json", str(out),
+        "--device", "cpu", *ARGS,
+    )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     d = json.loads(out.read_text())
     assert d["engine"] == "averaging" and d["world_size"] == 2 and d["num_parts"] == 4
+    assert d["config"]["device"] == "cpu"  # --device reaches the workers' configs
     assert d["test_accuracy"] >= 0.75
     assert d["comm_per_epoch"]["bytes_sent"] == 0  # no communication during an epoch
     assert d["comm_per_epoch"]["allreduce_bytes"] > 0
@@ -96,6 +101,17 @@ def test_bad_store_is_an_input_error(tmp_path, capsys):
     assert "meta.json is missing" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for machines without a GPU")
+def test_cuda_without_a_gpu_exits_2_before_any_process_starts(make_store, capsys):
+    from shoal.cli import main
+
+    store = make_store()
+    args = ["train", "--store", str(store), "--nproc", "2", "--device", "cuda", *ARGS]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "torch.cuda.is_available() is False" in err and "--device cpu" in err
+
+
 def test_restarted_workers_resume_from_the_last_checkpoint(tmp_path, make_store):
     """--max-restarts 1 with --checkpoint-dir/--resume: a worker that fails in epoch 5 makes
     torchrun restart the group, which continues after epoch 4 and ends like a run that never
@@ -125,3 +141,20 @@ def test_restarted_workers_resume_from_the_last_checkpoint(tmp_path, make_store)
     assert [h["loss"] for h in b["history"]] == [h["loss"] for h in a["history"]]
     assert b["test_accuracy"] == a["test_accuracy"]
     assert json.loads((ckpt / "last.json").read_text())["epoch"] == 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    ("engine", "extra"),
+    [("minibatch", []), ("averaging", []), ("hec", []), ("fullgraph", ["--fanouts", "-1,-1"]),
+     ("disagg", ["--nproc", "3", "--batch-workers", "2"])],
+)  # fmt: skip
+def test_every_engine_learns_on_the_gpu(tmp_path, make_store, engine, extra):
+    store = make_store()
+    out = tmp_path / "run.json"
+    p = _launch("--store", str(store), "--engine", engine, "--nproc", "2", "--json", str(out),
+                "--device", "cuda", *ARGS, *extra)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = json.loads(out.read_text())
+    assert d["config"]["device"] == "cuda"
+    assert d["test_accuracy"] >= 0.7

@@ -49,11 +49,13 @@ def _load_run(ckpt: Path, which: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _cmd_embed(args: argparse.Namespace) -> int:
     from shoal.data.format import GraphDir
+    from shoal.nn.ondevice import on_device
     from shoal.training.config import TrainConfig
     from shoal.training.inference import layerwise_inference
     from shoal.training.linktrainer import LinkData
     from shoal.training.model import model_from_config
     from shoal.training.presets import resolve_for_data
+    from shoal.utils.device import resolve_device
 
     cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
     cfg = TrainConfig.from_dict({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
@@ -74,6 +76,8 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     out_dim = cfg.hidden if cfg.task == "link" else (g.num_classes or 1)
     model = model_from_config(cfg, in_dim=data.features.shape[1], out_dim=out_dim)
     model.load_state_dict(weights)
+    device = resolve_device(args.device or "cpu")  # the checkpoint's device is not assumed
+    model = on_device(model.to(device), device)
     out = Path(args.out)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
 
@@ -119,4 +123,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="input rows instead of the graph's features (a learned embedding table)",
     )
     p.add_argument("--scratch-dir", metavar="DIR", help="where the inference's layer arrays go")
+    p.add_argument("--device", type=_device,
+                   help="where the layers compute: cpu, cuda or cuda:i; rows are read and the "
+                   "output written on the host (default cpu)")  # fmt: skip
     p.set_defaults(func=_cmd_embed)
+
+
+def _device(text: str) -> str:
+    from shoal.utils.device import check_device_spec
+
+    try:
+        return check_device_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

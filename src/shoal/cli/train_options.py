@@ -17,6 +17,7 @@ from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training import TrainConfig
 from shoal.training.config import PRESETS
+from shoal.utils.device import check_device_spec
 
 __all__ = ["CONFIG_FLAGS", "add_train_arguments", "config_from_args"]
 
@@ -41,6 +42,7 @@ CONFIG_FLAGS = (
     "eval_batch_size",
     "seed",
     "threads",
+    "device",
     "normalize_features",
     "heads",
     "checkpoint_dir",
@@ -64,6 +66,13 @@ CONFIG_FLAGS = (
 def _fanouts(value: str) -> tuple[int, ...]:
     try:
         return parse_fanouts(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _device(text: str) -> str:
+    try:
+        return check_device_spec(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -192,6 +201,9 @@ def _add_factory_argument(g: argparse._ArgumentGroup) -> None:
 def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument("--seed", type=int, help=f"random seed (default {d.seed})")
     g.add_argument("--threads", type=int, help="torch/numba threads (default: all)")
+    g.add_argument("--device", type=_device,
+                   help="where the model computes: cpu, cuda (each process its local rank's "
+                   "GPU) or cuda:i; sampling and feature reads stay on the host (default cpu)")  # fmt: skip
     g.add_argument(
         "--eval-every",
         type=_eval_every,

@@ -6,6 +6,8 @@ Adam's moments), each rank weighted by its training-node count ``n_r``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -14,10 +16,13 @@ from shoal.errors import ShoalInputError
 __all__ = ["average_optimizer_state_", "broadcast_local_", "combine_local_", "weighted_average_"]
 
 
-def weighted_average_(module: torch.nn.Module, weight: float) -> tuple[float, int]:
+def weighted_average_(module: torch.nn.Module, weight: float, *,
+                      group: Any = None) -> tuple[float, int]:  # fmt: skip
     """Replace every parameter and floating buffer by the average over ranks weighted by
     ``weight`` (this rank's training-node count). Collective; returns ``(total weight, bytes
-    all-reduced)``. A rank with weight 0 receives the others' average."""
+    all-reduced)``. A rank with weight 0 receives the others' average. ``group``: the
+    process group of the model's tensors (default: the default group; NCCL for GPU
+    tensors, ``DistContext.model_group``)."""
     w = torch.tensor([float(weight)], dtype=torch.float64)
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(w)
@@ -29,7 +34,7 @@ def weighted_average_(module: torch.nn.Module, weight: float) -> tuple[float, in
     tensors = _tensors(module)
     flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]) * (weight / total)
     if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(flat)
+        dist.all_reduce(flat, group=group)
     pos = 0
     for t in tensors:
         k = t.numel()
@@ -67,7 +72,8 @@ def _init_adam_state(optimizer: torch.optim.Optimizer) -> None:
                     optimizer.state[p]["max_exp_avg_sq"] = torch.zeros_like(p)
 
 
-def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float) -> int:
+def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float, *,
+                             group: Any = None) -> int:  # fmt: skip
     """Average every floating tensor of the optimizer state (Adam's moments) over ranks,
     weighted like the parameters. Collective on every rank, including a rank that has not
     stepped yet (its parts have no training nodes): it joins with zero moments and weight 0,
@@ -89,7 +95,7 @@ def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float) ->
         dist.all_reduce(w)
     flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]) * (weight / float(w))
     if distributed:
-        dist.all_reduce(flat)
+        dist.all_reduce(flat, group=group)
     pos = 0
     for t in tensors:
         t.copy_(flat[pos : pos + t.numel()].view_as(t).to(t.dtype))

@@ -89,8 +89,9 @@ class RowExchange:
         return reqs
 
     def start(self, h: torch.Tensor) -> None:
-        """Post this level's rows (``h``: this rank's rows) to the peers that mirror them."""
-        h = h.detach()
+        """Post this level's rows (``h``: this rank's rows) to the peers that mirror them.
+        Rows travel as host tensors (gloo); a device ``h`` is copied to the host first."""
+        h = h.detach().cpu()
         self._recv = torch.empty((self.num_recv, *h.shape[1:]), dtype=h.dtype)
         if self.world == 1:
             return
@@ -144,8 +145,9 @@ class PullRows(torch.autograd.Function):
     def forward(ctx, h: torch.Tensor, exchange: RowExchange) -> torch.Tensor:  # type: ignore[override]
         ctx.exchange = exchange
         ctx.num_rows = h.shape[0]
-        return exchange.wait()
+        ctx.device = h.device
+        return exchange.wait().to(h.device)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        return ctx.exchange.push_gradients(grad, ctx.num_rows), None
+        return ctx.exchange.push_gradients(grad.cpu(), ctx.num_rows).to(ctx.device), None

@@ -22,11 +22,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from shoal.sample.budget import memory_cgroup
+from shoal.utils.device import check_device_spec, resolve_device
 
 __all__ = [
     "local_peers",
@@ -48,8 +50,12 @@ class DistConfig:
     """How to open the process group.
 
     Args:
-        backend: ``"gloo"`` or ``"nccl"``; default ``None`` picks nccl when CUDA is available
-            and gloo otherwise.
+        backend: the default group's backend, ``"gloo"`` or ``"nccl"``; default ``None`` =
+            gloo: the engines exchange ids and rows as host tensors.
+        device: where this process's model computes: ``"cpu"``, ``"cuda"`` (the GPU of the
+            local rank) or ``"cuda:i"`` (default ``"cpu"``). On a GPU with a gloo default
+            group a second group over NCCL (``DistContext.model_group``) all-reduces the
+            model's device tensors (gradients, averaged weights).
         timeout_s: timeout of every collective and of the rendezvous, in seconds (default
             300). A rank that dies makes the others fail after at most this long instead of
             hanging (torchrun normally kills them sooner).
@@ -60,8 +66,10 @@ class DistConfig:
     backend: str | None = None
     timeout_s: float = 300.0
     threads: int | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
+        check_device_spec(self.device)
         if self.backend is not None and self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS} or None, got {self.backend!r}")
         if not self.timeout_s > 0:
@@ -79,6 +87,11 @@ class DistContext:
     local_rank: int
     backend: str
     device: torch.device
+    #: the group for collectives on the model's tensors (None: the default group)
+    model_group: Any = None
+
+    def __post_init__(self) -> None:  # device None (hand-made contexts): the CPU
+        object.__setattr__(self, "device", torch.device(self.device or "cpu"))
 
     @property
     def is_rank0(self) -> bool:
@@ -88,6 +101,19 @@ class DistContext:
         """Wait for every rank (nothing to wait for in a world of one)."""
         if self.world_size > 1:
             dist.barrier()
+
+
+def _nccl_group(device: torch.device, world: int) -> Any:
+    """A group over NCCL for the model's GPU tensors (collective), or None (the gloo default
+    group, which also all-reduces GPU tensors, staging them on the host) when two ranks of
+    a machine share a GPU: NCCL refuses that."""
+    where: list = [None] * world
+    dist.all_gather_object(where, (socket.gethostname(), device.index))
+    if len(set(where)) < world:
+        log.warning("ranks share a GPU (%d ranks, %d distinct GPUs): gradients are all-reduced "
+                    "over gloo; give each rank its own GPU for NCCL", world, len(set(where)))  # fmt: skip
+        return None
+    return dist.new_group(backend="nccl")
 
 
 def local_peers(ctx: DistContext) -> tuple[int, int]:
@@ -147,7 +173,7 @@ def process_group(config: DistConfig | None = None) -> Iterator[DistContext]:
     cfg = config or DistConfig()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    backend = cfg.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = cfg.backend or "gloo"
     timeout = datetime.timedelta(seconds=cfg.timeout_s)
     owned = False
     handler_filter: Rank0Filter | None = None
@@ -169,17 +195,20 @@ def process_group(config: DistConfig | None = None) -> Iterator[DistContext]:
                     backend, init_method="env://", rank=rank, world_size=world, timeout=timeout
                 )
             owned = True
-        if backend == "nccl":
-            torch.cuda.set_device(local % max(torch.cuda.device_count(), 1))
-            device = torch.device("cuda", torch.cuda.current_device())
-        else:
-            device = torch.device("cpu")
+        spec = "cuda" if backend == "nccl" and cfg.device == "cpu" else cfg.device
+        device = resolve_device(spec, local_rank=local)
+        model_group = None
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+            if backend != "nccl" and world > 1:
+                model_group = _nccl_group(device, world)
         handler_filter = Rank0Filter(rank)
         for h in logging.getLogger().handlers:
             h.addFilter(handler_filter)
         ctx = DistContext(
-            rank=rank, world_size=world, local_rank=local, backend=backend, device=device
-        )
+            rank=rank, world_size=world, local_rank=local, backend=backend, device=device,
+            model_group=model_group,
+        )  # fmt: skip
         log.debug("rank %d/%d up (backend %s, device %s)", rank, world, backend, device)
         try:
             yield ctx

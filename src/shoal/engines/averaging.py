@@ -147,7 +147,7 @@ class AveragingEngine(Engine):
         )
         for i, loader in enumerate(self.loaders):  # p > N: this rank's parts in turn
             j = i if len(self.models) > 1 else 0
-            for batch in loader.epoch(epoch):
+            for batch in self.feed.iterate(loader.epoch(epoch)):
                 t0 = time.perf_counter()
                 loss, ok = train_step(self.models[j], self.optimizers[j], batch)
                 self.timer.add("forward_backward", time.perf_counter() - t0)
@@ -161,9 +161,10 @@ class AveragingEngine(Engine):
             t0 = time.perf_counter()
             local = [float(len(ld.seeds)) for ld in self.loaders]
             combine_local_(self.models, self.optimizers, local, moments=cfg.average_optimizer)
-            _, nbytes = weighted_average_(self.model, self.weight)
+            group = self.ctx.model_group
+            _, nbytes = weighted_average_(self.model, self.weight, group=group)
             if cfg.average_optimizer:
-                nbytes += average_optimizer_state_(self.optimizer, self.weight)
+                nbytes += average_optimizer_state_(self.optimizer, self.weight, group=group)
             broadcast_local_(self.models, self.optimizers, moments=cfg.average_optimizer)
             self.timer.add("averaging", time.perf_counter() - t0)
             self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0

@@ -32,12 +32,15 @@ from shoal.distributed import (
 )
 from shoal.distributed.runtime import local_peers
 from shoal.errors import ShoalInputError
+from shoal.nn.ondevice import on_device
 from shoal.sample.budget import BudgetPlan, batch_window, plan_budget
 from shoal.sample.diskio import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
+from shoal.training.device import DeviceFeed
 from shoal.training.loop import eval_work_ratio
 from shoal.training.presets import resolve_for_data
+from shoal.utils.device import get_rng_states, set_rng_states
 from shoal.utils.memory import return_freed_memory
 
 __all__ = ["ENGINE_RESERVE", "Engine", "EngineConfig"]
@@ -88,6 +91,9 @@ class Engine(ABC):
                 fix="build it from a node-classification graph (features, labels, splits)",
             )
         self.stats = CommStats()
+        self.device = ctx.device
+        #: batches onto the model's device (a pass-through on the CPU)
+        self.feed = DeviceFeed(self.device)
         self.tables = NodeTables(store, self.parts)
         self.budget: BudgetPlan | None = None
         # the same decision on every rank: the global training set, part 0's rows
@@ -179,10 +185,11 @@ class Engine(ABC):
 
     def build_model(self, *, in_dim: int | None = None, out_dim: int | None = None,
                     rank: int | None = None) -> nn.Module:  # fmt: skip
-        """The configured model, with the same initial weights on every rank (see
-        :func:`~shoal.training.model_from_config`); ``in_dim``/``out_dim`` default to the
-        store's feature width and class count; ``rank`` (default this rank's) re-seeds torch
-        afterwards for the rank's own dropout stream (0: not re-seeded)."""
+        """The configured model on the rank's device, with the same initial weights on every
+        rank (built on the host, see :func:`~shoal.training.model_from_config`);
+        ``in_dim``/``out_dim`` default to the store's feature width and class count; ``rank``
+        (default this rank's) re-seeds torch afterwards for the rank's own dropout stream
+        (0: not re-seeded)."""
         if self.train_config.model_factory and not self.accepts_factory_models:
             raise ShoalInputError(
                 f"the {self.name} engine reaches inside shoal's own models layer by layer; "
@@ -195,7 +202,7 @@ class Engine(ABC):
             in_dim=int(self.store.feature_dim) if in_dim is None else in_dim,
             out_dim=int(self.store.num_classes) if out_dim is None else out_dim,
             rank=self.ctx.rank if rank is None else rank,
-        )
+        ).to(self.device)
 
     # ---------------------------------------------------------------- Trainable
     @abstractmethod
@@ -219,7 +226,7 @@ class Engine(ABC):
             budget = max(self.budget.transient - held - book, self.budget.window)
         try:
             return dist_evaluate(
-                model if model is not None else self.model,
+                on_device(model if model is not None else self.model, self.device),
                 self.store,
                 self.parts,
                 self.part_to_rank,
@@ -240,13 +247,13 @@ class Engine(ABC):
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": get_rng_states(self.device),
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
+        set_rng_states(state["torch_rng"], self.device)
 
     # ---------------------------------------------------------------- shared
     def epoch_record(
@@ -293,9 +300,9 @@ class Engine(ABC):
         if self.ctx.world_size == 1:
             return
         params = list(self.model.parameters())
-        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                          for p in params])  # fmt: skip
-        dist.all_reduce(flat)
+        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None
+                          else torch.zeros(p.numel(), device=p.device) for p in params])  # fmt: skip
+        dist.all_reduce(flat, group=self.ctx.model_group)
         if average:
             flat /= self.ctx.world_size
         self.stats.allreduce_bytes += flat.numel() * 4

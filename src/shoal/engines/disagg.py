@@ -45,7 +45,9 @@ from shoal.distributed.rowcache import ComputeCache
 from shoal.distributed.runtime import local_peers
 from shoal.engines.base import ENGINE_RESERVE, Engine
 from shoal.errors import ShoalInputError
+from shoal.graph.blocks import Batch, MiniBatch
 from shoal.sample.budget import memory_limit
+from shoal.training.device import DeviceFeed
 from shoal.utils.io import parse_size
 
 __all__ = ["DisaggEngine", "cache_rows", "default_batch_workers"]
@@ -103,12 +105,18 @@ class DisaggEngine(Engine):
         super().__init__(*args, **kwargs)
         cfg, ctx, store = self.train_config, self.ctx, self.store
         self.roles = roles = self._roles()
+        if roles.is_batch(ctx.rank):  # batch workers sample and read rows on the host
+            self.device = torch.device("cpu")
+            self.feed = DeviceFeed(self.device)
         self.model = self.build_model()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
                                           weight_decay=cfg.weight_decay)  # fmt: skip
         # every rank creates every group, in the same order
         self.compute_group = dist.new_group(roles.compute_ranks)
         self.batch_group = dist.new_group(roles.batch_ranks)
+        # the compute workers' gradients: over NCCL when every rank has its own GPU
+        self.grad_group = self.compute_group if ctx.model_group is None \
+            else dist.new_group(roles.compute_ranks, backend="nccl")  # fmt: skip
         self.capacity = cache_rows(cfg.disagg_cache, store.num_nodes, self.row_bytes)
         self.dim = int(store.feature_dim)
         self.is_batch = roles.is_batch(ctx.rank)
@@ -236,6 +244,9 @@ class DisaggEngine(Engine):
             s = x.sum(1, keepdim=True)
             x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
         y = torch.from_numpy(self.tables.labels[gb.ids[pos[:seeds]]].astype(np.int64))
+        if self.device.type != "cpu":
+            b = self.feed.to_device(Batch(MiniBatch(gb.ids[pos], blocks, seeds), x, y))
+            x, y, blocks = b.x, b.y, b.mb.blocks
         out = self.model(x, blocks)
         if seeds:
             loss = F.cross_entropy(out, y, reduction="sum")
@@ -248,9 +259,9 @@ class DisaggEngine(Engine):
         if self.roles.compute_workers == 1:
             return
         params = list(self.model.parameters())
-        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                          for p in params])  # fmt: skip
-        dist.all_reduce(flat, group=self.compute_group)
+        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None
+                          else torch.zeros(p.numel(), device=p.device) for p in params])  # fmt: skip
+        dist.all_reduce(flat, group=self.grad_group)
         flat /= self.roles.compute_workers
         self.stats.allreduce_bytes += flat.numel() * 4
         off = 0
@@ -261,8 +272,8 @@ class DisaggEngine(Engine):
     def _share_weights(self) -> None:
         """Compute rank 0's weights (and optimizer state shape-free: weights only) to every
         rank, so evaluation and checkpoints see the trained model everywhere."""
-        flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
-        dist.broadcast(flat, src=0)
+        flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
+        dist.broadcast(flat, src=0)  # host tensors: batch workers hold theirs on the host
         off = 0
         with torch.no_grad():
             for p in self.model.parameters():

@@ -81,16 +81,20 @@ def probe_costs(model: BlockGNN, widths: list[int], ctx, *, nodes: int = 2048,
     layer = 1 if model.num_layers > 1 else 0
     d_in, d_out = widths[layer], widths[layer + 1]
     g = torch.Generator().manual_seed(0)
+    dev = next(model.parameters()).device
 
     def timed(deg: int) -> float:
         src = torch.randint(0, nodes, (nodes * deg,), generator=g)
         rowptr = torch.arange(0, nodes * deg + 1, max(deg, 1)) if deg else torch.zeros(nodes + 1)
         blk = _block(rowptr.long().numpy(), src.numpy(), nodes, np.full(nodes, deg, np.float32))
-        x = torch.randn(nodes, d_in, requires_grad=True)
+        blk = blk.to(dev)
+        x = torch.randn(nodes, d_in).to(dev).requires_grad_()
         ts = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             model.layer_forward(layer, x, blk).sum().backward()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
             ts.append(time.perf_counter() - t0)
         model.zero_grad(set_to_none=True)
         return float(np.median(ts))
@@ -237,6 +241,10 @@ class FullGraphEngine(Engine):
         if ctx.world_size > 1:
             dist.all_reduce(n)
         self.num_train = max(float(n.item()), 1.0)
+        dev = self.device  # the part's inputs and blocks live where the model computes
+        self.x_local, self.x_rep = self.x_local.to(dev), self.x_rep.to(dev)
+        self.blocks = [(r.to(dev) if r is not None else None, b.to(dev)) for r, b in self.blocks]
+        self.train_pos, self.y = self.train_pos.to(dev), self.y.to(dev)
 
     def _read_rows(self, pos: np.ndarray, chunk: int = 1 << 16) -> torch.Tensor:
         """This rank's feature rows at positions ``pos``, read ``chunk`` rows at a time (the

@@ -176,14 +176,16 @@ class HecEngine(Engine):
                 x[torch.from_numpy(solid)] = self.features.gather(mb.n_id[solid])
             t2 = time.perf_counter()
             blocks, inject = self._lookup(mb.n_id, solid, list(mb.blocks))
-            h, rows_of = x, []
+            dev = self.device  # the caches stay on the host; the layers run on the device
+            h, rows_of = x.to(dev, non_blocking=True), []
             for layer, block in enumerate(blocks):
                 pos, lines = inject[layer]
                 if len(pos):  # line 12: cached rows replace the halo rows
-                    h = h.index_put((torch.from_numpy(pos),), self.caches[layer].load(lines))
+                    h = h.index_put((torch.from_numpy(pos).to(dev),),
+                                    self.caches[layer].load(lines).to(dev))  # fmt: skip
                 rows_of.append(h)
-                h = self.model.layer_forward(layer, h, block)
-            y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64))
+                h = self.model.layer_forward(layer, h, block.to(dev))
+            y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64)).to(dev)
             loss = F.cross_entropy(h, y)
             loss.backward()
             loss_v, ok = float(loss.detach()), int((h.detach().argmax(1) == y).sum())
@@ -237,7 +239,8 @@ class HecEngine(Engine):
                     chosen = select_push(glob, self.db[r], self.degrees[local], limit, rng)
                     if len(chosen):
                         at = pos[np.isin(glob, chosen, assume_unique=True)]
-                        per[r] = (chosen, rows_of[layer][torch.from_numpy(at)].detach())
+                        rows = rows_of[layer]
+                        per[r] = (chosen, rows[torch.from_numpy(at).to(rows.device)].detach().cpu())
                         self.caches[layer].stats.pushed += len(chosen)
             out.append(per)
         return out

@@ -33,6 +33,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from shoal.errors import ShoalInputError
 from shoal.training import TrainConfig
+from shoal.utils.device import resolve_device
 from shoal.utils.io import write_json_output
 
 __all__ = ["LaunchSpec", "main", "run", "worker"]
@@ -148,7 +149,9 @@ def worker(spec: LaunchSpec) -> int:
         from shoal.training.linktrainer import LinkConfig
 
         extra["link"] = LinkConfig(**(spec.link or {}))
-    with process_group(DistConfig(backend="gloo", timeout_s=tc.dist_timeout)) as ctx:
+    with process_group(
+        DistConfig(backend="gloo", timeout_s=tc.dist_timeout, device=tc.device)
+    ) as ctx:
         if tc.threads is None and ctx.world_size > 1:
             set_threads(torch.get_num_threads())  # torchrun sets OMP_NUM_THREADS=1
         else:
@@ -214,6 +217,7 @@ def run(spec: LaunchSpec) -> int:
     if spec.train.engine != "auto":  # a clear error for an unknown engine, before any process
         get_engine(spec.train.engine, spec.train.task)
     Store.open(spec.store)  # fail early, before starting processes
+    resolve_device(spec.train.device)  # --device cuda without a GPU: exit 2 here, once
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if under_torchrun or spec.train.nproc == 1:
         return worker(spec)

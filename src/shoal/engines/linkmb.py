@@ -45,6 +45,7 @@ from shoal.distributed.linkeval import dist_link_metrics, dist_node_embeddings
 from shoal.engines.base import Engine, EngineConfig
 from shoal.errors import ShoalInputError
 from shoal.nn.linkpred import LinkNet, build_scorer, link_loss
+from shoal.nn.ondevice import on_device
 from shoal.training import TrainConfig, batch_seed
 from shoal.training.blocked import sum_layers
 from shoal.training.embedding import load_tables, save_tables
@@ -122,7 +123,7 @@ class LinkMinibatchEngine(Engine):
         scorer = build_scorer(self.link.scorer, cfg.hidden, dropout=cfg.dropout)
         if ctx.rank:
             torch.manual_seed(cfg.seed + ctx.rank)
-        self.model = LinkNet(encoder, scorer)
+        self.model = LinkNet(encoder, scorer).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
                                           weight_decay=cfg.weight_decay)  # fmt: skip
 
@@ -181,7 +182,12 @@ class LinkMinibatchEngine(Engine):
             x = self._inputs(mb.n_id)
             t2 = time.perf_counter()
             p, q = _positions(nodes, pos, neg_dst)
-            ps, ns = self.model(x, mb.blocks, p, q)
+            xd, blocks = x, mb.blocks
+            if self.device.type != "cpu":  # learned rows: a leaf on the device, its gradient
+                xd = x.detach().to(self.device).requires_grad_(x.requires_grad)  # comes back
+                blocks = [b.to(self.device) for b in blocks]
+                p, q = p.to(self.device), q.to(self.device)
+            ps, ns = self.model(xd, blocks, p, q)
             if len(pos):
                 loss = link_loss(self.link.loss, ps, ns.view(len(pos), -1), margin=self.link.margin)
                 loss_sum, n = loss_sum + float(loss.detach()) * len(pos), n + len(pos)
@@ -189,7 +195,7 @@ class LinkMinibatchEngine(Engine):
                 loss = ps.sum() * 0.0 + ns.sum() * 0.0
             total = loss if total is None else total + loss
             ids.append(mb.n_id)
-            leaves.append(x)
+            leaves.append(xd)
             timer["sampling"] = timer.get("sampling", 0.0) + t1 - t0
             timer["gather"] = timer.get("gather", 0.0) + t2 - t1
         t3 = time.perf_counter()
@@ -198,7 +204,7 @@ class LinkMinibatchEngine(Engine):
         self.optimizer.step()
         if self.embedding is not None:
             grads = [x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves]
-            self.last_push = self.embedding.push(np.concatenate(ids), torch.cat(grads))
+            self.last_push = self.embedding.push(np.concatenate(ids), torch.cat(grads).cpu())
         timer["forward_backward"] = timer.get("forward_backward", 0.0) + time.perf_counter() - t3
         return loss_sum, n
 
@@ -235,13 +241,13 @@ class LinkMinibatchEngine(Engine):
         out: dict[str, float] = {}
         with Scratch(cfg.scratch_dir, beside=self.store.path) as scratch:
             emb = dist_node_embeddings(
-                net.encoder, self.store, self.parts, self.part_to_rank, self.ctx, self.tables,
+                on_device(net.encoder, self.device), self.store, self.parts, self.part_to_rank, self.ctx, self.tables,
                 width=cfg.hidden, scratch=scratch, budget=BLOCKED_BUDGET, inputs=inputs,
                 normalize=cfg.normalize_features and inputs is None, threads=cfg.io_threads,
             )  # fmt: skip
             for s in splits:
                 mrr, hits = dist_link_metrics(
-                    net.scorer, emb, self.store, self.part_to_rank, self.ctx, split=s,
+                    on_device(net.scorer, self.device), emb, self.store, self.part_to_rank, self.ctx, split=s,
                     seed=cfg.seed, num_neg=self.link.eval_negatives, hits_k=self.link.hits_k,
                     width=cfg.hidden,
                 )  # fmt: skip

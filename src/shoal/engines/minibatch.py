@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
+from shoal.graph.blocks import Batch
 from shoal.sample.featstore import DiskFeatures
 from shoal.training import batch_seed
 from shoal.utils.progress import progress
@@ -89,7 +91,10 @@ class MinibatchEngine(Engine):
         )
         self._open_features()
         self.model = self.build_model()
-        self.ddp = DistributedDataParallel(self.model)
+        self.ddp = DistributedDataParallel(
+            self.model, process_group=ctx.model_group,
+            device_ids=[self.device] if self.device.type == "cuda" else None,
+        )  # fmt: skip
         self.optimizer = torch.optim.Adam(
             self.ddp.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -152,31 +157,23 @@ class MinibatchEngine(Engine):
             unit="batch",
             enable=cfg.progress if self.ctx.is_rank0 else False,
         )
-        for mbs, _ in self.windows.windows(self._samples(epoch, timer)):
-            for mb in mbs:
-                t1 = time.perf_counter()
-                x = self.features.pull(mb.n_id)
-                if cfg.normalize_features:
-                    s = x.sum(1, keepdim=True)
-                    x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
-                y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64))
-                t2 = time.perf_counter()
-                self.optimizer.zero_grad(set_to_none=True)
-                out = self.ddp(x, mb.blocks)
-                # DDP averages the ranks' gradients (batches differ in size by at most one
-                # seed per rank under the two-level split)
-                loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
-                loss.backward()
-                self.optimizer.step()
-                self.stats.allreduce_bytes += self.param_bytes
-                t3 = time.perf_counter()
-                timer["gather"] += t2 - t1
-                timer["forward_backward"] += t3 - t2
-                n = len(y)
-                total_loss += float(loss.detach()) * n
-                correct += int((out.detach().argmax(1) == y).sum()) if n else 0
-                seen += n
-                bar.update(1)
+        for batch in self.feed.iterate(self._batches(epoch, timer)):
+            t2 = time.perf_counter()
+            x, y = batch.x, batch.y
+            self.optimizer.zero_grad(set_to_none=True)
+            out = self.ddp(x, batch.mb.blocks)
+            # DDP averages the ranks' gradients (batches differ in size by at most one
+            # seed per rank under the two-level split)
+            loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
+            loss.backward()
+            self.optimizer.step()
+            self.stats.allreduce_bytes += self.param_bytes
+            n = len(y)
+            total_loss += float(loss.detach()) * n
+            correct += int((out.detach().argmax(1) == y).sum()) if n else 0
+            seen += n
+            timer["forward_backward"] += time.perf_counter() - t2
+            bar.update(1)
         bar.close()
         timer["io_wait"] = self.windows.io.get("io_wait", 0.0)
         return self.epoch_record(
@@ -187,6 +184,20 @@ class MinibatchEngine(Engine):
             time_split=timer,
             io=self.io_record([self.windows.io]),
         )
+
+    def _batches(self, epoch: int, timer: dict[str, float]) -> Iterator[Batch]:
+        """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and
+        normalised) rows, labels (collective)."""
+        for mbs, _ in self.windows.windows(self._samples(epoch, timer)):
+            for mb in mbs:
+                t1 = time.perf_counter()
+                x = self.features.pull(mb.n_id)
+                if self.train_config.normalize_features:
+                    s = x.sum(1, keepdim=True)
+                    x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
+                y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64))
+                timer["gather"] += time.perf_counter() - t1
+                yield Batch(mb, x, y)
 
     def _samples(self, epoch: int, timer: dict[str, float]):
         """This rank's sampled batches of ``epoch``, in step order (collective)."""

@@ -59,7 +59,8 @@ class Block:
         """The block as a ``(num_dst, num_src)`` torch sparse CSR tensor of ones (cached)."""
         a = self.cache.get("adj_t")
         if a is None:
-            a = self.weighted_adj_t(torch.ones(self.num_edges, dtype=torch.float32))
+            ones = torch.ones(self.num_edges, dtype=torch.float32, device=self.edge_index.device)
+            a = self.weighted_adj_t(ones)
             self.cache["adj_t"] = a
         return a
 
@@ -122,6 +123,14 @@ class Batch:
     mb: MiniBatch
     x: torch.Tensor
     y: torch.Tensor
+
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
+        """This batch with its blocks, features and labels on ``device``."""
+        return Batch(
+            self.mb.to(device, non_blocking=non_blocking),
+            self.x.to(device, non_blocking=non_blocking),
+            self.y.to(device, non_blocking=non_blocking),
+        )
 
 
 def full_graph_block(

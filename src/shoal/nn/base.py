@@ -30,13 +30,29 @@ __all__ = [
     "gcn_adj_t",
     "layer_widths",
     "mean_aggregate",
+    "mean_by_counts",
     "sum_aggregate",
 ]
 
 
 def mean_aggregate(x_src: torch.Tensor, block: Block) -> torch.Tensor:
-    """Mean of each destination's sampled in-neighbours' rows (zero for none)."""
-    return torch.sparse.mm(block.adj_t(), x_src, reduce="mean")
+    """Mean of each destination's sampled in-neighbours' rows (zero for none).
+
+    On the CPU one ``torch.sparse.mm(..., reduce="mean")``; torch supports that reduction on
+    CPU CSR tensors only, so other devices take :func:`mean_by_counts` (the same numbers)."""
+    if x_src.device.type == "cpu":
+        return torch.sparse.mm(block.adj_t(), x_src, reduce="mean")
+    return mean_by_counts(x_src, block)
+
+
+def mean_by_counts(x_src: torch.Tensor, block: Block) -> torch.Tensor:
+    """:func:`mean_aggregate` as a sum divided by each target's in-edge count (at least 1,
+    so a target without in-edges stays zero); runs on any device."""
+    c = block.cache.get("count_dst_f")
+    if c is None:
+        c = block.count_dst.to(torch.float32).clamp(min=1.0).unsqueeze(1)
+        block.cache["count_dst_f"] = c
+    return sum_aggregate(x_src, block) / c
 
 
 def sum_aggregate(x_src: torch.Tensor, block: Block) -> torch.Tensor:
@@ -166,9 +182,10 @@ class BlockGNN(nn.Module):
 def layer_widths(model: BlockGNN, in_dim: int) -> list[int]:
     """The width of every level of ``model``: its input (``in_dim``), each layer's output
     (GAT's heads included), from a pass over one isolated node in evaluation mode."""
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     e = torch.empty((2, 0), dtype=torch.int64)
-    blk = Block(e, 1, 1, torch.zeros(2, dtype=torch.int64), torch.ones(1))
-    widths, x = [int(in_dim)], torch.zeros(1, in_dim)
+    blk = Block(e, 1, 1, torch.zeros(2, dtype=torch.int64), torch.ones(1)).to(dev)
+    widths, x = [int(in_dim)], torch.zeros(1, in_dim, device=dev)
     was = model.training
     model.eval()
     with torch.no_grad():

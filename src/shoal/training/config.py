@@ -16,6 +16,7 @@ from shoal.nn import MODELS
 from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training.presets import PRESETS, preset_defaults
+from shoal.utils.device import check_device_spec
 from shoal.utils.io import parse_size
 
 __all__ = ["DEP_MODES", "PRESETS", "TrainConfig", "preset_defaults"]
@@ -87,6 +88,11 @@ class TrainConfig:
         seed: seed of initialisation, shuffling, sampling and dropout (default 0).
 
     Run and output:
+        device: where the model computes: ``"cpu"``, ``"cuda"`` (in a distributed run each
+            process takes the GPU of its local rank) or ``"cuda:i"``; sampling, feature reads
+            and exchanges stay on the host, batches are copied through pinned buffers
+            (:class:`~shoal.training.device.DeviceFeed`), gradients of distributed engines
+            are all-reduced over NCCL (default ``"cpu"``).
         threads: torch and numba threads; None keeps the current settings (default None; under
             several processes, torch's current setting).
         checkpoint_dir: write per-epoch checkpoints there (default None).
@@ -182,6 +188,7 @@ class TrainConfig:
     eval_batch_size: int = 1024
     seed: int = 0
     threads: int | None = None
+    device: str = "cpu"
     normalize_features: bool | str | None = None
     min_steps: int | None = None
     heads: int | None = None
@@ -264,12 +271,7 @@ class TrainConfig:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if self.patience < 0:
             raise ValueError(f"patience must be >= 0 (0 = off), got {self.patience}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        if self.resume and not self.checkpoint_dir:
-            raise ValueError("resume needs checkpoint_dir")
-        if not self.dist_timeout > 0:
-            raise ValueError(f"dist_timeout must be > 0, got {self.dist_timeout}")
+        self._check_run_options()
         if self.memory is not None:
             if parse_size(self.memory) <= 0:
                 raise ValueError(f"memory must be a positive size, got {self.memory!r}")
@@ -298,6 +300,16 @@ class TrainConfig:
         _check_cache(self.disagg_cache)
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+
+    def _check_run_options(self) -> None:
+        """Threads, device, resume and the distributed timeout."""
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        check_device_spec(self.device)
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("resume needs checkpoint_dir")
+        if not self.dist_timeout > 0:
+            raise ValueError(f"dist_timeout must be > 0, got {self.dist_timeout}")
 
     def _resolve_preset(self) -> None:
         """Fill the hyper-parameters left ``None`` from the preset; parse ``eval_every``."""

@@ -26,6 +26,7 @@ from torch import nn
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.nn.linkpred import LOSSES, SCORERS, build_scorer, link_loss
+from shoal.nn.ondevice import on_device
 from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import Timer
@@ -44,6 +45,7 @@ from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
+from shoal.utils.device import get_rng_states, resolve_device, set_rng_states
 from shoal.utils.threads import set_threads
 
 __all__ = [
@@ -197,8 +199,10 @@ class LinkTrainer:
         gatherer = self.embedding or FeatureGatherer(data.features,
                                                      normalize=config.normalize_features)  # fmt: skip
         in_dim = link.embedding_dim or data.feature_dim
+        self.device = resolve_device(config.device)
         self.model = model or model_from_config(config, in_dim=in_dim, out_dim=config.hidden)
         self.scorer = build_scorer(link.scorer, config.hidden, dropout=config.dropout)
+        self.model, self.scorer = self.model.to(self.device), self.scorer.to(self.device)
         #: what best-validation selection keeps and restores: the encoder and the scorer
         self.selected_module = nn.ModuleDict({"encoder": self.model, "scorer": self.scorer})
         params = list(self.model.parameters()) + list(self.scorer.parameters())
@@ -250,14 +254,15 @@ class LinkTrainer:
         for b in self.loader.epoch(epoch):
             t = time.perf_counter()
             self.optimizer.zero_grad(set_to_none=True)
-            h = self.model(b.x, b.mb.blocks)
-            pos = self.scorer(h[b.pos[0]], h[b.pos[1]])
-            neg = self.scorer(h[b.neg[0]], h[b.neg[1]]).view(len(pos), b.num_neg)
+            x, blocks, bp, bn = self._on_device(b)
+            h = self.model(x, blocks)
+            pos = self.scorer(h[bp[0]], h[bp[1]])
+            neg = self.scorer(h[bn[0]], h[bn[1]]).view(len(pos), b.num_neg)
             loss = link_loss(self.link.loss, pos, neg, margin=self.link.margin)
             loss.backward()
             self.optimizer.step()
             if self.embedding_opt is not None:
-                self.embedding_opt.step(b.mb.n_id, b.x.grad)
+                self.embedding_opt.step(b.mb.n_id, x.grad.cpu())
             self.timer.add("forward_backward", time.perf_counter() - t)
             loss_sum += float(loss.detach()) * len(pos)
             n, steps = n + len(pos), steps + 1
@@ -266,6 +271,15 @@ class LinkTrainer:
             self.embedding_opt.flush()
         return {"loss": loss_sum / max(n, 1), "train_accuracy": None,
                 "seconds": time.perf_counter() - t0, "time_split": self.timer.since(before)}  # fmt: skip
+
+    def _on_device(self, b):
+        """The batch's inputs, blocks and positions on the model's device (the learned
+        rows as a leaf there, whose gradient the sparse optimizer reads back)."""
+        if self.device.type == "cpu":
+            return b.x, b.mb.blocks, b.pos, b.neg
+        x = b.x.detach().to(self.device).requires_grad_(b.x.requires_grad)
+        return (x, [blk.to(self.device) for blk in b.mb.blocks], b.pos.to(self.device),
+                b.neg.to(self.device))  # fmt: skip
 
     def _negatives(self, split: str, pos: np.ndarray) -> np.ndarray:
         if split not in self._eval_neg:  # drawn once per split: the same at every evaluation
@@ -281,8 +295,9 @@ class LinkTrainer:
                               dtype=np.int64) for s in splits}  # fmt: skip
         negs = {s: self._negatives(s, held[s]) for s in splits}
         nodes = np.unique(np.concatenate([x.ravel() for s in splits for x in (held[s], negs[s])]))
+        scorer = on_device(self.scorer, self.device)
         emb = torch.from_numpy(layerwise_inference(
-            self.model, self.data, nodes,
+            on_device(self.model, self.device), self.data, nodes,
             normalize_features=self.config.normalize_features and self.embedding is None,
             batch_size=self.config.eval_batch_size, scratch_dir=self.config.scratch_dir,
         ))  # fmt: skip
@@ -290,9 +305,9 @@ class LinkTrainer:
         for s in splits:
             p, q = held[s], negs[s]
             u = torch.from_numpy(np.searchsorted(nodes, p[:, 0]))
-            sp = self.scorer(emb[u], emb[torch.from_numpy(np.searchsorted(nodes, p[:, 1]))])
+            sp = scorer(emb[u], emb[torch.from_numpy(np.searchsorted(nodes, p[:, 1]))])
             uq = u.repeat_interleave(q.shape[1])
-            sq = self.scorer(emb[uq], emb[torch.from_numpy(np.searchsorted(nodes, q.ravel()))])
+            sq = scorer(emb[uq], emb[torch.from_numpy(np.searchsorted(nodes, q.ravel()))])
             m = mrr_hits(sp, sq.view(len(p), -1), ks=(self.link.hits_k,))
             out[s] = m["mrr"]
             out[f"{s}_hits@{self.link.hits_k}"] = m[f"hits@{self.link.hits_k}"]
@@ -305,14 +320,14 @@ class LinkTrainer:
         if snap:
             save_tables(self.embedding_opt.tables(), Path(self.config.checkpoint_dir) / "embedding")
         return {"model": self.model.state_dict(), "scorer": self.scorer.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                "optimizer": self.optimizer.state_dict(), "torch_rng": get_rng_states(self.device),
                 "embedding_snapshot": snap}  # fmt: skip
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.scorer.load_state_dict(state["scorer"])
         self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
+        set_rng_states(state["torch_rng"], self.device)
         if state.get("embedding_snapshot") and self.embedding_opt is not None:
             load_tables(self.embedding_opt.tables(), Path(self.config.checkpoint_dir) / "embedding")
 

@@ -14,15 +14,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from shoal.nn.ondevice import on_device
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
+from shoal.training.device import DeviceFeed
 from shoal.training.inference import evaluate
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
+from shoal.utils.device import get_rng_states, resolve_device, set_rng_states
 from shoal.utils.progress import progress
 from shoal.utils.threads import set_threads
 
@@ -46,10 +49,12 @@ class Trainer:
         self.config = config
         self.data = data
         set_threads(config.threads)
+        self.device = resolve_device(config.device)
         torch.manual_seed(config.seed)
-        if model is None:
+        if model is None:  # built on the host: the same initial weights on every device
             model = model_from_config(config, in_dim=data.feature_dim, out_dim=data.num_classes)
-        self.model = model
+        self.model = model.to(self.device)
+        self.feed = DeviceFeed(self.device)
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
@@ -123,7 +128,7 @@ class Trainer:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": get_rng_states(self.device),
             **self.loop.state.to_dict(),
             "config": self.config.to_dict(),
         }
@@ -131,7 +136,7 @@ class Trainer:
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
+        set_rng_states(state["torch_rng"], self.device)
         self.loop.state.load(state)
 
     def train_epoch(self, epoch: int | None = None) -> dict[str, Any]:
@@ -144,7 +149,7 @@ class Trainer:
         bar = progress(total=len(self.loader), desc=f"epoch {epoch + 1}", unit="batch",
                        enable=self.config.progress)  # fmt: skip
         t_epoch = time.perf_counter()
-        for batch in self.loader.epoch(epoch):
+        for batch in self.feed.iterate(self.loader.epoch(epoch)):
             t0 = time.perf_counter()
             loss, ok = train_step(self.model, self.optimizer, batch)
             self.timer.add("forward_backward", time.perf_counter() - t0)
@@ -195,7 +200,7 @@ class Trainer:
 
     def _evaluate(self, splits: tuple[str, ...], budget: int) -> dict[str, float]:
         return evaluate(
-            self.model,
+            on_device(self.model, self.device),
             self.data,
             splits,
             sampler=self.sampler,

@@ -1,0 +1,91 @@
+"""Training on a device: the feed of batches, the trainer, the CLI's --device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from shoal.graph.blocks import Batch
+from shoal.training import TrainConfig, Trainer
+from shoal.training.device import DeviceFeed
+from tests.training.test_trainer import cfg, tiny  # noqa: F401  (fixture)
+
+CUDA = torch.cuda.is_available()
+
+
+def _batches(trainer: Trainer, epoch: int = 0) -> list[Batch]:
+    return list(trainer.loader.epoch(epoch))
+
+
+def test_config_checks_the_device_spelling():
+    assert TrainConfig(device="cuda:1").device == "cuda:1"
+    assert TrainConfig().device == "cpu"
+    with pytest.raises(ValueError, match="device must be"):
+        TrainConfig(device="gpu")
+
+
+def test_cpu_feed_passes_batches_through(tiny):  # noqa: F811
+    t = Trainer(cfg(), tiny)
+    batches = _batches(t)
+    feed = DeviceFeed("cpu")
+    got = list(feed.iterate(iter(batches)))
+    assert len(got) == len(batches) and all(a is b for a, b in zip(got, batches, strict=True))
+    assert feed.to_device(batches[0]) is batches[0]
+    assert feed.bytes_copied == 0
+
+
+def test_batch_to_keeps_its_values(tiny):  # noqa: F811
+    b = _batches(Trainer(cfg(), tiny))[0]
+    m = b.to("cpu")
+    assert torch.equal(m.x, b.x) and torch.equal(m.y, b.y)
+    assert all(torch.equal(p.edge_index, q.edge_index) for p, q in zip(m.mb.blocks, b.mb.blocks))
+
+
+def test_trainer_records_its_device(tiny):  # noqa: F811
+    t = Trainer(cfg(device="cpu", epochs=1), tiny)
+    r = t.fit()
+    assert r.config["device"] == "cpu"
+    assert t.device == torch.device("cpu")
+    assert next(t.model.parameters()).device.type == "cpu"
+    assert set(t.state()["torch_rng"]) == {"cpu"}
+
+
+@pytest.mark.skipif(CUDA, reason="this machine has a GPU: the error is for machines without")
+def test_cuda_on_a_cpu_machine_exits_2_naming_the_fix(tiny, run_cli):  # noqa: F811
+    code, _, err = run_cli("train", "--graph", tiny.path, "--device", "cuda", "--epochs", "1")
+    assert code == 2
+    assert "torch.cuda.is_available() is False" in err and "--device cpu" in err
+
+
+def test_bad_device_spelling_exits_2(tiny, capsys):  # noqa: F811
+    from shoal.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--graph", str(tiny.path), "--device", "gpu"])
+    assert e.value.code == 2
+    assert "cuda:<index>" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_feed_double_buffers_into_device_tensors(tiny):  # noqa: F811
+    batches = _batches(Trainer(cfg(), tiny))
+    feed = DeviceFeed("cuda")
+    got = list(feed.iterate(iter(batches)))
+    assert len(got) == len(batches)
+    for g, b in zip(got, batches, strict=True):
+        assert g.x.device.type == "cuda" and torch.equal(g.x.cpu(), b.x)
+        assert torch.equal(g.y.cpu(), b.y)
+        assert all(blk.edge_index.device.type == "cuda" for blk in g.mb.blocks)
+    assert feed.bytes_copied == sum(b.x.numel() * 4 for b in batches)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_training_matches_the_cpu(tiny):  # noqa: F811
+    """Without dropout, one run on the GPU and one on the CPU give the same losses and
+    validation accuracies to float tolerance."""
+    runs = [Trainer(cfg(device=d, dropout=0.0, epochs=3), tiny).fit() for d in ("cpu", "cuda")]
+    for a, b in zip(runs[0].history, runs[1].history, strict=True):
+        assert abs(a["loss"] - b["loss"]) < 1e-4
+        assert a.get("val_accuracy") == b.get("val_accuracy")
+    np.testing.assert_allclose(runs[0].test_accuracy, runs[1].test_accuracy)
