@@ -155,8 +155,7 @@ def hp_flags(hp: dict, seed: int) -> list[str]:
         "5",
         "--no-progress",
     ]
-    if hp["normalize_features"]:
-        f.append("--normalize-features")
+    f.append("--normalize-features" if hp["normalize_features"] else "--no-normalize-features")
     return f
 
 
