@@ -767,6 +767,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--resume", action="store_true", help="skip runs already in the JSON")
+    ap.add_argument("--redo", nargs="*", default=[],
+                    help="with --resume: run these variants again (e.g. shoal's rule next to the "
+                    "paper's, back to back in this run)")  # fmt: skip
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument(
         "--note", action="append", default=[], help="with --report-only: a line for the header"
@@ -858,7 +861,7 @@ def main(argv: list[str] | None = None) -> int:
     done = {
         (r["graph"], r["variant"], r["parts"])
         for r in records
-        if "metrics" in r or r.get("timed_out")
+        if ("metrics" in r or r.get("timed_out")) and r["variant"] not in args.redo
     }
     for key, parts_list, variants in plan:
         if args.variants:

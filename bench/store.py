@@ -125,7 +125,8 @@ def dgl_side(graph: Path, out: Path) -> dict:
         balance_edges=True,
     )
     t_part = time.perf_counter() - t1
-    return {"load_s": t_load, "partition_graph_s": t_part}
+    return {"load_s": t_load, "partition_graph_s": t_part, "dgl_version": dgl.__version__,
+            "torch": torch.__version__}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- harness
@@ -164,7 +165,12 @@ def main() -> int:
     ap.add_argument("--only", choices=["dgl", "shoal"], help="run one side only")
     ap.add_argument("--side", choices=["dgl"], help=argparse.SUPPRESS)
     ap.add_argument("--regen", action="store_true", help="regenerate the graph")
+    ap.add_argument("--render-only", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args()
+    results_path = HERE / "results" / "store.json"
+    if args.render_only:
+        write_markdown(json.loads(results_path.read_text()))
+        return 0
 
     if args.side == "dgl":
         res = dgl_side(GRAPH, WORK / "dgl-parts")
@@ -177,8 +183,9 @@ def main() -> int:
         generate(GRAPH)
         print(f"generated {GRAPH} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
 
-    results_path = HERE / "results" / "store.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results["command"] = " ".join(["python bench/store.py", *sys.argv[1:]])
+    results["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
     results["graph"] = {
         "generator": "R-MAT a,b,c,d=0.57,0.19,0.19,0.05 (this script)",
         "num_nodes": 1 << SCALE,
@@ -190,6 +197,7 @@ def main() -> int:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
+        "shoal_torch": _torch_version(str(REPO / ".venv" / "bin" / "python")),
     }
     shoal = str(REPO / ".venv" / "bin" / "shoal")
     if args.only in (None, "dgl"):
@@ -254,7 +262,68 @@ def main() -> int:
         print("ratios:", results["ratios"], file=sys.stderr)
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(results, indent=2) + "\n")
+    write_markdown(results)
     return 0
+
+
+def _torch_version(python: str) -> str:
+    r = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                       capture_output=True, text=True)  # fmt: skip
+    return r.stdout.strip() or "?"
+
+
+def write_markdown(res: dict) -> None:
+    """``bench/results/store.md``, every figure from ``store.json`` (nothing by hand)."""
+    g, m, d, sh = res["graph"], res["machine"], res["dgl"], res["shoal"]
+    ra, met = res["ratios"], sh.get("metrics") or {}
+    b, c, v, p = sh["store_build"], sh["store_build_full_cli"], sh["verify"], sh["partition"]
+    phases = ", ".join(f"{k} {x:.2f}" for k, x in (sh.get("seconds") or {}).items())
+    rss = ", ".join(f"{k} {x:.0f}" for k, x in (sh.get("peak_rss_mb_after_phase") or {}).items())
+    la = res.get("load_average_at_start")
+    L = [
+        "# Store build: shoal vs DGL `partition_graph` (METIS)",
+        "",
+        f"Command: `{res.get('command', 'python bench/store.py')}` (raw figures: `store.json`). "
+        "Each side runs in its own subprocess under `/usr/bin/time -v`, one after the other "
+        'in this run; peak RSS is its "Maximum resident set size".',
+        "",
+        f"- **Graph**: {g['generator']}, {g['num_nodes']:,} nodes, {g['num_edges']:,} directed "
+        f"edges, {g['feature_dim']}-d float32 features, {g['parts']} parts.",
+        f"- **DGL**: DGL {d.get('dgl_version', '2.1.0')} on torch {d.get('torch', '2.2.1')} (the "
+        "venv of `bench/dgl_env.sh`: DGL 2.1.0 needs torch 2.2) loads the graph into a "
+        '`DGLGraph` and runs `dgl.distributed.partition_graph(..., part_method="metis", '
+        "balance_ntypes=train_mask, balance_edges=True)` (DistDGL's settings).",
+        f"- **shoal** (torch {m.get('shoal_torch', '?')}; the store build does not use torch): "
+        f"{sh['partitioner']} (streaming) partition + metrics in its own process, then "
+        "`python -m shoal store build` with default settings; the full `shoal store build` "
+        "command and `shoal verify` are listed too.",
+        f"- **Machine**: {m['platform']}, {m['cpus']} cores, Python {m['python']}"
+        + (f"; load average {la[0]:.2f} when the run started." if la else "."),
+        "",
+        "| step | wall s | peak RSS MB |",
+        "|---|---:|---:|",
+        f"| DGL: load + `partition_graph` (METIS), total process | {d['wall_s']:.1f} | "
+        f"{d['peak_rss_mb']:.0f} |",
+        f"| &nbsp;&nbsp;of which `partition_graph` | {d['partition_graph_s']:.1f} | |",
+        f"| shoal: {sh['partitioner']} partition + metrics (own process) | {p['wall_s']:.1f} | "
+        f"{p['peak_rss_mb']:.0f} |",
+        f"| shoal: `python -m shoal store build` | {b['wall_s']:.1f} | {b['peak_rss_mb']:.1f} |",
+        f"| shoal: `shoal store build` (full CLI) | {c['wall_s']:.1f} | {c['peak_rss_mb']:.1f} |",
+        f"| shoal: `shoal verify` (all checks vs source) | {v['wall_s']:.1f} | "
+        f"{v['peak_rss_mb']:.0f} |",
+        "",
+        f"- Peak RSS: DGL / shoal store build = {ra['dgl_rss_over_shoal_store_build_rss']}x.",
+        f"- Wall: DGL / shoal store build = {ra['dgl_wall_over_shoal_store_build_wall']}x; "
+        f"DGL / (partition + store build) = "
+        f"{ra['dgl_wall_over_shoal_partition_plus_build_wall']}x (torch differs between the "
+        "sides, 2.2.1 vs the repository's; neither the METIS call nor shoal's build is torch "
+        "code).",
+        f"- Store build phases (s): {phases}; peak RSS after each phase (MB): {rss}.",
+        f"- Store: {sh.get('store_bytes', 0) / 1e6:.0f} MB on disk; replication factor "
+        f"{met.get('replication_factor', float('nan')):.4f}, edge cut "
+        f"{met.get('edge_cut', float('nan')):.4f} (the assignment's metrics).",
+    ]
+    (HERE / "results" / "store.md").write_text("\n".join(L) + "\n")
 
 
 def _api_assignment(algo: str, out: Path) -> dict:

@@ -1,0 +1,236 @@
+"""Where a training step's time goes, and the same-torch comparison (issue 16).
+
+The profile figures that ``bench/results/train.md`` once gave as prose come from this script:
+on the training benchmark's workload (``bench/train.py``: ``bench/work/synth-200k``, 200k
+nodes, 2M stored edges, 128-d features; GraphSAGE-mean, 3 layers, hidden 256, dropout 0.5,
+batch 1024, fanouts 15,10,5, one thread) it measures, back to back in one process on the
+same sampled batches:
+
+- **steps**: the median time of one optimizer step (forward, loss, backward, Adam) of
+  shoal's SAGE with shoal's dropout (numba mask, ReLU fused with the next layer's dropout),
+  of the same model with torch's ``F.dropout`` (the ablation of ``shoal.nn.dropout``), and of
+  PyG's own ``torch_geometric.nn.models.GraphSAGE`` run on the same blocks through
+  ``shoal.nn.adapter.EdgeIndexModel`` (``--model-factory``'s path): the same torch (the
+  repository's, not the DGL venv's 2.2.1), so the step ratio is the models' and kernels'
+  alone;
+- **profile**: ``torch.profiler`` on one step of each shoal variant: the operators with the
+  largest self CPU time and their share of the step;
+- **aggregation**: forward + backward of the mean over the outer block's sampled edges as
+  shoal computes it (``torch.sparse.mm`` on the block's CSR, ``reduce="mean"``) and as PyG's
+  message passing does (gather one message per edge, ``torch_geometric.utils.scatter``).
+
+Usage::
+
+    .venv/bin/python bench/train_profile.py [--steps 5] [--threads 1]
+
+Writes ``bench/results/train_profile.json`` and ``.md``; run on a quiet machine (timings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import train as tbench  # noqa: E402  (bench/train.py: the workload)
+
+RESULTS = HERE / "results"
+VARIANTS = ("shoal", "torch-dropout", "pyg-graphsage")
+
+
+def _trainer(graph: Path, threads: int, model=None):
+    from shoal.training import TrainConfig, TrainData, Trainer
+
+    cfg = TrainConfig(model="sage", fanouts=tbench.FANOUTS, batch_size=1024, hidden=256,
+                      epochs=1, lr=0.003, dropout=0.5, seed=0, threads=threads,
+                      progress=False)  # fmt: skip
+    return Trainer(cfg, TrainData.from_graph_dir(graph), model=model)
+
+
+def _pyg_model(in_dim: int, out_dim: int):
+    from torch_geometric.nn.models import GraphSAGE
+
+    from shoal.nn.adapter import EdgeIndexModel
+
+    return EdgeIndexModel(GraphSAGE(in_dim, 256, num_layers=3, out_channels=out_dim,
+                                    dropout=0.5, aggr="mean"), num_layers=3)  # fmt: skip
+
+
+class _TorchDropout:
+    """Within the block: shoal's models use ``torch.nn.functional.dropout`` (the ablation)."""
+
+    def __enter__(self):
+        import torch.nn.functional as F
+
+        import shoal.nn.base as base
+
+        self.saved = (base.dropout, base.relu_dropout)
+        base.dropout = lambda x, p, training: F.dropout(x, p, training)
+        base.relu_dropout = lambda x, p, training: F.dropout(F.relu(x), p, training)
+        return self
+
+    def __exit__(self, *exc):
+        import shoal.nn.base as base
+
+        base.dropout, base.relu_dropout = self.saved
+
+
+def _step_times(trainer, batches) -> list[float]:
+    from shoal.training import train_step
+
+    train_step(trainer.model, trainer.optimizer, batches[0])  # warm-up (numba, allocator)
+    out = []
+    for b in batches[1:]:
+        t = time.perf_counter()
+        train_step(trainer.model, trainer.optimizer, b)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def _profile(trainer, batch, top: int = 8) -> list[dict]:
+    import torch
+
+    from shoal.training import train_step
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        train_step(trainer.model, trainer.optimizer, batch)
+    rows = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in rows)
+    rows.sort(key=lambda e: -e.self_cpu_time_total)
+    return [{"op": e.key, "self_ms": e.self_cpu_time_total / 1e3,
+             "share": e.self_cpu_time_total / total} for e in rows[:top]]  # fmt: skip
+
+
+def _aggregation(batch, dim: int = 128, repeats: int = 5) -> dict:
+    """Mean over the outer block's edges, forward + backward: CSR product vs PyG's scatter."""
+    import torch
+    from torch_geometric.utils import scatter
+
+    from shoal.nn.base import mean_aggregate
+
+    blk = batch.mb.blocks[0]
+    x = torch.randn(blk.num_src, dim, requires_grad=True)
+    src, dst = blk.edge_index
+
+    def csr():
+        mean_aggregate(x, blk).sum().backward()
+
+    def edges():
+        scatter(x[src], dst, dim=0, dim_size=blk.num_dst, reduce="mean").sum().backward()
+
+    out = {"edges": blk.num_edges, "sources": blk.num_src, "targets": blk.num_dst, "dim": dim}
+    for name, fn in (("csr_sparse_mm", csr), ("pyg_scatter", edges)):
+        fn()
+        ts = []
+        for _ in range(repeats):
+            x.grad = None
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+        out[f"{name}_seconds"] = statistics.median(ts)
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict:
+    from itertools import islice
+
+    graph = args.graph
+    tbench.make_graph(graph, 200_000, 1_000_000, 128, 47)
+    base = _trainer(graph, args.threads)
+    batches = list(islice(base.loader.epoch(0), args.steps + 1))
+    res: dict = {"steps": {}, "profile": {}}
+    res["steps"]["shoal"] = _step_times(base, batches)
+    res["profile"]["shoal"] = _profile(base, batches[-1])
+    with _TorchDropout():
+        t = _trainer(graph, args.threads)
+        res["steps"]["torch-dropout"] = _step_times(t, batches)
+        res["profile"]["torch-dropout"] = _profile(t, batches[-1])
+    data = base.data
+    pyg = _trainer(graph, args.threads, model=_pyg_model(data.feature_dim, data.num_classes))
+    res["steps"]["pyg-graphsage"] = _step_times(pyg, batches)
+    res["aggregation"] = _aggregation(batches[-1])
+    res["batch"] = {"nodes": int(len(batches[-1].mb.n_id)),
+                    "edges_per_block": [b.num_edges for b in batches[-1].mb.blocks]}  # fmt: skip
+    return res
+
+
+def render(res: dict) -> str:
+    med = {k: statistics.median(v) for k, v in res["steps"].items()}
+    b = res["batch"]
+    md = [
+        "# Training step profile (shoal's single-process trainer)",
+        "",
+        f"Command: `{res['command']}`  ",
+        f"Machine: {res['machine']}  ",
+        f"torch {res['torch']}, torch_geometric {res['pyg']} (every row: the same torch)",
+        "",
+        f"Workload: `{res['graph']}` (`bench/train.py`'s graph), SAGE-mean 3 layers, hidden 256, dropout 0.5, "
+        f"batch 1024, fanouts 15,10,5, {res['threads']} thread; one batch holds "
+        f"{b['nodes']:,} nodes and {', '.join(f'{e:,}' for e in b['edges_per_block'])} edges "
+        "per block (input layer first). Steps: median over the same sampled batches, run back "
+        "to back in one process.",
+        "",
+        "| model / dropout | median step (s) | ratio to shoal |",
+        "|---|---|---|",
+    ]
+    names = {"shoal": "shoal SAGE, shoal's dropout (numba, fused ReLU)",
+             "torch-dropout": "shoal SAGE, torch's F.dropout",
+             "pyg-graphsage": "PyG GraphSAGE (SAGEConv) on the same blocks, same torch"}  # fmt: skip
+    for k in VARIANTS:
+        md.append(f"| {names[k]} | {med[k]:.3f} | {med[k] / med['shoal']:.2f} |")
+    for k in ("shoal", "torch-dropout"):
+        md += ["", f"## torch.profiler, one step: {names[k]}", "",
+               "| operator | self CPU (ms) | share of the step |", "|---|---|---|"]  # fmt: skip
+        md += [f"| `{r['op']}` | {r['self_ms']:.1f} | {100 * r['share']:.1f}% |"
+               for r in res["profile"][k]]  # fmt: skip
+    a = res["aggregation"]
+    md += [
+        "",
+        "## Mean aggregation over the outer block, forward + backward",
+        "",
+        f"{a['edges']:,} sampled edges from {a['sources']:,} sources to {a['targets']:,} "
+        f"targets, {a['dim']} columns: CSR product (`torch.sparse.mm`, reduce='mean') "
+        f"{a['csr_sparse_mm_seconds']:.3f} s, PyG-style gather + scatter "
+        f"{a['pyg_scatter_seconds']:.3f} s "
+        f"({a['pyg_scatter_seconds'] / a['csr_sparse_mm_seconds']:.1f}x).",
+    ]
+    return "\n".join(md) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graph", type=Path, default=tbench.WORK / "synth-200k")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per variant")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--render-only", action="store_true")
+    args = ap.parse_args()
+    out = RESULTS / "train_profile.json"
+    if args.render_only:
+        res = json.loads(out.read_text())
+    else:
+        import torch
+        import torch_geometric
+
+        res = measure(args)
+        res.update(command="python bench/train_profile.py " + " ".join(sys.argv[1:]),
+                   machine=f"{platform.node() and 'vm'} {platform.machine()}, "
+                   f"{os.cpu_count()} cores, {platform.platform()}",
+                   torch=torch.__version__, pyg=torch_geometric.__version__,
+                   threads=args.threads, graph=str(args.graph.relative_to(HERE.parent))
+                   if args.graph.is_relative_to(HERE.parent) else str(args.graph))  # fmt: skip
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(res, indent=1))
+        os.replace(tmp, out)
+    (RESULTS / "train_profile.md").write_text(render(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
