@@ -75,3 +75,34 @@ def test_config_validation():
         DistConfig(backend="mpi")
     with pytest.raises(ValueError):
         DistConfig(timeout_s=0)
+    with pytest.raises(ValueError, match="device"):
+        DistConfig(device="gpu")
+
+
+def test_hand_made_context_without_a_device_is_on_the_cpu():
+    from shoal.distributed import DistContext
+
+    ctx = DistContext(rank=0, world_size=1, local_rank=0, backend="gloo", device=None)
+    assert ctx.device == torch.device("cpu") and ctx.model_group is None
+
+
+def _open_devices(rank: int, world: int) -> tuple[str, object]:
+    from shoal.distributed.runtime import _open_device, nccl_group
+    from shoal.errors import ShoalInputError
+
+    group = nccl_group(torch.device("cpu"), [0, 1], timeout_s=30.0)  # host tensors: no NCCL
+    try:
+        _open_device("cpu" if rank == 0 else "cuda", rank, world)
+        return "ok", group
+    except ShoalInputError as e:
+        return str(e), group
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="rank 1 must fail to open cuda")
+def test_a_rank_that_cannot_open_its_device_fails_every_rank():
+    """Rank 1 asks for a GPU this machine lacks: it raises its own error and rank 0, which
+    opened the CPU, raises too instead of waiting in the next collective."""
+    (msg0, g0), (msg1, g1) = run_world(_open_devices, 2)
+    assert "another rank could not open its --device" in msg0
+    assert "torch.cuda.is_available() is False" in msg1
+    assert g0 is None and g1 is None

@@ -91,3 +91,8 @@ def test_dropout_takes_torchs_path_off_the_cpu():
     x = torch.ones(8, 4, device="meta")
     assert dropout(x, 0.5, True).device.type == "meta"
     assert relu_dropout(x, 0.5, True).device.type == "meta"
+
+
+def test_host_calls_start_in_the_models_mode():
+    m = build_model("sage", in_dim=4, hidden=8, out_dim=2, num_layers=2, dropout=0.0).eval()
+    assert HostCalls(m, torch.device("cpu")).training is False

@@ -55,7 +55,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     from shoal.training.linktrainer import LinkData
     from shoal.training.model import model_from_config
     from shoal.training.presets import resolve_for_data
-    from shoal.utils.device import resolve_device
+    from shoal.utils.device import use_device
 
     cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
     cfg = TrainConfig.from_dict({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
@@ -76,7 +76,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     out_dim = cfg.hidden if cfg.task == "link" else (g.num_classes or 1)
     model = model_from_config(cfg, in_dim=data.features.shape[1], out_dim=out_dim)
     model.load_state_dict(weights)
-    device = resolve_device(args.device or "cpu")  # the checkpoint's device is not assumed
+    device = use_device(args.device or "cpu")  # the checkpoint's device is not assumed
     model = on_device(model.to(device), device)
     out = Path(args.out)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")

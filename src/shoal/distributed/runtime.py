@@ -27,11 +27,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from shoal.errors import ShoalInputError
 from shoal.sample.budget import memory_cgroup
-from shoal.utils.device import check_device_spec, resolve_device
+from shoal.utils.device import check_device_spec, device_key, use_device
 
 __all__ = [
     "local_peers",
+    "nccl_group",
     "DistConfig",
     "DistContext",
     "Rank0Filter",
@@ -89,6 +91,8 @@ class DistContext:
     device: torch.device
     #: the group for collectives on the model's tensors (None: the default group)
     model_group: Any = None
+    #: the timeout of every collective, in seconds
+    timeout_s: float = 300.0
 
     def __post_init__(self) -> None:  # device None (hand-made contexts): the CPU
         object.__setattr__(self, "device", torch.device(self.device or "cpu"))
@@ -103,17 +107,42 @@ class DistContext:
             dist.barrier()
 
 
-def _nccl_group(device: torch.device, world: int) -> Any:
-    """A group over NCCL for the model's GPU tensors (collective), or None (the gloo default
-    group, which also all-reduces GPU tensors, staging them on the host) when two ranks of
-    a machine share a GPU: NCCL refuses that."""
-    where: list = [None] * world
-    dist.all_gather_object(where, (socket.gethostname(), device.index))
-    if len(set(where)) < world:
-        log.warning("ranks share a GPU (%d ranks, %d distinct GPUs): gradients are all-reduced "
-                    "over gloo; give each rank its own GPU for NCCL", world, len(set(where)))  # fmt: skip
+def nccl_group(device: torch.device, ranks: list[int], *, timeout_s: float) -> Any:
+    """A group of ``ranks`` over NCCL for the model's GPU tensors, or None (use gloo, which
+    also all-reduces GPU tensors, staging them on the host) when one of them is not on a GPU
+    or two of them share one (NCCL refuses that; GPUs are told apart by UUID). Collective
+    on every rank of the default group, also those outside ``ranks``."""
+    world = dist.get_world_size()
+    keys: list = [None] * world
+    dist.all_gather_object(keys, (socket.gethostname(), device_key(device)))
+    mine = [keys[r] for r in ranks]
+    if any(k[1] == "cpu" for k in mine) or len(ranks) < 2:
         return None
-    return dist.new_group(backend="nccl")
+    if len(set(mine)) < len(mine):
+        log.warning("ranks %s share GPUs (%d distinct): the model's tensors are all-reduced over "
+                    "gloo; give each rank its own GPU for NCCL", ranks, len(set(mine)))  # fmt: skip
+        return None
+    return dist.new_group(ranks, backend="nccl",
+                          timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
+
+
+def _open_device(spec: str, local: int, world: int) -> torch.device:
+    """This rank's device (collective when ``world > 1``): when any rank cannot open its
+    device every rank raises, instead of the others waiting in the next collective."""
+    error = None
+    try:
+        device = use_device(spec, local_rank=local)
+    except ShoalInputError as e:
+        error, device = e, torch.device("cpu")
+    if world > 1:
+        ok = torch.tensor([0 if error else 1], dtype=torch.int64)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if not int(ok.item()) and error is None:
+            raise ShoalInputError("another rank could not open its --device",
+                                  fix="see that rank's error; every machine needs the device")  # fmt: skip
+    if error is not None:
+        raise error
+    return device
 
 
 def local_peers(ctx: DistContext) -> tuple[int, int]:
@@ -196,18 +225,16 @@ def process_group(config: DistConfig | None = None) -> Iterator[DistContext]:
                 )
             owned = True
         spec = "cuda" if backend == "nccl" and cfg.device == "cpu" else cfg.device
-        device = resolve_device(spec, local_rank=local)
+        device = _open_device(spec, local, world)
         model_group = None
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-            if backend != "nccl" and world > 1:
-                model_group = _nccl_group(device, world)
+        if device.type == "cuda" and backend != "nccl" and world > 1:
+            model_group = nccl_group(device, list(range(world)), timeout_s=cfg.timeout_s)
         handler_filter = Rank0Filter(rank)
         for h in logging.getLogger().handlers:
             h.addFilter(handler_filter)
         ctx = DistContext(
             rank=rank, world_size=world, local_rank=local, backend=backend, device=device,
-            model_group=model_group,
+            model_group=model_group, timeout_s=cfg.timeout_s,
         )  # fmt: skip
         log.debug("rank %d/%d up (backend %s, device %s)", rank, world, backend, device)
         try:

@@ -42,7 +42,7 @@ from shoal.distributed.disagg_msg import recv_batch, send_update
 from shoal.distributed.disagg_plan import Roles, assign_parts, epoch_schedule
 from shoal.distributed.disagg_worker import BatchWorker
 from shoal.distributed.rowcache import ComputeCache
-from shoal.distributed.runtime import local_peers
+from shoal.distributed.runtime import local_peers, nccl_group
 from shoal.engines.base import ENGINE_RESERVE, Engine
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch, MiniBatch
@@ -114,9 +114,12 @@ class DisaggEngine(Engine):
         # every rank creates every group, in the same order
         self.compute_group = dist.new_group(roles.compute_ranks)
         self.batch_group = dist.new_group(roles.batch_ranks)
-        # the compute workers' gradients: over NCCL when every rank has its own GPU
-        self.grad_group = self.compute_group if ctx.model_group is None \
-            else dist.new_group(roles.compute_ranks, backend="nccl")  # fmt: skip
+        # the compute workers' gradients: over NCCL when each has its own GPU (the same
+        # --device on every rank, so every rank takes the same branch)
+        self.grad_group = self.compute_group
+        if ctx.device.type == "cuda":
+            self.grad_group = nccl_group(self.device, roles.compute_ranks,
+                                         timeout_s=ctx.timeout_s) or self.compute_group  # fmt: skip
         self.capacity = cache_rows(cfg.disagg_cache, store.num_nodes, self.row_bytes)
         self.dim = int(store.feature_dim)
         self.is_batch = roles.is_batch(ctx.rank)

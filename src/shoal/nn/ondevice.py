@@ -40,7 +40,8 @@ def _host(fn: Callable | None, device: torch.device) -> Callable | None:
 
     def call(*args: Any) -> Any:
         out = fn(*(_to(a, device) for a in args))
-        return _to(out, _HOST) if torch.is_tensor(out) else out
+        # blocking: the caller reads the rows at once (numpy, numba), so the copy must be done
+        return out.to(_HOST) if torch.is_tensor(out) else out
 
     return call
 
@@ -55,6 +56,7 @@ class HostCalls(nn.Module):
         super().__init__()
         self.inner = model
         self.device = torch.device(device)
+        self.training = model.training
 
     def forward(self, x: torch.Tensor, blocks: Any, *rest: Any) -> Any:
         return _host(self.inner, self.device)(x, blocks, *rest)

@@ -45,7 +45,7 @@ from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
-from shoal.utils.device import get_rng_states, resolve_device, set_rng_states
+from shoal.utils.device import get_rng_states, set_rng_states, use_device
 from shoal.utils.threads import set_threads
 
 __all__ = [
@@ -199,7 +199,7 @@ class LinkTrainer:
         gatherer = self.embedding or FeatureGatherer(data.features,
                                                      normalize=config.normalize_features)  # fmt: skip
         in_dim = link.embedding_dim or data.feature_dim
-        self.device = resolve_device(config.device)
+        self.device = use_device(config.device)
         self.model = model or model_from_config(config, in_dim=in_dim, out_dim=config.hidden)
         self.scorer = build_scorer(link.scorer, config.hidden, dropout=config.dropout)
         self.model, self.scorer = self.model.to(self.device), self.scorer.to(self.device)

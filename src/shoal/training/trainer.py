@@ -25,7 +25,7 @@ from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
-from shoal.utils.device import get_rng_states, resolve_device, set_rng_states
+from shoal.utils.device import get_rng_states, set_rng_states, use_device
 from shoal.utils.progress import progress
 from shoal.utils.threads import set_threads
 
@@ -49,7 +49,7 @@ class Trainer:
         self.config = config
         self.data = data
         set_threads(config.threads)
-        self.device = resolve_device(config.device)
+        self.device = use_device(config.device)
         torch.manual_seed(config.seed)
         if model is None:  # built on the host: the same initial weights on every device
             model = model_from_config(config, in_dim=data.feature_dim, out_dim=data.num_classes)

@@ -18,9 +18,11 @@ from shoal.errors import ShoalInputError
 __all__ = [
     "DEVICE_PATTERN",
     "check_device_spec",
+    "device_key",
     "get_rng_states",
     "resolve_device",
     "set_rng_states",
+    "use_device",
 ]
 
 #: the accepted spellings of ``--device``
@@ -58,6 +60,24 @@ def resolve_device(spec: str, *, local_rank: int | None = None) -> torch.device:
         raise ShoalInputError(f"--device {spec}: this machine has {count} GPU(s)",
                               fix=f"use cuda:0 .. cuda:{count - 1}, or cuda")  # fmt: skip
     return torch.device("cuda", index)
+
+
+def use_device(spec: str, *, local_rank: int | None = None) -> torch.device:
+    """:func:`resolve_device`, made the current CUDA device when it is a GPU (so pinned
+    buffers and streams do not open a context on GPU 0 for a run on GPU ``i``)."""
+    device = resolve_device(spec, local_rank=local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+def device_key(device: torch.device) -> str:
+    """What tells two processes' devices apart across a machine: the GPU's UUID (the index
+    alone repeats when each process sees only its own GPU, as under a per-rank
+    ``CUDA_VISIBLE_DEVICES``), ``"cpu"`` for the host."""
+    if device.type != "cuda":
+        return "cpu"
+    return str(torch.cuda.get_device_properties(device).uuid)
 
 
 def get_rng_states(device: torch.device | str = "cpu") -> dict[str, Any]:
