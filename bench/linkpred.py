@@ -136,7 +136,10 @@ def heuristic(split: Path, seed: int) -> dict:
 
 def run(args: argparse.Namespace) -> None:
     res = load()
-    res.setdefault("commands", {})["run"] = " ".join(["python bench/linkpred.py", *sys.argv[1:]])
+    cmd = " ".join(["python bench/linkpred.py", *sys.argv[1:]])
+    cmds = res.setdefault("commands", {})
+    if cmd not in cmds.values():  # every command whose runs are in the JSON
+        cmds[f"run {len(cmds) + 1}"] = cmd
     res["machine"] = dbench.machine()
     res["hparams"] = dict(HP)  # the epochs of each run are in its row
     runs = res.setdefault("runs", {})
