@@ -7,12 +7,22 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from shoal.training.config import TrainConfig
+
+class _DataChoices(Protocol):
+    """The fields of a ``TrainConfig`` that :func:`resolve_for_data` reads (a protocol, so
+    this module needs no import of ``shoal.training.config``, which imports it)."""
+
+    normalize_features: bool | str
+    min_steps: int
+    epochs: int
+    batch_size: int
+
+
+_Config = TypeVar("_Config", bound=_DataChoices)
 
 __all__ = [
     "AUTO_NORMALIZE_MAX_NNZ",
@@ -116,8 +126,8 @@ def _sample_rows(features: Any) -> np.ndarray:
     return np.asarray(features[idx]) if n else np.empty((0, 0), np.float32)
 
 
-def resolve_for_data(config: TrainConfig, *, train_nodes: int, features: Any = None,
-                     ranks: int = 1) -> TrainConfig:  # fmt: skip
+def resolve_for_data(config: _Config, *, train_nodes: int, features: Any = None,
+                     ranks: int = 1) -> _Config:  # fmt: skip
     """The config with its data-dependent choices made (unchanged when there are none):
     ``normalize_features="auto"`` from :func:`auto_normalize` on evenly spaced rows of
     ``features`` (an array or memory map; ``None``: no features, not normalised), and
