@@ -51,6 +51,8 @@ def test_rank_positives_cover_every_training_pair_once(link_store):
         batches = list(rp.epoch(0, 0, 4))
         assert len(batches) == 4 and sum(len(b) for b in batches) == rp.count
         got += [tuple(e) for b in batches for e in b.tolist()]
+    flipped = np.mean([u > v for u, v in got])  # oriented at random: both ends anchor negatives
+    assert 0.2 < flipped < 0.8
     e = store.to_orig(np.array(got)).reshape(-1, 2)
     orig = np.asarray(split.edge_stream().memmap())
     want = {(int(u), int(v)) for u, v in orig if u != v}

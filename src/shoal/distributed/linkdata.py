@@ -4,8 +4,8 @@ embeddings held and updated by their owners.
 - :class:`RankPositives`: a rank's positives are the in-edges ``(u, v)`` of its parts' core
   nodes ``v`` (the store keeps every in-edge once, in the part of its destination, so the
   ranks' positives together are the graph's edges, each once): an undirected graph's pairs
-  once (``u < v``), self-loops skipped, as :mod:`shoal.training.linkbatches` does on one
-  process. An epoch visits them block-shuffled (chunks of the parts' neighbour lists in a random
+  once (``u < v``), each oriented at random every epoch, self-loops skipped, as
+  :mod:`shoal.training.linkbatches` does on one process. An epoch visits them block-shuffled (chunks of the parts' neighbour lists in a random
   order, each shuffled), in exactly ``num_batches`` batches: a rank with fewer positives takes
   smaller batches, so every rank runs the same number of steps (collectives stay paired).
 - :func:`owner_local_negatives`: negatives drawn uniformly among the rank's own core nodes
@@ -35,6 +35,7 @@ from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.store.reader import Partition
 from shoal.training.embedding import NodeEmbedding, SparseAdagrad, SparseAdam, _unique_grad
+from shoal.training.linkbatches import flip_random
 
 __all__ = ["LINK_NEGATIVES", "DistEmbedding", "RankPositives", "owner_local_negatives"]
 
@@ -86,6 +87,8 @@ class RankPositives:
         buf, done = np.zeros((0, 2), np.int64), 0
         for c in rng.permutation(len(self.chunks)):
             e = self._chunk(int(c))
+            if not self.directed:
+                flip_random(e, rng)
             buf = np.concatenate([buf, e[rng.permutation(len(e))]])
             while len(buf) >= size and done < num_batches:
                 yield buf[:size]

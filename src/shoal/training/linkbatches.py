@@ -10,7 +10,10 @@ never sees the edge it is asked to predict.
 Positives are read **out of core**: the edge file is visited in chunks of ``chunk_edges``
 rows in a random order, each chunk shuffled (a block shuffle: memory is one chunk, not a
 permutation of all edges); self-loops are skipped, and an undirected graph's pairs are taken
-once (``src < dst``). The order depends only on ``(seed, epoch)``.
+once (``src < dst`` in the file), each **oriented at random** every epoch: the negatives
+corrupt the second end, so a fixed orientation would let only the smaller id of every pair
+anchor negatives (and make training depend on the node numbering: one process's original ids
+against a store's part order). The order and orientation depend only on ``(seed, epoch)``.
 
 Negative samplers (``negatives``):
 
@@ -36,7 +39,14 @@ from shoal.graph.blocks import MiniBatch
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import Gatherer, Timer, batch_seed
 
-__all__ = ["NEGATIVE_SAMPLERS", "LinkBatch", "LinkBatchLoader", "draw_negatives", "positive_chunks"]
+__all__ = [
+    "NEGATIVE_SAMPLERS",
+    "LinkBatch",
+    "LinkBatchLoader",
+    "draw_negatives",
+    "flip_random",
+    "positive_chunks",
+]
 
 NEGATIVE_SAMPLERS = ("uniform", "in-batch", "owner-local")
 
@@ -63,7 +73,15 @@ def positive_chunks(edges: np.ndarray, *, directed: bool, seed: int, epoch: int,
         e = np.asarray(edges[c * chunk_edges : (c + 1) * chunk_edges], dtype=np.int64)
         keep = e[:, 0] < e[:, 1] if not directed else e[:, 0] != e[:, 1]
         e = e[keep]
+        if not directed:
+            flip_random(e, rng)
         yield e[rng.permutation(len(e))]
+
+
+def flip_random(pairs: np.ndarray, rng: np.random.Generator) -> None:
+    """Swap the two ends of each ``(k, 2)`` pair with probability 1/2, in place."""
+    flip = rng.random(len(pairs)) < 0.5
+    pairs[flip] = pairs[flip][:, ::-1]
 
 
 def draw_negatives(pos: np.ndarray, num_nodes: int, k: int, how: str,
