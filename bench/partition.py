@@ -251,6 +251,7 @@ def run_one(graph: Path, variant: str, parts: int, work: Path, timeout: float) -
                 break
             time.sleep(0.05)
     rec["wall_seconds"] = time.perf_counter() - t0
+    rec["load_after"] = os.getloadavg()[0]  # 1-minute load: was the machine shared?
     rec["returncode"] = os.waitstatus_to_exitcode(status)
     proc.returncode = rec["returncode"]
     rec["child_peak_rss_bytes"] = int(ru.ru_maxrss) * 1024 if ru is not None else None
@@ -325,6 +326,19 @@ def _mean_over(idx, graphs, variant, parts, key) -> float | None:
     vals = [_m(idx[(g, variant, parts)], key) for g in graphs if (g, variant, parts) in idx]
     vals = [v for v in vals if v is not None]
     return mean(vals) if vals and len(vals) == len(graphs) else None
+
+
+def _load_note(records: list[dict]) -> str:
+    """What the runs' timings are worth: the machine's load when they ran, where recorded."""
+    loads = [r["load_after"] for r in records if "load_after" in r]
+    note = (f"{len(records) - len(loads)} of {len(records)} runs predate the load record and "
+            "were taken over several sessions, some beside other jobs" if len(loads) < len(records)
+            else "")  # fmt: skip
+    if loads:
+        note += ("; " if note else "") + (f"the {len(loads)} recorded runs saw a 1-minute load of "
+                                          f"{np.median(loads):.1f} (median), {max(loads):.1f} (max)")  # fmt: skip
+    return (f"Timings on a 2-core machine: {note}; noisy, compare within a row "
+            "(quiet-machine times: partition_speed_quiet.md).")
 
 
 #: Phases that are not one pass over the edges (their edges/s would mean nothing).
@@ -414,8 +428,7 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
         "numba, the algorithm, balance post-pass, refinement and metrics; about 100 MB is "
         "the interpreter with numpy and numba). Graphs are undirected and simple, edges in a seeded random order. "
         "RF = replication factor after full-neighbourhood expansion; vcRF = vertex-cut RF "
-        "of the raw edge assignment. Timings on a shared 2-core machine (other jobs running): "
-        "noisy, compare within a row.\n"
+        "of the raw edge assignment. " + _load_note(records) + "\n"
     )
     errors = [r for r in records if "metrics" not in r]
     done_graphs = sorted({r["graph"] for r in records})
@@ -805,6 +818,8 @@ def main(argv: list[str] | None = None) -> int:
         meta["started"] = old["meta"].get("started", meta["started"])
         if old["meta"].get("speed"):
             meta["speed"] = old["meta"]["speed"]
+        if args.report_only:  # the runs are still those of the command that made them
+            meta["command"] = old["meta"].get("command", meta["command"])
     if args.report_only:
         if args.note:
             meta["notes"] = args.note
