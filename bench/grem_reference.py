@@ -98,23 +98,17 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import data as bench_data  # noqa: E402  (bench/data.py)
+import partition as bench_partition  # noqa: E402  (bench/partition.py)
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 SCRATCH = REPO / "bench" / "work" / "grem_ref"
 #: bench/partition.py prepares (and keeps) its graphs here; the same files are used.
 PARTITION_WORK = REPO / "bench" / "work" / "partition"
-#: The graphs of bench/partition.py's REFERENCE_GRAPHS (issue 3 / 16 reference table).
-REFERENCE_GRAPHS = [
-    "amazon_photo",
-    "amazon_computers",
-    "coauthor_physics",
-    "facebook_pagepage",
-    "ca_astroph",
-    "soc_brightkite",
-    "fb100_cornell5",
-    "mesh_wing",
-    "github_musae",
-]
+#: The graphs of bench/partition.py's reference table (issue 3 / 16).
+REFERENCE_GRAPHS = bench_partition.REFERENCE_GRAPHS
 
 #: Default reading of each ambiguity (first value) and the alternatives ``options=`` accepts.
 DEFAULT_OPTIONS: dict[str, Any] = {
@@ -578,29 +572,9 @@ def selftest() -> int:
 
 # --------------------------------------------------------------------------- benchmark
 def machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = None
-    try:
-        mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return {
-        "node": platform.node(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "mem_mib": mem,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "load_avg_start": os.getloadavg(),
-    }
+    """bench/data.py's machine record, plus the host, platform and numpy version."""
+    return {**bench_data.machine(), "node": platform.node(), "platform": platform.platform(),
+            "numpy": np.__version__}  # fmt: skip
 
 
 def graph_dir(name: str) -> Path:
@@ -609,9 +583,6 @@ def graph_dir(name: str) -> Path:
     path = PARTITION_WORK / "graphs" / name
     if (path / "meta.json").exists():
         return path
-    sys.path.insert(0, str(REPO / "bench"))
-    import partition as bench_partition  # bench/partition.py
-
     return bench_partition.prepare_graph(name, PARTITION_WORK)
 
 

@@ -177,11 +177,21 @@ def _targets(runs: dict, names: list[str]) -> list[str]:
                f"({', '.join(beats) or 'none'}); target: at least two.")  # fmt: skip
     for kind in ("features", "embeddings"):
         for n in names:
-            a, b = mrr(n, kind), mrr(n, f"{kind}-2p")
-            if a is not None and b is not None:
-                ok = "within" if abs(a - b) <= 0.01 else "NOT within"
-                out.append(f"- {n}, {kind}: 2 processes {b:.3f} against 1 process {a:.3f} "
-                           f"({100 * (b - a):+.1f} MRR points: {ok} 1 point).")  # fmt: skip
+            one = {k.rsplit("/", 1)[1]: r["test_mrr"] for k, r in runs.items()
+                   if k.startswith(f"{n}/{kind}/")}  # fmt: skip
+            two = {k.rsplit("/", 1)[1]: r["test_mrr"] for k, r in runs.items()
+                   if k.startswith(f"{n}/{kind}-2p/")}  # fmt: skip
+            seeds = sorted(set(one) & set(two))
+            if not seeds:
+                continue
+            a = statistics.mean(one[s] for s in seeds)
+            b = statistics.mean(two[s] for s in seeds)
+            d = [100 * (two[s] - one[s]) for s in seeds]  # paired: the same seed on both sides
+            se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
+            ok = "within" if abs(a - b) <= 0.01 else "NOT within"
+            out.append(f"- {n}, {kind}: 2 processes {b:.3f} against 1 process {a:.3f} over "
+                       f"{len(seeds)} seeds ({100 * (b - a):+.1f} MRR points, standard error of "
+                       f"the paired difference {se:.1f}: {ok} 1 point).")  # fmt: skip
     return out
 
 
