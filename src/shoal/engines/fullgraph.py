@@ -215,8 +215,10 @@ class FullGraphEngine(Engine):
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
         self.features = DiskFeatures(arrays, cache_bytes=plan.cache, threads=cfg.io_threads,
                                      normalize=cfg.normalize_features, show_progress=False)  # fmt: skip
-        self.x_local = self._read_rows(np.arange(g.num_solid))
-        self.x_rep = self._remote_features(sets.rep[0])
+        # level 0 never changes: [local rows; replicated rows] in one buffer, read once
+        self.x0 = torch.empty((g.num_solid + len(sets.rep[0]), dim), dtype=torch.float32)
+        self._read_rows(np.arange(g.num_solid), out=self.x0[: g.num_solid])
+        self._remote_features(sets.rep[0], out=self.x0[g.num_solid :])
         # the mirrors of each level in (owner rank, id) order, and what each peer mirrors here
         self.exchanges, self.com_order = [], []
         for k in range(self.model.num_layers):
@@ -233,6 +235,7 @@ class FullGraphEngine(Engine):
             self.exchanges.append(RowExchange(send_idx, counts.tolist(), rank=ctx.rank,
                                               world=ctx.world_size, tag=k, ring=cfg.ring,
                                               stats=self.stats))  # fmt: skip
+        self.rep_local: list[torch.Tensor] = [torch.zeros(0, dtype=torch.int64)] * len(sets.rep)
         self.blocks = [self._layer_blocks(k) for k in range(self.model.num_layers)]
         train = np.asarray(self.tables.train[g.solid]) if g.num_solid else np.zeros(0, bool)
         self.train_pos = torch.from_numpy(np.flatnonzero(train))
@@ -242,20 +245,23 @@ class FullGraphEngine(Engine):
             dist.all_reduce(n)
         self.num_train = max(float(n.item()), 1.0)
         dev = self.device  # the part's inputs and blocks live where the model computes
-        self.x_local, self.x_rep = self.x_local.to(dev), self.x_rep.to(dev)
+        self.x0 = self.x0.to(dev)
         self.blocks = [(r.to(dev) if r is not None else None, b.to(dev)) for r, b in self.blocks]
+        self.rep_local = [t.to(dev) for t in self.rep_local]
         self.train_pos, self.y = self.train_pos.to(dev), self.y.to(dev)
 
-    def _read_rows(self, pos: np.ndarray, chunk: int = 1 << 16) -> torch.Tensor:
-        """This rank's feature rows at positions ``pos``, read ``chunk`` rows at a time (the
-        reader's buffer is reused by every call: the rows are copied out)."""
-        out = torch.empty((len(pos), self.widths[0]), dtype=torch.float32)
+    def _read_rows(self, pos: np.ndarray, chunk: int = 1 << 16,
+                   out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """This rank's feature rows at positions ``pos`` (into ``out`` if given), read ``chunk``
+        rows at a time (the reader's buffer is reused by every call: the rows are copied out)."""
+        if out is None:
+            out = torch.empty((len(pos), self.widths[0]), dtype=torch.float32)
         for i in range(0, len(pos), chunk):
             out[i : i + chunk] = self.features.gather(pos[i : i + chunk])
         return out
 
-    def _remote_features(self, ids: np.ndarray) -> torch.Tensor:
-        """Feature rows of remote ``ids``, from their owners (once; a collective)."""
+    def _remote_features(self, ids: np.ndarray, out: torch.Tensor) -> torch.Tensor:
+        """Feature rows of remote ``ids`` into ``out``, from their owners (once; collective)."""
         ctx, g = self.ctx, self.graph
         owners = self._owner_rank(ids)
         order = np.argsort(owners, kind="stable")
@@ -263,14 +269,13 @@ class FullGraphEngine(Engine):
         asked, asked_counts = exchange(np.asarray(ids, np.int64)[order], counts, self.stats)
         pos = np.searchsorted(g.solid, asked.numpy())
         got, _ = exchange(self._read_rows(pos), asked_counts, self.stats)
-        out = torch.empty_like(got)
         out[torch.from_numpy(order)] = got
         return out
 
     def _layer_blocks(self, k: int) -> tuple[Block | None, Block]:
-        """Layer ``k`` (level ``k`` -> ``k+1``): the block of the replicated targets (sources
-        ``rep[k]`` then the local nodes) and that of the local targets (sources: local nodes,
-        ``rep[k]``, the mirrors)."""
+        """Layer ``k`` (level ``k`` -> ``k+1``): the block of the replicated targets (sources:
+        ``rep[k]``, then the local nodes its edges use, at positions ``self.rep_local[k]``)
+        and that of the local targets (sources: local nodes, ``rep[k]``, the mirrors)."""
         g, sets, deg = self.graph, self.sets, self.tables.degrees
         s, rep, com = g.num_solid, self.sets.rep[k], self.com_order[k]
         # local targets: halo sources become a replica or a mirror
@@ -292,23 +297,27 @@ class FullGraphEngine(Engine):
         mine = self._local(flat)
         rsrc = np.empty(len(flat), np.int64)
         rsrc[~mine] = _positions(rep, flat[~mine])
-        rsrc[mine] = len(rep) + np.searchsorted(g.solid, flat[mine])
-        rids = np.concatenate([rep, g.solid])
+        used, inv = np.unique(np.searchsorted(g.solid, flat[mine]), return_inverse=True)
+        rsrc[mine] = len(rep) + inv
+        self.rep_local[k] = torch.from_numpy(used)
+        rids = np.concatenate([rep, g.solid[used]])
         return _block(rowptr, rsrc, len(rids), deg[rids]), local
 
     # ---------------------------------------------------------------- training
     def forward(self, timer: dict[str, float] | None = None) -> torch.Tensor:
         """Every layer for the local nodes (and the replicas); the local nodes' logits."""
         cfg, timer = self.train_config, timer if timer is not None else {}
-        h, h_rep = self.x_local, self.x_rep
+        s = self.graph.num_solid
+        h, h_rep = self.x0[:s], self.x0[s:]
         for k, (rep_blk, blk) in enumerate(self.blocks):
             ex = self.exchanges[k]
             if cfg.overlap:
                 ex.start(h)
             t0 = time.perf_counter()
             nxt = None
-            if rep_blk is not None:
-                nxt = self.model.layer_forward(k, torch.cat([h_rep, h]), rep_blk)
+            if rep_blk is not None:  # sources: the replicas, then the local rows it uses
+                src = torch.cat([h_rep, h.index_select(0, self.rep_local[k])])
+                nxt = self.model.layer_forward(k, src, rep_blk)
             timer["cached_compute"] = timer.get("cached_compute", 0.0) + time.perf_counter() - t0
             if not cfg.overlap:
                 ex.start(h)
@@ -316,7 +325,9 @@ class FullGraphEngine(Engine):
             mirrors = PullRows.apply(h, ex)
             timer["communication"] = timer.get("communication", 0.0) + time.perf_counter() - t0
             t0 = time.perf_counter()
-            h = self.model.layer_forward(k, torch.cat([h, h_rep, mirrors]), blk)
+            both = self.x0 if k == 0 else torch.cat([h, h_rep])
+            h = self.model.layer_forward(k, torch.cat([both, mirrors]) if len(mirrors) else both,
+                                         blk)  # fmt: skip
             timer["local_compute"] = timer.get("local_compute", 0.0) + time.perf_counter() - t0
             h_rep = nxt if nxt is not None else h[:0]
         return h
