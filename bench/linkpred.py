@@ -111,7 +111,7 @@ def train(split: Path, seed: int, epochs: int, embedding: bool, nproc: int = 1) 
     d = json.loads(out.read_text())
     return {"test_mrr": d["test_mrr"], "val_mrr": d["val_mrr"], "test_hits@50": d["test_hits@50"],
             "seconds_per_epoch": d["seconds_per_epoch"], "wall_seconds": time.perf_counter() - t,
-            "epochs": epochs}  # fmt: skip
+            "epochs": epochs, "load_after": os.getloadavg()[0]}  # fmt: skip
 
 
 def heuristic(split: Path, seed: int) -> dict:
@@ -224,6 +224,13 @@ def write_markdown(res: dict) -> None:
                 lines.append(f"| {name} | {kind} | {len(rs)} | {','.join(ep)} | "
                              f"{_mean([r['test_mrr'] for r in rs])} "
                              f"| {_mean([r['test_hits@50'] for r in rs])} | {sec} |")  # fmt: skip
+    loads = [r["load_after"] for r in runs.values() if "load_after" in r]
+    trained = sum(1 for r in runs.values() if "seconds_per_epoch" in r)
+    note = f"s/epoch: {len(loads)} of {trained} trained runs recorded the 1-minute load after them"
+    note += f" (median {statistics.median(loads):.1f}, max {max(loads):.1f})" if loads else ""
+    if len(loads) < trained:
+        note += "; the others predate that record and some ran beside other jobs"
+    lines += ["", note + ": compare times within one graph and seed."]
     lines += _targets(runs, names)
     lines += ["", "## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
     tmp = RESULTS / "linkpred.md.tmp"
