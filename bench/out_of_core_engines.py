@@ -1,17 +1,19 @@
 """Out-of-core distributed training: 2 ranks uncapped, then each rank in its own 2 GiB cgroup.
 
     python bench/out_of_core_engines.py [--work bench/work/ooc] [--epochs 3] [--cap 2GiB]
-        [--engines minibatch,averaging] [--report-only]
+        [--engines minibatch,averaging] [--node-orders degree,id] [--report-only]
 
 Builds (once) the issue-11 graph (``bench/out_of_core.py``: 10M nodes, 100M stored edges, 128
 float32 features = 5.1 GB), partitions it into 2 parts with the default partitioner and
-builds the store with halo features (``shoal partition G --parts 2``; ``shoal store build
---halo-features``: each part holds its core and its halo rows). Then, for each engine, back to
-back: ``shoal train --store S --engine E --model sage --fanouts 10,5 --hidden 128 --epochs E
---eval-every E --threads 1`` as 2 worker processes (torchrun's environment: ``RANK``,
-``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), uncapped, and with each worker in its own cgroup-v1
-memory group capped at ``--cap`` (``bench/cgroup.py``; the cap covers the process and its page
-cache; the store's page cache is dropped before each run). Writes
+builds one store with halo features per node order (``shoal partition G --parts 2``; ``shoal
+store build --halo-features --node-order O``: each part holds its core and its halo rows;
+``degree``, the default, puts each part's rows in descending in-degree, ``id`` in original ID
+order). Then, for each engine, back to back: ``shoal train --store S --engine E --model sage
+--fanouts 10,5 --hidden 128 --epochs E --eval-every E --threads 1`` as 2 worker processes
+(torchrun's environment: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), uncapped with the
+first node order (the default), and with each worker in its own cgroup-v1 memory group capped
+at ``--cap`` with every node order (``bench/cgroup.py``; the cap covers the process and its
+page cache; the store's page cache is dropped before each run). Writes
 ``bench/results/out_of_core_engines.{md,json}``: per-epoch seconds, evaluation seconds,
 accuracies, bytes read per epoch (both ranks) next to the bytes of the unique rows the
 epoch's batches needed, the cache hit rate, and each rank's peak memory.
@@ -37,14 +39,16 @@ ROOT = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
 
 
-def build_store(g: Path, work: Path, log: list[str]) -> Path:
-    a, s = work / "a10m2", work / "s10m2"
+def build_store(g: Path, work: Path, log: list[str], order: str = "degree") -> Path:
+    a, s = work / "a10m2", work / f"s10m2-{order}"
     if not (s / "meta.json").exists():
         for cmd in (
-            [*SHOAL, "partition", str(g), "--parts", "2", "--out", str(a), "--overwrite"],
+            [*SHOAL, "partition", str(g), "--parts", "2", "--out", str(a)],
             [*SHOAL, "store", "build", str(g), str(a), "--out", str(s), "--halo-features",
-             "--overwrite"],
+             "--node-order", order, "--overwrite"],
         ):  # fmt: skip
+            if cmd[2] == "partition" and (a / "meta.json").exists():
+                continue
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
             log.append(f"{shlex.join(cmd[2:])}  # {time.perf_counter() - t0:.0f} s")
@@ -57,9 +61,10 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def train(store: Path, work: Path, engine: str, cap: int | None, epochs: int) -> dict:
-    tag = f"{engine} {'uncapped' if cap is None else f'{cap / GiB:.0f} GiB per rank'}"
-    out = work / f"engine-{engine}-{'capped' if cap else 'uncapped'}.json"
+def train(store: Path, work: Path, engine: str, cap: int | None, epochs: int,
+          order: str = "degree") -> dict:  # fmt: skip
+    tag = f"{engine} {order} order {'uncapped' if cap is None else f'{cap / GiB:.0f} GiB per rank'}"
+    out = work / f"engine-{engine}-{order}-{'capped' if cap else 'uncapped'}.json"
     out.unlink(missing_ok=True)
     cmd = [*SHOAL, "train", "--store", str(store), "--engine", engine, "--model", "sage",
            "--fanouts", "10,5", "--hidden", "128", "--epochs", str(epochs), "--eval-every",
@@ -71,7 +76,8 @@ def train(store: Path, work: Path, engine: str, cap: int | None, epochs: int) ->
     print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
     t0 = time.perf_counter()
     ranks = run_capped_each(cmds, cap, evict_paths=[store], cwd=ROOT, timeout=3600)
-    res = {"tag": tag, "engine": engine, "cap": cap, "seconds": time.perf_counter() - t0,
+    res = {"tag": tag, "engine": engine, "order": order, "cap": cap,
+           "seconds": time.perf_counter() - t0,
            "ranks": ranks, "returncode": max(abs(r["returncode"]) for r in ranks)}  # fmt: skip
     if res["returncode"] == 0 and out.exists():
         res["train"] = json.loads(out.read_text())
@@ -99,6 +105,22 @@ def _row(r: dict) -> str:
             f"{peak_s} |")  # fmt: skip
 
 
+def _order_lines(runs: list[dict]) -> list[str]:
+    """Degree order against ID order: the capped epochs and the bytes they read."""
+    out = []
+    for engine in dict.fromkeys(r["engine"] for r in runs):
+        got = {r.get("order", "id"): r for r in runs
+               if r["engine"] == engine and r["cap"] is not None and "train" in r}  # fmt: skip
+        if not {"degree", "id"} <= got.keys():
+            continue
+        h = {o: got[o]["train"]["history"] for o in ("degree", "id")}
+        e = {o: statistics.median(x["seconds"] for x in h[o]) for o in h}
+        b = {o: statistics.median(x["io"]["bytes_read"] for x in h[o]) for o in h}
+        out.append(f"- {engine}, capped: degree order epoch {e['degree'] / e['id']:.2f}x the ID "
+                   f"order's, bytes read {b['degree'] / max(b['id'], 1):.2f}x.")  # fmt: skip
+    return ["", "Node order (same cap, same run):", *out] if out else []
+
+
 def report(res: dict, path: Path) -> None:
     runs = res["runs"]
     lines = [
@@ -109,7 +131,8 @@ def report(res: dict, path: Path) -> None:
         "",
         "Store: the 10M-node issue-11 graph (100M stored edges, 5.1 GB of features) in 2 "
         "parts (default partitioner), with halo features; each part's core rows are 2.56 GB "
-        "and core + halo rows more. Train: GraphSAGE 10,5 hidden 128, batch 1024, "
+        "and core + halo rows more; one store per node order (`--node-order degree`, the "
+        "default: each part's rows in descending in-degree; `id`: original ID order). Train: GraphSAGE 10,5 hidden 128, batch 1024, "
         f"{res['epochs']} epochs, 2 worker processes of 1 thread each; exact evaluation of "
         "all 10M nodes after the last epoch (val, then val+test with the best weights). "
         "Capped runs: each worker in its own cgroup-v1 memory group (process + page cache). "
@@ -126,6 +149,7 @@ def report(res: dict, path: Path) -> None:
     lines += [_row(r) for r in runs]
     lines.append("")
     for r in runs:
+        # the uncapped run of the engine (only the first node order runs uncapped)
         base = next((b for b in runs if b["engine"] == r["engine"] and b["cap"] is None), None)
         t = r.get("train")
         if t is None or base is None or r is base or "train" not in base:
@@ -147,6 +171,7 @@ def report(res: dict, path: Path) -> None:
             f"both read; one sweep per rank and epoch alone would take {files / rate:.1f} s, "
             f"{files / rate / e0:.1f}x the uncapped epoch."
         )
+    lines += _order_lines(runs)
     lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "store already built"), ""]
     path.write_text("\n".join(lines))
 
@@ -157,6 +182,11 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--cap", default="2GiB", help="cgroup cap of each rank")
     ap.add_argument("--engines", default="minibatch,averaging")
+    ap.add_argument(
+        "--node-orders",
+        default="degree,id",
+        help="store node orders to compare (shoal store build --node-order)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/out_of_core_engines")
     ap.add_argument(
         "--report-only",
@@ -169,12 +199,16 @@ def main() -> None:
         return
     a.work.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
-    store = build_store(prepare(a.work, log), a.work, log)
+    g = prepare(a.work, log)
+    orders = a.node_orders.split(",")
+    stores = {o: build_store(g, a.work, log, o) for o in orders}
     load = open("/proc/loadavg").read().split()[:3]
     runs = []
     for engine in a.engines.split(","):
-        runs.append(train(store, a.work, engine, None, a.epochs))
-        runs.append(train(store, a.work, engine, parse_size(a.cap), a.epochs))
+        for i, o in enumerate(orders):  # uncapped once, with the first (default) order
+            if i == 0:
+                runs.append(train(stores[o], a.work, engine, None, a.epochs, o))
+            runs.append(train(stores[o], a.work, engine, parse_size(a.cap), a.epochs, o))
     res = {
         "command": "python bench/out_of_core_engines.py " + shlex.join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -38,10 +38,15 @@ def community_graph(make_graph, n: int = 48, seed: int = 0):
 
 @pytest.fixture
 def make_store(tmp_path, make_graph):
-    """``make_store(node_part, halo_features=True)`` -> store path for the community graph."""
+    """``make_store(node_part, halo_features=True)`` -> store path for the community graph.
+
+    ``node_order`` defaults to ``"id"`` here (not the store's default, ``"degree"``): a
+    one-part store then numbers nodes as the graph does, so its training equals the
+    single-process trainer's on the graph directory, batch for batch."""
     counter = [0]
 
-    def make(node_part=None, *, parts: int = 2, halo_features: bool = True, graph=None):
+    def make(node_part=None, *, parts: int = 2, halo_features: bool = True, graph=None,
+             node_order: str = "id"):  # fmt: skip
         counter[0] += 1
         g = graph or community_graph(make_graph)
         if node_part is None:
@@ -51,7 +56,7 @@ def make_store(tmp_path, make_graph):
         adir = tmp_path / f"assign{counter[0]}"
         write_assignment(adir, a, g)
         out = tmp_path / f"store{counter[0]}"
-        build_store(g, adir, out, halo_features=halo_features)
+        build_store(g, adir, out, halo_features=halo_features, node_order=node_order)
         return out
 
     return make

@@ -109,6 +109,20 @@ def test_one_step_equals_single_process_full_graph(make_graph, make_store, model
         assert all(c == [0, 0] for _, _, c, _ in res)
 
 
+def test_node_order_of_the_store_does_not_change_the_step(make_graph, make_store):
+    """A store numbered by descending in-degree (the store's default) and one in original ID
+    order give the same full-graph loss and weight gradients on 2 ranks."""
+    g = community_graph(make_graph)
+    got = {}
+    for order in ("degree", "id"):
+        store = str(make_store(parts=2, graph=g, halo_features=False, node_order=order))
+        assert Store.open(store).meta["node_order"] == order
+        got[order] = run_world(_step, 2, store, {"deps": "hybrid"}, timeout=120)[0]
+    assert got["degree"][0] == pytest.approx(got["id"][0], rel=1e-5)
+    for a, b in zip(got["degree"][1], got["id"][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_cora_one_step_is_exact_with_a_mixed_split(tmp_path, make_store):
     from shoal.data.graphdir import GraphDir
     from shoal.data.importers import import_graph

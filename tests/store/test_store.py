@@ -42,13 +42,18 @@ def check_round_trip(g, node_part, p, store_path: Path) -> Store:
     src_edges = Counter((int(s), int(d)) for s, d in edges)
     # every edge accounted for: same multiset of in-edges
     assert store_edges_orig(store) == src_edges
-    # relabelling: contiguous ranges per part, stable inside a part
+    # relabelling: contiguous ranges per part; inside a part, descending in-degree (ties in
+    # original id) or ascending original id
     offs = store.part_offsets
     assert offs.tolist() == [0, *np.cumsum(np.bincount(node_part, minlength=p)).tolist()]
+    in_deg = np.bincount(edges[:, 1], minlength=n) if len(edges) else np.zeros(n, np.int64)
     for i in range(p):
         part = store.part(i)
         core_old = np.asarray(part.orig_ids[: part.num_core])
-        assert core_old.tolist() == np.flatnonzero(node_part == i).tolist()
+        members = np.flatnonzero(node_part == i)
+        if store.meta["node_order"] == "degree":
+            members = np.array(sorted(members, key=lambda v: (-in_deg[v], v)), dtype=np.int64)
+        assert core_old.tolist() == members.tolist()
         # halo = in-neighbours of core nodes owned elsewhere
         expected_halo = {int(s) for s, d in edges if node_part[d] == i and node_part[s] != i}
         got_halo = set(np.asarray(part.orig_ids[part.num_core :]).tolist())
@@ -112,7 +117,7 @@ def test_hand_computed_layout(make_graph, tmp_path):
     # 0 -> 1, 2 -> 1, 1 -> 2 ; parts: {1} = part 0, {0, 2} = part 1
     g = make_graph([(0, 1), (2, 1), (1, 2)], 3)
     a = assign(g, [1, 0, 1], 2, tmp_path)
-    build_store(g, a, tmp_path / "s")
+    build_store(g, a, tmp_path / "s", node_order="id")
     s = Store.open(tmp_path / "s")
     assert s.part_offsets.tolist() == [0, 1, 3]
     assert np.asarray(s.node_map).tolist() == [1, 0, 2]
@@ -130,6 +135,48 @@ def test_hand_computed_layout(make_graph, tmp_path):
     assert s.bucket_counts.tolist() == [[0, 1], [2, 0]]
     m = s.meta["metrics"]
     assert m["edge_cut"] == 1.0 and m["replication_factor"] == pytest.approx(6 / 3)
+
+
+def test_hand_computed_degree_order(make_graph, tmp_path):
+    # 0 -> 1, 2 -> 1, 1 -> 2: in-degrees 0, 2, 1; parts: {1} = part 0, {0, 2} = part 1, where
+    # old 2 (in-degree 1) comes before old 0 (in-degree 0)
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    g = make_graph([(0, 1), (2, 1), (1, 2)], 3, x=x)
+    a = assign(g, [1, 0, 1], 2, tmp_path)
+    build_store(g, a, tmp_path / "s", halo_features=True, feature_block_bytes=8)
+    s = Store.open(tmp_path / "s")
+    assert s.meta["node_order"] == "degree"
+    assert np.asarray(s.node_map).tolist() == [2, 0, 1]
+    assert np.asarray(s.node_map_inv).tolist() == [1, 2, 0]
+    assert np.array_equal(s.part(0).features, x[[1]])
+    assert np.array_equal(s.part(1).features, x[[2, 0]])
+    p0 = s.part(0)  # core: new 0 (old 1); in-edges from old 0 = new 2, old 2 = new 1
+    assert p0.halo_ids.tolist() == [1, 2]
+    assert np.array_equal(p0.halo_features, x[[2, 0]])
+    assert sorted(p0.indices.tolist()) == [1, 2]
+    p1 = s.part(1)  # new 1 (old 2) has the in-edge from old 1 = new 0; new 2 (old 0) none
+    assert p1.halo_ids.tolist() == [0]
+    assert p1.indptr.tolist() == [0, 1, 1]
+    assert p1.indices.tolist() == [2]
+    assert verify_store(tmp_path / "s")["ok"]
+
+
+@pytest.mark.parametrize("order", ["degree", "id"])
+def test_feature_rows_follow_node_order_with_tiny_blocks(make_graph, tmp_path, order):
+    """Many buckets (one block of a few rows each) and an empty part: every part's feature
+    rows are exactly the graph's rows of its nodes, in the store's order."""
+    rng = np.random.default_rng(3)
+    n = 40
+    edges = [tuple(e) for e in rng.integers(0, n, size=(120, 2))]
+    x = rng.standard_normal((n, 3)).astype(np.float32)
+    g = make_graph(edges, n, x=x)
+    node_part = rng.integers(0, 3, size=n) * (rng.random(n) < 0.9)  # part 1 or 2 may be small
+    node_part[node_part == 1] = 3  # part 1 empty
+    a = assign(g, node_part, 4, tmp_path)
+    build_store(g, a, tmp_path / "s", node_order=order, feature_block_bytes=3 * 12)
+    store = check_round_trip(g, node_part, 4, tmp_path / "s")
+    for part in store.parts():
+        assert np.array_equal(part.features, x[np.asarray(part.orig_ids[: part.num_core])])
 
 
 def test_edge_cases_isolated_empty_parts_self_loops_duplicates(make_graph, tmp_path):

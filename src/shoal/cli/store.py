@@ -24,6 +24,7 @@ def _build(args: argparse.Namespace) -> int:
         chunk_edges=args.chunk_edges,
         sort_memory=parse_size_arg(args.sort_memory),
         scratch_dir=args.scratch_dir,
+        node_order=args.node_order,
         command="shoal " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
     )
     res = build_store(args.graph, args.assignment, args.out, config=cfg)
@@ -101,6 +102,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also store halo nodes' feature rows in each part (needed by the averaging "
         "engine; default off, as in DistDGL)",
     )
+    b.add_argument(
+        "--node-order",
+        choices=("degree", "id"),  # store.writer.NODE_ORDERS (not imported: startup)
+        default="degree",
+        help="order of the nodes inside each part: 'degree' (descending in-degree, so the rows "
+        "mini-batches read most sit together on disk; one more pass over the edges and the "
+        "features) or 'id' (ascending original ID, as DistDGL) (default degree)",
+    )
     b.add_argument("--overwrite", action="store_true", help="replace an existing STORE")
     b.add_argument(
         "--chunk-edges", type=int, default=1 << 18, help="edges per streamed chunk (default 2**18)"
@@ -113,7 +122,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         default=None,
         help="directory for the temporary files (per-part in-edge files and sort runs, about "
-        "the size of the edge file), removed afterwards (default: the directory that will "
+        "the size of the edge file; feature buckets with --node-order degree, the size of the "
+        "features), removed afterwards (default: the directory that will "
         "hold STORE; never the system temp dir)",
     )
     b.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE")

@@ -1,8 +1,12 @@
 """Pass 3 of the store writer (private): feature rows of core and halo nodes.
 
-One sequential pass over the feature matrix scatters rows to their part (core rows of a part
-are in ascending original ID, the order of the relabelling); halo rows are then gathered from
-their owners' core feature files. Memory: one block of ``block_bytes`` rows at a time.
+One sequential pass over the feature matrix scatters rows to their part. When core rows of a
+part are in ascending original ID (``node_order="id"``), appending them to the part's file puts
+them in place. Otherwise (``"degree"``) rows go to bucket files of consecutive new IDs in the
+scratch directory (appended in ascending original ID), and each bucket is then read whole,
+permuted into new-ID order and appended to its part's file: one more sequential write and read
+of the features, an external distribution sort. Halo rows are then gathered from their owners'
+core feature files. Memory: one block of ``block_bytes`` rows, or one bucket, at a time.
 """
 
 from __future__ import annotations
@@ -53,6 +57,65 @@ def _scatter_core(
             w.close()
 
 
+#: most bucket files of the ordered scatter (they are open at once, whatever the number of
+#: parts: a bucket may straddle parts); a bucket is at least one feature block.
+MAX_BUCKETS = 256
+
+
+def _scatter_ordered(
+    feat_path: Path,
+    tmp: Path,
+    work: Path,
+    offsets: np.ndarray,
+    block_rows: int,
+    show: bool | None,
+) -> None:
+    """``part_<i>/features.npy`` in any order inside the parts (``tmp/node_map*.npy``): rows go
+    to buckets of consecutive new IDs, each then permuted in memory (module docstring)."""
+    fdtype, fshape, _ = npy_info(feat_path)
+    n, dim = int(fshape[0]), int(fshape[1])
+    p = offsets.shape[0] - 1
+    size = max(block_rows, -(-n // MAX_BUCKETS))
+    cuts = np.arange(0, n, size, dtype=np.int64)  # a bucket may straddle parts
+    bounds = np.append(cuts, n)
+    files = [open(work / f"feat_bucket_{k}.bin", "wb") for k in range(len(cuts))]  # noqa: SIM115
+    try:
+        bar = progress(total=2 * n, desc="store: features", unit="row", enable=show)
+        for s in range(0, n, block_rows):
+            x = read_rows(feat_path, s, s + block_rows)
+            b = np.searchsorted(cuts, read_rows(tmp / "node_map.npy", s, s + x.shape[0]),
+                                side="right") - 1  # fmt: skip
+            order = np.argsort(b, kind="stable")
+            ob = np.flatnonzero(np.r_[True, b[order][1:] != b[order][:-1], True])
+            for a, e in zip(ob[:-1], ob[1:]):
+                files[int(b[order[a]])].write(x[order[a:e]].tobytes())
+            bar.update(x.shape[0])
+    finally:
+        for f in files:
+            f.close()
+    writers = [NpyAppender(tmp / f"part_{i}" / "features.npy", fdtype,
+                           (int(offsets[i + 1] - offsets[i]), dim)) for i in range(p)]  # fmt: skip
+    try:
+        for k, (a, e) in enumerate(zip(bounds[:-1], bounds[1:])):
+            path = work / f"feat_bucket_{k}.bin"
+            raw = np.fromfile(path, dtype=fdtype).reshape(-1, dim)
+            path.unlink()
+            out = np.empty_like(raw)
+            # the bucket holds its rows in ascending original ID: row j is new ID
+            # a + argsort(original IDs of a..e)[j]
+            out[np.argsort(read_rows(tmp / "node_map_inv.npy", int(a), int(e)))] = raw
+            inner = offsets[(offsets > a) & (offsets < e)]
+            for lo, hi in zip(np.r_[a, inner], np.r_[inner, e]):  # part by part
+                writers[int(np.searchsorted(offsets, lo, side="right") - 1)].append(
+                    out[lo - a : hi - a]
+                )
+            bar.update(raw.shape[0])
+        bar.close()
+    finally:
+        for w in writers:
+            w.close()
+
+
 def _gather_halo(
     tmp: Path,
     i: int,
@@ -89,15 +152,21 @@ def write_features(
     halo_features: bool,
     block_bytes: int,
     show: bool | None,
+    work: Path | None = None,
 ) -> tuple[int | None, str | None]:
     """Pass 3: core feature rows of every part, and halo rows when ``halo_features``.
-    Returns ``(feature_dim, feature_dtype)``, ``(None, None)`` when the graph has none."""
+    ``work``: the scratch directory of the ordered scatter, needed when core rows are not in
+    ascending original ID inside their part (``tmp/node_map_inv.npy``). Returns
+    ``(feature_dim, feature_dtype)``, ``(None, None)`` when the graph has none."""
     feat_path = g.path / "features.npy"
     if not feat_path.exists():
         return None, None
     fdtype, fshape, _ = npy_info(feat_path)
     block_rows = max(1, block_bytes // max(1, fshape[1] * fdtype.itemsize))
-    _scatter_core(feat_path, tmp, node_part, offsets, block_rows, show)
+    if work is None:
+        _scatter_core(feat_path, tmp, node_part, offsets, block_rows, show)
+    else:
+        _scatter_ordered(feat_path, tmp, work, offsets, block_rows, show)
     if halo_features:
         p = offsets.shape[0] - 1
         for i in progress(range(p), total=p, desc="store: halo features", enable=show):

@@ -23,20 +23,40 @@ from shoal.data.extsort import build_csr_files
 from shoal.data.format import SPLITS, GraphDir
 from shoal.data.stream import EdgeStream
 from shoal.store._io import NpyAppender, gather_rows, read_rows
+from shoal.store._kernels import _count_in
 from shoal.utils.progress import progress
 
-__all__ = ["make_layout", "relabel", "write_edges", "write_parts"]
+__all__ = ["in_degrees", "make_layout", "relabel", "write_edges", "write_parts"]
 
 
-def relabel(node_part: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(part_offsets (p+1), node_map old->new, node_map_inv new->old); stable inside parts."""
+def relabel(
+    node_part: np.ndarray, p: int, in_degree: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(part_offsets (p+1), node_map old->new, node_map_inv new->old). Inside a part, nodes
+    keep their original order, or with ``in_degree`` come in descending in-degree (ties in
+    original order)."""
     counts = np.bincount(node_part, minlength=p).astype(np.int64)
     offsets = np.zeros(p + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    inv = np.argsort(node_part, kind="stable").astype(np.int64)
+    if in_degree is None:
+        inv = np.argsort(node_part, kind="stable").astype(np.int64)
+    else:
+        inv = np.lexsort((-np.asarray(in_degree, dtype=np.int64), node_part)).astype(np.int64)
     node_map = np.empty_like(inv)
     node_map[inv] = np.arange(inv.shape[0], dtype=np.int64)
     return offsets, node_map, inv
+
+
+def in_degrees(g: GraphDir, chunk_edges: int, show: bool | None) -> np.ndarray:
+    """Every node's in-degree (int64) by one streaming pass over the edge list."""
+    n = g.num_nodes
+    deg = np.zeros(n, dtype=np.int64)
+    bar = progress(total=g.num_edges, desc="store: degrees", unit="edge", enable=show)
+    for chunk in g.edge_stream(chunk_edges):
+        _count_in(np.ascontiguousarray(chunk[:, 1]), deg)
+        bar.update(chunk.shape[0])
+    bar.close()
+    return deg
 
 
 def _in_sorted(ids: np.ndarray, sorted_set: np.ndarray | None) -> np.ndarray:
