@@ -337,8 +337,10 @@ def _load_note(records: list[dict]) -> str:
     if loads:
         note += ("; " if note else "") + (f"the {len(loads)} recorded runs saw a 1-minute load of "
                                           f"{np.median(loads):.1f} (median), {max(loads):.1f} (max)")  # fmt: skip
-    return (f"Timings on a 2-core machine: {note}; noisy, compare within a row "
-            "(quiet-machine times: partition_speed_quiet.md).")
+    return (
+        f"Timings on a 2-core machine: {note}; noisy, compare within a row "
+        "(quiet-machine times: partition_speed_quiet.md)."
+    )
 
 
 #: Phases that are not one pass over the edges (their edges/s would mean nothing).
