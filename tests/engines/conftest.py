@@ -40,9 +40,9 @@ def community_graph(make_graph, n: int = 48, seed: int = 0):
 def make_store(tmp_path, make_graph):
     """``make_store(node_part, halo_features=True)`` -> store path for the community graph.
 
-    ``node_order`` defaults to ``"id"`` here (not the store's default, ``"degree"``): a
-    one-part store then numbers nodes as the graph does, so its training equals the
-    single-process trainer's on the graph directory, batch for batch."""
+    ``node_order="id"`` (the store's default): a one-part store numbers nodes as the graph
+    does, so its training equals the single-process trainer's on the graph directory, batch
+    for batch."""
     counter = [0]
 
     def make(node_part=None, *, parts: int = 2, halo_features: bool = True, graph=None,

@@ -110,8 +110,8 @@ def test_one_step_equals_single_process_full_graph(make_graph, make_store, model
 
 
 def test_node_order_of_the_store_does_not_change_the_step(make_graph, make_store):
-    """A store numbered by descending in-degree (the store's default) and one in original ID
-    order give the same full-graph loss and weight gradients on 2 ranks."""
+    """A store numbered by descending in-degree and one in original ID order (the default)
+    give the same full-graph loss and weight gradients on 2 ranks."""
     g = community_graph(make_graph)
     got = {}
     for order in ("degree", "id"):

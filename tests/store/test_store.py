@@ -117,8 +117,9 @@ def test_hand_computed_layout(make_graph, tmp_path):
     # 0 -> 1, 2 -> 1, 1 -> 2 ; parts: {1} = part 0, {0, 2} = part 1
     g = make_graph([(0, 1), (2, 1), (1, 2)], 3)
     a = assign(g, [1, 0, 1], 2, tmp_path)
-    build_store(g, a, tmp_path / "s", node_order="id")
+    build_store(g, a, tmp_path / "s")  # node_order="id" by default
     s = Store.open(tmp_path / "s")
+    assert s.meta["node_order"] == "id"
     assert s.part_offsets.tolist() == [0, 1, 3]
     assert np.asarray(s.node_map).tolist() == [1, 0, 2]
     assert np.asarray(s.node_map_inv).tolist() == [1, 0, 2]
@@ -143,7 +144,8 @@ def test_hand_computed_degree_order(make_graph, tmp_path):
     x = np.arange(6, dtype=np.float32).reshape(3, 2)
     g = make_graph([(0, 1), (2, 1), (1, 2)], 3, x=x)
     a = assign(g, [1, 0, 1], 2, tmp_path)
-    build_store(g, a, tmp_path / "s", halo_features=True, feature_block_bytes=8)
+    build_store(g, a, tmp_path / "s", halo_features=True, feature_block_bytes=8,
+                node_order="degree")  # fmt: skip
     s = Store.open(tmp_path / "s")
     assert s.meta["node_order"] == "degree"
     assert np.asarray(s.node_map).tolist() == [2, 0, 1]
@@ -215,8 +217,9 @@ def test_single_part_and_empty_graph(make_graph, tmp_path):
     assert verify_store(tmp_path / "s0")["ok"]
 
 
+@pytest.mark.parametrize("order", ["id", "degree"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_random_graphs_round_trip(make_graph, tmp_path, seed):
+def test_random_graphs_round_trip(make_graph, tmp_path, seed, order):
     rng = np.random.default_rng(seed)
     n, m, p = 40, 150, 3 + seed
     edges = rng.integers(0, n, size=(m, 2))
@@ -230,8 +233,13 @@ def test_random_graphs_round_trip(make_graph, tmp_path, seed):
     node_part = rng.integers(0, p, n)
     a = assign(g, node_part, p, tmp_path)
     # small chunks and sort memory exercise the multi-chunk paths
-    build_store(g, a, tmp_path / "s", chunk_edges=16, halo_features=True)
-    check_round_trip(g, node_part, p, tmp_path / "s")
+    build_store(g, a, tmp_path / "s", chunk_edges=16, halo_features=True, node_order=order,
+                feature_block_bytes=5 * 16)  # fmt: skip
+    store = check_round_trip(g, node_part, p, tmp_path / "s")
+    x = np.asarray(g.features())
+    for part in store.parts():  # core and halo rows follow the numbering
+        assert np.array_equal(part.features, x[np.asarray(part.orig_ids[: part.num_core])])
+        assert np.array_equal(part.halo_features, x[np.asarray(part.orig_ids[part.num_core :])])
     assert verify_store(tmp_path / "s", chunk_edges=7)["ok"]
 
 
