@@ -106,10 +106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--node-order",
         choices=("id", "degree"),  # store.writer.NODE_ORDERS (not imported: startup time)
         default="id",
-        help="order of the nodes inside each part: 'id' (ascending original ID, as DistDGL) or "
-        "'degree' (descending in-degree, so the feature rows mini-batches read most sit "
-        "together on disk; one more pass over the edges and the features; out of core it read "
-        "9-15%% fewer bytes per epoch but was not faster on the benchmark graph) (default id)",
+        help="nodes inside each part: 'id' (ascending original ID, as DistDGL) or 'degree' "
+        "(descending in-degree: hot feature rows together on disk; one more pass over edges and "
+        "features; out of core 9-15%% fewer bytes read, not faster, on the benchmark) (default id)",
     )
     b.add_argument("--overwrite", action="store_true", help="replace an existing STORE")
     b.add_argument(

@@ -41,6 +41,7 @@ from shoal.sample.features import gather_rows
 from shoal.store.reader import Partition, Store
 from shoal.training import _kernels as BK
 from shoal.training.blocked import RowWriter, blocked_layer, output_width, width_of
+from shoal.utils.arrays import union_sorted
 
 __all__ = [
     "PlannedGather",
@@ -178,7 +179,7 @@ def needed_nodes_dist(store: Store, parts: list[Partition], part_to_rank: np.nda
                           stats)  # fmt: skip
         for p in parts:
             mine = got[(got >= p.start) & (got < p.stop)] - p.start
-            core[li - 1][p.index] = np.union1d(below[p.index], mine)
+            core[li - 1][p.index] = union_sorted(below[p.index], mine)
     return core, halo
 
 

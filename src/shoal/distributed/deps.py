@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shoal.utils.arrays import unique_sorted
+
 __all__ = [
     "Costs",
     "DepSets",
@@ -250,10 +252,10 @@ def fetch_closure(halo: np.ndarray, depth: int, *, owner_rank, local_mask, serve
     ``depth = L - 1``. ``depth`` rounds of :func:`fetch_in_edges`; every rank must call it
     with the same ``depth``."""
     known = RemoteCSR.empty()
-    frontier = np.unique(np.asarray(halo, np.int64))
+    frontier = unique_sorted(np.asarray(halo, np.int64))
     for _ in range(depth):
         csr = fetch_in_edges(frontier, owner_rank(frontier), serve, world, stats)
         known = known.merge(csr)
-        nxt = np.unique(csr.indices)
+        nxt = unique_sorted(csr.indices)
         frontier = np.setdiff1d(nxt[~local_mask(nxt)], known.ids)
     return known

@@ -47,6 +47,7 @@ import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
 from shoal.graph.blocks import Block
+from shoal.utils.arrays import unique_sorted
 
 __all__ = [
     "DelayedPush",
@@ -96,7 +97,7 @@ class HistoricalCache:
             raise ValueError(f"size (cs) must be >= 1, got {self.size}")
         if self.lifespan < 0:
             raise ValueError(f"lifespan (ls) must be >= 0, got {self.lifespan}")
-        u = np.unique(np.asarray(self.universe, dtype=np.int64))
+        u = unique_sorted(np.asarray(self.universe, dtype=np.int64))
         self.universe = u
         cap = int(min(self.size, len(u)))
         self.capacity = cap

@@ -35,6 +35,7 @@ from shoal.training.blocked import sum_layers
 from shoal.training.inference import Scratch
 from shoal.training.linkmetrics import link_ranks
 from shoal.training.linktrainer import EVAL_CHUNK, eval_negative_chunk
+from shoal.utils.arrays import unique_sorted
 
 __all__ = ["dist_link_metrics", "dist_node_embeddings"]
 
@@ -94,7 +95,7 @@ def dist_link_metrics(scorer: nn.Module, emb: dict[int, np.ndarray], store: Stor
         neg = eval_negative_chunk(seed, split, c, len(pos), store.num_nodes, num_neg)
         mine = part_to_rank[owner_of(store.part_offsets, pos[:, 0])] == ctx.rank
         pos, neg = pos[mine], store.to_new(neg[mine])
-        ids = np.unique(np.concatenate([pos.ravel(), neg.ravel()]))
+        ids = unique_sorted(np.concatenate([pos.ravel(), neg.ravel()]))
         h = rows.pull(ids)
         if not len(pos):
             continue

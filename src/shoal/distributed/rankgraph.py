@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shoal.store.reader import Partition
+from shoal.utils.arrays import unique_sorted
 
 __all__ = ["RankGraph", "rank_graph"]
 
@@ -57,7 +58,7 @@ def rank_graph(parts: list[Partition], part_to_rank: np.ndarray, rank: int, owne
     for p, o in zip(parts, offsets, strict=False):
         off_of[p.index], start_of[p.index] = o, p.start
     halos = np.concatenate([np.asarray(p.halo_ids, np.int64) for p in parts])
-    halo = np.unique(halos[part_to_rank[owner(halos)] != rank])
+    halo = unique_sorted(halos[part_to_rank[owner(halos)] != rank])
     s = len(solid)
     ptrs, idx, base = [np.zeros(1, np.int64)], [], 0
     for p in parts:

@@ -36,6 +36,7 @@ from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.sampler import parse_fanouts
 from shoal.store.reader import Partition
+from shoal.utils.arrays import unique_sorted
 
 __all__ = ["DistNeighborSampler"]
 
@@ -283,7 +284,7 @@ def _local_keys(part: Partition, halo: np.ndarray, edges: np.ndarray) -> np.ndar
     hit[hit] = halo[pos[hit]] == src[hit]
     lsrc = np.where(core, src - part.start, part.num_core + pos)
     keep = core | hit
-    return np.unique(row[keep] * np.int64(part.num_nodes) + lsrc[keep])
+    return unique_sorted(row[keep] * np.int64(part.num_nodes) + lsrc[keep])
 
 
 def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -163,18 +163,27 @@ class DistWindows:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item()) >= self.sample_bytes
 
-    def _needed(self, pending: list[MiniBatch]) -> np.ndarray:
+    def _needed(self) -> np.ndarray:
         """Stacked local positions (sorted) of the uncached rows this rank reads for the
-        window: its own batches' and those the others ask for (collective)."""
-        ids = np.unique(np.concatenate([mb.n_id for mb in pending]))
-        ids = ids[~self.cached[ids]]
+        window: its own batches' and those the others ask for (collective). The window's
+        uncached rows are the marked ones (:meth:`windows`); the marks are cleared.
+
+        Sets are taken from the node-sized mark array, not with ``np.unique`` /
+        ``np.union1d`` on the batches' ids: on the 10M-node benchmark graph those took about
+        1 s each per window (numpy 2's hashed unique), against milliseconds for a scan."""
+        mark = self._mark
+        ids = np.flatnonzero(mark)  # sorted, distinct, uncached by their owner
+        mark[ids] = False
         own = self.owner_rank(ids)
         local = own == self.rank
         remote = ids[~local]
         order = np.argsort(own[~local], kind="stable")
         counts = np.bincount(own[~local], minlength=self.world_size).astype(np.int64)
         asked, _ = exchange(remote[order], counts, self.stats)
-        need = np.union1d(ids[local], asked.numpy())
+        mark[ids[local]] = True
+        mark[asked.numpy()] = True
+        need = np.flatnonzero(mark)
+        mark[need] = False
         return self.local_index(need) if len(need) else need
 
     def _read(self, cold: np.ndarray) -> Window:
@@ -182,9 +191,7 @@ class DistWindows:
         return f.load_cache(cold) if not f.cache_loaded else f.window([], cold=cold)
 
     def _submit(self, pending: list[MiniBatch]) -> tuple[list[MiniBatch], Future | Window]:
-        cold = self._needed(pending)
-        for mb in pending:
-            self._mark[mb.n_id] = False
+        cold = self._needed()
         if self._pool is None:  # read now: training waits for it
             t0 = time.perf_counter()
             w = self._read(cold)

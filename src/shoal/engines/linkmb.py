@@ -53,6 +53,7 @@ from shoal.training.inference import BLOCKED_BUDGET, Scratch
 from shoal.training.linkbatches import draw_negatives
 from shoal.training.linktrainer import LinkConfig
 from shoal.training.loop import eval_work_ratio
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.progress import progress
 
 __all__ = ["LinkMinibatchEngine"]
@@ -176,7 +177,7 @@ class LinkMinibatchEngine(Engine):
         total = None
         for i, (pos, neg_dst) in enumerate(batches):
             t0 = time.perf_counter()
-            nodes = np.unique(np.concatenate([pos.ravel(), neg_dst.ravel()]))
+            nodes = unique_sorted(np.concatenate([pos.ravel(), neg_dst.ravel()]))
             mb = self.sampler.sample(nodes, seed + i, exclude=np.concatenate([pos, pos[:, ::-1]]))
             t1 = time.perf_counter()
             x = self._inputs(mb.n_id)

@@ -45,6 +45,7 @@ from shoal.sample.diskio import load_array, open_reader
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Store
 from shoal.training import TrainConfig, model_from_config
+from shoal.utils.arrays import unique_sorted
 
 __all__ = [
     "MachineCosts",
@@ -220,7 +221,7 @@ def probe_machine(store: Store, config: TrainConfig, *,
     remote = float(np.mean([_remote_scale(mb, part.num_core) for mb in batches]))
     mb = batches[-1]
     feats = part.features  # core rows (the halo's, when stored, sit in a second file)
-    ids = np.unique(mb.n_id)
+    ids = unique_sorted(mb.n_id)
     ids = ids[ids < (feats.shape[0] if feats is not None else 0)]
     width = int(store.feature_dim or 1)
     gather_s = gather_mem_s = 0.0

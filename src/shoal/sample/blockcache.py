@@ -10,6 +10,7 @@ import numpy as np
 
 from shoal.sample import _kernels as K
 from shoal.sample.diskio import RowFile, RowReader
+from shoal.utils.arrays import unique_sorted
 
 __all__ = ["BlockCache"]
 
@@ -72,7 +73,7 @@ class BlockCache:
         tail = b >= self.full
         out[tail] = self.tail[pos[tail] - self.full * self.block]
         todo = ~tail
-        need = np.unique(b[todo])
+        need = unique_sorted(b[todo])
         have = self.slot[need] >= 0
         self.requests += len(need)
         self.hits += int(have.sum())

@@ -33,6 +33,7 @@ import torch
 
 from shoal.sample import _kernels as K
 from shoal.sample.diskio import open_reader
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.progress import progress
 
 __all__ = ["DiskFeatures", "FeatureStats", "Window"]
@@ -235,7 +236,7 @@ class DiskFeatures:
             self.load_cache()
         if cold is None:
             parts = [self.cold_of(a) for a in id_arrays]
-            cold = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+            cold = unique_sorted(np.concatenate(parts)) if parts else np.empty(0, np.int64)
         rows = np.empty((len(cold), self.dim), dtype=self.dtype)
         t0 = time.perf_counter()
         nbytes = self.reader.read(cold, rows) if len(cold) else 0

@@ -27,6 +27,7 @@ from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.blockcache import BlockCache
 from shoal.sample.diskio import RowFile, RowReader
+from shoal.utils.arrays import unique_sorted
 
 __all__ = ["NeighborSampler", "parse_fanouts"]
 
@@ -247,7 +248,7 @@ class NeighborSampler:
             )
         if e.min() < 0 or e.max() >= self.num_nodes:
             raise ValueError(f"excluded edge ids must lie in [0, {self.num_nodes})")
-        return np.unique(e[:, 1] * np.int64(self.num_nodes) + e[:, 0])
+        return unique_sorted(e[:, 1] * np.int64(self.num_nodes) + e[:, 0])
 
     def _read_picked(self, picked: np.ndarray, m: int) -> None:
         """Replace the positions ``picked[:m]`` by the entries of ``indices`` there, read from

@@ -38,6 +38,7 @@ import torch
 from shoal.graph.blocks import MiniBatch
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import Gatherer, Timer, batch_seed
+from shoal.utils.arrays import unique_sorted
 
 __all__ = [
     "NEGATIVE_SAMPLERS",
@@ -147,7 +148,7 @@ class LinkBatchLoader:
         t0 = time.perf_counter()
         rng = np.random.default_rng(step_seed)
         neg_dst = draw_negatives(pos, self.num_nodes, self.num_neg, self.negatives, rng)
-        nodes = np.unique(np.concatenate([pos.ravel(), neg_dst.ravel()]))
+        nodes = unique_sorted(np.concatenate([pos.ravel(), neg_dst.ravel()]))
         exclude = np.concatenate([pos, pos[:, ::-1]])
         mb = self.sampler.sample(nodes, step_seed, exclude=exclude)
         neg_src = np.repeat(pos[:, 0], self.num_neg)

@@ -45,6 +45,7 @@ from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.device import get_rng_states, set_rng_states, use_device
 from shoal.utils.threads import set_threads
 
@@ -294,7 +295,9 @@ class LinkTrainer:
         held = {s: np.asarray(self.data.val_edges if s == "val" else self.data.test_edges,
                               dtype=np.int64) for s in splits}  # fmt: skip
         negs = {s: self._negatives(s, held[s]) for s in splits}
-        nodes = np.unique(np.concatenate([x.ravel() for s in splits for x in (held[s], negs[s])]))
+        nodes = unique_sorted(
+            np.concatenate([x.ravel() for s in splits for x in (held[s], negs[s])])
+        )
         scorer = on_device(self.scorer, self.device)
         emb = torch.from_numpy(layerwise_inference(
             on_device(self.model, self.device), self.data, nodes,

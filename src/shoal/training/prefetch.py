@@ -33,6 +33,7 @@ from shoal.graph.blocks import Batch
 from shoal.sample.featstore import DiskFeatures
 from shoal.sample.windowfit import WindowFit, fit_windows
 from shoal.training.readahead import END, Stop, Stream
+from shoal.utils.arrays import unique_sorted
 
 __all__ = ["WindowPrefetcher", "read_bytes_of_process"]
 
@@ -172,13 +173,13 @@ class WindowPrefetcher:
         for x, c in batches:
             c = self.features.cold_of(x.n_id) if c is None else c
             if out and cold + len(c) > self.window_rows:
-                yield out, 1, np.unique(np.concatenate(parts))
+                yield out, 1, unique_sorted(np.concatenate(parts))
                 out, parts, cold = [], [], 0
             out.append(x)
             parts.append(c)
             cold += len(c)
         if out:
-            yield out, 1, np.unique(np.concatenate(parts))
+            yield out, 1, unique_sorted(np.concatenate(parts))
 
     def prime(self, epoch: int) -> None:
         """Start reading ahead from ``epoch``; when the cache is not loaded yet, its rows and

@@ -1,0 +1,31 @@
+"""Set operations on integer id arrays, by sorting.
+
+numpy 2's ``np.unique`` (without ``return_*`` options) and ``np.union1d`` go through a hash
+set, which on this project's build machine (numpy 2.4) was 5-12x slower than sorting for
+integer ids drawn from a large range: 3.1 s against 0.25 s for 3M ids below 10M, 98 ms
+against 14 ms for 300k. Ids of sampled nodes are exactly that case, so the hot paths (feature
+windows, layer-wise evaluation, samplers) use these instead. Results equal numpy's: sorted,
+distinct, the input's dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["union_sorted", "unique_sorted"]
+
+
+def unique_sorted(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` (sorted distinct values of the flattened array), by one sort."""
+    s = np.sort(np.asarray(a).ravel())
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=np.bool_)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def union_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.union1d(a, b)``: the sorted distinct values of both."""
+    return unique_sorted(np.concatenate([np.asarray(a).ravel(), np.asarray(b).ravel()]))

@@ -1,0 +1,28 @@
+"""Sort-based set operations equal numpy's on ids, edge cases included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shoal.utils.arrays import union_sorted, unique_sorted
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("n, high", [(0, 5), (1, 5), (7, 1), (50, 10), (5000, 10**7)])
+def test_unique_and_union_equal_numpy(dtype, n, high):
+    rng = np.random.default_rng(n + high)
+    a = rng.integers(0, high, size=n).astype(dtype)
+    b = rng.integers(0, high, size=n // 2 + 1).astype(dtype)
+    u = unique_sorted(a)
+    assert u.dtype == np.unique(a).dtype and np.array_equal(u, np.unique(a))
+    v = union_sorted(a, b)
+    assert v.dtype == np.union1d(a, b).dtype and np.array_equal(v, np.union1d(a, b))
+
+
+def test_input_is_not_modified_and_2d_is_flattened():
+    a = np.array([[3, 1], [3, 2]])
+    before = a.copy()
+    assert unique_sorted(a).tolist() == [1, 2, 3]
+    assert np.array_equal(a, before)
+    assert unique_sorted([5, 5, -1]).tolist() == [-1, 5]
