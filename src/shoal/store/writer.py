@@ -98,9 +98,10 @@ class Config:
             one more streaming pass over the edges and one more write and read of the
             features. Default ``"id"``: on the 10M-node benchmark graph out of core (2 ranks,
             2 GiB each) degree order read 0.85x / 0.91x the bytes per epoch
-            (``minibatch`` / ``averaging``) but the epochs took 0.97x / 1.08x as long, within
-            the noise: the rows an epoch needs are still spread over most of each part's
-            pages, and shorter runs read slower (``bench/results/out_of_core_engines.md``).
+            (``minibatch`` / ``averaging``) but the epochs took 0.81x / 1.25x as long (0.97x
+            / 1.08x in an earlier run): the rows an epoch needs are still spread over most of
+            each part's pages, and shorter runs read slower
+            (``bench/results/out_of_core_engines.md``).
     """
 
     halo_features: bool = False
