@@ -23,10 +23,3 @@ def _edge_hash_accumulate(src: np.ndarray, dst: np.ndarray, acc: np.ndarray) -> 
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
         acc[dst[k]] += z
-
-
-@numba.njit(cache=True)
-def _count_in(dst: np.ndarray, deg: np.ndarray) -> None:
-    """``deg[dst[k]] += 1`` for every ``k`` (in-degrees of one edge chunk)."""
-    for k in range(dst.shape[0]):
-        deg[dst[k]] += 1

@@ -23,10 +23,9 @@ from shoal.data.extsort import build_csr_files
 from shoal.data.format import SPLITS, GraphDir
 from shoal.data.stream import EdgeStream
 from shoal.store._io import NpyAppender, gather_rows, read_rows
-from shoal.store._kernels import _count_in
 from shoal.utils.progress import progress
 
-__all__ = ["in_degrees", "make_layout", "relabel", "write_edges", "write_parts"]
+__all__ = ["make_layout", "relabel", "write_edges", "write_parts"]
 
 
 def relabel(
@@ -45,18 +44,6 @@ def relabel(
     node_map = np.empty_like(inv)
     node_map[inv] = np.arange(inv.shape[0], dtype=np.int64)
     return offsets, node_map, inv
-
-
-def in_degrees(g: GraphDir, chunk_edges: int, show: bool | None) -> np.ndarray:
-    """Every node's in-degree (int64) by one streaming pass over the edge list."""
-    n = g.num_nodes
-    deg = np.zeros(n, dtype=np.int64)
-    bar = progress(total=g.num_edges, desc="store: degrees", unit="edge", enable=show)
-    for chunk in g.edge_stream(chunk_edges):
-        _count_in(np.ascontiguousarray(chunk[:, 1]), deg)
-        bar.update(chunk.shape[0])
-    bar.close()
-    return deg
 
 
 def _in_sorted(ids: np.ndarray, sorted_set: np.ndarray | None) -> np.ndarray:

@@ -58,10 +58,11 @@ import numpy as np
 
 from shoal.data.format import SPLITS, GraphDir, edge_dtype_for
 from shoal.errors import ShoalInputError
+from shoal.partition.grem import in_degrees
 from shoal.partition.io import check_matches_graph, read_assignment
 from shoal.store._features import write_features
 from shoal.store._io import write_meta
-from shoal.store._structure import in_degrees, make_layout, relabel, write_edges, write_parts
+from shoal.store._structure import make_layout, relabel, write_edges, write_parts
 from shoal.store.format import STORE_FORMAT, STORE_FORMAT_VERSION
 from shoal.utils.io import atomic_output_dir, file_checksum, scratch_space
 from shoal.utils.memory import peak_rss_bytes
@@ -313,7 +314,7 @@ def build_store(
     n, m = g.num_nodes, g.num_edges
     phase = _Phases()
     with phase("relabel", rss=False):
-        deg = in_degrees(g, max(cfg.chunk_edges, 1 << 22), cfg.show_progress) \
+        deg = in_degrees(g, max(cfg.chunk_edges, 1 << 22)) \
             if cfg.node_order == "degree" else None  # fmt: skip
         offsets, node_map, inv = relabel(node_part, p, deg)
         del deg
