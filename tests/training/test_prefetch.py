@@ -272,3 +272,57 @@ def test_trainer_with_the_structure_on_disk_trains_the_same_model(graph, monkeyp
     blocks = disk.sampler._blocks
     assert 0 < blocks.hits < blocks.requests and blocks.data.nbytes <= plan.neighbor_cache
     assert disk.evaluate(("val", "test")) == big.evaluate(("val", "test"))
+
+
+def _compare_epoch(plain, win, epoch):
+    n = 0
+    for a, b in zip(plain.epoch(epoch), win.epoch(epoch), strict=True):
+        assert np.array_equal(a.mb.n_id, b.mb.n_id)
+        assert np.array_equal(a.x.numpy(), b.x.numpy())
+        n += 1
+    assert n == len(plain)
+
+
+@pytest.mark.parametrize("last_epoch", [None, 2])
+@pytest.mark.parametrize("background", [True, False])
+def test_packed_epochs_give_the_same_batches(graph, tmp_path, last_epoch, background):
+    """Two epochs' rows packed by one sweep (which also loads the cache): the same batches;
+    the last epoch alone is not packed; the packs and their directory go on close."""
+    data = TrainData.from_graph_dir(graph)
+    plain = _loader(data, FeatureGatherer(data.features))
+    fs = DiskFeatures(data.features, cache_bytes=500 * 256, threads=2, defer_cache=True,
+                      priority=np.random.default_rng(0).permutation(data.num_nodes))  # fmt: skip
+    win = _loader(data, None)
+    win.use_windows(fs, window_bytes=60_000, last_epoch=last_epoch, background=background,
+                    pack_epochs=2, scratch_dir=str(tmp_path / "scratch"))  # fmt: skip
+    pf = win.prefetcher
+    for epoch in range(3):
+        _compare_epoch(plain, win, epoch)
+        io = pf.last_epoch_io
+        assert io["windows"] > 2 and io["bytes_read"] >= io["pack_bytes_read"]
+        if epoch == 0:  # the sweep of epochs 0-1, with the cache
+            assert io["bytes_written"] >= io["rows_read"] * 256 > 0 and fs.cache_loaded
+            assert io["pack_bytes_read"] >= 500 * 256
+    # epoch 2 was packed with epoch 3 unless it is the last one
+    assert pf.packs.stats.sweeps == (1 if last_epoch == 2 else 2)
+    pf.close()
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_packing_without_room_reads_the_feature_file(graph, tmp_path, monkeypatch, caplog):
+    import shoal.sample.packing as packing_mod
+
+    monkeypatch.setattr(packing_mod, "free_bytes", lambda d: 0)
+    data = TrainData.from_graph_dir(graph)
+    plain = _loader(data, FeatureGatherer(data.features))
+    fs = DiskFeatures(data.features, cache_bytes=500 * 256, threads=2, defer_cache=True,
+                      priority=np.arange(data.num_nodes))  # fmt: skip
+    win = _loader(data, None)
+    win.use_windows(fs, window_bytes=60_000, pack_epochs=4, scratch_dir=str(tmp_path))
+    with caplog.at_level("WARNING", logger="shoal.sample.packing"):
+        for epoch in range(2):
+            _compare_epoch(plain, win, epoch)
+    assert "not packing epochs 0-3" in caplog.text and "--scratch-dir" in caplog.text
+    assert win.prefetcher.packs.stats.sweeps == 0 and win.prefetcher.packs.epochs == 0
+    assert win.prefetcher.last_epoch_io["bytes_written"] == 0
+    win.prefetcher.close()

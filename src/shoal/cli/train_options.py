@@ -58,6 +58,7 @@ CONFIG_FLAGS = (
     "part_models",
     "memory",
     "io_threads",
+    "pack_epochs",
     "structure",
     *ENGINE_FLAGS,
 )
@@ -240,6 +241,16 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         type=int,
         metavar="N",
         help=f"concurrent feature read requests (default {d.io_threads})",
+    )
+    g.add_argument(
+        "--pack-epochs",
+        type=int,
+        metavar="K",
+        help="when the features do not fit the memory budget: read the uncached rows of K "
+        "epochs with one sweep of the feature file into a pack file per epoch in the scratch "
+        "directory (--scratch-dir), so each epoch reads only its own rows (DiskGNN-style "
+        f"packing; 0 = off, every window sweeps the feature file; default {d.pack_epochs}; "
+        "single-process trainer and averaging engine)",
     )
     g.add_argument(
         "--structure",

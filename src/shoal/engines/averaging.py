@@ -111,7 +111,8 @@ class AveragingEngine(Engine):
                                  timer=self.timer)  # fmt: skip
             if windows:  # cache and windows sized from the part's first sampled epoch
                 loader.use_windows(feats, window_bytes=max(int(plan.window * share), 1),
-                                   last_epoch=cfg.epochs - 1)  # fmt: skip
+                                   last_epoch=cfg.epochs - 1, pack_epochs=cfg.pack_epochs,
+                                   scratch_dir=cfg.scratch_dir)  # fmt: skip
                 fits.append(loader.prefetcher.calibrate(int(plan.pool * share),
                                                         min_window=plan.min_window))  # fmt: skip
                 if self.ctx.is_rank0:

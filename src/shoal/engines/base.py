@@ -163,7 +163,8 @@ class Engine(ABC):
         """The epoch's feature I/O summed over this rank's loaders and over ranks
         (collective): rows requested and served by the cache, rows and bytes read, seconds."""
         keys = ("requested", "hits", "rows_read", "bytes_read", "unique_rows", "unique_bytes",
-                "windows", "process_read_bytes", "read_seconds")  # fmt: skip
+                "windows", "process_read_bytes", "read_seconds", "bytes_written",
+                "pack_bytes_read")  # fmt: skip
         t = torch.tensor([float(sum(r.get(k) or 0 for r in records)) for k in keys],
                          dtype=torch.float64)  # fmt: skip
         if self.ctx.world_size > 1:

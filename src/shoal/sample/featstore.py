@@ -216,6 +216,49 @@ class DiskFeatures:
         self.priority = None  # chosen for good: its memory goes back
         return Window(self, cold, rows, nbytes, self.cache_load_seconds)
 
+    def sweep(self, ids: np.ndarray, sink, *, chunk_rows: int, between=None) -> int:
+        """Read the rows ``ids`` (sorted, unique, none cached) in id order, ``chunk_rows`` at a
+        time, handing each chunk to ``sink(chunk_ids, chunk_rows)`` (the rows are valid during
+        the call only); when the cache is not loaded yet, its rows are read by the same pass.
+        ``between()`` is called before each chunk. Returns the bytes read (one pass over the
+        file: :mod:`shoal.sample.packing`)."""
+        ids = np.asarray(ids, np.int64)
+        hot = self._hot
+        t0 = time.perf_counter()
+        if hot is not None and len(hot):
+            every = np.concatenate([hot, ids])
+            order = np.argsort(every, kind="stable")
+            every, is_hot = every[order], order < len(hot)
+        else:
+            every, is_hot = ids, None
+        buf = np.empty((min(max(1, chunk_rows), max(len(every), 1)), self.dim), self.dtype)
+        bar = progress(total=len(every), desc="reading ahead", unit="row",
+                       enable=self.show_progress)  # fmt: skip
+        nbytes = 0
+        for a in range(0, len(every), len(buf)):
+            if between is not None:
+                between()
+            c = every[a : a + len(buf)]
+            if is_hot is None:
+                nbytes += self.reader.read(c, buf)
+                sink(c, buf[: len(c)])
+            else:
+                h = is_hot[a : a + len(buf)]
+                dest = np.empty(len(c), np.int64)
+                dest[h] = self.slot[c[h]]
+                n_cold = len(c) - int(h.sum())
+                dest[~h] = -1 - np.arange(n_cold)
+                nbytes += self.reader.read(c, self.cache, dest, buf)
+                if n_cold:
+                    sink(c[~h], buf[:n_cold])
+            bar.update(len(c))
+        bar.close()
+        if hot is not None:
+            self.cache_load_seconds = time.perf_counter() - t0
+            self._hot = None
+            self.priority = None
+        return nbytes
+
     @property
     def cache_bytes(self) -> int:
         """Bytes the cache holds (an in-memory matrix counts whole)."""
@@ -229,9 +272,12 @@ class DiskFeatures:
         ids = np.asarray(ids, dtype=np.int64)
         return ids[self.slot[ids] < 0]
 
-    def window(self, id_arrays: list[np.ndarray], cold: np.ndarray | None = None) -> Window:
+    def window(self, id_arrays: list[np.ndarray], cold: np.ndarray | None = None,
+               source=None) -> Window:  # fmt: skip
         """Read the rows of ``id_arrays`` (the batches of a window) that the cache lacks
-        (``cold``: those rows, sorted and unique, when the caller knows them)."""
+        (``cold``: those rows, sorted and unique, when the caller knows them), from the
+        feature file or from ``source`` (an :class:`~shoal.sample.packing.EpochPack` that
+        holds them)."""
         if not self.cache_loaded:
             self.load_cache()
         if cold is None:
@@ -239,7 +285,8 @@ class DiskFeatures:
             cold = unique_sorted(np.concatenate(parts)) if parts else np.empty(0, np.int64)
         rows = np.empty((len(cold), self.dim), dtype=self.dtype)
         t0 = time.perf_counter()
-        nbytes = self.reader.read(cold, rows) if len(cold) else 0
+        reader = self.reader if source is None else source
+        nbytes = reader.read(cold, rows) if len(cold) else 0
         secs = time.perf_counter() - t0
         s = self.stats
         s.read_seconds += secs

@@ -110,6 +110,11 @@ class TrainConfig:
             90% of the memory cgroup limit or of the memory available at the start, whichever
             is lower (default None).
         io_threads: concurrent read requests of the feature reader (default 8).
+        pack_epochs: when feature rows are read in windows, one sweep of the feature file
+            reads the uncached rows of this many epochs into a pack file per epoch in the
+            scratch directory, and each epoch's windows read its pack (DiskGNN-style packing,
+            ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file
+            (default 4; the single-process trainer and the ``averaging`` engine).
         structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
             fits half of the budget left after the reserve, else on disk: its row index in
             memory, the sampled neighbour entries read with planned direct reads), or
@@ -223,6 +228,7 @@ class TrainConfig:
     resident_parts: int | None = None
     memory: str | int | None = None
     io_threads: int = 8
+    pack_epochs: int = 4
     structure: str = "auto"
 
     def __post_init__(self) -> None:
@@ -259,6 +265,8 @@ class TrainConfig:
         if self.normalize_features not in (True, False, "auto"):
             raise ValueError(f"normalize_features must be true, false or 'auto', got "
                              f"{self.normalize_features!r}")  # fmt: skip
+        if self.pack_epochs < 0:
+            raise ValueError(f"pack_epochs must be >= 0 (0 = off), got {self.pack_epochs}")
         if self.min_steps < 0:
             raise ValueError(f"min_steps must be >= 0, got {self.min_steps}")
         if self.eval_every != "auto" and self.eval_every < 1:

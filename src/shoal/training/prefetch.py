@@ -9,6 +9,11 @@ windows exist at a time (the one trained on and the one read), so the memory is
 ``2 * window_bytes``. :meth:`WindowPrefetcher.pause` stops new reads (during evaluation, which
 needs the memory and the disk) and says how many bytes the prefetched windows hold.
 
+With ``pack_epochs`` = K >= 2 (:mod:`shoal.sample.packing`, DiskGNN's packing per epoch),
+the thread samples the next K epochs once to learn their uncached rows, reads them all with
+one sweep of the feature file into one pack file per epoch, and reads each window from its
+epoch's pack: the sweep is paid once per K epochs, not once per window.
+
 When two epochs' samples do not fit beside a window that holds an epoch
 (:attr:`WindowPrefetcher.resample`, chosen by :func:`~shoal.sample.windowfit.fit_windows`), the
 thread samples each epoch once to plan its window, keeping only the rows, and samples the
@@ -31,6 +36,7 @@ import torch
 
 from shoal.graph.blocks import Batch
 from shoal.sample.featstore import DiskFeatures
+from shoal.sample.packing import Packs, pack_sizes
 from shoal.sample.windowfit import WindowFit, fit_windows
 from shoal.training.readahead import END, Stop, Stream
 from shoal.utils.arrays import unique_sorted
@@ -61,10 +67,15 @@ class WindowPrefetcher:
             ``epochs - 1``).
         background: read in a background thread (default true; false reads each window when
             it is needed, with no overlap).
+        pack_epochs: epochs whose rows one sweep of the feature file packs (default 0: off;
+            the trainer and engines pass ``TrainConfig.pack_epochs``, default
+            :data:`~shoal.sample.packing.PACK_EPOCHS`); packs go to a private directory in
+            ``scratch_dir`` (default: beside the feature file).
     """
 
     def __init__(self, loader, features: DiskFeatures, *, window_bytes: int,
-                 last_epoch: int | None = None, background: bool = True) -> None:  # fmt: skip
+                 last_epoch: int | None = None, background: bool = True, pack_epochs: int = 0,
+                 scratch_dir: str | None = None) -> None:  # fmt: skip
         self.loader = loader
         self.features = features
         self.window_rows = max(1, int(window_bytes) // max(features.row_bytes, 1))
@@ -79,13 +90,46 @@ class WindowPrefetcher:
         #: sample each batch twice (to plan its window, then when trained) instead of holding
         #: an epoch's samples while its window is read (set by :meth:`calibrate`)
         self.resample = False
+        # epochs packed by one sweep; its buffers sized from two windows (calibrate: the pool)
+        self.packs = Packs(features, epochs=pack_epochs, scratch_dir=scratch_dir,
+                           pool=2 * self.window_rows * features.row_bytes)  # fmt: skip
+        self._packed_before = self.packs.stats.snapshot()  # at the last epoch record
 
     # ----------------------------------------------------------------- planning / reading
-    def _read(self, batch: list, cold: np.ndarray) -> tuple[list, object]:
+    def _read(self, batch: list, cold: np.ndarray, epoch: int | None = None) -> tuple[list, object]:
         t0 = time.perf_counter()
-        w = self.features.window([], cold=cold)
+        w = self.features.window([], cold=cold, source=self.packs.get(epoch))
         self.loader.timer.add("read", time.perf_counter() - t0)
         return batch, w
+
+    # ----------------------------------------------------------------- packing
+    def _pack(self, epoch: int, stop: threading.Event) -> None:
+        """Pack the uncached rows of the epochs one sweep packs from ``epoch`` on
+        (:meth:`~shoal.sample.packing.Packs.round`), sampling each once to learn them."""
+        epochs = self.packs.round(epoch, self.last_epoch)
+        if not epochs:
+            return
+        fs, seen = self.features, self._seen
+        sets = {}
+        for e in epochs:
+            seen[:] = False
+            for mb in self.loader.samples(e):
+                if stop.is_set():
+                    raise Stop
+                seen[mb.n_id] = True
+            sets[e] = fs.cold_of(np.flatnonzero(seen))
+        seen[:] = False
+
+        def between() -> None:
+            if stop.is_set():
+                raise Stop
+            st = self._stream
+            if st is not None and threading.current_thread() is st.thread:
+                st._wait(st.may_read)  # paused (evaluation): no sweep either
+
+        t0 = time.perf_counter()
+        self.packs.pack(sets, between)
+        self.loader.timer.add("pack", time.perf_counter() - t0)
 
     def _plan(self, epoch: int, stop: threading.Event) -> Iterator[tuple[list, int, object]]:
         """The batches of ``epoch`` grouped into windows: ``(batches, slots, cold)`` with
@@ -99,6 +143,7 @@ class WindowPrefetcher:
         windows of ``window_rows`` follow, one slot each, read while the previous one is
         trained on.
         """
+        self._pack(epoch, stop)
         fs, seen, mark = self.features, self._seen, self._mark
         seen[:] = False
         # (minibatch, or its step when batches are sampled again; its uncached rows not yet
@@ -131,6 +176,7 @@ class WindowPrefetcher:
         if pending:  # an epoch in one window takes one slot when it fits one: read-ahead
             slots = 1 if not single or cold <= self.window_rows else 2
             yield [x for x, _, _ in pending], slots, self._clear(pending)
+        self.packs.drop(epoch)  # its windows are read
 
     def calibrate(self, pool: int, *, epoch: int = 0, min_window: int = 1) -> WindowFit:
         """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
@@ -148,6 +194,7 @@ class WindowPrefetcher:
             seen[mb.n_id] = True
             held += mb.nbytes
             largest = max(largest, mb.nbytes)
+        self.packs.sizes = pack_sizes(pool, self.packs.epochs)
         fit = fit_windows(pool, needed=seen, priority=fs.priority, row_bytes=fs.row_bytes,
                           sample_bytes=held, batch_bytes=largest,
                           min_window=min_window)  # fmt: skip
@@ -197,13 +244,13 @@ class WindowPrefetcher:
             self.loader.timer.add("read", time.perf_counter() - t0)
             primed = (first[0], w, first[1])
         elif first is not None:
-            primed = (*self._read(first[0], first[2]), first[1])
+            primed = (*self._read(first[0], first[2], epoch), first[1])
         self._stream = Stream(self, epoch, self.last_epoch, stop=stop, plan=plan, primed=primed)
 
     def _sync(self, epoch: int) -> Iterator[tuple]:
         never = threading.Event()
         for batch, _, cold in self._plan(epoch, never):
-            yield (epoch, *self._read(batch, cold), 0)
+            yield (epoch, *self._read(batch, cold, epoch), 0)
         yield (epoch, END, self._unique.pop(epoch, 0), 0)
 
     # ----------------------------------------------------------------- control
@@ -229,6 +276,7 @@ class WindowPrefetcher:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        self.packs.drop()
 
     # ----------------------------------------------------------------- consuming
     def epoch(self, epoch: int) -> Iterator:
@@ -288,5 +336,12 @@ class WindowPrefetcher:
                 st.release(nbytes, slots)
         io1 = read_bytes_of_process()
         rec["process_read_bytes"] = io1 - io0 if io0 >= 0 and io1 >= 0 else None
+        # sweeps since the last record (also those run while the previous epoch trained)
+        now = self.packs.stats.snapshot()
+        was, self._packed_before = self._packed_before, now
+        rec["pack_bytes_read"] = now["bytes_read"] - was["bytes_read"]
+        rec["bytes_written"] = now["bytes_written"] - was["bytes_written"]
+        rec["pack_seconds"] = now["seconds"] - was["seconds"]
+        rec["bytes_read"] += rec["pack_bytes_read"]
         rec["unique_bytes"] = rec["unique_rows"] * fs.row_bytes
         self.last_epoch_io = rec

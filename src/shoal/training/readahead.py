@@ -126,7 +126,7 @@ class Stream:
                     with self.reading:
                         if self.stop.is_set():
                             raise Stop
-                        _, w = self.pf._read(batch, cold)
+                        _, w = self.pf._read(batch, cold, epoch)
                         self.held += w.nbytes
                     lazy = Resampled(batch, self) if self.pf.resample else None
                     self.q.put((epoch, batch if lazy is None else lazy, w, slots))

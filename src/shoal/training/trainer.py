@@ -90,7 +90,8 @@ class Trainer:
         )
         if self.budget.cache < self.budget.features:
             self.loader.use_windows(self.features, window_bytes=self.budget.window,
-                                    last_epoch=config.epochs - 1)  # fmt: skip
+                                    last_epoch=config.epochs - 1, pack_epochs=config.pack_epochs,
+                                    scratch_dir=config.scratch_dir)  # fmt: skip
             # cache and windows sized from the first epoch's sampled batches
             fit = self.loader.prefetcher.calibrate(self.budget.pool,
                                                    min_window=self.budget.min_window)  # fmt: skip

@@ -1,0 +1,319 @@
+"""Epoch packs: the uncached rows of several future epochs gathered by one sweep.
+
+A window of batches read from the feature file costs about one sweep of it whatever its size:
+an epoch's uncached rows are spread over the whole file (on the 10M-node benchmark graph a
+rank of the ``averaging`` engine needs 0.42 GB of its 4.9 GB of rows per epoch, on most of
+its pages), so the sequential pass reads 10x the bytes it keeps. DiskGNN (Liu et al., VLDB
+2025, Sec. 3-4: "offline sampling" then "feature packing") breaks that by sampling ahead and
+writing the features each batch group needs contiguously, so that training reads only them.
+This module does the same per *epoch*: the rows of ``K`` future epochs (known in advance: the
+batches depend only on ``(seed, epoch, step)``) are read by **one** sweep of the file, and
+each epoch's rows are appended, in id order, to a pack file of its own in the scratch
+directory; the epoch's windows then read their rows from that file, which holds exactly what
+the epoch needs. Per epoch the disk moves ``sweep / K + 2 * (epoch's rows)`` bytes instead of
+one sweep per window. Deviation from DiskGNN: packs are per epoch (not per batch group) and
+sorted by id, so an epoch split into several windows reads each window's rows as a sorted,
+coalesced pass over the pack (:class:`~shoal.sample.diskio.RowReader`), and packs hold rows,
+not the sampled blocks (the batches are sampled again: sampling is cheap next to the I/O).
+
+Pack files are written with ``O_DIRECT`` from page-aligned staging buffers (nothing charged to
+the process's page cache; buffered writes where the file system refuses it) and removed once
+their epoch is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shoal.sample.diskio import PAGE, RowFile, RowReader
+from shoal.utils.io import scratch_space
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "PACK_CHUNK",
+    "PACK_EPOCHS",
+    "PACK_STAGE",
+    "EpochPack",
+    "PackStats",
+    "Packs",
+    "free_bytes",
+    "pack_bytes",
+    "pack_epochs",
+    "pack_sizes",
+]
+
+#: epochs gathered by one sweep (default 4; ``--pack-epochs``, 0 or 1 = off).
+PACK_EPOCHS = 4
+#: rows read per step of the sweep (bytes; default 16 MiB) before they are routed to the packs.
+PACK_CHUNK = 16 << 20
+#: free space kept on the scratch file system when packing (bytes; default 1 GiB).
+SCRATCH_MARGIN = 1 << 30
+#: each pack's staging buffer (bytes; default 1 MiB): rows are written in blocks of this size.
+PACK_STAGE = 1 << 20
+
+
+@dataclass
+class PackStats:
+    """What the sweeps of a prefetcher did: bytes read and written, seconds, sweeps."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    sweeps: int = 0
+
+    def snapshot(self) -> dict:
+        return dict(self.__dict__)
+
+
+def pack_sizes(pool: int, epochs: int) -> tuple[int, int]:
+    """``(chunk_bytes, stage_bytes)`` of a sweep packing ``epochs`` epochs next to a memory
+    pool of ``pool`` bytes: :data:`PACK_CHUNK` and :data:`PACK_STAGE`, smaller when they would
+    take more than a sixteenth of the pool each (at least a page)."""
+    chunk = max(PAGE, min(PACK_CHUNK, pool // 16))
+    stage = max(PAGE, min(PACK_STAGE, pool // (16 * max(epochs, 1))) // PAGE * PAGE)
+    return chunk, stage
+
+
+def pack_bytes(epochs: int, chunk_bytes: int = PACK_CHUNK, stage_bytes: int = PACK_STAGE) -> int:
+    """Memory a sweep packing ``epochs`` epochs holds beside the windows (bytes): the chunk of
+    rows read, the copy of it routed to one pack, and each pack's staging buffer."""
+    return 2 * chunk_bytes + epochs * stage_bytes
+
+
+class _Writer:
+    """Appends rows to a file in blocks of ``stage`` bytes (a multiple of a page), with ``O_DIRECT`` when the
+    file system allows it (the last block padded to a whole page)."""
+
+    def __init__(self, path: Path, stage: int = PACK_STAGE) -> None:
+        self.path = path
+        self.stage = stage
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        direct = getattr(os, "O_DIRECT", 0)
+        self.fd = -1
+        if direct:
+            try:
+                self.fd = os.open(path, flags | direct, 0o600)
+            except OSError:
+                self.fd = -1
+        self.direct = self.fd >= 0
+        if not self.direct:
+            self.fd = os.open(path, flags, 0o600)
+        self.buf = np.frombuffer(mmap.mmap(-1, stage), dtype=np.uint8)
+        self.used = 0
+        self.written = 0
+
+    def append(self, rows: np.ndarray) -> None:
+        data = rows.reshape(-1).view(np.uint8)
+        pos = 0
+        while pos < len(data):
+            k = min(len(data) - pos, self.stage - self.used)
+            self.buf[self.used : self.used + k] = data[pos : pos + k]
+            self.used += k
+            pos += k
+            if self.used == self.stage:
+                self._flush(self.stage)
+
+    def _flush(self, nbytes: int) -> None:
+        view = memoryview(self.buf)[:nbytes]
+        done = 0
+        while done < nbytes:
+            k = os.write(self.fd, view[done:])
+            if k <= 0:
+                raise OSError(f"{self.path}: short write")
+            done += k
+        self.written += nbytes
+        self.used = 0
+
+    def finish(self) -> None:
+        if self.used:
+            pad = -self.used % PAGE
+            self.buf[self.used : self.used + pad] = 0
+            self._flush(self.used + pad)
+        if not self.direct:  # written through the page cache: let it go
+            os.fdatasync(self.fd)
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(self.fd)
+        self.fd = -1
+
+    def abort(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.path.unlink(missing_ok=True)
+
+
+class EpochPack:
+    """One epoch's uncached rows in a pack file: row ``j`` of the file is row ``ids[j]``.
+
+    Args:
+        path: the pack file; ids: the rows it holds (sorted, unique); dim, dtype: of a row;
+        threads: concurrent reads of the pack's :class:`RowReader` (default 8).
+    """
+
+    def __init__(self, path: Path, ids: np.ndarray, *, dim: int, dtype: np.dtype,
+                 threads: int = 8) -> None:  # fmt: skip
+        self.path = Path(path)
+        self.ids = ids
+        self.dim = dim
+        self.dtype = np.dtype(dtype)
+        self.threads = threads
+        self._reader: RowReader | None = None
+
+    def read(self, cold: np.ndarray, out: np.ndarray) -> int:
+        """Rows ``cold`` (sorted, unique, all in the pack) into ``out``; returns bytes read."""
+        if len(cold) == 0:
+            return 0
+        pos = np.searchsorted(self.ids, cold)
+        if pos[-1] >= len(self.ids) or not np.array_equal(self.ids[pos], cold):
+            raise KeyError(f"{self.path}: a window asked for rows its epoch's pack lacks")
+        if self._reader is None:
+            rb = self.dim * self.dtype.itemsize
+            f = RowFile(str(self.path), 0, rb, rb, len(self.ids), self.dim, self.dtype)
+            self._reader = RowReader(f, threads=self.threads)
+        return self._reader.read(pos, out)
+
+    def close(self) -> None:
+        """Close the pack and remove its file."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self.path.unlink(missing_ok=True)
+
+
+def pack_epochs(
+    features,
+    id_sets: dict[int, np.ndarray],
+    directory: Path,
+    *,
+    stats: PackStats | None = None,
+    between: Callable[[], None] | None = None,
+    chunk_bytes: int = PACK_CHUNK,
+    stage_bytes: int = PACK_STAGE,
+) -> dict[int, EpochPack]:
+    """Read the rows of every set in ``id_sets`` (epoch -> sorted unique uncached ids of a
+    :class:`~shoal.sample.featstore.DiskFeatures`) with one sweep of its file and write each
+    set to a pack file in ``directory``; returns the packs by epoch. When the features' cache is
+    not loaded yet, its rows are read by the same sweep. ``between`` is called before each
+    chunk (it may wait, or raise to stop; written files are then removed)."""
+    stats = stats if stats is not None else PackStats()
+    t0 = time.perf_counter()
+    keys = sorted(id_sets)
+    sets = [np.asarray(id_sets[e], np.int64) for e in keys]
+    union = np.unique(np.concatenate(sets)) if sets else np.empty(0, np.int64)
+    writers = {e: _Writer(directory / f"epoch-{e}.rows", stage_bytes) for e in keys}
+    at = [0] * len(keys)
+    try:
+
+        def sink(ids: np.ndarray, rows: np.ndarray) -> None:
+            hi_id = ids[-1]
+            for k, e in enumerate(keys):
+                s = sets[k]
+                hi = int(np.searchsorted(s, hi_id, side="right"))
+                if hi > at[k]:
+                    writers[e].append(rows[np.searchsorted(ids, s[at[k] : hi])])
+                    at[k] = hi
+
+        nbytes = features.sweep(union, sink, chunk_rows=max(1, chunk_bytes // features.row_bytes),
+                                between=between)  # fmt: skip
+        for w in writers.values():
+            w.finish()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    stats.bytes_read += nbytes
+    stats.bytes_written += sum(w.written for w in writers.values())
+    stats.seconds += time.perf_counter() - t0
+    stats.sweeps += 1
+    threads = getattr(features.reader, "threads", 8)
+    return {e: EpochPack(writers[e].path, sets[k], dim=features.dim, dtype=features.dtype,
+                         threads=threads)
+            for k, e in enumerate(keys)}  # fmt: skip
+
+
+def free_bytes(directory: Path) -> int:
+    """Free bytes on the file system of ``directory``."""
+    return shutil.disk_usage(directory).free
+
+
+class Packs:
+    """The packs of one reader of epochs (a prefetcher): which epochs one sweep packs, the
+    packs by epoch, a private scratch directory, and what the sweeps did (:attr:`stats`).
+
+    Args:
+        features: the :class:`~shoal.sample.featstore.DiskFeatures` swept.
+        epochs: epochs per sweep, ``K`` (0 or 1: off).
+        scratch_dir: where the private directory goes (default None: beside the directory
+            of the feature file).
+        pool: the memory the windows and cache share, which sizes the sweep's buffers
+            (:func:`pack_sizes`).
+    """
+
+    def __init__(self, features, *, epochs: int, scratch_dir: str | None, pool: int) -> None:
+        self.features = features
+        self.epochs = int(epochs)
+        self.scratch_dir = scratch_dir
+        self.stats = PackStats()
+        self.sizes = pack_sizes(pool, self.epochs)
+        self._packs: dict[int, EpochPack] = {}
+        self._scratch: contextlib.ExitStack | None = None
+        self._path: Path | None = None
+
+    def get(self, epoch: int | None) -> EpochPack | None:
+        return self._packs.get(epoch)
+
+    def round(self, epoch: int, last_epoch: int | None) -> list[int]:
+        """The epochs one sweep packs from ``epoch`` on: none when packing is off, ``epoch``
+        is packed already or is the last one (a pack would only add its write)."""
+        k = self.epochs
+        if k < 2 or epoch in self._packs or self.features.reader is None:
+            return []
+        last = epoch + k - 1 if last_epoch is None else min(epoch + k - 1, last_epoch)
+        return list(range(epoch, last + 1)) if last > epoch else []
+
+    def pack(self, sets: dict[int, np.ndarray], between: Callable[[], None] | None) -> bool:
+        """Pack ``sets`` (epoch -> sorted uncached rows) with one sweep; False, with a warning
+        and packing turned off, when the scratch file system lacks the room."""
+        directory = self._directory()
+        need = sum(len(v) for v in sets.values()) * self.features.row_bytes
+        if free_bytes(directory) < need + SCRATCH_MARGIN:
+            log.warning("not packing epochs %d-%d: %s has less than %.1f GiB free; windows are "
+                        "read from the feature file (--scratch-dir names another disk)",
+                        min(sets), max(sets), directory.parent, (need + SCRATCH_MARGIN) / 2**30)  # fmt: skip
+            self.epochs = 0
+            return False
+        chunk, stage = self.sizes
+        self._packs.update(pack_epochs(self.features, sets, directory, stats=self.stats,
+                                       between=between, chunk_bytes=chunk,
+                                       stage_bytes=stage))  # fmt: skip
+        return True
+
+    def _directory(self) -> Path:
+        if self._path is None:
+            beside = Path(self.features.reader.file.path).parent  # next to its directory
+            self._scratch = contextlib.ExitStack()
+            self._path = self._scratch.enter_context(
+                scratch_space(self.scratch_dir, beside=beside, prefix="shoal-pack")
+            )
+        return self._path
+
+    def drop(self, epoch: int | None = None) -> None:
+        """Remove ``epoch``'s pack (None: every pack, and the scratch directory)."""
+        for e in list(self._packs) if epoch is None else [epoch]:
+            pack = self._packs.pop(e, None)
+            if pack is not None:
+                pack.close()
+        if epoch is None and self._scratch is not None:
+            self._scratch.close()
+            self._scratch = self._path = None

@@ -1,0 +1,91 @@
+"""Epoch packs hold exactly the rows of the feature file, and a sweep also loads the cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shoal.sample.diskio import PAGE
+from shoal.sample.featstore import DiskFeatures
+from shoal.sample.packing import PackStats, pack_epochs, pack_sizes
+
+
+@pytest.fixture
+def stacked(tmp_path):
+    """A part's core rows and its halo rows, stacked (two files), 24 float32 columns."""
+    rng = np.random.default_rng(0)
+    core = rng.standard_normal((3000, 24)).astype(np.float32)
+    halo = rng.standard_normal((1100, 24)).astype(np.float32)
+    np.save(tmp_path / "core.npy", core)
+    np.save(tmp_path / "halo.npy", halo)
+    mms = [np.load(tmp_path / f"{n}.npy", mmap_mode="r") for n in ("core", "halo")]
+    return np.concatenate([core, halo]), mms
+
+
+@pytest.mark.parametrize("cache_rows", [0, 500])
+@pytest.mark.parametrize("chunk_rows", [3, 1000, 10_000])
+def test_packs_hold_exactly_the_rows_and_the_sweep_loads_the_cache(tmp_path, stacked,
+                                                                   cache_rows, chunk_rows):  # fmt: skip
+    x, mms = stacked
+    n = len(x)
+    rng = np.random.default_rng(cache_rows + chunk_rows)
+    prio = rng.permutation(n)
+    fs = DiskFeatures(mms, cache_bytes=cache_rows * 96, priority=prio, threads=2,
+                      defer_cache=True)  # fmt: skip
+    border = np.array([0, 2999, 3000, n - 1])  # first and last core row, first and last halo
+    sets = {
+        4: np.unique(np.concatenate([rng.integers(0, n, 900), border])),
+        5: np.unique(rng.integers(0, n, 2000)),  # overlaps epoch 4's rows
+        6: np.empty(0, np.int64),  # an epoch needing nothing beyond the cache
+        7: np.arange(n),
+    }
+    sets = {e: fs.cold_of(s) for e, s in sets.items()}
+    stats = PackStats()
+    out = tmp_path / "packs"
+    out.mkdir()
+    packs = pack_epochs(fs, sets, out, stats=stats, chunk_bytes=chunk_rows * 96,
+                        stage_bytes=PAGE)  # fmt: skip
+    assert fs.cache_loaded and np.array_equal(fs.cache, x[np.flatnonzero(fs.slot >= 0)])
+    assert stats.sweeps == 1 and stats.bytes_read >= len(np.unique(prio[:cache_rows])) * 96
+    assert stats.bytes_written >= sum(len(s) for s in sets.values()) * 96
+    for e, s in sets.items():
+        p = packs[e]
+        assert np.array_equal(p.ids, s)
+        got = np.empty((len(s), 24), np.float32)
+        p.read(s, got)
+        assert np.array_equal(got, x[s])
+        sub = s[::3]  # a window of some of the epoch's rows
+        got = np.empty((len(sub), 24), np.float32)
+        p.read(sub, got)
+        assert np.array_equal(got, x[sub])
+        # a window served from the pack is the window read from the feature file
+        w = fs.window([], cold=s, source=p)
+        assert np.array_equal(w.gather(s), x[s])
+    with pytest.raises(KeyError, match="lacks"):
+        packs[6].read(sets[7][:1], np.empty((1, 24), np.float32))
+    for p in packs.values():
+        p.close()
+    assert list(out.iterdir()) == []
+
+
+def test_a_stopped_sweep_leaves_no_file(tmp_path, stacked):
+    x, mms = stacked
+    fs = DiskFeatures(mms, threads=2)
+    calls = []
+
+    def between():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        pack_epochs(fs, {0: np.arange(2000), 1: np.arange(0, 4000, 2)}, tmp_path,
+                    between=between, chunk_bytes=100 * 96)  # fmt: skip
+    assert len(calls) == 3 and not list(tmp_path.glob("*.rows"))
+
+
+def test_pack_sizes_stay_within_a_share_of_the_pool():
+    assert pack_sizes(10 << 30, 4) == (16 << 20, 1 << 20)
+    chunk, stage = pack_sizes(1 << 20, 4)
+    assert chunk == 64 << 10 and stage == 16 << 10 and stage % PAGE == 0
+    assert pack_sizes(0, 4) == (PAGE, PAGE)
