@@ -235,6 +235,21 @@ def test_an_epoch_within_one_window_is_read_while_the_previous_trains(graph):
     win.prefetcher.close()
 
 
+def test_a_stream_that_queued_its_last_epoch_is_not_restarted(graph):
+    """The thread reads the last epoch's window while the one before trains, then ends: the
+    last epoch takes its queued window instead of reading it again."""
+    data = TrainData.from_graph_dir(graph)
+    fs = DiskFeatures(data.features, threads=2)
+    win = _loader(data, None)
+    win.use_windows(fs, window_bytes=data.num_nodes * 256, last_epoch=1)
+    assert sum(1 for _ in win.epoch(0)) == len(win)
+    win.prefetcher._stream.thread.join(timeout=20)
+    assert win.prefetcher._stream.finished
+    assert sum(1 for _ in win.epoch(1)) == len(win)
+    assert fs.stats.windows == 2  # one per epoch, none read twice
+    win.prefetcher.close()
+
+
 def test_cli_memory_too_small_exits_2_naming_the_option(graph, run_cli):
     code, _, err = run_cli("train", "--graph", graph.path, "--memory", "100MB", "--epochs", "1",
                            "--no-progress")  # fmt: skip

@@ -294,9 +294,15 @@ class Packs:
             self.epochs = 0
             return False
         chunk, stage = self.sizes
+        before = self.stats.snapshot()
         self._packs.update(pack_epochs(self.features, sets, directory, stats=self.stats,
                                        between=between, chunk_bytes=chunk,
                                        stage_bytes=stage))  # fmt: skip
+        now = self.stats.snapshot()
+        log.info("packed epochs %d-%d: read %.2f GB, wrote %.2f GB in %.1f s", min(sets),
+                 max(sets), (now["bytes_read"] - before["bytes_read"]) / 1e9,
+                 (now["bytes_written"] - before["bytes_written"]) / 1e9,
+                 now["seconds"] - before["seconds"])  # fmt: skip
         return True
 
     def _directory(self) -> Path:

@@ -285,7 +285,9 @@ class WindowPrefetcher:
             yield from self._consume(epoch, self._sync(epoch), None)
             return
         st = self._stream
-        if st is None or st.next_epoch != epoch or not st.thread.is_alive():
+        queued = st is not None and st.finished and (st.last is None or epoch <= st.last)
+        if st is None or st.next_epoch != epoch or not (st.thread.is_alive() or queued):
+            # (a stream that queued its last epoch's windows and ended is not restarted)
             self.start(epoch)
             st = self._stream
         st.may_read.set()

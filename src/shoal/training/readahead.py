@@ -65,6 +65,8 @@ class Stream:
                  stop: threading.Event | None = None, plan=None, primed=None) -> None:  # fmt: skip
         self.pf = pf
         self.next_epoch = first
+        self.last = last
+        self.finished = False  # every epoch up to ``last`` is queued: the thread has ended
         self.q: queue.Queue = queue.Queue()
         self.slots = threading.Semaphore(2)  # windows alive: the one trained on + the one read
         self.stop = stop or threading.Event()
@@ -139,6 +141,7 @@ class Stream:
                 self.q.put((epoch, END, self.pf._unique.pop(epoch, 0), 0))
                 epoch += 1
                 plan = None
+            self.finished = True
         except Stop:
             pass
         except BaseException as e:  # handed to the training thread
