@@ -1,7 +1,8 @@
 """Out-of-core distributed training: 2 ranks uncapped, then each rank in its own 2 GiB cgroup.
 
     python bench/out_of_core_engines.py [--work bench/work/ooc] [--epochs 3] [--cap 2GiB]
-        [--engines minibatch,averaging] [--node-orders degree,id] [--report-only]
+        [--engines minibatch,averaging] [--node-orders degree,id] [--no-pack-ablation]
+        [--report-only]
 
 Builds (once) the issue-11 graph (``bench/out_of_core.py``: 10M nodes, 100M stored edges, 128
 float32 features = 5.1 GB), partitions it into 2 parts with the default partitioner and
@@ -13,7 +14,11 @@ original ID order). Then, for each engine, back to back: ``shoal train --store S
 (torchrun's environment: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), uncapped with the
 first node order listed, and with each worker in its own cgroup-v1 memory group capped
 at ``--cap`` with every node order (``bench/cgroup.py``; the cap covers the process and its
-page cache; the store's page cache is dropped before each run). Writes
+page cache; the store's page cache is dropped before each run). The ``averaging`` engine packs
+the epochs' rows by default (``--pack-epochs 4``: one sweep of the feature file reads the
+uncached rows of up to 4 epochs into a pack file per epoch); unless ``--no-pack-ablation``, a
+capped run with ``--pack-epochs 0`` (every window sweeps the feature file) follows, first
+node order. Writes
 ``bench/results/out_of_core_engines.{md,json}``: per-epoch seconds, evaluation seconds,
 accuracies, bytes read per epoch (both ranks) next to the bytes of the unique rows the
 epoch's batches needed, the cache hit rate, and each rank's peak memory.
@@ -62,13 +67,15 @@ def _port() -> int:
 
 
 def train(store: Path, work: Path, engine: str, cap: int | None, epochs: int,
-          order: str = "degree") -> dict:  # fmt: skip
+          order: str = "degree", pack: int | None = None) -> dict:  # fmt: skip
     tag = f"{engine} {order} order {'uncapped' if cap is None else f'{cap / GiB:.0f} GiB per rank'}"
+    tag += "" if pack is None else f", --pack-epochs {pack}"
     out = work / f"engine-{engine}-{order}-{'capped' if cap else 'uncapped'}.json"
     out.unlink(missing_ok=True)
     cmd = [*SHOAL, "train", "--store", str(store), "--engine", engine, "--model", "sage",
            "--fanouts", "10,5", "--hidden", "128", "--epochs", str(epochs), "--eval-every",
            str(epochs), "--threads", "1", "--no-progress", "--json", str(out)]  # fmt: skip
+    cmd += [] if pack is None else ["--pack-epochs", str(pack)]
     port = str(_port())
     env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": port, "OMP_NUM_THREADS": "1"}  # fmt: skip
@@ -76,7 +83,7 @@ def train(store: Path, work: Path, engine: str, cap: int | None, epochs: int,
     print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
     t0 = time.perf_counter()
     ranks = run_capped_each(cmds, cap, evict_paths=[store], cwd=ROOT, timeout=3600)
-    res = {"tag": tag, "engine": engine, "order": order, "cap": cap,
+    res = {"tag": tag, "engine": engine, "order": order, "cap": cap, "pack": pack,
            "seconds": time.perf_counter() - t0,
            "ranks": ranks, "returncode": max(abs(r["returncode"]) for r in ranks)}  # fmt: skip
     if res["returncode"] == 0 and out.exists():
@@ -91,18 +98,44 @@ def _row(r: dict) -> str:
     peak_s = " / ".join(f"{p / GiB:.2f}" for p in peaks if p) or "-"
     if t is None:
         ooms = [x.get("cgroup", {}).get("oom_kill") for x in r["ranks"]]
-        return f"| {r['tag']} | failed (rc {r['returncode']}, OOM kills {ooms}) |" + " |" * 10
+        return f"| {r['tag']} | failed (rc {r['returncode']}, OOM kills {ooms}) |" + " |" * 12
     hist = t["history"]
     ep = [h["seconds"] for h in hist]
     io = [h.get("io", {}) for h in hist]
-    rd = statistics.median([i.get("bytes_read", 0) for i in io]) / 1e9
+    rd = statistics.mean([i.get("bytes_read", 0) for i in io]) / 1e9
+    wr = statistics.mean([i.get("bytes_written", 0) or 0 for i in io]) / 1e9
     uq = statistics.median([i.get("unique_bytes", 0) or 0 for i in io]) / 1e9
     req = statistics.median([i.get("requested", 0) for i in io]) * 512 / 1e9
     hit = statistics.median([i.get("cache_hit_rate") or 0 for i in io])
     return (f"| {r['tag']} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
-            f"{statistics.median(ep):.1f} | {t['eval_seconds']:.0f} | {t['val_accuracy']:.4f} | "
-            f"{t['test_accuracy']:.4f} | {rd:.2f} | {uq:.2f} | {req:.2f} | {hit:.2f} | "
+            f"{statistics.median(ep):.1f} | {statistics.mean(ep):.1f} | {t['eval_seconds']:.0f} | "
+            f"{t['val_accuracy']:.4f} | {t['test_accuracy']:.4f} | {rd:.2f} | {wr:.2f} | "
+            f"{uq:.2f} | {req:.2f} | {hit:.2f} | "
             f"{peak_s} |")  # fmt: skip
+
+
+def _reads_line(t: dict, e0: float) -> str:
+    """How the capped run read: windows swept from the feature file, or packs."""
+    io = [h["io"] for h in t["history"]]
+    files = (t["config"].get("memory_plan") or {}).get("features", 0)
+    windows = statistics.median(i["windows"] for i in io) / 2
+    packed = [k for k, i in enumerate(io) if i.get("bytes_written")]
+    if not packed:
+        win = sum(i["bytes_read"] for i in io)
+        rate = win / max(sum(i["read_seconds"] for i in io), 1e-9)
+        return (f"  Reads: {windows:.1f} windows per rank and epoch, each a sweep of the rank's "
+                f"{files / 1e9:.2f} GB of rows (rank 0) at {rate / 1e9:.2f} GB/s per rank while "
+                f"both read; one sweep per rank and epoch alone would take {files / rate:.1f} s, "
+                f"{files / rate / e0:.1f}x the uncapped epoch.")  # fmt: skip
+    sweep = sum(i.get("pack_bytes_read", 0) for i in io)
+    wrote = sum(i.get("bytes_written", 0) for i in io)
+    rest = [i["bytes_read"] - i.get("pack_bytes_read", 0) for i in io]
+    return (f"  Reads: sweeps packing the epochs' rows in epoch(s) "
+            f"{', '.join(str(k + 1) for k in packed)} (both ranks: {sweep / 1e9:.2f} GB read, "
+            f"{wrote / 1e9:.2f} GB of packs written); the epochs' {windows:.1f} window(s) per rank "
+            f"then read {statistics.mean(rest) / 1e9:.2f} GB per epoch from their packs (both "
+            f"ranks), against a sweep of the rank's {files / 1e9:.2f} GB of rows (rank 0) per "
+            "window without packing.")  # fmt: skip
 
 
 def _order_lines(runs: list[dict]) -> list[str]:
@@ -110,7 +143,8 @@ def _order_lines(runs: list[dict]) -> list[str]:
     out = []
     for engine in dict.fromkeys(r["engine"] for r in runs):
         got = {r.get("order", "id"): r for r in runs
-               if r["engine"] == engine and r["cap"] is not None and "train" in r}  # fmt: skip
+               if r["engine"] == engine and r["cap"] is not None and "train" in r
+               and r.get("pack") is None}  # fmt: skip
         if not {"degree", "id"} <= got.keys():
             continue
         h = {o: got[o]["train"]["history"] for o in ("degree", "id")}
@@ -138,15 +172,19 @@ def report(res: dict, path: Path) -> None:
         f"{res['epochs']} epochs, 2 worker processes of 1 thread each; exact evaluation of "
         "all 10M nodes after the last epoch (val, then val+test with the best weights). "
         "Capped runs: each worker in its own cgroup-v1 memory group (process + page cache). "
-        "`read GB/epoch` and `unique GB/epoch` sum both ranks: bytes read from disk for the "
-        "epoch's features, and the rows (distinct per rank and window) its batches needed "
-        "beyond the cache; `requested GB` the rows gathered, repeats included. `peak GiB`: "
+        "`read GB/epoch` (mean over the epochs) and `unique GB/epoch` sum both ranks: bytes read "
+        "from disk for the epoch's features (windows, and sweeps packing epochs), and the rows "
+        "(distinct per rank and window) its batches needed beyond the cache; `written GB/epoch`: "
+        "pack files written (mean); `requested GB` the rows gathered, repeats included. "
+        "`median` / `mean`: of the epoch seconds; the mean includes the first epoch, which "
+        "carries the run's start (cache load, and the sweep that packs the epochs). `peak GiB`: "
         "each rank's sampled peak of its group's rss + cache. The averaging engine averages "
         "the models at the last epoch only (default), so its epochs are local training.",
         "",
-        "| run | wall s | epoch seconds | median | eval seconds | val acc | test acc | "
-        "read GB/epoch | unique GB/epoch | requested GB/epoch | cache hit rate | peak GiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | wall s | epoch seconds | median | mean | eval seconds | val acc | test acc | "
+        "read GB/epoch | written GB/epoch | unique GB/epoch | requested GB/epoch | "
+        "cache hit rate | peak GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_row(r) for r in runs]
     lines.append("")
@@ -158,24 +196,18 @@ def report(res: dict, path: Path) -> None:
             continue
         e = statistics.median(h["seconds"] for h in t["history"])
         e0 = statistics.median(h["seconds"] for h in base["train"]["history"])
+        m = statistics.mean(h["seconds"] for h in t["history"])
+        m0 = statistics.mean(h["seconds"] for h in base["train"]["history"])
         lines.append(
-            f"- {r['tag']}: epoch {e / e0:.2f}x the uncapped epoch, evaluation "
+            f"- {r['tag']}: epoch {e / e0:.2f}x the uncapped epoch (median; mean of the "
+            f"epochs {m / m0:.2f}x), evaluation "
             f"{t['eval_seconds'] / base['train']['eval_seconds']:.2f}x the uncapped evaluation, "
             + (f"same accuracy: {t['test_accuracy'] == base['train']['test_accuracy']}."
                if r.get("order") == base.get("order") else
                f"accuracy not compared (the uncapped run is on the {base.get('order')}-ordered "
                "store: other numbering, other samples).")
         )  # fmt: skip
-        io = [h["io"] for h in t["history"]]
-        rate = sum(i["bytes_read"] for i in io) / max(sum(i["read_seconds"] for i in io), 1e-9)
-        files = (t["config"].get("memory_plan") or {}).get("features", 0)
-        windows = statistics.median(i["windows"] for i in io) / 2
-        lines.append(
-            f"  Reads: {windows:.1f} windows per rank and epoch, each a sweep of the rank's "
-            f"{files / 1e9:.2f} GB of rows (rank 0) at {rate / 1e9:.2f} GB/s per rank while "
-            f"both read; one sweep per rank and epoch alone would take {files / rate:.1f} s, "
-            f"{files / rate / e0:.1f}x the uncapped epoch."
-        )
+        lines.append(_reads_line(t, e0))
     lines += _order_lines(runs)
     lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "store already built"), ""]
     path.write_text("\n".join(lines))
@@ -191,6 +223,11 @@ def main() -> None:
         "--node-orders",
         default="degree,id",
         help="store node orders to compare (shoal store build --node-order)",
+    )
+    ap.add_argument(
+        "--no-pack-ablation",
+        action="store_true",
+        help="skip the capped averaging run with --pack-epochs 0",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/out_of_core_engines")
     ap.add_argument(
@@ -214,6 +251,8 @@ def main() -> None:
             if i == 0:
                 runs.append(train(stores[o], a.work, engine, None, a.epochs, o))
             runs.append(train(stores[o], a.work, engine, parse_size(a.cap), a.epochs, o))
+            if engine == "averaging" and i == 0 and not a.no_pack_ablation:
+                runs.append(train(stores[o], a.work, engine, parse_size(a.cap), a.epochs, o, 0))
     res = {
         "command": "python bench/out_of_core_engines.py " + shlex.join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -74,6 +74,9 @@ def test_engine_under_a_small_budget_trains_the_same_model(make_graph, make_stor
         assert not b["csr_on_disk"] and s["csr_on_disk"]  # the small budget leaves it on disk
         if engine == "averaging":  # whose samplers read the sampled entries directly
             assert s["direct_samplers"] and all(s["direct_samplers"])
+            # one sweep at the start packs the 3 epochs' rows, later epochs read their packs
+            assert s["io"][0]["bytes_written"] > 0 and s["io"][0]["pack_bytes_read"] > 0
+            assert all(r["pack_bytes_read"] == r["bytes_written"] == 0 for r in s["io"][1:])
     assert 0.0 < big[0]["acc"]["test"] < 1.0
 
 

@@ -26,6 +26,10 @@ windows alive at most), which pays when the compute per window exceeds a sweep.
 
 The rows each step pulls are then served from the window (or the static cache): the batches,
 and so the model, are exactly those of training with every row in memory.
+
+Not done here (yet): packing several epochs' rows with one sweep
+(:mod:`shoal.sample.packing`, used by the single-process trainer and ``averaging``); it would
+need the sampling of future epochs, which is collective here, ahead of training.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ assembled from memory. Rows are served from two places:
   uncached rows touch most pages of the file (on that graph 88% of the 4 KiB pages without
   a cache, 58% with the static 30% one; merged into runs that is the whole file), so a
   window costs one sequential sweep whatever the hit rate, which only sets how much memory
-  the window needs. The static cache costs nothing per access and never changes while
+  the window needs (hence :mod:`shoal.sample.packing`: one sweep gathers several epochs'
+  rows into pack files, and each window reads its epoch's pack: :meth:`DiskFeatures.sweep`,
+  ``window(..., source=pack)``). The static cache costs nothing per access and never changes while
   reader threads use it; the window itself is the dynamic part (within a window each row is
   read once: Belady's policy over known future accesses, as in Ginex);
 - the **window**: the rows of the window's batches that the cache lacks.
