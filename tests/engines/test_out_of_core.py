@@ -11,10 +11,11 @@ from tests.engines.conftest import community_graph
 
 
 def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: int,
-           read_ahead: bool = False) -> dict:  # fmt: skip
+           read_ahead: bool = False, no_room: int | None = None) -> dict:  # fmt: skip
     import shoal.distributed.windows as windows
     import shoal.engines.base as base
     import shoal.sample.budget as budget
+    import shoal.sample.packing as packing
     from shoal.distributed import DistContext
     from shoal.engines import EngineConfig, get_engine
     from shoal.store import Store
@@ -25,6 +26,8 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
     memory = "8GiB"
     st = Store.open(store)
     windows.READ_AHEAD = read_ahead
+    if rank == no_room:  # this rank's scratch disk is full: it cannot pack
+        packing.free_bytes = lambda directory: 0
     if small:  # no reserve, tiny windows: a budget of two windows and a quarter of the rows
         base.ENGINE_RESERVE, budget.MIN_WINDOW = 0, 1024
         halo = engine == "averaging"
@@ -74,10 +77,25 @@ def test_engine_under_a_small_budget_trains_the_same_model(make_graph, make_stor
         assert not b["csr_on_disk"] and s["csr_on_disk"]  # the small budget leaves it on disk
         if engine == "averaging":  # whose samplers read the sampled entries directly
             assert s["direct_samplers"] and all(s["direct_samplers"])
-            # one sweep at the start packs the 3 epochs' rows, later epochs read their packs
-            assert s["io"][0]["bytes_written"] > 0 and s["io"][0]["pack_bytes_read"] > 0
-            assert all(r["pack_bytes_read"] == r["bytes_written"] == 0 for r in s["io"][1:])
+        # one sweep at the start packs the 3 epochs' rows, later epochs read their packs
+        assert s["io"][0]["bytes_written"] > 0 and s["io"][0]["pack_bytes_read"] > 0
+        assert all(r["pack_bytes_read"] == r["bytes_written"] == 0 for r in s["io"][1:])
     assert 0.0 < big[0]["acc"]["test"] < 1.0
+
+
+def test_minibatch_rank_without_room_to_pack_trains_the_same_model(make_graph, make_store):
+    """Packing is planned collectively; a rank whose scratch disk is full reads its windows
+    from its rows instead, and nothing else changes."""
+    g = community_graph(make_graph, n=400)
+    store = str(make_store(parts=2, graph=g, halo_features=True))
+    big = run_world(_train, 2, store, "minibatch", False, 3)
+    small = run_world(_train, 2, store, "minibatch", True, 3, False, 1)
+    for b, s in zip(big, small, strict=True):
+        assert b["loss"] == s["loss"] and b["acc"] == s["acc"]
+    # io records are summed over ranks: rank 0 packed, rank 1 (no room) did not
+    io = small[0]["io"]
+    assert io[0]["bytes_written"] > 0 and all(r["bytes_written"] == 0 for r in io[1:])
+    assert all(r["bytes_read"] > r["pack_bytes_read"] for r in io)
 
 
 def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dict:

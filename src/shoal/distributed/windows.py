@@ -27,9 +27,13 @@ windows alive at most), which pays when the compute per window exceeds a sweep.
 The rows each step pulls are then served from the window (or the static cache): the batches,
 and so the model, are exactly those of training with every row in memory.
 
-Not done here (yet): packing several epochs' rows with one sweep
-(:mod:`shoal.sample.packing`, used by the single-process trainer and ``averaging``); it would
-need the sampling of future epochs, which is collective here, ahead of training.
+With ``pack_epochs`` = K >= 2 (:mod:`shoal.sample.packing`, DiskGNN-style packing), the first
+epoch of every K samples the next K epochs once more (collectively, keeping only their rows),
+exchanges each epoch's requests as above, and has every rank read the union of what it serves
+in those epochs with one sweep of its rows into a pack file per epoch; each window then reads
+its epoch's pack. The epochs planned are the same on every rank (they depend on K and the
+epoch only); a rank whose scratch disk lacks the room reads its windows from its rows as
+before.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.graph.blocks import MiniBatch
 from shoal.sample.featstore import DiskFeatures, Window
+from shoal.sample.packing import Packs
 
 __all__ = ["READ_AHEAD", "DistWindows", "sample_bytes"]
 
@@ -72,12 +77,15 @@ class DistWindows:
         read_ahead: windows of ``window_rows`` read in a background thread while the previous
             one trains (default :data:`READ_AHEAD`: false, windows of ``2 * window_rows``
             read when needed).
+        pack_epochs, last_epoch, scratch_dir: epochs packed by one sweep (default 0: off),
+            the run's last epoch (a round stops there), where the packs go (module docstring).
     """
 
     def __init__(self, features: DiskFeatures, *, part_offsets: np.ndarray,
                  part_to_rank: np.ndarray, rank: int, world_size: int, window_rows: int,
                  stats: CommStats | None = None, read_ahead: bool | None = None,
-                 sample_bytes: int | None = None) -> None:  # fmt: skip
+                 sample_bytes: int | None = None, pack_epochs: int = 0,
+                 last_epoch: int | None = None, scratch_dir: str | None = None) -> None:  # fmt: skip
         self.features = features
         self.part_offsets = np.asarray(part_offsets, np.int64)
         self.part_to_rank = np.asarray(part_to_rank, np.int64)
@@ -100,6 +108,11 @@ class DistWindows:
         )
         self.current: Window | None = None
         self.io: dict = {}
+        self.pack_epochs, self.last_epoch = int(pack_epochs), last_epoch
+        self.packs = Packs(features, epochs=pack_epochs, scratch_dir=scratch_dir,
+                           pool=2 * self.window_rows[rank] * max(features.row_bytes, 1))  # fmt: skip
+        self._planned: set[int] = set()  # epochs packed (or planned to be), the same everywhere
+        self._epoch: int | None = None
 
     def _agree(self, rows: int, sample_bytes: int | None) -> tuple[np.ndarray, int | None]:
         """Every owner's window size, and the smallest sample limit (collective): windows
@@ -192,7 +205,37 @@ class DistWindows:
 
     def _read(self, cold: np.ndarray) -> Window:
         f = self.features
-        return f.load_cache(cold) if not f.cache_loaded else f.window([], cold=cold)
+        pack = self.packs.get(self._epoch)
+        if pack is None and not f.cache_loaded:
+            return f.load_cache(cold)
+        return f.window([], cold=cold, source=pack)
+
+    # ---------------------------------------------------------------- packing
+    def _round(self, epoch: int | None) -> list[int]:
+        """The epochs one sweep packs from ``epoch`` on: the same on every rank."""
+        k = self.pack_epochs
+        if epoch is None or k < 2 or epoch in self._planned or self.cached.all():
+            return []
+        last = epoch + k - 1 if self.last_epoch is None else min(epoch + k - 1, self.last_epoch)
+        return list(range(epoch, last + 1)) if last > epoch else []
+
+    def _pack(self, epoch: int | None, sample) -> None:
+        """Sample the epochs of the round from ``epoch`` on (collective), learn the rows this
+        rank serves in each (its own and those the others ask for: :meth:`_needed`), and read
+        them with one sweep into a pack per epoch (local)."""
+        epochs = self._round(epoch)
+        if not epochs:
+            return
+        self._planned.update(epochs)
+        sets = {}
+        for e in epochs:
+            for mb in sample(e):
+                self._mark[mb.n_id[~self.cached[mb.n_id]]] = True
+            sets[e] = self._needed()
+        if self.features.reader is not None and any(len(v) for v in sets.values()):
+            t0 = time.perf_counter()
+            self.packs.pack(sets, None)
+            self.io["pack_seconds"] = self.io.get("pack_seconds", 0.0) + time.perf_counter() - t0
 
     def _submit(self, pending: list[MiniBatch]) -> tuple[list[MiniBatch], Future | Window]:
         cold = self._needed()
@@ -203,16 +246,22 @@ class DistWindows:
             return pending, w
         return pending, self._pool.submit(self._read, cold)
 
-    def windows(self, batches: Iterator[MiniBatch]) -> Iterator[tuple[list[MiniBatch], Window]]:
+    def windows(self, batches: Iterator[MiniBatch], *, epoch: int | None = None,
+                sample=None) -> Iterator[tuple[list[MiniBatch], Window]]:  # fmt: skip
         """Group ``batches`` (sampled collectively, in step order) into windows and yield
         ``(batches, window)`` with the window's rows read (with read-ahead, the next window is
-        read while the caller trains on the one yielded). Collective: every rank iterates to
-        the end."""
+        read while the caller trains on the one yielded). With packing, ``epoch`` names the
+        epoch of ``batches`` and ``sample(e)`` samples epoch ``e``'s batches again
+        (collective). Collective: every rank iterates to the end."""
         pending: list[MiniBatch] = []
         acc = np.zeros(self.world_size, np.int64)
         ahead = None
         self.io = {"requested": 0, "hits": 0, "rows_read": 0, "bytes_read": 0,
                    "read_seconds": 0.0, "windows": 0, "io_wait": 0.0, "unique_rows": 0}  # fmt: skip
+        packed0 = self.packs.stats.snapshot()
+        if sample is not None:
+            self._pack(epoch, sample)
+        self._epoch = epoch
         self._seen[:] = False
         batches = self._count_unique(batches)
         held = 0
@@ -250,9 +299,18 @@ class DistWindows:
             if ahead is not None:
                 yield self._ready(ahead)
             self._finish()
+            self.packs.drop(epoch)  # its windows are read
+            self._count_packing(packed0)
         finally:
             self.current = None
             self._mark[:] = False
+
+    def _count_packing(self, before: dict) -> None:
+        """Add the sweeps since ``before`` to :attr:`io` (bytes read and written)."""
+        now = self.packs.stats.snapshot()
+        self.io["pack_bytes_read"] = now["bytes_read"] - before["bytes_read"]
+        self.io["bytes_written"] = now["bytes_written"] - before["bytes_written"]
+        self.io["bytes_read"] += self.io["pack_bytes_read"]
 
     def _count_unique(self, batches: Iterator[MiniBatch]) -> Iterator[MiniBatch]:
         """``batches``, counting the distinct rows the epoch's batches need (:attr:`io`)."""
@@ -288,3 +346,4 @@ class DistWindows:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        self.packs.drop()

@@ -132,6 +132,7 @@ class MinibatchEngine(Engine):
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
             sample_bytes=plan.window // 4 if windows else None,
+            pack_epochs=cfg.pack_epochs, last_epoch=cfg.epochs - 1, scratch_dir=cfg.scratch_dir,
         )  # fmt: skip
         self.features = DistFeatureStore(
             part_offsets=store.part_offsets,
@@ -188,7 +189,9 @@ class MinibatchEngine(Engine):
     def _batches(self, epoch: int, timer: dict[str, float]) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and
         normalised) rows, labels (collective)."""
-        for mbs, _ in self.windows.windows(self._samples(epoch, timer)):
+        again = lambda e: self._samples(e, timer)  # noqa: E731 - future epochs, to pack them
+        for mbs, _ in self.windows.windows(self._samples(epoch, timer), epoch=epoch,
+                                           sample=again):  # fmt: skip
             for mb in mbs:
                 t1 = time.perf_counter()
                 x = self.features.pull(mb.n_id)
