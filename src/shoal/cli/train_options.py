@@ -250,7 +250,7 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "epochs with one sweep of the feature file into a pack file per epoch in the scratch "
         "directory (--scratch-dir), so each epoch reads only its own rows (DiskGNN-style "
         f"packing; 0 = off, every window sweeps the feature file; default {d.pack_epochs}; "
-        "single-process trainer and averaging engine)",
+        "single-process trainer, minibatch and averaging engines)",
     )
     g.add_argument(
         "--structure",

@@ -114,7 +114,7 @@ class TrainConfig:
             reads the uncached rows of this many epochs into a pack file per epoch in the
             scratch directory, and each epoch's windows read its pack (DiskGNN-style packing,
             ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file
-            (default 4; the single-process trainer and the ``averaging`` engine).
+            (default 4; the single-process trainer, ``minibatch`` and ``averaging``).
         structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
             fits half of the budget left after the reserve, else on disk: its row index in
             memory, the sampled neighbour entries read with planned direct reads), or
