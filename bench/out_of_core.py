@@ -1,13 +1,17 @@
 """Out-of-core training: the same run uncapped and inside a memory cgroup smaller than the data.
 
     python bench/out_of_core.py [--work bench/work/ooc] [--epochs 2] [--caps 4GiB,3GiB]
+        [--structure-disk-caps 4GiB] [--no-pack-caps 4GiB]
 
 Builds (once) the issue-11 graph: ``shoal data synth dcsbm --nodes 10000000 --edges 50000000
 --features 128 --classes 16 --train-frac 0.01 --val-frac 0.002`` (10M nodes, 100M stored
 edges, features 5.1 GB), then runs, back to back, ``shoal train --graph G --model sage
 --fanouts 10,5 --hidden 128 --epochs E --eval-every E --threads 2`` uncapped and under each
 cap (``bench/cgroup.py``: a cgroup-v1 memory group whose limit covers the process and its page
-cache; the graph's page cache is dropped before each run). Writes
+cache; the graph's page cache is dropped before each run), once more with the CSR on disk
+(``--structure disk``) at each of ``--structure-disk-caps`` and without packing epochs
+(``--pack-epochs 0``; by default one sweep reads the rows of 4 epochs into pack files) at
+each of ``--no-pack-caps``. Writes
 ``bench/results/out_of_core.{md,json}``: per-epoch seconds, evaluation seconds, accuracies,
 bytes read per epoch next to the bytes of the unique rows the epoch needed, cache hit rate,
 time waiting for I/O, and the cgroup's peak memory.
@@ -69,12 +73,13 @@ def _row(r: dict) -> str:
     if t is None:
         return (
             f"| {r['tag']} | {cap} | failed (rc {r['returncode']}, OOM kills {cg.get('oom_kill')}) |"
-            + " |" * 11
+            + " |" * 13
         )
     hist = t["history"]
     ep = [h["seconds"] for h in hist]
     io = [h.get("io", {}) for h in hist]
-    rd = statistics.median([i.get("bytes_read", 0) for i in io]) / 1e9
+    rd = statistics.mean([i.get("bytes_read", 0) for i in io]) / 1e9
+    wr = statistics.mean([i.get("bytes_written", 0) or 0 for i in io]) / 1e9
     uq = statistics.median([i.get("unique_bytes", 0) or 0 for i in io]) / 1e9
     hit = statistics.median([i.get("cache_hit_rate") or 0 for i in io])
     wait = statistics.median([h["time_split"].get("io_wait", 0.0) for h in hist])
@@ -84,9 +89,18 @@ def _row(r: dict) -> str:
     peak = cg.get("peak_sampled", {}).get("rss+cache")
     peak_s = f"{peak / GiB:.2f}" if peak else "-"
     return (f"| {r['tag']} | {cap} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
-            f"{statistics.median(ep):.1f} | {t['eval_seconds']:.0f} | {t['val_accuracy']:.4f} | "
-            f"{t['test_accuracy']:.4f} | {rd:.2f} | {uq:.2f} | {hit:.2f} | {wait:.1f} | "
+            f"{statistics.median(ep):.1f} | {_mean_epoch(t):.1f} | {t['eval_seconds']:.0f} | "
+            f"{t['val_accuracy']:.4f} | {t['test_accuracy']:.4f} | {rd:.2f} | {wr:.2f} | {uq:.2f} | "
+            f"{hit:.2f} | {wait:.1f} | "
             f"{csr:.2f} | {mode} | {peak_s} |")  # fmt: skip
+
+
+def _mean_epoch(t: dict) -> float:
+    """Mean epoch seconds, the reading done when the run starts (before the first epoch:
+    the cache, the first window, and the sweep packing the first epochs) included."""
+    hist = t["history"]
+    start = sum((h.get("io") or {}).get("start_seconds") or 0.0 for h in hist)
+    return (sum(h["seconds"] for h in hist) + start) / len(hist)
 
 
 def report(res: dict, path: Path) -> None:
@@ -104,19 +118,21 @@ def report(res: dict, path: Path) -> None:
         "last epoch on val and then on val+test with the best weights. Each run starts with "
         "the graph's page cache dropped; capped runs run in a cgroup-v1 memory group whose "
         "limit covers the process and its page cache. `wall s`: the whole command (start, "
-        "training, both evaluations). Per-epoch figures are medians over the epochs; the "
-        "first capped epoch's rows are read at the start of the run in the same pass as "
-        "the cache (so its read time is in `wall s`, not in the epoch), later epochs read "
-        "theirs in the epoch. `window fit`: how the cache and the window slots were sized "
+        "training, both evaluations). Per-epoch figures are medians over the epochs except "
+        "`mean` and the GB read / written (means); the first capped epoch's rows (and, with "
+        "packing, those of the epochs packed with it) are read at the start of the run in "
+        "the same pass as the cache, before the first epoch: `mean` adds that time to the "
+        "epochs'. `written`: pack files (one sweep reads the rows of up to 4 epochs into a "
+        "file per epoch, which the epoch's windows then read). `window fit`: how the cache and the window slots were sized "
         "from the first sampled epoch (`overlap`: an epoch's rows fit one slot and are read "
         "while the previous epoch trains; `one`: one window per epoch, read before it "
         "trains; `split`: several windows per epoch). `CSR read`: neighbour-list bytes read "
         "from disk by the sampler (`--structure disk`).",
         "",
-        "| run | cap | wall s | epoch seconds | median | eval seconds | val acc | test acc | "
-        "read GB/epoch | unique rows GB/epoch | cache hit rate | io wait s/epoch | "
-        "CSR read GB/epoch | window fit | peak GiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | cap | wall s | epoch seconds | median | mean | eval seconds | val acc | "
+        "test acc | read GB/epoch | written GB/epoch | unique rows GB/epoch | cache hit rate | "
+        "io wait s/epoch | CSR read GB/epoch | window fit | peak GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_row(r) for r in runs]
     lines.append("")
@@ -126,8 +142,10 @@ def report(res: dict, path: Path) -> None:
             continue
         e = statistics.median(h["seconds"] for h in t["history"])
         e0 = statistics.median(h["seconds"] for h in base["train"]["history"])
+        m, m0 = _mean_epoch(t), _mean_epoch(base["train"])
         lines.append(
-            f"- {r['tag']}: epoch {e / e0:.2f}x the uncapped epoch, evaluation "
+            f"- {r['tag']}: epoch {e / e0:.2f}x the uncapped epoch (median; mean with the "
+            f"start's reads {m / m0:.2f}x), evaluation "
             f"{t['eval_seconds'] / base['train']['eval_seconds']:.2f}x the uncapped evaluation, "
             f"same accuracy: {t['test_accuracy'] == base['train']['test_accuracy']}."
         )
@@ -151,6 +169,12 @@ def main() -> None:
         help="comma-separated caps at which to run once more with the CSR left on disk "
         "(--structure disk: sampled neighbour entries read with planned direct reads)",
     )
+    ap.add_argument(
+        "--no-pack-caps",
+        default="",
+        help="comma-separated caps at which to run once more without packing epochs "
+        "(--pack-epochs 0: every window sweeps the feature file)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/out_of_core")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
@@ -163,6 +187,9 @@ def main() -> None:
     for cap in filter(None, a.structure_disk_caps.split(",")):
         runs.append(train(g, a.work, f"capped {cap}, CSR on disk", parse_size(cap), a.epochs,
                           ["--structure", "disk"]))  # fmt: skip
+    for cap in filter(None, a.no_pack_caps.split(",")):
+        runs.append(train(g, a.work, f"capped {cap}, --pack-epochs 0", parse_size(cap),
+                          a.epochs, ["--pack-epochs", "0"]))  # fmt: skip
     res = {
         "command": "python bench/out_of_core.py " + shlex.join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -90,6 +90,7 @@ class WindowPrefetcher:
         #: sample each batch twice (to plan its window, then when trained) instead of holding
         #: an epoch's samples while its window is read (set by :meth:`calibrate`)
         self.resample = False
+        self._start_seconds = 0.0  # spent in prime() since the last epoch record
         # epochs packed by one sweep; its buffers sized from two windows (calibrate: the pool)
         self.packs = Packs(features, epochs=pack_epochs, scratch_dir=scratch_dir,
                            pool=2 * self.window_rows * features.row_bytes)  # fmt: skip
@@ -230,10 +231,12 @@ class WindowPrefetcher:
 
     def prime(self, epoch: int) -> None:
         """Start reading ahead from ``epoch``; when the cache is not loaded yet, its rows and
-        the first window's are read in one pass now (the run's start pays for both)."""
+        the first window's are read in one pass now (the run's start pays for both; its
+        seconds go to the next epoch record as ``start_seconds``)."""
         self.close()
         if not self.background:
             return
+        t_start = time.perf_counter()
         stop = threading.Event()
         plan = self._plan(epoch, stop)
         first = next(plan, None)
@@ -246,6 +249,7 @@ class WindowPrefetcher:
         elif first is not None:
             primed = (*self._read(first[0], first[2], epoch), first[1])
         self._stream = Stream(self, epoch, self.last_epoch, stop=stop, plan=plan, primed=primed)
+        self._start_seconds += time.perf_counter() - t_start
 
     def _sync(self, epoch: int) -> Iterator[tuple]:
         never = threading.Event()
@@ -345,5 +349,6 @@ class WindowPrefetcher:
         rec["bytes_written"] = now["bytes_written"] - was["bytes_written"]
         rec["pack_seconds"] = now["seconds"] - was["seconds"]
         rec["bytes_read"] += rec["pack_bytes_read"]
+        rec["start_seconds"], self._start_seconds = self._start_seconds, 0.0
         rec["unique_bytes"] = rec["unique_rows"] * fs.row_bytes
         self.last_epoch_io = rec
