@@ -7,7 +7,14 @@ import pytest
 
 from shoal.sample.diskio import PAGE
 from shoal.sample.featstore import DiskFeatures
-from shoal.sample.packing import PackStats, pack_epochs, pack_sizes
+from shoal.sample.packing import (
+    PACK_EPOCHS,
+    PackStats,
+    default_pack_epochs,
+    pack_epochs,
+    pack_sizes,
+)
+from shoal.training import TrainConfig
 
 
 @pytest.fixture
@@ -89,3 +96,12 @@ def test_pack_sizes_stay_within_a_share_of_the_pool():
     chunk, stage = pack_sizes(1 << 20, 4)
     assert chunk == 64 << 10 and stage == 16 << 10 and stage % PAGE == 0
     assert pack_sizes(0, 4) == (PAGE, PAGE)
+
+
+def test_packing_is_on_by_default_only_with_the_structure_in_memory():
+    assert default_pack_epochs(None, True) == PACK_EPOCHS == 4
+    assert default_pack_epochs(None, False) == 0  # sampling twice would read the CSR twice
+    assert default_pack_epochs(2, False) == 2 and default_pack_epochs(0, True) == 0
+    assert TrainConfig(pack_epochs=None).pack_epochs is None
+    with pytest.raises(ValueError, match="pack_epochs must be >= 0"):
+        TrainConfig(pack_epochs=-1)

@@ -249,7 +249,8 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         help="when the features do not fit the memory budget: read the uncached rows of K "
         "epochs with one sweep of the feature file into a pack file per epoch in the scratch "
         "directory (--scratch-dir), so each epoch reads only its own rows (DiskGNN-style "
-        f"packing; 0 = off, every window sweeps the feature file; default {d.pack_epochs}; "
+        "packing; 0 = off, every window sweeps the feature file; default 4 when the graph "
+        "structure is held in memory, else off, since packing samples every epoch twice; "
         "single-process trainer, minibatch and averaging engines)",
     )
     g.add_argument(

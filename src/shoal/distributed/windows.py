@@ -108,7 +108,7 @@ class DistWindows:
         )
         self.current: Window | None = None
         self.io: dict = {}
-        self.pack_epochs, self.last_epoch = int(pack_epochs), last_epoch
+        self.pack_epochs, self.last_epoch = self._agree_packing(int(pack_epochs)), last_epoch
         self.packs = Packs(features, epochs=pack_epochs, scratch_dir=scratch_dir,
                            pool=2 * self.window_rows[rank] * max(features.row_bytes, 1))  # fmt: skip
         self._planned: set[int] = set()  # epochs packed (or planned to be), the same everywhere
@@ -126,6 +126,14 @@ class DistWindows:
             dist.all_reduce(lim, op=dist.ReduceOp.MAX)  # max of -limit: the smallest limit
         limit = -int(lim.item())
         return vec.numpy().copy(), (None if limit >= none else limit)
+
+    def _agree_packing(self, k: int) -> int:
+        """The smallest ``pack_epochs`` of all ranks (collective): packing is planned
+        collectively, and the default depends on each rank's budget."""
+        t = torch.tensor([k], dtype=torch.int64)
+        if self.world_size > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())
 
     def _global_cached(self) -> np.ndarray:
         """Whether each node's row is in its owner's static cache (one all-reduce of N

@@ -48,6 +48,7 @@ from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
 from shoal.sample.featstore import DiskFeatures
 from shoal.sample.features import PartGatherer, part_rows
+from shoal.sample.packing import default_pack_epochs
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import BatchLoader, Timer, train_step
 from shoal.training.data import structure_on_disk
@@ -111,7 +112,9 @@ class AveragingEngine(Engine):
                                  timer=self.timer)  # fmt: skip
             if windows:  # cache and windows sized from the part's first sampled epoch
                 loader.use_windows(feats, window_bytes=max(int(plan.window * share), 1),
-                                   last_epoch=cfg.epochs - 1, pack_epochs=cfg.pack_epochs,
+                                   last_epoch=cfg.epochs - 1,
+                                   pack_epochs=default_pack_epochs(cfg.pack_epochs,
+                                                                   plan.structure_in_memory),
                                    scratch_dir=cfg.scratch_dir)  # fmt: skip
                 fits.append(loader.prefetcher.calibrate(int(plan.pool * share),
                                                         min_window=plan.min_window))  # fmt: skip

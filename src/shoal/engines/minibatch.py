@@ -37,6 +37,7 @@ from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
 from shoal.graph.blocks import Batch
 from shoal.sample.featstore import DiskFeatures
+from shoal.sample.packing import default_pack_epochs
 from shoal.training import batch_seed
 from shoal.utils.progress import progress
 
@@ -132,7 +133,8 @@ class MinibatchEngine(Engine):
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
             sample_bytes=plan.window // 4 if windows else None,
-            pack_epochs=cfg.pack_epochs, last_epoch=cfg.epochs - 1, scratch_dir=cfg.scratch_dir,
+            pack_epochs=default_pack_epochs(cfg.pack_epochs, plan.structure_in_memory),
+            last_epoch=cfg.epochs - 1, scratch_dir=cfg.scratch_dir,
         )  # fmt: skip
         self.features = DistFeatureStore(
             part_offsets=store.part_offsets,

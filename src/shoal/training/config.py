@@ -113,8 +113,10 @@ class TrainConfig:
         pack_epochs: when feature rows are read in windows, one sweep of the feature file
             reads the uncached rows of this many epochs into a pack file per epoch in the
             scratch directory, and each epoch's windows read its pack (DiskGNN-style packing,
-            ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file
-            (default 4; the single-process trainer, ``minibatch`` and ``averaging``).
+            ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file;
+            None = 4 when the graph structure is held in memory, else off (packing samples
+            every epoch twice) (default None; the single-process trainer, ``minibatch`` and
+            ``averaging``).
         structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
             fits half of the budget left after the reserve, else on disk: its row index in
             memory, the sampled neighbour entries read with planned direct reads), or
@@ -228,7 +230,7 @@ class TrainConfig:
     resident_parts: int | None = None
     memory: str | int | None = None
     io_threads: int = 8
-    pack_epochs: int = 4
+    pack_epochs: int | None = None
     structure: str = "auto"
 
     def __post_init__(self) -> None:
@@ -265,7 +267,7 @@ class TrainConfig:
         if self.normalize_features not in (True, False, "auto"):
             raise ValueError(f"normalize_features must be true, false or 'auto', got "
                              f"{self.normalize_features!r}")  # fmt: skip
-        if self.pack_epochs < 0:
+        if self.pack_epochs is not None and self.pack_epochs < 0:
             raise ValueError(f"pack_epochs must be >= 0 (0 = off), got {self.pack_epochs}")
         if self.min_steps < 0:
             raise ValueError(f"min_steps must be >= 0, got {self.min_steps}")

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from shoal.nn.ondevice import on_device
+from shoal.sample.packing import default_pack_epochs
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
@@ -90,7 +91,9 @@ class Trainer:
         )
         if self.budget.cache < self.budget.features:
             self.loader.use_windows(self.features, window_bytes=self.budget.window,
-                                    last_epoch=config.epochs - 1, pack_epochs=config.pack_epochs,
+                                    last_epoch=config.epochs - 1,
+                                    pack_epochs=default_pack_epochs(
+                                        config.pack_epochs, self.budget.structure_in_memory),
                                     scratch_dir=config.scratch_dir)  # fmt: skip
             # cache and windows sized from the first epoch's sampled batches
             fit = self.loader.prefetcher.calibrate(self.budget.pool,
