@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from shoal.sample.diskio import PAGE, RowFile, RowReader
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.io import scratch_space
 
 log = logging.getLogger(__name__)
@@ -223,7 +224,7 @@ def pack_epochs(
     t0 = time.perf_counter()
     keys = sorted(id_sets)
     sets = [np.asarray(id_sets[e], np.int64) for e in keys]
-    union = np.unique(np.concatenate(sets)) if sets else np.empty(0, np.int64)
+    union = unique_sorted(np.concatenate(sets)) if sets else np.empty(0, np.int64)
     writers = {e: _Writer(directory / f"epoch-{e}.rows", stage_bytes) for e in keys}
     at = [0] * len(keys)
     try:
