@@ -109,7 +109,7 @@ class DistWindows:
         self.current: Window | None = None
         self.io: dict = {}
         self.pack_epochs, self.last_epoch = self._agree_packing(int(pack_epochs)), last_epoch
-        self.packs = Packs(features, epochs=pack_epochs, scratch_dir=scratch_dir,
+        self.packs = Packs(features, epochs=self.pack_epochs, scratch_dir=scratch_dir,
                            pool=2 * self.window_rows[rank] * max(features.row_bytes, 1))  # fmt: skip
         self._planned: set[int] = set()  # epochs packed (or planned to be), the same everywhere
         self._epoch: int | None = None

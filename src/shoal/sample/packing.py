@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import mmap
 import os
 import shutil
 import time
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shoal.sample.diskio import PAGE, RowFile, RowReader
+from shoal.sample.diskio import PAGE, RowFile, RowReader, _aligned
 from shoal.utils.arrays import unique_sorted
 from shoal.utils.io import scratch_space
 
@@ -50,7 +49,6 @@ __all__ = [
     "Packs",
     "default_pack_epochs",
     "free_bytes",
-    "pack_bytes",
     "pack_epochs",
     "pack_sizes",
 ]
@@ -99,15 +97,9 @@ def pack_sizes(pool: int, epochs: int) -> tuple[int, int]:
     return chunk, stage
 
 
-def pack_bytes(epochs: int, chunk_bytes: int = PACK_CHUNK, stage_bytes: int = PACK_STAGE) -> int:
-    """Memory a sweep packing ``epochs`` epochs holds beside the windows (bytes): the chunk of
-    rows read, the copy of it routed to one pack, and each pack's staging buffer."""
-    return 2 * chunk_bytes + epochs * stage_bytes
-
-
 class _Writer:
-    """Appends rows to a file in blocks of ``stage`` bytes (a multiple of a page), with ``O_DIRECT`` when the
-    file system allows it (the last block padded to a whole page)."""
+    """Appends rows to a file in blocks of ``stage`` bytes (a multiple of a page), with
+    ``O_DIRECT`` when the file system allows it (the last block padded to a whole page)."""
 
     def __init__(self, path: Path, stage: int = PACK_STAGE) -> None:
         self.path = path
@@ -123,7 +115,7 @@ class _Writer:
         self.direct = self.fd >= 0
         if not self.direct:
             self.fd = os.open(path, flags, 0o600)
-        self.buf = np.frombuffer(mmap.mmap(-1, stage), dtype=np.uint8)
+        self.buf = _aligned(stage)
         self.used = 0
         self.written = 0
 
