@@ -128,12 +128,20 @@ def byte_unit(largest: float) -> tuple[float, str]:
     return 1.0, "bytes"
 
 
-def stacked(ax: Any, layers: list[tuple[str, list[float], dict[str, Any]]]) -> list[float]:
-    """Stack ``(label, heights, bar style)`` layers as bars at 0, 1, ...; returns the tops."""
+def stacked(
+    ax: Any,
+    layers: list[tuple[str, list[float], dict[str, Any]]],
+    *,
+    offset: float = 0.0,
+    width: float = 0.6,
+) -> list[float]:
+    """Stack ``(label, heights, bar style)`` layers as bars of ``width`` at 0, 1, ... (shifted
+    by ``offset``: a second bar beside each); returns the tops."""
     tops = [0.0] * len(layers[0][1]) if layers else []
+    xs = [x + offset for x in range(len(tops))]
     for label, heights, style in layers:
-        ax.bar(range(len(tops)), heights, 0.6, bottom=tops, label=label, edgecolor="white",
-               linewidth=0.5, **style)  # fmt: skip
+        kw = {"edgecolor": "white", "linewidth": 0.5, **style}
+        ax.bar(xs, heights, width, bottom=tops, label=label, **kw)
         tops = [t + h for t, h in zip(tops, heights, strict=True)]
     pad = 0.5 + max(0.0, (3 - len(tops)) * 0.4)  # one or two bars: not as wide as the axes
     ax.set_xlim(-pad, len(tops) - 1 + pad)

@@ -8,7 +8,6 @@ keep one colour in every figure (their position: ``C0``, ``C1``, ...).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from statistics import fmean
 from typing import Any
 
 from shoal.report.figures import (
@@ -22,16 +21,10 @@ from shoal.report.figures import (
     stacked,
 )
 from shoal.report.load import Run, number
+from shoal.report.phases import OTHER, PHASE_NAMES, EpochBars, epoch_bars, phase_order
 
 __all__ = ["METRIC_NAMES", "plot_loss", "plot_time_split", "plot_validation"]
 
-#: Phases of the epoch records' ``time_split`` in the order they are stacked (others follow).
-PHASE_ORDER = ("sampling", "gather", "io_wait", "receive_wait", "assemble", "local_compute",
-               "cached_compute", "forward_backward", "backward", "communication", "allreduce",
-               "averaging")  # fmt: skip
-PHASE_NAMES = {"forward_backward": "forward + backward", "io_wait": "I/O wait",
-               "allreduce": "all-reduce", "receive_wait": "receive wait"}  # fmt: skip
-OTHER = "other (not timed)"
 METRIC_NAMES = {"accuracy": "accuracy", "mrr": "MRR"}
 
 
@@ -97,33 +90,6 @@ def plot_validation(runs: Sequence[Run]) -> Plot:
     return plot
 
 
-def _split_means(run: Run) -> tuple[dict[str, float], str] | None:
-    """Mean seconds per epoch of each phase (epoch 1 left out when there are more: it holds
-    the JIT compilation and the cache warm-up), plus the time no phase covers; and which
-    epochs that is. None when the run records no time split."""
-    recs = [r for r in run.history if isinstance(r.get("time_split"), dict) and r["time_split"]]
-    if not recs:
-        ts = run.data.get("time_split")
-        if isinstance(ts, dict) and ts:
-            return {k: number(v) or 0.0 for k, v in ts.items()}, "all epochs (the result's mean)"
-        return None
-    used = recs[1:] if len(recs) > 1 else recs
-    keys = dict.fromkeys(k for r in used for k in r["time_split"])
-    means = {k: fmean(number(r["time_split"].get(k)) or 0.0 for r in used) for k in keys}
-    secs = [number(r.get("seconds")) for r in used]
-    if all(s is not None for s in secs):
-        rest = fmean(secs) - sum(means.values())
-        if rest > 0.02 * fmean(secs):
-            means[OTHER] = rest
-    which = {1: "epoch 1", 2: "epoch 2"}.get(len(recs), f"epochs 2-{len(recs)}")
-    return means, which
-
-
-def _phase_order(keys: set[str]) -> list[str]:
-    known = [k for k in PHASE_ORDER if k in keys]
-    return known + sorted(keys - set(PHASE_ORDER) - {OTHER}) + ([OTHER] if OTHER in keys else [])
-
-
 def _phase_colour(j: int, phase: str) -> Any:
     """Distinct colours for the phases: tab10 without its grey, then tab20's light shades;
     light grey for the time no phase covers."""
@@ -137,51 +103,115 @@ def _phase_colour(j: int, phase: str) -> Any:
     return colormaps["tab20"]((2 * (j - len(strong)) + 1) % 20)
 
 
-def plot_time_split(runs: Sequence[Run]) -> Plot:
-    """A stacked bar per run of the mean seconds per epoch of each phase of its time split:
-    in seconds (left) and as shares of the epoch (right, readable when runs differ in
-    scale)."""
-    plot = Plot(name="time_split.png", title="Epoch time split",
-                caption="Mean seconds per epoch of each phase the epoch records time, epoch 1 "
-                "left out when there are more (JIT compilation, cache warm-up), and the same as "
-                "shares of the epoch; 'other' is the epoch time no phase covers (waiting on the "
-                "slowest rank included). Phases are rank 0's; the epoch time is the slowest "
-                "rank's.")  # fmt: skip
-    have = []
-    for i, run in enumerate(runs):
-        got = _split_means(run)
-        if got is None:
-            plot.notes.append(f"{run.label}: no `time_split` in its epoch records")
-        else:
-            have.append((i, run, *got))
-    if not have:
-        return plot
-    phases = _phase_order({k for *_, means, _ in have for k in means})
-    fig, (secs, share) = new_figure(2, width=max(8.0, 3.5 + 1.3 * len(have)), height=9.5,
-                                    rows=True)  # fmt: skip
-    totals = [sum(means.values()) or 1.0 for *_, means, _ in have]
+def _phase_name(phase: str) -> str:
+    return PHASE_NAMES.get(phase, phase.replace("_", " "))
+
+
+#: Where each run's bars stand around its tick: the epoch's stack, and beside it (when some run
+#: has them) the reading thread's phases.
+_STACK_ALONE = {"offset": 0.0, "width": 0.6}
+_STACK_BESIDE = {"offset": -0.12, "width": 0.5}
+_BACKGROUND_BAR = {"offset": 0.27, "width": 0.18}
+
+
+def _draw_background(ax: Any, have: list[tuple[Run, EpochBars]], colours: dict) -> list[float]:
+    """The reading thread's phases of each run as a thin hatched stack beside its epoch;
+    returns their tops (0 for runs without)."""
+    phases = phase_order({p for _, b in have for p in b.background})
     layers = [
         (
-            PHASE_NAMES.get(p, p.replace("_", " ")),
-            [m.get(p, 0.0) for *_, m, _ in have],
-            {"color": _phase_colour(j, p)},
+            f"{_phase_name(p)} (reading thread: overlaps the epoch)",
+            [b.background.get(p, 0.0) for _, b in have],
+            {"facecolor": "white", "edgecolor": colours[p], "hatch": "////", "linewidth": 1.0},
         )
-        for j, p in enumerate(phases)
+        for p in phases
     ]
-    tops = stacked(secs, layers)
-    for x, (top, (*_, which)) in enumerate(zip(tops, have, strict=True)):
-        secs.annotate(f"{top:.3g} s\n({which})", (x, top), ha="center", va="bottom",
-                      fontsize=8, xytext=(0, 2), textcoords="offset points")  # fmt: skip
-    secs.set_ylim(0, max(tops) * 1.2 or 1.0)
+    tops = stacked(ax, layers, **_BACKGROUND_BAR)
+    for x, top in enumerate(tops):
+        if top > 0:
+            ax.annotate(
+                f"{top:.3g} s",
+                (x + _BACKGROUND_BAR["offset"], top),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
+    return tops
+
+
+def plot_time_split(runs: Sequence[Run]) -> Plot:
+    """A stacked bar per run of the mean seconds per epoch of each phase of the training
+    thread, up to the measured epoch (the rest: 'other'), with the phases of a reading thread
+    that overlap the epoch as a thin hatched bar beside it (:mod:`shoal.report.phases`); in
+    seconds (top) and the stack as shares of the epoch (bottom, readable when runs differ in
+    scale)."""
+    plot = Plot(
+        name="time_split.png",
+        title="Epoch time split",
+        caption="Mean seconds per epoch of each phase the epoch records time, epoch 1 left out "
+        "when there are more (JIT compilation, cache warm-up), and the same as shares of the "
+        "epoch. Each stack adds up to the measured epoch (black line; the slowest rank's): "
+        "'other' is the epoch time no phase covers (waiting on the slowest rank included). "
+        "Phases timed on a reading thread while the epoch trains (reading windows and packs "
+        "ahead, and its sampling) overlap the epoch: they are the hatched bar beside the "
+        "stack, not part of it (the training thread's share of them is its I/O wait). Phases "
+        "are rank 0's.",
+    )
+    have: list[tuple[Run, EpochBars]] = []
+    for run in runs:
+        bars = epoch_bars(run)
+        if bars is None:
+            plot.notes.append(f"{run.label}: no `time_split` in its epoch records")
+        else:
+            have.append((run, bars))
+    if not have:
+        return plot
+    every = phase_order({p for _, b in have for p in (*b.stacked, *b.background)})
+    colours = {p: _phase_colour(j, p) for j, p in enumerate(every)}
+    beside = any(b.background for _, b in have)
+    place = _STACK_BESIDE if beside else _STACK_ALONE
+    fig, (secs, share) = new_figure(
+        2, width=max(8.0, 3.5 + (1.6 if beside else 1.3) * len(have)), height=9.5, rows=True
+    )
+    fore = phase_order({p for _, b in have for p in b.stacked})
+    layers = [
+        (_phase_name(p), [b.stacked.get(p, 0.0) for _, b in have], {"color": colours[p]})
+        for p in fore
+    ]
+    tops = stacked(secs, layers, **place)
+    half = place["width"] / 2
+    for x, (top, (_, b)) in enumerate(zip(tops, have, strict=True)):
+        xc = x + place["offset"]
+        if b.epoch_seconds is not None:
+            label = "measured epoch (mean)" if x == 0 else None
+            secs.hlines(b.epoch_seconds, xc - half, xc + half, colors="black", label=label)
+        secs.annotate(
+            f"{top:.3g} s\n({b.epochs})",
+            (xc, top),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
+    highest = max(tops)
+    if beside:
+        highest = max(highest, *_draw_background(secs, have, colours))
+    secs.set_ylim(0, highest * 1.2 or 1.0)
     secs.set_ylabel("seconds per epoch (mean)")
     secs.set_title("Seconds per epoch by phase")
-    stacked(share, [(lab, [100 * v / t for v, t in zip(hs, totals, strict=True)], st)
-                     for lab, hs, st in layers])  # fmt: skip
+    shares = [
+        (lab, [100 * v / (t or 1.0) for v, t in zip(hs, tops, strict=True)], st)
+        for lab, hs, st in layers
+    ]
+    stacked(share, shares, **place)
     share.set_ylim(0, 100)
     share.set_ylabel("share of the epoch (%)")
-    share.set_title("Share of the epoch by phase")
+    share.set_title("Share of the epoch by phase (reading thread not included)")
     for ax in (secs, share):
-        ax.set_xticks(range(len(have)), bar_labels([run for _, run, *_ in have]))
+        ax.set_xticks(range(len(have)), bar_labels([run for run, _ in have]))
         ax.grid(True, axis="y", alpha=0.3)
     secs.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), title="phase")
     plot.figure = fig
