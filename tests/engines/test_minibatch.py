@@ -55,7 +55,7 @@ def test_equal_batch_counts_per_rank(make_graph, make_store):
     assert max(shares) - min(shares) <= 1
 
 
-def _fit(rank: int, world: int, store: str, engine: str, epochs: int):
+def _fit(rank: int, world: int, store: str, engine: str, epochs: int, dropout: float = 0.0):
     from shoal.distributed import process_group  # noqa: F401  (the helper already opened the group)
     from shoal.engines import get_engine
 
@@ -67,7 +67,7 @@ def _fit(rank: int, world: int, store: str, engine: str, epochs: int):
         hidden=8,
         epochs=epochs,
         lr=0.05,
-        dropout=0.0,
+        dropout=dropout,
         seed=3,
         progress=False,
     )
@@ -75,10 +75,12 @@ def _fit(rank: int, world: int, store: str, engine: str, epochs: int):
     return r.to_json()
 
 
-def test_one_process_one_part_equals_single_process_trainer(make_graph, make_store):
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_one_process_one_part_equals_single_process_trainer(make_graph, make_store, dropout):
+    """Batch for batch, dropout masks included (keyed by seed, epoch, step and node)."""
     g = community_graph(make_graph)
     store = make_store(np.zeros(g.num_nodes, np.int32), graph=g)
-    got = run_world(_fit, 1, str(store), "minibatch", 6)[0]
+    got = run_world(_fit, 1, str(store), "minibatch", 6, dropout)[0]
     tc = TrainConfig(
         model="sage",
         fanouts=(3, 3),
@@ -86,7 +88,7 @@ def test_one_process_one_part_equals_single_process_trainer(make_graph, make_sto
         hidden=8,
         epochs=6,
         lr=0.05,
-        dropout=0.0,
+        dropout=dropout,
         seed=3,
         progress=False,
     )

@@ -23,14 +23,18 @@ dependencies' rows while chunks are in flight (``overlap``), then the local node
 
 The weights' gradients of a replicated computation flow back through the replica only (its
 owner computes the node for its own consumers), so their sum over ranks is the full-graph
-gradient: the tests check it against single-process full-graph training. Dropout draws its
-own masks for a replica (the run is not the single-process run bit for bit with dropout).
+gradient: the tests check it against single-process full-graph training. Dropout is keyed by
+(seed, epoch, layer, original node id) (:func:`shoal.nn.base.keyed_dropout`): a replica
+draws its owner's mask, so every ``deps`` mode, every number of processes and the
+single-process trainer train the same model for a seed, with dropout on (up to the order of
+floating-point sums).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -50,80 +54,15 @@ from shoal.distributed.deps import (
 )
 from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
+from shoal.engines.fullgraph_costs import block_from_csr, probe_costs
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN, layer_widths
+from shoal.nn.base import keyed_dropout, layer_widths
 from shoal.sample.featstore import DiskFeatures
 from shoal.utils.io import parse_size
 
-__all__ = ["FullGraphEngine", "probe_costs"]
+__all__ = ["FullGraphEngine"]
 
 log = logging.getLogger(__name__)
-
-
-def _block(rowptr: np.ndarray, src: np.ndarray, num_src: int, deg: np.ndarray) -> Block:
-    rowptr = torch.from_numpy(np.asarray(rowptr, np.int64))
-    counts = rowptr[1:] - rowptr[:-1]
-    dst = torch.repeat_interleave(torch.arange(len(counts)), counts)
-    return Block(torch.stack([torch.from_numpy(np.asarray(src, np.int64)), dst]), int(num_src),
-                 len(counts), rowptr, torch.from_numpy(np.asarray(deg, np.float32)))  # fmt: skip
-
-
-_PROBE_FLOATS = 1 << 20  # 4 MB per peer in the T_c probe
-
-
-def probe_costs(model: BlockGNN, widths: list[int], ctx, *, nodes: int = 2048,
-                degree: int = 16, repeats: int = 3) -> Costs:  # fmt: skip
-    """Algorithm 4 line 1: ``T_v``, ``T_e`` (forward + backward of the model's second layer,
-    or its first when it has one, on synthetic blocks without and with ``degree`` in-edges per
-    node) and ``T_c`` (a row exchange with every peer, forward and back, of ``nodes`` rows but
-    at least ``_PROBE_FLOATS`` values, so that it measures the per-row cost the split trades,
-    the bandwidth, not one message's latency), per output dimension; medians of ``repeats``, averaged over ranks (a collective)."""
-    layer = 1 if model.num_layers > 1 else 0
-    d_in, d_out = widths[layer], widths[layer + 1]
-    g = torch.Generator().manual_seed(0)
-    dev = next(model.parameters()).device
-
-    def timed(deg: int) -> float:
-        src = torch.randint(0, nodes, (nodes * deg,), generator=g)
-        rowptr = torch.arange(0, nodes * deg + 1, max(deg, 1)) if deg else torch.zeros(nodes + 1)
-        blk = _block(rowptr.long().numpy(), src.numpy(), nodes, np.full(nodes, deg, np.float32))
-        blk = blk.to(dev)
-        x = torch.randn(nodes, d_in).to(dev).requires_grad_()
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model.layer_forward(layer, x, blk).sum().backward()
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            ts.append(time.perf_counter() - t0)
-        model.zero_grad(set_to_none=True)
-        return float(np.median(ts))
-
-    t0, t1 = timed(0), timed(degree)
-    t_v = t0 / (nodes * d_out)
-    t_e = max(t1 - t0, 0.0) / (nodes * degree * d_out)
-    t_c = float("inf")
-    if ctx.world_size > 1:
-        world, rank = ctx.world_size, ctx.rank
-        nodes = max(nodes, -(-_PROBE_FLOATS // d_out))  # bandwidth, not latency
-        idx = [np.arange(nodes) if r != rank else np.empty(0, np.int64) for r in range(world)]
-        ex = RowExchange(idx, [nodes if r != rank else 0 for r in range(world)], rank=rank,
-                         world=world, tag=999)  # fmt: skip
-        h = torch.randn(nodes, d_out)
-        ts = []
-        for _ in range(repeats):
-            dist.barrier()
-            t = time.perf_counter()
-            ex.start(h)
-            got = ex.wait()
-            ex.push_gradients(got, nodes)
-            ts.append(time.perf_counter() - t)
-        t_c = float(np.median(ts)) / ((world - 1) * nodes * d_out)
-    out = torch.tensor([t_v, t_e, t_c if np.isfinite(t_c) else 0.0], dtype=torch.float64)
-    if ctx.world_size > 1:
-        dist.all_reduce(out)
-        out /= ctx.world_size
-    return Costs(float(out[0]), float(out[1]), float(out[2]) if ctx.world_size > 1 else t_c)
 
 
 class FullGraphEngine(Engine):
@@ -287,7 +226,8 @@ class FullGraphEngine(Engine):
         remote = src >= s
         src[remote] = halo_pos[src[remote] - s]
         ids = np.concatenate([g.solid, rep, com])
-        local = _block(g.indptr, src, len(ids), deg[ids] if len(ids) else np.zeros(0))
+        local = block_from_csr(g.indptr, src, len(ids), deg[ids] if len(ids) else np.zeros(0))
+        local = replace(local, node_ids=self.store.to_orig(ids))  # keyed dropout
         top = sets.rep[k + 1]
         if not len(top):
             return None, local
@@ -301,7 +241,8 @@ class FullGraphEngine(Engine):
         rsrc[mine] = len(rep) + inv
         self.rep_local[k] = torch.from_numpy(used)
         rids = np.concatenate([rep, g.solid[used]])
-        return _block(rowptr, rsrc, len(rids), deg[rids]), local
+        rblk = block_from_csr(rowptr, rsrc, len(rids), deg[rids])
+        return replace(rblk, node_ids=self.store.to_orig(rids)), local
 
     # ---------------------------------------------------------------- training
     def forward(self, timer: dict[str, float] | None = None) -> torch.Tensor:
@@ -351,7 +292,8 @@ class FullGraphEngine(Engine):
         self.model.train()
         t_epoch = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        logits = self.forward(timer)
+        with keyed_dropout(self.model, self.train_config.seed, epoch):
+            logits = self.forward(timer)
         loss = self.loss(logits)
         t0 = time.perf_counter()
         fwd_wait = sum(ex.seconds for ex in self.exchanges)

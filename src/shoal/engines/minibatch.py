@@ -36,6 +36,7 @@ from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
 from shoal.graph.blocks import Batch
+from shoal.nn.base import keyed_dropout
 from shoal.sample.featstore import DiskFeatures
 from shoal.sample.packing import default_pack_epochs
 from shoal.training import batch_seed
@@ -160,11 +161,16 @@ class MinibatchEngine(Engine):
             unit="batch",
             enable=cfg.progress if self.ctx.is_rank0 else False,
         )
-        for batch in self.feed.iterate(self._batches(epoch, timer)):
+        world, rank = self.ctx.world_size, self.ctx.rank
+        for step, batch in enumerate(self.feed.iterate(self._batches(epoch, timer))):
             t2 = time.perf_counter()
             x, y = batch.x, batch.y
             self.optimizer.zero_grad(set_to_none=True)
-            out = self.ddp(x, batch.mb.blocks)
+            # dropout keyed by (seed, epoch, step and rank, original node id): one process on
+            # a one-part store draws the single-process trainer's masks
+            blocks = batch.mb.with_node_ids(self.store.to_orig(batch.mb.n_id))
+            with keyed_dropout(self.model, cfg.seed, epoch, step * world + rank):
+                out = self.ddp(x, blocks)
             # DDP averages the ranks' gradients (batches differ in size by at most one
             # seed per rank under the two-level split)
             loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0

@@ -28,6 +28,9 @@ class Block:
         rowptr: ``(num_dst + 1,)`` int64 offsets of each target's edges (CSR by target).
         deg_src: ``(num_src,)`` float32 in-degree of each source node in the *whole* graph
             (used by degree-normalised layers such as GCN to stay unbiased under sampling).
+        node_ids: ``(num_src,)`` int64 host array of the sources' ids in the graph's original
+            numbering (targets first), or None. Only keyed dropout reads it
+            (:func:`shoal.nn.base.keyed_dropout`): a node's mask is a function of its id.
     """
 
     edge_index: torch.Tensor
@@ -35,6 +38,7 @@ class Block:
     num_dst: int
     rowptr: torch.Tensor
     deg_src: torch.Tensor
+    node_ids: np.ndarray | None = None
     cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -109,6 +113,12 @@ class MiniBatch:
         for b in self.blocks:
             n += sum(t.numel() * t.element_size() for t in (b.edge_index, b.rowptr, b.deg_src))
         return int(n)
+
+    def with_node_ids(self, ids: np.ndarray | None = None) -> list[Block]:
+        """The blocks, each with its sources' ids (``ids``, default ``n_id``: every block's
+        sources are a prefix of the batch's nodes) as ``node_ids``, for keyed dropout."""
+        ids = self.n_id if ids is None else ids
+        return [replace(b, node_ids=ids[: b.num_src]) for b in self.blocks]
 
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> MiniBatch:
         """This mini-batch with its blocks on ``device`` (``n_id`` stays a host array)."""

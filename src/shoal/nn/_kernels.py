@@ -4,8 +4,9 @@ torch's CPU dropout draws one Bernoulli sample per element through a generic pat
 tens of nanoseconds per element; on sampled blocks (a hundred thousand input rows) it was the
 largest single cost of a training step (cProfile/torch.profiler, bench/results/train.md).
 Here one SplitMix64 draw (Steele, Lea & Flood, OOPSLA 2014) gives four 16-bit uniforms, rows
-run in parallel, each row with its own stream keyed by (seed, row): the mask depends on the
-seed only, not on the number of threads.
+run in parallel, each row with its own stream keyed by (seed, row key): the mask depends on the
+seed only, not on the number of threads. A row's key is its position, or, when ``ids`` is not
+empty, ``ids[row]`` (a global node id: keyed dropout, :mod:`shoal.nn.dropout`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,18 @@ def _mix64(z):
     return z ^ (z >> np.uint64(31))
 
 
+@numba.njit(cache=True, inline="always")
+def _row_state(seed, ids, i):
+    """The first state of row ``i``'s stream: keyed by ``ids[i]``, or by ``i`` when ``ids``
+    is empty."""
+    key = np.uint64(ids[i]) if ids.shape[0] else np.uint64(i)
+    return _mix64(seed ^ _mix64(key + _GOLDEN))
+
+
 @numba.njit(cache=True, parallel=True)
-def _dropout_apply(x, seed, threshold, scale, out):
-    """out = x * mask * scale, mask[i, j] = (16-bit uniform of (seed, i, j) >= threshold).
+def _dropout_apply(x, seed, threshold, scale, ids, out):
+    """out = x * mask * scale, mask[i, j] = (16-bit uniform of (seed, key of row i, j) >=
+    threshold), the row key ``ids[i]`` (or ``i`` when ``ids`` is empty).
 
     The same call on the output gradient is the backward pass (the mask is regenerated from
     the seed instead of stored). Branch-free inner loop over groups of four columns.
@@ -37,7 +47,7 @@ def _dropout_apply(x, seed, threshold, scale, out):
     f4 = f - f % 4
     zero = np.float32(0.0)
     for i in prange(n):
-        state = _mix64(seed ^ _mix64(np.uint64(i) + _GOLDEN))
+        state = _row_state(seed, ids, i)
         for j in range(0, f4, 4):
             state = state + _GOLDEN
             bits = _mix64(state)
@@ -53,13 +63,13 @@ def _dropout_apply(x, seed, threshold, scale, out):
 
 
 @numba.njit(cache=True, parallel=True)
-def _relu_dropout(x, seed, threshold, scale, out):
+def _relu_dropout(x, seed, threshold, scale, ids, out):
     """out = max(x, 0) * mask * scale (mask as in :func:`_dropout_apply`)."""
     n, f = x.shape
     f4 = f - f % 4
     zero = np.float32(0.0)
     for i in prange(n):
-        state = _mix64(seed ^ _mix64(np.uint64(i) + _GOLDEN))
+        state = _row_state(seed, ids, i)
         for j in range(0, f4, 4):
             state = state + _GOLDEN
             bits = _mix64(state)

@@ -14,20 +14,23 @@ message per edge; the layers' parameters are those of the torch_geometric layers
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from shoal.graph.blocks import Block
-from shoal.nn.dropout import dropout, relu_dropout
+from shoal.nn.dropout import dropout, dropout_key, layer_key, relu_dropout
 
 __all__ = [
     "BlockGNN",
     "SumLayer",
     "gcn_adj_t",
+    "keyed_dropout",
     "layer_widths",
     "mean_aggregate",
     "mean_by_counts",
@@ -110,7 +113,13 @@ class BlockGNN(nn.Module):
     Subclasses implement :meth:`conv` (layer ``l`` on a block, without activation). Dropout
     (probability ``dropout``) is applied to every layer's input, the activation after every
     layer but the last, as in Kipf & Welling's and Veličković et al.'s reference models.
+    Inside :func:`keyed_dropout` the masks are keyed by (step key, layer, node id) from the
+    blocks' ``node_ids`` (:mod:`shoal.nn.dropout`); otherwise they come from torch's generator.
+    GAT's attention dropout (per edge, inside PyG's layer) is never keyed.
     """
+
+    #: The step's dropout key while inside :func:`keyed_dropout`, else None.
+    dropout_key: int | None = None
 
     activation = staticmethod(F.relu)
 
@@ -133,14 +142,27 @@ class BlockGNN(nn.Module):
         In evaluation mode this is convolution + activation, the exact layer-wise output.
         """
         if layer == 0:
-            x = dropout(x, self.dropout, self.training)
+            x = dropout(x, self.dropout, self.training, **self.dropout_site(0, block, x.shape[0]))
         h = self.conv(layer, x, block)
         if layer < self.num_layers - 1:
+            site = self.dropout_site(layer + 1, block, block.num_dst)
             if self.activation is F.relu:
-                h = relu_dropout(h, self.dropout, self.training)
+                h = relu_dropout(h, self.dropout, self.training, **site)
             else:
-                h = dropout(self.activation(h), self.dropout, self.training)
+                h = dropout(self.activation(h), self.dropout, self.training, **site)
         return h
+
+    def dropout_site(self, slot: int, block: Block, rows: int) -> dict[str, Any]:
+        """The keyword arguments of the dropout of layer ``slot``'s input, whose ``rows`` are
+        the first ``rows`` sources of ``block``: ``key`` and ``ids`` when keyed, else none."""
+        if self.dropout_key is None or not self.training or self.dropout == 0.0:
+            return {}
+        if block.node_ids is None:
+            raise ValueError(
+                "keyed dropout needs the node ids of every block (Block.node_ids); "
+                "the engine or trainer that entered keyed_dropout did not set them"
+            )
+        return {"key": layer_key(self.dropout_key, slot), "ids": block.node_ids[:rows]}
 
     def inference_split(self, layer: int) -> tuple[Callable | None, Callable]:
         """Split layer ``layer`` (eval mode) into a node-wise part and an aggregation part.
@@ -177,6 +199,24 @@ class BlockGNN(nn.Module):
     def dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[tuple[int, int]]:
         sizes = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         return list(zip(sizes[:-1], sizes[1:], strict=True))
+
+
+@contextmanager
+def keyed_dropout(model: nn.Module, seed: int, epoch: int, step: int = 0) -> Iterator[None]:
+    """Within the block, every :class:`BlockGNN` in ``model`` draws keyed dropout masks for
+    the step (run ``seed``, ``epoch``, ``step``; :func:`~shoal.nn.dropout.dropout_key`): a
+    node's mask at a layer depends on its id (``Block.node_ids``, the original numbering)
+    and the step only, not on which process computes it or how often. A module that is not a
+    BlockGNN is left as it is."""
+    key = dropout_key(seed, epoch, step)
+    mods = [m for m in model.modules() if isinstance(m, BlockGNN)]
+    for m in mods:
+        m.dropout_key = key
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.dropout_key = None
 
 
 def layer_widths(model: BlockGNN, in_dim: int) -> list[int]:

@@ -34,7 +34,8 @@ class SGC(BlockGNN):
 
     def layer_forward(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
         if layer == 0:
-            x = self.sgc.lin(dropout(x, self.dropout, self.training))
+            site = self.dropout_site(0, block, x.shape[0])
+            x = self.sgc.lin(dropout(x, self.dropout, self.training, **site))
         return gcn_propagate(x, block)
 
     def inference_split(self, layer: int):

@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from shoal.graph.blocks import Batch, MiniBatch
+from shoal.nn.base import keyed_dropout
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.prefetch import WindowPrefetcher
 
@@ -125,12 +126,25 @@ class BatchLoader:
 
 
 def train_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    *,
+    dropout_key: tuple[int, int, int] | None = None,
 ) -> tuple[float, int]:
-    """One optimisation step on a batch; returns (loss, number of correct predictions)."""
+    """One optimisation step on a batch; returns (loss, number of correct predictions).
+
+    ``dropout_key``: (run seed, epoch, step) to key the dropout masks by node id
+    (:func:`shoal.nn.base.keyed_dropout`; ``batch.mb.n_id`` must be original node ids), or
+    None (default) to draw them from torch's generator.
+    """
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    out = model(batch.x, batch.mb.blocks)
+    if dropout_key is None:
+        out = model(batch.x, batch.mb.blocks)
+    else:
+        with keyed_dropout(model, *dropout_key):
+            out = model(batch.x, batch.mb.with_node_ids())
     loss = F.cross_entropy(out, batch.y)
     loss.backward()
     optimizer.step()

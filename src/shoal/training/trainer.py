@@ -153,9 +153,13 @@ class Trainer:
         bar = progress(total=len(self.loader), desc=f"epoch {epoch + 1}", unit="batch",
                        enable=self.config.progress)  # fmt: skip
         t_epoch = time.perf_counter()
-        for batch in self.feed.iterate(self.loader.epoch(epoch)):
+        key = self.config.seed
+        for step, batch in enumerate(self.feed.iterate(self.loader.epoch(epoch))):
             t0 = time.perf_counter()
-            loss, ok = train_step(self.model, self.optimizer, batch)
+            # masks keyed by (seed, epoch, step, node): one batch per epoch is full-graph
+            # training, the same model as the fullgraph engine's on any number of processes
+            loss, ok = train_step(self.model, self.optimizer, batch,
+                                  dropout_key=(key, epoch, step))  # fmt: skip
             self.timer.add("forward_backward", time.perf_counter() - t0)
             n = len(batch.y)
             total_loss += loss * n
