@@ -1,5 +1,6 @@
 # shoal — two commands do everything on a fresh machine:
-#   make demo   create .venv, install shoal, run the pipeline on the bundled Cora dataset
+#   make demo   create .venv, install shoal, run the pipeline on the bundled Cora dataset:
+#               the five engines on a 2-process store, then shoal report (~2-3 min, 2 cores)
 #   make test   create/update .venv if needed and run the test suite
 PYTHON ?= python3
 VENV   := .venv
