@@ -9,6 +9,7 @@ import torch
 
 from shoal.distributed.blocked import PlannedGather
 from tests.distributed.helpers import run_world
+from tests.tolerance import accuracy_bounds, assert_within
 
 
 def _graph(make_graph, n: int = 400, dim: int = 5, seed: int = 1):
@@ -84,8 +85,11 @@ def test_blocked_two_ranks_equal_single_process(make_graph, make_store, model, p
                    normalize_features=True)  # fmt: skip
     # a tiny budget: many blocks, source ranges and halo chunks
     got = run_world(_dist, 2, store, model, 4096, splits, layers)
-    assert got[0] == got[1]
-    assert got[0] == pytest.approx(ref, abs=1e-12)
+    assert got[0] == got[1]  # all-reduced counts: the same on every rank
+    bounds = accuracy_bounds(ref_model, TrainData.from_graph_dir(g), splits, normalize=True)
+    for s in splits:  # the same predictions away from float ties
+        assert_within(ref[s], bounds[s], s)
+        assert_within(got[0][s], bounds[s], s)
     assert 0.0 < ref[splits[-1]] < 1.0
 
 

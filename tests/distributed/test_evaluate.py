@@ -12,6 +12,7 @@ from shoal.engines import EngineConfig, get_engine
 from shoal.store import Store
 from shoal.training import TrainConfig, TrainData, model_from_config
 from shoal.training.inference import evaluate
+from tests.tolerance import accuracy_bounds, assert_within
 
 
 def _random_graph(make_graph, n: int, dim: int, seed: int = 0):
@@ -44,7 +45,10 @@ def test_distributed_evaluation_equals_single_process(make_graph, make_store, mo
         eng = _engine(store, tc, ctx)
         eng.model.load_state_dict(ref_model.state_dict())
         got = eng.evaluate(("val", "test"))
-    assert got == pytest.approx(ref, abs=1e-12)
+    bounds = accuracy_bounds(ref_model, data, ("val", "test"), normalize=True)
+    for s in ("val", "test"):  # the same predictions away from float ties
+        assert_within(ref[s], bounds[s], s)
+        assert_within(got[s], bounds[s], s)
     assert 0.0 < got["test"] < 1.0
 
 

@@ -16,6 +16,7 @@ from shoal.store import Store
 from shoal.training import TrainConfig, TrainData, Trainer
 from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
+from tests.tolerance import accuracy_bounds, assert_within
 
 CFG = dict(model="sage", fanouts=(3, 3), batch_size=4, hidden=8, lr=0.05, dropout=0.0, seed=3,
            progress=False)  # fmt: skip
@@ -77,8 +78,11 @@ def test_one_process_equals_single_process_training(make_graph, make_store):
     g = community_graph(make_graph)
     store = make_store(np.zeros(g.num_nodes, np.int32), graph=g)
     got = run_world(_fit, 1, str(store), 4, {})[0]
-    ref = Trainer(TrainConfig(**CFG, epochs=4), TrainData.from_graph_dir(g)).fit()
-    assert got["test_accuracy"] == ref.test_accuracy
+    data = TrainData.from_graph_dir(g)
+    tr = Trainer(TrainConfig(**CFG, epochs=4), data)
+    ref = tr.fit()
+    # distributed and single-process evaluation sum in other orders
+    assert_within(got["test_accuracy"], accuracy_bounds(tr.model, data, ("test",))["test"])
     assert [h["loss"] for h in got["history"]] == pytest.approx(
         [h["loss"] for h in ref.history], rel=1e-5
     )

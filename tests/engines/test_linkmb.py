@@ -20,6 +20,7 @@ from shoal.training import TrainConfig
 from shoal.training.linktrainer import LinkConfig, LinkData, LinkTrainer
 from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
+from tests.tolerance import assert_within, link_metric_bounds
 
 
 @pytest.fixture
@@ -117,20 +118,23 @@ def _evaluate(rank, world, store, state):
 
 
 def test_distributed_mrr_equals_the_single_process_trainer(link_store):
+    """The distributed MRR and Hits@K lie within the range the single-process scores allow
+    when near-ties may flip, and that range is narrow (the ranks away from ties agree)."""
     split, store = link_store
     tc = _cfg()
     tr = LinkTrainer(tc, LinkConfig(scorer="mlp", eval_negatives=30, hits_k=5),
                      LinkData.from_graph_dir(split))  # fmt: skip
     tr.fit()
     ref = tr.evaluate(("val", "test"))
+    bounds = {s: link_metric_bounds(*sc, k=5) for s, sc in tr.scores(("val", "test")).items()}
     state = {**{f"encoder.{k}": v for k, v in tr.model.state_dict().items()},
              **{f"scorer.{k}": v for k, v in tr.scorer.state_dict().items()}}  # fmt: skip
-    for world in (1, 2):
-        got = run_world(_evaluate, world, str(store), state)
-        for r in got:
+    for world in (0, 1, 2):  # 0: the trainer itself
+        for r in [ref] if world == 0 else run_world(_evaluate, world, str(store), state):
             assert r.keys() == ref.keys()
-            for k in ref:
-                assert r[k] == pytest.approx(ref[k], abs=1e-6), (world, k)
+            for s, (mrr, hits) in bounds.items():
+                assert_within(r[s], mrr, (world, s), max_width=0.02)
+                assert_within(r[f"{s}_hits@5"], hits, (world, s), max_width=0.05)
     assert 0 < ref["val"] <= 1
 
 

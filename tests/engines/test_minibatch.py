@@ -10,9 +10,10 @@ from shoal.engines.base import EngineConfig
 from shoal.engines.minibatch import MinibatchEngine, split_training_nodes
 from shoal.sample import NeighborSampler
 from shoal.store import Store
-from shoal.training import TrainConfig, TrainData, Trainer
+from shoal.training import TrainConfig, TrainData, Trainer, model_from_config
 from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
+from tests.tolerance import accuracy_bounds, assert_within
 
 
 def test_two_level_split_keeps_own_nodes_and_equalises():
@@ -94,9 +95,14 @@ def test_one_process_one_part_equals_single_process_trainer(make_graph, make_sto
     )
     s = Store.open(store)
     assert (np.asarray(s.node_map) == np.arange(g.num_nodes)).all()
-    ref = Trainer(tc, TrainData.from_graph_dir(g)).fit()
-    assert got["test_accuracy"] == ref.test_accuracy
-    assert got["val_accuracy"] == ref.val_accuracy
+    data = TrainData.from_graph_dir(g)
+    tr = Trainer(tc, data)
+    ref = tr.fit()
+    # distributed and single-process evaluation sum in other orders: the same predictions
+    # away from float ties
+    bounds = accuracy_bounds(tr.model, data, ("val", "test"), normalize=tc.normalize_features)
+    assert_within(got["test_accuracy"], bounds["test"], "test")
+    assert_within(got["val_accuracy"], bounds["val"], "val", max_width=0.15)
     assert [h["loss"] for h in got["history"]] == pytest.approx(
         [h["loss"] for h in ref.history], rel=1e-5
     )
@@ -146,9 +152,8 @@ def test_two_processes_sample_like_one_and_learn(make_store):
     assert comm["allreduce_bytes"] > 0
 
 
-def _full_batch_fit(rank: int, world: int, store: str):
-    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(
+def _full_batch_config() -> TrainConfig:
+    return TrainConfig(
         model="sage",
         fanouts=(-1, -1),
         batch_size=64,  # every rank's share in one batch
@@ -160,25 +165,35 @@ def _full_batch_fit(rank: int, world: int, store: str):
         eval_every=2,
         progress=False,
     )
-    return MinibatchEngine(Store.open(store), EngineConfig(train=tc), ctx).fit().to_json()
 
 
-def test_sync_sgd_equals_one_process_large_batch(make_store):
+def _full_batch_fit(rank: int, world: int, store: str):
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    eng = MinibatchEngine(Store.open(store), EngineConfig(train=_full_batch_config()), ctx)
+    return eng.fit().to_json(), eng.model.state_dict()
+
+
+def test_sync_sgd_equals_one_process_large_batch(make_graph, make_store):
     """Without dropout and with full neighbourhoods, 2 ranks with equal halves of the training
     nodes all-reduce exactly the gradient 1 rank computes on all of them: the loss curve and
     the accuracy must not depend on the world size (this catches any wrong remote sample,
     feature row or label)."""
-    store = str(make_store(parts=2))
-    one = run_world(_full_batch_fit, 1, store)[0]
-    two = run_world(_full_batch_fit, 2, store)
-    assert two[0]["test_accuracy"] == two[1]["test_accuracy"]
+    g = community_graph(make_graph)
+    store = str(make_store(parts=2, graph=g))
+    one, weights = run_world(_full_batch_fit, 1, store)[0]
+    two = [r for r, _ in run_world(_full_batch_fit, 2, store)]
+    assert two[0]["test_accuracy"] == two[1]["test_accuracy"]  # all-reduced counts
     assert [h["loss"] for h in two[0]["history"]] == pytest.approx(
         [h["loss"] for h in one["history"]], rel=1e-4
     )
-    assert [h.get("val_accuracy") for h in two[0]["history"]] == [
-        h.get("val_accuracy") for h in one["history"]
-    ]
-    assert two[0]["test_accuracy"] == one["test_accuracy"]
+    # the gradients are summed in another order: the same predictions away from float ties
+    model = model_from_config(_full_batch_config(), in_dim=4, out_dim=2)
+    model.load_state_dict(weights)
+    data = TrainData.from_graph_dir(g)
+    bounds = accuracy_bounds(model, data, ("val", "test"))
+    assert two[0]["best_epoch"] == one["best_epoch"]
+    assert_within(two[0]["test_accuracy"], bounds["test"], "test")
+    assert_within(two[0]["val_accuracy"], bounds["val"], "val", max_width=0.15)
 
 
 def _sampled_edges(rank: int, world: int, store: str, fanouts: tuple[int, ...]):

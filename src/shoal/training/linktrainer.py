@@ -288,9 +288,19 @@ class LinkTrainer:
                                                    self.data.num_nodes, self.link.eval_negatives)  # fmt: skip
         return self._eval_neg[split]
 
-    @torch.no_grad()
     def evaluate(self, splits: tuple[str, ...]) -> dict[str, float]:
         """MRR per split (and ``<split>_hits@K``) from exact layer-wise embeddings."""
+        out: dict[str, float] = {}
+        for s, (sp, sq) in self.scores(splits).items():
+            m = mrr_hits(sp, sq, ks=(self.link.hits_k,))
+            out[s] = m["mrr"]
+            out[f"{s}_hits@{self.link.hits_k}"] = m[f"hits@{self.link.hits_k}"]
+        return out
+
+    @torch.no_grad()
+    def scores(self, splits: tuple[str, ...]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Per split, the scores of its held-out positives ``(n,)`` and of each one's
+        negatives ``(n, K)`` from exact layer-wise embeddings (what :meth:`evaluate` ranks)."""
         self.scorer.eval()
         held = {s: np.asarray(self.data.val_edges if s == "val" else self.data.test_edges,
                               dtype=np.int64) for s in splits}  # fmt: skip
@@ -304,16 +314,14 @@ class LinkTrainer:
             normalize_features=self.config.normalize_features and self.embedding is None,
             batch_size=self.config.eval_batch_size, scratch_dir=self.config.scratch_dir,
         ))  # fmt: skip
-        out: dict[str, float] = {}
+        out = {}
         for s in splits:
             p, q = held[s], negs[s]
             u = torch.from_numpy(np.searchsorted(nodes, p[:, 0]))
             sp = scorer(emb[u], emb[torch.from_numpy(np.searchsorted(nodes, p[:, 1]))])
             uq = u.repeat_interleave(q.shape[1])
             sq = scorer(emb[uq], emb[torch.from_numpy(np.searchsorted(nodes, q.ravel()))])
-            m = mrr_hits(sp, sq.view(len(p), -1), ks=(self.link.hits_k,))
-            out[s] = m["mrr"]
-            out[f"{s}_hits@{self.link.hits_k}"] = m[f"hits@{self.link.hits_k}"]
+            out[s] = (sp.cpu(), sq.view(len(p), -1).cpu())
         return out
 
     def state(self) -> dict[str, Any]:
