@@ -9,7 +9,12 @@ import torch
 from shoal.training import TrainConfig
 from shoal.training.config import PRESETS, preset_defaults
 from shoal.training.loop import EpochLoop, LoopState, eval_work_ratio
-from shoal.training.presets import AUTO_NORMALIZE_MAX_NNZ, auto_normalize, resolve_for_data
+from shoal.training.presets import (
+    AUTO_NORMALIZE_MAX_NNZ,
+    LINK_PRESET,
+    auto_normalize,
+    resolve_for_data,
+)
 
 
 def test_paper_preset_gives_each_model_its_papers_settings():
@@ -36,6 +41,22 @@ def test_large_preset_and_explicit_values_win():
     for model in ("gcn", "gat", "sage", "gin", "sgc"):
         for preset in PRESETS:
             TrainConfig(model=model, **preset_defaults(model, preset))  # all valid
+
+
+def test_link_task_has_the_settings_that_beat_adamic_adar():
+    """--task link: the settings of bench/results/linkpred.md over the model's paper preset;
+    the node task keeps its own; explicit values win."""
+    link = TrainConfig(task="link")
+    got = {k: getattr(link, k) for k in LINK_PRESET}
+    assert got == {"fanouts": (10, 5), "hidden": 64, "batch_size": 512, "lr": 0.005,
+                   "dropout": 0.0, "weight_decay": 0.0, "epochs": 20, "min_steps": 0}  # fmt: skip
+    node = TrainConfig()
+    assert (node.batch_size, node.dropout, node.fanouts) == (1024, 0.5, (25, 10))
+    mine = TrainConfig(task="link", batch_size=64, dropout=0.2, model="gcn")
+    assert (mine.batch_size, mine.dropout, mine.lr, mine.normalize_features) == (
+        64, 0.2, 0.005, "auto")  # fmt: skip
+    big = TrainConfig(task="link", preset="large")
+    assert (big.fanouts, big.batch_size) == ((15, 10, 5), 512)
 
 
 def _bag_of_words(rows: int, nnz: int, width: int = 200) -> np.ndarray:

@@ -45,6 +45,33 @@ def test_link_prediction_learns_and_reports_mrr(cora_link, scorer):
     json.dumps(d)  # serialisable
 
 
+def _adamic_adar(data: LinkData, u: int, v: int) -> float:
+    """Adamic & Adar (2003) by the definition: common neighbours w, 1 / log(deg(w))."""
+    ip, ix = np.asarray(data.indptr), np.asarray(data.indices)
+    nb = lambda a: set(ix[ip[a] : ip[a + 1]].tolist())  # noqa: E731
+    return sum(1.0 / np.log(max(ip[w + 1] - ip[w], 2)) for w in nb(u) & nb(v))
+
+
+def test_baseline_is_adamic_adar_on_the_same_negatives(cora_link):
+    from shoal.training.linkmetrics import mrr_hits
+    from shoal.training.linktrainer import eval_negatives
+
+    data = LinkData.from_graph_dir(cora_link)
+    r = LinkTrainer(cfg(epochs=1, seed=3), LinkConfig(eval_negatives=20), data).fit()
+    pos = np.asarray(data.test_edges, np.int64)
+    neg = eval_negatives(3, "test", len(pos), data.num_nodes, 20)
+    sp = [_adamic_adar(data, u, v) for u, v in pos.tolist()]
+    sq = [[_adamic_adar(data, u, w) for w in row] for u, row in zip(pos[:, 0], neg.tolist())]
+    want = mrr_hits(np.array(sp), np.array(sq), ks=(50,))
+    assert r.metrics["baseline_test_mrr"] == pytest.approx(want["mrr"], rel=1e-9)
+    assert r.metrics["baseline_test_hits@50"] == pytest.approx(want["hits@50"])
+    assert 0.2 < want["mrr"] < 0.9  # Adamic-Adar ranks Cora's edges well above chance
+    none = LinkTrainer(cfg(epochs=1), LinkConfig(baseline="none"), data).fit()
+    assert "baseline_test_mrr" not in none.metrics
+    with pytest.raises(ValueError, match="valid names"):
+        LinkConfig(baseline="jaccard")
+
+
 def test_evaluation_negatives_are_fixed_and_selection_restores_the_scorer(cora_link):
     data = LinkData.from_graph_dir(cora_link)
     tr = LinkTrainer(cfg(epochs=1), LinkConfig(scorer="mlp"), data)
@@ -80,6 +107,7 @@ def test_cli_task_link_and_toml(cora_link, tmp_path, run_cli):
     assert r["config"]["task"] == "link" and r["config"]["link_scorer"] == "mlp"
     assert r["config"]["link_eval_negatives"] == 20 and "test_hits@10" in r and "test_mrr" in r
     assert r["epochs"] == 2 and "test_mrr" in err
+    assert "baseline adamic-adar: test_mrr=" in err and 0 < r["baseline_test_mrr"] < 1
     code, _, err = run_cli("train", "--store", tmp_path, "--task", "link", "--engine", "hec")
     assert code == 2 and "does not support --task link" in err and "--engine minibatch" in err
     bad = tmp_path / "bad.toml"

@@ -7,7 +7,9 @@ import argparse
 
 from shoal.nn.linkpred import LOSSES, SCORERS
 from shoal.training.linkbatches import NEGATIVE_SAMPLERS
+from shoal.training.linkheuristics import HEURISTICS
 from shoal.training.linktrainer import LinkConfig
+from shoal.training.presets import LINK_PRESET
 
 __all__ = ["add_link_arguments", "link_config_from_args"]
 
@@ -15,16 +17,22 @@ __all__ = ["add_link_arguments", "link_config_from_args"]
 _FIELDS = {"scorer": "scorer", "link_loss": "loss", "margin": "margin", "num_neg": "num_neg",
            "negatives": "negatives", "eval_negatives": "eval_negatives", "hits_k": "hits_k",
            "embedding_dim": "embedding_dim", "embedding_dir": "embedding_dir",
-           "embedding_optimizer": "embedding_optimizer", "embedding_lr": "embedding_lr"}  # fmt: skip
+           "embedding_optimizer": "embedding_optimizer", "embedding_lr": "embedding_lr",
+           "baseline": "baseline"}  # fmt: skip
 
 
 def add_link_arguments(g: argparse._ArgumentGroup) -> None:
     d = LinkConfig()
+    p = LINK_PRESET
     g.add_argument(
         "--task",
         choices=["node", "link"],
         help="node classification (default) or link prediction on a graph split by `shoal "
-        "data split-edges` (one process with --graph; --store with --engine minibatch)",
+        "data split-edges` (one process with --graph; --store with --engine minibatch); link "
+        "sets its own defaults over the preset's: fanouts "
+        f"{','.join(map(str, p['fanouts']))}, hidden {p['hidden']}, batches of "
+        f"{p['batch_size']} edges, lr {p['lr']}, dropout {p['dropout']}, weight decay "
+        f"{p['weight_decay']}, {p['epochs']} epochs",
     )
     g.add_argument("--scorer", choices=sorted(SCORERS),
                    help=f"link: edge scorer, dot product or an MLP on h_u * h_v (default {d.scorer})")  # fmt: skip
@@ -46,6 +54,13 @@ def add_link_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--eval-negatives", type=int,
                    help="link: uniform negatives each held-out edge is ranked against for MRR "
                    f"and Hits@K, fixed per split (default {d.eval_negatives})")  # fmt: skip
+    g.add_argument(
+        "--baseline",
+        choices=[*HEURISTICS, "none"],
+        help="link, one process: a heuristic scored at the end on the test edges against the "
+        "same negatives, printed beside the model's test MRR: the score to beat "
+        f"(default {d.baseline})",
+    )
     g.add_argument(
         "--hits-k", type=int, help=f"link: the K of the reported Hits@K (default {d.hits_k})"
     )

@@ -40,16 +40,19 @@ def announce(config: TrainConfig) -> None:
     if os.environ.get("SHOAL_QUIET"):
         return
     c = config
-    ev = ("auto (k epochs, from the graph's sizes: about a fifth of the run or less)"
+    ev = ("auto (every k epochs, k from the graph's sizes: about a fifth of the run or less)"
           if c.eval_every == "auto" else f"every {c.eval_every} epoch(s)")  # fmt: skip
     feats = {True: "row-normalised", False: "as stored"}.get(
         c.normalize_features, "auto (row-normalised if sparse bag-of-words)"
     )
     epochs = f"{c.epochs} epochs" + (f" (at least {c.min_steps} steps)" if c.min_steps else "")
-    print(f"shoal train: {c.model_factory or c.model}, preset {c.preset}: {c.num_layers} "
+    link = c.task == "link"
+    print(f"shoal train: {c.model_factory or c.model}, preset {c.preset}"
+          f"{' with the link task' if link else ''}: {c.num_layers} "
           f"layers, fanouts {','.join(map(str, c.fanouts))}, hidden {c.hidden}"
           f"{f', heads {c.heads}' if c.model == 'gat' else ''}, dropout {c.dropout}, lr {c.lr}, "
-          f"weight decay {c.weight_decay}, {epochs}, batch {c.batch_size}, features {feats}; "
+          f"weight decay {c.weight_decay}, {epochs}, batch {c.batch_size}"
+          f"{' edges' if link else ''}, features {feats}; "
           f"evaluation {ev}",
           file=sys.stderr)  # fmt: skip
 
@@ -105,10 +108,17 @@ def _run_link(args: argparse.Namespace, config: TrainConfig) -> int:
     result = LinkTrainer(config, link, LinkData.from_graph_dir(args.graph)).fit().to_json()
     result["graph"] = str(args.graph)
     k = link.hits_k
+    base = result.get("baseline_test_mrr")
     print(f"test_mrr={result['test_mrr']:.4f} val_mrr={result['val_mrr']:.4f} "
           f"test_hits@{k}={result[f'test_hits@{k}']:.4f} epochs={result['epochs']} "
           f"best_epoch={result['best_epoch']} seconds_per_epoch={result['seconds_per_epoch']:.3f}",
           file=sys.stderr)  # fmt: skip
+    if base is not None:
+        print(
+            f"baseline {link.baseline}: test_mrr={base:.4f} on the same test edges and "
+            f"negatives ({'below' if base < result['test_mrr'] else 'not below'} the model)",
+            file=sys.stderr,
+        )
     write_json_output(args.json, result)
     if getattr(args, "report", None):
         report_after_run(args.report, result, json_path=args.json)

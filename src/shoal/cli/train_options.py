@@ -17,6 +17,7 @@ from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training import TrainConfig
 from shoal.training.config import PRESETS
+from shoal.training.presets import LINK_PRESET
 from shoal.utils.device import check_device_spec
 
 __all__ = ["CONFIG_FLAGS", "add_train_arguments", "config_from_args"]
@@ -118,7 +119,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
         help="train at least this many optimizer steps: the epochs grow on a small training "
         "set (default: the preset's when --epochs is not given, 200 for sage; else 0)",
     )
-    g.add_argument("--batch-size", type=int, help=f"seeds per batch (default {d.batch_size})")
+    g.add_argument(
+        "--batch-size",
+        type=int,
+        help=f"seeds per batch (default {d.batch_size}; positive edges with --task link, "
+        f"default {LINK_PRESET['batch_size']})",
+    )
     g.add_argument("--lr", type=float, help="Adam learning rate (default: the preset's)")
     g.add_argument("--dropout", type=float, help="dropout (default: the preset's)")
     g.add_argument("--weight-decay", type=float, help="L2 penalty (default: the preset's)")

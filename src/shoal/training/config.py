@@ -52,7 +52,8 @@ class TrainConfig:
         fanouts_order: how ``fanouts`` is written: ``"hop-first"`` (default) or
             ``"input-first"`` (DGL's order, for ported scripts); an input-first list is
             reversed on construction, after which the config holds ``"hop-first"``.
-        batch_size: training seeds per mini-batch (default 1024).
+        batch_size: training seeds per mini-batch (positive edges for ``task="link"``)
+            (default: the preset's: 1024 seeds; 512 edges for links).
         hidden: hidden width (default: the preset's).
         heads: attention heads of GAT's hidden layers (default: the preset's, 8).
         epochs: maximum number of epochs (default: the preset's).
@@ -183,7 +184,7 @@ class TrainConfig:
     preset: str = "paper"
     fanouts: tuple[int, ...] | None = None
     fanouts_order: str = "hop-first"
-    batch_size: int = 1024
+    batch_size: int | None = None
     hidden: int | None = None
     epochs: int | None = None
     lr: float | None = None
@@ -325,7 +326,7 @@ class TrainConfig:
         """Fill the hyper-parameters left ``None`` from the preset; parse ``eval_every``."""
         if self.min_steps is None and self.epochs is not None:
             self.min_steps = 0  # epochs given: exactly those
-        for name, value in preset_defaults(self.model, self.preset).items():
+        for name, value in preset_defaults(self.model, self.preset, self.task).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
         if self.eval_every != "auto":

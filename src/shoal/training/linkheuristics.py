@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["HEURISTICS", "heuristic_scores"]
+__all__ = ["HEURISTICS", "heuristic_ranking_scores", "heuristic_scores"]
 
 HEURISTICS = ("common-neighbours", "adamic-adar")
 
@@ -72,3 +72,25 @@ def heuristic_scores(indptr: np.ndarray, indices: np.ndarray, pairs: np.ndarray,
     if len(p):
         _scores(np.asarray(indptr, np.int64), indices, p, how == "adamic-adar", out)
     return out
+
+
+def heuristic_ranking_scores(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    pos: np.ndarray,
+    neg: np.ndarray,
+    how: str = "adamic-adar",
+    chunk: int = 1 << 14,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The heuristic's scores of the held-out positives ``pos`` ``(n, 2)`` and of each one's
+    negative candidates ``neg`` ``(n, K)`` (pairs ``(pos[i, 0], neg[i, j])``), as a learned
+    scorer ranks them (:func:`shoal.training.linkmetrics.mrr_hits`); ``chunk`` positives at
+    a time, so memory is that chunk's pairs."""
+    pos, neg = np.asarray(pos, np.int64), np.asarray(neg, np.int64)
+    sp, sq = np.zeros(len(pos)), np.zeros(neg.shape)
+    for s in range(0, len(pos), chunk):
+        p, q = pos[s : s + chunk], neg[s : s + chunk]
+        sp[s : s + chunk] = heuristic_scores(indptr, indices, p, how)
+        pairs = np.stack([np.repeat(p[:, 0], q.shape[1]), q.ravel()], axis=1)
+        sq[s : s + chunk] = heuristic_scores(indptr, indices, pairs, how).reshape(q.shape)
+    return sp, sq

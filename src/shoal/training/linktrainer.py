@@ -12,6 +12,7 @@ evaluation), scored from exact layer-wise embeddings. The loop, best-validation 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, fields
@@ -40,6 +41,7 @@ from shoal.training.embedding import (
 )
 from shoal.training.inference import layerwise_inference
 from shoal.training.linkbatches import NEGATIVE_SAMPLERS, LinkBatchLoader
+from shoal.training.linkheuristics import HEURISTICS, heuristic_ranking_scores
 from shoal.training.linkmetrics import mrr_hits
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
@@ -57,6 +59,8 @@ __all__ = [
     "eval_negative_chunk",
     "eval_negatives",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -77,6 +81,9 @@ class LinkConfig:
             beside the graph directory; an existing table is reopened only with ``resume``).
         embedding_optimizer: ``adam`` (sparse Adam, default) or ``adagrad``.
         embedding_lr: learning rate of the table (default: the model's ``lr``).
+        baseline: a heuristic scored on the test edges against the same negatives at the end
+            of :meth:`LinkTrainer.fit`, the score a learned model must beat:
+            ``adamic-adar`` (default), ``common-neighbours`` or ``none``.
     """
 
     scorer: str = "dot"
@@ -90,6 +97,7 @@ class LinkConfig:
     embedding_dir: str | None = None
     embedding_optimizer: str = "adam"
     embedding_lr: float | None = None
+    baseline: str = "adamic-adar"
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> LinkConfig:
@@ -115,6 +123,11 @@ class LinkConfig:
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: "
                                  f"{', '.join(sorted(valid))}")  # fmt: skip
+        if self.baseline not in (*HEURISTICS, "none"):
+            raise ValueError(
+                f"unknown baseline {self.baseline!r}; valid names: "
+                f"{', '.join((*HEURISTICS, 'none'))}"
+            )
         if self.embedding_optimizer not in ("adam", "adagrad"):
             raise ValueError(f"unknown embedding_optimizer {self.embedding_optimizer!r}; "
                              "valid names: adagrad, adam")  # fmt: skip
@@ -351,6 +364,29 @@ class LinkTrainer:
                                fanouts=self.config.fanouts)  # fmt: skip
 
     def fit(self) -> RunResult:
+        """Train and evaluate (the best validation epoch), then score the ``baseline``
+        heuristic on the test edges (``metrics["baseline_test_mrr"]`` and its Hits@K)."""
         settings = {"task": "link", **{f"link_{k}": v for k, v in vars(self.link).items()}}
-        return EpochLoop(self, self.config, identity={"task": "link", "name": self.data.name},
-                         settings=settings).fit()  # fmt: skip
+        result = EpochLoop(
+            self, self.config, identity={"task": "link", "name": self.data.name}, settings=settings
+        ).fit()
+        if self.link.baseline != "none":
+            t0 = time.perf_counter()
+            pos = np.asarray(self.data.test_edges, np.int64)
+            sp, sq = heuristic_ranking_scores(
+                self.data.indptr,
+                self.data.indices,
+                pos,
+                self._negatives("test", pos),
+                self.link.baseline,
+            )
+            m = mrr_hits(sp, sq, ks=(self.link.hits_k,))
+            result.metrics["baseline_test_mrr"] = m["mrr"]
+            result.metrics[f"baseline_test_hits@{self.link.hits_k}"] = m[f"hits@{self.link.hits_k}"]
+            log.info(
+                "%s on the test edges: MRR %.4f (%.1fs)",
+                self.link.baseline,
+                m["mrr"],
+                time.perf_counter() - t0,
+            )
+        return result
