@@ -71,13 +71,20 @@ most nodes, the result is close to METIS on a 10% edge sample.
 Commands::
 
     python bench/grem_reference.py selftest               # tiny hand-built graphs
-    nice -n 10 python bench/grem_reference.py run         # 9 reference graphs, p = 4, 8, 16
-    python bench/grem_reference.py run --graphs mesh_wing --parts 4
+    nice -n 10 python bench/grem_reference.py run --seeds 0 1 2   # every family, both orders
+    python bench/grem_reference.py run --set nine --orders random  # the nine graphs only
+    python bench/grem_reference.py run --graphs mesh_wing wiki_vote@sorted --parts 4
     python bench/grem_reference.py report                 # rewrite the .md from the .json
 
-Results: ``bench/results/grem_reference.json`` and ``.md`` (rewritten after every run; ``run``
-skips the (graph, p, variant) runs already in the JSON unless ``--redo``). Scratch (shoal's
-assignment directories): ``bench/work/grem_ref/``.
+Graphs: bench/partition.py's family benchmark (``FAMILIES``, issue 31): the nine reference
+graphs and held-out graphs of every family, each in two stream orders (shuffled, and
+``NAME@sorted`` as ``shoal data import --dedup`` writes it); prepared by its
+``prepare_graph`` under ``bench/work/partition/graphs``. shoal runs in this process through
+:func:`shoal.partition.run.run_partition`, exactly what ``shoal partition --algo grem`` runs
+(:data:`SHOAL_VARIANTS`: the defaults and the ``seed_history`` ablation).
+
+Results: ``bench/results/grem_reference.json`` and ``.md`` (rewritten after every graph;
+``run`` skips the (graph, p, variant, seed) runs already in the JSON unless ``--redo``).
 """
 
 from __future__ import annotations
@@ -87,8 +94,6 @@ import json
 import math
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -104,7 +109,6 @@ import partition as bench_partition  # noqa: E402  (bench/partition.py)
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-SCRATCH = REPO / "bench" / "work" / "grem_ref"
 #: bench/partition.py prepares (and keeps) its graphs here; the same files are used.
 PARTITION_WORK = REPO / "bench" / "work" / "partition"
 #: The graphs of bench/partition.py's reference table (issue 3 / 16).
@@ -598,54 +602,55 @@ def load_edges(path: Path) -> tuple[np.ndarray, np.ndarray, int, str]:
     return e[:, 0].astype(np.int64), e[:, 1].astype(np.int64), int(g.num_nodes), digest
 
 
-def shoal_bin() -> list[str]:
-    exe = Path(sys.executable).with_name("shoal")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "shoal"]
+#: shoal configurations compared with the reference: label -> ``--option`` values of
+#: ``shoal partition --algo grem`` (``shoal``: the defaults).
+SHOAL_VARIANTS: dict[str, dict[str, Any]] = {
+    "shoal": {},
+    "shoal_no_seed_history": {"seed_history": False},
+    "shoal_seed_history": {"seed_history": True},
+}
 
 
-def run_shoal(path: Path, parts: int, src: np.ndarray, dst: np.ndarray) -> dict[str, Any]:
-    out = SCRATCH / f"{path.name}.p{parts}.assignment"
-    js = SCRATCH / f"{path.name}.p{parts}.json"
-    shutil.rmtree(out, ignore_errors=True)
-    js.unlink(missing_ok=True)
-    shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
-    args = ["partition", str(shown), "--algo", "grem", "--parts", str(parts), "--seed", "0"]
-    cmd = [*shoal_bin(), *args, "--out", str(out), "--json", str(js)]
+def shoal_command(parts: int, seed: int, options: dict[str, Any]) -> str:
+    opts = "".join(f" --option {k}={str(v).lower()}" for k, v in options.items())
+    return f"shoal partition GRAPH --algo grem --parts {parts} --seed {seed}{opts}"
+
+
+def run_shoal(
+    path: Path, parts: int, seed: int, options: dict[str, Any], src: np.ndarray, dst: np.ndarray
+) -> dict[str, Any]:
+    """shoal's GREM as ``shoal partition GRAPH --algo grem --parts P --seed S [--option
+    K=V]`` runs it (:func:`shoal.partition.run.run_partition` with the CLI's configuration:
+    GREM, then the 1.10 balance post-pass, no restreaming refinement), in this process, without
+    the metrics pass (the cut is computed here, as for the reference)."""
+    from shoal.partition.run import run_partition
+
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    wall = time.perf_counter() - t0
-    rec: dict[str, Any] = {
-        "command": "shoal " + " ".join(args) + " --out OUT --json FILE",
-        "returncode": proc.returncode,
-        "wall_seconds": wall,
-    }
-    if proc.returncode != 0:
-        rec["error"] = proc.stderr[-1500:]
-        return rec
-    a = np.load(out / "node_part.npy").astype(np.int64)
-    m = json.loads(js.read_text())
-    f, c, t = edge_cut(src, dst, a)
-    rec.update(
-        cut=f,
-        cut_edges=c,
-        balance=node_balance(a, parts),
-        parts_used=int(len(np.unique(a))),
-        seconds=float(m.get("seconds", float("nan"))),
-        seconds_per_phase=m.get("seconds_per_phase"),
-        reported_cut=m.get("edge_cut"),
-        moved_by_balance=m.get("moved_by_balance"),
+    res = run_partition(
+        path, "grem", num_parts=parts, seed=seed, metrics=False, show_progress=False, **options
     )
-    shutil.rmtree(out, ignore_errors=True)
-    js.unlink(missing_ok=True)
-    return rec
+    wall = time.perf_counter() - t0
+    a = res.assignment.node_part.astype(np.int64)
+    f, c, t = edge_cut(src, dst, a)
+    return {
+        "command": shoal_command(parts, seed, options),
+        "options": options,
+        "cut": f,
+        "cut_edges": c,
+        "balance": node_balance(a, parts),
+        "parts_used": int(len(np.unique(a))),
+        "seconds": wall,
+        "seconds_per_phase": res.metrics.get("seconds_per_phase"),
+        "moved_by_balance": res.metrics.get("moved_by_balance"),
+    }
 
 
 def run_reference(
-    src: np.ndarray, dst: np.ndarray, n: int, parts: int, options: dict[str, Any]
+    src: np.ndarray, dst: np.ndarray, n: int, parts: int, seed: int, options: dict[str, Any]
 ) -> dict[str, Any]:
     stats: dict[str, Any] = {}
     c0, t0 = time.process_time(), time.perf_counter()
-    a = grem_reference(src, dst, n, parts, window_frac=0.1, seed=0, options=options, stats=stats)
+    a = grem_reference(src, dst, n, parts, window_frac=0.1, seed=seed, options=options, stats=stats)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     f, c, t = edge_cut(src, dst, a)
     return {
@@ -665,120 +670,301 @@ def _fmt(x: float | None, spec: str = ".4f") -> str:
     return "—" if x is None else format(x, spec)
 
 
+# --------------------------------------------------------------------------- report
+def _order(graph: str) -> str:
+    return "sorted" if graph.endswith(bench_partition.SORTED_SUFFIX) else "random"
+
+
+class _Runs:
+    """The runs of the JSON indexed by (graph, p, variant): cut, balance, seconds, ... as
+    means over the seeds that every variant of that (graph, p) has."""
+
+    def __init__(self, runs: list[dict[str, Any]]) -> None:
+        self.by: dict[tuple[str, int, str], dict[int, dict[str, Any]]] = {}
+        for r in runs:
+            if "cut" in r:
+                key = (r["graph"], r["parts"], r["variant"])
+                self.by.setdefault(key, {})[int(r.get("seed", 0))] = r
+
+    def graphs(self) -> list[str]:
+        return sorted({k[0] for k in self.by})
+
+    def seeds(self, graph: str, p: int, variants: list[str]) -> list[int]:
+        sets = [set(self.by.get((graph, p, v), {})) for v in variants]
+        return sorted(set.intersection(*sets)) if sets else []
+
+    def mean(self, graph: str, p: int, variant: str, key: str, seeds: list[int]) -> float | None:
+        recs = self.by.get((graph, p, variant), {})
+        vals = [recs[s][key] for s in seeds if s in recs and key in recs[s]]
+        return float(mean(vals)) if vals and len(vals) == len(seeds) else None
+
+    def ratio(self, graph: str, p: int, variant: str) -> tuple[float, list[int]] | None:
+        """Variant cut / reference cut, both means over the seeds they share."""
+        seeds = self.seeds(graph, p, ["ref", variant])
+        if not seeds:
+            return None
+        r = self.mean(graph, p, "ref", "cut", seeds)
+        s = self.mean(graph, p, variant, "cut", seeds)
+        return (s / r if r else float("nan")), seeds
+
+
+def _graph_order(names: list[str]) -> list[str]:
+    """Family order of bench/partition.py, the random stream order before the sorted one."""
+    fam = bench_partition.FAMILY_GRAPHS
+    key = {g: i for i, g in enumerate(fam)}
+
+    def k(name: str) -> tuple[int, int, str]:
+        base = bench_partition.base_name(name)
+        return (key.get(base, len(fam)), _order(name) == "sorted", name)
+
+    return sorted(names, key=k)
+
+
+def _choice_section(
+    L: list[str], R: _Runs, graphs: list[str], parts: list[int], variants: list[str]
+) -> None:
+    L.append("## The target: shoal cut within 1.10x of the reference, every graph and p\n")
+    L.append(
+        "Per (graph, p): shoal's cut / the reference's cut, each the mean over the seeds. "
+        "*within 1.10x*: how many (graph, p) cells hold it; *mean*, *max*: over the cells; "
+        "*single runs*: the same per (graph, p, seed), i.e. one run of each against one run "
+        "of the reference with the same seed; *seed 0*: only the runs with `--seed 0`. "
+        "Held-out: graphs not in bench/partition.py's nine reference graphs.\n"
+    )
+    L.append(
+        "| shoal variant | graphs | order | cells | within 1.10x | mean ratio | max ratio | "
+        "single runs within 1.10x | seed 0: within 1.10x, max | cells > 1.10 |"
+    )
+    L.append("|---" * 10 + "|")
+    nine = set(REFERENCE_GRAPHS)
+    picks = (
+        ("the nine", lambda b: b in nine),
+        ("held-out", lambda b: b not in nine),
+        ("all", lambda b: True),
+    )
+    for v in variants:
+        for label, pick in picks:
+            for order in ("random", "sorted", "both"):
+                cells, runs, zero = [], [], []
+                for g in graphs:
+                    if not pick(bench_partition.base_name(g)):
+                        continue
+                    if order != "both" and _order(g) != order:
+                        continue
+                    for p in parts:
+                        rr = R.ratio(g, p, v)
+                        if rr is None:
+                            continue
+                        cells.append((g, p, rr[0]))
+                        for seed in rr[1]:
+                            r = R.mean(g, p, "ref", "cut", [seed])
+                            x = R.mean(g, p, v, "cut", [seed])
+                            runs.append(x / r if r else float("nan"))
+                            if seed == 0:
+                                zero.append(runs[-1])
+                if not cells:
+                    continue
+                ok = sum(c[2] <= 1.10 for c in cells)
+                bad = ", ".join(f"{g} p={p} ({r:.3f})" for g, p, r in cells if r > 1.10)
+                z = (
+                    f"{sum(x <= 1.10 for x in zero)} / {len(zero)}, {max(zero):.3f}"
+                    if zero
+                    else "—"
+                )
+                L.append(
+                    f"| {v} | {label} | {order} | {len(cells)} | {ok} | "
+                    f"{mean(c[2] for c in cells):.3f} | {max(c[2] for c in cells):.3f} | "
+                    f"{sum(x <= 1.10 for x in runs)} / {len(runs)} | {z} | {bad or '—'} |"
+                )
+
+
+def _family_section(
+    L: list[str], R: _Runs, graphs: list[str], parts: list[int], variants: list[str]
+) -> None:
+    L.append("\n## Per family\n")
+    L.append(
+        "Means over the family's graphs (each graph: mean over the seeds) of the reference's "
+        "cut, shoal's cut and shoal / reference (mean of the per-graph ratios, and the largest "
+        "of them).\n"
+    )
+    head = " | ".join(f"{v} cut | {v} / ref (max)" for v in variants)
+    L.append(f"| family | order | p | graphs | ref cut | {head} |")
+    L.append("|---" * (4 + 1 + 2 * len(variants)) + "|")
+    present = {bench_partition.base_name(g) for g in graphs}
+    nine = [g for g in REFERENCE_GRAPHS if g in present]
+    held = [g for g in bench_partition.FAMILY_GRAPHS if g in present and g not in nine]
+    groups = [(f, [g for g in gs if g in present]) for f, gs in bench_partition.FAMILIES.items()]
+    groups = [x for x in groups if x[1]]
+    groups += [("**the nine**", nine), ("**held-out**", held), ("**all**", nine + held)]
+    for fam, members in groups:
+        for order in ("random", "sorted"):
+            names = [
+                g + ("" if order == "random" else bench_partition.SORTED_SUFFIX) for g in members
+            ]
+            names = [g for g in names if g in graphs]
+            for p in parts:
+                refs, cols = [], {v: ([], []) for v in variants}
+                for g in names:
+                    seeds = R.seeds(g, p, ["ref", *variants])
+                    if not seeds:
+                        continue
+                    rc = R.mean(g, p, "ref", "cut", seeds)
+                    refs.append(rc)
+                    for v in variants:
+                        sc = R.mean(g, p, v, "cut", seeds)
+                        cols[v][0].append(sc)
+                        cols[v][1].append(sc / rc if rc else float("nan"))
+                if not refs:
+                    continue
+                cells = " | ".join(
+                    f"{mean(cols[v][0]):.4f} | {mean(cols[v][1]):.3f} ({max(cols[v][1]):.3f})"
+                    for v in variants
+                )
+                L.append(f"| {fam} | {order} | {p} | {len(refs)} | {mean(refs):.4f} | {cells} |")
+
+
+def _graph_section(
+    L: list[str], R: _Runs, graphs: list[str], parts: list[int], variants: list[str]
+) -> None:
+    L.append("\n## Every graph\n")
+    L.append(
+        "Means over the seeds. Balance = max part size / mean. Seconds: wall time of one run "
+        "(reference: the function; shoal: `run_partition`, partition + balance post-pass), "
+        "mean over the seeds, on a shared machine. *ref seeded*: share of the reference's "
+        "node placements (all bisections) made by the METIS seed of a first chunk; *ref "
+        "moves*: re-assignments of placed nodes by its greedy refinement (Alg. 1 lines 15-17), "
+        "all levels.\n"
+    )
+    head = " | ".join(f"{v} cut | {v} / ref" for v in variants)
+    L.append(
+        f"| graph | family | order | p | seeds | ref cut | {head} | ref bal | "
+        f"{variants[0]} bal | ref s | {variants[0]} s | ref seeded | ref moves |"
+    )
+    L.append("|---" * (8 + 2 * len(variants) + 4) + "|")
+    for g in graphs:
+        for p in parts:
+            seeds = R.seeds(g, p, ["ref", *variants])
+            if not seeds:
+                continue
+            rc = R.mean(g, p, "ref", "cut", seeds)
+            cells = []
+            for v in variants:
+                sc = R.mean(g, p, v, "cut", seeds)
+                cells.append(f"{sc:.4f} | {sc / rc if rc else float('nan'):.3f}")
+            v0 = variants[0]
+            seeded = R.mean(g, p, "ref", "seeded", seeds)
+            placed = R.mean(g, p, "ref", "placements", seeds)
+            L.append(
+                f"| {bench_partition.base_name(g)} | {bench_partition.family_of(g)} | "
+                f"{_order(g)} | {p} | {len(seeds)} | {rc:.4f} | {' | '.join(cells)} | "
+                f"{R.mean(g, p, 'ref', 'balance', seeds):.3f} | "
+                f"{R.mean(g, p, v0, 'balance', seeds):.3f} | "
+                f"{R.mean(g, p, 'ref', 'seconds', seeds):.2f} | "
+                f"{R.mean(g, p, v0, 'seconds', seeds):.2f} | "
+                f"{(seeded or 0) / (placed or 1):.0%} | {R.mean(g, p, 'ref', 'moves', seeds):.0f} |"
+            )
+
+
+def _sensitivity_section(L: list[str], R: _Runs, graphs: list[str], parts: list[int]) -> None:
+    alts = [v for v in VARIANTS if v != "ref"]
+    have = [v for v in alts if any(k[2] == v for k in R.by)]
+    if not have:
+        return
+    L.append("\n## Sensitivity: the reference under the alternative readings\n")
+    L.append(
+        "Mean cut over the graphs that have the run (seeds the variant shares with the main "
+        "reference), next to the main reference on the same graphs, and shoal (default) / that "
+        "variant (mean of ratios). See the choices below. `fixed_greedy` is not a reading but "
+        "the paper's baseline (Sec. 4.1, Fig. 6): the same stream with assignments frozen "
+        "after the first greedy choice (no refinement).\n"
+    )
+    L.append("| variant | order | p | graphs | variant cut | main ref cut | shoal / variant |")
+    L.append("|---|---|---|---|---|---|---|")
+    for v in have:
+        for order in ("random", "sorted"):
+            for p in parts:
+                vc, rc, sr = [], [], []
+                for g in graphs:
+                    if _order(g) != order:
+                        continue
+                    seeds = R.seeds(g, p, ["ref", v])
+                    if not seeds:
+                        continue
+                    vc.append(R.mean(g, p, v, "cut", seeds))
+                    rc.append(R.mean(g, p, "ref", "cut", seeds))
+                    s = R.mean(g, p, "shoal", "cut", seeds)
+                    if s is not None and vc[-1]:
+                        sr.append(s / vc[-1])
+                if vc:
+                    L.append(
+                        f"| {v} | {order} | {p} | {len(vc)} | {mean(vc):.4f} | {mean(rc):.4f} | "
+                        f"{_fmt(mean(sr) if sr else None, '.3f')} |"
+                    )
+
+
+def _dump(data: dict[str, Any]) -> str:
+    """The results JSON: the meta indented, one run per line (thousands of runs)."""
+    runs = ",\n".join(json.dumps(r, separators=(",", ":")) for r in data["runs"])
+    return f'{{"meta": {json.dumps(data["meta"], indent=1)},\n"runs": [\n{runs}\n]}}\n'
+
+
 def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
     path_json.parent.mkdir(parents=True, exist_ok=True)
     tmp = path_json.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
+    tmp.write_text(_dump(data))
     os.replace(tmp, path_json)
-    runs = data["runs"]
     meta = data["meta"]
-    ref = {(r["graph"], r["parts"]): r for r in runs if r["variant"] == "ref" and "cut" in r}
-    sho = {(r["graph"], r["parts"]): r for r in runs if r["variant"] == "shoal" and "cut" in r}
-    graphs = [g for g in REFERENCE_GRAPHS if any(k[0] == g for k in ref)]
-    graphs += sorted({k[0] for k in ref} - set(graphs))
-    L: list[str] = ["# GREM: shoal `--algo grem` against an independent reference (issue 16)\n"]
+    R = _Runs(data["runs"])
+    graphs = _graph_order(R.graphs())
+    parts = meta.get("parts", [4, 8, 16])
+    variants = [v for v in SHOAL_VARIANTS if any(k[2] == v for k in R.by)]
+    L: list[str] = [
+        "# GREM: shoal `--algo grem` against an independent reference (issues 16, 31)\n"
+    ]
     L.append(
         "The reference (`bench/grem_reference.py`) is written from the Armada paper alone "
-        "(Sec. 4.1, Algorithms 1-2): edges streamed in file order in chunks of 10% of the rows, "
-        "the first chunk bisected by METIS, later chunks assigned greedily with the history "
-        "refinement (estimates averaged with the node's previous estimate), capacity "
-        "`P = ceil(n/2)` per bisection, recursive bisection to p parts, no post-pass. shoal: "
-        "`shoal partition GRAPH --algo grem --parts P --seed 0` with its defaults (10% windows, "
-        "no restreaming refinement, its 1.10 balance post-pass). Both read the same "
-        "`edges.bin` in the same order (bench/partition.py's prepared graphs: undirected, "
-        "simple, both directions stored, rows shuffled with seed 0). Cut = fraction of "
-        "undirected edges whose endpoints are in different parts, and balance = max part "
+        "(Sec. 4.1, Algorithms 1-2): edges streamed in file order in chunks of 10% of the "
+        "rows, the first chunk bisected by METIS with its neighbour counts kept as history "
+        "(Alg. 1 lines 9-10), later chunks assigned greedily with the history refinement "
+        "(estimates averaged with the node's previous estimate), capacity `P = ceil(n/2)` per "
+        "bisection, recursive bisection to p parts, no post-pass. shoal: what `shoal "
+        "partition GRAPH --algo grem --parts P --seed S` runs (`run_partition`: GREM with its "
+        "defaults, 10% windows, seed history kept (`seed_history=true`, the default since "
+        "issue 31), then its 1.10 balance post-pass, no restreaming refinement), "
+        "called in this process; `shoal_no_seed_history` / `shoal_seed_history` add `--option "
+        "seed_history=false` / `true`. Both read the same `edges.bin` in the same order "
+        "(bench/partition.py's prepared graphs: undirected, simple, both directions stored; "
+        "*random* order: rows shuffled with seed 0; *sorted*: `NAME@sorted`, the rows as "
+        "`shoal data import --dedup` writes them, by source). Seeds: METIS's seed of both "
+        "(and shoal's `--seed`; pymetis gives seeds 0 and 1 the same bisection, so 1 is "
+        "skipped); each cut is the mean over the seeds of the table. Cut = fraction "
+        "of undirected edges whose endpoints are in different parts, and balance = max part "
         "size / mean, both computed by this script from the assignments. Ratio = shoal cut / "
-        "reference cut (> 1: shoal cuts more). Seconds: reference = wall time of the "
-        "function in this process (numba kernels compiled beforehand); shoal = the "
-        "`seconds` its CLI reports (partition + balance + metrics), wall of the whole "
-        "subprocess in brackets. Shared 2-core machine, run under `nice -n 10`: times are "
-        "noisy. *ref seeded*: share of the reference's node placements (summed over all "
-        "bisections) made by the METIS seed of a first chunk; *ref moves*: re-assignments "
-        "of already placed nodes by the greedy refinement (Alg. 1 lines 15-17), all levels.\n"
+        "reference cut (> 1: shoal cuts more). Graph families: bench/partition.py `FAMILIES`."
+        "\n"
     )
     cmds = meta.get("commands") or [meta["command"]]
-    L.append("Commands (in this order, each resuming the JSON): " + "; ".join(f"`{c}`" for c in cmds)
-             + "  ")  # fmt: skip
+    L.append(
+        "Commands (in this order, each resuming the JSON): "
+        + "; ".join(f"`{c}`" for c in cmds)
+        + "  "
+    )
     mach = meta["machine"]
     L.append(
         f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_mib']} MiB, "
         f"{mach['platform']}, Python {mach['python']}  "
     )
-    L.append(f"Started {meta['started']}, last update {time.strftime('%Y-%m-%d %H:%M:%S')}.\n")
-    L.append("## Summary: mean over the graphs\n")
-    L.append("| p | graphs | reference cut | shoal cut | shoal / reference (mean of ratios) "
-             "| ratio of means | min ratio | max ratio | shoal no worse (mean ratio <= 1) |")  # fmt: skip
-    L.append("|---|---|---|---|---|---|---|---|---|")
-    for p in data["meta"].get("parts", [4, 8, 16]):
-        both = [g for g in graphs if (g, p) in ref and (g, p) in sho]
-        if not both:
-            continue
-        rc = [ref[(g, p)]["cut"] for g in both]
-        sc = [sho[(g, p)]["cut"] for g in both]
-        ratios = [s / r for s, r in zip(sc, rc)]
-        L.append(
-            f"| {p} | {len(both)} | {mean(rc):.4f} | {mean(sc):.4f} | **{mean(ratios):.3f}** | "
-            f"{mean(sc) / mean(rc):.3f} | {min(ratios):.3f} | {max(ratios):.3f} | "
-            f"{'yes' if mean(ratios) <= 1.0 else 'no'} |"
-        )
-    for p in data["meta"].get("parts", [4, 8, 16]):
-        rows = [g for g in graphs if (g, p) in ref]
-        if not rows:
-            continue
-        L.append(f"\n## p = {p}\n")
-        L.append("| graph | reference cut | shoal cut | shoal / ref | ref balance | "
-                 "shoal balance | ref s | shoal s (wall) | ref seeded | ref moves |")  # fmt: skip
-        L.append("|---|---|---|---|---|---|---|---|---|---|")
-        rat, rcs, scs, rbs, sbs, rts, sts = [], [], [], [], [], [], []
-        for g in rows:
-            r, s = ref[(g, p)], sho.get((g, p))
-            ratio = s["cut"] / r["cut"] if s else None
-            L.append(
-                f"| {g} | {r['cut']:.4f} | {_fmt(s and s['cut'])} | {_fmt(ratio, '.3f')} | "
-                f"{r['balance']:.3f} | {_fmt(s and s['balance'], '.3f')} | "
-                f"{r['seconds']:.2f} | {_fmt(s and s['seconds'], '.2f')} "
-                f"({_fmt(s and s['wall_seconds'], '.1f')}) | "
-                f"{r['seeded'] / r['placements']:.0%} | {r['moves']} |"
-            )
-            if s:
-                rat.append(ratio)
-                rcs.append(r["cut"])
-                scs.append(s["cut"])
-                rbs.append(r["balance"])
-                sbs.append(s["balance"])
-                rts.append(r["seconds"])
-                sts.append(s["seconds"])
-        if rat:
-            L.append(
-                f"| **mean** | {mean(rcs):.4f} | {mean(scs):.4f} | **{mean(rat):.3f}** | "
-                f"{mean(rbs):.3f} | {mean(sbs):.3f} | {mean(rts):.2f} | {mean(sts):.2f} | | |"
-            )
-    # alternative readings
-    alts = [v for v in VARIANTS if v != "ref"]
-    have = [v for v in alts if any(r["variant"] == v and "cut" in r for r in runs)]
-    if have:
-        L.append("\n## Sensitivity: the reference under the alternative readings\n")
-        L.append(
-            "Mean cut over the graphs that have the run, next to the main reference on the same "
-            "graphs, and shoal / that variant (mean of ratios). See the choices below. "
-            "`fixed_greedy` is not a reading but the paper's baseline (Sec. 4.1, Fig. 6): the "
-            "same stream with assignments frozen after the first greedy choice (no "
-            "refinement).\n"
-        )
-        L.append("| variant | p | graphs | variant cut | main ref cut | shoal / variant |")
-        L.append("|---|---|---|---|---|---|")
-        for v in have:
-            vv = {(r["graph"], r["parts"]): r for r in runs if r["variant"] == v and "cut" in r}
-            for p in data["meta"].get("parts", [4, 8, 16]):
-                gs = [g for g in graphs if (g, p) in vv and (g, p) in ref]
-                if not gs:
-                    continue
-                vc = mean(vv[(g, p)]["cut"] for g in gs)
-                rc = mean(ref[(g, p)]["cut"] for g in gs)
-                gs2 = [g for g in gs if (g, p) in sho]
-                sr = mean(sho[(g, p)]["cut"] / vv[(g, p)]["cut"] for g in gs2) if gs2 else None
-                L.append(f"| {v} | {p} | {len(gs)} | {vc:.4f} | {rc:.4f} | {_fmt(sr, '.3f')} |")
+    L.append(f"Started {meta['started']}, last update {time.strftime('%Y-%m-%d %H:%M:%S')}.  ")
+    L.append(
+        "The machine was shared with other jobs while this ran (1-minute load average at the "
+        f"end of the last run: {_fmt((mach.get('load_avg_end') or [None])[0], '.1f')}): the "
+        "seconds columns are noisy; the cuts do not depend on the machine.\n"
+    )
+    if variants:
+        _choice_section(L, R, graphs, parts, variants)
+        _family_section(L, R, graphs, parts, variants)
+        _graph_section(L, R, graphs, parts, variants)
+    _sensitivity_section(L, R, graphs, parts)
     L.append("\n## Readings chosen where the paper is ambiguous\n")
     for what, how in CHOICES:
         L.append(f"- **{what}.** {how}")
@@ -787,10 +973,7 @@ def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
         "edge give a cut of exactly one edge at p = 2; a ring of cliques, a grid at p = 16, "
         "isolated nodes, the assign rule and the history averaging)."
     )
-    shoal_cmds = sorted({r["command"] for r in runs if r["variant"] == "shoal"})
-    if shoal_cmds:
-        L.append("\nshoal commands: " + "; ".join(f"`{c}`" for c in shoal_cmds[:3]) + " ...")
-    fails = [r for r in runs if "cut" not in r]
+    fails = [r for r in data["runs"] if "cut" not in r]
     if fails:
         L.append("\n## Failures\n")
         for r in fails:
@@ -800,10 +983,19 @@ def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
     os.replace(tmp, path_md)
 
 
+def graph_list(graph_set: str, orders: list[str]) -> list[str]:
+    """The benchmark graph names of ``--set`` in the stream ``orders``."""
+    base = REFERENCE_GRAPHS if graph_set == "nine" else bench_partition.FAMILY_GRAPHS
+    out = []
+    for order in orders:
+        suffix = bench_partition.SORTED_SUFFIX if order == "sorted" else ""
+        out += [g + suffix for g in base]
+    return out
+
+
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     path_json = Path(args.out).with_suffix(".json")
     path_md = Path(args.out).with_suffix(".md")
-    SCRATCH.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {"meta": {}, "runs": []}
     if path_json.exists():
         data = json.loads(path_json.read_text())
@@ -816,40 +1008,56 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         parts=sorted(set(data["meta"].get("parts", [])) | set(parts_list)),
     )
     data["meta"].setdefault("started", time.strftime("%Y-%m-%d %H:%M:%S"))
-    variants = ["ref", "shoal", *(args.variants or [])]
-    done = {(r["graph"], r["parts"], r["variant"]) for r in data["runs"] if "cut" in r}
-    done -= {k for k in done if k[2] in (args.redo or [])}
+    shoal_vs = args.shoal or ["shoal", "shoal_no_seed_history"]
+    variants = ["ref", *shoal_vs, *(args.variants or [])]
+    seeds = args.seeds or [0]
+    done = {
+        (r["graph"], r["parts"], r["variant"], int(r.get("seed", 0)))
+        for r in data["runs"]
+        if "cut" in r and r["variant"] not in (args.redo or [])
+    }
     # compile the numba kernels before anything is timed
     e, n = _clique_edges([6, 6], [(0, 6)])
     grem_reference(e[:, 0], e[:, 1], n, 4)
     t_start = time.perf_counter()
-    for gname in args.graphs or REFERENCE_GRAPHS:
+    for gname in args.graphs or graph_list(args.set, args.orders):
         path = graph_dir(gname)
         src, dst, n, digest = load_edges(path)
         for p in parts_list:
             for v in variants:
-                if (gname, p, v) in done:
-                    continue
-                if v == "shoal":
-                    rec = run_shoal(path, p, src, dst)
-                else:
-                    rec = run_reference(src, dst, n, p, VARIANTS[v])
-                rec.update(graph=gname, parts=p, variant=v, graph_dir=str(path.relative_to(REPO)),
-                           num_nodes=n, rows=int(src.shape[0]))  # fmt: skip
-                if digest:
-                    rec["edges_checksum"] = digest
-                data["runs"] = [
-                    r
-                    for r in data["runs"]
-                    if (r["graph"], r["parts"], r["variant"]) != (gname, p, v)
-                ] + [rec]
-                log(
-                    f"{gname} p={p} {v}: cut={rec.get('cut', float('nan')):.4f} "
-                    f"bal={rec.get('balance', float('nan')):.3f} "
-                    f"t={rec.get('seconds', float('nan')):.2f}s"
-                    + (f" ERROR {rec.get('error', '')[-200:]}" if "cut" not in rec else "")
-                )
-                write_report(data, path_md, path_json)
+                # the alternative readings of the reference: the first seed only
+                for seed in seeds if v in ("ref", *SHOAL_VARIANTS) else seeds[:1]:
+                    if (gname, p, v, seed) in done:
+                        continue
+                    if v in SHOAL_VARIANTS:
+                        rec = run_shoal(path, p, seed, SHOAL_VARIANTS[v], src, dst)
+                    else:
+                        rec = run_reference(src, dst, n, p, seed, VARIANTS[v])
+                    rec.update(
+                        graph=gname,
+                        parts=p,
+                        variant=v,
+                        seed=seed,
+                        family=bench_partition.family_of(gname),
+                        order=_order(gname),
+                        graph_dir=str(path.relative_to(REPO)),
+                        num_nodes=n,
+                        rows=int(src.shape[0]),
+                    )
+                    if digest:
+                        rec["edges_checksum"] = digest
+                    key = (gname, p, v, seed)
+                    data["runs"] = [
+                        r
+                        for r in data["runs"]
+                        if (r["graph"], r["parts"], r["variant"], int(r.get("seed", 0))) != key
+                    ] + [rec]
+                    log(
+                        f"{gname} p={p} {v} seed={seed}: cut={rec.get('cut', float('nan')):.4f} "
+                        f"bal={rec.get('balance', float('nan')):.3f} "
+                        f"t={rec.get('seconds', float('nan')):.2f}s"
+                    )
+            write_report(data, path_md, path_json)
     data["meta"]["last_run_seconds"] = time.perf_counter() - t_start
     data["meta"].setdefault("run_seconds", []).append(data["meta"]["last_run_seconds"])
     data["meta"]["machine"]["load_avg_end"] = os.getloadavg()
@@ -862,11 +1070,35 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("selftest", help="sanity checks on tiny hand-built graphs")
-    r = sub.add_parser("run", help="reference vs shoal on the reference graphs")
-    r.add_argument("--graphs", nargs="*", help="default: the 9 reference graphs")
+    r = sub.add_parser("run", help="reference vs shoal on the benchmark graphs")
+    r.add_argument(
+        "--set",
+        choices=["families", "nine"],
+        default="families",
+        help="graph set: every family of bench/partition.py (default) or the nine reference graphs",
+    )
+    r.add_argument(
+        "--orders",
+        nargs="*",
+        choices=["random", "sorted"],
+        default=["random", "sorted"],
+        help="stream orders (default: both)",
+    )
+    r.add_argument("--graphs", nargs="*", help="explicit graph names (NAME or NAME@sorted)")
     r.add_argument("--parts", nargs="*", type=int, help="default: 4 8 16")
-    r.add_argument("--variants", nargs="*", choices=[v for v in VARIANTS if v != "ref"],
-                   help="also run the reference under these alternative readings")  # fmt: skip
+    r.add_argument("--seeds", nargs="*", type=int, help="METIS / shoal seeds (default: 0)")
+    r.add_argument(
+        "--shoal",
+        nargs="*",
+        choices=list(SHOAL_VARIANTS),
+        help="shoal configurations (default: shoal shoal_no_seed_history)",
+    )
+    r.add_argument(
+        "--variants",
+        nargs="*",
+        choices=[v for v in VARIANTS if v != "ref"],
+        help="also run the reference under these alternative readings (first seed only)",
+    )
     r.add_argument("--redo", nargs="*", help="run these variants again (ref, shoal, ...)")
     r.add_argument("--out", default=str(RESULTS / "grem_reference"), help="results prefix")
     rep = sub.add_parser("report", help="rewrite the markdown from the JSON")

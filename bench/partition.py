@@ -17,7 +17,12 @@ Graphs (built once under ``--work``, default ``bench/work/partition``):
   undirected and simple the same way and shuffled (``shoal data synth rmat``); the pair shows
   how peak memory grows when edges grow 4x at a fixed number of nodes;
 * ``dcsbm_1m_20m``: a degree-corrected SBM with 1M nodes and 20M edges
-  (``shoal data synth dcsbm``).
+  (``shoal data synth dcsbm``);
+* the graph families of issue 31 (:data:`FAMILIES`): the nine reference graphs plus held-out
+  graphs of every family (the other shared graphs, small R-MAT and DC-SBM graphs, and a
+  road-like lattice from :mod:`shoal.data.synth.road`), each also in a second stream order:
+  ``NAME@sorted`` is the same graph with its edges in the order ``shoal data import --dedup``
+  writes them (sorted by source, then destination) instead of shuffled.
 
 Usage::
 
@@ -25,6 +30,7 @@ Usage::
     python bench/partition.py                    # full: everything (hours on 2 cores)
     python bench/partition.py --stage reference  # only the 9 reference graphs, p = 4, 8, 16
     python bench/partition.py --stage synthetic  # only the 1M-node synthetic graphs
+    python bench/partition.py --stage families   # GREM / METIS on every graph family
     python bench/partition.py --resume           # continue an interrupted run
     python bench/partition.py --report-only      # rebuild the .md from the .json
 """
@@ -70,6 +76,58 @@ SYNTHETIC = {
     "dcsbm_1m_20m": ["dcsbm", "--nodes", "1000000", "--edges", "20000000", "--features", "0"],
 }
 
+#: Small synthetic graphs of the family benchmark: name -> ``shoal data synth`` arguments, or
+#: ``("road", kwargs)`` for :func:`shoal.data.synth.road.generate_road` (no CLI sub-command).
+FAMILY_SYNTHETIC: dict[str, list[str] | tuple[str, dict[str, Any]]] = {
+    "rmat_16k": ["rmat", "--nodes", "16384", "--edges", "262144", "--undirected"],
+    "rmat_64k": ["rmat", "--nodes", "65536", "--edges", "262144", "--undirected"],
+    "dcsbm_50k": ["dcsbm", "--nodes", "50000", "--edges", "250000", "--features", "0"],
+    "road_200": ("road", {"width": 200, "height": 200}),
+}
+
+#: Graph families (issue 31): family -> graphs, the nine reference graphs first. Every graph
+#: is undirected and simple; the synthetic ones are :data:`FAMILY_SYNTHETIC`.
+FAMILIES: dict[str, list[str]] = {
+    "co-purchase": ["amazon_photo", "amazon_computers"],
+    "collaboration": ["coauthor_physics", "ca_astroph", "ca_condmat", "ca_hepph"],
+    "social": [
+        "facebook_pagepage",
+        "soc_brightkite",
+        "fb100_cornell5",
+        "github_musae",
+        "ego_facebook",
+        "blogcatalog_openne",
+        "blogcatalog_attr",
+        "flickr_attr",
+    ],
+    "trust / vote": ["soc_epinions_nr", "wiki_vote"],
+    "wikipedia": ["squirrel_filtered", "chameleon_filtered", "actor"],
+    "co-participation": ["tolokers"],
+    "citation": ["cora", "citeseer"],
+    "mesh": ["mesh_wing", "mesh_4elt"],
+    "road-like (synthetic)": ["road_200"],
+    "power-law R-MAT (synthetic)": ["rmat_16k", "rmat_64k"],
+    "planted communities DC-SBM (synthetic)": ["dcsbm_50k"],
+}
+FAMILY_OF = {g: f for f, gs in FAMILIES.items() for g in gs}
+#: Every family graph; the held-out ones are those not in :data:`REFERENCE_GRAPHS`.
+FAMILY_GRAPHS = [g for gs in FAMILIES.values() for g in gs]
+#: Stream orders of the family benchmark: the shuffled file (the paper's "edge list stored on
+#: disk in a random order", Armada Sec. 4.1) and the source-sorted file of ``shoal data import
+#: --dedup`` (``NAME@sorted``).
+ORDERS = ["random", "sorted"]
+SORTED_SUFFIX = "@sorted"
+
+
+def base_name(name: str) -> str:
+    """The graph of a benchmark graph name (without the ``@sorted`` stream order)."""
+    return name.removesuffix(SORTED_SUFFIX)
+
+
+def family_of(name: str) -> str:
+    return FAMILY_OF.get(base_name(name), "other")
+
+
 #: Benchmark variants: label -> extra CLI arguments (``--algo`` included; the ``default``
 #: variant gives none, i.e. the default configuration of ``shoal partition``).
 VARIANTS: dict[str, list[str]] = {
@@ -104,22 +162,70 @@ VARIANTS: dict[str, list[str]] = {
                    "exact_capacity=true", "--option", "seed_history=true", "--refine-passes", "0"],
     "grem_seed_history": ["--algo", "grem", "--option", "seed_history=true", "--refine-passes",
                           "0"],
+    "default_no_seed_history": ["--option", "seed_history=false"],
+    "grem_1pct_no_seed_history": [
+        "--algo",
+        "grem",
+        "--option",
+        "window=0.01",
+        "--option",
+        "seed_history=false",
+        "--refine-passes",
+        "0",
+    ],
+    "grem_no_seed_history": [
+        "--algo",
+        "grem",
+        "--option",
+        "seed_history=false",
+        "--refine-passes",
+        "0",
+    ],
     "grem_paper_assign": ["--algo", "grem", "--option", "move_rule=paper", "--option",
                           "exact_capacity=true", "--refine-passes", "0"],
 }  # fmt: skip
 #: (shoal's variant, the paper's, what differs) for the rules comparison (issue 16); the
 #: first of each pair is the default of its algorithm
 RULE_PAIRS = [
-    ("spring", "spring_paper", "SPRING representative: highest-degree member (shoal) vs the "
-     "member whose richest neighbour has the highest degree (Alg. 1 lines 19-21)"),
-    ("grem", "grem_seed_history", "GREM first window: history from 0 (shoal) vs the seeded "
-     "window's neighbour counts kept (Alg. 1 lines 9-10)"),
-    ("grem", "grem_paper_assign", "GREM assign: 1.10x slack, moves on strict gains (shoal) vs "
-     "P = ceil(|V|/p), moves on ties (Alg. 2 assign)"),
-    ("grem", "grem_paper", "GREM: shoal's rules vs all three of the paper's"),
-]  # fmt: skip
-RULE_VARIANTS = ["spring", "spring_paper", "grem", "grem_seed_history", "grem_paper_assign",
-                 "grem_paper"]  # fmt: skip
+    (
+        "spring",
+        "spring_paper",
+        "SPRING representative: highest-degree member (default) vs the member whose richest "
+        "neighbour has the highest degree (Alg. 1 lines 19-21)",
+    ),
+    (
+        "grem",
+        "grem_no_seed_history",
+        "GREM first window: the seeded window's neighbour counts kept as history (Alg. 1 "
+        "lines 9-10; the default since issue 31) vs history from 0 (the default before)",
+    ),
+    (
+        "grem",
+        "grem_paper_assign",
+        "GREM assign: 1.10x slack, moves on strict gains (default) vs P = ceil(|V|/p), moves "
+        "on ties (Alg. 2 assign)",
+    ),
+    ("grem", "grem_paper", "GREM: the default vs all three of the paper's rules"),
+    (
+        "grem_1pct",
+        "grem_1pct_no_seed_history",
+        "GREM with 1% windows: seed history kept (default since issue 31) vs from 0",
+    ),
+    (
+        "default",
+        "default_no_seed_history",
+        "Default partitioner (GREM, |V|-edge windows, edge balance, 4 restreaming passes): "
+        "GREM's seed history kept (default since issue 31) vs from 0",
+    ),
+]
+RULE_VARIANTS = [
+    "spring",
+    "spring_paper",
+    "grem",
+    "grem_no_seed_history",
+    "grem_paper_assign",
+    "grem_paper",
+]
 #: Variants run on the 1M-node synthetic graphs (GREM 1% / fixed only on the reference set).
 SYNTHETIC_VARIANTS = [
     "metis",
@@ -135,6 +241,8 @@ SYNTHETIC_VARIANTS = [
     "fennel",
     "hash",
 ]
+#: Variants of the family benchmark (issue 31).
+FAMILY_VARIANTS = ["metis", "grem", "grem_no_seed_history"]
 STREAMING = {"grem", "spring", "hdrf", "dbh", "greedy", "2ps-l", "ldg", "fennel", "default"}
 
 
@@ -162,13 +270,15 @@ def shoal_cmd() -> list[str]:
 
 
 # --------------------------------------------------------------------------- graphs
-def _shuffle_copy(src: Path, dst: Path, seed: int) -> None:
-    """Rewrite ``src``'s edges in a seeded random order into ``dst`` (splits kept)."""
+def _shuffle_copy(src: Path, dst: Path, seed: int | None) -> None:
+    """Rewrite ``src``'s edges in a seeded random order into ``dst`` (splits kept); with
+    ``seed=None`` in their order in ``src``."""
     from shoal.data.format import GraphDir, GraphWriter
 
     g = GraphDir.open(src)
     e = np.array(g.edge_stream().memmap())
-    e = e[np.random.default_rng(seed).permutation(e.shape[0])]
+    if seed is not None:
+        e = e[np.random.default_rng(seed).permutation(e.shape[0])]
     with GraphWriter(dst, num_nodes=g.num_nodes, directed=g.directed, name=g.name) as w:
         step = 1 << 22
         for s in range(0, e.shape[0], step):
@@ -184,7 +294,29 @@ def _shuffle_copy(src: Path, dst: Path, seed: int) -> None:
             w.write_labels(np.asarray(y))
 
 
+def _make_raw(name: str, raw: Path) -> None:
+    """The graph ``name`` made undirected and simple (edges sorted by source by the dedup)."""
+    simple = ["--dedup", "--drop-self-loops"]
+    spec = SYNTHETIC.get(name) or FAMILY_SYNTHETIC.get(name)
+    if isinstance(spec, tuple):
+        from shoal.data.synth.road import RoadConfig, generate_road
+
+        log(f"prepare {name}: generate_road({spec[1]}, seed=0, dedup)")
+        generate_road(raw, RoadConfig(**spec[1], seed=0, dedup=True, drop_self_loops=True))
+        return
+    if spec is not None:
+        cmd = [*shoal_cmd(), "data", "synth", *spec, "--out", str(raw), "--seed", "0", *simple]
+    else:
+        npz = SHARED / name / "graph.npz"
+        cmd = [*shoal_cmd(), "data", "import", str(npz), "--out", str(raw), "--undirected"]
+        cmd += simple
+    log(f"prepare {name}: {' '.join(cmd[1:])}")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
 def prepare_graph(name: str, work: Path, seed: int = 0) -> Path:
+    """The benchmark graph ``name`` under ``work/graphs``: undirected, simple, its edges
+    shuffled with ``seed`` (``NAME@sorted``: left sorted by source, as the dedup wrote them)."""
     out = work / "graphs" / name
     if (out / "meta.json").exists():
         return out
@@ -192,18 +324,9 @@ def prepare_graph(name: str, work: Path, seed: int = 0) -> Path:
     if raw.exists():
         shutil.rmtree(raw)
     raw.parent.mkdir(parents=True, exist_ok=True)
-    simple = ["--dedup", "--drop-self-loops"]
-    if name in SYNTHETIC:
-        cmd = [*shoal_cmd(), "data", "synth", *SYNTHETIC[name], "--out", str(raw), "--seed", "0"]
-        cmd += simple
-    else:
-        npz = SHARED / name / "graph.npz"
-        cmd = [*shoal_cmd(), "data", "import", str(npz), "--out", str(raw), "--undirected"]
-        cmd += simple
-    log(f"prepare {name}: {' '.join(cmd[1:])}")
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    _make_raw(base_name(name), raw)
     # features are not needed to partition: drop them before the shuffle copy
-    _shuffle_copy(raw, out, seed)
+    _shuffle_copy(raw, out, None if name.endswith(SORTED_SUFFIX) else seed)
     shutil.rmtree(raw)
     # the CSR views (vertex-stream passes: LDG, Fennel, restreaming refinement) are built
     # once here, so that no timed run pays for the external sort and all see the same files
@@ -252,6 +375,7 @@ def run_one(graph: Path, variant: str, parts: int, work: Path, timeout: float) -
             time.sleep(0.05)
     rec["wall_seconds"] = time.perf_counter() - t0
     rec["load_after"] = os.getloadavg()[0]  # 1-minute load: was the machine shared?
+    rec["grem_seed_history_default"] = _grem_seed_history_default()
     rec["returncode"] = os.waitstatus_to_exitcode(status)
     proc.returncode = rec["returncode"]
     rec["child_peak_rss_bytes"] = int(ru.ru_maxrss) * 1024 if ru is not None else None
@@ -264,6 +388,22 @@ def run_one(graph: Path, variant: str, parts: int, work: Path, timeout: float) -
     if out_dir.exists():
         shutil.rmtree(out_dir)
     return rec
+
+
+def _grem_seed_history_default() -> bool:
+    from shoal.partition.grem import GremConfig
+
+    return bool(GremConfig(num_parts=2).seed_history)
+
+
+def _before_issue31(rec: dict) -> bool:
+    """A GREM run (``--algo grem`` or the default partitioner, GREM-based) without an
+    explicit ``seed_history`` option, recorded before GREM's default became
+    ``seed_history=true`` (issue 31): it ran with the history from 0."""
+    args = VARIANTS.get(rec["variant"], [])
+    grem = rec["variant"] == "default" or args[:2] == ["--algo", "grem"]
+    explicit = any(a.startswith("seed_history=") for a in args)
+    return grem and not explicit and "grem_seed_history_default" not in rec
 
 
 # The partitioners time their phases with time.perf_counter(); in this process it is swapped
@@ -338,7 +478,8 @@ def _load_note(records: list[dict]) -> str:
         note += ("; " if note else "") + (f"the {len(loads)} recorded runs saw a 1-minute load of "
                                           f"{np.median(loads):.1f} (median), {max(loads):.1f} (max)")  # fmt: skip
     return (
-        f"Timings on a 2-core machine: {note}; noisy, compare within a row "
+        f"Timings on a 2-core machine shared with other jobs (issue 31's runs too): {note}; "
+        "noisy, compare within a row "
         "(quiet-machine times: partition_speed_quiet.md)."
     )
 
@@ -380,7 +521,8 @@ REFERENCE_TABLE = {
 
 
 def _rules_section(L: list[str], idx: dict, ref: list[str]) -> None:
-    """Paper rule against shoal's rule, means over the reference graphs (issue 16)."""
+    """The default rule against an alternative (the paper's or the former default), means
+    over the reference graphs (issue 16)."""
     rows = []
     for shoal_v, paper_v, what in RULE_PAIRS:
         for p in (4, 8, 16):
@@ -397,14 +539,64 @@ def _rules_section(L: list[str], idx: dict, ref: list[str]) -> None:
             rows.append(f"| {what} | {p} | {len(both)} | {cells[0]} | {cells[1]} |")
     if not rows:
         return
-    L.append("\n## Paper rules against shoal's (issue 16)\n")
+    L.append("\n## Paper rules against shoal's (issues 16, 31)\n")
     L.append(
-        "Means over the reference graphs that have both runs; the first of each pair "
-        "(shoal's rule) is the default. Seconds: wall time of the whole CLI run.\n"
+        "Means over the reference graphs that have both runs; the first of each pair is the "
+        "default, the second the alternative. Seconds: wall time of the whole CLI run.\n"
     )
-    L.append("| rule | p | graphs | shoal cut | RF | balance | s | paper cut | RF | balance | s |")
+    L.append(
+        "| rule | p | graphs | default cut | RF | balance | s | alternative cut | RF | balance "
+        "| s |"
+    )
     L.append("|---|---|---|---|---|---|---|---|---|---|---|")
     L.extend(rows)
+
+
+def _families_section(L: list[str], idx: dict) -> None:
+    """Rows per graph family (issue 31): mean cut of METIS and GREM's variants over the
+    family's graphs, in both stream orders; the reference comparison is in
+    bench/results/grem_reference.md."""
+    have = {k[0] for k in idx}
+    if not any(g + SORTED_SUFFIX in have for g in FAMILY_GRAPHS):
+        return
+    held_out = [g for g in FAMILY_GRAPHS if g not in REFERENCE_GRAPHS]
+    groups = [
+        *FAMILIES.items(),
+        ("the nine reference graphs", REFERENCE_GRAPHS),
+        ("held-out graphs (not the nine)", held_out),
+        ("all families", FAMILY_GRAPHS),
+    ]
+    L.append("\n## GREM per graph family (issue 31)\n")
+    L.append(
+        "`python bench/partition.py --stage families`: METIS and GREM (`--algo grem`, no "
+        "restreaming refinement) on every family of :data:`FAMILIES`, seed 0. A cell is the "
+        "mean edge cut over the family's graphs (shown only when every graph of the family "
+        "has the run); *random*: edges shuffled (the paper's setting, Armada Sec. 4.1), "
+        "*sorted*: the same graph in the order `shoal data import --dedup` writes (by "
+        "source). `grem` is the default configuration; "
+        + ", ".join(
+            f"`{v}` = `{' '.join(VARIANTS[v][2:-2])}`"
+            for v in FAMILY_VARIANTS
+            if v.startswith("grem_")
+        )
+        + ". GREM against an independent implementation of the paper, per family: "
+        "bench/results/grem_reference.md.\n"
+    )
+    cols = FAMILY_VARIANTS
+    head = " | ".join(f"{c} cut" for c in cols)
+    L.append(f"| family | graphs | order | p | {head} | grem / metis |")
+    L.append("|---" * (len(cols) + 5) + "|")
+    for fam, gs in groups:
+        for order, suffix in (("random", ""), ("sorted", SORTED_SUFFIX)):
+            names = [g + suffix for g in gs]
+            for p in (4, 8, 16):
+                vals = {c: _mean_over(idx, names, c, p, "edge_cut") for c in cols}
+                if all(v is None for v in vals.values()):
+                    continue
+                m, gr = vals.get("metis"), vals.get("grem")
+                rr = gr / m if m and gr is not None else None
+                cells = " | ".join(_fmt(vals[c], ".4f") for c in cols)
+                L.append(f"| {fam} | {len(gs)} | {order} | {p} | {cells} | {_fmt(rr, '.2f')} |")
 
 
 def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path) -> None:
@@ -416,7 +608,15 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
     idx = _index(records)
     L: list[str] = []
     L.append("# Partitioner benchmark (issue 3)\n")
-    L.append(f"Command: `{meta['command']}`  ")
+    cmds = meta.get("commands") or [meta["command"]]
+    if len(cmds) > 1:
+        L.append(
+            "Commands that wrote this file, in order (each resumed the JSON and re-ran or added "
+            "the runs it names; runs older than the first were written by earlier commands, "
+            "see the git history): " + "; ".join(f"`{c}`" for c in cmds) + "  "
+        )
+    else:
+        L.append(f"Command: `{cmds[0]}`  ")
     for note in meta.get("notes") or []:
         L.append(f"- {note}")
     if meta.get("notes"):
@@ -428,7 +628,9 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
         "partition sub-command registered, so torch/PyG of the training stages are not "
         "imported); peak RSS is that process's `ru_maxrss` (whole process: Python, numpy, "
         "numba, the algorithm, balance post-pass, refinement and metrics; about 100 MB is "
-        "the interpreter with numpy and numba). Graphs are undirected and simple, edges in a seeded random order. "
+        "the interpreter with numpy and numba). Graphs are undirected and simple, edges in a "
+        "seeded random order (`NAME@sorted`: sorted by source, as `shoal data import --dedup` "
+        "writes them). "
         "RF = replication factor after full-neighbourhood expansion; vcRF = vertex-cut RF "
         "of the raw edge assignment. " + _load_note(records) + "\n"
     )
@@ -622,6 +824,7 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
                 )
 
     _rules_section(L, idx, ref)
+    _families_section(L, idx)
 
     # ---- synthetic / memory
     syn = [g for g in SYNTHETIC if any(k[0] == g for k in idx)]
@@ -655,8 +858,9 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
                     rss = r.get("child_peak_rss_bytes")
                     rr = (rss / base_rss) if (rss and base_rss) else None
                     rr_s = ("≤ " if base_partial else "") + _fmt(rr, ".3f")
+                    mark = " †" if _before_issue31(r) else ""
                     L.append(
-                        f"| {g} | {p} | {v} | {_fmt(_m(r, 'edge_cut'))} | "
+                        f"| {g} | {p} | {v}{mark} | {_fmt(_m(r, 'edge_cut'))} | "
                         f"{_fmt(_m(r, 'replication_factor'), '.2f')} | "
                         f"{_fmt(_m(r, 'node_balance'), '.3f')} | {_fmt(_m(r, 'seconds'), '.1f')} | "
                         f"{_mb(rss)} | {rr_s} | {_passes(r)} |"
@@ -694,6 +898,12 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
                 "kernel may drop them at any time). Their O(V) state does not grow. GREM "
                 "(and the default, GREM + refinement) holds its METIS-seeded first window "
                 "(10% of the edges) in memory."
+            )
+        if any(_before_issue31(r) for r in records if r["graph"] in syn and "metrics" in r):
+            L.append(
+                "\n† ran before issue 31 made `seed_history=true` GREM's default: these GREM "
+                "runs started every node's history at 0 (the first window's counts were not "
+                "kept); not rerun on the 1M-node graphs (minutes per run on this machine)."
             )
 
     # ---- speed
@@ -768,7 +978,9 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 graphs, p = 4")
-    ap.add_argument("--stage", choices=["all", "reference", "synthetic", "speed"], default="all")
+    ap.add_argument(
+        "--stage", choices=["all", "reference", "families", "synthetic", "speed"], default="all"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="repeats of --stage speed")
     ap.add_argument("--graphs", nargs="*", help="override the graph list")
     ap.add_argument("--parts", nargs="*", type=int, help="override p (default 4 8 16)")
@@ -820,6 +1032,9 @@ def main(argv: list[str] | None = None) -> int:
         meta["started"] = old["meta"].get("started", meta["started"])
         if old["meta"].get("speed"):
             meta["speed"] = old["meta"]["speed"]
+        # the commands whose runs the JSON holds, in order (the first: what made the file)
+        earlier = old["meta"].get("commands") or [old["meta"].get("command", "?")]
+        meta["commands"] = earlier if args.report_only else [*earlier, meta["command"]]
         if args.report_only:  # the runs are still those of the command that made them
             meta["command"] = old["meta"].get("command", meta["command"])
     if args.report_only:
@@ -869,6 +1084,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage in ("all", "reference"):
             plan.append(("ref", args.parts or [4, 8, 16], list(VARIANTS)))
             graphs_for["ref"] = args.graphs or REFERENCE_GRAPHS
+        if args.stage in ("all", "families"):
+            plan.append(("fam", args.parts or [4, 8, 16], FAMILY_VARIANTS))
+            graphs_for["fam"] = args.graphs or [
+                g + suffix for suffix in ("", SORTED_SUFFIX) for g in FAMILY_GRAPHS
+            ]
         if args.stage in ("all", "synthetic"):
             # p = 8 first (memory/speed targets), then 4 and 16
             for ps in ([8], [4, 16]) if not args.parts else (args.parts,):

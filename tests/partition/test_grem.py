@@ -211,3 +211,42 @@ def test_seed_history_option(make_graph, keep):
     g = make_graph(np.concatenate([e, e[:, ::-1]]), 100, directed=False)
     a = get_partitioner("grem", num_parts=2, window=0.3, seed_history=keep).partition(g)
     assert a.params["seed_history"] is keep and a.node_part.min() >= 0
+
+
+def test_seed_history_is_the_default():
+    """Issue 31: the paper's rule (Alg. 1 lines 9-10) is the default; the option still
+    switches it off (``--option seed_history=false``)."""
+    from shoal.cli.partition import parse_options
+    from shoal.partition.grem import GremConfig
+
+    assert GremConfig(num_parts=2).seed_history is True
+    assert get_partitioner("grem", num_parts=2).config.seed_history is True
+    off = parse_options(["seed_history=false"], GremConfig)
+    assert get_partitioner("grem", num_parts=2, **off).config.seed_history is False
+
+
+def _seeded_then_pulled():
+    """Window 1 (24 rows): two 4-cliques {0..3} and {4..7}, both directions stored, which
+    METIS puts on opposite sides. Window 2 (4 rows): node 3 meets 4 and 5 of the other
+    clique (two rows each)."""
+    rows = []
+    for base in (0, 4):
+        rows += [(base + a, base + b) for a in range(4) for b in range(4) if a != b]
+    rows += [(3, 4), (4, 3), (3, 5), (5, 3)]
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_seed_history_keeps_a_seeded_node_with_its_clique(make_graph, keep):
+    """Node 3's first-window counts (6 rows to its own clique) outweigh the second window's
+    pull (4 rows to the other clique): with the seed history (the default) its averaged
+    score, (6 - 4) / 2 = 1, keeps it with its clique; without, (0 - 4) / 2 < 0 moves it
+    (the 1.5 balance leaves the other side room)."""
+    g = make_graph(_seeded_then_pulled(), 8, directed=False)
+    opts = {} if keep else {"seed_history": False}
+    a = get_partitioner("grem", num_parts=2, window=24, balance=1.5, **opts).partition(g)
+    part = a.node_part
+    assert a.params["window_edges"] == 24 and a.params["refine_moves"] == [0 if keep else 1]
+    assert len(set(part[:3].tolist())) == 1 and len(set(part[4:].tolist())) == 1
+    assert part[0] != part[4]
+    assert bool(part[3] == part[0]) is keep
