@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from shoal.data.format import GraphDir
 from shoal.data.synth.road import RoadConfig, generate_road, road_edge_blocks
 from shoal.errors import ShoalInputError
 
@@ -60,3 +61,20 @@ def test_bad_config(kw):
     base = {"width": 5, "height": 5, **kw}
     with pytest.raises(ShoalInputError):
         RoadConfig(**base)
+
+
+def test_cli_defaults_agree_and_it_writes_the_graph(run_cli, tmp_path):
+    from shoal.cli.data import ROAD_DEFAULTS
+
+    d = RoadConfig(width=2, height=2)
+    assert ROAD_DEFAULTS == (d.keep, d.shortcuts, d.reach)
+    code, out, err = run_cli(
+        "data", "synth", "road", "--width", "12", "--height", "9", "--seed", "3",
+        "--out", tmp_path / "r",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "road ->" in out and "108 nodes" in out
+    api = generate_road(tmp_path / "api", RoadConfig(width=12, height=9, seed=3))
+    cli = GraphDir.open(tmp_path / "r")
+    assert cli.num_edges == api.num_edges  # the same graph: the same edges file
+    assert cli.meta["files"]["edges.bin"] == api.meta["files"]["edges.bin"]

@@ -8,7 +8,7 @@ seed (not on chunk sizes or the machine).
 
 Generators: R-MAT / Kronecker (:mod:`shoal.data.synth.rmat`), the degree-corrected SBM
 (:mod:`shoal.data.synth.dcsbm`, whose defaults make a GNN beat an MLP by a wide margin) and a
-road-like lattice (:mod:`shoal.data.synth.road`, Python API only: a benchmark family for the
+road-like lattice (:mod:`shoal.data.synth.road`: a benchmark family for the
 partitioners); what they share is in :mod:`shoal.data.synth.common`. See ``docs/format.md``
 ("Synthetic graphs").
 """
