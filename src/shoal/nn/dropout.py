@@ -130,6 +130,14 @@ def _check_keyed(x: torch.Tensor, key: int | None, ids) -> bool:
     return True
 
 
+def _stream(key: int | None, ids) -> tuple[int, np.ndarray]:
+    """The kernel's seed and row keys: the layer key and the ids when keyed, else a seed
+    drawn from torch's generator and the row positions."""
+    if key is not None:
+        return key, _ids_array(ids)
+    return int(torch.randint(0, 2**62, (1,), dtype=torch.int64)), _NO_IDS
+
+
 def _torch_keyed(x: torch.Tensor, p: float, key: int, ids) -> torch.Tensor:
     t = ids if isinstance(ids, torch.Tensor) else torch.from_numpy(_ids_array(ids))
     mask = keyed_mask(t.to(x.device), key, x.shape[1], p)
@@ -151,10 +159,7 @@ def dropout(
     keyed = _check_keyed(x, key, ids)
     if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
         return _torch_keyed(x, p, key, ids) if keyed else F.dropout(x, p, training)
-    if keyed:
-        return _FastDropout.apply(x, p, key, _ids_array(ids))
-    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64))
-    return _FastDropout.apply(x, p, seed, _NO_IDS)
+    return _FastDropout.apply(x, p, *_stream(key, ids))
 
 
 class _FastReluDropout(torch.autograd.Function):
@@ -188,10 +193,7 @@ def relu_dropout(
     """``dropout(relu(x))`` in one pass over the data (the same mask as :func:`dropout`)."""
     if not training or p == 0.0 or x.dtype != torch.float32 or x.device.type != "cpu":
         return dropout(F.relu(x), p, training, key=key, ids=ids)
-    keyed = _check_keyed(x, key, ids)
+    _check_keyed(x, key, ids)
     if x.dim() != 2:
         return F.dropout(F.relu(x), p, training)
-    if keyed:
-        return _FastReluDropout.apply(x, p, key, _ids_array(ids))
-    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64))
-    return _FastReluDropout.apply(x, p, seed, _NO_IDS)
+    return _FastReluDropout.apply(x, p, *_stream(key, ids))
