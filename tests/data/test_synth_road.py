@@ -64,7 +64,7 @@ def test_bad_config(kw):
 
 
 def test_cli_defaults_agree_and_it_writes_the_graph(run_cli, tmp_path):
-    from shoal.cli.data import ROAD_DEFAULTS
+    from shoal.cli.data_synth import ROAD_DEFAULTS
 
     d = RoadConfig(width=2, height=2)
     assert ROAD_DEFAULTS == (d.keep, d.shortcuts, d.reach)

@@ -142,9 +142,9 @@ def test_window_local_ids_over_consecutive_windows(n, w):
 def test_whole_components_beyond_the_metis_ones(make_graph, monkeypatch):
     """A seed window of more components than METIS gets: METIS bisects the largest ones,
     every other component goes whole to the side further below its share."""
-    from shoal.partition import grem
+    from shoal.partition import _grem_metis
 
-    monkeypatch.setattr(grem, "METIS_COMPONENTS", 2)
+    monkeypatch.setattr(_grem_metis, "METIS_COMPONENTS", 2)
     pairs = [(c * 8 + a, c * 8 + b) for c in range(6) for a in range(8) for b in range(8) if a != b]
     pairs = np.random.default_rng(0).permutation(np.array(pairs))
     g = make_graph(pairs, 48, directed=False)  # six disjoint 8-cliques, one window
