@@ -48,8 +48,9 @@ def test_full_neighbourhood_evaluation_equals_layerwise(make_graph, make_store, 
     out = run_world(_both, 2, store, model, timeout=120)
     ref_model = model_from_config(_config(model), in_dim=5, out_dim=3)
     _weights(ref_model)
-    bounds = accuracy_bounds(ref_model, TrainData.from_graph_dir(g), ("val", "test"),
-                             normalize=True)  # fmt: skip
+    bounds = accuracy_bounds(
+        ref_model, TrainData.from_graph_dir(g), ("val", "test"), normalize=True
+    )
     for layered, sampled in out:
         for s in ("val", "test"):  # the same predictions away from float ties
             assert_within(layered[s], bounds[s], s)

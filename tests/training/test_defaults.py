@@ -48,13 +48,25 @@ def test_link_task_has_the_settings_that_beat_adamic_adar():
     the node task keeps its own; explicit values win."""
     link = TrainConfig(task="link")
     got = {k: getattr(link, k) for k in LINK_PRESET}
-    assert got == {"fanouts": (10, 5), "hidden": 64, "batch_size": 512, "lr": 0.005,
-                   "dropout": 0.0, "weight_decay": 0.0, "epochs": 20, "min_steps": 0}  # fmt: skip
+    assert got == {
+        "fanouts": (10, 5),
+        "hidden": 64,
+        "batch_size": 512,
+        "lr": 0.005,
+        "dropout": 0.0,
+        "weight_decay": 0.0,
+        "epochs": 20,
+        "min_steps": 0,
+    }
     node = TrainConfig()
     assert (node.batch_size, node.dropout, node.fanouts) == (1024, 0.5, (25, 10))
     mine = TrainConfig(task="link", batch_size=64, dropout=0.2, model="gcn")
     assert (mine.batch_size, mine.dropout, mine.lr, mine.normalize_features) == (
-        64, 0.2, 0.005, "auto")  # fmt: skip
+        64,
+        0.2,
+        0.005,
+        "auto",
+    )
     big = TrainConfig(task="link", preset="large")
     assert (big.fanouts, big.batch_size) == ((15, 10, 5), 512)
 

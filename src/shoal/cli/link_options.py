@@ -14,11 +14,20 @@ from shoal.training.presets import LINK_PRESET
 __all__ = ["add_link_arguments", "link_config_from_args"]
 
 #: flag destination -> LinkConfig field
-_FIELDS = {"scorer": "scorer", "link_loss": "loss", "margin": "margin", "num_neg": "num_neg",
-           "negatives": "negatives", "eval_negatives": "eval_negatives", "hits_k": "hits_k",
-           "embedding_dim": "embedding_dim", "embedding_dir": "embedding_dir",
-           "embedding_optimizer": "embedding_optimizer", "embedding_lr": "embedding_lr",
-           "baseline": "baseline"}  # fmt: skip
+_FIELDS = {
+    "scorer": "scorer",
+    "link_loss": "loss",
+    "margin": "margin",
+    "num_neg": "num_neg",
+    "negatives": "negatives",
+    "eval_negatives": "eval_negatives",
+    "hits_k": "hits_k",
+    "embedding_dim": "embedding_dim",
+    "embedding_dir": "embedding_dir",
+    "embedding_optimizer": "embedding_optimizer",
+    "embedding_lr": "embedding_lr",
+    "baseline": "baseline",
+}
 
 
 def add_link_arguments(g: argparse._ArgumentGroup) -> None:

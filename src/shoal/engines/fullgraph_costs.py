@@ -26,8 +26,13 @@ def block_from_csr(rowptr: np.ndarray, src: np.ndarray, num_src: int, deg: np.nd
     rowptr = torch.from_numpy(np.asarray(rowptr, np.int64))
     counts = rowptr[1:] - rowptr[:-1]
     dst = torch.repeat_interleave(torch.arange(len(counts)), counts)
-    return Block(torch.stack([torch.from_numpy(np.asarray(src, np.int64)), dst]), int(num_src),
-                 len(counts), rowptr, torch.from_numpy(np.asarray(deg, np.float32)))  # fmt: skip
+    return Block(
+        torch.stack([torch.from_numpy(np.asarray(src, np.int64)), dst]),
+        int(num_src),
+        len(counts),
+        rowptr,
+        torch.from_numpy(np.asarray(deg, np.float32)),
+    )
 
 
 _PROBE_FLOATS = 1 << 20  # 4 MB per peer in the T_c probe
@@ -78,8 +83,9 @@ def probe_costs(
         world, rank = ctx.world_size, ctx.rank
         nodes = max(nodes, -(-_PROBE_FLOATS // d_out))  # bandwidth, not latency
         idx = [np.arange(nodes) if r != rank else np.empty(0, np.int64) for r in range(world)]
-        ex = RowExchange(idx, [nodes if r != rank else 0 for r in range(world)], rank=rank,
-                         world=world, tag=999)  # fmt: skip
+        ex = RowExchange(
+            idx, [nodes if r != rank else 0 for r in range(world)], rank=rank, world=world, tag=999
+        )
         h = torch.randn(nodes, d_out)
         ts = []
         for _ in range(repeats):

@@ -29,9 +29,11 @@ def bisect_group(xadj, adj, f0: float, seed: int) -> np.ndarray:
 
     def metis(xa, ad):
         _, parts = pymetis.part_graph(
-            2, pymetis.CSRAdjacency(xa, ad), tpwgts=[f0, 1.0 - f0],
+            2,
+            pymetis.CSRAdjacency(xa, ad),
+            tpwgts=[f0, 1.0 - f0],
             options=pymetis.Options(seed=int(seed)),
-        )  # fmt: skip
+        )
         return np.frombuffer(parts, dtype=np.int64).astype(np.int8)
 
     ms = xadj.shape[0] - 1

@@ -158,8 +158,7 @@ class Trainer:
             t0 = time.perf_counter()
             # masks keyed by (seed, epoch, step, node): one batch per epoch is full-graph
             # training, the same model as the fullgraph engine's on any number of processes
-            loss, ok = train_step(self.model, self.optimizer, batch,
-                                  dropout_key=(key, epoch, step))  # fmt: skip
+            loss, ok = train_step(self.model, self.optimizer, batch, dropout_key=(key, epoch, step))
             self.timer.add("forward_backward", time.perf_counter() - t0)
             n = len(batch.y)
             total_loss += loss * n
