@@ -31,37 +31,84 @@ SHARED = REPO.parent / "shared" / "data"
 WORK = HERE / "work" / "data"
 RESULTS = HERE / "results"
 
-PLANETOID = dict(fanouts=(-1, -1), batch_size=4096, epochs=200, lr=0.01, weight_decay=5e-4,
-                 normalize_features=True)  # fmt: skip
-SAGE = dict(model="sage", fanouts=(25, 10), batch_size=1024, hidden=256, epochs=300, lr=0.01,
-            dropout=0.7, weight_decay=5e-4, eval_every=2, eval_batch_size=2048)  # fmt: skip
+PLANETOID = dict(
+    fanouts=(-1, -1),
+    batch_size=4096,
+    epochs=200,
+    lr=0.01,
+    weight_decay=5e-4,
+    normalize_features=True,
+)
+SAGE = dict(
+    model="sage",
+    fanouts=(25, 10),
+    batch_size=1024,
+    hidden=256,
+    epochs=300,
+    lr=0.01,
+    dropout=0.7,
+    weight_decay=5e-4,
+    eval_every=2,
+    eval_batch_size=2048,
+)
 #: Coauthor-Physics has 8415-d features: smaller model, fanouts and inference batches.
-SAGE_PHYSICS = dict(SAGE, fanouts=(10, 5), hidden=64, epochs=60, dropout=0.5, eval_every=5,
-                    eval_batch_size=512, normalize_features=True)  # fmt: skip
+SAGE_PHYSICS = dict(
+    SAGE,
+    fanouts=(10, 5),
+    hidden=64,
+    epochs=60,
+    dropout=0.5,
+    eval_every=5,
+    eval_batch_size=512,
+    normalize_features=True,
+)
 #: Amazon-Computers: fewer epochs/evaluations than Photo (CPU time on the shared machine).
 SAGE_COMPUTERS = dict(SAGE, hidden=128, epochs=200, eval_every=4)
 
 #: name -> (dataset, TrainConfig options, target / published reference)
 RUNS: dict[str, tuple[str, dict, str]] = {
-    "cora-gcn": ("cora", dict(model="gcn", hidden=64, dropout=0.5, **PLANETOID),
-                 ">= 0.80; Kipf & Welling 2017 Table 2: 0.815"),
-    "citeseer-gcn": ("citeseer", dict(model="gcn", hidden=64, dropout=0.5, **PLANETOID),
-                     ">= 0.69; Kipf & Welling 2017 Table 2: 0.703"),
-    "cora-gat": ("cora", dict(model="gat", hidden=64, heads=8, dropout=0.6,
-                              **{**PLANETOID, "lr": 0.005}),
-                 "Veličković et al. 2018 Table 2: 0.830 ± 0.007"),
-    "citeseer-gat": ("citeseer", dict(model="gat", hidden=64, heads=8, dropout=0.6,
-                                      **{**PLANETOID, "lr": 0.005}),
-                     "Veličković et al. 2018 Table 2: 0.725 ± 0.007"),
-    "cora-gin": ("cora", dict(model="gin", hidden=64, dropout=0.5, **PLANETOID),
-                 "no figure in Xu et al. 2019 (graph tasks only); GCN's 0.815 as reference"),
-    "citeseer-gin": ("citeseer", dict(model="gin", hidden=64, dropout=0.5, **PLANETOID),
-                     "no figure in Xu et al. 2019 (graph tasks only); GCN's 0.703 as reference"),
+    "cora-gcn": (
+        "cora",
+        dict(model="gcn", hidden=64, dropout=0.5, **PLANETOID),
+        ">= 0.80; Kipf & Welling 2017 Table 2: 0.815",
+    ),
+    "citeseer-gcn": (
+        "citeseer",
+        dict(model="gcn", hidden=64, dropout=0.5, **PLANETOID),
+        ">= 0.69; Kipf & Welling 2017 Table 2: 0.703",
+    ),
+    "cora-gat": (
+        "cora",
+        dict(model="gat", hidden=64, heads=8, dropout=0.6, **{**PLANETOID, "lr": 0.005}),
+        "Veličković et al. 2018 Table 2: 0.830 ± 0.007",
+    ),
+    "citeseer-gat": (
+        "citeseer",
+        dict(model="gat", hidden=64, heads=8, dropout=0.6, **{**PLANETOID, "lr": 0.005}),
+        "Veličković et al. 2018 Table 2: 0.725 ± 0.007",
+    ),
+    "cora-gin": (
+        "cora",
+        dict(model="gin", hidden=64, dropout=0.5, **PLANETOID),
+        "no figure in Xu et al. 2019 (graph tasks only); GCN's 0.815 as reference",
+    ),
+    "citeseer-gin": (
+        "citeseer",
+        dict(model="gin", hidden=64, dropout=0.5, **PLANETOID),
+        "no figure in Xu et al. 2019 (graph tasks only); GCN's 0.703 as reference",
+    ),
     "amazon_photo-sage": ("amazon_photo", dict(SAGE), ">= 0.90; Shchur et al. 2018: 0.914"),
-    "amazon_computers-sage": ("amazon_computers", dict(SAGE_COMPUTERS),
-                              ">= 0.83; Shchur et al. 2018: 0.824"),
-    "coauthor_physics-sage": ("coauthor_physics", dict(SAGE_PHYSICS), ">= 0.92; Shchur et al. 2018: 0.930"),
-}  # fmt: skip
+    "amazon_computers-sage": (
+        "amazon_computers",
+        dict(SAGE_COMPUTERS),
+        ">= 0.83; Shchur et al. 2018: 0.824",
+    ),
+    "coauthor_physics-sage": (
+        "coauthor_physics",
+        dict(SAGE_PHYSICS),
+        ">= 0.92; Shchur et al. 2018: 0.930",
+    ),
+}
 
 
 def graph_dir(name: str) -> Path:
@@ -170,8 +217,11 @@ def main() -> int:
         rows = []
         for seed in [int(s) for s in args.seeds.split(",")]:
             r = run_one(key, seed, args.threads)
-            print(f"{key} seed {seed}: test {r['test_accuracy']:.4f} val {r['val_accuracy']:.4f} "
-                  f"best epoch {r['best_epoch']} ({r['seconds']:.0f} s)", flush=True)  # fmt: skip
+            print(
+                f"{key} seed {seed}: test {r['test_accuracy']:.4f} val {r['val_accuracy']:.4f} "
+                f"best epoch {r['best_epoch']} ({r['seconds']:.0f} s)",
+                flush=True,
+            )
             rows.append(r)
         cfg = dict(RUNS[key][1])
         cfg["fanouts"] = list(cfg["fanouts"])
@@ -181,8 +231,9 @@ def main() -> int:
         old = results["runs"].get(key)
         if old and old.get("config") == cfg:  # same settings, other seeds: keep them
             mine = {r["seed"] for r in rows}
-            rows = sorted([r for r in old["seeds"] if r["seed"] not in mine] + rows,
-                          key=lambda r: r["seed"])  # fmt: skip
+            rows = sorted(
+                [r for r in old["seeds"] if r["seed"] not in mine] + rows, key=lambda r: r["seed"]
+            )
         results["runs"][key] = {"dataset": RUNS[key][0], "config": cfg, "seeds": rows}
         write_tables(results)
     return 0

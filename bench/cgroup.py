@@ -223,8 +223,9 @@ def run_capped_each(
                 if path is not None:
                     (path / "cgroup.procs").write_text(str(os.getpid()))
 
-            procs.append(subprocess.Popen(cmd, preexec_fn=enter, env={**os.environ, **env},
-                                          **popen_kw))  # fmt: skip
+            procs.append(
+                subprocess.Popen(cmd, preexec_fn=enter, env={**os.environ, **env}, **popen_kw)
+            )
         done: dict[int, tuple] = {}
         peaks = [{"rss": 0, "cache": 0, "dirty": 0, "rss+cache": 0} for _ in cmds]
         timed_out = False

@@ -59,9 +59,11 @@ def save(res: dict) -> None:
 
 
 #: the paper's rule for each of shoal's data-dependent defaults (the ablation)
-PAPER_RULES = {"gcn": ("normalize_features", True, "rows always divided by their sum"),
-               "gat": ("normalize_features", True, "rows always divided by their sum"),
-               "sage": ("min_steps", 0, "10 epochs whatever the training set")}  # fmt: skip
+PAPER_RULES = {
+    "gcn": ("normalize_features", True, "rows always divided by their sum"),
+    "gat": ("normalize_features", True, "rows always divided by their sum"),
+    "sage": ("min_steps", 0, "10 epochs whatever the training set"),
+}
 
 
 def run_one(dataset: str, model: str, seed: int, **kw) -> dict:
@@ -72,12 +74,30 @@ def run_one(dataset: str, model: str, seed: int, **kw) -> dict:
     t0 = time.perf_counter()
     r = Trainer(cfg, data).fit()
     wall = time.perf_counter() - t0
-    return {"test_accuracy": r.test_accuracy, "val_accuracy": r.val_accuracy,
-            "best_epoch": r.best_epoch, "epochs": r.epochs, "seconds": wall,
-            "eval_share": r.eval_seconds / wall, "eval_every": r.config["eval_every_chosen"],
-            "config": {k: r.config[k] for k in ("preset", "fanouts", "hidden", "heads", "lr",
-                                                "dropout", "weight_decay", "epochs",
-                                                "normalize_features", "min_steps")}}  # fmt: skip
+    return {
+        "test_accuracy": r.test_accuracy,
+        "val_accuracy": r.val_accuracy,
+        "best_epoch": r.best_epoch,
+        "epochs": r.epochs,
+        "seconds": wall,
+        "eval_share": r.eval_seconds / wall,
+        "eval_every": r.config["eval_every_chosen"],
+        "config": {
+            k: r.config[k]
+            for k in (
+                "preset",
+                "fanouts",
+                "hidden",
+                "heads",
+                "lr",
+                "dropout",
+                "weight_decay",
+                "epochs",
+                "normalize_features",
+                "min_steps",
+            )
+        },
+    }
 
 
 def run(args: argparse.Namespace) -> None:
@@ -92,8 +112,13 @@ def run(args: argparse.Namespace) -> None:
                     continue
                 res["runs"][key] = run_one(dataset, model, seed)
                 r = res["runs"][key]
-                print(key, round(r["test_accuracy"], 4), f"{r['seconds']:.0f}s",
-                      f"eval {100 * r['eval_share']:.0f}%", flush=True)  # fmt: skip
+                print(
+                    key,
+                    round(r["test_accuracy"], 4),
+                    f"{r['seconds']:.0f}s",
+                    f"eval {100 * r['eval_share']:.0f}%",
+                    flush=True,
+                )
                 save(res)
                 if args.ablation and model in PAPER_RULES:
                     name, value, _ = PAPER_RULES[model]
@@ -108,21 +133,27 @@ def _ablation_md(res: dict) -> list[str]:
     ab, runs = res.get("ablation", {}), res.get("runs", {})
     if not ab:
         return []
-    lines = ["", "## Ablation: shoal's data-dependent defaults against the papers' rules", "",
-             "GCN and GAT: `normalize_features = auto` (row-normalise only non-negative rows "
-             "with at most 64 non-zeros on average) against the papers' rows always divided by "
-             "their sum; GraphSAGE: `min_steps = 200` against the paper's 10 epochs whatever "
-             "the training set. Same seeds, test accuracy (mean).", "",
-             "| dataset | model | shoal default | paper rule | difference | paper rule is |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "## Ablation: shoal's data-dependent defaults against the papers' rules",
+        "",
+        "GCN and GAT: `normalize_features = auto` (row-normalise only non-negative rows "
+        "with at most 64 non-zeros on average) against the papers' rows always divided by "
+        "their sum; GraphSAGE: `min_steps = 200` against the paper's 10 epochs whatever "
+        "the training set. Same seeds, test accuracy (mean).",
+        "",
+        "| dataset | model | shoal default | paper rule | difference | paper rule is |",
+        "|---|---|---|---|---|---|",
+    ]
     for dataset in DATASETS:
         for model, (_, _, what) in PAPER_RULES.items():
             p = [r["test_accuracy"] for k, r in ab.items() if k.startswith(f"{dataset}/{model}/")]
             d = [r["test_accuracy"] for k, r in runs.items() if k.startswith(f"{dataset}/{model}/")]
             if p and d:
                 a, b = statistics.mean(d), statistics.mean(p)
-                lines.append(f"| {dataset} | {model} | {a:.3f} | {b:.3f} | {100 * (a - b):+.1f} "
-                             f"| {what} |")  # fmt: skip
+                lines.append(
+                    f"| {dataset} | {model} | {a:.3f} | {b:.3f} | {100 * (a - b):+.1f} | {what} |"
+                )
     return lines
 
 
@@ -137,18 +168,24 @@ def _tuned(dataset: str, model: str) -> str:
 
 def write_markdown(res: dict) -> None:
     runs = res.get("runs", {})
-    lines = ["# Defaults: `shoal train --graph G --model M` and nothing else", "",
-             f"Command: `{res.get('command', 'python bench/defaults.py run')}`  ",
-             f"Machine: {res.get('machine', '?')}", "",
-             "Every run is `TrainConfig(model=M, seed=S)`: the `paper` preset (each model's "
-             "paper settings, 2 layers sampled 25,10; GCN and GAT features row-normalised when "
-             "they are sparse bag-of-words, GraphSAGE at least 200 optimizer steps) and "
-             "`eval_every = auto`. Test accuracy "
-             "of the best-validation epoch (mean ± sd over seeds); *eval share*: the part of "
-             "the run's wall time spent in exact evaluation (target: under ~20%); *tuned*: "
-             "`bench/accuracy.py`'s hand-set hyper-parameters on the same split.", "",
-             "| dataset | model | seeds | test accuracy | published | tuned | wall s | eval share "
-             "| eval every | preset values |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "# Defaults: `shoal train --graph G --model M` and nothing else",
+        "",
+        f"Command: `{res.get('command', 'python bench/defaults.py run')}`  ",
+        f"Machine: {res.get('machine', '?')}",
+        "",
+        "Every run is `TrainConfig(model=M, seed=S)`: the `paper` preset (each model's "
+        "paper settings, 2 layers sampled 25,10; GCN and GAT features row-normalised when "
+        "they are sparse bag-of-words, GraphSAGE at least 200 optimizer steps) and "
+        "`eval_every = auto`. Test accuracy "
+        "of the best-validation epoch (mean ± sd over seeds); *eval share*: the part of "
+        "the run's wall time spent in exact evaluation (target: under ~20%); *tuned*: "
+        "`bench/accuracy.py`'s hand-set hyper-parameters on the same split.",
+        "",
+        "| dataset | model | seeds | test accuracy | published | tuned | wall s | eval share "
+        "| eval every | preset values |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for dataset in DATASETS:
         for model in MODELS:
             rs = [r for k, r in runs.items() if k.startswith(f"{dataset}/{model}/")]
@@ -157,9 +194,11 @@ def write_markdown(res: dict) -> None:
             acc = [r["test_accuracy"] for r in rs]
             sd = statistics.stdev(acc) if len(acc) > 1 else 0.0
             c = rs[0]["config"]
-            vals = (f"fanouts {','.join(map(str, c['fanouts']))}, hidden {c['hidden']}, lr "
-                    f"{c['lr']}, dropout {c['dropout']}, wd {c['weight_decay']}, "
-                    f"{c['epochs']} epochs{', row-normalised' if c['normalize_features'] else ''}")  # fmt: skip
+            vals = (
+                f"fanouts {','.join(map(str, c['fanouts']))}, hidden {c['hidden']}, lr "
+                f"{c['lr']}, dropout {c['dropout']}, wd {c['weight_decay']}, "
+                f"{c['epochs']} epochs{', row-normalised' if c['normalize_features'] else ''}"
+            )
             lines.append(
                 f"| {dataset} | {model} | {len(rs)} | {statistics.mean(acc):.3f} ± {sd:.3f} | "
                 f"{PUBLISHED.get((dataset, model), '-')} | {_tuned(dataset, model)} | "

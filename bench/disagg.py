@@ -45,8 +45,16 @@ PY = sys.executable
 #: name -> (nodes, edges, training fraction): 20,000 training nodes each (20 iterations)
 GRAPHS = {"synth-200k": (200_000, 1_000_000, 0.1), "synth-1m": (1_000_000, 5_000_000, 0.02)}
 PARTS = 6
-SPEED_CFG = dict(model="sage", fanouts=(15, 10, 5), batch_size=1024, hidden=64, lr=0.003,
-                 seed=0, progress=False, threads=1)  # fmt: skip
+SPEED_CFG = dict(
+    model="sage",
+    fanouts=(15, 10, 5),
+    batch_size=1024,
+    hidden=64,
+    lr=0.003,
+    seed=0,
+    progress=False,
+    threads=1,
+)
 
 
 def load() -> dict:
@@ -72,13 +80,30 @@ def synth(name: str) -> Path:
     nodes, edges, frac = GRAPHS[name]
     g = dbench.WORK / name
     if not (g / "meta.json").exists():
-        dbench.shoal("data", "synth", "dcsbm", "--nodes", str(nodes), "--edges", str(edges),
-                     "--out", str(g), "--classes", "47", "--features", "128", "--seed", "0",
-                     "--train-frac", str(frac))  # fmt: skip
+        dbench.shoal(
+            "data",
+            "synth",
+            "dcsbm",
+            "--nodes",
+            str(nodes),
+            "--edges",
+            str(edges),
+            "--out",
+            str(g),
+            "--classes",
+            "47",
+            "--features",
+            "128",
+            "--seed",
+            "0",
+            "--train-frac",
+            str(frac),
+        )
     a, s = dbench.DWORK / f"{name}-spring{PARTS}", dbench.DWORK / f"{name}-store{PARTS}"
     if not (a / "meta.json").exists():
-        dbench.shoal("partition", str(g), "--algo", "spring", "--parts", str(PARTS), "--out",
-                     str(a))  # fmt: skip
+        dbench.shoal(
+            "partition", str(g), "--algo", "spring", "--parts", str(PARTS), "--out", str(a)
+        )
     if not (s / "meta.json").exists():
         dbench.shoal("store", "build", str(g), str(a), "--out", str(s))
     return s
@@ -124,35 +149,70 @@ def worker(args: argparse.Namespace) -> None:
     with process_group(DistConfig(threads=1)) as ctx:
         eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
         recs = [eng.train_epoch(e) for e in range(args.epochs + 1)][1:]  # one warm-up epoch
-        split = {k: statistics.median(r["time_split"][k] for r in recs)
-                 for k in recs[0]["time_split"]}  # fmt: skip
+        split = {
+            k: statistics.median(r["time_split"][k] for r in recs) for k in recs[0]["time_split"]
+        }
         Path(f"{args.out}.rank{ctx.rank}").write_text(json.dumps(split))
         if ctx.is_rank0:
             secs = [r["seconds"] for r in recs]
             med = sorted(range(len(secs)), key=secs.__getitem__)[len(secs) // 2]
-            Path(args.out).write_text(json.dumps({
-                "engine": args.engine, "epoch_seconds": secs,
-                "median_epoch_seconds": statistics.median(secs),
-                "iterations": eng.num_batches,
-                "time_split_rank0": recs[med]["time_split"], "comm": recs[med]["comm"],
-                "disagg": recs[med].get("disagg"), "settings": eng.settings(),
-            }))  # fmt: skip
+            Path(args.out).write_text(
+                json.dumps(
+                    {
+                        "engine": args.engine,
+                        "epoch_seconds": secs,
+                        "median_epoch_seconds": statistics.median(secs),
+                        "iterations": eng.num_batches,
+                        "time_split_rank0": recs[med]["time_split"],
+                        "comm": recs[med]["comm"],
+                        "disagg": recs[med].get("disagg"),
+                        "settings": eng.settings(),
+                    }
+                )
+            )
 
 
-def run(store: Path, engine: str, nproc: int, extra: dict, epochs: int, cpu: float = 0.0,
-        compute_cpu: float = 0.0) -> dict:  # fmt: skip
+def run(
+    store: Path,
+    engine: str,
+    nproc: int,
+    extra: dict,
+    epochs: int,
+    cpu: float = 0.0,
+    compute_cpu: float = 0.0,
+) -> dict:
     out = dbench.DWORK / "disagg-run.json"
     for f in [out, *dbench.DWORK.glob("disagg-run.json.rank*")]:
         f.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     load_before = os.getloadavg()[0]
     try:
-        dbench.sh([PY, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={nproc}", str(Path(__file__).resolve()), "worker",
-                   "--store", str(store), "--engine", engine, "--epochs", str(epochs),
-                   "--extra", json.dumps(extra), "--out", str(out), "--cpu", str(cpu),
-                   "--compute-cpu", str(compute_cpu)],
-                  env=env)  # fmt: skip
+        dbench.sh(
+            [
+                PY,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={nproc}",
+                str(Path(__file__).resolve()),
+                "worker",
+                "--store",
+                str(store),
+                "--engine",
+                engine,
+                "--epochs",
+                str(epochs),
+                "--extra",
+                json.dumps(extra),
+                "--out",
+                str(out),
+                "--cpu",
+                str(cpu),
+                "--compute-cpu",
+                str(compute_cpu),
+            ],
+            env=env,
+        )
     finally:
         if cpu:
             remove_cpu_groups()
@@ -173,11 +233,22 @@ def run_scaling(args: argparse.Namespace) -> None:
     for name in args.graphs.split(","):
         store = synth(name)
         for b in map(int, args.batch_workers.split(",")):
-            r = run(store, "disagg", b + 1, {"batch_workers": b, "hidden": args.hidden},
-                    args.epochs, args.cpu, args.compute_cpu)  # fmt: skip
+            r = run(
+                store,
+                "disagg",
+                b + 1,
+                {"batch_workers": b, "hidden": args.hidden},
+                args.epochs,
+                args.cpu,
+                args.compute_cpu,
+            )
             nodes, _, frac = GRAPHS[name]
-            r.update(graph=name, hidden=args.hidden, batch_workers=b,
-                     seeds_per_second=round(nodes * frac) / r["median_epoch_seconds"])  # fmt: skip
+            r.update(
+                graph=name,
+                hidden=args.hidden,
+                batch_workers=b,
+                seeds_per_second=round(nodes * frac) / r["median_epoch_seconds"],
+            )
             cpu = f"/cpu{args.cpu:g}" if args.cpu else ""
             cpu += f"-{args.compute_cpu:g}" if args.compute_cpu else ""
             sc[f"{name}/h{args.hidden}{cpu}/B{b}"] = r
@@ -192,8 +263,7 @@ def run_bytes(args: argparse.Namespace) -> None:
     by = res["bytes"] = {}
     for grouping in (True, False):
         for cache in ("0", "5%", "20%"):
-            extra = {"batch_workers": 1, "replicas": 2, "grouping": grouping,
-                     "disagg_cache": cache}  # fmt: skip
+            extra = {"batch_workers": 1, "replicas": 2, "grouping": grouping, "disagg_cache": cache}
             r = run(store, "disagg", 2, extra, args.epochs)
             by[f"{'grouped' if grouping else 'ungrouped'}/{cache}"] = r
             print(grouping, cache, r["disagg"]["batch_bytes"], flush=True)
@@ -236,8 +306,9 @@ def run_accuracy(args: argparse.Namespace) -> None:
                 if kind == "single":
                     r = hec_single.get(key) or dbench.single(g, hp, seed)
                 else:
-                    flags = ["--batch-workers", "2"] + (["--local-sampling"] if kind == "local"
-                                                         else [])  # fmt: skip
+                    flags = ["--batch-workers", "2"] + (
+                        ["--local-sampling"] if kind == "local" else []
+                    )
                     r = _engine(store, hp, seed, flags)
                 entry["runs"][key] = r
                 print(name, key, r["test_accuracy"], flush=True)
@@ -250,18 +321,40 @@ def _hec_single(hec_res: dict, name: str, hp: dict) -> dict:
     entry = hec_res.get("accuracy", {}).get(name, {})
     if entry.get("hparams") != hp:
         return {}
-    return {k: {"test_accuracy": r["test_accuracy"], "from": "bench/hec.py accuracy"}
-            for k, r in entry["runs"].items() if k.startswith("single/")}  # fmt: skip
+    return {
+        k: {"test_accuracy": r["test_accuracy"], "from": "bench/hec.py accuracy"}
+        for k, r in entry["runs"].items()
+        if k.startswith("single/")
+    }
 
 
 def _engine(store: Path, hp: dict, seed: int, flags: list[str]) -> dict:
     out = dbench.DWORK / f"disagg-acc-{store.name}-{seed}.json"
     t = time.perf_counter()
-    dbench.sh([PY, "-m", "shoal", "train", "--store", str(store), "--engine", "disagg",
-               "--nproc", "3", *flags, "--json", str(out), *dbench.hp_flags(hp, seed)])  # fmt: skip
+    dbench.sh(
+        [
+            PY,
+            "-m",
+            "shoal",
+            "train",
+            "--store",
+            str(store),
+            "--engine",
+            "disagg",
+            "--nproc",
+            "3",
+            *flags,
+            "--json",
+            str(out),
+            *dbench.hp_flags(hp, seed),
+        ]
+    )
     d = json.loads(out.read_text())
-    return {"test_accuracy": d["test_accuracy"], "seconds": time.perf_counter() - t,
-            "bytes_per_epoch": d["bytes_per_epoch"]}  # fmt: skip
+    return {
+        "test_accuracy": d["test_accuracy"],
+        "seconds": time.perf_counter() - t,
+        "bytes_per_epoch": d["bytes_per_epoch"],
+    }
 
 
 def _mean(xs: list[float]) -> str:
@@ -287,10 +380,12 @@ def _scaling_notes(sc: dict) -> list[str]:
         sps = {b: round(nodes * frac) / r["median_epoch_seconds"] for b, r in sorted(rows)}
         best = max(sps, key=sps.__getitem__)
         quota = "with a CPU quota per rank" if "/cpu" in cfg else "sharing 2 cores"
-        out.append(f"- Scaling, {name}, {cfg.replace('/', ' ')} ({quota}): seeds/s "
-                   + ", ".join(f"{v:.0f}" for v in sps.values())
-                   + f" for {min(sps)}-{max(sps)} batch workers; the most at {best} "
-                   f"({sps[best] / sps[min(sps)]:.2f}x the first).")  # fmt: skip
+        out.append(
+            f"- Scaling, {name}, {cfg.replace('/', ' ')} ({quota}): seeds/s "
+            + ", ".join(f"{v:.0f}" for v in sps.values())
+            + f" for {min(sps)}-{max(sps)} batch workers; the most at {best} "
+            f"({sps[best] / sps[min(sps)]:.2f}x the first)."
+        )
     return out
 
 
@@ -301,17 +396,22 @@ def notes(res: dict) -> list[str]:
     by = res.get("bytes", {})
     if "grouped/0" in by and "ungrouped/0" in by:
         mb = {k: r["disagg"]["batch_bytes"] for k, r in by.items()}
-        out.append(f"- Bytes: grouping sends {mb['grouped/0'] / mb['ungrouped/0']:.2f}x the "
-                   "ungrouped batch bytes without cache; a cache of 5% of the nodes sends "
-                   f"{mb.get('grouped/5%', float('nan')) / mb['grouped/0']:.2f}x (grouped), 20% "
-                   f"{mb.get('grouped/20%', float('nan')) / mb['grouped/0']:.2f}x.")  # fmt: skip
+        out.append(
+            f"- Bytes: grouping sends {mb['grouped/0'] / mb['ungrouped/0']:.2f}x the "
+            "ungrouped batch bytes without cache; a cache of 5% of the nodes sends "
+            f"{mb.get('grouped/5%', float('nan')) / mb['grouped/0']:.2f}x (grouped), 20% "
+            f"{mb.get('grouped/20%', float('nan')) / mb['grouped/0']:.2f}x."
+        )
     sp = res.get("speed", {})
     for n in (2, 3):
         if f"disagg/{n}" in sp and f"minibatch/{n}" in sp:
-            ratio = (sp[f"disagg/{n}"]["median_epoch_seconds"]
-                     / sp[f"minibatch/{n}"]["median_epoch_seconds"])  # fmt: skip
-            out.append(f"- Epoch time, {n} processes on 2 shared cores: disagg / minibatch "
-                       f"= {ratio:.2f}.")  # fmt: skip
+            ratio = (
+                sp[f"disagg/{n}"]["median_epoch_seconds"]
+                / sp[f"minibatch/{n}"]["median_epoch_seconds"]
+            )
+            out.append(
+                f"- Epoch time, {n} processes on 2 shared cores: disagg / minibatch = {ratio:.2f}."
+            )
     for name, e in res.get("accuracy", {}).items():
         s0 = _accs(e, "single")
         for kind in ("disagg", "local"):
@@ -319,8 +419,10 @@ def notes(res: dict) -> list[str]:
             if s0 and xs:
                 d = 100 * (statistics.mean(xs) - statistics.mean(s0))
                 verdict = "within" if abs(d) <= 1.0 else "outside"
-                out.append(f"- Accuracy, {name}, {kind} ({len(xs)} seeds) against single "
-                           f"({len(s0)}): {d:+.1f} points, {verdict} 1 point.")  # fmt: skip
+                out.append(
+                    f"- Accuracy, {name}, {kind} ({len(xs)} seeds) against single "
+                    f"({len(s0)}): {d:+.1f} points, {verdict} 1 point."
+                )
     return out
 
 
@@ -331,41 +433,60 @@ def _send_wait(r: dict) -> str:
 
 
 def write_markdown(res: dict) -> None:
-    lines = ["# disagg engine (Armada): batch workers feeding compute workers", "",
-             f"Machine: {res.get('machine', '?')}. Written by `bench/disagg.py` (commands "
-             "below). Every process runs one thread.", ""]  # fmt: skip
+    lines = [
+        "# disagg engine (Armada): batch workers feeding compute workers",
+        "",
+        f"Machine: {res.get('machine', '?')}. Written by `bench/disagg.py` (commands "
+        "below). Every process runs one thread.",
+        "",
+    ]
     if "scaling" in res:
-        lines += ["## Throughput against batch workers (1 compute worker)", "",
-                  "3-layer GraphSAGE 15,10,5, batch 1024, 6-part store.", "",
-                  "'CPU per process': a cgroup CFS quota per rank (`--cpu`), emulating one "
-                  "machine per rank; '-': the ranks share this machine's 2 cores.", "",
-                  "Seeds/s: training nodes per second (20,000 per epoch on both graphs); "
-                  "iterations grow with the batch workers, since each worker's parts end in "
-                  "a partial batch.", "",
-                  "| graph | hidden | CPU per process | batch workers | processes | seeds/s "
-                  "| iterations | iterations/s "
-                  "| epoch s | compute worker waiting for batches s | assembling s | computing s "
-                  "| batch workers waiting to send s |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "## Throughput against batch workers (1 compute worker)",
+            "",
+            "3-layer GraphSAGE 15,10,5, batch 1024, 6-part store.",
+            "",
+            "'CPU per process': a cgroup CFS quota per rank (`--cpu`), emulating one "
+            "machine per rank; '-': the ranks share this machine's 2 cores.",
+            "",
+            "Seeds/s: training nodes per second (20,000 per epoch on both graphs); "
+            "iterations grow with the batch workers, since each worker's parts end in "
+            "a partial batch.",
+            "",
+            "| graph | hidden | CPU per process | batch workers | processes | seeds/s "
+            "| iterations | iterations/s "
+            "| epoch s | compute worker waiting for batches s | assembling s | computing s "
+            "| batch workers waiting to send s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for key, r in res["scaling"].items():
             name, h, b = key.split("/")[0], key.split("/")[1][1:], key.split("/")[-1][1:]
-            cpu = (f"{r['cpu_per_process']:g} (compute {r.get('cpu_compute_worker') or r['cpu_per_process']:g})"
-                   if r.get("cpu_per_process") else "-")  # fmt: skip
+            cpu = (
+                f"{r['cpu_per_process']:g} (compute {r.get('cpu_compute_worker') or r['cpu_per_process']:g})"
+                if r.get("cpu_per_process")
+                else "-"
+            )
             ts = r["time_split_rank0"]
             nodes, _, frac = GRAPHS[name]
-            lines.append(f"| {name} | {h} | {cpu} | {b} | {int(b) + 1} | "
-                         f"{round(nodes * frac) / r['median_epoch_seconds']:.0f} | "
-                         f"{r['iterations']} | {r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
-                         f"{ts.get('receive_wait', 0):.2f} | "
-                         + (f"{ts['assemble']:.2f} | " if "assemble" in ts else "- | ")
-                         + f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} | "
-                         f"{_send_wait(r)} |")  # fmt: skip
+            lines.append(
+                f"| {name} | {h} | {cpu} | {b} | {int(b) + 1} | "
+                f"{round(nodes * frac) / r['median_epoch_seconds']:.0f} | "
+                f"{r['iterations']} | {r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
+                f"{ts.get('receive_wait', 0):.2f} | "
+                + (f"{ts['assemble']:.2f} | " if "assemble" in ts else "- | ")
+                + f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} | "
+                f"{_send_wait(r)} |"
+            )
         lines.append("")
     if "bytes" in res:
-        lines += ["## Bytes per epoch: grouping and the compute-worker cache (200k nodes)", "",
-                  "1 batch worker, 1 compute worker with G = 2 replicas.", "",
-                  "| batches | cache | batch MB/epoch | rows sent | hit rate | update MB | "
-                  "epoch s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "## Bytes per epoch: grouping and the compute-worker cache (200k nodes)",
+            "",
+            "1 batch worker, 1 compute worker with G = 2 replicas.",
+            "",
+            "| batches | cache | batch MB/epoch | rows sent | hit rate | update MB | epoch s |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for key, r in res["bytes"].items():
             grouping, cache = key.split("/")
             d = r["disagg"]
@@ -390,9 +511,12 @@ def write_markdown(res: dict) -> None:
             )
         lines.append("")
     if "accuracy" in res:
-        lines += ["## Accuracy (2 parts, 3 processes: 2 batch workers, 1 compute worker)", "",
-                  "| graph | single | disagg | diff | disagg --local-sampling | diff |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "## Accuracy (2 parts, 3 processes: 2 batch workers, 1 compute worker)",
+            "",
+            "| graph | single | disagg | diff | disagg --local-sampling | diff |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, e in res["accuracy"].items():
             s0, d, lo = (_accs(e, k) for k in ("single", "disagg", "local"))
             m0 = statistics.mean(s0) if s0 else float("nan")
@@ -420,12 +544,20 @@ def main() -> None:
         help="a small width makes batch preparation the bottleneck",
     )
     s.add_argument("--batch-workers", default="1,2,3")
-    s.add_argument("--cpu", type=float, default=0.0,
-                   help="CPU quota per process in cores (cgroup v1 cpu controller; 0: none). "
-                   "0.5 with 1 compute and up to 3 batch workers fills 2 cores exactly")  # fmt: skip
-    s.add_argument("--compute-cpu", type=float, default=0.0,
-                   help="the compute worker's quota instead of --cpu (a compute worker faster "
-                   "than one batch worker, as a GPU is in the paper)")  # fmt: skip
+    s.add_argument(
+        "--cpu",
+        type=float,
+        default=0.0,
+        help="CPU quota per process in cores (cgroup v1 cpu controller; 0: none). "
+        "0.5 with 1 compute and up to 3 batch workers fills 2 cores exactly",
+    )
+    s.add_argument(
+        "--compute-cpu",
+        type=float,
+        default=0.0,
+        help="the compute worker's quota instead of --cpu (a compute worker faster "
+        "than one batch worker, as a GPU is in the paper)",
+    )
     for name in ("scaling", "bytes", "speed"):
         p = s if name == "scaling" else sub.add_parser(name)
         p.add_argument("--epochs", type=int, default=2)
@@ -442,8 +574,14 @@ def main() -> None:
     sub.add_parser("report")
     args = ap.parse_args()
     dbench.DWORK.mkdir(parents=True, exist_ok=True)
-    {"scaling": run_scaling, "bytes": run_bytes, "speed": run_speed, "accuracy": run_accuracy,
-     "worker": worker, "report": lambda _: write_markdown(load())}[args.cmd](args)  # fmt: skip
+    {
+        "scaling": run_scaling,
+        "bytes": run_bytes,
+        "speed": run_speed,
+        "accuracy": run_accuracy,
+        "worker": worker,
+        "report": lambda _: write_markdown(load()),
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

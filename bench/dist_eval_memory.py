@@ -167,8 +167,13 @@ def sh(cmd: list[str], log: list[str], **kw) -> None:
 
 
 def resolve(ref: str) -> str:
-    out = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT,
-                         check=True, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip()
 
 
@@ -179,8 +184,9 @@ def worktree(work: Path, name: str, ref: str, log: list[str] | None = None) -> t
     if not (path / ".git").exists():
         sh(["git", "worktree", "add", "--detach", path, commit], log)
     else:
-        head = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], check=True,
-                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+        head = subprocess.run(
+            ["git", "-C", path, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+        ).stdout.strip()
         if head != commit:
             sh(["git", "-C", path, "checkout", "--detach", "--force", commit], log)
     return path, commit
@@ -193,25 +199,94 @@ def prepare(args) -> None:
     # every shoal command writes to a temporary sibling and renames it into place, so an
     # existing directory is a complete one
     if not p["graph"].exists():
-        sh(SHOAL + ["data", "synth", "dcsbm", "--nodes", NODES, "--edges", EDGES,
-                    "--features", FEATURES, "--out", p["graph"]], log)  # fmt: skip
+        sh(
+            SHOAL
+            + [
+                "data",
+                "synth",
+                "dcsbm",
+                "--nodes",
+                NODES,
+                "--edges",
+                EDGES,
+                "--features",
+                FEATURES,
+                "--out",
+                p["graph"],
+            ],
+            log,
+        )
     if not p["parts"].exists():
-        sh(SHOAL + ["partition", p["graph"], "--algo", ALGO, "--parts", PARTS,
-                    "--out", p["parts"], "--json", args.work / f"partition-{ALGO}{PARTS}.json"],
-           log)  # fmt: skip
+        sh(
+            SHOAL
+            + [
+                "partition",
+                p["graph"],
+                "--algo",
+                ALGO,
+                "--parts",
+                PARTS,
+                "--out",
+                p["parts"],
+                "--json",
+                args.work / f"partition-{ALGO}{PARTS}.json",
+            ],
+            log,
+        )
     if not p["store"].exists():
-        sh(SHOAL + ["store", "build", p["graph"], p["parts"], "--out", p["store"],
-                    "--json", args.work / "store-build.json"], log)  # fmt: skip
+        sh(
+            SHOAL
+            + [
+                "store",
+                "build",
+                p["graph"],
+                p["parts"],
+                "--out",
+                p["store"],
+                "--json",
+                args.work / "store-build.json",
+            ],
+            log,
+        )
     # a small store for the unmeasured warm-up evaluations (numba kernel caches)
     if not p["warm_graph"].exists():
-        sh(SHOAL + ["data", "synth", "dcsbm", "--nodes", 20000, "--edges", 100000,
-                    "--features", FEATURES, "--out", p["warm_graph"]], log)  # fmt: skip
+        sh(
+            SHOAL
+            + [
+                "data",
+                "synth",
+                "dcsbm",
+                "--nodes",
+                20000,
+                "--edges",
+                100000,
+                "--features",
+                FEATURES,
+                "--out",
+                p["warm_graph"],
+            ],
+            log,
+        )
     if not p["warm_parts"].exists():
-        sh(SHOAL + ["partition", p["warm_graph"], "--algo", "hash", "--parts", PARTS,
-                    "--out", p["warm_parts"]], log)  # fmt: skip
+        sh(
+            SHOAL
+            + [
+                "partition",
+                p["warm_graph"],
+                "--algo",
+                "hash",
+                "--parts",
+                PARTS,
+                "--out",
+                p["warm_parts"],
+            ],
+            log,
+        )
     if not p["warm_store"].exists():
-        sh(SHOAL + ["store", "build", p["warm_graph"], p["warm_parts"],
-                    "--out", p["warm_store"]], log)  # fmt: skip
+        sh(
+            SHOAL + ["store", "build", p["warm_graph"], p["warm_parts"], "--out", p["warm_store"]],
+            log,
+        )
     worktree(args.work, "before", BEFORE_COMMIT, log)
     prev = args.work / "prepare_log.json"
     old = json.loads(prev.read_text()) if prev.exists() else []
@@ -354,7 +429,7 @@ def worker(args) -> None:
                     "feature_bytes": int(p.num_core) * int(store.feature_dim) * 4,
                 }
                 for p in parts
-            ],  # fmt: skip
+            ],
             "weights_sum": wsum,
             "init_equal_to_loaded": same_init,
             "num_params": int(sum(v.numel() for v in model.parameters())),
@@ -373,11 +448,17 @@ def worker(args) -> None:
         rb0 = read_bytes()
 
         def progress(smp: Sampler) -> None:  # how far a slow (capped) run got
-            prog_path.write_text(json.dumps({
-                "elapsed": time.perf_counter() - smp.t0, "pulls": pulls[0],
-                "marks": [(round(m - smp.t0, 3), n) for m, n in marks],
-                "peak": smp.peak, "read_bytes": read_bytes() - rb0,
-            }))  # fmt: skip
+            prog_path.write_text(
+                json.dumps(
+                    {
+                        "elapsed": time.perf_counter() - smp.t0,
+                        "pulls": pulls[0],
+                        "marks": [(round(m - smp.t0, 3), n) for m, n in marks],
+                        "peak": smp.peak,
+                        "read_bytes": read_bytes() - rb0,
+                    }
+                )
+            )
 
         smp = Sampler(progress=progress)
         smp.start()
@@ -393,11 +474,14 @@ def worker(args) -> None:
         for i, (start, name) in enumerate(bounds):
             stop = bounds[i + 1][0] if i + 1 < len(bounds) else secs + 1.0
             pts = [x for x in smp.timeline if start <= x[0] < stop]
-            phases.append({
-                "start_s": round(start, 3), "phase": name,
-                "peak_anon": max((x[1] for x in pts), default=0),
-                "peak_file": max((x[2] for x in pts), default=0),
-            })  # fmt: skip
+            phases.append(
+                {
+                    "start_s": round(start, 3),
+                    "phase": name,
+                    "peak_anon": max((x[1] for x in pts), default=0),
+                    "peak_file": max((x[2] for x in pts), default=0),
+                }
+            )
         tl = smp.timeline
         step = max(1, len(tl) // 200)
         info.update(
@@ -431,8 +515,11 @@ def worker(args) -> None:
             }
         )
         (args.out / f"rank{ctx.rank}.json").write_text(json.dumps(info, indent=1))
-        print(f"[{args.which} rank {ctx.rank}] {secs:.1f} s acc {acc} "
-              f"increase {info['peak_increase'] / MiB:.0f} MiB", flush=True)  # fmt: skip
+        print(
+            f"[{args.which} rank {ctx.rank}] {secs:.1f} s acc {acc} "
+            f"increase {info['peak_increase'] / MiB:.0f} MiB",
+            flush=True,
+        )
         del eng
 
 
@@ -526,9 +613,24 @@ def launch(
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = str(src)
     store = store or p["store"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-           str(NPROC), str(Path(__file__).resolve()), "worker", "--store", str(store),
-           "--which", which, "--out", str(out), "--src", str(src)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(NPROC),
+        str(Path(__file__).resolve()),
+        "worker",
+        "--store",
+        str(store),
+        "--which",
+        which,
+        "--out",
+        str(out),
+        "--src",
+        str(src),
+    ]
     if state_in:
         cmd += ["--state-in", str(state_in)]
     if state_out:
@@ -633,20 +735,27 @@ def run(args) -> None:
         for which in ("after", "before"):
             tag = f"{which}_capped{k:g}"
             with Cgroup("shoal_bench", cap) as cg:
-                runs[tag] = launch(args, which, tag, src[which], state_in=p["state"], cgroup=cg,
-                                   timeout=args.cap_timeout)  # fmt: skip
+                runs[tag] = launch(
+                    args,
+                    which,
+                    tag,
+                    src[which],
+                    state_in=p["state"],
+                    cgroup=cg,
+                    timeout=args.cap_timeout,
+                )
                 runs[tag]["cap_parts"] = k
     results = {
         "setting": {
             "graph": f"dcsbm, {NODES} nodes, {EDGES} undirected edges (x2 stored), "
-                     f"{FEATURES} features, default classes/splits",
+            f"{FEATURES} features, default classes/splits",
             "partition": f"{ALGO}, {PARTS} parts",
             "ranks": NPROC,
             "model": f"sage, 2 layers, hidden {HIDDEN}, random init (seed 0), same weights "
-                     "in both versions (state_dict file)",
+            "in both versions (state_dict file)",
             "evaluation": "dist_evaluate(model, store, parts, part_to_rank, ctx, tables), "
-                          "splits val+test, batch_size the version's default (table)",
-        },  # fmt: skip
+            "splits val+test, batch_size the version's default (table)",
+        },
         "machine": mach,
         "worktree_log": log,
         "warmup": {k: {"ok": v["ok"], "wall_seconds": v["wall_seconds"]} for k, v in warm.items()},
@@ -656,12 +765,12 @@ def run(args) -> None:
         "part_feature_bytes": part_bytes,
         "caps": caps,
         "cap_rule": "launcher peak RSS (uncapped runs) + 2 x (largest RSS of an 'after' rank "
-                    "just before the evaluation + k x one part's features)",
+        "just before the evaluation + k x one part's features)",
         "cap_timeout_s": args.cap_timeout,
         "runs": runs,
         "command": "python bench/dist_eval_memory.py prepare && python bench/dist_eval_memory.py "
-                   + shlex.join(sys.argv[1:]),
-    }  # fmt: skip
+        + shlex.join(sys.argv[1:]),
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "dist_eval_memory.json").write_text(json.dumps(results, indent=1))
     (RESULTS / "dist_eval_memory.md").write_text(report(results))
@@ -789,8 +898,12 @@ def report(res: dict) -> str:
                 for x in rs[0]["phases"]
             )
             L.append(f"- {tag}: {ph}")
-    L += ["", "Where the \"after\" increase comes from (RssAnon / RssFile in MiB, from the 20 ms "
-          "samples and a reading after every halo pull):", ""]  # fmt: skip
+    L += [
+        "",
+        'Where the "after" increase comes from (RssAnon / RssFile in MiB, from the 20 ms '
+        "samples and a reading after every halo pull):",
+        "",
+    ]
     for r in runs["after"]["ranks"]:
         L.append(f"- rank {r['rank']}: " + breakdown(r))
     L += [
@@ -811,8 +924,7 @@ def report(res: dict) -> str:
         "| val acc | test acc |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    full_pulls = {t: max((r["pulls"] for r in runs[t]["ranks"]), default=0)
-                  for t in uncapped}  # fmt: skip
+    full_pulls = {t: max((r["pulls"] for r in runs[t]["ranks"]), default=0) for t in uncapped}
     for r in runs.values():
         if "cap_parts" not in r:
             continue
@@ -829,25 +941,36 @@ def report(res: dict) -> str:
             slow = min(pr, key=lambda x: x["pulls"])
             layer = sum(1 for _, n in slow["marks"] if n.startswith(("layer", "halo")))
             where = f"in layer {layer - 1} (layers 0-1)" if layer else "before layer 0"
-            prog = (f"{slow['pulls']}/{full_pulls[r['which']]} pulls, {where}, last seen at "
-                    f"{slow['elapsed']:.0f} s with {mib(max(x['peak']['RssAnon'] for x in pr))} "
-                    "MiB peak anon in a rank")  # fmt: skip
+            prog = (
+                f"{slow['pulls']}/{full_pulls[r['which']]} pulls, {where}, last seen at "
+                f"{slow['elapsed']:.0f} s with {mib(max(x['peak']['RssAnon'] for x in pr))} "
+                "MiB peak anon in a rank"
+            )
             rd = sum(x["read_bytes"] for x in pr)
         else:
             prog, rd = "did not start evaluating", 0
         oom = cg.get("oom_kill", -1)
         outcome = (
-            "completed" if r["ok"] else
-            f"OOM-killed ({r['returncode']})" if oom and oom > 0 else str(r["returncode"])
-        )  # fmt: skip
+            "completed"
+            if r["ok"]
+            else f"OOM-killed ({r['returncode']})"
+            if oom and oom > 0
+            else str(r["returncode"])
+        )
         L.append(
             f"| {r['which']} | {r['cap_parts']:g} | {mib(cg.get('limit', 0))} | "
             f"{'yes' if r['ok'] else 'NO'} | {outcome} | {r['wall_seconds']:.0f} | {ev} | "
             f"{prog} | {rd / 2**30:.1f} | {mib(cg.get('max_usage', 0))} | {oom} | {va} | {te} |"
         )
-    L += ["", "Disk reads of the uncapped evaluations (both ranks): "
-          + ", ".join(f"{t} {sum(x['read_bytes'] for x in runs[t]['ranks']) / 2**30:.1f} GiB"
-                      for t in uncapped) + "."]  # fmt: skip
+    L += [
+        "",
+        "Disk reads of the uncapped evaluations (both ranks): "
+        + ", ".join(
+            f"{t} {sum(x['read_bytes'] for x in runs[t]['ranks']) / 2**30:.1f} GiB"
+            for t in uncapped
+        )
+        + ".",
+    ]
     L += [
         "",
         "Uncapped launcher wall seconds (start of torch.distributed.run to its exit): "

@@ -386,8 +386,11 @@ def _part_models_table(acc: dict) -> list[str]:
         for p in (4, 8):
             pm = [v for k, v in runs.items() if k.startswith(f"averaging-pm/p{p}/")]
             seeds = {k.rsplit("/", 1)[1] for k in runs if k.startswith(f"averaging-pm/p{p}/")}
-            carried = [v for k, v in runs.items() if k.startswith(f"averaging/p{p}/")
-                       and k.rsplit("/", 1)[1] in seeds]  # fmt: skip
+            carried = [
+                v
+                for k, v in runs.items()
+                if k.startswith(f"averaging/p{p}/") and k.rsplit("/", 1)[1] in seeds
+            ]
             if not pm or not carried:
                 continue
             a = [v["test_accuracy"] for v in carried]
@@ -400,22 +403,30 @@ def _part_models_table(acc: dict) -> list[str]:
                     statistics.median(same["averaging"]),
                     statistics.median(same["averaging-pm"]),
                 )
-            rows.append(f"| {name} | {p} | {len(pm)} | {_ms(a)} | {_ms(b)} | "
-                        f"{100 * (statistics.mean(b) - statistics.mean(a)):+.1f} | {ta:.2f} | "
-                        f"{tb:.2f} |")  # fmt: skip
+            rows.append(
+                f"| {name} | {p} | {len(pm)} | {_ms(a)} | {_ms(b)} | "
+                f"{100 * (statistics.mean(b) - statistics.mean(a)):+.1f} | {ta:.2f} | "
+                f"{tb:.2f} |"
+            )
     if not rows:
         return []
-    return ["## Averaging with more parts than processes: carried model vs per-part models",
-            "", "2 processes; `averaging` carries one model through its rank's parts in turn "
-            "(the default); `--part-models` trains one model per part and averages all p "
-            "of them each round (SDT-GNN Sec. III-C/D). Same seeds and hyper-parameters on "
-            "both sides (`bench/distributed.py accuracy`). Epoch times: medians of "
-            "`bench/distributed.py pm-speed` (both engines interleaved in one run, seed 0, "
-            "evaluation every 5 epochs included) where it ran, else of the accuracy runs, "
-            "made at different times.",
-            "", "| dataset | parts | seeds | carried | per-part models | difference (points) "
-            "| carried s/epoch | per-part s/epoch |", "|---|---|---|---|---|---|---|---|",
-            *rows, ""]  # fmt: skip
+    return [
+        "## Averaging with more parts than processes: carried model vs per-part models",
+        "",
+        "2 processes; `averaging` carries one model through its rank's parts in turn "
+        "(the default); `--part-models` trains one model per part and averages all p "
+        "of them each round (SDT-GNN Sec. III-C/D). Same seeds and hyper-parameters on "
+        "both sides (`bench/distributed.py accuracy`). Epoch times: medians of "
+        "`bench/distributed.py pm-speed` (both engines interleaved in one run, seed 0, "
+        "evaluation every 5 epochs included) where it ran, else of the accuracy runs, "
+        "made at different times.",
+        "",
+        "| dataset | parts | seeds | carried | per-part models | difference (points) "
+        "| carried s/epoch | per-part s/epoch |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def write_markdown(d: dict) -> None:
@@ -549,24 +560,31 @@ def _notes(d: dict) -> list[str]:
     10 seeds), and where the minibatch engine's epoch goes."""
     out = []
     for name, e in d.get("accuracy", {}).items():
-        xs = {int(k.rsplit("seed", 1)[1]): v["test_accuracy"] for k, v in e["runs"].items()
-              if k.startswith("single/seed")}  # fmt: skip
+        xs = {
+            int(k.rsplit("seed", 1)[1]): v["test_accuracy"]
+            for k, v in e["runs"].items()
+            if k.startswith("single/seed")
+        }
         first, rest = [xs[i] for i in (0, 1, 2) if i in xs], [v for i, v in xs.items() if i > 2]
         if len(xs) > 3 and first and rest:
-            out.append(f"{name}: the single-process test accuracy spreads by "
-                       f"{statistics.stdev(xs.values()):.3f} (std over {len(xs)} seeds); seeds "
-                       f"0-2 average {statistics.mean(first):.3f}, seeds 3-{max(xs)} "
-                       f"{statistics.mean(rest):.3f}: a 3-seed mean can sit "
-                       f"{100 * abs(statistics.mean(first) - statistics.mean(rest)):.1f} points "
-                       "from the rest, hence the 10-seed table.")  # fmt: skip
+            out.append(
+                f"{name}: the single-process test accuracy spreads by "
+                f"{statistics.stdev(xs.values()):.3f} (std over {len(xs)} seeds); seeds "
+                f"0-2 average {statistics.mean(first):.3f}, seeds 3-{max(xs)} "
+                f"{statistics.mean(rest):.3f}: a 3-seed mean can sit "
+                f"{100 * abs(statistics.mean(first) - statistics.mean(rest)):.1f} points "
+                "from the rest, hence the 10-seed table."
+            )
     r = d.get("speed", {}).get("minibatch/nproc2")
     if r:
         ts, c = r["time_split_rank0"], r["comm_per_epoch"]
         fb = ts.get("forward_backward", 0) / max(r["median_epoch_seconds"], 1e-9)
-        out.append(f"minibatch, 2 processes: {100 * c.get('remote_feature_fraction', 0):.1f}% "
-                   f"of input rows are remote, {c.get('bytes_sent', 0) / 1e6:.0f} MB exchanged "
-                   f"per epoch in {int(c.get('messages_sent', 0))} messages; forward/backward "
-                   f"is {100 * fb:.0f}% of rank 0's epoch.")  # fmt: skip
+        out.append(
+            f"minibatch, 2 processes: {100 * c.get('remote_feature_fraction', 0):.1f}% "
+            f"of input rows are remote, {c.get('bytes_sent', 0) / 1e6:.0f} MB exchanged "
+            f"per epoch in {int(c.get('messages_sent', 0))} messages; forward/backward "
+            f"is {100 * fb:.0f}% of rank 0's epoch."
+        )
     return out
 
 

@@ -80,9 +80,18 @@ def worker(args: argparse.Namespace) -> None:
     out = []
     with process_group(DistConfig(threads=1)) as ctx:
         for extra in extras:
-            tc = TrainConfig(model="gcn", fanouts=(-1, -1), hidden=args.hidden,
-                             epochs=args.epochs, lr=0.01, dropout=0.5, seed=0, progress=False,
-                             threads=1, **extra)  # fmt: skip
+            tc = TrainConfig(
+                model="gcn",
+                fanouts=(-1, -1),
+                hidden=args.hidden,
+                epochs=args.epochs,
+                lr=0.01,
+                dropout=0.5,
+                seed=0,
+                progress=False,
+                threads=1,
+                **extra,
+            )
             t0 = time.perf_counter()
             eng = get_engine("fullgraph")(Store.open(args.store), EngineConfig(train=tc), ctx)
             setup = time.perf_counter() - t0
@@ -90,41 +99,58 @@ def worker(args: argparse.Namespace) -> None:
             secs = [r["seconds"] for r in recs]
             med = sorted(range(len(secs)), key=secs.__getitem__)[len(secs) // 2]
             halo = max(len(eng.graph.halo), 1)
-            out.append({
-                "setup_seconds": setup,
-                "epoch_seconds": secs,
-                "median_epoch_seconds": statistics.median(secs),
-                "time_split_rank0": recs[med]["time_split"],
-                "bytes_per_epoch": recs[med]["comm"]["bytes_sent"],
-                "settings": eng.settings(),
-                "cached_fraction_layer2_rank0": len(eng.sets.cached[-1]) / halo,
-            })  # fmt: skip
+            out.append(
+                {
+                    "setup_seconds": setup,
+                    "epoch_seconds": secs,
+                    "median_epoch_seconds": statistics.median(secs),
+                    "time_split_rank0": recs[med]["time_split"],
+                    "bytes_per_epoch": recs[med]["comm"]["bytes_sent"],
+                    "settings": eng.settings(),
+                    "cached_fraction_layer2_rank0": len(eng.sets.cached[-1]) / halo,
+                }
+            )
             eng.close_io()
             del eng
     if ctx.is_rank0:
         Path(args.out).write_text(json.dumps(out))
 
 
-def run_many(store: Path, hidden: int, epochs: int, extras: list[dict], nproc: int = 2,
-             net: str = "loopback") -> list[dict]:  # fmt: skip
+def run_many(
+    store: Path, hidden: int, epochs: int, extras: list[dict], nproc: int = 2, net: str = "loopback"
+) -> list[dict]:
     """One torchrun job for several configurations; ``net`` is ``loopback`` or a rate
     (``1gbit``) shaped by netshape."""
     out = dbench.DWORK / "fullgraph-run.json"
     out.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    argv = [str(Path(__file__).resolve()), "worker", "--store", str(store), "--hidden",
-            str(hidden), "--epochs", str(epochs), "--extra", json.dumps(extras), "--out",
-            str(out)]  # fmt: skip
+    argv = [
+        str(Path(__file__).resolve()),
+        "worker",
+        "--store",
+        str(store),
+        "--hidden",
+        str(hidden),
+        "--epochs",
+        str(epochs),
+        "--extra",
+        json.dumps(extras),
+        "--out",
+        str(out),
+    ]
     if net == "loopback":
-        dbench.sh([PY, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={nproc}", *argv], env=env)  # fmt: skip
+        dbench.sh(
+            [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *argv],
+            env=env,
+        )
     else:
         netshape.launch(nproc, net, argv, env)
     return [{"network": net, **r} for r in json.loads(out.read_text())]
 
 
-def run(store: Path, hidden: int, epochs: int, extra: dict, nproc: int = 2,
-        net: str = "loopback") -> dict:  # fmt: skip
+def run(
+    store: Path, hidden: int, epochs: int, extra: dict, nproc: int = 2, net: str = "loopback"
+) -> dict:
     return run_many(store, hidden, epochs, [extra], nproc, net)[0]
 
 
@@ -160,8 +186,11 @@ def run_modes(args: argparse.Namespace) -> None:
             for deps, rs in runs.items():
                 meds = [r["median_epoch_seconds"] for r in rs]
                 mid = sorted(range(len(rs)), key=meds.__getitem__)[len(rs) // 2]
-                m[f"{name}/h{hidden}/{deps}"] = {**rs[mid], "median_epoch_seconds":
-                                                 statistics.median(meds), "run_medians": meds}  # fmt: skip
+                m[f"{name}/h{hidden}/{deps}"] = {
+                    **rs[mid],
+                    "median_epoch_seconds": statistics.median(meds),
+                    "run_medians": meds,
+                }
                 print(args.net, name, hidden, deps, [round(x, 3) for x in meds], flush=True)
             save(res)
 
@@ -173,11 +202,16 @@ def run_sweep(args: argparse.Namespace) -> None:
     probe = run(store, args.hidden, 1, {"deps": "hybrid"}, net=args.net)
     probe = probe["settings"]["dep_costs_probed"]
     sw = res.setdefault("sweep", {})[args.net] = {
-        "dataset": args.dataset, "hidden": args.hidden, "probed": probe, "runs": {}}  # fmt: skip
+        "dataset": args.dataset,
+        "hidden": args.hidden,
+        "probed": probe,
+        "runs": {},
+    }
     for f in SWEEP:
         costs = [probe[0], probe[1], probe[2] * f]
-        r = run(store, args.hidden, args.epochs, {"deps": "hybrid", "dep_costs": costs},
-                net=args.net)  # fmt: skip
+        r = run(
+            store, args.hidden, args.epochs, {"deps": "hybrid", "dep_costs": costs}, net=args.net
+        )
         sw["runs"][str(f)] = r
         print(f, r["cached_fraction_layer2_rank0"], r["median_epoch_seconds"], flush=True)
         save(res)
@@ -189,12 +223,15 @@ def run_ablate(args: argparse.Namespace) -> None:
     _, store = dbench.prepare(args.dataset, 2)
     _, store4 = dbench.prepare(args.dataset, 4)
     ab = res.setdefault("ablate", {})[args.net] = {"dataset": args.dataset, "hidden": args.hidden}
-    for key, st, n, extra in (("both, 4 procs", store4, 4, {}),
-                              ("no ring, 4 procs", store4, 4, {"ring": False}),
-                              ("both, 2 procs", store, 2, {}),
-                              ("no overlap, 2 procs", store, 2, {"overlap": False})):  # fmt: skip
-        ab[key] = run(st, args.hidden, args.epochs, {"deps": "hybrid", **extra}, nproc=n,
-                      net=args.net)  # fmt: skip
+    for key, st, n, extra in (
+        ("both, 4 procs", store4, 4, {}),
+        ("no ring, 4 procs", store4, 4, {"ring": False}),
+        ("both, 2 procs", store, 2, {}),
+        ("no overlap, 2 procs", store, 2, {"overlap": False}),
+    ):
+        ab[key] = run(
+            st, args.hidden, args.epochs, {"deps": "hybrid", **extra}, nproc=n, net=args.net
+        )
         print(key, ab[key]["median_epoch_seconds"], flush=True)
         save(res)
 
@@ -208,7 +245,7 @@ ACC_HPARAMS = {
     "amazon_photo": dict(FULL, model="sage", weight_decay=0.0, normalize_features=False),
     "coauthor_physics": dict(
         FULL, model="sage", weight_decay=0.0, normalize_features=False, epochs=100
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -224,8 +261,9 @@ def run_accuracy(args: argparse.Namespace) -> None:
         entry = acc.setdefault(name, {"runs": {}})
         entry["hparams"] = hp
         g, _ = dbench.prepare(name, 2)
-        jobs = [("single", None, g)] + [("fullgraph", p, dbench.prepare(name, p)[1])
-                                        for p in map(int, args.parts.split(","))]  # fmt: skip
+        jobs = [("single", None, g)] + [
+            ("fullgraph", p, dbench.prepare(name, p)[1]) for p in map(int, args.parts.split(","))
+        ]
         for seed in seeds:
             for kind, parts, path in jobs:
                 key = f"{kind}/seed{seed}" if parts is None else f"{kind}/p{parts}/seed{seed}"
@@ -248,11 +286,15 @@ def _stat(runs: dict, prefix: str) -> tuple[float, str]:
 
 
 def _accuracy_md(res: dict) -> list[str]:
-    lines = ["## Accuracy: fullgraph (hybrid) vs single-process full-graph training", "",
-             "2 processes, test accuracy at the best validation epoch (evaluated every 5), mean "
-             "+- standard deviation over seeds; target: within 1 point of single.", "",
-             "| graph | model | epochs | single | p=2 | diff | p=4 | diff |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "## Accuracy: fullgraph (hybrid) vs single-process full-graph training",
+        "",
+        "2 processes, test accuracy at the best validation epoch (evaluated every 5), mean "
+        "+- standard deviation over seeds; target: within 1 point of single.",
+        "",
+        "| graph | model | epochs | single | p=2 | diff | p=4 | diff |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, e in res.get("accuracy", {}).items():
         runs, hp = e["runs"], e["hparams"]
 
@@ -277,22 +319,33 @@ def _net_label(res: dict, net: str) -> str:
 
 
 def _modes_md(res: dict, net: str, rows: dict) -> list[str]:
-    lines = [f"## Epoch time per mode, network: {_net_label(res, net)}", "",
-             "2 processes, GCN 2 layers; epoch time: the median over interleaved rounds of each "
-             "run's median epoch (3 rounds of 5 epochs; Coauthor-Physics 2 of 3); split of rank "
-             "0's epoch (the median round) in seconds.", "",
-             "| graph | hidden | deps | median epoch s | cached | local | comm | backward "
-             "| all-reduce | MB/epoch | cached per layer (rank 0) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"## Epoch time per mode, network: {_net_label(res, net)}",
+        "",
+        "2 processes, GCN 2 layers; epoch time: the median over interleaved rounds of each "
+        "run's median epoch (3 rounds of 5 epochs; Coauthor-Physics 2 of 3); split of rank "
+        "0's epoch (the median round) in seconds.",
+        "",
+        "| graph | hidden | deps | median epoch s | cached | local | comm | backward "
+        "| all-reduce | MB/epoch | cached per layer (rank 0) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for key, r in rows.items():
         name, h, deps = key.split("/")
         ts = r["time_split_rank0"]
         split = " | ".join(f"{ts.get(k, 0.0):.3f}" for k in SPLIT)
-        lines.append(f"| {name} | {h[1:]} | {deps} | {r['median_epoch_seconds']:.3f} | {split} "
-                     f"| {r['bytes_per_epoch'] / 1e6:.2f} | "
-                     f"{r['settings']['cached_per_layer_rank0']} |")  # fmt: skip
-    lines += ["", "Hybrid against the better pure mode (target: <= 0.9 on at least two graphs):",
-              "", "| graph | hidden | hybrid / min(cache, comm) |", "|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {name} | {h[1:]} | {deps} | {r['median_epoch_seconds']:.3f} | {split} "
+            f"| {r['bytes_per_epoch'] / 1e6:.2f} | "
+            f"{r['settings']['cached_per_layer_rank0']} |"
+        )
+    lines += [
+        "",
+        "Hybrid against the better pure mode (target: <= 0.9 on at least two graphs):",
+        "",
+        "| graph | hidden | hybrid / min(cache, comm) |",
+        "|---|---|---|",
+    ]
     for key, r in rows.items():
         name, h, deps = key.split("/")
         others = [rows.get(f"{name}/{h}/{d}") for d in ("cache", "comm")]
@@ -321,10 +374,13 @@ def _target_notes(res: dict) -> list[str]:
         for h in sorted({h for _, h in rat}):
             got = {n: x for (n, hh), x in rat.items() if hh == h}
             met = [n for n, x in got.items() if x <= 0.9]
-            out.append(f"- {net}, hidden {h}: Hybrid / min(DepCache, DepComm) "
-                       + ", ".join(f"{n} {x:.2f}" for n, x in got.items())
-                       + ": target (<= 0.9 on at least two graphs) "
-                       + ("met" if len(met) >= 2 else "missed") + ".")  # fmt: skip
+            out.append(
+                f"- {net}, hidden {h}: Hybrid / min(DepCache, DepComm) "
+                + ", ".join(f"{n} {x:.2f}" for n, x in got.items())
+                + ": target (<= 0.9 on at least two graphs) "
+                + ("met" if len(met) >= 2 else "missed")
+                + "."
+            )
     return out
 
 
@@ -340,10 +396,12 @@ def _probe_notes(res: dict) -> list[str]:
     if not tc:
         return []
     worst = max(share)
-    return ["- Probed T_c (seconds per dimension) by network: "
-            + "; ".join(f"{n} {min(v):.1e}-{max(v):.1e}" for n, v in tc.items())
-            + ". The split (probe + Algorithm 4, `split_seconds`) against a 100-epoch run: "
-            f"at most {100 * worst[0]:.1f}% ({worst[1]}; the paper: under 3%)."]  # fmt: skip
+    return [
+        "- Probed T_c (seconds per dimension) by network: "
+        + "; ".join(f"{n} {min(v):.1e}-{max(v):.1e}" for n, v in tc.items())
+        + ". The split (probe + Algorithm 4, `split_seconds`) against a 100-epoch run: "
+        f"at most {100 * worst[0]:.1f}% ({worst[1]}; the paper: under 3%)."
+    ]
 
 
 def _sweep_notes(res: dict) -> list[str]:
@@ -356,11 +414,16 @@ def _sweep_notes(res: dict) -> list[str]:
         if not inner:
             continue
         best_inner = min(inner.values())
-        verdict = ("neither extreme is best" if best_inner < min(secs[lo], secs[hi])
-                   else "an extreme is best")  # fmt: skip
-        out.append(f"- Sweep ({sw['dataset']}, hidden {sw['hidden']}, {net}): caching nothing "
-                   f"{secs[lo]:.3f} s, everything {secs[hi]:.3f} s, best interior split "
-                   f"{best_inner:.3f} s: {verdict} (Figure 11's shape).")  # fmt: skip
+        verdict = (
+            "neither extreme is best"
+            if best_inner < min(secs[lo], secs[hi])
+            else "an extreme is best"
+        )
+        out.append(
+            f"- Sweep ({sw['dataset']}, hidden {sw['hidden']}, {net}): caching nothing "
+            f"{secs[lo]:.3f} s, everything {secs[hi]:.3f} s, best interior split "
+            f"{best_inner:.3f} s: {verdict} (Figure 11's shape)."
+        )
     return out
 
 
@@ -370,15 +433,21 @@ def _ablate_notes(res: dict) -> list[str]:
         t = {k: v["median_epoch_seconds"] for k, v in ab.items() if isinstance(v, dict)}
         parts = []
         if "both, 4 procs" in t and "no ring, 4 procs" in t:
-            parts.append(f"ring off {100 * (t['no ring, 4 procs'] / t['both, 4 procs'] - 1):+.0f}%"
-                         " (4 processes)")  # fmt: skip
+            parts.append(
+                f"ring off {100 * (t['no ring, 4 procs'] / t['both, 4 procs'] - 1):+.0f}%"
+                " (4 processes)"
+            )
         if "both, 2 procs" in t and "no overlap, 2 procs" in t:
-            parts.append(f"overlap off {100 * (t['no overlap, 2 procs'] / t['both, 2 procs'] - 1):+.0f}%"
-                         " (2 processes)")  # fmt: skip
+            parts.append(
+                f"overlap off {100 * (t['no overlap, 2 procs'] / t['both, 2 procs'] - 1):+.0f}%"
+                " (2 processes)"
+            )
         if parts:
-            out.append(f"- Ablations ({net}, one run each): " + ", ".join(parts) + "; this "
-                       "machine's run-to-run noise is 10-30%, and with 2 cores there is little "
-                       "idle time for overlap to fill.")  # fmt: skip
+            out.append(
+                f"- Ablations ({net}, one run each): " + ", ".join(parts) + "; this "
+                "machine's run-to-run noise is 10-30%, and with 2 cores there is little "
+                "idle time for overlap to fill."
+            )
     return out
 
 
@@ -386,39 +455,51 @@ def notes(res: dict) -> list[str]:
     """The results' notes: figures computed from the JSON, explanations fixed here."""
     out = ["## Notes (figures computed from the tables above)", ""]
     out += _target_notes(res) + _probe_notes(res) + _sweep_notes(res) + _ablate_notes(res)
-    out += ["- Where Hybrid's gain comes from: for the first layer Eq. 1 costs nothing (no "
-            "computation below the input features), so Hybrid replicates the halo's input rows "
-            "once (the 'cached per layer' column) while DepComm sends them every epoch; at "
-            "layer 2 it communicates most dependencies unless T_c is large against the "
-            "recomputation (slow network, narrow model). DepCache recomputes two hops of every "
-            "halo node every epoch.",
-            "- Every process runs one thread, 2 ranks on 2 cores (4 share them in the ring "
-            "ablation). Shaped rows: each rank in its own network namespace, a veth pair to a "
-            "bridge, tc tbf at the rate on both ends (`bench/netshape.py`)."]  # fmt: skip
+    out += [
+        "- Where Hybrid's gain comes from: for the first layer Eq. 1 costs nothing (no "
+        "computation below the input features), so Hybrid replicates the halo's input rows "
+        "once (the 'cached per layer' column) while DepComm sends them every epoch; at "
+        "layer 2 it communicates most dependencies unless T_c is large against the "
+        "recomputation (slow network, narrow model). DepCache recomputes two hops of every "
+        "halo node every epoch.",
+        "- Every process runs one thread, 2 ranks on 2 cores (4 share them in the ring "
+        "ablation). Shaped rows: each rank in its own network namespace, a veth pair to a "
+        "bridge, tc tbf at the rate on both ends (`bench/netshape.py`).",
+    ]
     acc = res.get("accuracy", {})
     if not acc:
-        out.append("- Accuracy (10 seeds, Cora/CiteSeer GCN, Photo/Physics SAGE, 2 and 4 "
-                   "parts): not measured yet; `python bench/fullgraph.py accuracy` (resumable) "
-                   "is the command. Exactness against single-process full-graph training is "
-                   "tested (tests/engines/test_fullgraph.py).")  # fmt: skip
+        out.append(
+            "- Accuracy (10 seeds, Cora/CiteSeer GCN, Photo/Physics SAGE, 2 and 4 "
+            "parts): not measured yet; `python bench/fullgraph.py accuracy` (resumable) "
+            "is the command. Exactness against single-process full-graph training is "
+            "tested (tests/engines/test_fullgraph.py)."
+        )
     return out + [""]
 
 
 def write_markdown(res: dict) -> None:
-    lines = ["# fullgraph engine (NeutronStar): DepCache, DepComm, Hybrid", "",
-             f"Machine: {res.get('machine', '?')}. Written by `bench/fullgraph.py`; every "
-             "section names the network its rows used.", ""]  # fmt: skip
+    lines = [
+        "# fullgraph engine (NeutronStar): DepCache, DepComm, Hybrid",
+        "",
+        f"Machine: {res.get('machine', '?')}. Written by `bench/fullgraph.py`; every "
+        "section names the network its rows used.",
+        "",
+    ]
     lines += _accuracy_md(res) if "accuracy" in res else []
     for net, rows in res.get("modes", {}).items():
         lines += _modes_md(res, net, rows)
     for net, sw in res.get("sweep", {}).items():
-        lines += [f"## Cached fraction sweep ({sw['dataset']}, hidden {sw['hidden']}), network: "
-                  f"{_net_label(res, net)}", "",
-                  f"Probed costs (T_v, T_e, T_c, seconds per dimension): {sw['probed']}; the "
-                  "sweep scales T_c.", "",
-                  "| T_c factor | cached per layer (rank 0) | cached fraction (layer 2) | "
-                  "median epoch s | MB/epoch |",
-                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"## Cached fraction sweep ({sw['dataset']}, hidden {sw['hidden']}), network: "
+            f"{_net_label(res, net)}",
+            "",
+            f"Probed costs (T_v, T_e, T_c, seconds per dimension): {sw['probed']}; the "
+            "sweep scales T_c.",
+            "",
+            "| T_c factor | cached per layer (rank 0) | cached fraction (layer 2) | "
+            "median epoch s | MB/epoch |",
+            "|---|---|---|---|---|",
+        ]
         for f, r in sw["runs"].items():
             lines.append(
                 f"| {f} | {r['settings']['cached_per_layer_rank0']} | "
@@ -427,11 +508,18 @@ def write_markdown(res: dict) -> None:
             )
         lines.append("")
     for net, ab in res.get("ablate", {}).items():
-        lines += [f"## Ring order and overlap, each off alone ({ab['dataset']}, hidden "
-                  f"{ab['hidden']}), network: {_net_label(res, net)}", "",
-                  "| run | median epoch s |", "|---|---|"]  # fmt: skip
-        lines += [f"| {k} | {v['median_epoch_seconds']:.3f} |" for k, v in ab.items()
-                  if isinstance(v, dict)]  # fmt: skip
+        lines += [
+            f"## Ring order and overlap, each off alone ({ab['dataset']}, hidden "
+            f"{ab['hidden']}), network: {_net_label(res, net)}",
+            "",
+            "| run | median epoch s |",
+            "|---|---|",
+        ]
+        lines += [
+            f"| {k} | {v['median_epoch_seconds']:.3f} |"
+            for k, v in ab.items()
+            if isinstance(v, dict)
+        ]
         lines.append("")
     lines += notes(res)
     lines += ["## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
@@ -467,8 +555,14 @@ def main() -> None:
     sub.add_parser("report")
     args = ap.parse_args()
     dbench.DWORK.mkdir(parents=True, exist_ok=True)
-    {"modes": run_modes, "accuracy": run_accuracy, "sweep": run_sweep, "ablate": run_ablate, "worker": worker,
-     "report": lambda _: write_markdown(load())}[args.cmd](args)  # fmt: skip
+    {
+        "modes": run_modes,
+        "accuracy": run_accuracy,
+        "sweep": run_sweep,
+        "ablate": run_ablate,
+        "worker": worker,
+        "report": lambda _: write_markdown(load()),
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

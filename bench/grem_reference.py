@@ -252,8 +252,25 @@ def _assign(n0, n1, s0, s1, cap0, cap1):
 
 
 @njit(cache=True)
-def _greedy_chunk(src, dst, lo, hi, parts, h0, h1, sizes, cap0, cap1, stamp, loc, wid,
-                  sorted_order, literal_capacity, refine, ties_stay):  # fmt: skip
+def _greedy_chunk(
+    src,
+    dst,
+    lo,
+    hi,
+    parts,
+    h0,
+    h1,
+    sizes,
+    cap0,
+    cap1,
+    stamp,
+    loc,
+    wid,
+    sorted_order,
+    literal_capacity,
+    refine,
+    ties_stay,
+):
     """Alg. 1 lines 11-19 for the chunk ``rows[lo:hi]``; returns the number of moves."""
     m = hi - lo
     nodes = np.empty(2 * m, np.int64)
@@ -401,10 +418,24 @@ def grem_bisect(
                     _seed_counts(src, dst, lo, hi, parts, h0, h1)
             else:  # lines 11-19
                 moves += _greedy_chunk(
-                    src, dst, lo, hi, parts, h0, h1, sizes, cap0, cap1, stamp, loc, i,
-                    opt["node_order"] == "sorted", opt["capacity"] == "literal", opt["refine"],
+                    src,
+                    dst,
+                    lo,
+                    hi,
+                    parts,
+                    h0,
+                    h1,
+                    sizes,
+                    cap0,
+                    cap1,
+                    stamp,
+                    loc,
+                    i,
+                    opt["node_order"] == "sorted",
+                    opt["capacity"] == "literal",
+                    opt["refine"],
                     opt["ties"] == "stay",
-                )  # fmt: skip
+                )
     unseen = _place_unseen(parts, sizes, cap0, cap1)
     if stats is not None:
         stats["moves"] = stats.get("moves", 0) + int(moves)
@@ -510,16 +541,22 @@ def selftest() -> int:
         a = grem_reference(e[:, 0], e[:, 1], n, 2, window_frac=frac)
         f, c, t = edge_cut(e[:, 0], e[:, 1], a)
         sizes = np.bincount(a, minlength=2).tolist()
-        check(f"two 5-cliques + bridge, p=2, windows {frac:.0%}", c == 1 and sizes == [5, 5],
-              f"cut {c}/{t} edges, sizes {sizes}")  # fmt: skip
+        check(
+            f"two 5-cliques + bridge, p=2, windows {frac:.0%}",
+            c == 1 and sizes == [5, 5],
+            f"cut {c}/{t} edges, sizes {sizes}",
+        )
     # 2. two 30-cliques + bridge, 10% windows (the greedy chunks place most nodes)
     e, n = _clique_edges([30, 30], [(0, 30)])
     e = e[rng.permutation(len(e))]
     a = grem_reference(e[:, 0], e[:, 1], n, 2)
     f, c, t = edge_cut(e[:, 0], e[:, 1], a)
     sizes = np.bincount(a, minlength=2).tolist()
-    check("two 30-cliques + bridge, p=2, 10% windows", c == 1 and sizes == [30, 30],
-          f"cut {c}/{t} edges, sizes {sizes}")  # fmt: skip
+    check(
+        "two 30-cliques + bridge, p=2, 10% windows",
+        c == 1 and sizes == [30, 30],
+        f"cut {c}/{t} edges, sizes {sizes}",
+    )
     # 3. a ring of 8 cliques of 12 nodes, p = 8 and 4 through the recursion: with one window
     #    (the METIS seed alone) 8 / 4 bridges cut; with 10% windows exact balance
     bridges = [(12 * i + 11, (12 * (i + 1)) % 96) for i in range(8)]
@@ -529,21 +566,31 @@ def selftest() -> int:
         a = grem_reference(e[:, 0], e[:, 1], n, p, window_frac=1.0)
         f, c, t = edge_cut(e[:, 0], e[:, 1], a)
         sizes = np.bincount(a, minlength=p).tolist()
-        check(f"ring of 8 12-cliques, p={p}, one window", c == want and max(sizes) == n // p,
-              f"cut {c}/{t} edges, sizes {sizes}")  # fmt: skip
+        check(
+            f"ring of 8 12-cliques, p={p}, one window",
+            c == want and max(sizes) == n // p,
+            f"cut {c}/{t} edges, sizes {sizes}",
+        )
         a = grem_reference(e[:, 0], e[:, 1], n, p)
         f, c, t = edge_cut(e[:, 0], e[:, 1], a)
         sizes = np.bincount(a, minlength=p).tolist()
-        check(f"ring of 8 12-cliques, p={p}, 10% windows", max(sizes) == n // p,
-              f"cut {c}/{t} edges, sizes {sizes}")  # fmt: skip
+        check(
+            f"ring of 8 12-cliques, p={p}, 10% windows",
+            max(sizes) == n // p,
+            f"cut {c}/{t} edges, sizes {sizes}",
+        )
     # 4. isolated nodes go to the lightest side; capacity P = ceil(n/2) holds
     e, _ = _clique_edges([6, 6], [(0, 6)])
     a = grem_reference(e[:, 0], e[:, 1], 15, 2)
     sizes = np.bincount(a, minlength=2).tolist()
     check("3 isolated nodes, p=2", max(sizes) == 8, f"sizes {sizes}")
     # 5. the assign rule (Alg. 2 lines 10-13)
-    r = (_assign(1.0, 2.0, 3, 3, 5, 5), _assign(1.0, 2.0, 3, 5, 5, 5), _assign(2.0, 2.0, 4, 3, 5, 5),
-         _assign(3.0, 1.0, 2, 2, 5, 5))  # fmt: skip
+    r = (
+        _assign(1.0, 2.0, 3, 3, 5, 5),
+        _assign(1.0, 2.0, 3, 5, 5, 5),
+        _assign(2.0, 2.0, 4, 3, 5, 5),
+        _assign(3.0, 1.0, 2, 2, 5, 5),
+    )
     check("assign rule", r == (1, 0, 1, 0), f"{r} (want (1, 0, 1, 0))")
     # 6. greedy refinement moves nodes: 2nd chunk contradicts a deliberately bad history
     parts = np.array([0, 0, 1, 1, 1], np.int64)
@@ -552,24 +599,50 @@ def selftest() -> int:
     sizes_a = np.array([2, 3], np.int64)
     src = np.array([4, 4, 4], np.int64)  # ... this chunk says 3 neighbours in side 1
     dst = np.array([2, 3, 2], np.int64)
-    _greedy_chunk(src, dst, 0, 3, parts, h0, h1, sizes_a, 3, 3, np.full(5, -1, np.int64),
-                  np.zeros(5, np.int64), 1, True, False, True, False)  # fmt: skip
-    check("history averaging (line 16)", h0[4] == 2.5 and h1[4] == 1.5 and parts[4] == 0,
-          f"h=({h0[4]}, {h1[4]}), part {parts[4]}")  # fmt: skip
+    _greedy_chunk(
+        src,
+        dst,
+        0,
+        3,
+        parts,
+        h0,
+        h1,
+        sizes_a,
+        3,
+        3,
+        np.full(5, -1, np.int64),
+        np.zeros(5, np.int64),
+        1,
+        True,
+        False,
+        True,
+        False,
+    )
+    check(
+        "history averaging (line 16)",
+        h0[4] == 2.5 and h1[4] == 1.5 and parts[4] == 0,
+        f"h=({h0[4]}, {h1[4]}), part {parts[4]}",
+    )
     # 7. 16 parts on a 2D grid: every part used, balance ~1
     side_n = 40
     idx = np.arange(side_n * side_n).reshape(side_n, side_n)
-    g = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
-                        np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)])  # fmt: skip
+    g = np.concatenate(
+        [
+            np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
+            np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1),
+        ]
+    )
     g = np.concatenate([g, g[:, ::-1]])
     g = g[rng.permutation(len(g))]
     for frac, bound in ((1.0, 0.15), (0.1, 0.75)):  # optimum ~0.08, random 0.94
         a = grem_reference(g[:, 0], g[:, 1], side_n * side_n, 16, window_frac=frac)
         f, c, t = edge_cut(g[:, 0], g[:, 1], a)
         bal = node_balance(a, 16)
-        check(f"40x40 grid, p=16, windows {frac:.0%}",
-              len(np.unique(a)) == 16 and bal <= 1.0 + 1e-9 and f < bound,
-              f"cut {f:.3f}, balance {bal:.3f}")  # fmt: skip
+        check(
+            f"40x40 grid, p=16, windows {frac:.0%}",
+            len(np.unique(a)) == 16 and bal <= 1.0 + 1e-9 and f < bound,
+            f"cut {f:.3f}, balance {bal:.3f}",
+        )
     print(f"{sum(checks)}/{len(checks)} checks passed")
     return 0 if all(checks) else 1
 
@@ -577,8 +650,12 @@ def selftest() -> int:
 # --------------------------------------------------------------------------- benchmark
 def machine() -> dict[str, Any]:
     """bench/data.py's machine record, plus the host, platform and numpy version."""
-    return {**bench_data.machine(), "node": platform.node(), "platform": platform.platform(),
-            "numpy": np.__version__}  # fmt: skip
+    return {
+        **bench_data.machine(),
+        "node": platform.node(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+    }
 
 
 def graph_dir(name: str) -> Path:

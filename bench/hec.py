@@ -110,21 +110,41 @@ def hec_layers(history: list[dict]) -> list[dict]:
     for layer in range(len(recs[0])):
         rows = [r[layer] for r in recs]
         look = sum(r["lookups"] for r in rows)
-        out.append({
-            "layer": layer,
-            "hit_rate": sum(r["hits"] for r in rows) / look if look else None,
-            **{f"{k}_per_epoch": sum(r[k] for r in rows) / n
-               for k in ("lookups", "pushed", "received", "dropped", "valid_lines")},
-        })  # fmt: skip
+        out.append(
+            {
+                "layer": layer,
+                "hit_rate": sum(r["hits"] for r in rows) / look if look else None,
+                **{
+                    f"{k}_per_epoch": sum(r[k] for r in rows) / n
+                    for k in ("lookups", "pushed", "received", "dropped", "valid_lines")
+                },
+            }
+        )
     return out
 
 
 def engine(store: Path, name: str, hp: dict, seed: int, extra: list[str] = ()) -> dict:
     tag = "-".join(x.lstrip("-") for x in extra)
     out = DWORK / f"hec-run-{store.name}-{name}-{seed}{'-' + tag if tag else ''}.json"
-    dbench.sh([PY, "-m", "shoal", "train", "--store", str(store), "--engine", name,
-               "--nproc", "2", "--json", str(out), "--eval-test", *dbench.hp_flags(hp, seed),
-               *extra])  # fmt: skip
+    dbench.sh(
+        [
+            PY,
+            "-m",
+            "shoal",
+            "train",
+            "--store",
+            str(store),
+            "--engine",
+            name,
+            "--nproc",
+            "2",
+            "--json",
+            str(out),
+            "--eval-test",
+            *dbench.hp_flags(hp, seed),
+            *extra,
+        ]
+    )
     d = json.loads(out.read_text())
     comm = d["comm_per_epoch"]
     return {
@@ -160,16 +180,24 @@ def run_accuracy(args: argparse.Namespace) -> None:
         for parts in (int(p) for p in args.parts.split(",")):
             _, st = dbench.prepare(name, parts)
             flags = [f"--hec-push={args.hec_push}"] if args.hec_push is not None else []
-            todo += [(f"{variant(args.hec_push)}/p{parts}/seed{s}", engine,
-                      (st, "hec", hp, s, flags)) for s in seeds]  # fmt: skip
-            todo += [(f"minibatch/p{parts}/seed{s}", engine, (st, "minibatch", hp, s))
-                     for s in mb_seeds]  # fmt: skip
+            todo += [
+                (f"{variant(args.hec_push)}/p{parts}/seed{s}", engine, (st, "hec", hp, s, flags))
+                for s in seeds
+            ]
+            todo += [
+                (f"minibatch/p{parts}/seed{s}", engine, (st, "minibatch", hp, s)) for s in mb_seeds
+            ]
         for key, fn, fargs in todo:
             if key not in runs:
                 t0 = time.perf_counter()
                 runs[key] = fn(*fargs)
-                print(name, key, round(runs[key]["test_accuracy"], 4),
-                      f"{time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
+                print(
+                    name,
+                    key,
+                    round(runs[key]["test_accuracy"], 4),
+                    f"{time.perf_counter() - t0:.0f}s",
+                    flush=True,
+                )
                 save(res)
 
 
@@ -207,24 +235,37 @@ def speed_worker(args: argparse.Namespace) -> None:
     from shoal.utils.threads import set_threads
 
     set_threads(1)
-    tc = TrainConfig(model="sage", fanouts=(15, 10, 5), batch_size=1024, hidden=256,
-                     epochs=args.epochs, lr=0.003, seed=0, progress=False, threads=1)  # fmt: skip
+    tc = TrainConfig(
+        model="sage",
+        fanouts=(15, 10, 5),
+        batch_size=1024,
+        hidden=256,
+        epochs=args.epochs,
+        lr=0.003,
+        seed=0,
+        progress=False,
+        threads=1,
+    )
     with process_group(DistConfig(threads=1)) as ctx:
         eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
         recs = [eng.train_epoch(e) for e in range(args.epochs)]
         if ctx.is_rank0:
             secs = [r["seconds"] for r in recs]
             med = sorted(range(len(secs)), key=secs.__getitem__)[len(secs) // 2]
-            Path(args.out).write_text(json.dumps({
-                "engine": args.engine,
-                "epoch_seconds": secs,
-                "median_epoch_seconds": statistics.median(secs),
-                "time_split_rank0": recs[med]["time_split"],
-                "comm_per_epoch": recs[med]["comm"],
-                "batches_per_epoch_per_rank": eng.num_batches,
-                "hec": recs[med].get("hec"),
-                "loss": [r["loss"] for r in recs],
-            }))  # fmt: skip
+            Path(args.out).write_text(
+                json.dumps(
+                    {
+                        "engine": args.engine,
+                        "epoch_seconds": secs,
+                        "median_epoch_seconds": statistics.median(secs),
+                        "time_split_rank0": recs[med]["time_split"],
+                        "comm_per_epoch": recs[med]["comm"],
+                        "batches_per_epoch_per_rank": eng.num_batches,
+                        "hec": recs[med].get("hec"),
+                        "loss": [r["loss"] for r in recs],
+                    }
+                )
+            )
 
 
 def run_speed(args: argparse.Namespace) -> None:
@@ -232,8 +273,23 @@ def run_speed(args: argparse.Namespace) -> None:
     command(res, "speed")
     g = dbench.WORK / "synth-200k"
     if not (g / "meta.json").exists():
-        dbench.shoal("data", "synth", "dcsbm", "--nodes", "200000", "--edges", "1000000",
-                     "--out", str(g), "--classes", "47", "--features", "128", "--seed", "0")  # fmt: skip
+        dbench.shoal(
+            "data",
+            "synth",
+            "dcsbm",
+            "--nodes",
+            "200000",
+            "--edges",
+            "1000000",
+            "--out",
+            str(g),
+            "--classes",
+            "47",
+            "--features",
+            "128",
+            "--seed",
+            "0",
+        )
     a, s = DWORK / "synth-200k-spring2", DWORK / "synth-200k-store2"
     if not (a / "meta.json").exists():
         dbench.shoal("partition", str(g), "--algo", "spring", "--parts", "2", "--out", str(a))
@@ -243,10 +299,26 @@ def run_speed(args: argparse.Namespace) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     for eng in ("minibatch", "hec"):  # back to back
         out = DWORK / f"hec-speed-{eng}.json"
-        dbench.sh([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                   str(Path(__file__).resolve()), "speed-worker", "--store", str(s),
-                   "--engine", eng, "--epochs", str(args.epochs), "--out", str(out)],
-                  env=env)  # fmt: skip
+        dbench.sh(
+            [
+                PY,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                str(Path(__file__).resolve()),
+                "speed-worker",
+                "--store",
+                str(s),
+                "--engine",
+                eng,
+                "--epochs",
+                str(args.epochs),
+                "--out",
+                str(out),
+            ],
+            env=env,
+        )
         sp[eng] = json.loads(out.read_text())
         print(eng, sp[eng]["median_epoch_seconds"], flush=True)
     save(res)
@@ -295,10 +367,14 @@ def accuracy_section(acc: dict) -> list[str]:
         "| all-reduce MB/epoch | steps/epoch |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    hits = ["", "### HEC per layer (mean over seeds and epochs)", "",
-            "| dataset | p | engine | layer | hit rate | lookups/epoch | pushed/epoch "
-            "| received/epoch | dropped/epoch | lines valid at epoch end |",
-            "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    hits = [
+        "",
+        "### HEC per layer (mean over seeds and epochs)",
+        "",
+        "| dataset | p | engine | layer | hit rate | lookups/epoch | pushed/epoch "
+        "| received/epoch | dropped/epoch | lines valid at epoch end |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, entry in acc.items():
         runs = entry["runs"]
         sg = [r for k, r in runs.items() if k.startswith("single/")]
@@ -337,7 +413,7 @@ def accuracy_section(acc: dict) -> list[str]:
                             "dropped_per_epoch",
                             "valid_lines_per_epoch",
                         )
-                    )  # fmt: skip
+                    )
                     + " |"
                 )
     return [*lines, *hits, ""]
@@ -349,11 +425,19 @@ def sweep_rows(sw: dict) -> list[dict]:
         for d in SWEEP_D:
             rs = [r for k, r in sw["runs"].items() if k.startswith(f"nc{nc}/d{d}/")]
             if rs:
-                out.append({"nc": nc, "d": d, "n": len(rs),
-                            "acc": [r["test_accuracy"] for r in rs],
-                            "bytes": statistics.mean(r["data_bytes_per_epoch"] for r in rs),
-                            "hit": [statistics.mean(r["hec"][i]["hit_rate"] or 0 for r in rs)
-                                    for i in range(len(rs[0]["hec"]))]})  # fmt: skip
+                out.append(
+                    {
+                        "nc": nc,
+                        "d": d,
+                        "n": len(rs),
+                        "acc": [r["test_accuracy"] for r in rs],
+                        "bytes": statistics.mean(r["data_bytes_per_epoch"] for r in rs),
+                        "hit": [
+                            statistics.mean(r["hec"][i]["hit_rate"] or 0 for r in rs)
+                            for i in range(len(rs[0]["hec"]))
+                        ],
+                    }
+                )
     return out
 
 
@@ -361,15 +445,21 @@ def sweep_section(sw: dict) -> list[str]:
     rows = sweep_rows(sw)
     mb = [r for k, r in sw["runs"].items() if k.startswith("minibatch/")]
     mbb = statistics.mean(r["data_bytes_per_epoch"] for r in mb) if mb else float("nan")
-    lines = [f"## Sweep of nc and d ({sw['dataset']}, {sw['parts']} parts, 2 processes)", "",
-             f"minibatch on the same store: test {_mean_sd([r['test_accuracy'] for r in mb])}, "
-             f"{_mb(mbb)} data MB/epoch. Plot: `hec_sweep.png`.", "",
-             "| nc | d | seeds | test accuracy | data MB/epoch | vs minibatch | hit rate per layer |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"## Sweep of nc and d ({sw['dataset']}, {sw['parts']} parts, 2 processes)",
+        "",
+        f"minibatch on the same store: test {_mean_sd([r['test_accuracy'] for r in mb])}, "
+        f"{_mb(mbb)} data MB/epoch. Plot: `hec_sweep.png`.",
+        "",
+        "| nc | d | seeds | test accuracy | data MB/epoch | vs minibatch | hit rate per layer |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {'all' if r['nc'] < 0 else r['nc']} | {r['d']} | {r['n']} | "
-                     f"{_mean_sd(r['acc'])} | {_mb(r['bytes'])} | {r['bytes'] / mbb:.2f} | "
-                     f"{', '.join(f'{h:.2f}' for h in r['hit'])} |")  # fmt: skip
+        lines.append(
+            f"| {'all' if r['nc'] < 0 else r['nc']} | {r['d']} | {r['n']} | "
+            f"{_mean_sd(r['acc'])} | {_mb(r['bytes'])} | {r['bytes'] / mbb:.2f} | "
+            f"{', '.join(f'{h:.2f}' for h in r['hit'])} |"
+        )
     return [*lines, ""]
 
 
@@ -394,12 +484,19 @@ def plot_sweep(sw: dict) -> None:
                 "all" if r["nc"] < 0 else str(r["nc"])
             )
         for (x, y), names in labels.items():
-            ax.annotate("=".join(names), (x, y), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                "=".join(names), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points"
+            )
     if mb:
-        ax.scatter([statistics.mean(r["data_bytes_per_epoch"] for r in mb) / 1e6],
-                   [statistics.mean(r["test_accuracy"] for r in mb)], marker="*", s=120,
-                   color="black", label="minibatch", zorder=3)  # fmt: skip
+        ax.scatter(
+            [statistics.mean(r["data_bytes_per_epoch"] for r in mb) / 1e6],
+            [statistics.mean(r["test_accuracy"] for r in mb)],
+            marker="*",
+            s=120,
+            color="black",
+            label="minibatch",
+            zorder=3,
+        )
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -419,24 +516,34 @@ def speed_section(sp: dict) -> list[str]:
     if "hec" not in sp or "minibatch" not in sp:
         return []
     h, m = sp["hec"], sp["minibatch"]
-    lines = ["## Epoch time on the 200k-node synthetic graph (2 parts, 2 processes, 1 thread each)",
-             "", f"Run back to back (load before: {sp['load_before']:.2f}); 3-layer GraphSAGE "
-             "15,10,5, batch 1024, hidden 256; median epoch.", "",
-             "| engine | median epoch s | epochs s | sampling | gather | forward-backward | "
-             "communication | data MB/epoch | steps/epoch/rank |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "## Epoch time on the 200k-node synthetic graph (2 parts, 2 processes, 1 thread each)",
+        "",
+        f"Run back to back (load before: {sp['load_before']:.2f}); 3-layer GraphSAGE "
+        "15,10,5, batch 1024, hidden 256; median epoch.",
+        "",
+        "| engine | median epoch s | epochs s | sampling | gather | forward-backward | "
+        "communication | data MB/epoch | steps/epoch/rank |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in (("minibatch", m), ("hec", h)):
         ts = r["time_split_rank0"]
-        lines.append(f"| {name} | {r['median_epoch_seconds']:.2f} | "
-                     f"{', '.join(f'{x:.2f}' for x in r['epoch_seconds'])} | "
-                     + " | ".join(f"{ts.get(k, 0.0):.2f}" for k in
-                                  ("sampling", "gather", "forward_backward", "communication"))
-                     + f" | {_mb(r['comm_per_epoch'].get('bytes_sent', 0.0))} | "
-                     f"{r['batches_per_epoch_per_rank']} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {r['median_epoch_seconds']:.2f} | "
+            f"{', '.join(f'{x:.2f}' for x in r['epoch_seconds'])} | "
+            + " | ".join(
+                f"{ts.get(k, 0.0):.2f}"
+                for k in ("sampling", "gather", "forward_backward", "communication")
+            )
+            + f" | {_mb(r['comm_per_epoch'].get('bytes_sent', 0.0))} | "
+            f"{r['batches_per_epoch_per_rank']} |"
+        )
     lines.append("")
-    lines.append(f"hec / minibatch epoch time: {h['median_epoch_seconds'] / m['median_epoch_seconds']:.2f}; "
-                 "hit rate per layer: "
-                 + ", ".join(f"L{x['layer']} {x['hit_rate']:.2f}" for x in h["hec"] or []))  # fmt: skip
+    lines.append(
+        f"hec / minibatch epoch time: {h['median_epoch_seconds'] / m['median_epoch_seconds']:.2f}; "
+        "hit rate per layer: "
+        + ", ".join(f"L{x['layer']} {x['hit_rate']:.2f}" for x in h["hec"] or [])
+    )
     return [*lines, ""]
 
 
@@ -456,8 +563,9 @@ def _acc_rows(acc: dict) -> list[tuple]:
             if not hc or not mb:
                 continue
             d = 100 * (statistics.mean(r["test_accuracy"] for r in hc) - statistics.mean(sg))
-            ratio = (statistics.mean(r["data_bytes_per_epoch"] for r in hc)
-                     / statistics.mean(r["data_bytes_per_epoch"] for r in mb))  # fmt: skip
+            ratio = statistics.mean(r["data_bytes_per_epoch"] for r in hc) / statistics.mean(
+                r["data_bytes_per_epoch"] for r in mb
+            )
             dm = 100 * (statistics.mean(r["test_accuracy"] for r in mb) - statistics.mean(sg))
             reach = epochs_to(hc, statistics.mean(sg))
             out.append((name, p, var, d, ratio, dm, reach))
@@ -466,11 +574,14 @@ def _acc_rows(acc: dict) -> list[tuple]:
 
 def notes(res: dict) -> list[str]:
     """The results' notes: figures computed from the JSON, explanations fixed here."""
-    out = ["## Notes (figures computed from the tables above)", "",
-           f"- Batches of {BATCH} seeds on Cora, Photo and Physics (140, 160 and 100 training "
-           "nodes): with 1024 an epoch is one step, in which hec never pushes (Algorithm 2 "
-           "pushes while k < M - d). The single-process and minibatch runs use the same "
-           "batches."]  # fmt: skip
+    out = [
+        "## Notes (figures computed from the tables above)",
+        "",
+        f"- Batches of {BATCH} seeds on Cora, Photo and Physics (140, 160 and 100 training "
+        "nodes): with 1024 an epoch is one step, in which hec never pushes (Algorithm 2 "
+        "pushes while k < M - d). The single-process and minibatch runs use the same "
+        "batches.",
+    ]
     rows = _acc_rows(res.get("accuracy", {}))
     for var in sorted({r[2] for r in rows}, key=len):
         rs = [r for r in rows if r[2] == var]
@@ -490,40 +601,50 @@ def notes(res: dict) -> list[str]:
                 f" (epochs: {', '.join(f'{r[0]} p{r[1]} {r[6]}' for r in reach)})."
                 if reach
                 else "."
-            )  # fmt: skip
+            )
         )
     sp = res.get("speed", {})
     if "hec" in sp and "minibatch" in sp:
         b = {k: sp[k]["comm_per_epoch"].get("bytes_sent", 0.0) for k in ("hec", "minibatch")}
-        out.append(f"- 200k-node graph (1024-seed batches, fanouts 15,10,5): hec sends "
-                   f"{b['hec'] / b['minibatch']:.2f}x minibatch's data bytes at the paper's "
-                   "nc = 2000: there a batch has far more candidates than nc, the paper's "
-                   "regime.")  # fmt: skip
-    out += ["- Why the bytes differ by regime: hec sends at most nc rows per step, layer and "
-            "peer, but every candidate (a batch's solid node that is halo on the peer) below "
-            "that. A 16-seed batch on the small graphs has fewer than ~100 candidates, so "
-            "nc = 2000 never binds and hec pushes rows at both layers whether or not the peer "
-            "will look them up; a small nc (the hec-nc10 rows, and the sweep) is the regime "
-            "of the paper's 1/5.",
-            "- 'epochs to target' uses the mean over seeds of the test accuracy measured at "
-            "every evaluation (`--eval-test`), as the paper tracks test accuracy per epoch; "
-            "single-process runs are measured the same way.",
-            "- Minibatch's own difference on the same stores and batches: "
-            + ", ".join(f"{r[0]} p{r[1]} {r[5]:+.1f}" for r in rows if r[2] == "hec")
-            + " points (3 seeds): part of hec's gap on Coauthor-Physics p4 comes with the "
-            "4-part store and the 16-seed batches, not with the cache."]  # fmt: skip
+        out.append(
+            f"- 200k-node graph (1024-seed batches, fanouts 15,10,5): hec sends "
+            f"{b['hec'] / b['minibatch']:.2f}x minibatch's data bytes at the paper's "
+            "nc = 2000: there a batch has far more candidates than nc, the paper's "
+            "regime."
+        )
+    out += [
+        "- Why the bytes differ by regime: hec sends at most nc rows per step, layer and "
+        "peer, but every candidate (a batch's solid node that is halo on the peer) below "
+        "that. A 16-seed batch on the small graphs has fewer than ~100 candidates, so "
+        "nc = 2000 never binds and hec pushes rows at both layers whether or not the peer "
+        "will look them up; a small nc (the hec-nc10 rows, and the sweep) is the regime "
+        "of the paper's 1/5.",
+        "- 'epochs to target' uses the mean over seeds of the test accuracy measured at "
+        "every evaluation (`--eval-test`), as the paper tracks test accuracy per epoch; "
+        "single-process runs are measured the same way.",
+        "- Minibatch's own difference on the same stores and batches: "
+        + ", ".join(f"{r[0]} p{r[1]} {r[5]:+.1f}" for r in rows if r[2] == "hec")
+        + " points (3 seeds): part of hec's gap on Coauthor-Physics p4 comes with the "
+        "4-part store and the 16-seed batches, not with the cache.",
+    ]
     return out
 
 
 def write_markdown(res: dict) -> None:
-    lines = ["# hec engine (DistGNN-MB): accuracy, hit rates, bytes, speed", "",
-             f"Machine: {res.get('machine', '?')}. Written by `bench/hec.py` (commands below).",
-             ""]  # fmt: skip
+    lines = [
+        "# hec engine (DistGNN-MB): accuracy, hit rates, bytes, speed",
+        "",
+        f"Machine: {res.get('machine', '?')}. Written by `bench/hec.py` (commands below).",
+        "",
+    ]
     if "accuracy" in res:
         lines += accuracy_section(res["accuracy"])
         hp = {k: v["hparams"] for k, v in res["accuracy"].items()}
-        lines += ["Hyper-parameters (single, hec and minibatch alike; hec with the paper's "
-                  "cs = 1M, nc = 2000, ls = 2, d = 1):", ""]  # fmt: skip
+        lines += [
+            "Hyper-parameters (single, hec and minibatch alike; hec with the paper's "
+            "cs = 1M, nc = 2000, ls = 2, d = 1):",
+            "",
+        ]
         lines += [f"- {k}: `{json.dumps(v)}`" for k, v in hp.items()] + [""]
     if "sweep" in res:
         lines += sweep_section(res["sweep"])
@@ -545,9 +666,13 @@ def main() -> None:
     a.add_argument("--parts", default="2,4")
     a.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
     a.add_argument("--minibatch-seeds", default="0,1,2", help="minibatch runs (bytes, accuracy)")
-    a.add_argument("--hec-push", type=int, default=None,
-                   help="nc for these hec runs (default: the engine's, the paper's 2000); "
-                   "runs are keyed hec-nc<N>")  # fmt: skip
+    a.add_argument(
+        "--hec-push",
+        type=int,
+        default=None,
+        help="nc for these hec runs (default: the engine's, the paper's 2000); "
+        "runs are keyed hec-nc<N>",
+    )
     s = sub.add_parser("sweep")
     s.add_argument("--dataset", default="cora")
     s.add_argument("--seeds", default="0,1")
@@ -561,8 +686,13 @@ def main() -> None:
     sub.add_parser("report")
     args = ap.parse_args()
     DWORK.mkdir(parents=True, exist_ok=True)
-    {"accuracy": run_accuracy, "sweep": run_sweep, "speed": run_speed,
-     "speed-worker": speed_worker, "report": lambda _: write_markdown(load())}[args.cmd](args)  # fmt: skip
+    {
+        "accuracy": run_accuracy,
+        "sweep": run_sweep,
+        "speed": run_speed,
+        "speed-worker": speed_worker,
+        "report": lambda _: write_markdown(load()),
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -51,8 +51,17 @@ LWORK = dbench.WORK / "linkpred"
 PY = sys.executable
 GRAPHS = ("cora", "citeseer", "facebook_pagepage")
 KINDS = ("adamic-adar", "features", "embeddings", "features-2p", "embeddings-2p")
-HP = dict(model="sage", fanouts="10,5", hidden=64, batch_size=512, lr=0.005, dropout=0.0,
-          eval_negatives=100, num_neg=1, eval_every=2)  # fmt: skip
+HP = dict(
+    model="sage",
+    fanouts="10,5",
+    hidden=64,
+    batch_size=512,
+    lr=0.005,
+    dropout=0.0,
+    eval_negatives=100,
+    num_neg=1,
+    eval_every=2,
+)
 
 
 def load() -> dict:
@@ -73,8 +82,19 @@ def prepare(name: str) -> Path:
     if not (g / "meta.json").exists():
         dbench.shoal("data", "import", str(dbench.SHARED / name / "graph.npz"), "--out", str(g))
     if not (s / "meta.json").exists():
-        dbench.shoal("data", "split-edges", str(g), "--val", "0.05", "--test", "0.1", "--seed",
-                     "0", "--out", str(s))  # fmt: skip
+        dbench.shoal(
+            "data",
+            "split-edges",
+            str(g),
+            "--val",
+            "0.05",
+            "--test",
+            "0.1",
+            "--seed",
+            "0",
+            "--out",
+            str(s),
+        )
     return s
 
 
@@ -82,8 +102,9 @@ def store_of(split: Path, parts: int = 2) -> Path:
     """The split graph's ``parts``-part SPRING store (built once)."""
     a, s = LWORK / f"{split.name}-spring{parts}", LWORK / f"{split.name}-store{parts}"
     if not (a / "meta.json").exists():
-        dbench.shoal("partition", str(split), "--algo", "spring", "--parts", str(parts), "--out",
-                     str(a))  # fmt: skip
+        dbench.shoal(
+            "partition", str(split), "--algo", "spring", "--parts", str(parts), "--out", str(a)
+        )
     if not (s / "meta.json").exists():
         dbench.shoal("store", "build", str(split), str(a), "--out", str(s))
     return s
@@ -98,20 +119,60 @@ def train(split: Path, seed: int, epochs: int, embedding: bool, nproc: int = 1) 
         import shutil
 
         shutil.rmtree(edir, ignore_errors=True)
-    where = (["--graph", str(split)] if nproc == 1 else
-             ["--store", str(store_of(split)), "--engine", "minibatch", "--nproc", str(nproc)])  # fmt: skip
+    where = (
+        ["--graph", str(split)]
+        if nproc == 1
+        else ["--store", str(store_of(split)), "--engine", "minibatch", "--nproc", str(nproc)]
+    )
     t = time.perf_counter()
-    dbench.sh([PY, "-m", "shoal", "train", *where, "--task", "link",
-               "--model", HP["model"], f"--fanouts={HP['fanouts']}", "--hidden", str(HP["hidden"]),
-               "--batch-size", str(HP["batch_size"] // nproc), "--lr", str(HP["lr"]), "--dropout",
-               str(HP["dropout"]), "--epochs", str(epochs), "--seed", str(seed), "--num-neg",
-               str(HP["num_neg"]), "--eval-negatives", str(HP["eval_negatives"]), "--eval-every",
-               str(HP["eval_every"]), "--threads",
-               "1", "--no-progress", "--json", str(out), *(emb if embedding else [])])  # fmt: skip
+    dbench.sh(
+        [
+            PY,
+            "-m",
+            "shoal",
+            "train",
+            *where,
+            "--task",
+            "link",
+            "--model",
+            HP["model"],
+            f"--fanouts={HP['fanouts']}",
+            "--hidden",
+            str(HP["hidden"]),
+            "--batch-size",
+            str(HP["batch_size"] // nproc),
+            "--lr",
+            str(HP["lr"]),
+            "--dropout",
+            str(HP["dropout"]),
+            "--epochs",
+            str(epochs),
+            "--seed",
+            str(seed),
+            "--num-neg",
+            str(HP["num_neg"]),
+            "--eval-negatives",
+            str(HP["eval_negatives"]),
+            "--eval-every",
+            str(HP["eval_every"]),
+            "--threads",
+            "1",
+            "--no-progress",
+            "--json",
+            str(out),
+            *(emb if embedding else []),
+        ]
+    )
     d = json.loads(out.read_text())
-    return {"test_mrr": d["test_mrr"], "val_mrr": d["val_mrr"], "test_hits@50": d["test_hits@50"],
-            "seconds_per_epoch": d["seconds_per_epoch"], "wall_seconds": time.perf_counter() - t,
-            "epochs": epochs, "load_after": os.getloadavg()[0]}  # fmt: skip
+    return {
+        "test_mrr": d["test_mrr"],
+        "val_mrr": d["val_mrr"],
+        "test_hits@50": d["test_hits@50"],
+        "seconds_per_epoch": d["seconds_per_epoch"],
+        "wall_seconds": time.perf_counter() - t,
+        "epochs": epochs,
+        "load_after": os.getloadavg()[0],
+    }
 
 
 def heuristic(split: Path, seed: int) -> dict:
@@ -151,9 +212,17 @@ def run(args: argparse.Namespace) -> None:
                 done = runs.get(key)
                 if done is not None and done.get("epochs", args.epochs) == args.epochs:
                     continue  # resumable; a run with other epochs is replaced
-                runs[key] = (heuristic(split, seed) if kind == "adamic-adar"
-                             else train(split, seed, args.epochs, kind.startswith("embeddings"),
-                                        2 if kind.endswith("-2p") else 1))  # fmt: skip
+                runs[key] = (
+                    heuristic(split, seed)
+                    if kind == "adamic-adar"
+                    else train(
+                        split,
+                        seed,
+                        args.epochs,
+                        kind.startswith("embeddings"),
+                        2 if kind.endswith("-2p") else 1,
+                    )
+                )
                 print(key, round(runs[key]["test_mrr"], 4), flush=True)
                 save(res)
 
@@ -173,14 +242,22 @@ def _targets(runs: dict, names: list[str]) -> list[str]:
 
     out = ["", "## Targets", ""]
     beats = [n for n in names if (mrr(n, "features") or 0) > (mrr(n, "adamic-adar") or 1)]
-    out.append(f"- GraphSAGE (features) beats Adamic-Adar on {len(beats)} of {len(names)} graphs "
-               f"({', '.join(beats) or 'none'}); target: at least two.")  # fmt: skip
+    out.append(
+        f"- GraphSAGE (features) beats Adamic-Adar on {len(beats)} of {len(names)} graphs "
+        f"({', '.join(beats) or 'none'}); target: at least two."
+    )
     for kind in ("features", "embeddings"):
         for n in names:
-            one = {k.rsplit("/", 1)[1]: r["test_mrr"] for k, r in runs.items()
-                   if k.startswith(f"{n}/{kind}/")}  # fmt: skip
-            two = {k.rsplit("/", 1)[1]: r["test_mrr"] for k, r in runs.items()
-                   if k.startswith(f"{n}/{kind}-2p/")}  # fmt: skip
+            one = {
+                k.rsplit("/", 1)[1]: r["test_mrr"]
+                for k, r in runs.items()
+                if k.startswith(f"{n}/{kind}/")
+            }
+            two = {
+                k.rsplit("/", 1)[1]: r["test_mrr"]
+                for k, r in runs.items()
+                if k.startswith(f"{n}/{kind}-2p/")
+            }
             seeds = sorted(set(one) & set(two))
             if not seeds:
                 continue
@@ -189,23 +266,29 @@ def _targets(runs: dict, names: list[str]) -> list[str]:
             d = [100 * (two[s] - one[s]) for s in seeds]  # paired: the same seed on both sides
             se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan")
             ok = "within" if abs(a - b) <= 0.01 else "NOT within"
-            out.append(f"- {n}, {kind}: 2 processes {b:.3f} against 1 process {a:.3f} over "
-                       f"{len(seeds)} seeds ({100 * (b - a):+.1f} MRR points, standard error of "
-                       f"the paired difference {se:.1f}: {ok} 1 point).")  # fmt: skip
+            out.append(
+                f"- {n}, {kind}: 2 processes {b:.3f} against 1 process {a:.3f} over "
+                f"{len(seeds)} seeds ({100 * (b - a):+.1f} MRR points, standard error of "
+                f"the paired difference {se:.1f}: {ok} 1 point)."
+            )
     return out
 
 
 def write_markdown(res: dict) -> None:
     runs = res.get("runs", {})
-    lines = ["# Link prediction: GraphSAGE against Adamic-Adar", "",
-             f"Machine: {res.get('machine', '?')}. Written by `bench/linkpred.py`. Test MRR and "
-             "Hits@50 of each held-out test edge ranked against 100 uniform negatives (ties "
-             "averaged); mean ± sd over seeds. `-2p`: `--engine minibatch --nproc 2` on a "
-             "2-part SPRING store, 256 positives per rank (the same global batch); "
-             "hyper-parameters: "
-             f"`{json.dumps(res.get('hparams', {}))}`.", "",
-             "| graph | method | seeds | epochs | test MRR | test Hits@50 | s/epoch |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "# Link prediction: GraphSAGE against Adamic-Adar",
+        "",
+        f"Machine: {res.get('machine', '?')}. Written by `bench/linkpred.py`. Test MRR and "
+        "Hits@50 of each held-out test edge ranked against 100 uniform negatives (ties "
+        "averaged); mean ± sd over seeds. `-2p`: `--engine minibatch --nproc 2` on a "
+        "2-part SPRING store, 256 positives per rank (the same global batch); "
+        "hyper-parameters: "
+        f"`{json.dumps(res.get('hparams', {}))}`.",
+        "",
+        "| graph | method | seeds | epochs | test MRR | test Hits@50 | s/epoch |",
+        "|---|---|---|---|---|---|---|",
+    ]
     names = sorted({k.split("/")[0] for k in runs})
     for name in names:
         for kind in KINDS:
@@ -221,9 +304,11 @@ def write_markdown(res: dict) -> None:
                     if kind != "adamic-adar"
                     else ["-"]
                 )
-                lines.append(f"| {name} | {kind} | {len(rs)} | {','.join(ep)} | "
-                             f"{_mean([r['test_mrr'] for r in rs])} "
-                             f"| {_mean([r['test_hits@50'] for r in rs])} | {sec} |")  # fmt: skip
+                lines.append(
+                    f"| {name} | {kind} | {len(rs)} | {','.join(ep)} | "
+                    f"{_mean([r['test_mrr'] for r in rs])} "
+                    f"| {_mean([r['test_hits@50'] for r in rs])} | {sec} |"
+                )
     loads = [r["load_after"] for r in runs.values() if "load_after" in r]
     trained = sum(1 for r in runs.values() if "seconds_per_epoch" in r)
     note = f"s/epoch: {len(loads)} of {trained} trained runs recorded the 1-minute load after them"

@@ -64,8 +64,9 @@ def _shape(dev: str, rate: str, delay: str | None, ns: str | None) -> None:
     pre = ("ip", "netns", "exec", ns) if ns else ()
     tbf = ("tbf", "rate", rate, "burst", _burst(rate), "latency", "50ms")
     if delay:
-        _run(*pre, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem",
-             "delay", delay)  # fmt: skip
+        _run(
+            *pre, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay", delay
+        )
         _run(*pre, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", *tbf)
     else:
         _run(*pre, "tc", "qdisc", "add", "dev", dev, "root", *tbf)
@@ -115,19 +116,38 @@ def shaped(n: int, rate: str, delay: str | None = None) -> Iterator[list[str]]:
 
 
 def launch(
-    n: int, rate: str, argv: list[str], env: dict[str, str], timeout: float = 1800.0,
+    n: int,
+    rate: str,
+    argv: list[str],
+    env: dict[str, str],
+    timeout: float = 1800.0,
     delay: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Run ``python -m torch.distributed.run ... argv`` as ``n`` single-process nodes, shaped."""
     env = {**env, "GLOO_SOCKET_IFNAME": "eth0"}
     with shaped(n, rate, delay) as names:
         procs = []
         for i, ns in enumerate(names):
-            cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
-                   f"--nnodes={n}", f"--node-rank={i}", "--nproc-per-node=1",
-                   f"--master-addr={_ip(0)}", f"--master-port={PORT}", *argv]  # fmt: skip
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))  # fmt: skip
+            cmd = [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                f"--nnodes={n}",
+                f"--node-rank={i}",
+                "--nproc-per-node=1",
+                f"--master-addr={_ip(0)}",
+                f"--master-port={PORT}",
+                *argv,
+            ]
+            procs.append(
+                subprocess.Popen(
+                    cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
+            )
         deadline = time.monotonic() + timeout
         outs = []
         try:
@@ -139,8 +159,9 @@ def launch(
             raise RuntimeError(f"shaped run ({rate}) exceeded {timeout:.0f} s") from None
         bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
         if bad:
-            raise RuntimeError(f"shaped run ({rate}): ranks {bad} failed:\n"
-                               + "\n".join(o[-3000:] for o in outs))  # fmt: skip
+            raise RuntimeError(
+                f"shaped run ({rate}): ranks {bad} failed:\n" + "\n".join(o[-3000:] for o in outs)
+            )
 
 
 _SINK = """
@@ -173,10 +194,27 @@ def throughput(rate: str, delay: str | None = None, mb: int | None = None) -> fl
     mb = mb or max(_bits(rate) // 8 // 2**20 * 2, 16)
     with shaped(2, rate, delay) as (ns0, ns1):
         sink = subprocess.Popen(
-            ["ip", "netns", "exec", ns0, sys.executable, "-c",
-             _SINK.format(addr=_ip(0), port=PORT)], stdout=subprocess.PIPE, text=True)  # fmt: skip
-        _run("ip", "netns", "exec", ns1, sys.executable, "-c",
-             _SOURCE.format(addr=_ip(0), port=PORT, mb=mb))  # fmt: skip
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns0,
+                sys.executable,
+                "-c",
+                _SINK.format(addr=_ip(0), port=PORT),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        _run(
+            "ip",
+            "netns",
+            "exec",
+            ns1,
+            sys.executable,
+            "-c",
+            _SOURCE.format(addr=_ip(0), port=PORT, mb=mb),
+        )
         out, _ = sink.communicate(timeout=120)
     return float(out.strip())
 

@@ -147,8 +147,9 @@ def main() -> None:
     n = g.num_nodes
     deg = np.diff(indptr)
     sampler = NeighborSampler(indptr, indices, (10, 5), num_nodes=n)
-    loader = BatchLoader(sampler, None, g.labels(), np.asarray(g.split("train")),
-                         batch_size=1024, seed=0)  # fmt: skip
+    loader = BatchLoader(
+        sampler, None, g.labels(), np.asarray(g.split("train")), batch_size=1024, seed=0
+    )
     t0 = time.perf_counter()
     epochs = [[mb.n_id for mb in loader.samples(e)] for e in range(a.epochs)]
     sample_s = time.perf_counter() - t0
@@ -160,17 +161,33 @@ def main() -> None:
     rows = []
     for frac in (0.1, 0.2, 0.3, 0.4):
         cap = int(frac * n)
-        rows.append({"fraction": frac, "static_degree": float((rank[last] < cap).mean()),
-                     "clock_lru": clock(trace, n, cap, start),
-                     "s3fifo": s3fifo(trace, n, cap, start)})  # fmt: skip
+        rows.append(
+            {
+                "fraction": frac,
+                "static_degree": float((rank[last] < cap).mean()),
+                "clock_lru": clock(trace, n, cap, start),
+                "s3fifo": s3fifo(trace, n, cap, start),
+            }
+        )
     per_epoch = []
     for e in epochs:
         u = np.unique(np.concatenate(e))
-        per_epoch.append({"accesses": int(sum(len(x) for x in e)), "unique_rows": len(u),
-                          "pages_touched": len(np.unique((128 + u * 512) // 4096))})  # fmt: skip
-    res = {"command": "python bench/ooc_cache_policy.py " + shlex.join(sys.argv[1:]),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "graph": str(a.graph),
-           "nodes": n, "sample_seconds": sample_s, "policies": rows, "epochs": per_epoch}  # fmt: skip
+        per_epoch.append(
+            {
+                "accesses": int(sum(len(x) for x in e)),
+                "unique_rows": len(u),
+                "pages_touched": len(np.unique((128 + u * 512) // 4096)),
+            }
+        )
+    res = {
+        "command": "python bench/ooc_cache_policy.py " + shlex.join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "graph": str(a.graph),
+        "nodes": n,
+        "sample_seconds": sample_s,
+        "policies": rows,
+        "epochs": per_epoch,
+    }
     a.out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
     md = [
         "# Feature cache policies on the issue-11 access trace",
@@ -185,7 +202,7 @@ def main() -> None:
             f"| {r['fraction']:.0%} | {r['static_degree']:.3f} | {r['clock_lru']:.3f} | "
             f"{r['s3fifo']:.3f} |"
             for r in rows
-        ),  # fmt: skip
+        ),
         "",
         "| epoch | rows read by its batches | distinct rows | 4 KiB pages they touch |",
         "|---|---|---|---|",
@@ -193,7 +210,7 @@ def main() -> None:
             f"| {i + 1} | {p['accesses']:,} | {p['unique_rows']:,} | {p['pages_touched']:,} "
             f"of {(128 + n * 512) // 4096:,} |"
             for i, p in enumerate(per_epoch)
-        ),  # fmt: skip
+        ),
         "",
     ]
     a.out.with_suffix(".md").write_text("\n".join(md))

@@ -82,8 +82,12 @@ def epochs(g: GraphDir, indptr, indices, num: int) -> list[list[np.ndarray]]:
     out = []
     for epoch in range(num):
         seeds = train[np.random.default_rng([0, epoch]).permutation(len(train))]
-        out.append([s.sample(seeds[a : a + 1024], batch_seed(0, epoch, i)).n_id
-                    for i, a in enumerate(range(0, len(seeds), 1024))])  # fmt: skip
+        out.append(
+            [
+                s.sample(seeds[a : a + 1024], batch_seed(0, epoch, i)).n_id
+                for i, a in enumerate(range(0, len(seeds), 1024))
+            ]
+        )
     return out
 
 
@@ -94,8 +98,12 @@ def read_cost(pos: np.ndarray, row_bytes: int) -> dict:
     start, end, ptr = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n + 1, np.int64)
     nr = K._plan_runs(pos, 0, row_bytes, row_bytes, PAGE, MERGE_GAP, MAX_RUN, start, end, ptr)
     pages = len(np.unique(pos * row_bytes // PAGE))
-    return {"rows": int(n), "pages": int(pages), "runs": int(nr),
-            "bytes": int((end[:nr] - start[:nr]).sum())}  # fmt: skip
+    return {
+        "rows": int(n),
+        "pages": int(pages),
+        "runs": int(nr),
+        "bytes": int((end[:nr] - start[:nr]).sum()),
+    }
 
 
 def main() -> None:
@@ -152,9 +160,11 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['cache']:.0%} | {r['order']} | {r['rows']:,} | {r['pages']:,} | "
-                     f"{r['runs']:,} | {r['bytes'] / 1e9:.2f} | "
-                     f"{r['bytes'] / r['file_bytes']:.0%} |")  # fmt: skip
+        lines.append(
+            f"| {r['cache']:.0%} | {r['order']} | {r['rows']:,} | {r['pages']:,} | "
+            f"{r['runs']:,} | {r['bytes'] / 1e9:.2f} | "
+            f"{r['bytes'] / r['file_bytes']:.0%} |"
+        )
     lines.append("")
     a.out.with_suffix(".md").write_text("\n".join(lines))
     print("\n".join(lines))

@@ -36,8 +36,20 @@ from cgroup import parse_size, run_capped  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 SHOAL = [sys.executable, "-m", "shoal"]
 GiB = 1 << 30
-SYNTH = ["--nodes", "10000000", "--edges", "50000000", "--features", "128", "--classes", "16",
-         "--train-frac", "0.01", "--val-frac", "0.002"]  # fmt: skip
+SYNTH = [
+    "--nodes",
+    "10000000",
+    "--edges",
+    "50000000",
+    "--features",
+    "128",
+    "--classes",
+    "16",
+    "--train-frac",
+    "0.01",
+    "--val-frac",
+    "0.002",
+]
 
 
 def prepare(work: Path, log: list[str]) -> Path:
@@ -53,9 +65,28 @@ def prepare(work: Path, log: list[str]) -> Path:
 def train(g: Path, work: Path, tag: str, cap: int | None, epochs: int, extra: list[str]) -> dict:
     out = work / f"train-{tag.replace(' ', '-')}.json"
     out.unlink(missing_ok=True)
-    cmd = [*SHOAL, "train", "--graph", str(g), "--model", "sage", "--fanouts", "10,5",
-           "--hidden", "128", "--epochs", str(epochs), "--eval-every", str(epochs),
-           "--threads", "2", "--no-progress", "--json", str(out), *extra]  # fmt: skip
+    cmd = [
+        *SHOAL,
+        "train",
+        "--graph",
+        str(g),
+        "--model",
+        "sage",
+        "--fanouts",
+        "10,5",
+        "--hidden",
+        "128",
+        "--epochs",
+        str(epochs),
+        "--eval-every",
+        str(epochs),
+        "--threads",
+        "2",
+        "--no-progress",
+        "--json",
+        str(out),
+        *extra,
+    ]
     print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
     res = run_capped(cmd, cap, evict_paths=[g], cwd=ROOT, timeout=3600)
     res["tag"] = tag
@@ -88,11 +119,13 @@ def _row(r: dict) -> str:
     mode = f"{fit['mode']}, cache {fit['cache_bytes'] / GiB:.2f} GiB" if fit else "-"
     peak = cg.get("peak_sampled", {}).get("rss+cache")
     peak_s = f"{peak / GiB:.2f}" if peak else "-"
-    return (f"| {r['tag']} | {cap} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
-            f"{statistics.median(ep):.1f} | {_mean_epoch(t):.1f} | {t['eval_seconds']:.0f} | "
-            f"{t['val_accuracy']:.4f} | {t['test_accuracy']:.4f} | {rd:.2f} | {wr:.2f} | {uq:.2f} | "
-            f"{hit:.2f} | {wait:.1f} | "
-            f"{csr:.2f} | {mode} | {peak_s} |")  # fmt: skip
+    return (
+        f"| {r['tag']} | {cap} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
+        f"{statistics.median(ep):.1f} | {_mean_epoch(t):.1f} | {t['eval_seconds']:.0f} | "
+        f"{t['val_accuracy']:.4f} | {t['test_accuracy']:.4f} | {rd:.2f} | {wr:.2f} | {uq:.2f} | "
+        f"{hit:.2f} | {wait:.1f} | "
+        f"{csr:.2f} | {mode} | {peak_s} |"
+    )
 
 
 def _mean_epoch(t: dict) -> float:
@@ -185,11 +218,27 @@ def main() -> None:
     for cap in a.caps.split(","):
         runs.append(train(g, a.work, f"capped {cap}", parse_size(cap), a.epochs, []))
     for cap in filter(None, a.structure_disk_caps.split(",")):
-        runs.append(train(g, a.work, f"capped {cap}, CSR on disk", parse_size(cap), a.epochs,
-                          ["--structure", "disk"]))  # fmt: skip
+        runs.append(
+            train(
+                g,
+                a.work,
+                f"capped {cap}, CSR on disk",
+                parse_size(cap),
+                a.epochs,
+                ["--structure", "disk"],
+            )
+        )
     for cap in filter(None, a.no_pack_caps.split(",")):
-        runs.append(train(g, a.work, f"capped {cap}, --pack-epochs 0", parse_size(cap),
-                          a.epochs, ["--pack-epochs", "0"]))  # fmt: skip
+        runs.append(
+            train(
+                g,
+                a.work,
+                f"capped {cap}, --pack-epochs 0",
+                parse_size(cap),
+                a.epochs,
+                ["--pack-epochs", "0"],
+            )
+        )
     res = {
         "command": "python bench/out_of_core.py " + shlex.join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -49,9 +49,20 @@ def build_store(g: Path, work: Path, log: list[str], order: str = "degree") -> P
     if not (s / "meta.json").exists():
         for cmd in (
             [*SHOAL, "partition", str(g), "--parts", "2", "--out", str(a)],
-            [*SHOAL, "store", "build", str(g), str(a), "--out", str(s), "--halo-features",
-             "--node-order", order, "--overwrite"],
-        ):  # fmt: skip
+            [
+                *SHOAL,
+                "store",
+                "build",
+                str(g),
+                str(a),
+                "--out",
+                str(s),
+                "--halo-features",
+                "--node-order",
+                order,
+                "--overwrite",
+            ],
+        ):
             if cmd[2] == "partition" and (a / "meta.json").exists():
                 continue
             t0 = time.perf_counter()
@@ -66,26 +77,65 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def train(store: Path, work: Path, engine: str, cap: int | None, epochs: int,
-          order: str = "degree", pack: int | None = None) -> dict:  # fmt: skip
+def train(
+    store: Path,
+    work: Path,
+    engine: str,
+    cap: int | None,
+    epochs: int,
+    order: str = "degree",
+    pack: int | None = None,
+) -> dict:
     tag = f"{engine} {order} order {'uncapped' if cap is None else f'{cap / GiB:.0f} GiB per rank'}"
     tag += "" if pack is None else f", --pack-epochs {pack}"
     out = work / f"engine-{engine}-{order}-{'capped' if cap else 'uncapped'}.json"
     out.unlink(missing_ok=True)
-    cmd = [*SHOAL, "train", "--store", str(store), "--engine", engine, "--model", "sage",
-           "--fanouts", "10,5", "--hidden", "128", "--epochs", str(epochs), "--eval-every",
-           str(epochs), "--threads", "1", "--no-progress", "--json", str(out)]  # fmt: skip
+    cmd = [
+        *SHOAL,
+        "train",
+        "--store",
+        str(store),
+        "--engine",
+        engine,
+        "--model",
+        "sage",
+        "--fanouts",
+        "10,5",
+        "--hidden",
+        "128",
+        "--epochs",
+        str(epochs),
+        "--eval-every",
+        str(epochs),
+        "--threads",
+        "1",
+        "--no-progress",
+        "--json",
+        str(out),
+    ]
     cmd += [] if pack is None else ["--pack-epochs", str(pack)]
     port = str(_port())
-    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": port, "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": port,
+        "OMP_NUM_THREADS": "1",
+    }
     cmds = [(cmd, {**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
     print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
     t0 = time.perf_counter()
     ranks = run_capped_each(cmds, cap, evict_paths=[store], cwd=ROOT, timeout=3600)
-    res = {"tag": tag, "engine": engine, "order": order, "cap": cap, "pack": pack,
-           "seconds": time.perf_counter() - t0,
-           "ranks": ranks, "returncode": max(abs(r["returncode"]) for r in ranks)}  # fmt: skip
+    res = {
+        "tag": tag,
+        "engine": engine,
+        "order": order,
+        "cap": cap,
+        "pack": pack,
+        "seconds": time.perf_counter() - t0,
+        "ranks": ranks,
+        "returncode": max(abs(r["returncode"]) for r in ranks),
+    }
     if res["returncode"] == 0 and out.exists():
         res["train"] = json.loads(out.read_text())
     print(f"[{tag}] rc={res['returncode']} {res['seconds']:.0f} s", flush=True)
@@ -107,11 +157,13 @@ def _row(r: dict) -> str:
     uq = statistics.median([i.get("unique_bytes", 0) or 0 for i in io]) / 1e9
     req = statistics.median([i.get("requested", 0) for i in io]) * 512 / 1e9
     hit = statistics.median([i.get("cache_hit_rate") or 0 for i in io])
-    return (f"| {r['tag']} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
-            f"{statistics.median(ep):.1f} | {statistics.mean(ep):.1f} | {t['eval_seconds']:.0f} | "
-            f"{t['val_accuracy']:.4f} | {t['test_accuracy']:.4f} | {rd:.2f} | {wr:.2f} | "
-            f"{uq:.2f} | {req:.2f} | {hit:.2f} | "
-            f"{peak_s} |")  # fmt: skip
+    return (
+        f"| {r['tag']} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
+        f"{statistics.median(ep):.1f} | {statistics.mean(ep):.1f} | {t['eval_seconds']:.0f} | "
+        f"{t['val_accuracy']:.4f} | {t['test_accuracy']:.4f} | {rd:.2f} | {wr:.2f} | "
+        f"{uq:.2f} | {req:.2f} | {hit:.2f} | "
+        f"{peak_s} |"
+    )
 
 
 def _reads_line(t: dict, e0: float) -> str:
@@ -123,35 +175,46 @@ def _reads_line(t: dict, e0: float) -> str:
     if not packed:
         win = sum(i["bytes_read"] for i in io)
         rate = win / max(sum(i["read_seconds"] for i in io), 1e-9)
-        return (f"  Reads: {windows:.1f} windows per rank and epoch, each a sweep of the rank's "
-                f"{files / 1e9:.2f} GB of rows (rank 0) at {rate / 1e9:.2f} GB/s per rank while "
-                f"both read; one sweep per rank and epoch alone would take {files / rate:.1f} s, "
-                f"{files / rate / e0:.1f}x the uncapped epoch.")  # fmt: skip
+        return (
+            f"  Reads: {windows:.1f} windows per rank and epoch, each a sweep of the rank's "
+            f"{files / 1e9:.2f} GB of rows (rank 0) at {rate / 1e9:.2f} GB/s per rank while "
+            f"both read; one sweep per rank and epoch alone would take {files / rate:.1f} s, "
+            f"{files / rate / e0:.1f}x the uncapped epoch."
+        )
     sweep = sum(i.get("pack_bytes_read", 0) for i in io)
     wrote = sum(i.get("bytes_written", 0) for i in io)
     rest = [i["bytes_read"] - i.get("pack_bytes_read", 0) for i in io]
-    return (f"  Reads: sweeps packing the epochs' rows in epoch(s) "
-            f"{', '.join(str(k + 1) for k in packed)} (both ranks: {sweep / 1e9:.2f} GB read, "
-            f"{wrote / 1e9:.2f} GB of packs written); the epochs' {windows:.1f} window(s) per rank "
-            f"then read {statistics.mean(rest) / 1e9:.2f} GB per epoch from their packs (both "
-            f"ranks), against a sweep of the rank's {files / 1e9:.2f} GB of rows (rank 0) per "
-            "window without packing.")  # fmt: skip
+    return (
+        f"  Reads: sweeps packing the epochs' rows in epoch(s) "
+        f"{', '.join(str(k + 1) for k in packed)} (both ranks: {sweep / 1e9:.2f} GB read, "
+        f"{wrote / 1e9:.2f} GB of packs written); the epochs' {windows:.1f} window(s) per rank "
+        f"then read {statistics.mean(rest) / 1e9:.2f} GB per epoch from their packs (both "
+        f"ranks), against a sweep of the rank's {files / 1e9:.2f} GB of rows (rank 0) per "
+        "window without packing."
+    )
 
 
 def _order_lines(runs: list[dict]) -> list[str]:
     """Degree order against ID order: the capped epochs and the bytes they read."""
     out = []
     for engine in dict.fromkeys(r["engine"] for r in runs):
-        got = {r.get("order", "id"): r for r in runs
-               if r["engine"] == engine and r["cap"] is not None and "train" in r
-               and r.get("pack") is None}  # fmt: skip
+        got = {
+            r.get("order", "id"): r
+            for r in runs
+            if r["engine"] == engine
+            and r["cap"] is not None
+            and "train" in r
+            and r.get("pack") is None
+        }
         if not {"degree", "id"} <= got.keys():
             continue
         h = {o: got[o]["train"]["history"] for o in ("degree", "id")}
         e = {o: statistics.median(x["seconds"] for x in h[o]) for o in h}
         b = {o: statistics.median(x["io"]["bytes_read"] for x in h[o]) for o in h}
-        out.append(f"- {engine}, capped: degree order epoch {e['degree'] / e['id']:.2f}x the ID "
-                   f"order's, bytes read {b['degree'] / max(b['id'], 1):.2f}x.")  # fmt: skip
+        out.append(
+            f"- {engine}, capped: degree order epoch {e['degree'] / e['id']:.2f}x the ID "
+            f"order's, bytes read {b['degree'] / max(b['id'], 1):.2f}x."
+        )
     return ["", "Node order (same cap, same run):", *out] if out else []
 
 
@@ -202,11 +265,13 @@ def report(res: dict, path: Path) -> None:
             f"- {r['tag']}: epoch {e / e0:.2f}x the uncapped epoch (median; mean of the "
             f"epochs {m / m0:.2f}x), evaluation "
             f"{t['eval_seconds'] / base['train']['eval_seconds']:.2f}x the uncapped evaluation, "
-            + (f"same accuracy: {t['test_accuracy'] == base['train']['test_accuracy']}."
-               if r.get("order") == base.get("order") else
-               f"accuracy not compared (the uncapped run is on the {base.get('order')}-ordered "
-               "store: other numbering, other samples).")
-        )  # fmt: skip
+            + (
+                f"same accuracy: {t['test_accuracy'] == base['train']['test_accuracy']}."
+                if r.get("order") == base.get("order")
+                else f"accuracy not compared (the uncapped run is on the {base.get('order')}-ordered "
+                "store: other numbering, other samples)."
+            )
+        )
         lines.append(_reads_line(t, e0))
     lines += _order_lines(runs)
     lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "store already built"), ""]

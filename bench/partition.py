@@ -156,12 +156,34 @@ VARIANTS: dict[str, list[str]] = {
     "random": ["--algo", "random", "--refine-passes", "0"],
     "default": [],
     # issue 16: the papers' rules next to shoal's (see RULE_PAIRS)
-    "spring_paper": ["--algo", "spring", "--option", "representative=richest",
-                     "--refine-passes", "0"],
-    "grem_paper": ["--algo", "grem", "--option", "move_rule=paper", "--option",
-                   "exact_capacity=true", "--option", "seed_history=true", "--refine-passes", "0"],
-    "grem_seed_history": ["--algo", "grem", "--option", "seed_history=true", "--refine-passes",
-                          "0"],
+    "spring_paper": [
+        "--algo",
+        "spring",
+        "--option",
+        "representative=richest",
+        "--refine-passes",
+        "0",
+    ],
+    "grem_paper": [
+        "--algo",
+        "grem",
+        "--option",
+        "move_rule=paper",
+        "--option",
+        "exact_capacity=true",
+        "--option",
+        "seed_history=true",
+        "--refine-passes",
+        "0",
+    ],
+    "grem_seed_history": [
+        "--algo",
+        "grem",
+        "--option",
+        "seed_history=true",
+        "--refine-passes",
+        "0",
+    ],
     "default_no_seed_history": ["--option", "seed_history=false"],
     "grem_1pct_no_seed_history": [
         "--algo",
@@ -181,9 +203,17 @@ VARIANTS: dict[str, list[str]] = {
         "--refine-passes",
         "0",
     ],
-    "grem_paper_assign": ["--algo", "grem", "--option", "move_rule=paper", "--option",
-                          "exact_capacity=true", "--refine-passes", "0"],
-}  # fmt: skip
+    "grem_paper_assign": [
+        "--algo",
+        "grem",
+        "--option",
+        "move_rule=paper",
+        "--option",
+        "exact_capacity=true",
+        "--refine-passes",
+        "0",
+    ],
+}
 #: (shoal's variant, the paper's, what differs) for the rules comparison (issue 16); the
 #: first of each pair is the default of its algorithm
 RULE_PAIRS = [
@@ -471,12 +501,17 @@ def _mean_over(idx, graphs, variant, parts, key) -> float | None:
 def _load_note(records: list[dict]) -> str:
     """What the runs' timings are worth: the machine's load when they ran, where recorded."""
     loads = [r["load_after"] for r in records if "load_after" in r]
-    note = (f"{len(records) - len(loads)} of {len(records)} runs predate the load record and "
-            "were taken over several sessions, some beside other jobs" if len(loads) < len(records)
-            else "")  # fmt: skip
+    note = (
+        f"{len(records) - len(loads)} of {len(records)} runs predate the load record and "
+        "were taken over several sessions, some beside other jobs"
+        if len(loads) < len(records)
+        else ""
+    )
     if loads:
-        note += ("; " if note else "") + (f"the {len(loads)} recorded runs saw a 1-minute load of "
-                                          f"{np.median(loads):.1f} (median), {max(loads):.1f} (max)")  # fmt: skip
+        note += ("; " if note else "") + (
+            f"the {len(loads)} recorded runs saw a 1-minute load of "
+            f"{np.median(loads):.1f} (median), {max(loads):.1f} (max)"
+        )
     return (
         f"Timings on a 2-core machine shared with other jobs (issue 31's runs too): {note}; "
         "noisy, compare within a row "
@@ -531,11 +566,17 @@ def _rules_section(L: list[str], idx: dict, ref: list[str]) -> None:
                 continue
             cells = []
             for v in (shoal_v, paper_v):
-                cells.append(" | ".join(_fmt(_mean_over(idx, both, v, p, k), f)
-                                        for k, f in (("edge_cut", ".4f"),
-                                                     ("replication_factor", ".3f"),
-                                                     ("node_balance", ".3f"),
-                                                     ("seconds", ".2f"))))  # fmt: skip
+                cells.append(
+                    " | ".join(
+                        _fmt(_mean_over(idx, both, v, p, k), f)
+                        for k, f in (
+                            ("edge_cut", ".4f"),
+                            ("replication_factor", ".3f"),
+                            ("node_balance", ".3f"),
+                            ("seconds", ".2f"),
+                        )
+                    )
+                )
             rows.append(f"| {what} | {p} | {len(both)} | {cells[0]} | {cells[1]} |")
     if not rows:
         return
@@ -994,9 +1035,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--resume", action="store_true", help="skip runs already in the JSON")
-    ap.add_argument("--redo", nargs="*", default=[],
-                    help="with --resume: run these variants again (e.g. shoal's rule next to the "
-                    "paper's, back to back in this run)")  # fmt: skip
+    ap.add_argument(
+        "--redo",
+        nargs="*",
+        default=[],
+        help="with --resume: run these variants again (e.g. shoal's rule next to the "
+        "paper's, back to back in this run)",
+    )
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument(
         "--note", action="append", default=[], help="with --report-only: a line for the header"

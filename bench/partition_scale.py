@@ -149,8 +149,9 @@ def extract_src(rev: str, work: Path) -> Path:
     dest = work / f"before_{rev}"
     if not (dest / "src").is_dir():
         dest.mkdir(parents=True, exist_ok=True)
-        arc = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, capture_output=True,
-                             check=True).stdout  # fmt: skip
+        arc = subprocess.run(
+            ["git", "archive", rev, "src"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=arc, check=True)
     return dest / "src"
 
@@ -205,8 +206,11 @@ def profile_child(graph: str, parts: int, out: Path) -> int:
 
         return wrapper
 
-    for name, label in (("balance_assignment", "balance"), ("refine_assignment", "refine"),
-                        ("partition_metrics", "metrics")):  # fmt: skip
+    for name, label in (
+        ("balance_assignment", "balance"),
+        ("refine_assignment", "refine"),
+        ("partition_metrics", "metrics"),
+    ):
         setattr(R, name, marked(label, getattr(R, name)))
     GraphDir.build_csr = marked("csr build (in refine)", GraphDir.build_csr)
     g = GraphDir.open(graph)
@@ -214,12 +218,23 @@ def profile_child(graph: str, parts: int, out: Path) -> int:
     type(part).partition = marked("grem", type(part).partition)
     base = _rss_anon()
     threading.Thread(target=sample, daemon=True).start()
-    R.run_partition(g, R.DEFAULT_ALGORITHM, num_parts=parts,
-                    refine_passes=R.DEFAULT_REFINE_PASSES, **R.DEFAULT_OPTIONS)  # fmt: skip
+    R.run_partition(
+        g,
+        R.DEFAULT_ALGORITHM,
+        num_parts=parts,
+        refine_passes=R.DEFAULT_REFINE_PASSES,
+        **R.DEFAULT_OPTIONS,
+    )
     stop.set()
-    rows = [{"phase": n, "seconds": t1 - t0, "start_anon": base,
-             "peak_anon": max([v for t, v in samples if t0 <= t <= t1] or [0])}
-            for n, t0, t1 in sorted(marks, key=lambda m: m[1])]  # fmt: skip
+    rows = [
+        {
+            "phase": n,
+            "seconds": t1 - t0,
+            "start_anon": base,
+            "peak_anon": max([v for t, v in samples if t0 <= t <= t1] or [0]),
+        }
+        for n, t0, t1 in sorted(marks, key=lambda m: m[1])
+    ]
     out.write_text(json.dumps({"nodes": g.num_nodes, "phases": rows}) + "\n")
     return 0
 
@@ -235,15 +250,34 @@ def profile_runs(args) -> list[dict]:
         for src in [None, args.baseline_src] if args.baseline_src else [None]:
             out = args.work / f"phases_{name}_{'before' if src else 'after'}.json"
             drop_csr(g)
-            cmd = [sys.executable, __file__, "--profile-child", str(g), "--parts",
-                   str(args.parts), "--out", str(out)]  # fmt: skip
+            cmd = [
+                sys.executable,
+                __file__,
+                "--profile-child",
+                str(g),
+                "--parts",
+                str(args.parts),
+                "--out",
+                str(out),
+            ]
             env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
-            r = run_capped(cmd, args.limit, name=args.cgroup_name, timeout=args.baseline_timeout,
-                           evict_paths=[g], env=env)  # fmt: skip
+            r = run_capped(
+                cmd,
+                args.limit,
+                name=args.cgroup_name,
+                timeout=args.baseline_timeout,
+                evict_paths=[g],
+                env=env,
+            )
             drop_csr(g)
             if r["returncode"] == 0:
-                res.append({"graph": name, "code": "before" if src else "after",
-                            **json.loads(out.read_text())})  # fmt: skip
+                res.append(
+                    {
+                        "graph": name,
+                        "code": "before" if src else "after",
+                        **json.loads(out.read_text()),
+                    }
+                )
     return res
 
 
@@ -259,8 +293,13 @@ def fit(rows: list[dict], key, var: str) -> dict | None:
     x, y = (np.array(v, dtype=np.float64) for v in zip(*pts, strict=True))
     slope, fixed = np.polyfit(x, y, 1)
     target = PAPERS100M["nodes"] if var == "N" else 2 * PAPERS100M["undirected_edges"]
-    return {"var": var, "fixed": float(fixed), "slope": float(slope),
-            "papers100m": float(fixed + slope * target), "points": len(pts)}  # fmt: skip
+    return {
+        "var": var,
+        "fixed": float(fixed),
+        "slope": float(slope),
+        "papers100m": float(fixed + slope * target),
+        "points": len(pts),
+    }
 
 
 def run_one(g: Path, algo: str, src: str | None, limit: int, args, info: dict) -> dict:
@@ -278,10 +317,19 @@ def run_one(g: Path, algo: str, src: str | None, limit: int, args, info: dict) -
     load = open("/proc/loadavg").read().split()[0]
     r = partition_run(g, algo, args, src, limit)
     meta = json.loads((g / "meta.json").read_text())
-    r.update(graph=g.name, nodes=meta["num_nodes"], stored_edges=meta["num_edges"], algo=algo,
-             code=code, limit=limit, synth_seconds=info.get("seconds"), git=rev,
-             load_before=load, load_after=open("/proc/loadavg").read().split()[0],
-             date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))  # fmt: skip
+    r.update(
+        graph=g.name,
+        nodes=meta["num_nodes"],
+        stored_edges=meta["num_edges"],
+        algo=algo,
+        code=code,
+        limit=limit,
+        synth_seconds=info.get("seconds"),
+        git=rev,
+        load_before=load,
+        load_after=open("/proc/loadavg").read().split()[0],
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
     cache.write_text(json.dumps(r, indent=1, default=str) + "\n")
     print(json.dumps({k: v for k, v in r.items() if k != "command"}, default=str))
     return r
@@ -294,8 +342,9 @@ def run_all(args) -> dict:
         g = args.work / name
         meta = json.loads((g / "meta.json").read_text())
         if meta["num_nodes"] != n or meta["num_edges"] != 2 * e:
-            raise SystemExit(f"{g}: {meta['num_nodes']} nodes / {meta['num_edges']} rows, "
-                             f"expected {n} / {2 * e}")  # fmt: skip
+            raise SystemExit(
+                f"{g}: {meta['num_nodes']} nodes / {meta['num_edges']} rows, expected {n} / {2 * e}"
+            )
         variants = [(a, None, args.limit) for a in args.algos.split(",")]
         if args.baseline_src and n <= args.baseline_max_nodes:
             bl = args.baseline_algos.split(",")
@@ -306,9 +355,11 @@ def run_all(args) -> dict:
         rows = [
             r
             for r in runs
-            if r["algo"] == algo and r["code"] == code and r["finished"]
+            if r["algo"] == algo
+            and r["code"] == code
+            and r["finished"]
             and r["nodes"] >= args.fit_min_nodes
-        ]  # fmt: skip
+        ]
         fits[f"{algo} {code}"] = {
             "peak_anon_bytes": fit(rows, lambda r: r["peak_anon_bytes"], "N"),
             "seconds": fit(rows, lambda r: r["seconds"], "E"),
@@ -352,19 +403,27 @@ def _run_rows(runs: list[dict]) -> list[str]:
             f"{_f(m.get('node_balance'))} | {_f(m.get('edge_balance'))} | "
             f"{r.get('load_before', '?')} / {r.get('load_after', '?')} |"
         )
-    lines += ["", "Seconds per phase (inside the partitioner; the wall time above adds the "
-              "interpreter start and the JSON output):", ""]  # fmt: skip
+    lines += [
+        "",
+        "Seconds per phase (inside the partitioner; the wall time above adds the "
+        "interpreter start and the JSON output):",
+        "",
+    ]
     for r in runs:
         ph = r.get("metrics", {}).get("seconds_per_phase", {})
         txt = ", ".join(f"{k} {v:.0f}" for k, v in ph.items())
-        lines.append(f"- {r['graph']} {r['algo']} {r['code']} (code {r.get('git')}, run "
-                     f"{r.get('date')}): {txt or '—'}")  # fmt: skip
+        lines.append(
+            f"- {r['graph']} {r['algo']} {r['code']} (code {r.get('git')}, run "
+            f"{r.get('date')}): {txt or '—'}"
+        )
     return lines
 
 
 def _phase_rows(profiles: list[dict]) -> list[str]:
-    lines = ["| graph | code | phase | seconds | peak anon MiB | above start MiB | per node B |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| graph | code | phase | seconds | peak anon MiB | above start MiB | per node B |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for p in profiles:
         for r in p["phases"]:
             above = r["peak_anon"] - r["start_anon"]
@@ -376,8 +435,10 @@ def _phase_rows(profiles: list[dict]) -> list[str]:
 
 
 def _fit_rows(fits: dict) -> list[str]:
-    lines = ["| algo | code | quantity | fixed | slope | points | papers100M |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| algo | code | quantity | fixed | slope | points | papers100M |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, f in fits.items():
         algo, code = key.split()
         m, s = f["peak_anon_bytes"], f["seconds"]
@@ -500,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         "git": git_rev(),
         "head": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),  # fmt: skip
+        ).stdout.strip(),
     }
     t0 = time.time()
     res = {"header": header, **run_all(args), "phases": profile_runs(args)}

@@ -85,8 +85,22 @@ def shoal(*args: str) -> subprocess.CompletedProcess:
 def train(store: Path, engine: str, epochs: int) -> dict:
     WORK.mkdir(parents=True, exist_ok=True)
     out = WORK / f"{store.name}-{engine}.json"
-    p = shoal("train", "--store", str(store), "--engine", engine, "--nproc", "2", "--epochs",
-              str(epochs), "--eval-every", str(epochs), "--no-progress", "--json", str(out))  # fmt: skip
+    p = shoal(
+        "train",
+        "--store",
+        str(store),
+        "--engine",
+        engine,
+        "--nproc",
+        "2",
+        "--epochs",
+        str(epochs),
+        "--eval-every",
+        str(epochs),
+        "--no-progress",
+        "--json",
+        str(out),
+    )
     d = json.loads(out.read_text())
     secs = [h["seconds"] for h in d["history"]][1:]  # the first epoch warms up
     r = {"engine": d["engine"], "epoch_s": statistics.mean(secs), "epochs_s": secs}
@@ -106,12 +120,25 @@ def run(args: argparse.Namespace) -> None:
         e = res.setdefault("stores", {}).setdefault(name, {"measured": {}})
         epochs = e.setdefault("epochs", args.small_epochs if name in SMALL else args.epochs)
         meta = json.loads((store / "meta.json").read_text())
-        e["shape"] = {"nodes": meta["num_nodes"], "edges": meta["num_edges"],
-                      "feature_dim": meta["feature_dim"], "parts": meta["num_parts"],
-                      "train": sum(p["train"] for p in meta["parts"])}  # fmt: skip
+        e["shape"] = {
+            "nodes": meta["num_nodes"],
+            "edges": meta["num_edges"],
+            "feature_dim": meta["feature_dim"],
+            "parts": meta["num_parts"],
+            "train": sum(p["train"] for p in meta["parts"]),
+        }
         if "plan" not in e:
-            p = shoal("plan", "--store", str(store), "--workers", "2", "--memory-per-worker",
-                      "8GB", "--json", "-")  # fmt: skip
+            p = shoal(
+                "plan",
+                "--store",
+                str(store),
+                "--workers",
+                "2",
+                "--memory-per-worker",
+                "8GB",
+                "--json",
+                "-",
+            )
             e["plan"] = json.loads(p.stdout)["engine"]
             save(res)
         for engine in ENGINES:
@@ -151,43 +178,52 @@ def _row(name: str, e: dict) -> tuple[list[str], bool | None]:
 
 
 def write_markdown(res: dict) -> None:
-    lines = ["# The automatic plan: `--engine auto` against every engine measured by hand", "",
-             f"Command: `{res.get('command', 'python bench/plan.py run')}`  ",
-             f"Machine: {res.get('machine', '?')}; 2 processes of 1 thread, 2 parts; "
-             "network: loopback", "",
-             "Model: the defaults (`sage`, paper preset: 2 layers sampled 25,10, hidden 256, "
-             f"batch 1024); {res.get('epochs', '?')} epochs (the store's own count where the "
-             "row says), the mean training epoch after "
-             "the first (seconds, evaluation excluded: the training time an epoch adds; single "
-             "epochs vary by up to 2x, e.g. averaging on synth-200k alternates 1.2 and 2.5 s). *est.*: `shoal plan`'s estimate from "
-             "the probed costs; *plan*: its choice; *auto*: the engine `shoal train --engine "
-             "auto` chose (probing inside the run) and its own epoch; *ratio*: the hand-measured "
-             f"epoch of auto's choice over the fastest (target <= {TARGET}).", "",
-             "| store | measured epoch s, fastest first (estimate) | fastest | plan | auto | "
-             "auto's epoch s | ratio | within 15% |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "# The automatic plan: `--engine auto` against every engine measured by hand",
+        "",
+        f"Command: `{res.get('command', 'python bench/plan.py run')}`  ",
+        f"Machine: {res.get('machine', '?')}; 2 processes of 1 thread, 2 parts; network: loopback",
+        "",
+        "Model: the defaults (`sage`, paper preset: 2 layers sampled 25,10, hidden 256, "
+        f"batch 1024); {res.get('epochs', '?')} epochs (the store's own count where the "
+        "row says), the mean training epoch after "
+        "the first (seconds, evaluation excluded: the training time an epoch adds; single "
+        "epochs vary by up to 2x, e.g. averaging on synth-200k alternates 1.2 and 2.5 s). *est.*: `shoal plan`'s estimate from "
+        "the probed costs; *plan*: its choice; *auto*: the engine `shoal train --engine "
+        "auto` chose (probing inside the run) and its own epoch; *ratio*: the hand-measured "
+        f"epoch of auto's choice over the fastest (target <= {TARGET}).",
+        "",
+        "| store | measured epoch s, fastest first (estimate) | fastest | plan | auto | "
+        "auto's epoch s | ratio | within 15% |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     oks = []
     for name, e in res.get("stores", {}).items():
         row, ok = _row(name, e)
         oks.append(ok)
         s = e.get("shape", {})
-        row[0] = (f"{name} ({s.get('nodes')} nodes, {s.get('edges')} edges, "
-                  f"{s.get('feature_dim')}-d, {s.get('train')} training; "
-                  f"{e.get('epochs', res.get('epochs'))} epochs)")  # fmt: skip
+        row[0] = (
+            f"{name} ({s.get('nodes')} nodes, {s.get('edges')} edges, "
+            f"{s.get('feature_dim')}-d, {s.get('train')} training; "
+            f"{e.get('epochs', res.get('epochs'))} epochs)"
+        )
         lines.append("| " + " | ".join(row) + " |")
     done = [o for o in oks if o is not None]
     lines += ["", f"Target met on {sum(done)} of {len(done)} stores." if done else "", ""]
     for name, e in res.get("stores", {}).items():
         c = e.get("plan", {}).get("costs", {})
         if c:
-            lines.append(f"- {name}, probed (`shoal plan`): one batch samples "
-                         f"{c['batch_edges']:.0f} edges in {c['sample_s'] * 1e3:.2g} ms, reads "
-                         f"{c['batch_rows']:.0f} rows in {c['gather_s'] * 1e3:.2g} ms, computes "
-                         f"in {c['compute_s'] * 1e3:.3g} ms; halo share of its rows "
-                         f"{c['halo_fraction']:.2f}; layers on {c['layer_nodes']} nodes "
-                         f"{', '.join(f'{t * 1e3:.3g}' for t in c['layer_s'])} ms; network "
-                         f"{c['net_bytes_per_s'] / 1e9:.2f} GB/s, round trip "
-                         f"{c['net_latency_s'] * 1e6:.0f} us ({c['network']}); probing took "
-                         f"{c['seconds']:.1f} s")  # fmt: skip
+            lines.append(
+                f"- {name}, probed (`shoal plan`): one batch samples "
+                f"{c['batch_edges']:.0f} edges in {c['sample_s'] * 1e3:.2g} ms, reads "
+                f"{c['batch_rows']:.0f} rows in {c['gather_s'] * 1e3:.2g} ms, computes "
+                f"in {c['compute_s'] * 1e3:.3g} ms; halo share of its rows "
+                f"{c['halo_fraction']:.2f}; layers on {c['layer_nodes']} nodes "
+                f"{', '.join(f'{t * 1e3:.3g}' for t in c['layer_s'])} ms; network "
+                f"{c['net_bytes_per_s'] / 1e9:.2f} GB/s, round trip "
+                f"{c['net_latency_s'] * 1e6:.0f} us ({c['network']}); probing took "
+                f"{c['seconds']:.1f} s"
+            )
     RESULTS.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS / "plan.md.tmp"
     tmp.write_text("\n".join(lines) + "\n")

@@ -125,8 +125,12 @@ def dgl_side(graph: Path, out: Path) -> dict:
         balance_edges=True,
     )
     t_part = time.perf_counter() - t1
-    return {"load_s": t_load, "partition_graph_s": t_part, "dgl_version": dgl.__version__,
-            "torch": torch.__version__}  # fmt: skip
+    return {
+        "load_s": t_load,
+        "partition_graph_s": t_part,
+        "dgl_version": dgl.__version__,
+        "torch": torch.__version__,
+    }
 
 
 # ---------------------------------------------------------------------------- harness
@@ -267,8 +271,9 @@ def main() -> int:
 
 
 def _torch_version(python: str) -> str:
-    r = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    )
     return r.stdout.strip() or "?"
 
 

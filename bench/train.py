@@ -38,10 +38,29 @@ def make_graph(path: Path, nodes: int, edges: int, features: int, classes: int) 
     if (path / "meta.json").exists():
         return
     cmd = [
-        sys.executable, "-m", "shoal", "data", "synth", "dcsbm", "--nodes", str(nodes),
-        "--edges", str(edges), "--features", str(features), "--classes", str(classes),
-        "--train-frac", "0.1", "--val-frac", "0.1", "--seed", "0", "--out", str(path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "shoal",
+        "data",
+        "synth",
+        "dcsbm",
+        "--nodes",
+        str(nodes),
+        "--edges",
+        str(edges),
+        "--features",
+        str(features),
+        "--classes",
+        str(classes),
+        "--train-frac",
+        "0.1",
+        "--val-frac",
+        "0.1",
+        "--seed",
+        "0",
+        "--out",
+        str(path),
+    ]
     subprocess.run(cmd, check=True)
     subprocess.run([sys.executable, "-m", "shoal", "data", "csr", str(path)], check=True)
 
@@ -53,9 +72,17 @@ def run_shoal(graph: Path, epochs: int, threads: int, batch_size: int, hidden: i
 
     data = TrainData.from_graph_dir(graph)
     cfg = TrainConfig(
-        model="sage", fanouts=FANOUTS, batch_size=batch_size, hidden=hidden, epochs=epochs,
-        lr=0.003, dropout=0.5, seed=0, threads=threads, progress=False,
-    )  # fmt: skip
+        model="sage",
+        fanouts=FANOUTS,
+        batch_size=batch_size,
+        hidden=hidden,
+        epochs=epochs,
+        lr=0.003,
+        dropout=0.5,
+        seed=0,
+        threads=threads,
+        progress=False,
+    )
     tr = Trainer(cfg, data)
     # Warm-up: compile the numba kernels outside the timed epochs.
     tr.sampler.sample(data.train_idx[:8], 0)
@@ -149,17 +176,32 @@ def run_dgl(graph: Path, epochs: int, threads: int, batch_size: int, hidden: int
     import resource
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"epochs": rows, "peak_rss_bytes": rss, "dgl": dgl.__version__,
-            "torch": torch.__version__}  # fmt: skip
+    return {
+        "epochs": rows,
+        "peak_rss_bytes": rss,
+        "dgl": dgl.__version__,
+        "torch": torch.__version__,
+    }
 
 
 # ---------------------------------------------------------------------------- driver
 def _worker(python: str, kind: str, args: argparse.Namespace) -> dict:
     cmd = [
-        python, str(Path(__file__).resolve()), "--worker", kind, "--graph", str(args.graph),
-        "--epochs", str(args.epochs), "--threads", str(args.threads),
-        "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
-    ]  # fmt: skip
+        python,
+        str(Path(__file__).resolve()),
+        "--worker",
+        kind,
+        "--graph",
+        str(args.graph),
+        "--epochs",
+        str(args.epochs),
+        "--threads",
+        str(args.threads),
+        "--batch-size",
+        str(args.batch_size),
+        "--hidden",
+        str(args.hidden),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), NUMBA_NUM_THREADS=str(args.threads))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])

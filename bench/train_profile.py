@@ -48,9 +48,18 @@ VARIANTS = ("shoal", "torch-dropout", "pyg-graphsage")
 def _trainer(graph: Path, threads: int, model=None):
     from shoal.training import TrainConfig, TrainData, Trainer
 
-    cfg = TrainConfig(model="sage", fanouts=tbench.FANOUTS, batch_size=1024, hidden=256,
-                      epochs=1, lr=0.003, dropout=0.5, seed=0, threads=threads,
-                      progress=False)  # fmt: skip
+    cfg = TrainConfig(
+        model="sage",
+        fanouts=tbench.FANOUTS,
+        batch_size=1024,
+        hidden=256,
+        epochs=1,
+        lr=0.003,
+        dropout=0.5,
+        seed=0,
+        threads=threads,
+        progress=False,
+    )
     return Trainer(cfg, TrainData.from_graph_dir(graph), model=model)
 
 
@@ -59,8 +68,10 @@ def _pyg_model(in_dim: int, out_dim: int):
 
     from shoal.nn.adapter import EdgeIndexModel
 
-    return EdgeIndexModel(GraphSAGE(in_dim, 256, num_layers=3, out_channels=out_dim,
-                                    dropout=0.5, aggr="mean"), num_layers=3)  # fmt: skip
+    return EdgeIndexModel(
+        GraphSAGE(in_dim, 256, num_layers=3, out_channels=out_dim, dropout=0.5, aggr="mean"),
+        num_layers=3,
+    )
 
 
 class _TorchDropout:
@@ -104,8 +115,14 @@ def _profile(trainer, batch, top: int = 8) -> list[dict]:
     rows = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in rows)
     rows.sort(key=lambda e: -e.self_cpu_time_total)
-    return [{"op": e.key, "self_ms": e.self_cpu_time_total / 1e3,
-             "share": e.self_cpu_time_total / total} for e in rows[:top]]  # fmt: skip
+    return [
+        {
+            "op": e.key,
+            "self_ms": e.self_cpu_time_total / 1e3,
+            "share": e.self_cpu_time_total / total,
+        }
+        for e in rows[:top]
+    ]
 
 
 def _aggregation(batch, dim: int = 128, repeats: int = 5) -> dict:
@@ -156,8 +173,10 @@ def measure(args: argparse.Namespace) -> dict:
     pyg = _trainer(graph, args.threads, model=_pyg_model(data.feature_dim, data.num_classes))
     res["steps"]["pyg-graphsage"] = _step_times(pyg, batches)
     res["aggregation"] = _aggregation(batches[-1])
-    res["batch"] = {"nodes": int(len(batches[-1].mb.n_id)),
-                    "edges_per_block": [b.num_edges for b in batches[-1].mb.blocks]}  # fmt: skip
+    res["batch"] = {
+        "nodes": int(len(batches[-1].mb.n_id)),
+        "edges_per_block": [b.num_edges for b in batches[-1].mb.blocks],
+    }
     return res
 
 
@@ -180,16 +199,25 @@ def render(res: dict) -> str:
         "| model / dropout | median step (s) | ratio to shoal |",
         "|---|---|---|",
     ]
-    names = {"shoal": "shoal SAGE, shoal's dropout (numba, fused ReLU)",
-             "torch-dropout": "shoal SAGE, torch's F.dropout",
-             "pyg-graphsage": "PyG GraphSAGE (SAGEConv) on the same blocks, same torch"}  # fmt: skip
+    names = {
+        "shoal": "shoal SAGE, shoal's dropout (numba, fused ReLU)",
+        "torch-dropout": "shoal SAGE, torch's F.dropout",
+        "pyg-graphsage": "PyG GraphSAGE (SAGEConv) on the same blocks, same torch",
+    }
     for k in VARIANTS:
         md.append(f"| {names[k]} | {med[k]:.3f} | {med[k] / med['shoal']:.2f} |")
     for k in ("shoal", "torch-dropout"):
-        md += ["", f"## torch.profiler, one step: {names[k]}", "",
-               "| operator | self CPU (ms) | share of the step |", "|---|---|---|"]  # fmt: skip
-        md += [f"| `{r['op']}` | {r['self_ms']:.1f} | {100 * r['share']:.1f}% |"
-               for r in res["profile"][k]]  # fmt: skip
+        md += [
+            "",
+            f"## torch.profiler, one step: {names[k]}",
+            "",
+            "| operator | self CPU (ms) | share of the step |",
+            "|---|---|---|",
+        ]
+        md += [
+            f"| `{r['op']}` | {r['self_ms']:.1f} | {100 * r['share']:.1f}% |"
+            for r in res["profile"][k]
+        ]
     a = res["aggregation"]
     md += [
         "",
@@ -219,12 +247,17 @@ def main() -> int:
         import torch_geometric
 
         res = measure(args)
-        res.update(command="python bench/train_profile.py " + " ".join(sys.argv[1:]),
-                   machine=f"{platform.node() and 'vm'} {platform.machine()}, "
-                   f"{os.cpu_count()} cores, {platform.platform()}",
-                   torch=torch.__version__, pyg=torch_geometric.__version__,
-                   threads=args.threads, graph=str(args.graph.relative_to(HERE.parent))
-                   if args.graph.is_relative_to(HERE.parent) else str(args.graph))  # fmt: skip
+        res.update(
+            command="python bench/train_profile.py " + " ".join(sys.argv[1:]),
+            machine=f"{platform.node() and 'vm'} {platform.machine()}, "
+            f"{os.cpu_count()} cores, {platform.platform()}",
+            torch=torch.__version__,
+            pyg=torch_geometric.__version__,
+            threads=args.threads,
+            graph=str(args.graph.relative_to(HERE.parent))
+            if args.graph.is_relative_to(HERE.parent)
+            else str(args.graph),
+        )
         tmp = out.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(res, indent=1))
         os.replace(tmp, out)

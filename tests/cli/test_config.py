@@ -30,8 +30,14 @@ scorer = "mlp"
 def _graph(make_graph):
     rng = np.random.default_rng(0)
     e = rng.integers(0, 40, (120, 2))
-    return make_graph(np.concatenate([e, e[:, ::-1]]), 40, directed=False, train=range(10),
-                      x=rng.normal(size=(40, 3)), y=np.arange(40) % 2)  # fmt: skip
+    return make_graph(
+        np.concatenate([e, e[:, ::-1]]),
+        40,
+        directed=False,
+        train=range(10),
+        x=rng.normal(size=(40, 3)),
+        y=np.arange(40) % 2,
+    )
 
 
 def test_stage_sections_fill_options_and_flags_win(make_graph, run_cli, tmp_path):
@@ -47,8 +53,9 @@ def test_stage_sections_fill_options_and_flags_win(make_graph, run_cli, tmp_path
     meta = json.loads((out / "meta.json").read_text())
     assert meta["params"]["representative"] == "richest"  # the table became --option pairs
     assert read_assignment(out)[0].num_parts == 3
-    code, _, err = run_cli("--config", cfg, "partition", g.path, "--parts", 2, "--out",
-                           tmp_path / "b", "--json", js)  # fmt: skip
+    code, _, err = run_cli(
+        "--config", cfg, "partition", g.path, "--parts", 2, "--out", tmp_path / "b", "--json", js
+    )
     assert code == 0, err
     assert json.loads(js.read_text())["num_parts"] == 2  # the flag wins over the file
     code, _, err = run_cli("store", "build", g.path, out, "--out", tmp_path / "s", "--config", cfg)
@@ -73,8 +80,13 @@ def test_config_show_prints_the_effective_configuration(run_cli, tmp_path):
     code, out, err = run_cli("config", "show", "--config", cfg)
     assert code == 0, err
     sections = [line for line in out.splitlines() if line.startswith("[")]
-    assert sections[:1] == ["[import]"] and {"[partition]", "[store]", "[train]",
-                                             "[link]", "[split-edges]"} <= set(sections)  # fmt: skip
+    assert sections[:1] == ["[import]"] and {
+        "[partition]",
+        "[store]",
+        "[train]",
+        "[link]",
+        "[split-edges]",
+    } <= set(sections)
     train = out[out.index("[train]") : out.index("[link]")]
     assert 'model = "gcn"' in train and "fanouts = [10, 5]" in train
     assert 'scorer = "mlp"' in out[out.index("[link]") :]

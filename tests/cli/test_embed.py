@@ -17,33 +17,67 @@ CORA = Path(__file__).resolve().parents[2] / "src/shoal/data/datasets/cora/graph
 
 def test_embed_node_logits_and_link_embeddings(tmp_path, run_cli):
     g = import_graph(CORA, tmp_path / "cora")
-    cfg = dict(model="sage", fanouts=(5, 5), batch_size=256, hidden=16, epochs=2, lr=0.01,
-               threads=1, progress=False)  # fmt: skip
+    cfg = dict(
+        model="sage",
+        fanouts=(5, 5),
+        batch_size=256,
+        hidden=16,
+        epochs=2,
+        lr=0.01,
+        threads=1,
+        progress=False,
+    )
     tr = Trainer(
         TrainConfig(**cfg, checkpoint_dir=str(tmp_path / "ck")), TrainData.from_graph_dir(g)
     )
     tr.fit()  # leaves the best-validation weights in tr.model
-    code, out, err = run_cli("embed", "--graph", g.path, "--checkpoint-dir", tmp_path / "ck",
-                             "--out", tmp_path / "logits.npy")  # fmt: skip
+    code, out, err = run_cli(
+        "embed",
+        "--graph",
+        g.path,
+        "--checkpoint-dir",
+        tmp_path / "ck",
+        "--out",
+        tmp_path / "logits.npy",
+    )
     assert code == 0, err
     got = np.load(tmp_path / "logits.npy")
     want = layerwise_inference(tr.model, tr.data, np.arange(g.num_nodes))
     assert got.shape == (g.num_nodes, 7) and np.allclose(got, want, atol=1e-5)
-    code, _, err = run_cli("embed", "--graph", g.path, "--checkpoint-dir", tmp_path / "ck",
-                           "--out", tmp_path / "cls.npy", "--predict")  # fmt: skip
+    code, _, err = run_cli(
+        "embed",
+        "--graph",
+        g.path,
+        "--checkpoint-dir",
+        tmp_path / "ck",
+        "--out",
+        tmp_path / "cls.npy",
+        "--predict",
+    )
     assert code == 0 and np.array_equal(np.load(tmp_path / "cls.npy"), want.argmax(1))
 
     s = split_edges(g, tmp_path / "link", EdgeSplitConfig())
-    lt = LinkTrainer(TrainConfig(**cfg, task="link", checkpoint_dir=str(tmp_path / "lk")),
-                     LinkConfig(scorer="mlp", eval_negatives=10), LinkData.from_graph_dir(s))  # fmt: skip
+    lt = LinkTrainer(
+        TrainConfig(**cfg, task="link", checkpoint_dir=str(tmp_path / "lk")),
+        LinkConfig(scorer="mlp", eval_negatives=10),
+        LinkData.from_graph_dir(s),
+    )
     lt.fit()
-    code, _, err = run_cli("embed", "--graph", s.path, "--checkpoint-dir", tmp_path / "lk",
-                           "--out", tmp_path / "emb.npy")  # fmt: skip
+    code, _, err = run_cli(
+        "embed",
+        "--graph",
+        s.path,
+        "--checkpoint-dir",
+        tmp_path / "lk",
+        "--out",
+        tmp_path / "emb.npy",
+    )
     assert code == 0, err
     with torch.no_grad():
         want = layerwise_inference(lt.model, lt.data, np.arange(s.num_nodes))
     assert np.allclose(np.load(tmp_path / "emb.npy"), want, atol=1e-5)
     assert not list(tmp_path.glob(".emb.npy.tmp*"))
-    code, _, err = run_cli("embed", "--graph", g.path, "--checkpoint-dir", tmp_path, "--out",
-                           tmp_path / "x.npy")  # fmt: skip
+    code, _, err = run_cli(
+        "embed", "--graph", g.path, "--checkpoint-dir", tmp_path, "--out", tmp_path / "x.npy"
+    )
     assert code == 2 and "--checkpoint-dir" in err

@@ -142,8 +142,9 @@ def test_scratch_defaults_to_beside_the_output(make_graph, run_cli, tmp_path, sc
 
 def test_scratch_dir_is_not_an_algorithm_option(make_graph, run_cli, tmp_path, capsys):
     g = _graph(make_graph)
-    code, _, err = run_cli("partition", g.path, "--algo", "hdrf", "--parts", 2,
-                           "--option", f"scratch_dir={tmp_path}")  # fmt: skip
+    code, _, err = run_cli(
+        "partition", g.path, "--algo", "hdrf", "--parts", 2, "--option", f"scratch_dir={tmp_path}"
+    )
     assert code == 2 and "scratch_dir" in err
     from shoal.cli import main
 

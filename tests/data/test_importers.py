@@ -50,8 +50,9 @@ def test_text_variants(tmp_path, text):
     assert g.meta["source"]["importer"] == "text"
 
 
-@pytest.mark.parametrize("text", ["0 1\n1 2\n2 0\n3 1 0.5\n1 0\n",
-                                  "0,1,7\n1,2,7\n2,0,7\n3,1,7\n1,0,7\n"])  # fmt: skip
+@pytest.mark.parametrize(
+    "text", ["0 1\n1 2\n2 0\n3 1 0.5\n1 0\n", "0,1,7\n1,2,7\n2,0,7\n3,1,7\n1,0,7\n"]
+)
 def test_text_extra_columns_only_when_asked(tmp_path, text):
     src = write_text(tmp_path / "e.txt", text)
     with pytest.raises(ShoalInputError, match="line [14]: 3 columns") as e:

@@ -99,6 +99,7 @@ def test_cli(make_graph, tmp_path, run_cli):
     assert "val" in out and (tmp_path / "s" / "link_test.npy").exists()
     code, _, err = run_cli("data", "split-edges", g.path, "--out", tmp_path / "s")
     assert code == 2 and "exists" in err
-    code, _, err = run_cli("data", "split-edges", g.path, "--out", tmp_path / "t", "--val", "0.9",
-                           "--test", "0.2")  # fmt: skip
+    code, _, err = run_cli(
+        "data", "split-edges", g.path, "--out", tmp_path / "t", "--val", "0.9", "--test", "0.2"
+    )
     assert code == 2 and "no training edges" in err and not (tmp_path / "t").exists()

@@ -22,16 +22,22 @@ def _graph(make_graph, n: int = 400, dim: int = 5, seed: int = 1):
     x = rng.random((n, dim)).astype(np.float32) + y[:, None] * 0.2
     idx = rng.permutation(n)
     return make_graph(
-        np.stack([src, dst], 1), n, x=x, y=y,
-        train=np.sort(idx[:40]), val=np.sort(idx[40:52]), test=np.sort(idx[52:]),
-    )  # fmt: skip
+        np.stack([src, dst], 1),
+        n,
+        x=x,
+        y=y,
+        train=np.sort(idx[:40]),
+        val=np.sort(idx[40:52]),
+        test=np.sort(idx[52:]),
+    )
 
 
 def _config(model: str, layers: int = 2):
     from shoal.training import TrainConfig
 
-    return TrainConfig(model=model, fanouts=(2,) * layers, hidden=6, seed=2,
-                       normalize_features=True)  # fmt: skip
+    return TrainConfig(
+        model=model, fanouts=(2,) * layers, hidden=6, seed=2, normalize_features=True
+    )
 
 
 def _weights(model: torch.nn.Module) -> None:
@@ -41,8 +47,15 @@ def _weights(model: torch.nn.Module) -> None:
             p.copy_(torch.randn(p.shape, generator=gen))
 
 
-def _dist(rank: int, world: int, store: str, model_name: str, budget: int, splits=("val", "test"),
-          layers: int = 2) -> dict[str, float]:  # fmt: skip
+def _dist(
+    rank: int,
+    world: int,
+    store: str,
+    model_name: str,
+    budget: int,
+    splits=("val", "test"),
+    layers: int = 2,
+) -> dict[str, float]:
     from shoal.distributed import DistContext, dist_evaluate
     from shoal.engines.base import EngineConfig
     from shoal.engines.minibatch import MinibatchEngine
@@ -54,9 +67,17 @@ def _dist(rank: int, world: int, store: str, model_name: str, budget: int, split
     eng = MinibatchEngine(Store.open(store), EngineConfig(train=tc), ctx)
     model = model_from_config(tc, in_dim=eng.store.feature_dim, out_dim=eng.store.num_classes)
     _weights(model)
-    return dist_evaluate(model, eng.store, eng.parts, eng.part_to_rank, ctx, eng.tables,
-                         splits=splits, normalize_features=True,
-                         memory_budget=budget)  # fmt: skip
+    return dist_evaluate(
+        model,
+        eng.store,
+        eng.parts,
+        eng.part_to_rank,
+        ctx,
+        eng.tables,
+        splits=splits,
+        normalize_features=True,
+        memory_budget=budget,
+    )
 
 
 @pytest.mark.parametrize(
@@ -71,8 +92,9 @@ def _dist(rank: int, world: int, store: str, model_name: str, budget: int, split
         ("gcn", 4, True, ("val",), 2),
     ],
 )
-def test_blocked_two_ranks_equal_single_process(make_graph, make_store, model, parts, halo,
-                                                splits, layers):  # fmt: skip
+def test_blocked_two_ranks_equal_single_process(
+    make_graph, make_store, model, parts, halo, splits, layers
+):
     from shoal.training import TrainData, model_from_config
     from shoal.training.inference import evaluate
 
@@ -81,8 +103,7 @@ def test_blocked_two_ranks_equal_single_process(make_graph, make_store, model, p
     store = str(make_store(node_part, graph=g, halo_features=halo))
     ref_model = model_from_config(_config(model, layers), in_dim=5, out_dim=3)
     _weights(ref_model)
-    ref = evaluate(ref_model, TrainData.from_graph_dir(g), splits,
-                   normalize_features=True)  # fmt: skip
+    ref = evaluate(ref_model, TrainData.from_graph_dir(g), splits, normalize_features=True)
     # a tiny budget: many blocks, source ranges and halo chunks
     got = run_world(_dist, 2, store, model, 4096, splits, layers)
     assert got[0] == got[1]  # all-reduced counts: the same on every rank

@@ -14,8 +14,7 @@ from tests.distributed.helpers import run_world
 #   10 <- 0          (a cheap subtree: one local in-neighbour)
 #   11 <- 20, 21, 1  (two remote in-neighbours)
 #   12 <- 20         (shares 20 with 11)
-STRUCT = RemoteCSR(np.array([10, 11, 12]), np.array([0, 1, 4, 5]),
-                   np.array([0, 20, 21, 1, 20]))  # fmt: skip
+STRUCT = RemoteCSR(np.array([10, 11, 12]), np.array([0, 1, 4, 5]), np.array([0, 20, 21, 1, 20]))
 HALO = np.array([10, 11, 12])
 LOCAL = {0, 1}.__contains__
 DIMS = [4, 2, 3]  # features, hidden, classes: 2 layers
@@ -27,7 +26,10 @@ def test_remote_csr_neighbours_and_merge():
     more = RemoteCSR(np.array([5]), np.array([0, 2]), np.array([7, 8]))
     m = STRUCT.merge(more)
     assert m.ids.tolist() == [5, 10, 11, 12] and m.neighbours(np.array([5, 12])).tolist() == [
-        7, 8, 20]  # fmt: skip
+        7,
+        8,
+        20,
+    ]
     with pytest.raises(KeyError):
         STRUCT.neighbours(np.array([99]))
 
@@ -36,8 +38,9 @@ def test_eq1_costs_and_greedy_choice():
     # layer 2: t_r(u) = (|{u}| T_v + in-degree(u) T_e) d1 with d1 = 2, excluding what is cached;
     # T_v = T_e = 1: t_r(10) = (1 + 1) 2 = 4, t_r(12) = 4, t_r(11) = (1 + 3) 2 = 8; t_c = T_c d1
     costs = Costs(1.0, 1.0, 2.5)  # t_c = 5: caches 10 and 12, communicates 11
-    cached, have, size = split_dependencies(HALO, STRUCT, DIMS, costs, is_local=LOCAL,
-                                            memory_limit=1e9)  # fmt: skip
+    cached, have, size = split_dependencies(
+        HALO, STRUCT, DIMS, costs, is_local=LOCAL, memory_limit=1e9
+    )
     assert cached[0].tolist() == [10, 11, 12]  # layer 1: t_r = 0, every halo feature replicated
     assert cached[1].tolist() == [10, 12]
     assert have[1] == {10, 12} and have[0] == {10, 11, 12, 20}  # 12's subtree adds 20
@@ -53,18 +56,21 @@ def test_eq1_costs_and_greedy_choice():
 
 def test_modes_and_the_memory_limit():
     costs = Costs(1.0, 1.0, 100.0)  # everything is cheaper to cache
-    comm, have, size = split_dependencies(HALO, STRUCT, DIMS, costs, is_local=LOCAL,
-                                          memory_limit=1e9, mode="comm")  # fmt: skip
+    comm, have, size = split_dependencies(
+        HALO, STRUCT, DIMS, costs, is_local=LOCAL, memory_limit=1e9, mode="comm"
+    )
     assert [len(c) for c in comm] == [0, 0] and size == 0
     assert [c.tolist() for c in build_sets(HALO, comm, have).com] == [[10, 11, 12]] * 2
-    cache, have, _ = split_dependencies(HALO, STRUCT, DIMS, Costs(1, 1, 0), is_local=LOCAL,
-                                        memory_limit=1e9, mode="cache")  # fmt: skip
+    cache, have, _ = split_dependencies(
+        HALO, STRUCT, DIMS, Costs(1, 1, 0), is_local=LOCAL, memory_limit=1e9, mode="cache"
+    )
     assert [c.tolist() for c in cache] == [[10, 11, 12]] * 2  # t_c ignored
     assert sorted(build_sets(HALO, cache, have).rep[0].tolist()) == [10, 11, 12, 20, 21]
     # a limit that holds the layer-1 features (3 rows, 48 B) and 10's level-1 row (16 + 24 B)
     # but not 12's: the split stops there (lines 14-15), the rest is communicated
-    part, have, size = split_dependencies(HALO, STRUCT, DIMS, costs, is_local=LOCAL,
-                                          memory_limit=48 + 40 + 10)  # fmt: skip
+    part, have, size = split_dependencies(
+        HALO, STRUCT, DIMS, costs, is_local=LOCAL, memory_limit=48 + 40 + 10
+    )
     assert [c.tolist() for c in part] == [[10, 11, 12], [10]] and size == 88
     assert build_sets(HALO, part, have).com[1].tolist() == [11, 12]
 
@@ -83,8 +89,12 @@ def _pull(rank: int, world: int, ring: bool):
     # rank r holds rows r*100 + (0..4); rank r mirrors row (r + 1) % 5 of every other rank, and
     # row 0 twice on the next rank (a row mirrored twice gets both gradients)
     h = (rank * 100 + torch.arange(5.0)).unsqueeze(1).repeat(1, 2).requires_grad_()
-    send = [np.array([(p + 1) % 5] + ([0] if p == (rank + 1) % world else []))
-            if p != rank else np.empty(0, np.int64) for p in range(world)]  # fmt: skip
+    send = [
+        np.array([(p + 1) % 5] + ([0] if p == (rank + 1) % world else []))
+        if p != rank
+        else np.empty(0, np.int64)
+        for p in range(world)
+    ]
     recv = [0 if p == rank else 1 + (rank == (p + 1) % world) for p in range(world)]
     ex = RowExchange(send, recv, rank=rank, world=world, tag=0, ring=ring)
     ex.start(h)

@@ -23,9 +23,14 @@ def _random_graph(make_graph, n: int, dim: int, seed: int = 0):
     x = rng.random((n, dim)).astype(np.float32) + y[:, None] * 0.1
     idx = rng.permutation(n)
     return make_graph(
-        np.stack([src, dst], 1), n, x=x, y=y,
-        train=np.sort(idx[:50]), val=np.sort(idx[50 : n // 2]), test=np.sort(idx[n // 2 :]),
-    )  # fmt: skip
+        np.stack([src, dst], 1),
+        n,
+        x=x,
+        y=y,
+        train=np.sort(idx[:50]),
+        val=np.sort(idx[50 : n // 2]),
+        test=np.sort(idx[n // 2 :]),
+    )
 
 
 def _engine(store, tc, ctx):
@@ -36,8 +41,15 @@ def _engine(store, tc, ctx):
 def test_distributed_evaluation_equals_single_process(make_graph, make_store, model):
     g = _random_graph(make_graph, 300, 6)
     store = make_store(np.arange(300) % 3, graph=g, halo_features=False)
-    tc = TrainConfig(model=model, fanouts=(2, 2), hidden=6, heads=2, seed=4,
-                     normalize_features=True, eval_batch_size=37)  # fmt: skip
+    tc = TrainConfig(
+        model=model,
+        fanouts=(2, 2),
+        hidden=6,
+        heads=2,
+        seed=4,
+        normalize_features=True,
+        eval_batch_size=37,
+    )
     data = TrainData.from_graph_dir(g)
     ref_model = model_from_config(tc, in_dim=6, out_dim=3)
     ref = evaluate(ref_model, data, ("val", "test"), normalize_features=True, batch_size=50)

@@ -127,8 +127,11 @@ def _push(rank: int, world: int, delay: int, steps: int) -> list:
     got = []
     for k in range(steps):
         rec = p.receive(k)
-        got.append(None if rec is None else [[(ids.tolist(), rows.numpy().tolist())
-                                              for ids, rows in layer] for layer in rec])  # fmt: skip
+        got.append(
+            None
+            if rec is None
+            else [[(ids.tolist(), rows.numpy().tolist()) for ids, rows in layer] for layer in rec]
+        )
         pushes = []
         for layer, dim in enumerate(dims):
             per = []

@@ -16,8 +16,15 @@ def _sampler(store: Store, rank: int, world: int, fanouts) -> DistNeighborSample
     p2r = np.arange(store.num_parts) % world
     parts = [store.part(i) for i in range(store.num_parts) if p2r[i] == rank]
     deg = np.zeros(store.num_nodes, np.float32)
-    return DistNeighborSampler(parts=parts, part_offsets=store.part_offsets, part_to_rank=p2r,
-                               rank=rank, world_size=world, fanouts=fanouts, degrees=deg)  # fmt: skip
+    return DistNeighborSampler(
+        parts=parts,
+        part_offsets=store.part_offsets,
+        part_to_rank=p2r,
+        rank=rank,
+        world_size=world,
+        fanouts=fanouts,
+        degrees=deg,
+    )
 
 
 def _in_edges(store: Store) -> set[tuple[int, int]]:

@@ -45,8 +45,14 @@ def make_store(tmp_path, make_graph):
     for batch."""
     counter = [0]
 
-    def make(node_part=None, *, parts: int = 2, halo_features: bool = True, graph=None,
-             node_order: str = "id"):  # fmt: skip
+    def make(
+        node_part=None,
+        *,
+        parts: int = 2,
+        halo_features: bool = True,
+        graph=None,
+        node_order: str = "id",
+    ):
         counter[0] += 1
         g = graph or community_graph(make_graph)
         if node_part is None:

@@ -18,11 +18,23 @@ CFG = dict(model="sage", fanouts=(3, 3), batch_size=4, hidden=8, epochs=2, progr
 
 
 def _costs(**kw) -> MachineCosts:
-    base = dict(sample_s=0.01, batch_edges=100.0, batch_rows=50.0, halo_fraction=0.2,
-                gather_s=0.02, compute_s=0.03, layer_s=[0.5, 0.25], layer_nodes=10,
-                layer_sources=20, remote_scale=1.0, seq_read_bytes_per_s=float("inf"),
-                gather_mem_s=0.001,
-                net_bytes_per_s=1e6, net_latency_s=1e-3, network="given")  # fmt: skip
+    base = dict(
+        sample_s=0.01,
+        batch_edges=100.0,
+        batch_rows=50.0,
+        halo_fraction=0.2,
+        gather_s=0.02,
+        compute_s=0.03,
+        layer_s=[0.5, 0.25],
+        layer_nodes=10,
+        layer_sources=20,
+        remote_scale=1.0,
+        seq_read_bytes_per_s=float("inf"),
+        gather_mem_s=0.001,
+        net_bytes_per_s=1e6,
+        net_latency_s=1e-3,
+        network="given",
+    )
     return MachineCosts(**{**base, **kw})
 
 
@@ -57,8 +69,9 @@ def test_estimates_equal_the_formulas_by_hand(make_store):
     assert cached["averaging"]["gather"] == pytest.approx(steps * 0.001)  # rows in memory
     tight = estimate(st, tc, c, 2, params=100, widths=[4, 8, 2], memory_per_worker=64)
     assert tight["averaging"]["gather"] == pytest.approx(steps * 0.02)  # direct reads
-    slow_disk = estimate(st, tc, _costs(seq_read_bytes_per_s=1e3), 2, params=100,
-                         widths=[4, 8, 2])["disagg"]  # fmt: skip
+    slow_disk = estimate(st, tc, _costs(seq_read_bytes_per_s=1e3), 2, params=100, widths=[4, 8, 2])[
+        "disagg"
+    ]
     whole = st.num_nodes * 4 * 4 + st.num_edges * 4  # every part streamed in, one worker
     assert slow_disk["streaming"] == pytest.approx(whole / 1e3)
     one = estimate(st, tc, c, 1, params=100, widths=[4, 8, 2])  # one rank: nothing remote
@@ -66,7 +79,8 @@ def test_estimates_equal_the_formulas_by_hand(make_store):
     grown = estimate(st, tc, _costs(remote_scale=2.0), 2, params=100, widths=[4, 8, 2])
     assert grown["minibatch"]["compute"] == pytest.approx(2 * mb["compute"])  # halo expanded
     assert grown["averaging"] == av and grown["disagg"]["preparation"] == pytest.approx(
-        2 * dg["preparation"])  # fmt: skip
+        2 * dg["preparation"]
+    )
 
 
 def test_a_probed_all_reduce_replaces_the_ring_formula(make_store):
@@ -91,8 +105,9 @@ def test_choice_is_the_cheapest_runnable_candidate(make_store):
     assert p.engine != "fullgraph" and "gat" in p.excluded["fullgraph"]
     p = choose(st, tc, _costs(), 1, params=10, widths=[4, 8, 2])
     assert "disagg" in p.excluded and p.engine in AUTO_CANDIDATES
-    only = choose(st, tc, slow_compute, 2, params=10, widths=[4, 8, 2],
-                  candidates=("minibatch", "averaging"))  # fmt: skip
+    only = choose(
+        st, tc, slow_compute, 2, params=10, widths=[4, 8, 2], candidates=("minibatch", "averaging")
+    )
     assert only.engine in ("minibatch", "averaging") and "fullgraph" in only.excluded
     text = "\n".join(only.reasons())
     assert f"-> {only.engine}" in text and "not among the candidates" in text
@@ -119,8 +134,9 @@ def test_probes_measure_this_store(make_store):
 def test_engine_auto_trains_with_the_chosen_engine_and_records_why(tmp_path, make_store):
     store = make_store(parts=2)
     out = tmp_path / "run.json"
-    p = _launch("--store", str(store), "--engine", "auto", "--nproc", "2", "--json", str(out),
-                *ARGS)  # fmt: skip
+    p = _launch(
+        "--store", str(store), "--engine", "auto", "--nproc", "2", "--json", str(out), *ARGS
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     d = json.loads(out.read_text())
     plan = d["auto_plan"]
@@ -137,8 +153,21 @@ def test_shoal_plan_probes_with_the_workers_processes(make_store, capsys, tmp_pa
     store = make_store(parts=2)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    rc = main(["plan", "--store", str(store), "--workers", "2", "--memory-per-worker", "1GB",
-               "--scratch-dir", str(scratch), "--json", "-"])  # fmt: skip
+    rc = main(
+        [
+            "plan",
+            "--store",
+            str(store),
+            "--workers",
+            "2",
+            "--memory-per-worker",
+            "1GB",
+            "--scratch-dir",
+            str(scratch),
+            "--json",
+            "-",
+        ]
+    )
     c = json.loads(capsys.readouterr().out)["engine"]["costs"]
     assert rc == 0 and c["ranks"] == 2 and c["allreduce_s"] > 0 and c["params"] > 0
     assert c["network"] == "between the run's ranks (probed)"
@@ -149,8 +178,21 @@ def test_shoal_plan_prints_the_engine_estimates(make_store, capsys):
     from shoal.cli import main
 
     store = make_store(parts=2)
-    rc = main(["plan", "--store", str(store), "--workers", "2", "--memory-per-worker", "1GB",
-               "--network", "10gbit", "--json", "-"])  # fmt: skip
+    rc = main(
+        [
+            "plan",
+            "--store",
+            str(store),
+            "--workers",
+            "2",
+            "--memory-per-worker",
+            "1GB",
+            "--network",
+            "10gbit",
+            "--json",
+            "-",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["engine"]["engine"] in AUTO_CANDIDATES
     assert set(d["engine"]["estimates"]) | set(d["engine"]["excluded"]) == set(AUTO_CANDIDATES)

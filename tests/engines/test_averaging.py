@@ -69,8 +69,9 @@ def test_p_greater_than_n_trains_every_part_in_turn(make_store):
 
 def _fit_averaging(rank: int, world: int, store: str):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(fanouts=(3, 3), hidden=8, epochs=3, batch_size=4, lr=0.05, seed=2,
-                     progress=False)  # fmt: skip
+    tc = TrainConfig(
+        fanouts=(3, 3), hidden=8, epochs=3, batch_size=4, lr=0.05, seed=2, progress=False
+    )
     eng = AveragingEngine(Store.open(store), EngineConfig(train=tc), ctx)
     res = eng.fit().to_json()
     moments = [st["exp_avg"].flatten().tolist() for st in eng.optimizer.state.values()]
@@ -100,8 +101,17 @@ def test_a_rank_without_training_nodes_joins_every_average(make_graph, make_stor
 
 def _fit_params(rank: int, world: int, store: str, part_models: bool):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(fanouts=(3, 3), hidden=8, epochs=2, batch_size=4, lr=0.05, seed=2,
-                     dropout=0.0, progress=False, part_models=part_models)  # fmt: skip
+    tc = TrainConfig(
+        fanouts=(3, 3),
+        hidden=8,
+        epochs=2,
+        batch_size=4,
+        lr=0.05,
+        seed=2,
+        dropout=0.0,
+        progress=False,
+        part_models=part_models,
+    )
     eng = AveragingEngine(Store.open(store), EngineConfig(train=tc), ctx)
     for e in range(2):
         eng.train_epoch(e)

@@ -16,8 +16,16 @@ from shoal.store import Store
 from shoal.training import TrainConfig
 from tests.distributed.helpers import WorldFailed, run_world
 
-CFG = dict(model="sage", fanouts=(3, 2), batch_size=4, hidden=8, lr=0.05, dropout=0.0, seed=3,
-           progress=False)  # fmt: skip
+CFG = dict(
+    model="sage",
+    fanouts=(3, 2),
+    batch_size=4,
+    hidden=8,
+    lr=0.05,
+    dropout=0.0,
+    seed=3,
+    progress=False,
+)
 
 
 def _mb(n_id, num_seeds):
@@ -101,8 +109,9 @@ def _epochs(rank, world, store, extra, epochs):
         (4, 2, {"batch_workers": 2, "grouping": False, "disagg_cache": 10}),
     ],
 )
-def test_every_seed_once_every_part_once_rows_equal_the_store(make_graph, make_store, world,
-                                                              parts, extra):  # fmt: skip
+def test_every_seed_once_every_part_once_rows_equal_the_store(
+    make_graph, make_store, world, parts, extra
+):
     from tests.engines.conftest import community_graph
 
     g = community_graph(make_graph)

@@ -41,8 +41,10 @@ def _whole_graph(store: str, tc: TrainConfig):
     for p in parts:
         for r in range(p.num_core):
             nbrs[p.start + r] = p.local_to_global(p.in_neighbors(r)).tolist()
-    blk = full_graph_block(np.concatenate([[0], np.cumsum([len(x) for x in nbrs])]),
-                           np.array([u for x in nbrs for u in x], np.int64))  # fmt: skip
+    blk = full_graph_block(
+        np.concatenate([[0], np.cumsum([len(x) for x in nbrs])]),
+        np.array([u for x in nbrs for u in x], np.int64),
+    )
     x = torch.from_numpy(np.asarray(s.features(np.arange(n)), np.float32))
     t = NodeTables(s, parts)
     train = torch.from_numpy(np.flatnonzero(t.train))
@@ -72,8 +74,12 @@ def _step(rank: int, world: int, store: str, extra: dict):
     if world > 1:
         dist.all_reduce(total)
     s = eng.sets
-    return (float(total), [p.grad.clone() for p in eng.model.parameters()],
-            [len(c) for c in s.cached], [len(c) for c in s.communicated])  # fmt: skip
+    return (
+        float(total),
+        [p.grad.clone() for p in eng.model.parameters()],
+        [len(c) for c in s.cached],
+        [len(c) for c in s.communicated],
+    )
 
 
 MODES = [
@@ -84,14 +90,21 @@ MODES = [
 ]
 
 
-CASES = [("sage", 1, 1), ("sage", 2, 2), ("sage", 4, 2), ("sage", 4, 4), ("gcn", 2, 2),
-         ("gin", 4, 4)]  # fmt: skip
+CASES = [
+    ("sage", 1, 1),
+    ("sage", 2, 2),
+    ("sage", 4, 2),
+    ("sage", 4, 4),
+    ("gcn", 2, 2),
+    ("gin", 4, 4),
+]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m["deps"])
 @pytest.mark.parametrize("model, parts, world", CASES)
-def test_one_step_equals_single_process_full_graph(make_graph, make_store, model, mode, parts,
-                                                   world):  # fmt: skip
+def test_one_step_equals_single_process_full_graph(
+    make_graph, make_store, model, mode, parts, world
+):
     g = community_graph(make_graph)
     store = str(make_store(parts=parts, graph=g, halo_features=False))
     extra = {"model": model, **mode}

@@ -18,8 +18,16 @@ from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
 from tests.tolerance import accuracy_bounds, assert_within
 
-CFG = dict(model="sage", fanouts=(3, 3), batch_size=4, hidden=8, lr=0.05, dropout=0.0, seed=3,
-           progress=False)  # fmt: skip
+CFG = dict(
+    model="sage",
+    fanouts=(3, 3),
+    batch_size=4,
+    hidden=8,
+    lr=0.05,
+    dropout=0.0,
+    seed=3,
+    progress=False,
+)
 
 
 def test_a_miss_removes_exactly_that_halo_nodes_edges():

@@ -55,9 +55,18 @@ def test_averaging_two_processes_one_command(tmp_path, make_graph, make_store):
     store = make_store(parts=4, graph=community_graph(make_graph))
     out = tmp_path / "run.json"
     p = _launch(
-        "--store", str(store), "--engine", "averaging", "--nproc", "2", "--json", str(out),
-        "--device", "cpu", *ARGS,
-    )  # fmt: skip
+        "--store",
+        str(store),
+        "--engine",
+        "averaging",
+        "--nproc",
+        "2",
+        "--json",
+        str(out),
+        "--device",
+        "cpu",
+        *ARGS,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     d = json.loads(out.read_text())
     assert d["engine"] == "averaging" and d["world_size"] == 2 and d["num_parts"] == 4
@@ -87,8 +96,20 @@ def test_failing_rank_fails_the_run_with_its_error(make_store):
 def test_a_failing_disagg_batch_worker_ends_the_run_with_its_error(make_store):
     store = make_store(parts=2)
     t0 = time.monotonic()
-    p = _launch("--store", str(store), "--engine", "disagg", "--nproc", "3", "--batch-workers",
-                "2", "--dist-timeout", "60", *ARGS, hooks=("fail_batch_worker_mid_epoch",))  # fmt: skip
+    p = _launch(
+        "--store",
+        str(store),
+        "--engine",
+        "disagg",
+        "--nproc",
+        "3",
+        "--batch-workers",
+        "2",
+        "--dist-timeout",
+        "60",
+        *ARGS,
+        hooks=("fail_batch_worker_mid_epoch",),
+    )
     assert p.returncode != 0
     assert "injected failure in a batch worker" in p.stderr
     assert time.monotonic() - t0 < 60  # ended by the failure, not by a timeout
@@ -146,14 +167,31 @@ def test_restarted_workers_resume_from_the_last_checkpoint(tmp_path, make_store)
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
     ("engine", "extra"),
-    [("minibatch", []), ("averaging", []), ("hec", []), ("fullgraph", ["--fanouts", "-1,-1"]),
-     ("disagg", ["--nproc", "3", "--batch-workers", "2"])],
-)  # fmt: skip
+    [
+        ("minibatch", []),
+        ("averaging", []),
+        ("hec", []),
+        ("fullgraph", ["--fanouts", "-1,-1"]),
+        ("disagg", ["--nproc", "3", "--batch-workers", "2"]),
+    ],
+)
 def test_every_engine_learns_on_the_gpu(tmp_path, make_store, engine, extra):
     store = make_store()
     out = tmp_path / "run.json"
-    p = _launch("--store", str(store), "--engine", engine, "--nproc", "2", "--json", str(out),
-                "--device", "cuda", *ARGS, *extra)  # fmt: skip
+    p = _launch(
+        "--store",
+        str(store),
+        "--engine",
+        engine,
+        "--nproc",
+        "2",
+        "--json",
+        str(out),
+        "--device",
+        "cuda",
+        *ARGS,
+        *extra,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     d = json.loads(out.read_text())
     assert d["config"]["device"] == "cuda"

@@ -32,15 +32,26 @@ def link_store(make_graph, make_store, tmp_path):
 
 
 def _cfg(**kw) -> TrainConfig:
-    base = dict(model="sage", fanouts=(-1, -1), batch_size=8, hidden=8, epochs=2, lr=0.02,
-                dropout=0.0, seed=5, progress=False, threads=1)  # fmt: skip
+    base = dict(
+        model="sage",
+        fanouts=(-1, -1),
+        batch_size=8,
+        hidden=8,
+        epochs=2,
+        lr=0.02,
+        dropout=0.0,
+        seed=5,
+        progress=False,
+        threads=1,
+    )
     return TrainConfig(**{**base, **kw})
 
 
 def _engine(rank, world, store, link=None, **kw) -> LinkMinibatchEngine:
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    return LinkMinibatchEngine(Store.open(store), EngineConfig(train=_cfg(**kw)), ctx,
-                               link=link or LinkConfig())  # fmt: skip
+    return LinkMinibatchEngine(
+        Store.open(store), EngineConfig(train=_cfg(**kw)), ctx, link=link or LinkConfig()
+    )
 
 
 def test_rank_positives_cover_every_training_pair_once(link_store):
@@ -73,8 +84,10 @@ def _step(rank, world, store, emb_dir, batches, emb):
     if emb:
         eng.embedding.flush()
         pushed = dict(eng.last_push)
-        moved = {i: np.flatnonzero((np.asarray(t.weight) != before[i]).any(1))
-                 for i, t in eng.embedding.tables.items()}  # fmt: skip
+        moved = {
+            i: np.flatnonzero((np.asarray(t.weight) != before[i]).any(1))
+            for i, t in eng.embedding.tables.items()
+        }
     return grads, pushed, s, n, moved
 
 
@@ -122,13 +135,16 @@ def test_distributed_mrr_equals_the_single_process_trainer(link_store):
     when near-ties may flip, and that range is narrow (the ranks away from ties agree)."""
     split, store = link_store
     tc = _cfg()
-    tr = LinkTrainer(tc, LinkConfig(scorer="mlp", eval_negatives=30, hits_k=5),
-                     LinkData.from_graph_dir(split))  # fmt: skip
+    tr = LinkTrainer(
+        tc, LinkConfig(scorer="mlp", eval_negatives=30, hits_k=5), LinkData.from_graph_dir(split)
+    )
     tr.fit()
     ref = tr.evaluate(("val", "test"))
     bounds = {s: link_metric_bounds(*sc, k=5) for s, sc in tr.scores(("val", "test")).items()}
-    state = {**{f"encoder.{k}": v for k, v in tr.model.state_dict().items()},
-             **{f"scorer.{k}": v for k, v in tr.scorer.state_dict().items()}}  # fmt: skip
+    state = {
+        **{f"encoder.{k}": v for k, v in tr.model.state_dict().items()},
+        **{f"scorer.{k}": v for k, v in tr.scorer.state_dict().items()},
+    }
     for world in (0, 1, 2):  # 0: the trainer itself
         for r in [ref] if world == 0 else run_world(_evaluate, world, str(store), state):
             assert r.keys() == ref.keys()
@@ -151,12 +167,37 @@ def test_cli_two_processes_with_learned_embeddings(link_store, tmp_path, run_cli
     _, store = link_store
     out = tmp_path / "r.json"
     code, _, err = run_cli(
-        "train", "--store", store, "--engine", "minibatch", "--nproc", "2", "--task", "link",
-        "--embedding-dim", "8", "--embedding-dir", tmp_path / "emb", "--negatives",
-        "owner-local", "--fanouts", "4,4", "--hidden", "8", "--epochs", "2", "--batch-size",
-        "16", "--no-progress", "--eval-negatives", "20", "--checkpoint-dir", tmp_path / "ck",
-        "--json", out,
-    )  # fmt: skip
+        "train",
+        "--store",
+        store,
+        "--engine",
+        "minibatch",
+        "--nproc",
+        "2",
+        "--task",
+        "link",
+        "--embedding-dim",
+        "8",
+        "--embedding-dir",
+        tmp_path / "emb",
+        "--negatives",
+        "owner-local",
+        "--fanouts",
+        "4,4",
+        "--hidden",
+        "8",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--no-progress",
+        "--eval-negatives",
+        "20",
+        "--checkpoint-dir",
+        tmp_path / "ck",
+        "--json",
+        out,
+    )
     assert code == 0, err
     r = json.loads(out.read_text())
     assert r["world_size"] == 2 and r["config"]["task"] == "link" and 0 < r["test_mrr"] <= 1

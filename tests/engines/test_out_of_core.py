@@ -10,8 +10,16 @@ from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
 
 
-def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: int,
-           read_ahead: bool = False, no_room: int | None = None) -> dict:  # fmt: skip
+def _train(
+    rank: int,
+    world: int,
+    store: str,
+    engine: str,
+    small: bool,
+    epochs: int,
+    read_ahead: bool = False,
+    no_room: int | None = None,
+) -> dict:
     import shoal.distributed.windows as windows
     import shoal.engines.base as base
     import shoal.sample.budget as budget
@@ -21,9 +29,18 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
     from shoal.store import Store
     from shoal.training import TrainConfig
 
-    cfg = dict(model="sage", fanouts=(3, 3), hidden=8, batch_size=4, seed=5, epochs=epochs,
-               lr=0.02, progress=False, normalize_features=True,
-               pack_epochs=4)  # packed although the small budget leaves the CSR on disk  # fmt: skip
+    cfg = dict(
+        model="sage",
+        fanouts=(3, 3),
+        hidden=8,
+        batch_size=4,
+        seed=5,
+        epochs=epochs,
+        lr=0.02,
+        progress=False,
+        normalize_features=True,
+        pack_epochs=4,
+    )  # packed although the small budget leaves the CSR on disk
     memory = "8GiB"
     st = Store.open(store)
     windows.READ_AHEAD = read_ahead
@@ -40,8 +57,7 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
         extra = 7 * st.num_nodes + 4 * rows if engine == "minibatch" else 14 * rows
         # the parts' row index (indptr) is held in memory even when the CSR stays on disk
         index = sum(p.indptr.nbytes for p in st.parts() if p.index % world == rank)
-        memory = (13 * st.num_nodes + extra + index + (2 + 3 * rank) * window
-                  + rows * row_bytes // 4)  # fmt: skip
+        memory = 13 * st.num_nodes + extra + index + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = get_engine(engine)(st, EngineConfig(train=TrainConfig(**cfg, memory=memory)), ctx)
     records = [eng.train_epoch(e) for e in range(epochs)]
@@ -61,8 +77,9 @@ def _train(rank: int, world: int, store: str, engine: str, small: bool, epochs: 
 @pytest.mark.parametrize(
     ("engine", "read_ahead"), [("averaging", False), ("minibatch", False), ("minibatch", True)]
 )
-def test_engine_under_a_small_budget_trains_the_same_model(make_graph, make_store, engine,
-                                                           read_ahead):  # fmt: skip
+def test_engine_under_a_small_budget_trains_the_same_model(
+    make_graph, make_store, engine, read_ahead
+):
     g = community_graph(make_graph, n=400)
     store = str(make_store(parts=2, graph=g, halo_features=True))
     big = run_world(_train, 2, store, engine, False, 3)
@@ -111,16 +128,29 @@ def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dic
     if small:
         base.ENGINE_RESERVE, budget.MIN_WINDOW = 0, 1024
         memory = 20 * 400 + 4 * 1024 + 400 * 16 // 8  # tables, maps, two windows, a little
-    cfg = TrainConfig(model="sage", fanouts=(3, 3), hidden=8, batch_size=4, seed=5, epochs=2,
-                      progress=False, memory=memory, plan=plan)  # fmt: skip
+    cfg = TrainConfig(
+        model="sage",
+        fanouts=(3, 3),
+        hidden=8,
+        batch_size=4,
+        seed=5,
+        epochs=2,
+        progress=False,
+        memory=memory,
+        plan=plan,
+    )
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = get_engine("minibatch")(Store.open(store), EngineConfig(train=cfg), ctx)
     out = [eng.train_epoch(e) for e in range(2)]
     acc = eng.evaluate(("val", "test"))
     eng.close_io()
-    return {"loss": [r["loss"] for r in out], "acc": acc, "parts": len(eng.parts),
-            "windows": [r["io"]["windows"] for r in out],
-            "read": [r["io"]["bytes_read"] for r in out]}  # fmt: skip
+    return {
+        "loss": [r["loss"] for r in out],
+        "acc": acc,
+        "parts": len(eng.parts),
+        "windows": [r["io"]["windows"] for r in out],
+        "read": [r["io"]["bytes_read"] for r in out],
+    }
 
 
 def test_minibatch_rank_without_parts_under_a_small_budget(make_graph, make_store, tmp_path):

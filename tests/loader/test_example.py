@@ -11,8 +11,12 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pyg_loop.py"
 
 
 def test_pyg_loop_example(tmp_path):
-    p = subprocess.run([sys.executable, str(EXAMPLE), "--work", str(tmp_path), "--epochs", "8"],
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--work", str(tmp_path), "--epochs", "8"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     acc = float(re.search(r"test accuracy ([0-9.]+)", p.stdout).group(1))
     assert acc > 0.6, p.stdout

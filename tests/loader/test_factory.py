@@ -45,8 +45,16 @@ def test_adapter_equals_the_pyg_model_on_the_whole_graph(cora):
 
 
 def test_trainer_with_a_pyg_factory_learns(cora):
-    tc = TrainConfig(model_factory=FACTORY, fanouts=(10, 10), hidden=32, epochs=15,
-                     batch_size=70, lr=0.01, threads=1, progress=False)  # fmt: skip
+    tc = TrainConfig(
+        model_factory=FACTORY,
+        fanouts=(10, 10),
+        hidden=32,
+        epochs=15,
+        batch_size=70,
+        lr=0.01,
+        threads=1,
+        progress=False,
+    )
     tr = Trainer(tc, TrainData.from_graph_dir(cora))
     assert isinstance(tr.model, EdgeIndexModel) and tr.model.trims
     r = tr.fit()
@@ -54,21 +62,34 @@ def test_trainer_with_a_pyg_factory_learns(cora):
 
 
 def test_factory_errors(cora):
-    for spec, msg in (("tests.loader.factories:nope", "cannot load"),
-                      ("tests.loader.factories:not_a_module", "not a torch.nn.Module")):  # fmt: skip
+    for spec, msg in (
+        ("tests.loader.factories:nope", "cannot load"),
+        ("tests.loader.factories:not_a_module", "not a torch.nn.Module"),
+    ):
         with pytest.raises(ShoalInputError, match=msg):
             Trainer(TrainConfig(model_factory=spec, progress=False), TrainData.from_graph_dir(cora))
 
 
 def _engine(rank: int, world: int, store: str, engine: str):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(model_factory=FACTORY, fanouts=(3, 3), hidden=8, epochs=2, batch_size=4,
-                     lr=0.05, progress=False)  # fmt: skip
+    tc = TrainConfig(
+        model_factory=FACTORY,
+        fanouts=(3, 3),
+        hidden=8,
+        epochs=2,
+        batch_size=4,
+        lr=0.05,
+        progress=False,
+    )
     from shoal.engines.averaging import AveragingEngine
     from shoal.engines.disagg import DisaggEngine
 
-    cls = {"minibatch": MinibatchEngine, "hec": HecEngine, "averaging": AveragingEngine,
-           "disagg": DisaggEngine}[engine]  # fmt: skip
+    cls = {
+        "minibatch": MinibatchEngine,
+        "hec": HecEngine,
+        "averaging": AveragingEngine,
+        "disagg": DisaggEngine,
+    }[engine]
     try:
         eng = cls(Store.open(store), EngineConfig(train=tc), ctx)
     except ShoalInputError as e:
@@ -86,9 +107,24 @@ def test_engines_run_factory_models_or_refuse(make_store):
 
 def test_cli_model_factory(cora, tmp_path, run_cli):
     out = tmp_path / "r.json"
-    code, _, err = run_cli("train", "--graph", cora.path, "--model-factory", FACTORY,
-                           "--fanouts", "5,5", "--hidden", "16", "--epochs", "2", "--threads",
-                           "1", "--no-progress", "--json", out)  # fmt: skip
+    code, _, err = run_cli(
+        "train",
+        "--graph",
+        cora.path,
+        "--model-factory",
+        FACTORY,
+        "--fanouts",
+        "5,5",
+        "--hidden",
+        "16",
+        "--epochs",
+        "2",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--json",
+        out,
+    )
     assert code == 0, err
     code, _, err = run_cli("train", "--graph", cora.path, "--model-factory", "nowhere:f")
     assert code == 2 and "cannot load the model factory" in err

@@ -30,8 +30,9 @@ def test_batches_have_pygs_layout(cora):
     seen = []
     for d in loader:
         n = d.n_id.numpy()
-        assert d.batch_size == len(d.input_id) and np.array_equal(n[: d.batch_size],
-                                                                    train[d.input_id.numpy()])  # fmt: skip
+        assert d.batch_size == len(d.input_id) and np.array_equal(
+            n[: d.batch_size], train[d.input_id.numpy()]
+        )
         assert sum(d.num_sampled_nodes) == len(n) and sum(d.num_sampled_edges) == d.num_edges
         assert np.allclose(d.x.numpy(), x_all[n]) and np.array_equal(d.y.numpy(), y_all[n])
         src, dst = d.edge_index.numpy()
@@ -60,8 +61,12 @@ def test_pyg_graphsage_trains_and_trim_to_layer_is_exact(cora):
     with torch.no_grad():
         for d in test:
             full = model(d.x, d.edge_index)[: d.batch_size]
-            trimmed = model(d.x, d.edge_index, num_sampled_nodes_per_hop=d.num_sampled_nodes,
-                            num_sampled_edges_per_hop=d.num_sampled_edges)[: d.batch_size]  # fmt: skip
+            trimmed = model(
+                d.x,
+                d.edge_index,
+                num_sampled_nodes_per_hop=d.num_sampled_nodes,
+                num_sampled_edges_per_hop=d.num_sampled_edges,
+            )[: d.batch_size]
             assert torch.allclose(full, trimmed, atol=1e-5)
             correct += int((full.argmax(1) == d.y[: d.batch_size]).sum())
             total += d.batch_size
@@ -69,17 +74,21 @@ def test_pyg_graphsage_trains_and_trim_to_layer_is_exact(cora):
 
 
 def test_store_part_source(cora, tmp_path, run_cli):
-    code, _, err = run_cli("partition", cora.path, "--algo", "hash", "--parts", "2", "--out",
-                           tmp_path / "a")  # fmt: skip
+    code, _, err = run_cli(
+        "partition", cora.path, "--algo", "hash", "--parts", "2", "--out", tmp_path / "a"
+    )
     assert code == 0, err
-    code, _, err = run_cli("store", "build", cora.path, tmp_path / "a", "--out", tmp_path / "s",
-                           "--halo-features")  # fmt: skip
+    code, _, err = run_cli(
+        "store", "build", cora.path, tmp_path / "a", "--out", tmp_path / "s", "--halo-features"
+    )
     assert code == 0, err
     part = Store.open(tmp_path / "s").part(1)
     d = next(iter(NeighborLoader(part, [3, 3], batch_size=16)))
     n = d.n_id.numpy()
-    assert np.array_equal(n[: d.batch_size], part.local_to_global(
-        np.flatnonzero(np.asarray(part.train_mask))[d.input_id.numpy()]))  # fmt: skip
+    assert np.array_equal(
+        n[: d.batch_size],
+        part.local_to_global(np.flatnonzero(np.asarray(part.train_mask))[d.input_id.numpy()]),
+    )
     assert (part.start <= n[: d.batch_size]).all()  # seeds are the part's core nodes
     with pytest.raises(ValueError, match="input_nodes"):
         NeighborLoader(part, [3], input_nodes="training")

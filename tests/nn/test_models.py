@@ -158,8 +158,9 @@ def test_sum_layer_equals_layer_forward(name, dims, graph):
             h = sl.pre(x) if sl.pre is not None else x
             msg = sl.message(h, deg)
             assert msg.shape[1] == sl.width
-            agg = torch.zeros(n, sl.width).index_add_(0, torch.from_numpy(dst),
-                                                      msg[torch.from_numpy(indices)])  # fmt: skip
+            agg = torch.zeros(n, sl.width).index_add_(
+                0, torch.from_numpy(dst), msg[torch.from_numpy(indices)]
+            )
             got = sl.finish(agg, h, deg)
         assert torch.allclose(got, ref, atol=1e-5), (name, layer)
         x = ref

@@ -125,9 +125,16 @@ def test_window_local_ids_over_consecutive_windows(n, w):
     grp = rng.integers(0, 3, n).astype(np.int16) * 2  # groups 0, 2, 4; 4 does not split
     kparts = np.array([2, 0, 2, 0, 1, 0], dtype=np.int32)
     st = _State(
-        grp, kparts, np.full(n, -1, np.int8), np.zeros(n, np.float32), _no_edge_weights(n),
-        np.zeros((6, 2), np.int64), np.ones((6, 2), np.int64), *_no_edge_caps(6), w,
-    )  # fmt: skip
+        grp,
+        kparts,
+        np.full(n, -1, np.int8),
+        np.zeros(n, np.float32),
+        _no_edge_weights(n),
+        np.zeros((6, 2), np.int64),
+        np.ones((6, 2), np.int64),
+        *_no_edge_caps(6),
+        w,
+    )
     for t in range(6):
         edges = rng.integers(0, n if t % 2 else n // 3 + 1, (w - t, 2)).astype(np.int32)
         for dtype in (np.int32, np.int64):
@@ -184,8 +191,9 @@ def test_paper_move_rule_partitions(make_graph):
     rng = np.random.default_rng(1)
     e = rng.integers(0, 80, size=(400, 2))
     g = make_graph(np.concatenate([e, e[:, ::-1]]), 80, directed=False)
-    a = get_partitioner("grem", num_parts=4, move_rule="paper", exact_capacity=True,
-                        window=0.1).partition(g)  # fmt: skip
+    a = get_partitioner(
+        "grem", num_parts=4, move_rule="paper", exact_capacity=True, window=0.1
+    ).partition(g)
     assert np.bincount(a.node_part, minlength=4).max() <= 20  # ceil(80 / 4), exact
     with pytest.raises(ShoalInputError, match="move_rule"):
         get_partitioner("grem", num_parts=2, move_rule="tie")

@@ -28,10 +28,22 @@ ALGOS = available()
 #: own parameter (``window``), fixed here as an edge count.
 CHUNK_INDEPENDENT = [
     a
-    for a in ("hash", "random", "spring", "grem", "hdrf", "dbh", "greedy", "2ps-l", "ldg",
-              "fennel", "metis", "kaminpar")
+    for a in (
+        "hash",
+        "random",
+        "spring",
+        "grem",
+        "hdrf",
+        "dbh",
+        "greedy",
+        "2ps-l",
+        "ldg",
+        "fennel",
+        "metis",
+        "kaminpar",
+    )
     if a in ALGOS
-]  # fmt: skip
+]
 
 
 def _undirected(pairs) -> np.ndarray:

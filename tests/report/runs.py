@@ -26,24 +26,38 @@ def run_result(
     history = []
     for e, (s, lo, v) in enumerate(zip(seconds, loss, val, strict=True), 1):
         rec: dict[str, Any] = {
-            "epoch": e, "loss": lo, "train_accuracy": 0.5, "seconds": s,
+            "epoch": e,
+            "loss": lo,
+            "train_accuracy": 0.5,
+            "seconds": s,
             "time_split": {"sampling": 0.2 * s, "gather": 0.3 * s, "forward_backward": 0.5 * s},
             f"val_{metric}": v,
-        }  # fmt: skip
+        }
         if io:
-            rec["io"] = {"requested": 100, "hits": 50 + 10 * e, "bytes_read": 4096 * e,
-                         "cache_hit_rate": (50 + 10 * e) / 100}  # fmt: skip
+            rec["io"] = {
+                "requested": 100,
+                "hits": 50 + 10 * e,
+                "bytes_read": 4096 * e,
+                "cache_hit_rate": (50 + 10 * e) / 100,
+            }
         if comm:
             rec["comm"] = {"bytes_sent": 2_000_000, "allreduce_bytes": 500_000}
         history.append(rec)
     d = {
-        "engine": engine, "world_size": world_size, "num_parts": world_size,
-        "epochs": len(seconds), "best_epoch": len(seconds),
-        f"val_{metric}": max(val), f"test_{metric}": 0.65, "metric": metric,
-        "seconds_per_epoch": sum(seconds) / len(seconds), "eval_seconds": 0.5,
-        "config": {"model": "gcn", "lr": 0.01, "hidden": 16}, "history": history,
+        "engine": engine,
+        "world_size": world_size,
+        "num_parts": world_size,
+        "epochs": len(seconds),
+        "best_epoch": len(seconds),
+        f"val_{metric}": max(val),
+        f"test_{metric}": 0.65,
+        "metric": metric,
+        "seconds_per_epoch": sum(seconds) / len(seconds),
+        "eval_seconds": 0.5,
+        "config": {"model": "gcn", "lr": 0.01, "hidden": 16},
+        "history": history,
         "graph": "data/cora",
-    }  # fmt: skip
+    }
     d.update(top)
     return d
 

@@ -19,9 +19,10 @@ def _files(summary: dict) -> dict[str, str]:
 
 def test_every_figure_is_a_png(tmp_path, make_store):
     store = make_store(np.arange(48) % 3)
-    runs = [Run(label="single", data=run_result()),
-            Run(label="mb", data=run_result("minibatch", world_size=2, comm=True,
-                                            store=str(store)))]  # fmt: skip
+    runs = [
+        Run(label="single", data=run_result()),
+        Run(label="mb", data=run_result("minibatch", world_size=2, comm=True, store=str(store))),
+    ]
     summary = write_report(runs, tmp_path / "rep")
     names = {p.name for p in (tmp_path / "rep").iterdir()}
     assert names == ALL | {"store.png", "report.md"}

@@ -15,9 +15,18 @@ def _row(lines: list[str], label: str) -> list[str]:
 
 def test_table_has_the_runs_numbers():
     a = Run(label="a", data=run_result())
-    b = Run(label="b", data=run_result("minibatch", world_size=2, seconds=(3.0, 1.0, 2.0, 4.0),
-                                       loss=(1, 1, 1, 1), val=(0.1, 0.8, 0.3, 0.2),
-                                       store="/x/cora-4", best_epoch=2))  # fmt: skip
+    b = Run(
+        label="b",
+        data=run_result(
+            "minibatch",
+            world_size=2,
+            seconds=(3.0, 1.0, 2.0, 4.0),
+            loss=(1, 1, 1, 1),
+            val=(0.1, 0.8, 0.3, 0.2),
+            store="/x/cora-4",
+            best_epoch=2,
+        ),
+    )
     lines = run_table([a, b])
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     ra, rb = dict(zip(head, _row(lines, "a"))), dict(zip(head, _row(lines, "b")))
@@ -39,15 +48,24 @@ def test_link_runs_show_mrr_and_missing_numbers_a_dash():
 
 def test_settings_that_differ():
     a = Run(label="a", data=run_result())
-    b = Run(label="b", data=run_result(config={"model": "sage", "lr": 0.01, "hidden": 64,
-                                               "memory_plan": {"total": 1}}))  # fmt: skip
+    b = Run(
+        label="b",
+        data=run_result(
+            config={"model": "sage", "lr": 0.01, "hidden": 64, "memory_plan": {"total": 1}}
+        ),
+    )
     assert differing_settings([a, b]) == {"hidden": [16, 64]}  # model is in the table
 
 
 def test_plots_linked_and_left_out_runs_noted():
     runs = [Run(label="a", data=run_result())]
-    drawn = Plot(name="loss.png", title="Loss", caption="the loss", figure=object(),
-                 notes=["b: no `loss` in its epoch records"])  # fmt: skip
+    drawn = Plot(
+        name="loss.png",
+        title="Loss",
+        caption="the loss",
+        figure=object(),
+        notes=["b: no `loss` in its epoch records"],
+    )
     empty = Plot(name="cache.png", title="Cache hit rates", notes=["a: no cache hit rates"])
     text = render_markdown(runs, [drawn, empty], notes=["part sizes: no store"])
     assert "![Loss](loss.png)" in text and "the loss" in text

@@ -96,8 +96,11 @@ def test_stacked_core_and_halo_rows(tmp_path, halo_in_memory, cache_rows):
     np.save(tmp_path / "core.npy", core)
     np.save(tmp_path / "halo.npy", halo)
     h = halo if halo_in_memory else np.load(tmp_path / "halo.npy", mmap_mode="r")
-    fs = DiskFeatures([np.load(tmp_path / "core.npy", mmap_mode="r"), h],
-                      cache_bytes=cache_rows * 24, priority=rng.permutation(700))  # fmt: skip
+    fs = DiskFeatures(
+        [np.load(tmp_path / "core.npy", mmap_mode="r"), h],
+        cache_bytes=cache_rows * 24,
+        priority=rng.permutation(700),
+    )
     full = np.concatenate([core, halo])
     assert fs.num_rows == 700 and fs.cache_bytes == min(cache_rows, 700) * 24
     batches = [rng.integers(0, 700, 300), np.array([499, 500, 499, 500, 0, 699]), np.empty(0)]

@@ -31,14 +31,14 @@ def stacked(tmp_path):
 
 @pytest.mark.parametrize("cache_rows", [0, 500])
 @pytest.mark.parametrize("chunk_rows", [3, 1000, 10_000])
-def test_packs_hold_exactly_the_rows_and_the_sweep_loads_the_cache(tmp_path, stacked,
-                                                                   cache_rows, chunk_rows):  # fmt: skip
+def test_packs_hold_exactly_the_rows_and_the_sweep_loads_the_cache(
+    tmp_path, stacked, cache_rows, chunk_rows
+):
     x, mms = stacked
     n = len(x)
     rng = np.random.default_rng(cache_rows + chunk_rows)
     prio = rng.permutation(n)
-    fs = DiskFeatures(mms, cache_bytes=cache_rows * 96, priority=prio, threads=2,
-                      defer_cache=True)  # fmt: skip
+    fs = DiskFeatures(mms, cache_bytes=cache_rows * 96, priority=prio, threads=2, defer_cache=True)
     border = np.array([0, 2999, 3000, n - 1])  # first and last core row, first and last halo
     sets = {
         4: np.unique(np.concatenate([rng.integers(0, n, 900), border])),
@@ -50,8 +50,7 @@ def test_packs_hold_exactly_the_rows_and_the_sweep_loads_the_cache(tmp_path, sta
     stats = PackStats()
     out = tmp_path / "packs"
     out.mkdir()
-    packs = pack_epochs(fs, sets, out, stats=stats, chunk_bytes=chunk_rows * 96,
-                        stage_bytes=PAGE)  # fmt: skip
+    packs = pack_epochs(fs, sets, out, stats=stats, chunk_bytes=chunk_rows * 96, stage_bytes=PAGE)
     assert fs.cache_loaded and np.array_equal(fs.cache, x[np.flatnonzero(fs.slot >= 0)])
     assert stats.sweeps == 1 and stats.bytes_read >= len(np.unique(prio[:cache_rows])) * 96
     assert stats.bytes_written >= sum(len(s) for s in sets.values()) * 96
@@ -86,8 +85,13 @@ def test_a_stopped_sweep_leaves_no_file(tmp_path, stacked):
             raise RuntimeError("stop")
 
     with pytest.raises(RuntimeError, match="stop"):
-        pack_epochs(fs, {0: np.arange(2000), 1: np.arange(0, 4000, 2)}, tmp_path,
-                    between=between, chunk_bytes=100 * 96)  # fmt: skip
+        pack_epochs(
+            fs,
+            {0: np.arange(2000), 1: np.arange(0, 4000, 2)},
+            tmp_path,
+            between=between,
+            chunk_bytes=100 * 96,
+        )
     assert len(calls) == 3 and not list(tmp_path.glob("*.rows"))
 
 

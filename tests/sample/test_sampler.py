@@ -193,10 +193,16 @@ def test_direct_indices_draw_exactly_the_in_memory_samples(tmp_path, dtype, fano
     e = np.concatenate([rng.integers(0, n - 20, (4000, 2)), hub, [[7, 7], [7, 7]]])
     indptr, indices = csr_from_edges(e, n)  # nodes n-20.. have no in-edges; duplicates kept
     mem = NeighborSampler(indptr, indices.astype(dtype), fanouts)
-    disk = NeighborSampler(indptr, _on_disk(tmp_path, indices.astype(dtype)), fanouts,
-                           direct_indices=True, io_threads=3)  # fmt: skip
-    for step, seeds in enumerate([np.array([0, 7, n - 1]), rng.permutation(n)[:64],
-                                  np.arange(n), np.array([], np.int64)]):  # fmt: skip
+    disk = NeighborSampler(
+        indptr,
+        _on_disk(tmp_path, indices.astype(dtype)),
+        fanouts,
+        direct_indices=True,
+        io_threads=3,
+    )
+    for step, seeds in enumerate(
+        [np.array([0, 7, n - 1]), rng.permutation(n)[:64], np.arange(n), np.array([], np.int64)]
+    ):
         a, b = mem.sample(seeds, step), disk.sample(seeds, step)
         assert np.array_equal(a.n_id, b.n_id)
         for x, y in zip(a.blocks, b.blocks, strict=True):
@@ -210,8 +216,9 @@ def test_direct_indices_need_a_file(tmp_path):
     indptr, indices = csr_from_edges([(0, 1), (1, 0)], 2)
     with pytest.raises(ValueError, match="memory-mapped"):
         NeighborSampler(indptr, indices, (1,), direct_indices=True)
-    s = NeighborSampler(np.zeros(3, np.int64), _on_disk(tmp_path, np.empty(0, np.int64)), (2,),
-                        direct_indices=True)  # fmt: skip
+    s = NeighborSampler(
+        np.zeros(3, np.int64), _on_disk(tmp_path, np.empty(0, np.int64)), (2,), direct_indices=True
+    )
     assert s.sample(np.array([0, 1]), 0).n_id.tolist() == [0, 1]  # no edges at all
 
 
@@ -226,10 +233,12 @@ def test_direct_indices_through_a_block_cache_draw_the_same_samples(tmp_path, ca
     e = np.concatenate([rng.integers(0, n, (2500, 2)), [[3, 3]]])
     indptr, indices = csr_from_edges(e, n)
     mem = NeighborSampler(indptr, indices, (4, 3))
-    disk = NeighborSampler(indptr, _on_disk(tmp_path, indices), (4, 3), direct_indices=True,
-                           neighbor_cache_bytes=1)  # fmt: skip
-    disk._blocks = BlockCache(_on_disk(tmp_path, indices), cache_blocks * 16 * 8,
-                                     block=16, threads=2)  # fmt: skip
+    disk = NeighborSampler(
+        indptr, _on_disk(tmp_path, indices), (4, 3), direct_indices=True, neighbor_cache_bytes=1
+    )
+    disk._blocks = BlockCache(
+        _on_disk(tmp_path, indices), cache_blocks * 16 * 8, block=16, threads=2
+    )
     for step in range(6):
         seeds = rng.permutation(n)[: 10 * (step + 1)]
         a, b = mem.sample(seeds, step), disk.sample(seeds, step)

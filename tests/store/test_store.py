@@ -144,8 +144,9 @@ def test_hand_computed_degree_order(make_graph, tmp_path):
     x = np.arange(6, dtype=np.float32).reshape(3, 2)
     g = make_graph([(0, 1), (2, 1), (1, 2)], 3, x=x)
     a = assign(g, [1, 0, 1], 2, tmp_path)
-    build_store(g, a, tmp_path / "s", halo_features=True, feature_block_bytes=8,
-                node_order="degree")  # fmt: skip
+    build_store(
+        g, a, tmp_path / "s", halo_features=True, feature_block_bytes=8, node_order="degree"
+    )
     s = Store.open(tmp_path / "s")
     assert s.meta["node_order"] == "degree"
     assert np.asarray(s.node_map).tolist() == [2, 0, 1]
@@ -233,8 +234,15 @@ def test_random_graphs_round_trip(make_graph, tmp_path, seed, order):
     node_part = rng.integers(0, p, n)
     a = assign(g, node_part, p, tmp_path)
     # small chunks and sort memory exercise the multi-chunk paths
-    build_store(g, a, tmp_path / "s", chunk_edges=16, halo_features=True, node_order=order,
-                feature_block_bytes=5 * 16)  # fmt: skip
+    build_store(
+        g,
+        a,
+        tmp_path / "s",
+        chunk_edges=16,
+        halo_features=True,
+        node_order=order,
+        feature_block_bytes=5 * 16,
+    )
     store = check_round_trip(g, node_part, p, tmp_path / "s")
     x = np.asarray(g.features())
     for part in store.parts():  # core and halo rows follow the numbering

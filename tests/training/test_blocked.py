@@ -40,8 +40,11 @@ def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source
     monkeypatch.setattr(blocked, "CHUNK_BYTES", 7 * 12 * 4)  # several source ranges per block
     np.save(tmp_path / "x.npy", x)
     mm = np.load(tmp_path / "x.npy", mmap_mode="r")
-    src = {"array": x, "memmap": mm,
-           "store": DiskFeatures(mm, cache_bytes=40 * 48, priority=np.arange(n)[::-1])}[source]  # fmt: skip
+    src = {
+        "array": x,
+        "memmap": mm,
+        "store": DiskFeatures(mm, cache_bytes=40 * 48, priority=np.arange(n)[::-1]),
+    }[source]
     count = [0]
 
     def new_array(rows, cols):
@@ -56,8 +59,18 @@ def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source
         got[pos] = h
 
     layers = sum_layers(model)
-    blocked_layers(layers, src, indptr, indices, deg, targets, keep, new_array=new_array,
-                   budget=budget, threads=2)  # fmt: skip
+    blocked_layers(
+        layers,
+        src,
+        indptr,
+        indices,
+        deg,
+        targets,
+        keep,
+        new_array=new_array,
+        budget=budget,
+        threads=2,
+    )
     assert np.allclose(got, ref[targets], atol=1e-5)
     assert count[0] == 2  # one scratch array per hidden layer
 

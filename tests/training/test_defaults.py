@@ -20,7 +20,13 @@ from shoal.training.presets import (
 def test_paper_preset_gives_each_model_its_papers_settings():
     gcn = TrainConfig(model="gcn")
     assert (gcn.num_layers, gcn.hidden, gcn.dropout, gcn.lr, gcn.weight_decay, gcn.epochs) == (
-        2, 64, 0.5, 0.01, 5e-4, 200)  # fmt: skip
+        2,
+        64,
+        0.5,
+        0.01,
+        5e-4,
+        200,
+    )
     assert gcn.normalize_features == "auto" and gcn.fanouts == (25, 10) and gcn.preset == "paper"
     gat = TrainConfig(model="gat")
     assert (gat.hidden, gat.heads, gat.dropout, gat.lr) == (64, 8, 0.6, 0.005)
@@ -90,7 +96,10 @@ def test_auto_normalisation_row_normalises_sparse_bag_of_words_only():
     dense = resolve_for_data(gcn, train_nodes=10, features=_bag_of_words(5000, 150))
     none = resolve_for_data(gcn, train_nodes=10, features=None)  # learned embeddings only
     assert (sparse.normalize_features, dense.normalize_features, none.normalize_features) == (
-        True, False, False)  # fmt: skip
+        True,
+        False,
+        False,
+    )
     mine = TrainConfig(model="gcn", normalize_features=False)  # given: never changed
     assert resolve_for_data(mine, train_nodes=10, features=_bag_of_words(9, 2)) is mine
     with pytest.raises(ValueError, match="normalize_features"):
@@ -158,8 +167,12 @@ def test_auto_cadence_follows_the_estimated_evaluation_work(ratio, k):
     assert r.config["eval_every_chosen"] == k
     assert t.evaluated[:-1] == sorted({*range(k, 26, k), 25})  # the last call: the final test
     fixed = _Stub(2.4)
-    assert EpochLoop(fixed, TrainConfig(epochs=5, hidden=4, eval_every=2)).fit().config[
-        "eval_every_chosen"] == 2  # fmt: skip
+    assert (
+        EpochLoop(fixed, TrainConfig(epochs=5, hidden=4, eval_every=2))
+        .fit()
+        .config["eval_every_chosen"]
+        == 2
+    )
     assert fixed.evaluated[:-1] == [2, 4, 5]
 
 

@@ -68,9 +68,17 @@ def test_batches_never_see_their_own_edges(negatives):
     n = 60
     x = np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32)
     loader = LinkBatchLoader(
-        NeighborSampler(indptr, indices, (-1, -1)), FeatureGatherer(x), both, directed=False,
-        num_nodes=n, batch_size=16, num_neg=3, negatives=negatives, seed=5, chunk_edges=40,
-    )  # fmt: skip
+        NeighborSampler(indptr, indices, (-1, -1)),
+        FeatureGatherer(x),
+        both,
+        directed=False,
+        num_nodes=n,
+        batch_size=16,
+        num_neg=3,
+        negatives=negatives,
+        seed=5,
+        chunk_edges=40,
+    )
     seen = []
     for b in loader.epoch(0):
         ids = b.mb.n_id

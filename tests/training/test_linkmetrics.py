@@ -11,12 +11,14 @@ from shoal.training.linkmetrics import hits_at_k_global, link_ranks, mrr_hits
 
 def test_ranks_by_hand_with_ties():
     pos = np.array([0.9, 0.5, 0.2, 0.7])
-    neg = np.array([
-        [0.1, 0.2, 0.3],  # above all: rank 1
-        [0.5, 0.5, 0.1],  # two ties: optimistic 0, pessimistic 2 -> rank 2
-        [0.3, 0.4, 0.9],  # below all: rank 4
-        [0.8, 0.7, 0.1],  # one above, one tie: (1 + 2) / 2 + 1 = 2.5
-    ])  # fmt: skip
+    neg = np.array(
+        [
+            [0.1, 0.2, 0.3],  # above all: rank 1
+            [0.5, 0.5, 0.1],  # two ties: optimistic 0, pessimistic 2 -> rank 2
+            [0.3, 0.4, 0.9],  # below all: rank 4
+            [0.8, 0.7, 0.1],  # one above, one tie: (1 + 2) / 2 + 1 = 2.5
+        ]
+    )
     assert link_ranks(pos, neg).tolist() == [1.0, 2.0, 4.0, 2.5]
     m = mrr_hits(torch.tensor(pos), torch.tensor(neg), ks=(1, 2, 3))
     assert m["mrr"] == pytest.approx((1 + 1 / 2 + 1 / 4 + 1 / 2.5) / 4)

@@ -25,8 +25,18 @@ def cora_link(tmp_path_factory):
 
 
 def cfg(**kw):
-    base = dict(model="sage", fanouts=(10, 5), batch_size=128, hidden=64, epochs=6, lr=0.01,
-                dropout=0.0, threads=1, progress=False, seed=0)  # fmt: skip
+    base = dict(
+        model="sage",
+        fanouts=(10, 5),
+        batch_size=128,
+        hidden=64,
+        epochs=6,
+        lr=0.01,
+        dropout=0.0,
+        threads=1,
+        progress=False,
+        seed=0,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -98,10 +108,25 @@ def test_cli_task_link_and_toml(cora_link, tmp_path, run_cli):
     cfg_file = tmp_path / "c.toml"
     cfg_file.write_text('task = "link"\nepochs = 2\n[link]\nscorer = "mlp"\neval_negatives = 20\n')
     code, _, err = run_cli(
-        "train", "--graph", cora_link.path, "--config", cfg_file, "--fanouts", "5,5", "--hidden",
-        "16", "--batch-size", "256", "--threads", "1", "--no-progress", "--hits-k", "10",
-        "--json", out,
-    )  # fmt: skip
+        "train",
+        "--graph",
+        cora_link.path,
+        "--config",
+        cfg_file,
+        "--fanouts",
+        "5,5",
+        "--hidden",
+        "16",
+        "--batch-size",
+        "256",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--hits-k",
+        "10",
+        "--json",
+        out,
+    )
     assert code == 0, err
     r = json.loads(out.read_text())
     assert r["config"]["task"] == "link" and r["config"]["link_scorer"] == "mlp"
@@ -149,8 +174,9 @@ def test_learned_table_is_checkpointed_and_resumed_exactly(make_graph, tmp_path)
     s = split_edges(g, tmp_path / "s", EdgeSplitConfig(val=0.1, test=0.1))
 
     def run(name, epochs, resume=False):
-        link = LinkConfig(embedding_dim=8, embedding_dir=str(tmp_path / f"emb-{name}"),
-                          eval_negatives=10)  # fmt: skip
+        link = LinkConfig(
+            embedding_dim=8, embedding_dir=str(tmp_path / f"emb-{name}"), eval_negatives=10
+        )
         c = cfg(epochs=epochs, checkpoint_dir=str(tmp_path / f"ck-{name}"), resume=resume)
         tr = LinkTrainer(c, link, LinkData.from_graph_dir(s))
         r = tr.fit()

@@ -45,8 +45,12 @@ def _loader(data, gatherer):
 def test_windowed_batches_equal_plain_batches(graph, background, cache_rows):
     data = TrainData.from_graph_dir(graph)
     plain = _loader(data, FeatureGatherer(data.features))
-    fs = DiskFeatures(data.features, cache_bytes=cache_rows * 256, threads=2,
-                      priority=np.random.default_rng(0).permutation(data.num_nodes))  # fmt: skip
+    fs = DiskFeatures(
+        data.features,
+        cache_bytes=cache_rows * 256,
+        threads=2,
+        priority=np.random.default_rng(0).permutation(data.num_nodes),
+    )
     win = _loader(data, None)
     win.use_windows(fs, window_bytes=60_000, background=background)  # several windows
     for epoch in (0, 1):
@@ -76,11 +80,16 @@ def test_windowed_batches_equal_plain_batches(graph, background, cache_rows):
 
 @pytest.mark.parametrize(
     "dim, extra, windows, mode, resample",
-    [(64, 250_000, 2, "split", False), (512, 2_700_000, 1, "one", True),
-     (512, 3_300_000, 1, "one", False), (512, 5_600_000, 1, "overlap", False)],
-)  # fmt: skip
-def test_trainer_with_a_small_budget_trains_the_same_model(make_graph, monkeypatch, dim, extra,
-                                                           windows, mode, resample):  # fmt: skip
+    [
+        (64, 250_000, 2, "split", False),
+        (512, 2_700_000, 1, "one", True),
+        (512, 3_300_000, 1, "one", False),
+        (512, 5_600_000, 1, "overlap", False),
+    ],
+)
+def test_trainer_with_a_small_budget_trains_the_same_model(
+    make_graph, monkeypatch, dim, extra, windows, mode, resample
+):
     """A budget below the features: the cache (read with the first window) and windows
     (several per epoch when an epoch's rows and samples exceed two slots, one per epoch when
     they fit both, with the batches sampled again when two epochs' samples do not fit beside,
@@ -89,8 +98,9 @@ def test_trainer_with_a_small_budget_trains_the_same_model(make_graph, monkeypat
     graph = _graph(make_graph, dim)
     data = TrainData.from_graph_dir(graph)
     rb = dim * 4
-    cfg = dict(model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1,
-               progress=False)  # fmt: skip
+    cfg = dict(
+        model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1, progress=False
+    )
     big = Trainer(TrainConfig(**cfg, memory="8GiB"), data)
     assert big.loader.prefetcher is None and big.features.cached_rows == data.num_nodes
     ref = [big.train_epoch(e) for e in range(2)]  # torch's RNG is global: one run at a time
@@ -251,8 +261,9 @@ def test_a_stream_that_queued_its_last_epoch_is_not_restarted(graph):
 
 
 def test_cli_memory_too_small_exits_2_naming_the_option(graph, run_cli):
-    code, _, err = run_cli("train", "--graph", graph.path, "--memory", "100MB", "--epochs", "1",
-                           "--no-progress")  # fmt: skip
+    code, _, err = run_cli(
+        "train", "--graph", graph.path, "--memory", "100MB", "--epochs", "1", "--no-progress"
+    )
     assert code == 2 and "--memory" in err and "minimum working set" in err
     code, _, err = run_cli("train", "--graph", graph.path, "--memory", "lots")
     assert code == 2 and "size" in err
@@ -264,20 +275,21 @@ def test_trainer_with_the_structure_on_disk_trains_the_same_model(graph, monkeyp
     planned direct reads), with all features in memory or windows of them: same batches, so
     the same losses, model and accuracy as everything in memory."""
     data = TrainData.from_graph_dir(graph)
-    cfg = dict(model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1,
-               progress=False)  # fmt: skip
+    cfg = dict(
+        model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1, progress=False
+    )
     big = Trainer(TrainConfig(**cfg, memory="8GiB"), data)
     assert big.budget.structure_in_memory and big.sampler._reader is None
     ref = [big.train_epoch(e) for e in range(2)]
     monkeypatch.setattr(budget_mod, "MIN_WINDOW", 4096)
-    disk = Trainer(TrainConfig(**cfg, memory=memory, structure="disk"),
-                   TrainData.from_graph_dir(graph))  # fmt: skip
+    disk = Trainer(
+        TrainConfig(**cfg, memory=memory, structure="disk"), TrainData.from_graph_dir(graph)
+    )
     assert not disk.budget.structure_in_memory and disk.sampler._reader is not None
     plan = disk.budget  # the row index and a cache of neighbour-list blocks are held
     assert plan.held_structure == plan.index_bytes + plan.neighbor_cache <= plan.structure
     assert plan.neighbor_cache > 0 and disk.sampler._blocks is not None
-    assert isinstance(disk.data.indices, np.memmap) and not isinstance(disk.data.indptr,
-                                                                       np.memmap)  # fmt: skip
+    assert isinstance(disk.data.indices, np.memmap) and not isinstance(disk.data.indptr, np.memmap)
     read = []
     for e in range(2):
         a, b = ref[e], disk.train_epoch(e)
@@ -305,11 +317,22 @@ def test_packed_epochs_give_the_same_batches(graph, tmp_path, last_epoch, backgr
     the last epoch alone is not packed; the packs and their directory go on close."""
     data = TrainData.from_graph_dir(graph)
     plain = _loader(data, FeatureGatherer(data.features))
-    fs = DiskFeatures(data.features, cache_bytes=500 * 256, threads=2, defer_cache=True,
-                      priority=np.random.default_rng(0).permutation(data.num_nodes))  # fmt: skip
+    fs = DiskFeatures(
+        data.features,
+        cache_bytes=500 * 256,
+        threads=2,
+        defer_cache=True,
+        priority=np.random.default_rng(0).permutation(data.num_nodes),
+    )
     win = _loader(data, None)
-    win.use_windows(fs, window_bytes=60_000, last_epoch=last_epoch, background=background,
-                    pack_epochs=2, scratch_dir=str(tmp_path / "scratch"))  # fmt: skip
+    win.use_windows(
+        fs,
+        window_bytes=60_000,
+        last_epoch=last_epoch,
+        background=background,
+        pack_epochs=2,
+        scratch_dir=str(tmp_path / "scratch"),
+    )
     pf = win.prefetcher
     for epoch in range(3):
         _compare_epoch(plain, win, epoch)
@@ -330,8 +353,13 @@ def test_packing_without_room_reads_the_feature_file(graph, tmp_path, monkeypatc
     monkeypatch.setattr(packing_mod, "free_bytes", lambda d: 0)
     data = TrainData.from_graph_dir(graph)
     plain = _loader(data, FeatureGatherer(data.features))
-    fs = DiskFeatures(data.features, cache_bytes=500 * 256, threads=2, defer_cache=True,
-                      priority=np.arange(data.num_nodes))  # fmt: skip
+    fs = DiskFeatures(
+        data.features,
+        cache_bytes=500 * 256,
+        threads=2,
+        defer_cache=True,
+        priority=np.arange(data.num_nodes),
+    )
     win = _loader(data, None)
     win.use_windows(fs, window_bytes=60_000, pack_epochs=4, scratch_dir=str(tmp_path))
     with caplog.at_level("WARNING", logger="shoal.sample.packing"):

@@ -47,8 +47,17 @@ def tiny(make_graph):
 
 
 def cfg(**kw):
-    base = dict(model="sage", fanouts=(3, 3), batch_size=4, hidden=8, epochs=3, lr=0.01,
-                threads=1, progress=False, eval_every=1)  # fmt: skip
+    base = dict(
+        model="sage",
+        fanouts=(3, 3),
+        batch_size=4,
+        hidden=8,
+        epochs=3,
+        lr=0.01,
+        threads=1,
+        progress=False,
+        eval_every=1,
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -169,16 +178,42 @@ def test_cli_json_keys_on_bundled_cora(tmp_path, run_cli):
     import_graph(CORA, tmp_path / "cora")
     out = tmp_path / "r.json"
     code, _, err = run_cli(
-        "train", "--graph", tmp_path / "cora", "--model", "gcn", "--fanouts", "all,all",
-        "--hidden", "16", "--epochs", "20", "--batch-size", "140", "--lr", "0.01",
-        "--weight-decay", "5e-4", "--normalize-features", "--threads", "1", "--no-progress",
-        "--json", out,
-    )  # fmt: skip
+        "train",
+        "--graph",
+        tmp_path / "cora",
+        "--model",
+        "gcn",
+        "--fanouts",
+        "all,all",
+        "--hidden",
+        "16",
+        "--epochs",
+        "20",
+        "--batch-size",
+        "140",
+        "--lr",
+        "0.01",
+        "--weight-decay",
+        "5e-4",
+        "--normalize-features",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--json",
+        out,
+    )
     assert code == 0, err
     r = json.loads(out.read_text())
-    for key in ("test_accuracy", "val_accuracy", "epochs", "seconds_per_epoch", "time_split",
-                "sampling_seconds_per_epoch", "gather_seconds_per_epoch",
-                "forward_backward_seconds_per_epoch"):  # fmt: skip
+    for key in (
+        "test_accuracy",
+        "val_accuracy",
+        "epochs",
+        "seconds_per_epoch",
+        "time_split",
+        "sampling_seconds_per_epoch",
+        "gather_seconds_per_epoch",
+        "forward_backward_seconds_per_epoch",
+    ):
         assert key in r
     assert r["epochs"] == 20 and r["test_accuracy"] > 0.6
 
@@ -224,14 +259,36 @@ def test_resume_refuses_a_checkpoint_of_another_dataset(tiny, make_graph, tmp_pa
     rng = np.random.default_rng(1)
     e = np.array([(i, (i + 1) % 30) for i in range(30)])
     other = make_graph(
-        e, 30, x=rng.normal(size=(30, 5)).astype(np.float32), y=np.arange(30) % 2,
-        train=[0, 1, 2], val=[3, 4], test=[5, 6], name="other",
-    )  # fmt: skip
+        e,
+        30,
+        x=rng.normal(size=(30, 5)).astype(np.float32),
+        y=np.arange(30) % 2,
+        train=[0, 1, 2],
+        val=[3, 4],
+        test=[5, 6],
+        name="other",
+    )
     code, _, err = run_cli(
-        "train", "--graph", other.path, "--model", "sage", "--fanouts", "3,3", "--hidden", "8",
-        "--batch-size", "4", "--epochs", "2", "--threads", "1", "--no-progress",
-        "--checkpoint-dir", d, "--resume",
-    )  # fmt: skip
+        "train",
+        "--graph",
+        other.path,
+        "--model",
+        "sage",
+        "--fanouts",
+        "3,3",
+        "--hidden",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "2",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--checkpoint-dir",
+        d,
+        "--resume",
+    )
     assert code == 2
     assert "last.pt" in err and "num_nodes 24, this run has 30" in err
 
@@ -299,13 +356,15 @@ def test_eval_test_records_the_test_accuracy_of_every_evaluation(tiny):
 def test_trainer_records_the_data_dependent_defaults(tiny):
     """``normalize_features="auto"`` and ``min_steps`` are decided from the data at the start
     and the run records the decision (tiny's features are signed: kept as stored)."""
-    c = TrainConfig(model="gcn", fanouts=(3, 3), hidden=8, batch_size=4, threads=1,
-                    progress=False, epochs=2)  # fmt: skip
+    c = TrainConfig(
+        model="gcn", fanouts=(3, 3), hidden=8, batch_size=4, threads=1, progress=False, epochs=2
+    )
     assert c.normalize_features == "auto"
     t = Trainer(c, tiny)
     assert t.config.normalize_features is False and t.config.epochs == 2
-    sage = TrainConfig(fanouts=(3, 3), hidden=8, batch_size=4, threads=1, progress=False,
-                       min_steps=6, eval_every=5)  # fmt: skip
+    sage = TrainConfig(
+        fanouts=(3, 3), hidden=8, batch_size=4, threads=1, progress=False, min_steps=6, eval_every=5
+    )
     r = Trainer(sage, tiny).fit()  # 6 training nodes: 2 steps an epoch, 10 epochs = 20 steps
     assert r.config["epochs"] == 10 and r.epochs == 10
     short = Trainer(TrainConfig(**{**sage.to_dict(), "min_steps": 40}), tiny)

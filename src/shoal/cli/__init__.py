@@ -58,13 +58,20 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     parser.add_argument(
-        "-v", "--verbose", action="count", default=0,
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
         help="more logging (-v info, -vv debug); like --log-level and --quiet, before or "
         "after the command",
-    )  # fmt: skip
+    )
     parser.add_argument("--log-level", choices=LEVELS, help="log level (default warning)")
-    parser.add_argument("-q", "--quiet", action="store_true",
-                        help="errors only, no progress bars (results are still printed)")  # fmt: skip
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="errors only, no progress bars (results are still printed)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES if argv is None else _modules_for(argv):
         try:
@@ -102,8 +109,9 @@ def global_options(argv: Sequence[str]) -> tuple[list[str], str | None]:
             if "=" not in a:
                 next(it, None)
             if value.lower() not in LEVELS:
-                raise ShoalInputError(f"--log-level {value!r} is not a level",
-                                      fix=f"pass one of {', '.join(LEVELS)}")  # fmt: skip
+                raise ShoalInputError(
+                    f"--log-level {value!r} is not a level", fix=f"pass one of {', '.join(LEVELS)}"
+                )
             level = value.lower()
         else:
             rest.append(a)
@@ -144,8 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"shoal: error: {e}", file=sys.stderr)
         return 2
     lvl = getattr(logging, (level or "warning").upper())
-    logging.basicConfig(level=lvl, format="%(asctime)s %(name)s %(levelname)s: %(message)s",
-                        stream=sys.stderr)  # fmt: skip
+    logging.basicConfig(
+        level=lvl, format="%(asctime)s %(name)s %(levelname)s: %(message)s", stream=sys.stderr
+    )
     logging.getLogger().setLevel(lvl)
     if level is not None:  # torchrun workers follow an explicit level (default: info)
         os.environ["SHOAL_LOG_LEVEL"] = logging.getLevelName(lvl)

@@ -117,8 +117,7 @@ def command_path(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[
 
 
 def _options(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in p._actions
-            if a.option_strings and a.dest not in _NOT_FROM_FILE}  # fmt: skip
+    return {a.dest: a for a in p._actions if a.option_strings and a.dest not in _NOT_FROM_FILE}
 
 
 def _value(action: argparse.Action, v: Any) -> Any:
@@ -129,23 +128,26 @@ def _value(action: argparse.Action, v: Any) -> Any:
     return v
 
 
-def apply_section(p: argparse.ArgumentParser, table: dict[str, Any], *, path: str,
-                  section: str) -> None:  # fmt: skip
+def apply_section(
+    p: argparse.ArgumentParser, table: dict[str, Any], *, path: str, section: str
+) -> None:
     """Make ``table``'s values the defaults of parser ``p`` (its options only)."""
     opts = _options(p)
     for key, v in table.items():
         dest = key.replace("-", "_")
         if dest not in opts:
             valid = ", ".join(sorted(k.replace("_", "-") for k in opts))
-            raise ShoalInputError(f"[{section}]: {key!r} is not an option of this command",
-                                  path=path, fix=f"valid keys: {valid}")  # fmt: skip
+            raise ShoalInputError(
+                f"[{section}]: {key!r} is not an option of this command",
+                path=path,
+                fix=f"valid keys: {valid}",
+            )
         action = opts[dest]
         action.default = _value(action, v)
         action.required = False
 
 
-def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str],
-                      path: str) -> None:  # fmt: skip
+def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str], path: str) -> None:
     """Apply the section of ``path`` that belongs to the command in ``argv`` (if any)."""
     cmd = command_path(parser, argv)
     section = SECTIONS.get(cmd)
@@ -192,8 +194,11 @@ def effective(path: str | None, stage: str | None = None) -> list[str]:
         if sub is None:
             continue
         apply_section(sub, _section(doc, section), path=path or "-", section=section)
-        vals = {d.replace("_", "-"): a.default for d, a in _options(sub).items()
-                if a.default is not argparse.SUPPRESS}  # fmt: skip
+        vals = {
+            d.replace("_", "-"): a.default
+            for d, a in _options(sub).items()
+            if a.default is not argparse.SUPPRESS
+        }
         out += _table(section, vals)
     if stage in (None, "train", "link"):
         tc = TrainConfig.from_toml(path) if path else TrainConfig()
@@ -220,8 +225,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     csub = c.add_subparsers(dest="config_command", metavar="COMMAND")
     c.set_defaults(func=lambda a: (c.print_help(), 2)[1])
     s = csub.add_parser("show", help="print the effective configuration as TOML")
-    s.add_argument("--file", dest="config_file", metavar="FILE",
-                   help="the TOML file to apply (also accepted as --config FILE)")  # fmt: skip
+    s.add_argument(
+        "--file",
+        dest="config_file",
+        metavar="FILE",
+        help="the TOML file to apply (also accepted as --config FILE)",
+    )
     stages = sorted({*SECTIONS.values(), "train", "link"})
     s.add_argument("--stage", choices=stages, help="only this stage's section")
     s.set_defaults(func=_cmd_show)

@@ -18,9 +18,16 @@ def _cmd_split_edges(args: argparse.Namespace) -> int:
     cfg = EdgeSplitConfig(val=args.val, test=args.test, seed=args.seed, overwrite=args.overwrite)
     g = split_edges(args.graph, args.out, cfg)
     ls = g.meta["link_split"]
-    s = {"path": str(g.path), "num_nodes": g.num_nodes, "train_edges": g.num_edges,
-         "val_edges": ls["val_edges"], "test_edges": ls["test_edges"], "seed": cfg.seed,
-         "seconds": round(time.perf_counter() - t0, 3), "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
+    s = {
+        "path": str(g.path),
+        "num_nodes": g.num_nodes,
+        "train_edges": g.num_edges,
+        "val_edges": ls["val_edges"],
+        "test_edges": ls["test_edges"],
+        "seed": cfg.seed,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "peak_rss_bytes": peak_rss_bytes(),
+    }
     print(
         f"split {args.graph} -> {g.path}: {g.num_edges:,} training edges (the message-passing "
         f"graph), {ls['val_edges']:,} val and {ls['test_edges']:,} test "

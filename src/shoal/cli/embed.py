@@ -34,13 +34,17 @@ def _load_run(ckpt: Path, which: str) -> tuple[dict[str, Any], dict[str, Any]]:
         meta = read_json(ckpt / "last.json")
         last = load_checkpoint(ckpt / meta["files"][0])
     else:
-        raise ShoalInputError("no checkpoint of a run here (last.pt or last.json)", path=ckpt,
-                              fix="train with --checkpoint-dir DIR and pass that DIR")  # fmt: skip
+        raise ShoalInputError(
+            "no checkpoint of a run here (last.pt or last.json)",
+            path=ckpt,
+            fix="train with --checkpoint-dir DIR and pass that DIR",
+        )
     weights = last["model"]
     if which == "best":
         if not (ckpt / "best.pt").exists():
-            raise ShoalInputError("no best.pt (no validation ran)", path=ckpt,
-                                  fix="pass --which last")  # fmt: skip
+            raise ShoalInputError(
+                "no best.pt (no validation ran)", path=ckpt, fix="pass --which last"
+            )
         weights = load_checkpoint(ckpt / "best.pt")["model"]
     if any(k.startswith("encoder.") for k in weights):  # a link run keeps encoder + scorer
         weights = {k[len("encoder.") :]: v for k, v in weights.items() if k.startswith("encoder.")}
@@ -63,15 +67,26 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     data = LinkData.from_graph_dir(g) if g.link_edges("val") is not None else None
     if data is None:  # any graph: the inference needs the CSR and the inputs only
         csr = g.csr("in")
-        data = LinkData(indptr=csr.indptr, indices=csr.indices, features=g.features(),
-                        edges=np.empty((0, 2), np.int64), directed=g.directed,
-                        num_nodes=g.num_nodes, val_edges=np.empty((0, 2), np.int64),
-                        test_edges=np.empty((0, 2), np.int64), name=g.name, path=str(g.path))  # fmt: skip
+        data = LinkData(
+            indptr=csr.indptr,
+            indices=csr.indices,
+            features=g.features(),
+            edges=np.empty((0, 2), np.int64),
+            directed=g.directed,
+            num_nodes=g.num_nodes,
+            val_edges=np.empty((0, 2), np.int64),
+            test_edges=np.empty((0, 2), np.int64),
+            name=g.name,
+            path=str(g.path),
+        )
     if args.input:
         data.features = np.load(args.input, mmap_mode="r")
     if data.features is None or data.features.shape[0] != g.num_nodes:
-        raise ShoalInputError("no input rows for every node", path=args.input or g.path,
-                              fix="pass --input TABLE.npy (N rows), e.g. a learned embedding table")  # fmt: skip
+        raise ShoalInputError(
+            "no input rows for every node",
+            path=args.input or g.path,
+            fix="pass --input TABLE.npy (N rows), e.g. a learned embedding table",
+        )
     cfg = resolve_for_data(cfg, train_nodes=0, features=data.features)
     out_dim = cfg.hidden if cfg.task == "link" else (g.num_classes or 1)
     model = model_from_config(cfg, in_dim=data.features.shape[1], out_dim=out_dim)
@@ -85,10 +100,15 @@ def _cmd_embed(args: argparse.Namespace) -> int:
         return np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
 
     try:
-        res = layerwise_inference(model, data, np.arange(g.num_nodes), predict=args.predict,
-                                  normalize_features=cfg.normalize_features,
-                                  scratch_dir=args.scratch_dir or cfg.scratch_dir,
-                                  new_output=new_output)  # fmt: skip
+        res = layerwise_inference(
+            model,
+            data,
+            np.arange(g.num_nodes),
+            predict=args.predict,
+            normalize_features=cfg.normalize_features,
+            scratch_dir=args.scratch_dir or cfg.scratch_dir,
+            new_output=new_output,
+        )
         if isinstance(res, np.memmap):
             res.flush()
         else:  # nothing was computed (an empty graph): write what came back
@@ -96,8 +116,10 @@ def _cmd_embed(args: argparse.Namespace) -> int:
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    print(f"embed {g.path} -> {out}: {res.shape} {res.dtype} "
-          f"({'classes' if args.predict else 'embeddings' if cfg.task == 'link' else 'logits'})")  # fmt: skip
+    print(
+        f"embed {g.path} -> {out}: {res.shape} {res.dtype} "
+        f"({'classes' if args.predict else 'embeddings' if cfg.task == 'link' else 'logits'})"
+    )
     return 0
 
 
@@ -112,8 +134,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--graph", required=True, help="graph directory (the one trained on)")
     p.add_argument("--checkpoint-dir", required=True, help="the run's --checkpoint-dir")
     p.add_argument("--out", required=True, help="the .npy file to write (N rows)")
-    p.add_argument("--which", choices=["best", "last"], default="best",
-                   help="best-validation weights (default) or the last epoch's")  # fmt: skip
+    p.add_argument(
+        "--which",
+        choices=["best", "last"],
+        default="best",
+        help="best-validation weights (default) or the last epoch's",
+    )
     p.add_argument(
         "--predict", action="store_true", help="node classification: classes, not logits"
     )
@@ -123,9 +149,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="input rows instead of the graph's features (a learned embedding table)",
     )
     p.add_argument("--scratch-dir", metavar="DIR", help="where the inference's layer arrays go")
-    p.add_argument("--device", type=_device,
-                   help="where the layers compute: cpu, cuda or cuda:i; rows are read and the "
-                   "output written on the host (default cpu)")  # fmt: skip
+    p.add_argument(
+        "--device",
+        type=_device,
+        help="where the layers compute: cpu, cuda or cuda:i; rows are read and the "
+        "output written on the host (default cpu)",
+    )
     p.set_defaults(func=_cmd_embed)
 
 

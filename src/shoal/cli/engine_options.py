@@ -12,9 +12,20 @@ from shoal.training.config import DEP_MODES
 __all__ = ["ENGINE_FLAGS", "add_engine_arguments", "engine_overrides"]
 
 #: Flag destinations that map one-to-one onto TrainConfig fields.
-ENGINE_FLAGS = ("hec_size", "hec_push", "hec_lifespan", "hec_delay", "deps", "dep_memory",
-                "dep_costs", "batch_workers", "replicas", "disagg_cache", "batch_queue",
-                "resident_parts")  # fmt: skip
+ENGINE_FLAGS = (
+    "hec_size",
+    "hec_push",
+    "hec_lifespan",
+    "hec_delay",
+    "deps",
+    "dep_memory",
+    "dep_costs",
+    "batch_workers",
+    "replicas",
+    "disagg_cache",
+    "batch_queue",
+    "resident_parts",
+)
 
 
 def add_engine_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
@@ -27,9 +38,12 @@ def add_engine_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
 def engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """TrainConfig fields set by switches (``--no-ring`` ...)."""
     out: dict[str, Any] = {}
-    for flag, field, value in (("no_ring", "ring", False), ("no_overlap", "overlap", False),
-                               ("local_sampling", "local_sampling", True),
-                               ("no_grouping", "grouping", False)):  # fmt: skip
+    for flag, field, value in (
+        ("no_ring", "ring", False),
+        ("no_overlap", "overlap", False),
+        ("local_sampling", "local_sampling", True),
+        ("no_grouping", "grouping", False),
+    ):
         if getattr(args, flag, None):
             out[field] = value
     return out

@@ -43,10 +43,16 @@ def add_link_arguments(g: argparse._ArgumentGroup) -> None:
         f"{p['batch_size']} edges, lr {p['lr']}, dropout {p['dropout']}, weight decay "
         f"{p['weight_decay']}, {p['epochs']} epochs",
     )
-    g.add_argument("--scorer", choices=sorted(SCORERS),
-                   help=f"link: edge scorer, dot product or an MLP on h_u * h_v (default {d.scorer})")  # fmt: skip
-    g.add_argument("--link-loss", choices=sorted(LOSSES),
-                   help=f"link: loss of positive against negative logits (default {d.loss})")  # fmt: skip
+    g.add_argument(
+        "--scorer",
+        choices=sorted(SCORERS),
+        help=f"link: edge scorer, dot product or an MLP on h_u * h_v (default {d.scorer})",
+    )
+    g.add_argument(
+        "--link-loss",
+        choices=sorted(LOSSES),
+        help=f"link: loss of positive against negative logits (default {d.loss})",
+    )
     g.add_argument(
         "--margin", type=float, help=f"link: margin of --link-loss margin (default {d.margin})"
     )
@@ -55,14 +61,20 @@ def add_link_arguments(g: argparse._ArgumentGroup) -> None:
         type=int,
         help=f"link: negatives per positive edge in training (default {d.num_neg})",
     )
-    g.add_argument("--negatives", choices=list(NEGATIVE_SAMPLERS),
-                   help="link: negative sampler: uniform over all nodes, other positives' "
-                   "destinations in the batch, or uniform over the nodes of the rank's own "
-                   f"parts (owner-local: no feature traffic; = uniform in one process) "
-                   f"(default {d.negatives})")  # fmt: skip
-    g.add_argument("--eval-negatives", type=int,
-                   help="link: uniform negatives each held-out edge is ranked against for MRR "
-                   f"and Hits@K, fixed per split (default {d.eval_negatives})")  # fmt: skip
+    g.add_argument(
+        "--negatives",
+        choices=list(NEGATIVE_SAMPLERS),
+        help="link: negative sampler: uniform over all nodes, other positives' "
+        "destinations in the batch, or uniform over the nodes of the rank's own "
+        f"parts (owner-local: no feature traffic; = uniform in one process) "
+        f"(default {d.negatives})",
+    )
+    g.add_argument(
+        "--eval-negatives",
+        type=int,
+        help="link: uniform negatives each held-out edge is ranked against for MRR "
+        f"and Hits@K, fixed per split (default {d.eval_negatives})",
+    )
     g.add_argument(
         "--baseline",
         choices=[*HEURISTICS, "none"],
@@ -77,12 +89,19 @@ def add_link_arguments(g: argparse._ArgumentGroup) -> None:
 
 
 def _add_embedding_arguments(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--embedding-dim", type=int, metavar="D",
-                   help="link: learn a D-wide embedding per node as the model's input (graphs "
-                   "without features), kept in a file and updated sparsely (default 0: features)")  # fmt: skip
-    g.add_argument("--embedding-dir", metavar="DIR",
-                   help="link: where the embedding table and its optimizer state live "
-                   "(default: GRAPH.emb beside the graph directory)")  # fmt: skip
+    g.add_argument(
+        "--embedding-dim",
+        type=int,
+        metavar="D",
+        help="link: learn a D-wide embedding per node as the model's input (graphs "
+        "without features), kept in a file and updated sparsely (default 0: features)",
+    )
+    g.add_argument(
+        "--embedding-dir",
+        metavar="DIR",
+        help="link: where the embedding table and its optimizer state live "
+        "(default: GRAPH.emb beside the graph directory)",
+    )
     g.add_argument(
         "--embedding-optimizer",
         choices=["adam", "adagrad"],

@@ -68,12 +68,19 @@ def _engine_plan(args: argparse.Namespace):
     cands = tuple(args.engines.split(",")) if args.engines else AUTO_CANDIDATES
     try:
         tc = TrainConfig(**kw, progress=False)
-        return plan_engine(Store.open(args.store), tc, args.workers, network=args.network,
-                           candidates=cands, scratch=args.scratch_dir,
-                           memory_per_worker=parse_size_arg(args.memory_per_worker))  # fmt: skip
+        return plan_engine(
+            Store.open(args.store),
+            tc,
+            args.workers,
+            network=args.network,
+            candidates=cands,
+            scratch=args.scratch_dir,
+            memory_per_worker=parse_size_arg(args.memory_per_worker),
+        )
     except ValueError as e:
-        raise ShoalInputError(str(e), path=args.store,
-                              fix="check --model, --fanouts, --engines and --workers") from None  # fmt: skip
+        raise ShoalInputError(
+            str(e), path=args.store, fix="check --model, --fanouts, --engines and --workers"
+        ) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -113,18 +120,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--hidden", type=int, help="hidden width (default: the preset's)")
     g.add_argument("--fanouts", help="neighbours per hop, hop 1 first (default: the preset's)")
     g.add_argument("--batch-size", type=int, help="seeds per batch (default 1024)")
-    g.add_argument("--threads", type=int,
-                   help="threads of the one probing process with --network RATE (default: "
-                   "cores / workers; with loopback each worker takes cores / workers)")  # fmt: skip
-    g.add_argument("--network", default="loopback",
-                   help="loopback (probed; the workers share this machine) or the cluster's "
-                   "link rate, e.g. 1gbit, 10gbit (default loopback)")  # fmt: skip
-    g.add_argument("--engines", metavar="A,B",
-                   help="candidates (default all: minibatch,averaging,hec,disagg,fullgraph)")  # fmt: skip
+    g.add_argument(
+        "--threads",
+        type=int,
+        help="threads of the one probing process with --network RATE (default: "
+        "cores / workers; with loopback each worker takes cores / workers)",
+    )
+    g.add_argument(
+        "--network",
+        default="loopback",
+        help="loopback (probed; the workers share this machine) or the cluster's "
+        "link rate, e.g. 1gbit, 10gbit (default loopback)",
+    )
+    g.add_argument(
+        "--engines",
+        metavar="A,B",
+        help="candidates (default all: minibatch,averaging,hec,disagg,fullgraph)",
+    )
     g.add_argument("--no-engine", action="store_true", help="skip the engine choice")
-    g.add_argument("--scratch-dir", metavar="DIR",
-                   help="where the probing workers leave their result (a few bytes; default "
-                   "the system's temporary directory)")  # fmt: skip
+    g.add_argument(
+        "--scratch-dir",
+        metavar="DIR",
+        help="where the probing workers leave their result (a few bytes; default "
+        "the system's temporary directory)",
+    )
     pl.add_argument("--out", metavar="FILE", help="write the plan as JSON (for the engines)")
     pl.add_argument("--json", metavar="FILE", help="same as --out; '-' prints JSON to stdout")
     pl.set_defaults(func=_plan)

@@ -121,13 +121,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out cmp/\n"
         "  shoal train --graph data/cora --epochs 50 --json run.json --report report/",
     )
-    p.add_argument("runs", nargs="+", metavar="RUN.json",
-                   help="result JSON of a run (shoal train --json); several share the plots")  # fmt: skip
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="directory to write report.md and the PNGs into (created if needed)")  # fmt: skip
-    p.add_argument("--store", metavar="STORE",
-                   help="store whose parts to plot (default: the store the runs recorded)")  # fmt: skip
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN.json",
+        help="result JSON of a run (shoal train --json); several share the plots",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="directory to write report.md and the PNGs into (created if needed)",
+    )
+    p.add_argument(
+        "--store",
+        metavar="STORE",
+        help="store whose parts to plot (default: the store the runs recorded)",
+    )
     p.add_argument("--dpi", type=int, default=110, help="resolution of the PNGs (default 110)")
-    p.add_argument("--json", metavar="FILE",
-                   help="write a summary (files, figures, notes) as JSON ('-' = stdout)")  # fmt: skip
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write a summary (files, figures, notes) as JSON ('-' = stdout)",
+    )
     p.set_defaults(func=_cmd_report)

@@ -31,8 +31,9 @@ def spec_from_args(args: argparse.Namespace, config: TrainConfig | None = None):
 
     train = config if config is not None else config_from_args(args)
     link = vars(link_config_from_args(args)) if train.task == "link" else None
-    return LaunchSpec(store=args.store, train=train, json=args.json, command=list(sys.argv),
-                      link=link)  # fmt: skip
+    return LaunchSpec(
+        store=args.store, train=train, json=args.json, command=list(sys.argv), link=link
+    )
 
 
 def announce(config: TrainConfig) -> None:
@@ -40,21 +41,26 @@ def announce(config: TrainConfig) -> None:
     if os.environ.get("SHOAL_QUIET"):
         return
     c = config
-    ev = ("auto (every k epochs, k from the graph's sizes: about a fifth of the run or less)"
-          if c.eval_every == "auto" else f"every {c.eval_every} epoch(s)")  # fmt: skip
+    ev = (
+        "auto (every k epochs, k from the graph's sizes: about a fifth of the run or less)"
+        if c.eval_every == "auto"
+        else f"every {c.eval_every} epoch(s)"
+    )
     feats = {True: "row-normalised", False: "as stored"}.get(
         c.normalize_features, "auto (row-normalised if sparse bag-of-words)"
     )
     epochs = f"{c.epochs} epochs" + (f" (at least {c.min_steps} steps)" if c.min_steps else "")
     link = c.task == "link"
-    print(f"shoal train: {c.model_factory or c.model}, preset {c.preset}"
-          f"{' with the link task' if link else ''}: {c.num_layers} "
-          f"layers, fanouts {','.join(map(str, c.fanouts))}, hidden {c.hidden}"
-          f"{f', heads {c.heads}' if c.model == 'gat' else ''}, dropout {c.dropout}, lr {c.lr}, "
-          f"weight decay {c.weight_decay}, {epochs}, batch {c.batch_size}"
-          f"{' edges' if link else ''}, features {feats}; "
-          f"evaluation {ev}",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"shoal train: {c.model_factory or c.model}, preset {c.preset}"
+        f"{' with the link task' if link else ''}: {c.num_layers} "
+        f"layers, fanouts {','.join(map(str, c.fanouts))}, hidden {c.hidden}"
+        f"{f', heads {c.heads}' if c.model == 'gat' else ''}, dropout {c.dropout}, lr {c.lr}, "
+        f"weight decay {c.weight_decay}, {epochs}, batch {c.batch_size}"
+        f"{' edges' if link else ''}, features {feats}; "
+        f"evaluation {ev}",
+        file=sys.stderr,
+    )
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -109,10 +115,12 @@ def _run_link(args: argparse.Namespace, config: TrainConfig) -> int:
     result["graph"] = str(args.graph)
     k = link.hits_k
     base = result.get("baseline_test_mrr")
-    print(f"test_mrr={result['test_mrr']:.4f} val_mrr={result['val_mrr']:.4f} "
-          f"test_hits@{k}={result[f'test_hits@{k}']:.4f} epochs={result['epochs']} "
-          f"best_epoch={result['best_epoch']} seconds_per_epoch={result['seconds_per_epoch']:.3f}",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"test_mrr={result['test_mrr']:.4f} val_mrr={result['val_mrr']:.4f} "
+        f"test_hits@{k}={result[f'test_hits@{k}']:.4f} epochs={result['epochs']} "
+        f"best_epoch={result['best_epoch']} seconds_per_epoch={result['seconds_per_epoch']:.3f}",
+        file=sys.stderr,
+    )
     if base is not None:
         print(
             f"baseline {link.baseline}: test_mrr={base:.4f} on the same test edges and "

@@ -93,10 +93,16 @@ def _eval_every(text: str) -> int | str:
 def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
     """Add the trainer's flags (defaults None so a --config file can fill them)."""
     d = TrainConfig()
-    titles = {"input": "input", "model": "model", "link": "link prediction (--task link)",
-              "optimisation": "optimisation", "run": "run",
-              "output": "output", "memory": "memory (out-of-core)",
-              "distributed": "distributed (with --store)"}  # fmt: skip
+    titles = {
+        "input": "input",
+        "model": "model",
+        "link": "link prediction (--task link)",
+        "optimisation": "optimisation",
+        "run": "run",
+        "output": "output",
+        "memory": "memory (out-of-core)",
+        "distributed": "distributed (with --store)",
+    }
     groups = {k: p.add_argument_group(t) for k, t in titles.items()}
     g = groups["input"]
     g.add_argument("--graph", metavar="DIR", help="graph directory with features, labels, splits")
@@ -208,9 +214,12 @@ def _add_factory_argument(g: argparse._ArgumentGroup) -> None:
 def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument("--seed", type=int, help=f"random seed (default {d.seed})")
     g.add_argument("--threads", type=int, help="torch/numba threads (default: all)")
-    g.add_argument("--device", type=_device,
-                   help="where the model computes: cpu, cuda (each process its local rank's "
-                   "GPU) or cuda:i; sampling and feature reads stay on the host (default cpu)")  # fmt: skip
+    g.add_argument(
+        "--device",
+        type=_device,
+        help="where the model computes: cpu, cuda (each process its local rank's "
+        "GPU) or cuda:i; sampling and feature reads stay on the host (default cpu)",
+    )
     g.add_argument(
         "--eval-every",
         type=_eval_every,

@@ -144,11 +144,20 @@ def split_edges(
         raise ShoalInputError(
             "output already exists", path=out, fix="choose another --out or pass --overwrite"
         )
-    source: dict[str, Any] = {"input": str(g.path), "command": "split-edges",
-                              "options": {"val": cfg.val, "test": cfg.test, "seed": cfg.seed}}  # fmt: skip
+    source: dict[str, Any] = {
+        "input": str(g.path),
+        "command": "split-edges",
+        "options": {"val": cfg.val, "test": cfg.test, "seed": cfg.seed},
+    }
     counts = {"train": 0, "val": 0, "test": 0, "self_loops_kept": 0}
-    with GraphWriter(out, num_nodes=g.num_nodes, directed=g.directed, name=g.name,
-                     source=source, overwrite=cfg.overwrite) as w:  # fmt: skip
+    with GraphWriter(
+        out,
+        num_nodes=g.num_nodes,
+        directed=g.directed,
+        name=g.name,
+        source=source,
+        overwrite=cfg.overwrite,
+    ) as w:
         held = {name: _RowsFile(w.tmp / f"link_{name}.npy") for name in LINK_SPLITS}
         for chunk in g.edge_stream(cfg.chunk_edges):
             e = np.asarray(chunk, dtype=np.int64)
@@ -165,9 +174,13 @@ def split_edges(
         rows = {name: f.close() for name, f in held.items()}
         _copy_node_data(g, w)
         w.extra_meta["link_split"] = {
-            "val_fraction": cfg.val, "test_fraction": cfg.test, "seed": cfg.seed,
+            "val_fraction": cfg.val,
+            "test_fraction": cfg.test,
+            "seed": cfg.seed,
             "pairs": "unordered: both directions of a pair share its split",
-            "stored_edges": counts, "val_edges": rows["val"], "test_edges": rows["test"],
+            "stored_edges": counts,
+            "val_edges": rows["val"],
+            "test_edges": rows["test"],
             "held_out_layout": "src < dst, each pair once" if not g.directed else "as given",
-        }  # fmt: skip
+        }
     return GraphDir.open(out)

@@ -16,8 +16,9 @@ from shoal.errors import ShoalInputError
 __all__ = ["average_optimizer_state_", "broadcast_local_", "combine_local_", "weighted_average_"]
 
 
-def weighted_average_(module: torch.nn.Module, weight: float, *,
-                      group: Any = None) -> tuple[float, int]:  # fmt: skip
+def weighted_average_(
+    module: torch.nn.Module, weight: float, *, group: Any = None
+) -> tuple[float, int]:
     """Replace every parameter and floating buffer by the average over ranks weighted by
     ``weight`` (this rank's training-node count). Collective; returns ``(total weight, bytes
     all-reduced)``. A rank with weight 0 receives the others' average. ``group``: the
@@ -72,8 +73,9 @@ def _init_adam_state(optimizer: torch.optim.Optimizer) -> None:
                     optimizer.state[p]["max_exp_avg_sq"] = torch.zeros_like(p)
 
 
-def average_optimizer_state_(optimizer: torch.optim.Optimizer, weight: float, *,
-                             group: Any = None) -> int:  # fmt: skip
+def average_optimizer_state_(
+    optimizer: torch.optim.Optimizer, weight: float, *, group: Any = None
+) -> int:
     """Average every floating tensor of the optimizer state (Adam's moments) over ranks,
     weighted like the parameters. Collective on every rank, including a rank that has not
     stepped yet (its parts have no training nodes): it joins with zero moments and weight 0,
@@ -116,8 +118,13 @@ def _tensors(m: torch.nn.Module) -> list[torch.Tensor]:
     return [p.data for p in m.parameters()] + [b for b in m.buffers() if torch.is_floating_point(b)]
 
 
-def combine_local_(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
-                   weights: list[float], *, moments: bool = True) -> float:  # fmt: skip
+def combine_local_(
+    models: list[torch.nn.Module],
+    optimizers: list[torch.optim.Optimizer],
+    weights: list[float],
+    *,
+    moments: bool = True,
+) -> float:
     """Average this rank's per-part models (and Adam moments) into ``models[0]`` /
     ``optimizers[0]``, weighted by ``weights`` (each part's training nodes); local, no
     communication. Returns the rank's total weight (for :func:`weighted_average_`). With a
@@ -135,8 +142,9 @@ def combine_local_(models: list[torch.nn.Module], optimizers: list[torch.optim.O
     return total
 
 
-def broadcast_local_(models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer],
-                     *, moments: bool = True) -> None:  # fmt: skip
+def broadcast_local_(
+    models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer], *, moments: bool = True
+) -> None:
     """Copy ``models[0]`` (and its Adam moments) into every other per-part model."""
     for m in models[1:]:
         m.load_state_dict(models[0].state_dict())

@@ -110,16 +110,28 @@ def exchange_halos(
     ``needed`` (part -> sorted halo positions) only those rows (the others are left unset).
     Collective: every rank takes the same number of pulls (the most any rank needs)."""
     gather = PlannedGather(threads)
-    fs = DistFeatureStore(part_offsets=store.part_offsets, part_to_rank=part_to_rank,
-                          rank=ctx.rank, world_size=ctx.world_size, local_parts=inputs,
-                          feature_dim=dim, stats=stats, gather=gather)  # fmt: skip
+    fs = DistFeatureStore(
+        part_offsets=store.part_offsets,
+        part_to_rank=part_to_rank,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        local_parts=inputs,
+        feature_dim=dim,
+        stats=stats,
+        gather=gather,
+    )
     # pulled rows, their copy and the rows served to others: a few row copies per id
     chunk = max(1024, budget // (4 * 4 * max(dim, 1)))
     outs = {p.index: new_array(p.num_halo, dim) for p in parts}
-    want = {p.index: np.arange(p.num_halo, dtype=np.int64) if needed is None
-            else needed[p.index] for p in parts}  # fmt: skip
-    jobs = [(p, want[p.index][a : a + chunk]) for p in parts
-            for a in range(0, len(want[p.index]), chunk)]  # fmt: skip
+    want = {
+        p.index: np.arange(p.num_halo, dtype=np.int64) if needed is None else needed[p.index]
+        for p in parts
+    }
+    jobs = [
+        (p, want[p.index][a : a + chunk])
+        for p in parts
+        for a in range(0, len(want[p.index]), chunk)
+    ]
     writers = {p.index: RowWriter(outs[p.index]) for p in parts}
     try:
         for k in range(_max_over_ranks(ctx, len(jobs))):
@@ -136,8 +148,9 @@ def exchange_halos(
     return outs
 
 
-def _ask_owners(store: Store, part_to_rank: np.ndarray, ctx: DistContext, ids: np.ndarray,
-                stats: CommStats) -> np.ndarray:  # fmt: skip
+def _ask_owners(
+    store: Store, part_to_rank: np.ndarray, ctx: DistContext, ids: np.ndarray, stats: CommStats
+) -> np.ndarray:
     """Send global ``ids`` to the ranks owning them; returns the ids sent to this rank (its
     own among them). Collective."""
     owners = part_to_rank[owner_of(store.part_offsets, ids)] if len(ids) else ids
@@ -149,9 +162,15 @@ def _ask_owners(store: Store, part_to_rank: np.ndarray, ctx: DistContext, ids: n
     return np.concatenate([ids[mine], got.numpy()])
 
 
-def needed_nodes_dist(store: Store, parts: list[Partition], part_to_rank: np.ndarray,
-                      ctx: DistContext, targets: dict[int, np.ndarray], num_layers: int,
-                      stats: CommStats) -> tuple[list[dict], list[dict]]:  # fmt: skip
+def needed_nodes_dist(
+    store: Store,
+    parts: list[Partition],
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    targets: dict[int, np.ndarray],
+    num_layers: int,
+    stats: CommStats,
+) -> tuple[list[dict], list[dict]]:
     """What each layer computes and pulls, from the last layer's ``targets`` (part -> core
     positions) down (collective: one exchange of ids per layer): ``core[l][part]``, the sorted
     core positions layer ``l`` computes (the next layer's and their in-neighbours, including
@@ -175,8 +194,9 @@ def needed_nodes_dist(store: Store, parts: list[Partition], part_to_rank: np.nda
             asks.append(np.asarray(p.halo_ids[halo[li][p.index]], dtype=np.int64))
         if li == 0:
             break
-        got = _ask_owners(store, part_to_rank, ctx, np.concatenate(asks or [np.empty(0, np.int64)]),
-                          stats)  # fmt: skip
+        got = _ask_owners(
+            store, part_to_rank, ctx, np.concatenate(asks or [np.empty(0, np.int64)]), stats
+        )
         for p in parts:
             mine = got[(got >= p.start) & (got < p.stop)] - p.start
             core[li - 1][p.index] = union_sorted(below[p.index], mine)
@@ -222,9 +242,21 @@ def blocked_dist_counts(
         t = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
         targets[p.index] = t.astype(np.int64)
         counters[p.index] = _counter(p, tables, masks, correct, total)
-    blocked_dist_outputs(layers, store, parts, part_to_rank, ctx, tables, targets, counters,
-                         scratch=scratch, budget=budget, normalize=normalize, stats=stats,
-                         threads=threads)  # fmt: skip
+    blocked_dist_outputs(
+        layers,
+        store,
+        parts,
+        part_to_rank,
+        ctx,
+        tables,
+        targets,
+        counters,
+        scratch=scratch,
+        budget=budget,
+        normalize=normalize,
+        stats=stats,
+        threads=threads,
+    )
     return correct, total
 
 
@@ -256,8 +288,9 @@ def blocked_dist_outputs(
         local = np.concatenate([p.core_ids, np.asarray(p.halo_ids, dtype=np.int64)])
         deg = torch.from_numpy(np.asarray(tables.degrees[local], np.float32))
         graphs[p.index] = (p.indptr, p.indices, deg)
-    core, need_halo = needed_nodes_dist(store, parts, part_to_rank, ctx, targets, len(layers),
-                                        stats)  # fmt: skip
+    core, need_halo = needed_nodes_dist(
+        store, parts, part_to_rank, ctx, targets, len(layers), stats
+    )
     if inputs is None:
         inputs = {p.index: p.features for p in parts}
         halos = {p.index: p.halo_features for p in parts} if store.halo_features else None
@@ -269,9 +302,19 @@ def blocked_dist_outputs(
     for li, sl in enumerate(layers):
         last = li == len(layers) - 1
         if halos is None:  # the same decision on every rank: the exchange is collective
-            halos = exchange_halos(store, parts, part_to_rank, ctx, inputs, dim,
-                                   new_array=scratch.array, budget=budget, stats=stats,
-                                   threads=threads, needed=need_halo[li])  # fmt: skip
+            halos = exchange_halos(
+                store,
+                parts,
+                part_to_rank,
+                ctx,
+                inputs,
+                dim,
+                new_array=scratch.array,
+                budget=budget,
+                stats=stats,
+                threads=threads,
+                needed=need_halo[li],
+            )
         nxt = None if last else layers[li + 1].pre
         width = output_width(sl, width_of(pre, dim), nxt)
         outs: dict[int, np.ndarray] = {}
@@ -283,7 +326,17 @@ def blocked_dist_outputs(
             emit = (lambda pos, h, c=count, t=todo: c(pos, h, t)) if last else None
             if not last:
                 outs[p.index] = scratch.array(p.num_core, width)
-            blocked_layer(sl, src, graphs[p.index], todo, out=outs.get(p.index),
-                          on_output=emit, pre=pre, nxt=nxt, budget=budget,
-                          normalize=norm, threads=threads)  # fmt: skip
+            blocked_layer(
+                sl,
+                src,
+                graphs[p.index],
+                todo,
+                out=outs.get(p.index),
+                on_output=emit,
+                pre=pre,
+                nxt=nxt,
+                budget=budget,
+                normalize=norm,
+                threads=threads,
+            )
         inputs, halos, dim, norm, pre = outs, None, width, False, None

@@ -53,8 +53,11 @@ class LoadedPart:
         """The CSR (rows = this part's nodes, in-edges) of the buckets held."""
         keys = sorted(self.buckets)
         edges = [self.buckets[k] for k in keys]
-        src = np.concatenate([e[:, 0] for e in edges]).astype(np.int64) if edges else \
-            np.zeros(0, np.int64)  # fmt: skip
+        src = (
+            np.concatenate([e[:, 0] for e in edges]).astype(np.int64)
+            if edges
+            else np.zeros(0, np.int64)
+        )
         dst = np.concatenate([e[:, 1] for e in edges]).astype(np.int64) if edges else src
         rows = dst - self.start
         order = np.argsort(rows, kind="stable")

@@ -51,8 +51,17 @@ class RowExchange:
         stats: counters (bytes and messages).
     """
 
-    def __init__(self, send_idx: list[np.ndarray], recv_counts: list[int], *, rank: int,
-                 world: int, tag: int, ring: bool = True, stats: CommStats | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        send_idx: list[np.ndarray],
+        recv_counts: list[int],
+        *,
+        rank: int,
+        world: int,
+        tag: int,
+        ring: bool = True,
+        stats: CommStats | None = None,
+    ) -> None:
         self.send_idx = [torch.from_numpy(np.asarray(s, np.int64)) for s in send_idx]
         self.recv_counts = [int(c) for c in recv_counts]
         self.recv_off = np.concatenate([[0], np.cumsum(self.recv_counts)]).astype(np.int64)
@@ -96,8 +105,9 @@ class RowExchange:
         if self.world == 1:
             return
         chunks = {to: h.index_select(0, self.send_idx[to]).contiguous() for to, _ in self.peers}
-        self._pending = self._post(chunks.__getitem__, self._recv, self.recv_counts,
-                                   self.recv_off, 2 * self.tag)  # fmt: skip
+        self._pending = self._post(
+            chunks.__getitem__, self._recv, self.recv_counts, self.recv_off, 2 * self.tag
+        )
         self._chunks = chunks  # alive until sent
 
     def wait(self) -> torch.Tensor:

@@ -63,14 +63,17 @@ class RemoteCSR:
     def neighbours(self, nodes: np.ndarray) -> np.ndarray:
         """The in-neighbours of ``nodes`` (all must be known), concatenated."""
         pos = np.searchsorted(self.ids, nodes)
-        if len(nodes) and (pos.max(initial=0) >= len(self.ids) or
-                           not np.array_equal(self.ids[pos], nodes)):  # fmt: skip
+        if len(nodes) and (
+            pos.max(initial=0) >= len(self.ids) or not np.array_equal(self.ids[pos], nodes)
+        ):
             raise KeyError("in-neighbours of a node that was not fetched")
         starts, ends = self.indptr[pos], self.indptr[pos + 1]
         if not len(nodes):
             return np.empty(0, np.int64)
-        return np.concatenate([self.indices[s:e] for s, e in zip(starts, ends, strict=True)]
-                              or [np.empty(0, np.int64)])  # fmt: skip
+        return np.concatenate(
+            [self.indices[s:e] for s, e in zip(starts, ends, strict=True)]
+            or [np.empty(0, np.int64)]
+        )
 
     def degree(self, node: int) -> int:
         p = int(np.searchsorted(self.ids, node))
@@ -214,8 +217,9 @@ def build_sets(halo: np.ndarray, cached: list[np.ndarray], have: list[set]) -> D
     return DepSets(rep=rep, com=com, cached=cached, communicated=communicated)
 
 
-def fetch_in_edges(ids: np.ndarray, owner_rank: np.ndarray, serve, world: int,
-                   stats=None) -> RemoteCSR:  # fmt: skip
+def fetch_in_edges(
+    ids: np.ndarray, owner_rank: np.ndarray, serve, world: int, stats=None
+) -> RemoteCSR:
     """The in-neighbour lists of remote ``ids`` (sorted, unique; ``owner_rank`` of each),
     asked from their owners. ``serve(ids) -> (counts, flat global ids)`` answers for this
     rank's own nodes. A collective."""
@@ -226,9 +230,13 @@ def fetch_in_edges(ids: np.ndarray, owner_rank: np.ndarray, serve, world: int,
     asked, asked_counts = exchange(ids[order].astype(np.int64), counts, stats)
     asked = asked.numpy()
     deg, flat = serve(asked)
-    per_deg = np.array([int(deg[o : o + c].sum()) for o, c in
-                        zip(np.r_[0, np.cumsum(asked_counts)[:-1]], asked_counts, strict=True)],
-                       dtype=np.int64)  # fmt: skip
+    per_deg = np.array(
+        [
+            int(deg[o : o + c].sum())
+            for o, c in zip(np.r_[0, np.cumsum(asked_counts)[:-1]], asked_counts, strict=True)
+        ],
+        dtype=np.int64,
+    )
     got_deg, _ = exchange(np.asarray(deg, np.int64), asked_counts, stats)
     got_flat, _ = exchange(np.asarray(flat, np.int64), per_deg, stats)
     deg_sorted = got_deg.numpy()  # in the order sent: ids[order]
@@ -245,8 +253,9 @@ def fetch_in_edges(ids: np.ndarray, owner_rank: np.ndarray, serve, world: int,
     return RemoteCSR(np.asarray(ids, np.int64), indptr, idx.astype(np.int64))
 
 
-def fetch_closure(halo: np.ndarray, depth: int, *, owner_rank, local_mask, serve, world: int,
-                  stats=None) -> RemoteCSR:  # fmt: skip
+def fetch_closure(
+    halo: np.ndarray, depth: int, *, owner_rank, local_mask, serve, world: int, stats=None
+) -> RemoteCSR:
     """In-neighbour lists of the remote nodes within ``depth - 1`` hops below the halo
     (depth 0: none): what :func:`split_dependencies` needs for an ``L``-layer model with
     ``depth = L - 1``. ``depth`` rounds of :func:`fetch_in_edges`; every rank must call it

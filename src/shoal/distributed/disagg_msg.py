@@ -23,8 +23,15 @@ import torch.distributed as dist
 
 from shoal.graph.blocks import Block, MiniBatch
 
-__all__ = ["GlobalBatch", "pack_batch", "recv_batch", "recv_update", "send_update", "unpack",
-           "group_union"]  # fmt: skip
+__all__ = [
+    "GlobalBatch",
+    "pack_batch",
+    "recv_batch",
+    "recv_update",
+    "send_update",
+    "unpack",
+    "group_union",
+]
 
 TAG_META, TAG_INTS, TAG_ROWS, TAG_UPDATE, TAG_UPDATE_IDS = 11, 12, 13, 14, 15
 
@@ -64,8 +71,14 @@ def group_union(mbs: list[MiniBatch], grouping: bool) -> tuple[np.ndarray, list[
     return ids, [inv[offs[i] : offs[i + 1]].astype(np.int64) for i in range(len(mbs))]
 
 
-def pack_batch(ack: int, mbs: list[MiniBatch], ids: np.ndarray, pos: list[np.ndarray],
-               sent: np.ndarray, rows: np.ndarray) -> list[torch.Tensor]:  # fmt: skip
+def pack_batch(
+    ack: int,
+    mbs: list[MiniBatch],
+    ids: np.ndarray,
+    pos: list[np.ndarray],
+    sent: np.ndarray,
+    rows: np.ndarray,
+) -> list[torch.Tensor]:
     """The three tensors of a global batch (module docstring)."""
     layers = len(mbs[0].blocks) if mbs else 0
     head = [len(mbs), layers, len(ids), len(sent)]

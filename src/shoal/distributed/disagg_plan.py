@@ -44,11 +44,15 @@ class Roles:
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_workers < self.world:
-            raise ValueError(f"the disagg engine needs 1 <= batch workers < world size "
-                             f"({self.world}), got {self.batch_workers}")  # fmt: skip
+            raise ValueError(
+                f"the disagg engine needs 1 <= batch workers < world size "
+                f"({self.world}), got {self.batch_workers}"
+            )
         if self.batch_workers < self.compute_workers:
-            raise ValueError(f"{self.batch_workers} batch workers cannot feed "
-                             f"{self.compute_workers} compute workers (each needs one)")  # fmt: skip
+            raise ValueError(
+                f"{self.batch_workers} batch workers cannot feed "
+                f"{self.compute_workers} compute workers (each needs one)"
+            )
 
     @property
     def compute_workers(self) -> int:
@@ -96,16 +100,19 @@ def parts_in_order(part_to_bw: np.ndarray, b: int, seed: int, epoch: int) -> lis
     return [int(p) for p in perm if part_to_bw[p] == b]
 
 
-def phases(order: list[int], part_bytes: np.ndarray, budget: int,
-           max_parts: int | None = None) -> list[list[int]]:  # fmt: skip
+def phases(
+    order: list[int], part_bytes: np.ndarray, budget: int, max_parts: int | None = None
+) -> list[list[int]]:
     """Phases of one epoch: the longest prefix of ``order`` whose bytes fit ``budget`` (and at
     most ``max_parts`` parts; at least one part) is loaded together; each later part is
     swapped in alone (evicting the oldest). Returns the parts new in each phase."""
     if not order:
         return []
     used, k = 0, 0
-    while k < len(order) and (k == 0 or (used + int(part_bytes[order[k]]) <= budget
-                                         and (max_parts is None or k < max_parts))):  # fmt: skip
+    while k < len(order) and (
+        k == 0
+        or (used + int(part_bytes[order[k]]) <= budget and (max_parts is None or k < max_parts))
+    ):
         used += int(part_bytes[order[k]])
         k += 1
     return [order[:k]] + [[p] for p in order[k:]]
@@ -164,8 +171,9 @@ class EpochSchedule:
         return total
 
 
-def epoch_schedule(phase_seeds: list[list[int]], roles: Roles, *, batch_size: int,
-                   replicas: int) -> EpochSchedule:  # fmt: skip
+def epoch_schedule(
+    phase_seeds: list[list[int]], roles: Roles, *, batch_size: int, replicas: int
+) -> EpochSchedule:
     """The schedule from every batch worker's seeds per phase.
 
     Iterations come in **rounds** of ``R`` (the most feeders any compute worker has): in round
@@ -197,6 +205,11 @@ def epoch_schedule(phase_seeds: list[list[int]], roles: Roles, *, batch_size: in
     order = []
     for c in roles.compute_ranks:
         f = roles.feeders(c)
-        order.append([(f[j % len(f)], s * int(per_round[f[j % len(f)]]) + j // len(f))
-                      for s in range(rounds) for j in range(R)])  # fmt: skip
+        order.append(
+            [
+                (f[j % len(f)], s * int(per_round[f[j % len(f)]]) + j // len(f))
+                for s in range(rounds)
+                for j in range(R)
+            ]
+        )
     return EpochSchedule(batches, per_round, phase_batches, rounds, order, sizes, G)

@@ -66,11 +66,27 @@ class BatchWorker:
         group: the batch workers' process group (distributed sampling).
     """
 
-    def __init__(self, store: Store, *, roles: Roles, rank: int, degrees: np.ndarray,
-                 train: np.ndarray, fanouts: tuple[int, ...], batch_size: int, replicas: int,
-                 seed: int, budget: int, max_parts: int | None, cache: bool,
-                 local_sampling: bool, grouping: bool, queue: int,
-                 group: dist.ProcessGroup | None, stats: CommStats) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: Store,
+        *,
+        roles: Roles,
+        rank: int,
+        degrees: np.ndarray,
+        train: np.ndarray,
+        fanouts: tuple[int, ...],
+        batch_size: int,
+        replicas: int,
+        seed: int,
+        budget: int,
+        max_parts: int | None,
+        cache: bool,
+        local_sampling: bool,
+        grouping: bool,
+        queue: int,
+        group: dist.ProcessGroup | None,
+        stats: CommStats,
+    ) -> None:
         self.store, self.roles, self.rank = store, roles, rank
         self.b = roles.batch_index(rank)
         self.dst = roles.compute_of(self.b)
@@ -85,9 +101,16 @@ class BatchWorker:
         self.view = CacheView(store.num_nodes, cache)
         world = 1 if local_sampling else roles.batch_workers
         self.sampler = DistNeighborSampler(
-            parts=[], part_offsets=self.offsets, part_to_rank=np.zeros(store.num_parts, np.int64),
-            rank=0 if local_sampling else self.b, world_size=world, fanouts=fanouts,
-            degrees=degrees, stats=stats, group=None if local_sampling else group)  # fmt: skip
+            parts=[],
+            part_offsets=self.offsets,
+            part_to_rank=np.zeros(store.num_parts, np.int64),
+            rank=0 if local_sampling else self.b,
+            world_size=world,
+            fanouts=fanouts,
+            degrees=degrees,
+            stats=stats,
+            group=None if local_sampling else group,
+        )
         self.queue: deque = deque()
         self._update_head: tuple | None = None
         self.expected = 0
@@ -100,36 +123,55 @@ class BatchWorker:
         """This worker's phases: parts loaded together first, then one per swap."""
         order = parts_in_order(part_to_bw, self.b, self.seed, epoch)
         ph = phases(order, self.part_bytes, self.budget, self.max_parts)
-        log.debug("batch worker %d, epoch %d: parts %s, resident together %s, then swapped "
-                  "in %s", self.b, epoch, order, ph[0] if ph else [], ph[1:])  # fmt: skip
+        log.debug(
+            "batch worker %d, epoch %d: parts %s, resident together %s, then swapped in %s",
+            self.b,
+            epoch,
+            order,
+            ph[0] if ph else [],
+            ph[1:],
+        )
         return ph
 
     def phase_seeds(self, ph: list[list[int]]) -> list[np.ndarray]:
         out = []
         for parts in ph:
-            ids = [np.flatnonzero(self.train[self.offsets[p] : self.offsets[p + 1]]) + self.offsets[p]
-                   for p in parts]  # fmt: skip
+            ids = [
+                np.flatnonzero(self.train[self.offsets[p] : self.offsets[p + 1]]) + self.offsets[p]
+                for p in parts
+            ]
             out.append(np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64))
         return out
 
     # ---------------------------------------------------------------- one epoch
-    def run_epoch(self, epoch: int, part_to_bw: np.ndarray, ph: list[list[int]],
-                  sched: EpochSchedule) -> dict[str, float]:  # fmt: skip
+    def run_epoch(
+        self, epoch: int, part_to_bw: np.ndarray, ph: list[list[int]], sched: EpochSchedule
+    ) -> dict[str, float]:
         """Prepare and send this worker's global batches of ``epoch`` (collective among the
         batch workers when sampling is distributed)."""
         t0 = time.perf_counter()
-        rec = {"sampling": 0.0, "loading": 0.0, "features": 0.0, "send_wait": 0.0,
-               "batches": 0, "rows_sent": 0, "rows_omitted": 0, "batch_bytes": 0,
-               "update_bytes": 0}  # fmt: skip
+        rec = {
+            "sampling": 0.0,
+            "loading": 0.0,
+            "features": 0.0,
+            "send_wait": 0.0,
+            "batches": 0,
+            "rows_sent": 0,
+            "rows_omitted": 0,
+            "batch_bytes": 0,
+            "update_bytes": 0,
+        }
         self.record = rec
         self.resident.loads, self.resident.bytes_read = [], 0
         self.expected = self.view.version + sched.iterations  # updates of this epoch
         # the update each of this worker's batches causes where its compute worker takes it
         order = sched.order[self.dst]
-        self.consumed_at = {k: self.view.version + i + 1 for i, (b, k) in enumerate(order)
-                            if b == self.b}  # fmt: skip
-        self.sampler.set_parts([], part_to_bw if not self.local else
-                               np.zeros(len(part_to_bw), np.int64))  # fmt: skip
+        self.consumed_at = {
+            k: self.view.version + i + 1 for i, (b, k) in enumerate(order) if b == self.b
+        }
+        self.sampler.set_parts(
+            [], part_to_bw if not self.local else np.zeros(len(part_to_bw), np.int64)
+        )
         feats = self._feature_store(part_to_bw)
         self.per_round = int(sched.per_round[self.b])
         rng = np.random.default_rng([self.seed, epoch, self.b])
@@ -147,8 +189,12 @@ class BatchWorker:
                     while loaded < phase_of[k]:
                         loaded += 1
                         self._load_phase(ph, loaded, rec)
-                batch = [chunks[k * self.G + g] if k >= 0 and k * self.G + g < len(chunks)
-                         else np.zeros(0, np.int64) for g in range(self.G)]  # fmt: skip
+                batch = [
+                    chunks[k * self.G + g]
+                    if k >= 0 and k * self.G + g < len(chunks)
+                    else np.zeros(0, np.int64)
+                    for g in range(self.G)
+                ]
                 self._step(epoch, k, batch, feats, rec)
         while loaded + 1 < len(ph):  # every part is read once per epoch
             loaded += 1
@@ -169,13 +215,18 @@ class BatchWorker:
         self.sampler.set_parts(list(self.resident.parts.values()), self.sampler.part_to_rank)
         rec["loading"] += time.perf_counter() - t
 
-    def _step(self, epoch: int, k: int, batch: list[np.ndarray],
-              feats: DistFeatureStore | None, rec: dict) -> None:  # fmt: skip
+    def _step(
+        self, epoch: int, k: int, batch: list[np.ndarray], feats: DistFeatureStore | None, rec: dict
+    ) -> None:
         """Prepare and send this worker's batch ``k`` (``-1``: join the collectives only)."""
         mine = k >= 0
         t = time.perf_counter()
-        mbs = [self.sampler.sample(seeds, batch_seed(self.seed, epoch, max(k, 0) * self.G + g)
-                                   + self.b) for g, seeds in enumerate(batch)]  # fmt: skip
+        mbs = [
+            self.sampler.sample(
+                seeds, batch_seed(self.seed, epoch, max(k, 0) * self.G + g) + self.b
+            )
+            for g, seeds in enumerate(batch)
+        ]
         rec["sampling"] += time.perf_counter() - t
         t = time.perf_counter()
         self._poll_updates(rec)
@@ -196,8 +247,10 @@ class BatchWorker:
                 w.wait()
         rec["send_wait"] += time.perf_counter() - t
         dst = self.roles.compute_ranks[self.dst]
-        works = [dist.isend(tensors[0], dst, tag=TAG_META),
-                 dist.isend(tensors[1], dst, tag=TAG_INTS)]  # fmt: skip
+        works = [
+            dist.isend(tensors[0], dst, tag=TAG_META),
+            dist.isend(tensors[1], dst, tag=TAG_INTS),
+        ]
         if tensors[2].numel():
             works.append(dist.isend(tensors[2], dst, tag=TAG_ROWS))
         self.queue.append((works, tensors))
@@ -216,9 +269,16 @@ class BatchWorker:
             int(p): self.store.part(int(p)).features for p in np.flatnonzero(part_to_bw == self.b)
         }
         return DistFeatureStore(
-            part_offsets=self.offsets, part_to_rank=part_to_bw, rank=self.b,
-            world_size=self.roles.batch_workers, local_parts=mine, feature_dim=self.dim,
-            stats=self.stats, serve=self._serve, group=self.group)  # fmt: skip
+            part_offsets=self.offsets,
+            part_to_rank=part_to_bw,
+            rank=self.b,
+            world_size=self.roles.batch_workers,
+            local_parts=mine,
+            feature_dim=self.dim,
+            stats=self.stats,
+            serve=self._serve,
+            group=self.group,
+        )
 
     def _serve(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Rows of assigned parts: from memory when resident, else read from the store."""

@@ -130,19 +130,36 @@ def dist_evaluate(
             raise ShoalInputError("the store has no features", path=p.path)
     if not hasattr(model, "layer_forward"):  # any model(x, blocks): full L-hop batches
         correct, total = sampled_dist_counts(
-            model, store, parts, part_to_rank, ctx, tables, splits,
-            num_layers=int(getattr(model, "num_layers", 0) or 0), batch_size=batch_size,
-            normalize=normalize_features, stats=stats,
-        )  # fmt: skip
+            model,
+            store,
+            parts,
+            part_to_rank,
+            ctx,
+            tables,
+            splits,
+            num_layers=int(getattr(model, "num_layers", 0) or 0),
+            batch_size=batch_size,
+            normalize=normalize_features,
+            stats=stats,
+        )
         return _reduce(ctx, splits, correct, total)
     layers = sum_layers(model)
     if layers is not None:
         with Scratch(scratch_dir, beside=store.path) as scratch:
             correct, total = blocked_dist_counts(
-                layers, store, parts, part_to_rank, ctx, tables, splits, scratch=scratch,
-                budget=memory_budget or BLOCKED_BUDGET, normalize=normalize_features,
-                stats=stats, threads=threads,
-            )  # fmt: skip
+                layers,
+                store,
+                parts,
+                part_to_rank,
+                ctx,
+                tables,
+                splits,
+                scratch=scratch,
+                budget=memory_budget or BLOCKED_BUDGET,
+                normalize=normalize_features,
+                stats=stats,
+                threads=threads,
+            )
         return _reduce(ctx, splits, correct, total)
     segments = [_segment(p, tables, splits) for p in parts]
     correct = np.zeros(len(splits), dtype=np.float64)
@@ -161,9 +178,16 @@ def dist_evaluate(
 
     provider = PullRows(store, part_to_rank, ctx, stats if stats is not None else CommStats())
     with Scratch(scratch_dir, beside=store.path) as scratch:
-        run_layers(model, segments, count, provider=provider,
-                   normalize_features=normalize_features, batch_size=batch_size,
-                   scratch=scratch, show_progress=False)  # fmt: skip
+        run_layers(
+            model,
+            segments,
+            count,
+            provider=provider,
+            normalize_features=normalize_features,
+            batch_size=batch_size,
+            scratch=scratch,
+            show_progress=False,
+        )
     return _reduce(ctx, splits, correct, total)
 
 

@@ -247,8 +247,9 @@ class DelayedPush:
     docstring). ``dims``: row width per layer. A collective object: every rank calls
     :meth:`send` and :meth:`receive` at the same steps, in the same order."""
 
-    def __init__(self, dims: list[int], world_size: int, delay: int = 1,
-                 stats: CommStats | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, dims: list[int], world_size: int, delay: int = 1, stats: CommStats | None = None
+    ) -> None:
         if delay < 1:
             raise ValueError(f"delay (d) must be >= 1, got {delay}")
         self.dims = [int(d) for d in dims]
@@ -286,8 +287,13 @@ class DelayedPush:
         dist.all_to_all_single(got, torch.from_numpy(sizes))
         recv_sizes = got.tolist()
         recv = torch.empty(int(sum(recv_sizes)), dtype=torch.float32)
-        work = dist.all_to_all_single(recv, send, output_split_sizes=recv_sizes,
-                                      input_split_sizes=sizes.tolist(), async_op=True)  # fmt: skip
+        work = dist.all_to_all_single(
+            recv,
+            send,
+            output_split_sizes=recv_sizes,
+            input_split_sizes=sizes.tolist(),
+            async_op=True,
+        )
         self.flights.append(_Flight(step, recv_sizes, recv, work))
         if self.stats is not None:
             n_out, n_in = int(sizes.sum()), int(sum(recv_sizes))

@@ -60,13 +60,21 @@ class RankPositives:
             entries per shuffled chunk (default 65536; memory is one chunk).
     """
 
-    def __init__(self, parts: Sequence[Partition], *, directed: bool, rank: int = 0,
-                 chunk_edges: int = 1 << 16) -> None:  # fmt: skip
+    def __init__(
+        self,
+        parts: Sequence[Partition],
+        *,
+        directed: bool,
+        rank: int = 0,
+        chunk_edges: int = 1 << 16,
+    ) -> None:
         self.parts, self.directed, self.rank = list(parts), directed, rank
         self._halo = [np.asarray(p.halo_ids, dtype=np.int64) for p in self.parts]
-        self.chunks = [(k, s, min(s + chunk_edges, int(p.indptr[-1])))
-                       for k, p in enumerate(self.parts)
-                       for s in range(0, int(p.indptr[-1]), chunk_edges)]  # fmt: skip
+        self.chunks = [
+            (k, s, min(s + chunk_edges, int(p.indptr[-1])))
+            for k, p in enumerate(self.parts)
+            for s in range(0, int(p.indptr[-1]), chunk_edges)
+        ]
         self.count = sum(len(self._chunk(c)) for c in range(len(self.chunks)))
 
     def _chunk(self, c: int) -> np.ndarray:
@@ -98,8 +106,9 @@ class RankPositives:
             buf, done = buf[size:], done + 1
 
 
-def owner_local_negatives(pos: np.ndarray, k: int, parts: Sequence[Partition],
-                          rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+def owner_local_negatives(
+    pos: np.ndarray, k: int, parts: Sequence[Partition], rng: np.random.Generator
+) -> np.ndarray:
     """``(B, k)`` negative destinations uniform over the core nodes of ``parts``."""
     sizes = np.array([p.num_core for p in parts], dtype=np.int64)
     starts = np.array([p.start for p in parts], dtype=np.int64)
@@ -121,25 +130,43 @@ class DistEmbedding:
         optimizer: ``adam`` or ``adagrad``; lr: its learning rate; stats: counters.
     """
 
-    def __init__(self, directory: str | Path, *, parts: Sequence[Partition],
-                 part_offsets: np.ndarray, part_to_rank: np.ndarray, rank: int, world_size: int,
-                 dim: int, seed: int, optimizer: str = "adam", lr: float = 0.01,
-                 stats: CommStats | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        parts: Sequence[Partition],
+        part_offsets: np.ndarray,
+        part_to_rank: np.ndarray,
+        rank: int,
+        world_size: int,
+        dim: int,
+        seed: int,
+        optimizer: str = "adam",
+        lr: float = 0.01,
+        stats: CommStats | None = None,
+    ) -> None:
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         self.rank, self.world_size, self.dim = rank, world_size, dim
         self.stats = stats if stats is not None else CommStats()
         root = Path(directory)
-        self.tables = {p.index: NodeEmbedding(root / f"part_{p.index}", p.num_core, dim,
-                                              seed=seed, stream=p.index + 1)
-                       for p in parts}  # fmt: skip
+        self.tables = {
+            p.index: NodeEmbedding(
+                root / f"part_{p.index}", p.num_core, dim, seed=seed, stream=p.index + 1
+            )
+            for p in parts
+        }
         opt = SparseAdam if optimizer == "adam" else SparseAdagrad
         self.optimizers = {i: opt(t, lr=lr) for i, t in self.tables.items()}
         self.rows = DistFeatureStore(
-            part_offsets=self.part_offsets, part_to_rank=self.part_to_rank, rank=rank,
-            world_size=world_size, local_parts={i: t.weight for i, t in self.tables.items()},
-            feature_dim=dim, stats=self.stats,
-        )  # fmt: skip
+            part_offsets=self.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=rank,
+            world_size=world_size,
+            local_parts={i: t.weight for i, t in self.tables.items()},
+            feature_dim=dim,
+            stats=self.stats,
+        )
 
     @property
     def weights(self) -> dict[int, np.ndarray]:
@@ -157,8 +184,11 @@ class DistEmbedding:
         which apply one sparse update per row (collective). Returns what this rank applied:
         part -> (local rows, their summed gradients)."""
         ids = np.asarray(ids, dtype=np.int64)
-        g = (np.zeros((len(ids), self.dim), np.float32) if grad is None
-             else grad.detach().numpy().astype(np.float32, copy=False))  # fmt: skip
+        g = (
+            np.zeros((len(ids), self.dim), np.float32)
+            if grad is None
+            else grad.detach().numpy().astype(np.float32, copy=False)
+        )
         g = g / self.world_size if self.world_size > 1 else g
         owners = self.part_to_rank[owner_of(self.part_offsets, ids)] if len(ids) else ids
         here = owners == self.rank

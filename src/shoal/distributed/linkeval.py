@@ -41,11 +41,22 @@ __all__ = ["dist_link_metrics", "dist_node_embeddings"]
 
 
 @torch.no_grad()
-def dist_node_embeddings(model: nn.Module, store: Store, parts: list[Partition],
-                         part_to_rank: np.ndarray, ctx: DistContext, tables: NodeTables, *,
-                         width: int, scratch: Scratch, budget: int,
-                         inputs: dict[int, np.ndarray] | None = None, normalize: bool = False,
-                         stats: CommStats | None = None, threads: int = 8) -> dict[int, np.ndarray]:  # fmt: skip
+def dist_node_embeddings(
+    model: nn.Module,
+    store: Store,
+    parts: list[Partition],
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    tables: NodeTables,
+    *,
+    width: int,
+    scratch: Scratch,
+    budget: int,
+    inputs: dict[int, np.ndarray] | None = None,
+    normalize: bool = False,
+    stats: CommStats | None = None,
+    threads: int = 8,
+) -> dict[int, np.ndarray]:
     """Part -> ``(num_core, width)`` exact model outputs of its core nodes (module docstring;
     collective). ``inputs``: layer-0 rows per part (default the store's features)."""
     layers = sum_layers(model)
@@ -54,7 +65,7 @@ def dist_node_embeddings(model: nn.Module, store: Store, parts: list[Partition],
             "distributed link evaluation runs the model layer by layer and needs layers that "
             "sum messages (sage, gcn, gin, sgc)",
             fix="use --model sage, gcn, gin or sgc, or train link prediction in one process",
-        )  # fmt: skip
+        )
     out = {p.index: scratch.array(p.num_core, width) for p in parts}
     targets = {p.index: np.arange(p.num_core, dtype=np.int64) for p in parts}
 
@@ -65,29 +76,58 @@ def dist_node_embeddings(model: nn.Module, store: Store, parts: list[Partition],
         return put
 
     model.eval()
-    blocked_dist_outputs(layers, store, parts, part_to_rank, ctx, tables, targets,
-                         {p.index: keep(p.index) for p in parts}, scratch=scratch,
-                         budget=budget, normalize=normalize, stats=stats, threads=threads,
-                         inputs=inputs)  # fmt: skip
+    blocked_dist_outputs(
+        layers,
+        store,
+        parts,
+        part_to_rank,
+        ctx,
+        tables,
+        targets,
+        {p.index: keep(p.index) for p in parts},
+        scratch=scratch,
+        budget=budget,
+        normalize=normalize,
+        stats=stats,
+        threads=threads,
+        inputs=inputs,
+    )
     return out
 
 
 @torch.no_grad()
-def dist_link_metrics(scorer: nn.Module, emb: dict[int, np.ndarray], store: Store,
-                      part_to_rank: np.ndarray, ctx: DistContext, *, split: str, seed: int,
-                      num_neg: int, hits_k: int, width: int,
-                      stats: CommStats | None = None) -> tuple[float, float]:  # fmt: skip
+def dist_link_metrics(
+    scorer: nn.Module,
+    emb: dict[int, np.ndarray],
+    store: Store,
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    *,
+    split: str,
+    seed: int,
+    num_neg: int,
+    hits_k: int,
+    width: int,
+    stats: CommStats | None = None,
+) -> tuple[float, float]:
     """(MRR, Hits@K) of ``split``'s held-out positives (module docstring; collective)."""
     edges = store.link_edges(split)
     if edges is None:
         raise ShoalInputError(
-            f"the store has no held-out {split} edges (link_{split}.npy)", path=store.path,
+            f"the store has no held-out {split} edges (link_{split}.npy)",
+            path=store.path,
             fix="split the graph's edges (shoal data split-edges), then partition and build "
             "the store from the split graph",
-        )  # fmt: skip
-    rows = DistFeatureStore(part_offsets=store.part_offsets, part_to_rank=part_to_rank,
-                            rank=ctx.rank, world_size=ctx.world_size, local_parts=emb,
-                            feature_dim=width, stats=stats)  # fmt: skip
+        )
+    rows = DistFeatureStore(
+        part_offsets=store.part_offsets,
+        part_to_rank=part_to_rank,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        local_parts=emb,
+        feature_dim=width,
+        stats=stats,
+    )
     sums = np.zeros(3, np.float64)  # reciprocal ranks, hits, positives
     scorer.eval()
     for c in range(math.ceil(len(edges) / EVAL_CHUNK)):
@@ -99,8 +139,10 @@ def dist_link_metrics(scorer: nn.Module, emb: dict[int, np.ndarray], store: Stor
         h = rows.pull(ids)
         if not len(pos):
             continue
-        hu, hv, hq = (h[torch.from_numpy(np.searchsorted(ids, a))]
-                      for a in (pos[:, 0], pos[:, 1], neg.ravel()))  # fmt: skip
+        hu, hv, hq = (
+            h[torch.from_numpy(np.searchsorted(ids, a))]
+            for a in (pos[:, 0], pos[:, 1], neg.ravel())
+        )
         sp = scorer(hu, hv)
         sq = scorer(hu.repeat_interleave(num_neg, 0), hq).view(len(pos), num_neg)
         r = link_ranks(sp, sq)

@@ -49,8 +49,12 @@ def rank_graph(parts: list[Partition], part_to_rank: np.ndarray, rank: int, owne
         return RankGraph(e, e, np.zeros(1, np.int64), e)
     if len(parts) == 1:
         p = parts[0]
-        return RankGraph(p.core_ids.astype(np.int64), np.asarray(p.halo_ids, np.int64),
-                         np.asarray(p.indptr), np.asarray(p.indices))  # fmt: skip
+        return RankGraph(
+            p.core_ids.astype(np.int64),
+            np.asarray(p.halo_ids, np.int64),
+            np.asarray(p.indptr),
+            np.asarray(p.indices),
+        )
     solid = np.concatenate([p.core_ids for p in parts]).astype(np.int64)
     offsets = np.cumsum([0] + [p.num_core for p in parts])
     off_of = np.zeros(len(part_to_rank), np.int64)  # part -> its first rank-local id

@@ -90,8 +90,9 @@ class ComputeCache:
         for b in self.acks:
             self.acks[b] = self.version
 
-    def consume(self, ids: np.ndarray, sent: np.ndarray, rows: np.ndarray
-                ) -> tuple[np.ndarray, tuple[int, np.ndarray, np.ndarray]]:  # fmt: skip
+    def consume(
+        self, ids: np.ndarray, sent: np.ndarray, rows: np.ndarray
+    ) -> tuple[np.ndarray, tuple[int, np.ndarray, np.ndarray]]:
         """The rows of ``ids`` (``sent``: positions whose rows came as ``rows``, in order;
         the others must be cached) and the update this batch causes."""
         ids = np.asarray(ids, np.int64)

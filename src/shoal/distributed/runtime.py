@@ -119,11 +119,14 @@ def nccl_group(device: torch.device, ranks: list[int], *, timeout_s: float) -> A
     if any(k[1] == "cpu" for k in mine) or len(ranks) < 2:
         return None
     if len(set(mine)) < len(mine):
-        log.warning("ranks %s share GPUs (%d distinct): the model's tensors are all-reduced over "
-                    "gloo; give each rank its own GPU for NCCL", ranks, len(set(mine)))  # fmt: skip
+        log.warning(
+            "ranks %s share GPUs (%d distinct): the model's tensors are all-reduced over "
+            "gloo; give each rank its own GPU for NCCL",
+            ranks,
+            len(set(mine)),
+        )
         return None
-    return dist.new_group(ranks, backend="nccl",
-                          timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
+    return dist.new_group(ranks, backend="nccl", timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def _open_device(spec: str, local: int, world: int) -> torch.device:
@@ -138,8 +141,10 @@ def _open_device(spec: str, local: int, world: int) -> torch.device:
         ok = torch.tensor([0 if error else 1], dtype=torch.int64)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         if not int(ok.item()) and error is None:
-            raise ShoalInputError("another rank could not open its --device",
-                                  fix="see that rank's error; every machine needs the device")  # fmt: skip
+            raise ShoalInputError(
+                "another rank could not open its --device",
+                fix="see that rank's error; every machine needs the device",
+            )
     if error is not None:
         raise error
     return device
@@ -233,9 +238,14 @@ def process_group(config: DistConfig | None = None) -> Iterator[DistContext]:
         for h in logging.getLogger().handlers:
             h.addFilter(handler_filter)
         ctx = DistContext(
-            rank=rank, world_size=world, local_rank=local, backend=backend, device=device,
-            model_group=model_group, timeout_s=cfg.timeout_s,
-        )  # fmt: skip
+            rank=rank,
+            world_size=world,
+            local_rank=local,
+            backend=backend,
+            device=device,
+            model_group=model_group,
+            timeout_s=cfg.timeout_s,
+        )
         log.debug("rank %d/%d up (backend %s, device %s)", rank, world, backend, device)
         try:
             yield ctx

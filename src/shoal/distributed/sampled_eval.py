@@ -30,22 +30,45 @@ __all__ = ["sampled_dist_counts"]
 
 
 @torch.no_grad()
-def sampled_dist_counts(model: nn.Module, store: Store, parts: list[Partition],
-                        part_to_rank: np.ndarray, ctx: DistContext, tables: NodeTables,
-                        splits: tuple[str, ...], *, num_layers: int, batch_size: int,
-                        normalize: bool, stats: CommStats | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def sampled_dist_counts(
+    model: nn.Module,
+    store: Store,
+    parts: list[Partition],
+    part_to_rank: np.ndarray,
+    ctx: DistContext,
+    tables: NodeTables,
+    splits: tuple[str, ...],
+    *,
+    num_layers: int,
+    batch_size: int,
+    normalize: bool,
+    stats: CommStats | None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(correct, total) per split on this rank's core nodes (module docstring). Collective."""
     stats = stats if stats is not None else CommStats()
-    sampler = DistNeighborSampler(parts=parts, part_offsets=store.part_offsets,
-                                  part_to_rank=part_to_rank, rank=ctx.rank,
-                                  world_size=ctx.world_size, fanouts=(-1,) * num_layers,
-                                  degrees=tables.degrees, stats=stats)  # fmt: skip
-    features = DistFeatureStore(part_offsets=store.part_offsets, part_to_rank=part_to_rank,
-                                rank=ctx.rank, world_size=ctx.world_size,
-                                local_parts={p.index: p.features for p in parts},
-                                feature_dim=int(store.feature_dim), stats=stats)  # fmt: skip
-    masks = [np.concatenate([np.asarray(p.mask(s)) for p in parts] or [np.zeros(0, bool)])
-             for s in splits]  # fmt: skip
+    sampler = DistNeighborSampler(
+        parts=parts,
+        part_offsets=store.part_offsets,
+        part_to_rank=part_to_rank,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        fanouts=(-1,) * num_layers,
+        degrees=tables.degrees,
+        stats=stats,
+    )
+    features = DistFeatureStore(
+        part_offsets=store.part_offsets,
+        part_to_rank=part_to_rank,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        local_parts={p.index: p.features for p in parts},
+        feature_dim=int(store.feature_dim),
+        stats=stats,
+    )
+    masks = [
+        np.concatenate([np.asarray(p.mask(s)) for p in parts] or [np.zeros(0, bool)])
+        for s in splits
+    ]
     core = np.concatenate([p.core_ids for p in parts] or [np.zeros(0, np.int64)])
     any_split = np.logical_or.reduce(masks) if masks else np.zeros(0, bool)
     targets, which = core[any_split], [m[any_split] for m in masks]

@@ -124,8 +124,9 @@ class DistNeighborSampler:
             c = np.empty(k, dtype=np.int64)
             n_ex = np.empty(k, dtype=np.int64)
             if keys is not None:
-                KX._count_excl(part.indptr, part.indices, rows, k, fanout, keys, part.num_nodes,
-                               c, n_ex)  # fmt: skip
+                KX._count_excl(
+                    part.indptr, part.indices, rows, k, fanout, keys, part.num_nodes, c, n_ex
+                )
             else:
                 K._count(part.indptr, rows, k, fanout, c)
             rowptr = np.zeros(k + 1, dtype=np.int64)
@@ -137,8 +138,19 @@ class DistNeighborSampler:
             # must not share random numbers (part 0 keeps ``key``, so one part = one sampler)
             pkey = key if int(i) == 0 else np.uint64(K._stream_key(key, np.uint64(i)))
             if keys is not None:
-                KX._fill_excl(part.indptr, part.indices, rows, k, rowptr, pkey, picked, dst,
-                              keys, part.num_nodes, n_ex)  # fmt: skip
+                KX._fill_excl(
+                    part.indptr,
+                    part.indices,
+                    rows,
+                    k,
+                    rowptr,
+                    pkey,
+                    picked,
+                    dst,
+                    keys,
+                    part.num_nodes,
+                    n_ex,
+                )
             else:
                 K._fill(part.indptr, part.indices, rows, k, rowptr, pkey, picked, dst)
             # local source index -> global id
@@ -170,8 +182,12 @@ class DistNeighborSampler:
         if self.world_size > 1:
             away = np.flatnonzero(owners != self.rank)
             away = away[np.argsort(owners[away], kind="stable")]
-            recv, counts = exchange(e[away], np.bincount(owners[away], minlength=self.world_size),
-                                    self.stats, self.group)  # fmt: skip
+            recv, counts = exchange(
+                e[away],
+                np.bincount(owners[away], minlength=self.world_size),
+                self.stats,
+                self.group,
+            )
             off = np.concatenate([[0], np.cumsum(counts)])
             r = recv.numpy()
             for q in range(self.world_size):
@@ -188,17 +204,24 @@ class DistNeighborSampler:
             out.append(keys)
         return out
 
-    def _serve(self, req: np.ndarray, req_counts: np.ndarray, fanout: int, key: np.uint64,
-               ex: list[dict[int, np.ndarray]] | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def _serve(
+        self,
+        req: np.ndarray,
+        req_counts: np.ndarray,
+        fanout: int,
+        key: np.uint64,
+        ex: list[dict[int, np.ndarray]] | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Sample the peers' requests ``req`` (grouped by requesting rank, ``req_counts``),
         each without its requester's excluded edges."""
         if ex is None:
             return self._sample_owned(req, fanout, key)
         off = np.concatenate([[0], np.cumsum(req_counts)])
-        pieces = [self._sample_owned(req[off[q] : off[q + 1]], fanout, key, ex[q])
-                  for q in range(self.world_size)]  # fmt: skip
-        return (np.concatenate([c for c, _ in pieces]),
-                np.concatenate([p for _, p in pieces]))  # fmt: skip
+        pieces = [
+            self._sample_owned(req[off[q] : off[q + 1]], fanout, key, ex[q])
+            for q in range(self.world_size)
+        ]
+        return (np.concatenate([c for c, _ in pieces]), np.concatenate([p for _, p in pieces]))
 
     def _room(self, k: int) -> None:
         """Grow the batch's id buffer to hold ``k`` ids (kernels do not check bounds)."""
@@ -207,8 +230,9 @@ class DistNeighborSampler:
             grown[: self._nodes.shape[0]] = self._nodes
             self._nodes = grown
 
-    def sample(self, seeds: np.ndarray, seed: int = 0, *,
-               exclude: np.ndarray | None = None) -> MiniBatch:  # fmt: skip
+    def sample(
+        self, seeds: np.ndarray, seed: int = 0, *, exclude: np.ndarray | None = None
+    ) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global IDs). Collective.
 
         ``exclude``: ``(m, 2)`` global edges ``(src, dst)`` message passing must not use at any
@@ -228,8 +252,9 @@ class DistNeighborSampler:
                 owners = self.part_to_rank[owner_of(self.part_offsets, frontier)]
                 local = np.flatnonzero(owners == self.rank)
                 counts = np.zeros(n, dtype=np.int64)
-                lc, lp = self._sample_owned(frontier[local], f, key,
-                                            None if ex is None else ex[self.rank])  # fmt: skip
+                lc, lp = self._sample_owned(
+                    frontier[local], f, key, None if ex is None else ex[self.rank]
+                )
                 counts[local] = lc
                 if self.world_size > 1:
                     remote = np.flatnonzero(owners != self.rank)
@@ -239,8 +264,9 @@ class DistNeighborSampler:
                         frontier[remote], send_counts, self.stats, self.group
                     )
                     # serve the peers' requests (a distinct stream from this rank's own rows)
-                    sc, sp = self._serve(req.numpy(), req_counts, f, key ^ np.uint64(0x5BD1E995),
-                                         ex)  # fmt: skip
+                    sc, sp = self._serve(
+                        req.numpy(), req_counts, f, key ^ np.uint64(0x5BD1E995), ex
+                    )
                     rc, _ = exchange(sc, req_counts, self.stats, self.group)
                     per_rank = _segment_sums(sc, req_counts)
                     rp, _ = exchange(sp, per_rank, self.stats, self.group)

@@ -81,11 +81,22 @@ class DistWindows:
             the run's last epoch (a round stops there), where the packs go (module docstring).
     """
 
-    def __init__(self, features: DiskFeatures, *, part_offsets: np.ndarray,
-                 part_to_rank: np.ndarray, rank: int, world_size: int, window_rows: int,
-                 stats: CommStats | None = None, read_ahead: bool | None = None,
-                 sample_bytes: int | None = None, pack_epochs: int = 0,
-                 last_epoch: int | None = None, scratch_dir: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        features: DiskFeatures,
+        *,
+        part_offsets: np.ndarray,
+        part_to_rank: np.ndarray,
+        rank: int,
+        world_size: int,
+        window_rows: int,
+        stats: CommStats | None = None,
+        read_ahead: bool | None = None,
+        sample_bytes: int | None = None,
+        pack_epochs: int = 0,
+        last_epoch: int | None = None,
+        scratch_dir: str | None = None,
+    ) -> None:
         self.features = features
         self.part_offsets = np.asarray(part_offsets, np.int64)
         self.part_to_rank = np.asarray(part_to_rank, np.int64)
@@ -109,8 +120,12 @@ class DistWindows:
         self.current: Window | None = None
         self.io: dict = {}
         self.pack_epochs, self.last_epoch = self._agree_packing(int(pack_epochs)), last_epoch
-        self.packs = Packs(features, epochs=self.pack_epochs, scratch_dir=scratch_dir,
-                           pool=2 * self.window_rows[rank] * max(features.row_bytes, 1))  # fmt: skip
+        self.packs = Packs(
+            features,
+            epochs=self.pack_epochs,
+            scratch_dir=scratch_dir,
+            pool=2 * self.window_rows[rank] * max(features.row_bytes, 1),
+        )
         self._planned: set[int] = set()  # epochs packed (or planned to be), the same everywhere
         self._epoch: int | None = None
 
@@ -254,8 +269,9 @@ class DistWindows:
             return pending, w
         return pending, self._pool.submit(self._read, cold)
 
-    def windows(self, batches: Iterator[MiniBatch], *, epoch: int | None = None,
-                sample=None) -> Iterator[tuple[list[MiniBatch], Window]]:  # fmt: skip
+    def windows(
+        self, batches: Iterator[MiniBatch], *, epoch: int | None = None, sample=None
+    ) -> Iterator[tuple[list[MiniBatch], Window]]:
         """Group ``batches`` (sampled collectively, in step order) into windows and yield
         ``(batches, window)`` with the window's rows read (with read-ahead, the next window is
         read while the caller trains on the one yielded). With packing, ``epoch`` names the
@@ -264,8 +280,16 @@ class DistWindows:
         pending: list[MiniBatch] = []
         acc = np.zeros(self.world_size, np.int64)
         ahead = None
-        self.io = {"requested": 0, "hits": 0, "rows_read": 0, "bytes_read": 0,
-                   "read_seconds": 0.0, "windows": 0, "io_wait": 0.0, "unique_rows": 0}  # fmt: skip
+        self.io = {
+            "requested": 0,
+            "hits": 0,
+            "rows_read": 0,
+            "bytes_read": 0,
+            "read_seconds": 0.0,
+            "windows": 0,
+            "io_wait": 0.0,
+            "unique_rows": 0,
+        }
         packed0 = self.packs.stats.snapshot()
         if sample is not None:
             self._pack(epoch, sample)

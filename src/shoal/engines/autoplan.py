@@ -70,9 +70,14 @@ class AutoPlan:
     parts_per_worker: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "workers": self.workers, "estimates": self.estimates,
-                "excluded": self.excluded, "costs": self.costs,
-                "parts_per_worker": self.parts_per_worker}  # fmt: skip
+        return {
+            "engine": self.engine,
+            "workers": self.workers,
+            "estimates": self.estimates,
+            "excluded": self.excluded,
+            "costs": self.costs,
+            "parts_per_worker": self.parts_per_worker,
+        }
 
     def reasons(self) -> list[str]:
         """One line per candidate, cheapest first, then the excluded ones."""
@@ -113,8 +118,9 @@ def store_bytes(store: Store) -> int:
     return store.num_nodes * int(store.feature_dim or 0) * item + store.num_edges * edge
 
 
-def _fullgraph(store: Store, config: TrainConfig, c: MachineCosts, widths: list[int],
-               n: int, params: int) -> dict[str, float]:  # fmt: skip
+def _fullgraph(
+    store: Store, config: TrainConfig, c: MachineCosts, widths: list[int], n: int, params: int
+) -> dict[str, float]:
     """The largest rank's epoch: its parts' nodes and edges through every layer."""
     parts = store.meta["parts"]
     per_rank = [[p for j, p in enumerate(parts) if j % n == r] for r in range(n)]
@@ -123,15 +129,23 @@ def _fullgraph(store: Store, config: TrainConfig, c: MachineCosts, widths: list[
     compute = 0.0
     for i, t in enumerate(c.layer_s):  # each probed layer scaled to the rank's rows
         on_sources = config.model in ("gcn", "sage") and widths[i + 1] < widths[i]
-        compute += (t * (core + halo) / max(c.layer_sources, 1) if on_sources
-                    else t * core / max(c.layer_nodes, 1))  # fmt: skip
+        compute += (
+            t * (core + halo) / max(c.layer_sources, 1)
+            if on_sources
+            else t * core / max(c.layer_nodes, 1)
+        )
     row_s = c.gather_s / max(c.batch_rows, 1.0)
     comm = 0.0
     if n > 1:
         hidden_bytes = sum(4 * w for w in widths[1:-1])
         comm = _net(2 * halo * hidden_bytes, 2 * (len(widths) - 2) * (n - 1), c)
-    return _split(1.0, gather=(core + halo) * row_s, compute=compute, communication=comm,
-                  allreduce=_allreduce(params, n, c))  # fmt: skip
+    return _split(
+        1.0,
+        gather=(core + halo) * row_s,
+        compute=compute,
+        communication=comm,
+        allreduce=_allreduce(params, n, c),
+    )
 
 
 def _gather(store: Store, c: MachineCosts, n: int, memory: int | None, *, halo: bool) -> float:
@@ -140,15 +154,28 @@ def _gather(store: Store, c: MachineCosts, n: int, memory: int | None, *, halo: 
     if memory is None:
         return c.gather_s
     parts = store.meta["parts"]
-    rows = max(sum(p["num_core"] + (p["num_halo"] if halo else 0)
-                   for j, p in enumerate(parts) if j % n == r) for r in range(n))  # fmt: skip
+    rows = max(
+        sum(
+            p["num_core"] + (p["num_halo"] if halo else 0)
+            for j, p in enumerate(parts)
+            if j % n == r
+        )
+        for r in range(n)
+    )
     fits = rows * int(store.feature_dim or 1) * 4 <= CACHE_SHARE * memory
     return c.gather_mem_s if fits else c.gather_s
 
 
-def estimate(store: Store, config: TrainConfig, costs: MachineCosts, workers: int, *,
-             params: int, widths: list[int],
-             memory_per_worker: int | None = None) -> dict[str, dict[str, float]]:  # fmt: skip
+def estimate(
+    store: Store,
+    config: TrainConfig,
+    costs: MachineCosts,
+    workers: int,
+    *,
+    params: int,
+    widths: list[int],
+    memory_per_worker: int | None = None,
+) -> dict[str, dict[str, float]]:
     """Each engine's estimated training epoch on ``workers`` ranks (module docstring);
     ``memory_per_worker``: the budget deciding whether a rank's rows are gathered from
     memory (None: always with direct reads)."""
@@ -164,28 +191,47 @@ def estimate(store: Store, config: TrainConfig, costs: MachineCosts, workers: in
     g = c.remote_scale if n > 1 else 1.0  # the owners expand the halo nodes too
     models = 3 if config.average_optimizer else 1  # the weights and Adam's two moments
     out = {
-        "minibatch": _split(steps, sampling=c.sample_s * g, compute=c.compute_s * g,
-                            gather=own * g * (1 - h * remote),
-                            communication=remote * _net(rows * g * h * row_bytes, 2 * hops + 2, c),
-                            allreduce=_allreduce(params, n, c)),
-        "averaging": _split(steps, sampling=c.sample_s, gather=with_halo, compute=c.compute_s,
-                            allreduce=_allreduce(params, n, c) * models
-                            / (steps * config.average_every)),
-        "hec": _split(steps, sampling=c.sample_s, gather=own * (1 - h * remote),
-                      compute=c.compute_s,
-                      communication=remote * _net(rows * h * 4 * hidden, 4, c),
-                      allreduce=_allreduce(params, n, c)),
-    }  # fmt: skip
+        "minibatch": _split(
+            steps,
+            sampling=c.sample_s * g,
+            compute=c.compute_s * g,
+            gather=own * g * (1 - h * remote),
+            communication=remote * _net(rows * g * h * row_bytes, 2 * hops + 2, c),
+            allreduce=_allreduce(params, n, c),
+        ),
+        "averaging": _split(
+            steps,
+            sampling=c.sample_s,
+            gather=with_halo,
+            compute=c.compute_s,
+            allreduce=_allreduce(params, n, c) * models / (steps * config.average_every),
+        ),
+        "hec": _split(
+            steps,
+            sampling=c.sample_s,
+            gather=own * (1 - h * remote),
+            compute=c.compute_s,
+            communication=remote * _net(rows * h * 4 * hidden, 4, c),
+            allreduce=_allreduce(params, n, c),
+        ),
+    }
     if n >= 2:
         nb = default_batch_workers(n)
         nc = n - nb
         batches = math.ceil(train / b)
-        stream = (store_bytes(store) / nb / c.seq_read_bytes_per_s
-                  if math.isfinite(c.seq_read_bytes_per_s) else 0.0)  # fmt: skip
+        stream = (
+            store_bytes(store) / nb / c.seq_read_bytes_per_s
+            if math.isfinite(c.seq_read_bytes_per_s)
+            else 0.0
+        )
         prep = batches * (c.sample_s + c.gather_s) * g / nb + stream
         comp = batches / nc * (c.compute_s * g + _net(rows * g * row_bytes, 1, c))
-        e = {"preparation": prep, "streaming": stream, "compute": comp,
-             "allreduce": math.ceil(batches / nc) * _allreduce(params, nc, c)}  # fmt: skip
+        e = {
+            "preparation": prep,
+            "streaming": stream,
+            "compute": comp,
+            "allreduce": math.ceil(batches / nc) * _allreduce(params, nc, c),
+        }
         e["epoch_s"] = max(prep, comp) + e["allreduce"]
         out["disagg"] = e
     out["fullgraph"] = _fullgraph(store, config, c, widths, n, params)
@@ -212,32 +258,63 @@ def _excluded(store: Store, config: TrainConfig, workers: int) -> dict[str, str]
     return why
 
 
-def choose(store: Store, config: TrainConfig, costs: MachineCosts, workers: int, *,
-           params: int, widths: list[int], candidates: tuple[str, ...] = AUTO_CANDIDATES,
-           memory_per_worker: int | None = None) -> AutoPlan:  # fmt: skip
+def choose(
+    store: Store,
+    config: TrainConfig,
+    costs: MachineCosts,
+    workers: int,
+    *,
+    params: int,
+    widths: list[int],
+    candidates: tuple[str, ...] = AUTO_CANDIDATES,
+    memory_per_worker: int | None = None,
+) -> AutoPlan:
     """The cheapest runnable engine among ``candidates`` (default :data:`AUTO_CANDIDATES`)."""
     unknown = set(candidates) - set(AUTO_CANDIDATES)
     if unknown:
-        raise ValueError(f"unknown candidate engines {sorted(unknown)}; valid names: "
-                         f"{', '.join(AUTO_CANDIDATES)}")  # fmt: skip
-    est = estimate(store, config, costs, workers, params=params, widths=widths,
-                   memory_per_worker=memory_per_worker)  # fmt: skip
+        raise ValueError(
+            f"unknown candidate engines {sorted(unknown)}; valid names: "
+            f"{', '.join(AUTO_CANDIDATES)}"
+        )
+    est = estimate(
+        store,
+        config,
+        costs,
+        workers,
+        params=params,
+        widths=widths,
+        memory_per_worker=memory_per_worker,
+    )
     excluded = {k: v for k, v in _excluded(store, config, workers).items() if k in candidates}
-    excluded.update({k: "not among the candidates" for k in AUTO_CANDIDATES
-                     if k not in candidates})  # fmt: skip
+    excluded.update({k: "not among the candidates" for k in AUTO_CANDIDATES if k not in candidates})
     ok = {k: v for k, v in est.items() if k not in excluded}
     if not ok:
-        raise ValueError("no engine can run this configuration: "
-                         + "; ".join(f"{k}: {v}" for k, v in excluded.items()))  # fmt: skip
+        raise ValueError(
+            "no engine can run this configuration: "
+            + "; ".join(f"{k}: {v}" for k, v in excluded.items())
+        )
     best = min(ok, key=lambda k: (ok[k]["epoch_s"], AUTO_CANDIDATES.index(k)))
-    return AutoPlan(engine=best, workers=workers, estimates=ok, excluded=excluded,
-                    costs=costs.to_dict(), parts_per_worker=store.num_parts / workers)  # fmt: skip
+    return AutoPlan(
+        engine=best,
+        workers=workers,
+        estimates=ok,
+        excluded=excluded,
+        costs=costs.to_dict(),
+        parts_per_worker=store.num_parts / workers,
+    )
 
 
-def plan_engine(store: Store, config: TrainConfig, workers: int, *, network: str | None = None,
-                candidates: tuple[str, ...] = AUTO_CANDIDATES, ctx: Any = None,
-                scratch: str | None = None,
-                memory_per_worker: int | None = None) -> AutoPlan | None:  # fmt: skip
+def plan_engine(
+    store: Store,
+    config: TrainConfig,
+    workers: int,
+    *,
+    network: str | None = None,
+    candidates: tuple[str, ...] = AUTO_CANDIDATES,
+    ctx: Any = None,
+    scratch: str | None = None,
+    memory_per_worker: int | None = None,
+) -> AutoPlan | None:
     """Probe this machine for ``config`` on ``store`` and :func:`choose` among ``candidates``
     for ``workers`` ranks. In a run (``ctx``: its process group; a collective, the plan is
     returned on rank 0, None elsewhere) every rank probes at once
@@ -253,8 +330,12 @@ def plan_engine(store: Store, config: TrainConfig, workers: int, *, network: str
     from shoal.training.presets import resolve_for_data
 
     train = sum(int(p.get("train", 0)) for p in store.meta["parts"])
-    config = resolve_for_data(config, train_nodes=train, ranks=workers,
-                              features=store.part(0).features if store.num_parts else None)  # fmt: skip
+    config = resolve_for_data(
+        config,
+        train_nodes=train,
+        ranks=workers,
+        features=store.part(0).features if store.num_parts else None,
+    )
     if ctx is not None:
         costs = probe_in_group(store, config, ctx)
         if ctx.rank != 0:
@@ -269,5 +350,13 @@ def plan_engine(store: Store, config: TrainConfig, workers: int, *, network: str
         from shoal.sample.budget import memory_limit
 
         memory_per_worker = config.memory_bytes or memory_limit(workers)[0]
-    return choose(store, config, costs, workers, params=costs.params, widths=widths,
-                  candidates=candidates, memory_per_worker=memory_per_worker)  # fmt: skip
+    return choose(
+        store,
+        config,
+        costs,
+        workers,
+        params=costs.params,
+        widths=widths,
+        candidates=candidates,
+        memory_per_worker=memory_per_worker,
+    )

@@ -81,9 +81,12 @@ class AveragingEngine(Engine):
         rows = [p.num_core + (p.num_halo if self.store.halo_features else 0) for p in self.parts]
         # per local row: the sampler's id map and degrees (8 B), the cache's slot map (4 B),
         # the windows' marks (2 B)
-        plan = self.plan_memory(feature_bytes=sum(rows) * self.row_bytes,
-                                num_rows=max(rows or [1]), extra_bytes=14 * sum(rows),
-                                structure=cfg.structure)  # fmt: skip
+        plan = self.plan_memory(
+            feature_bytes=sum(rows) * self.row_bytes,
+            num_rows=max(rows or [1]),
+            extra_bytes=14 * sum(rows),
+            structure=cfg.structure,
+        )
         windows = plan.cache < plan.features
         fits = []
         self.features: list[DiskFeatures] = []
@@ -93,10 +96,16 @@ class AveragingEngine(Engine):
             local_ids = np.concatenate([part.core_ids, np.asarray(part.halo_ids, dtype=np.int64)])
             deg = self.tables.degrees[local_ids]
             direct = not plan.structure_in_memory and structure_on_disk(part.indices)
-            sampler = NeighborSampler(part.indptr, part.indices, cfg.fanouts,
-                                      num_nodes=part.num_nodes, degrees=deg,
-                                      direct_indices=direct, io_threads=cfg.io_threads,
-                                      neighbor_cache_bytes=int(plan.neighbor_cache * share))  # fmt: skip
+            sampler = NeighborSampler(
+                part.indptr,
+                part.indices,
+                cfg.fanouts,
+                num_nodes=part.num_nodes,
+                degrees=deg,
+                direct_indices=direct,
+                io_threads=cfg.io_threads,
+                neighbor_cache_bytes=int(plan.neighbor_cache * share),
+            )
             feats = DiskFeatures(
                 part_rows(part),
                 cache_bytes=int(plan.cache * share),
@@ -106,18 +115,26 @@ class AveragingEngine(Engine):
                 show_progress=cfg.progress if self.ctx.is_rank0 else False,
                 defer_cache=windows,
             )
-            loader = BatchLoader(sampler, feats, part.labels,
-                                 np.flatnonzero(np.asarray(part.train_mask)),
-                                 batch_size=cfg.batch_size, seed=cfg.seed + 1_000_003 * part.index,
-                                 timer=self.timer)  # fmt: skip
+            loader = BatchLoader(
+                sampler,
+                feats,
+                part.labels,
+                np.flatnonzero(np.asarray(part.train_mask)),
+                batch_size=cfg.batch_size,
+                seed=cfg.seed + 1_000_003 * part.index,
+                timer=self.timer,
+            )
             if windows:  # cache and windows sized from the part's first sampled epoch
-                loader.use_windows(feats, window_bytes=max(int(plan.window * share), 1),
-                                   last_epoch=cfg.epochs - 1,
-                                   pack_epochs=default_pack_epochs(cfg.pack_epochs,
-                                                                   plan.structure_in_memory),
-                                   scratch_dir=cfg.scratch_dir)  # fmt: skip
-                fits.append(loader.prefetcher.calibrate(int(plan.pool * share),
-                                                        min_window=plan.min_window))  # fmt: skip
+                loader.use_windows(
+                    feats,
+                    window_bytes=max(int(plan.window * share), 1),
+                    last_epoch=cfg.epochs - 1,
+                    pack_epochs=default_pack_epochs(cfg.pack_epochs, plan.structure_in_memory),
+                    scratch_dir=cfg.scratch_dir,
+                )
+                fits.append(
+                    loader.prefetcher.calibrate(int(plan.pool * share), min_window=plan.min_window)
+                )
                 if self.ctx.is_rank0:
                     log.info("part %d features: %s", part.index, fits[-1].describe())
             self.features.append(feats)
@@ -133,8 +150,9 @@ class AveragingEngine(Engine):
             for _ in self.loaders[1:]:
                 m = copy.deepcopy(self.model)
                 self.models.append(m)
-                self.optimizers.append(torch.optim.Adam(m.parameters(), lr=cfg.lr,
-                                                        weight_decay=cfg.weight_decay))  # fmt: skip
+                self.optimizers.append(
+                    torch.optim.Adam(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+                )
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
@@ -186,14 +204,17 @@ class AveragingEngine(Engine):
 
     def state(self) -> dict[str, Any]:
         st = super().state()
-        st["part_models"] = [(m.state_dict(), o.state_dict())
-                             for m, o in zip(self.models[1:], self.optimizers[1:], strict=True)]  # fmt: skip
+        st["part_models"] = [
+            (m.state_dict(), o.state_dict())
+            for m, o in zip(self.models[1:], self.optimizers[1:], strict=True)
+        ]
         return st
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
-        for (ms, os_), m, o in zip(state.get("part_models", []), self.models[1:],
-                                   self.optimizers[1:], strict=False):  # fmt: skip
+        for (ms, os_), m, o in zip(
+            state.get("part_models", []), self.models[1:], self.optimizers[1:], strict=False
+        ):
             m.load_state_dict(ms)
             o.load_state_dict(os_)
 

@@ -99,9 +99,11 @@ class Engine(ABC):
         # the same decision on every rank: the global training set, part 0's rows
         seeds = int(self.tables.train.sum()) if self.task == "node" else int(store.num_edges)
         self.config.train = resolve_for_data(
-            self.config.train, train_nodes=seeds, ranks=ctx.world_size,
+            self.config.train,
+            train_nodes=seeds,
+            ranks=ctx.world_size,
             features=store.part(0).features if store.num_parts else None,
-        )  # fmt: skip
+        )
 
     def rank_of_parts(self) -> np.ndarray:
         """``(p,)`` rank holding each part (the plan, or part ``j`` on rank ``j mod N``);
@@ -109,8 +111,9 @@ class Engine(ABC):
         return parts_of_rank(self.store.num_parts, self.ctx.world_size, self.train_config.plan)
 
     # ---------------------------------------------------------------- memory
-    def plan_memory(self, *, feature_bytes: int, num_rows: int, extra_bytes: int = 0,
-                    structure: str = "auto") -> BudgetPlan:  # fmt: skip
+    def plan_memory(
+        self, *, feature_bytes: int, num_rows: int, extra_bytes: int = 0, structure: str = "auto"
+    ) -> BudgetPlan:
         """This rank's memory budget (``--memory``, by default its share of the machine's or
         cgroup's limit, :func:`~shoal.sample.budget.plan_budget`) for ``feature_bytes`` of
         feature rows over ``num_rows`` rows. :data:`ENGINE_RESERVE`, the per-node tables
@@ -162,11 +165,22 @@ class Engine(ABC):
     def io_record(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The epoch's feature I/O summed over this rank's loaders and over ranks
         (collective): rows requested and served by the cache, rows and bytes read, seconds."""
-        keys = ("requested", "hits", "rows_read", "bytes_read", "unique_rows", "unique_bytes",
-                "windows", "process_read_bytes", "read_seconds", "bytes_written",
-                "pack_bytes_read")  # fmt: skip
-        t = torch.tensor([float(sum(r.get(k) or 0 for r in records)) for k in keys],
-                         dtype=torch.float64)  # fmt: skip
+        keys = (
+            "requested",
+            "hits",
+            "rows_read",
+            "bytes_read",
+            "unique_rows",
+            "unique_bytes",
+            "windows",
+            "process_read_bytes",
+            "read_seconds",
+            "bytes_written",
+            "pack_bytes_read",
+        )
+        t = torch.tensor(
+            [float(sum(r.get(k) or 0 for r in records)) for k in keys], dtype=torch.float64
+        )
         if self.ctx.world_size > 1:
             dist.all_reduce(t)
         rec = {
@@ -184,8 +198,9 @@ class Engine(ABC):
     #: inside shoal's own models when not)
     accepts_factory_models = True
 
-    def build_model(self, *, in_dim: int | None = None, out_dim: int | None = None,
-                    rank: int | None = None) -> nn.Module:  # fmt: skip
+    def build_model(
+        self, *, in_dim: int | None = None, out_dim: int | None = None, rank: int | None = None
+    ) -> nn.Module:
         """The configured model on the rank's device, with the same initial weights on every
         rank (built on the host, see :func:`~shoal.training.model_from_config`);
         ``in_dim``/``out_dim`` default to the store's feature width and class count; ``rank``
@@ -301,8 +316,14 @@ class Engine(ABC):
         if self.ctx.world_size == 1:
             return
         params = list(self.model.parameters())
-        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None
-                          else torch.zeros(p.numel(), device=p.device) for p in params])  # fmt: skip
+        flat = torch.cat(
+            [
+                p.grad.reshape(-1)
+                if p.grad is not None
+                else torch.zeros(p.numel(), device=p.device)
+                for p in params
+            ]
+        )
         dist.all_reduce(flat, group=self.ctx.model_group)
         if average:
             flat /= self.ctx.world_size
@@ -318,16 +339,21 @@ class Engine(ABC):
         from shoal.nn.base import BlockGNN
 
         if not isinstance(self.model, BlockGNN):
-            raise ShoalInputError(f"the {self.name} engine {why} and needs a shoal BlockGNN model",
-                                  fix="use one of shoal's models (--model), or another engine")  # fmt: skip
+            raise ShoalInputError(
+                f"the {self.name} engine {why} and needs a shoal BlockGNN model",
+                fix="use one of shoal's models (--model), or another engine",
+            )
 
     def eval_work_ratio(self) -> float:
         """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``;
         from global sizes: every rank gets the same); an engine training otherwise than by
         sampled mini-batches of training nodes overrides it."""
-        return eval_work_ratio(num_nodes=self.store.num_nodes, num_edges=self.store.num_edges,
-                               num_seeds=int(self.tables.train.sum()),
-                               fanouts=self.train_config.fanouts)  # fmt: skip
+        return eval_work_ratio(
+            num_nodes=self.store.num_nodes,
+            num_edges=self.store.num_edges,
+            num_seeds=int(self.tables.train.sum()),
+            fanouts=self.train_config.fanouts,
+        )
 
     def settings(self) -> dict[str, Any]:
         """Engine settings recorded in the result besides the TrainConfig (override)."""

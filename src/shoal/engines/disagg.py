@@ -54,8 +54,18 @@ __all__ = ["DisaggEngine", "cache_rows", "default_batch_workers"]
 
 log = logging.getLogger(__name__)
 
-COUNTERS = ("batches", "rows_sent", "rows_omitted", "batch_bytes", "update_bytes", "hits",
-            "redundant", "peak_pending", "unavailable", "bytes_read")  # fmt: skip
+COUNTERS = (
+    "batches",
+    "rows_sent",
+    "rows_omitted",
+    "batch_bytes",
+    "update_bytes",
+    "hits",
+    "redundant",
+    "peak_pending",
+    "unavailable",
+    "bytes_read",
+)
 
 
 def default_batch_workers(world: int) -> int:
@@ -87,7 +97,8 @@ class DisaggEngine(Engine):
         if p < roles.batch_workers:
             raise ShoalInputError(
                 f"the store has {p} parts, fewer than the {roles.batch_workers} batch workers",
-                fix=f"use --batch-workers {p} or fewer, or build a store with more parts")  # fmt: skip
+                fix=f"use --batch-workers {p} or fewer, or build a store with more parts",
+            )
         return roles.compute_workers + np.arange(p, dtype=np.int64) % roles.batch_workers
 
     def _roles(self) -> Roles:
@@ -109,8 +120,9 @@ class DisaggEngine(Engine):
             self.device = torch.device("cpu")
             self.feed = DeviceFeed(self.device)
         self.model = self.build_model()
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
-                                          weight_decay=cfg.weight_decay)  # fmt: skip
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
         # every rank creates every group, in the same order
         self.compute_group = dist.new_group(roles.compute_ranks)
         self.batch_group = dist.new_group(roles.batch_ranks)
@@ -118,8 +130,10 @@ class DisaggEngine(Engine):
         # --device on every rank, so every rank takes the same branch)
         self.grad_group = self.compute_group
         if ctx.device.type == "cuda":
-            self.grad_group = nccl_group(self.device, roles.compute_ranks,
-                                         timeout_s=ctx.timeout_s) or self.compute_group  # fmt: skip
+            self.grad_group = (
+                nccl_group(self.device, roles.compute_ranks, timeout_s=ctx.timeout_s)
+                or self.compute_group
+            )
         self.capacity = cache_rows(cfg.disagg_cache, store.num_nodes, self.row_bytes)
         self.dim = int(store.feature_dim)
         self.is_batch = roles.is_batch(ctx.rank)
@@ -127,32 +141,52 @@ class DisaggEngine(Engine):
         if self.is_batch:
             total = cfg.memory_bytes or memory_limit(peers[0], cgroup_processes=peers[1])[0]
             self.worker = BatchWorker(
-                store, roles=roles, rank=ctx.rank, degrees=self.tables.degrees,
-                train=self.tables.train, fanouts=cfg.fanouts, batch_size=cfg.batch_size,
-                replicas=cfg.replicas, seed=cfg.seed,
-                budget=max((total - ENGINE_RESERVE) // 2, 0), max_parts=cfg.resident_parts,
-                cache=self.capacity > 0, local_sampling=cfg.local_sampling,
-                grouping=cfg.grouping, queue=cfg.batch_queue, group=self.batch_group,
-                stats=self.stats)  # fmt: skip
+                store,
+                roles=roles,
+                rank=ctx.rank,
+                degrees=self.tables.degrees,
+                train=self.tables.train,
+                fanouts=cfg.fanouts,
+                batch_size=cfg.batch_size,
+                replicas=cfg.replicas,
+                seed=cfg.seed,
+                budget=max((total - ENGINE_RESERVE) // 2, 0),
+                max_parts=cfg.resident_parts,
+                cache=self.capacity > 0,
+                local_sampling=cfg.local_sampling,
+                grouping=cfg.grouping,
+                queue=cfg.batch_queue,
+                group=self.batch_group,
+                stats=self.stats,
+            )
         else:
             feeders = roles.feeders(ctx.rank)
             self.cache = ComputeCache(store.num_nodes, self.dim, self.capacity, feeders)
         self.last: dict[str, Any] = {}
         if ctx.is_rank0:
-            log.info("disagg: compute ranks %s, batch ranks %s (batch worker j feeds compute "
-                     "rank j mod %d), %d replica(s), cache %d rows, queue %d, %s sampling%s",
-                     roles.compute_ranks, roles.batch_ranks, roles.compute_workers,
-                     cfg.replicas, self.capacity, cfg.batch_queue,
-                     "local" if cfg.local_sampling else "remote",
-                     "" if cfg.grouping else ", no grouping")  # fmt: skip
+            log.info(
+                "disagg: compute ranks %s, batch ranks %s (batch worker j feeds compute "
+                "rank j mod %d), %d replica(s), cache %d rows, queue %d, %s sampling%s",
+                roles.compute_ranks,
+                roles.batch_ranks,
+                roles.compute_workers,
+                cfg.replicas,
+                self.capacity,
+                cfg.batch_queue,
+                "local" if cfg.local_sampling else "remote",
+                "" if cfg.grouping else ", no grouping",
+            )
 
     # ---------------------------------------------------------------- the epoch
     def _plan(self, epoch: int):
         """Steps 1-2 (collective): the mapping from the coordinator, every batch worker's
         phases, the schedule."""
         cfg, roles, p = self.train_config, self.roles, self.store.num_parts
-        m = torch.from_numpy(assign_parts(p, roles.batch_workers, cfg.seed, epoch)) \
-            if self.ctx.rank == roles.coordinator else torch.empty(p, dtype=torch.int64)  # fmt: skip
+        m = (
+            torch.from_numpy(assign_parts(p, roles.batch_workers, cfg.seed, epoch))
+            if self.ctx.rank == roles.coordinator
+            else torch.empty(p, dtype=torch.int64)
+        )
         dist.broadcast(m, src=roles.coordinator)
         part_to_bw = m.numpy().copy()
         vec = torch.zeros(p + 2, dtype=torch.int64)
@@ -165,8 +199,7 @@ class DisaggEngine(Engine):
         every = [torch.empty_like(vec) for _ in range(self.ctx.world_size)]
         dist.all_gather(every, vec)
         phase_seeds = [every[r][1 : 1 + int(every[r][0])].tolist() for r in roles.batch_ranks]
-        sched = epoch_schedule(phase_seeds, roles, batch_size=cfg.batch_size,
-                               replicas=cfg.replicas)  # fmt: skip
+        sched = epoch_schedule(phase_seeds, roles, batch_size=cfg.batch_size, replicas=cfg.replicas)
         return part_to_bw, ph, sched
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
@@ -188,11 +221,20 @@ class DisaggEngine(Engine):
         d = dict(zip(COUNTERS, counters.tolist()))
         looked = d["rows_sent"] + d["rows_omitted"]
         d["hit_rate"] = d["rows_omitted"] / looked if looked else 0.0
-        d.update(iterations=sched.iterations, cache_rows=self.capacity,
-                 batch_workers=self.roles.batch_workers, replicas=self.train_config.replicas)  # fmt: skip
-        return self.epoch_record(loss_sum=loss_sum, correct=correct, seen=seen,
-                                 seconds=time.perf_counter() - t0, time_split=split,
-                                 disagg=d)  # fmt: skip
+        d.update(
+            iterations=sched.iterations,
+            cache_rows=self.capacity,
+            batch_workers=self.roles.batch_workers,
+            replicas=self.train_config.replicas,
+        )
+        return self.epoch_record(
+            loss_sum=loss_sum,
+            correct=correct,
+            seen=seen,
+            seconds=time.perf_counter() - t0,
+            time_split=split,
+            disagg=d,
+        )
 
     def _compute_epoch(self, sched) -> tuple[dict, dict, tuple[float, int, int]]:
         roles, rank = self.roles, self.ctx.rank
@@ -262,8 +304,14 @@ class DisaggEngine(Engine):
         if self.roles.compute_workers == 1:
             return
         params = list(self.model.parameters())
-        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None
-                          else torch.zeros(p.numel(), device=p.device) for p in params])  # fmt: skip
+        flat = torch.cat(
+            [
+                p.grad.reshape(-1)
+                if p.grad is not None
+                else torch.zeros(p.numel(), device=p.device)
+                for p in params
+            ]
+        )
         dist.all_reduce(flat, group=self.grad_group)
         flat /= self.roles.compute_workers
         self.stats.allreduce_bytes += flat.numel() * 4
@@ -285,8 +333,13 @@ class DisaggEngine(Engine):
 
     def settings(self) -> dict[str, Any]:
         cfg = self.train_config
-        return {"batch_workers": self.roles.batch_workers,
-                "compute_workers": self.roles.compute_workers, "replicas": cfg.replicas,
-                "cache_rows": self.capacity, "grouping": cfg.grouping,
-                "local_sampling": cfg.local_sampling, "batch_queue": cfg.batch_queue,
-                "resident_parts": cfg.resident_parts}  # fmt: skip
+        return {
+            "batch_workers": self.roles.batch_workers,
+            "compute_workers": self.roles.compute_workers,
+            "replicas": cfg.replicas,
+            "cache_rows": self.capacity,
+            "grouping": cfg.grouping,
+            "local_sampling": cfg.local_sampling,
+            "batch_queue": cfg.batch_queue,
+            "resident_parts": cfg.resident_parts,
+        }

@@ -77,28 +77,41 @@ class FullGraphEngine(Engine):
         self.model = self.build_model()
         self.require_block_model("runs the model layer by layer")
         if any(f != -1 for f in cfg.fanouts):
-            log.warning("fullgraph uses every neighbour: --fanouts %s only sets %d layers",
-                        ",".join(map(str, cfg.fanouts)), cfg.num_layers)  # fmt: skip
+            log.warning(
+                "fullgraph uses every neighbour: --fanouts %s only sets %d layers",
+                ",".join(map(str, cfg.fanouts)),
+                cfg.num_layers,
+            )
         g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner)
         self.graph = g
         self.widths = layer_widths(self.model, int(store.feature_dim))
         s_rows = g.num_solid
-        plan = self.plan_memory(feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1),
-                                extra_bytes=16 * s_rows)  # fmt: skip
+        plan = self.plan_memory(
+            feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1), extra_bytes=16 * s_rows
+        )
         t0 = time.perf_counter()
         self.costs = self._costs()
         self.sets = self._split(plan)
         self.split_seconds = time.perf_counter() - t0
         self._build(plan)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
-                                          weight_decay=cfg.weight_decay)  # fmt: skip
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
         self.num_batches = 1
         if ctx.is_rank0:
-            log.info("fullgraph (%s): rank 0 has %d nodes, %d halo; per layer cached %s, "
-                     "communicated %s; costs T_v %.3g T_e %.3g T_c %.3g s/dim; split in %.2fs",
-                     cfg.deps, g.num_solid, len(g.halo), [len(c) for c in self.sets.cached],
-                     [len(c) for c in self.sets.communicated], self.costs.t_v, self.costs.t_e,
-                     self.costs.t_c, self.split_seconds)  # fmt: skip
+            log.info(
+                "fullgraph (%s): rank 0 has %d nodes, %d halo; per layer cached %s, "
+                "communicated %s; costs T_v %.3g T_e %.3g T_c %.3g s/dim; split in %.2fs",
+                cfg.deps,
+                g.num_solid,
+                len(g.halo),
+                [len(c) for c in self.sets.cached],
+                [len(c) for c in self.sets.communicated],
+                self.costs.t_v,
+                self.costs.t_e,
+                self.costs.t_c,
+                self.split_seconds,
+            )
 
     # ---------------------------------------------------------------- set-up
     def _local(self, ids: np.ndarray) -> np.ndarray:
@@ -132,9 +145,15 @@ class FullGraphEngine(Engine):
         depth = 0 if cfg.deps == "comm" else self.model.num_layers - 1
         self.structure = RemoteCSR.empty()
         if depth:
-            self.structure = fetch_closure(g.halo, depth, owner_rank=self._owner_rank,
-                                           local_mask=self._local, serve=self._serve,
-                                           world=self.ctx.world_size, stats=self.stats)  # fmt: skip
+            self.structure = fetch_closure(
+                g.halo,
+                depth,
+                owner_rank=self._owner_rank,
+                local_mask=self._local,
+                serve=self._serve,
+                world=self.ctx.world_size,
+                stats=self.stats,
+            )
         if cfg.dep_memory is not None:
             limit = float(parse_size(cfg.dep_memory))
         else:  # what the features' share of the budget leaves after this rank's own rows
@@ -143,8 +162,14 @@ class FullGraphEngine(Engine):
         self.memory_limit = limit
         local_set = set(g.solid.tolist())
         cached, have, self.replicated_bytes = split_dependencies(
-            g.halo, self.structure, self.widths, self.costs,
-            is_local=local_set.__contains__, memory_limit=limit, mode=cfg.deps)  # fmt: skip
+            g.halo,
+            self.structure,
+            self.widths,
+            self.costs,
+            is_local=local_set.__contains__,
+            memory_limit=limit,
+            mode=cfg.deps,
+        )
         return build_sets(g.halo, cached, have)
 
     def _build(self, plan) -> None:
@@ -152,8 +177,13 @@ class FullGraphEngine(Engine):
         cfg, g, ctx, sets = self.train_config, self.graph, self.ctx, self.sets
         dim = int(self.store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
-        self.features = DiskFeatures(arrays, cache_bytes=plan.cache, threads=cfg.io_threads,
-                                     normalize=cfg.normalize_features, show_progress=False)  # fmt: skip
+        self.features = DiskFeatures(
+            arrays,
+            cache_bytes=plan.cache,
+            threads=cfg.io_threads,
+            normalize=cfg.normalize_features,
+            show_progress=False,
+        )
         # level 0 never changes: [local rows; replicated rows] in one buffer, read once
         self.x0 = torch.empty((g.num_solid + len(sets.rep[0]), dim), dtype=torch.float32)
         self._read_rows(np.arange(g.num_solid), out=self.x0[: g.num_solid])
@@ -171,9 +201,17 @@ class FullGraphEngine(Engine):
             pos = np.searchsorted(g.solid, asked.numpy())
             off = np.concatenate([[0], np.cumsum(asked_counts)])
             send_idx = [pos[off[r] : off[r + 1]] for r in range(ctx.world_size)]
-            self.exchanges.append(RowExchange(send_idx, counts.tolist(), rank=ctx.rank,
-                                              world=ctx.world_size, tag=k, ring=cfg.ring,
-                                              stats=self.stats))  # fmt: skip
+            self.exchanges.append(
+                RowExchange(
+                    send_idx,
+                    counts.tolist(),
+                    rank=ctx.rank,
+                    world=ctx.world_size,
+                    tag=k,
+                    ring=cfg.ring,
+                    stats=self.stats,
+                )
+            )
         self.rep_local: list[torch.Tensor] = [torch.zeros(0, dtype=torch.int64)] * len(sets.rep)
         self.blocks = [self._layer_blocks(k) for k in range(self.model.num_layers)]
         train = np.asarray(self.tables.train[g.solid]) if g.num_solid else np.zeros(0, bool)
@@ -189,8 +227,9 @@ class FullGraphEngine(Engine):
         self.rep_local = [t.to(dev) for t in self.rep_local]
         self.train_pos, self.y = self.train_pos.to(dev), self.y.to(dev)
 
-    def _read_rows(self, pos: np.ndarray, chunk: int = 1 << 16,
-                   out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def _read_rows(
+        self, pos: np.ndarray, chunk: int = 1 << 16, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """This rank's feature rows at positions ``pos`` (into ``out`` if given), read ``chunk``
         rows at a time (the reader's buffer is reused by every call: the rows are copied out)."""
         if out is None:
@@ -267,8 +306,9 @@ class FullGraphEngine(Engine):
             timer["communication"] = timer.get("communication", 0.0) + time.perf_counter() - t0
             t0 = time.perf_counter()
             both = self.x0 if k == 0 else torch.cat([h, h_rep])
-            h = self.model.layer_forward(k, torch.cat([both, mirrors]) if len(mirrors) else both,
-                                         blk)  # fmt: skip
+            h = self.model.layer_forward(
+                k, torch.cat([both, mirrors]) if len(mirrors) else both, blk
+            )
             timer["local_compute"] = timer.get("local_compute", 0.0) + time.perf_counter() - t0
             h_rep = nxt if nxt is not None else h[:0]
         return h
@@ -287,8 +327,13 @@ class FullGraphEngine(Engine):
         self.stats.reset()
         for ex in self.exchanges:
             ex.seconds = 0.0
-        timer: dict[str, float] = {"cached_compute": 0.0, "local_compute": 0.0,
-                                   "communication": 0.0, "backward": 0.0, "allreduce": 0.0}  # fmt: skip
+        timer: dict[str, float] = {
+            "cached_compute": 0.0,
+            "local_compute": 0.0,
+            "communication": 0.0,
+            "backward": 0.0,
+            "allreduce": 0.0,
+        }
         self.model.train()
         t_epoch = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
@@ -310,8 +355,13 @@ class FullGraphEngine(Engine):
             out = logits[self.train_pos]
             correct = int((out.argmax(1) == self.y).sum())
         loss_sum = float(loss.detach()) * self.num_train  # summed over ranks in the record
-        return self.epoch_record(loss_sum=loss_sum, correct=correct, seen=len(self.train_pos),
-                                 seconds=time.perf_counter() - t_epoch, time_split=timer)  # fmt: skip
+        return self.epoch_record(
+            loss_sum=loss_sum,
+            correct=correct,
+            seen=len(self.train_pos),
+            seconds=time.perf_counter() - t_epoch,
+            time_split=timer,
+        )
 
     def close_io(self) -> None:
         self.features.close()

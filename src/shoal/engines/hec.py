@@ -79,22 +79,32 @@ class HecEngine(Engine):
         self.model = self.build_model()
         self.require_block_model("replaces halo rows between layers")
         s_rows = sum(p.num_core for p in self.parts)
-        plan = self.plan_memory(feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1),
-                                extra_bytes=16 * s_rows)  # fmt: skip
+        plan = self.plan_memory(
+            feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1), extra_bytes=16 * s_rows
+        )
         g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner)
         self.graph = g
         local_ids = np.concatenate([g.solid, g.halo])
         self.degrees = self.tables.degrees[local_ids] if len(local_ids) else np.zeros(0, np.float32)
-        self.sampler = NeighborSampler(g.indptr, g.indices, cfg.fanouts,
-                                       num_nodes=len(local_ids), degrees=self.degrees)  # fmt: skip
+        self.sampler = NeighborSampler(
+            g.indptr, g.indices, cfg.fanouts, num_nodes=len(local_ids), degrees=self.degrees
+        )
         dim = int(store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
-        self.features = DiskFeatures(arrays, cache_bytes=plan.cache, threads=cfg.io_threads,
-                                     normalize=cfg.normalize_features,
-                                     show_progress=cfg.progress if ctx.is_rank0 else False)  # fmt: skip
-        train = np.concatenate([np.flatnonzero(np.asarray(p.train_mask)) + o for p, o in
-                                zip(self.parts, np.cumsum([0] + [p.num_core for p in self.parts]))]
-                               or [np.empty(0, np.int64)]).astype(np.int64)  # fmt: skip
+        self.features = DiskFeatures(
+            arrays,
+            cache_bytes=plan.cache,
+            threads=cfg.io_threads,
+            normalize=cfg.normalize_features,
+            show_progress=cfg.progress if ctx.is_rank0 else False,
+        )
+        train = np.concatenate(
+            [
+                np.flatnonzero(np.asarray(p.train_mask)) + o
+                for p, o in zip(self.parts, np.cumsum([0] + [p.num_core for p in self.parts]))
+            ]
+            or [np.empty(0, np.int64)]
+        ).astype(np.int64)
         self.seeds = train
         self.labels = self.tables.labels[g.solid] if len(g.solid) else np.empty(0, np.int32)
         steps = torch.tensor([math.ceil(len(train) / cfg.batch_size)], dtype=torch.int64)
@@ -105,17 +115,25 @@ class HecEngine(Engine):
         owner_rank = self.part_to_rank[store.owner(g.halo)] if len(g.halo) else g.halo
         self.db = halo_database(g.halo, owner_rank, ctx.world_size, self.stats)
         self.dims = layer_widths(self.model, dim)[:-1]  # every layer's input
-        self.caches = [HistoricalCache(universe=g.halo, dim=w, size=cfg.hec_size,
-                                       lifespan=cfg.hec_lifespan) for w in self.dims]  # fmt: skip
+        self.caches = [
+            HistoricalCache(universe=g.halo, dim=w, size=cfg.hec_size, lifespan=cfg.hec_lifespan)
+            for w in self.dims
+        ]
         self.push = DelayedPush(self.dims, ctx.world_size, cfg.hec_delay, self.stats)
         self.now = 0  # mini-batch steps since the start: the caches' clock
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
-                                          weight_decay=cfg.weight_decay)  # fmt: skip
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
         self.param_bytes = 4 * sum(p.numel() for p in self.model.parameters())
         if ctx.is_rank0:
-            log.info("hec: rank 0 has %d solid and %d halo nodes, %d steps per epoch; caches of "
-                     "%s lines", g.num_solid, len(g.halo), self.num_batches,
-                     [c.capacity for c in self.caches])  # fmt: skip
+            log.info(
+                "hec: rank 0 has %d solid and %d halo nodes, %d steps per epoch; caches of "
+                "%s lines",
+                g.num_solid,
+                len(g.halo),
+                self.num_batches,
+                [c.capacity for c in self.caches],
+            )
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
@@ -126,8 +144,12 @@ class HecEngine(Engine):
         total_loss, correct, seen = 0.0, 0, 0
         self.model.train()
         t_epoch = time.perf_counter()
-        bar = progress(total=self.num_batches, desc=f"epoch {epoch + 1}", unit="batch",
-                       enable=cfg.progress if self.ctx.is_rank0 else False)  # fmt: skip
+        bar = progress(
+            total=self.num_batches,
+            desc=f"epoch {epoch + 1}",
+            unit="batch",
+            enable=cfg.progress if self.ctx.is_rank0 else False,
+        )
         m, d = self.num_batches, cfg.hec_delay
         for k, seeds in enumerate(self.epoch_batches(epoch)):
             t0 = time.perf_counter()
@@ -181,8 +203,9 @@ class HecEngine(Engine):
             for layer, block in enumerate(blocks):
                 pos, lines = inject[layer]
                 if len(pos):  # line 12: cached rows replace the halo rows
-                    h = h.index_put((torch.from_numpy(pos).to(dev),),
-                                    self.caches[layer].load(lines).to(dev))  # fmt: skip
+                    h = h.index_put(
+                        (torch.from_numpy(pos).to(dev),), self.caches[layer].load(lines).to(dev)
+                    )
                 rows_of.append(h)
                 h = self.model.layer_forward(layer, h, block.to(dev))
             y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64)).to(dev)
@@ -249,8 +272,10 @@ class HecEngine(Engine):
         """Per layer, summed over ranks (collective): lookups, hits, hit rate, lines valid at
         the epoch's end, rows pushed, received, dropped."""
         keys = ("lookups", "hits", "pushed", "received", "dropped")
-        t = torch.tensor([[getattr(c.stats, k) for k in keys] + [c.valid_lines(self.now)]
-                          for c in self.caches], dtype=torch.float64)  # fmt: skip
+        t = torch.tensor(
+            [[getattr(c.stats, k) for k in keys] + [c.valid_lines(self.now)] for c in self.caches],
+            dtype=torch.float64,
+        )
         if self.ctx.world_size > 1:
             dist.all_reduce(t)
         out = []

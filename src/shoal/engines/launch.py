@@ -119,15 +119,20 @@ def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, di
     from shoal.engines.autoplan import plan_engine
 
     if tc.task != "node":
-        raise ShoalInputError("--engine auto plans node classification only",
-                              fix="give --engine minibatch for --task link")  # fmt: skip
+        raise ShoalInputError(
+            "--engine auto plans node classification only",
+            fix="give --engine minibatch for --task link",
+        )
     box: list[Any] = [None]
     plan = plan_engine(store, tc, ctx.world_size, ctx=ctx if ctx.world_size > 1 else None)
     if ctx.rank == 0:
         box[0] = plan.to_dict()
-        print("shoal train --engine auto: estimated training epoch per engine on this "
-              f"machine ({ctx.world_size} processes):\n  " + "\n  ".join(plan.reasons()),
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            "shoal train --engine auto: estimated training epoch per engine on this "
+            f"machine ({ctx.world_size} processes):\n  " + "\n  ".join(plan.reasons()),
+            file=sys.stderr,
+            flush=True,
+        )
     if ctx.world_size > 1:
         dist.broadcast_object_list(box, 0)
     return replace(tc, engine=box[0]["engine"]), box[0]

@@ -63,8 +63,10 @@ def _positions(nodes: np.ndarray, pos: np.ndarray, neg_dst: np.ndarray):
     """``(2, B)`` positive and ``(2, B * K)`` negative edges as positions in ``nodes``."""
     at = lambda a: torch.from_numpy(np.searchsorted(nodes, a))  # noqa: E731
     src = np.repeat(pos[:, 0], neg_dst.shape[1])
-    return (torch.stack([at(pos[:, 0]), at(pos[:, 1])]),
-            torch.stack([at(src), at(neg_dst.ravel())]))  # fmt: skip
+    return (
+        torch.stack([at(pos[:, 0]), at(pos[:, 1])]),
+        torch.stack([at(src), at(neg_dst.ravel())]),
+    )
 
 
 class LinkMinibatchEngine(Engine):
@@ -75,14 +77,16 @@ class LinkMinibatchEngine(Engine):
     metric = "mrr"
     accepts_factory_models = False
 
-    def __init__(self, store, config: EngineConfig | TrainConfig, ctx, *,
-                 link: LinkConfig | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, store, config: EngineConfig | TrainConfig, ctx, *, link: LinkConfig | None = None
+    ) -> None:
         super().__init__(store, config, ctx)
         self.link = link or LinkConfig()
         cfg, ctx = self.train_config, self.ctx
         self._check_inputs()
-        self.positives = RankPositives(self.parts, directed=bool(store.meta["directed"]),
-                                       rank=ctx.rank)  # fmt: skip
+        self.positives = RankPositives(
+            self.parts, directed=bool(store.meta["directed"]), rank=ctx.rank
+        )
         most = torch.tensor([self.positives.count], dtype=torch.int64)
         total = most.clone()
         if ctx.world_size > 1:
@@ -91,25 +95,40 @@ class LinkMinibatchEngine(Engine):
         self.num_batches = max(1, math.ceil(int(most) / cfg.batch_size))
         self.total_positives = int(total)
         self.sampler = DistNeighborSampler(
-            parts=self.parts, part_offsets=store.part_offsets, part_to_rank=self.part_to_rank,
-            rank=ctx.rank, world_size=ctx.world_size, fanouts=cfg.fanouts,
-            degrees=self.tables.degrees, stats=self.stats,
-        )  # fmt: skip
+            parts=self.parts,
+            part_offsets=store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            fanouts=cfg.fanouts,
+            degrees=self.tables.degrees,
+            stats=self.stats,
+        )
         self.embedding: DistEmbedding | None = None
         if self.link.embedding_dim:
             self.embedding = DistEmbedding(
-                Path(self.link.embedding_dir or f"{store.path}.emb"), parts=self.parts,
-                part_offsets=store.part_offsets, part_to_rank=self.part_to_rank, rank=ctx.rank,
-                world_size=ctx.world_size, dim=self.link.embedding_dim, seed=cfg.seed,
+                Path(self.link.embedding_dir or f"{store.path}.emb"),
+                parts=self.parts,
+                part_offsets=store.part_offsets,
+                part_to_rank=self.part_to_rank,
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                dim=self.link.embedding_dim,
+                seed=cfg.seed,
                 optimizer=self.link.embedding_optimizer,
-                lr=self.link.embedding_lr or cfg.lr, stats=self.stats,
-            )  # fmt: skip
+                lr=self.link.embedding_lr or cfg.lr,
+                stats=self.stats,
+            )
         else:
             self.features = DistFeatureStore(
-                part_offsets=store.part_offsets, part_to_rank=self.part_to_rank, rank=ctx.rank,
-                world_size=ctx.world_size, local_parts={p.index: p.features for p in self.parts},
-                feature_dim=int(store.feature_dim), stats=self.stats,
-            )  # fmt: skip
+                part_offsets=store.part_offsets,
+                part_to_rank=self.part_to_rank,
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                local_parts={p.index: p.features for p in self.parts},
+                feature_dim=int(store.feature_dim),
+                stats=self.stats,
+            )
         in_dim = self.link.embedding_dim or int(store.feature_dim)
         # the encoder, then the scorer, from the run's seed (as the single-process trainer
         # draws them: the same weights on every rank), then the rank's own dropout stream
@@ -120,13 +139,14 @@ class LinkMinibatchEngine(Engine):
                 f"model whose layers sum messages; {cfg.model} does not",
                 fix="use --model sage, gcn, gin or sgc, or train GAT link prediction in one "
                 "process (--graph)",
-            )  # fmt: skip
+            )
         scorer = build_scorer(self.link.scorer, cfg.hidden, dropout=cfg.dropout)
         if ctx.rank:
             torch.manual_seed(cfg.seed + ctx.rank)
         self.model = LinkNet(encoder, scorer).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
-                                          weight_decay=cfg.weight_decay)  # fmt: skip
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
 
     def _check_inputs(self) -> None:
         store, link = self.store, self.link
@@ -136,16 +156,20 @@ class LinkMinibatchEngine(Engine):
                 path=store.path,
                 fix="split the edges first (shoal data split-edges G --out G-link), then "
                 "partition G-link and build the store from it",
-            )  # fmt: skip
+            )
         if not link.embedding_dim and store.feature_dim is None:
-            raise ShoalInputError("the store has no features", path=store.path,
-                                  fix="learn an embedding per node instead: --embedding-dim 64")  # fmt: skip
+            raise ShoalInputError(
+                "the store has no features",
+                path=store.path,
+                fix="learn an embedding per node instead: --embedding-dim 64",
+            )
         if link.embedding_dim and self.link.embedding_dir is None and not self.train_config.resume:
             if Path(f"{store.path}.emb").exists():
                 raise ShoalInputError(
-                    "an embedding table from another run is there", path=f"{store.path}.emb",
+                    "an embedding table from another run is there",
+                    path=f"{store.path}.emb",
                     fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
-                )  # fmt: skip
+                )
 
     # ---------------------------------------------------------------- one step
     def _negatives(self, pos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -165,8 +189,12 @@ class LinkMinibatchEngine(Engine):
             x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
         return x
 
-    def train_step(self, batches: list[tuple[np.ndarray, np.ndarray]], seed: int,
-                   timer: dict[str, float] | None = None) -> tuple[float, int]:  # fmt: skip
+    def train_step(
+        self,
+        batches: list[tuple[np.ndarray, np.ndarray]],
+        seed: int,
+        timer: dict[str, float] | None = None,
+    ) -> tuple[float, int]:
         """One synchronous step on this rank's ``batches`` (``(B, 2)`` positives, ``(B, K)``
         negative destinations each): the mean of their losses, gradients averaged over ranks,
         one Adam step and the embedding rows' updates at their owners. Collective; returns
@@ -216,8 +244,12 @@ class LinkMinibatchEngine(Engine):
         timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0}
         self.model.train()
         t_epoch, loss_sum, seen = time.perf_counter(), 0.0, 0
-        bar = progress(total=self.num_batches, desc=f"epoch {epoch + 1}", unit="batch",
-                       enable=cfg.progress if self.ctx.is_rank0 else False)  # fmt: skip
+        bar = progress(
+            total=self.num_batches,
+            desc=f"epoch {epoch + 1}",
+            unit="batch",
+            enable=cfg.progress if self.ctx.is_rank0 else False,
+        )
         for step, pos in enumerate(self.positives.epoch(cfg.seed, epoch, self.num_batches)):
             seed = batch_seed(cfg.seed, epoch, step) + self.ctx.rank
             neg = self._negatives(pos, np.random.default_rng(seed))
@@ -227,13 +259,19 @@ class LinkMinibatchEngine(Engine):
         bar.close()
         if self.embedding is not None:
             self.embedding.flush()
-        rec = self.epoch_record(loss_sum=loss_sum, correct=0, seen=seen,
-                                seconds=time.perf_counter() - t_epoch, time_split=timer)  # fmt: skip
+        rec = self.epoch_record(
+            loss_sum=loss_sum,
+            correct=0,
+            seen=seen,
+            seconds=time.perf_counter() - t_epoch,
+            time_split=timer,
+        )
         rec["train_accuracy"] = None
         return rec
 
-    def evaluate(self, splits: tuple[str, ...] = ("val", "test"), *,
-                 model: torch.nn.Module | None = None) -> dict[str, float]:  # fmt: skip
+    def evaluate(
+        self, splits: tuple[str, ...] = ("val", "test"), *, model: torch.nn.Module | None = None
+    ) -> dict[str, float]:
         """MRR per split (and ``<split>_hits@K``) from exact distributed embeddings."""
         cfg, net = self.train_config, model if model is not None else self.model
         if self.embedding is not None:
@@ -242,16 +280,32 @@ class LinkMinibatchEngine(Engine):
         out: dict[str, float] = {}
         with Scratch(cfg.scratch_dir, beside=self.store.path) as scratch:
             emb = dist_node_embeddings(
-                on_device(net.encoder, self.device), self.store, self.parts, self.part_to_rank, self.ctx, self.tables,
-                width=cfg.hidden, scratch=scratch, budget=BLOCKED_BUDGET, inputs=inputs,
-                normalize=cfg.normalize_features and inputs is None, threads=cfg.io_threads,
-            )  # fmt: skip
+                on_device(net.encoder, self.device),
+                self.store,
+                self.parts,
+                self.part_to_rank,
+                self.ctx,
+                self.tables,
+                width=cfg.hidden,
+                scratch=scratch,
+                budget=BLOCKED_BUDGET,
+                inputs=inputs,
+                normalize=cfg.normalize_features and inputs is None,
+                threads=cfg.io_threads,
+            )
             for s in splits:
                 mrr, hits = dist_link_metrics(
-                    on_device(net.scorer, self.device), emb, self.store, self.part_to_rank, self.ctx, split=s,
-                    seed=cfg.seed, num_neg=self.link.eval_negatives, hits_k=self.link.hits_k,
+                    on_device(net.scorer, self.device),
+                    emb,
+                    self.store,
+                    self.part_to_rank,
+                    self.ctx,
+                    split=s,
+                    seed=cfg.seed,
+                    num_neg=self.link.eval_negatives,
+                    hits_k=self.link.hits_k,
                     width=cfg.hidden,
-                )  # fmt: skip
+                )
                 out[s], out[f"{s}_hits@{self.link.hits_k}"] = mrr, hits
         return out
 
@@ -276,9 +330,12 @@ class LinkMinibatchEngine(Engine):
 
     def eval_work_ratio(self) -> float:
         """As the base's, with an epoch's seeds = every positive's ends and negatives."""
-        return eval_work_ratio(num_nodes=self.store.num_nodes, num_edges=self.store.num_edges,
-                               num_seeds=self.total_positives * (2 + self.link.num_neg),
-                               fanouts=self.train_config.fanouts)  # fmt: skip
+        return eval_work_ratio(
+            num_nodes=self.store.num_nodes,
+            num_edges=self.store.num_edges,
+            num_seeds=self.total_positives * (2 + self.link.num_neg),
+            fanouts=self.train_config.fanouts,
+        )
 
     def settings(self) -> dict[str, Any]:
         return {"task": "link", **{f"link_{k}": v for k, v in vars(self.link).items()}}

@@ -94,9 +94,10 @@ class MinibatchEngine(Engine):
         self._open_features()
         self.model = self.build_model()
         self.ddp = DistributedDataParallel(
-            self.model, process_group=ctx.model_group,
+            self.model,
+            process_group=ctx.model_group,
             device_ids=[self.device] if self.device.type == "cuda" else None,
-        )  # fmt: skip
+        )
         self.optimizer = torch.optim.Adam(
             self.ddp.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -111,15 +112,17 @@ class MinibatchEngine(Engine):
         # the sampler's id map (4 B per node), the windows' marks (3 B per node), the cache's
         # slot map (4 B per local row)
         extra = 7 * store.num_nodes + 4 * rows
-        plan = self.plan_memory(feature_bytes=rows * self.row_bytes, num_rows=max(rows, 1),
-                                extra_bytes=extra)  # fmt: skip
+        plan = self.plan_memory(
+            feature_bytes=rows * self.row_bytes, num_rows=max(rows, 1), extra_bytes=extra
+        )
         if ctx.is_rank0:
             log.info("rank 0 %s", plan.describe())
         windows = plan.cache < plan.features
         dim = int(store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
-        deg = self.tables.degrees[np.concatenate([p.core_ids for p in self.parts] or [[]])
-                                  .astype(np.int64)]  # fmt: skip
+        deg = self.tables.degrees[
+            np.concatenate([p.core_ids for p in self.parts] or [[]]).astype(np.int64)
+        ]
         self.local = DiskFeatures(
             arrays,
             cache_bytes=plan.cache,
@@ -129,14 +132,19 @@ class MinibatchEngine(Engine):
             defer_cache=windows,
         )
         self.windows = DistWindows(
-            self.local, part_offsets=store.part_offsets, part_to_rank=self.part_to_rank,
-            rank=ctx.rank, world_size=ctx.world_size, stats=self.stats,
+            self.local,
+            part_offsets=store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            stats=self.stats,
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
             sample_bytes=plan.window // 4 if windows else None,
             pack_epochs=default_pack_epochs(cfg.pack_epochs, plan.structure_in_memory),
-            last_epoch=cfg.epochs - 1, scratch_dir=cfg.scratch_dir,
-        )  # fmt: skip
+            last_epoch=cfg.epochs - 1,
+            scratch_dir=cfg.scratch_dir,
+        )
         self.features = DistFeatureStore(
             part_offsets=store.part_offsets,
             part_to_rank=self.part_to_rank,
@@ -198,8 +206,7 @@ class MinibatchEngine(Engine):
         """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and
         normalised) rows, labels (collective)."""
         again = lambda e: self._samples(e, timer)  # noqa: E731 - future epochs, to pack them
-        for mbs, _ in self.windows.windows(self._samples(epoch, timer), epoch=epoch,
-                                           sample=again):  # fmt: skip
+        for mbs, _ in self.windows.windows(self._samples(epoch, timer), epoch=epoch, sample=again):
             for mb in mbs:
                 t1 = time.perf_counter()
                 x = self.features.pull(mb.n_id)

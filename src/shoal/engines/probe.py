@@ -173,9 +173,15 @@ def _median_time(fn, repeats: int) -> float:
     return float(np.median(ts))
 
 
-def _probe_layers(model: Any, part: Any, sampler: NeighborSampler, width: int,
-                  rng: np.random.Generator, repeats: int,
-                  nodes: int = 2048) -> tuple[list[float], int, int]:  # fmt: skip
+def _probe_layers(
+    model: Any,
+    part: Any,
+    sampler: NeighborSampler,
+    width: int,
+    rng: np.random.Generator,
+    repeats: int,
+    nodes: int = 2048,
+) -> tuple[list[float], int, int]:
     """Seconds of every layer (forward + backward) on ``nodes`` random core nodes of
     ``part`` with all their in-edges, the node count and the block's source count (0, 0:
     the model has no layers to probe). A slow layer (over 0.5 s) is timed once."""
@@ -197,9 +203,14 @@ def _probe_layers(model: Any, part: Any, sampler: NeighborSampler, width: int,
     return out, k, int(blk.num_src)
 
 
-def probe_machine(store: Store, config: TrainConfig, *,
-                  network: str | tuple[float, float, str] | None = None,
-                  repeats: int = 3, part: int | None = None) -> MachineCosts:  # fmt: skip
+def probe_machine(
+    store: Store,
+    config: TrainConfig,
+    *,
+    network: str | tuple[float, float, str] | None = None,
+    repeats: int = 3,
+    part: int | None = None,
+) -> MachineCosts:
     """Probe the costs of training ``config`` on ``store`` here (module docstring); a few
     seconds. ``network``: None or ``"loopback"`` probes loopback TCP; a rate (``"10gbit"``)
     is taken as given, as is a measured ``(bytes per second, round trip, label)``. ``part``:
@@ -257,14 +268,26 @@ def probe_machine(store: Store, config: TrainConfig, *,
         label = "loopback (probed)"
     else:
         bw, lat, label = parse_rate(network), GIVEN_LATENCY, f"{network} (given)"
-    return MachineCosts(sample_s=sample_s, batch_edges=edges, batch_rows=rows,
-                        halo_fraction=halo, remote_scale=remote, seq_read_bytes_per_s=seq,
-                        gather_mem_s=gather_mem_s, gather_s=gather_s, compute_s=compute_s,
-                        layer_s=layer_s, layer_nodes=k, layer_sources=sources, params=sum(
-                            p.numel() for p in model.parameters()),
-                        widths=layer_widths(model, width) if isinstance(model, BlockGNN) else None,
-                        net_bytes_per_s=bw, net_latency_s=lat, network=label,
-                        seconds=time.perf_counter() - t_start)  # fmt: skip
+    return MachineCosts(
+        sample_s=sample_s,
+        batch_edges=edges,
+        batch_rows=rows,
+        halo_fraction=halo,
+        remote_scale=remote,
+        seq_read_bytes_per_s=seq,
+        gather_mem_s=gather_mem_s,
+        gather_s=gather_s,
+        compute_s=compute_s,
+        layer_s=layer_s,
+        layer_nodes=k,
+        layer_sources=sources,
+        params=sum(p.numel() for p in model.parameters()),
+        widths=layer_widths(model, width) if isinstance(model, BlockGNN) else None,
+        net_bytes_per_s=bw,
+        net_latency_s=lat,
+        network=label,
+        seconds=time.perf_counter() - t_start,
+    )
 
 
 def probe_group_network(ctx: Any, nbytes: int = 8 << 20, pings: int = 20) -> tuple[float, float]:
@@ -309,8 +332,9 @@ def _mean_costs(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def probe_in_group(store: Store, config: TrainConfig, ctx: Any, *,
-                   repeats: int = 3) -> MachineCosts:  # fmt: skip
+def probe_in_group(
+    store: Store, config: TrainConfig, ctx: Any, *, repeats: int = 3
+) -> MachineCosts:
     """Every rank of the group probes at once, each on its own part (the contention of
     training); ranks 0 and 1 time the exchange, all ranks an all-reduce of the model's
     parameters; returns the ranks' mean on every rank (a collective)."""
@@ -318,8 +342,13 @@ def probe_in_group(store: Store, config: TrainConfig, ctx: Any, *,
 
     bw, rtt = probe_group_network(ctx)
     dist.barrier()
-    c = probe_machine(store, config, network=(bw, rtt, "between the run's ranks (probed)"),
-                      repeats=repeats, part=ctx.rank % max(store.num_parts, 1))  # fmt: skip
+    c = probe_machine(
+        store,
+        config,
+        network=(bw, rtt, "between the run's ranks (probed)"),
+        repeats=repeats,
+        part=ctx.rank % max(store.num_parts, 1),
+    )
     buf = torch.zeros(max(c.params, 1))
     dist.barrier()
     c.allreduce_s = _median_time(lambda: dist.all_reduce(buf), 2 * repeats + 1)
@@ -336,8 +365,13 @@ def _spawned(rank: int, world: int, port: int, store: str, config: dict, out: st
     from shoal.distributed import DistConfig, process_group
     from shoal.utils.threads import set_threads
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))  # fmt: skip
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
     set_threads(max(1, (os.cpu_count() or 1) // world))
     with process_group(DistConfig(backend="gloo")) as ctx:
         c = probe_in_group(Store.open(store), TrainConfig.from_dict(config), ctx)
@@ -361,8 +395,12 @@ def spawn_probe(store: str, config: TrainConfig, workers: int, scratch: str) -> 
     fd, out = tempfile.mkstemp(prefix="shoal-probe-", suffix=".json", dir=scratch)
     os.close(fd)
     try:
-        mp.spawn(_spawned, args=(workers, port, str(store), config.to_dict(), out),
-                 nprocs=workers, join=True)  # fmt: skip
+        mp.spawn(
+            _spawned,
+            args=(workers, port, str(store), config.to_dict(), out),
+            nprocs=workers,
+            join=True,
+        )
         with open(out) as f:
             return MachineCosts(**json.load(f))
     finally:

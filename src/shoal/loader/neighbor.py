@@ -48,9 +48,15 @@ def to_pyg(mb: MiniBatch, x: torch.Tensor, y: torch.Tensor, n_id: np.ndarray) ->
     hops = list(reversed(mb.blocks))  # hop 1 (the seeds' neighbours) first
     edge_index = torch.cat([b.edge_index for b in hops], dim=1) if hops else torch.empty(2, 0)
     nodes = [mb.num_seeds] + [b.num_src - b.num_dst for b in hops]
-    return Data(x=x, y=y, edge_index=edge_index.long(), n_id=torch.from_numpy(n_id),
-                batch_size=mb.num_seeds, num_sampled_nodes=nodes,
-                num_sampled_edges=[int(b.edge_index.shape[1]) for b in hops])  # fmt: skip
+    return Data(
+        x=x,
+        y=y,
+        edge_index=edge_index.long(),
+        n_id=torch.from_numpy(n_id),
+        batch_size=mb.num_seeds,
+        num_sampled_nodes=nodes,
+        num_sampled_edges=[int(b.edge_index.shape[1]) for b in hops],
+    )
 
 
 class NeighborLoader:
@@ -70,10 +76,18 @@ class NeighborLoader:
         normalize_features: row-normalise rows when read (default false).
     """
 
-    def __init__(self, source: str | os.PathLike | GraphDir | Partition,
-                 num_neighbors: Sequence[int] | str, *, input_nodes: str | np.ndarray = "train",
-                 batch_size: int = 512, shuffle: bool = True, seed: int = 0,
-                 memory: int | None = None, normalize_features: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        source: str | os.PathLike | GraphDir | Partition,
+        num_neighbors: Sequence[int] | str,
+        *,
+        input_nodes: str | np.ndarray = "train",
+        batch_size: int = 512,
+        shuffle: bool = True,
+        seed: int = 0,
+        memory: int | None = None,
+        normalize_features: bool = False,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.fanouts = parse_fanouts(num_neighbors)
@@ -86,18 +100,25 @@ class NeighborLoader:
 
     def _open_graph(self, source, input_nodes, memory, normalize) -> None:
         data = TrainData.from_graph_dir(source)
-        self.features, _ = open_features(data, memory=memory, fanouts=self.fanouts,
-                                         batch_size=self.batch_size, normalize=normalize)  # fmt: skip
-        self.sampler = NeighborSampler(data.indptr, data.indices, self.fanouts,
-                                       num_nodes=data.num_nodes)  # fmt: skip
+        self.features, _ = open_features(
+            data,
+            memory=memory,
+            fanouts=self.fanouts,
+            batch_size=self.batch_size,
+            normalize=normalize,
+        )
+        self.sampler = NeighborSampler(
+            data.indptr, data.indices, self.fanouts, num_nodes=data.num_nodes
+        )
         self.labels = np.asarray(data.labels)
         self.seeds = _seeds(input_nodes, lambda s: getattr(data, f"{s}_idx"))
         self.global_ids = None
 
     def _open_part(self, part: Partition, input_nodes, normalize) -> None:
         self.features = PartGatherer(part, normalize=normalize)
-        self.sampler = NeighborSampler(part.indptr, part.indices, self.fanouts,
-                                       num_nodes=part.num_nodes)  # fmt: skip
+        self.sampler = NeighborSampler(
+            part.indptr, part.indices, self.fanouts, num_nodes=part.num_nodes
+        )
         lab = np.full(part.num_nodes, -1, dtype=np.int64)
         if part.labels is not None:
             lab[: len(part.labels)] = np.asarray(part.labels)
@@ -110,8 +131,11 @@ class NeighborLoader:
 
     def __iter__(self) -> Iterator[Any]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        order = (np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
-                 if self.shuffle else np.arange(len(self.seeds)))  # fmt: skip
+        order = (
+            np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
+            if self.shuffle
+            else np.arange(len(self.seeds))
+        )
         for step in range(len(self)):
             pos = order[step * self.batch_size : (step + 1) * self.batch_size]
             yield self.batch(pos, batch_seed(self.seed, epoch, step))

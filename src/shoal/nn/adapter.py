@@ -43,8 +43,9 @@ class EdgeIndexModel(nn.Module):
     def forward(self, x: torch.Tensor, blocks: list[Block]) -> torch.Tensor:
         ei, nodes, edges = blocks_to_edge_index(blocks)
         if self.trims:
-            out = self.module(x, ei, num_sampled_nodes_per_hop=nodes,
-                              num_sampled_edges_per_hop=edges)  # fmt: skip
+            out = self.module(
+                x, ei, num_sampled_nodes_per_hop=nodes, num_sampled_edges_per_hop=edges
+            )
         else:
             out = self.module(x, ei)
         return out[: blocks[-1].num_dst]

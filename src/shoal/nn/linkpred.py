@@ -45,8 +45,9 @@ class DotScorer(nn.Module):
 class MLPScorer(nn.Module):
     """An MLP on ``h_u * h_v`` (module docstring)."""
 
-    def __init__(self, dim: int, *, hidden: int | None = None, layers: int = 2,
-                 dropout: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self, dim: int, *, hidden: int | None = None, layers: int = 2, dropout: float = 0.0
+    ) -> None:
         super().__init__()
         if layers < 1:
             raise ValueError(f"an MLP scorer needs at least 1 layer, got {layers}")
@@ -122,7 +123,8 @@ class LinkNet(nn.Module):
         super().__init__()
         self.encoder, self.scorer = encoder, scorer
 
-    def forward(self, x: torch.Tensor, blocks, pos: torch.Tensor,
-                neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def forward(
+        self, x: torch.Tensor, blocks, pos: torch.Tensor, neg: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.encoder(x, blocks)
         return self.scorer(h[pos[0]], h[pos[1]]), self.scorer(h[neg[0]], h[neg[1]])

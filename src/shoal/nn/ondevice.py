@@ -81,8 +81,12 @@ class HostCalls(nn.Module):
 def _host_sum_layer(sl: SumLayer | None, device: torch.device) -> SumLayer | None:
     if sl is None:
         return None
-    return SumLayer(message=_host(sl.message, device), finish=_host(sl.finish, device),
-                    width=sl.width, pre=_host(sl.pre, device))  # fmt: skip
+    return SumLayer(
+        message=_host(sl.message, device),
+        finish=_host(sl.finish, device),
+        width=sl.width,
+        pre=_host(sl.pre, device),
+    )
 
 
 def on_device(model: nn.Module, device: torch.device | str) -> nn.Module:

@@ -199,9 +199,24 @@ def seed_history(nodes, nloc, indptr, indices, grp, kparts, side, hdiff, per_par
 # long: one loop over the window's nodes implementing Alg. 2 (cnt_nbrs, assign, fix_sizes)
 @numba.njit(cache=True)
 def greedy_window(
-    nodes, nloc, indptr, indices, grp, kparts, side, hdiff, size, cap, refine, use_hist,
-    deg, esize, ecap, per_part, paper_assign=False,
-):  # fmt: skip
+    nodes,
+    nloc,
+    indptr,
+    indices,
+    grp,
+    kparts,
+    side,
+    hdiff,
+    size,
+    cap,
+    refine,
+    use_hist,
+    deg,
+    esize,
+    ecap,
+    per_part,
+    paper_assign=False,
+):
     """Alg. 2 on one window (local CSR over ``nodes[:nloc]``); returns moves of old nodes.
 
     The two history scores of Alg. 1 line 2 (``nbr_counts``, averaged ``h <- (h + c) / 2``)

@@ -234,9 +234,24 @@ class _State:
 def _process_window(edges, st: _State, refine, use_hist) -> int:
     nloc, indptr, indices = st.local(edges)
     moved = K.greedy_window(
-        st.nodes, nloc, indptr, indices, st.grp, st.kparts, st.side, st.hdiff, st.size, st.cap,
-        refine, use_hist, st.deg, st.esize, st.ecap, st.per_part, st.paper_assign,
-    )  # fmt: skip
+        st.nodes,
+        nloc,
+        indptr,
+        indices,
+        st.grp,
+        st.kparts,
+        st.side,
+        st.hdiff,
+        st.size,
+        st.cap,
+        refine,
+        use_hist,
+        st.deg,
+        st.esize,
+        st.ecap,
+        st.per_part,
+        st.paper_assign,
+    )
     return int(moved)
 
 
@@ -267,8 +282,9 @@ def _metis_window(edges, st: _State, seed: int) -> None:
             parts, nodes[members], st.grp, st.deg, st.side, st.size, st.cap, st.esize, st.ecap
         )
     if st.seed_history:
-        K.seed_history(nodes, nloc, indptr, indices, st.grp, st.kparts, st.side, st.hdiff,
-                       st.per_part)  # fmt: skip
+        K.seed_history(
+            nodes, nloc, indptr, indices, st.grp, st.kparts, st.side, st.hdiff, st.per_part
+        )
 
 
 def in_degrees(graph: GraphDir, chunk_edges: int) -> np.ndarray:
@@ -318,9 +334,17 @@ class Grem(Partitioner):
             t0 = time.perf_counter()
             active, cap, esize, ecap = K.level_caps(kparts, part_cap, gload, slack)
             st = _State(
-                grp, kparts, np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.float32), deg,
-                np.zeros((p, 2), dtype=np.int64), cap, esize, ecap, min(w, max(e, 1)),
-            )  # fmt: skip
+                grp,
+                kparts,
+                np.full(n, -1, dtype=np.int8),
+                np.zeros(n, dtype=np.float32),
+                deg,
+                np.zeros((p, 2), dtype=np.int64),
+                cap,
+                esize,
+                ecap,
+                min(w, max(e, 1)),
+            )
             st.per_part = gload is not None
             st.paper_assign = cfg.move_rule == "paper"
             st.seed_history = cfg.seed_history

@@ -273,10 +273,24 @@ def refine_assignment(
         for r0, r1, pa, ia, pb, ib in _zip_blocks(graph, block_edges):
             use_b = pb is not None
             moved += _refine_block(
-                r0, r1, pa, ia,
-                pb if use_b else empty_ptr, ib if use_b else empty_idx.astype(ia.dtype),
-                use_b, part, is_train, sizes, tsizes, cap_n, cap_t, cnt, ties, esizes, cap_e,
-            )  # fmt: skip
+                r0,
+                r1,
+                pa,
+                ia,
+                pb if use_b else empty_ptr,
+                ib if use_b else empty_idx.astype(ia.dtype),
+                use_b,
+                part,
+                is_train,
+                sizes,
+                tsizes,
+                cap_n,
+                cap_t,
+                cnt,
+                ties,
+                esizes,
+                cap_e,
+            )
             bar.update(r1 - r0)
         bar.close()
         moves.append(int(moved))

@@ -59,11 +59,15 @@ def _stores(runs: Sequence[Run], cfg: ReportConfig, notes: list[str]) -> list[St
         try:
             out.append(load_store(run.store))
         except ShoalInputError as e:
-            notes.append(f"part sizes of store `{run.store}` (run {run.label}): not readable "
-                         f"({e}); pass --store S")  # fmt: skip
+            notes.append(
+                f"part sizes of store `{run.store}` (run {run.label}): not readable "
+                f"({e}); pass --store S"
+            )
     if not seen:
-        notes.append("part sizes and halo fractions: no run recorded a store (single-process "
-                     "runs train on a graph directory); pass --store S to plot one")  # fmt: skip
+        notes.append(
+            "part sizes and halo fractions: no run recorded a store (single-process "
+            "runs train on a graph directory); pass --store S to plot one"
+        )
     return out
 
 
@@ -80,8 +84,11 @@ def write_report(
         raise ShoalInputError("no run to report", fix="pass at least one run JSON")
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise ShoalInputError("the report's output is a file, not a directory", path=out,
-                              fix="pass a directory to --out (created if needed)")  # fmt: skip
+        raise ShoalInputError(
+            "the report's output is a file, not a directory",
+            path=out,
+            fix="pass a directory to --out (created if needed)",
+        )
     notes: list[str] = []
     stores = _stores(runs, cfg, notes)
     plots: list[Plot] = [draw(runs) for draw in EPOCH_PLOTS]

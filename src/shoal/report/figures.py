@@ -115,8 +115,9 @@ def legend(ax: Any, entries: int, **kw: Any) -> None:
     if entries <= 4:
         ax.legend(loc="best", **kw)
     else:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2 if entries < 9 else 3,
-                  **kw)  # fmt: skip
+        ax.legend(
+            loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2 if entries < 9 else 3, **kw
+        )
 
 
 def byte_unit(largest: float) -> tuple[float, str]:

@@ -27,8 +27,11 @@ def _record_bytes(rec: dict[str, Any]) -> dict[str, float | None]:
     """An epoch record's bytes: sent point to point, all-reduced, read from disk (None where
     the record has no such field)."""
     comm = rec.get("comm") if isinstance(rec.get("comm"), dict) else {}
-    disk_fields = [(rec.get("io"), "bytes_read"), (rec.get("io"), "structure_bytes_read"),
-                   (rec.get("disagg"), "bytes_read")]  # fmt: skip
+    disk_fields = [
+        (rec.get("io"), "bytes_read"),
+        (rec.get("io"), "structure_bytes_read"),
+        (rec.get("disagg"), "bytes_read"),
+    ]
     disk = [number(d.get(k)) for d, k in disk_fields if isinstance(d, dict)]
     disk = [v for v in disk if v is not None]
     return {
@@ -44,10 +47,13 @@ BYTE_KINDS = ("sent", "all-reduced", "read from disk")
 def plot_bytes(runs: Sequence[Run]) -> Plot:
     """Left: network bytes (sent + all-reduced) per epoch, a line per run; right: the mean
     per epoch by kind, a stacked bar per run."""
-    plot = Plot(name="bytes.png", title="Bytes per epoch",
-                caption="Bytes moved per epoch, summed over ranks: sent point to point (feature "
-                "rows, embeddings, batches), all-reduced (gradients or weights) and read from "
-                "disk (feature rows and neighbour lists not in memory).")  # fmt: skip
+    plot = Plot(
+        name="bytes.png",
+        title="Bytes per epoch",
+        caption="Bytes moved per epoch, summed over ranks: sent point to point (feature "
+        "rows, embeddings, batches), all-reduced (gradients or weights) and read from "
+        "disk (feature rows and neighbour lists not in memory).",
+    )
     have = []
     for i, run in enumerate(runs):
         recs = [_record_bytes(r) for r in run.history]
@@ -79,8 +85,15 @@ def plot_bytes(runs: Sequence[Run]) -> Plot:
     ]
     tops = stacked(right, [(kind, ms, st) for (kind, ms), st in zip(means, styles, strict=True)])
     for x, top in enumerate(tops):
-        right.annotate(f"{top:.3g} {unit}", (x, top), ha="center", va="bottom", fontsize=8,
-                       xytext=(0, 2), textcoords="offset points")  # fmt: skip
+        right.annotate(
+            f"{top:.3g} {unit}",
+            (x, top),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
     right.set_ylim(0, max(tops) * 1.15)
     right.set_xticks(range(len(have)), bar_labels([run for _, run, _ in have]))
     right.set_ylabel(f"{unit} per epoch (mean)")
@@ -119,10 +132,13 @@ CACHE_STYLES: tuple[tuple[str, str], ...] = (("-", "o"), ("--", "s"), (":", "^")
 
 def plot_cache(runs: Sequence[Run]) -> Plot:
     """Hit rate of every cache a run records, per epoch (colour: run; line style: cache)."""
-    plot = Plot(name="cache.png", title="Cache hit rates",
-                caption="Share of lookups served by a cache, per epoch, summed over ranks: the "
-                "feature cache (rows of high-degree nodes kept in memory), the disaggregated "
-                "engine's row cache, the hec engine's halo embedding cache per layer.")  # fmt: skip
+    plot = Plot(
+        name="cache.png",
+        title="Cache hit rates",
+        caption="Share of lookups served by a cache, per epoch, summed over ranks: the "
+        "feature cache (rows of high-degree nodes kept in memory), the disaggregated "
+        "engine's row cache, the hec engine's halo embedding cache per layer.",
+    )
     have = []
     for i, run in enumerate(runs):
         rates = _hit_rates(run)
@@ -138,9 +154,17 @@ def plot_cache(runs: Sequence[Run]) -> Plot:
         size = min(16.0, 4.0 + 3.0 * (len(have) - 1 - k))  # equal rates show as rings
         for kind, (xs, ys) in rates.items():
             ls, mk = CACHE_STYLES[kinds.index(kind) % len(CACHE_STYLES)]
-            ax.plot(xs, ys, label=f"{run.legend}: {kind}", color=run_style(i)["color"],
-                    linestyle=ls, marker=mk if len(xs) <= 40 else None, markersize=size,
-                    markerfacecolor="none", markeredgewidth=1.5)  # fmt: skip
+            ax.plot(
+                xs,
+                ys,
+                label=f"{run.legend}: {kind}",
+                color=run_style(i)["color"],
+                linestyle=ls,
+                marker=mk if len(xs) <= 40 else None,
+                markersize=size,
+                markerfacecolor="none",
+                markeredgewidth=1.5,
+            )
     ax.set_ylim(-3, 103)
     ax.set_ylabel("hit rate (%)")
     ax.set_title("Cache hit rates per epoch")

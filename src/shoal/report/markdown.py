@@ -14,8 +14,19 @@ from shoal.report.plots import METRIC_NAMES
 __all__ = ["differing_settings", "fmt", "render_markdown", "run_table"]
 
 #: Settings never listed as differing: in the table already, or saying nothing of the method.
-QUIET_SETTINGS = frozenset({"engine", "nproc", "epochs", "model", "progress", "metrics_file",
-                            "checkpoint_dir", "scratch_dir", "resume"})  # fmt: skip
+QUIET_SETTINGS = frozenset(
+    {
+        "engine",
+        "nproc",
+        "epochs",
+        "model",
+        "progress",
+        "metrics_file",
+        "checkpoint_dir",
+        "scratch_dir",
+        "resume",
+    }
+)
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -29,8 +40,20 @@ def _cell(text: Any) -> str:
 
 def run_table(runs: Sequence[Run]) -> list[str]:
     """The markdown table of the runs, one row each."""
-    head = ("run", "engine", "model", "data", "processes", "parts", "epochs", "metric",
-            "best val (epoch)", "test", "median epoch (s)", "total (s)")  # fmt: skip
+    head = (
+        "run",
+        "engine",
+        "model",
+        "data",
+        "processes",
+        "parts",
+        "epochs",
+        "metric",
+        "best val (epoch)",
+        "test",
+        "median epoch (s)",
+        "total (s)",
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in runs:
         val = r.final("val")
@@ -107,8 +130,12 @@ def render_markdown(
     ]
     diff = differing_settings(runs) if len(runs) > 1 else {}
     if diff:
-        lines += ["## Settings that differ", "", "| setting | " + " | ".join(
-            _cell(r.label) for r in runs) + " |", "|" + "---|" * (len(runs) + 1)]  # fmt: skip
+        lines += [
+            "## Settings that differ",
+            "",
+            "| setting | " + " | ".join(_cell(r.label) for r in runs) + " |",
+            "|" + "---|" * (len(runs) + 1),
+        ]
         for k, values in diff.items():
             lines.append(f"| {k} | " + " | ".join(_cell(json.dumps(v)) for v in values) + " |")
         lines.append("")

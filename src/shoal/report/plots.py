@@ -30,8 +30,11 @@ METRIC_NAMES = {"accuracy": "accuracy", "mrr": "MRR"}
 
 def plot_loss(runs: Sequence[Run]) -> Plot:
     """Training loss per epoch, one line per run."""
-    plot = Plot(name="loss.png", title="Training loss per epoch",
-                caption="Mean training loss over each epoch's seeds (as the epoch records it).")  # fmt: skip
+    plot = Plot(
+        name="loss.png",
+        title="Training loss per epoch",
+        caption="Mean training loss over each epoch's seeds (as the epoch records it).",
+    )
     have = []
     for i, run in enumerate(runs):
         xs, ys = run.series("loss")
@@ -56,10 +59,13 @@ def plot_validation(runs: Sequence[Run]) -> Plot:
     """Validation metric (accuracy or MRR) at each evaluated epoch, one panel per metric;
     the test metric too where the run recorded it (``--eval-test``), dashed; a star marks the
     best-validation epoch."""
-    plot = Plot(name="validation.png", title="Validation metric per epoch",
-                caption="Validation metric at each evaluated epoch (exact inference); dashed: "
-                "the test metric where the run recorded it (--eval-test); star: the epoch whose "
-                "weights were kept (best validation).")  # fmt: skip
+    plot = Plot(
+        name="validation.png",
+        title="Validation metric per epoch",
+        caption="Validation metric at each evaluated epoch (exact inference); dashed: "
+        "the test metric where the run recorded it (--eval-test); star: the epoch whose "
+        "weights were kept (best validation).",
+    )
     by_metric: dict[str, list[tuple[int, Run]]] = {}
     for i, run in enumerate(runs):
         if run.series(f"val_{run.metric}")[0]:
@@ -78,8 +84,14 @@ def plot_validation(runs: Sequence[Run]) -> Plot:
             ax.plot(xs, ys, marker=marker(len(xs)), label=label, **run_style(i))
             best = int(number(run.data.get("best_epoch")) or 0)
             if best in xs:
-                ax.plot([best], [ys[xs.index(best)]], marker="*", markersize=14,
-                        color=run_style(i)["color"], linestyle="none")  # fmt: skip
+                ax.plot(
+                    [best],
+                    [ys[xs.index(best)]],
+                    marker="*",
+                    markersize=14,
+                    color=run_style(i)["color"],
+                    linestyle="none",
+                )
             if tx:
                 ax.plot(tx, ty, label=f"{run.legend} test", **{**run_style(i), "linestyle": "--"})
         ax.set_title(f"Validation {name} per epoch")

@@ -10,10 +10,13 @@ __all__ = ["plot_store"]
 
 def plot_store(parts: StoreParts, *, name: str = "store.png") -> Plot:
     """Three panels, a bar per part: core and halo nodes (stacked), in-edges, halo fraction."""
-    plot = Plot(name=name, title=f"Parts of store {parts.name}",
-                caption=f"Store `{parts.path}`: per part, its core nodes (owned) and halo nodes "
-                "(in-neighbours owned by other parts, held as copies), the in-edges of its core "
-                "nodes, and its halo fraction: halo / (core + halo) nodes.")  # fmt: skip
+    plot = Plot(
+        name=name,
+        title=f"Parts of store {parts.name}",
+        caption=f"Store `{parts.path}`: per part, its core nodes (owned) and halo nodes "
+        "(in-neighbours owned by other parts, held as copies), the in-edges of its core "
+        "nodes, and its halo fraction: halo / (core + halo) nodes.",
+    )
     n = parts.num_parts
     fig, (nodes, edges, frac) = new_figure(3, width=max(12.0, 9.0 + 0.35 * n), height=4.6)
     xs = list(range(n))
@@ -22,8 +25,9 @@ def plot_store(parts: StoreParts, *, name: str = "store.png") -> Plot:
     nodes.bar(xs, parts.halo, 0.7, bottom=parts.core, label="halo", color="C1")
     nodes.set_title("Nodes per part")
     nodes.set_ylabel("nodes")
-    nodes.set_ylim(0, max((c + h for c, h in zip(parts.core, parts.halo, strict=True)),
-                          default=1) * 1.2)  # fmt: skip
+    nodes.set_ylim(
+        0, max((c + h for c, h in zip(parts.core, parts.halo, strict=True)), default=1) * 1.2
+    )
     nodes.legend(loc="upper left", ncols=2)
     edges.bar(xs, parts.edges, 0.7, color="C2")
     edges.set_title("In-edges per part")

@@ -208,9 +208,9 @@ def _row_normalize(out, n):
 #: ``ssize_t pread(int fd, void *buf, size_t count, off_t offset)`` from the C library, bound
 #: by name at link time (so the kernels below can be cached, unlike a ctypes pointer).
 _pread = numba.types.ExternalFunction(
-    "pread", numba.types.int64(numba.types.int32, numba.types.intp, numba.types.uint64,
-                               numba.types.int64)
-)  # fmt: skip
+    "pread",
+    numba.types.int64(numba.types.int32, numba.types.intp, numba.types.uint64, numba.types.int64),
+)
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
@@ -269,8 +269,22 @@ def _plan_runs(ids, offset, stride, row_bytes, page, gap, max_run, run_start, ru
 
 
 @numba.njit(cache=True, nogil=True)
-def _read_runs(fd, run_start, run_end, row_ptr, r0, r1, ids, dest, offset, stride, row_bytes,
-               staging, out, out2):  # fmt: skip
+def _read_runs(
+    fd,
+    run_start,
+    run_end,
+    row_ptr,
+    r0,
+    r1,
+    ids,
+    dest,
+    offset,
+    stride,
+    row_bytes,
+    staging,
+    out,
+    out2,
+):
     """Read runs ``r0:r1`` (see :func:`_plan_runs`) into ``staging`` (page-aligned, at least
     the longest run) with one ``pread`` each, and copy their rows: the row of ``ids[i]`` goes
     to bytes ``[dest[i] * row_bytes, + row_bytes)`` of ``out`` (1-D uint8), or, when

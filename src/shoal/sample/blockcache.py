@@ -31,8 +31,9 @@ class BlockCache:
         threads: concurrent reads (default 8).
     """
 
-    def __init__(self, arr: np.ndarray, cache_bytes: int, *, block: int = 1024,
-                 threads: int = 8) -> None:  # fmt: skip
+    def __init__(
+        self, arr: np.ndarray, cache_bytes: int, *, block: int = 1024, threads: int = 8
+    ) -> None:
         f = RowFile.of(arr.reshape(-1, 1))
         if f is None:
             raise ValueError("BlockCache needs an array memory-mapped from a file")
@@ -42,9 +43,15 @@ class BlockCache:
         isz = arr.dtype.itemsize
         self.tail = np.array(arr[self.full * self.block :])
         self.dtype = arr.dtype
-        rows = RowFile(path=f.path, offset=f.offset, stride=self.block * isz,
-                       row_bytes=self.block * isz, num_rows=self.full, dim=self.block,
-                       dtype=arr.dtype)  # fmt: skip
+        rows = RowFile(
+            path=f.path,
+            offset=f.offset,
+            stride=self.block * isz,
+            row_bytes=self.block * isz,
+            num_rows=self.full,
+            dim=self.block,
+            dtype=arr.dtype,
+        )
         self.reader = RowReader(rows, threads=threads) if self.full else None
         slots = max(1, min(self.full, int(cache_bytes) // (self.block * isz)))
         self.data = np.empty((slots, self.block), dtype=arr.dtype)

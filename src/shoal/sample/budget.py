@@ -181,9 +181,12 @@ class BudgetPlan:
     def describe(self) -> str:
         """One line for the log: where the budget came from and how it is shared."""
         mib = 1 << 20
-        where = ("in memory" if self.structure_in_memory else
-                 f"on disk (row index {self.index_bytes / mib:.0f} MiB, block cache "
-                 f"{self.neighbor_cache / mib:.0f} MiB)")  # fmt: skip
+        where = (
+            "in memory"
+            if self.structure_in_memory
+            else f"on disk (row index {self.index_bytes / mib:.0f} MiB, block cache "
+            f"{self.neighbor_cache / mib:.0f} MiB)"
+        )
         return (
             f"memory budget {self.total / mib:.0f} MiB ({self.source}): reserve "
             f"{self.reserve / mib:.0f} MiB, structure {self.structure / mib:.0f} MiB {where}, "
@@ -259,14 +262,24 @@ def plan_budget(
             f"structure ({(structure_bytes if in_mem else index_bytes) / 2**20:.1f} MiB "
             f"{'in all' if in_mem else 'of row index'}) next to two windows of "
             f"{min_window / 2**20:.1f} MiB",
-            fix=f"raise {option}" + (" or keep the structure on disk (--structure disk)"
-                                     if in_mem else ""),
-        )  # fmt: skip
+            fix=f"raise {option}"
+            + (" or keep the structure on disk (--structure disk)" if in_mem else ""),
+        )
     kw = {"min_window": min_window, "index_bytes": int(index_bytes), "neighbor_cache": lists}
     if feature_bytes + min_window <= left:
-        return BudgetPlan(memory, source, reserve, structure_bytes, in_mem, min_window,
-                          feature_bytes, feature_bytes, **kw)  # fmt: skip
+        return BudgetPlan(
+            memory,
+            source,
+            reserve,
+            structure_bytes,
+            in_mem,
+            min_window,
+            feature_bytes,
+            feature_bytes,
+            **kw,
+        )
     window = max(min_window, left // 3)
     cache = max(0, left - 2 * window)
-    return BudgetPlan(memory, source, reserve, structure_bytes, in_mem, window, cache,
-                      feature_bytes, **kw)  # fmt: skip
+    return BudgetPlan(
+        memory, source, reserve, structure_bytes, in_mem, window, cache, feature_bytes, **kw
+    )

@@ -189,8 +189,12 @@ class RowReader:
         low = -out2.shape[0] if out2 is not None else 0
         if len(dest) != n or (n and (dest.min() < low or dest.max() >= out.shape[0])):
             raise ValueError("dest must give one row of out (or out2) per id")
-        if out2 is not None and (out2.dtype != f.dtype or not out2.flags.c_contiguous
-                                 or out2.ndim != 2 or out2.shape[1] != f.dim):  # fmt: skip
+        if out2 is not None and (
+            out2.dtype != f.dtype
+            or not out2.flags.c_contiguous
+            or out2.ndim != 2
+            or out2.shape[1] != f.dim
+        ):
             raise ValueError("out2 must be like out")
         start = np.empty(n, np.int64)
         end = np.empty(n, np.int64)
@@ -213,8 +217,22 @@ class RowReader:
             if buf is None or buf.shape[0] < need:
                 buf = staging.buf = _aligned(need)
             a, b = span
-            return K._read_runs(self._fd, start, end, ptr, a, b, ids, dest, f.offset, f.stride,
-                                f.row_bytes, buf, flat, flat2)  # fmt: skip
+            return K._read_runs(
+                self._fd,
+                start,
+                end,
+                ptr,
+                a,
+                b,
+                ids,
+                dest,
+                f.offset,
+                f.stride,
+                f.row_bytes,
+                buf,
+                flat,
+                flat2,
+            )
 
         got = list(self._pool.map(work, tasks))
         bad = [g for g in got if g < 0]
@@ -245,9 +263,15 @@ class MemoryRows:
 
     def __init__(self, arr: np.ndarray) -> None:
         self.arr = arr
-        self.file = RowFile(path="<memory>", offset=0, stride=arr.shape[1] * arr.itemsize,
-                            row_bytes=arr.shape[1] * arr.itemsize, num_rows=arr.shape[0],
-                            dim=arr.shape[1], dtype=arr.dtype)  # fmt: skip
+        self.file = RowFile(
+            path="<memory>",
+            offset=0,
+            stride=arr.shape[1] * arr.itemsize,
+            row_bytes=arr.shape[1] * arr.itemsize,
+            num_rows=arr.shape[0],
+            dim=arr.shape[1],
+            dtype=arr.dtype,
+        )
         self.direct = True
         self.stats = ReadStats()
 
@@ -280,8 +304,15 @@ class StackedReader:
         self.readers = readers
         self.starts = np.concatenate([[0], np.cumsum([f.num_rows for f in files])]).astype(np.int64)
         f0 = files[0]
-        self.file = RowFile(path=f0.path, offset=0, stride=f0.stride, row_bytes=f0.row_bytes,
-                            num_rows=int(self.starts[-1]), dim=f0.dim, dtype=f0.dtype)  # fmt: skip
+        self.file = RowFile(
+            path=f0.path,
+            offset=0,
+            stride=f0.stride,
+            row_bytes=f0.row_bytes,
+            num_rows=int(self.starts[-1]),
+            dim=f0.dim,
+            dtype=f0.dtype,
+        )
         self.direct = all(r.direct for r in readers)
 
     @property
@@ -294,8 +325,13 @@ class StackedReader:
             s.calls += r.stats.calls
         return s
 
-    def read(self, ids: np.ndarray, out: np.ndarray, dest: np.ndarray | None = None,
-             out2: np.ndarray | None = None) -> int:  # fmt: skip
+    def read(
+        self,
+        ids: np.ndarray,
+        out: np.ndarray,
+        dest: np.ndarray | None = None,
+        out2: np.ndarray | None = None,
+    ) -> int:
         """As :meth:`RowReader.read` over the stacked rows."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         n = len(ids)
@@ -329,8 +365,10 @@ def open_reader(arrays, **kw) -> RowReader | StackedReader | None:
         return None
     if len(members) == 1:
         return RowReader(files[0], **kw)
-    readers = [RowReader(f, **kw) if f is not None else MemoryRows(a)
-               for f, a in zip(files, members, strict=True)]  # fmt: skip
+    readers = [
+        RowReader(f, **kw) if f is not None else MemoryRows(a)
+        for f, a in zip(files, members, strict=True)
+    ]
     return StackedReader(readers)
 
 

@@ -68,8 +68,14 @@ class FeatureStats:
 class Window:
     """The rows of one window's batches that the cache lacks (``cold`` sorted ids, ``rows``)."""
 
-    def __init__(self, store: DiskFeatures, cold: np.ndarray, rows: np.ndarray,
-                 bytes_read: int = 0, seconds: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: DiskFeatures,
+        cold: np.ndarray,
+        rows: np.ndarray,
+        bytes_read: int = 0,
+        seconds: float = 0.0,
+    ) -> None:
         self.store = store
         self.cold = cold
         self.rows = rows
@@ -129,8 +135,7 @@ class DiskFeatures:
             raise ValueError("stacked feature arrays must agree in columns and dtype")
         kw = {} if merge_gap is None else {"merge_gap": merge_gap}
         single = members[0] if len(members) == 1 else None
-        self.reader = open_reader(single if single is not None else members, threads=threads,
-                                  **kw)  # fmt: skip
+        self.reader = open_reader(single if single is not None else members, threads=threads, **kw)
         # in memory: used as is (several small arrays become one matrix)
         self.features = single if single is not None else members[0]
         if self.reader is None and single is None:
@@ -205,8 +210,9 @@ class DiskFeatures:
         order = np.argsort(ids, kind="stable")
         ids, dest = ids[order], dest[order]
         step = 1 << 20
-        bar = progress(total=len(ids), desc="loading feature cache", unit="row",
-                       enable=self.show_progress)  # fmt: skip
+        bar = progress(
+            total=len(ids), desc="loading feature cache", unit="row", enable=self.show_progress
+        )
         t0 = time.perf_counter()
         nbytes = 0
         for a in range(0, len(ids), step):
@@ -234,8 +240,9 @@ class DiskFeatures:
         else:
             every, is_hot = ids, None
         buf = np.empty((min(max(1, chunk_rows), max(len(every), 1)), self.dim), self.dtype)
-        bar = progress(total=len(every), desc="reading ahead", unit="row",
-                       enable=self.show_progress)  # fmt: skip
+        bar = progress(
+            total=len(every), desc="reading ahead", unit="row", enable=self.show_progress
+        )
         nbytes = 0
         for a in range(0, len(every), len(buf)):
             if between is not None:
@@ -274,8 +281,9 @@ class DiskFeatures:
         ids = np.asarray(ids, dtype=np.int64)
         return ids[self.slot[ids] < 0]
 
-    def window(self, id_arrays: list[np.ndarray], cold: np.ndarray | None = None,
-               source=None) -> Window:  # fmt: skip
+    def window(
+        self, id_arrays: list[np.ndarray], cold: np.ndarray | None = None, source=None
+    ) -> Window:
         """Read the rows of ``id_arrays`` (the batches of a window) that the cache lacks
         (``cold``: those rows, sorted and unique, when the caller knows them), from the
         feature file or from ``source`` (an :class:`~shoal.sample.packing.EpochPack` that
@@ -312,8 +320,9 @@ class DiskFeatures:
         elif self.cache.dtype in (np.float32, np.float64):
             hits = K._gather_cached(ids, self.slot, self.cache, cold, rows, out)
         else:  # float16 and others: numba lacks them; convert through float32 copies
-            hits = K._gather_cached(ids, self.slot, self.cache.astype(np.float32), cold,
-                                    rows.astype(np.float32), out)  # fmt: skip
+            hits = K._gather_cached(
+                ids, self.slot, self.cache.astype(np.float32), cold, rows.astype(np.float32), out
+            )
         if hits < 0:
             raise KeyError(f"row {int(ids[-1 - hits])} is neither cached nor in the window")
         self.stats.requested += n

@@ -167,8 +167,9 @@ class EpochPack:
         threads: concurrent reads of the pack's :class:`RowReader` (default 8).
     """
 
-    def __init__(self, path: Path, ids: np.ndarray, *, dim: int, dtype: np.dtype,
-                 threads: int = 8) -> None:  # fmt: skip
+    def __init__(
+        self, path: Path, ids: np.ndarray, *, dim: int, dtype: np.dtype, threads: int = 8
+    ) -> None:
         self.path = Path(path)
         self.ids = ids
         self.dim = dim
@@ -230,8 +231,9 @@ def pack_epochs(
                     writers[e].append(rows[np.searchsorted(ids, s[at[k] : hi])])
                     at[k] = hi
 
-        nbytes = features.sweep(union, sink, chunk_rows=max(1, chunk_bytes // features.row_bytes),
-                                between=between)  # fmt: skip
+        nbytes = features.sweep(
+            union, sink, chunk_rows=max(1, chunk_bytes // features.row_bytes), between=between
+        )
         for w in writers.values():
             w.finish()
     except BaseException:
@@ -243,9 +245,12 @@ def pack_epochs(
     stats.seconds += time.perf_counter() - t0
     stats.sweeps += 1
     threads = getattr(features.reader, "threads", 8)
-    return {e: EpochPack(writers[e].path, sets[k], dim=features.dim, dtype=features.dtype,
-                         threads=threads)
-            for k, e in enumerate(keys)}  # fmt: skip
+    return {
+        e: EpochPack(
+            writers[e].path, sets[k], dim=features.dim, dtype=features.dtype, threads=threads
+        )
+        for k, e in enumerate(keys)
+    }
 
 
 def free_bytes(directory: Path) -> int:
@@ -294,21 +299,38 @@ class Packs:
         directory = self._directory()
         need = sum(len(v) for v in sets.values()) * self.features.row_bytes
         if free_bytes(directory) < need + SCRATCH_MARGIN:
-            log.warning("not packing epochs %d-%d: %s has less than %.1f GiB free; windows are "
-                        "read from the feature file (--scratch-dir names another disk)",
-                        min(sets), max(sets), directory.parent, (need + SCRATCH_MARGIN) / 2**30)  # fmt: skip
+            log.warning(
+                "not packing epochs %d-%d: %s has less than %.1f GiB free; windows are "
+                "read from the feature file (--scratch-dir names another disk)",
+                min(sets),
+                max(sets),
+                directory.parent,
+                (need + SCRATCH_MARGIN) / 2**30,
+            )
             self.epochs = 0
             return False
         chunk, stage = self.sizes
         before = self.stats.snapshot()
-        self._packs.update(pack_epochs(self.features, sets, directory, stats=self.stats,
-                                       between=between, chunk_bytes=chunk,
-                                       stage_bytes=stage))  # fmt: skip
+        self._packs.update(
+            pack_epochs(
+                self.features,
+                sets,
+                directory,
+                stats=self.stats,
+                between=between,
+                chunk_bytes=chunk,
+                stage_bytes=stage,
+            )
+        )
         now = self.stats.snapshot()
-        log.info("packed epochs %d-%d: read %.2f GB, wrote %.2f GB in %.1f s", min(sets),
-                 max(sets), (now["bytes_read"] - before["bytes_read"]) / 1e9,
-                 (now["bytes_written"] - before["bytes_written"]) / 1e9,
-                 now["seconds"] - before["seconds"])  # fmt: skip
+        log.info(
+            "packed epochs %d-%d: read %.2f GB, wrote %.2f GB in %.1f s",
+            min(sets),
+            max(sets),
+            (now["bytes_read"] - before["bytes_read"]) / 1e9,
+            (now["bytes_written"] - before["bytes_written"]) / 1e9,
+            now["seconds"] - before["seconds"],
+        )
         return True
 
     def _directory(self) -> Path:

@@ -196,8 +196,17 @@ class NeighborSampler:
                 counts = self._grow("_counts", n)
                 if ex is not None:
                     n_ex = self._grow("_n_ex", n)
-                    KX._count_excl(self.indptr, self.indices, self._nodes, n, f, ex,
-                                  self.num_nodes, counts, n_ex)  # fmt: skip
+                    KX._count_excl(
+                        self.indptr,
+                        self.indices,
+                        self._nodes,
+                        n,
+                        f,
+                        ex,
+                        self.num_nodes,
+                        counts,
+                        n_ex,
+                    )
                 else:
                     K._count(self.indptr, self._nodes, n, f, counts)
                 rowptr = np.zeros(n + 1, dtype=np.int64)
@@ -208,13 +217,25 @@ class NeighborSampler:
                 col = self._grow("_col", m)
                 key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
                 if ex is not None:
-                    KX._fill_excl(self.indptr, self.indices, self._nodes, n, rowptr, key, picked,
-                                 dst, ex, self.num_nodes, n_ex)  # fmt: skip
+                    KX._fill_excl(
+                        self.indptr,
+                        self.indices,
+                        self._nodes,
+                        n,
+                        rowptr,
+                        key,
+                        picked,
+                        dst,
+                        ex,
+                        self.num_nodes,
+                        n_ex,
+                    )
                 elif self._reader is None:
                     K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
                 else:
-                    K._fill(self.indptr, _NO_INDICES, self._nodes, n, rowptr, key, picked, dst,
-                            True)  # fmt: skip
+                    K._fill(
+                        self.indptr, _NO_INDICES, self._nodes, n, rowptr, key, picked, dst, True
+                    )
                     self._read_picked(picked, m)
                 self._room(n + m)
                 n_new = K._relabel(picked, m, self._g2l, self._nodes, n, col)

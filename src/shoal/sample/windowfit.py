@@ -54,9 +54,11 @@ class WindowFit:
 
     def describe(self) -> str:
         """One line for the log: the cache, the window slots and what an epoch costs."""
-        how = {"overlap": "one window per epoch, read while the previous epoch trains",
-               "one": "one window per epoch (both slots), read before it trains",
-               "split": "several windows per epoch"}[self.mode]  # fmt: skip
+        how = {
+            "overlap": "one window per epoch, read while the previous epoch trains",
+            "one": "one window per epoch (both slots), read before it trains",
+            "split": "several windows per epoch",
+        }[self.mode]
         again = "; batches sampled again when trained, not held" if self.resample else ""
         return (
             f"cache {self.cache_bytes / 2**20:.0f} MiB, window slots of "
@@ -124,8 +126,11 @@ def fit_windows(
     free = pool - ks * rb  # what the two slots share for each cache size
     # samples alive: the epoch trained on, the one read ahead (overlap) and the one sampled
     # while the reader waits for a slot
-    held = {"overlap": 3 * sample_bytes, "one": 2 * sample_bytes,
-            "resample": RESAMPLE_BATCHES * batch_bytes}  # fmt: skip
+    held = {
+        "overlap": 3 * sample_bytes,
+        "one": 2 * sample_bytes,
+        "resample": RESAMPLE_BATCHES * batch_bytes,
+    }
     overlap = ((free - held["overlap"]) // 2 >= np.maximum(need, min_window)) & (free >= 0)
     one = (free - held["one"] >= np.maximum(need, 2 * min_window)) & (free >= 0)
     again = (free - held["resample"] >= np.maximum(need, 2 * min_window)) & (free >= 0)
@@ -136,11 +141,20 @@ def fit_windows(
             i = int(third[-1] if len(third) else fits[0])
             k = int(ks[i])
             w = int((free[i] - held[mode]) // 2)
-            return WindowFit("one" if mode == "resample" else mode, k * rb, w, d, int(u[i]),
-                             int(sample_bytes), int(pool), resample=mode == "resample")  # fmt: skip
+            return WindowFit(
+                "one" if mode == "resample" else mode,
+                k * rb,
+                w,
+                d,
+                int(u[i]),
+                int(sample_bytes),
+                int(pool),
+                resample=mode == "resample",
+            )
     w = max(min_window, pool // 3)
     k = max(0, pool - 2 * w) // rb
     i = int(np.searchsorted(ks, k, side="right") - 1)
     rows = w - min(w // 4, int(sample_bytes))
-    return WindowFit("split", int(k * rb), int(max(rows, 1)), d, int(u[max(i, 0)]),
-                     int(sample_bytes), int(pool))  # fmt: skip
+    return WindowFit(
+        "split", int(k * rb), int(max(rows, 1)), d, int(u[max(i, 0)]), int(sample_bytes), int(pool)
+    )

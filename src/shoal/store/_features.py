@@ -83,8 +83,12 @@ def _scatter_ordered(
         bar = progress(total=2 * n, desc="store: features", unit="row", enable=show)
         for s in range(0, n, block_rows):
             x = read_rows(feat_path, s, s + block_rows)
-            b = np.searchsorted(cuts, read_rows(tmp / "node_map.npy", s, s + x.shape[0]),
-                                side="right") - 1  # fmt: skip
+            b = (
+                np.searchsorted(
+                    cuts, read_rows(tmp / "node_map.npy", s, s + x.shape[0]), side="right"
+                )
+                - 1
+            )
             order = np.argsort(b, kind="stable")
             ob = np.flatnonzero(np.r_[True, b[order][1:] != b[order][:-1], True])
             for a, e in zip(ob[:-1], ob[1:]):
@@ -93,8 +97,12 @@ def _scatter_ordered(
     finally:
         for f in files:
             f.close()
-    writers = [NpyAppender(tmp / f"part_{i}" / "features.npy", fdtype,
-                           (int(offsets[i + 1] - offsets[i]), dim)) for i in range(p)]  # fmt: skip
+    writers = [
+        NpyAppender(
+            tmp / f"part_{i}" / "features.npy", fdtype, (int(offsets[i + 1] - offsets[i]), dim)
+        )
+        for i in range(p)
+    ]
     try:
         for k, (a, e) in enumerate(zip(bounds[:-1], bounds[1:])):
             path = work / f"feat_bucket_{k}.bin"

@@ -210,9 +210,17 @@ def write_parts(
         e_i = int(in_edges[i])
         pdir = tmp / f"part_{i}"
         halo = _write_csr(
-            i, pdir, work, lo, hi, e_i, edtype, mark,
-            chunk_edges=chunk_edges, sort_memory=sort_memory,
-        )  # fmt: skip
+            i,
+            pdir,
+            work,
+            lo,
+            hi,
+            e_i,
+            edtype,
+            mark,
+            chunk_edges=chunk_edges,
+            sort_memory=sort_memory,
+        )
         core_old = inv[lo:hi]
         np.save(pdir / "orig_ids.npy", np.concatenate([core_old, inv[halo]]))
         split_counts = _write_node_data(pdir, core_old, labels, splits)

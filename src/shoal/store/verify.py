@@ -279,9 +279,16 @@ def verify_store(
         skipped.append(f"source graph {gpath} not found: in-edges/features not compared")
     else:
         _check_source(
-            store, GraphDir.open(gpath), node_map, inv, acc_store, acc_bucket, checks,
-            chunk_edges=chunk_edges, show=show_progress,
-        )  # fmt: skip
+            store,
+            GraphDir.open(gpath),
+            node_map,
+            inv,
+            acc_store,
+            acc_bucket,
+            checks,
+            chunk_edges=chunk_edges,
+            show=show_progress,
+        )
     return {"ok": True, "store": str(path), "files": nfiles, "checks": checks, "skipped": skipped}
 
 

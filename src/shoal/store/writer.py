@@ -203,8 +203,9 @@ def _metrics(
     }
 
 
-def _write_link_edges(g: GraphDir, tmp: Path, node_map: np.ndarray,
-                      chunk: int) -> dict[str, int] | None:  # fmt: skip
+def _write_link_edges(
+    g: GraphDir, tmp: Path, node_map: np.ndarray, chunk: int
+) -> dict[str, int] | None:
     """The held-out positives of a link split (``link_val.npy``, ``link_test.npy`` of the
     graph, ``shoal data split-edges``) in the store's new ids, chunk by chunk; their counts
     (None when the graph has none)."""
@@ -213,8 +214,9 @@ def _write_link_edges(g: GraphDir, tmp: Path, node_map: np.ndarray,
         e = g.link_edges(name)
         if e is None:
             continue
-        dst = np.lib.format.open_memmap(tmp / f"link_{name}.npy", mode="w+", dtype=np.int64,
-                                        shape=(len(e), 2))  # fmt: skip
+        dst = np.lib.format.open_memmap(
+            tmp / f"link_{name}.npy", mode="w+", dtype=np.int64, shape=(len(e), 2)
+        )
         for s in range(0, len(e), chunk):
             dst[s : s + chunk] = node_map[np.asarray(e[s : s + chunk], dtype=np.int64)]
         dst.flush()
@@ -314,8 +316,7 @@ def build_store(
     n, m = g.num_nodes, g.num_edges
     phase = _Phases()
     with phase("relabel", rss=False):
-        deg = in_degrees(g, max(cfg.chunk_edges, 1 << 22)) \
-            if cfg.node_order == "degree" else None  # fmt: skip
+        deg = in_degrees(g, max(cfg.chunk_edges, 1 << 22)) if cfg.node_order == "degree" else None
         offsets, node_map, inv = relabel(node_part, p, deg)
         del deg
     edtype = edge_dtype_for(max(n, 1))
@@ -337,23 +338,49 @@ def build_store(
         del node_map
         with phase("parts"):
             parts_meta, halo_lists = write_parts(
-                g, tmp, work, offsets, inv, counts, edtype, splits,
-                chunk_edges=chunk, sort_memory=cfg.sort_memory, show=show,
-            )  # fmt: skip
+                g,
+                tmp,
+                work,
+                offsets,
+                inv,
+                counts,
+                edtype,
+                splits,
+                chunk_edges=chunk,
+                sort_memory=cfg.sort_memory,
+                show=show,
+            )
         with phase("features"):
             feature_dim, feature_dtype = write_features(
-                g, tmp, node_part, offsets, halo_lists,
-                halo_features=cfg.halo_features, block_bytes=cfg.feature_block_bytes, show=show,
+                g,
+                tmp,
+                node_part,
+                offsets,
+                halo_lists,
+                halo_features=cfg.halo_features,
+                block_bytes=cfg.feature_block_bytes,
+                show=show,
                 work=work if cfg.node_order != "id" else None,
-            )  # fmt: skip
+            )
         with phase("meta"):
             files, total_bytes = _file_table(tmp)
             metrics = _metrics(parts_meta, counts, offsets, n, m)
         meta = _meta(
-            g, adir, ameta, cfg, splits=splits, counts=counts, offsets=offsets, parts=parts_meta,
-            metrics=metrics, files=files, edge_dtype=edtype.name, feature_dim=feature_dim,
-            feature_dtype=feature_dtype, link=link,
-        )  # fmt: skip
+            g,
+            adir,
+            ameta,
+            cfg,
+            splits=splits,
+            counts=counts,
+            offsets=offsets,
+            parts=parts_meta,
+            metrics=metrics,
+            files=files,
+            edge_dtype=edtype.name,
+            feature_dim=feature_dim,
+            feature_dtype=feature_dtype,
+            link=link,
+        )
         write_meta(tmp / "meta.json", meta)
 
     return {

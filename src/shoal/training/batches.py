@@ -83,18 +83,30 @@ class BatchLoader:
         self.timer = timer or Timer()
         self.prefetcher = None
 
-    def use_windows(self, features, *, window_bytes: int, last_epoch: int | None = None,
-                    background: bool = True, pack_epochs: int = 0,
-                    scratch_dir: str | None = None) -> None:  # fmt: skip
+    def use_windows(
+        self,
+        features,
+        *,
+        window_bytes: int,
+        last_epoch: int | None = None,
+        background: bool = True,
+        pack_epochs: int = 0,
+        scratch_dir: str | None = None,
+    ) -> None:
         """Produce batches from windows of ``features`` (a budgeted
         :class:`~shoal.sample.featstore.DiskFeatures`) read ahead in a background thread,
         ``pack_epochs`` epochs' rows packed by one sweep into ``scratch_dir``
         (:class:`~shoal.training.prefetch.WindowPrefetcher`); the batches do not change."""
         self.gatherer = features
-        self.prefetcher = WindowPrefetcher(self, features, window_bytes=window_bytes,
-                                           last_epoch=last_epoch, background=background,
-                                           pack_epochs=pack_epochs,
-                                           scratch_dir=scratch_dir)  # fmt: skip
+        self.prefetcher = WindowPrefetcher(
+            self,
+            features,
+            window_bytes=window_bytes,
+            last_epoch=last_epoch,
+            background=background,
+            pack_epochs=pack_epochs,
+            scratch_dir=scratch_dir,
+        )
 
     def __len__(self) -> int:
         return max(1, math.ceil(len(self.seeds) / self.batch_size)) if len(self.seeds) else 0

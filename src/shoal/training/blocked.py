@@ -200,8 +200,9 @@ def _layer_block(sl: SumLayer, rows: RowSource, pre, graph, block, range_rows: i
         yield a, sl.finish(torch.from_numpy(acc[a : a + range_rows]), h_dst, d)
 
 
-def needed_nodes(indptr: np.ndarray, indices: np.ndarray, size: int, targets: np.ndarray,
-                 num_layers: int) -> list[np.ndarray]:  # fmt: skip
+def needed_nodes(
+    indptr: np.ndarray, indices: np.ndarray, size: int, targets: np.ndarray, num_layers: int
+) -> list[np.ndarray]:
     """The nodes each layer must compute (sorted): the last layer its ``targets``, every
     earlier one the nodes of the next plus their in-neighbours (ids below ``size``; CSR rows
     for the ids that have them). A val evaluation thus computes the first layer for the
@@ -305,11 +306,23 @@ def blocked_layers(
         if not last:
             dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
             out = new_array(n, output_width(sl, width_of(pre, dim), nxt))
-        bar = progress(total=len(todo), desc=f"inference layer {li}", unit="node",
-                       enable=show_progress)  # fmt: skip
-        blocked_layer(sl, src, graph, todo, out=out, on_output=on_output if last else None,
-                      pre=pre, nxt=nxt, budget=budget, normalize=norm, threads=threads,
-                      progress_bar=bar)  # fmt: skip
+        bar = progress(
+            total=len(todo), desc=f"inference layer {li}", unit="node", enable=show_progress
+        )
+        blocked_layer(
+            sl,
+            src,
+            graph,
+            todo,
+            out=out,
+            on_output=on_output if last else None,
+            pre=pre,
+            nxt=nxt,
+            budget=budget,
+            normalize=norm,
+            threads=threads,
+            progress_bar=bar,
+        )
         bar.close()
         src, norm, pre = out, False, None
 

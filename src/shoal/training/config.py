@@ -266,8 +266,9 @@ class TrainConfig:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.normalize_features not in (True, False, "auto"):
-            raise ValueError(f"normalize_features must be true, false or 'auto', got "
-                             f"{self.normalize_features!r}")  # fmt: skip
+            raise ValueError(
+                f"normalize_features must be true, false or 'auto', got {self.normalize_features!r}"
+            )
         if self.pack_epochs is not None and self.pack_epochs < 0:
             raise ValueError(f"pack_epochs must be >= 0 (0 = off), got {self.pack_epochs}")
         if self.min_steps < 0:
@@ -300,10 +301,12 @@ class TrainConfig:
             raise ValueError(f"dep_memory must be a size >= 0, got {self.dep_memory!r}")
         if self.dep_costs is not None:
             self.dep_costs = tuple(float(x) for x in self.dep_costs)
-            if len(self.dep_costs) != 3 or not all(x >= 0 and math.isfinite(x)
-                                                   for x in self.dep_costs):  # fmt: skip
-                raise ValueError(f"dep_costs must be three costs >= 0 (T_v, T_e, T_c), got "
-                                 f"{self.dep_costs!r}")  # fmt: skip
+            if len(self.dep_costs) != 3 or not all(
+                x >= 0 and math.isfinite(x) for x in self.dep_costs
+            ):
+                raise ValueError(
+                    f"dep_costs must be three costs >= 0 (T_v, T_e, T_c), got {self.dep_costs!r}"
+                )
         for name in ("batch_workers", "resident_parts"):
             v = getattr(self, name)
             if v is not None and int(v) < 1:
@@ -333,8 +336,9 @@ class TrainConfig:
             try:
                 self.eval_every = int(self.eval_every)
             except (TypeError, ValueError):
-                raise ValueError(f"eval_every must be a number of epochs or 'auto', got "
-                                 f"{self.eval_every!r}") from None  # fmt: skip
+                raise ValueError(
+                    f"eval_every must be a number of epochs or 'auto', got {self.eval_every!r}"
+                ) from None
 
     @property
     def num_layers(self) -> int:
@@ -393,5 +397,7 @@ def _check_cache(spec: str | int) -> None:
     except ValueError:
         ok = False
     if not ok:
-        raise ValueError(f"disagg_cache must be rows (e.g. 10000), a share of the nodes "
-                         f"(e.g. 5%) or a size (e.g. 64MiB), got {spec!r}")  # fmt: skip
+        raise ValueError(
+            f"disagg_cache must be rows (e.g. 10000), a share of the nodes "
+            f"(e.g. 5%) or a size (e.g. 64MiB), got {spec!r}"
+        )

@@ -131,7 +131,13 @@ def open_features(
         if len(deg) < data.num_nodes:
             deg = np.concatenate([deg, np.zeros(data.num_nodes - len(deg), np.int64)])
         priority = np.argsort(-deg, kind="stable")
-    store = DiskFeatures(x, cache_bytes=plan.cache, priority=priority, normalize=normalize,
-                         threads=io_threads, show_progress=show_progress,
-                         defer_cache=plan.cache < plan.features)  # fmt: skip
+    store = DiskFeatures(
+        x,
+        cache_bytes=plan.cache,
+        priority=priority,
+        normalize=normalize,
+        threads=io_threads,
+        show_progress=show_progress,
+        defer_cache=plan.cache < plan.features,
+    )
     return store, plan

@@ -64,9 +64,11 @@ class DeviceFeed:
             previous.synchronize()  # the last copy out of this staging buffer is done
         x = self._stage(slot, batch.x)
         with torch.cuda.stream(self.stream):
-            moved = Batch(batch.mb.to(self.device, non_blocking=True),
-                          x.to(self.device, non_blocking=True),
-                          batch.y.to(self.device, non_blocking=True))  # fmt: skip
+            moved = Batch(
+                batch.mb.to(self.device, non_blocking=True),
+                x.to(self.device, non_blocking=True),
+                batch.y.to(self.device, non_blocking=True),
+            )
             event = torch.cuda.Event()
             event.record(self.stream)
         self._events[slot] = event

@@ -65,8 +65,15 @@ class NodeEmbedding:
             different values (default 0).
     """
 
-    def __init__(self, directory: str | os.PathLike, num_nodes: int, dim: int, *, seed: int = 0,
-                 stream: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        num_nodes: int,
+        dim: int,
+        *,
+        seed: int = 0,
+        stream: int = 0,
+    ):
         if num_nodes < 0 or dim < 1:
             raise ValueError(f"need num_nodes >= 0 and dim >= 1, got {num_nodes}, {dim}")
         self.dir = Path(directory)
@@ -107,8 +114,9 @@ class SparseAdam:
     """Adam on the touched rows with per-row steps (module docstring); state in
     ``embedding.adam_m.npy``, ``.adam_v.npy``, ``.adam_step.npy`` beside the table."""
 
-    def __init__(self, emb: NodeEmbedding, *, lr: float = 0.01, betas=(0.9, 0.999),
-                 eps: float = 1e-8) -> None:  # fmt: skip
+    def __init__(
+        self, emb: NodeEmbedding, *, lr: float = 0.01, betas=(0.9, 0.999), eps: float = 1e-8
+    ) -> None:
         self.emb, self.lr, self.b1, self.b2, self.eps = emb, lr, betas[0], betas[1], eps
         n, d = emb.num_nodes, emb.dim
         self.m = _table(emb.dir / "embedding.adam_m.npy", n, d)
@@ -136,8 +144,12 @@ class SparseAdam:
 
     def tables(self) -> dict[str, np.ndarray]:
         """Every file-backed array of the table and this optimizer, by file name."""
-        return {"embedding.npy": self.emb.weight, "embedding.adam_m.npy": self.m,
-                "embedding.adam_v.npy": self.v, "embedding.adam_step.npy": self.steps}  # fmt: skip
+        return {
+            "embedding.npy": self.emb.weight,
+            "embedding.adam_m.npy": self.m,
+            "embedding.adam_v.npy": self.v,
+            "embedding.adam_step.npy": self.steps,
+        }
 
 
 class SparseAdagrad:

@@ -237,8 +237,9 @@ def run_layers(
         outs = {} if last else {s.key: scratch.array(s.num_core, out_dim) for s in segments}
         local = list(_steps(segments, last, batch_size))
         total = provider.num_steps(len(local))
-        bar = progress(total=total, desc=f"inference layer {layer}", unit="batch",
-                       enable=show_progress)  # fmt: skip
+        bar = progress(
+            total=total, desc=f"inference layer {layer}", unit="batch", enable=show_progress
+        )
         for step in range(total):
             if step >= len(local):
                 provider.fetch(np.empty(0, np.int64))  # keep in step with the other ranks
@@ -316,16 +317,27 @@ def layerwise_inference(
         raise ValueError("new_output needs strictly increasing nodes")
     alloc = new_output or np.empty
     if sampler is None:
-        sampler = NeighborSampler(data.indptr, data.indices, (-1,), num_nodes=data.num_nodes,
-                                  degrees=data.degrees)  # fmt: skip
+        sampler = NeighborSampler(
+            data.indptr, data.indices, (-1,), num_nodes=data.num_nodes, degrees=data.degrees
+        )
     if not hasattr(model, "layer_forward"):
         out = _sampled_inference(model, data, nodes, sampler, normalize_features, batch_size)
         return _as_predictions(out, len(nodes)) if predict else out
     layers = sum_layers(model)
     if layers is not None:
-        return _blocked_inference(model, layers, data, nodes, features, normalize_features,
-                                  memory_budget, show_progress, scratch_dir, predict,
-                                  alloc if new_output is not None else None)  # fmt: skip
+        return _blocked_inference(
+            model,
+            layers,
+            data,
+            nodes,
+            features,
+            normalize_features,
+            memory_budget,
+            show_progress,
+            scratch_dir,
+            predict,
+            alloc if new_output is not None else None,
+        )
     seg = Segment(
         key=0,
         sampler=sampler,
@@ -345,8 +357,15 @@ def layerwise_inference(
     # beside the graph directory (in-memory data: the current directory)
     beside = data.path if data.path is not None else Path.cwd() / "data"
     with Scratch(scratch_dir, beside=beside) as scratch:
-        run_layers(model, [seg], keep, normalize_features=normalize_features,
-                   batch_size=batch_size, scratch=scratch, show_progress=show_progress)  # fmt: skip
+        run_layers(
+            model,
+            [seg],
+            keep,
+            normalize_features=normalize_features,
+            batch_size=batch_size,
+            scratch=scratch,
+            show_progress=show_progress,
+        )
     out = result if result is not None else np.empty((0, 0), np.float32)
     return _as_predictions(out, len(nodes)) if predict else out
 
@@ -355,8 +374,19 @@ def _as_predictions(logits: np.ndarray, n: int) -> np.ndarray:
     return logits.argmax(1).astype(np.int32) if n and logits.size else np.empty(n, np.int32)
 
 
-def _blocked_inference(model, layers, data, nodes, features, normalize, budget, show, scratch_dir,
-                       predict=False, alloc=None):  # fmt: skip
+def _blocked_inference(
+    model,
+    layers,
+    data,
+    nodes,
+    features,
+    normalize,
+    budget,
+    show,
+    scratch_dir,
+    predict=False,
+    alloc=None,
+):
     uniq, inverse = np.unique(nodes, return_inverse=True)
     n = data.num_nodes
     deg = np.zeros(n, np.float32) if data.degrees is None else np.asarray(data.degrees, np.float32)
@@ -376,9 +406,19 @@ def _blocked_inference(model, layers, data, nodes, features, normalize, budget, 
     src = features if features is not None else data.features
     norm = normalize and features is None  # a DiskFeatures normalises itself
     with Scratch(scratch_dir, beside=beside) as scratch:
-        blocked_layers(layers, src, data.indptr, data.indices, deg, uniq, keep,
-                       new_array=scratch.array, budget=budget or BLOCKED_BUDGET,
-                       normalize=norm, show_progress=show)  # fmt: skip
+        blocked_layers(
+            layers,
+            src,
+            data.indptr,
+            data.indices,
+            deg,
+            uniq,
+            keep,
+            new_array=scratch.array,
+            budget=budget or BLOCKED_BUDGET,
+            normalize=norm,
+            show_progress=show,
+        )
     if res is None:
         return np.empty(len(nodes), np.int32) if predict else np.empty((len(nodes), 0), np.float32)
     return res if alloc is not None else res[inverse]  # alloc: nodes are sorted and unique

@@ -65,8 +65,9 @@ class LinkBatch:
     num_neg: int
 
 
-def positive_chunks(edges: np.ndarray, *, directed: bool, seed: int, epoch: int,
-                    chunk_edges: int = 1 << 16) -> Iterator[np.ndarray]:  # fmt: skip
+def positive_chunks(
+    edges: np.ndarray, *, directed: bool, seed: int, epoch: int, chunk_edges: int = 1 << 16
+) -> Iterator[np.ndarray]:
     """The positive edges of an epoch in block-shuffled order (module docstring)."""
     rng = np.random.default_rng([seed, epoch, 0x11C])
     n_chunks = math.ceil(len(edges) / chunk_edges)
@@ -85,8 +86,9 @@ def flip_random(pairs: np.ndarray, rng: np.random.Generator) -> None:
     pairs[flip] = pairs[flip][:, ::-1]
 
 
-def draw_negatives(pos: np.ndarray, num_nodes: int, k: int, how: str,
-                   rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+def draw_negatives(
+    pos: np.ndarray, num_nodes: int, k: int, how: str, rng: np.random.Generator
+) -> np.ndarray:
     """``(B, k)`` negative destinations for the ``(B, 2)`` positives."""
     b = len(pos)
     if how in ("uniform", "owner-local"):  # one process owns every node
@@ -115,10 +117,21 @@ class LinkBatchLoader:
         seed: run seed; chunk_edges: rows per shuffled chunk of ``edges`` (default 65536).
     """
 
-    def __init__(self, sampler: NeighborSampler, gatherer: Gatherer, edges: np.ndarray, *,
-                 directed: bool, num_nodes: int, batch_size: int, num_neg: int = 1,
-                 negatives: str = "uniform", seed: int = 0, chunk_edges: int = 1 << 16,
-                 timer: Timer | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sampler: NeighborSampler,
+        gatherer: Gatherer,
+        edges: np.ndarray,
+        *,
+        directed: bool,
+        num_nodes: int,
+        batch_size: int,
+        num_neg: int = 1,
+        negatives: str = "uniform",
+        seed: int = 0,
+        chunk_edges: int = 1 << 16,
+        timer: Timer | None = None,
+    ) -> None:
         if negatives not in NEGATIVE_SAMPLERS:
             raise ValueError(
                 f"unknown negative sampler {negatives!r}; valid names: {', '.join(NEGATIVE_SAMPLERS)}"
@@ -134,8 +147,13 @@ class LinkBatchLoader:
     def positives(self, epoch: int) -> Iterator[np.ndarray]:
         """``(B, 2)`` positive batches of the epoch (the last one may be smaller)."""
         buf = np.zeros((0, 2), dtype=np.int64)
-        for chunk in positive_chunks(self.edges, directed=self.directed, seed=self.seed,
-                                     epoch=epoch, chunk_edges=self.chunk_edges):  # fmt: skip
+        for chunk in positive_chunks(
+            self.edges,
+            directed=self.directed,
+            seed=self.seed,
+            epoch=epoch,
+            chunk_edges=self.chunk_edges,
+        ):
             buf = np.concatenate([buf, chunk])
             while len(buf) >= self.batch_size:
                 yield buf[: self.batch_size]

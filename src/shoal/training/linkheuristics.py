@@ -62,8 +62,9 @@ def _scores(indptr, indices, pairs, weighted, out):
         out[k] = s
 
 
-def heuristic_scores(indptr: np.ndarray, indices: np.ndarray, pairs: np.ndarray,
-                     how: str = "adamic-adar") -> np.ndarray:  # fmt: skip
+def heuristic_scores(
+    indptr: np.ndarray, indices: np.ndarray, pairs: np.ndarray, how: str = "adamic-adar"
+) -> np.ndarray:
     """``(k,)`` float64 scores of the ``(k, 2)`` ``pairs`` (module docstring)."""
     if how not in HEURISTICS:
         raise ValueError(f"unknown heuristic {how!r}; valid names: {', '.join(HEURISTICS)}")

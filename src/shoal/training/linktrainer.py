@@ -110,8 +110,11 @@ class LinkConfig:
         known = {f.name for f in fields(cls)}
         bad = sorted(set(table) - known)
         if bad:
-            raise ShoalInputError(f"unknown [link] option(s) {', '.join(bad)}", path=p,
-                                  fix=f"valid options: {', '.join(sorted(known))}")  # fmt: skip
+            raise ShoalInputError(
+                f"unknown [link] option(s) {', '.join(bad)}",
+                path=p,
+                fix=f"valid options: {', '.join(sorted(known))}",
+            )
         return cls(**{**table, **overrides})
 
     def __post_init__(self) -> None:
@@ -121,16 +124,20 @@ class LinkConfig:
             ("negatives", NEGATIVE_SAMPLERS),
         ):
             if getattr(self, name) not in valid:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid names: "
-                                 f"{', '.join(sorted(valid))}")  # fmt: skip
+                raise ValueError(
+                    f"unknown {name} {getattr(self, name)!r}; valid names: "
+                    f"{', '.join(sorted(valid))}"
+                )
         if self.baseline not in (*HEURISTICS, "none"):
             raise ValueError(
                 f"unknown baseline {self.baseline!r}; valid names: "
                 f"{', '.join((*HEURISTICS, 'none'))}"
             )
         if self.embedding_optimizer not in ("adam", "adagrad"):
-            raise ValueError(f"unknown embedding_optimizer {self.embedding_optimizer!r}; "
-                             "valid names: adagrad, adam")  # fmt: skip
+            raise ValueError(
+                f"unknown embedding_optimizer {self.embedding_optimizer!r}; "
+                "valid names: adagrad, adam"
+            )
         if self.embedding_dim < 0:
             raise ValueError(f"embedding_dim must be >= 0, got {self.embedding_dim}")
         for name in ("num_neg", "eval_negatives", "hits_k"):
@@ -166,21 +173,32 @@ class LinkData:
         if val is None or test is None:
             raise ShoalInputError(
                 "link prediction needs held-out edges (link_val.npy, link_test.npy)",
-                path=g.path, fix=f"split the edges first: shoal data split-edges {g.path} --out DIR",
-            )  # fmt: skip
+                path=g.path,
+                fix=f"split the edges first: shoal data split-edges {g.path} --out DIR",
+            )
         x = g.features()
         csr = g.csr("in")
-        return cls(indptr=csr.indptr, indices=csr.indices, features=x,
-                   edges=g.edge_stream().memmap(), directed=g.directed, num_nodes=g.num_nodes,
-                   val_edges=val, test_edges=test, name=g.name, path=str(g.path))  # fmt: skip
+        return cls(
+            indptr=csr.indptr,
+            indices=csr.indices,
+            features=x,
+            edges=g.edge_stream().memmap(),
+            directed=g.directed,
+            num_nodes=g.num_nodes,
+            val_edges=val,
+            test_edges=test,
+            name=g.name,
+            path=str(g.path),
+        )
 
 
 #: held-out positives per block of evaluation negatives (each block has its own stream)
 EVAL_CHUNK = 1 << 14
 
 
-def eval_negative_chunk(seed: int, split: str, chunk: int, rows: int, num_nodes: int,
-                        k: int) -> np.ndarray:  # fmt: skip
+def eval_negative_chunk(
+    seed: int, split: str, chunk: int, rows: int, num_nodes: int, k: int
+) -> np.ndarray:
     """The ``(rows, k)`` uniform negative destinations of the held-out positives
     ``chunk * EVAL_CHUNK ...`` of ``split``: a function of ``(seed, split, chunk)`` only, so
     a distributed evaluation reading one block at a time ranks the same candidates."""
@@ -192,8 +210,10 @@ def eval_negatives(seed: int, split: str, num_pos: int, num_nodes: int, k: int) 
     """The ``(num_pos, k)`` uniform negative destinations of a held-out split: a function of
     ``(seed, split)`` only, so every evaluation and every baseline ranks the same candidates
     (blocks of :func:`eval_negative_chunk`)."""
-    blocks = [eval_negative_chunk(seed, split, c, min(EVAL_CHUNK, num_pos - s), num_nodes, k)
-              for c, s in enumerate(range(0, num_pos, EVAL_CHUNK))]  # fmt: skip
+    blocks = [
+        eval_negative_chunk(seed, split, c, min(EVAL_CHUNK, num_pos - s), num_nodes, k)
+        for c, s in enumerate(range(0, num_pos, EVAL_CHUNK))
+    ]
     return np.concatenate(blocks) if blocks else np.empty((0, k), np.int64)
 
 
@@ -203,15 +223,17 @@ class LinkTrainer:
 
     metric = "mrr"
 
-    def __init__(self, config: TrainConfig, link: LinkConfig, data: LinkData,
-                 model: nn.Module | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: TrainConfig, link: LinkConfig, data: LinkData, model: nn.Module | None = None
+    ) -> None:
         config = resolve_for_data(config, train_nodes=len(data.edges), features=data.features)
         self.config, self.link, self.data = config, link, data
         set_threads(config.threads)
         torch.manual_seed(config.seed)
         self.embedding, self.embedding_opt = self._embedding(config, link, data)
-        gatherer = self.embedding or FeatureGatherer(data.features,
-                                                     normalize=config.normalize_features)  # fmt: skip
+        gatherer = self.embedding or FeatureGatherer(
+            data.features, normalize=config.normalize_features
+        )
         in_dim = link.embedding_dim or data.feature_dim
         self.device = use_device(config.device)
         self.model = model or model_from_config(config, in_dim=in_dim, out_dim=config.hidden)
@@ -222,14 +244,21 @@ class LinkTrainer:
         params = list(self.model.parameters()) + list(self.scorer.parameters())
         self.optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
         self.timer = Timer()
-        sampler = NeighborSampler(data.indptr, data.indices, config.fanouts,
-                                  num_nodes=data.num_nodes)  # fmt: skip
+        sampler = NeighborSampler(
+            data.indptr, data.indices, config.fanouts, num_nodes=data.num_nodes
+        )
         self.loader = LinkBatchLoader(
-            sampler, gatherer,
-            data.edges, directed=data.directed, num_nodes=data.num_nodes,
-            batch_size=config.batch_size, num_neg=link.num_neg, negatives=link.negatives,
-            seed=config.seed, timer=self.timer,
-        )  # fmt: skip
+            sampler,
+            gatherer,
+            data.edges,
+            directed=data.directed,
+            num_nodes=data.num_nodes,
+            batch_size=config.batch_size,
+            num_neg=link.num_neg,
+            negatives=link.negatives,
+            seed=config.seed,
+            timer=self.timer,
+        )
         self.num_batches = 0
         self._eval_neg: dict[str, np.ndarray] = {}
 
@@ -240,16 +269,18 @@ class LinkTrainer:
         if not link.embedding_dim:
             if data.features is None:
                 raise ShoalInputError(
-                    "the graph has no features.npy", path=data.path,
+                    "the graph has no features.npy",
+                    path=data.path,
                     fix="learn an embedding per node instead: --embedding-dim 64",
-                )  # fmt: skip
+                )
             return None, None
         where = Path(link.embedding_dir or f"{data.path}.emb")
         if (where / "embedding.npy").exists() and not config.resume:
             raise ShoalInputError(
-                "an embedding table from another run is there", path=where,
+                "an embedding table from another run is there",
+                path=where,
                 fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
-            )  # fmt: skip
+            )
         emb = NodeEmbedding(where, data.num_nodes, link.embedding_dim, seed=config.seed)
         lr = link.embedding_lr or config.lr
         opt = (
@@ -283,8 +314,12 @@ class LinkTrainer:
         self.num_batches = steps
         if self.embedding_opt is not None:
             self.embedding_opt.flush()
-        return {"loss": loss_sum / max(n, 1), "train_accuracy": None,
-                "seconds": time.perf_counter() - t0, "time_split": self.timer.since(before)}  # fmt: skip
+        return {
+            "loss": loss_sum / max(n, 1),
+            "train_accuracy": None,
+            "seconds": time.perf_counter() - t0,
+            "time_split": self.timer.since(before),
+        }
 
     def _on_device(self, b):
         """The batch's inputs, blocks and positions on the model's device (the learned
@@ -292,13 +327,18 @@ class LinkTrainer:
         if self.device.type == "cpu":
             return b.x, b.mb.blocks, b.pos, b.neg
         x = b.x.detach().to(self.device).requires_grad_(b.x.requires_grad)
-        return (x, [blk.to(self.device) for blk in b.mb.blocks], b.pos.to(self.device),
-                b.neg.to(self.device))  # fmt: skip
+        return (
+            x,
+            [blk.to(self.device) for blk in b.mb.blocks],
+            b.pos.to(self.device),
+            b.neg.to(self.device),
+        )
 
     def _negatives(self, split: str, pos: np.ndarray) -> np.ndarray:
         if split not in self._eval_neg:  # drawn once per split: the same at every evaluation
-            self._eval_neg[split] = eval_negatives(self.config.seed, split, len(pos),
-                                                   self.data.num_nodes, self.link.eval_negatives)  # fmt: skip
+            self._eval_neg[split] = eval_negatives(
+                self.config.seed, split, len(pos), self.data.num_nodes, self.link.eval_negatives
+            )
         return self._eval_neg[split]
 
     def evaluate(self, splits: tuple[str, ...]) -> dict[str, float]:
@@ -315,18 +355,27 @@ class LinkTrainer:
         """Per split, the scores of its held-out positives ``(n,)`` and of each one's
         negatives ``(n, K)`` from exact layer-wise embeddings (what :meth:`evaluate` ranks)."""
         self.scorer.eval()
-        held = {s: np.asarray(self.data.val_edges if s == "val" else self.data.test_edges,
-                              dtype=np.int64) for s in splits}  # fmt: skip
+        held = {
+            s: np.asarray(
+                self.data.val_edges if s == "val" else self.data.test_edges, dtype=np.int64
+            )
+            for s in splits
+        }
         negs = {s: self._negatives(s, held[s]) for s in splits}
         nodes = unique_sorted(
             np.concatenate([x.ravel() for s in splits for x in (held[s], negs[s])])
         )
         scorer = on_device(self.scorer, self.device)
-        emb = torch.from_numpy(layerwise_inference(
-            on_device(self.model, self.device), self.data, nodes,
-            normalize_features=self.config.normalize_features and self.embedding is None,
-            batch_size=self.config.eval_batch_size, scratch_dir=self.config.scratch_dir,
-        ))  # fmt: skip
+        emb = torch.from_numpy(
+            layerwise_inference(
+                on_device(self.model, self.device),
+                self.data,
+                nodes,
+                normalize_features=self.config.normalize_features and self.embedding is None,
+                batch_size=self.config.eval_batch_size,
+                scratch_dir=self.config.scratch_dir,
+            )
+        )
         out = {}
         for s in splits:
             p, q = held[s], negs[s]
@@ -343,9 +392,13 @@ class LinkTrainer:
         snap = self.embedding_opt is not None and bool(self.config.checkpoint_dir)
         if snap:
             save_tables(self.embedding_opt.tables(), Path(self.config.checkpoint_dir) / "embedding")
-        return {"model": self.model.state_dict(), "scorer": self.scorer.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "torch_rng": get_rng_states(self.device),
-                "embedding_snapshot": snap}  # fmt: skip
+        return {
+            "model": self.model.state_dict(),
+            "scorer": self.scorer.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": get_rng_states(self.device),
+            "embedding_snapshot": snap,
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -359,9 +412,12 @@ class LinkTrainer:
         """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``): an
         epoch's seeds are every positive's two ends and its negatives."""
         pos = len(self.data.edges) // (1 if self.data.directed else 2)
-        return eval_work_ratio(num_nodes=self.data.num_nodes, num_edges=len(self.data.edges),
-                               num_seeds=pos * (2 + self.link.num_neg),
-                               fanouts=self.config.fanouts)  # fmt: skip
+        return eval_work_ratio(
+            num_nodes=self.data.num_nodes,
+            num_edges=len(self.data.edges),
+            num_seeds=pos * (2 + self.link.num_neg),
+            fanouts=self.config.fanouts,
+        )
 
     def fit(self) -> RunResult:
         """Train and evaluate (the best validation epoch), then score the ``baseline``

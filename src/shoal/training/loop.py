@@ -240,8 +240,12 @@ class EpochLoop:
         ratio = getattr(self.target, "eval_work_ratio", None)
         k = max(1, math.ceil(4.0 * ratio())) if ratio is not None else 1
         if self.is_rank0:
-            log.info("evaluating every %d epoch(s) (--eval-every auto: an exact evaluation is "
-                     "estimated at %.2f epochs of training work)", k, ratio() if ratio else 0.0)  # fmt: skip
+            log.info(
+                "evaluating every %d epoch(s) (--eval-every auto: an exact evaluation is "
+                "estimated at %.2f epochs of training work)",
+                k,
+                ratio() if ratio else 0.0,
+            )
         return k
 
     def _checkpointer(self) -> Checkpointer | None:
@@ -316,7 +320,7 @@ class EpochLoop:
                 **self.config.to_dict(),
                 **self.settings,
                 "eval_every_chosen": st.eval_every,
-            },  # fmt: skip
+            },
             history=hist,
             metric=self.metric,
             metrics={k: v for k, v in final.items() if k not in ("val", "test")},

@@ -23,13 +23,16 @@ def factory_model(spec: str, **kwargs) -> nn.Module:
     try:
         fn = getattr(importlib.import_module(mod_name), fn_name)
     except (ImportError, AttributeError, ValueError) as e:
-        raise ShoalInputError(f"cannot load the model factory {spec!r}: {e}",
-                              fix="pass --model-factory package.module:function, importable "
-                              "from this environment (e.g. on PYTHONPATH)") from None  # fmt: skip
+        raise ShoalInputError(
+            f"cannot load the model factory {spec!r}: {e}",
+            fix="pass --model-factory package.module:function, importable "
+            "from this environment (e.g. on PYTHONPATH)",
+        ) from None
     model = fn(**kwargs)
     if not isinstance(model, nn.Module):
-        raise ShoalInputError(f"the model factory {spec!r} returned {type(model).__name__}, "
-                              "not a torch.nn.Module")  # fmt: skip
+        raise ShoalInputError(
+            f"the model factory {spec!r} returned {type(model).__name__}, not a torch.nn.Module"
+        )
     return model if isinstance(model, BlockGNN) else EdgeIndexModel(model, kwargs["num_layers"])
 
 
@@ -40,9 +43,14 @@ def model_from_config(cfg: TrainConfig, *, in_dim: int, out_dim: int, rank: int 
     single-process trainer's stream)."""
     torch.manual_seed(cfg.seed)
     if cfg.model_factory:
-        model = factory_model(cfg.model_factory, in_dim=int(in_dim), hidden=cfg.hidden,
-                              out_dim=int(out_dim), num_layers=cfg.num_layers,
-                              dropout=cfg.dropout)  # fmt: skip
+        model = factory_model(
+            cfg.model_factory,
+            in_dim=int(in_dim),
+            hidden=cfg.hidden,
+            out_dim=int(out_dim),
+            num_layers=cfg.num_layers,
+            dropout=cfg.dropout,
+        )
         if rank:
             torch.manual_seed(cfg.seed + rank)
         return model

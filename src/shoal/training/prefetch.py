@@ -73,9 +73,17 @@ class WindowPrefetcher:
             ``scratch_dir`` (default: beside the feature file).
     """
 
-    def __init__(self, loader, features: DiskFeatures, *, window_bytes: int,
-                 last_epoch: int | None = None, background: bool = True, pack_epochs: int = 0,
-                 scratch_dir: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        loader,
+        features: DiskFeatures,
+        *,
+        window_bytes: int,
+        last_epoch: int | None = None,
+        background: bool = True,
+        pack_epochs: int = 0,
+        scratch_dir: str | None = None,
+    ) -> None:
         self.loader = loader
         self.features = features
         self.window_rows = max(1, int(window_bytes) // max(features.row_bytes, 1))
@@ -92,8 +100,12 @@ class WindowPrefetcher:
         self.resample = False
         self._start_seconds = 0.0  # spent in prime() since the last epoch record
         # epochs packed by one sweep; its buffers sized from two windows (calibrate: the pool)
-        self.packs = Packs(features, epochs=pack_epochs, scratch_dir=scratch_dir,
-                           pool=2 * self.window_rows * features.row_bytes)  # fmt: skip
+        self.packs = Packs(
+            features,
+            epochs=pack_epochs,
+            scratch_dir=scratch_dir,
+            pool=2 * self.window_rows * features.row_bytes,
+        )
         self._packed_before = self.packs.stats.snapshot()  # at the last epoch record
 
     # ----------------------------------------------------------------- planning / reading
@@ -187,8 +199,10 @@ class WindowPrefetcher:
         features' cache must not be loaded yet); returns the fit (also :attr:`fit`)."""
         fs, seen = self.features, self._seen
         if fs.cache_loaded or fs.priority is None:
-            raise RuntimeError("calibrate needs a DiskFeatures whose cache is not read yet "
-                               "(defer_cache=True) and a priority order")  # fmt: skip
+            raise RuntimeError(
+                "calibrate needs a DiskFeatures whose cache is not read yet "
+                "(defer_cache=True) and a priority order"
+            )
         seen[:] = False
         held = largest = 0
         for mb in self.loader.samples(epoch):
@@ -196,9 +210,15 @@ class WindowPrefetcher:
             held += mb.nbytes
             largest = max(largest, mb.nbytes)
         self.packs.sizes = pack_sizes(pool, self.packs.epochs)
-        fit = fit_windows(pool, needed=seen, priority=fs.priority, row_bytes=fs.row_bytes,
-                          sample_bytes=held, batch_bytes=largest,
-                          min_window=min_window)  # fmt: skip
+        fit = fit_windows(
+            pool,
+            needed=seen,
+            priority=fs.priority,
+            row_bytes=fs.row_bytes,
+            sample_bytes=held,
+            batch_bytes=largest,
+            min_window=min_window,
+        )
         seen[:] = False
         fs.choose_cache(fit.cache_bytes)
         self.window_rows = max(1, fit.window_bytes // max(fs.row_bytes, 1))
@@ -307,8 +327,14 @@ class WindowPrefetcher:
     def _consume(self, epoch: int, items, st: Stream | None) -> Iterator:
         ld, fs = self.loader, self.features
         io0 = read_bytes_of_process()
-        rec = {"requested": 0, "hits": 0, "rows_read": 0, "bytes_read": 0,
-               "read_seconds": 0.0, "windows": 0}  # fmt: skip
+        rec = {
+            "requested": 0,
+            "hits": 0,
+            "rows_read": 0,
+            "bytes_read": 0,
+            "read_seconds": 0.0,
+            "windows": 0,
+        }
         buf = np.empty((0, fs.dim), np.float32)
         while True:
             t0 = time.perf_counter()

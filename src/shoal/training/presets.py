@@ -107,9 +107,16 @@ _PAPER: dict[str, dict[str, Any]] = {
     ),
 }
 # Large graphs (OGB-products-style GraphSAGE): 3 sampled hops, wide layers, fewer epochs.
-_LARGE: dict[str, Any] = dict(fanouts=(15, 10, 5), hidden=256, dropout=0.5, lr=0.003,
-                              weight_decay=0.0, epochs=20, normalize_features=False,
-                              min_steps=0)  # fmt: skip
+_LARGE: dict[str, Any] = dict(
+    fanouts=(15, 10, 5),
+    hidden=256,
+    dropout=0.5,
+    lr=0.003,
+    weight_decay=0.0,
+    epochs=20,
+    normalize_features=False,
+    min_steps=0,
+)
 
 
 #: Link prediction (``--task link``), over the model's paper settings: the settings of
@@ -165,8 +172,9 @@ def _sample_rows(features: Any) -> np.ndarray:
     return np.asarray(features[idx]) if n else np.empty((0, 0), np.float32)
 
 
-def resolve_for_data(config: _Config, *, train_nodes: int, features: Any = None,
-                     ranks: int = 1) -> _Config:  # fmt: skip
+def resolve_for_data(
+    config: _Config, *, train_nodes: int, features: Any = None, ranks: int = 1
+) -> _Config:
     """The config with its data-dependent choices made (unchanged when there are none):
     ``normalize_features="auto"`` from :func:`auto_normalize` on evenly spaced rows of
     ``features`` (an array or memory map; ``None``: no features, not normalised), and
@@ -183,6 +191,10 @@ def resolve_for_data(config: _Config, *, train_nodes: int, features: Any = None,
         epochs = max(config.epochs, math.ceil(config.min_steps / steps))
         if epochs != config.epochs:
             changes["epochs"] = epochs
-            log.info("epochs: %d (%d steps per epoch; at least min_steps=%d)", epochs, steps,
-                     config.min_steps)  # fmt: skip
+            log.info(
+                "epochs: %d (%d steps per epoch; at least min_steps=%d)",
+                epochs,
+                steps,
+                config.min_steps,
+            )
     return replace(config, **changes) if changes else config

@@ -49,8 +49,9 @@ class Resampled:
                     if self.error is not None:
                         raise self.error from None
                     if not self.stream.thread.is_alive():
-                        raise RuntimeError("the prefetch thread stopped before sampling all "
-                                           "of a window's batches") from None  # fmt: skip
+                        raise RuntimeError(
+                            "the prefetch thread stopped before sampling all of a window's batches"
+                        ) from None
             yield mb
 
 
@@ -61,8 +62,16 @@ class Stream:
     thread fills after putting the item. ``pf``: the ``WindowPrefetcher`` (its module builds
     on this one, not the reverse)."""
 
-    def __init__(self, pf: Any, first: int, last: int | None, *,
-                 stop: threading.Event | None = None, plan=None, primed=None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        pf: Any,
+        first: int,
+        last: int | None,
+        *,
+        stop: threading.Event | None = None,
+        plan=None,
+        primed=None,
+    ) -> None:
         self.pf = pf
         self.next_epoch = first
         self.last = last
@@ -83,13 +92,17 @@ class Stream:
             if pf.resample:
                 batch = lazy = Resampled(batch, self)
             self.q.put((first, batch, w, slots))
-        self.thread = threading.Thread(target=self._run, args=(first, last, plan, lazy),
-                                       daemon=True, name="shoal-prefetch")  # fmt: skip
+        self.thread = threading.Thread(
+            target=self._run, args=(first, last, plan, lazy), daemon=True, name="shoal-prefetch"
+        )
         self.thread.start()
 
     def _wait(self, ev_or_sem) -> None:
-        while not (ev_or_sem.wait(0.1) if isinstance(ev_or_sem, threading.Event)
-                   else ev_or_sem.acquire(timeout=0.1)):  # fmt: skip
+        while not (
+            ev_or_sem.wait(0.1)
+            if isinstance(ev_or_sem, threading.Event)
+            else ev_or_sem.acquire(timeout=0.1)
+        ):
             if self.stop.is_set():
                 raise Stop
 

@@ -90,14 +90,19 @@ class Trainer:
             timer=self.timer,
         )
         if self.budget.cache < self.budget.features:
-            self.loader.use_windows(self.features, window_bytes=self.budget.window,
-                                    last_epoch=config.epochs - 1,
-                                    pack_epochs=default_pack_epochs(
-                                        config.pack_epochs, self.budget.structure_in_memory),
-                                    scratch_dir=config.scratch_dir)  # fmt: skip
+            self.loader.use_windows(
+                self.features,
+                window_bytes=self.budget.window,
+                last_epoch=config.epochs - 1,
+                pack_epochs=default_pack_epochs(
+                    config.pack_epochs, self.budget.structure_in_memory
+                ),
+                scratch_dir=config.scratch_dir,
+            )
             # cache and windows sized from the first epoch's sampled batches
-            fit = self.loader.prefetcher.calibrate(self.budget.pool,
-                                                   min_window=self.budget.min_window)  # fmt: skip
+            fit = self.loader.prefetcher.calibrate(
+                self.budget.pool, min_window=self.budget.min_window
+            )
             self.budget.use_fit(fit)
             log.info("features: %s", fit.describe())
         log.info("%s", self.budget.describe())
@@ -150,8 +155,12 @@ class Trainer:
         stats0 = self.features.stats.snapshot()
         structure0 = self.sampler.structure_bytes_read
         total_loss, correct, seen = 0.0, 0, 0
-        bar = progress(total=len(self.loader), desc=f"epoch {epoch + 1}", unit="batch",
-                       enable=self.config.progress)  # fmt: skip
+        bar = progress(
+            total=len(self.loader),
+            desc=f"epoch {epoch + 1}",
+            unit="batch",
+            enable=self.config.progress,
+        )
         t_epoch = time.perf_counter()
         key = self.config.seed
         for step, batch in enumerate(self.feed.iterate(self.loader.epoch(epoch))):
@@ -222,9 +231,12 @@ class Trainer:
     # ---------------------------------------------------------------- run
     def eval_work_ratio(self) -> float:
         """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``)."""
-        return eval_work_ratio(num_nodes=self.data.num_nodes,
-                               num_edges=int(self.data.indptr[-1]),
-                               num_seeds=len(self.data.train_idx), fanouts=self.config.fanouts)  # fmt: skip
+        return eval_work_ratio(
+            num_nodes=self.data.num_nodes,
+            num_edges=int(self.data.indptr[-1]),
+            num_seeds=len(self.data.train_idx),
+            fanouts=self.config.fanouts,
+        )
 
     def fit(self) -> RunResult:
         """Train until ``epochs`` or early stopping; test the best-validation model."""

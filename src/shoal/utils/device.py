@@ -57,8 +57,10 @@ def resolve_device(spec: str, *, local_rank: int | None = None) -> torch.device:
         return torch.device("cuda", (local_rank or 0) % count)
     index = int(spec.split(":")[1])
     if index >= count:
-        raise ShoalInputError(f"--device {spec}: this machine has {count} GPU(s)",
-                              fix=f"use cuda:0 .. cuda:{count - 1}, or cuda")  # fmt: skip
+        raise ShoalInputError(
+            f"--device {spec}: this machine has {count} GPU(s)",
+            fix=f"use cuda:0 .. cuda:{count - 1}, or cuda",
+        )
     return torch.device("cuda", index)
 
 

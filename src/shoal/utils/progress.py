@@ -22,8 +22,9 @@ class _Summary:
     when closed after at least :data:`SUMMARY_AFTER_S`, prints one line:
     ``desc: n unit in t s (rate unit/s)``."""
 
-    def __init__(self, iterable: Iterable | None, total: float | None, desc: str,
-                 unit: str) -> None:  # fmt: skip
+    def __init__(
+        self, iterable: Iterable | None, total: float | None, desc: str, unit: str
+    ) -> None:
         self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
         self.n = 0
         self.t0 = time.perf_counter()
@@ -70,8 +71,11 @@ class _Summary:
         if t < SUMMARY_AFTER_S or not self.desc:
             return
         n = int(self.n) if float(self.n).is_integer() else self.n
-        print(f"{self.desc}: {n} {self.unit} in {t:.1f} s ({self.n / t:,.1f} {self.unit}/s)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"{self.desc}: {n} {self.unit} in {t:.1f} s ({self.n / t:,.1f} {self.unit}/s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def progress(
