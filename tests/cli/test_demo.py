@@ -58,7 +58,7 @@ def test_every_step_parses_and_the_training_settings_are_valid(tmp_path):
         if engine in ("hec", "disagg"):  # several steps per Cora epoch (module docstring)
             assert cfg.batch_size == 16
         if engine == "disagg":  # 2 processes: one batch worker, one compute worker
-            assert cfg.batch_workers == 1
+            assert cfg.engine.batch_workers == 1
 
 
 def _fake_main(argv: list[str]) -> int:

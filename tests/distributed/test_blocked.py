@@ -57,14 +57,13 @@ def _dist(
     layers: int = 2,
 ) -> dict[str, float]:
     from shoal.distributed import DistContext, dist_evaluate
-    from shoal.engines.base import EngineConfig
-    from shoal.engines.minibatch import MinibatchEngine
+    from shoal.engines.minibatch.engine import MinibatchEngine
     from shoal.store import Store
     from shoal.training import model_from_config
 
     tc = _config(model_name, layers)
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    eng = MinibatchEngine(Store.open(store), EngineConfig(train=tc), ctx)
+    eng = MinibatchEngine(Store.open(store), tc, ctx)
     model = model_from_config(tc, in_dim=eng.store.feature_dim, out_dim=eng.store.num_classes)
     _weights(model)
     return dist_evaluate(

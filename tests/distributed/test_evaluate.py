@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from shoal.distributed import DistConfig, dist_evaluate, process_group
-from shoal.engines import EngineConfig, get_engine
+from shoal.engines import get_engine
 from shoal.store import Store
 from shoal.training import TrainConfig, TrainData, model_from_config
 from shoal.training.inference import evaluate
@@ -34,7 +34,7 @@ def _random_graph(make_graph, n: int, dim: int, seed: int = 0):
 
 
 def _engine(store, tc, ctx):
-    return get_engine("minibatch")(Store.open(store), EngineConfig(train=tc), ctx)
+    return get_engine("minibatch")(Store.open(store), tc, ctx)
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat"])

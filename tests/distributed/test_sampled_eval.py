@@ -25,14 +25,13 @@ class Opaque(torch.nn.Module):
 
 def _both(rank: int, world: int, store: str, model_name: str):
     from shoal.distributed import DistContext, dist_evaluate
-    from shoal.engines.base import EngineConfig
-    from shoal.engines.minibatch import MinibatchEngine
+    from shoal.engines.minibatch.engine import MinibatchEngine
     from shoal.store import Store
     from shoal.training import model_from_config
 
     tc = _config(model_name)
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    eng = MinibatchEngine(Store.open(store), EngineConfig(train=tc), ctx)
+    eng = MinibatchEngine(Store.open(store), tc, ctx)
     model = model_from_config(tc, in_dim=eng.store.feature_dim, out_dim=eng.store.num_classes)
     _weights(model)
     args = (eng.store, eng.parts, eng.part_to_rank, ctx, eng.tables)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from shoal.distributed import DistContext
-from shoal.engines import EngineConfig, get_engine
+from shoal.engines import get_engine
 from shoal.store import Store
 from shoal.training import TrainConfig
 from tests.distributed.helpers import WorldFailed, run_world
@@ -28,7 +28,7 @@ def _fit(rank: int, world: int, store: str, engine: str, crash_at: int | None, k
         progress=False,
     )
     tc = TrainConfig(**{**options, **kw})
-    eng = get_engine(engine)(Store.open(store), EngineConfig(train=tc), ctx)
+    eng = get_engine(engine)(Store.open(store), tc, ctx)
     if crash_at is not None and rank == world - 1:
         train_epoch = eng.train_epoch
 
@@ -87,7 +87,7 @@ def _patience(rank: int, world: int, store: str, metrics: str):
         progress=False,
         metrics_file=metrics,
     )
-    return get_engine("minibatch")(Store.open(store), EngineConfig(train=tc), ctx).fit().to_json()
+    return get_engine("minibatch")(Store.open(store), tc, ctx).fit().to_json()
 
 
 def test_patience_stops_every_rank_and_metrics_file_has_one_line_per_epoch(make_store, tmp_path):

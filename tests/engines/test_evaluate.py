@@ -9,14 +9,13 @@ from tests.distributed.helpers import run_world
 
 def _accuracy(rank: int, world: int, store: str) -> dict[str, float]:
     from shoal.distributed import DistContext
-    from shoal.engines.base import EngineConfig
-    from shoal.engines.minibatch import MinibatchEngine
+    from shoal.engines.minibatch.engine import MinibatchEngine
     from shoal.store import Store
     from shoal.training import TrainConfig, model_from_config
 
     tc = TrainConfig(model="sage", fanouts=(2, 2), hidden=8, seed=3)
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    engine = MinibatchEngine(Store.open(store), EngineConfig(train=tc), ctx)
+    engine = MinibatchEngine(Store.open(store), tc, ctx)
     model = model_from_config(tc, in_dim=engine.store.feature_dim, out_dim=engine.store.num_classes)
     gen = torch.Generator().manual_seed(7)  # large random weights: varied predictions
     with torch.no_grad():

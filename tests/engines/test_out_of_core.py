@@ -25,7 +25,7 @@ def _train(
     import shoal.sample.budget as budget
     import shoal.sample.packing as packing
     from shoal.distributed import DistContext
-    from shoal.engines import EngineConfig, get_engine
+    from shoal.engines import get_engine
     from shoal.store import Store
     from shoal.training import TrainConfig
 
@@ -59,7 +59,7 @@ def _train(
         index = sum(p.indptr.nbytes for p in st.parts() if p.index % world == rank)
         memory = 13 * st.num_nodes + extra + index + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    eng = get_engine(engine)(st, EngineConfig(train=TrainConfig(**cfg, memory=memory)), ctx)
+    eng = get_engine(engine)(st, TrainConfig(**cfg, memory=memory), ctx)
     records = [eng.train_epoch(e) for e in range(epochs)]
     acc = eng.evaluate(("val", "test"))
     eng.close_io()
@@ -120,7 +120,7 @@ def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dic
     import shoal.engines.base as base
     import shoal.sample.budget as budget
     from shoal.distributed import DistContext
-    from shoal.engines import EngineConfig, get_engine
+    from shoal.engines import get_engine
     from shoal.store import Store
     from shoal.training import TrainConfig
 
@@ -140,7 +140,7 @@ def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dic
         plan=plan,
     )
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    eng = get_engine("minibatch")(Store.open(store), EngineConfig(train=cfg), ctx)
+    eng = get_engine("minibatch")(Store.open(store), cfg, ctx)
     out = [eng.train_epoch(e) for e in range(2)]
     acc = eng.evaluate(("val", "test"))
     eng.close_io()

@@ -10,9 +10,8 @@ import torch
 
 from shoal.data.importers import import_graph
 from shoal.distributed import DistContext
-from shoal.engines.base import EngineConfig
-from shoal.engines.hec import HecEngine
-from shoal.engines.minibatch import MinibatchEngine
+from shoal.engines.hec.engine import HecEngine
+from shoal.engines.minibatch.engine import MinibatchEngine
 from shoal.errors import ShoalInputError
 from shoal.nn.adapter import EdgeIndexModel
 from shoal.sample.sampler import NeighborSampler
@@ -81,8 +80,8 @@ def _engine(rank: int, world: int, store: str, engine: str):
         lr=0.05,
         progress=False,
     )
-    from shoal.engines.averaging import AveragingEngine
-    from shoal.engines.disagg import DisaggEngine
+    from shoal.engines.averaging.engine import AveragingEngine
+    from shoal.engines.disagg.engine import DisaggEngine
 
     cls = {
         "minibatch": MinibatchEngine,
@@ -91,7 +90,7 @@ def _engine(rank: int, world: int, store: str, engine: str):
         "disagg": DisaggEngine,
     }[engine]
     try:
-        eng = cls(Store.open(store), EngineConfig(train=tc), ctx)
+        eng = cls(Store.open(store), tc, ctx)
     except ShoalInputError as e:
         return str(e)
     return eng.fit().to_json()["epochs"]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from shoal.engines.config import read_config_file
 from shoal.errors import ShoalInputError
 from shoal.graph import full_graph_block
 from shoal.training import (
@@ -73,11 +74,11 @@ def test_config_validation_and_toml(tmp_path):
         TrainConfig("sage")  # keyword-only
     p = tmp_path / "c.toml"
     p.write_text('[train]\nmodel = "gcn"\nfanouts = [-1, -1]\nhidden = 16\n')
-    c = TrainConfig.from_toml(p, hidden=32)
+    c = read_config_file(p, {"hidden": 32})
     assert (c.model, c.fanouts, c.hidden) == ("gcn", (-1, -1), 32)
     p.write_text("hiden = 3\n")
     with pytest.raises(ShoalInputError, match="hiden"):
-        TrainConfig.from_toml(p)
+        read_config_file(p)
 
 
 def test_fanouts_input_first_is_dgls_order(tiny, tmp_path):
@@ -88,7 +89,7 @@ def test_fanouts_input_first_is_dgls_order(tiny, tmp_path):
         TrainConfig(fanouts_order="dgl")
     p = tmp_path / "c.toml"
     p.write_text('fanouts = [1, 3]\nfanouts_order = "input-first"\n')
-    assert TrainConfig.from_toml(p).fanouts == (3, 1)
+    assert read_config_file(p).fanouts == (3, 1)
     # the same sampler: hop 1 draws 3 neighbours, hop 2 one, in both spellings
     a = Trainer(cfg(fanouts=(3, 1)), tiny)
     b = Trainer(cfg(fanouts=(1, 3), fanouts_order="input-first"), tiny)
@@ -332,12 +333,16 @@ def test_distributed_options_come_from_toml_too(tmp_path):
         '[train]\nengine = "averaging"\nnproc = 2\naverage_every = 3\n'
         'average_optimizer = false\nscratch_dir = "/data/scratch"\nmax_restarts = 1\n'
     )
-    c = TrainConfig.from_toml(p, nproc=4)
-    assert (c.engine, c.nproc, c.average_every, c.average_optimizer) == ("averaging", 4, 3, False)
-    assert (c.scratch_dir, c.max_restarts) == ("/data/scratch", 1)
-    p.write_text("[train]\naverage_every = 0\n")
-    with pytest.raises(ShoalInputError, match="average_every"):
-        TrainConfig.from_toml(p)
+    c = read_config_file(p, {"nproc": 4})
+    e = c.engine
+    assert (e.name, e.nproc, e.average_every, e.average_optimizer) == ("averaging", 4, 3, False)
+    assert (c.scratch_dir, e.max_restarts) == ("/data/scratch", 1)
+    p.write_text('[train]\nengine = "averaging"\naverage_every = 0\n')
+    with pytest.raises(ShoalInputError, match="average_every must be >= 1"):
+        read_config_file(p)
+    p.write_text("[train]\naverage_every = 2\n")  # an option of another engine than the run's
+    with pytest.raises(ShoalInputError, match="belongs to the averaging engine"):
+        read_config_file(p)
 
 
 def test_eval_test_records_the_test_accuracy_of_every_evaluation(tiny):

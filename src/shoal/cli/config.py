@@ -181,6 +181,7 @@ def _table(name: str, values: dict[str, Any]) -> list[str]:
 def effective(path: str | None, stage: str | None = None) -> list[str]:
     """The effective options of every stage (or ``stage``) as TOML lines."""
     from shoal.cli import build_parser
+    from shoal.engines.config import read_config_file
     from shoal.training.config import TrainConfig
     from shoal.training.linktrainer import LinkConfig
 
@@ -201,7 +202,7 @@ def effective(path: str | None, stage: str | None = None) -> list[str]:
         }
         out += _table(section, vals)
     if stage in (None, "train", "link"):
-        tc = TrainConfig.from_toml(path) if path else TrainConfig()
+        tc = read_config_file(path) if path else TrainConfig()
         lc = LinkConfig.from_toml(path) if path else LinkConfig()
         if stage != "link":
             out += _table("train", tc.to_dict())

@@ -53,8 +53,8 @@ def _load_run(ckpt: Path, which: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _cmd_embed(args: argparse.Namespace) -> int:
     from shoal.data.format import GraphDir
+    from shoal.engines.config import read_config
     from shoal.nn.ondevice import on_device
-    from shoal.training.config import TrainConfig
     from shoal.training.inference import layerwise_inference
     from shoal.training.linktrainer import LinkData
     from shoal.training.model import model_from_config
@@ -62,7 +62,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     from shoal.utils.device import use_device
 
     cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
-    cfg = TrainConfig.from_dict({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
+    cfg = read_config({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
     g = GraphDir.open(args.graph)
     data = LinkData.from_graph_dir(g) if g.link_edges("val") is not None else None
     if data is None:  # any graph: the inference needs the CSR and the inputs only

@@ -56,7 +56,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _engine_plan(args: argparse.Namespace):
     """The automatic engine choice for the store (:mod:`shoal.engines.autoplan`), probed with
     the workers' share of this machine's cores."""
-    from shoal.engines.autoplan import AUTO_CANDIDATES, plan_engine
+    from shoal.engines.autoplan import plan_engine
     from shoal.store import Store
     from shoal.training import TrainConfig
     from shoal.utils.threads import set_threads
@@ -65,7 +65,7 @@ def _engine_plan(args: argparse.Namespace):
     kw = {k: getattr(args, k) for k in ("model", "hidden", "batch_size") if getattr(args, k)}
     if args.fanouts:
         kw["fanouts"] = args.fanouts
-    cands = tuple(args.engines.split(",")) if args.engines else AUTO_CANDIDATES
+    cands = tuple(args.engines.split(",")) if args.engines else None
     try:
         tc = TrainConfig(**kw, progress=False)
         return plan_engine(

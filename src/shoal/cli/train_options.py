@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shoal.cli.engine_options import ENGINE_FLAGS, add_engine_arguments, engine_overrides
 from shoal.cli.link_options import add_link_arguments
 from shoal.cli.report import add_report_argument
-from shoal.engines.registry import ENGINES
+from shoal.engines.config import engine_option_owners, read_config, read_config_file
+from shoal.engines.registry import engine_names, get_spec
 from shoal.nn import MODELS
 from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
@@ -55,13 +55,10 @@ CONFIG_FLAGS = (
     "plan",
     "dist_timeout",
     "max_restarts",
-    "average_every",
-    "part_models",
     "memory",
     "io_threads",
     "pack_epochs",
     "structure",
-    *ENGINE_FLAGS,
 )
 
 
@@ -157,7 +154,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     )
     _add_memory_arguments(groups["memory"], d)
     _add_distributed_arguments(groups["distributed"], d)
-    add_engine_arguments(groups["distributed"], d)
+    for name in engine_names():  # each engine's own flags, in a group of its own
+        spec = get_spec(name)
+        if spec.add_arguments is not None:
+            groups[f"engine:{name}"] = p.add_argument_group(f"{name} engine (--engine {name})")
+            spec.add_arguments(groups[f"engine:{name}"])
     return groups
 
 
@@ -279,18 +280,14 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
 
 
 def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
+    engines = "; ".join(f"{n}: {get_spec(n).summary}" for n in engine_names())
     g.add_argument(
         "--engine",
-        choices=[*sorted(ENGINES), "auto"],
-        help="minibatch: sync SGD with remote sampling and feature pulls (DistDGL); averaging: "
-        "local training on parts + weighted model averaging every k epochs, needs a store "
-        "built with --halo-features (SDT-GNN); hec: local sampling, halo embeddings from "
-        "caches filled by the owners' delayed pushes (DistGNN-MB); fullgraph: full-graph "
-        "training, remote dependencies communicated or recomputed (NeutronStar); disagg: "
-        "batch workers sample and load rows for compute workers that cache them (Armada); "
-        "auto: probe this machine's sampling, gather, compute and exchange costs and take the "
-        "engine with the lowest estimated epoch (printed and recorded as auto_plan in the "
-        f"run JSON; `shoal plan --store` shows the same estimates) (default {d.engine})",
+        choices=[*engine_names(), "auto"],
+        help=f"{engines}; auto: probe this machine's sampling, gather, compute and exchange "
+        "costs and take the engine with the lowest estimated epoch (printed and recorded as "
+        "auto_plan in the run JSON; `shoal plan --store` shows the same estimates) (default "
+        f"{d.engine.name})",
     )
     g.add_argument(
         "--nproc",
@@ -304,32 +301,11 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
         help="plan JSON from `shoal plan` (default: part j -> rank j mod N)",
     )
     g.add_argument(
-        "--average-every",
-        type=int,
-        metavar="K",
-        help=f"averaging engine: average the models every K epochs (default {d.average_every})",
-    )
-    g.add_argument(
-        "--part-models",
-        action="store_true",
-        default=None,
-        help="averaging engine, more parts than processes: train one model per part and "
-        "average all of them each round (SDT-GNN); default: one model per rank carried "
-        "through its parts in turn",
-    )
-    g.add_argument(
-        "--local-optimizer-state",
-        action="store_true",
-        default=None,
-        help="averaging engine: keep each rank's own Adam moments instead of averaging them "
-        "with the weights (default: averaged)",
-    )
-    g.add_argument(
         "--dist-timeout",
         type=float,
         metavar="SECONDS",
         help="timeout of every collective; a stuck peer fails the run after this "
-        f"(default {d.dist_timeout:g})",
+        f"(default {d.engine.dist_timeout:g})",
     )
     g.add_argument(
         "--max-restarts",
@@ -342,15 +318,15 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """TOML file (if ``--config``) overridden by the flags that were given."""
+    """TOML file (if ``--config``) overridden by the flags that were given, read by
+    :func:`~shoal.engines.config.read_config` (the engines' own flags included: their
+    ``dest`` are their configuration's fields)."""
+    keys = (*CONFIG_FLAGS, *engine_option_owners())
     given: dict[str, Any] = {
-        k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None
+        k: getattr(args, k) for k in keys if getattr(args, k, None) is not None
     }
     if getattr(args, "no_progress", False):
         given["progress"] = False
-    if getattr(args, "local_optimizer_state", None):
-        given["average_optimizer"] = False
-    given.update(engine_overrides(args))
     if getattr(args, "config", None):
-        return TrainConfig.from_toml(args.config, **given)
-    return TrainConfig.from_dict(given, origin="command line")
+        return read_config_file(args.config, given)
+    return read_config(given, origin="command line")

@@ -1,8 +1,8 @@
 """Distributed runtime: process groups under torchrun, collective exchange with counters, the
 distributed feature store and neighbour sampler, part/rank tables and exact distributed
-evaluation."""
+evaluation: what every engine shares (what one engine alone uses lives in its folder under
+``shoal.engines``)."""
 
-from shoal.distributed.averaging import average_optimizer_state_, weighted_average_
 from shoal.distributed.comm import CommStats, all_reduce_stats, exchange
 from shoal.distributed.evaluate import dist_evaluate
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
@@ -26,7 +26,6 @@ __all__ = [
     "NodeTables",
     "Rank0Filter",
     "all_reduce_stats",
-    "average_optimizer_state_",
     "dist_evaluate",
     "env_world",
     "exchange",
@@ -34,5 +33,4 @@ __all__ = [
     "parts_of_rank",
     "process_group",
     "rank0_print",
-    "weighted_average_",
 ]

@@ -5,13 +5,25 @@
 (DistGNN-MB: local sampling, historical embedding caches filled by delayed pushes) and
 ``fullgraph`` (NeutronStar: full-graph training, remote dependencies communicated or
 recomputed) and ``disagg`` (Armada: batch workers sample and load features for compute
-workers, which cache rows). Run them with
+workers, which cache rows). Each engine is a folder ``shoal/engines/<name>/`` (its step, the distributed pieces only it
+uses, its configuration, flags and cost estimate) registered by one line of
+:mod:`shoal.engines.registry`. Run them with
 ``shoal train --store STORE --engine NAME --nproc N`` or under torchrun with
 ``torchrun ... -m shoal train --store STORE --engine NAME`` (see docs/distributed.md).
 """
 
-from shoal.engines.base import Engine, EngineConfig
-from shoal.engines.registry import ENGINES, get_engine
+from shoal.engines.base import Engine
+from shoal.engines.registry import ENGINES, get_engine, get_spec
+from shoal.engines.spec import EngineSpec
 from shoal.training import RunResult
+from shoal.training.engine_config import EngineConfig
 
-__all__ = ["ENGINES", "Engine", "EngineConfig", "RunResult", "get_engine"]
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EngineConfig",
+    "EngineSpec",
+    "RunResult",
+    "get_engine",
+    "get_spec",
+]

@@ -14,7 +14,6 @@ trainer does.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,12 +37,13 @@ from shoal.sample.diskio import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.training.device import DeviceFeed
+from shoal.training.engine_config import EngineConfig
 from shoal.training.loop import eval_work_ratio
 from shoal.training.presets import resolve_for_data
 from shoal.utils.device import get_rng_states, set_rng_states
 from shoal.utils.memory import return_freed_memory
 
-__all__ = ["ENGINE_RESERVE", "Engine", "EngineConfig"]
+__all__ = ["ENGINE_RESERVE", "Engine"]
 
 #: memory a rank needs besides what its plan counts (interpreter, torch, numba, gloo's
 #: buffers, the model, one batch's activations and pulled rows): measured on the 10M-node
@@ -52,20 +52,12 @@ __all__ = ["ENGINE_RESERVE", "Engine", "EngineConfig"]
 ENGINE_RESERVE = 640 << 20
 
 
-@dataclass(kw_only=True)
-class EngineConfig:
-    """Options of a distributed run: a :class:`~shoal.training.TrainConfig` (which holds
-    every option, the distributed ones included; default ``TrainConfig()``)."""
-
-    train: TrainConfig = field(default_factory=TrainConfig)
-
-
 class Engine(ABC):
     """A distributed training strategy over a store (one instance per rank).
 
     Args:
-        store: the opened store; config: an :class:`EngineConfig` (or a TrainConfig);
-        ctx: the process group.
+        store: the opened store; config: the run's :class:`~shoal.training.TrainConfig`
+        (its ``engine`` holds this engine's options: :attr:`options`); ctx: the process group.
 
     Subclasses set ``model`` and ``optimizer`` (checkpointed) and ``num_batches`` (reported),
     and implement :meth:`train_epoch`; they may extend :meth:`state`/:meth:`load_state`.
@@ -78,9 +70,14 @@ class Engine(ABC):
     optimizer: torch.optim.Optimizer
     num_batches: int = 0
 
-    def __init__(self, store: Store, config: EngineConfig | TrainConfig, ctx: DistContext):
+    #: the engine's configuration class (its options; the base class: none of its own)
+    options_class: type[EngineConfig] = EngineConfig
+
+    def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
         self.store = store
-        self.config = config if isinstance(config, EngineConfig) else EngineConfig(train=config)
+        self.config = config
+        #: this engine's options (``config.engine``, as its own class: defaults filled in)
+        self.options = self.options_of(config)
         self.ctx = ctx
         self.part_to_rank = self.rank_of_parts()
         self.parts = [store.part(int(i)) for i in np.flatnonzero(self.part_to_rank == ctx.rank)]
@@ -98,8 +95,8 @@ class Engine(ABC):
         self.budget: BudgetPlan | None = None
         # the same decision on every rank: the global training set, part 0's rows
         seeds = int(self.tables.train.sum()) if self.task == "node" else int(store.num_edges)
-        self.config.train = resolve_for_data(
-            self.config.train,
+        self.config = resolve_for_data(
+            self.config,
             train_nodes=seeds,
             ranks=ctx.world_size,
             features=store.part(0).features if store.num_parts else None,
@@ -108,7 +105,7 @@ class Engine(ABC):
     def rank_of_parts(self) -> np.ndarray:
         """``(p,)`` rank holding each part (the plan, or part ``j`` on rank ``j mod N``);
         an engine whose ranks do not all hold parts overrides it."""
-        return parts_of_rank(self.store.num_parts, self.ctx.world_size, self.train_config.plan)
+        return parts_of_rank(self.store.num_parts, self.ctx.world_size, self.options.plan)
 
     # ---------------------------------------------------------------- memory
     def plan_memory(
@@ -192,7 +189,18 @@ class Engine(ABC):
 
     @property
     def train_config(self) -> TrainConfig:
-        return self.config.train
+        """The run's configuration (the same object as :attr:`config`)."""
+        return self.config
+
+    @classmethod
+    def options_of(cls, config: TrainConfig) -> EngineConfig:
+        """``config.engine`` as this engine's :attr:`options_class` (a base
+        :class:`EngineConfig`, or another engine's, keeps its shared options and takes this
+        engine's defaults for the rest)."""
+        opts = config.engine
+        if isinstance(opts, cls.options_class):
+            return opts
+        return cls.options_class(**{**opts.shared(), "name": cls.name})
 
     #: whether the engine runs a model built by ``--model-factory`` (it works layer by layer
     #: inside shoal's own models when not)
@@ -380,7 +388,6 @@ class Engine(ABC):
                 "task": self.task,
             },
             settings={
-                "engine": self.name,
                 **self.settings(),
                 "memory_plan": self.budget.to_dict() if self.budget is not None else None,
             },

@@ -25,12 +25,13 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from shoal.engines.config import read_config
 from shoal.errors import ShoalInputError
 from shoal.training import TrainConfig
 from shoal.utils.device import resolve_device
@@ -45,8 +46,9 @@ class LaunchSpec:
 
     Attributes:
         store: the partitioned store to train on (required).
-        train: every training option, the distributed ones included (engine, nproc, plan,
-            dist_timeout, max_restarts, ...; default ``TrainConfig()``).
+        train: the run's configuration, the engine's included (``train.engine``: its name,
+            nproc, plan, dist_timeout, max_restarts and its own options; default
+            ``TrainConfig()``).
         json: rank 0 writes the result there ('-' = stdout; default None).
         command: the command line recorded in the result (default ``sys.argv``).
         hooks: ``"module:function"`` names called as ``fn(engine, ctx)`` in every worker after
@@ -84,7 +86,7 @@ class LaunchSpec:
     def from_dict(cls, d: dict[str, Any]) -> LaunchSpec:
         return cls(
             store=d["store"],
-            train=TrainConfig.from_dict(d["train"], origin="launch spec"),
+            train=read_config(d["train"], origin="launch spec"),
             json=d.get("json"),
             command=d.get("command"),
             hooks=tuple(d.get("hooks") or ()),
@@ -117,6 +119,7 @@ def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, di
     import torch.distributed as dist
 
     from shoal.engines.autoplan import plan_engine
+    from shoal.engines.config import resolve_auto
 
     if tc.task != "node":
         raise ShoalInputError(
@@ -135,7 +138,7 @@ def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, di
         )
     if ctx.world_size > 1:
         dist.broadcast_object_list(box, 0)
-    return replace(tc, engine=box[0]["engine"]), box[0]
+    return resolve_auto(tc, box[0]["engine"]), box[0]
 
 
 def worker(spec: LaunchSpec) -> int:
@@ -155,16 +158,16 @@ def worker(spec: LaunchSpec) -> int:
 
         extra["link"] = LinkConfig(**(spec.link or {}))
     with process_group(
-        DistConfig(backend="gloo", timeout_s=tc.dist_timeout, device=tc.device)
+        DistConfig(backend="gloo", timeout_s=tc.engine.dist_timeout, device=tc.device)
     ) as ctx:
         if tc.threads is None and ctx.world_size > 1:
             set_threads(torch.get_num_threads())  # torchrun sets OMP_NUM_THREADS=1
         else:
             set_threads(tc.threads)
         auto = None
-        if tc.engine == "auto":
+        if tc.engine.name == "auto":
             tc, auto = _auto_engine(store, tc, ctx)
-        engine = get_engine(tc.engine, tc.task)(store, tc, ctx, **extra)
+        engine = get_engine(tc.engine.name, tc.task)(store, tc, ctx, **extra)
         _call_hooks(spec, engine, ctx)
         result = engine.fit().to_json()
         # drop the engine (its DDP reducer holds the group) before the group is destroyed:
@@ -181,7 +184,7 @@ def worker(spec: LaunchSpec) -> int:
 
 
 def _launch_local(spec: LaunchSpec) -> int:
-    """Run ``spec.train.nproc`` workers of this module through torch.distributed.run."""
+    """Run ``spec.train.engine.nproc`` workers of this module through torch.distributed.run."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args
     from torch.distributed.run import run as elastic_run
@@ -193,8 +196,8 @@ def _launch_local(spec: LaunchSpec) -> int:
         launcher = parse_args(
             [
                 "--standalone",
-                f"--nproc-per-node={tc.nproc}",
-                f"--max-restarts={tc.max_restarts}",
+                f"--nproc-per-node={tc.engine.nproc}",
+                f"--max-restarts={tc.engine.max_restarts}",
                 "--monitor-interval=0.2",
                 "--module",
                 "shoal.engines.launch",
@@ -219,12 +222,12 @@ def run(spec: LaunchSpec) -> int:
     from shoal.engines.registry import get_engine
     from shoal.store import Store
 
-    if spec.train.engine != "auto":  # a clear error for an unknown engine, before any process
-        get_engine(spec.train.engine, spec.train.task)
+    if spec.train.engine.name != "auto":  # a clear error for an unknown engine, first
+        get_engine(spec.train.engine.name, spec.train.task)
     Store.open(spec.store)  # fail early, before starting processes
     resolve_device(spec.train.device)  # --device cuda without a GPU: exit 2 here, once
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if under_torchrun or spec.train.nproc == 1:
+    if under_torchrun or spec.train.engine.nproc == 1:
         return worker(spec)
     return _launch_local(spec)
 

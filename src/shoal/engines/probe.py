@@ -372,9 +372,11 @@ def _spawned(rank: int, world: int, port: int, store: str, config: dict, out: st
         WORLD_SIZE=str(world),
         LOCAL_RANK=str(rank),
     )
+    from shoal.engines.config import read_config
+
     set_threads(max(1, (os.cpu_count() or 1) // world))
     with process_group(DistConfig(backend="gloo")) as ctx:
-        c = probe_in_group(Store.open(store), TrainConfig.from_dict(config), ctx)
+        c = probe_in_group(Store.open(store), read_config(config), ctx)
         if rank == 0:
             with open(out, "w") as f:
                 json.dump(c.to_dict(), f)

@@ -4,25 +4,19 @@ keyword-only dataclass (settable from flags and from TOML, validated in ``__post
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
-
-import tomllib
 
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
 from shoal.sample.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
+from shoal.training.engine_config import EngineConfig
 from shoal.training.presets import PRESETS, preset_defaults
 from shoal.utils.device import check_device_spec
 from shoal.utils.io import parse_size
 
-__all__ = ["DEP_MODES", "PRESETS", "TrainConfig", "preset_defaults"]
-
-#: how the fullgraph engine handles remote dependencies (``TrainConfig.deps``)
-DEP_MODES = ("hybrid", "comm", "cache")
+__all__ = ["PRESETS", "EngineConfig", "TrainConfig", "preset_defaults"]
 
 
 @dataclass(kw_only=True)
@@ -125,57 +119,10 @@ class TrainConfig:
             and the ``averaging`` engine; ``minibatch`` always uses ``"auto"``).
 
     Distributed (``shoal train --store``; ignored by the single-process trainer):
-        engine: registered engine name (``shoal.engines.ENGINES``; default ``"minibatch"``).
-        nproc: processes to start on this machine; torchrun sets the world itself
-            (default 1).
-        plan: a plan JSON from ``shoal plan`` (its ``worker_of_part``); None = part ``j`` on
-            rank ``j mod N`` (default None).
-        dist_timeout: seconds before a stuck collective fails the run (default 300).
-        max_restarts: with ``nproc``: restart all workers up to this many times after a
-            failure (default 0).
-        average_every: averaging engine: average the models every k epochs (default 1).
-        part_models: averaging engine with more parts than ranks: one model per part, all
-            averaged at each round (SDT-GNN Sec. III-C/D; default false: one model carried
-            through a rank's parts in turn).
-        average_optimizer: averaging engine: average Adam's moments with the weights
-            (default true; false = ``--local-optimizer-state``).
-        hec_size: hec engine: lines of each layer's historical embedding cache, ``cs``
-            (default 1,000,000, DistGNN-MB's; at most the rank's halo nodes are allocated).
-        hec_push: hec engine: most rows pushed per step, layer and peer, ``nc``, drawn by
-            degree (default 2000; -1 = every candidate).
-        hec_lifespan: hec engine: steps a cache line stays valid, ``ls`` (default 2).
-        hec_delay: hec engine: steps between a push and its use, ``d`` (default 1).
-        deps: fullgraph engine: how remote dependencies are handled: ``"comm"`` (fetched
-            every layer, DepComm), ``"cache"`` (recomputed from replicated subtrees,
-            DepCache) or ``"hybrid"`` (split per dependency by NeutronStar's cost model;
-            default ``"hybrid"``).
-        dep_memory: fullgraph engine: the memory limit ``S`` of the replicated dependencies,
-            a size (e.g. ``"512MiB"``); None = what the rank's memory budget leaves for
-            features after its own part (default None).
-        dep_costs: fullgraph engine: ``(T_v, T_e, T_c)`` seconds per dimension instead of
-            probing them (for ablations and tests; default None = probe).
-        ring: fullgraph engine: exchange chunks in ring order (default true).
-        overlap: fullgraph engine: compute cached dependencies while chunks are in flight
-            (default true).
-        batch_workers: disagg engine: ranks that sample and load features (the last ones);
-            the others compute; at least as many as compute workers; None = half the
-            ranks, rounded up (default None).
-        replicas: disagg engine: model replicas per compute worker, ``G`` (one per GPU; on
-            CPU the ``G`` mini-batches run one after the other); a batch worker sends them
-            as one global batch (default 1).
-        disagg_cache: disagg engine: LRU feature cache of each compute worker: rows (an
-            int), a share of the nodes (``"5%"``) or a size (``"64MiB"``); 0 = off
-            (default ``"5%"``).
-        batch_queue: disagg engine: global batches a batch worker may have in flight
-            (default 4).
-        local_sampling: disagg engine: sample only the edges among a batch worker's own
-            parts, no traffic between batch workers (default false: remote sampling, the
-            same distribution as ``minibatch``).
-        grouping: disagg engine: send the rows of a global batch's union once (default
-            true; false sends every mini-batch's rows, an ablation).
-        resident_parts: disagg engine: most parts a batch worker holds together (the rest
-            are swapped in one at a time); None = as many as half its memory budget holds
-            (default None).
+        engine: the engine and its options: an :class:`EngineConfig` (the base: ``name``,
+            ``nproc``, ``plan``, ``dist_timeout``, ``max_restarts``), or the chosen engine's
+            subclass adding its own options (``shoal.engines.<name>.config``; default
+            ``EngineConfig()``: ``minibatch`` with its defaults).
     """
 
     model: str = "sage"
@@ -205,30 +152,7 @@ class TrainConfig:
     metrics_file: str | None = None
     progress: bool | None = None
     scratch_dir: str | None = None
-    engine: str = "minibatch"
-    nproc: int = 1
-    plan: str | None = None
-    dist_timeout: float = 300.0
-    max_restarts: int = 0
-    average_every: int = 1
-    average_optimizer: bool = True
-    part_models: bool = False
-    hec_size: int = 1_000_000
-    hec_push: int = 2000
-    hec_lifespan: int = 2
-    hec_delay: int = 1
-    deps: str = "hybrid"
-    dep_memory: str | int | None = None
-    dep_costs: tuple[float, float, float] | list[float] | None = None
-    ring: bool = True
-    overlap: bool = True
-    batch_workers: int | None = None
-    replicas: int = 1
-    disagg_cache: str | int = "5%"
-    batch_queue: int = 4
-    local_sampling: bool = False
-    grouping: bool = True
-    resident_parts: int | None = None
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig())
     memory: str | int | None = None
     io_threads: int = 8
     pack_epochs: int | None = None
@@ -255,13 +179,7 @@ class TrainConfig:
             "epochs",
             "eval_batch_size",
             "heads",
-            "nproc",
-            "average_every",
             "io_threads",
-            "hec_size",
-            "hec_delay",
-            "replicas",
-            "batch_queue",
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -291,39 +209,19 @@ class TrainConfig:
             raise ValueError(
                 f"structure must be one of {', '.join(STRUCTURE_MODES)}, got {self.structure!r}"
             )
-        if self.hec_push < -1:
-            raise ValueError(f"hec_push must be >= 0, or -1 for all, got {self.hec_push}")
-        if self.hec_lifespan < 0:
-            raise ValueError(f"hec_lifespan must be >= 0, got {self.hec_lifespan}")
-        if self.deps not in DEP_MODES:
-            raise ValueError(f"deps must be one of {', '.join(DEP_MODES)}, got {self.deps!r}")
-        if self.dep_memory is not None and parse_size(self.dep_memory) < 0:
-            raise ValueError(f"dep_memory must be a size >= 0, got {self.dep_memory!r}")
-        if self.dep_costs is not None:
-            self.dep_costs = tuple(float(x) for x in self.dep_costs)
-            if len(self.dep_costs) != 3 or not all(
-                x >= 0 and math.isfinite(x) for x in self.dep_costs
-            ):
-                raise ValueError(
-                    f"dep_costs must be three costs >= 0 (T_v, T_e, T_c), got {self.dep_costs!r}"
-                )
-        for name in ("batch_workers", "resident_parts"):
-            v = getattr(self, name)
-            if v is not None and int(v) < 1:
-                raise ValueError(f"{name} must be >= 1 (or None), got {v}")
-        _check_cache(self.disagg_cache)
-        if self.max_restarts < 0:
-            raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if not isinstance(self.engine, EngineConfig):
+            raise ValueError(
+                f"engine must be an EngineConfig (shoal.engines.config.read_config builds the "
+                f"chosen engine's from its options), got {self.engine!r}"
+            )
 
     def _check_run_options(self) -> None:
-        """Threads, device, resume and the distributed timeout."""
+        """Threads, device and resume."""
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
         check_device_spec(self.device)
         if self.resume and not self.checkpoint_dir:
             raise ValueError("resume needs checkpoint_dir")
-        if not self.dist_timeout > 0:
-            raise ValueError(f"dist_timeout must be > 0, got {self.dist_timeout}")
 
     def _resolve_preset(self) -> None:
         """Fill the hyper-parameters left ``None`` from the preset; parse ``eval_every``."""
@@ -352,11 +250,14 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["fanouts"] = list(self.fanouts)
+        d["engine"] = self.engine.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, origin: str = "config") -> TrainConfig:
-        """Build from a mapping; unknown keys and bad values raise ShoalInputError."""
+        """Build from a mapping; unknown keys and bad values raise ShoalInputError. An
+        ``engine`` mapping may hold the shared engine options only
+        (:func:`shoal.engines.config.read_config` reads every engine's options)."""
         known = {f.name for f in fields(cls)}
         for k in d:
             if k not in known:
@@ -364,40 +265,11 @@ class TrainConfig:
                     f"unknown option {k!r}", path=origin, fix=f"valid: {', '.join(sorted(known))}"
                 )
         try:
+            d = dict(d)
+            if isinstance(d.get("engine"), dict):
+                d["engine"] = EngineConfig(**d["engine"])
+            elif isinstance(d.get("engine"), str):
+                d["engine"] = EngineConfig(name=d["engine"])
             return cls(**d)
         except (TypeError, ValueError) as e:
             raise ShoalInputError(str(e), path=origin) from None
-
-    @classmethod
-    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> TrainConfig:
-        """Load a TOML file (top level or a ``[train]`` table); ``overrides`` win."""
-        p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text())
-        except FileNotFoundError:
-            raise ShoalInputError("config file not found", path=p) from None
-        except tomllib.TOMLDecodeError as e:
-            raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
-        data = dict(data.get("train", data))
-        data.pop("link", None)  # the [link] table is LinkConfig's
-        data.update(overrides)
-        return cls.from_dict(data, origin=str(p))
-
-
-def _check_cache(spec: str | int) -> None:
-    """``disagg_cache``: rows >= 0, a percentage in [0, 100] or a size."""
-    text = str(spec).strip()
-    try:
-        if isinstance(spec, int) or text.isdigit():
-            ok = int(text) >= 0
-        elif text.endswith("%"):
-            ok = 0.0 <= float(text[:-1]) <= 100.0
-        else:
-            ok = parse_size(text) >= 0
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"disagg_cache must be rows (e.g. 10000), a share of the nodes "
-            f"(e.g. 5%) or a size (e.g. 64MiB), got {spec!r}"
-        )

@@ -1,0 +1,17 @@
+"""``averaging``: local training on parts + weighted model averaging (SDT-GNN)."""
+
+from shoal.engines.averaging import costs, options
+from shoal.engines.averaging.config import AveragingConfig
+from shoal.engines.spec import EngineSpec
+
+__all__ = ["SPEC", "AveragingConfig"]
+
+SPEC = EngineSpec(
+    name="averaging",
+    summary="local training on parts + weighted model averaging every k epochs, needs a "
+    "store built with --halo-features (SDT-GNN)",
+    engine="shoal.engines.averaging.engine:AveragingEngine",
+    config=AveragingConfig,
+    add_arguments=options.add_arguments,
+    estimate=costs.estimate,
+)

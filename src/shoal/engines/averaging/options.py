@@ -1,0 +1,35 @@
+"""The ``averaging`` engine's flags of ``shoal train`` (they fill :class:`AveragingConfig`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from shoal.engines.averaging.config import AveragingConfig
+
+__all__ = ["add_arguments"]
+
+
+def add_arguments(g: argparse._ArgumentGroup) -> None:
+    d = AveragingConfig()
+    g.add_argument(
+        "--average-every",
+        type=int,
+        metavar="K",
+        help=f"average the models every K epochs (default {d.average_every})",
+    )
+    g.add_argument(
+        "--part-models",
+        action="store_const",
+        const=True,
+        help="with more parts than processes: train one model per part and average all of "
+        "them each round (SDT-GNN); default: one model per rank carried through its parts "
+        "in turn",
+    )
+    g.add_argument(
+        "--local-optimizer-state",
+        dest="average_optimizer",
+        action="store_const",
+        const=False,
+        help="keep each rank's own Adam moments instead of averaging them with the weights "
+        "(default: averaged)",
+    )

@@ -1,0 +1,144 @@
+"""Reading a run's configuration: option values (flags, a TOML table, a run's JSON) -> the
+:class:`~shoal.training.TrainConfig` tree, with the chosen engine's own configuration class
+in ``config.engine``.
+
+This is the one reader: ``shoal train``'s flags, a ``--config`` TOML file and the launcher's
+spec all come through :func:`read_config`. Engine options are found by name in the registered
+engines' configuration classes (:mod:`shoal.engines.registry`), so an engine's options reach
+its config without any other module knowing them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import tomllib
+
+from shoal.engines.registry import engine_names, get_spec
+from shoal.errors import ShoalInputError
+from shoal.training import TrainConfig
+from shoal.training.engine_config import EngineConfig
+
+__all__ = [
+    "AutoConfig",
+    "engine_option_owners",
+    "read_config",
+    "read_config_file",
+    "resolve_auto",
+]
+
+
+@dataclass(kw_only=True)
+class AutoConfig(EngineConfig):
+    """``--engine auto``: the shared options, and the engine options given (kept until the
+    engine is chosen, then applied to its configuration: :func:`resolve_auto`).
+
+    Args:
+        given: engine option name -> value, each an option of some registered engine
+            (default empty).
+    """
+
+    engine: ClassVar[str] = "auto"
+
+    name: str = "auto"
+    given: dict[str, Any] = field(default_factory=dict)
+
+
+def engine_option_owners() -> dict[str, list[str]]:
+    """Each engine option's name -> the engines that have it (shared options excluded)."""
+    owners: dict[str, list[str]] = {}
+    for name in engine_names():
+        for key in get_spec(name).config.own_fields():
+            owners.setdefault(key, []).append(name)
+    return owners
+
+
+def _engine_config(name: str, values: dict[str, Any], origin: str) -> EngineConfig:
+    """The configuration of engine ``name`` from ``values`` (shared and own options)."""
+    shared = {k: values.pop(k) for k in EngineConfig.shared_fields() if k in values}
+    shared.pop("name", None)
+    owners = engine_option_owners()
+    for key in values:
+        if key not in owners:
+            raise ShoalInputError(f"unknown engine option {key!r}", path=origin)
+    if name == "auto":
+        return AutoConfig(**shared, given=dict(values))
+    spec = get_spec(name)
+    own = set(spec.config.own_fields())
+    for key in values:
+        if key not in own:
+            raise ShoalInputError(
+                f"option {key!r} belongs to the {' and '.join(owners[key])} engine, not to {name}",
+                path=origin,
+                fix=f"drop it, or train with --engine {owners[key][0]}",
+            )
+    return spec.make_config({**shared, **values})
+
+
+def read_config(options: Mapping[str, Any], *, origin: str = "config") -> TrainConfig:
+    """The run's :class:`TrainConfig` from option values: top-level training options by
+    name, the engine's under their flag names (``hec_size``, ``nproc``, ...) or as one
+    ``engine`` mapping (``{"name": "hec", "hec_size": ...}``, as a run JSON records it), or
+    an ``engine`` given as a name or an :class:`EngineConfig`. Unknown options and bad
+    values raise ShoalInputError naming ``origin``."""
+    opts = dict(options)
+    engine = opts.pop("engine", None)
+    if isinstance(engine, EngineConfig):
+        values: dict[str, Any] = {}
+        cfg: EngineConfig | None = engine
+        name = engine.name
+    elif isinstance(engine, Mapping):
+        values = dict(engine)
+        name = str(values.pop("name", "minibatch"))
+        cfg = None
+    else:
+        values, name, cfg = {}, str(engine or "minibatch"), None
+    owners = engine_option_owners()
+    for key in [*EngineConfig.shared_fields(), *owners]:
+        if key in opts and key != "name":
+            values[key] = opts.pop(key)
+    try:
+        if cfg is None or values:
+            base = cfg.to_dict() if cfg is not None else {}
+            base.pop("name", None)
+            if isinstance(cfg, AutoConfig):
+                base = {**base.pop("given"), **base}
+            cfg = _engine_config(name, {**base, **values}, origin)
+    except (TypeError, ValueError) as e:
+        raise ShoalInputError(str(e), path=origin) from None
+    return TrainConfig.from_dict({**opts, "engine": cfg}, origin=origin)
+
+
+def read_config_file(
+    path: str | os.PathLike, overrides: Mapping[str, Any] | None = None
+) -> TrainConfig:
+    """:func:`read_config` of a TOML file's ``[train]`` table (or its top level, without the
+    other stages' tables), ``overrides`` (the flags given) winning."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ShoalInputError("config file not found", path=p) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
+    table = dict(data.get("train", data))
+    table.pop("link", None)  # the [link] table is LinkConfig's
+    table.update(overrides or {})
+    return read_config(table, origin=str(p))
+
+
+def resolve_auto(config: TrainConfig, chosen: str) -> TrainConfig:
+    """``config`` with ``--engine auto`` replaced by the ``chosen`` engine's configuration
+    (the shared options kept, the options given for it applied, the others dropped)."""
+    from dataclasses import replace
+
+    opts = config.engine
+    given = opts.given if isinstance(opts, AutoConfig) else {}
+    own = set(get_spec(chosen).config.own_fields())
+    values = {k: v for k, v in given.items() if k in own}
+    shared = {k: v for k, v in opts.shared().items() if k != "name"}
+    return replace(config, engine=get_spec(chosen).make_config({**shared, **values}))

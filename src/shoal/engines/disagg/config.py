@@ -1,0 +1,76 @@
+"""The ``disagg`` engine's options (Armada's disaggregated batch preparation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from shoal.training.engine_config import EngineConfig
+from shoal.utils.io import parse_size
+
+__all__ = ["DisaggConfig"]
+
+
+@dataclass(kw_only=True)
+class DisaggConfig(EngineConfig):
+    """Armada's options (Sec. 3, 5, 6.1), besides the shared :class:`EngineConfig` ones.
+
+    Args:
+        batch_workers: ranks that sample and load features (the last ones); the others
+            compute; at least as many as compute workers; None = half the ranks, rounded up
+            (default None).
+        replicas: model replicas per compute worker, ``G`` (one per GPU; on CPU the ``G``
+            mini-batches run one after the other); a batch worker sends them as one global
+            batch (default 1).
+        disagg_cache: LRU feature cache of each compute worker: rows (an int), a share of
+            the nodes (``"5%"``) or a size (``"64MiB"``); 0 = off (default ``"5%"``).
+        batch_queue: global batches a batch worker may have in flight (default 4).
+        local_sampling: sample only the edges among a batch worker's own parts, no traffic
+            between batch workers (default false: remote sampling, the same distribution as
+            ``minibatch``).
+        grouping: send the rows of a global batch's union once (default true; false sends
+            every mini-batch's rows, an ablation).
+        resident_parts: most parts a batch worker holds together (the rest are swapped in
+            one at a time); None = as many as half its memory budget holds (default None).
+    """
+
+    engine: ClassVar[str] = "disagg"
+
+    name: str = "disagg"
+    batch_workers: int | None = None
+    replicas: int = 1
+    disagg_cache: str | int = "5%"
+    batch_queue: int = 4
+    local_sampling: bool = False
+    grouping: bool = True
+    resident_parts: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("replicas", "batch_queue"):
+            if int(getattr(self, key)) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("batch_workers", "resident_parts"):
+            v = getattr(self, key)
+            if v is not None and int(v) < 1:
+                raise ValueError(f"{key} must be >= 1 (or None), got {v}")
+        _check_cache(self.disagg_cache)
+
+
+def _check_cache(spec: str | int) -> None:
+    """``disagg_cache``: rows >= 0, a percentage in [0, 100] or a size."""
+    text = str(spec).strip()
+    try:
+        if isinstance(spec, int) or text.isdigit():
+            ok = int(text) >= 0
+        elif text.endswith("%"):
+            ok = 0.0 <= float(text[:-1]) <= 100.0
+        else:
+            ok = parse_size(text) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"disagg_cache must be rows (e.g. 10000), a share of the nodes (e.g. 5%) or a size "
+            f"(e.g. 64MiB), got {spec!r}"
+        )

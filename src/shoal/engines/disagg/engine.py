@@ -1,0 +1,343 @@
+"""``disagg``: batch preparation disaggregated from model computation (Armada).
+
+Waleffe et al., "Armada: Memory-Efficient Distributed Training of Large-Scale Graph Neural
+Networks" (2025), Sections 3, 5 and 6.1. One torchrun job, two roles
+(:class:`~shoal.engines.disagg.plan.Roles`): ranks ``0 .. C-1`` are **compute workers**
+(forward, backward, optimizer; gradients all-reduced among them only), ranks ``C .. W-1`` are
+**batch workers** (:class:`~shoal.engines.disagg.worker.BatchWorker`: part loading from
+the edge buckets, sampling, feature loading; CPU only). ``--batch-workers B`` sets the split,
+so the two layers scale independently (the paper's Figure 8).
+
+Every epoch:
+
+1. the coordinator (the first batch worker) splits the parts randomly over the batch workers
+   (Section 5) and broadcasts the mapping;
+2. every batch worker announces its phases (parts that fit its memory together, then one per
+   swap) and their seeds; every rank derives the same schedule
+   (:func:`~shoal.engines.disagg.plan.epoch_schedule`): each compute worker gets the same
+   number of iterations, each a global batch of ``G`` mini-batches (``--replicas``);
+3. batch workers push global batches ahead through a bounded queue; a compute worker receives
+   them in the schedule's order, fills the rows its LRU cache holds
+   (:class:`~shoal.engines.disagg.rowcache.ComputeCache`), sends the cache update to its batch
+   workers, runs its ``G`` replicas (on CPU: one model, ``G`` forward/backward passes) and
+   all-reduces the gradients. The loss of an iteration is the mean over every compute
+   worker's seeds of that iteration (weights as one global batch);
+4. the compute workers' weights are broadcast to the batch workers, so that every rank holds
+   the model the shared epoch loop evaluates and checkpoints (evaluation runs on every rank,
+   parts spread over the batch workers).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+from shoal.distributed.runtime import local_peers, nccl_group
+from shoal.engines.base import ENGINE_RESERVE, Engine
+from shoal.engines.disagg.config import DisaggConfig
+from shoal.engines.disagg.msg import recv_batch, send_update
+from shoal.engines.disagg.plan import Roles, assign_parts, default_batch_workers, epoch_schedule
+from shoal.engines.disagg.rowcache import ComputeCache
+from shoal.engines.disagg.worker import BatchWorker
+from shoal.errors import ShoalInputError
+from shoal.graph.blocks import Batch, MiniBatch
+from shoal.sample.budget import memory_limit
+from shoal.training.device import DeviceFeed
+from shoal.utils.io import parse_size
+
+__all__ = ["DisaggEngine", "cache_rows", "default_batch_workers"]
+
+log = logging.getLogger(__name__)
+
+COUNTERS = (
+    "batches",
+    "rows_sent",
+    "rows_omitted",
+    "batch_bytes",
+    "update_bytes",
+    "hits",
+    "redundant",
+    "peak_pending",
+    "unavailable",
+    "bytes_read",
+)
+
+
+def cache_rows(spec: str | int | float, num_nodes: int, row_bytes: int) -> int:
+    """Rows of the compute-worker cache: an int (rows), ``"5%"`` (of the nodes) or a size."""
+    if isinstance(spec, int | np.integer):
+        return int(spec)
+    text = str(spec).strip()
+    if text.endswith("%"):
+        return int(num_nodes * float(text[:-1]) / 100)
+    if text.isdigit():
+        return int(text)
+    return int(parse_size(text)) // row_bytes
+
+
+class DisaggEngine(Engine):
+    """Armada-style disaggregated training (see the module docstring)."""
+
+    name = "disagg"
+    options_class = DisaggConfig
+
+    def rank_of_parts(self) -> np.ndarray:
+        """Evaluation spreads the parts over the batch workers (compute workers hold none)."""
+        roles = self._roles()
+        p = self.store.num_parts
+        if p < roles.batch_workers:
+            raise ShoalInputError(
+                f"the store has {p} parts, fewer than the {roles.batch_workers} batch workers",
+                fix=f"use --batch-workers {p} or fewer, or build a store with more parts",
+            )
+        return roles.compute_workers + np.arange(p, dtype=np.int64) % roles.batch_workers
+
+    def _roles(self) -> Roles:
+        world = self.ctx.world_size
+        try:
+            return Roles(world, self.options.batch_workers or default_batch_workers(world))
+        except ValueError as e:
+            raise ShoalInputError(
+                str(e),
+                fix="start at least 2 processes (--nproc) and give "
+                "--batch-workers B with C <= B < world (C = world - B)",
+            ) from None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg, ctx, store = self.train_config, self.ctx, self.store
+        self.roles = roles = self._roles()
+        if roles.is_batch(ctx.rank):  # batch workers sample and read rows on the host
+            self.device = torch.device("cpu")
+            self.feed = DeviceFeed(self.device)
+        self.model = self.build_model()
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        # every rank creates every group, in the same order
+        self.compute_group = dist.new_group(roles.compute_ranks)
+        self.batch_group = dist.new_group(roles.batch_ranks)
+        # the compute workers' gradients: over NCCL when each has its own GPU (the same
+        # --device on every rank, so every rank takes the same branch)
+        self.grad_group = self.compute_group
+        if ctx.device.type == "cuda":
+            self.grad_group = (
+                nccl_group(self.device, roles.compute_ranks, timeout_s=ctx.timeout_s)
+                or self.compute_group
+            )
+        self.capacity = cache_rows(self.options.disagg_cache, store.num_nodes, self.row_bytes)
+        self.dim = int(store.feature_dim)
+        self.is_batch = roles.is_batch(ctx.rank)
+        peers = local_peers(ctx)  # collective: every rank
+        if self.is_batch:
+            total = cfg.memory_bytes or memory_limit(peers[0], cgroup_processes=peers[1])[0]
+            self.worker = BatchWorker(
+                store,
+                roles=roles,
+                rank=ctx.rank,
+                degrees=self.tables.degrees,
+                train=self.tables.train,
+                fanouts=cfg.fanouts,
+                batch_size=cfg.batch_size,
+                replicas=self.options.replicas,
+                seed=cfg.seed,
+                budget=max((total - ENGINE_RESERVE) // 2, 0),
+                max_parts=self.options.resident_parts,
+                cache=self.capacity > 0,
+                local_sampling=self.options.local_sampling,
+                grouping=self.options.grouping,
+                queue=self.options.batch_queue,
+                group=self.batch_group,
+                stats=self.stats,
+            )
+        else:
+            feeders = roles.feeders(ctx.rank)
+            self.cache = ComputeCache(store.num_nodes, self.dim, self.capacity, feeders)
+        self.last: dict[str, Any] = {}
+        if ctx.is_rank0:
+            log.info(
+                "disagg: compute ranks %s, batch ranks %s (batch worker j feeds compute "
+                "rank j mod %d), %d replica(s), cache %d rows, queue %d, %s sampling%s",
+                roles.compute_ranks,
+                roles.batch_ranks,
+                roles.compute_workers,
+                self.options.replicas,
+                self.capacity,
+                self.options.batch_queue,
+                "local" if self.options.local_sampling else "remote",
+                "" if self.options.grouping else ", no grouping",
+            )
+
+    # ---------------------------------------------------------------- the epoch
+    def _plan(self, epoch: int):
+        """Steps 1-2 (collective): the mapping from the coordinator, every batch worker's
+        phases, the schedule."""
+        cfg, roles, p = self.train_config, self.roles, self.store.num_parts
+        m = (
+            torch.from_numpy(assign_parts(p, roles.batch_workers, cfg.seed, epoch))
+            if self.ctx.rank == roles.coordinator
+            else torch.empty(p, dtype=torch.int64)
+        )
+        dist.broadcast(m, src=roles.coordinator)
+        part_to_bw = m.numpy().copy()
+        vec = torch.zeros(p + 2, dtype=torch.int64)
+        ph = []
+        if self.is_batch:
+            ph = self.worker.phases(part_to_bw, epoch)
+            seeds = [len(s) for s in self.worker.phase_seeds(ph)]
+            vec[0] = len(seeds)
+            vec[1 : 1 + len(seeds)] = torch.tensor(seeds, dtype=torch.int64)
+        every = [torch.empty_like(vec) for _ in range(self.ctx.world_size)]
+        dist.all_gather(every, vec)
+        phase_seeds = [every[r][1 : 1 + int(every[r][0])].tolist() for r in roles.batch_ranks]
+        sched = epoch_schedule(
+            phase_seeds, roles, batch_size=cfg.batch_size, replicas=self.options.replicas
+        )
+        return part_to_bw, ph, sched
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        self.stats.reset()
+        t0 = time.perf_counter()
+        part_to_bw, ph, sched = self._plan(epoch)
+        self.num_batches = sched.iterations
+        loss_sum, correct, seen = 0.0, 0, 0
+        if self.is_batch:
+            rec = self.worker.run_epoch(epoch, part_to_bw, ph, sched)
+            split = {k: rec[k] for k in ("sampling", "loading", "features", "send_wait")}
+            rec["bytes_read"] = self.worker.resident.bytes_read
+        else:
+            rec, split, (loss_sum, correct, seen) = self._compute_epoch(sched)
+        self.last = rec
+        self._share_weights()
+        counters = torch.tensor([float(rec.get(k, 0)) for k in COUNTERS], dtype=torch.float64)
+        dist.all_reduce(counters)
+        d = dict(zip(COUNTERS, counters.tolist()))
+        looked = d["rows_sent"] + d["rows_omitted"]
+        d["hit_rate"] = d["rows_omitted"] / looked if looked else 0.0
+        d.update(
+            iterations=sched.iterations,
+            cache_rows=self.capacity,
+            batch_workers=self.roles.batch_workers,
+            replicas=self.options.replicas,
+        )
+        return self.epoch_record(
+            loss_sum=loss_sum,
+            correct=correct,
+            seen=seen,
+            seconds=time.perf_counter() - t0,
+            time_split=split,
+            disagg=d,
+        )
+
+    def _compute_epoch(self, sched) -> tuple[dict, dict, tuple[float, int, int]]:
+        roles, rank = self.roles, self.ctx.rank
+        split = {"receive_wait": 0.0, "assemble": 0.0, "forward_backward": 0.0, "allreduce": 0.0}
+        rec = {k: 0 for k in COUNTERS}
+        feeders = [roles.batch_ranks[b] for b in roles.feeders(rank)]
+        sends: list = []
+        loss_sum, correct, seen = 0.0, 0, 0
+        self.model.train()
+        for i, (b, _) in enumerate(sched.order[rank]):
+            t = time.perf_counter()
+            gb, nbytes = recv_batch(roles.batch_ranks[b], self.dim)
+            self.stats.bytes_received += nbytes
+            split["receive_wait"] += time.perf_counter() - t
+            t = time.perf_counter()
+            self.cache.acknowledge(b, gb.ack)
+            x_all, (v, ins, ev) = self.cache.consume(gb.ids, gb.sent, gb.rows)
+            if self.capacity:
+                for f in feeders:
+                    sends.append(send_update(f, v, ins, ev))
+                    self.stats.bytes_sent += 24 + 8 * (len(ins) + len(ev))
+            split["assemble"] += time.perf_counter() - t
+            t = time.perf_counter()
+            total = max(sched.iteration_seeds(i), 1)
+            self.optimizer.zero_grad(set_to_none=True)
+            for g in range(len(gb.minibatches)):
+                ls, c, n = self._replica_step(gb, g, x_all, total)
+                loss_sum, correct, seen = loss_sum + ls, correct + c, seen + n
+            split["forward_backward"] += time.perf_counter() - t
+            t = time.perf_counter()
+            self._all_reduce()
+            self.optimizer.step()
+            split["allreduce"] += time.perf_counter() - t
+        self.cache.end_epoch()
+        for works, *_ in sends:
+            for w in works:
+                w.wait()
+        st = self.cache.stats
+        rec.update(hits=st["hits"], redundant=st["redundant"], peak_pending=st["peak_pending"])
+        for k in ("hits", "sent", "redundant"):
+            st[k] = 0
+        return rec, split, (loss_sum, correct, seen)
+
+    def _replica_step(self, gb, g: int, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
+        """One replica's forward and backward; the loss is scaled so that the all-reduced
+        mean over compute workers is the mean over the iteration's seeds."""
+        cfg = self.train_config
+        pos, blocks = gb.blocks(g, self.tables.degrees)
+        seeds = gb.minibatches[g][0]
+        x = torch.from_numpy(x_all[pos])
+        if cfg.normalize_features:
+            s = x.sum(1, keepdim=True)
+            x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
+        y = torch.from_numpy(self.tables.labels[gb.ids[pos[:seeds]]].astype(np.int64))
+        if self.device.type != "cpu":
+            b = self.feed.to_device(Batch(MiniBatch(gb.ids[pos], blocks, seeds), x, y))
+            x, y, blocks = b.x, b.y, b.mb.blocks
+        out = self.model(x, blocks)
+        if seeds:
+            loss = F.cross_entropy(out, y, reduction="sum")
+            (loss * self.roles.compute_workers / total).backward()
+            return float(loss.detach()), int((out.detach().argmax(1) == y).sum()), seeds
+        (out.sum() * 0.0).backward()
+        return 0.0, 0, 0
+
+    def _all_reduce(self) -> None:
+        if self.roles.compute_workers == 1:
+            return
+        params = list(self.model.parameters())
+        flat = torch.cat(
+            [
+                p.grad.reshape(-1)
+                if p.grad is not None
+                else torch.zeros(p.numel(), device=p.device)
+                for p in params
+            ]
+        )
+        dist.all_reduce(flat, group=self.grad_group)
+        flat /= self.roles.compute_workers
+        self.stats.allreduce_bytes += flat.numel() * 4
+        off = 0
+        for p in params:
+            p.grad = flat[off : off + p.numel()].view_as(p).clone()
+            off += p.numel()
+
+    def _share_weights(self) -> None:
+        """Compute rank 0's weights (and optimizer state shape-free: weights only) to every
+        rank, so evaluation and checkpoints see the trained model everywhere."""
+        flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
+        dist.broadcast(flat, src=0)  # host tensors: batch workers hold theirs on the host
+        off = 0
+        with torch.no_grad():
+            for p in self.model.parameters():
+                p.copy_(flat[off : off + p.numel()].view_as(p))
+                off += p.numel()
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "batch_workers": self.roles.batch_workers,
+            "compute_workers": self.roles.compute_workers,
+            "replicas": self.options.replicas,
+            "cache_rows": self.capacity,
+            "grouping": self.options.grouping,
+            "local_sampling": self.options.local_sampling,
+            "batch_queue": self.options.batch_queue,
+            "resident_parts": self.options.resident_parts,
+        }

@@ -1,0 +1,331 @@
+"""The ``disagg`` engine's batch worker: parts in, sampled and loaded global batches out.
+
+Armada (Waleffe et al., 2025), Section 3 "Mini Batch Preparation Layer" and Section 5: a batch
+worker loads the partitions the coordinator gives it (:mod:`~shoal.engines.disagg.bucketparts`:
+as many as fit, the rest swapped in one at a time), samples mini-batches of the training nodes
+it holds, loads their feature rows, and pushes them to its compute worker as grouped global
+batches (:mod:`~shoal.engines.disagg.msg`), omitting the rows its view of the compute
+worker's cache holds (:mod:`~shoal.engines.disagg.rowcache`).
+
+Sampling, the paper's two modes: **distributed** (default) -- a frontier node in a part another
+batch worker holds is sampled by that worker (:class:`~shoal.distributed.DistNeighborSampler`
+over the batch workers' group, the same kernel and fanouts as ``minibatch``); its rows are
+pulled from it too. A node whose part is resident nowhere at that moment (parts swapped
+out, when the graph does not fit the batch workers' memory) has no neighbours to offer (the
+paper's footnote 1: sampling covers the subgraph in the layer's memory); its feature row is
+read from the store by the worker the part is assigned to. **Local** (``local_sampling``): only
+edges among the worker's resident parts; no traffic between batch workers at all.
+
+Sends are non-blocking and bounded: at most ``queue`` global batches in flight, so the worker
+prepares the next batches while the compute worker trains (sampling is off its critical path).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shoal.distributed.comm import CommStats
+from shoal.distributed.feature_store import DistFeatureStore, owner_of
+from shoal.distributed.sampler import DistNeighborSampler
+from shoal.engines.disagg.bucketparts import ResidentParts, part_bytes
+from shoal.engines.disagg.msg import (
+    TAG_INTS,
+    TAG_META,
+    TAG_ROWS,
+    TAG_UPDATE,
+    group_union,
+    pack_batch,
+    recv_update,
+)
+from shoal.engines.disagg.plan import EpochSchedule, Roles, parts_in_order, phases
+from shoal.engines.disagg.rowcache import CacheView
+from shoal.sample.features import read_rows
+from shoal.store.reader import Store
+from shoal.training.batches import batch_seed
+
+__all__ = ["BatchWorker"]
+
+log = logging.getLogger(__name__)
+
+
+class BatchWorker:
+    """One batch worker (rank ``rank`` of ``roles``); see the module docstring.
+
+    Args:
+        store, degrees, train: the store and the global in-degree / training-mask tables.
+        fanouts, batch_size, replicas (``G``), seed: sampling.
+        budget: bytes of parts it may hold together; ``max_parts`` caps their number.
+        cache: whether the compute worker caches rows (the view is kept only then).
+        local_sampling, grouping, queue: options (module docstring).
+        group: the batch workers' process group (distributed sampling).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        roles: Roles,
+        rank: int,
+        degrees: np.ndarray,
+        train: np.ndarray,
+        fanouts: tuple[int, ...],
+        batch_size: int,
+        replicas: int,
+        seed: int,
+        budget: int,
+        max_parts: int | None,
+        cache: bool,
+        local_sampling: bool,
+        grouping: bool,
+        queue: int,
+        group: dist.ProcessGroup | None,
+        stats: CommStats,
+    ) -> None:
+        self.store, self.roles, self.rank = store, roles, rank
+        self.b = roles.batch_index(rank)
+        self.dst = roles.compute_of(self.b)
+        self.train = train
+        self.G, self.batch_size, self.seed = replicas, batch_size, seed
+        self.budget, self.max_parts = budget, max_parts
+        self.local, self.grouping, self.queue_len = local_sampling, grouping, queue
+        self.group, self.stats = group, stats
+        self.offsets = np.asarray(store.part_offsets, np.int64)
+        self.part_bytes = part_bytes(store, local=local_sampling)
+        self.resident = ResidentParts(store, local=local_sampling)
+        self.view = CacheView(store.num_nodes, cache)
+        world = 1 if local_sampling else roles.batch_workers
+        self.sampler = DistNeighborSampler(
+            parts=[],
+            part_offsets=self.offsets,
+            part_to_rank=np.zeros(store.num_parts, np.int64),
+            rank=0 if local_sampling else self.b,
+            world_size=world,
+            fanouts=fanouts,
+            degrees=degrees,
+            stats=stats,
+            group=None if local_sampling else group,
+        )
+        self.queue: deque = deque()
+        self._update_head: tuple | None = None
+        self.expected = 0
+        self.per_round = 1
+        self.dim = int(store.feature_dim)
+        self.record: dict[str, float] = {}
+
+    # ---------------------------------------------------------------- the epoch's plan
+    def phases(self, part_to_bw: np.ndarray, epoch: int) -> list[list[int]]:
+        """This worker's phases: parts loaded together first, then one per swap."""
+        order = parts_in_order(part_to_bw, self.b, self.seed, epoch)
+        ph = phases(order, self.part_bytes, self.budget, self.max_parts)
+        log.debug(
+            "batch worker %d, epoch %d: parts %s, resident together %s, then swapped in %s",
+            self.b,
+            epoch,
+            order,
+            ph[0] if ph else [],
+            ph[1:],
+        )
+        return ph
+
+    def phase_seeds(self, ph: list[list[int]]) -> list[np.ndarray]:
+        out = []
+        for parts in ph:
+            ids = [
+                np.flatnonzero(self.train[self.offsets[p] : self.offsets[p + 1]]) + self.offsets[p]
+                for p in parts
+            ]
+            out.append(np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64))
+        return out
+
+    # ---------------------------------------------------------------- one epoch
+    def run_epoch(
+        self, epoch: int, part_to_bw: np.ndarray, ph: list[list[int]], sched: EpochSchedule
+    ) -> dict[str, float]:
+        """Prepare and send this worker's global batches of ``epoch`` (collective among the
+        batch workers when sampling is distributed)."""
+        t0 = time.perf_counter()
+        rec = {
+            "sampling": 0.0,
+            "loading": 0.0,
+            "features": 0.0,
+            "send_wait": 0.0,
+            "batches": 0,
+            "rows_sent": 0,
+            "rows_omitted": 0,
+            "batch_bytes": 0,
+            "update_bytes": 0,
+        }
+        self.record = rec
+        self.resident.loads, self.resident.bytes_read = [], 0
+        self.expected = self.view.version + sched.iterations  # updates of this epoch
+        # the update each of this worker's batches causes where its compute worker takes it
+        order = sched.order[self.dst]
+        self.consumed_at = {
+            k: self.view.version + i + 1 for i, (b, k) in enumerate(order) if b == self.b
+        }
+        self.sampler.set_parts(
+            [], part_to_bw if not self.local else np.zeros(len(part_to_bw), np.int64)
+        )
+        feats = self._feature_store(part_to_bw)
+        self.per_round = int(sched.per_round[self.b])
+        rng = np.random.default_rng([self.seed, epoch, self.b])
+        seeds = [rng.permutation(s) for s in self.phase_seeds(ph)]
+        pb = sched.phase_batches[self.b]
+        chunks = [c for s, k in zip(seeds, pb) if k for c in np.array_split(s, k * self.G)]
+        per = int(sched.per_round[self.b])
+        most = int(sched.per_round.max(initial=0))
+        phase_of = np.repeat(np.arange(len(pb)), pb)
+        loaded = -1
+        for s in range(sched.rounds):
+            for r in range(most):  # every worker makes as many sampling calls per round
+                k = s * per + r if r < per else -1
+                if k >= 0 and len(phase_of):
+                    while loaded < phase_of[k]:
+                        loaded += 1
+                        self._load_phase(ph, loaded, rec)
+                batch = [
+                    chunks[k * self.G + g]
+                    if k >= 0 and k * self.G + g < len(chunks)
+                    else np.zeros(0, np.int64)
+                    for g in range(self.G)
+                ]
+                self._step(epoch, k, batch, feats, rec)
+        while loaded + 1 < len(ph):  # every part is read once per epoch
+            loaded += 1
+            self._load_phase(ph, loaded, rec)
+        self._drain(rec)
+        self.resident.clear()
+        rec["seconds"] = time.perf_counter() - t0
+        rec["parts_loaded"] = list(self.resident.loads)
+        rec["unavailable"] = self.sampler.unavailable
+        return rec
+
+    def _load_phase(self, ph: list[list[int]], k: int, rec: dict) -> None:
+        t = time.perf_counter()
+        if k > 0 and self.resident.parts:  # swap: the oldest part goes
+            self.resident.evict(next(iter(self.resident.parts)))
+        for p in ph[k]:
+            self.resident.load(p)
+        self.sampler.set_parts(list(self.resident.parts.values()), self.sampler.part_to_rank)
+        rec["loading"] += time.perf_counter() - t
+
+    def _step(
+        self, epoch: int, k: int, batch: list[np.ndarray], feats: DistFeatureStore | None, rec: dict
+    ) -> None:
+        """Prepare and send this worker's batch ``k`` (``-1``: join the collectives only)."""
+        mine = k >= 0
+        t = time.perf_counter()
+        mbs = [
+            self.sampler.sample(
+                seeds, batch_seed(self.seed, epoch, max(k, 0) * self.G + g) + self.b
+            )
+            for g, seeds in enumerate(batch)
+        ]
+        rec["sampling"] += time.perf_counter() - t
+        t = time.perf_counter()
+        self._poll_updates(rec)
+        ids, pos = group_union(mbs, self.grouping)
+        sent = self.view.plan(ids, self.consumed_at[k]) if mine else np.zeros(0, np.int64)
+        want = ids[sent] if mine else np.zeros(0, np.int64)
+        if feats is not None:  # distributed: a collective among batch workers
+            rows = feats.pull(want).numpy().copy()
+        else:
+            rows = self.resident.rows(want, np.empty((len(want), self.dim), np.float32))
+        rec["features"] += time.perf_counter() - t
+        if not mine:
+            return
+        tensors = pack_batch(self.view.version, mbs, ids, pos, sent, rows)
+        t = time.perf_counter()
+        while len(self.queue) >= max(self.queue_len, self.per_round):
+            for w in self.queue.popleft()[0]:
+                w.wait()
+        rec["send_wait"] += time.perf_counter() - t
+        dst = self.roles.compute_ranks[self.dst]
+        works = [
+            dist.isend(tensors[0], dst, tag=TAG_META),
+            dist.isend(tensors[1], dst, tag=TAG_INTS),
+        ]
+        if tensors[2].numel():
+            works.append(dist.isend(tensors[2], dst, tag=TAG_ROWS))
+        self.queue.append((works, tensors))
+        nbytes = 32 + tensors[1].numel() * 8 + tensors[2].numel() * 4
+        self.stats.bytes_sent += nbytes
+        self.stats.messages_sent += len(works)
+        rec["batches"] += 1
+        rec["rows_sent"] += len(sent)
+        rec["rows_omitted"] += len(ids) - len(sent)
+        rec["batch_bytes"] += nbytes
+
+    def _feature_store(self, part_to_bw: np.ndarray) -> DistFeatureStore | None:
+        if self.local:
+            return None
+        mine = {
+            int(p): self.store.part(int(p)).features for p in np.flatnonzero(part_to_bw == self.b)
+        }
+        return DistFeatureStore(
+            part_offsets=self.offsets,
+            part_to_rank=part_to_bw,
+            rank=self.b,
+            world_size=self.roles.batch_workers,
+            local_parts=mine,
+            feature_dim=self.dim,
+            stats=self.stats,
+            serve=self._serve,
+            group=self.group,
+        )
+
+    def _serve(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Rows of assigned parts: from memory when resident, else read from the store."""
+        part = owner_of(self.offsets, ids)
+        res = np.isin(part, list(self.resident.parts))
+        if res.all():
+            return self.resident.rows(ids, out)
+        out[res] = self.resident.rows(ids[res], np.empty((int(res.sum()), self.dim), np.float32))
+        for p in np.unique(part[~res]):
+            sel = np.flatnonzero(part == p)
+            mm = self.store.part(int(p)).features
+            out[sel] = read_rows(mm, ids[sel] - self.offsets[p])
+        return out
+
+    # ---------------------------------------------------------------- cache updates
+    def _poll_updates(self, rec: dict) -> None:
+        """Apply the updates that have arrived, without waiting."""
+        while self.view.enabled and self.view.version < self.expected:
+            if self._update_head is None:
+                head = torch.empty(3, dtype=torch.int64)
+                src = self.roles.compute_ranks[self.dst]
+                self._update_head = (dist.irecv(head, src, tag=TAG_UPDATE), head)
+            work, head = self._update_head
+            if not work.is_completed():
+                return
+            work.wait()
+            self._update_head = None
+            self._apply(head, rec)
+
+    def _apply(self, head: torch.Tensor, rec: dict) -> None:
+        v, ins, ev, nbytes = recv_update(self.roles.compute_ranks[self.dst], head)
+        self.view.apply(v, ins, ev)
+        rec["update_bytes"] += nbytes
+
+    def _drain(self, rec: dict) -> None:
+        """Wait for the sends, then for every update of the epoch (the view is exact again)."""
+        t = time.perf_counter()
+        while self.queue:
+            for w in self.queue.popleft()[0]:
+                w.wait()
+        rec["send_wait"] += time.perf_counter() - t
+        while self.view.enabled and self.view.version < self.expected:
+            if self._update_head is None:
+                head = torch.empty(3, dtype=torch.int64)
+                dist.recv(head, self.roles.compute_ranks[self.dst], tag=TAG_UPDATE)
+            else:
+                work, head = self._update_head
+                work.wait()
+                self._update_head = None
+            self._apply(head, rec)

@@ -1,0 +1,43 @@
+"""The ``hec`` engine's options (DistGNN-MB's historical embedding cache)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from shoal.training.engine_config import EngineConfig
+
+__all__ = ["HecConfig"]
+
+
+@dataclass(kw_only=True)
+class HecConfig(EngineConfig):
+    """The cache's parameters (DistGNN-MB Sec. 3.2, Algorithm 2), besides the shared
+    :class:`EngineConfig` options.
+
+    Args:
+        hec_size: lines of each layer's historical embedding cache, ``cs`` (default
+            1,000,000, DistGNN-MB's; at most the rank's halo nodes are allocated).
+        hec_push: most rows pushed per step, layer and peer, ``nc``, drawn by degree
+            (default 2000; -1 = every candidate).
+        hec_lifespan: steps a cache line stays valid, ``ls`` (default 2).
+        hec_delay: steps between a push and its use, ``d`` (default 1).
+    """
+
+    engine: ClassVar[str] = "hec"
+
+    name: str = "hec"
+    hec_size: int = 1_000_000
+    hec_push: int = 2000
+    hec_lifespan: int = 2
+    hec_delay: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("hec_size", "hec_delay"):
+            if int(getattr(self, key)) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.hec_push < -1:
+            raise ValueError(f"hec_push must be >= 0, or -1 for all, got {self.hec_push}")
+        if self.hec_lifespan < 0:
+            raise ValueError(f"hec_lifespan must be >= 0, got {self.hec_lifespan}")

@@ -1,0 +1,307 @@
+"""``hec``: local mini-batches with a historical embedding cache and delayed pushes (DistGNN-MB).
+
+Vasimuddin et al., "DistGNN-MB: Distributed Large-Scale Graph Neural Network Training on x86
+via Minibatch Sampling" (2022), Sections 3.1-3.2, Algorithms 1-2, Figure 1. Every rank
+
+1. owns the core nodes of its parts (the paper's *solid* vertices; with more parts than ranks
+   a rank's parts form one partition) and sees their in-neighbours on other ranks as *halo*
+   vertices, without features;
+2. samples each mini-batch locally only: halo vertices are leaves, nothing is sampled or
+   pulled remotely (Sec. 3.3, "we choose to sample locally");
+3. keeps one :class:`~shoal.engines.hec.cache.HistoricalCache` per layer (L0: halo vertices'
+   input features, L1..: hidden embeddings), filled by the owners' pushes;
+4. per step ``k`` and layer ``l`` (Algorithm 2): stores what was pushed at step ``k - d``
+   (lines 7-9), looks the batch's halo vertices up in the layer-``l`` cache and uses the hits'
+   rows; a miss is *dropped* from the batch: its edges in that layer's block are removed
+   (lines 10-12); aggregates and updates locally; then, while ``k < M - d``, sends every other
+   rank at most ``nc`` of this batch's solid vertices that are halo there, drawn by degree,
+   with their layer-``l`` rows (lines 14-24), to be stored there at step ``k + d``;
+5. all-reduces the gradients every step (the paper's data parallelism, Sec. 4.2).
+
+The rows pushed at layer ``l`` are those the batch computed for its solid vertices: the input
+features at L0, the previous layer's output (activation and dropout applied, as the next
+layer consumed it) above. Ranks run the same number of steps ``M`` per epoch (the most batches
+of any rank; a rank with fewer training nodes splits them into ``M`` smaller batches, one
+without any runs empty steps), so collectives stay in step.
+
+Options (``TrainConfig``): ``hec_size`` (``cs``, default 1M lines per layer), ``hec_push``
+(``nc``, default 2000; -1 = every candidate), ``hec_lifespan`` (``ls``, default 2 steps),
+``hec_delay`` (``d``, default 1 step): the paper's settings (Sec. 4.4). A cache holds at most
+as many lines as the rank has halo vertices. Checkpoints hold the model and optimizer; a
+resumed run starts with empty caches (a line lives at most ``ls`` steps anyway).
+
+With one process there are no halo vertices and the engine is the single-process trainer on
+the part (same shuffling, batch seeds, dropout and model).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+from shoal.distributed.rankgraph import rank_graph
+from shoal.engines.base import Engine
+from shoal.engines.hec.cache import (
+    DelayedPush,
+    HistoricalCache,
+    drop_sources,
+    halo_database,
+    select_push,
+)
+from shoal.engines.hec.config import HecConfig
+from shoal.graph.blocks import Block
+from shoal.nn.base import layer_widths
+from shoal.sample.featstore import DiskFeatures
+from shoal.sample.sampler import NeighborSampler
+from shoal.training import batch_seed
+from shoal.utils.progress import progress
+
+__all__ = ["HecEngine"]
+
+log = logging.getLogger(__name__)
+
+
+class HecEngine(Engine):
+    """DistGNN-MB-style training with historical embedding caches (module docstring)."""
+
+    name = "hec"
+    options_class = HecConfig
+    accepts_factory_models = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg, ctx, store = self.train_config, self.ctx, self.store
+        self.model = self.build_model()
+        self.require_block_model("replaces halo rows between layers")
+        s_rows = sum(p.num_core for p in self.parts)
+        plan = self.plan_memory(
+            feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1), extra_bytes=16 * s_rows
+        )
+        g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner)
+        self.graph = g
+        local_ids = np.concatenate([g.solid, g.halo])
+        self.degrees = self.tables.degrees[local_ids] if len(local_ids) else np.zeros(0, np.float32)
+        self.sampler = NeighborSampler(
+            g.indptr, g.indices, cfg.fanouts, num_nodes=len(local_ids), degrees=self.degrees
+        )
+        dim = int(store.feature_dim)
+        arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
+        self.features = DiskFeatures(
+            arrays,
+            cache_bytes=plan.cache,
+            threads=cfg.io_threads,
+            normalize=cfg.normalize_features,
+            show_progress=cfg.progress if ctx.is_rank0 else False,
+        )
+        train = np.concatenate(
+            [
+                np.flatnonzero(np.asarray(p.train_mask)) + o
+                for p, o in zip(self.parts, np.cumsum([0] + [p.num_core for p in self.parts]))
+            ]
+            or [np.empty(0, np.int64)]
+        ).astype(np.int64)
+        self.seeds = train
+        self.labels = self.tables.labels[g.solid] if len(g.solid) else np.empty(0, np.int32)
+        steps = torch.tensor([math.ceil(len(train) / cfg.batch_size)], dtype=torch.int64)
+        if ctx.world_size > 1:
+            dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+        self.num_batches = int(steps.item())
+        # Algorithm 1: db_halo and one cache per layer
+        owner_rank = self.part_to_rank[store.owner(g.halo)] if len(g.halo) else g.halo
+        self.db = halo_database(g.halo, owner_rank, ctx.world_size, self.stats)
+        self.dims = layer_widths(self.model, dim)[:-1]  # every layer's input
+        self.caches = [
+            HistoricalCache(
+                universe=g.halo,
+                dim=w,
+                size=self.options.hec_size,
+                lifespan=self.options.hec_lifespan,
+            )
+            for w in self.dims
+        ]
+        self.push = DelayedPush(self.dims, ctx.world_size, self.options.hec_delay, self.stats)
+        self.now = 0  # mini-batch steps since the start: the caches' clock
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        self.param_bytes = 4 * sum(p.numel() for p in self.model.parameters())
+        if ctx.is_rank0:
+            log.info(
+                "hec: rank 0 has %d solid and %d halo nodes, %d steps per epoch; caches of "
+                "%s lines",
+                g.num_solid,
+                len(g.halo),
+                self.num_batches,
+                [c.capacity for c in self.caches],
+            )
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        cfg = self.train_config
+        self.stats.reset()
+        for c in self.caches:
+            c.stats.reset()
+        timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0, "communication": 0.0}
+        total_loss, correct, seen = 0.0, 0, 0
+        self.model.train()
+        t_epoch = time.perf_counter()
+        bar = progress(
+            total=self.num_batches,
+            desc=f"epoch {epoch + 1}",
+            unit="batch",
+            enable=cfg.progress if self.ctx.is_rank0 else False,
+        )
+        m, d = self.num_batches, self.options.hec_delay
+        for k, seeds in enumerate(self.epoch_batches(epoch)):
+            t0 = time.perf_counter()
+            got = self.push.receive(k) if k >= d else None  # lines 7-9
+            if got is not None:
+                for layer, per_rank in enumerate(got):
+                    for ids, rows in per_rank:
+                        self.caches[layer].stats.received += len(ids)
+                        self.caches[layer].store(ids, rows, self.now)
+            timer["communication"] += time.perf_counter() - t0
+            loss, ok, n, pushes = self._step(epoch, k, seeds, timer, send=k < m - d)
+            if pushes is not None:
+                t0 = time.perf_counter()
+                self.push.send(k, pushes)  # lines 14-24
+                timer["communication"] += time.perf_counter() - t0
+            total_loss += loss * n
+            correct += ok
+            seen += n
+            self.now += 1
+            bar.update(1)
+        bar.close()
+        self.push.drain()
+        return self.epoch_record(
+            loss_sum=total_loss,
+            correct=correct,
+            seen=seen,
+            seconds=time.perf_counter() - t_epoch,
+            time_split=timer,
+            hec=self._hec_record(),
+        )
+
+    def _step(self, epoch: int, k: int, seeds: np.ndarray, timer: dict, *, send: bool):
+        """One mini-batch: lookup, forward with cached halo rows, backward, all-reduce; returns
+        (loss, correct, seeds, the pushes to send or None)."""
+        cfg, g = self.train_config, self.graph
+        s = g.num_solid
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_v, ok, rows_of = 0.0, 0, None
+        if len(seeds):
+            t0 = time.perf_counter()
+            mb = self.sampler.sample(seeds, batch_seed(cfg.seed, epoch, k) + self.ctx.rank)
+            t1 = time.perf_counter()
+            solid = mb.n_id < s
+            x = torch.zeros((len(mb.n_id), self.dims[0]), dtype=torch.float32)
+            if solid.any():
+                x[torch.from_numpy(solid)] = self.features.gather(mb.n_id[solid])
+            t2 = time.perf_counter()
+            blocks, inject = self._lookup(mb.n_id, solid, list(mb.blocks))
+            dev = self.device  # the caches stay on the host; the layers run on the device
+            h, rows_of = x.to(dev, non_blocking=True), []
+            for layer, block in enumerate(blocks):
+                pos, lines = inject[layer]
+                if len(pos):  # line 12: cached rows replace the halo rows
+                    h = h.index_put(
+                        (torch.from_numpy(pos).to(dev),), self.caches[layer].load(lines).to(dev)
+                    )
+                rows_of.append(h)
+                h = self.model.layer_forward(layer, h, block.to(dev))
+            y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64)).to(dev)
+            loss = F.cross_entropy(h, y)
+            loss.backward()
+            loss_v, ok = float(loss.detach()), int((h.detach().argmax(1) == y).sum())
+            timer["sampling"] += t1 - t0
+            timer["gather"] += t2 - t1
+            timer["forward_backward"] += time.perf_counter() - t2
+        t0 = time.perf_counter()
+        self.all_reduce_gradients(average=True)
+        timer["communication"] += time.perf_counter() - t0
+        self.optimizer.step()
+        pushes = None
+        if send:
+            pushes = self._pushes(epoch, k, mb if len(seeds) else None, rows_of)
+        return loss_v, ok, len(seeds), pushes
+
+    def _lookup(self, n_id: np.ndarray, solid: np.ndarray, blocks: list[Block]):
+        """Lines 10-11 per layer: the halo sources of each block found in that layer's cache
+        (positions, lines); misses lose their edges in that block."""
+        g, inject = self.graph, []
+        for layer, block in enumerate(blocks):
+            hpos = np.flatnonzero(~solid[: block.num_src])
+            cache = self.caches[layer]
+            tags = g.halo[n_id[hpos] - g.num_solid]
+            hit, lines = cache.lookup(tags, self.now)
+            cache.stats.lookups += len(hpos)
+            cache.stats.hits += int(hit.sum())
+            miss = hpos[~hit]
+            cache.stats.dropped += len(miss)
+            if len(miss):
+                blocks[layer] = drop_sources(block, miss)
+            inject.append((hpos[hit], lines))
+        return blocks, inject
+
+    def _pushes(self, epoch: int, k: int, mb, rows_of) -> list:
+        """Lines 15-22: per layer and peer, the batch's solid nodes that are halo there (at
+        most ``nc``, by degree) and their rows at that layer."""
+        cfg, g, world = self.train_config, self.graph, self.ctx.world_size
+        limit = None if self.options.hec_push < 0 else self.options.hec_push
+        rng = np.random.default_rng([cfg.seed, epoch, k, self.ctx.rank, 12])
+        out = []
+        for layer, dim in enumerate(self.dims):
+            per = [(np.empty(0, np.int64), torch.empty(0, dim)) for _ in range(world)]
+            if mb is not None:
+                nsrc = mb.blocks[layer].num_src
+                pos = np.flatnonzero(mb.n_id[:nsrc] < g.num_solid)
+                local = mb.n_id[pos]
+                glob = g.solid[local]
+                for r in range(world):
+                    if r == self.ctx.rank or not len(self.db[r]):
+                        continue
+                    chosen = select_push(glob, self.db[r], self.degrees[local], limit, rng)
+                    if len(chosen):
+                        at = pos[np.isin(glob, chosen, assume_unique=True)]
+                        rows = rows_of[layer]
+                        per[r] = (chosen, rows[torch.from_numpy(at).to(rows.device)].detach().cpu())
+                        self.caches[layer].stats.pushed += len(chosen)
+            out.append(per)
+        return out
+
+    def _hec_record(self) -> list[dict[str, Any]]:
+        """Per layer, summed over ranks (collective): lookups, hits, hit rate, lines valid at
+        the epoch's end, rows pushed, received, dropped."""
+        keys = ("lookups", "hits", "pushed", "received", "dropped")
+        t = torch.tensor(
+            [[getattr(c.stats, k) for k in keys] + [c.valid_lines(self.now)] for c in self.caches],
+            dtype=torch.float64,
+        )
+        if self.ctx.world_size > 1:
+            dist.all_reduce(t)
+        out = []
+        for layer, row in enumerate(t.tolist()):
+            rec = {"layer": layer, **{k: int(v) for k, v in zip(keys, row[:5], strict=True)}}
+            rec["valid_lines"] = int(row[5])
+            rec["hit_rate"] = rec["hits"] / rec["lookups"] if rec["lookups"] else None
+            out.append(rec)
+        return out
+
+    def close_io(self) -> None:
+        self.push.drain()
+        self.features.close()
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "hec_size": self.options.hec_size,
+            "hec_push": self.options.hec_push,
+            "hec_lifespan": self.options.hec_lifespan,
+            "hec_delay": self.options.hec_delay,
+            "hec_lines": [c.capacity for c in self.caches],
+        }

@@ -1,0 +1,149 @@
+"""disagg engine (Armada): batch workers feeding compute workers through grouped, cached
+batches; real process groups through the shared helper."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from shoal.distributed import DistContext
+from shoal.engines.config import read_config
+from shoal.engines.disagg.config import DisaggConfig
+from shoal.engines.disagg.engine import DisaggEngine, cache_rows
+from shoal.engines.disagg.msg import group_union, pack_batch, unpack
+from shoal.graph.blocks import Block, MiniBatch
+from shoal.store import Store
+from tests.distributed.helpers import WorldFailed, run_world
+
+CFG = dict(
+    model="sage",
+    fanouts=(3, 2),
+    batch_size=4,
+    hidden=8,
+    lr=0.05,
+    dropout=0.0,
+    seed=3,
+    progress=False,
+)
+
+
+def _mb(n_id, num_seeds):
+    blk = Block(torch.tensor([[1, 2], [0, 0]]), 3, 1, torch.tensor([0, 2]), torch.ones(3))
+    return MiniBatch(n_id=np.asarray(n_id), blocks=[blk], num_seeds=num_seeds)
+
+
+@pytest.mark.parametrize("grouping", [True, False])
+def test_a_global_batch_survives_packing(grouping):
+    mbs = [_mb([7, 3, 9], 1), _mb([3, 8, 7], 1)]
+    ids, pos = group_union(mbs, grouping)
+    assert [ids[p].tolist() for p in pos] == [[7, 3, 9], [3, 8, 7]]
+    assert len(ids) == (4 if grouping else 6)  # the union is sent once
+    sent = np.arange(len(ids))[::2]
+    rows = np.random.default_rng(0).random((len(sent), 5)).astype(np.float32)
+    gb = unpack(*pack_batch(4, mbs, ids, pos, sent, rows))
+    assert gb.ack == 4 and np.array_equal(gb.ids, ids) and np.array_equal(gb.sent, sent)
+    assert np.array_equal(gb.rows, rows)
+    for k, mb in enumerate(mbs):
+        p, blocks = gb.blocks(k, np.arange(20, dtype=np.float32))
+        assert np.array_equal(gb.ids[p], mb.n_id) and gb.minibatches[k][0] == 1
+        assert torch.equal(blocks[0].edge_index, mb.blocks[0].edge_index)
+        assert torch.equal(blocks[0].rowptr, mb.blocks[0].rowptr)
+        assert blocks[0].deg_src.tolist() == mb.n_id[:3].astype(np.float32).tolist()
+
+
+def test_cache_size_spellings():
+    assert cache_rows(100, 1000, 16) == 100
+    assert cache_rows("5%", 1000, 16) == 50
+    assert cache_rows("1KiB", 1000, 16) == 64
+    assert cache_rows("0", 1000, 16) == 0
+    with pytest.raises(ValueError):
+        DisaggConfig(disagg_cache="lots")
+
+
+def _epochs(rank, world, store, extra, epochs):
+    """Train ``epochs`` epochs with tracing: compute workers check every row they use against
+    the store and report the seeds they trained; batch workers report the parts they loaded."""
+    cfg = read_config({**CFG, "engine": "disagg", **extra})
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    eng = DisaggEngine(Store.open(store), cfg, ctx)
+    s = Store.open(store)
+    out = {"seeds": [], "loads": [], "records": [], "redundant": 0, "hits": 0}
+    if not eng.is_batch:
+        consume = eng.cache.consume
+
+        def checked(ids, sent, rows):
+            x, u = consume(ids, sent, rows)
+            assert np.array_equal(x, s.features(ids)), "a row differs from the store's"
+            return x, u
+
+        eng.cache.consume = checked
+        step = eng._replica_step
+
+        def traced(gb, g, x_all, total):
+            pos = gb.minibatches[g][1]
+            out["seeds"][-1] += gb.ids[pos[: gb.minibatches[g][0]]].tolist()
+            return step(gb, g, x_all, total)
+
+        eng._replica_step = traced
+    for e in range(epochs):
+        out["seeds"].append([])
+        rec = eng.train_epoch(e)
+        out["records"].append(rec)
+        if eng.is_batch:
+            out["loads"].append(list(eng.last["parts_loaded"]))
+        else:
+            out["redundant"] += int(eng.last.get("redundant", 0))
+    out["acc"] = eng.evaluate(("val", "test"))
+    return out
+
+
+@pytest.mark.parametrize(
+    "world, parts, extra",
+    [
+        (2, 2, {}),
+        (3, 3, {"batch_workers": 2}),
+        (3, 4, {"batch_workers": 2, "disagg_cache": 0, "resident_parts": 1}),
+        (4, 4, {"batch_workers": 2, "replicas": 2}),
+        (4, 4, {"batch_workers": 3, "local_sampling": True, "resident_parts": 1}),
+        (4, 2, {"batch_workers": 2, "grouping": False, "disagg_cache": 10}),
+    ],
+)
+def test_every_seed_once_every_part_once_rows_equal_the_store(
+    make_graph, make_store, world, parts, extra
+):
+    from tests.engines.conftest import community_graph
+
+    g = community_graph(make_graph)
+    store = str(make_store(parts=parts, graph=g))
+    res = run_world(_epochs, world, store, extra, 2, timeout=240)
+    s = Store.open(store)
+    train = np.sort(np.concatenate([p.core_ids[np.asarray(p.train_mask, bool)] for p in s.parts()]))
+    b = extra.get("batch_workers", (world + 1) // 2)
+    for e in range(2):
+        seeds = sorted(x for r in res[: world - b] for x in r["seeds"][e])
+        assert seeds == train.tolist()  # every training node exactly once per epoch
+        loads = sorted(p for r in res[world - b :] for p in r["loads"][e])
+        assert loads == list(range(parts))  # every part read once per epoch
+    assert all(r["records"][-1]["loss"] == res[0]["records"][-1]["loss"] for r in res)
+    d = res[0]["records"][-1]["disagg"]
+    if extra.get("disagg_cache", "5%") == 0:
+        assert d["rows_omitted"] == 0
+    if b == world - b:  # one batch worker per compute worker: a cached row is never resent
+        assert all(r["redundant"] == 0 for r in res[: world - b])
+    assert all(r["acc"] == res[0]["acc"] for r in res)
+
+
+def test_disagg_learns_the_communities(make_graph, make_store):
+    from tests.engines.conftest import community_graph
+
+    store = str(make_store(parts=2, graph=community_graph(make_graph)))
+    res = run_world(_epochs, 3, store, {"batch_workers": 2}, 15, timeout=240)
+    assert res[0]["records"][-1]["train_accuracy"] > 0.85
+    assert res[0]["acc"]["val"] >= 0.75
+
+
+def test_one_process_is_refused(make_store):
+    store = str(make_store(parts=2))
+    with pytest.raises(WorldFailed, match="at least 2 processes"):
+        run_world(_epochs, 1, store, {}, 1, timeout=60)
