@@ -1,10 +1,13 @@
-"""DistNeighborSampler without peers: parts held by one rank draw independent samples."""
+"""DistNeighborSampler without peers: parts held by one rank draw independent samples, and
+one part draws what the single-process sampler draws."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from shoal.distributed.sampler import DistNeighborSampler
+from shoal.sample.base import BlockSampler
+from shoal.sample.sampler import NeighborSampler
 from shoal.store import Store
 
 
@@ -40,3 +43,35 @@ def test_parts_on_one_rank_sample_independently(make_graph, make_store):
     assert all(len(v) == 3 for v in offsets.values()) and len(offsets) == n
     same = sum(sorted(offsets[r]) == sorted(offsets[20 + r]) for r in range(20))
     assert same <= 3, f"{same} of 20 rows picked the same offsets in both parts"
+
+
+def test_one_rank_one_part_equals_the_single_process_sampler(make_store):
+    """Both samplers share BlockSampler's hop loop and blocks, and one part keeps the batch's
+    random stream: the same seeds give the same batch, field for field (no exclusions; with
+    them: test_sampler_exclude.py)."""
+    store = Store.open(make_store(np.zeros(48, np.int64)))
+    part = store.part(0)
+    deg = np.diff(part.indptr).astype(np.float32)
+    assert issubclass(DistNeighborSampler, BlockSampler)
+    for fanouts in ((3,), (2, 2), (-1, 3), (4, 2, 1)):
+        ref = NeighborSampler(part.indptr, part.indices, fanouts, num_nodes=store.num_nodes)
+        dist = DistNeighborSampler(
+            parts=[part],
+            part_offsets=store.part_offsets,
+            part_to_rank=np.zeros(1, np.int64),
+            rank=0,
+            world_size=1,
+            fanouts=",".join(map(str, fanouts)),
+            degrees=deg,
+        )
+        assert dist.fanouts == ref.fanouts == fanouts
+        for seed in (0, 5):
+            seeds = np.random.default_rng(seed).permutation(store.num_nodes)[:7]
+            a, b = dist.sample(seeds, seed), ref.sample(seeds, seed)
+            assert a.n_id.dtype == b.n_id.dtype and np.array_equal(a.n_id, b.n_id)
+            assert a.num_seeds == b.num_seeds == 7 and len(a.blocks) == len(fanouts)
+            for x, y in zip(a.blocks, b.blocks, strict=True):
+                assert (x.num_src, x.num_dst) == (y.num_src, y.num_dst)
+                for t, u in ((x.edge_index, y.edge_index), (x.rowptr, y.rowptr)):
+                    assert t.dtype == u.dtype and t.equal(u)
+                assert x.deg_src.dtype == y.deg_src.dtype and x.deg_src.equal(y.deg_src)

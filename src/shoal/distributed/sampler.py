@@ -7,6 +7,9 @@ relabelled IDs). Hop by hop (GraphSAGE, Hamilton et al. NeurIPS 2017, Algorithm 
 the result is the same :class:`shoal.sample.MiniBatch` the single-process sampler produces:
 ``n_id`` global IDs, seeds first; one :class:`~shoal.sample.Block` per layer.
 
+:class:`DistNeighborSampler` supplies one hop's draws (``_draw_hop``: its own rows, and the
+exchanges with the owners of the others); the fanouts, the hop loop, the relabelling and the
+blocks are :class:`shoal.sample.base.BlockSampler`'s, shared with the single-process sampler.
 The per-row sampling is shoal's numba kernel (``shoal.sample._kernels``: Floyd / selection
 sampling keyed by ``(batch seed, hop, row position)``), so with one rank the batches equal
 :class:`shoal.sample.NeighborSampler`'s on the same CSR. :meth:`DistNeighborSampler.sample` is
@@ -31,17 +34,17 @@ import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
-from shoal.graph.blocks import Block, MiniBatch
+from shoal.graph.blocks import MiniBatch
 from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
-from shoal.sample.sampler import parse_fanouts
+from shoal.sample.base import BlockSampler, hop_rowptr
 from shoal.store.reader import Partition
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["DistNeighborSampler"]
 
 
-class DistNeighborSampler:
+class DistNeighborSampler(BlockSampler):
     """Samples mini-batches over parts spread across ranks.
 
     Args:
@@ -79,13 +82,9 @@ class DistNeighborSampler:
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         self.rank = rank
         self.world_size = world_size
-        self.fanouts = parse_fanouts(fanouts)
+        super().__init__(fanouts, int(self.part_offsets[-1]))
         self.degrees = np.asarray(degrees, dtype=np.float32)
-        n = int(self.part_offsets[-1])
         self.stats = stats if stats is not None else CommStats()
-        # global id -> local id of the batch being sampled (-1: not in it); the batch's ids
-        self._g2l = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
-        self._nodes = np.empty(1024, dtype=np.int64)
         # halo local index -> global id, per part, loaded once (O(halo))
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
         self.unavailable = 0
@@ -95,10 +94,6 @@ class DistNeighborSampler:
         self.parts = {p.index: p for p in parts}
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.fanouts)
 
     def _sample_owned(
         self, ids: np.ndarray, fanout: int, key: np.uint64, ex: dict[int, np.ndarray] | None = None
@@ -223,13 +218,6 @@ class DistNeighborSampler:
         ]
         return (np.concatenate([c for c, _ in pieces]), np.concatenate([p for _, p in pieces]))
 
-    def _room(self, k: int) -> None:
-        """Grow the batch's id buffer to hold ``k`` ids (kernels do not check bounds)."""
-        if self._nodes.shape[0] < k:
-            grown = np.empty(max(k, 2 * self._nodes.shape[0]), dtype=np.int64)
-            grown[: self._nodes.shape[0]] = self._nodes
-            self._nodes = grown
-
     def sample(
         self, seeds: np.ndarray, seed: int = 0, *, exclude: np.ndarray | None = None
     ) -> MiniBatch:
@@ -238,65 +226,45 @@ class DistNeighborSampler:
         ``exclude``: ``(m, 2)`` global edges ``(src, dst)`` message passing must not use at any
         hop (module docstring); every rank passes an array (maybe empty) or every rank None."""
         ex = None if exclude is None else self._exclusions(exclude)
-        s = np.asarray(seeds, dtype=np.int64)
-        self._room(len(s))
-        dup = K._seed_ids(s, self._g2l, self._nodes)
-        if dup >= 0:
-            raise ValueError(f"seeds must be unique; node {int(s[dup])} appears twice")
-        n = s.shape[0]
-        raw = []
-        try:
-            for hop, f in enumerate(self.fanouts):
-                key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
-                frontier = self._nodes[:n]
-                owners = self.part_to_rank[owner_of(self.part_offsets, frontier)]
-                local = np.flatnonzero(owners == self.rank)
-                counts = np.zeros(n, dtype=np.int64)
-                lc, lp = self._sample_owned(
-                    frontier[local], f, key, None if ex is None else ex[self.rank]
-                )
-                counts[local] = lc
-                if self.world_size > 1:
-                    remote = np.flatnonzero(owners != self.rank)
-                    remote = remote[np.argsort(owners[remote], kind="stable")]
-                    send_counts = np.bincount(owners[remote], minlength=self.world_size)
-                    req, req_counts = exchange(
-                        frontier[remote], send_counts, self.stats, self.group
-                    )
-                    # serve the peers' requests (a distinct stream from this rank's own rows)
-                    sc, sp = self._serve(
-                        req.numpy(), req_counts, f, key ^ np.uint64(0x5BD1E995), ex
-                    )
-                    rc, _ = exchange(sc, req_counts, self.stats, self.group)
-                    per_rank = _segment_sums(sc, req_counts)
-                    rp, _ = exchange(sp, per_rank, self.stats, self.group)
-                    rc = rc.numpy()
-                    counts[remote] = rc
-                else:
-                    remote = np.empty(0, dtype=np.int64)
-                    rc = np.empty(0, dtype=np.int64)
-                    rp = torch.empty(0, dtype=torch.int64)
-                rowptr = np.zeros(n + 1, dtype=np.int64)
-                np.cumsum(counts, out=rowptr[1:])
-                m = int(rowptr[-1])
-                picked = np.empty(m, dtype=np.int64)
-                _scatter_segments(picked, rowptr, local, lc, lp)
-                _scatter_segments(picked, rowptr, remote, rc, rp.numpy())
-                dst = np.repeat(np.arange(n, dtype=np.int64), counts)
-                col = np.empty(m, dtype=np.int64)
-                self._room(n + m)
-                n_new = K._relabel(picked, m, self._g2l, self._nodes, n, col)
-                raw.append((np.stack([col, dst]), rowptr, n_new, n))
-                n = n_new
-            n_id = self._nodes[:n].copy()
-        finally:
-            K._reset(self._g2l, self._nodes, n)
-        deg = torch.from_numpy(self.degrees[n_id])
-        blocks = [
-            Block(torch.from_numpy(ei), n_src, n_dst, torch.from_numpy(rp), deg[:n_src])
-            for ei, rp, n_src, n_dst in reversed(raw)
-        ]
-        return MiniBatch(n_id=n_id, blocks=blocks, num_seeds=int(s.shape[0]))
+        return self._sample_hops(np.asarray(seeds, dtype=np.int64), self.fanouts, seed, ex)
+
+    def _draw_hop(
+        self, n: int, fanout: int, key: np.uint64, exclude: list[dict[int, np.ndarray]] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One hop (:meth:`BlockSampler._draw_hop`; collective): this rank samples the frontier
+        nodes it owns, sends the others to their owners and serves the peers' requests."""
+        frontier = self._nodes[:n]
+        owners = self.part_to_rank[owner_of(self.part_offsets, frontier)]
+        local = np.flatnonzero(owners == self.rank)
+        counts = np.zeros(n, dtype=np.int64)
+        lc, lp = self._sample_owned(
+            frontier[local], fanout, key, None if exclude is None else exclude[self.rank]
+        )
+        counts[local] = lc
+        if self.world_size > 1:
+            remote = np.flatnonzero(owners != self.rank)
+            remote = remote[np.argsort(owners[remote], kind="stable")]
+            send_counts = np.bincount(owners[remote], minlength=self.world_size)
+            req, req_counts = exchange(frontier[remote], send_counts, self.stats, self.group)
+            # serve the peers' requests (a distinct stream from this rank's own rows)
+            sc, sp = self._serve(
+                req.numpy(), req_counts, fanout, key ^ np.uint64(0x5BD1E995), exclude
+            )
+            rc, _ = exchange(sc, req_counts, self.stats, self.group)
+            per_rank = _segment_sums(sc, req_counts)
+            rp, _ = exchange(sp, per_rank, self.stats, self.group)
+            rc = rc.numpy()
+            counts[remote] = rc
+        else:
+            remote = np.empty(0, dtype=np.int64)
+            rc = np.empty(0, dtype=np.int64)
+            rp = torch.empty(0, dtype=torch.int64)
+        rowptr = hop_rowptr(counts, n)
+        picked = np.empty(int(rowptr[-1]), dtype=np.int64)
+        _scatter_segments(picked, rowptr, local, lc, lp)
+        _scatter_segments(picked, rowptr, remote, rc, rp.numpy())
+        dst = np.repeat(np.arange(n, dtype=np.int64), counts)
+        return rowptr, picked, dst
 
 
 def _local_keys(part: Partition, halo: np.ndarray, edges: np.ndarray) -> np.ndarray:

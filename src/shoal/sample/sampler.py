@@ -7,6 +7,9 @@ without replacement). It works on any in-neighbour CSR: row ``v`` of ``(indptr, 
 lists the nodes whose messages ``v`` receives (PyG's ``source -> target`` convention). That is
 ``GraphDir.csr("in")`` for a graph directory, or a store part's local CSR (core nodes with
 their full in-neighbourhoods; ids beyond the CSR rows, e.g. halo nodes, have no neighbours).
+:class:`NeighborSampler` supplies one hop's draws from that CSR (``_draw_hop``); the fanouts,
+the hop loop, the relabelling and the blocks are :class:`shoal.sample.base.BlockSampler`'s,
+shared with :class:`shoal.distributed.sampler.DistNeighborSampler`.
 
 Output (:class:`MiniBatch`): ``n_id`` the global ids of every node the batch touches, seeds
 first; ``blocks`` one :class:`Block` per GNN layer, input layer first. A block's destination
@@ -22,9 +25,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from shoal.graph.blocks import Block, MiniBatch
+from shoal.graph.blocks import MiniBatch
 from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
+from shoal.sample.base import BlockSampler, hop_rowptr, parse_fanouts
 from shoal.sample.blockcache import BlockCache
 from shoal.sample.diskio import RowFile, RowReader
 from shoal.utils.arrays import unique_sorted
@@ -32,27 +36,6 @@ from shoal.utils.arrays import unique_sorted
 __all__ = ["NeighborSampler", "parse_fanouts"]
 
 _NO_INDICES = np.empty(0, dtype=np.int64)  # the kernels' indices when only positions are drawn
-
-
-def parse_fanouts(value: str | Sequence[int]) -> tuple[int, ...]:
-    """``"15,10,5"`` or ``[15, 10, 5]`` -> ``(15, 10, 5)``; -1 (or ``"all"``) = all neighbours."""
-    if isinstance(value, str):
-        try:
-            items = [
-                -1 if v.lower() == "all" else int(v)
-                for v in value.replace(" ", "").split(",")
-                if v != ""
-            ]
-        except ValueError:
-            raise ValueError(f"fanouts must be comma-separated integers, got {value!r}") from None
-    else:
-        items = [int(v) for v in value]
-    if not items:
-        raise ValueError("fanouts must name at least one layer")
-    for f in items:
-        if f == 0 or f < -1:
-            raise ValueError(f"each fanout must be a positive integer or -1 (all), got {f}")
-    return tuple(items)
 
 
 def _as_index_array(a: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
@@ -64,7 +47,7 @@ def _as_index_array(a: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
     return a
 
 
-class NeighborSampler:
+class NeighborSampler(BlockSampler):
     """Uniform neighbour sampler over an in-neighbour CSR, with reused buffers.
 
     Args:
@@ -128,7 +111,7 @@ class NeighborSampler:
                 f"indptr[-1]={int(self.indptr[-1])} does not match len(indices)="
                 f"{self.indices.shape[0]}"
             )
-        self.fanouts = parse_fanouts(fanouts)
+        super().__init__(fanouts, self.num_nodes)
         if degrees is None:
             deg = np.zeros(self.num_nodes, dtype=np.float32)
             deg[:rows] = np.diff(self.indptr)
@@ -137,33 +120,10 @@ class NeighborSampler:
             if deg.shape != (self.num_nodes,):
                 raise ValueError(f"degrees must have shape ({self.num_nodes},), got {deg.shape}")
         self.degrees = deg
-        # id -> local id of the batch being sampled (-1: not in it); the batch's ids (grown)
-        small = self.num_nodes < 2**31
-        self._g2l = np.full(self.num_nodes, -1, dtype=np.int32 if small else np.int64)
-        self._nodes = np.empty(1024, dtype=np.int64)
         self._counts = np.empty(0, dtype=np.int64)
         self._n_ex = np.empty(0, dtype=np.int64)
         self._picked = np.empty(0, dtype=np.int64)
         self._dst = np.empty(0, dtype=np.int64)
-        self._col = np.empty(0, dtype=np.int64)
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.fanouts)
-
-    def _grow(self, name: str, n: int) -> np.ndarray:
-        buf = getattr(self, name)
-        if buf.shape[0] < n:
-            buf = np.empty(max(n, int(buf.shape[0] * 1.5)), dtype=np.int64)
-            setattr(self, name, buf)
-        return buf
-
-    def _room(self, k: int) -> None:
-        """Grow the batch's id buffer to hold ``k`` ids (kernels do not check bounds)."""
-        if self._nodes.shape[0] < k:
-            grown = np.empty(max(k, 2 * self._nodes.shape[0]), dtype=np.int64)
-            grown[: self._nodes.shape[0]] = self._nodes
-            self._nodes = grown
 
     def sample(
         self,
@@ -182,77 +142,53 @@ class NeighborSampler:
         fan = self.fanouts if fanouts is None else parse_fanouts(fanouts)
         ex = self._exclusion_keys(exclude)
         s = _as_index_array(seeds, "seeds").astype(np.int64, copy=False)
-        if s.size and (s.min() < 0 or s.max() >= self.num_nodes):
-            bad = int(s[(s < 0) | (s >= self.num_nodes)][0])
-            raise ValueError(f"seed node {bad} is out of range [0, {self.num_nodes})")
-        self._room(len(s))
-        dup = K._seed_ids(s, self._g2l, self._nodes)
-        if dup >= 0:
-            raise ValueError(f"seeds must be unique; node {int(s[dup])} appears twice")
-        n = s.shape[0]
-        raw: list[tuple[np.ndarray, np.ndarray, int, int]] = []
-        try:
-            for hop, f in enumerate(fan):
-                counts = self._grow("_counts", n)
-                if ex is not None:
-                    n_ex = self._grow("_n_ex", n)
-                    KX._count_excl(
-                        self.indptr,
-                        self.indices,
-                        self._nodes,
-                        n,
-                        f,
-                        ex,
-                        self.num_nodes,
-                        counts,
-                        n_ex,
-                    )
-                else:
-                    K._count(self.indptr, self._nodes, n, f, counts)
-                rowptr = np.zeros(n + 1, dtype=np.int64)
-                np.cumsum(counts[:n], out=rowptr[1:])
-                m = int(rowptr[-1])
-                picked = self._grow("_picked", m)
-                dst = self._grow("_dst", m)
-                col = self._grow("_col", m)
-                key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
-                if ex is not None:
-                    KX._fill_excl(
-                        self.indptr,
-                        self.indices,
-                        self._nodes,
-                        n,
-                        rowptr,
-                        key,
-                        picked,
-                        dst,
-                        ex,
-                        self.num_nodes,
-                        n_ex,
-                    )
-                elif self._reader is None:
-                    K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
-                else:
-                    K._fill(
-                        self.indptr, _NO_INDICES, self._nodes, n, rowptr, key, picked, dst, True
-                    )
-                    self._read_picked(picked, m)
-                self._room(n + m)
-                n_new = K._relabel(picked, m, self._g2l, self._nodes, n, col)
-                ei = np.empty((2, m), dtype=np.int64)
-                ei[0] = col[:m]
-                ei[1] = dst[:m]
-                raw.append((ei, rowptr, n_new, n))
-                n = n_new
-            n_id = self._nodes[:n].copy()
-        finally:
-            K._reset(self._g2l, self._nodes, n)
-        deg = torch.from_numpy(self.degrees[n_id])
-        blocks = [
-            Block(torch.from_numpy(ei), n_src, n_dst, torch.from_numpy(rp), deg[:n_src])
-            for ei, rp, n_src, n_dst in reversed(raw)
-        ]
-        return MiniBatch(n_id=n_id, blocks=blocks, num_seeds=int(s.shape[0]))
+        return self._sample_hops(s, fan, seed, ex)
+
+    def _draw_hop(
+        self, n: int, fanout: int, key: np.uint64, exclude: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One hop from the CSR (:meth:`BlockSampler._draw_hop`): count, then draw each
+        frontier row's neighbours (``exclude``: sorted keys of edges to skip, or None)."""
+        counts = self._grow("_counts", n)
+        if exclude is not None:
+            n_ex = self._grow("_n_ex", n)
+            KX._count_excl(
+                self.indptr,
+                self.indices,
+                self._nodes,
+                n,
+                fanout,
+                exclude,
+                self.num_nodes,
+                counts,
+                n_ex,
+            )
+        else:
+            K._count(self.indptr, self._nodes, n, fanout, counts)
+        rowptr = hop_rowptr(counts, n)
+        m = int(rowptr[-1])
+        picked = self._grow("_picked", m)
+        dst = self._grow("_dst", m)
+        if exclude is not None:
+            KX._fill_excl(
+                self.indptr,
+                self.indices,
+                self._nodes,
+                n,
+                rowptr,
+                key,
+                picked,
+                dst,
+                exclude,
+                self.num_nodes,
+                n_ex,
+            )
+        elif self._reader is None:
+            K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
+        else:
+            K._fill(self.indptr, _NO_INDICES, self._nodes, n, rowptr, key, picked, dst, True)
+            self._read_picked(picked, m)
+        return rowptr, picked, dst
 
     def _exclusion_keys(self, exclude: np.ndarray | torch.Tensor | None) -> np.ndarray | None:
         """Sorted ``dst * num_nodes + src`` keys of the edges to exclude, or None."""
