@@ -10,7 +10,8 @@ puts the script's own folder there when it runs ``python bench/X.py``).
   (``../shared/data``, the shared datasets), :data:`PY` and :data:`SHOAL` (``python -m shoal``).
 - :func:`machine` (a dict) and :func:`machine_line` (the one-line ``Machine:`` text every
   results file shows: host, CPU, cores, RAM, platform, Python, load, threads).
-- :func:`command_line`: ``python bench/<script> ARGS`` as the script was called.
+- :func:`command_line`: ``python bench/<script> ARGS`` as the script was called;
+  :func:`record_command` notes it (and the machine) per part of a resumable benchmark.
 - :func:`load_json`, :func:`write_text_atomic`, :func:`write_json`: results files written
   through a temporary sibling and a rename, so a reader (or a concurrent invocation of the
   same script) never sees half a file.
@@ -56,6 +57,7 @@ __all__ = [
     "machine_line",
     "median_seconds",
     "parse_size",
+    "record_command",
     "run_capped",
     "run_capped_each",
     "sh",
@@ -147,6 +149,13 @@ def command_line(script: str, argv: Sequence[str] | None = None) -> str:
     arguments), the command recorded in a results file."""
     args = sys.argv[1:] if argv is None else argv
     return shlex.join(["python", f"bench/{script}", *map(str, args)])
+
+
+def record_command(res: dict, part: str, script: str) -> None:
+    """Note in ``res`` the command that ran ``part`` of a resumable benchmark
+    (``res["commands"][part]``, one entry per part) and this machine (``res["machine"]``)."""
+    res.setdefault("commands", {})[part] = command_line(script)
+    res["machine"] = machine_line()
 
 
 # ----------------------------------------------------------------------------- results files
