@@ -11,12 +11,12 @@ puts the script's own folder there when it runs ``python bench/X.py``).
 - :func:`machine` (a dict) and :func:`machine_line` (the one-line ``Machine:`` text every
   results file shows: host, CPU, cores, RAM, platform, Python, load, threads).
 - :func:`command_line`: ``python bench/<script> ARGS`` as the script was called;
-  :func:`record_command` notes it (and the machine) per part of a resumable benchmark.
+  :func:`record_command` notes it (and the machine) per part of a resumable benchmark;
+  :func:`rel` names an input path relative to the checkout.
 - :func:`load_json`, :func:`write_text_atomic`, :func:`write_json`: results files written
   through a temporary sibling and a rename, so a reader (or a concurrent invocation of the
   same script) never sees half a file.
 - :func:`sh` and :func:`shoal`: run a command, raise with its output's tail when it fails.
-- :func:`median_seconds`: the median wall seconds of repeats of a call.
 - :class:`Cgroup`, :func:`run_capped`, :func:`run_capped_each`, :func:`evict`,
   :func:`parse_size`: every memory claim of shoal's benchmarks is tested under a real cap, not
   read from RSS (which counts the page cache of memory-mapped files and hides thrashing on an
@@ -33,7 +33,6 @@ import os
 import platform
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -55,9 +54,9 @@ __all__ = [
     "load_json",
     "machine",
     "machine_line",
-    "median_seconds",
     "parse_size",
     "record_command",
+    "rel",
     "run_capped",
     "run_capped_each",
     "sh",
@@ -158,6 +157,13 @@ def record_command(res: dict, part: str, script: str) -> None:
     res["machine"] = machine_line()
 
 
+def rel(path: str | os.PathLike) -> str:
+    """``path`` relative to the checkout when it is inside it (as results files name their
+    inputs), else as given."""
+    p = Path(path)
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
 # ----------------------------------------------------------------------------- results files
 def load_json(path: str | os.PathLike, default: Any = None) -> Any:
     """The JSON in ``path``, or ``default`` (``{}`` when None) if there is no file."""
@@ -184,7 +190,7 @@ def write_json(
     write_text_atomic(path, json.dumps(obj, indent=indent, default=default) + "\n")
 
 
-# ----------------------------------------------------------------------------- processes, timing
+# ----------------------------------------------------------------------------- processes
 def sh(cmd: Sequence[Any], **kw) -> subprocess.CompletedProcess:
     """Run ``cmd`` capturing its output; on failure raise with the output's tail."""
     cmd = [str(c) for c in cmd]
@@ -197,16 +203,6 @@ def sh(cmd: Sequence[Any], **kw) -> subprocess.CompletedProcess:
 def shoal(*args: Any) -> subprocess.CompletedProcess:
     """``python -m shoal ARGS`` through :func:`sh`."""
     return sh([*SHOAL, *args])
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int = 3) -> tuple[float, list[float]]:
-    """Call ``fn`` ``repeats`` times; the median wall seconds and every one of them."""
-    secs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        secs.append(time.perf_counter() - t0)
-    return statistics.median(secs), secs
 
 
 # ----------------------------------------------------------------------------- memory caps
