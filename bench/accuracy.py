@@ -17,19 +17,22 @@ already there, so runs can be done in pieces).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-SHARED = REPO.parent / "shared" / "data"
-WORK = HERE / "work" / "data"
-RESULTS = HERE / "results"
+import common
+from common import (
+    RESULTS,
+    SHARED,
+    command_line,
+    load_json,
+    machine_line,
+    write_json,
+    write_text_atomic,
+)
+
+WORK = common.WORK / "data"
 
 PLANETOID = dict(
     fanouts=(-1, -1),
@@ -144,10 +147,7 @@ def run_one(key: str, seed: int, threads: int) -> dict:
 
 
 def write_tables(results: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    from shoal.utils.io import write_json_atomic
-
-    write_json_atomic(RESULTS / "accuracy.json", results)  # concurrent invocations read it
+    write_json(RESULTS / "accuracy.json", results, indent=2)  # concurrent invocations read it
     lines = [
         "# Accuracy of the single-process trainer",
         "",
@@ -189,7 +189,7 @@ def write_tables(results: dict) -> None:
         "training) and row-normalised features (Kipf & Welling); GraphSAGE samples 25 then 10 "
         "neighbours. Weight decay applies to all parameters.",
     ]
-    (RESULTS / "accuracy.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(RESULTS / "accuracy.md", "\n".join(lines) + "\n")
 
 
 def main() -> int:
@@ -200,19 +200,16 @@ def main() -> int:
     ap.add_argument("--render-only", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args()
     if args.render_only:
-        write_tables(json.loads((RESULTS / "accuracy.json").read_text()))
+        write_tables(load_json(RESULTS / "accuracy.json"))
         return 0
     keys = args.only.split(",") if args.only else list(RUNS)
     for k in keys:
         if k not in RUNS:
             raise SystemExit(f"unknown run {k!r}; valid: {', '.join(RUNS)}")
     path = RESULTS / "accuracy.json"
-    results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
-    results["command"] = "python bench/accuracy.py " + " ".join(sys.argv[1:])
-    results["machine"] = (
-        f"{platform.node()}, {os.cpu_count()} cores shared with other jobs, "
-        f"{platform.platform()}, {args.threads} thread(s)"
-    )
+    results = load_json(path, {"runs": {}})
+    results["command"] = command_line("accuracy.py")
+    results["machine"] = machine_line(threads=args.threads)
     for key in keys:
         rows = []
         for seed in [int(s) for s in args.seeds.split(",")]:
@@ -227,7 +224,7 @@ def main() -> int:
         cfg["fanouts"] = list(cfg["fanouts"])
         # re-read: other invocations may have written their runs meanwhile
         if path.exists():
-            results["runs"] = json.loads(path.read_text())["runs"]
+            results["runs"] = load_json(path)["runs"]
         old = results["runs"].get(key)
         if old and old.get("config") == cfg:  # same settings, other seeds: keep them
             mine = {r["seed"] for r in rows}

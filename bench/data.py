@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -38,11 +37,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
-PY = sys.executable
-DATA = [PY, "-m", "shoal", "data"]
-SHOAL = [str(Path(PY).with_name("shoal"))]
+from common import (
+    PY,
+    RESULTS,
+    SHOAL,
+    WORK,
+    load_json,
+    machine,
+    machine_line,
+    write_json,
+    write_text_atomic,
+)
+from common import ROOT as REPO
+
+DATA = [*SHOAL, "data"]
+SHOAL_SCRIPT = [str(Path(PY).with_name("shoal"))]
 STEPS = ("baseline", "rmat", "rmat_full_cli", "info", "csr_in", "csr_out", "csr_check", "dcsbm")
 
 GNN_SCRIPT = r"""
@@ -113,32 +122,9 @@ def run_child(cmd: list[str]) -> dict[str, Any]:
     }
 
 
-def machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = None
-    try:
-        mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "mem_mib": mem,
-        "python": platform.python_version(),
-        "load_avg_start": os.getloadavg(),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--work", default=str(REPO / "bench" / "work" / "data"))
+    ap.add_argument("--work", default=str(WORK / "data"))
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--edges", type=int, default=20_000_000)
     ap.add_argument("--memory", default="256MB", help="CSR memory cap (default 256MB)")
@@ -151,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args(argv)
     if args.report_only:
-        res = json.loads(Path(args.out + ".json").read_text())
-        Path(args.out + ".md").write_text(report(res))
+        res = load_json(args.out + ".json")
+        write_text_atomic(args.out + ".md", report(res))
         return 0
 
     work = Path(args.work)
@@ -160,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     rmat = work / f"rmat_{args.nodes}_{args.edges}"
     sbm = work / f"dcsbm_{args.sbm_nodes}_{args.sbm_edges}"
     out_json = Path(args.out + ".json")
-    res: dict[str, Any] = json.loads(out_json.read_text()) if out_json.exists() else {}
+    res: dict[str, Any] = load_json(out_json)
     res.setdefault("steps", {})
     res["machine"] = machine()
     res["params"] = vars(args)
@@ -177,8 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if r["rc"] != 0:
             print(r["output"], file=sys.stderr)
         res["steps"][name] = r
-        out_json.parent.mkdir(parents=True, exist_ok=True)
-        out_json.write_text(json.dumps(res, indent=2) + "\n")
+        write_json(out_json, res, indent=2)
         return r
 
     size = ["--nodes", str(args.nodes), "--edges", str(args.edges)]
@@ -190,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if "rmat_full_cli" in args.steps:
         tmp = work / "rmat_full_cli"
         shutil.rmtree(tmp, ignore_errors=True)
-        step("rmat_full_cli", [*SHOAL, "data", "synth", "rmat", *size, "--out", str(tmp)])
+        step("rmat_full_cli", [*SHOAL_SCRIPT, "data", "synth", "rmat", *size, "--out", str(tmp)])
         shutil.rmtree(tmp, ignore_errors=True)
     if "info" in args.steps:
         step("info", [*DATA, "info", str(rmat), "--json", str(work / "rmat_info.json")])
@@ -234,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         if r["rc"] == 0:
             res["gnn_vs_mlp"] = json.loads(r["output"].strip().splitlines()[-1])
     res["machine"]["load_avg_end"] = os.getloadavg()
-    out_json.write_text(json.dumps(res, indent=2) + "\n")
-    Path(args.out + ".md").write_text(report(res))
+    write_json(out_json, res, indent=2)
+    write_text_atomic(args.out + ".md", report(res))
     print(f"wrote {out_json} and {args.out}.md")
     return 0
 
@@ -247,9 +232,7 @@ def report(res: dict[str, Any]) -> str:
     lines = [
         "# Data stage benchmark",
         "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m.get('mem_mib')} MiB RAM, Python "
-        f"{m['python']}; load average at start {tuple(round(v, 1) for v in m['load_avg_start'])}"
-        " (the cores were shared with other jobs: wall times are noisy, CPU times less so).",
+        f"Machine: {machine_line(m)} (wall times are noisy, CPU times less so).",
         "",
         "Command: `python bench/data.py` "
         + " ".join(

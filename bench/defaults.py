@@ -19,19 +19,12 @@ in the JSON are kept).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import accuracy  # noqa: E402  (bench/accuracy.py: datasets and published references)
+import accuracy  # bench/accuracy.py: datasets and published references
+from common import RESULTS, command_line, load_json, machine_line, write_json, write_text_atomic
 
-RESULTS = HERE / "results"
 DATASETS = ("cora", "citeseer", "amazon_photo", "coauthor_physics")
 MODELS = ("gcn", "gat", "sage")
 #: (dataset, model) -> published test accuracy on the same split, with its source
@@ -46,15 +39,11 @@ PUBLISHED = {
 
 
 def load() -> dict:
-    p = RESULTS / "defaults.json"
-    return json.loads(p.read_text()) if p.exists() else {"runs": {}}
+    return load_json(RESULTS / "defaults.json", {"runs": {}})
 
 
 def save(res: dict) -> None:
-    from shoal.utils.io import write_json_atomic
-
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(RESULTS / "defaults.json", res)
+    write_json(RESULTS / "defaults.json", res, indent=2)
     write_markdown(res)
 
 
@@ -102,8 +91,8 @@ def run_one(dataset: str, model: str, seed: int, **kw) -> dict:
 
 def run(args: argparse.Namespace) -> None:
     res = {"runs": {}} if args.fresh else load()
-    res["command"] = "python bench/defaults.py " + " ".join(sys.argv[1:])
-    res["machine"] = f"{platform.node()}, {os.cpu_count()} cores, {platform.platform()}, 1 thread"
+    res["command"] = command_line("defaults.py")
+    res["machine"] = machine_line(threads=1)
     for dataset in args.datasets.split(","):
         for model in args.models.split(","):
             for seed in map(int, args.seeds.split(",")):
@@ -158,8 +147,7 @@ def _ablation_md(res: dict) -> list[str]:
 
 
 def _tuned(dataset: str, model: str) -> str:
-    p = RESULTS / "accuracy.json"
-    runs = json.loads(p.read_text()).get("runs", {}) if p.exists() else {}
+    runs = load_json(RESULTS / "accuracy.json").get("runs", {})
     r = runs.get(f"{dataset}-{model}")
     if not r:
         return "-"
@@ -207,9 +195,7 @@ def write_markdown(res: dict) -> None:
                 f"{statistics.median(r['eval_every'] for r in rs):.0f} | {vals} |"
             )
     lines += _ablation_md(res)
-    tmp = RESULTS / "defaults.md.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, RESULTS / "defaults.md")
+    write_text_atomic(RESULTS / "defaults.md", "\n".join(lines) + "\n")
 
 
 def main() -> None:

@@ -36,12 +36,19 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import distributed as dbench  # noqa: E402  (bench/distributed.py: data preparation, helpers)
+import distributed as dbench  # bench/distributed.py: data preparation, helpers
+from common import (
+    PY,
+    RESULTS,
+    WORK,
+    load_json,
+    record_command,
+    sh,
+    shoal,
+    write_json,
+    write_text_atomic,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-PY = sys.executable
 #: name -> (nodes, edges, training fraction): 20,000 training nodes each (20 iterations)
 GRAPHS = {"synth-200k": (200_000, 1_000_000, 0.1), "synth-1m": (1_000_000, 5_000_000, 0.02)}
 PARTS = 6
@@ -58,29 +65,20 @@ SPEED_CFG = dict(
 
 
 def load() -> dict:
-    p = RESULTS / "disagg.json"
-    return json.loads(p.read_text()) if p.exists() else {}
+    return load_json(RESULTS / "disagg.json")
 
 
 def save(res: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS / "disagg.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1))
-    os.replace(tmp, RESULTS / "disagg.json")
+    write_json(RESULTS / "disagg.json", res)
     write_markdown(res)
-
-
-def command(res: dict, part: str) -> None:
-    res.setdefault("commands", {})[part] = " ".join(["python bench/disagg.py", *sys.argv[1:]])
-    res["machine"] = dbench.machine()
 
 
 def synth(name: str) -> Path:
     """The synthetic graph ``name`` and its 6-part store (built once)."""
     nodes, edges, frac = GRAPHS[name]
-    g = dbench.WORK / name
+    g = WORK / name
     if not (g / "meta.json").exists():
-        dbench.shoal(
+        shoal(
             "data",
             "synth",
             "dcsbm",
@@ -101,11 +99,9 @@ def synth(name: str) -> Path:
         )
     a, s = dbench.DWORK / f"{name}-spring{PARTS}", dbench.DWORK / f"{name}-store{PARTS}"
     if not (a / "meta.json").exists():
-        dbench.shoal(
-            "partition", str(g), "--algo", "spring", "--parts", str(PARTS), "--out", str(a)
-        )
+        shoal("partition", str(g), "--algo", "spring", "--parts", str(PARTS), "--out", str(a))
     if not (s / "meta.json").exists():
-        dbench.shoal("store", "build", str(g), str(a), "--out", str(s))
+        shoal("store", "build", str(g), str(a), "--out", str(s))
     return s
 
 
@@ -187,7 +183,7 @@ def run(
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     load_before = os.getloadavg()[0]
     try:
-        dbench.sh(
+        sh(
             [
                 PY,
                 "-m",
@@ -228,7 +224,8 @@ def run(
 
 def run_scaling(args: argparse.Namespace) -> None:
     res = load()
-    command(res, " ".join(["scaling", *sys.argv[2:]]))  # one entry per set of options
+    part = " ".join(["scaling", *sys.argv[2:]])  # one entry per set of options
+    record_command(res, part, "disagg.py")
     sc = res.setdefault("scaling", {})
     for name in args.graphs.split(","):
         store = synth(name)
@@ -258,7 +255,7 @@ def run_scaling(args: argparse.Namespace) -> None:
 
 def run_bytes(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "bytes")
+    record_command(res, "bytes", "disagg.py")
     store = synth("synth-200k")
     by = res["bytes"] = {}
     for grouping in (True, False):
@@ -272,7 +269,7 @@ def run_bytes(args: argparse.Namespace) -> None:
 
 def run_speed(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "speed")
+    record_command(res, "speed", "disagg.py")
     store = synth("synth-200k")
     sp = res["speed"] = {}
     for nproc in (2, 3):
@@ -291,7 +288,7 @@ def run_accuracy(args: argparse.Namespace) -> None:
     import hec as hbench
 
     res = load()
-    command(res, "accuracy")
+    record_command(res, "accuracy", "disagg.py")
     acc = res.setdefault("accuracy", {})
     for name in args.datasets.split(","):
         hp = hbench.hparams(name)
@@ -331,7 +328,7 @@ def _hec_single(hec_res: dict, name: str, hp: dict) -> dict:
 def _engine(store: Path, hp: dict, seed: int, flags: list[str]) -> dict:
     out = dbench.DWORK / f"disagg-acc-{store.name}-{seed}.json"
     t = time.perf_counter()
-    dbench.sh(
+    sh(
         [
             PY,
             "-m",
@@ -527,9 +524,7 @@ def write_markdown(res: dict) -> None:
         lines.append("")
     lines += [*notes(res), "", "## Commands", ""]
     lines += [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
-    tmp = RESULTS / "disagg.md.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, RESULTS / "disagg.md")
+    write_text_atomic(RESULTS / "disagg.md", "\n".join(lines) + "\n")
 
 
 def main() -> None:

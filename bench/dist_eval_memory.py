@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import signal
 import subprocess
@@ -56,9 +55,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / "bench" / "work" / "dist_eval"
-RESULTS = ROOT / "bench" / "results"
+import common
+from common import RESULTS, ROOT, Cgroup, evict, machine_line, write_json, write_text_atomic
+
+WORK = common.WORK / "dist_eval"
 BEFORE_COMMIT = "a8fe23e"
 NODES, EDGES, FEATURES = 2_000_000, 10_000_000, 128
 PARTS, NPROC, HIDDEN = 4, 2, 128
@@ -139,19 +139,6 @@ def read_bytes() -> int:
             if line.startswith("read_bytes:"):
                 return int(line.split()[1])
     return 0
-
-
-def evict(path: Path) -> None:
-    """Drop the page cache of every file under ``path`` (posix_fadvise DONTNEED), so each run
-    starts with the store out of the page cache and the capped run's file pages are charged
-    to its cgroup. Only these files are touched."""
-    for p in sorted(path.rglob("*")):
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,67 +514,6 @@ def worker(args) -> None:
 # run
 
 
-class Cgroup:
-    """A cgroup-v1 memory group, child of this process's own memory cgroup."""
-
-    BASE = Path("/sys/fs/cgroup/memory")
-
-    def __init__(self, name: str, limit: int):
-        own = "/"
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, ctrl, path = line.split(":", 2)
-            if "memory" in ctrl.split(","):
-                own = path
-        self.path = self.BASE / own.lstrip("/") / name
-        self.limit = limit
-
-    def __enter__(self) -> Cgroup:
-        if self.path.exists():
-            self.path.rmdir()
-        self.path.mkdir()
-        try:
-            (self.path / "memory.limit_in_bytes").write_text(str(int(self.limit)))
-            self.limit = int((self.path / "memory.limit_in_bytes").read_text())  # page-rounded
-        except BaseException:
-            self.path.rmdir()
-            raise
-        return self
-
-    def read(self) -> dict:
-        def get(name: str) -> str:
-            try:
-                return (self.path / name).read_text()
-            except OSError:
-                return ""
-
-        oom = dict(ln.split() for ln in get("memory.oom_control").splitlines() if ln.strip())
-        return {
-            "cgroup": str(self.path),
-            "limit": self.limit,
-            "max_usage": int(get("memory.max_usage_in_bytes") or 0),
-            "failcnt": int(get("memory.failcnt") or 0),
-            "oom_kill": int(oom.get("oom_kill", -1)),
-            "under_oom": int(oom.get("under_oom", -1)),
-        }
-
-    def __exit__(self, *exc) -> None:
-        for i in range(100):  # wait until every process has left, then remove
-            left = (self.path / "cgroup.procs").read_text().split()
-            if not left:
-                break
-            if i == 50:  # our own stragglers (only processes this script started are here)
-                for pid in left:
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            time.sleep(0.2)
-        try:
-            self.path.rmdir()
-        except OSError as e:
-            print(f"warning: could not remove {self.path}: {e}", file=sys.stderr)
-
-
 def launch(
     args,
     which: str,
@@ -682,12 +608,9 @@ def machine() -> dict:
         return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.rstrip()
 
     return {
-        "nproc": out("nproc"),
+        **common.machine(),
         "free_g": out("free -g"),
-        "python": platform.python_version(),
         "torch": torch.__version__,
-        "kernel": platform.release(),
-        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
         "commit_after": out(f"git -C {ROOT} rev-parse --short HEAD"),
         "commit_before": BEFORE_COMMIT,
     }
@@ -771,15 +694,14 @@ def run(args) -> None:
         "command": "python bench/dist_eval_memory.py prepare && python bench/dist_eval_memory.py "
         + shlex.join(sys.argv[1:]),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "dist_eval_memory.json").write_text(json.dumps(results, indent=1))
-    (RESULTS / "dist_eval_memory.md").write_text(report(results))
+    write_json(RESULTS / "dist_eval_memory.json", results)
+    write_text_atomic(RESULTS / "dist_eval_memory.md", report(results))
     print((RESULTS / "dist_eval_memory.md").read_text())
 
 
 def report_only(args) -> None:
     res = json.loads((RESULTS / "dist_eval_memory.json").read_text())
-    (RESULTS / "dist_eval_memory.md").write_text(report(res))
+    write_text_atomic(RESULTS / "dist_eval_memory.md", report(res))
 
 
 def mib(b: float) -> str:
@@ -982,8 +904,7 @@ def report(res: dict) -> str:
         "",
         "## Machine",
         "",
-        f"nproc {m['nproc']}; python {m['python']}; torch {m['torch']}; kernel {m['kernel']}; "
-        f"load average at start {' '.join(m['loadavg_at_start'])}.",
+        f"{machine_line(m)}; torch {m['torch']}.",
         "",
         "```",
         m["free_g"],

@@ -28,19 +28,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / "bench" / "work"
+from common import (
+    PY,
+    RESULTS,
+    SHARED,
+    WORK,
+    command_line,
+    load_json,
+    machine_line,
+    sh,
+    shoal,
+    write_json,
+    write_text_atomic,
+)
+
 DWORK = WORK / "distributed"
-RESULTS = ROOT / "bench" / "results"
-SHARED = ROOT.parent / "shared" / "data"
-PY = sys.executable
 
 #: Hyper-parameters per dataset (the same for the trainer and the engines).
 HPARAMS = {
@@ -80,26 +86,13 @@ HPARAMS = {
 }
 
 
-def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
-    return p
-
-
-def shoal(*args: str) -> None:
-    sh([PY, "-m", "shoal", *args])
-
-
 def load_results() -> dict:
-    p = RESULTS / "distributed.json"
-    return json.loads(p.read_text()) if p.exists() else {}
+    return load_json(RESULTS / "distributed.json")
 
 
 def save_results(d: dict, section: str, keys: list[str] | None = None) -> None:
     """Merge ``d[section]`` (only its ``keys`` when given) and its command into the results
     file (several parts may run at the same time) and rewrite the markdown."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
     cur = load_results()
     if keys is None:
         cur[section] = d[section]
@@ -112,14 +105,8 @@ def save_results(d: dict, section: str, keys: list[str] | None = None) -> None:
     if d.get(f"{section}_command") and d[f"{section}_command"] not in cmds:
         cmds.append(d[f"{section}_command"])
     cur.pop("notes", None)  # computed by write_markdown, never stored
-    tmp = RESULTS / "distributed.json.tmp"
-    tmp.write_text(json.dumps(cur, indent=2))
-    os.replace(tmp, RESULTS / "distributed.json")
+    write_json(RESULTS / "distributed.json", cur, indent=2)
     write_markdown(cur)
-
-
-def machine() -> str:
-    return f"{platform.node() or 'vm'} {platform.machine()}, {os.cpu_count()} cores (shared), {platform.platform()}"
 
 
 # ----------------------------------------------------------------------------- accuracy
@@ -211,8 +198,8 @@ def engine_run(store: Path, engine: str, nproc: int, hp: dict, seed: int) -> dic
 def run_accuracy(args: argparse.Namespace) -> None:
     res = load_results()
     acc = res.setdefault("accuracy", {})
-    res["accuracy_command"] = " ".join(["python bench/distributed.py", *sys.argv[1:]])
-    res["machine"] = machine()
+    res["accuracy_command"] = command_line("distributed.py")
+    res["machine"] = machine_line()
     seeds = [int(s) for s in args.seeds.split(",")]
     for name in args.datasets.split(","):
         hp = dict(HPARAMS[name])
@@ -245,7 +232,7 @@ def run_pm_speed(args: argparse.Namespace) -> None:
     interleaved runs of each on the same store and seed (the accuracy runs' times come from
     different sessions)."""
     res = load_results()
-    res["accuracy_command"] = " ".join(["python bench/distributed.py", *sys.argv[1:]])
+    res["accuracy_command"] = command_line("distributed.py")
     for name in args.datasets.split(","):
         hp = dict(HPARAMS[name])
         _, s = prepare(name, args.parts)
@@ -334,8 +321,8 @@ def run_speed(args: argparse.Namespace) -> None:
     if not (s / "meta.json").exists():
         shoal("store", "build", str(g), str(a), "--out", str(s), "--halo-features")
     sp = res.setdefault("speed", {})
-    res["speed_command"] = " ".join(["python bench/distributed.py", *sys.argv[1:]])
-    res["machine"] = machine()
+    res["speed_command"] = command_line("distributed.py")
+    res["machine"] = machine_line()
     for engine in args.engines.split(","):
         for nproc in (1, 2):
             key = f"{engine}/nproc{nproc}"
@@ -552,7 +539,7 @@ def write_markdown(d: dict) -> None:
         )
     L += ["", "## Notes (computed from the runs above)", ""] + [f"- {n}" for n in _notes(d)]
     L += ["", "## Commands", ""] + [f"- `{c}`" for c in d.get("commands", [])]
-    (RESULTS / "distributed.md").write_text("\n".join(L) + "\n")
+    write_text_atomic(RESULTS / "distributed.md", "\n".join(L) + "\n")
 
 
 def _notes(d: dict) -> list[str]:

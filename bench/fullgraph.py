@@ -36,31 +36,23 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import distributed as dbench  # noqa: E402  (bench/distributed.py: data preparation, helpers)
-import netshape  # noqa: E402  (bench/netshape.py: namespaces + tc rate limits)
+import distributed as dbench  # bench/distributed.py: data preparation, helpers
+import netshape  # bench/netshape.py: namespaces + tc rate limits
+from common import PY, RESULTS, load_json, record_command, sh, write_json, write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-PY = sys.executable
 DATASETS = ("cora", "coauthor_physics", "amazon_photo")
 SWEEP = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0, 1e6)
 
 
 def load() -> dict:
-    p = RESULTS / "fullgraph.json"
-    return json.loads(p.read_text()) if p.exists() else {}
+    return load_json(RESULTS / "fullgraph.json")
 
 
 def save(res: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS / "fullgraph.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1))
-    os.replace(tmp, RESULTS / "fullgraph.json")
+    write_json(RESULTS / "fullgraph.json", res)
     write_markdown(res)
 
 
@@ -139,7 +131,7 @@ def run_many(
         str(out),
     ]
     if net == "loopback":
-        dbench.sh(
+        sh(
             [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *argv],
             env=env,
         )
@@ -155,8 +147,7 @@ def run(
 
 
 def command(res: dict, part: str) -> None:
-    res.setdefault("commands", {})[part] = " ".join(["python bench/fullgraph.py", *sys.argv[1:]])
-    res["machine"] = dbench.machine()
+    record_command(res, part, "fullgraph.py")
     net = part.split()[-1]
     if net != "loopback" and net not in res.get("networks", {}):
         res.setdefault("networks", {})[net] = netshape.throughput(net)
@@ -523,9 +514,7 @@ def write_markdown(res: dict) -> None:
         lines.append("")
     lines += notes(res)
     lines += ["## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
-    tmp = RESULTS / "fullgraph.md.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, RESULTS / "fullgraph.md")
+    write_text_atomic(RESULTS / "fullgraph.md", "\n".join(lines) + "\n")
 
 
 def main() -> None:

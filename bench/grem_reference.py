@@ -93,7 +93,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -103,14 +102,13 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import data as bench_data  # noqa: E402  (bench/data.py)
-import partition as bench_partition  # noqa: E402  (bench/partition.py)
+import common
+import partition as bench_partition  # bench/partition.py
+from common import RESULTS, WORK, machine_line, write_text_atomic
+from common import ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 #: bench/partition.py prepares (and keeps) its graphs here; the same files are used.
-PARTITION_WORK = REPO / "bench" / "work" / "partition"
+PARTITION_WORK = WORK / "partition"
 #: The graphs of bench/partition.py's reference table (issue 3 / 16).
 REFERENCE_GRAPHS = bench_partition.REFERENCE_GRAPHS
 
@@ -649,13 +647,8 @@ def selftest() -> int:
 
 # --------------------------------------------------------------------------- benchmark
 def machine() -> dict[str, Any]:
-    """bench/data.py's machine record, plus the host, platform and numpy version."""
-    return {
-        **bench_data.machine(),
-        "node": platform.node(),
-        "platform": platform.platform(),
-        "numpy": np.__version__,
-    }
+    """common.py's machine record, plus the numpy version."""
+    return {**common.machine(), "numpy": np.__version__}
 
 
 def graph_dir(name: str) -> Path:
@@ -986,10 +979,7 @@ def _dump(data: dict[str, Any]) -> str:
 
 
 def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
-    path_json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path_json.with_suffix(".json.tmp")
-    tmp.write_text(_dump(data))
-    os.replace(tmp, path_json)
+    write_text_atomic(path_json, _dump(data))
     meta = data["meta"]
     R = _Runs(data["runs"])
     graphs = _graph_order(R.graphs())
@@ -1027,10 +1017,7 @@ def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
         + "  "
     )
     mach = meta["machine"]
-    L.append(
-        f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_mib']} MiB, "
-        f"{mach['platform']}, Python {mach['python']}  "
-    )
+    L.append(f"Machine: {machine_line(mach)}  ")
     L.append(f"Started {meta['started']}, last update {time.strftime('%Y-%m-%d %H:%M:%S')}.  ")
     L.append(
         "The machine was shared with other jobs while this ran (1-minute load average at the "
@@ -1055,9 +1042,7 @@ def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
         L.append("\n## Failures\n")
         for r in fails:
             L.append(f"- {r['graph']} p={r['parts']} {r['variant']}: {r.get('error', '')[-300:]}")
-    tmp = path_md.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(L) + "\n")
-    os.replace(tmp, path_md)
+    write_text_atomic(path_md, "\n".join(L) + "\n")
 
 
 def graph_list(graph_set: str, orders: list[str]) -> list[str]:

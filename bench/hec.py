@@ -38,17 +38,23 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import distributed as dbench  # noqa: E402  (bench/distributed.py: data preparation, helpers)
+import distributed as dbench  # bench/distributed.py: data preparation, helpers
+from common import (
+    PY,
+    RESULTS,
+    WORK,
+    load_json,
+    record_command,
+    sh,
+    shoal,
+    write_json,
+    write_text_atomic,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 DWORK = dbench.DWORK
-RESULTS = ROOT / "bench" / "results"
-PY = sys.executable
 BATCH = 16
 #: the sweep's grid: nc (-1 = every candidate) and d
 SWEEP_NC = (10, 30, 100, 2000, -1)
@@ -61,21 +67,12 @@ def hparams(name: str) -> dict:
 
 
 def load() -> dict:
-    p = RESULTS / "hec.json"
-    return json.loads(p.read_text()) if p.exists() else {}
+    return load_json(RESULTS / "hec.json")
 
 
 def save(res: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS / "hec.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1))
-    os.replace(tmp, RESULTS / "hec.json")
+    write_json(RESULTS / "hec.json", res)
     write_markdown(res)
-
-
-def command(res: dict, part: str) -> None:
-    res.setdefault("commands", {})[part] = " ".join(["python bench/hec.py", *sys.argv[1:]])
-    res["machine"] = dbench.machine()
 
 
 # ----------------------------------------------------------------------------- runs
@@ -95,7 +92,7 @@ def single(g: Path, hp: dict, seed: int) -> dict:
         " 'seconds_per_epoch': r.seconds_per_epoch,"
         " 'curve': [[h['epoch'], h['test_accuracy']] for h in r.history if 'test_accuracy' in h]}))\n"
     )
-    p = dbench.sh([PY, "-c", code, str(g), json.dumps(hp), str(seed)])
+    p = sh([PY, "-c", code, str(g), json.dumps(hp), str(seed)])
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -126,7 +123,7 @@ def hec_layers(history: list[dict]) -> list[dict]:
 def engine(store: Path, name: str, hp: dict, seed: int, extra: list[str] = ()) -> dict:
     tag = "-".join(x.lstrip("-") for x in extra)
     out = DWORK / f"hec-run-{store.name}-{name}-{seed}{'-' + tag if tag else ''}.json"
-    dbench.sh(
+    sh(
         [
             PY,
             "-m",
@@ -166,7 +163,9 @@ def variant(nc: int | None) -> str:
 
 def run_accuracy(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "accuracy" if args.hec_push is None else f"accuracy {variant(args.hec_push)}")
+    record_command(
+        res, "accuracy" if args.hec_push is None else f"accuracy {variant(args.hec_push)}", "hec.py"
+    )
     acc = res.setdefault("accuracy", {})
     seeds = [int(s) for s in args.seeds.split(",")]
     mb_seeds = [int(s) for s in args.minibatch_seeds.split(",")]
@@ -203,7 +202,7 @@ def run_accuracy(args: argparse.Namespace) -> None:
 
 def run_sweep(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "sweep")
+    record_command(res, "sweep", "hec.py")
     sw = res.setdefault("sweep", {"dataset": args.dataset, "parts": 2, "runs": {}})
     hp = hparams(args.dataset)
     sw["hparams"] = hp
@@ -270,10 +269,10 @@ def speed_worker(args: argparse.Namespace) -> None:
 
 def run_speed(args: argparse.Namespace) -> None:
     res = load()
-    command(res, "speed")
-    g = dbench.WORK / "synth-200k"
+    record_command(res, "speed", "hec.py")
+    g = WORK / "synth-200k"
     if not (g / "meta.json").exists():
-        dbench.shoal(
+        shoal(
             "data",
             "synth",
             "dcsbm",
@@ -292,14 +291,14 @@ def run_speed(args: argparse.Namespace) -> None:
         )
     a, s = DWORK / "synth-200k-spring2", DWORK / "synth-200k-store2"
     if not (a / "meta.json").exists():
-        dbench.shoal("partition", str(g), "--algo", "spring", "--parts", "2", "--out", str(a))
+        shoal("partition", str(g), "--algo", "spring", "--parts", "2", "--out", str(a))
     if not (s / "meta.json").exists():
-        dbench.shoal("store", "build", str(g), str(a), "--out", str(s), "--halo-features")
+        shoal("store", "build", str(g), str(a), "--out", str(s), "--halo-features")
     sp = res["speed"] = {"load_before": os.getloadavg()[0]}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     for eng in ("minibatch", "hec"):  # back to back
         out = DWORK / f"hec-speed-{eng}.json"
-        dbench.sh(
+        sh(
             [
                 PY,
                 "-m",
@@ -653,9 +652,7 @@ def write_markdown(res: dict) -> None:
         lines += speed_section(res["speed"])
     lines += ["## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
     lines += ["", *notes(res)]
-    tmp = RESULTS / "hec.md.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, RESULTS / "hec.md")
+    write_text_atomic(RESULTS / "hec.md", "\n".join(lines) + "\n")
 
 
 def main() -> None:

@@ -38,17 +38,24 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import distributed as dbench  # noqa: E402  (bench/distributed.py: helpers)
+from common import (
+    PY,
+    RESULTS,
+    SHARED,
+    WORK,
+    command_line,
+    load_json,
+    machine_line,
+    sh,
+    shoal,
+    write_json,
+    write_text_atomic,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-LWORK = dbench.WORK / "linkpred"
-PY = sys.executable
+LWORK = WORK / "linkpred"
 GRAPHS = ("cora", "citeseer", "facebook_pagepage")
 KINDS = ("adamic-adar", "features", "embeddings", "features-2p", "embeddings-2p")
 HP = dict(
@@ -65,24 +72,20 @@ HP = dict(
 
 
 def load() -> dict:
-    p = RESULTS / "linkpred.json"
-    return json.loads(p.read_text()) if p.exists() else {}
+    return load_json(RESULTS / "linkpred.json")
 
 
 def save(res: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS / "linkpred.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1))
-    os.replace(tmp, RESULTS / "linkpred.json")
+    write_json(RESULTS / "linkpred.json", res)
     write_markdown(res)
 
 
 def prepare(name: str) -> Path:
     g, s = LWORK / name, LWORK / f"{name}-link"
     if not (g / "meta.json").exists():
-        dbench.shoal("data", "import", str(dbench.SHARED / name / "graph.npz"), "--out", str(g))
+        shoal("data", "import", str(SHARED / name / "graph.npz"), "--out", str(g))
     if not (s / "meta.json").exists():
-        dbench.shoal(
+        shoal(
             "data",
             "split-edges",
             str(g),
@@ -102,11 +105,9 @@ def store_of(split: Path, parts: int = 2) -> Path:
     """The split graph's ``parts``-part SPRING store (built once)."""
     a, s = LWORK / f"{split.name}-spring{parts}", LWORK / f"{split.name}-store{parts}"
     if not (a / "meta.json").exists():
-        dbench.shoal(
-            "partition", str(split), "--algo", "spring", "--parts", str(parts), "--out", str(a)
-        )
+        shoal("partition", str(split), "--algo", "spring", "--parts", str(parts), "--out", str(a))
     if not (s / "meta.json").exists():
-        dbench.shoal("store", "build", str(split), str(a), "--out", str(s))
+        shoal("store", "build", str(split), str(a), "--out", str(s))
     return s
 
 
@@ -125,7 +126,7 @@ def train(split: Path, seed: int, epochs: int, embedding: bool, nproc: int = 1) 
         else ["--store", str(store_of(split)), "--engine", "minibatch", "--nproc", str(nproc)]
     )
     t = time.perf_counter()
-    dbench.sh(
+    sh(
         [
             PY,
             "-m",
@@ -197,11 +198,11 @@ def heuristic(split: Path, seed: int) -> dict:
 
 def run(args: argparse.Namespace) -> None:
     res = load()
-    cmd = " ".join(["python bench/linkpred.py", *sys.argv[1:]])
+    cmd = command_line("linkpred.py")
     cmds = res.setdefault("commands", {})
     if cmd not in cmds.values():  # every command whose runs are in the JSON
         cmds[f"run {len(cmds) + 1}"] = cmd
-    res["machine"] = dbench.machine()
+    res["machine"] = machine_line()
     res["hparams"] = dict(HP)  # the epochs of each run are in its row
     runs = res.setdefault("runs", {})
     for name in args.graphs.split(","):
@@ -318,9 +319,7 @@ def write_markdown(res: dict) -> None:
     lines += ["", note + ": compare times within one graph and seed."]
     lines += _targets(runs, names)
     lines += ["", "## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
-    tmp = RESULTS / "linkpred.md.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, RESULTS / "linkpred.md")
+    write_text_atomic(RESULTS / "linkpred.md", "\n".join(lines) + "\n")
 
 
 def main() -> None:

@@ -16,16 +16,13 @@ many 4 KiB pages they touch in file order: what a window read must cover. Writes
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
-import sys
 import time
 from pathlib import Path
 
 import numba
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import RESULTS, WORK, command_line, write_json, write_text_atomic
 
 
 @numba.njit(cache=True)
@@ -133,9 +130,9 @@ def s3fifo(trace, n, cap, start):  # long: one replay loop with three queues
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--graph", type=Path, default=ROOT / "bench/work/ooc/g10m")
+    ap.add_argument("--graph", type=Path, default=WORK / "ooc/g10m")
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/ooc_cache_policy")
+    ap.add_argument("--out", type=Path, default=RESULTS / "ooc_cache_policy")
     a = ap.parse_args()
     from shoal.data.format import GraphDir
     from shoal.sample.sampler import NeighborSampler
@@ -180,7 +177,7 @@ def main() -> None:
             }
         )
     res = {
-        "command": "python bench/ooc_cache_policy.py " + shlex.join(sys.argv[1:]),
+        "command": command_line("ooc_cache_policy.py"),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "graph": str(a.graph),
         "nodes": n,
@@ -188,7 +185,7 @@ def main() -> None:
         "policies": rows,
         "epochs": per_epoch,
     }
-    a.out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+    write_json(a.out.with_suffix(".json"), res)
     md = [
         "# Feature cache policies on the issue-11 access trace",
         "",
@@ -213,7 +210,7 @@ def main() -> None:
         ),
         "",
     ]
-    a.out.with_suffix(".md").write_text("\n".join(md))
+    write_text_atomic(a.out.with_suffix(".md"), "\n".join(md))
     print("\n".join(md))
 
 

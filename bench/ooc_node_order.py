@@ -26,8 +26,6 @@ Writes ``bench/results/ooc_node_order.{md,json}``.
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -35,7 +33,8 @@ from pathlib import Path
 import numba
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import RESULTS, ROOT, WORK, command_line, rel, write_json, write_text_atomic
+
 sys.path.insert(0, str(ROOT / "src"))
 
 from shoal.data.format import GraphDir  # noqa: E402
@@ -108,9 +107,9 @@ def read_cost(pos: np.ndarray, row_bytes: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--graph", type=Path, default=ROOT / "bench/work/ooc/g10m")
+    ap.add_argument("--graph", type=Path, default=WORK / "ooc/g10m")
     ap.add_argument("--cache", default="0.1,0.3", help="static cache sizes, fractions of rows")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/ooc_node_order")
+    ap.add_argument("--out", type=Path, default=RESULTS / "ooc_node_order")
     a = ap.parse_args()
     t0 = time.perf_counter()
     g = GraphDir.open(a.graph)
@@ -141,13 +140,13 @@ def main() -> None:
             rows.append({"cache": frac, "order": name, **c, "file_bytes": n * row_bytes})
             print(rows[-1], flush=True)
     res = {
-        "command": "python bench/ooc_node_order.py " + shlex.join(sys.argv[1:]),
+        "command": command_line("ooc_node_order.py"),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "graph": str(a.graph.relative_to(ROOT)) if a.graph.is_relative_to(ROOT) else str(a.graph),
+        "graph": rel(a.graph),
         "seconds": time.perf_counter() - t0,
         "rows": rows,
     }
-    a.out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+    write_json(a.out.with_suffix(".json"), res)
     lines = [
         "# Node order for locality: what one epoch's window read costs (issue 11)",
         "",
@@ -166,7 +165,7 @@ def main() -> None:
             f"{r['bytes'] / r['file_bytes']:.0%} |"
         )
     lines.append("")
-    a.out.with_suffix(".md").write_text("\n".join(lines))
+    write_text_atomic(a.out.with_suffix(".md"), "\n".join(lines))
     print("\n".join(lines))
 
 

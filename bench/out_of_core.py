@@ -21,20 +21,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cgroup import parse_size, run_capped  # noqa: E402
+from common import (
+    RESULTS,
+    ROOT,
+    SHOAL,
+    WORK,
+    command_line,
+    machine_line,
+    parse_size,
+    run_capped,
+    write_json,
+    write_text_atomic,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-SHOAL = [sys.executable, "-m", "shoal"]
 GiB = 1 << 30
 SYNTH = [
     "--nodes",
@@ -183,17 +188,12 @@ def report(res: dict, path: Path) -> None:
             f"same accuracy: {t['test_accuracy'] == base['train']['test_accuracy']}."
         )
     lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "graph already built"), ""]
-    path.write_text("\n".join(lines))
-
-
-def _machine() -> str:
-    kib = next(int(ln.split()[1]) for ln in open("/proc/meminfo") if ln.startswith("MemTotal"))
-    return f"{platform.machine()}, {os.cpu_count()} cores, {kib / 2**20:.0f} GiB RAM"
+    write_text_atomic(path, "\n".join(lines))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, default=ROOT / "bench/work/ooc")
+    ap.add_argument("--work", type=Path, default=WORK / "ooc")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--caps", default="4GiB,3GiB", help="comma-separated cgroup caps")
     ap.add_argument(
@@ -208,7 +208,7 @@ def main() -> None:
         help="comma-separated caps at which to run once more without packing epochs "
         "(--pack-epochs 0: every window sweeps the feature file)",
     )
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/out_of_core")
+    ap.add_argument("--out", type=Path, default=RESULTS / "out_of_core")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
@@ -240,15 +240,15 @@ def main() -> None:
             )
         )
     res = {
-        "command": "python bench/out_of_core.py " + shlex.join(sys.argv[1:]),
+        "command": command_line("out_of_core.py"),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": _machine(),
+        "machine": machine_line(),
         "load_before": " ".join(load),
         "epochs": a.epochs,
         "prepare": log,
         "runs": runs,
     }
-    a.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    write_json(a.out.with_suffix(".json"), res, default=str)
     report(res, a.out.with_suffix(".md"))
     print(a.out.with_suffix(".md").read_text())
 

@@ -32,15 +32,23 @@ import shlex
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cgroup import parse_size, run_capped_each  # noqa: E402
-from out_of_core import SHOAL, _machine, prepare  # noqa: E402
+from common import (
+    RESULTS,
+    ROOT,
+    SHOAL,
+    WORK,
+    command_line,
+    machine_line,
+    parse_size,
+    run_capped_each,
+    write_json,
+    write_text_atomic,
+)
+from out_of_core import prepare
 
-ROOT = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
 
 
@@ -275,12 +283,12 @@ def report(res: dict, path: Path) -> None:
         lines.append(_reads_line(t, e0))
     lines += _order_lines(runs)
     lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "store already built"), ""]
-    path.write_text("\n".join(lines))
+    write_text_atomic(path, "\n".join(lines))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, default=ROOT / "bench/work/ooc")
+    ap.add_argument("--work", type=Path, default=WORK / "ooc")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--cap", default="2GiB", help="cgroup cap of each rank")
     ap.add_argument("--engines", default="minibatch,averaging")
@@ -294,7 +302,7 @@ def main() -> None:
         action="store_true",
         help="skip the capped averaging run with --pack-epochs 0",
     )
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/out_of_core_engines")
+    ap.add_argument("--out", type=Path, default=RESULTS / "out_of_core_engines")
     ap.add_argument(
         "--report-only",
         action="store_true",
@@ -319,16 +327,15 @@ def main() -> None:
             if engine == "averaging" and i == 0 and not a.no_pack_ablation:
                 runs.append(train(stores[o], a.work, engine, parse_size(a.cap), a.epochs, o, 0))
     res = {
-        "command": "python bench/out_of_core_engines.py " + shlex.join(sys.argv[1:]),
+        "command": command_line("out_of_core_engines.py"),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": _machine(),
+        "machine": machine_line(),
         "load_before": " ".join(load),
         "epochs": a.epochs,
         "prepare": log,
         "runs": runs,
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    write_json(a.out.with_suffix(".json"), res, default=str)
     report(res, a.out.with_suffix(".md"))
     print(a.out.with_suffix(".md").read_text())
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -51,9 +50,7 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
-RESULTS = REPO / "bench" / "results"
+from common import RESULTS, SHARED, WORK, command_line, machine_line, write_json, write_text_atomic
 
 #: The graphs the issue's reference table averages over.
 REFERENCE_GRAPHS = [
@@ -641,10 +638,7 @@ def _families_section(L: list[str], idx: dict) -> None:
 
 
 def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path) -> None:
-    path_json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path_json.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"meta": meta, "runs": records}, indent=1))
-    os.replace(tmp, path_json)
+    write_json(path_json, {"meta": meta, "runs": records})
 
     idx = _index(records)
     L: list[str] = []
@@ -1010,9 +1004,7 @@ def write_report(records: list[dict], meta: dict, path_md: Path, path_json: Path
                 f"- {r['graph']} p={r['parts']} {r['variant']}: `{r['command']}` -> "
                 f"rc {r.get('returncode')}: {' / '.join(err)[:400]}"
             )
-    tmp = path_md.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(L) + "\n")
-    os.replace(tmp, path_md)
+    write_text_atomic(path_md, "\n".join(L) + "\n")
 
 
 # --------------------------------------------------------------------------- main
@@ -1026,7 +1018,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graphs", nargs="*", help="override the graph list")
     ap.add_argument("--parts", nargs="*", type=int, help="override p (default 4 8 16)")
     ap.add_argument("--variants", nargs="*", help=f"subset of {', '.join(VARIANTS)}")
-    ap.add_argument("--work", default=str(REPO / "bench" / "work" / "partition"))
+    ap.add_argument("--work", default=str(WORK / "partition"))
     ap.add_argument(
         "--out",
         default=None,
@@ -1065,10 +1057,8 @@ def main(argv: list[str] | None = None) -> int:
     path_md, path_json = prefix.with_suffix(".md"), prefix.with_suffix(".json")
     records: list[dict] = []
     meta = {
-        "command": "python bench/partition.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": f"{platform.node()}: {os.cpu_count()} cores, {platform.platform()}, "
-        f"Python {platform.python_version()}",
+        "command": command_line("partition.py", argv),
+        "machine": machine_line(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if (args.resume or args.report_only) and path_json.exists():

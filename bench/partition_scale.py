@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -42,11 +41,20 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cgroup import Cgroup, parse_size, run_capped  # noqa: E402
+from common import (
+    RESULTS,
+    ROOT,
+    SHOAL,
+    WORK,
+    Cgroup,
+    command_line,
+    machine_line,
+    parse_size,
+    run_capped,
+    write_json,
+    write_text_atomic,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-SHOAL = [sys.executable, "-m", "shoal"]
 PAPERS100M = {"nodes": 111_059_956, "undirected_edges": 1_615_685_872}
 CG_NAME = "shoal_partition_scale"
 
@@ -514,7 +522,7 @@ def write_md(res: dict, path: Path) -> None:
         "",
         *_phase_rows(res.get("phases", [])),
     ]
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -529,8 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--algos", default="default,spring")
     ap.add_argument("--limit", type=parse_size, default=parse_size("2GiB"))
     ap.add_argument("--timeout", type=float, default=3600.0)
-    ap.add_argument("--work", type=Path, default=ROOT / "bench/work/partition_scale")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/partition_scale")
+    ap.add_argument("--work", type=Path, default=WORK / "partition_scale")
+    ap.add_argument("--out", type=Path, default=RESULTS / "partition_scale")
     ap.add_argument("--fit-min-nodes", type=int, default=4_000_000)
     ap.add_argument("--reuse", action="store_true", help="reuse run records kept in --work")
     ap.add_argument("--baseline-src", default=None, help="src folder of the code before")
@@ -549,11 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline_rev:
         args.baseline_src = str(extract_src(args.baseline_rev, args.work))
     header = {
-        "command": "python " + " ".join([os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
+        "command": command_line("partition_scale.py", argv),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.node()}, {os.cpu_count()} cores, "
-        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM, "
-        f"{platform.platform()}",
+        "machine": machine_line(),
         "load": open("/proc/loadavg").read().split()[0],
         "parts": args.parts,
         "fit_min_nodes": args.fit_min_nodes,
@@ -566,8 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     res = {"header": header, **run_all(args), "phases": profile_runs(args)}
     res["header"]["total_seconds"] = time.time() - t0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    write_json(args.out.with_suffix(".json"), res, default=str)
     write_md(res, args.out.with_suffix(".md"))
     print(args.out.with_suffix(".md").read_text())
     return 0

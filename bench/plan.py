@@ -30,19 +30,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import distributed as dbench  # noqa: E402  (bench/distributed.py: stores)
+import common
+import distributed as dbench  # bench/distributed.py: stores
+from common import (
+    RESULTS,
+    SHOAL,
+    command_line,
+    load_json,
+    machine_line,
+    sh,
+    write_json,
+    write_text_atomic,
+)
 
-RESULTS = HERE / "results"
-WORK = HERE / "work" / "plan"
-PY = sys.executable
+WORK = common.WORK / "plan"
 STORES = ("amazon_photo", "coauthor_physics", "synth-200k")
 ENGINES = ("minibatch", "averaging", "hec", "disagg", "fullgraph")
 TARGET = 1.15
@@ -51,21 +56,17 @@ SMALL = ("amazon_photo",)
 
 
 def load() -> dict:
-    p = RESULTS / "plan.json"
-    return json.loads(p.read_text()) if p.exists() else {}
+    return load_json(RESULTS / "plan.json")
 
 
 def save(res: dict) -> None:
-    from shoal.utils.io import write_json_atomic
-
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(RESULTS / "plan.json", res)
+    write_json(RESULTS / "plan.json", res, indent=2)
     write_markdown(res)
 
 
 def store_of(name: str) -> Path:
     if name == "synth-200k":
-        s = HERE / "work" / "distributed" / "synth-200k-store2"
+        s = dbench.DWORK / "synth-200k-store2"
         if not (s / "meta.json").exists():
             raise SystemExit(
                 f"{s} is missing: run `python bench/distributed.py speed` first (it builds it)"
@@ -75,11 +76,7 @@ def store_of(name: str) -> Path:
 
 
 def shoal(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([PY, "-m", "shoal", *args], capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        raise SystemExit(f"shoal {' '.join(args)} failed:\n{p.stderr[-3000:]}")
-    return p
+    return sh([*SHOAL, *args], env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def train(store: Path, engine: str, epochs: int) -> dict:
@@ -112,8 +109,8 @@ def train(store: Path, engine: str, epochs: int) -> dict:
 
 def run(args: argparse.Namespace) -> None:
     res = {} if args.fresh else load()
-    res["command"] = "python bench/plan.py " + " ".join(sys.argv[1:])
-    res["machine"] = f"{platform.node()}, {os.cpu_count()} cores, {platform.platform()}"
+    res["command"] = command_line("plan.py")
+    res["machine"] = machine_line()
     res["epochs"] = args.epochs
     for name in args.stores.split(","):
         store = store_of(name)
@@ -224,10 +221,7 @@ def write_markdown(res: dict) -> None:
                 f"{c['net_latency_s'] * 1e6:.0f} us ({c['network']}); probing took "
                 f"{c['seconds']:.1f} s"
             )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS / "plan.md.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, RESULTS / "plan.md")
+    write_text_atomic(RESULTS / "plan.md", "\n".join(lines) + "\n")
 
 
 def main() -> None:

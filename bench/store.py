@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -33,9 +32,19 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-WORK = HERE / "work"
+import common
+from common import BENCH as HERE
+from common import (
+    RESULTS,
+    WORK,
+    command_line,
+    load_json,
+    machine_line,
+    write_json,
+    write_text_atomic,
+)
+from common import ROOT as REPO
+
 GRAPH = WORK / "rmat1m"
 SCALE = 20
 NUM_EDGES = 10_000_000
@@ -171,9 +180,9 @@ def main() -> int:
     ap.add_argument("--regen", action="store_true", help="regenerate the graph")
     ap.add_argument("--render-only", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args()
-    results_path = HERE / "results" / "store.json"
+    results_path = RESULTS / "store.json"
     if args.render_only:
-        write_markdown(json.loads(results_path.read_text()))
+        write_markdown(load_json(results_path))
         return 0
 
     if args.side == "dgl":
@@ -187,8 +196,8 @@ def main() -> int:
         generate(GRAPH)
         print(f"generated {GRAPH} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
 
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    results["command"] = " ".join(["python bench/store.py", *sys.argv[1:]])
+    results = load_json(results_path)
+    results["command"] = command_line("store.py")
     results["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
     results["graph"] = {
         "generator": "R-MAT a,b,c,d=0.57,0.19,0.19,0.05 (this script)",
@@ -198,9 +207,7 @@ def main() -> int:
         "parts": PARTS,
     }
     results["machine"] = {
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "python": sys.version.split()[0],
+        **common.machine(),
         "shoal_torch": _torch_version(str(REPO / ".venv" / "bin" / "python")),
     }
     shoal = str(REPO / ".venv" / "bin" / "shoal")
@@ -264,8 +271,7 @@ def main() -> int:
             ),
         }
         print("ratios:", results["ratios"], file=sys.stderr)
-    results_path.parent.mkdir(parents=True, exist_ok=True)
-    results_path.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(results_path, results, indent=2)
     write_markdown(results)
     return 0
 
@@ -302,8 +308,8 @@ def write_markdown(res: dict) -> None:
         f"{sh['partitioner']} (streaming) partition + metrics in its own process, then "
         "`python -m shoal store build` with default settings; the full `shoal store build` "
         "command and `shoal verify` are listed too.",
-        f"- **Machine**: {m['platform']}, {m['cpus']} cores, Python {m['python']}"
-        + (f"; load average {la[0]:.2f} when the run started." if la else "."),
+        f"- **Machine**: {machine_line(m)}"
+        + (f"; load average {la[0]:.2f} when the run started." if la and "cpus" in m else "."),
         "",
         "| step | wall s | peak RSS MB |",
         "|---|---:|---:|",
@@ -328,7 +334,7 @@ def write_markdown(res: dict) -> None:
         f"{met.get('replication_factor', float('nan')):.4f}, edge cut "
         f"{met.get('edge_cut', float('nan')):.4f} (the assignment's metrics).",
     ]
-    (HERE / "results" / "store.md").write_text("\n".join(L) + "\n")
+    write_text_atomic(RESULTS / "store.md", "\n".join(L) + "\n")
 
 
 def _api_assignment(algo: str, out: Path) -> dict:

@@ -21,16 +21,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-WORK = HERE / "work"
-RESULTS = HERE / "results"
+from common import (
+    BENCH,
+    PY,
+    RESULTS,
+    WORK,
+    command_line,
+    load_json,
+    machine_line,
+    rel,
+    write_json,
+    write_text_atomic,
+)
+
 FANOUTS = (15, 10, 5)
 
 
@@ -226,7 +235,7 @@ def main() -> int:
     ap.add_argument("--render-only", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args()
     if args.render_only:
-        render(json.loads(args.out.with_suffix(".json").read_text()), args.out.with_suffix(".md"))
+        render(load_json(args.out.with_suffix(".json")), args.out.with_suffix(".md"))
         return 0
     if args.worker:
         fn = run_shoal if args.worker == "shoal" else run_dgl
@@ -235,13 +244,10 @@ def main() -> int:
         return 0
     make_graph(args.graph, args.nodes, args.edges, 128, 47)
     results: dict = {
-        "command": "python bench/train.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores (shared with other jobs), {platform.platform()}",
+        "command": command_line("train.py"),
+        "machine": machine_line(),
         "workload": {
-            "graph": str(args.graph.relative_to(HERE.parent))
-            if args.graph.is_relative_to(HERE.parent)
-            else str(args.graph),
+            "graph": rel(args.graph),
             "nodes": args.nodes,
             "stored_edges": 2 * args.edges,
             "features": 128,
@@ -254,10 +260,10 @@ def main() -> int:
             "epochs": args.epochs,
         },
     }
-    results["shoal"] = _worker(sys.executable, "shoal", args)
+    results["shoal"] = _worker(PY, "shoal", args)
     if not args.skip_dgl:
         dgl_py = subprocess.run(
-            ["bash", str(HERE / "dgl_env.sh")], check=True, capture_output=True, text=True
+            ["bash", str(BENCH / "dgl_env.sh")], check=True, capture_output=True, text=True
         ).stdout.strip()
         results["dgl"] = _worker(dgl_py, "dgl", args)
     keys = ("epoch_seconds", "sampling", "gather", "forward_backward")
@@ -271,8 +277,7 @@ def main() -> int:
             summary["shoal"]["epoch_seconds"] / summary["dgl"]["epoch_seconds"]
         )
     results["median"] = summary
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    write_json(args.out.with_suffix(".json"), results, indent=2)
     lines = [
         "| system | epoch (s) | sampling (s) | gather (s) | forward/backward (s) | peak RSS (MiB) |",
         "|---|---|---|---|---|---|",
@@ -291,7 +296,7 @@ def main() -> int:
     table = "\n".join(lines)
     print(table)
     results["table"] = table
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    write_json(args.out.with_suffix(".json"), results, indent=2)
     render(results, args.out.with_suffix(".md"))
     return 0
 
@@ -346,7 +351,7 @@ def render(results: dict, path: Path) -> None:
         "",
         *_profile_section(),
     ]
-    path.write_text("\n".join(md) + "\n")
+    write_text_atomic(path, "\n".join(md) + "\n")
 
 
 if __name__ == "__main__":

@@ -29,19 +29,21 @@ Writes ``bench/results/train_profile.json`` and ``.md``; run on a quiet machine 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import train as tbench  # noqa: E402  (bench/train.py: the workload)
+import train as tbench  # bench/train.py: the workload
+from common import (
+    RESULTS,
+    command_line,
+    load_json,
+    machine_line,
+    rel,
+    write_json,
+    write_text_atomic,
+)
 
-RESULTS = HERE / "results"
 VARIANTS = ("shoal", "torch-dropout", "pyg-graphsage")
 
 
@@ -241,27 +243,22 @@ def main() -> int:
     args = ap.parse_args()
     out = RESULTS / "train_profile.json"
     if args.render_only:
-        res = json.loads(out.read_text())
+        res = load_json(out)
     else:
         import torch
         import torch_geometric
 
         res = measure(args)
         res.update(
-            command="python bench/train_profile.py " + " ".join(sys.argv[1:]),
-            machine=f"{platform.node() and 'vm'} {platform.machine()}, "
-            f"{os.cpu_count()} cores, {platform.platform()}",
+            command=command_line("train_profile.py"),
+            machine=machine_line(threads=args.threads),
             torch=torch.__version__,
             pyg=torch_geometric.__version__,
             threads=args.threads,
-            graph=str(args.graph.relative_to(HERE.parent))
-            if args.graph.is_relative_to(HERE.parent)
-            else str(args.graph),
+            graph=rel(args.graph),
         )
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(res, indent=1))
-        os.replace(tmp, out)
-    (RESULTS / "train_profile.md").write_text(render(res))
+        write_json(out, res)
+    write_text_atomic(RESULTS / "train_profile.md", render(res))
     return 0
 
 

@@ -1,0 +1,450 @@
+"""What the benchmark scripts share: paths, the machine line, the command line, atomic result
+files, subprocess helpers and memory-capped runs (cgroup v1).
+
+Importing this module has no side effects (no files, no processes, no imports of torch or
+shoal). The scripts import it as ``import common`` with ``bench/`` on ``sys.path`` (Python
+puts the script's own folder there when it runs ``python bench/X.py``).
+
+- Paths: :data:`ROOT` (the checkout), :data:`BENCH`, :data:`WORK` (``bench/work``, git-ignored
+  data and intermediate files), :data:`RESULTS` (``bench/results``, committed), :data:`SHARED`
+  (``../shared/data``, the shared datasets), :data:`PY` and :data:`SHOAL` (``python -m shoal``).
+- :func:`machine` (a dict) and :func:`machine_line` (the one-line ``Machine:`` text every
+  results file shows: host, CPU, cores, RAM, platform, Python, load, threads).
+- :func:`command_line`: ``python bench/<script> ARGS`` as the script was called;
+  :func:`record_command` notes it (and the machine) per part of a resumable benchmark;
+  :func:`rel` names an input path relative to the checkout.
+- :func:`load_json`, :func:`write_text_atomic`, :func:`write_json`: results files written
+  through a temporary sibling and a rename, so a reader (or a concurrent invocation of the
+  same script) never sees half a file.
+- :func:`sh` and :func:`shoal`: run a command, raise with its output's tail when it fails.
+- :class:`Cgroup`, :func:`run_capped`, :func:`run_capped_each`, :func:`evict`,
+  :func:`parse_size`: every memory claim of shoal's benchmarks is tested under a real cap, not
+  read from RSS (which counts the page cache of memory-mapped files and hides thrashing on an
+  unlimited machine). The group is a child of this process's own memory cgroup (so it stays
+  inside any limit that already applies), its limit covers the process *and its page cache*,
+  and it is removed afterwards. Needs root and cgroup v1 mounted at ``/sys/fs/cgroup/memory``.
+  ``bench/cgroup.py`` is the same as a command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BENCH",
+    "PY",
+    "RESULTS",
+    "ROOT",
+    "SHARED",
+    "SHOAL",
+    "WORK",
+    "Cgroup",
+    "command_line",
+    "evict",
+    "load_json",
+    "machine",
+    "machine_line",
+    "parse_size",
+    "record_command",
+    "rel",
+    "run_capped",
+    "run_capped_each",
+    "sh",
+    "shoal",
+    "write_json",
+    "write_text_atomic",
+]
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+WORK = BENCH / "work"
+RESULTS = BENCH / "results"
+SHARED = ROOT.parent / "shared" / "data"
+PY = sys.executable
+SHOAL = [PY, "-m", "shoal"]
+
+
+# ----------------------------------------------------------------------------- machine, command
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _mem_mib() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def machine(threads: int | None = None) -> dict[str, Any]:
+    """The machine a run is on: ``host``, ``cpu`` (model), ``cores``, ``mem_mib``,
+    ``platform``, ``python``, ``load_avg_start`` (1, 5, 15 minutes) and, when given,
+    ``threads`` (the threads each process of the run uses)."""
+    m: dict[str, Any] = {
+        "host": platform.node(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "mem_mib": _mem_mib(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_avg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    if threads is not None:
+        m["threads"] = threads
+    return m
+
+
+def machine_line(m: dict[str, Any] | str | None = None, *, threads: int | None = None) -> str:
+    """One line for a results file's ``Machine:``: ``host, cpu, N cores (shared with other
+    jobs), M GiB RAM, platform, Python v, load L at start[, T thread(s)]``, of ``m`` (a
+    :func:`machine` dict; default: this machine now). A string (a results file written before
+    this helper) is returned as it is; a dict from an older version of a script shows the
+    keys it has."""
+    if isinstance(m, str):
+        return m
+    if m is None:
+        m = machine(threads)
+    elif threads is not None:
+        m = {**m, "threads": threads}
+    parts = [str(v) for v in (m.get("host") or m.get("node"), m.get("cpu")) if v]
+    cores = m.get("cores") or m.get("cpus") or m.get("nproc")
+    if cores:
+        parts.append(f"{cores} cores (shared with other jobs)")
+    if m.get("mem_mib"):
+        parts.append(f"{m['mem_mib'] / 1024:.0f} GiB RAM")
+    if m.get("platform") or m.get("kernel"):
+        parts.append(str(m.get("platform") or f"Linux {m['kernel']}"))
+    if m.get("python"):
+        parts.append(f"Python {m['python']}")
+    load = m.get("load_avg_start") or m.get("loadavg_at_start")
+    if load:
+        parts.append(f"load {float(load[0]):.1f} at start")
+    if m.get("threads") is not None:
+        parts.append(f"{m['threads']} thread(s)")
+    return ", ".join(parts)
+
+
+def command_line(script: str, argv: Sequence[str] | None = None) -> str:
+    """``python bench/<script> ARGS`` (shell-quoted) for ``argv`` (default: this process's
+    arguments), the command recorded in a results file."""
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", f"bench/{script}", *map(str, args)])
+
+
+def record_command(res: dict, part: str, script: str) -> None:
+    """Note in ``res`` the command that ran ``part`` of a resumable benchmark
+    (``res["commands"][part]``, one entry per part) and this machine (``res["machine"]``)."""
+    res.setdefault("commands", {})[part] = command_line(script)
+    res["machine"] = machine_line()
+
+
+def rel(path: str | os.PathLike) -> str:
+    """``path`` relative to the checkout when it is inside it (as results files name their
+    inputs), else as given."""
+    p = Path(path)
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
+# ----------------------------------------------------------------------------- results files
+def load_json(path: str | os.PathLike, default: Any = None) -> Any:
+    """The JSON in ``path``, or ``default`` (``{}`` when None) if there is no file."""
+    p = Path(path)
+    if p.exists():
+        return json.loads(p.read_text())
+    return {} if default is None else default
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` (its folder made if missing) through a temporary sibling
+    and a rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, p)
+
+
+def write_json(
+    path: str | os.PathLike, obj: Any, *, indent: int | None = 1, default: Callable | None = None
+) -> None:
+    """Write ``obj`` as JSON (and a final newline) to ``path``, atomically."""
+    write_text_atomic(path, json.dumps(obj, indent=indent, default=default) + "\n")
+
+
+# ----------------------------------------------------------------------------- processes
+def sh(cmd: Sequence[Any], **kw) -> subprocess.CompletedProcess:
+    """Run ``cmd`` capturing its output; on failure raise with the output's tail."""
+    cmd = [str(c) for c in cmd]
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    return p
+
+
+def shoal(*args: Any) -> subprocess.CompletedProcess:
+    """``python -m shoal ARGS`` through :func:`sh`."""
+    return sh([*SHOAL, *args])
+
+
+# ----------------------------------------------------------------------------- memory caps
+CGROUP_BASE = Path("/sys/fs/cgroup/memory")
+
+
+def parse_size(text: str) -> int:
+    """``"4GiB"``, ``"4G"``, ``"512MB"``, ``"1000"`` -> bytes (K/M/G/T are powers of 1024)."""
+    t = text.strip().upper().replace("IB", "").replace("B", "")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    if t and t[-1] in mult:
+        return int(float(t[:-1]) * mult[t[-1]])
+    return int(float(t))
+
+
+def evict(path: str | os.PathLike) -> None:
+    """Drop the page cache of every file under ``path`` (or of ``path`` itself), so a run
+    starts cold and its file pages are charged to its own group. Only these files are
+    touched (``posix_fadvise(DONTNEED)``)."""
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file())
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+class Cgroup:
+    """A cgroup-v1 memory group, child of this process's own memory cgroup, capped at
+    ``limit`` bytes (memory and, where the kernel accounts it, memory + swap)."""
+
+    def __init__(self, name: str, limit: int):
+        own = "/"
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrl, path = line.split(":", 2)
+            if "memory" in ctrl.split(","):
+                own = path
+        self.path = CGROUP_BASE / own.lstrip("/") / name
+        self.limit = int(limit)
+
+    def __enter__(self) -> Cgroup:
+        if not CGROUP_BASE.is_dir():
+            raise RuntimeError(f"cgroup v1 memory controller not mounted at {CGROUP_BASE}")
+        if self.path.exists():
+            self.path.rmdir()
+        self.path.mkdir()
+        try:
+            (self.path / "memory.limit_in_bytes").write_text(str(self.limit))
+            memsw = self.path / "memory.memsw.limit_in_bytes"
+            if memsw.exists():
+                memsw.write_text(str(self.limit))
+            self.limit = int((self.path / "memory.limit_in_bytes").read_text())  # page-rounded
+        except BaseException:
+            self.path.rmdir()
+            raise
+        return self
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def stat(self) -> dict[str, int]:
+        """``memory.stat`` of the group (bytes: ``rss``, ``cache``, ``dirty``, ...)."""
+        try:
+            text = (self.path / "memory.stat").read_text()
+        except OSError:
+            return {}
+        return {k: int(v) for k, v in (ln.split() for ln in text.splitlines() if ln.strip())}
+
+    def read(self) -> dict:
+        def get(name: str) -> str:
+            try:
+                return (self.path / name).read_text()
+            except OSError:
+                return ""
+
+        oom = dict(ln.split() for ln in get("memory.oom_control").splitlines() if ln.strip())
+        return {
+            "cgroup": str(self.path),
+            "limit": self.limit,
+            "max_usage": int(get("memory.max_usage_in_bytes") or 0),
+            "failcnt": int(get("memory.failcnt") or 0),
+            "oom_kill": int(oom.get("oom_kill", -1)),
+            "under_oom": int(oom.get("under_oom", -1)),
+        }
+
+    def __exit__(self, *exc: object) -> None:
+        for i in range(100):  # wait until every process has left, then remove
+            left = (self.path / "cgroup.procs").read_text().split()
+            if not left:
+                break
+            if i == 50:  # stragglers (only processes started inside the group are here)
+                for pid in left:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.2)
+        try:
+            self.path.rmdir()
+        except OSError as e:
+            print(f"warning: could not remove {self.path}: {e}", file=sys.stderr)
+
+
+def _peak_zero() -> dict[str, int]:
+    return {"rss": 0, "cache": 0, "dirty": 0, "rss+cache": 0}
+
+
+def _track_peak(peak: dict[str, int], st: dict[str, int]) -> None:
+    for k in ("rss", "cache", "dirty"):
+        peak[k] = max(peak[k], st.get(k, 0))
+    peak["rss+cache"] = max(peak["rss+cache"], st.get("rss", 0) + st.get("cache", 0))
+
+
+def _enter_group(path: Path | None) -> Callable[[], None]:
+    def enter() -> None:  # runs in the child before exec
+        os.setsid()
+        if path is not None:
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+
+    return enter
+
+
+def _result(cmd, status, ru, secs: float, timed_out: bool) -> dict:
+    return {
+        "command": [str(c) for c in cmd],
+        "seconds": secs,
+        "returncode": os.waitstatus_to_exitcode(status),
+        "timed_out": timed_out,
+        "read_bytes": ru.ru_inblock * 512,
+        "write_bytes": ru.ru_oublock * 512,
+        "maxrss_bytes": ru.ru_maxrss * 1024,
+    }
+
+
+def run_capped(
+    cmd: list[str],
+    limit: int | None,
+    *,
+    name: str = "shoal_bench",
+    timeout: float | None = None,
+    evict_paths: Sequence[str | os.PathLike] = (),
+    **popen_kw,
+) -> dict:
+    """Run ``cmd`` in a fresh group capped at ``limit`` bytes (None: no group, no cap) and
+    return ``{"command", "seconds", "returncode", "timed_out", "read_bytes", "write_bytes",
+    "maxrss_bytes", "cgroup": {..., "peak_sampled"}}`` (the disk bytes and max RSS of the
+    child and its descendants, from ``wait4``; the group's rss/cache/dirty sampled every
+    0.1 s). On timeout the whole process group is killed."""
+    for p in evict_paths:
+        evict(p)
+    cg = Cgroup(name, limit) if limit else None
+    if cg is not None:
+        cg.__enter__()
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, preexec_fn=_enter_group(cg.path if cg else None), **popen_kw)
+        timed_out = False
+        deadline = None if timeout is None else t0 + timeout
+        peak = _peak_zero()
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if cg is not None:
+                _track_peak(peak, cg.stat())
+            if deadline is not None and time.perf_counter() > deadline:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                pid, status, ru = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.1)
+        res = _result(cmd, status, ru, time.perf_counter() - t0, timed_out)
+        proc.returncode = res["returncode"]
+        if cg is not None:
+            res["cgroup"] = {**cg.read(), "peak_sampled": peak}
+        return res
+    finally:
+        if cg is not None:
+            cg.__exit__(None, None, None)
+
+
+def run_capped_each(
+    cmds: list[tuple[list[str], dict]],
+    limit: int | None,
+    *,
+    name: str = "shoal_bench",
+    timeout: float | None = None,
+    evict_paths: Sequence[str | os.PathLike] = (),
+    **popen_kw,
+) -> list[dict]:
+    """Run the commands ``(argv, extra environment)`` at once, each in its own group capped
+    at ``limit`` bytes (None: uncapped), e.g. the ranks of a distributed run, each with its
+    own cap. When one exits non-zero the others are killed. Returns one result per command,
+    as :func:`run_capped` (plus ``env``)."""
+    for p in evict_paths:
+        evict(p)
+    groups = [Cgroup(f"{name}_{i}", limit) if limit else None for i in range(len(cmds))]
+    for g in groups:
+        if g is not None:
+            g.__enter__()
+    procs: list = []
+    try:
+        t0 = time.perf_counter()
+        for (cmd, env), g in zip(cmds, groups, strict=True):
+            enter = _enter_group(g.path if g is not None else None)
+            procs.append(
+                subprocess.Popen(cmd, preexec_fn=enter, env={**os.environ, **env}, **popen_kw)
+            )
+        done: dict[int, tuple] = {}
+        peaks = [_peak_zero() for _ in cmds]
+        timed_out = False
+        while len(done) < len(procs):
+            for i, proc in enumerate(procs):
+                if i in done:
+                    continue
+                pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    done[i] = (status, ru, time.perf_counter() - t0)
+                    if os.waitstatus_to_exitcode(status) != 0:
+                        for j, q in enumerate(procs):  # a failed rank: stop the others
+                            if j not in done:
+                                os.killpg(q.pid, signal.SIGKILL)
+            for i, g in enumerate(groups):
+                _track_peak(peaks[i], g.stat() if g is not None and i not in done else {})
+            if timeout is not None and time.perf_counter() - t0 > timeout and not timed_out:
+                timed_out = True
+                for j, q in enumerate(procs):
+                    if j not in done:
+                        os.killpg(q.pid, signal.SIGKILL)
+            time.sleep(0.1)
+        out = []
+        for i, (cmd, env) in enumerate(cmds):
+            status, ru, secs = done[i]
+            res = _result(cmd, status, ru, secs, timed_out)
+            res = {"command": res.pop("command"), "env": env, **res}
+            if groups[i] is not None:
+                res["cgroup"] = {**groups[i].read(), "peak_sampled": peaks[i]}
+            out.append(res)
+        return out
+    finally:
+        for g in groups:
+            if g is not None:
+                g.__exit__(None, None, None)
