@@ -132,7 +132,7 @@ def run_one(key: str, seed: int, threads: int) -> dict:
 
     dataset, opts, _ = RUNS[key]
     data = TrainData.from_graph_dir(graph_dir(dataset))
-    cfg = TrainConfig(seed=seed, threads=threads, progress=False, **opts)
+    cfg = TrainConfig.from_options(seed=seed, threads=threads, progress=False, **opts)
     t0 = time.perf_counter()
     r = Trainer(cfg, data).fit()
     return {

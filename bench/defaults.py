@@ -2,7 +2,7 @@
 hyper-parameter, next to the published accuracy and to the tuned runs of
 ``bench/accuracy.py``.
 
-Every run uses only ``TrainConfig(model=M, seed=S)`` (the ``paper`` preset and the automatic
+Every run uses only ``TrainConfig.from_options(model=M, seed=S)`` (the ``paper`` preset and the automatic
 evaluation cadence), one thread; the table gives the test accuracy of the best-validation
 epoch, the run's wall time and the share of it spent in exact evaluation.
 
@@ -57,9 +57,10 @@ PAPER_RULES = {
 
 def run_one(dataset: str, model: str, seed: int, **kw) -> dict:
     from shoal.training import TrainConfig, TrainData, Trainer
+    from shoal.training.config import flatten_config
 
     data = TrainData.from_graph_dir(accuracy.graph_dir(dataset))
-    cfg = TrainConfig(model=model, seed=seed, threads=1, progress=False, **kw)
+    cfg = TrainConfig.from_options(model=model, seed=seed, threads=1, progress=False, **kw)
     t0 = time.perf_counter()
     r = Trainer(cfg, data).fit()
     wall = time.perf_counter() - t0
@@ -72,7 +73,7 @@ def run_one(dataset: str, model: str, seed: int, **kw) -> dict:
         "eval_share": r.eval_seconds / wall,
         "eval_every": r.config["eval_every_chosen"],
         "config": {
-            k: r.config[k]
+            k: flatten_config(r.config)[k]
             for k in (
                 "preset",
                 "fanouts",
@@ -162,7 +163,7 @@ def write_markdown(res: dict) -> None:
         f"Command: `{res.get('command', 'python bench/defaults.py run')}`  ",
         f"Machine: {res.get('machine', '?')}",
         "",
-        "Every run is `TrainConfig(model=M, seed=S)`: the `paper` preset (each model's "
+        "Every run is `TrainConfig.from_options(model=M, seed=S)`: the `paper` preset (each model's "
         "paper settings, 2 layers sampled 25,10; GCN and GAT features row-normalised when "
         "they are sparse bag-of-words, GraphSAGE at least 200 optimizer steps) and "
         "`eval_every = auto`. Test accuracy "

@@ -141,7 +141,7 @@ def worker(args: argparse.Namespace) -> None:
     from shoal.utils.threads import set_threads
 
     set_threads(1)
-    tc = TrainConfig(**{**SPEED_CFG, "epochs": args.epochs, **json.loads(args.extra)})
+    tc = TrainConfig.from_options(**{**SPEED_CFG, "epochs": args.epochs, **json.loads(args.extra)})
     with process_group(DistConfig(threads=1)) as ctx:
         eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
         recs = [eng.train_epoch(e) for e in range(args.epochs + 1)][1:]  # one warm-up epoch

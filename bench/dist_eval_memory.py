@@ -381,7 +381,9 @@ def worker(args) -> None:
 
     with process_group(DistConfig(backend="gloo", threads=1, timeout_s=3600)) as ctx:
         store = Store.open(args.store)
-        tc = TrainConfig(model="sage", fanouts=(10, 5), hidden=HIDDEN, epochs=1, progress=False)
+        tc = TrainConfig.from_options(
+            model="sage", fanouts=(10, 5), hidden=HIDDEN, epochs=1, progress=False
+        )
         torch.manual_seed(0)
         eng = get_engine("minibatch")(store, EngineConfig(train=tc), ctx)
         model = eng.model

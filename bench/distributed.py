@@ -155,7 +155,7 @@ def single(g: Path, hp: dict, seed: int) -> dict:
         "import json,sys\n"
         "from shoal.training import TrainConfig, TrainData, Trainer\n"
         "hp=json.loads(sys.argv[2]); hp['fanouts']=tuple(int(x) for x in hp['fanouts'].split(','))\n"
-        "tc=TrainConfig(**hp, seed=int(sys.argv[3]), eval_every=5, progress=False, threads=1)\n"
+        "tc=TrainConfig.from_options(**hp, seed=int(sys.argv[3]), eval_every=5, progress=False, threads=1)\n"
         "r=Trainer(tc, TrainData.from_graph_dir(sys.argv[1])).fit()\n"
         "print(json.dumps({'test_accuracy': r.test_accuracy, 'seconds_per_epoch': r.seconds_per_epoch}))\n"
     )
@@ -257,7 +257,7 @@ def speed_worker(args: argparse.Namespace) -> None:
     from shoal.utils.threads import set_threads
 
     set_threads(1)
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         model="sage",
         fanouts=(15, 10, 5),
         batch_size=1024,

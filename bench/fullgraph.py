@@ -72,7 +72,7 @@ def worker(args: argparse.Namespace) -> None:
     out = []
     with process_group(DistConfig(threads=1)) as ctx:
         for extra in extras:
-            tc = TrainConfig(
+            tc = TrainConfig.from_options(
                 model="gcn",
                 fanouts=(-1, -1),
                 hidden=args.hidden,

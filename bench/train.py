@@ -80,7 +80,7 @@ def run_shoal(graph: Path, epochs: int, threads: int, batch_size: int, hidden: i
     from shoal.utils.memory import peak_rss_bytes
 
     data = TrainData.from_graph_dir(graph)
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_options(
         model="sage",
         fanouts=FANOUTS,
         batch_size=batch_size,

@@ -50,7 +50,7 @@ VARIANTS = ("shoal", "torch-dropout", "pyg-graphsage")
 def _trainer(graph: Path, threads: int, model=None):
     from shoal.training import TrainConfig, TrainData, Trainer
 
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_options(
         model="sage",
         fanouts=tbench.FANOUTS,
         batch_size=1024,

@@ -28,7 +28,8 @@ def test_embed_node_logits_and_link_embeddings(tmp_path, run_cli):
         progress=False,
     )
     tr = Trainer(
-        TrainConfig(**cfg, checkpoint_dir=str(tmp_path / "ck")), TrainData.from_graph_dir(g)
+        TrainConfig.from_options(**cfg, checkpoint_dir=str(tmp_path / "ck")),
+        TrainData.from_graph_dir(g),
     )
     tr.fit()  # leaves the best-validation weights in tr.model
     code, out, err = run_cli(
@@ -58,7 +59,7 @@ def test_embed_node_logits_and_link_embeddings(tmp_path, run_cli):
 
     s = split_edges(g, tmp_path / "link", EdgeSplitConfig())
     lt = LinkTrainer(
-        TrainConfig(**cfg, task="link", checkpoint_dir=str(tmp_path / "lk")),
+        TrainConfig.from_options(**cfg, task="link", checkpoint_dir=str(tmp_path / "lk")),
         LinkConfig(scorer="mlp", eval_negatives=10),
         LinkData.from_graph_dir(s),
     )

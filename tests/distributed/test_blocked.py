@@ -35,7 +35,7 @@ def _graph(make_graph, n: int = 400, dim: int = 5, seed: int = 1):
 def _config(model: str, layers: int = 2):
     from shoal.training import TrainConfig
 
-    return TrainConfig(
+    return TrainConfig.from_options(
         model=model, fanouts=(2,) * layers, hidden=6, seed=2, normalize_features=True
     )
 

@@ -41,7 +41,7 @@ def _engine(store, tc, ctx):
 def test_distributed_evaluation_equals_single_process(make_graph, make_store, model):
     g = _random_graph(make_graph, 300, 6)
     store = make_store(np.arange(300) % 3, graph=g, halo_features=False)
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         model=model,
         fanouts=(2, 2),
         hidden=6,
@@ -74,7 +74,9 @@ def test_evaluation_memory_is_bounded_by_the_budget_not_the_part(make_graph, mak
     n, dim = 6000, 128
     g = _random_graph(make_graph, n, dim)
     store = make_store(np.zeros(n, np.int32), graph=g, halo_features=False)
-    tc = TrainConfig(model=model, fanouts=(3, 3), hidden=4, heads=1, eval_batch_size=128)
+    tc = TrainConfig.from_options(
+        model=model, fanouts=(3, 3), hidden=4, heads=1, eval_batch_size=128
+    )
     part_bytes = n * dim * 4
     kw = {"batch_size": 128, "memory_budget": part_bytes // 10}
     with process_group(DistConfig()) as ctx:

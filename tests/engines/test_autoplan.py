@@ -41,7 +41,7 @@ def _costs(**kw) -> MachineCosts:
 def test_estimates_equal_the_formulas_by_hand(make_store):
     st = Store.open(make_store(parts=2))
     train = sum(p["train"] for p in st.meta["parts"])
-    tc = TrainConfig(**CFG)
+    tc = TrainConfig.from_options(**CFG)
     c = _costs()
     est = estimate(st, tc, c, 2, params=100, widths=[4, 8, 2])
     steps = math.ceil(train / (4 * 2))
@@ -85,7 +85,7 @@ def test_estimates_equal_the_formulas_by_hand(make_store):
 
 def test_a_probed_all_reduce_replaces_the_ring_formula(make_store):
     st = Store.open(make_store(parts=2))
-    tc = TrainConfig(**CFG)
+    tc = TrainConfig.from_options(**CFG)
     probed = _costs(allreduce_s=0.5, ranks=2)
     a = estimate(st, tc, probed, 2, params=100, widths=[4, 8, 2])
     b = estimate(st, tc, _costs(), 2, params=100, widths=[4, 8, 2])
@@ -97,10 +97,10 @@ def test_a_probed_all_reduce_replaces_the_ring_formula(make_store):
 
 def test_choice_is_the_cheapest_runnable_candidate(make_store):
     st = Store.open(make_store(parts=2))
-    tc = TrainConfig(**CFG)
+    tc = TrainConfig.from_options(**CFG)
     slow_compute = _costs(compute_s=10.0, layer_s=[1e-5, 1e-5])  # full graph wins
     assert choose(st, tc, slow_compute, 2, params=10, widths=[4, 8, 2]).engine == "fullgraph"
-    gat = TrainConfig(**{**CFG, "model": "gat"})
+    gat = TrainConfig.from_options(**{**CFG, "model": "gat"})
     p = choose(st, gat, slow_compute, 2, params=10, widths=[4, 8, 2])
     assert p.engine != "fullgraph" and "gat" in p.excluded["fullgraph"]
     p = choose(st, tc, _costs(), 1, params=10, widths=[4, 8, 2])
@@ -119,7 +119,7 @@ def test_choice_is_the_cheapest_runnable_candidate(make_store):
 
 def test_probes_measure_this_store(make_store):
     st = Store.open(make_store(parts=2))
-    c = probe_machine(st, TrainConfig(**CFG), network="10gbit", repeats=1)
+    c = probe_machine(st, TrainConfig.from_options(**CFG), network="10gbit", repeats=1)
     assert c.sample_s > 0 and c.gather_s > 0 and c.compute_s > 0 and len(c.layer_s) == 2
     assert 0 <= c.halo_fraction <= 1 and 4 <= c.batch_rows
     assert c.layer_nodes == max(p["num_core"] for p in st.meta["parts"])  # under 4096: all

@@ -27,7 +27,7 @@ def _fit(rank: int, world: int, store: str, engine: str, crash_at: int | None, k
         eval_every=2,
         progress=False,
     )
-    tc = TrainConfig(**{**options, **kw})
+    tc = TrainConfig.from_options(**{**options, **kw})
     eng = get_engine(engine)(Store.open(store), tc, ctx)
     if crash_at is not None and rank == world - 1:
         train_epoch = eng.train_epoch
@@ -74,7 +74,7 @@ def test_resume_with_another_world_size_is_refused(make_store, tmp_path):
 
 def _patience(rank: int, world: int, store: str, metrics: str):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         model="sage",
         fanouts=(3, 3),
         batch_size=4,

@@ -13,7 +13,7 @@ def _accuracy(rank: int, world: int, store: str) -> dict[str, float]:
     from shoal.store import Store
     from shoal.training import TrainConfig, model_from_config
 
-    tc = TrainConfig(model="sage", fanouts=(2, 2), hidden=8, seed=3)
+    tc = TrainConfig.from_options(model="sage", fanouts=(2, 2), hidden=8, seed=3)
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     engine = MinibatchEngine(Store.open(store), tc, ctx)
     model = model_from_config(tc, in_dim=engine.store.feature_dim, out_dim=engine.store.num_classes)

@@ -70,7 +70,7 @@ def test_averaging_two_processes_one_command(tmp_path, make_graph, make_store):
     assert p.returncode == 0, p.stderr[-3000:]
     d = json.loads(out.read_text())
     assert d["engine"] == "averaging" and d["world_size"] == 2 and d["num_parts"] == 4
-    assert d["config"]["device"] == "cpu"  # --device reaches the workers' configs
+    assert d["config"]["run"]["device"] == "cpu"  # --device reaches the workers' configs
     assert d["test_accuracy"] >= 0.75
     assert d["comm_per_epoch"]["bytes_sent"] == 0  # no communication during an epoch
     assert d["comm_per_epoch"]["allreduce_bytes"] > 0
@@ -194,5 +194,5 @@ def test_every_engine_learns_on_the_gpu(tmp_path, make_store, engine, extra):
     )
     assert p.returncode == 0, p.stderr[-3000:]
     d = json.loads(out.read_text())
-    assert d["config"]["device"] == "cuda"
+    assert d["config"]["run"]["device"] == "cuda"
     assert d["test_accuracy"] >= 0.7

@@ -59,7 +59,7 @@ def _train(
         index = sum(p.indptr.nbytes for p in st.parts() if p.index % world == rank)
         memory = 13 * st.num_nodes + extra + index + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    eng = get_engine(engine)(st, TrainConfig(**cfg, memory=memory), ctx)
+    eng = get_engine(engine)(st, TrainConfig.from_options(**cfg, memory=memory), ctx)
     records = [eng.train_epoch(e) for e in range(epochs)]
     acc = eng.evaluate(("val", "test"))
     eng.close_io()
@@ -128,7 +128,7 @@ def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dic
     if small:
         base.ENGINE_RESERVE, budget.MIN_WINDOW = 0, 1024
         memory = 20 * 400 + 4 * 1024 + 400 * 16 // 8  # tables, maps, two windows, a little
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_options(
         model="sage",
         fanouts=(3, 3),
         hidden=8,

@@ -44,7 +44,7 @@ def test_adapter_equals_the_pyg_model_on_the_whole_graph(cora):
 
 
 def test_trainer_with_a_pyg_factory_learns(cora):
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         model_factory=FACTORY,
         fanouts=(10, 10),
         hidden=32,
@@ -57,7 +57,7 @@ def test_trainer_with_a_pyg_factory_learns(cora):
     tr = Trainer(tc, TrainData.from_graph_dir(cora))
     assert isinstance(tr.model, EdgeIndexModel) and tr.model.trims
     r = tr.fit()
-    assert r.test_accuracy > 0.7 and r.config["model_factory"] == FACTORY
+    assert r.test_accuracy > 0.7 and r.config["model"]["factory"] == FACTORY
 
 
 def test_factory_errors(cora):
@@ -66,12 +66,15 @@ def test_factory_errors(cora):
         ("tests.loader.factories:not_a_module", "not a torch.nn.Module"),
     ):
         with pytest.raises(ShoalInputError, match=msg):
-            Trainer(TrainConfig(model_factory=spec, progress=False), TrainData.from_graph_dir(cora))
+            Trainer(
+                TrainConfig.from_options(model_factory=spec, progress=False),
+                TrainData.from_graph_dir(cora),
+            )
 
 
 def _engine(rank: int, world: int, store: str, engine: str):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         model_factory=FACTORY,
         fanouts=(3, 3),
         hidden=8,

@@ -106,6 +106,6 @@ def test_packing_is_on_by_default_only_with_the_structure_in_memory():
     assert default_pack_epochs(None, True) == PACK_EPOCHS == 4
     assert default_pack_epochs(None, False) == 0  # sampling twice would read the CSR twice
     assert default_pack_epochs(2, False) == 2 and default_pack_epochs(0, True) == 0
-    assert TrainConfig(pack_epochs=None).pack_epochs is None
+    assert TrainConfig.from_options(pack_epochs=None).memory.pack_epochs is None
     with pytest.raises(ValueError, match="pack_epochs must be >= 0"):
-        TrainConfig(pack_epochs=-1)
+        TrainConfig.from_options(pack_epochs=-1)

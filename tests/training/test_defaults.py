@@ -18,8 +18,15 @@ from shoal.training.presets import (
 
 
 def test_paper_preset_gives_each_model_its_papers_settings():
-    gcn = TrainConfig(model="gcn")
-    assert (gcn.num_layers, gcn.hidden, gcn.dropout, gcn.lr, gcn.weight_decay, gcn.epochs) == (
+    gcn = TrainConfig.from_options(model="gcn")
+    assert (
+        gcn.num_layers,
+        gcn.model.hidden,
+        gcn.model.dropout,
+        gcn.optim.lr,
+        gcn.optim.weight_decay,
+        gcn.optim.epochs,
+    ) == (
         2,
         64,
         0.5,
@@ -27,33 +34,59 @@ def test_paper_preset_gives_each_model_its_papers_settings():
         5e-4,
         200,
     )
-    assert gcn.normalize_features == "auto" and gcn.fanouts == (25, 10) and gcn.preset == "paper"
-    gat = TrainConfig(model="gat")
-    assert (gat.hidden, gat.heads, gat.dropout, gat.lr) == (64, 8, 0.6, 0.005)
+    assert (
+        gcn.model.normalize_features == "auto"
+        and gcn.sampling.fanouts == (25, 10)
+        and gcn.preset == "paper"
+    )
+    gat = TrainConfig.from_options(model="gat")
+    assert (gat.model.hidden, gat.model.heads, gat.model.dropout, gat.optim.lr) == (
+        64,
+        8,
+        0.6,
+        0.005,
+    )
     sage = TrainConfig()
-    assert (sage.model, sage.hidden, sage.lr, sage.num_layers) == ("sage", 256, 0.01, 2)
-    assert not sage.normalize_features
+    assert (sage.model.name, sage.model.hidden, sage.optim.lr, sage.num_layers) == (
+        "sage",
+        256,
+        0.01,
+        2,
+    )
+    assert not sage.model.normalize_features
 
 
 def test_large_preset_and_explicit_values_win():
-    big = TrainConfig(model="gcn", preset="large")
-    assert (big.fanouts, big.hidden, big.lr, big.epochs) == ((15, 10, 5), 256, 0.003, 20)
-    mine = TrainConfig(model="gcn", hidden=16, lr=0.05, normalize_features=False, epochs=3)
-    assert (mine.hidden, mine.lr, mine.normalize_features, mine.epochs) == (16, 0.05, False, 3)
-    assert mine.weight_decay == 5e-4  # the rest still from the paper
+    big = TrainConfig.from_options(model="gcn", preset="large")
+    assert (big.sampling.fanouts, big.model.hidden, big.optim.lr, big.optim.epochs) == (
+        (15, 10, 5),
+        256,
+        0.003,
+        20,
+    )
+    mine = TrainConfig.from_options(
+        model="gcn", hidden=16, lr=0.05, normalize_features=False, epochs=3
+    )
+    assert (mine.model.hidden, mine.optim.lr, mine.model.normalize_features, mine.optim.epochs) == (
+        16,
+        0.05,
+        False,
+        3,
+    )
+    assert mine.optim.weight_decay == 5e-4  # the rest still from the paper
     with pytest.raises(ValueError, match="preset"):
-        TrainConfig(preset="huge")
+        TrainConfig.from_options(preset="huge")
     assert set(PRESETS) == {"paper", "large"}
     for model in ("gcn", "gat", "sage", "gin", "sgc"):
         for preset in PRESETS:
-            TrainConfig(model=model, **preset_defaults(model, preset))  # all valid
+            TrainConfig.from_options(model=model, **preset_defaults(model, preset))  # all valid
 
 
 def test_link_task_has_the_settings_that_beat_adamic_adar():
     """--task link: the settings of bench/results/linkpred.md over the model's paper preset;
     the node task keeps its own; explicit values win."""
-    link = TrainConfig(task="link")
-    got = {k: getattr(link, k) for k in LINK_PRESET}
+    link = TrainConfig.from_options(task="link")
+    got = {k: link.get(k) for k in LINK_PRESET}
     assert got == {
         "fanouts": (10, 5),
         "hidden": 64,
@@ -65,16 +98,25 @@ def test_link_task_has_the_settings_that_beat_adamic_adar():
         "min_steps": 0,
     }
     node = TrainConfig()
-    assert (node.batch_size, node.dropout, node.fanouts) == (1024, 0.5, (25, 10))
-    mine = TrainConfig(task="link", batch_size=64, dropout=0.2, model="gcn")
-    assert (mine.batch_size, mine.dropout, mine.lr, mine.normalize_features) == (
+    assert (node.sampling.batch_size, node.model.dropout, node.sampling.fanouts) == (
+        1024,
+        0.5,
+        (25, 10),
+    )
+    mine = TrainConfig.from_options(task="link", batch_size=64, dropout=0.2, model="gcn")
+    assert (
+        mine.sampling.batch_size,
+        mine.model.dropout,
+        mine.optim.lr,
+        mine.model.normalize_features,
+    ) == (
         64,
         0.2,
         0.005,
         "auto",
     )
-    big = TrainConfig(task="link", preset="large")
-    assert (big.fanouts, big.batch_size) == ((15, 10, 5), 512)
+    big = TrainConfig.from_options(task="link", preset="large")
+    assert (big.sampling.fanouts, big.sampling.batch_size) == ((15, 10, 5), 512)
 
 
 def _bag_of_words(rows: int, nnz: int, width: int = 200) -> np.ndarray:
@@ -91,46 +133,52 @@ def test_auto_normalisation_row_normalises_sparse_bag_of_words_only():
     signed = _bag_of_words(10, 3)
     signed[4, 0] = -0.5
     assert not auto_normalize(signed) and not auto_normalize(np.zeros((0, 5)))
-    gcn = TrainConfig(model="gcn")
+    gcn = TrainConfig.from_options(model="gcn")
     sparse = resolve_for_data(gcn, train_nodes=10, features=_bag_of_words(5000, 5))
     dense = resolve_for_data(gcn, train_nodes=10, features=_bag_of_words(5000, 150))
     none = resolve_for_data(gcn, train_nodes=10, features=None)  # learned embeddings only
-    assert (sparse.normalize_features, dense.normalize_features, none.normalize_features) == (
+    assert (
+        sparse.model.normalize_features,
+        dense.model.normalize_features,
+        none.model.normalize_features,
+    ) == (
         True,
         False,
         False,
     )
-    mine = TrainConfig(model="gcn", normalize_features=False)  # given: never changed
+    mine = TrainConfig.from_options(model="gcn", normalize_features=False)  # given: never changed
     assert resolve_for_data(mine, train_nodes=10, features=_bag_of_words(9, 2)) is mine
     with pytest.raises(ValueError, match="normalize_features"):
-        TrainConfig(normalize_features="sometimes")
+        TrainConfig.from_options(normalize_features="sometimes")
 
 
 def test_min_steps_grow_the_epochs_of_small_training_sets_only():
-    sage = TrainConfig(batch_size=100)  # the paper preset: 10 epochs, at least 200 steps
-    assert (sage.epochs, sage.min_steps) == (10, 200)
-    assert resolve_for_data(sage, train_nodes=160).epochs == 100  # 2 steps per epoch
-    assert resolve_for_data(sage, train_nodes=1).epochs == 200
-    assert resolve_for_data(sage, train_nodes=2000, ranks=2).epochs == 20  # 10 steps
+    sage = TrainConfig.from_options(
+        batch_size=100
+    )  # the paper preset: 10 epochs, at least 200 steps
+    assert (sage.optim.epochs, sage.optim.min_steps) == (10, 200)
+    assert resolve_for_data(sage, train_nodes=160).optim.epochs == 100  # 2 steps per epoch
+    assert resolve_for_data(sage, train_nodes=1).optim.epochs == 200
+    assert resolve_for_data(sage, train_nodes=2000, ranks=2).optim.epochs == 20  # 10 steps
     big = resolve_for_data(sage, train_nodes=100_000)
-    assert big is sage and big.epochs == 10  # 1000 steps an epoch: the paper's 10
-    mine = TrainConfig(epochs=5)  # epochs given: exactly those
-    assert mine.min_steps == 0 and resolve_for_data(mine, train_nodes=1).epochs == 5
-    both = TrainConfig(epochs=5, min_steps=30, batch_size=10)
-    assert resolve_for_data(both, train_nodes=20).epochs == 15
-    assert TrainConfig(model="gcn").min_steps == 0
-    assert TrainConfig(preset="large").min_steps == 0
+    assert big is sage and big.optim.epochs == 10  # 1000 steps an epoch: the paper's 10
+    mine = TrainConfig.from_options(epochs=5)  # epochs given: exactly those
+    assert mine.optim.min_steps == 0 and resolve_for_data(mine, train_nodes=1).optim.epochs == 5
+    both = TrainConfig.from_options(epochs=5, min_steps=30, batch_size=10)
+    assert resolve_for_data(both, train_nodes=20).optim.epochs == 15
+    assert TrainConfig.from_options(model="gcn").optim.min_steps == 0
+    assert TrainConfig.from_options(preset="large").optim.min_steps == 0
     with pytest.raises(ValueError, match="min_steps"):
-        TrainConfig(min_steps=-1)
+        TrainConfig.from_options(min_steps=-1)
 
 
 def test_resolved_values_round_trip():
-    c = TrainConfig(model="gat", preset="large")
+    c = TrainConfig.from_options(model="gat", preset="large")
     again = TrainConfig.from_dict(c.to_dict())
-    assert again == c and again.eval_every == "auto"
+    assert again == c and again.eval.every == "auto"
     with pytest.raises(ValueError, match="eval_every"):
-        TrainConfig(eval_every="often")
-    assert TrainConfig(eval_every="3").eval_every == 3
+        TrainConfig.from_options(eval_every="often")
+    assert TrainConfig.from_options(eval_every="3").eval.every == 3
 
 
 class _Stub:
@@ -163,12 +211,12 @@ class _Stub:
 def test_auto_cadence_follows_the_estimated_evaluation_work(ratio, k):
     """Every ceil(4 r) epochs (evaluation about a fifth of the run), the last one always."""
     t = _Stub(ratio)
-    r = EpochLoop(t, TrainConfig(epochs=25, hidden=4)).fit()
+    r = EpochLoop(t, TrainConfig.from_options(epochs=25, hidden=4)).fit()
     assert r.config["eval_every_chosen"] == k
     assert t.evaluated[:-1] == sorted({*range(k, 26, k), 25})  # the last call: the final test
     fixed = _Stub(2.4)
     assert (
-        EpochLoop(fixed, TrainConfig(epochs=5, hidden=4, eval_every=2))
+        EpochLoop(fixed, TrainConfig.from_options(epochs=5, hidden=4, eval_every=2))
         .fit()
         .config["eval_every_chosen"]
         == 2

@@ -19,10 +19,10 @@ def _batches(trainer: Trainer, epoch: int = 0) -> list[Batch]:
 
 
 def test_config_checks_the_device_spelling():
-    assert TrainConfig(device="cuda:1").device == "cuda:1"
-    assert TrainConfig().device == "cpu"
+    assert TrainConfig.from_options(device="cuda:1").run.device == "cuda:1"
+    assert TrainConfig().run.device == "cpu"
     with pytest.raises(ValueError, match="device must be"):
-        TrainConfig(device="gpu")
+        TrainConfig.from_options(device="gpu")
 
 
 def test_cpu_feed_passes_batches_through(tiny):  # noqa: F811
@@ -45,7 +45,7 @@ def test_batch_to_keeps_its_values(tiny):  # noqa: F811
 def test_trainer_records_its_device(tiny):  # noqa: F811
     t = Trainer(cfg(device="cpu", epochs=1), tiny)
     r = t.fit()
-    assert r.config["device"] == "cpu"
+    assert r.config["run"]["device"] == "cpu"
     assert t.device == torch.device("cpu")
     assert next(t.model.parameters()).device.type == "cpu"
     assert set(t.state()["torch_rng"]) == {"cpu"}

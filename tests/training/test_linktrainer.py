@@ -37,7 +37,7 @@ def cfg(**kw):
         progress=False,
         seed=0,
     )
-    return TrainConfig(**{**base, **kw})
+    return TrainConfig.from_options(**{**base, **kw})
 
 
 @pytest.mark.parametrize("scorer", ["dot", "mlp"])

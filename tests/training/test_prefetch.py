@@ -101,11 +101,13 @@ def test_trainer_with_a_small_budget_trains_the_same_model(
     cfg = dict(
         model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1, progress=False
     )
-    big = Trainer(TrainConfig(**cfg, memory="8GiB"), data)
+    big = Trainer(TrainConfig.from_options(**cfg, memory="8GiB"), data)
     assert big.loader.prefetcher is None and big.features.cached_rows == data.num_nodes
     ref = [big.train_epoch(e) for e in range(2)]  # torch's RNG is global: one run at a time
     monkeypatch.setattr(budget_mod, "MIN_WINDOW", 4096)
-    small = Trainer(TrainConfig(**cfg, memory=RESERVE + extra), TrainData.from_graph_dir(graph))
+    small = Trainer(
+        TrainConfig.from_options(**cfg, memory=RESERVE + extra), TrainData.from_graph_dir(graph)
+    )
     assert small.loader.prefetcher is not None and not small.features.cache_loaded
     assert 0 < small.features.cached_rows < data.num_nodes
     fit = small.budget.fit
@@ -213,7 +215,10 @@ def test_an_error_while_sampling_again_reaches_the_training_thread(graph, monkey
 def test_budget_below_the_working_set_names_the_option(graph):
     data = TrainData.from_graph_dir(graph)
     with pytest.raises(ShoalInputError, match="--memory"):
-        Trainer(TrainConfig(model="sage", fanouts=(5, 5), memory="100MB", progress=False), data)
+        Trainer(
+            TrainConfig.from_options(model="sage", fanouts=(5, 5), memory="100MB", progress=False),
+            data,
+        )
 
 
 def test_an_epoch_within_two_windows_is_read_as_one(graph):
@@ -278,12 +283,13 @@ def test_trainer_with_the_structure_on_disk_trains_the_same_model(graph, monkeyp
     cfg = dict(
         model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1, progress=False
     )
-    big = Trainer(TrainConfig(**cfg, memory="8GiB"), data)
+    big = Trainer(TrainConfig.from_options(**cfg, memory="8GiB"), data)
     assert big.budget.structure_in_memory and big.sampler._reader is None
     ref = [big.train_epoch(e) for e in range(2)]
     monkeypatch.setattr(budget_mod, "MIN_WINDOW", 4096)
     disk = Trainer(
-        TrainConfig(**cfg, memory=memory, structure="disk"), TrainData.from_graph_dir(graph)
+        TrainConfig.from_options(**cfg, memory=memory, structure="disk"),
+        TrainData.from_graph_dir(graph),
     )
     assert not disk.budget.structure_in_memory and disk.sampler._reader is not None
     plan = disk.budget  # the row index and a cache of neighbour-list blocks are held

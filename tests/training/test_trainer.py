@@ -60,36 +60,36 @@ def cfg(**kw):
         eval_every=1,
     )
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.from_options(**base)
 
 
 def test_config_validation_and_toml(tmp_path):
     with pytest.raises(ValueError, match="valid names"):
-        TrainConfig(model="transformer")
+        TrainConfig.from_options(model="transformer")
     with pytest.raises(ValueError, match="dropout"):
-        TrainConfig(dropout=1.0)
+        TrainConfig.from_options(dropout=1.0)
     with pytest.raises(ValueError, match="fanout"):
-        TrainConfig(fanouts=(0,))
+        TrainConfig.from_options(fanouts=(0,))
     with pytest.raises(TypeError):
         TrainConfig("sage")  # keyword-only
     p = tmp_path / "c.toml"
     p.write_text('[train]\nmodel = "gcn"\nfanouts = [-1, -1]\nhidden = 16\n')
     c = read_config_file(p, {"hidden": 32})
-    assert (c.model, c.fanouts, c.hidden) == ("gcn", (-1, -1), 32)
+    assert (c.model.name, c.sampling.fanouts, c.model.hidden) == ("gcn", (-1, -1), 32)
     p.write_text("hiden = 3\n")
     with pytest.raises(ShoalInputError, match="hiden"):
         read_config_file(p)
 
 
 def test_fanouts_input_first_is_dgls_order(tiny, tmp_path):
-    c = TrainConfig(fanouts=(5, 10, 15), fanouts_order="input-first")
-    assert (c.fanouts, c.fanouts_order) == ((15, 10, 5), "hop-first")
-    assert TrainConfig.from_dict(c.to_dict()).fanouts == (15, 10, 5)  # not reversed twice
+    c = TrainConfig.from_options(fanouts=(5, 10, 15), fanouts_order="input-first")
+    assert (c.sampling.fanouts, c.sampling.fanouts_order) == ((15, 10, 5), "hop-first")
+    assert TrainConfig.from_dict(c.to_dict()).sampling.fanouts == (15, 10, 5)  # not reversed twice
     with pytest.raises(ValueError, match="fanouts_order"):
-        TrainConfig(fanouts_order="dgl")
+        TrainConfig.from_options(fanouts_order="dgl")
     p = tmp_path / "c.toml"
     p.write_text('fanouts = [1, 3]\nfanouts_order = "input-first"\n')
-    assert read_config_file(p).fanouts == (3, 1)
+    assert read_config_file(p).sampling.fanouts == (3, 1)
     # the same sampler: hop 1 draws 3 neighbours, hop 2 one, in both spellings
     a = Trainer(cfg(fanouts=(3, 1)), tiny)
     b = Trainer(cfg(fanouts=(1, 3), fanouts_order="input-first"), tiny)
@@ -336,7 +336,7 @@ def test_distributed_options_come_from_toml_too(tmp_path):
     c = read_config_file(p, {"nproc": 4})
     e = c.engine
     assert (e.name, e.nproc, e.average_every, e.average_optimizer) == ("averaging", 4, 3, False)
-    assert (c.scratch_dir, e.max_restarts) == ("/data/scratch", 1)
+    assert (c.memory.scratch_dir, e.max_restarts) == ("/data/scratch", 1)
     p.write_text('[train]\nengine = "averaging"\naverage_every = 0\n')
     with pytest.raises(ShoalInputError, match="average_every must be >= 1"):
         read_config_file(p)
@@ -361,16 +361,16 @@ def test_eval_test_records_the_test_accuracy_of_every_evaluation(tiny):
 def test_trainer_records_the_data_dependent_defaults(tiny):
     """``normalize_features="auto"`` and ``min_steps`` are decided from the data at the start
     and the run records the decision (tiny's features are signed: kept as stored)."""
-    c = TrainConfig(
+    c = TrainConfig.from_options(
         model="gcn", fanouts=(3, 3), hidden=8, batch_size=4, threads=1, progress=False, epochs=2
     )
-    assert c.normalize_features == "auto"
+    assert c.model.normalize_features == "auto"
     t = Trainer(c, tiny)
-    assert t.config.normalize_features is False and t.config.epochs == 2
-    sage = TrainConfig(
+    assert t.config.model.normalize_features is False and t.config.optim.epochs == 2
+    sage = TrainConfig.from_options(
         fanouts=(3, 3), hidden=8, batch_size=4, threads=1, progress=False, min_steps=6, eval_every=5
     )
     r = Trainer(sage, tiny).fit()  # 6 training nodes: 2 steps an epoch, 10 epochs = 20 steps
-    assert r.config["epochs"] == 10 and r.epochs == 10
-    short = Trainer(TrainConfig(**{**sage.to_dict(), "min_steps": 40}), tiny)
-    assert short.config.epochs == 20
+    assert r.config["optim"]["epochs"] == 10 and r.epochs == 10
+    short = Trainer(TrainConfig.from_options(**{**sage.to_dict(), "min_steps": 40}), tiny)
+    assert short.config.optim.epochs == 20

@@ -11,11 +11,11 @@ underscores), e.g.::
     [store]
     halo-features = true
 
-    [train]            # every TrainConfig field (shoal train reads it itself)
+    [train]            # every option of shoal train by its flat name (TrainConfig.FLAT)
     model = "sage"
     fanouts = [15, 10, 5]
 
-    [link]             # the link-prediction options (LinkConfig)
+    [link]             # the link-prediction options (TrainConfig.link, LinkConfig)
     scorer = "mlp"
 
 Sections: ``import``, ``synth.rmat``, ``synth.dcsbm``, ``split-edges``, ``partition``,
@@ -183,7 +183,6 @@ def effective(path: str | None, stage: str | None = None) -> list[str]:
     from shoal.cli import build_parser
     from shoal.engines.config import read_config_file
     from shoal.training.config import TrainConfig
-    from shoal.training.linktrainer import LinkConfig
 
     doc = load_toml(path) if path else {}
     parser = build_parser()
@@ -203,11 +202,10 @@ def effective(path: str | None, stage: str | None = None) -> list[str]:
         out += _table(section, vals)
     if stage in (None, "train", "link"):
         tc = read_config_file(path) if path else TrainConfig()
-        lc = LinkConfig.from_toml(path) if path else LinkConfig()
-        if stage != "link":
-            out += _table("train", tc.to_dict())
+        if stage != "link":  # flat option names: the file reads back the same
+            out += _table("train", tc.flat())
         if stage != "train":
-            out += _table("link", dict(vars(lc)))
+            out += _table("link", dict(vars(tc.link)))
     return out
 
 

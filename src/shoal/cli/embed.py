@@ -88,7 +88,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             fix="pass --input TABLE.npy (N rows), e.g. a learned embedding table",
         )
     cfg = resolve_for_data(cfg, train_nodes=0, features=data.features)
-    out_dim = cfg.hidden if cfg.task == "link" else (g.num_classes or 1)
+    out_dim = cfg.model.hidden if cfg.task == "link" else (g.num_classes or 1)
     model = model_from_config(cfg, in_dim=data.features.shape[1], out_dim=out_dim)
     model.load_state_dict(weights)
     device = use_device(args.device or "cpu")  # the checkpoint's device is not assumed
@@ -105,8 +105,8 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             data,
             np.arange(g.num_nodes),
             predict=args.predict,
-            normalize_features=cfg.normalize_features,
-            scratch_dir=args.scratch_dir or cfg.scratch_dir,
+            normalize_features=cfg.model.normalize_features,
+            scratch_dir=args.scratch_dir or cfg.memory.scratch_dir,
             new_output=new_output,
         )
         if isinstance(res, np.memmap):

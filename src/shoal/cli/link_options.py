@@ -1,17 +1,18 @@
-"""Link-prediction flags of ``shoal train --task link``: they fill
-:class:`~shoal.training.linktrainer.LinkConfig` (a TOML file's ``[link]`` table first)."""
+"""Link-prediction flags of ``shoal train --task link``: they fill the ``link`` section
+(:class:`~shoal.training.link_config.LinkConfig`) of the run's configuration (after a TOML
+file's ``[link]`` table)."""
 
 from __future__ import annotations
 
 import argparse
 
 from shoal.nn.linkpred import LOSSES, SCORERS
+from shoal.training.link_config import LinkConfig
 from shoal.training.linkbatches import NEGATIVE_SAMPLERS
 from shoal.training.linkheuristics import HEURISTICS
-from shoal.training.linktrainer import LinkConfig
 from shoal.training.presets import LINK_PRESET
 
-__all__ = ["add_link_arguments", "link_config_from_args"]
+__all__ = ["add_link_arguments", "link_options_from_args"]
 
 #: flag destination -> LinkConfig field
 _FIELDS = {
@@ -112,9 +113,6 @@ def _add_embedding_arguments(g: argparse._ArgumentGroup) -> None:
     )
 
 
-def link_config_from_args(args: argparse.Namespace) -> LinkConfig:
-    """The ``[link]`` table of ``--config`` (if any) overridden by the flags given."""
-    given = {f: getattr(args, a) for a, f in _FIELDS.items() if getattr(args, a, None) is not None}
-    if getattr(args, "config", None):
-        return LinkConfig.from_toml(args.config, **given)
-    return LinkConfig(**given)
+def link_options_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """The ``link`` section's options given as flags (field -> value)."""
+    return {f: getattr(args, a) for a, f in _FIELDS.items() if getattr(args, a, None) is not None}

@@ -67,7 +67,7 @@ def _engine_plan(args: argparse.Namespace):
         kw["fanouts"] = args.fanouts
     cands = tuple(args.engines.split(",")) if args.engines else None
     try:
-        tc = TrainConfig(**kw, progress=False)
+        tc = TrainConfig.from_options(**kw, progress=False)
         return plan_engine(
             Store.open(args.store),
             tc,

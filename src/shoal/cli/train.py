@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 
-from shoal.cli.link_options import link_config_from_args
 from shoal.cli.report import report_after_run, run_with_report
 from shoal.cli.train_options import add_train_arguments, config_from_args
 from shoal.errors import ShoalInputError
@@ -30,10 +29,7 @@ def spec_from_args(args: argparse.Namespace, config: TrainConfig | None = None):
     from shoal.engines.launch import LaunchSpec
 
     train = config if config is not None else config_from_args(args)
-    link = vars(link_config_from_args(args)) if train.task == "link" else None
-    return LaunchSpec(
-        store=args.store, train=train, json=args.json, command=list(sys.argv), link=link
-    )
+    return LaunchSpec(store=args.store, train=train, json=args.json, command=list(sys.argv))
 
 
 def announce(config: TrainConfig) -> None:
@@ -43,20 +39,22 @@ def announce(config: TrainConfig) -> None:
     c = config
     ev = (
         "auto (every k epochs, k from the graph's sizes: about a fifth of the run or less)"
-        if c.eval_every == "auto"
-        else f"every {c.eval_every} epoch(s)"
+        if c.eval.every == "auto"
+        else f"every {c.eval.every} epoch(s)"
     )
     feats = {True: "row-normalised", False: "as stored"}.get(
-        c.normalize_features, "auto (row-normalised if sparse bag-of-words)"
+        c.model.normalize_features, "auto (row-normalised if sparse bag-of-words)"
     )
-    epochs = f"{c.epochs} epochs" + (f" (at least {c.min_steps} steps)" if c.min_steps else "")
+    epochs = f"{c.optim.epochs} epochs" + (
+        f" (at least {c.optim.min_steps} steps)" if c.optim.min_steps else ""
+    )
     link = c.task == "link"
     print(
-        f"shoal train: {c.model_factory or c.model}, preset {c.preset}"
+        f"shoal train: {c.model.factory or c.model.name}, preset {c.preset}"
         f"{' with the link task' if link else ''}: {c.num_layers} "
-        f"layers, fanouts {','.join(map(str, c.fanouts))}, hidden {c.hidden}"
-        f"{f', heads {c.heads}' if c.model == 'gat' else ''}, dropout {c.dropout}, lr {c.lr}, "
-        f"weight decay {c.weight_decay}, {epochs}, batch {c.batch_size}"
+        f"layers, fanouts {','.join(map(str, c.sampling.fanouts))}, hidden {c.model.hidden}"
+        f"{f', heads {c.model.heads}' if c.model.name == 'gat' else ''}, dropout {c.model.dropout}, lr {c.optim.lr}, "
+        f"weight decay {c.optim.weight_decay}, {epochs}, batch {c.sampling.batch_size}"
         f"{' edges' if link else ''}, features {feats}; "
         f"evaluation {ev}",
         file=sys.stderr,
@@ -110,7 +108,7 @@ def _run_link(args: argparse.Namespace, config: TrainConfig) -> int:
         raise ShoalInputError(
             "no input given", fix="pass --graph DIR (made by shoal data split-edges)"
         )
-    link = link_config_from_args(args)
+    link = config.link
     result = LinkTrainer(config, link, LinkData.from_graph_dir(args.graph)).fit().to_json()
     result["graph"] = str(args.graph)
     k = link.hits_k

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shoal.cli.link_options import add_link_arguments
+from shoal.cli.link_options import add_link_arguments, link_options_from_args
 from shoal.cli.report import add_report_argument
 from shoal.engines.config import engine_option_owners, read_config, read_config_file
 from shoal.engines.registry import engine_names, get_spec
@@ -125,7 +125,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     g.add_argument(
         "--batch-size",
         type=int,
-        help=f"seeds per batch (default {d.batch_size}; positive edges with --task link, "
+        help=f"seeds per batch (default {d.sampling.batch_size}; positive edges with --task link, "
         f"default {LINK_PRESET['batch_size']})",
     )
     g.add_argument("--lr", type=float, help="Adam learning rate (default: the preset's)")
@@ -164,7 +164,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
 
 def _add_model_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument(
-        "--model", choices=sorted(MODELS), default=None, help=f"model (default {d.model})"
+        "--model", choices=sorted(MODELS), default=None, help=f"model (default {d.model.name})"
     )
     _add_factory_argument(g)
     g.add_argument(
@@ -213,7 +213,7 @@ def _add_factory_argument(g: argparse._ArgumentGroup) -> None:
 
 
 def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
-    g.add_argument("--seed", type=int, help=f"random seed (default {d.seed})")
+    g.add_argument("--seed", type=int, help=f"random seed (default {d.run.seed})")
     g.add_argument("--threads", type=int, help="torch/numba threads (default: all)")
     g.add_argument(
         "--device",
@@ -226,7 +226,7 @@ def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         type=_eval_every,
         help="evaluate every N epochs, or auto: every k epochs, k estimated from the graph's "
         "sizes so that exact evaluation takes about a fifth of the run or less (the same in "
-        f"every run; the last epoch is always evaluated; default {d.eval_every})",
+        f"every run; the last epoch is always evaluated; default {d.eval.every})",
     )
     g.add_argument(
         "--eval-test",
@@ -238,7 +238,7 @@ def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument(
         "--eval-batch-size",
         type=int,
-        help=f"nodes per inference batch (default {d.eval_batch_size})",
+        help=f"nodes per inference batch (default {d.eval.batch_size})",
     )
 
 
@@ -256,7 +256,7 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "--io-threads",
         type=int,
         metavar="N",
-        help=f"concurrent feature read requests (default {d.io_threads})",
+        help=f"concurrent feature read requests (default {d.memory.io_threads})",
     )
     g.add_argument(
         "--pack-epochs",
@@ -275,7 +275,7 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         help="where the graph's CSR lives while training: auto = in memory when it fits half "
         "of the budget left after the reserve, else on disk (its row index in memory, sampled "
         "neighbour entries read with planned direct reads, no page cache); memory / disk force "
-        f"it (default {d.structure}; single-process trainer and averaging engine)",
+        f"it (default {d.memory.structure}; single-process trainer and averaging engine)",
     )
 
 
@@ -327,6 +327,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     }
     if getattr(args, "no_progress", False):
         given["progress"] = False
+    link = link_options_from_args(args)
+    if link:
+        given["link"] = link
     if getattr(args, "config", None):
         return read_config_file(args.config, given)
     return read_config(given, origin="command line")

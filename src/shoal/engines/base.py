@@ -124,10 +124,12 @@ class Engine(ABC):
         csr = index + sum(int(p.indices.nbytes) for p in self.parts)
         tables = sum(a.nbytes for a in (self.tables.degrees, self.tables.labels, self.tables.train))
         plan = plan_budget(
-            tc.memory_bytes,
+            tc.memory.limit_bytes,
             feature_bytes=feature_bytes,
             structure_bytes=csr,
-            min_window=batch_window(tc.fanouts, tc.batch_size, num_rows, self.row_bytes),
+            min_window=batch_window(
+                tc.sampling.fanouts, tc.sampling.batch_size, num_rows, self.row_bytes
+            ),
             reserve=ENGINE_RESERVE + tables + extra_bytes,
             processes=local_peers(self.ctx),
             index_bytes=index,
@@ -214,7 +216,7 @@ class Engine(ABC):
         ``in_dim``/``out_dim`` default to the store's feature width and class count; ``rank``
         (default this rank's) re-seeds torch afterwards for the rank's own dropout stream
         (0: not re-seeded)."""
-        if self.train_config.model_factory and not self.accepts_factory_models:
+        if self.train_config.model.factory and not self.accepts_factory_models:
             raise ShoalInputError(
                 f"the {self.name} engine reaches inside shoal's own models layer by layer; "
                 "it cannot run a --model-factory model",
@@ -257,11 +259,11 @@ class Engine(ABC):
                 self.ctx,
                 self.tables,
                 splits=splits,
-                batch_size=tc.eval_batch_size,
-                normalize_features=tc.normalize_features,
-                scratch_dir=tc.scratch_dir,
+                batch_size=tc.eval.batch_size,
+                normalize_features=tc.model.normalize_features,
+                scratch_dir=tc.memory.scratch_dir,
                 memory_budget=budget,
-                threads=tc.io_threads,
+                threads=tc.memory.io_threads,
             )
         finally:
             self.resume_io()
@@ -312,10 +314,13 @@ class Engine(ABC):
         does, in exactly ``self.num_batches`` batches (fewer seeds than another rank: smaller
         batches, some possibly empty, so collectives stay in step)."""
         cfg = self.train_config
-        order = np.random.default_rng([cfg.seed, epoch]).permutation(len(self.seeds))
+        order = np.random.default_rng([cfg.run.seed, epoch]).permutation(len(self.seeds))
         s = self.seeds[order]
-        if -(-len(s) // cfg.batch_size) == self.num_batches:
-            return [s[i : i + cfg.batch_size] for i in range(0, len(s), cfg.batch_size)]
+        if -(-len(s) // cfg.sampling.batch_size) == self.num_batches:
+            return [
+                s[i : i + cfg.sampling.batch_size]
+                for i in range(0, len(s), cfg.sampling.batch_size)
+            ]
         return list(np.array_split(s, self.num_batches))
 
     def all_reduce_gradients(self, *, average: bool) -> None:
@@ -360,7 +365,7 @@ class Engine(ABC):
             num_nodes=self.store.num_nodes,
             num_edges=self.store.num_edges,
             num_seeds=int(self.tables.train.sum()),
-            fanouts=self.train_config.fanouts,
+            fanouts=self.train_config.sampling.fanouts,
         )
 
     def settings(self) -> dict[str, Any]:
@@ -377,10 +382,10 @@ class Engine(ABC):
             engine=self.name,
             num_parts=self.store.num_parts,
             identity={
-                "model": tc.model,
-                "hidden": tc.hidden,
+                "model": tc.model.name,
+                "hidden": tc.model.hidden,
                 "num_layers": tc.num_layers,
-                "heads": tc.heads,
+                "heads": tc.model.heads,
                 "num_nodes": self.store.num_nodes,
                 "num_parts": self.store.num_parts,
                 "feature_dim": self.store.feature_dim,

@@ -110,14 +110,15 @@ def read_config(options: Mapping[str, Any], *, origin: str = "config") -> TrainC
             cfg = _engine_config(name, {**base, **values}, origin)
     except (TypeError, ValueError) as e:
         raise ShoalInputError(str(e), path=origin) from None
-    return TrainConfig.from_dict({**opts, "engine": cfg}, origin=origin)
+    return TrainConfig.from_options(origin=origin, **opts, engine=cfg)
 
 
 def read_config_file(
     path: str | os.PathLike, overrides: Mapping[str, Any] | None = None
 ) -> TrainConfig:
     """:func:`read_config` of a TOML file's ``[train]`` table (or its top level, without the
-    other stages' tables), ``overrides`` (the flags given) winning."""
+    other stages' tables) and its ``[link]`` table, ``overrides`` (the flags given, their
+    ``link`` mapping too) winning."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
@@ -126,8 +127,12 @@ def read_config_file(
     except tomllib.TOMLDecodeError as e:
         raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
     table = dict(data.get("train", data))
-    table.pop("link", None)  # the [link] table is LinkConfig's
-    table.update(overrides or {})
+    link = {**dict(table.pop("link", None) or {}), **dict(data.get("link") or {})}
+    given = dict(overrides or {})
+    link.update(given.pop("link", None) or {})
+    table.update(given)
+    if link:
+        table["link"] = link
     return read_config(table, origin=str(p))
 
 

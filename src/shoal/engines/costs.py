@@ -103,7 +103,7 @@ class CostInputs:
     @property
     def steps(self) -> int:
         """Optimizer steps of one epoch of synchronous mini-batches on every rank."""
-        return math.ceil(self.train_nodes / (self.config.batch_size * self.workers))
+        return math.ceil(self.train_nodes / (self.config.sampling.batch_size * self.workers))
 
     @property
     def row_bytes(self) -> int:

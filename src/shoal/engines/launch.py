@@ -53,8 +53,6 @@ class LaunchSpec:
         command: the command line recorded in the result (default ``sys.argv``).
         hooks: ``"module:function"`` names called as ``fn(engine, ctx)`` in every worker after
             the engine is built (tests inject failures this way; default none).
-        link: the ``--task link`` options (:class:`~shoal.training.linktrainer.LinkConfig`
-            fields; default None: its defaults).
     """
 
     store: str
@@ -62,7 +60,6 @@ class LaunchSpec:
     json: str | None = None
     command: list[str] | None = None
     hooks: tuple[str, ...] = ()
-    link: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.store:
@@ -79,7 +76,6 @@ class LaunchSpec:
             "json": self.json,
             "command": self.command if self.command is not None else list(sys.argv),
             "hooks": list(self.hooks),
-            "link": self.link,
         }
 
     @classmethod
@@ -90,7 +86,6 @@ class LaunchSpec:
             json=d.get("json"),
             command=d.get("command"),
             hooks=tuple(d.get("hooks") or ()),
-            link=d.get("link"),
         )
 
 
@@ -152,22 +147,17 @@ def worker(spec: LaunchSpec) -> int:
 
     tc = spec.train
     store = Store.open(spec.store)
-    extra: dict[str, Any] = {}
-    if tc.task == "link":
-        from shoal.training.linktrainer import LinkConfig
-
-        extra["link"] = LinkConfig(**(spec.link or {}))
     with process_group(
-        DistConfig(backend="gloo", timeout_s=tc.engine.dist_timeout, device=tc.device)
+        DistConfig(backend="gloo", timeout_s=tc.engine.dist_timeout, device=tc.run.device)
     ) as ctx:
-        if tc.threads is None and ctx.world_size > 1:
+        if tc.run.threads is None and ctx.world_size > 1:
             set_threads(torch.get_num_threads())  # torchrun sets OMP_NUM_THREADS=1
         else:
-            set_threads(tc.threads)
+            set_threads(tc.run.threads)
         auto = None
         if tc.engine.name == "auto":
             tc, auto = _auto_engine(store, tc, ctx)
-        engine = get_engine(tc.engine.name, tc.task)(store, tc, ctx, **extra)
+        engine = get_engine(tc.engine.name, tc.task)(store, tc, ctx)
         _call_hooks(spec, engine, ctx)
         result = engine.fit().to_json()
         # drop the engine (its DDP reducer holds the group) before the group is destroyed:
@@ -225,7 +215,7 @@ def run(spec: LaunchSpec) -> int:
     if spec.train.engine.name != "auto":  # a clear error for an unknown engine, first
         get_engine(spec.train.engine.name, spec.train.task)
     Store.open(spec.store)  # fail early, before starting processes
-    resolve_device(spec.train.device)  # --device cuda without a GPU: exit 2 here, once
+    resolve_device(spec.train.run.device)  # --device cuda without a GPU: exit 2 here, once
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if under_torchrun or spec.train.engine.nproc == 1:
         return worker(spec)

@@ -219,12 +219,13 @@ def probe_machine(
     if part is None:
         part = max(range(store.num_parts), key=lambda i: store.meta["parts"][i]["num_core"])
     part = store.part(part)
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(config.run.seed)
     n_local = part.num_core + part.num_halo
-    sampler = NeighborSampler(part.indptr, part.indices, config.fanouts, num_nodes=n_local)
+    sampler = NeighborSampler(part.indptr, part.indices, config.sampling.fanouts, num_nodes=n_local)
     batches = []
     sample_s = _median_time(
-        lambda: batches.append(sampler.sample(_seeds(part, config.batch_size, rng))), repeats
+        lambda: batches.append(sampler.sample(_seeds(part, config.sampling.batch_size, rng))),
+        repeats,
     )
     edges = float(np.mean([sum(b.edge_index.shape[1] for b in mb.blocks) for mb in batches]))
     rows = float(np.mean([mb.n_id.size for mb in batches]))
@@ -238,7 +239,7 @@ def probe_machine(
     gather_s = gather_mem_s = 0.0
     if feats is not None and ids.size:
         out = np.empty((ids.size, width), dtype=feats.dtype)
-        reader = open_reader(feats, threads=config.io_threads)
+        reader = open_reader(feats, threads=config.memory.io_threads)
         read = (lambda: reader.read(ids, out)) if reader else (lambda: np.take(feats, ids, 0, out))
         gather_s = _median_time(read, repeats) * mb.n_id.size / ids.size  # every row
         if reader is not None:
@@ -249,7 +250,7 @@ def probe_machine(
         gather_mem_s *= mb.n_id.size / ids.size
     seq = _seq_read_rate(feats)
     model = model_from_config(config, in_dim=width, out_dim=int(store.num_classes or 2))
-    opt = torch.optim.Adam(model.parameters(), lr=config.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=config.optim.lr)
     x = torch.randn(mb.n_id.size, width)
     y = torch.randint(0, int(store.num_classes or 2), (mb.num_seeds,))
 

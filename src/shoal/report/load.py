@@ -20,6 +20,7 @@ from statistics import median
 from typing import Any
 
 from shoal.errors import ShoalInputError
+from shoal.training.config import flatten_config
 
 __all__ = [
     "REQUIRED_KEYS",
@@ -127,8 +128,10 @@ class Run:
 
     @property
     def config(self) -> dict[str, Any]:
+        """The run's options by flat name (the recorded tree flattened; older flat records
+        as they are)."""
         c = self.data.get("config")
-        return c if isinstance(c, dict) else {}
+        return flatten_config(c) if isinstance(c, dict) else {}
 
     @property
     def model(self) -> str:

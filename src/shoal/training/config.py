@@ -1,275 +1,263 @@
-"""``TrainConfig``: every option of a training run, single-process and distributed, in one
-keyword-only dataclass (settable from flags and from TOML, validated in ``__post_init__``)."""
+"""``TrainConfig``: a run's configuration as a tree of per-component sections (torchtitan's
+``JobConfig`` shape), and the flat option names the command line and TOML files use.
+
+The tree's top level holds the task, the hyper-parameter preset and one section per
+component: ``model`` (:class:`ModelConfig`), ``optim`` (:class:`OptimConfig`), ``sampling``
+(:class:`SamplingConfig`), ``eval`` (:class:`EvalConfig`), ``memory`` (:class:`MemoryConfig`),
+``checkpoint`` (:class:`CheckpointConfig`), ``run`` (:class:`RunConfig`), ``engine`` (the
+distributed engine's :class:`~shoal.training.engine_config.EngineConfig`) and ``link``
+(:class:`~shoal.training.link_config.LinkConfig`). Each section validates its own values once;
+the tree fills the values left unset from the preset.
+
+Every option also has a flat name (the ``shoal train`` flag without its dashes, the key of a
+TOML ``[train]`` table): :data:`FLAT` says where each lives in the tree.
+:meth:`TrainConfig.from_options` builds the tree from flat names;
+:func:`shoal.engines.config.read_config` (which also knows every engine's own options) is the
+reader the CLI, TOML files and the launcher go through.
+"""
 
 from __future__ import annotations
 
-import math
+import copy
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from shoal.errors import ShoalInputError
-from shoal.nn import MODELS
-from shoal.sample.budget import STRUCTURE_MODES
-from shoal.sample.sampler import parse_fanouts
 from shoal.training.engine_config import EngineConfig
+from shoal.training.link_config import LinkConfig
 from shoal.training.presets import PRESETS, preset_defaults
-from shoal.utils.device import check_device_spec
-from shoal.utils.io import parse_size
+from shoal.training.sections import (
+    CheckpointConfig,
+    EvalConfig,
+    MemoryConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    SamplingConfig,
+)
 
-__all__ = ["PRESETS", "EngineConfig", "TrainConfig", "preset_defaults"]
+__all__ = [
+    "FLAT",
+    "PRESETS",
+    "CheckpointConfig",
+    "EngineConfig",
+    "EvalConfig",
+    "LinkConfig",
+    "MemoryConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RunConfig",
+    "SamplingConfig",
+    "TrainConfig",
+    "flatten_config",
+    "preset_defaults",
+]
+
+#: flat option name -> (section, field) of the tree
+FLAT: dict[str, tuple[str, str]] = {
+    "model": ("model", "name"),
+    "model_factory": ("model", "factory"),
+    "hidden": ("model", "hidden"),
+    "heads": ("model", "heads"),
+    "dropout": ("model", "dropout"),
+    "normalize_features": ("model", "normalize_features"),
+    "epochs": ("optim", "epochs"),
+    "min_steps": ("optim", "min_steps"),
+    "lr": ("optim", "lr"),
+    "weight_decay": ("optim", "weight_decay"),
+    "patience": ("optim", "patience"),
+    "fanouts": ("sampling", "fanouts"),
+    "fanouts_order": ("sampling", "fanouts_order"),
+    "batch_size": ("sampling", "batch_size"),
+    "eval_every": ("eval", "every"),
+    "eval_test": ("eval", "test"),
+    "eval_batch_size": ("eval", "batch_size"),
+    "memory": ("memory", "limit"),
+    "io_threads": ("memory", "io_threads"),
+    "pack_epochs": ("memory", "pack_epochs"),
+    "structure": ("memory", "structure"),
+    "scratch_dir": ("memory", "scratch_dir"),
+    "checkpoint_dir": ("checkpoint", "dir"),
+    "resume": ("checkpoint", "resume"),
+    "seed": ("run", "seed"),
+    "device": ("run", "device"),
+    "threads": ("run", "threads"),
+    "progress": ("run", "progress"),
+    "metrics_file": ("run", "metrics_file"),
+    "engine": ("engine", "name"),
+    "nproc": ("engine", "nproc"),
+    "plan": ("engine", "plan"),
+    "dist_timeout": ("engine", "dist_timeout"),
+    "max_restarts": ("engine", "max_restarts"),
+}
+
+#: section name -> its class (the ``engine`` and ``link`` sections excepted)
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "optim": OptimConfig,
+    "sampling": SamplingConfig,
+    "eval": EvalConfig,
+    "memory": MemoryConfig,
+    "checkpoint": CheckpointConfig,
+    "run": RunConfig,
+}
 
 
 @dataclass(kw_only=True)
 class TrainConfig:
-    """Hyper-parameters and run options of the trainer and of every engine.
+    """A training run's configuration, single-process and distributed.
 
-    Model and optimisation:
-        model: registered model name (``shoal.nn.MODELS``; default ``"sage"``).
-        model_factory: ``"module:function"`` building the model instead (called with
-            ``in_dim, hidden, out_dim, num_layers, dropout``); a module called as
-            ``model(x, edge_index)`` (PyG) is adapted to blocks (default None).
+    Args:
         task: ``"node"`` (node classification, default) or ``"link"`` (link prediction on a
-            graph split by ``shoal data split-edges``; its options: ``LinkConfig``).
-        preset: where the hyper-parameters left unset (``None``: ``fanouts``, ``hidden``,
-            ``heads``, ``epochs``, ``lr``, ``dropout``, ``weight_decay``,
-            ``normalize_features``) come from: ``"paper"`` (default): the model's paper
-            (GCN: hidden 64, dropout 0.5, lr 0.01, L2 5e-4, 200 epochs, row-normalised
-            features; GAT: 8 heads x 8, dropout 0.6, lr 0.005, L2 5e-4; SAGE: hidden 256,
-            lr 0.01, 10 epochs; GIN: hidden 64, lr 0.01; SGC: lr 0.2, 100 epochs), 2 layers
-            sampled (25, 10) as GraphSAGE's paper; ``"large"``: for large graphs, every model
-            with 3 sampled hops (15, 10, 5), hidden 256, lr 0.003, dropout 0.5, 20 epochs
+            graph split by ``shoal data split-edges``; its options: ``link``).
+        preset: where the hyper-parameters left unset (``None``: the model's ``hidden``,
+            ``heads``, ``dropout``, ``normalize_features``; the optimiser's ``epochs``,
+            ``min_steps``, ``lr``, ``weight_decay``; the sampling's ``fanouts`` and
+            ``batch_size``) come from: ``"paper"`` (default): the model's paper (GCN: hidden
+            64, dropout 0.5, lr 0.01, L2 5e-4, 200 epochs, row-normalised features; GAT: 8
+            heads x 8, dropout 0.6, lr 0.005, L2 5e-4; SAGE: hidden 256, lr 0.01, 10 epochs;
+            GIN: hidden 64, lr 0.01; SGC: lr 0.2, 100 epochs), 2 layers sampled (25, 10) as
+            GraphSAGE's paper; ``"large"``: for large graphs, every model with 3 sampled hops
+            (15, 10, 5), hidden 256, lr 0.003, dropout 0.5, 20 epochs
             (:func:`preset_defaults`; the resolved values are what the run records).
-        fanouts: neighbours sampled per hop, hop 1 first (PyG's ``num_neighbors`` order);
-            -1 = all; its length is the number of layers (default: the preset's).
-            DGL's ``NeighborSampler`` and the papers list the input layer first: DGL's
-            ``[5, 10, 15]`` is shoal's ``(15, 10, 5)``.
-        fanouts_order: how ``fanouts`` is written: ``"hop-first"`` (default) or
-            ``"input-first"`` (DGL's order, for ported scripts); an input-first list is
-            reversed on construction, after which the config holds ``"hop-first"``.
-        batch_size: training seeds per mini-batch (positive edges for ``task="link"``)
-            (default: the preset's: 1024 seeds; 512 edges for links).
-        hidden: hidden width (default: the preset's).
-        heads: attention heads of GAT's hidden layers (default: the preset's, 8).
-        epochs: maximum number of epochs (default: the preset's).
-        lr: Adam learning rate (default: the preset's).
-        dropout: dropout probability on every layer's input (default: the preset's).
-        weight_decay: Adam L2 penalty (default: the preset's).
-        normalize_features: divide each feature row by its sum when it is read, as Kipf &
-            Welling do for bag-of-words features; ``"auto"``: when the rows are non-negative
-            with at most 64 non-zeros on average (sparse bag-of-words; denser rows divided by
-            their sum leave GCN far behind, e.g. Amazon-Photo)
-            (:func:`~shoal.training.presets.resolve_for_data`; default: the preset's, "auto"
-            for GCN, GAT and SGC).
-        min_steps: train at least this many optimizer steps: the epochs grow to
-            ``ceil(min_steps / steps per epoch)`` on a small training set (default: the
-            preset's when ``epochs`` is not given -- 200 for GraphSAGE, whose paper's 10
-            epochs are thousands of steps on Reddit but 10 on 160 labelled nodes -- else 0).
-        patience: stop after this many evaluations without a better validation accuracy;
-            0 disables early stopping (default 0).
-        eval_every: evaluate on the validation set every this many epochs, or ``"auto"``
-            (default): every ``k = ceil(4 r)`` epochs, ``r`` the work of one exact evaluation
-            over one epoch's estimated from the graph's sizes and the fanouts
-            (:func:`~shoal.training.loop.eval_work_ratio`), so evaluation takes about a fifth
-            of the run or less; deterministic (the same epochs in every run with the same
-            data and options); the last epoch is always evaluated; ``k`` is recorded
-            (``eval_every_chosen``).
-        eval_test: also measure the test accuracy at every evaluation, recorded in the epoch's
-            record (``test_accuracy``) to follow convergence, as DistGNN-MB's "epochs to
-            reach the target" does; the best-validation weights are still chosen on
-            validation only (default false).
-        eval_batch_size: target nodes per batch of the exact layer-wise inference; a batch
-            reads the rows of all their in-neighbours, so this bounds its memory
-            (default 1024).
-        seed: seed of initialisation, shuffling, sampling and dropout (default 0).
-
-    Run and output:
-        device: where the model computes: ``"cpu"``, ``"cuda"`` (in a distributed run each
-            process takes the GPU of its local rank) or ``"cuda:i"``; sampling, feature reads
-            and exchanges stay on the host, batches are copied through pinned buffers
-            (:class:`~shoal.training.device.DeviceFeed`), gradients of distributed engines
-            are all-reduced over NCCL (default ``"cpu"``).
-        threads: torch and numba threads; None keeps the current settings (default None; under
-            several processes, torch's current setting).
-        checkpoint_dir: write per-epoch checkpoints there (default None).
-        resume: continue from the last checkpoint in ``checkpoint_dir`` when there is one
-            (default false).
-        metrics_file: append one JSON line per epoch to this file (default None).
-        progress: show tqdm bars; None = only when stderr is a terminal (default None).
-        scratch_dir: directory for large temporary files (inference arrays); None = beside the
-            input graph or store, never the system temp dir (default None).
-
-    Memory (out-of-core):
-        memory: memory one training process may use in all, page cache included, e.g.
-            ``"4GiB"``; it is shared between a fixed reserve, the graph structure, windows of
-            feature rows read ahead and a cache of hot rows (``shoal.sample.budget``). None =
-            90% of the memory cgroup limit or of the memory available at the start, whichever
-            is lower (default None).
-        io_threads: concurrent read requests of the feature reader (default 8).
-        pack_epochs: when feature rows are read in windows, one sweep of the feature file
-            reads the uncached rows of this many epochs into a pack file per epoch in the
-            scratch directory, and each epoch's windows read its pack (DiskGNN-style packing,
-            ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file;
-            None = 4 when the graph structure is held in memory, else off (packing samples
-            every epoch twice) (default None; the single-process trainer, ``minibatch`` and
-            ``averaging``).
-        structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
-            fits half of the budget left after the reserve, else on disk: its row index in
-            memory, the sampled neighbour entries read with planned direct reads), or
-            ``"memory"`` / ``"disk"`` forced (default ``"auto"``; the single-process trainer
-            and the ``averaging`` engine; ``minibatch`` always uses ``"auto"``).
-
-    Distributed (``shoal train --store``; ignored by the single-process trainer):
-        engine: the engine and its options: an :class:`EngineConfig` (the base: ``name``,
-            ``nproc``, ``plan``, ``dist_timeout``, ``max_restarts``), or the chosen engine's
-            subclass adding its own options (``shoal.engines.<name>.config``; default
-            ``EngineConfig()``: ``minibatch`` with its defaults).
+        model, optim, sampling, eval, memory, checkpoint, run: the sections (their classes
+            list their options and defaults; default: each section's defaults).
+        engine: the distributed engine and its options (``shoal train --store``; ignored by
+            the single-process trainer): an :class:`EngineConfig` (``name``, ``nproc``,
+            ``plan``, ``dist_timeout``, ``max_restarts``) or the chosen engine's subclass
+            with its own options (default ``EngineConfig()``: ``minibatch``).
+        link: the link-prediction task's options (default ``LinkConfig()``).
     """
 
-    model: str = "sage"
-    model_factory: str | None = None
     task: str = "node"
     preset: str = "paper"
-    fanouts: tuple[int, ...] | None = None
-    fanouts_order: str = "hop-first"
-    batch_size: int | None = None
-    hidden: int | None = None
-    epochs: int | None = None
-    lr: float | None = None
-    dropout: float | None = None
-    weight_decay: float | None = None
-    patience: int = 0
-    eval_every: int | str = "auto"
-    eval_test: bool = False
-    eval_batch_size: int = 1024
-    seed: int = 0
-    threads: int | None = None
-    device: str = "cpu"
-    normalize_features: bool | str | None = None
-    min_steps: int | None = None
-    heads: int | None = None
-    checkpoint_dir: str | None = None
-    resume: bool = False
-    metrics_file: str | None = None
-    progress: bool | None = None
-    scratch_dir: str | None = None
-    engine: EngineConfig = field(default_factory=lambda: EngineConfig())
-    memory: str | int | None = None
-    io_threads: int = 8
-    pack_epochs: int | None = None
-    structure: str = "auto"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
 
     def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(
-                f"unknown model {self.model!r}; valid names: {', '.join(sorted(MODELS))}"
-            )
-        self._resolve_preset()
-        self.fanouts = parse_fanouts(self.fanouts)
-        if self.fanouts_order not in ("hop-first", "input-first"):
-            raise ValueError(
-                f"fanouts_order must be 'hop-first' or 'input-first', got {self.fanouts_order!r}"
-            )
-        if self.fanouts_order == "input-first":  # DGL's order: store hop 1 first
-            self.fanouts, self.fanouts_order = tuple(reversed(self.fanouts)), "hop-first"
         if self.task not in ("node", "link"):
             raise ValueError(f"task must be 'node' or 'link', got {self.task!r}")
-        for name in (
-            "batch_size",
-            "hidden",
-            "epochs",
-            "eval_batch_size",
-            "heads",
-            "io_threads",
-        ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.normalize_features not in (True, False, "auto"):
-            raise ValueError(
-                f"normalize_features must be true, false or 'auto', got {self.normalize_features!r}"
-            )
-        if self.pack_epochs is not None and self.pack_epochs < 0:
-            raise ValueError(f"pack_epochs must be >= 0 (0 = off), got {self.pack_epochs}")
-        if self.min_steps < 0:
-            raise ValueError(f"min_steps must be >= 0, got {self.min_steps}")
-        if self.eval_every != "auto" and self.eval_every < 1:
-            raise ValueError(f"eval_every must be >= 1 or 'auto', got {self.eval_every}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if self.patience < 0:
-            raise ValueError(f"patience must be >= 0 (0 = off), got {self.patience}")
-        self._check_run_options()
-        if self.memory is not None:
-            if parse_size(self.memory) <= 0:
-                raise ValueError(f"memory must be a positive size, got {self.memory!r}")
-        if self.structure not in STRUCTURE_MODES:
-            raise ValueError(
-                f"structure must be one of {', '.join(STRUCTURE_MODES)}, got {self.structure!r}"
-            )
-        if not isinstance(self.engine, EngineConfig):
-            raise ValueError(
-                f"engine must be an EngineConfig (shoal.engines.config.read_config builds the "
-                f"chosen engine's from its options), got {self.engine!r}"
-            )
-
-    def _check_run_options(self) -> None:
-        """Threads, device and resume."""
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        check_device_spec(self.device)
-        if self.resume and not self.checkpoint_dir:
-            raise ValueError("resume needs checkpoint_dir")
+        for name, cls in (*SECTIONS.items(), ("engine", EngineConfig), ("link", LinkConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(
+                    f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}"
+                )
+            # a copy: the preset fills this tree's sections, never a section object shared
+            # with another tree
+            setattr(self, name, copy.copy(getattr(self, name)))
+        self._resolve_preset()
 
     def _resolve_preset(self) -> None:
-        """Fill the hyper-parameters left ``None`` from the preset; parse ``eval_every``."""
-        if self.min_steps is None and self.epochs is not None:
-            self.min_steps = 0  # epochs given: exactly those
-        for name, value in preset_defaults(self.model, self.preset, self.task).items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
-        if self.eval_every != "auto":
-            try:
-                self.eval_every = int(self.eval_every)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"eval_every must be a number of epochs or 'auto', got {self.eval_every!r}"
-                ) from None
+        """Fill the hyper-parameters left ``None`` from the preset."""
+        if self.optim.min_steps is None and self.optim.epochs is not None:
+            self.optim.min_steps = 0  # epochs given: exactly those
+        for name, value in preset_defaults(self.model.name, self.preset, self.task).items():
+            section, key = FLAT[name]
+            if getattr(getattr(self, section), key) is None:
+                setattr(getattr(self, section), key, value)
+        s = self.sampling
+        if s.fanouts_order == "input-first":  # no fanouts given: the preset's are hop-first
+            s.fanouts_order = "hop-first"
 
     @property
     def num_layers(self) -> int:
-        return len(self.fanouts)
+        return self.sampling.num_layers
 
-    @property
-    def memory_bytes(self) -> int | None:
-        """``memory`` in bytes (None: derive from the machine)."""
-        return None if self.memory is None else parse_size(self.memory)
+    def get(self, name: str) -> Any:
+        """The value of the option with flat name ``name`` (:data:`FLAT`)."""
+        section, key = FLAT[name]
+        return getattr(getattr(self, section), key)
 
     def to_dict(self) -> dict[str, Any]:
+        """The tree as nested dicts (JSON-serialisable; :meth:`from_dict` reads it back)."""
         d = asdict(self)
-        d["fanouts"] = list(self.fanouts)
+        d["sampling"]["fanouts"] = list(self.sampling.fanouts)
         d["engine"] = self.engine.to_dict()
         return d
 
+    def flat(self) -> dict[str, Any]:
+        """Every option by its flat name (the engine's own options included)."""
+        out = {name: self.get(name) for name in FLAT}
+        out["fanouts"] = list(self.sampling.fanouts)
+        out.update({k: v for k, v in self.engine.to_dict().items() if k != "name"})
+        out["task"], out["preset"] = self.task, self.preset
+        return out
+
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, origin: str = "config") -> TrainConfig:
-        """Build from a mapping; unknown keys and bad values raise ShoalInputError. An
-        ``engine`` mapping may hold the shared engine options only
-        (:func:`shoal.engines.config.read_config` reads every engine's options)."""
-        known = {f.name for f in fields(cls)}
-        for k in d:
-            if k not in known:
+    def from_options(cls, *, origin: str = "config", **options: Any) -> TrainConfig:
+        """Build from option values: flat names (:data:`FLAT`), a whole section (``model=
+        ModelConfig(...)`` or a mapping of its fields), ``task``, ``preset``, ``engine`` (a
+        name, a mapping of the shared engine options or an :class:`EngineConfig`) and
+        ``link`` (a mapping or a :class:`LinkConfig`). Unknown names and bad values raise
+        ShoalInputError naming ``origin``; an engine's own options need
+        :func:`shoal.engines.config.read_config`."""
+        top: dict[str, Any] = {}
+        parts: dict[str, dict[str, Any]] = {s: {} for s in (*SECTIONS, "engine", "link")}
+        for name, value in options.items():
+            if name in ("task", "preset"):
+                top[name] = value
+            elif name in parts and isinstance(value, dict):
+                parts[name].update(value)
+            elif name in parts and not (name in FLAT and _is_value(value)):
+                top[name] = value  # a section object
+            elif name in FLAT:
+                section, key = FLAT[name]
+                parts[section][key] = value
+            else:
+                valid = sorted({*FLAT, "task", "preset", "link", *SECTIONS})
                 raise ShoalInputError(
-                    f"unknown option {k!r}", path=origin, fix=f"valid: {', '.join(sorted(known))}"
+                    f"unknown option {name!r}", path=origin, fix=f"valid: {', '.join(valid)}"
                 )
         try:
-            d = dict(d)
-            if isinstance(d.get("engine"), dict):
-                d["engine"] = EngineConfig(**d["engine"])
-            elif isinstance(d.get("engine"), str):
-                d["engine"] = EngineConfig(name=d["engine"])
-            return cls(**d)
+            for section, values in parts.items():
+                if not values:
+                    continue
+                if section in top:
+                    raise ValueError(f"{section} given both as a section and as options")
+                cls_ = {**SECTIONS, "engine": EngineConfig, "link": LinkConfig}[section]
+                top[section] = cls_(**values)
+            return cls(**top)
         except (TypeError, ValueError) as e:
             raise ShoalInputError(str(e), path=origin) from None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, origin: str = "config") -> TrainConfig:
+        """Build from :meth:`to_dict`'s nested dicts or from flat option names."""
+        return cls.from_options(origin=origin, **d)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+def _is_value(x: Any) -> bool:
+    """An option's value (the flat ``model``, ``memory`` or ``engine``), not a section."""
+    return x is None or isinstance(x, str | int | float)
+
+
+def flatten_config(d: dict[str, Any]) -> dict[str, Any]:
+    """A run JSON's ``config`` by flat option names: the tree (:meth:`TrainConfig.to_dict`,
+    plus the settings the run added at the top level) flattened through :data:`FLAT`, the
+    engine's and the link task's options under their own names; a flat record (runs written
+    before the tree) is returned as it is."""
+    if not isinstance(d.get("model"), dict):
+        return dict(d)
+    out = {k: v for k, v in d.items() if k not in (*SECTIONS, "engine", "link")}
+    for name, (section, key) in FLAT.items():
+        part = d.get(section)
+        if isinstance(part, dict) and key in part:
+            out[name] = part[key]
+    engine = d.get("engine")
+    if isinstance(engine, dict):
+        out.update({k: v for k, v in engine.items() if k != "name"})
+    link = d.get("link")
+    if isinstance(link, dict):
+        out.update({f"link_{k}": v for k, v in link.items() if f"link_{k}" not in out})
+    return out

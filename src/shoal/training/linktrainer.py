@@ -15,18 +15,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomllib
 import torch
 from torch import nn
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
-from shoal.nn.linkpred import LOSSES, SCORERS, build_scorer, link_loss
+from shoal.nn.linkpred import build_scorer, link_loss
 from shoal.nn.ondevice import on_device
 from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
@@ -40,8 +39,9 @@ from shoal.training.embedding import (
     save_tables,
 )
 from shoal.training.inference import layerwise_inference
-from shoal.training.linkbatches import NEGATIVE_SAMPLERS, LinkBatchLoader
-from shoal.training.linkheuristics import HEURISTICS, heuristic_ranking_scores
+from shoal.training.link_config import LinkConfig
+from shoal.training.linkbatches import LinkBatchLoader
+from shoal.training.linkheuristics import heuristic_ranking_scores
 from shoal.training.linkmetrics import mrr_hits
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.model import model_from_config
@@ -61,88 +61,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(kw_only=True)
-class LinkConfig:
-    """Options of the link-prediction task.
-
-    Attributes:
-        scorer: ``dot`` (default) or ``mlp`` (:mod:`shoal.nn.linkpred`).
-        loss: ``bce`` (default), ``bpr`` or ``margin``; margin: of ``margin`` (default 1.0).
-        num_neg: negatives per positive in training (default 1).
-        negatives: ``uniform`` (default) or ``in-batch``.
-        eval_negatives: negatives per held-out positive for MRR / Hits@K (default 100).
-        hits_k: the ``K`` of the reported Hits@K (default 50).
-        embedding_dim: learn a ``D``-wide embedding per node as the model's input instead of
-            reading features (:class:`~shoal.training.embedding.NodeEmbedding`, a table on
-            disk updated sparsely); 0 = use the graph's features (default 0).
-        embedding_dir: where the table and its optimizer state live (default: ``<graph>.emb``
-            beside the graph directory; an existing table is reopened only with ``resume``).
-        embedding_optimizer: ``adam`` (sparse Adam, default) or ``adagrad``.
-        embedding_lr: learning rate of the table (default: the model's ``lr``).
-        baseline: a heuristic scored on the test edges against the same negatives at the end
-            of :meth:`LinkTrainer.fit`, the score a learned model must beat:
-            ``adamic-adar`` (default), ``common-neighbours`` or ``none``.
-    """
-
-    scorer: str = "dot"
-    loss: str = "bce"
-    margin: float = 1.0
-    num_neg: int = 1
-    negatives: str = "uniform"
-    eval_negatives: int = 100
-    hits_k: int = 50
-    embedding_dim: int = 0
-    embedding_dir: str | None = None
-    embedding_optimizer: str = "adam"
-    embedding_lr: float | None = None
-    baseline: str = "adamic-adar"
-
-    @classmethod
-    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> LinkConfig:
-        """The ``[link]`` table of a TOML file (may be absent); ``overrides`` win."""
-        p = Path(path)
-        try:
-            table = tomllib.loads(p.read_text()).get("link", {})
-        except (FileNotFoundError, tomllib.TOMLDecodeError) as e:
-            raise ShoalInputError(f"cannot read the config: {e}", path=p) from None
-        known = {f.name for f in fields(cls)}
-        bad = sorted(set(table) - known)
-        if bad:
-            raise ShoalInputError(
-                f"unknown [link] option(s) {', '.join(bad)}",
-                path=p,
-                fix=f"valid options: {', '.join(sorted(known))}",
-            )
-        return cls(**{**table, **overrides})
-
-    def __post_init__(self) -> None:
-        for name, valid in (
-            ("scorer", SCORERS),
-            ("loss", LOSSES),
-            ("negatives", NEGATIVE_SAMPLERS),
-        ):
-            if getattr(self, name) not in valid:
-                raise ValueError(
-                    f"unknown {name} {getattr(self, name)!r}; valid names: "
-                    f"{', '.join(sorted(valid))}"
-                )
-        if self.baseline not in (*HEURISTICS, "none"):
-            raise ValueError(
-                f"unknown baseline {self.baseline!r}; valid names: "
-                f"{', '.join((*HEURISTICS, 'none'))}"
-            )
-        if self.embedding_optimizer not in ("adam", "adagrad"):
-            raise ValueError(
-                f"unknown embedding_optimizer {self.embedding_optimizer!r}; "
-                "valid names: adagrad, adam"
-            )
-        if self.embedding_dim < 0:
-            raise ValueError(f"embedding_dim must be >= 0, got {self.embedding_dim}")
-        for name in ("num_neg", "eval_negatives", "hits_k"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -228,24 +146,26 @@ class LinkTrainer:
     ) -> None:
         config = resolve_for_data(config, train_nodes=len(data.edges), features=data.features)
         self.config, self.link, self.data = config, link, data
-        set_threads(config.threads)
-        torch.manual_seed(config.seed)
+        set_threads(config.run.threads)
+        torch.manual_seed(config.run.seed)
         self.embedding, self.embedding_opt = self._embedding(config, link, data)
         gatherer = self.embedding or FeatureGatherer(
-            data.features, normalize=config.normalize_features
+            data.features, normalize=config.model.normalize_features
         )
         in_dim = link.embedding_dim or data.feature_dim
-        self.device = use_device(config.device)
-        self.model = model or model_from_config(config, in_dim=in_dim, out_dim=config.hidden)
-        self.scorer = build_scorer(link.scorer, config.hidden, dropout=config.dropout)
+        self.device = use_device(config.run.device)
+        self.model = model or model_from_config(config, in_dim=in_dim, out_dim=config.model.hidden)
+        self.scorer = build_scorer(link.scorer, config.model.hidden, dropout=config.model.dropout)
         self.model, self.scorer = self.model.to(self.device), self.scorer.to(self.device)
         #: what best-validation selection keeps and restores: the encoder and the scorer
         self.selected_module = nn.ModuleDict({"encoder": self.model, "scorer": self.scorer})
         params = list(self.model.parameters()) + list(self.scorer.parameters())
-        self.optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.Adam(
+            params, lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
         self.timer = Timer()
         sampler = NeighborSampler(
-            data.indptr, data.indices, config.fanouts, num_nodes=data.num_nodes
+            data.indptr, data.indices, config.sampling.fanouts, num_nodes=data.num_nodes
         )
         self.loader = LinkBatchLoader(
             sampler,
@@ -253,10 +173,10 @@ class LinkTrainer:
             data.edges,
             directed=data.directed,
             num_nodes=data.num_nodes,
-            batch_size=config.batch_size,
+            batch_size=config.sampling.batch_size,
             num_neg=link.num_neg,
             negatives=link.negatives,
-            seed=config.seed,
+            seed=config.run.seed,
             timer=self.timer,
         )
         self.num_batches = 0
@@ -275,14 +195,14 @@ class LinkTrainer:
                 )
             return None, None
         where = Path(link.embedding_dir or f"{data.path}.emb")
-        if (where / "embedding.npy").exists() and not config.resume:
+        if (where / "embedding.npy").exists() and not config.checkpoint.resume:
             raise ShoalInputError(
                 "an embedding table from another run is there",
                 path=where,
                 fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
             )
-        emb = NodeEmbedding(where, data.num_nodes, link.embedding_dim, seed=config.seed)
-        lr = link.embedding_lr or config.lr
+        emb = NodeEmbedding(where, data.num_nodes, link.embedding_dim, seed=config.run.seed)
+        lr = link.embedding_lr or config.optim.lr
         opt = (
             SparseAdam(emb, lr=lr)
             if link.embedding_optimizer == "adam"
@@ -337,7 +257,7 @@ class LinkTrainer:
     def _negatives(self, split: str, pos: np.ndarray) -> np.ndarray:
         if split not in self._eval_neg:  # drawn once per split: the same at every evaluation
             self._eval_neg[split] = eval_negatives(
-                self.config.seed, split, len(pos), self.data.num_nodes, self.link.eval_negatives
+                self.config.run.seed, split, len(pos), self.data.num_nodes, self.link.eval_negatives
             )
         return self._eval_neg[split]
 
@@ -371,9 +291,9 @@ class LinkTrainer:
                 on_device(self.model, self.device),
                 self.data,
                 nodes,
-                normalize_features=self.config.normalize_features and self.embedding is None,
-                batch_size=self.config.eval_batch_size,
-                scratch_dir=self.config.scratch_dir,
+                normalize_features=self.config.model.normalize_features and self.embedding is None,
+                batch_size=self.config.eval.batch_size,
+                scratch_dir=self.config.memory.scratch_dir,
             )
         )
         out = {}
@@ -389,9 +309,9 @@ class LinkTrainer:
     def state(self) -> dict[str, Any]:
         """Weights, optimizer and RNG; a learned table is copied into the checkpoint
         directory (``embedding/``) beside them."""
-        snap = self.embedding_opt is not None and bool(self.config.checkpoint_dir)
+        snap = self.embedding_opt is not None and bool(self.config.checkpoint.dir)
         if snap:
-            save_tables(self.embedding_opt.tables(), Path(self.config.checkpoint_dir) / "embedding")
+            save_tables(self.embedding_opt.tables(), Path(self.config.checkpoint.dir) / "embedding")
         return {
             "model": self.model.state_dict(),
             "scorer": self.scorer.state_dict(),
@@ -406,7 +326,7 @@ class LinkTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_states(state["torch_rng"], self.device)
         if state.get("embedding_snapshot") and self.embedding_opt is not None:
-            load_tables(self.embedding_opt.tables(), Path(self.config.checkpoint_dir) / "embedding")
+            load_tables(self.embedding_opt.tables(), Path(self.config.checkpoint.dir) / "embedding")
 
     def eval_work_ratio(self) -> float:
         """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``): an
@@ -416,7 +336,7 @@ class LinkTrainer:
             num_nodes=self.data.num_nodes,
             num_edges=len(self.data.edges),
             num_seeds=pos * (2 + self.link.num_neg),
-            fanouts=self.config.fanouts,
+            fanouts=self.config.sampling.fanouts,
         )
 
     def fit(self) -> RunResult:

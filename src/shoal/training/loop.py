@@ -187,7 +187,7 @@ class EpochLoop:
         the best weights. True when improved."""
         st = self.state
         t0 = time.perf_counter()
-        acc = self.target.evaluate(("val", "test") if self.config.eval_test else ("val",))
+        acc = self.target.evaluate(("val", "test") if self.config.eval.test else ("val",))
         self.eval_seconds += time.perf_counter() - t0
         val = rec[f"val_{self.metric}"] = acc["val"]
         if "test" in acc:
@@ -203,8 +203,8 @@ class EpochLoop:
     def _log_epoch(self, rec: dict[str, Any], stop: bool) -> None:
         if not self.is_rank0:
             return
-        if self.config.metrics_file:
-            p = Path(self.config.metrics_file)
+        if self.config.run.metrics_file:
+            p = Path(self.config.run.metrics_file)
             p.parent.mkdir(parents=True, exist_ok=True)
             with open(p, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -227,7 +227,7 @@ class EpochLoop:
         """Whether ``epoch`` (counted from 1) is evaluated: every ``eval_every`` epochs (the
         cadence chosen under "auto") and the last one."""
         k = self.state.eval_every or 1
-        return epoch % k == 0 or epoch == self.config.epochs
+        return epoch % k == 0 or epoch == self.config.optim.epochs
 
     def _cadence(self) -> int:
         """``eval_every``, or under "auto" ``ceil(4 r)`` with ``r`` the target's estimated
@@ -235,8 +235,8 @@ class EpochLoop:
         graph's sizes: the same on every rank and in every run with the same data), so that
         evaluation takes about a fifth of the run or less."""
         cfg = self.config
-        if cfg.eval_every != "auto":
-            return int(cfg.eval_every)
+        if cfg.eval.every != "auto":
+            return int(cfg.eval.every)
         ratio = getattr(self.target, "eval_work_ratio", None)
         k = max(1, math.ceil(4.0 * ratio())) if ratio is not None else 1
         if self.is_rank0:
@@ -250,10 +250,10 @@ class EpochLoop:
 
     def _checkpointer(self) -> Checkpointer | None:
         cfg = self.config
-        if not cfg.checkpoint_dir:
+        if not cfg.checkpoint.dir:
             return None
         return Checkpointer(
-            cfg.checkpoint_dir,
+            cfg.checkpoint.dir,
             rank=self.group.rank,
             world_size=self.group.world_size,
             barrier=self.group.barrier,
@@ -264,12 +264,12 @@ class EpochLoop:
         """Train until ``epochs`` or early stopping; test the best-validation weights."""
         cfg, st = self.config, self.state
         ckpt = self._checkpointer()
-        if ckpt is not None and cfg.resume:
+        if ckpt is not None and cfg.checkpoint.resume:
             self._resume(ckpt)
         if not st.eval_every:  # a resumed run keeps its cadence
             st.eval_every = self._cadence()
-        stop = cfg.patience > 0 and st.bad_evals >= cfg.patience
-        while st.epoch < cfg.epochs and not stop:
+        stop = cfg.optim.patience > 0 and st.bad_evals >= cfg.optim.patience
+        while st.epoch < cfg.optim.epochs and not stop:
             done = st.epoch + 1
             rec = {"epoch": done, **self.target.train_epoch(st.epoch)}
             st.epoch = done
@@ -277,7 +277,7 @@ class EpochLoop:
             if self._due(st.epoch) and rec.get("evaluable", True):
                 improved = self._evaluate_val(rec)
             st.history.append(rec)
-            stop = cfg.patience > 0 and st.bad_evals >= cfg.patience
+            stop = cfg.optim.patience > 0 and st.bad_evals >= cfg.optim.patience
             self._log_epoch(rec, stop)
             if ckpt is not None:
                 state = {**self.target.state(), **st.to_dict(), "config": cfg.to_dict()}

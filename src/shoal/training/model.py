@@ -37,33 +37,33 @@ def factory_model(spec: str, **kwargs) -> nn.Module:
 
 
 def model_from_config(cfg: TrainConfig, *, in_dim: int, out_dim: int, rank: int = 0) -> nn.Module:
-    """The model named by ``cfg.model`` (or built by ``cfg.model_factory``), initialised from
-    ``cfg.seed`` (the same weights in every process). Ranks other than 0 then re-seed torch
+    """The model named by ``cfg.model.name`` (or built by ``cfg.model.factory``), initialised from
+    ``cfg.run.seed`` (the same weights in every process). Ranks other than 0 then re-seed torch
     with ``seed + rank`` so their dropout masks are independent of rank 0's (rank 0 keeps the
     single-process trainer's stream)."""
-    torch.manual_seed(cfg.seed)
-    if cfg.model_factory:
+    torch.manual_seed(cfg.run.seed)
+    if cfg.model.factory:
         model = factory_model(
-            cfg.model_factory,
+            cfg.model.factory,
             in_dim=int(in_dim),
-            hidden=cfg.hidden,
+            hidden=cfg.model.hidden,
             out_dim=int(out_dim),
             num_layers=cfg.num_layers,
-            dropout=cfg.dropout,
+            dropout=cfg.model.dropout,
         )
         if rank:
-            torch.manual_seed(cfg.seed + rank)
+            torch.manual_seed(cfg.run.seed + rank)
         return model
-    extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
+    extra = {"heads": cfg.model.heads} if cfg.model.name == "gat" else {}
     model = build_model(
-        cfg.model,
+        cfg.model.name,
         in_dim=int(in_dim),
-        hidden=cfg.hidden,
+        hidden=cfg.model.hidden,
         out_dim=int(out_dim),
         num_layers=cfg.num_layers,
-        dropout=cfg.dropout,
+        dropout=cfg.model.dropout,
         **extra,
     )
     if rank:
-        torch.manual_seed(cfg.seed + rank)
+        torch.manual_seed(cfg.run.seed + rank)
     return model

@@ -17,10 +17,9 @@ class _DataChoices(Protocol):
     """The fields of a ``TrainConfig`` that :func:`resolve_for_data` reads (a protocol, so
     this module needs no import of ``shoal.training.config``, which imports it)."""
 
-    normalize_features: bool | str
-    min_steps: int
-    epochs: int
-    batch_size: int
+    model: Any  # normalize_features
+    optim: Any  # min_steps, epochs
+    sampling: Any  # batch_size
 
 
 _Config = TypeVar("_Config", bound=_DataChoices)
@@ -182,19 +181,19 @@ def resolve_for_data(
     ``ceil(train_nodes / (batch_size * ranks))`` optimizer steps. Every rank of a run must
     pass the same arguments (the same decision everywhere)."""
     changes: dict[str, Any] = {}
-    if config.normalize_features == "auto":
+    if config.model.normalize_features == "auto":
         ok = features is not None and auto_normalize(_sample_rows(features))
-        changes["normalize_features"] = ok
+        changes["model"] = replace(config.model, normalize_features=ok)
         log.info("features: %s (normalize_features=auto)", "row-normalised" if ok else "as stored")
-    if config.min_steps:
-        steps = max(1, math.ceil(train_nodes / (config.batch_size * max(ranks, 1))))
-        epochs = max(config.epochs, math.ceil(config.min_steps / steps))
-        if epochs != config.epochs:
-            changes["epochs"] = epochs
+    if config.optim.min_steps:
+        steps = max(1, math.ceil(train_nodes / (config.sampling.batch_size * max(ranks, 1))))
+        epochs = max(config.optim.epochs, math.ceil(config.optim.min_steps / steps))
+        if epochs != config.optim.epochs:
+            changes["optim"] = replace(config.optim, epochs=epochs)
             log.info(
                 "epochs: %d (%d steps per epoch; at least min_steps=%d)",
                 epochs,
                 steps,
-                config.min_steps,
+                config.optim.min_steps,
             )
     return replace(config, **changes) if changes else config

@@ -42,41 +42,41 @@ class Trainer:
         config: a :class:`TrainConfig`.
         data: a :class:`TrainData`.
         model: any ``nn.Module`` called as ``model(x, blocks)`` (default: built from
-            ``config.model`` by :func:`~shoal.training.model.model_from_config`).
+            ``config.model.name`` by :func:`~shoal.training.model.model_from_config`).
     """
 
     def __init__(self, config: TrainConfig, data: TrainData, model: nn.Module | None = None):
         config = resolve_for_data(config, train_nodes=len(data.train_idx), features=data.features)
         self.config = config
         self.data = data
-        set_threads(config.threads)
-        self.device = use_device(config.device)
-        torch.manual_seed(config.seed)
+        set_threads(config.run.threads)
+        self.device = use_device(config.run.device)
+        torch.manual_seed(config.run.seed)
         if model is None:  # built on the host: the same initial weights on every device
             model = model_from_config(config, in_dim=data.feature_dim, out_dim=data.num_classes)
         self.model = model.to(self.device)
         self.feed = DeviceFeed(self.device)
         self.optimizer = torch.optim.Adam(
-            model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+            model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
         self.features, self.budget = open_features(
             data,
-            memory=config.memory_bytes,
-            fanouts=config.fanouts,
-            batch_size=config.batch_size,
-            normalize=config.normalize_features,
-            io_threads=config.io_threads,
-            show_progress=config.progress,
-            structure=config.structure,
+            memory=config.memory.limit_bytes,
+            fanouts=config.sampling.fanouts,
+            batch_size=config.sampling.batch_size,
+            normalize=config.model.normalize_features,
+            io_threads=config.memory.io_threads,
+            show_progress=config.run.progress,
+            structure=config.memory.structure,
         )
         self.sampler = NeighborSampler(
             data.indptr,
             data.indices,
-            config.fanouts,
+            config.sampling.fanouts,
             num_nodes=data.num_nodes,
             degrees=data.degrees,
             direct_indices=not self.budget.structure_in_memory and structure_on_disk(data.indices),
-            io_threads=config.io_threads,
+            io_threads=config.memory.io_threads,
             neighbor_cache_bytes=self.budget.neighbor_cache,
         )
         self.timer = Timer()
@@ -85,19 +85,19 @@ class Trainer:
             self.features,
             data.labels,
             data.train_idx,
-            batch_size=config.batch_size,
-            seed=config.seed,
+            batch_size=config.sampling.batch_size,
+            seed=config.run.seed,
             timer=self.timer,
         )
         if self.budget.cache < self.budget.features:
             self.loader.use_windows(
                 self.features,
                 window_bytes=self.budget.window,
-                last_epoch=config.epochs - 1,
+                last_epoch=config.optim.epochs - 1,
                 pack_epochs=default_pack_epochs(
-                    config.pack_epochs, self.budget.structure_in_memory
+                    config.memory.pack_epochs, self.budget.structure_in_memory
                 ),
-                scratch_dir=config.scratch_dir,
+                scratch_dir=config.memory.scratch_dir,
             )
             # cache and windows sized from the first epoch's sampled batches
             fit = self.loader.prefetcher.calibrate(
@@ -111,10 +111,10 @@ class Trainer:
             self,
             config,
             identity={
-                "model": config.model,
-                "hidden": config.hidden,
+                "model": config.model.name,
+                "hidden": config.model.hidden,
                 "num_layers": config.num_layers,
-                "heads": config.heads,
+                "heads": config.model.heads,
                 "num_nodes": data.num_nodes,
                 "feature_dim": data.feature_dim,
                 "num_classes": data.num_classes,
@@ -159,10 +159,10 @@ class Trainer:
             total=len(self.loader),
             desc=f"epoch {epoch + 1}",
             unit="batch",
-            enable=self.config.progress,
+            enable=self.config.run.progress,
         )
         t_epoch = time.perf_counter()
-        key = self.config.seed
+        key = self.config.run.seed
         for step, batch in enumerate(self.feed.iterate(self.loader.epoch(epoch))):
             t0 = time.perf_counter()
             # masks keyed by (seed, epoch, step, node): one batch per epoch is full-graph
@@ -220,10 +220,10 @@ class Trainer:
             self.data,
             splits,
             sampler=self.sampler,
-            normalize_features=self.config.normalize_features,
-            batch_size=self.config.eval_batch_size,
-            show_progress=self.config.progress,
-            scratch_dir=self.config.scratch_dir,
+            normalize_features=self.config.model.normalize_features,
+            batch_size=self.config.eval.batch_size,
+            show_progress=self.config.run.progress,
+            scratch_dir=self.config.memory.scratch_dir,
             features=self.features,
             memory_budget=max(budget, self.budget.window),
         )
@@ -235,7 +235,7 @@ class Trainer:
             num_nodes=self.data.num_nodes,
             num_edges=int(self.data.indptr[-1]),
             num_seeds=len(self.data.train_idx),
-            fanouts=self.config.fanouts,
+            fanouts=self.config.sampling.fanouts,
         )
 
     def fit(self) -> RunResult:

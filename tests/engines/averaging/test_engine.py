@@ -59,7 +59,9 @@ def test_p_greater_than_n_trains_every_part_in_turn(make_store):
     store = make_store(parts=3)
     with process_group(DistConfig()) as ctx:
         assert isinstance(ctx, DistContext)
-        tc = TrainConfig(fanouts=(2,), hidden=4, epochs=2, batch_size=4, progress=False)
+        tc = TrainConfig.from_options(
+            fanouts=(2,), hidden=4, epochs=2, batch_size=4, progress=False
+        )
         eng = AveragingEngine(Store.open(store), tc, ctx)
         assert [p.index for p in eng.parts] == [0, 1, 2]
         assert eng.weight == 16  # every training node of the three parts
@@ -69,7 +71,7 @@ def test_p_greater_than_n_trains_every_part_in_turn(make_store):
 
 def _fit_averaging(rank: int, world: int, store: str):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         fanouts=(3, 3), hidden=8, epochs=3, batch_size=4, lr=0.05, seed=2, progress=False
     )
     eng = AveragingEngine(Store.open(store), tc, ctx)
@@ -101,7 +103,7 @@ def test_a_rank_without_training_nodes_joins_every_average(make_graph, make_stor
 
 def _fit_params(rank: int, world: int, store: str, part_models: bool):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         fanouts=(3, 3),
         hidden=8,
         epochs=2,

@@ -174,7 +174,7 @@ def test_epochs_follow_single_process_full_graph_training(make_graph, make_store
     extra = {"model": "sage", "deps": mode, "dep_costs": (1.0, 1.0, 6.0)}
     tc = read_config({**CFG, "engine": "fullgraph", "epochs": 5, **extra})
     blk, x, train, y, model = _whole_graph(store, tc)
-    opt = torch.optim.Adam(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+    opt = torch.optim.Adam(model.parameters(), lr=tc.optim.lr, weight_decay=tc.optim.weight_decay)
     ref = []
     for _ in range(5):
         opt.zero_grad()

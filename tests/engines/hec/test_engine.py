@@ -87,7 +87,7 @@ def test_one_process_equals_single_process_training(make_graph, make_store):
     store = make_store(np.zeros(g.num_nodes, np.int32), graph=g)
     got = run_world(_fit, 1, str(store), 4, {})[0]
     data = TrainData.from_graph_dir(g)
-    tr = Trainer(TrainConfig(**CFG, epochs=4), data)
+    tr = Trainer(TrainConfig.from_options(**CFG, epochs=4), data)
     ref = tr.fit()
     # distributed and single-process evaluation sum in other orders
     assert_within(got["test_accuracy"], accuracy_bounds(tr.model, data, ("test",))["test"])

@@ -30,7 +30,7 @@ def test_two_level_split_keeps_own_nodes_and_equalises():
 
 def _batch_counts(rank: int, world: int, store: str) -> tuple[int, list[int], list[int]]:
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    cfg = TrainConfig(batch_size=3, fanouts=(2, 2), hidden=4, epochs=1)
+    cfg = TrainConfig.from_options(batch_size=3, fanouts=(2, 2), hidden=4, epochs=1)
     eng = MinibatchEngine(Store.open(store), cfg, ctx)
     sizes = [len(b) for b in eng.epoch_batches(0)]
     return eng.num_batches, sizes, sorted(eng.seeds.tolist())
@@ -60,7 +60,7 @@ def _fit(rank: int, world: int, store: str, engine: str, epochs: int, dropout: f
     from shoal.engines import get_engine
 
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         model="sage",
         fanouts=(3, 3),
         batch_size=4,
@@ -81,7 +81,7 @@ def test_one_process_one_part_equals_single_process_trainer(make_graph, make_sto
     g = community_graph(make_graph)
     store = make_store(np.zeros(g.num_nodes, np.int32), graph=g)
     got = run_world(_fit, 1, str(store), "minibatch", 6, dropout)[0]
-    tc = TrainConfig(
+    tc = TrainConfig.from_options(
         model="sage",
         fanouts=(3, 3),
         batch_size=4,
@@ -99,7 +99,7 @@ def test_one_process_one_part_equals_single_process_trainer(make_graph, make_sto
     ref = tr.fit()
     # distributed and single-process evaluation sum in other orders: the same predictions
     # away from float ties
-    bounds = accuracy_bounds(tr.model, data, ("val", "test"), normalize=tc.normalize_features)
+    bounds = accuracy_bounds(tr.model, data, ("val", "test"), normalize=tc.model.normalize_features)
     assert_within(got["test_accuracy"], bounds["test"], "test")
     assert_within(got["val_accuracy"], bounds["val"], "val", max_width=0.15)
     assert [h["loss"] for h in got["history"]] == pytest.approx(
@@ -109,7 +109,7 @@ def test_one_process_one_part_equals_single_process_trainer(make_graph, make_sto
 
 def _sample_and_fit(rank: int, world: int, store: str, seeds: list[int]):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    cfg = TrainConfig(batch_size=4, fanouts=(-1, -1), hidden=4, epochs=1)
+    cfg = TrainConfig.from_options(batch_size=4, fanouts=(-1, -1), hidden=4, epochs=1)
     eng = MinibatchEngine(Store.open(store), cfg, ctx)
     mb = eng.sampler.sample(np.asarray(seeds[rank::world]), 7)
     edges = []
@@ -152,7 +152,7 @@ def test_two_processes_sample_like_one_and_learn(make_store):
 
 
 def _full_batch_config() -> TrainConfig:
-    return TrainConfig(
+    return TrainConfig.from_options(
         model="sage",
         fanouts=(-1, -1),
         batch_size=64,  # every rank's share in one batch
@@ -197,7 +197,7 @@ def test_sync_sgd_equals_one_process_large_batch(make_graph, make_store):
 
 def _sampled_edges(rank: int, world: int, store: str, fanouts: tuple[int, ...]):
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    cfg = TrainConfig(batch_size=4, fanouts=fanouts, hidden=4, epochs=1)
+    cfg = TrainConfig.from_options(batch_size=4, fanouts=fanouts, hidden=4, epochs=1)
     eng = MinibatchEngine(Store.open(store), cfg, ctx)
     seeds = np.arange(rank, 48, 3 * world)
     out = []

@@ -43,7 +43,7 @@ def _cfg(**kw) -> TrainConfig:
         progress=False,
         threads=1,
     )
-    return TrainConfig(**{**base, **kw})
+    return TrainConfig.from_options(**{**base, **kw})
 
 
 def _engine(rank, world, store, link=None, **kw) -> LinkMinibatchEngine:

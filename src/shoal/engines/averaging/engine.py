@@ -77,7 +77,7 @@ class AveragingEngine(Engine):
             )
         self.model = self.build_model()
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         self.timer = Timer()
         rows = [p.num_core + (p.num_halo if self.store.halo_features else 0) for p in self.parts]
@@ -87,7 +87,7 @@ class AveragingEngine(Engine):
             feature_bytes=sum(rows) * self.row_bytes,
             num_rows=max(rows or [1]),
             extra_bytes=14 * sum(rows),
-            structure=cfg.structure,
+            structure=cfg.memory.structure,
         )
         windows = plan.cache < plan.features
         fits = []
@@ -101,20 +101,20 @@ class AveragingEngine(Engine):
             sampler = NeighborSampler(
                 part.indptr,
                 part.indices,
-                cfg.fanouts,
+                cfg.sampling.fanouts,
                 num_nodes=part.num_nodes,
                 degrees=deg,
                 direct_indices=direct,
-                io_threads=cfg.io_threads,
+                io_threads=cfg.memory.io_threads,
                 neighbor_cache_bytes=int(plan.neighbor_cache * share),
             )
             feats = DiskFeatures(
                 part_rows(part),
                 cache_bytes=int(plan.cache * share),
                 priority=np.argsort(-deg, kind="stable") if windows else None,
-                normalize=cfg.normalize_features,
-                threads=cfg.io_threads,
-                show_progress=cfg.progress if self.ctx.is_rank0 else False,
+                normalize=cfg.model.normalize_features,
+                threads=cfg.memory.io_threads,
+                show_progress=cfg.run.progress if self.ctx.is_rank0 else False,
                 defer_cache=windows,
             )
             loader = BatchLoader(
@@ -122,17 +122,19 @@ class AveragingEngine(Engine):
                 feats,
                 part.labels,
                 np.flatnonzero(np.asarray(part.train_mask)),
-                batch_size=cfg.batch_size,
-                seed=cfg.seed + 1_000_003 * part.index,
+                batch_size=cfg.sampling.batch_size,
+                seed=cfg.run.seed + 1_000_003 * part.index,
                 timer=self.timer,
             )
             if windows:  # cache and windows sized from the part's first sampled epoch
                 loader.use_windows(
                     feats,
                     window_bytes=max(int(plan.window * share), 1),
-                    last_epoch=cfg.epochs - 1,
-                    pack_epochs=default_pack_epochs(cfg.pack_epochs, plan.structure_in_memory),
-                    scratch_dir=cfg.scratch_dir,
+                    last_epoch=cfg.optim.epochs - 1,
+                    pack_epochs=default_pack_epochs(
+                        cfg.memory.pack_epochs, plan.structure_in_memory
+                    ),
+                    scratch_dir=cfg.memory.scratch_dir,
                 )
                 fits.append(
                     loader.prefetcher.calibrate(int(plan.pool * share), min_window=plan.min_window)
@@ -153,7 +155,9 @@ class AveragingEngine(Engine):
                 m = copy.deepcopy(self.model)
                 self.models.append(m)
                 self.optimizers.append(
-                    torch.optim.Adam(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+                    torch.optim.Adam(
+                        m.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+                    )
                 )
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
@@ -167,7 +171,7 @@ class AveragingEngine(Engine):
             total=self.num_batches,
             desc=f"epoch {epoch + 1}",
             unit="batch",
-            enable=cfg.progress if self.ctx.is_rank0 else False,
+            enable=cfg.run.progress if self.ctx.is_rank0 else False,
         )
         for i, loader in enumerate(self.loaders):  # p > N: this rank's parts in turn
             j = i if len(self.models) > 1 else 0
@@ -180,7 +184,7 @@ class AveragingEngine(Engine):
                 seen += len(batch.y)
                 bar.update(1)
         bar.close()
-        averaged = (epoch + 1) % self.options.average_every == 0 or epoch + 1 == cfg.epochs
+        averaged = (epoch + 1) % self.options.average_every == 0 or epoch + 1 == cfg.optim.epochs
         if averaged:
             t0 = time.perf_counter()
             local = [float(len(ld.seeds)) for ld in self.loaders]

@@ -20,7 +20,7 @@ def estimate(x: CostInputs) -> dict[str, float] | None:
         return None
     nb = default_batch_workers(n)
     nc = n - nb
-    batches = math.ceil(x.train_nodes / x.config.batch_size)
+    batches = math.ceil(x.train_nodes / x.config.sampling.batch_size)
     stream = (
         store_bytes(x.store) / nb / c.seq_read_bytes_per_s
         if math.isfinite(c.seq_read_bytes_per_s)

@@ -118,7 +118,7 @@ class DisaggEngine(Engine):
             self.feed = DeviceFeed(self.device)
         self.model = self.build_model()
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         # every rank creates every group, in the same order
         self.compute_group = dist.new_group(roles.compute_ranks)
@@ -136,17 +136,17 @@ class DisaggEngine(Engine):
         self.is_batch = roles.is_batch(ctx.rank)
         peers = local_peers(ctx)  # collective: every rank
         if self.is_batch:
-            total = cfg.memory_bytes or memory_limit(peers[0], cgroup_processes=peers[1])[0]
+            total = cfg.memory.limit_bytes or memory_limit(peers[0], cgroup_processes=peers[1])[0]
             self.worker = BatchWorker(
                 store,
                 roles=roles,
                 rank=ctx.rank,
                 degrees=self.tables.degrees,
                 train=self.tables.train,
-                fanouts=cfg.fanouts,
-                batch_size=cfg.batch_size,
+                fanouts=cfg.sampling.fanouts,
+                batch_size=cfg.sampling.batch_size,
                 replicas=self.options.replicas,
-                seed=cfg.seed,
+                seed=cfg.run.seed,
                 budget=max((total - ENGINE_RESERVE) // 2, 0),
                 max_parts=self.options.resident_parts,
                 cache=self.capacity > 0,
@@ -180,7 +180,7 @@ class DisaggEngine(Engine):
         phases, the schedule."""
         cfg, roles, p = self.train_config, self.roles, self.store.num_parts
         m = (
-            torch.from_numpy(assign_parts(p, roles.batch_workers, cfg.seed, epoch))
+            torch.from_numpy(assign_parts(p, roles.batch_workers, cfg.run.seed, epoch))
             if self.ctx.rank == roles.coordinator
             else torch.empty(p, dtype=torch.int64)
         )
@@ -197,7 +197,7 @@ class DisaggEngine(Engine):
         dist.all_gather(every, vec)
         phase_seeds = [every[r][1 : 1 + int(every[r][0])].tolist() for r in roles.batch_ranks]
         sched = epoch_schedule(
-            phase_seeds, roles, batch_size=cfg.batch_size, replicas=self.options.replicas
+            phase_seeds, roles, batch_size=cfg.sampling.batch_size, replicas=self.options.replicas
         )
         return part_to_bw, ph, sched
 
@@ -284,7 +284,7 @@ class DisaggEngine(Engine):
         pos, blocks = gb.blocks(g, self.tables.degrees)
         seeds = gb.minibatches[g][0]
         x = torch.from_numpy(x_all[pos])
-        if cfg.normalize_features:
+        if cfg.model.normalize_features:
             s = x.sum(1, keepdim=True)
             x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
         y = torch.from_numpy(self.tables.labels[gb.ids[pos[:seeds]]].astype(np.int64))

@@ -24,7 +24,7 @@ def estimate(x: CostInputs) -> dict[str, float]:
     halo = max(sum(p["num_halo"] for p in ps) for ps in per_rank)
     compute = 0.0
     for i, t in enumerate(c.layer_s):  # each probed layer scaled to the rank's rows
-        on_sources = x.config.model in ("gcn", "sage") and widths[i + 1] < widths[i]
+        on_sources = x.config.model.name in ("gcn", "sage") and widths[i + 1] < widths[i]
         compute += (
             t * (core + halo) / max(c.layer_sources, 1)
             if on_sources
@@ -45,8 +45,8 @@ def estimate(x: CostInputs) -> dict[str, float]:
 
 
 def excluded(x: CostInputs) -> str | None:
-    if x.config.model_factory:
+    if x.config.model.factory:
         return "runs shoal's own models only (--model-factory given)"
-    if x.config.model not in FULLGRAPH_MODELS:
-        return f"runs {', '.join(FULLGRAPH_MODELS)}, not {x.config.model}"
+    if x.config.model.name not in FULLGRAPH_MODELS:
+        return f"runs {', '.join(FULLGRAPH_MODELS)}, not {x.config.model.name}"
     return None

@@ -78,10 +78,10 @@ class FullGraphEngine(Engine):
         cfg, ctx, store = self.train_config, self.ctx, self.store
         self.model = self.build_model()
         self.require_block_model("runs the model layer by layer")
-        if any(f != -1 for f in cfg.fanouts):
+        if any(f != -1 for f in cfg.sampling.fanouts):
             log.warning(
                 "fullgraph uses every neighbour: --fanouts %s only sets %d layers",
-                ",".join(map(str, cfg.fanouts)),
+                ",".join(map(str, cfg.sampling.fanouts)),
                 cfg.num_layers,
             )
         g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner)
@@ -97,7 +97,7 @@ class FullGraphEngine(Engine):
         self.split_seconds = time.perf_counter() - t0
         self._build(plan)
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         self.num_batches = 1
         if ctx.is_rank0:
@@ -181,8 +181,8 @@ class FullGraphEngine(Engine):
         self.features = DiskFeatures(
             arrays,
             cache_bytes=plan.cache,
-            threads=cfg.io_threads,
-            normalize=cfg.normalize_features,
+            threads=cfg.memory.io_threads,
+            normalize=cfg.model.normalize_features,
             show_progress=False,
         )
         # level 0 never changes: [local rows; replicated rows] in one buffer, read once
@@ -338,7 +338,7 @@ class FullGraphEngine(Engine):
         self.model.train()
         t_epoch = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        with keyed_dropout(self.model, self.train_config.seed, epoch):
+        with keyed_dropout(self.model, self.train_config.run.seed, epoch):
             logits = self.forward(timer)
         loss = self.loss(logits)
         t0 = time.perf_counter()

@@ -22,6 +22,6 @@ def estimate(x: CostInputs) -> dict[str, float]:
 
 
 def excluded(x: CostInputs) -> str | None:
-    if x.config.model_factory:
+    if x.config.model.factory:
         return "runs shoal's own models only (--model-factory given)"
     return None

@@ -89,16 +89,20 @@ class HecEngine(Engine):
         local_ids = np.concatenate([g.solid, g.halo])
         self.degrees = self.tables.degrees[local_ids] if len(local_ids) else np.zeros(0, np.float32)
         self.sampler = NeighborSampler(
-            g.indptr, g.indices, cfg.fanouts, num_nodes=len(local_ids), degrees=self.degrees
+            g.indptr,
+            g.indices,
+            cfg.sampling.fanouts,
+            num_nodes=len(local_ids),
+            degrees=self.degrees,
         )
         dim = int(store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
         self.features = DiskFeatures(
             arrays,
             cache_bytes=plan.cache,
-            threads=cfg.io_threads,
-            normalize=cfg.normalize_features,
-            show_progress=cfg.progress if ctx.is_rank0 else False,
+            threads=cfg.memory.io_threads,
+            normalize=cfg.model.normalize_features,
+            show_progress=cfg.run.progress if ctx.is_rank0 else False,
         )
         train = np.concatenate(
             [
@@ -109,7 +113,7 @@ class HecEngine(Engine):
         ).astype(np.int64)
         self.seeds = train
         self.labels = self.tables.labels[g.solid] if len(g.solid) else np.empty(0, np.int32)
-        steps = torch.tensor([math.ceil(len(train) / cfg.batch_size)], dtype=torch.int64)
+        steps = torch.tensor([math.ceil(len(train) / cfg.sampling.batch_size)], dtype=torch.int64)
         if ctx.world_size > 1:
             dist.all_reduce(steps, op=dist.ReduceOp.MAX)
         self.num_batches = int(steps.item())
@@ -129,7 +133,7 @@ class HecEngine(Engine):
         self.push = DelayedPush(self.dims, ctx.world_size, self.options.hec_delay, self.stats)
         self.now = 0  # mini-batch steps since the start: the caches' clock
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         self.param_bytes = 4 * sum(p.numel() for p in self.model.parameters())
         if ctx.is_rank0:
@@ -155,7 +159,7 @@ class HecEngine(Engine):
             total=self.num_batches,
             desc=f"epoch {epoch + 1}",
             unit="batch",
-            enable=cfg.progress if self.ctx.is_rank0 else False,
+            enable=cfg.run.progress if self.ctx.is_rank0 else False,
         )
         m, d = self.num_batches, self.options.hec_delay
         for k, seeds in enumerate(self.epoch_batches(epoch)):
@@ -197,7 +201,7 @@ class HecEngine(Engine):
         loss_v, ok, rows_of = 0.0, 0, None
         if len(seeds):
             t0 = time.perf_counter()
-            mb = self.sampler.sample(seeds, batch_seed(cfg.seed, epoch, k) + self.ctx.rank)
+            mb = self.sampler.sample(seeds, batch_seed(cfg.run.seed, epoch, k) + self.ctx.rank)
             t1 = time.perf_counter()
             solid = mb.n_id < s
             x = torch.zeros((len(mb.n_id), self.dims[0]), dtype=torch.float32)
@@ -254,7 +258,7 @@ class HecEngine(Engine):
         most ``nc``, by degree) and their rows at that layer."""
         cfg, g, world = self.train_config, self.graph, self.ctx.world_size
         limit = None if self.options.hec_push < 0 else self.options.hec_push
-        rng = np.random.default_rng([cfg.seed, epoch, k, self.ctx.rank, 12])
+        rng = np.random.default_rng([cfg.run.seed, epoch, k, self.ctx.rank, 12])
         out = []
         for layer, dim in enumerate(self.dims):
             per = [(np.empty(0, np.int64), torch.empty(0, dim)) for _ in range(world)]

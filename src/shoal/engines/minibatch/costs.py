@@ -13,7 +13,7 @@ def estimate(x: CostInputs) -> dict[str, float]:
     from their owners and all-reducing the gradients; its batches are the part's grown by
     ``remote_scale`` (the owners expand the halo nodes)."""
     c, g, h = x.costs, x.remote_scale, x.costs.halo_fraction
-    hops = len(x.config.fanouts)
+    hops = len(x.config.sampling.fanouts)
     return split(
         x.steps,
         sampling=c.sample_s * g,

@@ -80,14 +80,16 @@ class MinibatchEngine(Engine):
         splits = split_training_nodes(owned)
         self.seeds = splits[ctx.rank]
         max_share = max(len(s) for s in splits)
-        self.num_batches = max(1, math.ceil(max_share / cfg.batch_size)) if max_share else 0
+        self.num_batches = (
+            max(1, math.ceil(max_share / cfg.sampling.batch_size)) if max_share else 0
+        )
         self.sampler = DistNeighborSampler(
             parts=self.parts,
             part_offsets=store.part_offsets,
             part_to_rank=self.part_to_rank,
             rank=ctx.rank,
             world_size=ctx.world_size,
-            fanouts=cfg.fanouts,
+            fanouts=cfg.sampling.fanouts,
             degrees=self.tables.degrees,
             stats=self.stats,
         )
@@ -99,7 +101,7 @@ class MinibatchEngine(Engine):
             device_ids=[self.device] if self.device.type == "cuda" else None,
         )
         self.optimizer = torch.optim.Adam(
-            self.ddp.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+            self.ddp.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         self.param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
 
@@ -127,8 +129,8 @@ class MinibatchEngine(Engine):
             arrays,
             cache_bytes=plan.cache,
             priority=np.argsort(-deg, kind="stable") if windows else None,
-            threads=cfg.io_threads,
-            show_progress=cfg.progress if ctx.is_rank0 else False,
+            threads=cfg.memory.io_threads,
+            show_progress=cfg.run.progress if ctx.is_rank0 else False,
             defer_cache=windows,
         )
         self.windows = DistWindows(
@@ -141,9 +143,9 @@ class MinibatchEngine(Engine):
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
             sample_bytes=plan.window // 4 if windows else None,
-            pack_epochs=default_pack_epochs(cfg.pack_epochs, plan.structure_in_memory),
-            last_epoch=cfg.epochs - 1,
-            scratch_dir=cfg.scratch_dir,
+            pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, plan.structure_in_memory),
+            last_epoch=cfg.optim.epochs - 1,
+            scratch_dir=cfg.memory.scratch_dir,
         )
         self.features = DistFeatureStore(
             part_offsets=store.part_offsets,
@@ -167,7 +169,7 @@ class MinibatchEngine(Engine):
             total=self.num_batches,
             desc=f"epoch {epoch + 1}",
             unit="batch",
-            enable=cfg.progress if self.ctx.is_rank0 else False,
+            enable=cfg.run.progress if self.ctx.is_rank0 else False,
         )
         world, rank = self.ctx.world_size, self.ctx.rank
         for step, batch in enumerate(self.feed.iterate(self._batches(epoch, timer))):
@@ -177,7 +179,7 @@ class MinibatchEngine(Engine):
             # dropout keyed by (seed, epoch, step and rank, original node id): one process on
             # a one-part store draws the single-process trainer's masks
             blocks = batch.mb.with_node_ids(self.store.to_orig(batch.mb.n_id))
-            with keyed_dropout(self.model, cfg.seed, epoch, step * world + rank):
+            with keyed_dropout(self.model, cfg.run.seed, epoch, step * world + rank):
                 out = self.ddp(x, blocks)
             # DDP averages the ranks' gradients (batches differ in size by at most one
             # seed per rank under the two-level split)
@@ -210,7 +212,7 @@ class MinibatchEngine(Engine):
             for mb in mbs:
                 t1 = time.perf_counter()
                 x = self.features.pull(mb.n_id)
-                if self.train_config.normalize_features:
+                if self.train_config.model.normalize_features:
                     s = x.sum(1, keepdim=True)
                     x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
                 y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64))
@@ -223,7 +225,7 @@ class MinibatchEngine(Engine):
         for step, seeds in enumerate(self.epoch_batches(epoch)):
             t0 = time.perf_counter()
             # the batch seed depends on the rank too, so ranks draw different samples
-            mb = self.sampler.sample(seeds, batch_seed(cfg.seed, epoch, step) + self.ctx.rank)
+            mb = self.sampler.sample(seeds, batch_seed(cfg.run.seed, epoch, step) + self.ctx.rank)
             timer["sampling"] += time.perf_counter() - t0
             yield mb
 

@@ -79,7 +79,7 @@ class LinkMinibatchEngine(Engine):
 
     def __init__(self, store, config: TrainConfig, ctx, *, link: LinkConfig | None = None) -> None:
         super().__init__(store, config, ctx)
-        self.link = link or LinkConfig()
+        self.link = link or config.link
         cfg, ctx = self.train_config, self.ctx
         self._check_inputs()
         self.positives = RankPositives(
@@ -90,7 +90,7 @@ class LinkMinibatchEngine(Engine):
         if ctx.world_size > 1:
             dist.all_reduce(most, op=dist.ReduceOp.MAX)
             dist.all_reduce(total)
-        self.num_batches = max(1, math.ceil(int(most) / cfg.batch_size))
+        self.num_batches = max(1, math.ceil(int(most) / cfg.sampling.batch_size))
         self.total_positives = int(total)
         self.sampler = DistNeighborSampler(
             parts=self.parts,
@@ -98,7 +98,7 @@ class LinkMinibatchEngine(Engine):
             part_to_rank=self.part_to_rank,
             rank=ctx.rank,
             world_size=ctx.world_size,
-            fanouts=cfg.fanouts,
+            fanouts=cfg.sampling.fanouts,
             degrees=self.tables.degrees,
             stats=self.stats,
         )
@@ -112,9 +112,9 @@ class LinkMinibatchEngine(Engine):
                 rank=ctx.rank,
                 world_size=ctx.world_size,
                 dim=self.link.embedding_dim,
-                seed=cfg.seed,
+                seed=cfg.run.seed,
                 optimizer=self.link.embedding_optimizer,
-                lr=self.link.embedding_lr or cfg.lr,
+                lr=self.link.embedding_lr or cfg.optim.lr,
                 stats=self.stats,
             )
         else:
@@ -130,20 +130,20 @@ class LinkMinibatchEngine(Engine):
         in_dim = self.link.embedding_dim or int(store.feature_dim)
         # the encoder, then the scorer, from the run's seed (as the single-process trainer
         # draws them: the same weights on every rank), then the rank's own dropout stream
-        encoder = self.build_model(in_dim=in_dim, out_dim=cfg.hidden, rank=0)
+        encoder = self.build_model(in_dim=in_dim, out_dim=cfg.model.hidden, rank=0)
         if sum_layers(encoder) is None:
             raise ShoalInputError(
                 f"--task link on the {self.name} engine evaluates layer by layer and needs a "
-                f"model whose layers sum messages; {cfg.model} does not",
+                f"model whose layers sum messages; {cfg.model.name} does not",
                 fix="use --model sage, gcn, gin or sgc, or train GAT link prediction in one "
                 "process (--graph)",
             )
-        scorer = build_scorer(self.link.scorer, cfg.hidden, dropout=cfg.dropout)
+        scorer = build_scorer(self.link.scorer, cfg.model.hidden, dropout=cfg.model.dropout)
         if ctx.rank:
-            torch.manual_seed(cfg.seed + ctx.rank)
+            torch.manual_seed(cfg.run.seed + ctx.rank)
         self.model = LinkNet(encoder, scorer).to(self.device)
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
 
     def _check_inputs(self) -> None:
@@ -161,7 +161,11 @@ class LinkMinibatchEngine(Engine):
                 path=store.path,
                 fix="learn an embedding per node instead: --embedding-dim 64",
             )
-        if link.embedding_dim and self.link.embedding_dir is None and not self.train_config.resume:
+        if (
+            link.embedding_dim
+            and self.link.embedding_dir is None
+            and not self.train_config.checkpoint.resume
+        ):
             if Path(f"{store.path}.emb").exists():
                 raise ShoalInputError(
                     "an embedding table from another run is there",
@@ -182,7 +186,7 @@ class LinkMinibatchEngine(Engine):
         if self.embedding is not None:
             return self.embedding.pull(n_id)
         x = self.features.pull(n_id).clone()  # the pull's buffer is reused by the next one
-        if self.train_config.normalize_features:
+        if self.train_config.model.normalize_features:
             s = x.sum(1, keepdim=True)
             x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
         return x
@@ -246,10 +250,10 @@ class LinkMinibatchEngine(Engine):
             total=self.num_batches,
             desc=f"epoch {epoch + 1}",
             unit="batch",
-            enable=cfg.progress if self.ctx.is_rank0 else False,
+            enable=cfg.run.progress if self.ctx.is_rank0 else False,
         )
-        for step, pos in enumerate(self.positives.epoch(cfg.seed, epoch, self.num_batches)):
-            seed = batch_seed(cfg.seed, epoch, step) + self.ctx.rank
+        for step, pos in enumerate(self.positives.epoch(cfg.run.seed, epoch, self.num_batches)):
+            seed = batch_seed(cfg.run.seed, epoch, step) + self.ctx.rank
             neg = self._negatives(pos, np.random.default_rng(seed))
             s, n = self.train_step([(pos, neg)], seed, timer)
             loss_sum, seen = loss_sum + s, seen + n
@@ -276,7 +280,7 @@ class LinkMinibatchEngine(Engine):
             self.embedding.flush()
         inputs = self.embedding.weights if self.embedding is not None else None
         out: dict[str, float] = {}
-        with Scratch(cfg.scratch_dir, beside=self.store.path) as scratch:
+        with Scratch(cfg.memory.scratch_dir, beside=self.store.path) as scratch:
             emb = dist_node_embeddings(
                 on_device(net.encoder, self.device),
                 self.store,
@@ -284,12 +288,12 @@ class LinkMinibatchEngine(Engine):
                 self.part_to_rank,
                 self.ctx,
                 self.tables,
-                width=cfg.hidden,
+                width=cfg.model.hidden,
                 scratch=scratch,
                 budget=BLOCKED_BUDGET,
                 inputs=inputs,
-                normalize=cfg.normalize_features and inputs is None,
-                threads=cfg.io_threads,
+                normalize=cfg.model.normalize_features and inputs is None,
+                threads=cfg.memory.io_threads,
             )
             for s in splits:
                 mrr, hits = dist_link_metrics(
@@ -299,10 +303,10 @@ class LinkMinibatchEngine(Engine):
                     self.part_to_rank,
                     self.ctx,
                     split=s,
-                    seed=cfg.seed,
+                    seed=cfg.run.seed,
                     num_neg=self.link.eval_negatives,
                     hits_k=self.link.hits_k,
-                    width=cfg.hidden,
+                    width=cfg.model.hidden,
                 )
                 out[s], out[f"{s}_hits@{self.link.hits_k}"] = mrr, hits
         return out
@@ -311,10 +315,10 @@ class LinkMinibatchEngine(Engine):
         """The base state; learned rows and their optimizer state are copied into the
         checkpoint directory (``embedding/part_<i>``), each rank its own parts."""
         st = super().state()
-        snap = self.embedding is not None and bool(self.train_config.checkpoint_dir)
+        snap = self.embedding is not None and bool(self.train_config.checkpoint.dir)
         if snap:
             self.embedding.flush()
-            root = Path(self.train_config.checkpoint_dir) / "embedding"
+            root = Path(self.train_config.checkpoint.dir) / "embedding"
             for i, tables in self.embedding.state_tables().items():
                 save_tables(tables, root / f"part_{i}")
         return {**st, "embedding_snapshot": snap}
@@ -322,7 +326,7 @@ class LinkMinibatchEngine(Engine):
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         if state.get("embedding_snapshot") and self.embedding is not None:
-            root = Path(self.train_config.checkpoint_dir) / "embedding"
+            root = Path(self.train_config.checkpoint.dir) / "embedding"
             for i, tables in self.embedding.state_tables().items():
                 load_tables(tables, root / f"part_{i}")
 
@@ -332,7 +336,7 @@ class LinkMinibatchEngine(Engine):
             num_nodes=self.store.num_nodes,
             num_edges=self.store.num_edges,
             num_seeds=self.total_positives * (2 + self.link.num_neg),
-            fanouts=self.train_config.fanouts,
+            fanouts=self.train_config.sampling.fanouts,
         )
 
     def settings(self) -> dict[str, Any]:

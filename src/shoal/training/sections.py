@@ -1,0 +1,283 @@
+"""The sections of a run's configuration tree (:class:`~shoal.training.TrainConfig`): one
+keyword-only dataclass per component, each validating its own values once.
+
+A value left ``None`` where the docstring says "the preset's" is filled by the tree from the
+hyper-parameter preset (:func:`~shoal.training.presets.preset_defaults`); the values a
+section is given are checked in its ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from shoal.nn import MODELS
+from shoal.sample.budget import STRUCTURE_MODES
+from shoal.sample.sampler import parse_fanouts
+from shoal.utils.device import check_device_spec
+from shoal.utils.io import parse_size
+
+__all__ = [
+    "CheckpointConfig",
+    "EvalConfig",
+    "MemoryConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RunConfig",
+    "SamplingConfig",
+]
+
+
+def _at_least_one(section: object, *names: str) -> None:
+    for name in names:
+        v = getattr(section, name)
+        if v is not None and int(v) < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """The model.
+
+    Args:
+        name: registered model name (``shoal.nn.MODELS``; flag ``--model``; default
+            ``"sage"``).
+        factory: ``"module:function"`` building the model instead (called with
+            ``in_dim, hidden, out_dim, num_layers, dropout``); a module called as
+            ``model(x, edge_index)`` (PyG) is adapted to blocks (``--model-factory``; default
+            None).
+        hidden: hidden width (default: the preset's).
+        heads: attention heads of GAT's hidden layers (default: the preset's, 8).
+        dropout: dropout probability on every layer's input (default: the preset's).
+        normalize_features: divide each feature row by its sum when it is read, as Kipf &
+            Welling do for bag-of-words features; ``"auto"``: when the rows are non-negative
+            with at most 64 non-zeros on average (sparse bag-of-words; denser rows divided by
+            their sum leave GCN far behind, e.g. Amazon-Photo)
+            (:func:`~shoal.training.presets.resolve_for_data`; default: the preset's, "auto"
+            for GCN, GAT and SGC).
+    """
+
+    name: str = "sage"
+    factory: str | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    dropout: float | None = None
+    normalize_features: bool | str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in MODELS:
+            raise ValueError(
+                f"unknown model {self.name!r}; valid names: {', '.join(sorted(MODELS))}"
+            )
+        _at_least_one(self, "hidden", "heads")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.normalize_features not in (None, True, False, "auto"):
+            raise ValueError(
+                f"normalize_features must be true, false or 'auto', got {self.normalize_features!r}"
+            )
+
+
+@dataclass(kw_only=True)
+class OptimConfig:
+    """Optimisation (Adam).
+
+    Args:
+        epochs: maximum number of epochs (default: the preset's).
+        min_steps: train at least this many optimizer steps: the epochs grow to
+            ``ceil(min_steps / steps per epoch)`` on a small training set (default: the
+            preset's when ``epochs`` is not given -- 200 for GraphSAGE, whose paper's 10
+            epochs are thousands of steps on Reddit but 10 on 160 labelled nodes -- else 0).
+        lr: Adam learning rate (default: the preset's).
+        weight_decay: Adam L2 penalty (default: the preset's).
+        patience: stop after this many evaluations without a better validation accuracy;
+            0 disables early stopping (default 0).
+    """
+
+    epochs: int | None = None
+    min_steps: int | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    patience: int = 0
+
+    def __post_init__(self) -> None:
+        _at_least_one(self, "epochs")
+        if self.min_steps is not None and self.min_steps < 0:
+            raise ValueError(f"min_steps must be >= 0, got {self.min_steps}")
+        if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if self.weight_decay is not None and self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.patience < 0:
+            raise ValueError(f"patience must be >= 0 (0 = off), got {self.patience}")
+
+
+@dataclass(kw_only=True)
+class SamplingConfig:
+    """Neighbour sampling and batches.
+
+    Args:
+        fanouts: neighbours sampled per hop, hop 1 first (PyG's ``num_neighbors`` order);
+            -1 = all; its length is the number of layers (default: the preset's).
+            DGL's ``NeighborSampler`` and the papers list the input layer first: DGL's
+            ``[5, 10, 15]`` is shoal's ``(15, 10, 5)``. Parsed and checked here, once.
+        fanouts_order: how ``fanouts`` is written: ``"hop-first"`` (default) or
+            ``"input-first"`` (DGL's order, for ported scripts); an input-first list is
+            reversed on construction, after which the section holds ``"hop-first"``.
+        batch_size: training seeds per mini-batch (positive edges for the link task)
+            (default: the preset's: 1024 seeds; 512 edges for links).
+    """
+
+    fanouts: tuple[int, ...] | None = None
+    fanouts_order: str = "hop-first"
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.fanouts_order not in ("hop-first", "input-first"):
+            raise ValueError(
+                f"fanouts_order must be 'hop-first' or 'input-first', got {self.fanouts_order!r}"
+            )
+        if self.fanouts is not None:
+            self.fanouts = parse_fanouts(self.fanouts)
+            if self.fanouts_order == "input-first":  # DGL's order: store hop 1 first
+                self.fanouts, self.fanouts_order = tuple(reversed(self.fanouts)), "hop-first"
+        _at_least_one(self, "batch_size")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts or ())
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    """Evaluation.
+
+    Args:
+        every: evaluate on the validation set every this many epochs, or ``"auto"``
+            (default): every ``k = ceil(4 r)`` epochs, ``r`` the work of one exact evaluation
+            over one epoch's estimated from the graph's sizes and the fanouts
+            (:func:`~shoal.training.loop.eval_work_ratio`), so evaluation takes about a fifth
+            of the run or less; deterministic; the last epoch is always evaluated; ``k`` is
+            recorded (``eval_every_chosen``) (flag ``--eval-every``).
+        test: also measure the test accuracy at every evaluation, recorded in the epoch's
+            record (``test_accuracy``) to follow convergence, as DistGNN-MB's "epochs to
+            reach the target" does; the best-validation weights are still chosen on
+            validation only (``--eval-test``; default false).
+        batch_size: target nodes per batch of the exact layer-wise inference; a batch reads
+            the rows of all their in-neighbours, so this bounds its memory
+            (``--eval-batch-size``; default 1024).
+    """
+
+    every: int | str = "auto"
+    test: bool = False
+    batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.every != "auto":
+            try:
+                self.every = int(self.every)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"eval_every must be a number of epochs or 'auto', got {self.every!r}"
+                ) from None
+            if self.every < 1:
+                raise ValueError(f"eval_every must be >= 1 or 'auto', got {self.every}")
+        if int(self.batch_size) < 1:
+            raise ValueError(f"eval_batch_size must be >= 1, got {self.batch_size}")
+
+
+@dataclass(kw_only=True)
+class MemoryConfig:
+    """Memory and I/O (out-of-core).
+
+    Args:
+        limit: memory one training process may use in all, page cache included, e.g.
+            ``"4GiB"``; it is shared between a fixed reserve, the graph structure, windows of
+            feature rows read ahead and a cache of hot rows (``shoal.sample.budget``). None =
+            90% of the memory cgroup limit or of the memory available at the start, whichever
+            is lower (flag ``--memory``; default None).
+        io_threads: concurrent read requests of the feature reader (default 8).
+        pack_epochs: when feature rows are read in windows, one sweep of the feature file
+            reads the uncached rows of this many epochs into a pack file per epoch in the
+            scratch directory, and each epoch's windows read its pack (DiskGNN-style packing,
+            ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file;
+            None = 4 when the graph structure is held in memory, else off (packing samples
+            every epoch twice) (default None; the single-process trainer, ``minibatch`` and
+            ``averaging``).
+        structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
+            fits half of the budget left after the reserve, else on disk: its row index in
+            memory, the sampled neighbour entries read with planned direct reads), or
+            ``"memory"`` / ``"disk"`` forced (default ``"auto"``; the single-process trainer
+            and the ``averaging`` engine; ``minibatch`` always uses ``"auto"``).
+        scratch_dir: directory for large temporary files (inference arrays, packs); None =
+            beside the input graph or store, never the system temp dir (default None).
+    """
+
+    limit: str | int | None = None
+    io_threads: int = 8
+    pack_epochs: int | None = None
+    structure: str = "auto"
+    scratch_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and parse_size(self.limit) <= 0:
+            raise ValueError(f"memory must be a positive size, got {self.limit!r}")
+        _at_least_one(self, "io_threads")
+        if self.pack_epochs is not None and self.pack_epochs < 0:
+            raise ValueError(f"pack_epochs must be >= 0 (0 = off), got {self.pack_epochs}")
+        if self.structure not in STRUCTURE_MODES:
+            raise ValueError(
+                f"structure must be one of {', '.join(STRUCTURE_MODES)}, got {self.structure!r}"
+            )
+
+    @property
+    def limit_bytes(self) -> int | None:
+        """``limit`` in bytes (None: derive from the machine)."""
+        return None if self.limit is None else parse_size(self.limit)
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    """Checkpoints.
+
+    Args:
+        dir: write per-epoch checkpoints there (``--checkpoint-dir``; default None).
+        resume: continue from the last checkpoint in ``dir`` when there is one (default
+            false).
+    """
+
+    dir: str | None = None
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        if self.resume and not self.dir:
+            raise ValueError("resume needs checkpoint_dir")
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """Where and how the run computes, and what it reports as it goes.
+
+    Args:
+        seed: seed of initialisation, shuffling, sampling and dropout (default 0).
+        device: where the model computes: ``"cpu"``, ``"cuda"`` (in a distributed run each
+            process takes the GPU of its local rank) or ``"cuda:i"``; sampling, feature reads
+            and exchanges stay on the host, batches are copied through pinned buffers
+            (:class:`~shoal.training.device.DeviceFeed`), gradients of distributed engines
+            are all-reduced over NCCL (default ``"cpu"``).
+        threads: torch and numba threads; None keeps the current settings (default None; under
+            several processes, torch's current setting).
+        progress: show tqdm bars; None = only when stderr is a terminal (default None).
+        metrics_file: append one JSON line per epoch to this file (default None).
+    """
+
+    seed: int = 0
+    device: str = "cpu"
+    threads: int | None = None
+    progress: bool | None = None
+    metrics_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        check_device_spec(self.device)
