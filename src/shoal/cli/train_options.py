@@ -13,7 +13,7 @@ from shoal.cli.link_options import add_link_arguments
 from shoal.cli.report import add_report_argument
 from shoal.engines.registry import ENGINES
 from shoal.nn import MODELS
-from shoal.sample.budget import STRUCTURE_MODES
+from shoal.rows.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training import TrainConfig
 from shoal.training.config import PRESETS

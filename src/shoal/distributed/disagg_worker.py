@@ -45,7 +45,7 @@ from shoal.distributed.disagg_plan import EpochSchedule, Roles, parts_in_order, 
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.distributed.rowcache import CacheView
 from shoal.distributed.sampler import DistNeighborSampler
-from shoal.sample.features import read_rows
+from shoal.rows.gather import read_rows
 from shoal.store.reader import Store
 from shoal.training.batches import batch_seed
 

@@ -46,7 +46,7 @@ from shoal.distributed.runtime import local_peers, nccl_group
 from shoal.engines.base import ENGINE_RESERVE, Engine
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch, MiniBatch
-from shoal.sample.budget import memory_limit
+from shoal.rows.budget import memory_limit
 from shoal.training.device import DeviceFeed
 from shoal.utils.io import parse_size
 

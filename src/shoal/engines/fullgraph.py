@@ -57,7 +57,7 @@ from shoal.engines.base import Engine
 from shoal.engines.fullgraph_costs import block_from_csr, probe_costs
 from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.featstore import DiskFeatures
 from shoal.utils.io import parse_size
 
 __all__ = ["FullGraphEngine"]

@@ -57,7 +57,7 @@ from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
 from shoal.graph.blocks import Block
 from shoal.nn.base import layer_widths
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.featstore import DiskFeatures
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import batch_seed
 from shoal.utils.progress import progress

@@ -13,7 +13,7 @@ import tomllib
 
 from shoal.errors import ShoalInputError
 from shoal.nn import MODELS
-from shoal.sample.budget import STRUCTURE_MODES
+from shoal.rows.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training.presets import PRESETS, preset_defaults
 from shoal.utils.device import check_device_spec
@@ -107,14 +107,14 @@ class TrainConfig:
     Memory (out-of-core):
         memory: memory one training process may use in all, page cache included, e.g.
             ``"4GiB"``; it is shared between a fixed reserve, the graph structure, windows of
-            feature rows read ahead and a cache of hot rows (``shoal.sample.budget``). None =
+            feature rows read ahead and a cache of hot rows (``shoal.rows.budget``). None =
             90% of the memory cgroup limit or of the memory available at the start, whichever
             is lower (default None).
         io_threads: concurrent read requests of the feature reader (default 8).
         pack_epochs: when feature rows are read in windows, one sweep of the feature file
             reads the uncached rows of this many epochs into a pack file per epoch in the
             scratch directory, and each epoch's windows read its pack (DiskGNN-style packing,
-            ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file;
+            ``shoal.rows.packing``); 0 or 1 = off, every window reads the feature file;
             None = 4 when the graph structure is held in memory, else off (packing samples
             every epoch twice) (default None; the single-process trainer, ``minibatch`` and
             ``averaging``).

@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from shoal.nn.ondevice import on_device
-from shoal.sample.packing import default_pack_epochs
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
@@ -59,7 +58,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
-        self.features, self.budget = open_features(
+        self.store = open_features(
             data,
             memory=config.memory_bytes,
             fanouts=config.fanouts,
@@ -69,6 +68,7 @@ class Trainer:
             show_progress=config.progress,
             structure=config.structure,
         )
+        self.features, self.budget = self.store.features, self.store.plan
         self.sampler = NeighborSampler(
             data.indptr,
             data.indices,
@@ -89,20 +89,14 @@ class Trainer:
             seed=config.seed,
             timer=self.timer,
         )
-        if self.budget.cache < self.budget.features:
-            self.loader.use_windows(
-                self.features,
-                window_bytes=self.budget.window,
-                last_epoch=config.epochs - 1,
-                pack_epochs=default_pack_epochs(
-                    config.pack_epochs, self.budget.structure_in_memory
-                ),
-                scratch_dir=config.scratch_dir,
-            )
-            # cache and windows sized from the first epoch's sampled batches
-            fit = self.loader.prefetcher.calibrate(
-                self.budget.pool, min_window=self.budget.min_window
-            )
+        # windows when the cache lacks rows: cache and windows sized from the first epoch
+        fit = self.store.read_ahead(
+            self.loader,
+            last_epoch=config.epochs - 1,
+            pack_epochs=config.pack_epochs,
+            scratch_dir=config.scratch_dir,
+        )
+        if fit is not None:
             self.budget.use_fit(fit)
             log.info("features: %s", fit.describe())
         log.info("%s", self.budget.describe())
