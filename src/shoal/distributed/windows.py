@@ -67,7 +67,9 @@ class DistWindows:
     """Windows of this rank's rows for distributed mini-batches (module docstring).
 
     Args:
-        features: the rank's rows: its parts' core rows stacked in part order.
+        features: the rank's rows: its parts' core rows stacked in part order (a budgeted
+            store, :class:`~shoal.rows.budgeted.BudgetedStore`; its rows come from any
+            :class:`~shoal.rows.source.RowSource`: files, memory, another backend).
         part_offsets, part_to_rank, rank, world_size: the layout (as for the feature store).
         window_rows: rows of this rank's window (at least one batch is always taken); a
             window is cut when some owner's rows would exceed that owner's size.
@@ -255,6 +257,7 @@ class DistWindows:
             for mb in sample(e):
                 self._mark[mb.n_id[~self.cached[mb.n_id]]] = True
             sets[e] = self._needed()
+        # packs gather rows read from a row source (none when every row is in memory)
         if self.features.reader is not None and any(len(v) for v in sets.values()):
             t0 = time.perf_counter()
             self.packs.pack(sets, None)
