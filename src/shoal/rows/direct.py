@@ -18,6 +18,10 @@ sequential ``O_DIRECT`` reads of 16 MiB ran at 1.37 GB/s against 0.40-0.76 GB/s 
 random 4 KiB ``O_DIRECT`` reads at 68k/s from 16 threads against 16k/s buffered. One random
 request therefore costs about as much as 20 KiB of sequential transfer, hence the default
 ``merge_gap`` of 32 KiB.
+
+This module holds the file layout of rows (:class:`RowFile`), the reader (:class:`RowReader`,
+a :class:`~shoal.rows.source.RowSource`) and :func:`load_array`, which copies a mapped array
+into memory with sequential reads whose page cache is dropped as it goes.
 """
 
 from __future__ import annotations
