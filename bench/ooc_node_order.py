@@ -8,7 +8,7 @@ several orders of the feature rows, computes what the second epoch's window read
 the epoch is one window (the single-process trainer's case at 4 GiB): the rows it needs
 beyond a static cache of the highest in-degree rows (``--cache`` fractions of the rows) are
 sorted in file order, widened to 4 KiB pages, and merged into runs when closer than 32 KiB,
-exactly as :class:`shoal.sample.diskio.RowReader` plans them. Reported: distinct 4 KiB pages,
+exactly as :class:`shoal.rows.direct.RowReader` plans them. Reported: distinct 4 KiB pages,
 read requests (runs) and bytes transferred. Orders (a permutation of the rows; the graph is
 not rewritten):
 
@@ -38,8 +38,8 @@ from common import RESULTS, ROOT, WORK, command_line, rel, write_json, write_tex
 sys.path.insert(0, str(ROOT / "src"))
 
 from shoal.data.format import GraphDir  # noqa: E402
-from shoal.sample import _kernels as K  # noqa: E402
-from shoal.sample.diskio import MAX_RUN, MERGE_GAP, PAGE  # noqa: E402
+from shoal.rows import _kernels as K  # noqa: E402
+from shoal.rows.direct import MAX_RUN, MERGE_GAP, PAGE  # noqa: E402
 from shoal.sample.sampler import NeighborSampler  # noqa: E402
 from shoal.training.batches import batch_seed  # noqa: E402
 

@@ -22,8 +22,8 @@ def _train(
 ) -> dict:
     import shoal.distributed.windows as windows
     import shoal.engines.base as base
-    import shoal.sample.budget as budget
-    import shoal.sample.packing as packing
+    import shoal.rows.budget as budget
+    import shoal.rows.packing as packing
     from shoal.distributed import DistContext
     from shoal.engines import get_engine
     from shoal.store import Store
@@ -118,7 +118,7 @@ def test_minibatch_rank_without_room_to_pack_trains_the_same_model(make_graph, m
 
 def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dict:
     import shoal.engines.base as base
-    import shoal.sample.budget as budget
+    import shoal.rows.budget as budget
     from shoal.distributed import DistContext
     from shoal.engines import get_engine
     from shoal.store import Store

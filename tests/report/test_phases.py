@@ -20,7 +20,7 @@ from shoal.report.phases import (
 from shoal.report.plots import plot_time_split
 from tests.report.runs import run_result
 
-PREFETCH = Path(__file__).resolve().parents[2] / "src/shoal/training/prefetch.py"
+PREFETCH = Path(__file__).resolve().parents[2] / "src/shoal/rows/prefetch.py"
 
 
 def _read_ahead_run(seconds: tuple[float, ...] = (40.0, 28.0, 29.0)) -> dict:

@@ -46,7 +46,7 @@ def _rss_file_kib() -> int | None:
 
 
 def test_read_rows_equals_gather_rows_on_mapped_files(tmp_path):
-    from shoal.sample.features import gather_rows, read_rows
+    from shoal.rows.gather import gather_rows, read_rows
 
     p = tmp_path / "x.npy"
     a = np.lib.format.open_memmap(p, mode="w+", dtype=np.float32, shape=(1000, 7))
@@ -68,7 +68,7 @@ def test_read_rows_equals_gather_rows_on_mapped_files(tmp_path):
 
 
 def test_read_rows_does_not_map_the_file_into_memory(tmp_path):
-    from shoal.sample.features import read_rows
+    from shoal.rows.gather import read_rows
 
     if _rss_file_kib() is None:
         pytest.skip("needs /proc/self/status (Linux)")
@@ -85,7 +85,7 @@ def test_read_rows_does_not_map_the_file_into_memory(tmp_path):
 
 
 def test_read_rows_into_given_positions(tmp_path):
-    from shoal.sample.features import read_rows
+    from shoal.rows.gather import read_rows
 
     p = tmp_path / "x.npy"
     a = np.lib.format.open_memmap(p, mode="w+", dtype=np.float32, shape=(50, 3))

@@ -226,7 +226,7 @@ def test_direct_indices_need_a_file(tmp_path):
 def test_direct_indices_through_a_block_cache_draw_the_same_samples(tmp_path, cache_blocks):
     """Blocks of 16 entries through a CLOCK cache of 1, 3 or all blocks (evictions within
     one hop included; the tail block lives in memory): the very in-memory batches."""
-    from shoal.sample.blockcache import BlockCache
+    from shoal.rows.blockcache import BlockCache
 
     rng = np.random.default_rng(8)
     n = 300

@@ -8,7 +8,7 @@ import torch
 
 from shoal.graph import full_graph_block
 from shoal.nn import build_model
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.featstore import DiskFeatures
 from shoal.training import blocked
 from shoal.training.blocked import blocked_layers, sum_layers
 

@@ -13,7 +13,7 @@ from shoal.cli.report import add_report_argument
 from shoal.engines.config import engine_option_owners, read_config, read_config_file
 from shoal.engines.registry import engine_names, get_spec
 from shoal.nn import MODELS
-from shoal.sample.budget import STRUCTURE_MODES
+from shoal.rows.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training import TrainConfig
 from shoal.training.config import PRESETS

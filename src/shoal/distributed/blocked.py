@@ -11,7 +11,7 @@ single-process blocked scheme (:mod:`shoal.training.blocked`):
 1. **halo exchange** (collective): each rank pulls its parts' halo rows of the layer's input
    from their owners (:class:`~shoal.distributed.DistFeatureStore`, chunk by chunk within the
    budget; every owner answers with planned reads of sorted rows,
-   :class:`~shoal.sample.diskio.RowReader`) and writes them, in halo order, to a scratch file.
+   :class:`~shoal.rows.direct.RowReader`) and writes them, in halo order, to a scratch file.
    Layer 0 of a store built with ``--halo-features`` needs none: the part holds them;
 2. **local layer**: each part's core rows of the layer are computed by
    :func:`~shoal.training.blocked.blocked_layer` over the part's in-neighbour CSR, reading its
@@ -36,8 +36,8 @@ from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.distributed.runtime import DistContext
 from shoal.distributed.tables import NodeTables
 from shoal.nn.base import SumLayer
-from shoal.sample.diskio import RowFile, RowReader
-from shoal.sample.features import gather_rows
+from shoal.rows.direct import RowFile, RowReader
+from shoal.rows.gather import gather_rows
 from shoal.store.reader import Partition, Store
 from shoal.training import _kernels as BK
 from shoal.training.blocked import RowWriter, blocked_layer, output_width, width_of
@@ -55,7 +55,7 @@ __all__ = [
 class PlannedGather:
     """``gather(src, ids, out)`` for a :class:`DistFeatureStore`: rows of a memory-mapped
     float32 array by planned direct reads (one :class:`RowReader` per file, kept), any other
-    array by :func:`~shoal.sample.features.gather_rows`."""
+    array by :func:`~shoal.rows.gather.gather_rows`."""
 
     def __init__(self, threads: int = 8) -> None:
         self.threads = threads

@@ -27,7 +27,7 @@ from shoal.distributed.runtime import DistContext
 from shoal.distributed.sampled_eval import sampled_dist_counts
 from shoal.distributed.tables import NodeTables
 from shoal.errors import ShoalInputError
-from shoal.sample.features import read_rows
+from shoal.rows.gather import read_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Partition, Store
 from shoal.training.blocked import sum_layers

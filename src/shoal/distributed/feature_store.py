@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
-from shoal.sample.features import gather_rows
+from shoal.rows.gather import gather_rows
 
 __all__ = ["DistFeatureStore", "owner_of"]
 
@@ -45,8 +45,8 @@ class DistFeatureStore:
         feature_dim: F (needed by ranks that hold no part).
         stats: counters to update (default: a fresh :class:`CommStats`).
         gather: ``gather(src, ids, out)`` reading local rows (default
-            :func:`~shoal.sample.features.gather_rows`; the exact evaluation passes
-            :func:`~shoal.sample.features.read_rows`, positioned reads of mapped files).
+            :func:`~shoal.rows.gather.gather_rows`; the exact evaluation passes
+            :func:`~shoal.rows.gather.read_rows`, positioned reads of mapped files).
         serve: ``serve(ids, out)`` returning the rows of global ``ids`` owned by this rank
             (default: ``gather`` from ``local_parts``); training under a memory budget serves
             them from the current window (:class:`~shoal.distributed.windows.DistWindows`).

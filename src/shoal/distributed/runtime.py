@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from shoal.errors import ShoalInputError
-from shoal.sample.budget import memory_cgroup
+from shoal.rows.budget import memory_cgroup
 from shoal.utils.device import check_device_spec, device_key, use_device
 
 __all__ = [
@@ -153,7 +153,7 @@ def _open_device(spec: str, local: int, world: int) -> torch.device:
 def local_peers(ctx: DistContext) -> tuple[int, int]:
     """``(ranks on this machine, ranks in this process's memory cgroup on this machine)``,
     this rank included (collective): who shares the machine's memory and the cgroup's limit
-    (:func:`shoal.sample.budget.memory_limit`)."""
+    (:func:`shoal.rows.budget.memory_limit`)."""
     me = (socket.gethostname(), memory_cgroup())
     if ctx.world_size == 1:
         return 1, 1

@@ -10,7 +10,7 @@ for its own batches but for the rows the other ranks will pull from it
    all-reduced, so every rank cuts at the same step);
 2. sends each owner the sorted unique rows its window needs from it (one all-to-all-v of ids
    per window) and gets the rows others need from it;
-3. has its :class:`~shoal.sample.featstore.DiskFeatures` read the union of its own and the
+3. has its :class:`~shoal.rows.featstore.DiskFeatures` read the union of its own and the
    requested uncached rows in one planned pass.
 
 By default (:data:`READ_AHEAD` false) a window takes both window slots of the budget and is
@@ -27,7 +27,7 @@ windows alive at most), which pays when the compute per window exceeds a sweep.
 The rows each step pulls are then served from the window (or the static cache): the batches,
 and so the model, are exactly those of training with every row in memory.
 
-With ``pack_epochs`` = K >= 2 (:mod:`shoal.sample.packing`, DiskGNN-style packing), the first
+With ``pack_epochs`` = K >= 2 (:mod:`shoal.rows.packing`, DiskGNN-style packing), the first
 epoch of every K samples the next K epochs once more (collectively, keeping only their rows),
 exchanges each epoch's requests as above, and has every rank read the union of what it serves
 in those epochs with one sweep of its rows into a pack file per epoch; each window then reads
@@ -49,8 +49,8 @@ import torch.distributed as dist
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.graph.blocks import MiniBatch
-from shoal.sample.featstore import DiskFeatures, Window
-from shoal.sample.packing import Packs
+from shoal.rows.featstore import DiskFeatures, Window
+from shoal.rows.packing import Packs
 
 __all__ = ["READ_AHEAD", "DistWindows", "sample_bytes"]
 
@@ -67,7 +67,9 @@ class DistWindows:
     """Windows of this rank's rows for distributed mini-batches (module docstring).
 
     Args:
-        features: the rank's rows: its parts' core rows stacked in part order.
+        features: the rank's rows: its parts' core rows stacked in part order (a budgeted
+            store, :class:`~shoal.rows.budgeted.BudgetedStore`; its rows come from any
+            :class:`~shoal.rows.source.RowSource`: files, memory, another backend).
         part_offsets, part_to_rank, rank, world_size: the layout (as for the feature store).
         window_rows: rows of this rank's window (at least one batch is always taken); a
             window is cut when some owner's rows would exceed that owner's size.
@@ -255,6 +257,7 @@ class DistWindows:
             for mb in sample(e):
                 self._mark[mb.n_id[~self.cached[mb.n_id]]] = True
             sets[e] = self._needed()
+        # packs gather rows read from a row source (none when every row is in memory)
         if self.features.reader is not None and any(len(v) for v in sets.values()):
             t0 = time.perf_counter()
             self.packs.pack(sets, None)

@@ -211,7 +211,7 @@ def plan_engine(
     width = int(store.feature_dim or 1)
     widths = costs.widths or [width] + [config.model.hidden] * (config.num_layers - 1) + [2]
     if memory_per_worker is None:  # the budget an engine's rank takes by default
-        from shoal.sample.budget import memory_limit
+        from shoal.rows.budget import memory_limit
 
         memory_per_worker = config.memory.limit_bytes or memory_limit(workers)[0]
     return choose(

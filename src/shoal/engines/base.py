@@ -32,8 +32,8 @@ from shoal.distributed import (
 from shoal.distributed.runtime import local_peers
 from shoal.errors import ShoalInputError
 from shoal.nn.ondevice import on_device
-from shoal.sample.budget import BudgetPlan, batch_window, plan_budget
-from shoal.sample.diskio import load_array
+from shoal.rows.budget import BudgetPlan, batch_window, plan_budget
+from shoal.rows.direct import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.training.device import DeviceFeed
@@ -112,7 +112,7 @@ class Engine(ABC):
         self, *, feature_bytes: int, num_rows: int, extra_bytes: int = 0, structure: str = "auto"
     ) -> BudgetPlan:
         """This rank's memory budget (``--memory``, by default its share of the machine's or
-        cgroup's limit, :func:`~shoal.sample.budget.plan_budget`) for ``feature_bytes`` of
+        cgroup's limit, :func:`~shoal.rows.budget.plan_budget`) for ``feature_bytes`` of
         feature rows over ``num_rows`` rows. :data:`ENGINE_RESERVE`, the per-node tables
         and ``extra_bytes`` (the engine's own ``O(V)`` arrays: samplers' id maps, marks)
         are taken out first. The parts' row indices (``indptr``) are read into memory, their

@@ -41,7 +41,8 @@ import torch
 import torch.nn.functional as F
 
 from shoal.nn.base import BlockGNN, layer_widths
-from shoal.sample.diskio import load_array, open_reader
+from shoal.rows.direct import load_array
+from shoal.rows.opener import open_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Store
 from shoal.training import TrainConfig, model_from_config
@@ -154,7 +155,7 @@ def _remote_scale(mb: Any, num_core: int) -> float:
 
 def _seq_read_rate(feats: Any, nbytes: int = 64 << 20) -> float:
     """Bytes per second of a sequential read of the first ``nbytes`` of ``feats`` from its
-    file (:func:`~shoal.sample.diskio.load_array`; infinite for rows in memory or none)."""
+    file (:func:`~shoal.rows.direct.load_array`; infinite for rows in memory or none)."""
     if feats is None or feats.shape[0] == 0 or getattr(feats, "filename", None) is None:
         return float("inf")
     rows = max(1, min(feats.shape[0], nbytes // max(feats[0].nbytes, 1)))
@@ -239,7 +240,7 @@ def probe_machine(
     gather_s = gather_mem_s = 0.0
     if feats is not None and ids.size:
         out = np.empty((ids.size, width), dtype=feats.dtype)
-        reader = open_reader(feats, threads=config.memory.io_threads)
+        reader = open_rows(feats, threads=config.memory.io_threads)
         read = (lambda: reader.read(ids, out)) if reader else (lambda: np.take(feats, ids, 0, out))
         gather_s = _median_time(read, repeats) * mb.n_id.size / ids.size  # every row
         if reader is not None:

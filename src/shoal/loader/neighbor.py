@@ -100,13 +100,13 @@ class NeighborLoader:
 
     def _open_graph(self, source, input_nodes, memory, normalize) -> None:
         data = TrainData.from_graph_dir(source)
-        self.features, _ = open_features(
+        self.features = open_features(
             data,
             memory=memory,
             fanouts=self.fanouts,
             batch_size=self.batch_size,
             normalize=normalize,
-        )
+        ).features
         self.sampler = NeighborSampler(
             data.indptr, data.indices, self.fanouts, num_nodes=data.num_nodes
         )

@@ -4,7 +4,7 @@ the measured epoch, and the phases measured beside it on a reading thread, drawn
 An epoch record's ``time_split`` holds seconds per phase. Most phases are timed on the
 training thread one after the other, so they add up to (at most) the epoch's ``seconds``; the
 rest of the epoch is time no phase covers (:data:`OTHER`). The window prefetcher
-(:mod:`shoal.training.prefetch`, its thread :mod:`shoal.training.readahead`) also times work
+(:mod:`shoal.rows.prefetch`, its thread :mod:`shoal.rows.readahead`) also times work
 done on its reading thread while the training thread trains: those seconds overlap the
 epoch, and stacking them on top of it draws an epoch longer than the one measured (a 28.5 s
 epoch of a run reading 28 s in the background drawn as a 57 s bar). :data:`BACKGROUND_PHASES`
@@ -34,7 +34,7 @@ __all__ = [
 
 #: Phases measured on a reading thread while the training thread works, never stacked in the
 #: epoch: the window prefetcher's reads of a window's rows and of the cache (``read``) and its
-#: packing sweeps (``pack``) (:mod:`shoal.training.prefetch`). The training thread's share of
+#: packing sweeps (``pack``) (:mod:`shoal.rows.prefetch`). The training thread's share of
 #: them is its ``io_wait``. Only a loader reading ahead records them. (The distributed
 #: engines' windows, :mod:`shoal.distributed.windows`, keep their reading seconds in the
 #: record's ``io``, not in ``time_split``.)

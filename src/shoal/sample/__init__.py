@@ -1,7 +1,8 @@
 """Neighbour sampling (numba) producing PyG-style bipartite blocks, and feature gathers."""
 
 from shoal.graph.blocks import Block, MiniBatch, full_graph_block
-from shoal.sample.features import FeatureGatherer, gather_rows
+from shoal.rows.gather import gather_rows
+from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler, parse_fanouts
 
 __all__ = [

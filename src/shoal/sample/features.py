@@ -1,130 +1,22 @@
-"""Feature loading: gather rows of a memory-mapped ``(N, F)`` matrix into a reused buffer.
+"""Feature gathers of the sampler's batches: rows of a (memory-mapped) ``(N, F)`` matrix, or
+of a store part's core and halo rows, into a reused float32 buffer.
 
 Only the requested rows are read (the operating system pages them in); the matrix is never
-loaded whole. Rows are gathered in parallel by a numba kernel straight into a float32 buffer
-that is kept between calls and grown when a batch needs more rows.
+loaded whole. Rows are gathered in parallel by a numba kernel
+(:func:`~shoal.rows.gather.gather_rows`) straight into a float32 buffer that is kept between
+calls and grown when a batch needs more rows.
 """
 
 from __future__ import annotations
-
-import mmap
-import os
 
 import numpy as np
 import torch
 
 from shoal.errors import ShoalInputError
-from shoal.sample import _kernels as K
+from shoal.rows.gather import gather_rows
 from shoal.store.reader import Partition
 
-__all__ = ["FeatureGatherer", "PartGatherer", "gather_rows", "part_rows", "read_rows"]
-
-
-def gather_rows(
-    src: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None, *, normalize: bool = False
-) -> np.ndarray:
-    """``out[:len(ids)] = src[ids]`` as float32 (``out`` default: a new array).
-
-    ``src`` is any ``(N, F)`` float array (a memory map is fine); ``ids`` any order.
-    ``normalize=True`` divides each gathered row by its sum (Kipf & Welling's row
-    normalisation of bag-of-words features), leaving all-zero rows alone.
-    """
-    ids = np.asarray(ids, dtype=np.int64)
-    if src.ndim != 2:
-        raise ValueError(f"features must be 2-D, got shape {src.shape}")
-    n = ids.shape[0]
-    if out is None:
-        out = np.empty((n, src.shape[1]), dtype=np.float32)
-    elif out.shape[0] < n or out.shape[1] != src.shape[1] or out.dtype != np.float32:
-        raise ValueError(f"out must be float32 with >= {n} rows and {src.shape[1]} columns")
-    if n and (ids.min() < 0 or ids.max() >= src.shape[0]):
-        raise ValueError(f"row ids must be in [0, {src.shape[0]})")
-    if src.dtype == np.float16:  # numba has no float16: move the raw bits, cast in numpy
-        raw = np.empty((n, src.shape[1]), dtype=np.uint16)
-        K._gather_rows(src.view(np.uint16), ids, raw)
-        out[:n] = raw.view(np.float16)
-    else:
-        K._gather_rows(src, ids, out)
-    if normalize:
-        K._row_normalize(out, n)
-    return out
-
-
-def _file_rows(src: np.ndarray) -> tuple[str, int, int] | None:
-    """``(file, offset of row 0, row stride)`` of a memory-mapped array whose rows are
-    contiguous in its file, or None (an in-memory array, or columns not contiguous)."""
-    mm = getattr(src, "_mmap", None)
-    name = getattr(src, "filename", None)
-    if not isinstance(mm, mmap.mmap) or not name or src.ndim != 2:
-        return None
-    if src.strides[1] != src.itemsize or src.strides[0] < src.shape[1] * src.itemsize:
-        return None
-    map_start = int(src.offset) - int(src.offset) % mmap.ALLOCATIONGRANULARITY
-    map_addr = np.frombuffer(mm, dtype=np.uint8).ctypes.data
-    return str(name), map_start + (src.ctypes.data - map_addr), int(src.strides[0])
-
-
-def read_rows(
-    src: np.ndarray,
-    ids: np.ndarray,
-    out: np.ndarray | None = None,
-    *,
-    normalize: bool = False,
-    at: np.ndarray | None = None,
-) -> np.ndarray:
-    """``out[:len(ids)] = src[ids]`` as float32, like :func:`gather_rows`, but a memory-mapped
-    float32 ``src`` is read with one positioned read (``pread``) per row instead of page
-    faults: the rows land in ``out`` and the page cache, never in this process's resident set
-    (a page fault maps whole (large) folios around each row, so gathering a few thousand
-    random rows from a mapped file can map all of it). Other arrays go to :func:`gather_rows`.
-
-    ``at`` (positions in ``out``) writes row ``ids[i]`` to ``out[at[i]]`` instead (no
-    temporary copy); ``normalize`` then applies to those rows only.
-    """
-    ids = np.asarray(ids, dtype=np.int64)
-    n = ids.shape[0]
-    where = _file_rows(src) if src.dtype == np.float32 else None
-    if where is None:
-        if at is None:
-            return gather_rows(src, ids, out, normalize=normalize)
-        out[at] = gather_rows(src, ids, normalize=normalize)
-        return out
-    rows = n if at is None else (int(at.max()) + 1 if len(at) else 0)
-    if out is None:
-        out = np.empty((rows, src.shape[1]), dtype=np.float32)
-    elif out.shape[0] < rows or out.shape[1] != src.shape[1] or out.dtype != np.float32:
-        raise ValueError(f"out must be float32 with >= {rows} rows and {src.shape[1]} columns")
-    if not out.flags.c_contiguous:
-        raise ValueError("out must be C-contiguous")
-    if n and (ids.min() < 0 or ids.max() >= src.shape[0]):
-        raise ValueError(f"row ids must be in [0, {src.shape[0]})")
-    name, first, stride = where
-    row_bytes = src.shape[1] * 4
-    fd = os.open(name, os.O_RDONLY)
-    try:
-        if (
-            at is None
-            and n > 1
-            and stride == row_bytes
-            and ids[-1] - ids[0] == n - 1
-            and (np.diff(ids) == 1).all()
-        ):
-            # one run of consecutive rows (a sequential pass): one read
-            got = os.preadv(fd, [memoryview(out[:n]).cast("B")], first + int(ids[0]) * stride)
-            bad = 0 if got == n * row_bytes else n
-        else:
-            dest = np.arange(n, dtype=np.int64) if at is None else np.asarray(at, np.int64)
-            bad = K._pread_rows(fd, first, stride, row_bytes, ids, dest, out)
-    finally:
-        os.close(fd)
-    if bad:
-        raise OSError(f"{name}: {bad} rows could not be read (file truncated?)")
-    if normalize:
-        if at is None:
-            K._row_normalize(out, n)
-        else:
-            out[at] = gather_rows(out, np.asarray(at, np.int64), normalize=True)
-    return out
+__all__ = ["FeatureGatherer", "PartGatherer", "part_rows"]
 
 
 class FeatureGatherer:
@@ -159,7 +51,7 @@ class FeatureGatherer:
 
 def part_rows(part: Partition) -> list[np.ndarray]:
     """A part's feature rows in its local index space: core rows, then halo rows (stacked by
-    :class:`~shoal.sample.featstore.DiskFeatures`). Raises ShoalInputError when the part
+    :class:`~shoal.rows.featstore.DiskFeatures`). Raises ShoalInputError when the part
     has halo nodes but the store holds no halo features."""
     if part.features is None or (part.num_halo and part.halo_features is None):
         raise ShoalInputError(

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from shoal.graph.blocks import MiniBatch
+from shoal.rows.blockcache import BlockCache
+from shoal.rows.opener import open_rows
 from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.base import BlockSampler, hop_rowptr, parse_fanouts
-from shoal.sample.blockcache import BlockCache
-from shoal.sample.diskio import RowFile, RowReader
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["NeighborSampler", "parse_fanouts"]
@@ -62,13 +62,13 @@ class NeighborSampler(BlockSampler):
         direct_indices: ``indices`` is a memory map of a file larger than the memory budget:
             each hop first draws the *positions* of the sampled neighbours (the same draws),
             then reads just those entries with planned direct reads
-            (:class:`~shoal.sample.diskio.RowReader`: sorted, widened to pages, merged,
+            (:class:`~shoal.rows.direct.RowReader`: sorted, widened to pages, merged,
             ``O_DIRECT``), never through page faults of the map (default false: ``indices``
             is read where it is, in memory). ``indptr`` is indexed as given (``O(V)``: keep it
             in memory).
         io_threads: concurrent reads of ``indices`` with ``direct_indices`` (default 8).
         neighbor_cache_bytes: with ``direct_indices``, entries are read by blocks through a
-            CLOCK cache of this many bytes (:class:`~shoal.sample.blockcache.BlockCache`;
+            CLOCK cache of this many bytes (:class:`~shoal.rows.blockcache.BlockCache`;
             default 0: no cache, each hop reads the pages of its drawn entries).
 
     ``sample(seeds, seed)`` is deterministic for a ``seed`` whatever the number of numba
@@ -94,11 +94,11 @@ class NeighborSampler(BlockSampler):
         self._blocks: BlockCache | None = None
         if direct_indices:
             mapped = indices if isinstance(indices, np.ndarray) else self.indices
-            f = RowFile.of(mapped.reshape(-1, 1)) if self.indices.size else None
-            if f is None and self.indices.size:
+            src = mapped.reshape(-1, 1)
+            self._reader = open_rows(src, threads=io_threads) if self.indices.size else None
+            if self._reader is None and self.indices.size:
                 raise ValueError("direct_indices needs indices memory-mapped from a file")
-            self._reader = RowReader(f, threads=io_threads) if f is not None else None
-            if f is not None and neighbor_cache_bytes > 0:
+            if self._reader is not None and neighbor_cache_bytes > 0:
                 self._blocks = BlockCache(mapped, neighbor_cache_bytes, threads=io_threads)
         if self.indptr.shape[0] < 1:
             raise ValueError("indptr must have at least one entry")

@@ -21,8 +21,8 @@ from torch.nn import functional as F
 
 from shoal.graph.blocks import Batch, MiniBatch
 from shoal.nn.base import keyed_dropout
+from shoal.rows.prefetch import WindowPrefetcher
 from shoal.sample.sampler import NeighborSampler
-from shoal.training.prefetch import WindowPrefetcher
 
 __all__ = ["Batch", "BatchLoader", "Gatherer", "Timer", "batch_seed", "train_step"]
 
@@ -94,9 +94,9 @@ class BatchLoader:
         scratch_dir: str | None = None,
     ) -> None:
         """Produce batches from windows of ``features`` (a budgeted
-        :class:`~shoal.sample.featstore.DiskFeatures`) read ahead in a background thread,
+        :class:`~shoal.rows.featstore.DiskFeatures`) read ahead in a background thread,
         ``pack_epochs`` epochs' rows packed by one sweep into ``scratch_dir``
-        (:class:`~shoal.training.prefetch.WindowPrefetcher`); the batches do not change."""
+        (:class:`~shoal.rows.prefetch.WindowPrefetcher`); the batches do not change."""
         self.gatherer = features
         self.prefetcher = WindowPrefetcher(
             self,

@@ -7,7 +7,7 @@ random read per edge. When every layer of the model is a sum of per-source messa
 MariusGNN's partition-buffer scheme (Waleffe et al., EuroSys 2023, Sec. 4) and X-Stream's
 edge-centric scatter: targets are taken in *blocks* whose accumulators and in-edges fit the
 budget; for a block, the sources its edges need are deduplicated and sorted, read range by
-range with planned sequential reads (:class:`~shoal.sample.diskio.RowReader`), turned into
+range with planned sequential reads (:class:`~shoal.rows.direct.RowReader`), turned into
 messages and added into the targets' accumulators; then each target's own row is read and
 the layer finished. Every source row is read once per block, in file order, so the cost is
 ``blocks x one sweep`` of the layer's input instead of one random read per edge.
@@ -25,15 +25,16 @@ import numpy as np
 import torch
 
 from shoal.nn.base import SumLayer
-from shoal.sample import _kernels as K
-from shoal.sample.diskio import RowFile, open_reader
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows import _kernels as K
+from shoal.rows.direct import RowFile
+from shoal.rows.featstore import DiskFeatures
+from shoal.rows.opener import open_rows
 from shoal.training import _kernels as BK
 from shoal.utils.progress import progress
 
 __all__ = [
     "EDGE_BYTES",
-    "RowSource",
+    "LayerRows",
     "RowWriter",
     "blocked_layer",
     "blocked_layers",
@@ -64,7 +65,7 @@ def sum_layers(model: torch.nn.Module) -> list[SumLayer] | None:
     return None if any(sl is None for sl in layers) else layers
 
 
-class RowSource:
+class LayerRows:
     """Float32 rows of a layer's input for sorted unique ids: a :class:`DiskFeatures` (cache +
     planned reads), a file-backed array (planned reads), an in-memory array, or a list of
     arrays stacked row-wise (a part's core rows, then its halo rows)."""
@@ -74,12 +75,12 @@ class RowSource:
         self.reader = None
         if not isinstance(src, DiskFeatures | np.ndarray):  # a list stacked row-wise
             src = [a for a in src if a.shape[0] > 0] or list(src)[:1]
-            self.reader = open_reader(src, threads=threads)
+            self.reader = open_rows(src, threads=threads)
             self.dtype, self.dim = src[0].dtype, int(src[0].shape[1])
             if self.reader is None:
                 src = np.concatenate(src)
         elif isinstance(src, np.ndarray):
-            self.reader = open_reader(src, threads=threads)
+            self.reader = open_rows(src, threads=threads)
         if isinstance(src, DiskFeatures | np.ndarray):
             self.dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
             self.dtype = np.dtype(np.float32) if isinstance(src, DiskFeatures) else src.dtype
@@ -166,12 +167,12 @@ def _blocks(indptr: np.ndarray, targets: np.ndarray, per_target: int, budget: in
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-def _read_pre(rows: RowSource, ids: np.ndarray, pre) -> torch.Tensor:
+def _read_pre(rows: LayerRows, ids: np.ndarray, pre) -> torch.Tensor:
     x = torch.from_numpy(rows.read(ids))
     return pre(x) if pre is not None else x
 
 
-def _layer_block(sl: SumLayer, rows: RowSource, pre, graph, block, range_rows: int):
+def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, range_rows: int):
     """One block of targets: sweep the source ranges its in-edges need (each range's needed
     rows read in one planned pass), then finish the targets in slices: yields
     ``(offset in block, output rows)`` per slice."""
@@ -246,11 +247,11 @@ def blocked_layer(
     progress_bar=None,
 ) -> None:
     """One layer for the targets ``todo`` (sorted, unique) from the rows of ``src`` (anything
-    :class:`RowSource` reads): ``graph = (indptr, indices, deg)`` with ``deg`` a float32
+    :class:`LayerRows` reads): ``graph = (indptr, indices, deg)`` with ``deg`` a float32
     tensor of full in-degrees over ``src``'s rows; ``pre`` projects source rows first (the
     first layer's projection), ``nxt`` the output before it is stored. Outputs go to rows
     ``todo`` of ``out`` (positioned writes) or to ``on_output(positions in todo, rows)``."""
-    rows = RowSource(src, normalize=normalize, threads=threads)
+    rows = LayerRows(src, normalize=normalize, threads=threads)
     in_dim = width_of(pre, rows.dim)
     chunk = min(CHUNK_BYTES, budget // (4 * CHUNK_COPIES))  # a quarter for one range
     range_rows = max(1, chunk // (4 * max(rows.dim, in_dim, 1)))

@@ -9,9 +9,9 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
-from shoal.sample.budget import BudgetPlan, batch_window, plan_budget
-from shoal.sample.diskio import RowFile, load_array
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.budget import batch_window, plan_budget
+from shoal.rows.budgeted import BudgetedStore
+from shoal.rows.direct import RowFile, load_array
 from shoal.utils.memory import return_freed_memory
 
 __all__ = ["TrainData", "open_features", "structure_on_disk"]
@@ -99,9 +99,10 @@ def open_features(
     io_threads: int = 8,
     show_progress: bool | None = None,
     structure: str = "auto",
-) -> tuple[DiskFeatures, BudgetPlan]:
+) -> BudgetedStore:
     """The budgeted feature store of ``data`` under ``memory`` bytes (None: the machine's or
-    cgroup's limit; ``shoal.sample.budget``). Loads the in-neighbour CSR into memory when the
+    cgroup's limit; ``shoal.rows.budget``), built by :class:`~shoal.rows.budgeted.BudgetedStore`
+    (its ``plan`` is the memory plan). Loads the in-neighbour CSR into memory when the
     plan keeps it there (``data.indptr``/``indices`` are replaced by the copies), and caches
     the rows of the highest in-degree nodes first. When the cache does not hold every row,
     its rows are read with the first window (one pass), not here. When the CSR stays on
@@ -125,19 +126,16 @@ def open_features(
     data.indptr = load_array(data.indptr)  # O(V): in memory in any case
     if plan.structure_in_memory:
         data.indices = load_array(data.indices)
-    priority = None
+    deg = None
     if plan.cache < plan.features:
         deg = np.diff(np.asarray(data.indptr[: data.num_nodes + 1], dtype=np.int64))
         if len(deg) < data.num_nodes:
             deg = np.concatenate([deg, np.zeros(data.num_nodes - len(deg), np.int64)])
-        priority = np.argsort(-deg, kind="stable")
-    store = DiskFeatures(
+    return BudgetedStore(
         x,
-        cache_bytes=plan.cache,
-        priority=priority,
+        plan,
+        degrees=deg,
         normalize=normalize,
         threads=io_threads,
         show_progress=show_progress,
-        defer_cache=plan.cache < plan.features,
     )
-    return store, plan

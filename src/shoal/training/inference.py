@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from shoal.graph.blocks import full_graph_block
-from shoal.sample import _kernels as K
-from shoal.sample.featstore import DiskFeatures
-from shoal.sample.features import gather_rows, read_rows
+from shoal.rows import _kernels as K
+from shoal.rows.featstore import DiskFeatures
+from shoal.rows.gather import gather_rows, read_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.blocked import blocked_layers, sum_layers
 from shoal.training.data import TrainData
@@ -137,7 +137,7 @@ class RowProvider:
 
 def _read(src: np.ndarray, ids: np.ndarray, buf: np.ndarray, normalize: bool) -> np.ndarray:
     """``src[ids]`` into ``buf`` (row-normalised when asked): positioned reads for a mapped
-    file (:func:`~shoal.sample.features.read_rows`), so its pages never join this process."""
+    file (:func:`~shoal.rows.gather.read_rows`), so its pages never join this process."""
     return read_rows(src, ids, buf, normalize=normalize)[: len(ids)]
 
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from shoal.nn import MODELS
-from shoal.sample.budget import STRUCTURE_MODES
+from shoal.rows.budget import STRUCTURE_MODES
 from shoal.sample.sampler import parse_fanouts
 from shoal.utils.device import check_device_spec
 from shoal.utils.io import parse_size

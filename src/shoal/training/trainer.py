@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from shoal.nn.ondevice import on_device
-from shoal.sample.packing import default_pack_epochs
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
@@ -59,16 +58,17 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
-        self.features, self.budget = open_features(
+        self.store = open_features(
             data,
-            memory=config.memory.limit_bytes,
+            memory=config.memory.limit.limit_bytes,
             fanouts=config.sampling.fanouts,
             batch_size=config.sampling.batch_size,
-            normalize=config.model.normalize_features,
-            io_threads=config.memory.io_threads,
+            normalize=config.model.name.normalize_features,
+            io_threads=config.memory.limit.io_threads,
             show_progress=config.run.progress,
-            structure=config.memory.structure,
+            structure=config.memory.limit.structure,
         )
+        self.features, self.budget = self.store.features, self.store.plan
         self.sampler = NeighborSampler(
             data.indptr,
             data.indices,
@@ -76,7 +76,7 @@ class Trainer:
             num_nodes=data.num_nodes,
             degrees=data.degrees,
             direct_indices=not self.budget.structure_in_memory and structure_on_disk(data.indices),
-            io_threads=config.memory.io_threads,
+            io_threads=config.memory.limit.io_threads,
             neighbor_cache_bytes=self.budget.neighbor_cache,
         )
         self.timer = Timer()
@@ -89,20 +89,14 @@ class Trainer:
             seed=config.run.seed,
             timer=self.timer,
         )
-        if self.budget.cache < self.budget.features:
-            self.loader.use_windows(
-                self.features,
-                window_bytes=self.budget.window,
-                last_epoch=config.optim.epochs - 1,
-                pack_epochs=default_pack_epochs(
-                    config.memory.pack_epochs, self.budget.structure_in_memory
-                ),
-                scratch_dir=config.memory.scratch_dir,
-            )
-            # cache and windows sized from the first epoch's sampled batches
-            fit = self.loader.prefetcher.calibrate(
-                self.budget.pool, min_window=self.budget.min_window
-            )
+        # windows when the cache lacks rows: cache and windows sized from the first epoch
+        fit = self.store.read_ahead(
+            self.loader,
+            last_epoch=config.optim.epochs - 1,
+            pack_epochs=config.memory.pack_epochs,
+            scratch_dir=config.memory.scratch_dir,
+        )
+        if fit is not None:
             self.budget.use_fit(fit)
             log.info("features: %s", fit.describe())
         log.info("%s", self.budget.describe())
@@ -114,7 +108,7 @@ class Trainer:
                 "model": config.model.name,
                 "hidden": config.model.hidden,
                 "num_layers": config.num_layers,
-                "heads": config.model.heads,
+                "heads": config.model.name.heads,
                 "num_nodes": data.num_nodes,
                 "feature_dim": data.feature_dim,
                 "num_classes": data.num_classes,
@@ -220,10 +214,10 @@ class Trainer:
             self.data,
             splits,
             sampler=self.sampler,
-            normalize_features=self.config.model.normalize_features,
+            normalize_features=self.config.model.name.normalize_features,
             batch_size=self.config.eval.batch_size,
             show_progress=self.config.run.progress,
-            scratch_dir=self.config.memory.scratch_dir,
+            scratch_dir=self.config.memory.limit.scratch_dir,
             features=self.features,
             memory_budget=max(budget, self.budget.window),
         )

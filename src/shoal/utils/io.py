@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from shoal.errors import ShoalInputError
+from shoal.utils.mapped import mapping_of
 
 __all__ = [
     "atomic_output_dir",
@@ -317,7 +318,7 @@ def copy_rows(a: np.ndarray, start: int, stop: int) -> np.ndarray:
     instead of growing to the file size.
     """
     out = np.array(a[start:stop])
-    mm = getattr(a, "_mmap", None)
+    mm = mapping_of(a) if isinstance(a, np.memmap) else None
     if mm is None or a.base is not mm or not hasattr(mm, "madvise") or stop <= start:
         return out
     row = a.strides[0] if a.ndim else a.itemsize
@@ -337,13 +338,6 @@ def release_pages(a: np.ndarray) -> None:
     read is correct; only this process's resident set shrinks. A no-op for in-memory arrays.
     Used after batched reads of large mapped arrays so a pass over them keeps RSS bounded.
     """
-    base = a
-    while (
-        isinstance(base, np.ndarray)
-        and base.base is not None
-        and not isinstance(base.base, mmap.mmap)
-    ):
-        base = base.base
-    mm = getattr(a, "_mmap", None) or (base.base if isinstance(base, np.ndarray) else None)
-    if isinstance(mm, mmap.mmap) and hasattr(mm, "madvise") and len(mm):
+    mm = mapping_of(a)
+    if mm is not None and hasattr(mm, "madvise") and len(mm):
         mm.madvise(mmap.MADV_DONTNEED)

@@ -47,9 +47,9 @@ from shoal.engines.averaging.average import (
 from shoal.engines.averaging.config import AveragingConfig
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.budgeted import BudgetedStore
+from shoal.rows.featstore import DiskFeatures
 from shoal.sample.features import PartGatherer, part_rows
-from shoal.sample.packing import default_pack_epochs
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import BatchLoader, Timer, train_step
 from shoal.training.data import structure_on_disk
@@ -87,9 +87,8 @@ class AveragingEngine(Engine):
             feature_bytes=sum(rows) * self.row_bytes,
             num_rows=max(rows or [1]),
             extra_bytes=14 * sum(rows),
-            structure=cfg.memory.structure,
+            structure=cfg.memory.limit.structure,
         )
-        windows = plan.cache < plan.features
         fits = []
         self.features: list[DiskFeatures] = []
         self.loaders: list[BatchLoader] = []
@@ -105,18 +104,19 @@ class AveragingEngine(Engine):
                 num_nodes=part.num_nodes,
                 degrees=deg,
                 direct_indices=direct,
-                io_threads=cfg.memory.io_threads,
+                io_threads=cfg.memory.limit.io_threads,
                 neighbor_cache_bytes=int(plan.neighbor_cache * share),
             )
-            feats = DiskFeatures(
+            budgeted = BudgetedStore(
                 part_rows(part),
-                cache_bytes=int(plan.cache * share),
-                priority=np.argsort(-deg, kind="stable") if windows else None,
+                plan,
+                share=share,
+                degrees=deg,
                 normalize=cfg.model.normalize_features,
                 threads=cfg.memory.io_threads,
                 show_progress=cfg.run.progress if self.ctx.is_rank0 else False,
-                defer_cache=windows,
             )
+            feats = budgeted.features
             loader = BatchLoader(
                 sampler,
                 feats,
@@ -126,19 +126,14 @@ class AveragingEngine(Engine):
                 seed=cfg.run.seed + 1_000_003 * part.index,
                 timer=self.timer,
             )
-            if windows:  # cache and windows sized from the part's first sampled epoch
-                loader.use_windows(
-                    feats,
-                    window_bytes=max(int(plan.window * share), 1),
-                    last_epoch=cfg.optim.epochs - 1,
-                    pack_epochs=default_pack_epochs(
-                        cfg.memory.pack_epochs, plan.structure_in_memory
-                    ),
-                    scratch_dir=cfg.memory.scratch_dir,
-                )
-                fits.append(
-                    loader.prefetcher.calibrate(int(plan.pool * share), min_window=plan.min_window)
-                )
+            fit = budgeted.read_ahead(  # cache and windows sized from the first sampled epoch
+                loader,
+                last_epoch=cfg.optim.epochs - 1,
+                pack_epochs=cfg.memory.pack_epochs,
+                scratch_dir=cfg.memory.scratch_dir,
+            )
+            if fit is not None:
+                fits.append(fit)
                 if self.ctx.is_rank0:
                     log.info("part %d features: %s", part.index, fits[-1].describe())
             self.features.append(feats)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shoal.sample.diskio import load_array
+from shoal.rows.direct import load_array
 from shoal.store.reader import Store
 
 __all__ = ["LoadedPart", "ResidentParts", "part_bytes"]

@@ -47,7 +47,7 @@ from shoal.engines.disagg.rowcache import ComputeCache
 from shoal.engines.disagg.worker import BatchWorker
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch, MiniBatch
-from shoal.sample.budget import memory_limit
+from shoal.rows.budget import memory_limit
 from shoal.training.device import DeviceFeed
 from shoal.utils.io import parse_size
 

@@ -45,7 +45,7 @@ from shoal.engines.disagg.msg import (
 )
 from shoal.engines.disagg.plan import EpochSchedule, Roles, parts_in_order, phases
 from shoal.engines.disagg.rowcache import CacheView
-from shoal.sample.features import read_rows
+from shoal.rows.gather import read_rows
 from shoal.store.reader import Store
 from shoal.training.batches import batch_seed
 

@@ -58,7 +58,7 @@ from shoal.engines.fullgraph.deps import (
 from shoal.engines.fullgraph.probe import block_from_csr, probe_costs
 from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.featstore import DiskFeatures
 from shoal.utils.io import parse_size
 
 __all__ = ["FullGraphEngine"]
@@ -181,8 +181,8 @@ class FullGraphEngine(Engine):
         self.features = DiskFeatures(
             arrays,
             cache_bytes=plan.cache,
-            threads=cfg.memory.io_threads,
-            normalize=cfg.model.normalize_features,
+            threads=cfg.memory.limit.io_threads,
+            normalize=cfg.model.name.normalize_features,
             show_progress=False,
         )
         # level 0 never changes: [local rows; replicated rows] in one buffer, read once

@@ -58,7 +58,7 @@ from shoal.engines.hec.cache import (
 from shoal.engines.hec.config import HecConfig
 from shoal.graph.blocks import Block
 from shoal.nn.base import layer_widths
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.featstore import DiskFeatures
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import batch_seed
 from shoal.utils.progress import progress
@@ -100,8 +100,8 @@ class HecEngine(Engine):
         self.features = DiskFeatures(
             arrays,
             cache_bytes=plan.cache,
-            threads=cfg.memory.io_threads,
-            normalize=cfg.model.normalize_features,
+            threads=cfg.memory.limit.io_threads,
+            normalize=cfg.model.name.normalize_features,
             show_progress=cfg.run.progress if ctx.is_rank0 else False,
         )
         train = np.concatenate(

@@ -37,8 +37,7 @@ from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
 from shoal.graph.blocks import Batch
 from shoal.nn.base import keyed_dropout
-from shoal.sample.featstore import DiskFeatures
-from shoal.sample.packing import default_pack_epochs
+from shoal.rows.budgeted import BudgetedStore
 from shoal.training import batch_seed
 from shoal.utils.progress import progress
 
@@ -119,20 +118,19 @@ class MinibatchEngine(Engine):
         )
         if ctx.is_rank0:
             log.info("rank 0 %s", plan.describe())
-        windows = plan.cache < plan.features
         dim = int(store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
         deg = self.tables.degrees[
             np.concatenate([p.core_ids for p in self.parts] or [[]]).astype(np.int64)
         ]
-        self.local = DiskFeatures(
+        budgeted = BudgetedStore(
             arrays,
-            cache_bytes=plan.cache,
-            priority=np.argsort(-deg, kind="stable") if windows else None,
+            plan,
+            degrees=deg,
             threads=cfg.memory.io_threads,
             show_progress=cfg.run.progress if ctx.is_rank0 else False,
-            defer_cache=windows,
         )
+        self.local, windows = budgeted.features, budgeted.windows
         self.windows = DistWindows(
             self.local,
             part_offsets=store.part_offsets,
@@ -143,7 +141,7 @@ class MinibatchEngine(Engine):
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
             sample_bytes=plan.window // 4 if windows else None,
-            pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, plan.structure_in_memory),
+            pack_epochs=budgeted.pack_epochs(cfg.memory.pack_epochs),
             last_epoch=cfg.optim.epochs - 1,
             scratch_dir=cfg.memory.scratch_dir,
         )
@@ -212,7 +210,7 @@ class MinibatchEngine(Engine):
             for mb in mbs:
                 t1 = time.perf_counter()
                 x = self.features.pull(mb.n_id)
-                if self.train_config.model.normalize_features:
+                if self.train_config.model.name.normalize_features:
                     s = x.sum(1, keepdim=True)
                     x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
                 y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64))

@@ -2,7 +2,7 @@
 
 The design follows Ginex (Park et al., VLDB 2022, Sec. 4-5): the sampler runs a *window* of
 batches ahead, the union of the rows they need is deduplicated, sorted and read in one planned
-pass (:class:`~shoal.sample.diskio.RowReader`: coalesced ``O_DIRECT`` reads), and batches are
+pass (:class:`~shoal.rows.direct.RowReader`: coalesced ``O_DIRECT`` reads), and batches are
 assembled from memory. Rows are served from two places:
 
 - a **static cache** of the hottest rows, chosen once by a priority order (by default the
@@ -15,7 +15,7 @@ assembled from memory. Rows are served from two places:
   uncached rows touch most pages of the file (on that graph 88% of the 4 KiB pages without
   a cache, 58% with the static 30% one; merged into runs that is the whole file), so a
   window costs one sequential sweep whatever the hit rate, which only sets how much memory
-  the window needs (hence :mod:`shoal.sample.packing`: one sweep gathers several epochs'
+  the window needs (hence :mod:`shoal.rows.packing`: one sweep gathers several epochs'
   rows into pack files, and each window reads its epoch's pack: :meth:`DiskFeatures.sweep`,
   ``window(..., source=pack)``). The static cache costs nothing per access and never changes while
   reader threads use it; the window itself is the dynamic part (within a window each row is
@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from shoal.sample import _kernels as K
-from shoal.sample.diskio import open_reader
+from shoal.rows import _kernels as K
+from shoal.rows.gather import gather_rows
+from shoal.rows.opener import open_rows
+from shoal.rows.source import RowSource
 from shoal.utils.arrays import unique_sorted
 from shoal.utils.progress import progress
 
@@ -104,7 +106,9 @@ class DiskFeatures:
         features: the matrix; a memory map (``np.load(..., mmap_mode="r")``) is read with
             planned direct reads, an in-memory array is used as is. A list of matrices is
             stacked row-wise (a store part's core rows, then its halo rows): memory maps are
-            read as one (:class:`~shoal.sample.diskio.StackedReader`), arrays concatenated.
+            read as one (:class:`~shoal.rows.stacked.StackedReader`), arrays concatenated.
+            Any :class:`~shoal.rows.source.RowSource` (another backend) is read through its
+            ``read`` like a file (:func:`~shoal.rows.opener.open_rows`).
         cache_bytes: bytes of the static cache (default 0; at least the whole matrix caches it
             whole with one sequential read).
         priority: node ids, most valuable first, that fill the cache (default: ``0..N-1``);
@@ -118,7 +122,7 @@ class DiskFeatures:
 
     def __init__(
         self,
-        features: np.ndarray | list[np.ndarray],
+        features: np.ndarray | list[np.ndarray] | RowSource,
         *,
         cache_bytes: int = 0,
         priority: np.ndarray | None = None,
@@ -128,21 +132,14 @@ class DiskFeatures:
         show_progress: bool | None = None,
         defer_cache: bool = False,
     ) -> None:
-        members = [features] if isinstance(features, np.ndarray) else list(features)
-        if not members or any(a.ndim != 2 for a in members):
-            raise ValueError(f"features must be 2-D, got shapes {[a.shape for a in members]}")
-        if len({(a.shape[1], a.dtype) for a in members}) != 1:
-            raise ValueError("stacked feature arrays must agree in columns and dtype")
-        kw = {} if merge_gap is None else {"merge_gap": merge_gap}
-        single = members[0] if len(members) == 1 else None
-        self.reader = open_reader(single if single is not None else members, threads=threads, **kw)
-        # in memory: used as is (several small arrays become one matrix)
-        self.features = single if single is not None else members[0]
-        if self.reader is None and single is None:
-            self.features = np.concatenate(members)
-        self.dtype = members[0].dtype
-        self.num_rows = int(sum(a.shape[0] for a in members))
-        self.dim = int(members[0].shape[1])
+        if isinstance(features, RowSource):
+            self.reader: RowSource | None = open_rows(features)
+            self.features = None  # every row is read through the source
+            self.dtype = np.dtype(features.dtype)
+            self.num_rows = int(features.num_rows)
+            self.dim = int(features.dim)
+        else:
+            self._open_arrays(features, threads, merge_gap)
         self.normalize = normalize
         self.stats = FeatureStats()
         self.row_bytes = self.dim * self.dtype.itemsize
@@ -152,6 +149,23 @@ class DiskFeatures:
         self._choose_cache(int(cache_bytes), priority)
         if not defer_cache:
             self.load_cache()
+
+    def _open_arrays(self, features, threads: int, merge_gap: int | None) -> None:
+        members = [features] if isinstance(features, np.ndarray) else list(features)
+        if not members or any(a.ndim != 2 for a in members):
+            raise ValueError(f"features must be 2-D, got shapes {[a.shape for a in members]}")
+        if len({(a.shape[1], a.dtype) for a in members}) != 1:
+            raise ValueError("stacked feature arrays must agree in columns and dtype")
+        kw = {} if merge_gap is None else {"merge_gap": merge_gap}
+        single = members[0] if len(members) == 1 else None
+        self.reader = open_rows(single if single is not None else members, threads=threads, **kw)
+        # in memory: used as is (several small arrays become one matrix)
+        self.features = single if single is not None else members[0]
+        if self.reader is None and single is None:
+            self.features = np.concatenate(members)
+        self.dtype = members[0].dtype
+        self.num_rows = int(sum(a.shape[0] for a in members))
+        self.dim = int(members[0].shape[1])
 
     # --------------------------------------------------------------------- cache
     def _choose_cache(self, cache_bytes: int, priority) -> None:
@@ -189,7 +203,7 @@ class DiskFeatures:
 
     def choose_cache(self, cache_bytes: int) -> None:
         """Choose the cached rows again, ``cache_bytes`` of them in the priority order given
-        at construction (e.g. after :func:`~shoal.sample.windowfit.fit_windows` measured an
+        at construction (e.g. after :func:`~shoal.rows.windowfit.fit_windows` measured an
         epoch); only before the cache is read (``defer_cache=True``)."""
         if self.reader is None:
             return
@@ -229,7 +243,7 @@ class DiskFeatures:
         time, handing each chunk to ``sink(chunk_ids, chunk_rows)`` (the rows are valid during
         the call only); when the cache is not loaded yet, its rows are read by the same pass.
         ``between()`` is called before each chunk. Returns the bytes read (one pass over the
-        file: :mod:`shoal.sample.packing`)."""
+        file: :mod:`shoal.rows.packing`)."""
         ids = np.asarray(ids, np.int64)
         hot = self._hot
         t0 = time.perf_counter()
@@ -286,7 +300,7 @@ class DiskFeatures:
     ) -> Window:
         """Read the rows of ``id_arrays`` (the batches of a window) that the cache lacks
         (``cold``: those rows, sorted and unique, when the caller knows them), from the
-        feature file or from ``source`` (an :class:`~shoal.sample.packing.EpochPack` that
+        feature file or from ``source`` (an :class:`~shoal.rows.packing.EpochPack` that
         holds them)."""
         if not self.cache_loaded:
             self.load_cache()
@@ -313,8 +327,6 @@ class DiskFeatures:
         if out is None:
             out = np.empty((n, self.dim), np.float32)
         if self.slot is None:
-            from shoal.sample.features import gather_rows
-
             gather_rows(self.features, ids, out)
             hits = n
         elif self.cache.dtype in (np.float32, np.float64):

@@ -13,7 +13,7 @@ directory; the epoch's windows then read their rows from that file, which holds 
 the epoch needs. Per epoch the disk moves ``sweep / K + 2 * (epoch's rows)`` bytes instead of
 one sweep per window. Deviation from DiskGNN: packs are per epoch (not per batch group) and
 sorted by id, so an epoch split into several windows reads each window's rows as a sorted,
-coalesced pass over the pack (:class:`~shoal.sample.diskio.RowReader`), and packs hold rows,
+coalesced pass over the pack (:class:`~shoal.rows.direct.RowReader`), and packs hold rows,
 not the sampled blocks (the batches are sampled again: sampling is cheap next to the I/O).
 
 Pack files are written with ``O_DIRECT`` from page-aligned staging buffers (nothing charged to
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shoal.sample.diskio import PAGE, RowFile, RowReader, _aligned
+from shoal.rows.direct import PAGE, RowFile, RowReader, _aligned
 from shoal.utils.arrays import unique_sorted
 from shoal.utils.io import scratch_space
 
@@ -209,7 +209,7 @@ def pack_epochs(
     stage_bytes: int = PACK_STAGE,
 ) -> dict[int, EpochPack]:
     """Read the rows of every set in ``id_sets`` (epoch -> sorted unique uncached ids of a
-    :class:`~shoal.sample.featstore.DiskFeatures`) with one sweep of its file and write each
+    :class:`~shoal.rows.featstore.DiskFeatures`) with one sweep of its file and write each
     set to a pack file in ``directory``; returns the packs by epoch. When the features' cache is
     not loaded yet, its rows are read by the same sweep. ``between`` is called before each
     chunk (it may wait, or raise to stop; written files are then removed)."""
@@ -263,7 +263,7 @@ class Packs:
     packs by epoch, a private scratch directory, and what the sweeps did (:attr:`stats`).
 
     Args:
-        features: the :class:`~shoal.sample.featstore.DiskFeatures` swept.
+        features: the :class:`~shoal.rows.featstore.DiskFeatures` swept.
         epochs: epochs per sweep, ``K`` (0 or 1: off).
         scratch_dir: where the private directory goes (default None: beside the directory
             of the feature file).
@@ -335,7 +335,7 @@ class Packs:
 
     def _directory(self) -> Path:
         if self._path is None:
-            beside = Path(self.features.reader.file.path).parent  # next to its directory
+            beside = Path(self.features.reader.path).parent  # next to its directory
             self._scratch = contextlib.ExitStack()
             self._path = self._scratch.enter_context(
                 scratch_space(self.scratch_dir, beside=beside, prefix="shoal-pack")

@@ -18,6 +18,10 @@ sequential ``O_DIRECT`` reads of 16 MiB ran at 1.37 GB/s against 0.40-0.76 GB/s 
 random 4 KiB ``O_DIRECT`` reads at 68k/s from 16 threads against 16k/s buffered. One random
 request therefore costs about as much as 20 KiB of sequential transfer, hence the default
 ``merge_gap`` of 32 KiB.
+
+This module holds the file layout of rows (:class:`RowFile`), the reader (:class:`RowReader`,
+a :class:`~shoal.rows.source.RowSource`) and :func:`load_array`, which copies a mapped array
+into memory with sequential reads whose page cache is dropped as it goes.
 """
 
 from __future__ import annotations
@@ -30,20 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shoal.sample import _kernels as K
+from shoal.rows import _kernels as K
+from shoal.rows.source import ReadStats
+from shoal.utils.mapped import file_of
 
-__all__ = [
-    "MAX_RUN",
-    "MERGE_GAP",
-    "MemoryRows",
-    "PAGE",
-    "ReadStats",
-    "RowFile",
-    "RowReader",
-    "StackedReader",
-    "load_array",
-    "open_reader",
-]
+__all__ = ["MAX_RUN", "MERGE_GAP", "PAGE", "RowFile", "RowReader", "load_array"]
 
 PAGE = 4096
 #: extents closer than this are read as one run (default 32 KiB; see the module docstring).
@@ -69,39 +64,22 @@ class RowFile:
     def of(cls, arr: np.ndarray) -> RowFile | None:
         """The file layout of a memory-mapped 2-D array whose rows are contiguous in its file
         (an ``np.load(..., mmap_mode="r")`` array), or None (in memory, or strided columns)."""
-        mm = getattr(arr, "_mmap", None)
-        name = getattr(arr, "filename", None)
-        if not isinstance(mm, mmap.mmap) or not name or arr.ndim != 2:
+        if arr.ndim != 2:
             return None
         if arr.strides[1] != arr.itemsize or arr.strides[0] < arr.shape[1] * arr.itemsize:
             return None
-        map_start = int(arr.offset) - int(arr.offset) % mmap.ALLOCATIONGRANULARITY
-        map_addr = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+        place = file_of(arr)
+        if place is None:
+            return None
         return cls(
-            path=str(name),
-            offset=map_start + (arr.ctypes.data - map_addr),
-            stride=int(arr.strides[0]),
+            path=place.path,
+            offset=place.offset,
+            stride=place.stride,
             row_bytes=int(arr.shape[1] * arr.itemsize),
             num_rows=int(arr.shape[0]),
             dim=int(arr.shape[1]),
             dtype=arr.dtype,
         )
-
-
-@dataclass
-class ReadStats:
-    """Counters of a reader: rows delivered, bytes read from the file, read requests, reads."""
-
-    rows: int = 0
-    bytes: int = 0
-    requests: int = 0
-    calls: int = 0
-
-    def add(self, rows: int, nbytes: int, requests: int) -> None:
-        self.rows += rows
-        self.bytes += nbytes
-        self.requests += requests
-        self.calls += 1
 
 
 def _aligned(nbytes: int) -> np.ndarray:
@@ -155,6 +133,26 @@ class RowReader:
         fd = os.open(self.file.path, os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
         return fd, False
+
+    @property
+    def num_rows(self) -> int:
+        return self.file.num_rows
+
+    @property
+    def dim(self) -> int:
+        return self.file.dim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.file.dtype)
+
+    @property
+    def row_bytes(self) -> int:
+        return self.file.row_bytes
+
+    @property
+    def path(self) -> str:
+        return self.file.path
 
     def bytes_for(self, ids: np.ndarray) -> int:
         """Bytes the rows ``ids`` (sorted, unique) occupy (what a read of them delivers)."""
@@ -257,131 +255,14 @@ class RowReader:
             pass
 
 
-class MemoryRows:
-    """The :class:`RowReader` interface over an in-memory 2-D array (a stacked member that is
-    small enough to live in memory); nothing is read from disk."""
-
-    def __init__(self, arr: np.ndarray) -> None:
-        self.arr = arr
-        self.file = RowFile(
-            path="<memory>",
-            offset=0,
-            stride=arr.shape[1] * arr.itemsize,
-            row_bytes=arr.shape[1] * arr.itemsize,
-            num_rows=arr.shape[0],
-            dim=arr.shape[1],
-            dtype=arr.dtype,
-        )
-        self.direct = True
-        self.stats = ReadStats()
-
-    def read(self, ids, out, dest=None, out2=None) -> int:
-        ids = np.asarray(ids, np.int64)
-        dest = np.arange(len(ids), dtype=np.int64) if dest is None else np.asarray(dest)
-        pos = dest >= 0
-        out[dest[pos]] = self.arr[ids[pos]]
-        if out2 is not None and not pos.all():
-            out2[-1 - dest[~pos]] = self.arr[ids[~pos]]
-        return 0
-
-    def close(self) -> None:
-        pass
-
-
-class StackedReader:
-    """Planned reads over several row sources stacked one after another: row ``v`` of the
-    stack is row ``v - start[k]`` of member ``k`` (e.g. a store part's core rows, then its halo
-    rows). Members are :class:`RowReader` (files) or :class:`MemoryRows`. Same :meth:`read` as
-    :class:`RowReader`; ``ids`` are sorted, so each member's rows are one contiguous slice of
-    them and each member is read with its own planned pass."""
-
-    def __init__(self, readers: list) -> None:
-        if not readers:
-            raise ValueError("StackedReader needs at least one member")
-        files = [r.file for r in readers]
-        if len({(f.dim, np.dtype(f.dtype)) for f in files}) != 1:
-            raise ValueError("stacked rows differ in width or dtype")
-        self.readers = readers
-        self.starts = np.concatenate([[0], np.cumsum([f.num_rows for f in files])]).astype(np.int64)
-        f0 = files[0]
-        self.file = RowFile(
-            path=f0.path,
-            offset=0,
-            stride=f0.stride,
-            row_bytes=f0.row_bytes,
-            num_rows=int(self.starts[-1]),
-            dim=f0.dim,
-            dtype=f0.dtype,
-        )
-        self.direct = all(r.direct for r in readers)
-
-    @property
-    def stats(self) -> ReadStats:
-        s = ReadStats()
-        for r in self.readers:
-            s.rows += r.stats.rows
-            s.bytes += r.stats.bytes
-            s.requests += r.stats.requests
-            s.calls += r.stats.calls
-        return s
-
-    def read(
-        self,
-        ids: np.ndarray,
-        out: np.ndarray,
-        dest: np.ndarray | None = None,
-        out2: np.ndarray | None = None,
-    ) -> int:
-        """As :meth:`RowReader.read` over the stacked rows."""
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        n = len(ids)
-        if n and (ids[0] < 0 or ids[-1] >= self.starts[-1] or np.any(np.diff(ids) <= 0)):
-            raise ValueError(f"ids must be sorted, unique and in [0, {int(self.starts[-1])})")
-        dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
-        cut = np.searchsorted(ids, self.starts)
-        total = 0
-        for k, r in enumerate(self.readers):
-            a, b = int(cut[k]), int(cut[k + 1])
-            if b > a:
-                total += r.read(ids[a:b] - self.starts[k], out, dest[a:b], out2)
-        return total
-
-    def close(self) -> None:
-        for r in self.readers:
-            r.close()
-
-
-def open_reader(arrays, **kw) -> RowReader | StackedReader | None:
-    """A planned reader of ``arrays`` (one 2-D array, or a list stacked row-wise; members
-    without rows are skipped), or None when every row is in memory already (nothing to plan).
-    Memory-mapped members are read from their files, in-memory members copied (a stack may
-    mix both). ``kw`` go to :class:`RowReader`."""
-    if isinstance(arrays, np.ndarray):
-        f = RowFile.of(arrays)
-        return RowReader(f, **kw) if f is not None else None
-    members = [a for a in arrays if a.shape[0] > 0]
-    files = [RowFile.of(a) for a in members]
-    if not members or all(f is None for f in files):
-        return None
-    if len(members) == 1:
-        return RowReader(files[0], **kw)
-    readers = [
-        RowReader(f, **kw) if f is not None else MemoryRows(a)
-        for f, a in zip(files, members, strict=True)
-    ]
-    return StackedReader(readers)
-
-
 def load_array(arr: np.ndarray, *, chunk: int = 64 << 20) -> np.ndarray:
     """An in-memory copy of ``arr``, read from its file (when memory-mapped) in sequential
     chunks of ``chunk`` bytes whose page cache is dropped as it goes: the copy is the only
     memory it leaves behind. An in-memory array is returned as is."""
-    mm = getattr(arr, "_mmap", None)
-    name = getattr(arr, "filename", None)
-    if not isinstance(mm, mmap.mmap) or not name or not arr.flags.c_contiguous:
+    place = file_of(arr) if arr.flags.c_contiguous else None
+    if place is None:
         return arr
-    map_start = int(arr.offset) - int(arr.offset) % mmap.ALLOCATIONGRANULARITY
-    first = map_start + (arr.ctypes.data - np.frombuffer(mm, dtype=np.uint8).ctypes.data)
+    name, first = place.path, place.offset
     out = np.empty(arr.shape, dtype=arr.dtype)
     flat = out.reshape(-1).view(np.uint8)
     fd = os.open(str(name), os.O_RDONLY)

@@ -7,15 +7,15 @@ import time
 import numpy as np
 import pytest
 
-import shoal.sample.budget as budget_mod
+import shoal.rows.budget as budget_mod
 from shoal.errors import ShoalInputError
-from shoal.sample.budget import RESERVE
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.budget import RESERVE
+from shoal.rows.featstore import DiskFeatures
+from shoal.rows.readahead import RESAMPLE_QUEUE
 from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import TrainConfig, TrainData, Trainer
 from shoal.training.batches import BatchLoader
-from shoal.training.readahead import RESAMPLE_QUEUE
 
 
 def _graph(make_graph, dim: int = 64):
@@ -354,7 +354,7 @@ def test_packed_epochs_give_the_same_batches(graph, tmp_path, last_epoch, backgr
 
 
 def test_packing_without_room_reads_the_feature_file(graph, tmp_path, monkeypatch, caplog):
-    import shoal.sample.packing as packing_mod
+    import shoal.rows.packing as packing_mod
 
     monkeypatch.setattr(packing_mod, "free_bytes", lambda d: 0)
     data = TrainData.from_graph_dir(graph)
@@ -368,7 +368,7 @@ def test_packing_without_room_reads_the_feature_file(graph, tmp_path, monkeypatc
     )
     win = _loader(data, None)
     win.use_windows(fs, window_bytes=60_000, pack_epochs=4, scratch_dir=str(tmp_path))
-    with caplog.at_level("WARNING", logger="shoal.sample.packing"):
+    with caplog.at_level("WARNING", logger="shoal.rows.packing"):
         for epoch in range(2):
             _compare_epoch(plain, win, epoch)
     assert "not packing epochs 0-3" in caplog.text and "--scratch-dir" in caplog.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import shoal.sample.budget as budget
+import shoal.rows.budget as budget
 
 GiB = 1 << 30
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shoal.sample import _kernels as K
-from shoal.sample.diskio import RowFile, RowReader
+from shoal.rows import _kernels as K
+from shoal.rows.direct import RowFile, RowReader
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["BlockCache"]

@@ -9,9 +9,9 @@ processes started on one machine). :func:`plan_budget` splits it into a fixed re
 (interpreter, torch, model, activations), the graph structure (held in memory when it fits;
 else only its ``O(V)`` row index), the feature windows and the cache of hot feature rows: two
 window slots (one trained on, one being read) and the cache get a third each of what is left
-until :func:`~shoal.sample.windowfit.fit_windows` resizes them from a sampled epoch. Every window costs about one
+until :func:`~shoal.rows.windowfit.fit_windows` resizes them from a sampled epoch. Every window costs about one
 sweep of the feature file (its rows are spread over the whole file; unless the epochs are
-packed, :mod:`shoal.sample.packing`, when a window reads its epoch's pack), so a window large
+packed, :mod:`shoal.rows.packing`, when a window reads its epoch's pack), so a window large
 enough for an epoch's uncached rows matters more than a larger cache: on the 10M-node benchmark graph
 under 4 GiB the fit reads one window per epoch next to a cache of 13% of the rows (epoch 2.1x
 the uncapped one, ``bench/results/out_of_core.md``).
@@ -195,7 +195,7 @@ class BudgetPlan:
         )
 
     def use_fit(self, fits: Any) -> None:
-        """Take the cache and window sizes that :func:`~shoal.sample.windowfit.fit_windows`
+        """Take the cache and window sizes that :func:`~shoal.rows.windowfit.fit_windows`
         chose for the pool, or for shares of it (a ``WindowFit``, or one per share, e.g. a
         rank's parts): ``cache`` is their sum, ``window`` one slot (rows and the samples of its
         batches). Typed loosely: the fit module builds on this one, not the reverse."""

@@ -1,6 +1,6 @@
-"""The reading thread of :class:`~shoal.training.prefetch.WindowPrefetcher`.
+"""The reading thread of :class:`~shoal.rows.prefetch.WindowPrefetcher`.
 
-One background thread per :class:`~shoal.training.prefetch.WindowPrefetcher` takes the windows
+One background thread per :class:`~shoal.rows.prefetch.WindowPrefetcher` takes the windows
 its ``_plan`` yields, epoch after epoch, waits for a free window slot (two windows alive at
 most: the one trained on and the one read), reads each window's rows and queues
 ``(epoch, batches, window, slots)`` for the training thread. When batches are sampled again
@@ -20,7 +20,7 @@ __all__ = ["END", "RESAMPLE_QUEUE", "Resampled", "Stop", "Stream"]
 #: the batches of an item that closes an epoch
 END = "end"
 #: batches the reading thread samples ahead of training when batches are sampled again
-#: (``WindowPrefetcher.resample``; :data:`shoal.sample.windowfit.RESAMPLE_BATCHES` counts
+#: (``WindowPrefetcher.resample``; :data:`shoal.rows.windowfit.RESAMPLE_BATCHES` counts
 #: these, the one being queued and the one trained on)
 RESAMPLE_QUEUE = 4
 

@@ -1,6 +1,6 @@
 """How a sampled epoch shares the feature pool between the static cache and the windows.
 
-:func:`~shoal.sample.budget.plan_budget` gives the cache and the two window slots a third each
+:func:`~shoal.rows.budget.plan_budget` gives the cache and the two window slots a third each
 of the feature pool; once an epoch has been sampled, :func:`fit_windows` resizes them so that
 an epoch costs as few sweeps of the feature file as possible
 (``bench/results/out_of_core_engines.md``).
@@ -12,13 +12,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from shoal.sample.budget import MIN_WINDOW
+from shoal.rows.budget import MIN_WINDOW
 
 __all__ = ["RESAMPLE_BATCHES", "WINDOW_MARGIN", "WindowFit", "fit_windows"]
 
 
 #: batches alive when an epoch is sampled again as it is trained (``WindowFit.resample``):
-#: those queued by the reading thread (:data:`shoal.training.readahead.RESAMPLE_QUEUE`), the
+#: those queued by the reading thread (:data:`shoal.rows.readahead.RESAMPLE_QUEUE`), the
 #: one being queued and the one trained on.
 RESAMPLE_BATCHES = 6
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shoal.sample import _kernels as K
-from shoal.sample.diskio import PAGE, RowFile, RowReader, load_array
+from shoal.rows import _kernels as K
+from shoal.rows.direct import PAGE, RowFile, RowReader, load_array
 
 
 def _mm(tmp_path, arr, name="x.npy"):

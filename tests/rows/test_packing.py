@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shoal.sample.diskio import PAGE
-from shoal.sample.featstore import DiskFeatures
-from shoal.sample.packing import (
+from shoal.rows.direct import PAGE
+from shoal.rows.featstore import DiskFeatures
+from shoal.rows.packing import (
     PACK_EPOCHS,
     PackStats,
     default_pack_epochs,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from shoal.errors import ShoalInputError
-from shoal.sample.budget import MIN_WINDOW, RESERVE, plan_budget
-from shoal.sample.featstore import DiskFeatures
+from shoal.rows.budget import MIN_WINDOW, RESERVE, plan_budget
+from shoal.rows.featstore import DiskFeatures
 
 
 @pytest.fixture

@@ -2,20 +2,20 @@
 
 A background thread samples the batches of epoch after epoch in order, groups consecutive
 batches into windows whose rows (those the cache lacks) fit ``window_bytes``, and has the
-:class:`~shoal.sample.featstore.DiskFeatures` read each window's rows in one planned pass.
+:class:`~shoal.rows.featstore.DiskFeatures` read each window's rows in one planned pass.
 The training thread assembles each batch's input rows from memory and trains while the thread
 reads the next window, across epoch boundaries too: I/O overlaps compute. At most two
 windows exist at a time (the one trained on and the one read), so the memory is
 ``2 * window_bytes``. :meth:`WindowPrefetcher.pause` stops new reads (during evaluation, which
 needs the memory and the disk) and says how many bytes the prefetched windows hold.
 
-With ``pack_epochs`` = K >= 2 (:mod:`shoal.sample.packing`, DiskGNN's packing per epoch),
+With ``pack_epochs`` = K >= 2 (:mod:`shoal.rows.packing`, DiskGNN's packing per epoch),
 the thread samples the next K epochs once to learn their uncached rows, reads them all with
 one sweep of the feature file into one pack file per epoch, and reads each window from its
 epoch's pack: the sweep is paid once per K epochs, not once per window.
 
 When two epochs' samples do not fit beside a window that holds an epoch
-(:attr:`WindowPrefetcher.resample`, chosen by :func:`~shoal.sample.windowfit.fit_windows`), the
+(:attr:`WindowPrefetcher.resample`, chosen by :func:`~shoal.rows.windowfit.fit_windows`), the
 thread samples each epoch once to plan its window, keeping only the rows, and samples the
 batches again after reading it, a few ahead of training.
 
@@ -35,10 +35,10 @@ import numpy as np
 import torch
 
 from shoal.graph.blocks import Batch
-from shoal.sample.featstore import DiskFeatures
-from shoal.sample.packing import Packs, pack_sizes
-from shoal.sample.windowfit import WindowFit, fit_windows
-from shoal.training.readahead import END, Stop, Stream
+from shoal.rows.featstore import DiskFeatures
+from shoal.rows.packing import Packs, pack_sizes
+from shoal.rows.readahead import END, Stop, Stream
+from shoal.rows.windowfit import WindowFit, fit_windows
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["WindowPrefetcher", "read_bytes_of_process"]
@@ -69,7 +69,7 @@ class WindowPrefetcher:
             it is needed, with no overlap).
         pack_epochs: epochs whose rows one sweep of the feature file packs (default 0: off;
             the trainer and engines pass ``TrainConfig.pack_epochs``, default
-            :data:`~shoal.sample.packing.PACK_EPOCHS`); packs go to a private directory in
+            :data:`~shoal.rows.packing.PACK_EPOCHS`); packs go to a private directory in
             ``scratch_dir`` (default: beside the feature file).
     """
 
@@ -118,7 +118,7 @@ class WindowPrefetcher:
     # ----------------------------------------------------------------- packing
     def _pack(self, epoch: int, stop: threading.Event) -> None:
         """Pack the uncached rows of the epochs one sweep packs from ``epoch`` on
-        (:meth:`~shoal.sample.packing.Packs.round`), sampling each once to learn them."""
+        (:meth:`~shoal.rows.packing.Packs.round`), sampling each once to learn them."""
         epochs = self.packs.round(epoch, self.last_epoch)
         if not epochs:
             return
@@ -193,7 +193,7 @@ class WindowPrefetcher:
 
     def calibrate(self, pool: int, *, epoch: int = 0, min_window: int = 1) -> WindowFit:
         """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
-        again when trained: the same batches): :func:`~shoal.sample.windowfit.fit_windows`
+        again when trained: the same batches): :func:`~shoal.rows.windowfit.fit_windows`
         shares ``pool`` bytes so that an epoch is one window when it can be, read while the
         previous epoch trains when two fit. Call before the first window is read (the
         features' cache must not be loaded yet); returns the fit (also :attr:`fit`)."""

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-import shoal.sample.windowfit as windowfit
+import shoal.rows.windowfit as windowfit
 
 
 def _fit_reference(pool, needed, priority, rb, sample, min_window, margin, batch=0):

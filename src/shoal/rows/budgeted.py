@@ -1,0 +1,127 @@
+"""``BudgetedStore``: the one builder of the budgeted feature store.
+
+Given a :class:`~shoal.rows.budget.BudgetPlan` (made by the caller: the single-process trainer
+from the graph directory, :func:`shoal.training.data.open_features`; an engine from its parts,
+``Engine.plan_memory``), a set of rows gets, in this order:
+
+1. **the static cache** (:class:`~shoal.rows.featstore.DiskFeatures`): ``plan.cache`` bytes
+   (times ``share``, the rows' share of the plan when several sets share it: a rank's parts)
+   of the rows of highest ``degrees`` first. When the cache holds every row, that is all;
+2. otherwise **windows read ahead** (:meth:`BudgetedStore.read_ahead`: a
+   :class:`~shoal.rows.prefetch.WindowPrefetcher` on a batch loader, with window slots of
+   ``plan.window * share`` bytes), its cache not read yet (``defer_cache``): the first
+   sampled epoch sizes cache and windows (:func:`~shoal.rows.windowfit.fit_windows`, on
+   ``plan.pool * share`` bytes), and the cache is read with the first window;
+3. **epoch packs** (:mod:`shoal.rows.packing`): ``pack_epochs`` epochs' rows gathered by one
+   sweep (:func:`~shoal.rows.packing.default_pack_epochs`: off when the structure is on disk).
+
+A distributed engine whose windows also serve its peers' pulls builds steps 2-3 itself
+(``shoal.distributed.windows.DistWindows``, a layer above this one) on the store of step 1,
+sized by :attr:`BudgetedStore.windows`. Options a caller does not pass keep
+:class:`~shoal.rows.featstore.DiskFeatures`' defaults, so every caller keeps its own
+behaviour.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shoal.rows.budget import BudgetPlan
+from shoal.rows.featstore import DiskFeatures
+from shoal.rows.packing import default_pack_epochs
+from shoal.rows.source import RowSource
+from shoal.rows.windowfit import WindowFit
+
+__all__ = ["BudgetedStore"]
+
+
+class BudgetedStore:
+    """The budgeted feature store of one set of rows under (a share of) a memory plan
+    (module docstring).
+
+    Args:
+        rows: an ``(N, F)`` array (memory-mapped: read from its file), a list of them stacked
+            row-wise (a part's core rows, then its halo rows), or any
+            :class:`~shoal.rows.source.RowSource`.
+        plan: the memory plan.
+        share: the fraction of ``plan``'s cache, windows and pool these rows get (default 1).
+        degrees: per row, the priority of caching it (highest first; ties in row order);
+            None: rows in id order. Used only when windows are needed.
+        normalize, threads, show_progress, merge_gap: of
+            :class:`~shoal.rows.featstore.DiskFeatures` (row normalisation, concurrent reads,
+            the cache's progress bar, the read planner's merge gap).
+    """
+
+    def __init__(
+        self,
+        rows: np.ndarray | list[np.ndarray] | RowSource,
+        plan: BudgetPlan,
+        *,
+        share: float = 1.0,
+        degrees: np.ndarray | None = None,
+        normalize: bool = False,
+        threads: int = 8,
+        show_progress: bool | None = None,
+        merge_gap: int | None = None,
+    ) -> None:
+        self.plan = plan
+        self.share = share
+        #: whether the cache lacks rows: windows are read ahead, the cache is read with the first
+        self.windows = plan.cache < plan.features
+        priority = None
+        if self.windows and degrees is not None:
+            priority = np.argsort(-degrees, kind="stable")
+        self.features = DiskFeatures(
+            rows,
+            cache_bytes=self._part(plan.cache),
+            priority=priority,
+            normalize=normalize,
+            threads=threads,
+            merge_gap=merge_gap,
+            show_progress=show_progress,
+            defer_cache=self.windows,
+        )
+        self.fit: WindowFit | None = None
+
+    def _part(self, nbytes: int) -> int:
+        return nbytes if self.share == 1.0 else int(nbytes * self.share)
+
+    @property
+    def window_bytes(self) -> int:
+        """Bytes of one window slot of these rows (at least 1)."""
+        return max(self._part(self.plan.window), 1)
+
+    @property
+    def pool(self) -> int:
+        """Bytes the cache and the windows of these rows share."""
+        return self._part(self.plan.pool)
+
+    def pack_epochs(self, pack_epochs: int | None) -> int:
+        """Epochs one sweep packs: ``pack_epochs`` (the option; None: the default, off when
+        the structure is read from disk)."""
+        return default_pack_epochs(pack_epochs, self.plan.structure_in_memory)
+
+    def read_ahead(
+        self,
+        loader,
+        *,
+        last_epoch: int | None = None,
+        pack_epochs: int | None = None,
+        scratch_dir: str | None = None,
+    ) -> WindowFit | None:
+        """When the cache lacks rows: have ``loader`` (a ``BatchLoader``: its ``use_windows``
+        and the ``prefetcher`` it makes) produce its batches from windows read ahead, epochs
+        packed (``pack_epochs``, :meth:`pack_epochs`) into ``scratch_dir``, and size the cache
+        and the windows from its first sampled epoch; returns that fit (also :attr:`fit`), or
+        None when every row is cached (nothing changes)."""
+        if not self.windows:
+            return None
+        loader.use_windows(
+            self.features,
+            window_bytes=self.window_bytes,
+            last_epoch=last_epoch,
+            pack_epochs=self.pack_epochs(pack_epochs),
+            scratch_dir=scratch_dir,
+        )
+        self.fit = loader.prefetcher.calibrate(self.pool, min_window=self.plan.min_window)
+        return self.fit

@@ -1,0 +1,49 @@
+"""``open_rows``: the row source of an array, a list of arrays stacked row-wise, or a source.
+
+The one place that decides how rows are read: a memory-mapped array is read from its file
+(:class:`~shoal.rows.direct.RowReader`: planned direct reads), an in-memory member of a stack
+is copied (:class:`~shoal.rows.memory.MemoryRows`), several members are read as one
+(:class:`~shoal.rows.stacked.StackedReader`), and any object that already implements
+:class:`~shoal.rows.source.RowSource` (another backend) is used as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shoal.rows.direct import RowFile, RowReader
+from shoal.rows.memory import MemoryRows
+from shoal.rows.source import RowSource
+from shoal.rows.stacked import StackedReader
+
+__all__ = ["open_rows"]
+
+
+def _rows(member) -> int:
+    return member.num_rows if isinstance(member, RowSource) else int(member.shape[0])
+
+
+def open_rows(rows, **kw) -> RowSource | None:
+    """A row source of ``rows``: one 2-D array, a :class:`~shoal.rows.source.RowSource`
+    (returned as it is), or a list of them stacked row-wise (members without rows are
+    skipped); None when every row is an in-memory array already (nothing to plan).
+    Memory-mapped arrays are read from their files, in-memory members of a stack copied (a
+    stack may mix both, and other sources). ``kw`` go to :class:`~shoal.rows.direct.RowReader`
+    (``threads``, ``merge_gap``, ``direct``)."""
+    if isinstance(rows, RowSource):
+        return rows
+    if isinstance(rows, np.ndarray):
+        f = RowFile.of(rows)
+        return RowReader(f, **kw) if f is not None else None
+    members = [m for m in rows if _rows(m) > 0]
+    files = [None if isinstance(m, RowSource) else RowFile.of(m) for m in members]
+    given = [isinstance(m, RowSource) for m in members]
+    if not members or not any(f is not None or g for f, g in zip(files, given, strict=True)):
+        return None
+    if len(members) == 1:
+        return members[0] if given[0] else RowReader(files[0], **kw)
+    readers = [
+        m if g else RowReader(f, **kw) if f is not None else MemoryRows(m)
+        for m, f, g in zip(members, files, given, strict=True)
+    ]
+    return StackedReader(readers)

@@ -1,0 +1,107 @@
+"""``RowSource``: the interface of everything rows are read from, and its counters.
+
+A row source holds ``num_rows`` rows of ``dim`` items of one ``dtype`` and copies any set of
+them, named by sorted unique ids, into a caller's buffer in one call (:meth:`RowSource.read`):
+the caller knows the whole set first (a window of batches, a block of neighbour entries), so
+a source may plan the reads (sort, coalesce, read in parallel). Three implement it:
+
+- :class:`~shoal.rows.direct.RowReader`: the rows of a file, read with planned, coalesced
+  ``O_DIRECT`` reads;
+- :class:`~shoal.rows.memory.MemoryRows`: the rows of an in-memory array (nothing is read);
+- :class:`~shoal.rows.stacked.StackedReader`: several sources stacked one after another (a
+  store part's core rows, then its halo rows).
+
+:func:`~shoal.rows.opener.open_rows` picks one for an array (or a list of arrays) and returns
+any object that implements this protocol as it is, so another backend (a remote store, a
+compressed file, a test's counting source) plugs in by implementing these members; nothing
+outside its module changes. The budgeted feature store
+(:class:`~shoal.rows.featstore.DiskFeatures`, built by :class:`~shoal.rows.budgeted.BudgetedStore`)
+reads its cache, its windows and its epoch packs' sweeps through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["ReadStats", "RowSource"]
+
+
+@dataclass
+class ReadStats:
+    """Counters of a reader: rows delivered, bytes read from the file, read requests, reads."""
+
+    rows: int = 0
+    bytes: int = 0
+    requests: int = 0
+    calls: int = 0
+
+    def add(self, rows: int, nbytes: int, requests: int) -> None:
+        self.rows += rows
+        self.bytes += nbytes
+        self.requests += requests
+        self.calls += 1
+
+
+@runtime_checkable
+class RowSource(Protocol):
+    """Rows read by sets of sorted ids into a caller's buffer (module docstring).
+
+    ``isinstance(x, RowSource)`` checks that ``x`` has every member below (not their types).
+    """
+
+    @property
+    def num_rows(self) -> int:
+        """Rows held (ids are ``0 .. num_rows - 1``)."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """Items per row (the columns of ``out``)."""
+        ...
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of a row's items (that of ``out``)."""
+        ...
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row (``dim * dtype.itemsize``)."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """Where the rows come from: a file's path (of the first member of a stack), or a
+        name in angle brackets (``"<memory>"``) when there is no file. Epoch packs go beside
+        it unless a scratch directory is given (:class:`~shoal.rows.packing.Packs`)."""
+        ...
+
+    @property
+    def stats(self) -> ReadStats:
+        """What the reads so far did (rows, bytes read, requests, calls)."""
+        ...
+
+    def bytes_for(self, ids: np.ndarray) -> int:
+        """Bytes a read of the rows ``ids`` (sorted, unique) delivers."""
+        ...
+
+    def read(
+        self,
+        ids: np.ndarray,
+        out: np.ndarray,
+        dest: np.ndarray | None = None,
+        out2: np.ndarray | None = None,
+    ) -> int:
+        """Row ``ids[i]`` into ``out[dest[i]]`` (default ``out[i]``); with ``out2``, a negative
+        ``dest[i]`` sends the row to ``out2[-1 - dest[i]]`` instead (two arrays filled by one
+        pass). ``ids`` are sorted and unique, ``out`` (and ``out2``) C-contiguous arrays of
+        :attr:`dtype` with :attr:`dim` columns. Returns the bytes read from storage (0 when
+        nothing was read: rows in memory). Safe to call from several threads."""
+        ...
+
+    def close(self) -> None:
+        """Release the source's files and threads (idempotent)."""
+        ...
