@@ -60,13 +60,13 @@ class Trainer:
         )
         self.store = open_features(
             data,
-            memory=config.memory.limit.limit_bytes,
+            memory=config.memory.limit_bytes,
             fanouts=config.sampling.fanouts,
             batch_size=config.sampling.batch_size,
-            normalize=config.model.name.normalize_features,
-            io_threads=config.memory.limit.io_threads,
+            normalize=config.model.normalize_features,
+            io_threads=config.memory.io_threads,
             show_progress=config.run.progress,
-            structure=config.memory.limit.structure,
+            structure=config.memory.structure,
         )
         self.features, self.budget = self.store.features, self.store.plan
         self.sampler = NeighborSampler(
@@ -76,7 +76,7 @@ class Trainer:
             num_nodes=data.num_nodes,
             degrees=data.degrees,
             direct_indices=not self.budget.structure_in_memory and structure_on_disk(data.indices),
-            io_threads=config.memory.limit.io_threads,
+            io_threads=config.memory.io_threads,
             neighbor_cache_bytes=self.budget.neighbor_cache,
         )
         self.timer = Timer()
@@ -108,7 +108,7 @@ class Trainer:
                 "model": config.model.name,
                 "hidden": config.model.hidden,
                 "num_layers": config.num_layers,
-                "heads": config.model.name.heads,
+                "heads": config.model.heads,
                 "num_nodes": data.num_nodes,
                 "feature_dim": data.feature_dim,
                 "num_classes": data.num_classes,
@@ -214,10 +214,10 @@ class Trainer:
             self.data,
             splits,
             sampler=self.sampler,
-            normalize_features=self.config.model.name.normalize_features,
+            normalize_features=self.config.model.normalize_features,
             batch_size=self.config.eval.batch_size,
             show_progress=self.config.run.progress,
-            scratch_dir=self.config.memory.limit.scratch_dir,
+            scratch_dir=self.config.memory.scratch_dir,
             features=self.features,
             memory_budget=max(budget, self.budget.window),
         )

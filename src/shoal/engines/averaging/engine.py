@@ -87,7 +87,7 @@ class AveragingEngine(Engine):
             feature_bytes=sum(rows) * self.row_bytes,
             num_rows=max(rows or [1]),
             extra_bytes=14 * sum(rows),
-            structure=cfg.memory.limit.structure,
+            structure=cfg.memory.structure,
         )
         fits = []
         self.features: list[DiskFeatures] = []
@@ -104,7 +104,7 @@ class AveragingEngine(Engine):
                 num_nodes=part.num_nodes,
                 degrees=deg,
                 direct_indices=direct,
-                io_threads=cfg.memory.limit.io_threads,
+                io_threads=cfg.memory.io_threads,
                 neighbor_cache_bytes=int(plan.neighbor_cache * share),
             )
             budgeted = BudgetedStore(

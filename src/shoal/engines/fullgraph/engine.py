@@ -181,8 +181,8 @@ class FullGraphEngine(Engine):
         self.features = DiskFeatures(
             arrays,
             cache_bytes=plan.cache,
-            threads=cfg.memory.limit.io_threads,
-            normalize=cfg.model.name.normalize_features,
+            threads=cfg.memory.io_threads,
+            normalize=cfg.model.normalize_features,
             show_progress=False,
         )
         # level 0 never changes: [local rows; replicated rows] in one buffer, read once

@@ -100,8 +100,8 @@ class HecEngine(Engine):
         self.features = DiskFeatures(
             arrays,
             cache_bytes=plan.cache,
-            threads=cfg.memory.limit.io_threads,
-            normalize=cfg.model.name.normalize_features,
+            threads=cfg.memory.io_threads,
+            normalize=cfg.model.normalize_features,
             show_progress=cfg.run.progress if ctx.is_rank0 else False,
         )
         train = np.concatenate(

@@ -210,7 +210,7 @@ class MinibatchEngine(Engine):
             for mb in mbs:
                 t1 = time.perf_counter()
                 x = self.features.pull(mb.n_id)
-                if self.train_config.model.name.normalize_features:
+                if self.train_config.model.normalize_features:
                     s = x.sum(1, keepdim=True)
                     x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
                 y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64))
