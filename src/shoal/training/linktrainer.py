@@ -44,6 +44,7 @@ from shoal.training.linkbatches import LinkBatchLoader
 from shoal.training.linkheuristics import heuristic_ranking_scores
 from shoal.training.linkmetrics import mrr_hits
 from shoal.training.loop import EpochLoop, eval_work_ratio
+from shoal.training.meter import EpochMeter
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
@@ -212,34 +213,30 @@ class LinkTrainer:
         return emb, opt
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
-        t0, before = time.perf_counter(), dict(self.timer.seconds)
         self.model.train()
         self.scorer.train()
-        loss_sum, n, steps = 0.0, 0, 0
+        meter = EpochMeter(
+            epoch, self.num_batches or None, enable=self.config.run.progress, timer=self.timer
+        )
+        steps = 0
         for b in self.loader.epoch(epoch):
-            t = time.perf_counter()
-            self.optimizer.zero_grad(set_to_none=True)
-            x, blocks, bp, bn = self._on_device(b)
-            h = self.model(x, blocks)
-            pos = self.scorer(h[bp[0]], h[bp[1]])
-            neg = self.scorer(h[bn[0]], h[bn[1]]).view(len(pos), b.num_neg)
-            loss = link_loss(self.link.loss, pos, neg, margin=self.link.margin)
-            loss.backward()
-            self.optimizer.step()
-            if self.embedding_opt is not None:
-                self.embedding_opt.step(b.mb.n_id, x.grad.cpu())
-            self.timer.add("forward_backward", time.perf_counter() - t)
-            loss_sum += float(loss.detach()) * len(pos)
-            n, steps = n + len(pos), steps + 1
+            with meter.time("forward_backward"):
+                self.optimizer.zero_grad(set_to_none=True)
+                x, blocks, bp, bn = self._on_device(b)
+                h = self.model(x, blocks)
+                pos = self.scorer(h[bp[0]], h[bp[1]])
+                neg = self.scorer(h[bn[0]], h[bn[1]]).view(len(pos), b.num_neg)
+                loss = link_loss(self.link.loss, pos, neg, margin=self.link.margin)
+                loss.backward()
+                self.optimizer.step()
+                if self.embedding_opt is not None:
+                    self.embedding_opt.step(b.mb.n_id, x.grad.cpu())
+            meter.step_sums(float(loss.detach()) * len(pos), 0, len(pos))
+            steps += 1
         self.num_batches = steps
         if self.embedding_opt is not None:
             self.embedding_opt.flush()
-        return {
-            "loss": loss_sum / max(n, 1),
-            "train_accuracy": None,
-            "seconds": time.perf_counter() - t0,
-            "time_split": self.timer.since(before),
-        }
+        return {**meter.record(), "train_accuracy": None}
 
     def _on_device(self, b):
         """The batch's inputs, blocks and positions on the model's device (the learned

@@ -8,7 +8,6 @@ mini-batches, exact evaluation, its optimizer and random state) and runs the sha
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import torch
@@ -22,11 +21,11 @@ from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.device import DeviceFeed
 from shoal.training.inference import evaluate
 from shoal.training.loop import EpochLoop, eval_work_ratio
+from shoal.training.meter import EpochMeter
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
 from shoal.utils.device import get_rng_states, set_rng_states, use_device
-from shoal.utils.progress import progress
 from shoal.utils.threads import set_threads
 
 __all__ = ["Trainer"]
@@ -145,38 +144,24 @@ class Trainer:
     def train_epoch(self, epoch: int | None = None) -> dict[str, Any]:
         """Train one epoch (default: the next one); returns its metrics."""
         epoch = self.epoch if epoch is None else epoch
-        before = dict(self.timer.seconds)
         stats0 = self.features.stats.snapshot()
         structure0 = self.sampler.structure_bytes_read
-        total_loss, correct, seen = 0.0, 0, 0
-        bar = progress(
-            total=len(self.loader),
-            desc=f"epoch {epoch + 1}",
-            unit="batch",
-            enable=self.config.run.progress,
+        meter = EpochMeter(
+            epoch, len(self.loader), enable=self.config.run.progress, timer=self.timer, postfix=True
         )
-        t_epoch = time.perf_counter()
         key = self.config.run.seed
         for step, batch in enumerate(self.feed.iterate(self.loader.epoch(epoch))):
-            t0 = time.perf_counter()
             # masks keyed by (seed, epoch, step, node): one batch per epoch is full-graph
             # training, the same model as the fullgraph engine's on any number of processes
-            loss, ok = train_step(self.model, self.optimizer, batch, dropout_key=(key, epoch, step))
-            self.timer.add("forward_backward", time.perf_counter() - t0)
-            n = len(batch.y)
-            total_loss += loss * n
-            correct += ok
-            seen += n
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-        bar.close()
+            with meter.time("forward_backward"):
+                loss, ok = train_step(
+                    self.model, self.optimizer, batch, dropout_key=(key, epoch, step)
+                )
+            meter.step(loss, ok, len(batch.y))
         self.loop.state.epoch = epoch + 1
         return {
             "epoch": epoch + 1,
-            "loss": total_loss / max(seen, 1),
-            "train_accuracy": correct / max(seen, 1),
-            "seconds": time.perf_counter() - t_epoch,
-            "time_split": self.timer.since(before),
+            **meter.record(),
             "io": {
                 **self._io_record(stats0),
                 # neighbour lists read from disk (sampled ahead: counted when trained)

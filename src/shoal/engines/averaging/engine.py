@@ -53,7 +53,7 @@ from shoal.sample.features import PartGatherer, part_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import BatchLoader, Timer, train_step
 from shoal.training.data import structure_on_disk
-from shoal.utils.progress import progress
+from shoal.training.meter import EpochMeter
 
 __all__ = ["AveragingEngine", "PartGatherer", "average_optimizer_state_", "weighted_average_"]
 
@@ -158,27 +158,19 @@ class AveragingEngine(Engine):
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
         self.stats.reset()
-        before = dict(self.timer.seconds)
-        total_loss, correct, seen = 0.0, 0, 0
-        t_epoch = time.perf_counter()
         stats0 = [f.stats.snapshot() for f in self.features]
-        bar = progress(
-            total=self.num_batches,
-            desc=f"epoch {epoch + 1}",
-            unit="batch",
+        meter = EpochMeter(
+            epoch,
+            self.num_batches,
             enable=cfg.run.progress if self.ctx.is_rank0 else False,
+            timer=self.timer,
         )
         for i, loader in enumerate(self.loaders):  # p > N: this rank's parts in turn
             j = i if len(self.models) > 1 else 0
             for batch in self.feed.iterate(loader.epoch(epoch)):
-                t0 = time.perf_counter()
-                loss, ok = train_step(self.models[j], self.optimizers[j], batch)
-                self.timer.add("forward_backward", time.perf_counter() - t0)
-                total_loss += loss * len(batch.y)
-                correct += ok
-                seen += len(batch.y)
-                bar.update(1)
-        bar.close()
+                with meter.time("forward_backward"):
+                    loss, ok = train_step(self.models[j], self.optimizers[j], batch)
+                meter.step(loss, ok, len(batch.y))
         averaged = (epoch + 1) % self.options.average_every == 0 or epoch + 1 == cfg.optim.epochs
         if averaged:
             t0 = time.perf_counter()
@@ -195,11 +187,7 @@ class AveragingEngine(Engine):
             self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
             self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
         return self.epoch_record(
-            loss_sum=total_loss,
-            correct=correct,
-            seen=seen,
-            seconds=time.perf_counter() - t_epoch,
-            time_split=self.timer.since(before),
+            **meter.close(),
             averaged=averaged,
             evaluable=averaged,
             io=self.io_record(self._io(stats0)),

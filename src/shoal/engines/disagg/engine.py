@@ -30,7 +30,6 @@ Every epoch:
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import numpy as np
@@ -49,6 +48,7 @@ from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch, MiniBatch
 from shoal.rows.budget import memory_limit
 from shoal.training.device import DeviceFeed
+from shoal.training.meter import EpochMeter
 from shoal.utils.io import parse_size
 
 __all__ = ["DisaggEngine", "cache_rows", "default_batch_workers"]
@@ -203,16 +203,20 @@ class DisaggEngine(Engine):
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         self.stats.reset()
-        t0 = time.perf_counter()
         part_to_bw, ph, sched = self._plan(epoch)
         self.num_batches = sched.iterations
-        loss_sum, correct, seen = 0.0, 0, 0
+        meter = EpochMeter(
+            epoch,
+            sched.iterations,
+            enable=self.train_config.run.progress if self.ctx.is_rank0 else False,
+        )
         if self.is_batch:
             rec = self.worker.run_epoch(epoch, part_to_bw, ph, sched)
-            split = {k: rec[k] for k in ("sampling", "loading", "features", "send_wait")}
+            for k in ("sampling", "loading", "features", "send_wait"):
+                meter.add(k, rec[k])
             rec["bytes_read"] = self.worker.resident.bytes_read
         else:
-            rec, split, (loss_sum, correct, seen) = self._compute_epoch(sched)
+            rec = self._compute_epoch(sched, meter)
         self.last = rec
         self._share_weights()
         counters = torch.tensor([float(rec.get(k, 0)) for k in COUNTERS], dtype=torch.float64)
@@ -226,47 +230,40 @@ class DisaggEngine(Engine):
             batch_workers=self.roles.batch_workers,
             replicas=self.options.replicas,
         )
-        return self.epoch_record(
-            loss_sum=loss_sum,
-            correct=correct,
-            seen=seen,
-            seconds=time.perf_counter() - t0,
-            time_split=split,
-            disagg=d,
-        )
+        return self.epoch_record(**meter.close(), disagg=d)
 
-    def _compute_epoch(self, sched) -> tuple[dict, dict, tuple[float, int, int]]:
+    def _compute_epoch(self, sched, meter: EpochMeter) -> dict[str, Any]:
+        """A compute worker's epoch: receive each global batch, assemble its rows from the
+        cache, train the replicas' mini-batches, all-reduce (books kept in ``meter``)."""
         roles, rank = self.roles, self.ctx.rank
-        split = {"receive_wait": 0.0, "assemble": 0.0, "forward_backward": 0.0, "allreduce": 0.0}
+        for k in ("receive_wait", "assemble", "forward_backward", "allreduce"):
+            meter.phases.setdefault(k, 0.0)
         rec = {k: 0 for k in COUNTERS}
         feeders = [roles.batch_ranks[b] for b in roles.feeders(rank)]
         sends: list = []
-        loss_sum, correct, seen = 0.0, 0, 0
         self.model.train()
         for i, (b, _) in enumerate(sched.order[rank]):
-            t = time.perf_counter()
-            gb, nbytes = recv_batch(roles.batch_ranks[b], self.dim)
+            with meter.time("receive_wait"):
+                gb, nbytes = recv_batch(roles.batch_ranks[b], self.dim)
             self.stats.bytes_received += nbytes
-            split["receive_wait"] += time.perf_counter() - t
-            t = time.perf_counter()
-            self.cache.acknowledge(b, gb.ack)
-            x_all, (v, ins, ev) = self.cache.consume(gb.ids, gb.sent, gb.rows)
-            if self.capacity:
-                for f in feeders:
-                    sends.append(send_update(f, v, ins, ev))
-                    self.stats.bytes_sent += 24 + 8 * (len(ins) + len(ev))
-            split["assemble"] += time.perf_counter() - t
-            t = time.perf_counter()
-            total = max(sched.iteration_seeds(i), 1)
-            self.optimizer.zero_grad(set_to_none=True)
-            for g in range(len(gb.minibatches)):
-                ls, c, n = self._replica_step(gb, g, x_all, total)
-                loss_sum, correct, seen = loss_sum + ls, correct + c, seen + n
-            split["forward_backward"] += time.perf_counter() - t
-            t = time.perf_counter()
-            self._all_reduce()
-            self.optimizer.step()
-            split["allreduce"] += time.perf_counter() - t
+            with meter.time("assemble"):
+                self.cache.acknowledge(b, gb.ack)
+                x_all, (v, ins, ev) = self.cache.consume(gb.ids, gb.sent, gb.rows)
+                if self.capacity:
+                    for f in feeders:
+                        sends.append(send_update(f, v, ins, ev))
+                        self.stats.bytes_sent += 24 + 8 * (len(ins) + len(ev))
+            loss_sum, correct, seen = 0.0, 0, 0
+            with meter.time("forward_backward"):
+                total = max(sched.iteration_seeds(i), 1)
+                self.optimizer.zero_grad(set_to_none=True)
+                for g in range(len(gb.minibatches)):
+                    ls, c, n = self._replica_step(gb, g, x_all, total)
+                    loss_sum, correct, seen = loss_sum + ls, correct + c, seen + n
+            with meter.time("allreduce"):
+                self._all_reduce()
+                self.optimizer.step()
+            meter.step_sums(loss_sum, correct, seen)
         self.cache.end_epoch()
         for works, *_ in sends:
             for w in works:
@@ -275,7 +272,7 @@ class DisaggEngine(Engine):
         rec.update(hits=st["hits"], redundant=st["redundant"], peak_pending=st["peak_pending"])
         for k in ("hits", "sent", "redundant"):
             st[k] = 0
-        return rec, split, (loss_sum, correct, seen)
+        return rec
 
     def _replica_step(self, gb, g: int, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
         """One replica's forward and backward; the loss is scaled so that the all-reduced

@@ -59,6 +59,7 @@ from shoal.engines.fullgraph.probe import block_from_csr, probe_costs
 from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
 from shoal.rows.featstore import DiskFeatures
+from shoal.training.meter import EpochMeter
 from shoal.utils.io import parse_size
 
 __all__ = ["FullGraphEngine"]
@@ -328,15 +329,14 @@ class FullGraphEngine(Engine):
         self.stats.reset()
         for ex in self.exchanges:
             ex.seconds = 0.0
-        timer: dict[str, float] = {
-            "cached_compute": 0.0,
-            "local_compute": 0.0,
-            "communication": 0.0,
-            "backward": 0.0,
-            "allreduce": 0.0,
-        }
+        meter = EpochMeter(  # one step: full-graph training
+            epoch,
+            1,
+            enable=False,
+            phases=("cached_compute", "local_compute", "communication", "backward", "allreduce"),
+        )
+        timer = meter.phases
         self.model.train()
-        t_epoch = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         with keyed_dropout(self.model, self.train_config.run.seed, epoch):
             logits = self.forward(timer)
@@ -347,22 +347,16 @@ class FullGraphEngine(Engine):
         back_wait = sum(ex.seconds for ex in self.exchanges) - fwd_wait
         timer["backward"] = time.perf_counter() - t0 - back_wait
         timer["communication"] += back_wait
-        t0 = time.perf_counter()
-        # summed, not averaged: the loss is already divided by every rank's training nodes
-        self.all_reduce_gradients(average=False)
-        timer["allreduce"] = time.perf_counter() - t0
+        with meter.time("allreduce"):
+            # summed, not averaged: the loss is already divided by every rank's training nodes
+            self.all_reduce_gradients(average=False)
         self.optimizer.step()
         with torch.no_grad():
             out = logits[self.train_pos]
             correct = int((out.argmax(1) == self.y).sum())
-        loss_sum = float(loss.detach()) * self.num_train  # summed over ranks in the record
-        return self.epoch_record(
-            loss_sum=loss_sum,
-            correct=correct,
-            seen=len(self.train_pos),
-            seconds=time.perf_counter() - t_epoch,
-            time_split=timer,
-        )
+        # summed over ranks in the record
+        meter.step_sums(float(loss.detach()) * self.num_train, correct, len(self.train_pos))
+        return self.epoch_record(**meter.close())
 
     def close_io(self) -> None:
         self.features.close()

@@ -61,7 +61,7 @@ from shoal.nn.base import layer_widths
 from shoal.rows.featstore import DiskFeatures
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import batch_seed
-from shoal.utils.progress import progress
+from shoal.training.meter import EpochMeter
 
 __all__ = ["HecEngine"]
 
@@ -151,46 +151,30 @@ class HecEngine(Engine):
         self.stats.reset()
         for c in self.caches:
             c.stats.reset()
-        timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0, "communication": 0.0}
-        total_loss, correct, seen = 0.0, 0, 0
         self.model.train()
-        t_epoch = time.perf_counter()
-        bar = progress(
-            total=self.num_batches,
-            desc=f"epoch {epoch + 1}",
-            unit="batch",
+        meter = EpochMeter(
+            epoch,
+            self.num_batches,
             enable=cfg.run.progress if self.ctx.is_rank0 else False,
+            phases=("sampling", "gather", "forward_backward", "communication"),
         )
         m, d = self.num_batches, self.options.hec_delay
         for k, seeds in enumerate(self.epoch_batches(epoch)):
-            t0 = time.perf_counter()
-            got = self.push.receive(k) if k >= d else None  # lines 7-9
-            if got is not None:
-                for layer, per_rank in enumerate(got):
-                    for ids, rows in per_rank:
-                        self.caches[layer].stats.received += len(ids)
-                        self.caches[layer].store(ids, rows, self.now)
-            timer["communication"] += time.perf_counter() - t0
-            loss, ok, n, pushes = self._step(epoch, k, seeds, timer, send=k < m - d)
+            with meter.time("communication"):
+                got = self.push.receive(k) if k >= d else None  # lines 7-9
+                if got is not None:
+                    for layer, per_rank in enumerate(got):
+                        for ids, rows in per_rank:
+                            self.caches[layer].stats.received += len(ids)
+                            self.caches[layer].store(ids, rows, self.now)
+            loss, ok, n, pushes = self._step(epoch, k, seeds, meter.phases, send=k < m - d)
             if pushes is not None:
-                t0 = time.perf_counter()
-                self.push.send(k, pushes)  # lines 14-24
-                timer["communication"] += time.perf_counter() - t0
-            total_loss += loss * n
-            correct += ok
-            seen += n
+                with meter.time("communication"):
+                    self.push.send(k, pushes)  # lines 14-24
+            meter.step(loss, ok, n)
             self.now += 1
-            bar.update(1)
-        bar.close()
         self.push.drain()
-        return self.epoch_record(
-            loss_sum=total_loss,
-            correct=correct,
-            seen=seen,
-            seconds=time.perf_counter() - t_epoch,
-            time_split=timer,
-            hec=self._hec_record(),
-        )
+        return self.epoch_record(**meter.close(), hec=self._hec_record())
 
     def _step(self, epoch: int, k: int, seeds: np.ndarray, timer: dict, *, send: bool):
         """One mini-batch: lookup, forward with cached halo rows, backward, all-reduce; returns

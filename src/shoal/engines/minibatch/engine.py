@@ -39,7 +39,7 @@ from shoal.graph.blocks import Batch
 from shoal.nn.base import keyed_dropout
 from shoal.rows.budgeted import BudgetedStore
 from shoal.training import batch_seed
-from shoal.utils.progress import progress
+from shoal.training.meter import EpochMeter
 
 __all__ = ["MinibatchEngine", "split_training_nodes"]
 
@@ -159,48 +159,34 @@ class MinibatchEngine(Engine):
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
         self.stats.reset()
-        timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0, "io_wait": 0.0}
-        total_loss, correct, seen = 0.0, 0, 0
         self.ddp.train()
-        t_epoch = time.perf_counter()
-        bar = progress(
-            total=self.num_batches,
-            desc=f"epoch {epoch + 1}",
-            unit="batch",
+        meter = EpochMeter(
+            epoch,
+            self.num_batches,
             enable=cfg.run.progress if self.ctx.is_rank0 else False,
+            phases=("sampling", "gather", "forward_backward", "io_wait"),
         )
         world, rank = self.ctx.world_size, self.ctx.rank
-        for step, batch in enumerate(self.feed.iterate(self._batches(epoch, timer))):
-            t2 = time.perf_counter()
-            x, y = batch.x, batch.y
-            self.optimizer.zero_grad(set_to_none=True)
-            # dropout keyed by (seed, epoch, step and rank, original node id): one process on
-            # a one-part store draws the single-process trainer's masks
-            blocks = batch.mb.with_node_ids(self.store.to_orig(batch.mb.n_id))
-            with keyed_dropout(self.model, cfg.run.seed, epoch, step * world + rank):
-                out = self.ddp(x, blocks)
-            # DDP averages the ranks' gradients (batches differ in size by at most one
-            # seed per rank under the two-level split)
-            loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
-            loss.backward()
-            self.optimizer.step()
-            self.stats.allreduce_bytes += self.param_bytes
+        for step, batch in enumerate(self.feed.iterate(self._batches(epoch, meter.phases))):
+            with meter.time("forward_backward"):
+                x, y = batch.x, batch.y
+                self.optimizer.zero_grad(set_to_none=True)
+                # dropout keyed by (seed, epoch, step and rank, original node id): one process
+                # on a one-part store draws the single-process trainer's masks
+                blocks = batch.mb.with_node_ids(self.store.to_orig(batch.mb.n_id))
+                with keyed_dropout(self.model, cfg.run.seed, epoch, step * world + rank):
+                    out = self.ddp(x, blocks)
+                # DDP averages the ranks' gradients (batches differ in size by at most one
+                # seed per rank under the two-level split)
+                loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
+                loss.backward()
+                self.optimizer.step()
+                self.stats.allreduce_bytes += self.param_bytes
             n = len(y)
-            total_loss += float(loss.detach()) * n
-            correct += int((out.detach().argmax(1) == y).sum()) if n else 0
-            seen += n
-            timer["forward_backward"] += time.perf_counter() - t2
-            bar.update(1)
-        bar.close()
-        timer["io_wait"] = self.windows.io.get("io_wait", 0.0)
-        return self.epoch_record(
-            loss_sum=total_loss,
-            correct=correct,
-            seen=seen,
-            seconds=time.perf_counter() - t_epoch,
-            time_split=timer,
-            io=self.io_record([self.windows.io]),
-        )
+            ok = int((out.detach().argmax(1) == y).sum()) if n else 0
+            meter.step(float(loss.detach()), ok, n)
+        meter.phases["io_wait"] = self.windows.io.get("io_wait", 0.0)
+        return self.epoch_record(**meter.close(), io=self.io_record([self.windows.io]))
 
     def _batches(self, epoch: int, timer: dict[str, float]) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and

@@ -53,8 +53,8 @@ from shoal.training.inference import BLOCKED_BUDGET, Scratch
 from shoal.training.linkbatches import draw_negatives
 from shoal.training.linktrainer import LinkConfig
 from shoal.training.loop import eval_work_ratio
+from shoal.training.meter import EpochMeter
 from shoal.utils.arrays import unique_sorted
-from shoal.utils.progress import progress
 
 __all__ = ["LinkMinibatchEngine"]
 
@@ -243,31 +243,21 @@ class LinkMinibatchEngine(Engine):
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
         self.stats.reset()
-        timer = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0}
         self.model.train()
-        t_epoch, loss_sum, seen = time.perf_counter(), 0.0, 0
-        bar = progress(
-            total=self.num_batches,
-            desc=f"epoch {epoch + 1}",
-            unit="batch",
+        meter = EpochMeter(
+            epoch,
+            self.num_batches,
             enable=cfg.run.progress if self.ctx.is_rank0 else False,
+            phases=("sampling", "gather", "forward_backward"),
         )
         for step, pos in enumerate(self.positives.epoch(cfg.run.seed, epoch, self.num_batches)):
             seed = batch_seed(cfg.run.seed, epoch, step) + self.ctx.rank
             neg = self._negatives(pos, np.random.default_rng(seed))
-            s, n = self.train_step([(pos, neg)], seed, timer)
-            loss_sum, seen = loss_sum + s, seen + n
-            bar.update(1)
-        bar.close()
+            s, n = self.train_step([(pos, neg)], seed, meter.phases)
+            meter.step_sums(s, 0, n)
         if self.embedding is not None:
             self.embedding.flush()
-        rec = self.epoch_record(
-            loss_sum=loss_sum,
-            correct=0,
-            seen=seen,
-            seconds=time.perf_counter() - t_epoch,
-            time_split=timer,
-        )
+        rec = self.epoch_record(**meter.close())
         rec["train_accuracy"] = None
         return rec
 

@@ -1,0 +1,115 @@
+"""``EpochMeter``: one epoch's bookkeeping, written once for the trainer and every engine.
+
+An epoch's step loop keeps the same books everywhere: a progress bar over its batches, the
+seconds of each phase (sampling, gather, forward/backward, communication, ...), the summed
+loss and the correct predictions over the seeds seen, and the epoch's wall time. The loop
+calls :meth:`EpochMeter.step` once per batch and :meth:`EpochMeter.close` at the end, whose
+dict is what :meth:`shoal.engines.base.Engine.epoch_record` reduces over ranks (and what the
+single-process trainer turns into its record with :meth:`EpochMeter.record`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from shoal.training.batches import Timer
+from shoal.utils.progress import progress
+
+__all__ = ["EpochMeter"]
+
+
+class EpochMeter:
+    """The books of one epoch.
+
+    Args:
+        epoch: the epoch (counted from 0; the bar shows it from 1).
+        total: batches the epoch will run (the bar's length; None: not known yet).
+        enable: show the bar (None: when stderr is a terminal; see
+            :func:`shoal.utils.progress.progress`).
+        timer: a :class:`~shoal.training.batches.Timer` that other parts of the epoch add to
+            too (e.g. the batch loader's sampling and gather); the epoch's phases are what it
+            accumulates from now on (default: a fresh one).
+        phases: phases reported even when nothing was added to them (as 0.0; default none).
+        postfix: show the last batch's loss on the bar (default false).
+    """
+
+    def __init__(
+        self,
+        epoch: int,
+        total: int | None,
+        *,
+        enable: bool | None,
+        timer: Timer | None = None,
+        phases: tuple[str, ...] = (),
+        postfix: bool = False,
+    ) -> None:
+        self.timer = timer if timer is not None else Timer()
+        self._before = dict(self.timer.seconds)
+        for name in phases:
+            self.timer.seconds.setdefault(name, 0.0)
+        self.loss_sum, self.correct, self.seen = 0.0, 0, 0
+        self._postfix = postfix
+        self.bar = progress(total=total, desc=f"epoch {epoch + 1}", unit="batch", enable=enable)
+        self._t0 = time.perf_counter()
+
+    @property
+    def phases(self) -> dict[str, float]:
+        """Seconds per phase, writable (``meter.phases["gather"] += s``)."""
+        return self.timer.seconds
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.timer.add(phase, seconds)
+
+    @contextmanager
+    def time(self, phase: str) -> Iterator[None]:
+        """Add the block's wall time to ``phase``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timer.add(phase, time.perf_counter() - t0)
+
+    def step(self, loss: float, correct: int, n: int) -> None:
+        """One batch trained: ``loss`` (the batch's mean), ``correct`` predictions of ``n``
+        seeds."""
+        self.loss_sum += loss * n
+        self.correct += correct
+        self.seen += n
+        self.bar.update(1)
+        if self._postfix:
+            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+
+    def step_sums(self, loss_sum: float, correct: int, n: int) -> None:
+        """One batch trained, its loss already summed over its ``n`` seeds (or edges)."""
+        self.loss_sum += loss_sum
+        self.correct += correct
+        self.seen += n
+        self.bar.update(1)
+
+    def close(self) -> dict[str, Any]:
+        """The epoch's books: ``loss_sum``, ``correct``, ``seen``, ``seconds`` (wall time since
+        the meter was made) and ``time_split`` (seconds per phase this epoch)."""
+        self.bar.close()
+        before = self._before
+        return {
+            "loss_sum": self.loss_sum,
+            "correct": self.correct,
+            "seen": self.seen,
+            "seconds": time.perf_counter() - self._t0,
+            "time_split": {k: v - before.get(k, 0.0) for k, v in self.timer.seconds.items()},
+        }
+
+    def record(self) -> dict[str, Any]:
+        """:meth:`close` as one process's epoch record: mean ``loss``, ``train_accuracy``,
+        ``seconds``, ``time_split``."""
+        b = self.close()
+        seen = max(b["seen"], 1)
+        return {
+            "loss": b["loss_sum"] / seen,
+            "train_accuracy": b["correct"] / seen,
+            "seconds": b["seconds"],
+            "time_split": b["time_split"],
+        }
