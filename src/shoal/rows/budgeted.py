@@ -50,6 +50,10 @@ class BudgetedStore:
         normalize, threads, show_progress, merge_gap: of
             :class:`~shoal.rows.featstore.DiskFeatures` (row normalisation, concurrent reads,
             the cache's progress bar, the read planner's merge gap).
+        read_ahead: whether rows the cache lacks will be read in windows ahead of the batches
+            (steps 2-3; default true); false for a caller that reads each row it needs when
+            it needs it (the ``hec`` and ``fullgraph`` engines): the cache is read now, in
+            row order.
     """
 
     def __init__(
@@ -63,11 +67,12 @@ class BudgetedStore:
         threads: int = 8,
         show_progress: bool | None = None,
         merge_gap: int | None = None,
+        read_ahead: bool = True,
     ) -> None:
         self.plan = plan
         self.share = share
         #: whether the cache lacks rows: windows are read ahead, the cache is read with the first
-        self.windows = plan.cache < plan.features
+        self.windows = read_ahead and plan.cache < plan.features
         priority = None
         if self.windows and degrees is not None:
             priority = np.argsort(-degrees, kind="stable")

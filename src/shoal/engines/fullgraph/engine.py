@@ -58,7 +58,7 @@ from shoal.engines.fullgraph.deps import (
 from shoal.engines.fullgraph.probe import block_from_csr, probe_costs
 from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
-from shoal.rows.featstore import DiskFeatures
+from shoal.rows.budgeted import BudgetedStore
 from shoal.training.meter import EpochMeter
 from shoal.utils.io import parse_size
 
@@ -179,13 +179,14 @@ class FullGraphEngine(Engine):
         cfg, g, ctx, sets = self.train_config, self.graph, self.ctx, self.sets
         dim = int(self.store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
-        self.features = DiskFeatures(
+        self.features = BudgetedStore(  # rows read when needed: a cache, no windows
             arrays,
-            cache_bytes=plan.cache,
+            plan,
             threads=cfg.memory.io_threads,
             normalize=cfg.model.normalize_features,
             show_progress=False,
-        )
+            read_ahead=False,
+        ).features
         # level 0 never changes: [local rows; replicated rows] in one buffer, read once
         self.x0 = torch.empty((g.num_solid + len(sets.rep[0]), dim), dtype=torch.float32)
         self._read_rows(np.arange(g.num_solid), out=self.x0[: g.num_solid])

@@ -58,7 +58,7 @@ from shoal.engines.hec.cache import (
 from shoal.engines.hec.config import HecConfig
 from shoal.graph.blocks import Block
 from shoal.nn.base import layer_widths
-from shoal.rows.featstore import DiskFeatures
+from shoal.rows.budgeted import BudgetedStore
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
@@ -97,13 +97,14 @@ class HecEngine(Engine):
         )
         dim = int(store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
-        self.features = DiskFeatures(
+        self.features = BudgetedStore(  # rows read when needed: a cache, no windows
             arrays,
-            cache_bytes=plan.cache,
+            plan,
             threads=cfg.memory.io_threads,
             normalize=cfg.model.normalize_features,
             show_progress=cfg.run.progress if ctx.is_rank0 else False,
-        )
+            read_ahead=False,
+        ).features
         train = np.concatenate(
             [
                 np.flatnonzero(np.asarray(p.train_mask)) + o
