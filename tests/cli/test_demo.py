@@ -53,10 +53,10 @@ def test_every_step_parses_and_the_training_settings_are_valid(tmp_path):
         if step.argv[0] != "train":
             continue
         cfg = config_from_args(args)
-        assert cfg.threads == 1 and cfg.epochs == 50
+        assert cfg.run.threads == 1 and cfg.optim.epochs == 50
         engine = getattr(args, "engine", None)
         if engine in ("hec", "disagg"):  # several steps per Cora epoch (module docstring)
-            assert cfg.batch_size == 16
+            assert cfg.sampling.batch_size == 16
         if engine == "disagg":  # 2 processes: one batch worker, one compute worker
             assert cfg.engine.batch_workers == 1
 

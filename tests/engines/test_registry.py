@@ -114,3 +114,18 @@ def test_the_fixture_engine_trains_through_shoal_train_with_its_own_flag(
         }
     bad = _shoal("train", "--store", store, "--engine", "trivial", "--trivial-lr-scale", "0", *ARGS)
     assert bad.returncode == 2 and "trivial_lr_scale must be > 0" in bad.stderr
+
+
+def test_auto_keeps_the_engine_options_given_until_the_engine_is_chosen():
+    from shoal.engines.config import AutoConfig, resolve_auto
+    from shoal.engines.hec.config import HecConfig
+
+    c = read_config({"engine": "auto", "hec_size": 7, "nproc": 2, "lr": 0.1})
+    assert isinstance(c.engine, AutoConfig) and c.engine.given == {"hec_size": 7}
+    assert read_config(c.to_dict()).to_dict() == c.to_dict()  # a launch spec's round trip
+    hec = resolve_auto(c, "hec")
+    assert isinstance(hec.engine, HecConfig) and (hec.engine.hec_size, hec.engine.nproc) == (7, 2)
+    mb = resolve_auto(c, "minibatch")
+    assert mb.engine.name == "minibatch" and mb.engine.nproc == 2 and mb.optim.lr == 0.1
+    with pytest.raises(ShoalInputError, match="unknown option 'no_such_option'"):
+        read_config({"engine": "auto", "no_such_option": 1})

@@ -94,6 +94,7 @@ def read_config(options: Mapping[str, Any], *, origin: str = "config") -> TrainC
     elif isinstance(engine, Mapping):
         values = dict(engine)
         name = str(values.pop("name", "minibatch"))
+        values.update(values.pop("given", None) or {})  # an AutoConfig's, as recorded
         cfg = None
     else:
         values, name, cfg = {}, str(engine or "minibatch"), None
