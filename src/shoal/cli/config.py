@@ -31,12 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from shoal.errors import ShoalInputError
+from shoal.utils.io import load_toml
 
 __all__ = ["SECTIONS", "apply_config_file", "register", "take_config"]
 
@@ -73,16 +71,6 @@ def take_config(argv: Sequence[str]) -> tuple[list[str], str | None]:
         else:
             rest.append(a)
     return rest, path
-
-
-def load_toml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        return tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ShoalInputError("config file not found", path=p) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
 
 
 def _section(doc: dict[str, Any], name: str) -> dict[str, Any]:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
-
-import tomllib
 
 from shoal.engines.registry import engine_names, get_spec
 from shoal.errors import ShoalInputError
 from shoal.training import TrainConfig
 from shoal.training.engine_config import EngineConfig
+from shoal.utils.io import load_toml
 
 __all__ = [
     "AutoConfig",
@@ -120,13 +118,7 @@ def read_config_file(
     """:func:`read_config` of a TOML file's ``[train]`` table (or its top level, without the
     other stages' tables) and its ``[link]`` table, ``overrides`` (the flags given, their
     ``link`` mapping too) winning."""
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ShoalInputError("config file not found", path=p) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
+    data = load_toml(path)
     table = dict(data.get("train", data))
     link = {**dict(table.pop("link", None) or {}), **dict(data.get("link") or {})}
     given = dict(overrides or {})
@@ -134,7 +126,7 @@ def read_config_file(
     table.update(given)
     if link:
         table["link"] = link
-    return read_config(table, origin=str(p))
+    return read_config(table, origin=str(path))
 
 
 def resolve_auto(config: TrainConfig, chosen: str) -> TrainConfig:

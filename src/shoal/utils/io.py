@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tomllib
 
 from shoal.errors import ShoalInputError
 from shoal.utils.mapped import mapping_of
 
 __all__ = [
+    "load_toml",
     "atomic_output_dir",
     "copy_rows",
     "file_checksum",
@@ -341,3 +343,15 @@ def release_pages(a: np.ndarray) -> None:
     mm = mapping_of(a)
     if mm is not None and hasattr(mm, "madvise") and len(mm):
         mm.madvise(mmap.MADV_DONTNEED)
+
+
+def load_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """A TOML file as a dict (ShoalInputError naming the file when it is missing or not
+    valid TOML): the one reader of every ``--config`` file."""
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ShoalInputError("config file not found", path=p) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ShoalInputError(f"invalid TOML: {e}", path=p) from None
