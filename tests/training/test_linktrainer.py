@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from shoal.data.importers import import_graph
 from shoal.data.linksplit import EdgeSplitConfig, split_edges
@@ -190,3 +191,30 @@ def test_learned_table_is_checkpointed_and_resumed_exactly(make_graph, tmp_path)
     assert np.allclose(np.array(resumed.embedding.weight), np.array(full.embedding.weight))
     assert r_res.history[-1]["loss"] == pytest.approx(r_full.history[-1]["loss"])
     assert (tmp_path / "ck-b" / "embedding" / "embedding.adam_m.npy").exists()
+
+
+@pytest.mark.parametrize("scorer", ["dot", "mlp"])
+def test_evaluation_scores_in_chunks_equal_the_scores_at_once(cora_link, scorer, monkeypatch):
+    """Held-out pairs are scored in chunks bounded by EVAL_SCORE_BYTES (O(chunk x K x hidden)
+    memory, not O(E_test x K x hidden)); each pair is scored on its own, so the scores are
+    those of one pass over every pair."""
+    import shoal.training.linktrainer as lt
+
+    data = LinkData.from_graph_dir(cora_link)
+    tr = LinkTrainer(cfg(epochs=1), LinkConfig(scorer=scorer, eval_negatives=30), data)
+    whole = tr.scores(("val", "test"))
+    monkeypatch.setattr(lt, "EVAL_SCORE_BYTES", 64 * 31 * 8 * 7)  # 7 positives per chunk
+    chunked = tr.scores(("val", "test"))
+    for s in ("val", "test"):
+        (wp, wq), (cp, cq) = whole[s], chunked[s]
+        assert wq.shape == (len(wp), 30) and cq.shape == wq.shape and len(wp) > 7
+        assert np.allclose(cp.numpy(), wp.numpy(), rtol=0, atol=1e-5)
+        assert np.allclose(cq.numpy(), wq.numpy(), rtol=0, atol=1e-5)
+    empty = lt._score_held_out(
+        tr.scorer,
+        torch.zeros(3, 64),
+        np.arange(3),
+        np.zeros((0, 2), np.int64),
+        np.zeros((0, 5), np.int64),
+    )
+    assert empty[0].shape == (0,) and empty[1].shape == (0, 5)

@@ -54,6 +54,7 @@ from shoal.utils.threads import set_threads
 
 __all__ = [
     "EVAL_CHUNK",
+    "EVAL_SCORE_BYTES",
     "LinkConfig",
     "LinkData",
     "LinkTrainer",
@@ -113,6 +114,9 @@ class LinkData:
 
 #: held-out positives per block of evaluation negatives (each block has its own stream)
 EVAL_CHUNK = 1 << 14
+#: bytes of gathered end-node embeddings one scoring chunk of an evaluation may hold (each
+#: held-out positive's K negatives need K source and K destination rows)
+EVAL_SCORE_BYTES = 64 << 20
 
 
 def eval_negative_chunk(
@@ -293,15 +297,7 @@ class LinkTrainer:
                 scratch_dir=self.config.memory.scratch_dir,
             )
         )
-        out = {}
-        for s in splits:
-            p, q = held[s], negs[s]
-            u = torch.from_numpy(np.searchsorted(nodes, p[:, 0]))
-            sp = scorer(emb[u], emb[torch.from_numpy(np.searchsorted(nodes, p[:, 1]))])
-            uq = u.repeat_interleave(q.shape[1])
-            sq = scorer(emb[uq], emb[torch.from_numpy(np.searchsorted(nodes, q.ravel()))])
-            out[s] = (sp.cpu(), sq.view(len(p), -1).cpu())
-        return out
+        return {s: _score_held_out(scorer, emb, nodes, held[s], negs[s]) for s in splits}
 
     def state(self) -> dict[str, Any]:
         """Weights, optimizer and RNG; a learned table is copied into the checkpoint
@@ -363,3 +359,25 @@ class LinkTrainer:
                 time.perf_counter() - t0,
             )
         return result
+
+
+def _score_held_out(
+    scorer: nn.Module, emb: torch.Tensor, nodes: np.ndarray, pos: np.ndarray, neg: np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores of held-out positives ``pos`` ``(n, 2)`` ``(n,)`` and of each one's negative
+    destinations ``neg`` ``(n, K)`` ``(n, K)``, from the embeddings ``emb`` of the sorted
+    ``nodes``; in chunks of positives whose gathered rows stay within
+    :data:`EVAL_SCORE_BYTES` (the scores are the same: each pair is scored on its own)."""
+    k, width = neg.shape[1], int(emb.shape[1]) if emb.ndim == 2 else 1
+    rows = max(1, EVAL_SCORE_BYTES // max(1, 2 * 4 * width * (k + 1)))
+    sp_parts, sq_parts = [], []
+    for a in range(0, max(len(pos), 1), rows):
+        p, q = pos[a : a + rows], neg[a : a + rows]
+        u = torch.from_numpy(np.searchsorted(nodes, p[:, 0]))
+        sp_parts.append(
+            scorer(emb[u], emb[torch.from_numpy(np.searchsorted(nodes, p[:, 1]))]).cpu()
+        )
+        uq = u.repeat_interleave(k)
+        sq = scorer(emb[uq], emb[torch.from_numpy(np.searchsorted(nodes, q.ravel()))])
+        sq_parts.append(sq.view(len(p), k).cpu())
+    return torch.cat(sp_parts), torch.cat(sq_parts)
