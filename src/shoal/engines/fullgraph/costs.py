@@ -1,10 +1,12 @@
-"""The ``fullgraph`` engine's estimated epoch for ``--engine auto`` (NeutronStar)."""
+"""The ``fullgraph`` engine's estimated epoch for ``--engine auto`` (NeutronStar) and its
+memory: what a rank must hold, checked against its budget at start."""
 
 from __future__ import annotations
 
 from shoal.engines.costs import CostInputs, net_seconds, split
+from shoal.errors import ShoalInputError
 
-__all__ = ["FULLGRAPH_MODELS", "estimate", "excluded"]
+__all__ = ["FULLGRAPH_MODELS", "check_fits", "estimate", "excluded", "memory_bytes"]
 
 #: models the fullgraph engine runs (it works layer by layer inside shoal's models)
 FULLGRAPH_MODELS = ("gcn", "sage", "gin")
@@ -50,3 +52,38 @@ def excluded(x: CostInputs) -> str | None:
     if x.config.model.name not in FULLGRAPH_MODELS:
         return f"runs {', '.join(FULLGRAPH_MODELS)}, not {x.config.model.name}"
     return None
+
+
+def memory_bytes(*, rows: int, row_bytes: int, widths: list[int], edges: int) -> int:
+    """A lower bound of what one rank's full-graph epoch holds in memory besides the
+    structure: its ``rows`` feature rows (read once, kept: NeutronStar's level 0), each
+    layer's output for those rows with its gradient and one saved intermediate (3 floats per
+    row and output width), and each layer's edge list as two int64 arrays (``edges`` edges).
+    The replicated and mirrored rows of remote dependencies come on top."""
+    layers = len(widths) - 1
+    activations = 3 * 4 * rows * sum(widths[1:])
+    return rows * row_bytes + activations + 16 * edges * layers
+
+
+def check_fits(
+    need: int, pool: int, *, rank_parts: int, num_parts: int, world: int, option: str = "--memory"
+) -> None:
+    """Refuse at start (ShoalInputError) when a rank's full-graph state, ``need`` bytes
+    (:func:`memory_bytes`) for its ``rank_parts`` parts, exceeds ``pool``, what its memory
+    budget leaves beside the reserve and the structure: the message names the memory needed
+    and how many parts a rank could hold."""
+    if need <= pool:
+        return
+    mib = 1 << 20
+    per_part = need / max(rank_parts, 1)
+    fit = int(pool // per_part) if per_part else 0
+    procs = -(-num_parts // max(fit, 1))
+    raise ShoalInputError(
+        f"fullgraph keeps every row and layer of a rank's parts in memory: this rank's "
+        f"{rank_parts} part(s) need about {need / mib:.0f} MiB (features, 3x each layer's "
+        f"activations, edge lists), its memory budget leaves {pool / mib:.0f} MiB beside the "
+        f"reserve and the graph structure; a rank holds about {fit} part(s) of this size",
+        fix=f"raise {option} to about {(need - pool) / mib + 1:.0f} MiB more, run on at least "
+        f"{procs} processes (of {world} now), or use --engine minibatch or averaging, which "
+        "read feature rows in windows within the budget",
+    )

@@ -46,6 +46,7 @@ from shoal.distributed.comm import exchange
 from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
 from shoal.engines.fullgraph.config import FullGraphConfig
+from shoal.engines.fullgraph.costs import check_fits, memory_bytes
 from shoal.engines.fullgraph.depcomm import PullRows, RowExchange
 from shoal.engines.fullgraph.deps import (
     Costs,
@@ -91,6 +92,16 @@ class FullGraphEngine(Engine):
         s_rows = g.num_solid
         plan = self.plan_memory(
             feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1), extra_bytes=16 * s_rows
+        )
+        need = memory_bytes(
+            rows=s_rows, row_bytes=self.row_bytes, widths=self.widths, edges=len(g.indices)
+        )
+        check_fits(
+            need,
+            plan.pool,
+            rank_parts=len(self.parts),
+            num_parts=store.num_parts,
+            world=ctx.world_size,
         )
         t0 = time.perf_counter()
         self.costs = self._costs()
