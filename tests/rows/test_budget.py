@@ -37,3 +37,27 @@ def test_batch_window_counts_the_sampled_tree():
 
 def test_memory_cgroup_is_a_path():
     assert isinstance(budget.memory_cgroup(), str)
+
+
+@pytest.mark.parametrize("structure", ["auto", "memory"])
+def test_a_budget_too_small_names_the_smallest_memory_that_works(structure):
+    from shoal.errors import ShoalInputError
+    from shoal.utils.io import parse_size
+
+    mib = 1 << 20
+    kw = dict(
+        feature_bytes=500 * mib,
+        structure_bytes=300 * mib,
+        min_window=16 * mib,
+        reserve=100 * mib,
+        index_bytes=10 * mib,
+        structure=structure,
+    )
+    with pytest.raises(ShoalInputError) as e:
+        budget.plan_budget(120 * mib, **kw)
+    smallest = e.value.fix.split()[2]  # "give --memory NMiB or more ..."
+    assert smallest.endswith("MiB")
+    plan = budget.plan_budget(parse_size(smallest), **kw)  # the size named works
+    assert plan.pool >= 2 * 16 * mib
+    with pytest.raises(ShoalInputError):  # and it is the smallest (to the MiB)
+        budget.plan_budget(parse_size(smallest) - mib, **kw)

@@ -207,6 +207,11 @@ class BudgetPlan:
         self.fit = fits[0].to_dict() if len(fits) == 1 else {"parts": [f.to_dict() for f in fits]}
 
 
+def _mib_up(nbytes: int) -> str:
+    """``nbytes`` as a ``--memory`` value, rounded up to whole MiB."""
+    return f"{-(-int(nbytes) // (1 << 20))}MiB"
+
+
 def plan_budget(
     memory: int | None,
     *,
@@ -239,13 +244,17 @@ def plan_budget(
         memory, source = memory_limit(processes[0], cgroup_processes=processes[1])
     left = memory - reserve
     need = 2 * min_window
+    # the smallest budget that works: the reserve, two windows and the structure it must hold
+    # (all of it when forced into memory, else its row index; no block cache at the minimum)
+    smallest = reserve + need + (structure_bytes if structure == "memory" else index_bytes)
     if left < need:
         raise ShoalInputError(
             f"a memory budget of {memory / 2**20:.1f} MiB ({source}) is below the minimum "
             f"working set ({(reserve + need) / 2**20:.1f} MiB: {reserve / 2**20:.0f} MiB for "
             f"the process and model, two windows of {min_window / 2**20:.1f} MiB of feature "
             "rows, each the rows one batch may need)",
-            fix=f"raise {option} (or the memory limit), or lower --batch-size/--fanouts",
+            fix=f"give {option} {_mib_up(smallest)} or more (the smallest that works), "
+            "or lower --batch-size/--fanouts",
         )
     if structure not in STRUCTURE_MODES:
         raise ValueError(f"structure must be one of {STRUCTURE_MODES}, got {structure!r}")
@@ -262,7 +271,7 @@ def plan_budget(
             f"structure ({(structure_bytes if in_mem else index_bytes) / 2**20:.1f} MiB "
             f"{'in all' if in_mem else 'of row index'}) next to two windows of "
             f"{min_window / 2**20:.1f} MiB",
-            fix=f"raise {option}"
+            fix=f"give {option} {_mib_up(smallest)} or more"
             + (" or keep the structure on disk (--structure disk)" if in_mem else ""),
         )
     kw = {"min_window": min_window, "index_bytes": int(index_bytes), "neighbor_cache": lists}
