@@ -374,14 +374,18 @@ def _spawned(rank: int, world: int, port: int, store: str, config: dict, out: st
         WORLD_SIZE=str(world),
         LOCAL_RANK=str(rank),
     )
-    from shoal.engines.config import read_config
-
     set_threads(max(1, (os.cpu_count() or 1) // world))
     with process_group(DistConfig(backend="gloo")) as ctx:
-        c = probe_in_group(Store.open(store), read_config(config), ctx)
+        c = probe_in_group(Store.open(store), TrainConfig.from_dict(config), ctx)
         if rank == 0:
             with open(out, "w") as f:
                 json.dump(c.to_dict(), f)
+
+
+def _probe_options(config: TrainConfig) -> dict[str, Any]:
+    """``config`` for the probing workers: the engine's shared options only (a probe never
+    reads an engine's own), so the training layer reads it back."""
+    return {**config.to_dict(), "engine": config.engine.shared()}
 
 
 def spawn_probe(store: str, config: TrainConfig, workers: int, scratch: str) -> MachineCosts:
@@ -401,7 +405,7 @@ def spawn_probe(store: str, config: TrainConfig, workers: int, scratch: str) -> 
     try:
         mp.spawn(
             _spawned,
-            args=(workers, port, str(store), config.to_dict(), out),
+            args=(workers, port, str(store), _probe_options(config), out),
             nprocs=workers,
             join=True,
         )
