@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shoal.rows import _kernels as K
-from shoal.rows.source import ReadStats
+from shoal.rows.source import FileShape, ReadStats
 from shoal.utils.mapped import file_of
 
 __all__ = ["MAX_RUN", "MERGE_GAP", "PAGE", "RowFile", "RowReader", "load_array"]
@@ -87,7 +87,7 @@ def _aligned(nbytes: int) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, max(PAGE, nbytes)), dtype=np.uint8)
 
 
-class RowReader:
+class RowReader(FileShape):
     """Reads sets of rows of a :class:`RowFile` with planned, coalesced, direct reads.
 
     Args:
@@ -133,30 +133,6 @@ class RowReader:
         fd = os.open(self.file.path, os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
         return fd, False
-
-    @property
-    def num_rows(self) -> int:
-        return self.file.num_rows
-
-    @property
-    def dim(self) -> int:
-        return self.file.dim
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.file.dtype)
-
-    @property
-    def row_bytes(self) -> int:
-        return self.file.row_bytes
-
-    @property
-    def path(self) -> str:
-        return self.file.path
-
-    def bytes_for(self, ids: np.ndarray) -> int:
-        """Bytes the rows ``ids`` (sorted, unique) occupy (what a read of them delivers)."""
-        return len(ids) * self.file.row_bytes
 
     def read(
         self,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.rows.direct import RowFile
-from shoal.rows.source import ReadStats
+from shoal.rows.source import FileShape, ReadStats
 
 __all__ = ["MemoryRows"]
 
 
-class MemoryRows:
+class MemoryRows(FileShape):
     """The :class:`~shoal.rows.source.RowSource` interface over an in-memory 2-D array (a
     stacked member that is small enough to live in memory); nothing is read from disk, so
     :meth:`read` returns 0 and :attr:`stats` stays at zero."""
@@ -28,29 +28,6 @@ class MemoryRows:
         )
         self.direct = True
         self.stats = ReadStats()
-
-    @property
-    def num_rows(self) -> int:
-        return self.file.num_rows
-
-    @property
-    def dim(self) -> int:
-        return self.file.dim
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.file.dtype)
-
-    @property
-    def row_bytes(self) -> int:
-        return self.file.row_bytes
-
-    @property
-    def path(self) -> str:
-        return self.file.path
-
-    def bytes_for(self, ids: np.ndarray) -> int:
-        return len(ids) * self.file.row_bytes
 
     def read(self, ids, out, dest=None, out2=None) -> int:
         ids = np.asarray(ids, np.int64)

@@ -22,11 +22,11 @@ reads its cache, its windows and its epoch packs' sweeps through it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ReadStats", "RowSource"]
+__all__ = ["FileShape", "ReadStats", "RowSource"]
 
 
 @dataclass
@@ -105,3 +105,35 @@ class RowSource(Protocol):
     def close(self) -> None:
         """Release the source's files and threads (idempotent)."""
         ...
+
+
+class FileShape:
+    """The shape half of :class:`RowSource` for a source described by a ``file`` (a
+    :class:`~shoal.rows.direct.RowFile`: rows, width, dtype, bytes per row, path), shared by
+    the file, in-memory and stacked sources."""
+
+    file: Any
+
+    @property
+    def num_rows(self) -> int:
+        return self.file.num_rows
+
+    @property
+    def dim(self) -> int:
+        return self.file.dim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.file.dtype)
+
+    @property
+    def row_bytes(self) -> int:
+        return self.file.row_bytes
+
+    @property
+    def path(self) -> str:
+        return self.file.path
+
+    def bytes_for(self, ids: np.ndarray) -> int:
+        """Bytes the rows ``ids`` (sorted, unique) occupy (what a read of them delivers)."""
+        return len(ids) * self.file.row_bytes

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.rows.direct import RowFile
-from shoal.rows.source import ReadStats, RowSource
+from shoal.rows.source import FileShape, ReadStats, RowSource
 
 __all__ = ["StackedReader"]
 
 
-class StackedReader:
+class StackedReader(FileShape):
     """Planned reads over several row sources stacked one after another: row ``v`` of the
     stack is row ``v - start[k]`` of member ``k`` (e.g. a store part's core rows, then its halo
     rows). Members are any :class:`~shoal.rows.source.RowSource`
@@ -40,26 +40,6 @@ class StackedReader:
         self.direct = all(getattr(r, "direct", False) for r in readers)
 
     @property
-    def num_rows(self) -> int:
-        return self.file.num_rows
-
-    @property
-    def dim(self) -> int:
-        return self.file.dim
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.file.dtype)
-
-    @property
-    def row_bytes(self) -> int:
-        return self.file.row_bytes
-
-    @property
-    def path(self) -> str:
-        return self.file.path
-
-    @property
     def stats(self) -> ReadStats:
         s = ReadStats()
         for r in self.readers:
@@ -69,9 +49,6 @@ class StackedReader:
             s.requests += st.requests
             s.calls += st.calls
         return s
-
-    def bytes_for(self, ids: np.ndarray) -> int:
-        return len(ids) * self.file.row_bytes
 
     def read(
         self,

@@ -183,12 +183,11 @@ class TrainConfig:
         return d
 
     def flat(self) -> dict[str, Any]:
-        """Every option by its flat name (the engine's own options included)."""
-        out = {name: self.get(name) for name in FLAT}
-        out["fanouts"] = list(self.sampling.fanouts)
-        out.update({k: v for k, v in self.engine.to_dict().items() if k != "name"})
-        out["task"], out["preset"] = self.task, self.preset
-        return out
+        """Every option by its flat name (the engine's own options included; the link
+        section's are the ``[link]`` table's)."""
+        return {
+            k: v for k, v in flatten_config(self.to_dict()).items() if not k.startswith("link_")
+        }
 
     @classmethod
     def from_options(cls, *, origin: str = "config", **options: Any) -> TrainConfig:
