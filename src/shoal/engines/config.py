@@ -86,27 +86,18 @@ def read_config(options: Mapping[str, Any], *, origin: str = "config") -> TrainC
     opts = dict(options)
     engine = opts.pop("engine", None)
     if isinstance(engine, EngineConfig):
-        values: dict[str, Any] = {}
-        cfg: EngineConfig | None = engine
-        name = engine.name
-    elif isinstance(engine, Mapping):
+        engine = engine.to_dict()
+    if isinstance(engine, Mapping):
         values = dict(engine)
         name = str(values.pop("name", "minibatch"))
         values.update(values.pop("given", None) or {})  # an AutoConfig's, as recorded
-        cfg = None
     else:
-        values, name, cfg = {}, str(engine or "minibatch"), None
-    owners = engine_option_owners()
-    for key in [*EngineConfig.shared_fields(), *owners]:
+        values, name = {}, str(engine or "minibatch")
+    for key in [*EngineConfig.shared_fields(), *engine_option_owners()]:
         if key in opts and key != "name":
             values[key] = opts.pop(key)
     try:
-        if cfg is None or values:
-            base = cfg.to_dict() if cfg is not None else {}
-            base.pop("name", None)
-            if isinstance(cfg, AutoConfig):
-                base = {**base.pop("given"), **base}
-            cfg = _engine_config(name, {**base, **values}, origin)
+        cfg = _engine_config(name, values, origin)
     except (TypeError, ValueError) as e:
         raise ShoalInputError(str(e), path=origin) from None
     return TrainConfig.from_options(origin=origin, **opts, engine=cfg)
