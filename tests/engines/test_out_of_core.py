@@ -47,7 +47,8 @@ def _train(
     if rank == no_room:  # this rank's scratch disk is full: it cannot pack
         packing.free_bytes = lambda directory: 0
     if small:  # no reserve, tiny windows: a budget of two windows and a quarter of the rows
-        base.ENGINE_RESERVE, budget.MIN_WINDOW = 0, 1024
+        budget.MIN_WINDOW = 1024
+        base.Engine.reserve_bytes = lambda self, num_rows: 13 * st.num_nodes  # the tables
         halo = engine == "averaging"
         rows = sum(p.num_core + halo * p.num_halo for p in st.parts() if p.index % world == rank)
         row_bytes = st.feature_dim * 4
@@ -126,7 +127,8 @@ def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dic
 
     memory = "8GiB"
     if small:
-        base.ENGINE_RESERVE, budget.MIN_WINDOW = 0, 1024
+        budget.MIN_WINDOW = 1024
+        base.Engine.reserve_bytes = lambda self, num_rows: 13 * 400  # the tables
         memory = 20 * 400 + 4 * 1024 + 400 * 16 // 8  # tables, maps, two windows, a little
     cfg = TrainConfig.from_options(
         model="sage",

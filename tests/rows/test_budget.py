@@ -3,6 +3,7 @@ machine's available memory by the processes on it."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import shoal.rows.budget as budget
@@ -61,3 +62,25 @@ def test_a_budget_too_small_names_the_smallest_memory_that_works(structure):
     assert plan.pool >= 2 * 16 * mib
     with pytest.raises(ShoalInputError):  # and it is the smallest (to the MiB)
         budget.plan_budget(parse_size(smallest) - mib, **kw)
+
+
+def test_the_footprint_is_this_process_anonymous_memory():
+    """Touching 64 MiB of fresh memory raises the measured footprint by about that much
+    (anonymous pages; the page cache of files is not counted)."""
+    if budget.process_footprint() < 0:
+        pytest.skip("no /proc/self/status on this system")
+    before = budget.process_footprint()
+    block = np.ones(64 << 20, dtype=np.uint8)
+    after = budget.process_footprint()
+    assert after - before >= 60 << 20
+    del block
+
+
+def test_the_reserve_is_the_footprint_plus_working_memory(monkeypatch):
+    assert budget.reserve_for(1000, footprint=5000) == 6000 + budget.FOOTPRINT_SLACK
+    monkeypatch.setattr(budget, "process_footprint", lambda: -1)
+    assert budget.reserve_for(1000) == budget.RESERVE  # unknown: the fixed guess
+    # a batch of 2 seeds, fanouts 3,2: at most 2 * 4 * 3 = 24 rows (or every node)
+    assert budget.batch_rows((3, 2), 2, 1000) == 24
+    assert budget.batch_rows((3, 2), 2, 10) == 10
+    assert budget.activation_bytes(24, 10) == budget.ACTIVATION_FACTOR * 24 * 10 * 4

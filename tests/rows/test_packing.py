@@ -74,6 +74,36 @@ def test_packs_hold_exactly_the_rows_and_the_sweep_loads_the_cache(
     assert list(out.iterdir()) == []
 
 
+def test_an_epoch_of_windows_is_packed_window_by_window(tmp_path, stacked):
+    """Each window of an epoch gets its own segment, in order (a row two windows need is in
+    both): reading a window reads exactly its segment, one contiguous run."""
+    x, mms = stacked
+    n = len(x)
+    fs = DiskFeatures(mms, threads=2)
+    windows = [np.arange(0, n, 7), np.arange(3, n, 5), np.array([0, 3, n - 1])]  # 0, 3: shared
+    stats = PackStats()
+    packs = pack_epochs(fs, {0: windows, 1: np.arange(10)}, tmp_path, stats=stats, stage_bytes=PAGE)
+    pack = packs[0]
+    assert [len(g.ids) for g in pack.segments] == [len(w) for w in windows]
+    assert pack.nbytes == sum(len(w) for w in windows) * 96
+    assert np.array_equal(pack.ids, np.unique(np.concatenate(windows)))
+    assert stats.bytes_written >= pack.nbytes + 10 * 96
+    for w in windows:
+        got = np.empty((len(w), 24), np.float32)
+        nbytes = pack.read(w, got)
+        assert np.array_equal(got, x[w])
+        assert len(w) * 96 <= nbytes < len(w) * 96 + PAGE  # its segment, nothing more
+    # out of order, and a subset of one window: still served
+    got = np.empty((2, 24), np.float32)
+    pack.read(windows[0][[1, 4]], got)
+    assert np.array_equal(got, x[windows[0][[1, 4]]])
+    with pytest.raises(KeyError, match="lacks"):  # rows of two windows: no window asked that
+        pack.read(np.array([7, 8]), np.empty((2, 24), np.float32))
+    for p in packs.values():
+        p.close()
+    assert list(tmp_path.glob("*.rows")) == []
+
+
 def test_a_stopped_sweep_leaves_no_file(tmp_path, stacked):
     x, mms = stacked
     fs = DiskFeatures(mms, threads=2)
@@ -97,7 +127,7 @@ def test_a_stopped_sweep_leaves_no_file(tmp_path, stacked):
 
 def test_pack_sizes_stay_within_a_share_of_the_pool():
     assert pack_sizes(10 << 30, 4) == (16 << 20, 1 << 20)
-    chunk, stage = pack_sizes(1 << 20, 4)
+    chunk, stage = pack_sizes(1 << 20, 4)  # four segments written at once
     assert chunk == 64 << 10 and stage == 16 << 10 and stage % PAGE == 0
     assert pack_sizes(0, 4) == (PAGE, PAGE)
 

@@ -38,6 +38,7 @@ from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.training.device import DeviceFeed
 from shoal.training.engine_config import EngineConfig
+from shoal.training.footprint import training_reserve
 from shoal.training.loop import eval_work_ratio
 from shoal.training.presets import resolve_for_data
 from shoal.utils.device import get_rng_states, set_rng_states
@@ -45,11 +46,11 @@ from shoal.utils.memory import return_freed_memory
 
 __all__ = ["ENGINE_RESERVE", "Engine"]
 
-#: memory a rank needs besides what its plan counts (interpreter, torch, numba, gloo's
-#: buffers, the model, one batch's activations and pulled rows): measured on the 10M-node
-#: benchmark (SAGE 10,5, hidden 128, batch 1024), ranks peaked at 0.43 GB of resident memory
-#: beyond the counted arrays, hence 640 MiB.
-ENGINE_RESERVE = 640 << 20
+#: memory a rank needs beside its measured footprint and one batch's working memory
+#: (:meth:`Engine.reserve_bytes`): gloo's and DDP's buffers and the rows pulled from peers
+#: for a batch (default 128 MiB; before the footprint was measured a fixed 640 MiB covered
+#: all of it: ranks of the 10M-node benchmark peaked at 0.43 GB beyond the counted arrays).
+ENGINE_RESERVE = 128 << 20
 
 
 class Engine(ABC):
@@ -113,16 +114,15 @@ class Engine(ABC):
     ) -> BudgetPlan:
         """This rank's memory budget (``--memory``, by default its share of the machine's or
         cgroup's limit, :func:`~shoal.rows.budget.plan_budget`) for ``feature_bytes`` of
-        feature rows over ``num_rows`` rows. :data:`ENGINE_RESERVE`, the per-node tables
-        and ``extra_bytes`` (the engine's own ``O(V)`` arrays: samplers' id maps, marks)
-        are taken out first. The parts' row indices (``indptr``) are read into memory, their
+        feature rows over ``num_rows`` rows. The reserve measured on this rank
+        (:meth:`reserve_bytes`) and ``extra_bytes`` (the engine's own arrays allocated after
+        the plan: samplers' id maps, marks) are taken out first. The parts' row indices (``indptr``) are read into memory, their
         neighbour lists too when the plan keeps the structure there (``structure``: "auto",
         or "memory"/"disk" forced; an engine that samples from disk passes the option)."""
         tc = self.train_config
         return_freed_memory()
         index = sum(int(p.indptr.nbytes) for p in self.parts)
         csr = index + sum(int(p.indices.nbytes) for p in self.parts)
-        tables = sum(a.nbytes for a in (self.tables.degrees, self.tables.labels, self.tables.train))
         plan = plan_budget(
             tc.memory.limit_bytes,
             feature_bytes=feature_bytes,
@@ -130,7 +130,7 @@ class Engine(ABC):
             min_window=batch_window(
                 tc.sampling.fanouts, tc.sampling.batch_size, num_rows, self.row_bytes
             ),
-            reserve=ENGINE_RESERVE + tables + extra_bytes,
+            reserve=self.reserve_bytes(num_rows) + extra_bytes,
             processes=local_peers(self.ctx),
             index_bytes=index,
             structure=structure,
@@ -141,6 +141,22 @@ class Engine(ABC):
                 p.indices = load_array(p.indices)
         self.budget = plan
         return plan
+
+    def reserve_bytes(self, num_rows: int) -> int:
+        """What this rank needs beside its data, measured now
+        (:func:`~shoal.training.footprint.training_reserve`: its footprint, which holds the
+        per-node tables already, plus the model's gradients and optimizer state and one
+        batch's activations over ``num_rows`` rows) plus :data:`ENGINE_RESERVE`."""
+        tc = self.train_config
+        gat = tc.model.name == "gat"
+        return ENGINE_RESERVE + training_reserve(
+            getattr(self, "model", None),
+            fanouts=tc.sampling.fanouts,
+            batch_size=tc.sampling.batch_size,
+            num_nodes=max(int(num_rows), 1),
+            in_dim=int(self.store.feature_dim or 0),
+            hidden=(tc.model.hidden or 0) * ((tc.model.heads or 1) if gat else 1),
+        )
 
     @property
     def row_bytes(self) -> int:

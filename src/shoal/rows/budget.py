@@ -5,8 +5,10 @@ page cache of what it reads included. By default it is what the process may use 
 machine: the limit of its memory cgroup (v1 ``hierarchical_memory_limit`` or v2
 ``memory.max`` of its group and every ancestor; a container's limit is one of these) or, when
 it is lower, the machine's ``MemAvailable`` when training starts (shared equally by the
-processes started on one machine). :func:`plan_budget` splits it into a fixed reserve
-(interpreter, torch, model, activations), the graph structure (held in memory when it fits;
+processes started on one machine). :func:`plan_budget` splits it into a reserve
+measured on the process (:func:`reserve_for`: its anonymous resident memory once the libraries
+are imported and the model built, plus the model's gradients and optimizer state and one
+batch's activations from the batch shape), the graph structure (held in memory when it fits;
 else only its ``O(V)`` row index), the feature windows and the cache of hot feature rows: two
 window slots (one trained on, one being read) and the cache get a third each of what is left
 until :func:`~shoal.rows.windowfit.fit_windows` resizes them from a sampled epoch. Every window costs about one
@@ -27,18 +29,34 @@ from typing import Any
 from shoal.errors import ShoalInputError
 
 __all__ = [
+    "ACTIVATION_FACTOR",
+    "FOOTPRINT_SLACK",
     "STRUCTURE_MODES",
     "BudgetPlan",
+    "activation_bytes",
+    "batch_rows",
     "batch_window",
     "memory_cgroup",
     "memory_limit",
     "plan_budget",
+    "process_footprint",
+    "reserve_for",
 ]
 
 _UNLIMITED = 1 << 60
-#: memory assumed taken by the interpreter, torch, numba, the model and one batch's
-#: activations, before any data (measured: 0.6-0.9 GiB RSS for GraphSAGE at batch 1024).
+#: the reserve when this process's footprint cannot be measured (no ``/proc``): what the
+#: interpreter, torch, numba, the model and one batch's activations were seen to take
+#: (0.6-0.9 GiB RSS for GraphSAGE at batch 1024).
 RESERVE = 1 << 30
+#: headroom above the measured footprint and the working memory (allocator fragmentation,
+#: thread stacks, numba kernels compiled or loaded after the measurement): 128 MiB.
+FOOTPRINT_SLACK = 128 << 20
+#: bytes of activations (forward, saved for backward, and gradients) per input row byte of a
+#: batch, for a message-passing layer over a sampled block: the gathered rows, their dropout
+#: copy and mask, the per-edge messages and their gradients (default 4; measured on the
+#: 2M-node / 256-d benchmark graph, SAGE 10,5 hidden 128: 0.38 GiB resident beyond the
+#: feature pool for batches of at most 67,584 rows of 1 KiB, ``bench/out_of_core_small.py``).
+ACTIVATION_FACTOR = 4
 #: the share of a derived limit (cgroup or available memory) taken by default: the rest is
 #: left to the kernel (page cache of small files, dirty pages being written).
 DEFAULT_SHARE = 0.9
@@ -127,13 +145,51 @@ def memory_limit(processes: int = 1, *, cgroup_processes: int | None = None) -> 
     return int(avail * DEFAULT_SHARE) // max(processes, 1), "90% of MemAvailable"
 
 
-def batch_window(fanouts: tuple[int, ...], batch_size: int, num_nodes: int, row_bytes: int) -> int:
-    """The smallest window: the rows one batch may touch (every seed's sampled L-hop tree,
-    at most every node; a full neighbourhood counted as 64), and at least :data:`MIN_WINDOW`."""
+def batch_rows(fanouts: tuple[int, ...], batch_size: int, num_nodes: int) -> int:
+    """The most rows one batch may touch: every seed's sampled L-hop tree (a full
+    neighbourhood counted as 64), at most every node."""
     per_seed = 1
     for f in fanouts:
         per_seed *= (f if f > 0 else 64) + 1
-    return max(MIN_WINDOW, min(num_nodes, batch_size * per_seed) * row_bytes)
+    return min(num_nodes, batch_size * per_seed)
+
+
+def batch_window(fanouts: tuple[int, ...], batch_size: int, num_nodes: int, row_bytes: int) -> int:
+    """The smallest window: the rows one batch may touch (:func:`batch_rows`), and at least
+    :data:`MIN_WINDOW`."""
+    return max(MIN_WINDOW, batch_rows(fanouts, batch_size, num_nodes) * row_bytes)
+
+
+def activation_bytes(rows: int, width: int, *, factor: int = ACTIVATION_FACTOR) -> int:
+    """Working memory of one training step over a batch of ``rows`` input rows of ``width``
+    float32 values (the input features plus a layer's hidden width):
+    :data:`ACTIVATION_FACTOR` copies of them."""
+    return int(factor) * int(rows) * int(width) * 4
+
+
+def process_footprint() -> int:
+    """Bytes this process holds now that are not the page cache of files: its anonymous
+    resident memory (``RssAnon`` of ``/proc/self/status``: the interpreter, the imported
+    libraries, the model and whatever arrays it holds), or -1 where that cannot be read."""
+    try:
+        for ln in Path("/proc/self/status").read_text().splitlines():
+            if ln.startswith("RssAnon:"):
+                return int(ln.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+def reserve_for(working: int, *, footprint: int | None = None) -> int:
+    """The reserve of a memory plan measured on this process: its footprint now
+    (:func:`process_footprint`, or ``footprint``), the ``working`` memory it will need beside
+    its data (model gradients, optimizer state, one batch's activations:
+    :func:`activation_bytes`) and :data:`FOOTPRINT_SLACK`; :data:`RESERVE` when the footprint
+    is unknown. Call it once the libraries are imported and the model is built."""
+    fp = process_footprint() if footprint is None else int(footprint)
+    if fp < 0:
+        return RESERVE
+    return fp + int(working) + FOOTPRINT_SLACK
 
 
 @dataclass
@@ -224,7 +280,8 @@ def plan_budget(
     index_bytes: int = 0,
     structure: str = "auto",
 ) -> BudgetPlan:
-    """Share ``memory`` (None: :func:`memory_limit`) between the fixed ``reserve``, the graph
+    """Share ``memory`` (None: :func:`memory_limit`) between the ``reserve`` (give
+    :func:`reserve_for`, measured on this process; default the fixed :data:`RESERVE`), the graph
     structure (``structure_bytes``; kept on disk when it does not fit in half of what is left,
     except its ``index_bytes``: the ``O(V)`` row index, held in any case, and a cache of its
     neighbour-list blocks of an eighth of what is left), two feature windows

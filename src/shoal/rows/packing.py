@@ -8,13 +8,18 @@ its pages), so the sequential pass reads 10x the bytes it keeps. DiskGNN (Liu et
 writing the features each batch group needs contiguously, so that training reads only them.
 This module does the same per *epoch*: the rows of ``K`` future epochs (known in advance: the
 batches depend only on ``(seed, epoch, step)``) are read by **one** sweep of the file, and
-each epoch's rows are appended, in id order, to a pack file of its own in the scratch
-directory; the epoch's windows then read their rows from that file, which holds exactly what
-the epoch needs. Per epoch the disk moves ``sweep / K + 2 * (epoch's rows)`` bytes instead of
-one sweep per window. Deviation from DiskGNN: packs are per epoch (not per batch group) and
-sorted by id, so an epoch split into several windows reads each window's rows as a sorted,
-coalesced pass over the pack (:class:`~shoal.rows.direct.RowReader`), and packs hold rows,
-not the sampled blocks (the batches are sampled again: sampling is cheap next to the I/O).
+each epoch's rows are written to the scratch directory **in first-use order**, one segment per
+window of the epoch (DiskGNN's batch groups; the windows are planned when the epoch is
+sampled, :meth:`~shoal.rows.prefetch.WindowPrefetcher._windows`), each segment's rows sorted
+by id. A window then reads its own segment: one contiguous run, exactly its rows. A row that
+two windows of an epoch need is written to both segments (DiskGNN duplicates it the same
+way): the disk moves ``sweep / K + 2 * (the windows' rows)`` bytes per epoch, against one
+sweep per window without packs and one pass over the whole pack per window when an epoch's
+pack was one id-sorted file (measured on the 2M-node / 256-d graph in 1.5 GiB, 8 windows per
+epoch: 4.45 GB read per epoch for 0.77 GB of distinct rows, ``bench/out_of_core_small.py``).
+An epoch given as one set of rows (not a list of windows) is one segment. Deviation from
+DiskGNN: packs hold rows, not the sampled blocks (the batches are sampled again: sampling is
+cheap next to the I/O).
 
 Pack files are written with ``O_DIRECT`` from page-aligned staging buffers (nothing charged to
 the process's page cache; buffered writes where the file system refuses it) and removed once
@@ -88,12 +93,13 @@ def default_pack_epochs(pack_epochs: int | None, structure_in_memory: bool) -> i
     return PACK_EPOCHS if structure_in_memory else 0
 
 
-def pack_sizes(pool: int, epochs: int) -> tuple[int, int]:
-    """``(chunk_bytes, stage_bytes)`` of a sweep packing ``epochs`` epochs next to a memory
-    pool of ``pool`` bytes: :data:`PACK_CHUNK` and :data:`PACK_STAGE`, smaller when they would
-    take more than a sixteenth of the pool each (at least a page)."""
+def pack_sizes(pool: int, writers: int) -> tuple[int, int]:
+    """``(chunk_bytes, stage_bytes)`` of a sweep writing ``writers`` pack segments at once
+    next to a memory pool of ``pool`` bytes: :data:`PACK_CHUNK` and :data:`PACK_STAGE`,
+    smaller when they would take more than a sixteenth of the pool (the chunk, and the
+    staging buffers together; at least a page each)."""
     chunk = max(PAGE, min(PACK_CHUNK, pool // 16))
-    stage = max(PAGE, min(PACK_STAGE, pool // (16 * max(epochs, 1))) // PAGE * PAGE)
+    stage = max(PAGE, min(PACK_STAGE, pool // (16 * max(writers, 1))) // PAGE * PAGE)
     return chunk, stage
 
 
@@ -159,48 +165,101 @@ class _Writer:
         self.path.unlink(missing_ok=True)
 
 
+class _Segment:
+    """One window's rows in a pack: row ``j`` of ``path`` is row ``ids[j]`` (sorted, unique)."""
+
+    def __init__(self, path: Path, ids: np.ndarray) -> None:
+        self.path = path
+        self.ids = ids
+        self.reader: RowReader | None = None
+
+    def positions(self, cold: np.ndarray) -> np.ndarray | None:
+        """Where ``cold`` (sorted, unique) lies in this segment, or None when it lacks a row."""
+        if len(cold) > len(self.ids):
+            return None
+        pos = np.searchsorted(self.ids, cold)
+        if len(pos) and (pos[-1] >= len(self.ids) or not np.array_equal(self.ids[pos], cold)):
+            return None
+        return pos
+
+
 class EpochPack:
-    """One epoch's uncached rows in a pack file: row ``j`` of the file is row ``ids[j]``.
+    """One epoch's uncached rows in a pack: a file per window of the epoch, in the order the
+    windows are read (module docstring).
 
     Args:
-        path: the pack file; ids: the rows it holds (sorted, unique); dim, dtype: of a row;
-        threads: concurrent reads of the pack's :class:`RowReader` (default 8).
+        segments: ``(path, ids)`` per window: row ``j`` of the file is row ``ids[j]`` (sorted,
+            unique); dim, dtype: of a row; threads: concurrent reads of a segment's
+            :class:`RowReader` (default 8).
     """
 
     def __init__(
-        self, path: Path, ids: np.ndarray, *, dim: int, dtype: np.dtype, threads: int = 8
+        self,
+        segments: list[tuple[Path, np.ndarray]],
+        *,
+        dim: int,
+        dtype: np.dtype,
+        threads: int = 8,
     ) -> None:
-        self.path = Path(path)
-        self.ids = ids
+        self.segments = [_Segment(Path(p), np.asarray(i, np.int64)) for p, i in segments]
         self.dim = dim
         self.dtype = np.dtype(dtype)
         self.threads = threads
-        self._reader: RowReader | None = None
+        self._next = 0  # the segment the next window is expected to read
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Every row the pack holds (sorted, unique)."""
+        if len(self.segments) == 1:
+            return self.segments[0].ids
+        return unique_sorted(np.concatenate([g.ids for g in self.segments]))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rows in the pack (a row two windows need counted twice)."""
+        return sum(len(g.ids) for g in self.segments) * self.dim * self.dtype.itemsize
 
     def read(self, cold: np.ndarray, out: np.ndarray) -> int:
-        """Rows ``cold`` (sorted, unique, all in the pack) into ``out``; returns bytes read."""
+        """Rows ``cold`` (sorted, unique, all in one segment: a window's) into ``out``; returns
+        bytes read. The segment expected next (windows are read in order) is tried first."""
         if len(cold) == 0:
             return 0
-        pos = np.searchsorted(self.ids, cold)
-        if pos[-1] >= len(self.ids) or not np.array_equal(self.ids[pos], cold):
-            raise KeyError(f"{self.path}: a window asked for rows its epoch's pack lacks")
-        if self._reader is None:
-            rb = self.dim * self.dtype.itemsize
-            f = RowFile(str(self.path), 0, rb, rb, len(self.ids), self.dim, self.dtype)
-            self._reader = RowReader(f, threads=self.threads)
-        return self._reader.read(pos, out)
+        n = len(self.segments)
+        for k in range(n):
+            j = (self._next + k) % n
+            g = self.segments[j]
+            pos = g.positions(cold)
+            if pos is None:
+                continue
+            if g.reader is None:
+                rb = self.dim * self.dtype.itemsize
+                f = RowFile(str(g.path), 0, rb, rb, len(g.ids), self.dim, self.dtype)
+                g.reader = RowReader(f, threads=self.threads)
+            self._next = (j + 1) % n
+            return g.reader.read(pos, out)
+        raise KeyError(
+            f"{self.segments[0].path.parent}: a window asked for rows its epoch's pack lacks"
+        )
 
     def close(self) -> None:
-        """Close the pack and remove its file."""
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-        self.path.unlink(missing_ok=True)
+        """Close the pack and remove its files."""
+        for g in self.segments:
+            if g.reader is not None:
+                g.reader.close()
+                g.reader = None
+            g.path.unlink(missing_ok=True)
+
+
+def _segments(sets: np.ndarray | list[np.ndarray]) -> list[np.ndarray]:
+    """An epoch's windows' rows (one array: one window)."""
+    if isinstance(sets, np.ndarray):
+        return [np.asarray(sets, np.int64)]
+    return [np.asarray(s, np.int64) for s in sets]
 
 
 def pack_epochs(
     features,
-    id_sets: dict[int, np.ndarray],
+    id_sets: dict[int, np.ndarray | list[np.ndarray]],
     directory: Path,
     *,
     stats: PackStats | None = None,
@@ -208,48 +267,53 @@ def pack_epochs(
     chunk_bytes: int = PACK_CHUNK,
     stage_bytes: int = PACK_STAGE,
 ) -> dict[int, EpochPack]:
-    """Read the rows of every set in ``id_sets`` (epoch -> sorted unique uncached ids of a
-    :class:`~shoal.rows.featstore.DiskFeatures`) with one sweep of its file and write each
-    set to a pack file in ``directory``; returns the packs by epoch. When the features' cache is
-    not loaded yet, its rows are read by the same sweep. ``between`` is called before each
-    chunk (it may wait, or raise to stop; written files are then removed)."""
+    """Read the rows of every set in ``id_sets`` (epoch -> the sorted unique uncached ids of
+    a :class:`~shoal.rows.featstore.DiskFeatures` that each window of the epoch needs, in the
+    order the windows are read; one array: one window) with one sweep of its file and write
+    each window's rows to a segment file in ``directory``; returns the packs by epoch. When
+    the features' cache is not loaded yet, its rows are read by the same sweep. ``between`` is
+    called before each chunk (it may wait, or raise to stop; written files are then removed).
+    Each segment has a staging buffer of ``stage_bytes``."""
     stats = stats if stats is not None else PackStats()
     t0 = time.perf_counter()
     keys = sorted(id_sets)
-    sets = [np.asarray(id_sets[e], np.int64) for e in keys]
-    union = unique_sorted(np.concatenate(sets)) if sets else np.empty(0, np.int64)
-    writers = {e: _Writer(directory / f"epoch-{e}.rows", stage_bytes) for e in keys}
-    at = [0] * len(keys)
+    segs = [(e, j, s) for e in keys for j, s in enumerate(_segments(id_sets[e]))]
+    parts = [s for _, _, s in segs]
+    union = unique_sorted(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+    writers = [_Writer(directory / f"epoch-{e}-{j}.rows", stage_bytes) for e, j, _ in segs]
+    at = [0] * len(segs)
     try:
 
         def sink(ids: np.ndarray, rows: np.ndarray) -> None:
             hi_id = ids[-1]
-            for k, e in enumerate(keys):
-                s = sets[k]
+            for k, s in enumerate(parts):
                 hi = int(np.searchsorted(s, hi_id, side="right"))
                 if hi > at[k]:
-                    writers[e].append(rows[np.searchsorted(ids, s[at[k] : hi])])
+                    writers[k].append(rows[np.searchsorted(ids, s[at[k] : hi])])
                     at[k] = hi
 
         nbytes = features.sweep(
             union, sink, chunk_rows=max(1, chunk_bytes // features.row_bytes), between=between
         )
-        for w in writers.values():
+        for w in writers:
             w.finish()
     except BaseException:
-        for w in writers.values():
+        for w in writers:
             w.abort()
         raise
     stats.bytes_read += nbytes
-    stats.bytes_written += sum(w.written for w in writers.values())
+    stats.bytes_written += sum(w.written for w in writers)
     stats.seconds += time.perf_counter() - t0
     stats.sweeps += 1
     threads = getattr(features.reader, "threads", 8)
     return {
         e: EpochPack(
-            writers[e].path, sets[k], dim=features.dim, dtype=features.dtype, threads=threads
+            [(writers[k].path, parts[k]) for k, (f, _, _) in enumerate(segs) if f == e],
+            dim=features.dim,
+            dtype=features.dtype,
+            threads=threads,
         )
-        for k, e in enumerate(keys)
+        for e in keys
     }
 
 
@@ -276,7 +340,7 @@ class Packs:
         self.epochs = int(epochs)
         self.scratch_dir = scratch_dir
         self.stats = PackStats()
-        self.sizes = pack_sizes(pool, self.epochs)
+        self.pool = pool
         self._packs: dict[int, EpochPack] = {}
         self._scratch: contextlib.ExitStack | None = None
         self._path: Path | None = None
@@ -293,11 +357,17 @@ class Packs:
         last = epoch + k - 1 if last_epoch is None else min(epoch + k - 1, last_epoch)
         return list(range(epoch, last + 1)) if last > epoch else []
 
-    def pack(self, sets: dict[int, np.ndarray], between: Callable[[], None] | None) -> bool:
-        """Pack ``sets`` (epoch -> sorted uncached rows) with one sweep; False, with a warning
-        and packing turned off, when the scratch file system lacks the room."""
+    def pack(
+        self,
+        sets: dict[int, np.ndarray | list[np.ndarray]],
+        between: Callable[[], None] | None,
+    ) -> bool:
+        """Pack ``sets`` (epoch -> sorted uncached rows, or those of each of its windows in
+        order) with one sweep; False, with a warning and packing turned off, when the scratch
+        file system lacks the room."""
         directory = self._directory()
-        need = sum(len(v) for v in sets.values()) * self.features.row_bytes
+        segs = [s for v in sets.values() for s in _segments(v)]
+        need = sum(len(s) for s in segs) * self.features.row_bytes
         if free_bytes(directory) < need + SCRATCH_MARGIN:
             log.warning(
                 "not packing epochs %d-%d: %s has less than %.1f GiB free; windows are "
@@ -309,7 +379,7 @@ class Packs:
             )
             self.epochs = 0
             return False
-        chunk, stage = self.sizes
+        chunk, stage = pack_sizes(self.pool, len(segs))
         before = self.stats.snapshot()
         self._packs.update(
             pack_epochs(

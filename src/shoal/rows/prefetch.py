@@ -36,7 +36,7 @@ import torch
 
 from shoal.graph.blocks import Batch
 from shoal.rows.featstore import DiskFeatures
-from shoal.rows.packing import Packs, pack_sizes
+from shoal.rows.packing import Packs
 from shoal.rows.readahead import END, Stop, Stream
 from shoal.rows.windowfit import WindowFit, fit_windows
 from shoal.utils.arrays import unique_sorted
@@ -118,20 +118,23 @@ class WindowPrefetcher:
     # ----------------------------------------------------------------- packing
     def _pack(self, epoch: int, stop: threading.Event) -> None:
         """Pack the uncached rows of the epochs one sweep packs from ``epoch`` on
-        (:meth:`~shoal.rows.packing.Packs.round`), sampling each once to learn them."""
+        (:meth:`~shoal.rows.packing.Packs.round`), sampling each once to learn them: each
+        epoch's rows go to its pack window by window, in the order :meth:`_windows` will
+        read them, so that a window reads one contiguous segment."""
         epochs = self.packs.round(epoch, self.last_epoch)
         if not epochs:
             return
-        fs, seen = self.features, self._seen
+        fs = self.features
         sets = {}
         for e in epochs:
-            seen[:] = False
-            for mb in self.loader.samples(e):
-                if stop.is_set():
-                    raise Stop
-                seen[mb.n_id] = True
-            sets[e] = fs.cold_of(np.flatnonzero(seen))
-        seen[:] = False
+
+            def items(e: int = e) -> Iterator[tuple[None, np.ndarray]]:
+                for mb in self.loader.samples(e):
+                    if stop.is_set():
+                        raise Stop
+                    yield None, fs.cold_of(mb.n_id)
+
+            sets[e] = [cold for _, _, cold in self._windows(items())]
 
         def between() -> None:
             if stop.is_set():
@@ -145,51 +148,66 @@ class WindowPrefetcher:
         self.loader.timer.add("pack", time.perf_counter() - t0)
 
     def _plan(self, epoch: int, stop: threading.Event) -> Iterator[tuple[list, int, object]]:
-        """The batches of ``epoch`` grouped into windows: ``(batches, slots, cold)`` with
-        ``cold`` the sorted rows the window needs that the cache lacks; ``batches`` are the
-        sampled minibatches, or their steps when they are sampled again (:attr:`resample`).
-
-        Batches are sampled ahead until the union of their uncached rows exceeds two windows.
-        An epoch that stays below is read as *one* window using both slots: each window
-        costs about a sweep of the feature file, and one sweep plus the epoch's compute beats
-        two sweeps of which one overlaps compute whenever reading dominates. Otherwise
-        windows of ``window_rows`` follow, one slot each, read while the previous one is
-        trained on.
-        """
+        """The batches of ``epoch`` grouped into windows (:meth:`_windows`): ``(batches,
+        slots, cold)`` with ``cold`` the sorted rows the window needs that the cache lacks;
+        ``batches`` are the sampled minibatches, or their steps when they are sampled again
+        (:attr:`resample`). Packs the epoch first when a sweep is due (:meth:`_pack`)."""
         self._pack(epoch, stop)
-        fs, seen, mark = self.features, self._seen, self._mark
+        fs, seen = self.features, self._seen
         seen[:] = False
-        # (minibatch, or its step when batches are sampled again; its uncached rows not yet
-        # in the window; all its uncached rows, kept when the minibatch is not)
+        unique = [0]
+
+        def items() -> Iterator[tuple[object, np.ndarray]]:
+            for step, mb in enumerate(self.loader.samples(epoch)):
+                if stop.is_set():
+                    raise Stop
+                new = mb.n_id[~seen[mb.n_id]]
+                seen[new] = True
+                unique[0] += len(new)
+                yield (step if self.resample else mb), fs.cold_of(mb.n_id)
+
+        yield from self._windows(items())
+        self._unique[epoch] = unique[0]
+        self.packs.drop(epoch)  # its windows are read
+
+    def _windows(
+        self, items: Iterator[tuple[object, np.ndarray]]
+    ) -> Iterator[tuple[list, int, np.ndarray]]:
+        """Group an epoch's batches into windows: ``items`` are ``(batch, its uncached
+        rows)`` in order; yields ``(batches, slots, cold)``. The grouping depends only on the
+        uncached rows, so packing (:meth:`_pack`) and reading (:meth:`_plan`) cut the same
+        windows.
+
+        Batches are taken until the union of their uncached rows exceeds two windows. An
+        epoch that stays below is read as *one* window using both slots: without packs each
+        window costs about a sweep of the feature file, and one sweep plus the epoch's
+        compute beats two sweeps of which one overlaps compute whenever reading dominates.
+        Otherwise windows of ``window_rows`` follow, one slot each, read while the previous
+        one is trained on.
+        """
+        mark = self._mark
+        # (batch, its uncached rows not yet in the window, all its uncached rows)
         pending: list = []
-        cold = unique = 0
+        cold = 0
         single = True
-        for step, mb in enumerate(self.loader.samples(epoch)):
-            if stop.is_set():
-                raise Stop
-            c_all = fs.cold_of(mb.n_id)
+        for x, c_all in items:
             c = c_all[~mark[c_all]]  # n_id has no repeats: c neither
-            new = mb.n_id[~seen[mb.n_id]]
-            seen[new] = True
-            unique += len(new)
             if single and cold + len(c) > 2 * self.window_rows:
                 single = False  # too much for one double window: split what is pending
                 self._clear(pending)
-                yield from self._split([(x, a) for x, _, a in pending])
+                yield from self._split([(b, a) for b, _, a in pending])
                 pending, cold = [], 0
                 c = c_all
             elif not single and pending and cold + len(c) > self.window_rows:
-                yield [x for x, _, _ in pending], 1, self._clear(pending)
+                yield [b for b, _, _ in pending], 1, self._clear(pending)
                 pending, cold = [], 0
                 c = c_all
             mark[c] = True
-            pending.append((step, c, c_all) if self.resample else (mb, c, None))
+            pending.append((x, c, c_all))
             cold += len(c)
-        self._unique[epoch] = unique
         if pending:  # an epoch in one window takes one slot when it fits one: read-ahead
             slots = 1 if not single or cold <= self.window_rows else 2
-            yield [x for x, _, _ in pending], slots, self._clear(pending)
-        self.packs.drop(epoch)  # its windows are read
+            yield [b for b, _, _ in pending], slots, self._clear(pending)
 
     def calibrate(self, pool: int, *, epoch: int = 0, min_window: int = 1) -> WindowFit:
         """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
@@ -209,7 +227,7 @@ class WindowPrefetcher:
             seen[mb.n_id] = True
             held += mb.nbytes
             largest = max(largest, mb.nbytes)
-        self.packs.sizes = pack_sizes(pool, self.packs.epochs)
+        self.packs.pool = pool  # sizes the sweep's buffers
         fit = fit_windows(
             pool,
             needed=seen,
@@ -233,13 +251,12 @@ class WindowPrefetcher:
         return np.sort(c)
 
     def _split(self, batches: list) -> Iterator[tuple[list, int, np.ndarray]]:
-        """``(minibatch or step, its uncached rows or None)`` pairs in windows of at most
-        ``window_rows`` rows (repeats counted), with each window's sorted uncached rows."""
+        """``(batch, its uncached rows)`` pairs in windows of at most ``window_rows`` rows
+        (repeats counted), with each window's sorted uncached rows."""
         out: list = []
         parts: list = []
         cold = 0
         for x, c in batches:
-            c = self.features.cold_of(x.n_id) if c is None else c
             if out and cold + len(c) > self.window_rows:
                 yield out, 1, unique_sorted(np.concatenate(parts))
                 out, parts, cold = [], [], 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
-from shoal.rows.budget import batch_window, plan_budget
+from shoal.rows.budget import RESERVE, batch_window, plan_budget
 from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.direct import RowFile, load_array
 from shoal.utils.memory import return_freed_memory
@@ -99,6 +99,7 @@ def open_features(
     io_threads: int = 8,
     show_progress: bool | None = None,
     structure: str = "auto",
+    reserve: int = RESERVE,
 ) -> BudgetedStore:
     """The budgeted feature store of ``data`` under ``memory`` bytes (None: the machine's or
     cgroup's limit; ``shoal.rows.budget``), built by :class:`~shoal.rows.budgeted.BudgetedStore`
@@ -108,7 +109,10 @@ def open_features(
     its rows are read with the first window (one pass), not here. When the CSR stays on
     disk (``plan.structure_in_memory`` false; ``structure``: ``"auto"``, ``"memory"`` or
     ``"disk"``) only ``indptr`` is read into memory and the sampler reads the sampled
-    entries of ``indices`` directly (``NeighborSampler(direct_indices=True)``)."""
+    entries of ``indices`` directly (``NeighborSampler(direct_indices=True)``). ``reserve``:
+    the memory the process needs beside its data (give
+    :func:`~shoal.training.footprint.training_reserve`, measured; default the fixed
+    :data:`~shoal.rows.budget.RESERVE`)."""
     return_freed_memory()  # freed buffers leave the process: the budget stays honest
     x = data.features
     row_bytes = int(x.shape[1]) * x.dtype.itemsize
@@ -122,6 +126,7 @@ def open_features(
         min_window=batch_window(fanouts, batch_size, data.num_nodes, row_bytes),
         index_bytes=index,
         structure=structure,
+        reserve=reserve,
     )
     data.indptr = load_array(data.indptr)  # O(V): in memory in any case
     if plan.structure_in_memory:

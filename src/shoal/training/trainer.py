@@ -18,6 +18,7 @@ from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
+from shoal.training.footprint import training_reserve
 from shoal.training.device import DeviceFeed
 from shoal.training.inference import evaluate
 from shoal.training.loop import EpochLoop, eval_work_ratio
@@ -57,8 +58,18 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
+        gat = config.model.name == "gat"  # its hidden layers are ``heads`` wide
+        reserve = training_reserve(
+            model,
+            fanouts=config.sampling.fanouts,
+            batch_size=config.sampling.batch_size,
+            num_nodes=data.num_nodes,
+            in_dim=data.feature_dim,
+            hidden=(config.model.hidden or 0) * ((config.model.heads or 1) if gat else 1),
+        )
         self.store = open_features(
             data,
+            reserve=reserve,
             memory=config.memory.limit_bytes,
             fanouts=config.sampling.fanouts,
             batch_size=config.sampling.batch_size,

@@ -46,7 +46,7 @@ from shoal.engines.disagg.rowcache import ComputeCache
 from shoal.engines.disagg.worker import BatchWorker
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch, MiniBatch
-from shoal.rows.budget import memory_limit
+from shoal.rows.budget import memory_limit, reserve_for
 from shoal.training.device import DeviceFeed
 from shoal.training.meter import EpochMeter
 from shoal.utils.io import parse_size
@@ -147,7 +147,7 @@ class DisaggEngine(Engine):
                 batch_size=cfg.sampling.batch_size,
                 replicas=self.options.replicas,
                 seed=cfg.run.seed,
-                budget=max((total - ENGINE_RESERVE) // 2, 0),
+                budget=max((total - reserve_for(ENGINE_RESERVE)) // 2, 0),
                 max_parts=self.options.resident_parts,
                 cache=self.capacity > 0,
                 local_sampling=self.options.local_sampling,

@@ -1,0 +1,28 @@
+"""The reserve of a training process: its measured footprint plus what training will add."""
+
+from __future__ import annotations
+
+from torch import nn
+
+import shoal.rows.budget as budget
+from shoal.training.footprint import OPTIMIZER_STATES, training_reserve, working_bytes
+
+
+def test_working_memory_counts_gradients_optimizer_state_and_activations():
+    model = nn.Sequential(nn.Linear(10, 4), nn.Linear(4, 3))  # 44 + 15 = 59 parameters
+    got = working_bytes(model, fanouts=(3, 2), batch_size=2, num_nodes=1000, in_dim=10, hidden=4)
+    # 59 float32 parameters: their gradients and Adam's two moments; at most 24 rows of 10 + 4
+    assert got == 59 * 4 * (1 + OPTIMIZER_STATES) + budget.ACTIVATION_FACTOR * 24 * 14 * 4
+    no_model = working_bytes(
+        None, fanouts=(3, 2), batch_size=2, num_nodes=1000, in_dim=10, hidden=4
+    )
+    assert got - no_model == 59 * 4 * 3
+
+
+def test_the_reserve_grows_with_the_process(monkeypatch):
+    monkeypatch.setattr(budget, "process_footprint", lambda: 300 << 20)
+    kw = dict(fanouts=(3, 2), batch_size=2, num_nodes=1000, in_dim=10, hidden=4)
+    small = training_reserve(None, **kw)
+    assert small == (300 << 20) + working_bytes(None, **kw) + budget.FOOTPRINT_SLACK
+    monkeypatch.setattr(budget, "process_footprint", lambda: 500 << 20)
+    assert training_reserve(None, **kw) - small == 200 << 20
