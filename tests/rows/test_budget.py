@@ -84,3 +84,13 @@ def test_the_reserve_is_the_footprint_plus_working_memory(monkeypatch):
     assert budget.batch_rows((3, 2), 2, 1000) == 24
     assert budget.batch_rows((3, 2), 2, 10) == 10
     assert budget.activation_bytes(24, 10) == budget.ACTIVATION_FACTOR * 24 * 10 * 4
+
+
+def test_activations_are_refitted_to_the_sampled_batches_and_only_lowered():
+    plan = budget.plan_budget(2 * GiB, feature_bytes=4 * GiB, structure_bytes=0, reserve=600 << 20)
+    plan.activations, plan.activation_row_bytes = 400 << 20, 1000
+    pool = plan.pool
+    # batches of at most 100,000 rows: 1.25 * 1e5 * 1000 bytes instead of 400 MiB
+    assert plan.fit_activations(100_000) == pool + (400 << 20) - 125_000_000
+    assert plan.activations == 125_000_000 and plan.reserve == (200 << 20) + 125_000_000
+    assert plan.fit_activations(10**6) == pool + (400 << 20) - 125_000_000  # never raised

@@ -60,6 +60,16 @@ def test_fit_windows_hand_made():
         500, needed=needed, priority=np.arange(100), row_bytes=10, min_window=10
     )
     assert (f.mode, f.cache_bytes, f.window_bytes) == ("split", 160, 166)  # thirds
+    f = windowfit.fit_windows(
+        500,
+        needed=needed,
+        priority=np.arange(100),
+        row_bytes=10,
+        min_window=10,
+        split_cache_share=windowfit.PACKED_CACHE_SHARE,
+    )
+    # packed: 0.6 of the pool to the cache, two slots of (500 - 300) / 2 = 100 bytes
+    assert (f.mode, f.cache_bytes, f.window_bytes) == ("split", 300, 100)
     needed[50:] = False
     f = windowfit.fit_windows(
         900,

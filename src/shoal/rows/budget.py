@@ -208,6 +208,11 @@ class BudgetPlan:
     fit: dict | None = None  # how fit_windows resized cache and windows (WindowFit.to_dict)
     index_bytes: int = 0  # the structure's O(V) part, held in memory in any case (indptr)
     neighbor_cache: int = 0  # with the structure on disk: its block cache (BlockCache)
+    #: of the reserve, one training batch's activations (free while evaluating): set by the
+    #: trainer, lowered by :meth:`fit_activations` once the batches are sampled
+    activations: int = 0
+    #: activation bytes per input row of a batch (0: the activations are not refitted)
+    activation_row_bytes: int = 0
 
     @property
     def held_structure(self) -> int:
@@ -228,6 +233,17 @@ class BudgetPlan:
         """What is left beside the reserve, the structure held in memory and the cache: the
         windows while training, the working memory of inference between epochs."""
         return max(self.total - self.reserve - self.held_structure - self.cache, 2 * self.window)
+
+    def fit_activations(self, rows: int, margin: float = 1.25) -> int:
+        """Size the activations in the reserve for batches of at most ``rows`` input rows (the
+        largest sampled, times ``margin``) instead of the largest shape the fanouts allow;
+        only ever lowers the reserve. Returns the pool after the change."""
+        if self.activation_row_bytes > 0:
+            new = int(rows * margin * self.activation_row_bytes)
+            if new < self.activations:
+                self.reserve -= self.activations - new
+                self.activations = new
+        return self.pool
 
     def to_dict(self) -> dict:
         d = asdict(self)

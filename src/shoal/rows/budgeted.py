@@ -117,7 +117,8 @@ class BudgetedStore:
         """When the cache lacks rows: have ``loader`` (a ``BatchLoader``: its ``use_windows``
         and the ``prefetcher`` it makes) produce its batches from windows read ahead, epochs
         packed (``pack_epochs``, :meth:`pack_epochs`) into ``scratch_dir``, and size the cache
-        and the windows from its first sampled epoch; returns that fit (also :attr:`fit`), or
+        and the windows from its first sampled epoch (the plan's activations refitted to its
+        largest batch first: :meth:`~shoal.rows.budget.BudgetPlan.fit_activations`); returns that fit (also :attr:`fit`), or
         None when every row is cached (nothing changes)."""
         if not self.windows:
             return None
@@ -128,5 +129,8 @@ class BudgetedStore:
             pack_epochs=self.pack_epochs(pack_epochs),
             scratch_dir=scratch_dir,
         )
-        self.fit = loader.prefetcher.calibrate(self.pool, min_window=self.plan.min_window)
+        self.fit = loader.prefetcher.calibrate(
+            lambda rows: self._part(self.plan.fit_activations(rows)),
+            min_window=self.plan.min_window,
+        )
         return self.fit

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,12 @@ from shoal.graph.blocks import Batch
 from shoal.rows.featstore import DiskFeatures
 from shoal.rows.packing import Packs
 from shoal.rows.readahead import END, Stop, Stream
-from shoal.rows.windowfit import WindowFit, fit_windows
+from shoal.rows.windowfit import (
+    PACKED_CACHE_SHARE,
+    SPLIT_CACHE_SHARE,
+    WindowFit,
+    fit_windows,
+)
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["WindowPrefetcher", "read_bytes_of_process"]
@@ -209,12 +214,15 @@ class WindowPrefetcher:
             slots = 1 if not single or cold <= self.window_rows else 2
             yield [b for b, _, _ in pending], slots, self._clear(pending)
 
-    def calibrate(self, pool: int, *, epoch: int = 0, min_window: int = 1) -> WindowFit:
+    def calibrate(
+        self, pool: int | Callable[[int], int], *, epoch: int = 0, min_window: int = 1
+    ) -> WindowFit:
         """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
         again when trained: the same batches): :func:`~shoal.rows.windowfit.fit_windows`
-        shares ``pool`` bytes so that an epoch is one window when it can be, read while the
-        previous epoch trains when two fit. Call before the first window is read (the
-        features' cache must not be loaded yet); returns the fit (also :attr:`fit`)."""
+        shares ``pool`` bytes (or ``pool(rows)``, given the most input rows of a sampled
+        batch) so that an epoch is one window when it can be, read while the previous epoch
+        trains when two fit. Call before the first window is read (the features' cache must
+        not be loaded yet); returns the fit (also :attr:`fit`)."""
         fs, seen = self.features, self._seen
         if fs.cache_loaded or fs.priority is None:
             raise RuntimeError(
@@ -222,11 +230,14 @@ class WindowPrefetcher:
                 "(defer_cache=True) and a priority order"
             )
         seen[:] = False
-        held = largest = 0
+        held = largest = rows = 0
         for mb in self.loader.samples(epoch):
             seen[mb.n_id] = True
             held += mb.nbytes
             largest = max(largest, mb.nbytes)
+            rows = max(rows, len(mb.n_id))
+        if callable(pool):
+            pool = int(pool(rows))
         self.packs.pool = pool  # sizes the sweep's buffers
         fit = fit_windows(
             pool,
@@ -236,6 +247,7 @@ class WindowPrefetcher:
             sample_bytes=held,
             batch_bytes=largest,
             min_window=min_window,
+            split_cache_share=PACKED_CACHE_SHARE if self.packs.epochs >= 2 else SPLIT_CACHE_SHARE,
         )
         seen[:] = False
         fs.choose_cache(fit.cache_bytes)

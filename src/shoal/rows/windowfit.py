@@ -14,7 +14,14 @@ import numpy as np
 
 from shoal.rows.budget import MIN_WINDOW
 
-__all__ = ["RESAMPLE_BATCHES", "WINDOW_MARGIN", "WindowFit", "fit_windows"]
+__all__ = [
+    "PACKED_CACHE_SHARE",
+    "RESAMPLE_BATCHES",
+    "SPLIT_CACHE_SHARE",
+    "WINDOW_MARGIN",
+    "WindowFit",
+    "fit_windows",
+]
 
 
 #: batches alive when an epoch is sampled again as it is trained (``WindowFit.resample``):
@@ -25,6 +32,19 @@ RESAMPLE_BATCHES = 6
 #: headroom on an epoch's uncached rows when a window is sized to hold them all (measured on
 #: the 10M-node benchmark graph: the distinct rows of consecutive epochs differ by < 0.2%).
 WINDOW_MARGIN = 1.05
+
+
+#: the cache's share of the pool when an epoch takes several windows (mode ``"split"``) and
+#: each window sweeps the feature file: a third (two window slots share the rest).
+SPLIT_CACHE_SHARE = 1 / 3
+
+#: the same share when epochs are packed (:mod:`shoal.rows.packing`): a window then reads
+#: its own segment of the pack, so its size only sets how many rows two windows both need
+#: (written and read twice), while every cached row is saved in every epoch. Measured on the
+#: 2M-node / 256-d graph in 1.5 GiB (4 epochs, ``bench/results/out_of_core.md``): a share of
+#: 1/3, 1/2, 0.6 read 0.71, 0.62, 0.58 GB per epoch from the packs (1.59x, 1.48x, 1.42x the
+#: distinct rows with the start's sweep), epochs 3.9, 3.6, 3.4 s, evaluation unchanged.
+PACKED_CACHE_SHARE = 0.6
 
 
 @dataclass
@@ -79,6 +99,7 @@ def fit_windows(
     min_window: int = MIN_WINDOW,
     margin: float = WINDOW_MARGIN,
     steps: int = 4096,
+    split_cache_share: float = SPLIT_CACHE_SHARE,
 ) -> WindowFit:
     """Share ``pool`` bytes between a static cache (the first rows of ``priority``) and two
     window slots so that an epoch costs as few sweeps of the feature file as possible.
@@ -104,7 +125,9 @@ def fit_windows(
        two epochs' samples (on the 10M-node benchmark an ``averaging`` rank under 2 GiB
        needed 0.11 GiB more for them than it had, and fell back to 3 windows per epoch);
        else
-    4. the default thirds (cache, two windows): mode ``"split"``.
+    4. ``split_cache_share`` of the pool to the cache (default :data:`SPLIT_CACHE_SHARE`, a
+       third; :data:`PACKED_CACHE_SHARE` when epochs are packed), the rest to two window
+       slots: mode ``"split"``.
 
     Among the caches that reach the best mode it takes the largest one within a third of the
     pool (what the thirds give the cache), else the smallest: beyond that, a larger cache
@@ -151,7 +174,7 @@ def fit_windows(
                 int(pool),
                 resample=mode == "resample",
             )
-    w = max(min_window, pool // 3)
+    w = max(min_window, int(pool * (1 - split_cache_share)) // 2)
     k = max(0, pool - 2 * w) // rb
     i = int(np.searchsorted(ks, k, side="right") - 1)
     rows = w - min(w // 4, int(sample_bytes))

@@ -15,10 +15,21 @@ from torch import nn
 
 from shoal.rows.budget import activation_bytes, batch_rows, reserve_for
 
-__all__ = ["OPTIMIZER_STATES", "training_reserve", "working_bytes"]
+__all__ = ["OPTIMIZER_STATES", "step_activations", "training_reserve", "working_bytes"]
 
 #: tensors the optimizer keeps per parameter (Adam: the two moment estimates).
 OPTIMIZER_STATES = 2
+
+
+def step_activations(
+    *, fanouts: tuple[int, ...], batch_size: int, num_nodes: int, in_dim: int, hidden: int
+) -> tuple[int, int]:
+    """``(bytes, bytes per input row)`` of one training step's activations: for the largest
+    batch ``fanouts`` and ``batch_size`` allow (:func:`~shoal.rows.budget.batch_rows`), and
+    per row of a batch (to refit them to the batches sampled:
+    :meth:`~shoal.rows.budget.BudgetPlan.fit_activations`)."""
+    rows = batch_rows(tuple(fanouts), int(batch_size), int(num_nodes))
+    return activation_bytes(rows, in_dim + hidden), activation_bytes(1, in_dim + hidden)
 
 
 def working_bytes(
@@ -39,8 +50,10 @@ def working_bytes(
     params = 0
     if model is not None:
         params = sum(p.numel() * p.element_size() for p in model.parameters())
-    rows = batch_rows(tuple(fanouts), int(batch_size), int(num_nodes))
-    return int(params) * (1 + int(optimizer_states)) + activation_bytes(rows, in_dim + hidden)
+    act, _ = step_activations(
+        fanouts=fanouts, batch_size=batch_size, num_nodes=num_nodes, in_dim=in_dim, hidden=hidden
+    )
+    return int(params) * (1 + int(optimizer_states)) + act
 
 
 def training_reserve(

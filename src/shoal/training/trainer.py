@@ -18,8 +18,8 @@ from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
-from shoal.training.footprint import training_reserve
 from shoal.training.device import DeviceFeed
+from shoal.training.footprint import step_activations, training_reserve
 from shoal.training.inference import evaluate
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.meter import EpochMeter
@@ -59,14 +59,14 @@ class Trainer:
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
         gat = config.model.name == "gat"  # its hidden layers are ``heads`` wide
-        reserve = training_reserve(
-            model,
+        shape = dict(
             fanouts=config.sampling.fanouts,
             batch_size=config.sampling.batch_size,
             num_nodes=data.num_nodes,
             in_dim=data.feature_dim,
             hidden=(config.model.hidden or 0) * ((config.model.heads or 1) if gat else 1),
         )
+        reserve = training_reserve(model, **shape)
         self.store = open_features(
             data,
             reserve=reserve,
@@ -79,6 +79,8 @@ class Trainer:
             structure=config.memory.structure,
         )
         self.features, self.budget = self.store.features, self.store.plan
+        # the activations in the reserve: refitted to the sampled batches, free in evaluation
+        self.budget.activations, self.budget.activation_row_bytes = step_activations(**shape)
         self.sampler = NeighborSampler(
             data.indptr,
             data.indices,
@@ -199,7 +201,8 @@ class Trainer:
         # per target: its id, position and label, the unique ids, the prediction (~40 bytes)
         targets = 40 * sum(len(self.data.split(s)) for s in splits)
         try:
-            return self._evaluate(splits, self.budget.transient - held - targets)
+            free = self.budget.transient + self.budget.activations  # no training step runs
+            return self._evaluate(splits, free - held - targets)
         finally:
             if pf is not None:
                 pf.resume()
