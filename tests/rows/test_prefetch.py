@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 import shoal.rows.budget as budget_mod
 import shoal.training.trainer as trainer_mod
@@ -392,3 +393,78 @@ def test_packing_without_room_reads_the_feature_file(graph, tmp_path, monkeypatc
     assert win.prefetcher.packs.stats.sweeps == 0 and win.prefetcher.packs.epochs == 0
     assert win.prefetcher.last_epoch_io["bytes_written"] == 0
     win.prefetcher.close()
+
+
+@pytest.mark.parametrize("resample", [False, True])
+def test_spooled_samples_sample_each_epoch_once(graph, tmp_path, resample):
+    """With the samples spooled (the structure on disk), the batches are the same and each
+    epoch is sampled once: epoch 0 when the windows are sized, epoch 1 when packed; training
+    reads both back from the spool (by step when batches are fetched again). Without the
+    spool epoch 0 is sampled three times, epoch 1 twice (and each once more when batches are
+    fetched again). The spool's files go with the epochs."""
+    data = TrainData.from_graph_dir(graph)
+    plain = _loader(data, FeatureGatherer(data.features))
+    calls = {}
+    for spool in (False, True):
+        fs = DiskFeatures(
+            data.features,
+            threads=2,
+            defer_cache=True,
+            priority=np.random.default_rng(0).permutation(data.num_nodes),
+        )
+        win = _loader(data, None)
+        real = win.sampler.sample
+        count = []
+
+        def sample(seeds, seed, real=real, count=count):
+            count.append(1)
+            return real(seeds, seed)
+
+        win.sampler.sample = sample
+        win.use_windows(
+            fs,
+            window_bytes=60_000,
+            last_epoch=1,
+            pack_epochs=2,
+            scratch_dir=str(tmp_path / f"s{spool}"),
+            spool_samples=spool,
+        )
+        pf = win.prefetcher
+        pf.calibrate(300 * 256, min_window=4096)
+        pf.resample = resample
+        for epoch in range(2):
+            _compare_epoch(plain, win, epoch)
+        calls[spool] = len(count)
+        if spool:
+            assert pf.spool.bytes_written > 0 and pf.spool.bytes_read >= pf.spool.bytes_written
+        pf.close()
+        assert list((tmp_path / f"s{spool}").iterdir()) == []
+    n = len(plain)
+    assert calls[True] == 2 * n
+    # without: epoch 0 when sizing, both when packing, both when planned (and fetched again)
+    assert calls[False] == 5 * n + (2 * n if resample else 0)
+
+
+def test_a_spooled_minibatch_reads_back_equal(graph, tmp_path):
+    from shoal.rows.spool import SampleSpool, decode, encode
+
+    data = TrainData.from_graph_dir(graph)
+    ld = _loader(data, FeatureGatherer(data.features))
+    mbs = list(ld.samples(0))
+    for mb in mbs[:2]:
+        back = decode(encode(mb))
+        assert np.array_equal(back.n_id, mb.n_id) and back.num_seeds == mb.num_seeds
+        for a, b in zip(mb.blocks, back.blocks, strict=True):
+            assert (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
+            for t in ("edge_index", "rowptr", "deg_src"):
+                assert torch.equal(getattr(a, t), getattr(b, t))
+    sp = SampleSpool(str(tmp_path / "spool"), beside=tmp_path)
+    stopped = sp.record(3, iter(mbs))
+    next(stopped)
+    stopped.close()  # an epoch not written whole is not spooled, and leaves no file
+    assert not sp.has(3) and not list((tmp_path / "spool").rglob("*.bin"))
+    assert len(list(sp.record(3, iter(mbs)))) == len(mbs) and sp.has(3)
+    again = list(sp.read(3, [2, 0]))
+    assert np.array_equal(again[0].n_id, mbs[2].n_id) and np.array_equal(again[1].n_id, mbs[0].n_id)
+    sp.drop()
+    assert list((tmp_path / "spool").iterdir()) == []

@@ -13,7 +13,9 @@ from the graph directory, :func:`shoal.training.data.open_features`; an engine f
    sampled epoch sizes cache and windows (:func:`~shoal.rows.windowfit.fit_windows`, on
    ``plan.pool * share`` bytes), and the cache is read with the first window;
 3. **epoch packs** (:mod:`shoal.rows.packing`): ``pack_epochs`` epochs' rows gathered by one
-   sweep (:func:`~shoal.rows.packing.default_pack_epochs`: off when the structure is on disk).
+   sweep (:func:`~shoal.rows.packing.default_pack_epochs`); when the structure is on disk,
+   the packed epochs' samples are kept on the scratch disk
+   (:class:`~shoal.rows.spool.SampleSpool`), so each epoch is sampled once.
 
 A distributed engine whose windows also serve its peers' pulls builds steps 2-3 itself
 (``shoal.distributed.windows.DistWindows``, a layer above this one) on the store of step 1,
@@ -101,10 +103,10 @@ class BudgetedStore:
         """Bytes the cache and the windows of these rows share."""
         return self._part(self.plan.pool)
 
-    def pack_epochs(self, pack_epochs: int | None) -> int:
+    def pack_epochs(self, pack_epochs: int | None, *, spooled: bool = False) -> int:
         """Epochs one sweep packs: ``pack_epochs`` (the option; None: the default, off when
-        the structure is read from disk)."""
-        return default_pack_epochs(pack_epochs, self.plan.structure_in_memory)
+        the structure is read from disk and the samples are not spooled)."""
+        return default_pack_epochs(pack_epochs, self.plan.structure_in_memory, spooled)
 
     def read_ahead(
         self,
@@ -122,12 +124,14 @@ class BudgetedStore:
         None when every row is cached (nothing changes)."""
         if not self.windows:
             return None
+        spool = not self.plan.structure_in_memory  # sampling reads the structure from disk
         loader.use_windows(
             self.features,
             window_bytes=self.window_bytes,
             last_epoch=last_epoch,
-            pack_epochs=self.pack_epochs(pack_epochs),
+            pack_epochs=self.pack_epochs(pack_epochs, spooled=spool),
             scratch_dir=scratch_dir,
+            spool_samples=spool,
         )
         self.fit = loader.prefetcher.calibrate(
             lambda rows: self._part(self.plan.fit_activations(rows)),

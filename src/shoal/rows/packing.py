@@ -81,16 +81,20 @@ class PackStats:
         return dict(self.__dict__)
 
 
-def default_pack_epochs(pack_epochs: int | None, structure_in_memory: bool) -> int:
+def default_pack_epochs(
+    pack_epochs: int | None, structure_in_memory: bool, spooled: bool = False
+) -> int:
     """``pack_epochs`` when given, else :data:`PACK_EPOCHS` when the graph structure is in
-    memory and 0 when it is read from disk: packing samples every epoch twice (once to learn
-    its rows), which costs little in memory and a second pass of neighbour-block reads on
-    disk. Measured on the 10M-node benchmark graph at 4 GiB with the CSR on disk
-    (``bench/results/out_of_core.md``): packing 3 epochs made the run's start 32 s, three
-    epochs' sampling reading their blocks, for a mean epoch 5.7x the uncapped one."""
+    memory or the samples of packed epochs are kept on disk (``spooled``,
+    :class:`~shoal.rows.spool.SampleSpool`), and 0 otherwise: packing samples every epoch
+    twice (once to learn its rows), which costs little in memory and, with the structure on
+    disk and nothing spooled, a second pass of neighbour-block reads. Measured on the 10M-node
+    benchmark graph at 4 GiB with the CSR on disk (``bench/results/out_of_core.md``, before
+    samples were spooled): packing 3 epochs made the run's start 32 s, three epochs'
+    sampling reading their blocks, for a mean epoch 5.7x the uncapped one."""
     if pack_epochs is not None:
         return int(pack_epochs)
-    return PACK_EPOCHS if structure_in_memory else 0
+    return PACK_EPOCHS if structure_in_memory or spooled else 0
 
 
 def pack_sizes(pool: int, writers: int) -> tuple[int, int]:
@@ -365,7 +369,7 @@ class Packs:
         """Pack ``sets`` (epoch -> sorted uncached rows, or those of each of its windows in
         order) with one sweep; False, with a warning and packing turned off, when the scratch
         file system lacks the room."""
-        directory = self._directory()
+        directory = self.directory()
         segs = [s for v in sets.values() for s in _segments(v)]
         need = sum(len(s) for s in segs) * self.features.row_bytes
         if free_bytes(directory) < need + SCRATCH_MARGIN:
@@ -403,7 +407,8 @@ class Packs:
         )
         return True
 
-    def _directory(self) -> Path:
+    def directory(self) -> Path:
+        """The private scratch directory of the packs (made on first use)."""
         if self._path is None:
             beside = Path(self.features.reader.path).parent  # next to its directory
             self._scratch = contextlib.ExitStack()

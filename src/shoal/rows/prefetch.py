@@ -38,6 +38,7 @@ from shoal.graph.blocks import Batch
 from shoal.rows.featstore import DiskFeatures
 from shoal.rows.packing import Packs
 from shoal.rows.readahead import END, Stop, Stream
+from shoal.rows.spool import SampleSpool
 from shoal.rows.windowfit import (
     PACKED_CACHE_SHARE,
     SPLIT_CACHE_SHARE,
@@ -76,6 +77,10 @@ class WindowPrefetcher:
             the trainer and engines pass ``TrainConfig.pack_epochs``, default
             :data:`~shoal.rows.packing.PACK_EPOCHS`); packs go to a private directory in
             ``scratch_dir`` (default: beside the feature file).
+        spool_samples: keep the samples of the epochs sampled ahead (to pack them, or to
+            size the windows) in that directory and read them back when training, instead
+            of sampling them again (:class:`~shoal.rows.spool.SampleSpool`; default false:
+            for a structure on disk).
     """
 
     def __init__(
@@ -88,6 +93,7 @@ class WindowPrefetcher:
         background: bool = True,
         pack_epochs: int = 0,
         scratch_dir: str | None = None,
+        spool_samples: bool = False,
     ) -> None:
         self.loader = loader
         self.features = features
@@ -112,8 +118,32 @@ class WindowPrefetcher:
             pool=2 * self.window_rows * features.row_bytes,
         )
         self._packed_before = self.packs.stats.snapshot()  # at the last epoch record
+        #: the samples of packed epochs, kept in the packs' directory until trained
+        self.spool = None
+        if spool_samples:
+            reader = features.reader
+            beside = Path(reader.path).parent if reader is not None else Path.cwd()
+            self.spool = SampleSpool(scratch_dir, beside=beside)
 
     # ----------------------------------------------------------------- planning / reading
+    def _samples(
+        self, epoch: int, steps: list[int] | None = None, *, record: bool = False
+    ) -> Iterator:
+        """``epoch``'s sampled batches (only ``steps`` when given): read back from the spool
+        when it holds them, else sampled, and written to the spool when ``record``."""
+        sp = self.spool
+        if sp is not None and sp.has(epoch):
+            t0 = time.perf_counter()
+            for mb in sp.read(epoch, steps):
+                self.loader.timer.add("sampling", time.perf_counter() - t0)
+                yield mb
+                t0 = time.perf_counter()
+            return
+        batches = self.loader.samples(epoch, steps)
+        if sp is not None and record and steps is None:
+            batches = sp.record(epoch, batches)
+        yield from batches
+
     def _read(self, batch: list, cold: np.ndarray, epoch: int | None = None) -> tuple[list, object]:
         t0 = time.perf_counter()
         w = self.features.window([], cold=cold, source=self.packs.get(epoch))
@@ -134,7 +164,7 @@ class WindowPrefetcher:
         for e in epochs:
 
             def items(e: int = e) -> Iterator[tuple[None, np.ndarray]]:
-                for mb in self.loader.samples(e):
+                for mb in self._samples(e, record=True):
                     if stop.is_set():
                         raise Stop
                     yield None, fs.cold_of(mb.n_id)
@@ -163,7 +193,7 @@ class WindowPrefetcher:
         unique = [0]
 
         def items() -> Iterator[tuple[object, np.ndarray]]:
-            for step, mb in enumerate(self.loader.samples(epoch)):
+            for step, mb in enumerate(self._samples(epoch)):
                 if stop.is_set():
                     raise Stop
                 new = mb.n_id[~seen[mb.n_id]]
@@ -174,6 +204,8 @@ class WindowPrefetcher:
         yield from self._windows(items())
         self._unique[epoch] = unique[0]
         self.packs.drop(epoch)  # its windows are read
+        if self.spool is not None:
+            self.spool.drop(epoch)
 
     def _windows(
         self, items: Iterator[tuple[object, np.ndarray]]
@@ -231,7 +263,7 @@ class WindowPrefetcher:
             )
         seen[:] = False
         held = largest = rows = 0
-        for mb in self.loader.samples(epoch):
+        for mb in self._samples(epoch, record=self.packs.epochs >= 2):
             seen[mb.n_id] = True
             held += mb.nbytes
             largest = max(largest, mb.nbytes)
@@ -282,7 +314,10 @@ class WindowPrefetcher:
         """Start reading ahead from ``epoch``; when the cache is not loaded yet, its rows and
         the first window's are read in one pass now (the run's start pays for both; its
         seconds go to the next epoch record as ``start_seconds``)."""
-        self.close()
+        self.close(keep_samples=True)  # samples spooled ahead (calibrate) stay valid
+        if self.spool is not None:
+            for e in [e for e in self.spool.epochs if e < epoch]:
+                self.spool.drop(e)
         if not self.background:
             return
         t_start = time.perf_counter()
@@ -325,10 +360,14 @@ class WindowPrefetcher:
         if self._stream is not None:
             self._stream.may_read.set()
 
-    def close(self) -> None:
+    def close(self, *, keep_samples: bool = False) -> None:
+        """Stop reading ahead and remove the packs and (unless ``keep_samples``) the spooled
+        samples."""
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        if self.spool is not None and not keep_samples:
+            self.spool.drop()
         self.packs.drop()
 
     # ----------------------------------------------------------------- consuming

@@ -118,7 +118,7 @@ class Stream:
     def _produce(self, epoch: int, lazy: Resampled) -> None:
         """Sample ``lazy``'s batches again, in order, as the training thread takes them."""
         try:
-            for mb in self.pf.loader.samples(epoch, lazy.steps):
+            for mb in self.pf._samples(epoch, lazy.steps):
                 self._put(lazy.q, mb)
         except Stop:
             raise

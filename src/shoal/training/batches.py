@@ -92,10 +92,12 @@ class BatchLoader:
         background: bool = True,
         pack_epochs: int = 0,
         scratch_dir: str | None = None,
+        spool_samples: bool = False,
     ) -> None:
         """Produce batches from windows of ``features`` (a budgeted
         :class:`~shoal.rows.featstore.DiskFeatures`) read ahead in a background thread,
-        ``pack_epochs`` epochs' rows packed by one sweep into ``scratch_dir``
+        ``pack_epochs`` epochs' rows packed by one sweep into ``scratch_dir``, the samples of
+        packed epochs kept there too when ``spool_samples``
         (:class:`~shoal.rows.prefetch.WindowPrefetcher`); the batches do not change."""
         self.gatherer = features
         self.prefetcher = WindowPrefetcher(
@@ -106,6 +108,7 @@ class BatchLoader:
             background=background,
             pack_epochs=pack_epochs,
             scratch_dir=scratch_dir,
+            spool_samples=spool_samples,
         )
 
     def __len__(self) -> int:
