@@ -66,7 +66,7 @@ def test_a_budget_too_small_names_the_smallest_memory_that_works(structure):
 
 def test_the_footprint_is_this_process_anonymous_memory():
     """Touching 64 MiB of fresh memory raises the measured footprint by about that much
-    (anonymous pages; the page cache of files is not counted)."""
+    (anonymous pages); reading a file through the page cache does not."""
     if budget.process_footprint() < 0:
         pytest.skip("no /proc/self/status on this system")
     before = budget.process_footprint()
@@ -76,8 +76,20 @@ def test_the_footprint_is_this_process_anonymous_memory():
     del block
 
 
+def test_the_footprint_does_not_count_files_read(tmp_path):
+    if budget.process_footprint() < 0:
+        pytest.skip("no /proc/self/status on this system")
+    f = tmp_path / "data.bin"
+    f.write_bytes(b"\1" * (32 << 20))
+    before = budget.process_footprint()
+    assert len(f.read_bytes()) == 32 << 20  # read (and freed): page cache, not the process
+    assert budget.process_footprint() - before < 16 << 20
+
+
 def test_the_reserve_is_the_footprint_plus_working_memory(monkeypatch):
-    assert budget.reserve_for(1000, footprint=5000) == 6000 + budget.FOOTPRINT_SLACK
+    staging = budget.STAGING_READERS * 8 * (4 << 20)  # three readers of 8 threads, 4 MiB
+    assert budget.staging_bytes(8) == staging
+    assert budget.reserve_for(1000, footprint=5000) == 6000 + staging + budget.FOOTPRINT_SLACK
     monkeypatch.setattr(budget, "process_footprint", lambda: -1)
     assert budget.reserve_for(1000) == budget.RESERVE  # unknown: the fixed guess
     # a batch of 2 seeds, fanouts 3,2: at most 2 * 4 * 3 = 24 rows (or every node)

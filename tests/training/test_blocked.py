@@ -114,3 +114,49 @@ def test_row_writer_writes_runs(tmp_path):
     got = np.load(tmp_path / "a.npy")
     np.testing.assert_array_equal(got[ids], np.arange(18).reshape(6, 3))
     assert (got[[3, 4, 6, 9]] == -1).all()
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("budget", [20_000, 10**9])
+def test_a_structure_on_disk_is_read_span_by_span(tmp_path, monkeypatch, name, budget):
+    """Neighbour lists memory-mapped from a file are read in spans (here of 10 entries, so
+    every block and every layer needs many) into memory, never through the map: the same
+    outputs and the same needed nodes as with the lists in memory."""
+    indptr, indices, deg = _graph(seed=3)
+    n = len(deg)
+    np.save(tmp_path / "indices.npy", indices)
+    on_disk = np.load(tmp_path / "indices.npy", mmap_mode="r")
+    monkeypatch.setattr(blocked, "SPAN_BYTES", 10 * indices.itemsize)
+    targets = np.array([1, 2, 40, 41, 200, n - 25])
+    for layers_n in (1, 2, 3):
+        want = blocked.needed_nodes(indptr, indices, n, targets, layers_n)
+        got = blocked.needed_nodes(indptr, on_disk, n, targets, layers_n)
+        assert all(np.array_equal(a, b) for a, b in zip(want, got, strict=True))
+    ptr, src = blocked._in_edges(indptr, on_disk, targets)
+    for i, t in enumerate(targets):
+        assert np.array_equal(src[ptr[i] : ptr[i + 1]], indices[indptr[t] : indptr[t + 1]])
+    assert blocked._in_edges(indptr, indices, targets) is None  # in memory: used as is
+    x = np.random.default_rng(1).random((n, 12)).astype(np.float32)
+    torch.manual_seed(0)
+    model = build_model(name, in_dim=12, hidden=16, out_dim=5, num_layers=2, dropout=0.5).eval()
+    outs = []
+    for ind in (indices, on_disk):
+        got = np.full((len(targets), 5), np.nan, np.float32)
+
+        def keep(pos, h, got=got):
+            got[pos] = h
+
+        blocked_layers(
+            sum_layers(model),
+            x,
+            indptr,
+            ind,
+            deg,
+            targets,
+            keep,
+            new_array=lambda r, c: np.zeros((r, c), np.float32),
+            budget=budget,
+            threads=2,
+        )
+        outs.append(got)
+    assert np.allclose(outs[0], outs[1], atol=1e-6) and not np.isnan(outs[1]).any()

@@ -374,3 +374,14 @@ def test_trainer_records_the_data_dependent_defaults(tiny):
     assert r.config["optim"]["epochs"] == 10 and r.epochs == 10
     short = Trainer(TrainConfig.from_options(**{**sage.to_dict(), "min_steps": 40}), tiny)
     assert short.config.optim.epochs == 20
+
+
+def test_batch_labels_come_from_memory_and_equal_the_label_file():
+    from shoal.training.batches import BatchLoader
+
+    labels = np.arange(100, dtype=np.int64) * 3
+    seeds = np.array([40, 7, 99, 3], dtype=np.int64)
+    ld = BatchLoader(None, None, labels, seeds, batch_size=2, seed=0)
+    assert np.array_equal(ld.labels_of(np.array([99, 3, 40])), [297, 9, 120])
+    assert np.array_equal(ld.labels_of(np.array([5, 99])), [15, 297])  # not all seeds
+    assert ld.labels_of(np.empty(0, np.int64)).shape == (0,)

@@ -156,6 +156,7 @@ class Engine(ABC):
             num_nodes=max(int(num_rows), 1),
             in_dim=int(self.store.feature_dim or 0),
             hidden=(tc.model.hidden or 0) * ((tc.model.heads or 1) if gat else 1),
+            io_threads=tc.memory.io_threads,
         )
 
     @property

@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import ShoalInputError
+from shoal.rows.direct import MAX_RUN
 
 __all__ = [
     "ACTIVATION_FACTOR",
     "FOOTPRINT_SLACK",
+    "STAGING_READERS",
     "STRUCTURE_MODES",
     "BudgetPlan",
     "activation_bytes",
@@ -41,6 +43,7 @@ __all__ = [
     "plan_budget",
     "process_footprint",
     "reserve_for",
+    "staging_bytes",
 ]
 
 _UNLIMITED = 1 << 60
@@ -49,8 +52,14 @@ _UNLIMITED = 1 << 60
 #: (0.6-0.9 GiB RSS for GraphSAGE at batch 1024).
 RESERVE = 1 << 30
 #: headroom above the measured footprint and the working memory (allocator fragmentation,
-#: thread stacks, numba kernels compiled or loaded after the measurement): 128 MiB.
+#: thread stacks, numba kernels compiled or loaded after the measurement, library code first
+#: run after it: the backward pass and the optimizer fault in 65 MB more of torch on CPU):
+#: 128 MiB.
 FOOTPRINT_SLACK = 128 << 20
+#: direct readers open at once in a training process, each with a staging buffer per thread:
+#: the feature file's (windows, the cache, the packing sweep), the pack segment being read,
+#: and the structure's (sampling with the structure on disk).
+STAGING_READERS = 3
 #: bytes of activations (forward, saved for backward, and gradients) per input row byte of a
 #: batch, for a message-passing layer over a sampled block: the gathered rows, their dropout
 #: copy and mask, the per-edge messages and their gradients (default 4; measured on the
@@ -168,28 +177,40 @@ def activation_bytes(rows: int, width: int, *, factor: int = ACTIVATION_FACTOR) 
 
 
 def process_footprint() -> int:
-    """Bytes this process holds now that are not the page cache of files: its anonymous
-    resident memory (``RssAnon`` of ``/proc/self/status``: the interpreter, the imported
-    libraries, the model and whatever arrays it holds), or -1 where that cannot be read."""
+    """Bytes this process holds now that are charged to its memory cgroup and not the page
+    cache of data it reads: its anonymous resident memory (``RssAnon`` of
+    ``/proc/self/status``: the interpreter, the model, the arrays it holds) plus its resident
+    file-backed mappings (``RssFile``: the code of torch, numba and the other libraries; their
+    pages are charged to the cgroup that faults them in, 120-190 MB for torch on CPU), or -1
+    where that cannot be read. Call it before data files are mapped and read."""
+    found = {}
     try:
         for ln in Path("/proc/self/status").read_text().splitlines():
-            if ln.startswith("RssAnon:"):
-                return int(ln.split()[1]) * 1024
+            if ln.startswith(("RssAnon:", "RssFile:")):
+                found[ln.split(":")[0]] = int(ln.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        pass
-    return -1
+        return -1
+    return sum(found.values()) if "RssAnon" in found else -1
 
 
-def reserve_for(working: int, *, footprint: int | None = None) -> int:
+def staging_bytes(io_threads: int = 8) -> int:
+    """The page-aligned staging buffers of the direct readers a training process keeps open
+    at once (:data:`STAGING_READERS` of ``io_threads`` threads with a buffer of
+    :data:`~shoal.rows.direct.MAX_RUN` each; made on their first read)."""
+    return STAGING_READERS * max(int(io_threads), 1) * MAX_RUN
+
+
+def reserve_for(working: int, *, footprint: int | None = None, io_threads: int = 8) -> int:
     """The reserve of a memory plan measured on this process: its footprint now
     (:func:`process_footprint`, or ``footprint``), the ``working`` memory it will need beside
     its data (model gradients, optimizer state, one batch's activations:
-    :func:`activation_bytes`) and :data:`FOOTPRINT_SLACK`; :data:`RESERVE` when the footprint
-    is unknown. Call it once the libraries are imported and the model is built."""
+    :func:`activation_bytes`), the direct readers' staging buffers (:func:`staging_bytes`)
+    and :data:`FOOTPRINT_SLACK`; :data:`RESERVE` when the footprint is unknown. Call it once
+    the libraries are imported and the model is built."""
     fp = process_footprint() if footprint is None else int(footprint)
     if fp < 0:
         return RESERVE
-    return fp + int(working) + FOOTPRINT_SLACK
+    return fp + int(working) + staging_bytes(io_threads) + FOOTPRINT_SLACK
 
 
 @dataclass

@@ -83,8 +83,10 @@ class RowFile:
 
 
 def _aligned(nbytes: int) -> np.ndarray:
-    """A page-aligned uint8 buffer (anonymous memory map), as ``O_DIRECT`` needs."""
-    return np.frombuffer(mmap.mmap(-1, max(PAGE, nbytes)), dtype=np.uint8)
+    """A page-aligned uint8 buffer (a private anonymous memory map: counted in the process's
+    ``RssAnon``, unlike the shared one ``mmap.mmap(-1, n)`` makes), as ``O_DIRECT`` needs."""
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    return np.frombuffer(mmap.mmap(-1, max(PAGE, nbytes), flags=flags), dtype=np.uint8)
 
 
 class RowReader(FileShape):

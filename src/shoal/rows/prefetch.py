@@ -421,7 +421,7 @@ class WindowPrefetcher:
                 if buf.shape[0] < n:
                     buf = np.empty((max(n, int(buf.shape[0] * 1.25)), fs.dim), np.float32)
                 x = torch.from_numpy(w.gather(mb.n_id, buf[:n]))
-                y = torch.from_numpy(np.asarray(ld.labels[mb.seeds], dtype=np.int64))
+                y = torch.from_numpy(ld.labels_of(mb.seeds))
                 ld.timer.add("gather", time.perf_counter() - t0)
                 yield Batch(mb, x, y)
             rec["requested"] += w.requested

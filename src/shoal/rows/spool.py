@@ -11,8 +11,8 @@ features; :class:`SampleSpool` does the same per epoch: the first pass over an e
 each mini-batch (its ids and its blocks' index arrays, a few hundred KB to a few MB) to a
 file of its own in the scratch directory, and the later passes read them back in order or by
 step, so the structure is read once per epoch. Files are written and read through the page
-cache and dropped from it as they go (``posix_fadvise(DONTNEED)``); an epoch's file is
-removed once its batches are trained.
+cache and dropped from it as they go (written ones every :data:`SYNC_BYTES`, after an
+``fdatasync``); an epoch's file is removed once its batches are trained.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.utils.io import scratch_space
 
-__all__ = ["SampleSpool", "decode", "encode"]
+__all__ = ["SYNC_BYTES", "SampleSpool", "decode", "encode"]
 
 
 def encode(mb: MiniBatch) -> bytes:
@@ -66,6 +66,22 @@ def decode(data: bytes) -> MiniBatch:
         ],
         num_seeds=num_seeds,
     )
+
+
+#: written samples are flushed to disk and dropped from the page cache every this many bytes
+#: (default 16 MiB): dirty pages are charged to the process's memory cgroup and cannot be
+#: reclaimed before they are written (an epoch's samples of the 10M-node benchmark graph,
+#: 113 MB, left dirty, pushed a run over a 1.5 GiB cap).
+SYNC_BYTES = 16 << 20
+
+
+def _drop_written(fd: int, start: int, end: int) -> int:
+    """Write bytes ``start..end`` of ``fd`` to disk and drop them from the page cache;
+    returns ``end``."""
+    if end > start:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+    return end
 
 
 class _Epoch:
@@ -117,23 +133,25 @@ class SampleSpool:
         epoch's file; the epoch counts as spooled only once every batch is written."""
         ep = _Epoch(self._directory() / f"samples-{epoch}.bin")
         done = False
-        with open(ep.path, "wb") as f:
-            try:
-                for mb in batches:
-                    data = encode(mb)
-                    f.write(data)
-                    ep.spans.append((ep.nbytes, len(data)))
-                    ep.nbytes += len(data)
-                    yield mb
-                done = True
-            finally:
-                f.flush()
-                fd = f.fileno()
-                if done:
-                    os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                if not done:
-                    ep.path.unlink(missing_ok=True)
+        fd = os.open(ep.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        synced = 0
+        try:
+            for mb in batches:
+                data = encode(mb)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                ep.spans.append((ep.nbytes, len(data)))
+                ep.nbytes += len(data)
+                if ep.nbytes - synced >= SYNC_BYTES:  # dirty pages count against the cap
+                    synced = _drop_written(fd, synced, ep.nbytes)
+                yield mb
+            done = True
+        finally:
+            _drop_written(fd, synced, ep.nbytes)
+            os.close(fd)
+            if not done:
+                ep.path.unlink(missing_ok=True)
         self.bytes_written += ep.nbytes
         self._epochs[epoch] = ep
 

@@ -30,10 +30,12 @@ from shoal.rows.direct import RowFile
 from shoal.rows.featstore import DiskFeatures
 from shoal.rows.opener import open_rows
 from shoal.training import _kernels as BK
+from shoal.utils.mapped import file_of, read_span
 from shoal.utils.progress import progress
 
 __all__ = [
     "EDGE_BYTES",
+    "SPAN_BYTES",
     "LayerRows",
     "RowWriter",
     "blocked_layer",
@@ -44,8 +46,11 @@ __all__ = [
     "sum_layers",
 ]
 
-#: bytes of working memory per in-edge of a block (its source and target, bucketed).
-EDGE_BYTES = 12
+#: bytes of working memory per in-edge of a block (its source and target, bucketed, and,
+#: when the structure is on disk, the block's in-edges read into memory).
+EDGE_BYTES = 20
+#: neighbour-list bytes read at once from a file-backed structure (default 64 MiB).
+SPAN_BYTES = 64 << 20
 #: the bytes of one source range read and turned into messages at once (default 32 MiB).
 CHUNK_BYTES = 32 << 20
 #: temporaries of one range or one finishing slice, in units of its rows' bytes (read rows,
@@ -167,6 +172,41 @@ def _blocks(indptr: np.ndarray, targets: np.ndarray, per_target: int, budget: in
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
+def _spans(indptr: np.ndarray, nodes: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
+    """Consecutive ranges ``[a, b)`` of the sorted ``nodes`` whose neighbour lists lie within
+    ``max_entries`` consecutive entries of ``indices`` (at least one node each)."""
+    lo = np.asarray(indptr[nodes], np.int64)
+    hi = np.asarray(indptr[nodes + 1], np.int64)
+    out, a = [], 0
+    while a < len(nodes):
+        b = int(np.searchsorted(hi, lo[a] + max_entries, side="right"))
+        out.append((a, max(b, a + 1)))
+        a = out[-1][1]
+    return out
+
+
+def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray):
+    """``(ptr, sources)``: the in-edges of the sorted ``nodes`` as a compact CSR over their
+    positions, read from a file-backed ``indices`` span by span (:data:`SPAN_BYTES` at a
+    time, :func:`~shoal.utils.mapped.read_span`: no page of the map is touched); None when
+    ``indices`` is in memory (use it as is)."""
+    if file_of(indices) is None:
+        return None
+    deg = np.asarray(indptr[nodes + 1], np.int64) - np.asarray(indptr[nodes], np.int64)
+    ptr = np.zeros(len(nodes) + 1, np.int64)
+    np.cumsum(deg, out=ptr[1:])
+    src = np.empty(int(ptr[-1]), indices.dtype)
+    for a, b in _spans(indptr, nodes, max(SPAN_BYTES // indices.itemsize, 1)):
+        lo, hi = int(indptr[nodes[a]]), int(indptr[nodes[b - 1] + 1])
+        span = read_span(indices, lo, hi)
+        starts = np.asarray(indptr[nodes[a:b]], np.int64) - lo
+        lens = deg[a:b]
+        # positions in the span of every in-edge of nodes[a:b], in order
+        at = np.repeat(starts - (ptr[a:b] - ptr[a]), lens) + np.arange(ptr[b] - ptr[a])
+        src[ptr[a] : ptr[b]] = span[at]
+    return ptr, src
+
+
 def _read_pre(rows: LayerRows, ids: np.ndarray, pre) -> torch.Tensor:
     x = torch.from_numpy(rows.read(ids))
     return pre(x) if pre is not None else x
@@ -179,9 +219,14 @@ def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, range_rows: i
     indptr, indices, deg_t = graph
     n_ranges = -(-len(deg_t) // range_rows)
     ptr = np.zeros(n_ranges + 1, np.int64)
-    m = BK._count_by_range(indptr, block, indices, range_rows, ptr)
+    edges, at = (indptr, indices), block
+    compact = _in_edges(indptr, indices, block)
+    if compact is not None:  # the block's in-edges read from the file into memory
+        edges, at = compact, np.arange(len(block), dtype=np.int64)
+    m = BK._count_by_range(edges[0], at, edges[1], range_rows, ptr)
     src, dst = np.empty(m, np.int64), np.empty(m, np.int32)
-    BK._bucket_by_range(indptr, indices, block, range_rows, ptr, src, dst)
+    BK._bucket_by_range(edges[0], edges[1], at, range_rows, ptr, src, dst)
+    del compact, edges
     acc = np.zeros((len(block), sl.width), np.float32)
     mark = np.full(range_rows, -1, np.int64)
     ids_buf = np.empty(range_rows, np.int64)
@@ -214,10 +259,18 @@ def needed_nodes(
     out[-1] = np.asarray(targets, dtype=np.int64)
     mark = np.zeros(size, dtype=np.bool_)
     cur = out[-1]
+    on_disk = file_of(indices) is not None
     for li in range(num_layers - 2, -1, -1):
         mark[cur] = True
         rows = cur[cur < len(indptr) - 1]
-        BK._mark_in_neighbours(indptr, indices, rows, mark)
+        if not on_disk:
+            BK._mark_in_neighbours(indptr, indices, rows, mark)
+        else:  # span by span, read from the file (one pass at most)
+            for a, b in _spans(indptr, rows, max(SPAN_BYTES // indices.itemsize, 1)):
+                lo, hi = int(indptr[rows[a]]), int(indptr[rows[b - 1] + 1])
+                local = np.asarray(indptr[rows[a] : rows[b - 1] + 2], np.int64) - lo
+                part = read_span(indices, lo, hi)
+                BK._mark_in_neighbours(local, part, rows[a:b] - rows[a], mark)
         cur = np.flatnonzero(mark)
         out[li] = cur
     return out

@@ -64,10 +64,12 @@ def training_reserve(
     num_nodes: int,
     in_dim: int,
     hidden: int,
+    io_threads: int = 8,
 ) -> int:
     """The reserve of this process's memory plan: its footprint now plus
-    :func:`working_bytes` (:func:`~shoal.rows.budget.reserve_for`). Call it after the model
-    and the optimizer are built and before any feature row is read."""
+    :func:`working_bytes` and the staging buffers of direct readers of ``io_threads`` threads
+    (:func:`~shoal.rows.budget.reserve_for`). Call it after the model and the optimizer are
+    built and before any feature row is read."""
     return reserve_for(
         working_bytes(
             model,
@@ -76,5 +78,6 @@ def training_reserve(
             num_nodes=num_nodes,
             in_dim=in_dim,
             hidden=hidden,
-        )
+        ),
+        io_threads=io_threads,
     )

@@ -432,6 +432,7 @@ def evaluate(
     nodes = np.concatenate(ids) if ids else np.empty(0, np.int64)
     pred = layerwise_inference(model, data, nodes, predict=True, **kwargs)
     y = np.asarray(data.labels[nodes]) if len(nodes) else np.empty(0, np.int64)
+    release_pages(data.labels)  # a mapped label file's pages leave this process
     out, pos = {}, 0
     for s, idx in zip(splits, ids, strict=True):
         n = len(idx)

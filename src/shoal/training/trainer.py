@@ -66,7 +66,7 @@ class Trainer:
             in_dim=data.feature_dim,
             hidden=(config.model.hidden or 0) * ((config.model.heads or 1) if gat else 1),
         )
-        reserve = training_reserve(model, **shape)
+        reserve = training_reserve(model, **shape, io_threads=config.memory.io_threads)
         self.store = open_features(
             data,
             reserve=reserve,

@@ -11,11 +11,12 @@ file-backed array through them (no private attribute of numpy).
 from __future__ import annotations
 
 import mmap
+import os
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["FilePlace", "file_of", "mapping_of"]
+__all__ = ["read_span", "FilePlace", "file_of", "mapping_of"]
 
 
 class FilePlace(NamedTuple):
@@ -49,3 +50,31 @@ def file_of(a: np.ndarray) -> FilePlace | None:
     map_addr = np.frombuffer(mm, dtype=np.uint8).ctypes.data
     stride = int(a.strides[0]) if a.ndim else int(a.itemsize)
     return FilePlace(str(a.filename), map_start + (a.ctypes.data - map_addr), stride)
+
+
+def read_span(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``a[lo:hi]`` of a 1-D array as an in-memory copy. A memory-mapped ``a`` is read with
+    positioned reads (``pread``) whose pages are then dropped from the page cache, never
+    through page faults of the map: a pass over a file larger than memory does not grow the
+    process (mapped pages count against a memory cgroup and are slow to reclaim)."""
+    place = file_of(a)
+    lo, hi = int(lo), int(hi)
+    if place is None or a.ndim != 1 or place.stride != a.itemsize:
+        return np.array(a[lo:hi])
+    out = np.empty(max(hi - lo, 0), dtype=a.dtype)
+    if hi <= lo:
+        return out
+    view = memoryview(out.view(np.uint8))
+    start = place.offset + lo * a.itemsize
+    fd = os.open(place.path, os.O_RDONLY)
+    try:
+        done = 0
+        while done < len(view):
+            k = os.preadv(fd, [view[done:]], start + done)
+            if k <= 0:
+                raise OSError(f"{place.path}: file ends before entry {hi} (truncated?)")
+            done += k
+        os.posix_fadvise(fd, start, len(view), os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return out
