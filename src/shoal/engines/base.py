@@ -73,6 +73,9 @@ class Engine(ABC):
 
     #: the engine's configuration class (its options; the base class: none of its own)
     options_class: type[EngineConfig] = EngineConfig
+    #: whether the reserve counts one sampled mini-batch's activations (an engine that
+    #: trains on whole parts counts its own layers instead)
+    batch_activations: bool = True
 
     def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
         self.store = store
@@ -152,7 +155,7 @@ class Engine(ABC):
         return ENGINE_RESERVE + training_reserve(
             getattr(self, "model", None),
             fanouts=tc.sampling.fanouts,
-            batch_size=tc.sampling.batch_size,
+            batch_size=tc.sampling.batch_size if self.batch_activations else 0,
             num_nodes=max(int(num_rows), 1),
             in_dim=int(self.store.feature_dim or 0),
             hidden=(tc.model.hidden or 0) * ((tc.model.heads or 1) if gat else 1),

@@ -72,6 +72,7 @@ class FullGraphEngine(Engine):
     """NeutronStar-style full-graph training (module docstring)."""
 
     name = "fullgraph"
+    batch_activations = False  # its memory_bytes counts every layer of its parts
     options_class = FullGraphConfig
     accepts_factory_models = False
 
