@@ -41,7 +41,8 @@ SPLIT_CACHE_SHARE = 1 / 3
 #: the same share when epochs are packed (:mod:`shoal.rows.packing`): a window then reads
 #: its own segment of the pack, so its size only sets how many rows two windows both need
 #: (written and read twice), while every cached row is saved in every epoch. Measured on the
-#: 2M-node / 256-d graph in 1.5 GiB (4 epochs, ``bench/results/out_of_core.md``): a share of
+#: 2M-node / 256-d graph of ``bench/out_of_core.py --graph 2m`` in 1.5 GiB, 4 epochs, a pool
+#: of 630 MiB, one run per share (the share patched in; not a committed benchmark): a share of
 #: 1/3, 1/2, 0.6 read 0.71, 0.62, 0.58 GB per epoch from the packs (1.59x, 1.48x, 1.42x the
 #: distinct rows with the start's sweep), epochs 3.9, 3.6, 3.4 s, evaluation unchanged.
 PACKED_CACHE_SHARE = 0.6
