@@ -25,7 +25,7 @@ def _fixed_reserve(monkeypatch):
     """The budgets below are sized around the fixed :data:`RESERVE`, not this process's
     measured footprint (which depends on what the test run imported)."""
     monkeypatch.setattr(trainer_mod, "training_reserve", lambda *a, **k: RESERVE)
-    monkeypatch.setattr(trainer_mod, "step_activations", lambda **k: (0, 0))
+    monkeypatch.setattr(trainer_mod, "step_activations", lambda *a, **k: (0, 0))
 
 
 def _graph(make_graph, dim: int = 64):

@@ -38,7 +38,7 @@ from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.training.device import DeviceFeed
 from shoal.training.engine_config import EngineConfig
-from shoal.training.footprint import training_reserve
+from shoal.training.footprint import StepShape, training_reserve
 from shoal.training.loop import eval_work_ratio
 from shoal.training.presets import resolve_for_data
 from shoal.utils.device import get_rng_states, set_rng_states
@@ -151,16 +151,14 @@ class Engine(ABC):
         per-node tables already, plus the model's gradients and optimizer state and one
         batch's activations over ``num_rows`` rows) plus :data:`ENGINE_RESERVE`."""
         tc = self.train_config
-        gat = tc.model.name == "gat"
-        return ENGINE_RESERVE + training_reserve(
-            getattr(self, "model", None),
-            fanouts=tc.sampling.fanouts,
-            batch_size=tc.sampling.batch_size if self.batch_activations else 0,
+        shape = StepShape.of(
+            tc,
             num_nodes=max(int(num_rows), 1),
             in_dim=int(self.store.feature_dim or 0),
-            hidden=(tc.model.hidden or 0) * ((tc.model.heads or 1) if gat else 1),
-            io_threads=tc.memory.io_threads,
+            sampled=self.batch_activations,
         )
+        model = getattr(self, "model", None)
+        return ENGINE_RESERVE + training_reserve(model, shape, io_threads=tc.memory.io_threads)
 
     @property
     def row_bytes(self) -> int:

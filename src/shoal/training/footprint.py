@@ -11,73 +11,77 @@ from its largest possible shape (:func:`~shoal.rows.budget.batch_rows`, times
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 
 from shoal.rows.budget import activation_bytes, batch_rows, reserve_for
+from shoal.training.config import TrainConfig
 
-__all__ = ["OPTIMIZER_STATES", "step_activations", "training_reserve", "working_bytes"]
+__all__ = [
+    "OPTIMIZER_STATES",
+    "StepShape",
+    "step_activations",
+    "training_reserve",
+    "working_bytes",
+]
 
 #: tensors the optimizer keeps per parameter (Adam: the two moment estimates).
 OPTIMIZER_STATES = 2
 
 
-def step_activations(
-    *, fanouts: tuple[int, ...], batch_size: int, num_nodes: int, in_dim: int, hidden: int
-) -> tuple[int, int]:
+@dataclass(frozen=True)
+class StepShape:
+    """The largest training step a run may take: ``fanouts`` and ``batch_size`` sampled
+    over ``num_nodes`` rows (:func:`~shoal.rows.budget.batch_rows`), each row the ``in_dim``
+    input features plus a ``hidden`` layer's width (batch size 0: no sampled batch)."""
+
+    fanouts: tuple[int, ...]
+    batch_size: int
+    num_nodes: int
+    in_dim: int
+    hidden: int
+
+    @classmethod
+    def of(
+        cls, config: TrainConfig, *, num_nodes: int, in_dim: int, sampled: bool = True
+    ) -> StepShape:
+        """The step of ``config``'s model and sampling (GAT's hidden layers are ``heads``
+        wide); ``sampled=False``: an engine that trains on whole parts, no sampled batch."""
+        heads = (config.model.heads or 1) if config.model.name == "gat" else 1
+        return cls(
+            fanouts=tuple(config.sampling.fanouts),
+            batch_size=int(config.sampling.batch_size) if sampled else 0,
+            num_nodes=int(num_nodes),
+            in_dim=int(in_dim),
+            hidden=int(config.model.hidden or 0) * heads,
+        )
+
+
+def step_activations(shape: StepShape) -> tuple[int, int]:
     """``(bytes, bytes per input row)`` of one training step's activations: for the largest
-    batch ``fanouts`` and ``batch_size`` allow (:func:`~shoal.rows.budget.batch_rows`), and
-    per row of a batch (to refit them to the batches sampled:
+    batch of ``shape``, and per row of a batch (to refit them to the batches sampled:
     :meth:`~shoal.rows.budget.BudgetPlan.fit_activations`)."""
-    rows = batch_rows(tuple(fanouts), int(batch_size), int(num_nodes))
-    return activation_bytes(rows, in_dim + hidden), activation_bytes(1, in_dim + hidden)
+    rows = batch_rows(shape.fanouts, shape.batch_size, shape.num_nodes)
+    width = shape.in_dim + shape.hidden
+    return activation_bytes(rows, width), activation_bytes(1, width)
 
 
 def working_bytes(
-    model: nn.Module | None,
-    *,
-    fanouts: tuple[int, ...],
-    batch_size: int,
-    num_nodes: int,
-    in_dim: int,
-    hidden: int,
-    optimizer_states: int = OPTIMIZER_STATES,
+    model: nn.Module | None, shape: StepShape, *, optimizer_states: int = OPTIMIZER_STATES
 ) -> int:
     """Bytes one training step adds to the process beyond what it holds before the first
     batch: the parameters' gradients and ``optimizer_states`` copies of them (created at the
-    first step), and the activations of a batch of the most rows ``fanouts`` and
-    ``batch_size`` may sample, each row the ``in_dim`` input features plus a ``hidden``
-    layer's width."""
+    first step), and the activations of the largest batch of ``shape``."""
     params = 0
     if model is not None:
         params = sum(p.numel() * p.element_size() for p in model.parameters())
-    act, _ = step_activations(
-        fanouts=fanouts, batch_size=batch_size, num_nodes=num_nodes, in_dim=in_dim, hidden=hidden
-    )
-    return int(params) * (1 + int(optimizer_states)) + act
+    return int(params) * (1 + int(optimizer_states)) + step_activations(shape)[0]
 
 
-def training_reserve(
-    model: nn.Module | None,
-    *,
-    fanouts: tuple[int, ...],
-    batch_size: int,
-    num_nodes: int,
-    in_dim: int,
-    hidden: int,
-    io_threads: int = 8,
-) -> int:
+def training_reserve(model: nn.Module | None, shape: StepShape, *, io_threads: int = 8) -> int:
     """The reserve of this process's memory plan: its footprint now plus
     :func:`working_bytes` and the staging buffers of direct readers of ``io_threads`` threads
     (:func:`~shoal.rows.budget.reserve_for`). Call it after the model and the optimizer are
     built and before any feature row is read."""
-    return reserve_for(
-        working_bytes(
-            model,
-            fanouts=fanouts,
-            batch_size=batch_size,
-            num_nodes=num_nodes,
-            in_dim=in_dim,
-            hidden=hidden,
-        ),
-        io_threads=io_threads,
-    )
+    return reserve_for(working_bytes(model, shape), io_threads=io_threads)

@@ -19,7 +19,7 @@ from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.device import DeviceFeed
-from shoal.training.footprint import step_activations, training_reserve
+from shoal.training.footprint import StepShape, step_activations, training_reserve
 from shoal.training.inference import evaluate
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.meter import EpochMeter
@@ -58,15 +58,8 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
-        gat = config.model.name == "gat"  # its hidden layers are ``heads`` wide
-        shape = dict(
-            fanouts=config.sampling.fanouts,
-            batch_size=config.sampling.batch_size,
-            num_nodes=data.num_nodes,
-            in_dim=data.feature_dim,
-            hidden=(config.model.hidden or 0) * ((config.model.heads or 1) if gat else 1),
-        )
-        reserve = training_reserve(model, **shape, io_threads=config.memory.io_threads)
+        shape = StepShape.of(config, num_nodes=data.num_nodes, in_dim=data.feature_dim)
+        reserve = training_reserve(model, shape, io_threads=config.memory.io_threads)
         self.store = open_features(
             data,
             reserve=reserve,
@@ -80,7 +73,7 @@ class Trainer:
         )
         self.features, self.budget = self.store.features, self.store.plan
         # the activations in the reserve: refitted to the sampled batches, free in evaluation
-        self.budget.activations, self.budget.activation_row_bytes = step_activations(**shape)
+        self.budget.activations, self.budget.activation_row_bytes = step_activations(shape)
         self.sampler = NeighborSampler(
             data.indptr,
             data.indices,
