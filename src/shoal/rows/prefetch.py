@@ -78,7 +78,8 @@ class WindowPrefetcher:
             :data:`~shoal.rows.packing.PACK_EPOCHS`); packs go to a private directory in
             ``scratch_dir`` (default: beside the feature file).
         spool_samples: keep the samples of the epochs sampled ahead (to pack them, or to
-            size the windows) in that directory and read them back when training, instead
+            size the windows) in a private directory of ``scratch_dir`` (default: beside the
+            feature file) and read them back when training, instead
             of sampling them again (:class:`~shoal.rows.spool.SampleSpool`; default false:
             for a structure on disk).
     """
@@ -118,7 +119,7 @@ class WindowPrefetcher:
             pool=2 * self.window_rows * features.row_bytes,
         )
         self._packed_before = self.packs.stats.snapshot()  # at the last epoch record
-        #: the samples of packed epochs, kept in the packs' directory until trained
+        #: the samples of epochs sampled ahead, kept in a scratch directory of their own until trained
         self.spool = None
         if spool_samples:
             reader = features.reader
