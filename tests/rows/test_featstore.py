@@ -7,7 +7,7 @@ import pytest
 
 from shoal.errors import ShoalInputError
 from shoal.rows.budget import MIN_WINDOW, RESERVE, plan_budget
-from shoal.rows.featstore import DiskFeatures
+from shoal.rows.featstore import DiskFeatures, presampled_priority
 
 
 @pytest.fixture
@@ -118,3 +118,10 @@ def test_stacked_in_memory_members_are_concatenated():
     np.testing.assert_array_equal(fs.gather(np.array([4, 0, 3])).numpy(), [[0, 0], [1, 1], [0, 0]])
     with pytest.raises(ValueError, match="agree"):
         DiskFeatures([a, np.ones((2, 3), np.float32)])
+
+
+def test_presampled_priority_orders_by_count_then_by_the_given_order():
+    counts = np.array([0, 3, 1, 3, 0], np.uint16)
+    prio = np.array([4, 3, 2, 1, 0], np.int32)
+    np.testing.assert_array_equal(presampled_priority(counts, prio), [3, 1, 2, 4, 0])
+    assert presampled_priority(np.zeros(0, np.uint16), np.zeros(0, np.int32)).size == 0

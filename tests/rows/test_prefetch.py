@@ -134,6 +134,17 @@ def test_trainer_with_a_small_budget_trains_the_same_model(
     for p, q in zip(big.model.parameters(), small.model.parameters(), strict=True):
         assert np.array_equal(p.detach().numpy(), q.detach().numpy())
     assert small.evaluate(("val", "test")) == big.evaluate(("val", "test"))
+    # the end of training lends the cache to the evaluation: the same accuracies, read whole
+    pf = small.loader.prefetcher
+    small.end_training()
+    assert pf._stream is None and small.loader is None and small.sampler is None
+    assert small._lent > 0 and small.features.cache_bytes == 0
+    with pytest.raises(RuntimeError, match="only evaluates"):
+        small.train_epoch(2)
+    hits = small.features.stats.hits
+    got, want = small.evaluate(("val", "test")), big.evaluate(("val", "test"))
+    assert got == pytest.approx(want, abs=1.5 / len(data.val_idx))
+    assert small.features.stats.hits == hits
 
 
 @pytest.mark.parametrize("window_bytes", [60_000, 3000 * 256 // 2])  # split / one window
@@ -468,3 +479,32 @@ def test_a_spooled_minibatch_reads_back_equal(graph, tmp_path):
     assert np.array_equal(again[0].n_id, mbs[2].n_id) and np.array_equal(again[1].n_id, mbs[0].n_id)
     sp.drop()
     assert list((tmp_path / "spool").iterdir()) == []
+
+
+def test_the_presampled_cache_holds_the_rows_most_batches_need(make_graph, monkeypatch):
+    """``cache_policy="presample"``: no uncached row is needed by more batches of the first
+    epoch than a cached one; the batches and the model are those of the degree policy, and
+    an epoch reads no more rows."""
+    graph = _graph(make_graph, 512)
+    monkeypatch.setattr(budget_mod, "MIN_WINDOW", 4096)
+    cfg = dict(
+        model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=1, threads=1, progress=False
+    )
+    runs = {}
+    for policy in ("degree", "presample"):
+        t = Trainer(
+            TrainConfig.from_options(**cfg, memory=RESERVE + 2_700_000, cache_policy=policy),
+            TrainData.from_graph_dir(graph),
+        )
+        cached = t.features.slot >= 0
+        assert 0 < cached.sum() < t.data.num_nodes
+        counts = np.zeros(t.data.num_nodes, np.int64)
+        for mb in t.loader.samples(0):
+            counts[mb.n_id] += 1
+        runs[policy] = (t.train_epoch(0), cached, counts, t)
+    (a, _, _, ta), (b, cached, counts, tb) = runs["degree"], runs["presample"]
+    assert counts[cached].min() >= counts[~cached].max()
+    assert a["loss"] == b["loss"]
+    assert b["io"]["rows_read"] <= a["io"]["rows_read"]
+    for p, q in zip(ta.model.parameters(), tb.model.parameters(), strict=True):
+        assert torch.equal(p, q)

@@ -38,6 +38,7 @@ def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source
     with torch.no_grad():
         ref = model(torch.from_numpy(x), [fb, fb, fb]).numpy()
     monkeypatch.setattr(blocked, "CHUNK_BYTES", 7 * 12 * 4)  # several source ranges per block
+    monkeypatch.setattr(blocked, "SLICE_BYTES", 5 * 16 * 4)  # and finishing slices
     np.save(tmp_path / "x.npy", x)
     mm = np.load(tmp_path / "x.npy", mmap_mode="r")
     src = {
@@ -78,12 +79,26 @@ def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source
 def test_blocks_respect_the_budget():
     indptr, _, deg = _graph()
     t = np.arange(len(deg))
-    bl = blocked._blocks(indptr, t, 100, 5_000)
-    assert bl[0][0] == 0 and bl[-1][1] == len(t)
-    for a, b in bl:
-        cost = (deg[a:b] * blocked.EDGE_BYTES + 100).sum()
-        assert cost <= 5_000 or b == a + 1
-    assert blocked._blocks(indptr, t[:0], 100, 5_000) == []
+    for per_edge in (blocked.EDGE_BYTES, 12):
+        bl = blocked._blocks(indptr, t, 100, 5_000, per_edge)
+        assert bl[0][0] == 0 and bl[-1][1] == len(t)
+        for a, b in bl:
+            cost = (deg[a:b] * per_edge + 100).sum()
+            assert cost <= 5_000 or b == a + 1
+            if b < len(t):  # blocks are as long as the budget allows
+                assert cost + deg[b] * per_edge + 100 > 5_000
+        assert blocked._blocks(indptr, t[:0], 100, 5_000, per_edge) == []
+
+
+def test_working_bytes_count_the_in_edges_read_from_disk(tmp_path):
+    indptr, indices, _ = _graph()
+    np.save(tmp_path / "i.npy", indices)
+    mm = np.load(tmp_path / "i.npy", mmap_mode="r")
+    sl = sum_layers(build_model("sage", in_dim=4, hidden=8, out_dim=2, num_layers=2, dropout=0))[0]
+    assert blocked.edge_bytes(indices) == blocked.EDGE_BYTES
+    assert blocked.edge_bytes(mm) == blocked.EDGE_BYTES + 4
+    assert blocked.target_bytes(sl, indices) == 4 * sl.width
+    assert blocked.target_bytes(sl, mm) == 4 * sl.width + 8
 
 
 def test_gat_is_not_a_sum():
@@ -160,3 +175,22 @@ def test_a_structure_on_disk_is_read_span_by_span(tmp_path, monkeypatch, name, b
         )
         outs.append(got)
     assert np.allclose(outs[0], outs[1], atol=1e-6) and not np.isnan(outs[1]).any()
+
+
+def test_row_writer_counts_the_pages_scattered_rows_dirty(tmp_path, monkeypatch):
+    """Rows far apart dirty a page each: the writer flushes by pages, not by row bytes."""
+    n = 4096
+    arr = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=np.float32, shape=(n, 2))
+    arr.flush()
+    monkeypatch.setattr(blocked, "FLUSH_BYTES", 10 * 4096)
+    w = blocked.RowWriter(np.load(tmp_path / "a.npy", mmap_mode="r+"))
+    flushes = []
+    real = w.flush
+    monkeypatch.setattr(w, "flush", lambda: flushes.append(w.pending) or real())
+    ids = np.arange(0, n, 1024)  # 8 KiB apart: 4 rows, 4 pages
+    for _ in range(5):
+        w.write(ids, np.ones((len(ids), 2), np.float32))
+    assert len(flushes) == 2 and all(f >= 10 * 4096 for f in flushes)
+    w.close()
+    assert blocked._pages(4090, 8) == 8192 and blocked._pages(0, 4096) == 4096
+    assert blocked._pages(5, 0) == 0

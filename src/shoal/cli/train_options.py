@@ -14,6 +14,7 @@ from shoal.engines.config import engine_option_owners, read_config, read_config_
 from shoal.engines.registry import engine_names, get_spec
 from shoal.nn import MODELS
 from shoal.rows.budget import STRUCTURE_MODES
+from shoal.rows.featstore import CACHE_POLICIES
 from shoal.sample.sampler import parse_fanouts
 from shoal.training import TrainConfig
 from shoal.training.config import PRESETS
@@ -58,6 +59,7 @@ CONFIG_FLAGS = (
     "memory",
     "io_threads",
     "pack_epochs",
+    "cache_policy",
     "structure",
 )
 
@@ -265,9 +267,18 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         help="when the features do not fit the memory budget: read the uncached rows of K "
         "epochs with one sweep of the feature file into a pack file per epoch in the scratch "
         "directory (--scratch-dir), so each epoch reads only its own rows (DiskGNN-style "
-        "packing; 0 = off, every window sweeps the feature file; default 4 when the graph "
-        "structure is held in memory, else off, since packing samples every epoch twice; "
+        "packing; 0 = off, every window sweeps the feature file; default 4; with the graph "
+        "structure on disk the packed epochs' samples are kept in the scratch directory, "
+        "and minibatch, which does not keep them, packs only with the structure in memory; "
         "single-process trainer, minibatch and averaging engines)",
+    )
+    g.add_argument(
+        "--cache-policy",
+        choices=CACHE_POLICIES,
+        help="which feature rows the static cache holds when the features do not fit the "
+        "memory budget: presample = the rows the most batches of the first sampled epoch "
+        "need (GNNLab's pre-sampling policy), degree = the highest in-degrees (default "
+        f"{d.memory.cache_policy}; single-process trainer and averaging engine)",
     )
     g.add_argument(
         "--structure",

@@ -115,12 +115,14 @@ class BudgetedStore:
         last_epoch: int | None = None,
         pack_epochs: int | None = None,
         scratch_dir: str | None = None,
+        cache_policy: str = "presample",
     ) -> WindowFit | None:
         """When the cache lacks rows: have ``loader`` (a ``BatchLoader``: its ``use_windows``
         and the ``prefetcher`` it makes) produce its batches from windows read ahead, epochs
         packed (``pack_epochs``, :meth:`pack_epochs`) into ``scratch_dir``, and size the cache
         and the windows from its first sampled epoch (the plan's activations refitted to its
-        largest batch first: :meth:`~shoal.rows.budget.BudgetPlan.fit_activations`); returns that fit (also :attr:`fit`), or
+        largest batch first: :meth:`~shoal.rows.budget.BudgetPlan.fit_activations`; the cached
+        rows chosen by ``cache_policy``, :meth:`WindowPrefetcher.calibrate`); returns that fit (also :attr:`fit`), or
         None when every row is cached (nothing changes)."""
         if not self.windows:
             return None
@@ -136,5 +138,6 @@ class BudgetedStore:
         self.fit = loader.prefetcher.calibrate(
             lambda rows: self._part(self.plan.fit_activations(rows)),
             min_window=self.plan.min_window,
+            cache_policy=cache_policy,
         )
         return self.fit

@@ -40,7 +40,7 @@ from shoal.rows.source import RowSource
 from shoal.utils.arrays import unique_sorted
 from shoal.utils.progress import progress
 
-__all__ = ["DiskFeatures", "FeatureStats", "Window"]
+__all__ = ["CACHE_POLICIES", "DiskFeatures", "FeatureStats", "Window", "presampled_priority"]
 
 
 @dataclass
@@ -97,6 +97,23 @@ class Window:
         self.requested += len(ids)
         self.hits += self.store.stats.hits - before
         return x
+
+
+#: cache policies: ``presample`` (rows by how many batches of a sampled epoch need them) and
+#: ``degree`` (by in-degree alone)
+CACHE_POLICIES = ("presample", "degree")
+
+
+def presampled_priority(counts: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    """Rows ordered by decreasing ``counts`` (how many batches of a sampled epoch need each
+    row; uint16), ties in the order of ``priority`` (e.g. by in-degree): GNNLab's pre-sampling
+    cache policy (Yang et al., EuroSys 2022, "PreSC": a vertex's hotness is measured by
+    sampling epochs ahead, not guessed from its degree). For a static cache beside windows
+    that read every uncached row they need, caching the rows needed by the most batches
+    minimises the rows read (a row in ``k`` windows costs ``k`` reads uncached)."""
+    counts = np.asarray(counts, np.uint16)
+    key = np.iinfo(np.uint16).max - counts[priority]  # 16-bit keys: a stable radix sort
+    return np.asarray(priority)[np.argsort(key, kind="stable")]
 
 
 class DiskFeatures:
@@ -201,15 +218,16 @@ class DiskFeatures:
     def cache_loaded(self) -> bool:
         return self._hot is None
 
-    def choose_cache(self, cache_bytes: int) -> None:
+    def choose_cache(self, cache_bytes: int, priority: np.ndarray | None = None) -> None:
         """Choose the cached rows again, ``cache_bytes`` of them in the priority order given
-        at construction (e.g. after :func:`~shoal.rows.windowfit.fit_windows` measured an
-        epoch); only before the cache is read (``defer_cache=True``)."""
+        at construction or, when given, in ``priority`` (e.g. after
+        :func:`~shoal.rows.windowfit.fit_windows` measured an epoch:
+        :func:`presampled_priority`); only before the cache is read (``defer_cache=True``)."""
         if self.reader is None:
             return
         if self.cache_loaded:
             raise RuntimeError("the cache is loaded already: choose it before the first window")
-        self._choose_cache(int(cache_bytes), self.priority)
+        self._choose_cache(int(cache_bytes), self.priority if priority is None else priority)
 
     def load_cache(self, cold: np.ndarray | None = None) -> Window | None:
         """Read the cached rows, and with them (one pass over the file) the rows ``cold``
@@ -281,6 +299,44 @@ class DiskFeatures:
             self._hot = None
             self.priority = None
         return nbytes
+
+    def release_cache(self) -> int:
+        """Give the cache's memory back, for good: every row is read from the file from now
+        on (the end of training lends it to the final evaluation, which reads every needed
+        row once per block anyway). Returns the bytes freed (0 for an in-memory matrix)."""
+        if self.reader is None or self.slot is None:
+            return 0
+        freed = int(self.cache.nbytes)
+        self.slot.fill(-1)
+        self.cache = np.empty((0, self.dim), dtype=self.dtype)
+        self.cached_rows = 0
+        self._hot = None  # nothing left to load
+        self.priority = None
+        return freed
+
+    def read_rows(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """float32 rows of ``ids`` (sorted, unique) read from the file straight into ``out``
+        (at least ``len(ids)`` rows; normalised when the store normalises), the cache not
+        consulted (a store that caches nothing, or whose cache is lent:
+        :meth:`release_cache`); returns them."""
+        n = len(ids)
+        out = out[:n]
+        t0 = time.perf_counter()
+        if self.dtype == np.float32:
+            nbytes = self.reader.read(ids, out) if n else 0
+        else:
+            raw = np.empty((n, self.dim), self.dtype)
+            nbytes = self.reader.read(ids, raw) if n else 0
+            out[:] = raw
+        s = self.stats
+        s.read_seconds += time.perf_counter() - t0
+        s.requested += n
+        s.rows_read += n
+        s.bytes_read += nbytes
+        s.windows += 1
+        if self.normalize:
+            K._row_normalize(out, n)
+        return out
 
     @property
     def cache_bytes(self) -> int:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from shoal.graph.blocks import Batch
-from shoal.rows.featstore import DiskFeatures
+from shoal.rows.featstore import CACHE_POLICIES, DiskFeatures, presampled_priority
 from shoal.rows.packing import Packs
 from shoal.rows.readahead import END, Stop, Stream
 from shoal.rows.spool import SampleSpool
@@ -248,34 +248,52 @@ class WindowPrefetcher:
             yield [b for b, _, _ in pending], slots, self._clear(pending)
 
     def calibrate(
-        self, pool: int | Callable[[int], int], *, epoch: int = 0, min_window: int = 1
+        self,
+        pool: int | Callable[[int], int],
+        *,
+        epoch: int = 0,
+        min_window: int = 1,
+        cache_policy: str = "presample",
     ) -> WindowFit:
         """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
         again when trained: the same batches): :func:`~shoal.rows.windowfit.fit_windows`
         shares ``pool`` bytes (or ``pool(rows)``, given the most input rows of a sampled
         batch) so that an epoch is one window when it can be, read while the previous epoch
-        trains when two fit. Call before the first window is read (the features' cache must
-        not be loaded yet); returns the fit (also :attr:`fit`)."""
+        trains when two fit. ``cache_policy`` (:data:`~shoal.rows.featstore.CACHE_POLICIES`):
+        ``"presample"`` caches the rows the most of the epoch's batches need
+        (:func:`~shoal.rows.featstore.presampled_priority`, ties by the features' priority),
+        ``"degree"`` keeps the features' priority (default ``"presample"``). Call before the
+        first window is read (the features' cache must not be loaded yet); returns the fit
+        (also :attr:`fit`)."""
         fs, seen = self.features, self._seen
         if fs.cache_loaded or fs.priority is None:
             raise RuntimeError(
                 "calibrate needs a DiskFeatures whose cache is not read yet "
                 "(defer_cache=True) and a priority order"
             )
+        if cache_policy not in CACHE_POLICIES:
+            raise ValueError(
+                f"cache_policy must be one of {', '.join(CACHE_POLICIES)}, got {cache_policy!r}"
+            )
         seen[:] = False
+        counts = np.zeros(len(seen), np.uint16) if cache_policy == "presample" else None
         held = largest = rows = 0
-        for mb in self._samples(epoch, record=self.packs.epochs >= 2):
+        for step, mb in enumerate(self._samples(epoch, record=self.packs.epochs >= 2)):
             seen[mb.n_id] = True
+            if counts is not None and step < np.iinfo(np.uint16).max:
+                counts[mb.n_id] += 1  # n_id has no repeats
             held += mb.nbytes
             largest = max(largest, mb.nbytes)
             rows = max(rows, len(mb.n_id))
         if callable(pool):
             pool = int(pool(rows))
         self.packs.pool = pool  # sizes the sweep's buffers
+        priority = fs.priority if counts is None else presampled_priority(counts, fs.priority)
+        del counts
         fit = fit_windows(
             pool,
             needed=seen,
-            priority=fs.priority,
+            priority=priority,
             row_bytes=fs.row_bytes,
             sample_bytes=held,
             batch_bytes=largest,
@@ -283,7 +301,7 @@ class WindowPrefetcher:
             split_cache_share=PACKED_CACHE_SHARE if self.packs.epochs >= 2 else SPLIT_CACHE_SHARE,
         )
         seen[:] = False
-        fs.choose_cache(fit.cache_bytes)
+        fs.choose_cache(fit.cache_bytes, priority)
         self.window_rows = max(1, fit.window_bytes // max(fs.row_bytes, 1))
         self.resample = fit.resample and self.background
         self.fit = fit

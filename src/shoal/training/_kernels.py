@@ -46,8 +46,9 @@ def _count_by_range(indptr, block, indices, range_rows, ptr):
 @numba.njit(cache=True, nogil=True)
 def _bucket_by_range(indptr, indices, block, range_rows, ptr, src, dst):
     """The in-edges of ``block`` grouped by source range (counting sort; ``ptr`` from
-    :func:`_count_by_range`): ``src`` the source, ``dst`` the target's position in ``block``;
-    within a range edges stay in target order."""
+    :func:`_count_by_range`): ``src`` the source's offset in its range (int32: a range has
+    fewer than 2**31 rows), ``dst`` the target's position in ``block``; within a range edges
+    stay in target order."""
     fill = ptr[:-1].copy()
     for i in range(block.shape[0]):
         t = block[i]
@@ -55,7 +56,7 @@ def _bucket_by_range(indptr, indices, block, range_rows, ptr, src, dst):
             u = indices[e]
             r = u // range_rows
             k = fill[r]
-            src[k] = u
+            src[k] = u - r * range_rows
             dst[k] = i
             fill[r] = k + 1
 

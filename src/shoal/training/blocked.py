@@ -19,7 +19,8 @@ mapped into the process), and are read back the same planned way by the next lay
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -46,16 +47,26 @@ __all__ = [
     "sum_layers",
 ]
 
-#: bytes of working memory per in-edge of a block (its source and target, bucketed, and,
-#: when the structure is on disk, the block's in-edges read into memory).
-EDGE_BYTES = 20
+#: bytes of working memory per in-edge of a block: its source (offset in its range) and
+#: target, bucketed, as int32 (the block's in-edges read from a structure on disk add their
+#: entry's bytes: :func:`edge_bytes`).
+EDGE_BYTES = 8
 #: neighbour-list bytes read at once from a file-backed structure (default 64 MiB).
 SPAN_BYTES = 64 << 20
-#: the bytes of one source range read and turned into messages at once (default 32 MiB).
-CHUNK_BYTES = 32 << 20
-#: temporaries of one range or one finishing slice, in units of its rows' bytes (read rows,
-#: their float32 copy, messages, the layer's intermediate products): kept out of the blocks.
-CHUNK_COPIES = 8
+#: the bytes of one source range read and turned into messages at once (default 16 MiB).
+#: Measured on this machine's disk (5.1 GB feature file, 54% of the rows needed, reused
+#: buffers): 8 MiB ranges read at 0.8-1.1 GB/s, 16 MiB and more at 1.25-1.4 GB/s (its
+#: sequential rate); larger ranges only take memory from the blocks, and every block costs a
+#: pass over the layer's input.
+CHUNK_BYTES = 16 << 20
+#: a range's memory in units of its bytes: two reused buffers (one filled while the other's
+#: messages are added) and the messages and degrees of the range being added.
+RANGE_COPIES = 4
+#: the bytes of targets finished at once (default 4 MiB of rows).
+SLICE_BYTES = 4 << 20
+#: a finishing slice's memory in units of its bytes: two reused buffers of the targets' own
+#: rows, their accumulators, and the layer's intermediate products and output.
+SLICE_COPIES = 8
 #: layer outputs are flushed to disk and dropped from the page cache every this many bytes.
 FLUSH_BYTES = 64 << 20
 
@@ -91,30 +102,45 @@ class LayerRows:
             self.dtype = np.dtype(np.float32) if isinstance(src, DiskFeatures) else src.dtype
         self.src = src
 
-    def read(self, ids: np.ndarray) -> np.ndarray:
-        if isinstance(self.src, DiskFeatures):
-            return self.src.window([ids]).gather(ids)  # normalises when the store does
-        if self.reader is not None:
-            raw = np.empty((len(ids), self.dim), dtype=self.dtype)
+    def read(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 rows of ``ids`` (sorted, unique), into ``out`` (a reused buffer of at
+        least ``len(ids)`` rows) when given; returns them."""
+        n = len(ids)
+        out = np.empty((n, self.dim), np.float32) if out is None else out[:n]
+        if isinstance(self.src, DiskFeatures):  # normalises when the store does
+            if self.src.cached_rows == 0 and self.src.reader is not None:
+                return self.src.read_rows(ids, out)  # nothing cached: straight into out
+            return self.src.window([ids]).gather(ids, out)
+        if self.reader is not None and self.dtype == np.float32:
+            self.reader.read(ids, out)
+        elif self.reader is not None:
+            raw = np.empty((n, self.dim), dtype=self.dtype)
             self.reader.read(ids, raw)
-            x = raw if raw.dtype == np.float32 else raw.astype(np.float32)
+            out[:] = raw
         else:
-            x = np.asarray(self.src[ids], dtype=np.float32)
+            out[:] = self.src[ids]
         if self.normalize:
-            x = np.ascontiguousarray(x)
-            K._row_normalize(x, len(x))
-        return x
+            K._row_normalize(out, n)
+        return out
 
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
 
 
+def _pages(at: int, nbytes: int) -> int:
+    """Bytes of the 4 KiB pages a write of ``nbytes`` at offset ``at`` touches."""
+    return ((at + nbytes + 4095) // 4096 - at // 4096) * 4096 if nbytes else 0
+
+
 class RowWriter:
     """Positioned writes of rows into a file-backed ``.npy`` array (or plain assignment).
-    Every :data:`FLUSH_BYTES` written are flushed and dropped from the page cache: dirty
-    pages count against a memory cgroup's limit, and cgroup v1 does not throttle writers, so
-    a fast writer under a cap would be OOM-killed instead of slowed down."""
+    Every :data:`FLUSH_BYTES` of pages dirtied are flushed and dropped from the page cache:
+    dirty pages count against a memory cgroup's limit, and cgroup v1 does not throttle
+    writers, so a fast writer under a cap would be OOM-killed instead of slowed down. Pages,
+    not bytes: the rows of a few nodes scattered over the file (a validation set's
+    neighbourhood) dirty a whole page each (measured: 500 MB dirty for 28 MB of rows on the
+    10M-node graph before)."""
 
     def __init__(self, arr: np.ndarray) -> None:
         self.arr = arr
@@ -142,14 +168,17 @@ class RowWriter:
         h = np.ascontiguousarray(h, dtype=self.arr.dtype)
         if f.stride != f.row_bytes:
             for i, v in enumerate(ids):
-                os.pwrite(self.fd, memoryview(h[i]).cast("B"), f.offset + int(v) * f.stride)
+                at = f.offset + int(v) * f.stride
+                os.pwrite(self.fd, memoryview(h[i]).cast("B"), at)
+                self._written(_pages(at, f.row_bytes))
         else:  # one write per run of consecutive ids
             cuts = np.flatnonzero(np.diff(ids) != 1) + 1
             for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(ids)], strict=True):
                 if b > a:
                     at = f.offset + int(ids[a]) * f.stride
                     os.pwrite(self.fd, memoryview(h[a:b]).cast("B"), at)
-        self._written(h.nbytes)
+                    # counted in the pages it dirties: a few scattered rows dirty a page each
+                    self._written(_pages(at, (b - a) * f.row_bytes))
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -158,11 +187,27 @@ class RowWriter:
             self.fd = -1
 
 
-def _blocks(indptr: np.ndarray, targets: np.ndarray, per_target: int, budget: int) -> list:
-    """Split ``targets`` into consecutive blocks whose cost (in-edges x EDGE_BYTES + the
-    per-target rows) stays within ``budget`` (at least one target per block)."""
+def edge_bytes(indices: np.ndarray) -> int:
+    """Working bytes per in-edge of a block over ``indices``: :data:`EDGE_BYTES`, plus one
+    entry when ``indices`` is file-backed (the block's in-edges are read into memory)."""
+    return EDGE_BYTES + (indices.dtype.itemsize if file_of(indices) is not None else 0)
+
+
+def target_bytes(sl: SumLayer, indices: np.ndarray) -> int:
+    """Working bytes per target of a block beside its in-edges: its float32 accumulator,
+    and, when ``indices`` is file-backed, its entry in the block's in-edge index."""
+    return 4 * sl.width + (8 if file_of(indices) is not None else 0)
+
+
+def _blocks(
+    indptr: np.ndarray, targets: np.ndarray, per_target: int, budget: int, per_edge: int
+) -> list:
+    """Split ``targets`` into consecutive blocks whose cost (in-edges x ``per_edge`` + the
+    per-target bytes) stays within ``budget`` (at least one target per block)."""
     d = np.asarray(indptr[targets + 1], np.int64) - np.asarray(indptr[targets], np.int64)
-    cost = np.cumsum(d * EDGE_BYTES + per_target)
+    d *= per_edge
+    d += per_target
+    cost = np.cumsum(d, out=d)
     bounds = [0]
     while bounds[-1] < len(targets):
         a = bounds[-1]
@@ -207,16 +252,34 @@ def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray):
     return ptr, src
 
 
-def _read_pre(rows: LayerRows, ids: np.ndarray, pre) -> torch.Tensor:
-    x = torch.from_numpy(rows.read(ids))
+def _read_pre(rows: LayerRows, ids: np.ndarray, pre, out: np.ndarray) -> torch.Tensor:
+    x = torch.from_numpy(rows.read(ids, out))
     return pre(x) if pre is not None else x
 
 
-def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, range_rows: int):
+def _read_ahead(pool: ThreadPoolExecutor, rows: LayerRows, pre, items: Iterator[tuple], bufs: list):
+    """``(item, the rows of item[0])`` for each ``item`` of ``items`` (a tuple whose first
+    entry is sorted ids), the next item's rows read by ``pool`` (one thread) while the caller
+    computes with the current ones: reading overlaps compute, and only that thread reads.
+    Items take turns in the two reused buffers ``bufs`` (no page of a fresh array faulted
+    in per read): the buffer of an item is refilled only after the caller is done with it."""
+    pending = None
+    for k, item in enumerate(items):
+        fut = pool.submit(_read_pre, rows, item[0], pre, bufs[k % 2])
+        if pending is not None:
+            yield pending[0], pending[1].result()
+        pending = (item, fut)
+    if pending is not None:
+        yield pending[0], pending[1].result()
+
+
+def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads):
     """One block of targets: sweep the source ranges its in-edges need (each range's needed
-    rows read in one planned pass), then finish the targets in slices: yields
-    ``(offset in block, output rows)`` per slice."""
+    rows read in one planned pass, the next range's while this one's messages are added),
+    then finish the targets in slices: yields ``(offset in block, output rows)`` per
+    slice."""
     indptr, indices, deg_t = graph
+    range_rows, pool = reads.range_rows, reads.pool
     n_ranges = -(-len(deg_t) // range_rows)
     ptr = np.zeros(n_ranges + 1, np.int64)
     edges, at = (indptr, indices), block
@@ -224,39 +287,75 @@ def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, range_rows: i
     if compact is not None:  # the block's in-edges read from the file into memory
         edges, at = compact, np.arange(len(block), dtype=np.int64)
     m = BK._count_by_range(edges[0], at, edges[1], range_rows, ptr)
-    src, dst = np.empty(m, np.int64), np.empty(m, np.int32)
+    src, dst = np.empty(m, np.int32), np.empty(m, np.int32)
     BK._bucket_by_range(edges[0], edges[1], at, range_rows, ptr, src, dst)
     del compact, edges
     acc = np.zeros((len(block), sl.width), np.float32)
     mark = np.full(range_rows, -1, np.int64)
-    ids_buf = np.empty(range_rows, np.int64)
-    pos = np.empty(int(np.diff(ptr).max()) if m else 0, np.int64)
-    for r in np.flatnonzero(np.diff(ptr)):
-        s_src, s_dst = src[ptr[r] : ptr[r + 1]], dst[ptr[r] : ptr[r + 1]]
-        k = BK._range_ids(s_src, r * range_rows, mark, ids_buf, pos)
-        ids = ids_buf[:k]
-        h = _read_pre(rows, ids, pre)
+
+    def ranges(src: np.ndarray) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
+        for r in np.flatnonzero(np.diff(ptr)):
+            s_src = src[ptr[r] : ptr[r + 1]]
+            ids, pos = (
+                np.empty(min(range_rows, len(s_src)), np.int64),
+                np.empty_like(s_src, np.int64),
+            )
+            k = BK._range_ids(s_src, 0, mark, ids, pos)
+            yield ids[:k] + r * range_rows, int(r), pos
+
+    for (ids, r, pos), h in _read_ahead(pool, rows, pre, ranges(src), reads.range_bufs):
         msg = sl.message(h, deg_t[torch.from_numpy(ids)].unsqueeze(1)).contiguous().numpy()
-        BK._scatter_add(acc, msg, s_dst, pos[: len(s_src)])
+        BK._scatter_add(acc, msg, dst[ptr[r] : ptr[r + 1]], pos)
     del src, dst
-    for a in range(0, len(block), range_rows):
-        ids = block[a : a + range_rows]
-        h_dst = _read_pre(rows, ids, pre)
+    k = reads.slice_rows
+    slices = ((block[a : a + k], a) for a in range(0, len(block), k))
+    for (ids, a), h_dst in _read_ahead(pool, rows, pre, slices, reads.slice_bufs):
         d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
-        yield a, sl.finish(torch.from_numpy(acc[a : a + range_rows]), h_dst, d)
+        yield a, sl.finish(torch.from_numpy(acc[a : a + k]), h_dst, d)
+
+
+class _Reads:
+    """How a layer reads: source ranges of ``range_rows`` ids and finishing slices of
+    ``slice_rows`` targets, each into two reused buffers, by one reading thread."""
+
+    def __init__(self, budget: int, dim: int, width: int) -> None:
+        chunk = min(CHUNK_BYTES, budget // (8 * RANGE_COPIES))  # an eighth for the ranges
+        piece = min(SLICE_BYTES, budget // (8 * SLICE_COPIES))  # and one for the slices
+        self.range_rows = max(1, chunk // (4 * max(dim, 1)))
+        self.slice_rows = max(1, piece // (4 * max(dim, width, 1)))
+        self.range_bufs = [np.empty((self.range_rows, dim), np.float32) for _ in range(2)]
+        self.slice_bufs = [np.empty((self.slice_rows, dim), np.float32) for _ in range(2)]
+        self.held = RANGE_COPIES * chunk + SLICE_COPIES * piece
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="shoal-infer-read")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def id_dtype(size: int) -> np.dtype:
+    """The narrowest of int32 and int64 that holds the ids ``[0, size)``."""
+    return np.dtype(np.int32 if size < 2**31 else np.int64)
+
+
+def nonzero_ids(mark: np.ndarray, step: int = 1 << 22) -> np.ndarray:
+    """``np.flatnonzero(mark)`` as :func:`id_dtype` ids, built ``step`` entries at a time
+    (no int64 array over all of ``mark`` when int32 holds the ids)."""
+    dt = id_dtype(len(mark))
+    parts = [(np.flatnonzero(mark[a : a + step]) + a).astype(dt) for a in range(0, len(mark), step)]
+    return np.concatenate(parts) if parts else np.empty(0, dt)
 
 
 def needed_nodes(
     indptr: np.ndarray, indices: np.ndarray, size: int, targets: np.ndarray, num_layers: int
 ) -> list[np.ndarray]:
-    """The nodes each layer must compute (sorted): the last layer its ``targets``, every
-    earlier one the nodes of the next plus their in-neighbours (ids below ``size``; CSR rows
-    for the ids that have them). A val evaluation thus computes the first layer for the
-    targets' neighbourhood only, not for every node."""
+    """The nodes each layer must compute (sorted): the last layer its ``targets`` (as given),
+    every earlier one the nodes of the next plus their in-neighbours (ids below ``size``, as
+    :func:`id_dtype` ids; CSR rows for the ids that have them). A val evaluation thus
+    computes the first layer for the targets' neighbourhood only, not for every node."""
     out: list[np.ndarray] = [np.empty(0, np.int64)] * num_layers
     if num_layers == 0:
         return out
-    out[-1] = np.asarray(targets, dtype=np.int64)
+    out[-1] = np.asarray(targets)
     mark = np.zeros(size, dtype=np.bool_)
     cur = out[-1]
     on_disk = file_of(indices) is not None
@@ -271,7 +370,7 @@ def needed_nodes(
                 local = np.asarray(indptr[rows[a] : rows[b - 1] + 2], np.int64) - lo
                 part = read_span(indices, lo, hi)
                 BK._mark_in_neighbours(local, part, rows[a:b] - rows[a], mark)
-        cur = np.flatnonzero(mark)
+        cur = nonzero_ids(mark)
         out[li] = cur
     return out
 
@@ -306,21 +405,29 @@ def blocked_layer(
     ``todo`` of ``out`` (positioned writes) or to ``on_output(positions in todo, rows)``."""
     rows = LayerRows(src, normalize=normalize, threads=threads)
     in_dim = width_of(pre, rows.dim)
-    chunk = min(CHUNK_BYTES, budget // (4 * CHUNK_COPIES))  # a quarter for one range
-    range_rows = max(1, chunk // (4 * max(rows.dim, in_dim, 1)))
-    blocks = _blocks(graph[0], todo, 4 * sl.width, max(budget - CHUNK_COPIES * chunk, 1))
+    indptr, indices = graph[0], graph[1]
+    reads = _Reads(budget, rows.dim, max(in_dim, sl.width))
+    blocks = _blocks(
+        indptr,
+        todo,
+        target_bytes(sl, indices),
+        max(budget - reads.held, 1),
+        edge_bytes(indices),
+    )
     writer = RowWriter(out) if out is not None else None
     try:
         for a, b in blocks:
-            for i, h in _layer_block(sl, rows, pre, graph, todo[a:b], range_rows):
+            block = np.asarray(todo[a:b], np.int64)
+            for i, h in _layer_block(sl, rows, pre, graph, block, reads):
                 at = a + i
                 if writer is None:
                     on_output(np.arange(at, at + len(h)), h.numpy())
                 else:
-                    writer.write(todo[at : at + len(h)], (nxt(h) if nxt else h).numpy())
+                    writer.write(block[i : i + len(h)], (nxt(h) if nxt else h).numpy())
             if progress_bar is not None:
                 progress_bar.update(b - a)
     finally:
+        reads.close()
         rows.close()
         if writer is not None:
             writer.close()

@@ -75,6 +75,7 @@ FLAT: dict[str, tuple[str, str]] = {
     "memory": ("memory", "limit"),
     "io_threads": ("memory", "io_threads"),
     "pack_epochs": ("memory", "pack_epochs"),
+    "cache_policy": ("memory", "cache_policy"),
     "structure": ("memory", "structure"),
     "scratch_dir": ("memory", "scratch_dir"),
     "checkpoint_dir": ("checkpoint", "dir"),

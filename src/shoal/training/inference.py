@@ -35,7 +35,7 @@ from shoal.rows import _kernels as K
 from shoal.rows.featstore import DiskFeatures
 from shoal.rows.gather import gather_rows, read_rows
 from shoal.sample.sampler import NeighborSampler
-from shoal.training.blocked import blocked_layers, sum_layers
+from shoal.training.blocked import blocked_layers, id_dtype, sum_layers
 from shoal.training.data import TrainData
 from shoal.utils.io import release_pages, scratch_space
 from shoal.utils.progress import progress
@@ -47,6 +47,7 @@ __all__ = [
     "Scratch",
     "Segment",
     "evaluate",
+    "evaluation_bytes",
     "layerwise_inference",
     "run_layers",
 ]
@@ -388,10 +389,6 @@ def _blocked_inference(
     alloc=None,
 ):
     uniq, inverse = np.unique(nodes, return_inverse=True)
-    n = data.num_nodes
-    deg = np.zeros(n, np.float32) if data.degrees is None else np.asarray(data.degrees, np.float32)
-    if data.degrees is None:
-        deg[: len(data.indptr) - 1] = np.diff(np.asarray(data.indptr, np.int64))
     res: np.ndarray | None = None
 
     def keep(pos: np.ndarray, h: np.ndarray) -> None:
@@ -402,6 +399,20 @@ def _blocked_inference(
             res = (alloc or np.empty)(shape, dtype)
         res[pos] = h.argmax(1) if predict else h
 
+    _run_blocked(layers, data, uniq, keep, features, normalize, budget, show, scratch_dir)
+    if res is None:
+        return np.empty(len(nodes), np.int32) if predict else np.empty((len(nodes), 0), np.float32)
+    return res if alloc is not None else res[inverse]  # alloc: nodes are sorted and unique
+
+
+def _run_blocked(layers, data, targets, on_output, features, normalize, budget, show, scratch_dir):
+    """:func:`blocked_layers` over ``data`` for the sorted unique ``targets``."""
+    n = data.num_nodes
+    if data.degrees is None:
+        deg = np.zeros(n, np.float32)
+        deg[: len(data.indptr) - 1] = np.diff(np.asarray(data.indptr, np.int64))
+    else:
+        deg = np.asarray(data.degrees, np.float32)
     beside = data.path if data.path is not None else Path.cwd() / "data"
     src = features if features is not None else data.features
     norm = normalize and features is None  # a DiskFeatures normalises itself
@@ -412,23 +423,39 @@ def _blocked_inference(
             data.indptr,
             data.indices,
             deg,
-            uniq,
-            keep,
+            targets,
+            on_output,
             new_array=scratch.array,
             budget=budget or BLOCKED_BUDGET,
             normalize=norm,
             show_progress=show,
         )
-    if res is None:
-        return np.empty(len(nodes), np.int32) if predict else np.empty((len(nodes), 0), np.float32)
-    return res if alloc is not None else res[inverse]  # alloc: nodes are sorted and unique
+
+
+def evaluation_bytes(num_targets: int, num_nodes: int) -> int:
+    """Memory an exact :func:`evaluate` of ``num_targets`` nodes of a ``num_nodes``-node graph
+    holds beside its ``memory_budget`` (whose blocks hold the accumulators and in-edges): per
+    target its id and a byte of split flags; per node of the graph its in-degree (float32)
+    and its id in the nodes the first layers compute (at most every node); ids are int32
+    below 2**31 nodes (:func:`~shoal.training.blocked.id_dtype`). The temporaries of
+    building them (a few ids per target, before any block exists) stay below the blocks."""
+    idb = id_dtype(int(num_nodes)).itemsize
+    return (idb + 1) * int(num_targets) + (4 + idb) * int(num_nodes)
 
 
 def evaluate(
     model: nn.Module, data: TrainData, splits: tuple[str, ...] = ("val", "test"), **kwargs
 ) -> dict[str, float]:
-    """Accuracy on each split by exact :func:`layerwise_inference` (one pass for all splits)."""
-    ids = [data.split(s) for s in splits]
+    """Accuracy on each split by exact :func:`layerwise_inference` (one pass for all splits).
+
+    When the layers run blocked (:func:`~shoal.training.blocked.sum_layers`), predictions are
+    counted block by block as they come (each block's labels read then): the evaluation holds
+    the targets' ids and a byte of split flags each (:func:`evaluation_bytes`), not their
+    logits, predictions and labels."""
+    ids = [np.asarray(data.split(s), dtype=np.int64) for s in splits]
+    counted = _counted_evaluation(model, data, splits, ids, **kwargs)
+    if counted is not None:
+        return counted
     nodes = np.concatenate(ids) if ids else np.empty(0, np.int64)
     pred = layerwise_inference(model, data, nodes, predict=True, **kwargs)
     y = np.asarray(data.labels[nodes]) if len(nodes) else np.empty(0, np.int64)
@@ -439,3 +466,64 @@ def evaluate(
         out[s] = float((pred[pos : pos + n] == y[pos : pos + n]).mean()) if n else float("nan")
         pos += n
     return out
+
+
+def _union_flags(
+    ids: list[np.ndarray], size: int = 2**63 - 1
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The sorted union of ``ids`` (each sorted and unique, below ``size``; as
+    :func:`~shoal.training.blocked.id_dtype` ids) and a bit per array per node (up to 8
+    arrays); None when an array is unsorted or repeats a node."""
+    if len(ids) > 8 or any(len(a) > 1 and not (np.diff(a) > 0).all() for a in ids):
+        return None
+    dt = id_dtype(size)
+    uniq = np.concatenate([np.asarray(a, dt) for a in ids]) if ids else np.empty(0, dt)
+    uniq.sort(kind="stable")  # merges the sorted runs
+    if len(uniq) > 1:
+        keep = np.empty(len(uniq), np.bool_)
+        keep[0] = True
+        np.not_equal(uniq[1:], uniq[:-1], out=keep[1:])
+        uniq = uniq[keep]
+        del keep
+    flags = np.zeros(len(uniq), np.uint8)
+    for b, a in enumerate(ids):
+        for c in range(0, len(a), 1 << 22):  # in chunks: positions are int64
+            flags[np.searchsorted(uniq, np.asarray(a[c : c + (1 << 22)], dt))] |= np.uint8(1 << b)
+    return uniq, flags
+
+
+@torch.no_grad()
+def _counted_evaluation(model, data, splits, ids, **kwargs) -> dict[str, float] | None:
+    """:func:`evaluate` with the blocked layers, counting correct predictions as the blocks
+    come; None when the model's layers are not sums or a split is unsorted or repeats."""
+    layers = sum_layers(model) if hasattr(model, "layer_forward") else None
+    union = _union_flags(ids, data.num_nodes) if layers is not None else None
+    if union is None:
+        return None
+    uniq, flags = union
+    correct = np.zeros(len(ids), np.int64)
+    labels = data.labels
+
+    def count(pos: np.ndarray, h: np.ndarray) -> None:
+        ok = h.argmax(1) == np.asarray(labels[uniq[pos]])
+        f = flags[pos]
+        for b in range(len(ids)):
+            correct[b] += int(np.count_nonzero(ok & ((f >> b) & 1).astype(np.bool_)))
+
+    model.eval()
+    _run_blocked(
+        layers,
+        data,
+        uniq,
+        count,
+        kwargs.get("features"),
+        kwargs.get("normalize_features", False),
+        kwargs.get("memory_budget"),
+        kwargs.get("show_progress"),
+        kwargs.get("scratch_dir"),
+    )
+    release_pages(labels)  # a mapped label file's pages leave this process
+    return {
+        s: float(correct[b] / len(a)) if len(a) else float("nan")
+        for b, (s, a) in enumerate(zip(splits, ids, strict=True))
+    }

@@ -45,7 +45,8 @@ class Trainable(Protocol):
     ``train_epoch(epoch)`` (``epoch`` counts from 0) returns a record with at least ``loss``,
     ``train_accuracy``, ``seconds`` and ``time_split`` (a dict of seconds per phase); optional
     ``comm`` (communication counters) and ``evaluable`` (False: the weights are mid-round and
-    must not be evaluated, e.g. between two averaging rounds).
+    must not be evaluated, e.g. between two averaging rounds). An optional ``end_training()``
+    is called before the final evaluation: no training step follows it.
     """
 
     model: nn.Module
@@ -289,6 +290,9 @@ class EpochLoop:
         model = self.target.model
         if st.best_model is not None:
             self._selected().load_state_dict(st.best_model)
+        end = getattr(self.target, "end_training", None)
+        if end is not None:  # its training memory may go to the evaluation
+            end()
         t0 = time.perf_counter()
         final = self.target.evaluate(("val", "test"))
         self.eval_seconds += time.perf_counter() - t0

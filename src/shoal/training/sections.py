@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from shoal.nn import MODELS
 from shoal.rows.budget import STRUCTURE_MODES
+from shoal.rows.featstore import CACHE_POLICIES
 from shoal.sample.sampler import parse_fanouts
 from shoal.utils.device import check_device_spec
 from shoal.utils.io import parse_size
@@ -201,9 +202,15 @@ class MemoryConfig:
             reads the uncached rows of this many epochs into a pack file per epoch in the
             scratch directory, and each epoch's windows read its pack (DiskGNN-style packing,
             ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file;
-            None = 4 when the graph structure is held in memory, else off (packing samples
-            every epoch twice) (default None; the single-process trainer, ``minibatch`` and
-            ``averaging``).
+            None = 4 (default None; the single-process trainer, ``minibatch`` and
+            ``averaging``; when the structure is read from disk, the packed epochs' samples
+            are kept in the scratch directory so each epoch is sampled once, and
+            ``minibatch``, which does not keep them, packs only with the structure in memory).
+        cache_policy: which rows the static cache holds when the features do not fit:
+            ``"presample"``, the rows the most batches of the first sampled epoch need
+            (GNNLab's pre-sampling policy, ``shoal.rows.featstore.presampled_priority``), or
+            ``"degree"``, the highest in-degrees (default ``"presample"``; measured in
+            ``bench/results/out_of_core.md``).
         structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
             fits half of the budget left after the reserve, else on disk: its row index in
             memory, the sampled neighbour entries read with planned direct reads), or
@@ -216,6 +223,7 @@ class MemoryConfig:
     limit: str | int | None = None
     io_threads: int = 8
     pack_epochs: int | None = None
+    cache_policy: str = "presample"
     structure: str = "auto"
     scratch_dir: str | None = None
 
@@ -225,6 +233,11 @@ class MemoryConfig:
         _at_least_one(self, "io_threads")
         if self.pack_epochs is not None and self.pack_epochs < 0:
             raise ValueError(f"pack_epochs must be >= 0 (0 = off), got {self.pack_epochs}")
+        if self.cache_policy not in CACHE_POLICIES:
+            raise ValueError(
+                f"cache_policy must be one of {', '.join(CACHE_POLICIES)}, "
+                f"got {self.cache_policy!r}"
+            )
         if self.structure not in STRUCTURE_MODES:
             raise ValueError(
                 f"structure must be one of {', '.join(STRUCTURE_MODES)}, got {self.structure!r}"

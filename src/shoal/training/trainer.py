@@ -7,6 +7,7 @@ mini-batches, exact evaluation, its optimizer and random state) and runs the sha
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -14,19 +15,21 @@ import torch
 from torch import nn
 
 from shoal.nn.ondevice import on_device
+from shoal.rows.budget import process_footprint
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.device import DeviceFeed
 from shoal.training.footprint import StepShape, step_activations, training_reserve
-from shoal.training.inference import evaluate
+from shoal.training.inference import evaluate, evaluation_bytes
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.meter import EpochMeter
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
 from shoal.utils.device import get_rng_states, set_rng_states, use_device
+from shoal.utils.memory import return_freed_memory
 from shoal.utils.threads import set_threads
 
 __all__ = ["Trainer"]
@@ -84,6 +87,7 @@ class Trainer:
             io_threads=config.memory.io_threads,
             neighbor_cache_bytes=self.budget.neighbor_cache,
         )
+        self._lent = 0  # bytes of the feature cache lent to evaluation (end_training)
         self.timer = Timer()
         self.loader = BatchLoader(
             self.sampler,
@@ -100,6 +104,7 @@ class Trainer:
             last_epoch=config.optim.epochs - 1,
             pack_epochs=config.memory.pack_epochs,
             scratch_dir=config.memory.scratch_dir,
+            cache_policy=config.memory.cache_policy,
         )
         if fit is not None:
             self.budget.use_fit(fit)
@@ -149,6 +154,8 @@ class Trainer:
 
     def train_epoch(self, epoch: int | None = None) -> dict[str, Any]:
         """Train one epoch (default: the next one); returns its metrics."""
+        if self.loader is None:
+            raise RuntimeError("end_training() was called: this trainer only evaluates now")
         epoch = self.epoch if epoch is None else epoch
         stats0 = self.features.stats.snapshot()
         structure0 = self.sampler.structure_bytes_read
@@ -188,17 +195,48 @@ class Trainer:
         return rec
 
     def evaluate(self, splits: tuple[str, ...] = ("val",)) -> dict[str, float]:
-        """Exact accuracy on ``splits``, within what the windows read ahead leave free."""
-        pf = self.loader.prefetcher
+        """Exact accuracy on ``splits``, within what the windows read ahead leave free (and,
+        after :meth:`end_training`, the feature cache)."""
+        pf = self.loader.prefetcher if self.loader is not None else None
         held = pf.pause() if pf is not None else 0
-        # per target: its id, position and label, the unique ids, the prediction (~40 bytes)
-        targets = 40 * sum(len(self.data.split(s)) for s in splits)
+        n = sum(len(self.data.split(s)) for s in splits)
         try:
-            free = self.budget.transient + self.budget.activations  # no training step runs
-            return self._evaluate(splits, free - held - targets)
+            # no training step runs: its activations are free, and so is a lent cache
+            free = self.budget.transient + self.budget.activations + self._lent
+            work = free - held - evaluation_bytes(n, self.data.num_nodes)
+            log.log(  # the final evaluation at INFO, those between epochs at DEBUG
+                logging.INFO if self._lent else logging.DEBUG,
+                "evaluating %s (%d nodes): %.0f MiB of working memory%s",
+                "+".join(splits),
+                n,
+                max(work, self.budget.window) / (1 << 20),
+                f" ({self._lent / (1 << 20):.0f} MiB lent by training)" if self._lent else "",
+            )
+            return self._evaluate(splits, work)
         finally:
             if pf is not None:
                 pf.resume()
+
+    def end_training(self) -> None:
+        """No training step follows (the loop's final evaluation comes next; the trainer
+        only evaluates from now on): the read-ahead stops and its windows, packs and spooled
+        samples go, and so do the sampler (its per-node arrays and neighbour-block cache) and
+        the feature cache, whose memory, measured, is lent to the evaluation (its blocks read
+        every row they need once per block: the cache would save a few of those rows for the
+        memory of many targets)."""
+        if self.loader is None:
+            return
+        before = process_footprint()
+        if self.loader.prefetcher is not None:
+            self.loader.prefetcher.close()
+        cache = self.features.release_cache()
+        self.sampler.close()
+        self.loader = self.sampler = None  # (the prefetcher and the loader refer to each other)
+        gc.collect()
+        return_freed_memory()
+        after = process_footprint()
+        freed = before - after if before >= 0 and after >= 0 else cache
+        self._lent += max(freed, 0)
 
     def _evaluate(self, splits: tuple[str, ...], budget: int) -> dict[str, float]:
         return evaluate(
@@ -226,11 +264,10 @@ class Trainer:
 
     def fit(self) -> RunResult:
         """Train until ``epochs`` or early stopping; test the best-validation model."""
-        pf = self.loader.prefetcher
-        if pf is not None:
-            pf.start(self.epoch)  # the first window is read while the run starts
+        if self.loader is not None and self.loader.prefetcher is not None:
+            self.loader.prefetcher.start(self.epoch)  # the first window read as the run starts
         try:
             return self.loop.fit()
-        finally:
-            if pf is not None:
-                pf.close()
+        finally:  # (not held meanwhile: end_training lets the loader and sampler go)
+            if self.loader is not None and self.loader.prefetcher is not None:
+                self.loader.prefetcher.close()

@@ -131,6 +131,7 @@ class AveragingEngine(Engine):
                 last_epoch=cfg.optim.epochs - 1,
                 pack_epochs=cfg.memory.pack_epochs,
                 scratch_dir=cfg.memory.scratch_dir,
+                cache_policy=cfg.memory.cache_policy,
             )
             if fit is not None:
                 fits.append(fit)

@@ -1,0 +1,105 @@
+"""Exact evaluation: counted block by block, it equals predictions compared with labels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from shoal.graph import full_graph_block
+from shoal.nn import build_model
+from shoal.rows.featstore import DiskFeatures
+from shoal.training import inference
+from shoal.training.data import TrainData
+from shoal.training.inference import _union_flags, evaluate, evaluation_bytes
+
+
+def _data(n=400, m=3000, classes=4, seed=0):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, m), rng.integers(0, n - 10, m)  # 10 nodes without in-edges
+    order = np.argsort(dst, kind="stable")
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    perm = rng.permutation(n)
+    return TrainData(
+        indptr=indptr,
+        indices=src[order].astype(np.int32),
+        features=rng.random((n, 6)).astype(np.float32),
+        labels=rng.integers(0, classes, n),
+        train_idx=np.sort(perm[:100]),
+        val_idx=np.sort(perm[100:180]),
+        test_idx=np.sort(perm[180:]),
+        num_classes=classes,
+        num_nodes=n,
+    )
+
+
+def _reference(model, data, splits):
+    fb = full_graph_block(data.indptr, data.indices)
+    with torch.no_grad():
+        pred = model(torch.from_numpy(data.features), [fb, fb]).argmax(1).numpy()
+    return {s: float((pred[data.split(s)] == data.labels[data.split(s)]).mean()) for s in splits}
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("budget", [3_000, 10**8])  # many blocks, one block
+def test_counted_evaluation_equals_the_full_forward(name, budget):
+    data = _data()
+    torch.manual_seed(0)
+    model = build_model(name, in_dim=6, hidden=8, out_dim=4, num_layers=2, dropout=0.0).eval()
+    splits = ("val", "test", "train")
+    got = evaluate(model, data, splits, memory_budget=budget)
+    ref = _reference(model, data, splits)
+    assert got.keys() == ref.keys()
+    for s in splits:  # ties in argmax are unlikely with random weights; allow one node
+        assert abs(got[s] - ref[s]) <= 1.0 / len(data.split(s)) + 1e-12, s
+
+
+def test_counted_evaluation_reads_through_a_released_store(tmp_path):
+    data = _data()
+    np.save(tmp_path / "x.npy", data.features)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    store = DiskFeatures(mm, cache_bytes=50 * 24)
+    assert store.cache_bytes == 50 * 24
+    assert store.release_cache() == 50 * 24
+    assert store.cache_bytes == 0 and store.release_cache() == 0
+    np.testing.assert_array_equal(
+        store.gather(np.array([5, 0, 5, 399])), data.features[[5, 0, 5, 399]]
+    )
+    torch.manual_seed(1)
+    model = build_model("sage", in_dim=6, hidden=8, out_dim=4, num_layers=2, dropout=0.0).eval()
+    got = evaluate(model, data, ("val", "test"), features=store, memory_budget=5_000)
+    assert got == pytest.approx(_reference(model, data, ("val", "test")), abs=2 / 80)
+    assert store.stats.hits == 0 and store.stats.rows_read > 0
+
+
+def test_overlapping_or_unsorted_splits_fall_back_to_predictions(monkeypatch):
+    data = _data()
+    data.val_idx = data.test_idx[:50][::-1].copy()  # unsorted, and inside test
+    torch.manual_seed(2)
+    model = build_model("sage", in_dim=6, hidden=8, out_dim=4, num_layers=2, dropout=0.0).eval()
+    called = []
+    real = inference.layerwise_inference
+    monkeypatch.setattr(
+        inference, "layerwise_inference", lambda *a, **k: called.append(1) or real(*a, **k)
+    )
+    got = evaluate(model, data, ("val", "test"))
+    assert called
+    assert got == pytest.approx(_reference(model, data, ("val", "test")), abs=2 / 50)
+
+
+def test_union_flags_marks_each_split():
+    a, b = np.array([1, 4, 9]), np.array([0, 4, 7, 9])
+    uniq, flags = _union_flags([a, b])
+    np.testing.assert_array_equal(uniq, [0, 1, 4, 7, 9])
+    np.testing.assert_array_equal(flags, [2, 1, 3, 2, 3])
+    assert _union_flags([np.array([3, 1])]) is None
+    assert _union_flags([np.array([1, 1])]) is None
+    uniq, flags = _union_flags([np.empty(0, np.int64)])
+    assert len(uniq) == 0 and len(flags) == 0
+
+
+def test_evaluation_bytes_grow_with_targets_and_nodes():
+    assert evaluation_bytes(0, 0) == 0
+    assert evaluation_bytes(10, 0) < evaluation_bytes(20, 0)
+    assert evaluation_bytes(0, 10) < evaluation_bytes(0, 20)
