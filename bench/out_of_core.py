@@ -2,7 +2,8 @@
 
     python bench/out_of_core.py --graph 2m [--epochs 4] [--caps 1.5GiB]
     python bench/out_of_core.py --graph 10m [--epochs 3] [--caps 'fraction:8']
-        [--structure-disk-caps CAPS] [--no-pack-caps CAPS] [--report-only]
+        [--structure-disk-caps CAPS] [--no-pack-caps CAPS] [--degree-cache-caps CAPS]
+        [--report-only]
 
 Graphs (built once under ``--work``):
 
@@ -18,7 +19,8 @@ dropped before each run). A cap is a size (``1.5GiB``) or ``fraction:K``: a K-th
 features plus the process footprint the uncapped run measured (its memory plan's reserve:
 the interpreter, libraries and model measured at start plus one batch's working memory, and
 the structure's row index, held in any case). Optionally once more with the CSR on disk
-(``--structure disk``) and without packing epochs (``--pack-epochs 0``). Each graph's runs
+(``--structure disk``), without packing epochs (``--pack-epochs 0``) and with the static
+cache chosen by in-degree instead of by pre-sampling (``--cache-policy degree``). Each graph's runs
 are a section of ``bench/results/out_of_core.{md,json}`` (running one graph keeps the other's
 section; ``--report-only`` rewrites the markdown from the JSON). Next to each run: the
 disk's measured limits (``bench/results/disk.json``, ``python bench/disk.py``): the epoch's
@@ -312,6 +314,12 @@ def main() -> None:
         help="comma-separated caps at which to run once more without packing epochs "
         "(--pack-epochs 0: every window sweeps the feature file)",
     )
+    ap.add_argument(
+        "--degree-cache-caps",
+        default="",
+        help="comma-separated caps at which to run once more with the static cache chosen by "
+        "in-degree (--cache-policy degree) instead of by pre-sampling (the default)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS / "out_of_core")
     ap.add_argument("--report-only", action="store_true", help="rewrite the markdown only")
     a = ap.parse_args()
@@ -327,6 +335,7 @@ def main() -> None:
         todo = [(c, []) for c in a.caps.split(",") if c]
         todo += [(c, ["--structure", "disk"]) for c in a.structure_disk_caps.split(",") if c]
         todo += [(c, ["--pack-epochs", "0"]) for c in a.no_pack_caps.split(",") if c]
+        todo += [(c, ["--cache-policy", "degree"]) for c in a.degree_cache_caps.split(",") if c]
         for cap, extra in todo:
             tag = f"capped {cap}" + (f", {' '.join(extra)}" if extra else "")
             r = train(g, a.work, tag, cap_bytes(cap, g, runs[0]), a.epochs, extra)

@@ -47,7 +47,7 @@ from common import (
     write_json,
     write_text_atomic,
 )
-from out_of_core import prepare
+from out_of_core import footprint, prepare
 
 GiB = 1 << 30
 
@@ -79,6 +79,21 @@ def build_store(g: Path, work: Path, log: list[str], order: str = "degree") -> P
     return s
 
 
+def rank_cap(cap: str, base: dict | None) -> int:
+    """Each rank's cap in bytes: a size, or ``fraction:K``: a K-th of the rank's feature rows
+    (core and halo, rank 0's memory plan in the engine's uncapped run ``base``) plus the
+    process footprint that run measured (its reserve and the structure's row index)."""
+    if not cap.startswith("fraction:"):
+        return parse_size(cap)
+    k = float(cap.split(":", 1)[1])
+    t = (base or {}).get("train") or {}
+    plan = (t.get("config") or {}).get("memory_plan") or {}
+    fp = footprint(base or {})
+    if fp is None or "features" not in plan:
+        raise SystemExit(f"cap {cap} needs the engine's uncapped run and its memory plan")
+    return int(int(plan["features"]) / k) + fp
+
+
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,8 +108,12 @@ def train(
     epochs: int,
     order: str = "degree",
     pack: int | None = None,
+    cap_spec: str | None = None,
 ) -> dict:
-    tag = f"{engine} {order} order {'uncapped' if cap is None else f'{cap / GiB:.0f} GiB per rank'}"
+    per_rank = "uncapped" if cap is None else f"{cap / GiB:.2f} GiB per rank"
+    if cap is not None and cap_spec and cap_spec.startswith("fraction:"):
+        per_rank += f" ({cap_spec})"
+    tag = f"{engine} {order} order {per_rank}"
     tag += "" if pack is None else f", --pack-epochs {pack}"
     out = work / f"engine-{engine}-{order}-{'capped' if cap else 'uncapped'}.json"
     out.unlink(missing_ok=True)
@@ -133,13 +152,18 @@ def train(
     cmds = [(cmd, {**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
     print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
     t0 = time.perf_counter()
-    ranks = run_capped_each(cmds, cap, evict_paths=[store], cwd=ROOT, timeout=3600)
+    err = work / f"engine-{engine}-{order}-{'capped' if cap else 'uncapped'}.stderr"
+    with open(err, "w") as f:  # both ranks' messages, kept for the report (a refusal)
+        ranks = run_capped_each(cmds, cap, evict_paths=[store], cwd=ROOT, timeout=3600, stderr=f)
+    errors = [ln for ln in err.read_text().splitlines() if "error" in ln.lower()]
     res = {
         "tag": tag,
         "engine": engine,
         "order": order,
         "cap": cap,
         "pack": pack,
+        "cap_spec": cap_spec,
+        "errors": errors[-2:],
         "seconds": time.perf_counter() - t0,
         "ranks": ranks,
         "returncode": max(abs(r["returncode"]) for r in ranks),
@@ -156,7 +180,11 @@ def _row(r: dict) -> str:
     peak_s = " / ".join(f"{p / GiB:.2f}" for p in peaks if p) or "-"
     if t is None:
         ooms = [x.get("cgroup", {}).get("oom_kill") for x in r["ranks"]]
-        return f"| {r['tag']} | failed (rc {r['returncode']}, OOM kills {ooms}) |" + " |" * 12
+        why = "; ".join(r.get("errors") or []).replace("|", "/")
+        return (
+            f"| {r['tag']} | exit {r['returncode']} (OOM kills {ooms}){': ' + why if why else ''} |"
+            + " |" * 12
+        )
     hist = t["history"]
     ep = [h["seconds"] for h in hist]
     io = [h.get("io", {}) for h in hist]
@@ -290,7 +318,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=WORK / "ooc")
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--cap", default="2GiB", help="cgroup cap of each rank")
+    ap.add_argument(
+        "--cap",
+        default="2GiB",
+        help="cgroup cap of each rank: a size, or fraction:K (a K-th of the rank's feature "
+        "rows plus the footprint the engine's uncapped run measured)",
+    )
+    ap.add_argument(
+        "--fullgraph-cap",
+        default="",
+        help="also run the fullgraph engine capped so (fraction:K from the first engine's "
+        "uncapped run): it trains within the cap or refuses at start",
+    )
     ap.add_argument("--engines", default="minibatch,averaging")
     ap.add_argument(
         "--node-orders",
@@ -320,12 +359,22 @@ def main() -> None:
     load = open("/proc/loadavg").read().split()[:3]
     runs = []
     for engine in a.engines.split(","):
+        base = None
         for i, o in enumerate(orders):  # uncapped once, with the first (default) order
             if i == 0:
-                runs.append(train(stores[o], a.work, engine, None, a.epochs, o))
-            runs.append(train(stores[o], a.work, engine, parse_size(a.cap), a.epochs, o))
+                base = train(stores[o], a.work, engine, None, a.epochs, o)
+                runs.append(base)
+            cap = rank_cap(a.cap, base)
+            runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, cap_spec=a.cap))
             if engine == "averaging" and i == 0 and not a.no_pack_ablation:
-                runs.append(train(stores[o], a.work, engine, parse_size(a.cap), a.epochs, o, 0))
+                runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, 0, a.cap))
+    if a.fullgraph_cap:  # within the cap, or refused at start naming the memory it needs
+        o = orders[0]
+        base = next((r for r in runs if r["cap"] is None and "train" in r), None)
+        cap = rank_cap(a.fullgraph_cap, base)
+        runs.append(
+            train(stores[o], a.work, "fullgraph", cap, a.epochs, o, cap_spec=a.fullgraph_cap)
+        )
     res = {
         "command": command_line("out_of_core_engines.py"),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

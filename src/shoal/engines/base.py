@@ -13,6 +13,7 @@ trainer does.
 
 from __future__ import annotations
 
+import gc
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -32,7 +33,7 @@ from shoal.distributed import (
 from shoal.distributed.runtime import local_peers
 from shoal.errors import ShoalInputError
 from shoal.nn.ondevice import on_device
-from shoal.rows.budget import BudgetPlan, batch_window, plan_budget
+from shoal.rows.budget import BudgetPlan, batch_window, plan_budget, process_footprint
 from shoal.rows.direct import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
@@ -97,6 +98,8 @@ class Engine(ABC):
         self.feed = DeviceFeed(self.device)
         self.tables = NodeTables(store, self.parts)
         self.budget: BudgetPlan | None = None
+        self._ended = False  # end_training was called
+        self._lent = 0  # bytes it freed for the final evaluation
         # the same decision on every rank: the global training set, part 0's rows
         seeds = int(self.tables.train.sum()) if self.task == "node" else int(store.num_edges)
         self.config = resolve_for_data(
@@ -178,6 +181,29 @@ class Engine(ABC):
     def close_io(self) -> None:
         """Stop the reading threads (override; :meth:`fit` calls it)."""
         return None
+
+    def feature_stores(self) -> list:
+        """This rank's budgeted feature stores (:class:`~shoal.rows.featstore.DiskFeatures`),
+        whose caches :meth:`end_training` lends to the final evaluation (override; default
+        none)."""
+        return []
+
+    def end_training(self) -> None:
+        """No training step follows (the shared loop's final evaluation comes next; every
+        rank calls it): the reading threads stop, the feature caches are released, and the
+        memory that frees, measured, goes to the evaluation with the training step's
+        activations. Evaluation reads the parts' rows itself, not through those caches."""
+        if self._ended:
+            return
+        before = process_footprint()
+        self.close_io()
+        for fs in self.feature_stores():
+            fs.release_cache()
+        gc.collect()
+        return_freed_memory()
+        after = process_footprint()
+        self._lent = max(before - after, 0) if before >= 0 and after >= 0 else 0
+        self._ended = True
 
     def io_record(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The epoch's feature I/O summed over this rank's loaders and over ranks
@@ -267,7 +293,10 @@ class Engine(ABC):
             local = sum(p.num_core + p.num_halo for p in self.parts)
             core = sum(p.num_core for p in self.parts)
             book = 24 * core + local * (8 * max(self.train_config.num_layers, 1) + 6)
-            budget = max(self.budget.transient - held - book, self.budget.window)
+            free = self.budget.transient
+            if self._ended:  # no training step left: its activations and the caches' memory
+                free += self.budget.activations + self._lent
+            budget = max(free - held - book, self.budget.window)
         try:
             return dist_evaluate(
                 on_device(model if model is not None else self.model, self.device),

@@ -233,6 +233,9 @@ class AveragingEngine(Engine):
             if ld.prefetcher is not None:
                 ld.prefetcher.close()
 
+    def feature_stores(self) -> list:
+        return list(self.features)
+
     def settings(self) -> dict[str, Any]:
         return {
             "average_every": self.options.average_every,

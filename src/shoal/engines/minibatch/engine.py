@@ -215,3 +215,6 @@ class MinibatchEngine(Engine):
 
     def close_io(self) -> None:
         self.windows.close()
+
+    def feature_stores(self) -> list:
+        return [self.local]
