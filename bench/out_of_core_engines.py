@@ -119,6 +119,7 @@ def train(
     out.unlink(missing_ok=True)
     cmd = [
         *SHOAL,
+        "-v",  # the memory plan and the evaluation's working memory, in the kept stderr
         "train",
         "--store",
         str(store),

@@ -14,6 +14,7 @@ trainer does.
 from __future__ import annotations
 
 import gc
+import logging
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -39,13 +40,15 @@ from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.training.device import DeviceFeed
 from shoal.training.engine_config import EngineConfig
-from shoal.training.footprint import StepShape, training_reserve
+from shoal.training.footprint import StepShape, step_activations, training_reserve
 from shoal.training.loop import eval_work_ratio
 from shoal.training.presets import resolve_for_data
 from shoal.utils.device import get_rng_states, set_rng_states
 from shoal.utils.memory import return_freed_memory
 
 __all__ = ["ENGINE_RESERVE", "Engine"]
+
+log = logging.getLogger(__name__)
 
 #: memory a rank needs beside its measured footprint and one batch's working memory
 #: (:meth:`Engine.reserve_bytes`): gloo's and DDP's buffers and the rows pulled from peers
@@ -141,6 +144,9 @@ class Engine(ABC):
             index_bytes=index,
             structure=structure,
         )
+        # the activations in the reserve: free while evaluating (refitted when sampled)
+        act, row_bytes = step_activations(self._step_shape(num_rows))
+        plan.activations, plan.activation_row_bytes = min(act, plan.reserve), row_bytes
         for p in self.parts:  # cached properties: the copies replace the memory maps
             p.indptr = load_array(p.indptr)
             if plan.structure_in_memory:
@@ -153,15 +159,18 @@ class Engine(ABC):
         (:func:`~shoal.training.footprint.training_reserve`: its footprint, which holds the
         per-node tables already, plus the model's gradients and optimizer state and one
         batch's activations over ``num_rows`` rows) plus :data:`ENGINE_RESERVE`."""
-        tc = self.train_config
-        shape = StepShape.of(
-            tc,
+        model = getattr(self, "model", None)
+        shape = self._step_shape(num_rows)
+        io_threads = self.train_config.memory.io_threads
+        return ENGINE_RESERVE + training_reserve(model, shape, io_threads=io_threads)
+
+    def _step_shape(self, num_rows: int) -> StepShape:
+        return StepShape.of(
+            self.train_config,
             num_nodes=max(int(num_rows), 1),
             in_dim=int(self.store.feature_dim or 0),
             sampled=self.batch_activations,
         )
-        model = getattr(self, "model", None)
-        return ENGINE_RESERVE + training_reserve(model, shape, io_threads=tc.memory.io_threads)
 
     @property
     def row_bytes(self) -> int:
@@ -297,6 +306,19 @@ class Engine(ABC):
             if self._ended:  # no training step left: its activations and the caches' memory
                 free += self.budget.activations + self._lent
             budget = max(free - held - book, self.budget.window)
+            mib = 1 << 20
+            log.log(  # the final evaluation at INFO, those between epochs at DEBUG
+                logging.INFO if self._ended else logging.DEBUG,
+                "rank %d evaluating %s: %.0f MiB of working memory (beside training's windows "
+                "%.0f, lent %.0f, held %.0f, per-node books %.0f MiB)",
+                self.ctx.rank,
+                "+".join(splits),
+                budget / mib,
+                self.budget.transient / mib,
+                (self.budget.activations + self._lent) / mib if self._ended else 0.0,
+                held / mib,
+                book / mib,
+            )
         try:
             return dist_evaluate(
                 on_device(model if model is not None else self.model, self.device),

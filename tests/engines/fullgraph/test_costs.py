@@ -29,6 +29,12 @@ def test_check_fits_passes_within_the_pool_and_names_the_need_beyond_it():
     assert "400 MiB" in msg and "100 MiB" in msg  # needed, left
     assert "about 1 part(s)" in msg  # 100 MiB per part
     assert "at least 8 processes" in msg and "--memory" in msg and "minibatch" in msg
+    # not even one part fits: more processes cannot help, smaller parts can
+    with pytest.raises(ShoalInputError) as e:
+        check_fits(1000 << 20, 300 << 20, rank_parts=1, num_parts=2, world=2)
+    msg = str(e.value) + e.value.fix
+    assert "about 0 part(s)" in msg and "processes" not in e.value.fix
+    assert "at least 7 parts" in msg and "by about 701 MiB" in msg
 
 
 def _build(rank: int, world: int, store: str, memory: str) -> str:

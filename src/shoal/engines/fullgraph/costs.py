@@ -77,13 +77,17 @@ def check_fits(
     mib = 1 << 20
     per_part = need / max(rank_parts, 1)
     fit = int(pool // per_part) if per_part else 0
-    procs = -(-num_parts // max(fit, 1))
+    more = f"raise {option} by about {(need - pool) / mib + 1:.0f} MiB"
+    if fit >= 1:  # fewer parts per rank would fit: more processes
+        spread = f"run on at least {-(-num_parts // fit)} processes (of {world} now)"
+    else:  # not even one part: smaller parts
+        smaller = -(-num_parts * per_part // max(pool, 1))
+        spread = f"partition the graph into at least {int(smaller)} parts (one now needs more)"
     raise ShoalInputError(
         f"fullgraph keeps every row and layer of a rank's parts in memory: this rank's "
         f"{rank_parts} part(s) need about {need / mib:.0f} MiB (features, 3x each layer's "
         f"activations, edge lists), its memory budget leaves {pool / mib:.0f} MiB beside the "
         f"reserve and the graph structure; a rank holds about {fit} part(s) of this size",
-        fix=f"raise {option} to about {(need - pool) / mib + 1:.0f} MiB more, run on at least "
-        f"{procs} processes (of {world} now), or use --engine minibatch or averaging, which "
-        "read feature rows in windows within the budget",
+        fix=f"{more}, {spread}, or use --engine minibatch or averaging, which read feature "
+        "rows in windows within the budget",
     )
