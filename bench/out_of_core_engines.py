@@ -342,6 +342,12 @@ def main() -> None:
         action="store_true",
         help="skip the capped averaging run with --pack-epochs 0",
     )
+    ap.add_argument(
+        "--pack-epochs",
+        type=int,
+        default=None,
+        help="--pack-epochs for the capped runs (default: the engines' default)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS / "out_of_core_engines")
     ap.add_argument(
         "--report-only",
@@ -366,7 +372,7 @@ def main() -> None:
                 base = train(stores[o], a.work, engine, None, a.epochs, o)
                 runs.append(base)
             cap = rank_cap(a.cap, base)
-            runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, cap_spec=a.cap))
+            runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, a.pack_epochs, a.cap))
             if engine == "averaging" and i == 0 and not a.no_pack_ablation:
                 runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, 0, a.cap))
     if a.fullgraph_cap:  # within the cap, or refused at start naming the memory it needs

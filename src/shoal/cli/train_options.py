@@ -268,8 +268,8 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "epochs with one sweep of the feature file into a pack file per epoch in the scratch "
         "directory (--scratch-dir), so each epoch reads only its own rows (DiskGNN-style "
         "packing; 0 = off, every window sweeps the feature file; default 4; with the graph "
-        "structure on disk the packed epochs' samples are kept in the scratch directory, "
-        "and minibatch, which does not keep them, packs only with the structure in memory; "
+        "structure on disk the packed epochs' samples are kept in the scratch directory "
+        "(minibatch samples a packed epoch twice instead); "
         "single-process trainer, minibatch and averaging engines)",
     )
     g.add_argument(

@@ -40,7 +40,14 @@ from shoal.rows.direct import RowFile, RowReader
 from shoal.rows.gather import gather_rows
 from shoal.store.reader import Partition, Store
 from shoal.training import _kernels as BK
-from shoal.training.blocked import RowWriter, blocked_layer, output_width, width_of
+from shoal.training.blocked import (
+    RowWriter,
+    blocked_layer,
+    id_dtype,
+    nonzero_ids,
+    output_width,
+    width_of,
+)
 from shoal.utils.arrays import union_sorted
 
 __all__ = [
@@ -189,8 +196,8 @@ def needed_nodes_dist(
             cur = core[li][p.index]
             mark[cur] = True
             BK._mark_in_neighbours(p.indptr, p.indices, cur, mark)
-            below[p.index] = np.flatnonzero(mark[: p.num_core])
-            halo[li][p.index] = np.flatnonzero(mark[p.num_core :])
+            below[p.index] = nonzero_ids(mark[: p.num_core])  # int32 below 2**31 nodes
+            halo[li][p.index] = nonzero_ids(mark[p.num_core :])
             asks.append(np.asarray(p.halo_ids[halo[li][p.index]], dtype=np.int64))
         if li == 0:
             break
@@ -199,7 +206,8 @@ def needed_nodes_dist(
         )
         for p in parts:
             mine = got[(got >= p.start) & (got < p.stop)] - p.start
-            core[li - 1][p.index] = union_sorted(below[p.index], mine)
+            both = union_sorted(below[p.index], mine)
+            core[li - 1][p.index] = both.astype(id_dtype(p.num_core), copy=False)
     return core, halo
 
 
@@ -239,8 +247,8 @@ def blocked_dist_counts(
     targets, counters = {}, {}
     for p in parts:
         masks = [np.asarray(p.mask(s)) for s in splits]
-        t = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
-        targets[p.index] = t.astype(np.int64)
+        any_split = np.logical_or.reduce(masks) if masks else np.zeros(p.num_core, np.bool_)
+        targets[p.index] = nonzero_ids(any_split)  # int32 below 2**31 nodes
         counters[p.index] = _counter(p, tables, masks, correct, total)
     blocked_dist_outputs(
         layers,

@@ -297,11 +297,14 @@ class Engine(ABC):
         held = self.pause_io()
         budget = None
         if self.budget is not None:
-            # per core node: its id as a target, masks, label, prediction (24 B); per local
-            # node and layer, the ids of the nodes each layer computes and pulls (8 B), marks
+            # per core node: its id as a target (int32), a byte per split mask, a block's
+            # labels and predictions (12 B); per local node and layer, the ids of the nodes
+            # each layer computes and pulls (int32), its degree (float32) and a mark
             local = sum(p.num_core + p.num_halo for p in self.parts)
             core = sum(p.num_core for p in self.parts)
-            book = 24 * core + local * (8 * max(self.train_config.num_layers, 1) + 6)
+            ids = 4 if max((p.num_nodes for p in self.parts), default=0) < 2**31 else 8
+            layers = max(self.train_config.num_layers, 1)
+            book = 12 * core + local * (ids * layers + 5)
             free = self.budget.transient
             if self._ended:  # no training step left: its activations and the caches' memory
                 free += self.budget.activations + self._lent

@@ -204,8 +204,8 @@ class MemoryConfig:
             ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file;
             None = 4 (default None; the single-process trainer, ``minibatch`` and
             ``averaging``; when the structure is read from disk, the packed epochs' samples
-            are kept in the scratch directory so each epoch is sampled once, and
-            ``minibatch``, which does not keep them, packs only with the structure in memory).
+            are kept in the scratch directory so each epoch is sampled once; ``minibatch``
+            does not keep them and samples a packed epoch twice).
         cache_policy: which rows the static cache holds when the features do not fit:
             ``"presample"``, the rows the most batches of the first sampled epoch need
             (GNNLab's pre-sampling policy, ``shoal.rows.featstore.presampled_priority``), or

@@ -38,6 +38,7 @@ from shoal.engines.base import Engine
 from shoal.graph.blocks import Batch
 from shoal.nn.base import keyed_dropout
 from shoal.rows.budgeted import BudgetedStore
+from shoal.rows.packing import default_pack_epochs
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
 
@@ -141,7 +142,12 @@ class MinibatchEngine(Engine):
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
             sample_bytes=plan.window // 4 if windows else None,
-            pack_epochs=budgeted.pack_epochs(cfg.memory.pack_epochs),
+            # packing samples each epoch twice (with the structure on disk: its neighbour
+            # blocks read twice), still far less than a sweep of the rank's rows per window:
+            # 10M-node graph, 2 ranks at an eighth of their rows plus their footprint
+            # (bench/results/out_of_core_engines_fraction*.md): epoch 3.32x the uncapped one
+            # packed, 7.72x not
+            pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, structure_in_memory=True),
             last_epoch=cfg.optim.epochs - 1,
             scratch_dir=cfg.memory.scratch_dir,
         )
