@@ -145,8 +145,8 @@ class MinibatchEngine(Engine):
             # packing samples each epoch twice (with the structure on disk: its neighbour
             # blocks read twice), still far less than a sweep of the rank's rows per window:
             # 10M-node graph, 2 ranks at an eighth of their rows plus their footprint
-            # (bench/results/out_of_core_engines_fraction*.md): epoch 3.32x the uncapped one
-            # packed, 7.72x not
+            # (bench/results/out_of_core_engines_fraction{,_nopack}.md): epoch 2.47x the
+            # uncapped one packed, 7.72x not
             pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, structure_in_memory=True),
             last_epoch=cfg.optim.epochs - 1,
             scratch_dir=cfg.memory.scratch_dir,
