@@ -13,7 +13,6 @@ trainer does.
 
 from __future__ import annotations
 
-import gc
 import logging
 from abc import ABC, abstractmethod
 from typing import Any
@@ -34,10 +33,11 @@ from shoal.distributed import (
 from shoal.distributed.runtime import local_peers
 from shoal.errors import ShoalInputError
 from shoal.nn.ondevice import on_device
-from shoal.rows.budget import BudgetPlan, batch_window, plan_budget, process_footprint
+from shoal.rows.budget import BudgetPlan, batch_window, bytes_freed_by, plan_budget
 from shoal.rows.direct import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
+from shoal.training.blocked import id_dtype
 from shoal.training.device import DeviceFeed
 from shoal.training.engine_config import EngineConfig
 from shoal.training.footprint import StepShape, step_activations, training_reserve
@@ -204,15 +204,12 @@ class Engine(ABC):
         activations. Evaluation reads the parts' rows itself, not through those caches."""
         if self._ended:
             return
-        before = process_footprint()
-        self.close_io()
-        for fs in self.feature_stores():
-            fs.release_cache()
-        gc.collect()
-        return_freed_memory()
-        after = process_footprint()
-        self._lent = max(before - after, 0) if before >= 0 and after >= 0 else 0
+        self._lent = bytes_freed_by(self._drop_training_state)
         self._ended = True
+
+    def _drop_training_state(self) -> int:
+        self.close_io()
+        return sum(fs.release_cache() for fs in self.feature_stores())
 
     def io_record(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The epoch's feature I/O summed over this rank's loaders and over ranks
@@ -302,7 +299,7 @@ class Engine(ABC):
             # each layer computes and pulls (int32), its degree (float32) and a mark
             local = sum(p.num_core + p.num_halo for p in self.parts)
             core = sum(p.num_core for p in self.parts)
-            ids = 4 if max((p.num_nodes for p in self.parts), default=0) < 2**31 else 8
+            ids = id_dtype(max((p.num_nodes for p in self.parts), default=0)).itemsize
             layers = max(self.train_config.num_layers, 1)
             book = 12 * core + local * (ids * layers + 5)
             free = self.budget.transient

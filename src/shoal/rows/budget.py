@@ -21,13 +21,16 @@ the uncapped one, ``bench/results/out_of_core.md``).
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from shoal.errors import ShoalInputError
 from shoal.rows.direct import MAX_RUN
+from shoal.utils.memory import return_freed_memory
 
 __all__ = [
     "ACTIVATION_FACTOR",
@@ -38,6 +41,7 @@ __all__ = [
     "activation_bytes",
     "batch_rows",
     "batch_window",
+    "bytes_freed_by",
     "memory_cgroup",
     "memory_limit",
     "plan_budget",
@@ -191,6 +195,19 @@ def process_footprint() -> int:
     except (OSError, ValueError, IndexError):
         return -1
     return sum(found.values()) if "RssAnon" in found else -1
+
+
+def bytes_freed_by(release: Callable[[], int]) -> int:
+    """Run ``release`` (which drops memory and returns its own estimate of the bytes) and
+    return what the process's footprint (:func:`process_footprint`) measured it free, once
+    the garbage is collected and freed blocks are given back; the estimate where the
+    footprint cannot be read."""
+    before = process_footprint()
+    estimate = int(release())
+    gc.collect()
+    return_freed_memory()
+    after = process_footprint()
+    return max(before - after if before >= 0 and after >= 0 else estimate, 0)
 
 
 def staging_bytes(io_threads: int = 8) -> int:

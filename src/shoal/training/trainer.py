@@ -7,7 +7,6 @@ mini-batches, exact evaluation, its optimizer and random state) and runs the sha
 
 from __future__ import annotations
 
-import gc
 import logging
 from typing import Any
 
@@ -15,7 +14,7 @@ import torch
 from torch import nn
 
 from shoal.nn.ondevice import on_device
-from shoal.rows.budget import process_footprint
+from shoal.rows.budget import bytes_freed_by
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
@@ -29,7 +28,6 @@ from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
 from shoal.utils.device import get_rng_states, set_rng_states, use_device
-from shoal.utils.memory import return_freed_memory
 from shoal.utils.threads import set_threads
 
 __all__ = ["Trainer"]
@@ -224,19 +222,16 @@ class Trainer:
         the feature cache, whose memory, measured, is lent to the evaluation (its blocks read
         every row they need once per block: the cache would save a few of those rows for the
         memory of many targets)."""
-        if self.loader is None:
-            return
-        before = process_footprint()
+        if self.loader is not None:
+            self._lent += bytes_freed_by(self._drop_training_state)
+
+    def _drop_training_state(self) -> int:
         if self.loader.prefetcher is not None:
             self.loader.prefetcher.close()
         cache = self.features.release_cache()
         self.sampler.close()
         self.loader = self.sampler = None  # (the prefetcher and the loader refer to each other)
-        gc.collect()
-        return_freed_memory()
-        after = process_footprint()
-        freed = before - after if before >= 0 and after >= 0 else cache
-        self._lent += max(freed, 0)
+        return cache
 
     def _evaluate(self, splits: tuple[str, ...], budget: int) -> dict[str, float]:
         return evaluate(
