@@ -89,3 +89,49 @@ def test_cuda_training_matches_the_cpu(tiny):  # noqa: F811
         assert abs(a["loss"] - b["loss"]) < 1e-4
         assert a.get("val_accuracy") == b.get("val_accuracy")
     np.testing.assert_allclose(runs[0].test_accuracy, runs[1].test_accuracy)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_training_with_keyed_dropout_matches_the_cpu(tiny):  # noqa: F811
+    """Dropout masks are keyed by (seed, epoch, step, node) and drawn on the model's device
+    with the CPU kernel's bits: with dropout on, GPU and CPU runs still train the same model
+    (losses to float tolerance)."""
+    runs = [Trainer(cfg(device=d, dropout=0.5, epochs=3), tiny).fit() for d in ("cpu", "cuda")]
+    for a, b in zip(runs[0].history, runs[1].history, strict=True):
+        assert abs(a["loss"] - b["loss"]) < 1e-4
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_out_of_core_training_matches_in_memory_cpu(make_graph, monkeypatch):
+    """Features read ahead from disk in windows under a small budget, then staged through
+    pinned buffers to the GPU: the same losses and evaluation as the whole matrix in memory
+    on the CPU."""
+    import shoal.rows.budget as budget_mod
+    import shoal.training.trainer as trainer_mod
+    from shoal.rows.budget import RESERVE
+    from shoal.training import TrainData
+    from tests.rows.test_prefetch import _graph
+
+    monkeypatch.setattr(trainer_mod, "training_reserve", lambda *a, **k: RESERVE)
+    monkeypatch.setattr(trainer_mod, "step_activations", lambda *a, **k: (0, 0))
+    monkeypatch.setattr(budget_mod, "MIN_WINDOW", 4096)
+    graph = _graph(make_graph, 64)
+    base = dict(
+        model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1, progress=False
+    )
+    big = Trainer(TrainConfig.from_options(**base, memory="8GiB"), TrainData.from_graph_dir(graph))
+    small = Trainer(
+        TrainConfig.from_options(**base, memory=RESERVE + 250_000, device="cuda"),
+        TrainData.from_graph_dir(graph),
+    )
+    assert small.loader.prefetcher is not None and big.loader.prefetcher is None
+    for e in range(2):
+        a, b = big.train_epoch(e), small.train_epoch(e)
+        assert abs(a["loss"] - b["loss"]) < 1e-4
+        assert b["io"]["bytes_read"] > 0
+    for p, q in zip(big.model.parameters(), small.model.parameters(), strict=True):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().cpu().numpy(), atol=1e-4)
+    small.end_training()
+    got, ref = small.evaluate(("val", "test")), big.evaluate(("val", "test"))
+    for s in ("val", "test"):  # ties in argmax are unlikely; allow two nodes
+        assert abs(got[s] - ref[s]) <= 2 / 300 + 1e-12

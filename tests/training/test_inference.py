@@ -8,6 +8,7 @@ import torch
 
 from shoal.graph import full_graph_block
 from shoal.nn import build_model
+from shoal.nn.ondevice import on_device
 from shoal.rows.featstore import DiskFeatures
 from shoal.training import inference
 from shoal.training.data import TrainData
@@ -41,14 +42,22 @@ def _reference(model, data, splits):
     return {s: float((pred[data.split(s)] == data.labels[data.split(s)]).mean()) for s in splits}
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["sage", "gcn"])
 @pytest.mark.parametrize("budget", [3_000, 10**8])  # many blocks, one block
-def test_counted_evaluation_equals_the_full_forward(name, budget):
+def test_counted_evaluation_equals_the_full_forward(name, budget, device):
+    """Counted block by block (on a GPU: the model's layers there, behind host calls), the
+    accuracies equal the CPU model's full forward pass."""
     data = _data()
     torch.manual_seed(0)
     model = build_model(name, in_dim=6, hidden=8, out_dim=4, num_layers=2, dropout=0.0).eval()
     splits = ("val", "test", "train")
-    got = evaluate(model, data, splits, memory_budget=budget)
+    moved = build_model(name, in_dim=6, hidden=8, out_dim=4, num_layers=2, dropout=0.0).eval()
+    moved.load_state_dict(model.state_dict())
+    got = evaluate(on_device(moved.to(device), device), data, splits, memory_budget=budget)
     ref = _reference(model, data, splits)
     assert got.keys() == ref.keys()
     for s in splits:  # ties in argmax are unlikely with random weights; allow one node

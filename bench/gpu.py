@@ -1,0 +1,358 @@
+"""GraphSAGE on a GPU against the same machine's CPU cores (issue 35), run by ``bench/gpu.sh``.
+
+Every run is ``python -m shoal train`` in its own process, one after the other, with the
+default threads (all cores) for sampling, gathering and (on the CPU) the model.
+
+In memory, the training-speed benchmark's workload (``bench/train.py``, issue 5): a synthetic
+DC-SBM graph of 200,000 nodes and 2,000,000 stored edges, 128-d features, 47 classes, 10%
+training nodes; GraphSAGE-mean, 3 layers, hidden 256, dropout 0.5, batch 1024, fanouts
+15,10,5, Adam lr 0.003:
+
+- ``cuda`` / ``cpu``: shoal's model;
+- ``cuda-pyg``: PyG's own ``torch_geometric.nn.models.GraphSAGE`` through ``--model-factory``
+  (called as ``model(x, edge_index)`` on shoal's blocks).
+
+Out of core, issue 33's workload: 2,000,000 nodes, 20,000,000 stored edges, 256-d features
+(2.05 GB), 16 classes, 2% training nodes; GraphSAGE 2 layers, hidden 128, fanouts 10,5, with
+``--memory 2GiB`` (the feature matrix is larger than the whole budget, process included):
+
+- ``cuda-ooc`` / ``cpu-ooc``; when a device's working set does not fit the budget (the CUDA
+  context's host memory counts), the run is repeated at the floor the error names plus
+  256 MiB, and the results say so (``memory_retry``).
+
+The share of an epoch the GPU waits for batches is ``1 - forward_backward / epoch``: the step
+(forward, loss, backward, optimizer, and the wait for the batch's host-to-device copy, which
+the compute stream waits on) against the whole epoch, the rest being the host's sampling and
+gathering that the read-ahead did not hide.
+
+Usage (on the GPU machine, through ``bench/gpu.sh``; ``--rehearse`` runs the same steps with
+``--device cpu`` everywhere and a smaller graph, to check the script on a machine without a
+GPU)::
+
+    python bench/gpu.py --work DIR --out DIR [--tests-xml FILE] [--epochs 3] [--rehearse]
+
+Writes ``gpu.json`` and ``gpu.md`` into ``--out`` (copied to ``bench/results/`` afterwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from common import (
+    ROOT,
+    SHOAL,
+    machine,
+    machine_line,
+    parse_size,
+    write_json,
+    write_text_atomic,
+)
+
+FANOUTS = "15,10,5"
+PYG_FACTORY = "tests.loader.factories:pyg_sage"
+#: the in-memory workload's model (bench/train.py's, issue 5)
+MODEL = ["--model", "sage", "--fanouts", FANOUTS, "--hidden", "256", "--batch-size", "1024"]
+MODEL += ["--dropout", "0.5", "--lr", "0.003"]
+#: the out-of-core workload's model (issue 33's: `shoal train --fanouts 10,5 --hidden 128`)
+OOC_MODEL = ["--model", "sage", "--fanouts", "10,5", "--hidden", "128"]
+#: the out-of-core budget: below the 2.05 GB feature matrix, the process included
+OOC_MEMORY = "2GiB"
+SMALL = (200_000, 1_000_000)  # nodes, undirected edges (stored both ways)
+BIG = (2_000_000, 10_000_000)
+SPLITS = ["--train-frac", "0.1", "--val-frac", "0.1"]
+
+
+def make_graph(path: Path, nodes: int, edges: int, shape: list[str]) -> float:
+    """The synthetic graph (seconds it took; 0 when it was there); ``shape``: features,
+    classes and splits as ``shoal data synth`` flags."""
+    if (path / "meta.json").exists():
+        return 0.0
+    t0 = time.perf_counter()
+    synth = [*SHOAL, "data", "synth", "dcsbm", "--nodes", str(nodes), "--edges", str(edges)]
+    synth += shape
+    subprocess.run([*synth, "--seed", "0", "--out", str(path)], check=True)
+    subprocess.run([*SHOAL, "data", "csr", str(path)], check=True)
+    return time.perf_counter() - t0
+
+
+def train(graph: Path, work: Path, name: str, device: str, epochs: int, extra: list[str]) -> dict:
+    """One ``shoal train`` run; its JSON plus the wall time, return code and stderr tail.
+    ``extra``: the model's flags and any others."""
+    out = work / f"{name}.json"
+    out.unlink(missing_ok=True)
+    cmd = [*SHOAL, "train", "--graph", str(graph)]
+    cmd += ["--epochs", str(epochs), "--eval-every", str(epochs), "--seed", "0"]
+    cmd += ["--device", device, "--no-progress", "--json", str(out), *extra]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    wall = time.perf_counter() - t0
+    (work / f"{name}.stderr").write_text(p.stderr)
+    res: dict[str, Any] = {"name": name, "device": device, "extra": extra, "wall_seconds": wall}
+    res["returncode"] = p.returncode
+    if p.returncode != 0 or not out.exists():
+        res["error"] = p.stderr[-3000:]
+        print(f"[gpu] {name} FAILED ({p.returncode})\n{p.stderr[-3000:]}", flush=True)
+        return res
+    res["run"] = json.loads(out.read_text())
+    print(f"[gpu] {name}: {summary(res)}", flush=True)
+    return res
+
+
+def summary(res: dict) -> dict[str, Any]:
+    """Median epoch and its split, the GPU's wait share, accuracy, I/O."""
+    run = res.get("run")
+    if not run:
+        return {"error": True}
+    hist = run["history"]
+    secs = [h["seconds"] for h in hist]
+    fb = [h["time_split"].get("forward_backward", 0.0) for h in hist]
+    # medians over the epochs after the first (the first compiles kernels, warms the GPU)
+    later = slice(1, None) if len(hist) > 1 else slice(None)
+    epoch = statistics.median(secs[later])
+    step = statistics.median(fb[later])
+    split = {
+        k: statistics.median(h["time_split"].get(k, 0.0) for h in hist[later])
+        for k in ("sampling", "gather", "read", "io_wait", "forward_backward")
+    }
+    io = [h.get("io") or {} for h in hist[later]]
+    return {
+        "epoch_seconds": epoch,
+        "first_epoch_seconds": secs[0],
+        "step_seconds": step,
+        "wait_share": max(0.0, 1.0 - step / epoch) if epoch > 0 else None,
+        "split": split,
+        "eval_seconds": run.get("eval_seconds"),
+        "test_accuracy": run.get("test_accuracy"),
+        "val_accuracy": run.get("val_accuracy"),
+        "bytes_read": statistics.median(i.get("bytes_read", 0) for i in io) if io else 0,
+        "unique_bytes": statistics.median(i.get("unique_bytes", 0) or 0 for i in io) if io else 0,
+        "peak_rss_bytes": run.get("peak_rss_bytes"),
+        "batches": run.get("batches_per_epoch"),
+        "memory": (run.get("config") or {}).get("memory", {}).get("budget"),
+    }
+
+
+def cuda_tests(xml: Path | None) -> list[dict[str, str]]:
+    """The CUDA tests of a pytest JUnit file: every test case whose id names cuda or gpu,
+    with its outcome."""
+    if xml is None or not xml.exists():
+        return []
+    rows = []
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped":
+                outcome = "skipped"
+        if "cuda" in name.lower() or "gpu" in name.lower():
+            rows.append({"test": name, "outcome": outcome, "seconds": case.get("time", "")})
+    return rows
+
+
+def device_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info |= {"gpu": p.name, "gpu_memory_gib": round(p.total_memory / 2**30, 1)}
+        info["multiprocessors"] = p.multi_processor_count
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        info["nvidia_smi"] = smi.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        info["nvidia_smi"] = None
+    return info
+
+
+def _fmt(v: Any, spec: str = ".2f") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def io_cell(x: dict) -> str:
+    if not x["bytes_read"] and not x["unique_bytes"]:
+        return "in memory"
+    return f"{x['bytes_read'] / 1e6:.0f} MB of {x['unique_bytes'] / 1e6:.0f} MB distinct"
+
+
+def markdown(res: dict) -> str:
+    info, runs = res["device"], {r["name"]: r for r in res["runs"]}
+    s = {k: summary(r) for k, r in runs.items()}
+    gpu = info.get("gpu") or "no GPU (rehearsal)"
+    lines = [
+        "# GraphSAGE on a GPU against the same machine's CPU cores (issue 35)",
+        "",
+        f"Command: `{res['command']}`  ",
+        f"Machine: {machine_line(res['machine'])}  ",
+        f"Device: **{gpu}** ({info.get('nvidia_smi') or ''}); torch {info['torch']}, "
+        f"CUDA {info.get('cuda')}",
+        "",
+        f"Workload: {res['workload']}. {res['epochs']} epochs per run; medians over the epochs "
+        "after the first. Wait = the share of an epoch outside the training step "
+        "(1 - forward/backward ÷ epoch): the GPU idles while the host samples and gathers "
+        "what the read-ahead did not hide.",
+        "",
+        "| run | device | epoch (s) | first epoch (s) | step (s) | GPU waits | sampling (s) "
+        "| gather (s) | evaluation (s) | test acc. | feature bytes read / epoch | peak RSS (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in runs.items():
+        if "error" in r:
+            lines.append(f"| {name} | {r['device']} | failed (exit {r['returncode']}) |" + " |" * 9)
+            continue
+        x = s[name]
+        wait = f"{x['wait_share']:.0%}" if r["device"] != "cpu" else "—"
+        rss = x["peak_rss_bytes"]
+        lines.append(
+            f"| {name} | {r['device']} | {x['epoch_seconds']:.2f} | "
+            f"{x['first_epoch_seconds']:.2f} | {x['step_seconds']:.2f} | {wait} | "
+            f"{x['split']['sampling']:.2f} | {x['split']['gather']:.2f} | "
+            f"{_fmt(x['eval_seconds'], '.1f')} | {_fmt(x['test_accuracy'], '.4f')} | "
+            f"{io_cell(x)} | "
+            f"{_fmt(rss / 2**20 if rss else None, '.0f')} |"
+        )
+    lines += ["", "## Ratios (same machine, same run of this script)", ""]
+
+    def ratio(a: str, b: str, label: str) -> None:
+        if a in s and b in s and "error" not in runs[a] and "error" not in runs[b]:
+            lines.append(f"- {label}: {s[a]['epoch_seconds'] / s[b]['epoch_seconds']:.2f}x")
+
+    ratio("cpu", "cuda", "CPU epoch / GPU epoch, features in memory")
+    ratio("cpu-ooc", "cuda-ooc", "CPU epoch / GPU epoch, out of core")
+    ratio("cuda-pyg", "cuda", "PyG GraphSAGE epoch / shoal SAGE epoch, both on the GPU")
+    for name in ("cuda", "cuda-pyg", "cuda-ooc"):
+        if name in s and "error" not in runs[name]:
+            x = s[name]
+            lines.append(
+                f"- {name}: the GPU waits {x['wait_share']:.0%} of the epoch; a GPU fed without "
+                f"waiting would run the epoch in {x['step_seconds']:.2f} s instead of "
+                f"{x['epoch_seconds']:.2f} s ({x['epoch_seconds'] / x['step_seconds']:.2f}x)"
+            )
+    if "feature_bytes" in res:
+        lines.append(
+            f"- out of core: {res['ooc_workload']}; its {res['feature_bytes'] / 1e6:.0f} MB "
+            "feature matrix is "
+            + ("larger" if res["feature_bytes"] > parse_size(res["ooc_memory"]) else "smaller")
+            + " than the whole budget, process included"
+        )
+    for name, r in runs.items():
+        if "memory_retry" in r:
+            m = r["memory_retry"]
+            lines.append(
+                f"- {name}: `--memory {m['asked']}` is below this device's working set (the "
+                f"run said: give {m['floor']} or more); it ran with {int(m['used']) / 2**30:.2f} GiB"
+            )
+    tests = res.get("cuda_tests") or []
+    counts = {o: sum(t["outcome"] == o for t in tests) for o in ("passed", "failed", "skipped")}
+    lines += [
+        "",
+        f"## CUDA tests ({counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped)",
+        "",
+        f"Command: `{res.get('tests_command', '')}`; summary: {res.get('tests_summary', '')}",
+        "",
+        "| test | outcome | seconds |",
+        "|---|---|---|",
+        *(f"| `{t['test']}` | {t['outcome']} | {t['seconds']} |" for t in tests),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--work", type=Path, required=True, help="scratch directory (graph, runs)")
+    ap.add_argument("--out", type=Path, required=True, help="where gpu.json and gpu.md go")
+    ap.add_argument("--tests-xml", type=Path, help="pytest --junitxml of the CUDA tests")
+    ap.add_argument("--tests-summary", default="", help="pytest's last line")
+    ap.add_argument("--tests-command", default="", help="the pytest command that ran")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--rehearse", action="store_true", help="cpu everywhere, a small graph")
+    ap.add_argument("--skip", default="", help="comma-separated runs to leave out")
+    ap.add_argument("--ooc-memory", default=OOC_MEMORY, help=f"default {OOC_MEMORY}")
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    small, big = ((20_000, 200_000), (200_000, 1_000_000)) if args.rehearse else (SMALL, BIG)
+    graph = args.work / f"synth-{small[0] // 1000}k"
+    t_small = make_graph(graph, *small, ["--features", "128", "--classes", "47"] + SPLITS)
+    gpu = "cpu" if args.rehearse else "cuda"
+    skip = set(filter(None, args.skip.split(",")))
+    res: dict[str, Any] = {
+        "command": "bash bench/gpu.sh" if not args.rehearse else "python bench/gpu.py --rehearse",
+        "machine": machine(),
+        "device": device_info(),
+        "workload": f"synthetic DC-SBM graph, {small[0]:,} nodes, {small[1] * 2:,} stored "
+        "edges, 128-d features, 47 classes, 10% training nodes; GraphSAGE-mean 3 layers, "
+        f"hidden 256, dropout 0.5, batch 1024, fanouts {FANOUTS}, Adam lr 0.003",
+        "ooc_workload": f"synthetic DC-SBM graph, {big[0]:,} nodes, {big[1] * 2:,} stored "
+        "edges, 256-d features, 16 classes, 2% training and 0.5% validation nodes (issue 33's);"
+        f" GraphSAGE-mean 2 layers, hidden 128, fanouts 10,5, `--memory {args.ooc_memory}`",
+        "epochs": args.epochs,
+        "ooc_memory": args.ooc_memory,
+        "graph_seconds": t_small,
+        "runs": [],
+        "cuda_tests": cuda_tests(args.tests_xml),
+        "tests_summary": args.tests_summary,
+        "tests_command": args.tests_command,
+    }
+
+    def save() -> None:
+        write_json(args.out / "gpu.json", res)
+        write_text_atomic(args.out / "gpu.md", markdown(res))
+
+    def run(name: str, g: Path, dev: str, extra: list[str]) -> None:
+        if name in skip:
+            return
+        r = train(g, args.work, name, dev, args.epochs, extra)
+        floor = re.search(r"give --memory (\S+) or more", r.get("error", ""))
+        if floor and "--memory" in extra:  # the budget is below this device's working set
+            i = extra.index("--memory") + 1
+            retry = f"{parse_size(floor.group(1)) + (256 << 20)}"
+            print(f"[gpu] {name}: retrying with --memory {retry} (floor {floor.group(1)})")
+            r = train(g, args.work, name, dev, args.epochs, [*extra[:i], retry, *extra[i + 1 :]])
+            r["memory_retry"] = {"asked": extra[i], "floor": floor.group(1), "used": retry}
+        res["runs"].append(r)
+        save()
+
+    save()
+    run("cuda", graph, gpu, MODEL)
+    run("cpu", graph, "cpu", MODEL)
+    run("cuda-pyg", graph, gpu, [*MODEL, "--model-factory", PYG_FACTORY])
+    if not {"cuda-ooc", "cpu-ooc"} <= skip:
+        ooc = args.work / f"synth-{big[0] // 1000}k-256"
+        shape = ["--features", "256", "--classes", "16", "--train-frac", "0.02"]
+        res["ooc_graph_seconds"] = make_graph(ooc, *big, [*shape, "--val-frac", "0.005"])
+        res["feature_bytes"] = (ooc / "features.npy").stat().st_size
+        mem = ["--memory", args.ooc_memory, "--scratch-dir", str(args.work / "scratch")]
+        run("cuda-ooc", ooc, gpu, [*OOC_MODEL, *mem])
+        run("cpu-ooc", ooc, "cpu", [*OOC_MODEL, *mem])
+    save()
+    print((args.out / "gpu.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    raise SystemExit(main())
