@@ -51,6 +51,7 @@ from typing import Any
 from common import (
     ROOT,
     SHOAL,
+    command_line,
     machine,
     machine_line,
     parse_size,
@@ -263,6 +264,8 @@ def markdown(res: dict) -> str:
                 f"- {name}: `--memory {m['asked']}` is below this device's working set (the "
                 f"run said: give {m['floor']} or more); it ran with {int(m['used']) / 2**30:.2f} GiB"
             )
+    if res.get("notes"):
+        lines += ["", "## Notes", "", *(f"- {n}" for n in res["notes"])]
     tests = res.get("cuda_tests") or []
     counts = {o: sum(t["outcome"] == o for t in tests) for o in ("passed", "failed", "skipped")}
     lines += [
@@ -282,7 +285,7 @@ def markdown(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--work", type=Path, required=True, help="scratch directory (graph, runs)")
+    ap.add_argument("--work", type=Path, help="scratch directory (graph, runs)")
     ap.add_argument("--out", type=Path, required=True, help="where gpu.json and gpu.md go")
     ap.add_argument("--tests-xml", type=Path, help="pytest --junitxml of the CUDA tests")
     ap.add_argument("--tests-summary", default="", help="pytest's last line")
@@ -291,7 +294,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rehearse", action="store_true", help="cpu everywhere, a small graph")
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out")
     ap.add_argument("--ooc-memory", default=OOC_MEMORY, help=f"default {OOC_MEMORY}")
+    ap.add_argument(
+        "--command",
+        help="the command to record (default: this script's command line; bench/gpu.sh "
+        "passes its own)",
+    )
+    ap.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only write gpu.md (and gpu.json) into --out from a gpu.json a device run made "
+        "(with --command: the command that made it, where the JSON names another)",
+    )
+    ap.add_argument("--note", action="append", default=[], help="with --render: a line to add")
     args = ap.parse_args(argv)
+    if args.render:
+        res = json.loads(args.render.read_text())
+        if args.command:
+            res["command"] = args.command
+        res["notes"] = [*res.get("notes", []), *args.note]
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(args.out / "gpu.json", res)
+        write_text_atomic(args.out / "gpu.md", markdown(res))
+        return 0
+    if args.work is None:
+        ap.error("--work is required (except with --render)")
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     small, big = ((20_000, 200_000), (200_000, 1_000_000)) if args.rehearse else (SMALL, BIG)
@@ -300,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = "cpu" if args.rehearse else "cuda"
     skip = set(filter(None, args.skip.split(",")))
     res: dict[str, Any] = {
-        "command": "bash bench/gpu.sh" if not args.rehearse else "python bench/gpu.py --rehearse",
+        "command": args.command or command_line("gpu.py", argv),
         "machine": machine(),
         "device": device_info(),
         "workload": f"synthetic DC-SBM graph, {small[0]:,} nodes, {small[1] * 2:,} stored "

@@ -49,7 +49,7 @@ echo "tests done after $(($(date +%s) - t0)) s: $SUMMARY"
 
 BENCH=(--work "$WORK" --out "$OUT" --tests-xml "$OUT/tests.xml")
 [ -n "${REHEARSE:-}" ] && BENCH+=(--rehearse --epochs 2)
-timeout 340 $PY bench/gpu.py "${BENCH[@]}" --tests-summary "$SUMMARY" \
+timeout 340 $PY bench/gpu.py "${BENCH[@]}" --command "bash bench/gpu.sh" --tests-summary "$SUMMARY" \
     --tests-command "$TEST_CMD" ${GPU_BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
 for f in "$WORK"/*.stderr; do echo "== $f"; tail -c 20000 "$f"; done >"$OUT/runs.log" 2>&1
 echo "all done after $(($(date +%s) - t0)) s"
