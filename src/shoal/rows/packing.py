@@ -222,6 +222,10 @@ class EpochPack:
         """Bytes of the rows in the pack (a row two windows need counted twice)."""
         return sum(len(g.ids) for g in self.segments) * self.dim * self.dtype.itemsize
 
+    def holds(self, cold: np.ndarray) -> bool:
+        """Whether ``cold`` (sorted, unique) lies in one segment (a window's rows)."""
+        return any(g.positions(cold) is not None for g in self.segments)
+
     def read(self, cold: np.ndarray, out: np.ndarray) -> int:
         """Rows ``cold`` (sorted, unique, all in one segment: a window's) into ``out``; returns
         bytes read. The segment expected next (windows are read in order) is tried first."""

@@ -1,0 +1,73 @@
+"""DistWindows on one rank: windows serve the rows their batches need, and with packing each
+window reads its own segment of the epoch's pack, nothing else."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from shoal.distributed.windows import DistWindows
+from shoal.rows.featstore import DiskFeatures
+
+N, DIM = 4000, 64  # rows of 256 bytes: 16 to a page
+
+
+def _sample(epoch: int) -> list[SimpleNamespace]:
+    """An epoch's batches (the same for the same epoch, as a seeded sampler gives): each a
+    random set of 60 nodes, duck-typed as mini-batches (ids and bytes held)."""
+    rng = np.random.default_rng(100 + epoch)
+    out = []
+    for _ in range(25):
+        ids = np.unique(rng.integers(0, N, 60))
+        out.append(SimpleNamespace(n_id=ids, nbytes=ids.nbytes))
+    return out
+
+
+@pytest.fixture
+def features(tmp_path):
+    x = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    return x, np.load(tmp_path / "x.npy", mmap_mode="r")
+
+
+def _windows(mm, tmp_path, pack_epochs: int) -> DistWindows:
+    fs = DiskFeatures(mm, cache_bytes=0, threads=2)
+    return DistWindows(
+        fs,
+        part_offsets=np.array([0, N]),
+        part_to_rank=np.array([0]),
+        rank=0,
+        world_size=1,
+        window_rows=150,
+        pack_epochs=pack_epochs,
+        last_epoch=2,
+        scratch_dir=str(tmp_path),
+    )
+
+
+@pytest.mark.parametrize("pack_epochs", [0, 3])
+def test_windows_serve_their_batches_rows_and_read_only_their_segment(
+    features, tmp_path, pack_epochs
+):
+    x, mm = features
+    dw = _windows(mm, tmp_path, pack_epochs)
+    try:
+        for epoch in range(3):
+            seen = []
+            for batches, _ in dw.windows(iter(_sample(epoch)), epoch=epoch, sample=_sample):
+                for mb in batches:
+                    out = np.empty((len(mb.n_id), DIM), np.float32)
+                    np.testing.assert_array_equal(dw.serve(mb.n_id, out), x[mb.n_id])
+                    seen.append(mb.n_id)
+            assert len(seen) == 25
+            io = dw.io
+            assert io["windows"] >= 4  # window_rows keeps each window to a few batches
+            if pack_epochs and epoch > 0:  # packed by the first epoch's sweep
+                assert io["pack_bytes_read"] == 0 and io["bytes_written"] == 0
+                # each window reads its segment: its rows, and the rest of its last page
+                assert io["bytes_read"] <= io["rows_read"] * DIM * 4 + io["windows"] * 4096, io
+    finally:
+        dw.close()
+    assert not list(tmp_path.glob("shoal-pack*/*.rows"))  # the packs are removed
