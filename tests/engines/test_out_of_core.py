@@ -62,6 +62,13 @@ def _train(
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = get_engine(engine)(st, TrainConfig.from_options(**cfg, memory=memory), ctx)
     records = [eng.train_epoch(e) for e in range(epochs)]
+    ended = small  # the final evaluation after training's state is dropped: the same result
+    if ended:
+        eng.end_training()
+        if engine == "minibatch":
+            assert eng.sampler is None and eng.windows is None
+            with pytest.raises(RuntimeError, match="only evaluates"):
+                eng.train_epoch(epochs)
     acc = eng.evaluate(("val", "test"))
     eng.close_io()
     return {

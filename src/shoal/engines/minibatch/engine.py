@@ -163,6 +163,8 @@ class MinibatchEngine(Engine):
         )
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
+        if self.sampler is None:
+            raise RuntimeError("end_training() was called: this engine only evaluates now")
         cfg = self.train_config
         self.stats.reset()
         self.ddp.train()
@@ -220,7 +222,16 @@ class MinibatchEngine(Engine):
             yield mb
 
     def close_io(self) -> None:
-        self.windows.close()
+        if self.windows is not None:
+            self.windows.close()
 
     def feature_stores(self) -> list:
         return [self.local]
+
+    def _drop_training_state(self) -> int:
+        freed = super()._drop_training_state()
+        # training's node-sized arrays go too: the windows' marks (3 B per node), the
+        # sampler's id map (4 B per node) and neighbour-block cache; the pulls' store holds
+        # the windows. Exact evaluation needs none of them.
+        self.windows = self.features = self.sampler = None
+        return freed
