@@ -81,6 +81,23 @@ def test_cuda_feed_double_buffers_into_device_tensors(tiny):  # noqa: F811
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_background_feed_stages_each_batch_before_the_next_is_produced(tiny):  # noqa: F811
+    """The background thread samples and gathers the next batch while one is used; the
+    loader reuses its feature buffer, so each batch must be staged before the next one is
+    produced: the device batches equal the host batches taken one at a time."""
+    trainer = Trainer(cfg(), tiny)
+    ref = [(b.x.clone(), b.y.clone()) for b in trainer.loader.epoch(0)]
+    feed = DeviceFeed("cuda", background=True)
+    got = [(g.x.cpu(), g.y.cpu()) for g in feed.iterate(trainer.loader.epoch(0))]
+    assert len(got) == len(ref)
+    for (gx, gy), (rx, ry) in zip(got, ref, strict=True):
+        assert torch.equal(gx, rx) and torch.equal(gy, ry)
+    it = feed.iterate(trainer.loader.epoch(1))  # stopped early: the thread ends
+    next(it)
+    it.close()
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_cuda_training_matches_the_cpu(tiny):  # noqa: F811
     """Without dropout, one run on the GPU and one on the CPU give the same losses and
     validation accuracies to float tolerance."""

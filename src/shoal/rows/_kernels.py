@@ -24,8 +24,8 @@ def _gather_rows_py(src, ids, out):
             out[i, j] = src[r, j]
 
 
-_gather_rows_par = numba.njit(cache=True, parallel=True)(_gather_rows_py)
-_gather_rows_ser = numba.njit(cache=True)(_gather_rows_py)
+_gather_rows_par = numba.njit(cache=True, parallel=True, nogil=True)(_gather_rows_py)
+_gather_rows_ser = numba.njit(cache=True, nogil=True)(_gather_rows_py)
 
 
 def _gather_rows(src, ids, out):

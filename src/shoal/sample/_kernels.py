@@ -117,12 +117,14 @@ def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets):
 
 
 #: Below this many rows the serial twin of a kernel runs: waking threads costs more.
+#: The per-batch kernels release the GIL (``nogil``): a batch is sampled in a background thread
+#: while the training thread launches the device's kernels (``DeviceFeed(background=True)``).
 PARALLEL_MIN = 512
 
-_count_par = numba.njit(cache=True, parallel=True)(_count_py)
-_count_ser = numba.njit(cache=True)(_count_py)
-_fill_par = numba.njit(cache=True, parallel=True)(_fill_py)
-_fill_ser = numba.njit(cache=True)(_fill_py)
+_count_par = numba.njit(cache=True, parallel=True, nogil=True)(_count_py)
+_count_ser = numba.njit(cache=True, nogil=True)(_count_py)
+_fill_par = numba.njit(cache=True, parallel=True, nogil=True)(_fill_py)
+_fill_ser = numba.njit(cache=True, nogil=True)(_fill_py)
 
 
 def _count(indptr, nodes, n_dst, fanout, counts):
@@ -135,7 +137,7 @@ def _fill(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets=False
     )
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _relabel(picked, num_edges, g2l, nodes, n_nodes, col):
     """Local ids for sampled nodes: known nodes keep theirs, new ones are appended to nodes.
 
@@ -154,7 +156,7 @@ def _relabel(picked, num_edges, g2l, nodes, n_nodes, col):
     return n
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _seed_ids(seeds, g2l, nodes):
     """Register the seeds as local ids 0..S-1; returns the index of a duplicate or -1."""
     for i in range(seeds.shape[0]):
@@ -168,7 +170,7 @@ def _seed_ids(seeds, g2l, nodes):
     return -1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _reset(g2l, nodes, n):
     for i in range(n):
         g2l[nodes[i]] = -1

@@ -55,7 +55,8 @@ class Trainer:
         if model is None:  # built on the host: the same initial weights on every device
             model = model_from_config(config, in_dim=data.feature_dim, out_dim=data.num_classes)
         self.model = model.to(self.device)
-        self.feed = DeviceFeed(self.device)
+        # on a GPU, the next batch is sampled, gathered and staged while the step computes
+        self.feed = DeviceFeed(self.device, background=True)
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
