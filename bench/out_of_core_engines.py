@@ -41,6 +41,7 @@ from common import (
     SHOAL,
     WORK,
     command_line,
+    load_json,
     machine_line,
     parse_size,
     run_capped_each,
@@ -184,7 +185,7 @@ def _row(r: dict) -> str:
         why = "; ".join(r.get("errors") or []).replace("|", "/")
         return (
             f"| {r['tag']} | exit {r['returncode']} (OOM kills {ooms}){': ' + why if why else ''} |"
-            + " |" * 12
+            + " |" * 14
         )
     hist = t["history"]
     ep = [h["seconds"] for h in hist]
@@ -194,11 +195,14 @@ def _row(r: dict) -> str:
     uq = statistics.median([i.get("unique_bytes", 0) or 0 for i in io]) / 1e9
     req = statistics.median([i.get("requested", 0) for i in io]) * 512 / 1e9
     hit = statistics.median([i.get("cache_hit_rate") or 0 for i in io])
+    wait = statistics.median([h["time_split"].get("io_wait", 0.0) for h in hist])
+    seq = load_json(RESULTS / "disk.json", {}).get("sequential_bytes_per_s")
+    at_seq = f"{statistics.median([i.get('bytes_read', 0) for i in io]) / seq:.1f}" if seq else "-"
     return (
         f"| {r['tag']} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
         f"{statistics.median(ep):.1f} | {statistics.mean(ep):.1f} | {t['eval_seconds']:.0f} | "
         f"{t['val_accuracy']:.4f} | {t['test_accuracy']:.4f} | {rd:.2f} | {wr:.2f} | "
-        f"{uq:.2f} | {req:.2f} | {hit:.2f} | "
+        f"{uq:.2f} | {req:.2f} | {hit:.2f} | {wait:.1f} | {at_seq} | "
         f"{peak_s} |"
     )
 
@@ -255,6 +259,21 @@ def _order_lines(runs: list[dict]) -> list[str]:
     return ["", "Node order (same cap, same run):", *out] if out else []
 
 
+def _disk_line() -> str:
+    """The disk's measured limits (``bench/disk.py``), which both ranks share."""
+    disk = load_json(RESULTS / "disk.json", {})
+    seq = disk.get("sequential_bytes_per_s")
+    if not seq:
+        return "Disk limits: not measured (`python bench/disk.py`)."
+    rnd = disk.get("random_4k") or {}
+    return (
+        f"Disk (`{disk.get('command', 'python bench/disk.py')}`), shared by both ranks: "
+        f"sequential reads {seq / 1e9:.2f} GB/s; random 4 KiB direct reads "
+        + ", ".join(f"{v['bytes_per_s'] / 1e6:.0f} MB/s at queue depth {k}" for k, v in rnd.items())
+        + "."
+    )
+
+
 def report(res: dict, path: Path) -> None:
     runs = res["runs"]
     lines = [
@@ -279,12 +298,17 @@ def report(res: dict, path: Path) -> None:
         "`median` / `mean`: of the epoch seconds; the mean includes the first epoch, which "
         "carries the run's start (cache load, and the sweep that packs the epochs). `peak GiB`: "
         "each rank's sampled peak of its group's rss + cache. The averaging engine averages "
-        "the models at the last epoch only (default), so its epochs are local training.",
+        "the models at the last epoch only (default), so its epochs are local training. "
+        "`io wait s/epoch`: the median epoch's seconds a rank waited for its window's rows; "
+        "`read at seq. bandwidth`: the median epoch's bytes read (both ranks, one disk) at the "
+        "disk's sequential bandwidth.",
+        "",
+        _disk_line(),
         "",
         "| run | wall s | epoch seconds | median | mean | eval seconds | val acc | test acc | "
         "read GB/epoch | written GB/epoch | unique GB/epoch | requested GB/epoch | "
-        "cache hit rate | peak GiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "cache hit rate | io wait s/epoch | read at seq. bandwidth s/epoch | peak GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_row(r) for r in runs]
     lines.append("")
