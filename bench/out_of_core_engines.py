@@ -259,6 +259,23 @@ def _order_lines(runs: list[dict]) -> list[str]:
     return ["", "Node order (same cap, same run):", *out] if out else []
 
 
+def _eval_line(t: dict, base: dict) -> str:
+    """What the capped run's final evaluation read (both ranks, one disk), against the time
+    that takes at the disk's sequential bandwidth."""
+    read, read0 = t.get("eval_read_bytes", -1), base.get("eval_read_bytes", -1)
+    if read is None or read < 0:
+        return "  Evaluation reads: not recorded (a run from before eval_read_bytes)."
+    seq = load_json(RESULTS / "disk.json", {}).get("sequential_bytes_per_s")
+    at = f" ({read / seq:.0f} s at the disk's sequential bandwidth)" if seq else ""
+    unc = (
+        f"; the uncapped run read {read0 / 1e9:.2f} GB" if read0 is not None and read0 >= 0 else ""
+    )
+    return (
+        f"  Evaluation reads: {read / 1e9:.2f} GB from disk, both ranks{at}, in "
+        f"{t['eval_seconds']:.0f} s{unc}."
+    )
+
+
 def _disk_line() -> str:
     """The disk's measured limits (``bench/disk.py``), which both ranks share."""
     disk = load_json(RESULTS / "disk.json", {})
@@ -334,6 +351,7 @@ def report(res: dict, path: Path) -> None:
             )
         )
         lines.append(_reads_line(t, e0))
+        lines.append(_eval_line(t, base["train"]))
     lines += _order_lines(runs)
     lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "store already built"), ""]
     write_text_atomic(path, "\n".join(lines))

@@ -385,3 +385,16 @@ def test_batch_labels_come_from_memory_and_equal_the_label_file():
     assert np.array_equal(ld.labels_of(np.array([99, 3, 40])), [297, 9, 120])
     assert np.array_equal(ld.labels_of(np.array([5, 99])), [15, 297])  # not all seeds
     assert ld.labels_of(np.empty(0, np.int64)).shape == (0,)
+
+
+@pytest.mark.parametrize(("reads", "want"), [((100, 350), 250), ((-1, -1), -1), ((5, -1), -1)])
+def test_the_final_evaluation_reports_the_bytes_it_read(tiny, monkeypatch, reads, want):
+    """eval_read_bytes: the process's storage reads across the final evaluation (the
+    /proc/self/io counter before and after), -1 where it cannot be read."""
+    import shoal.training.loop as loop
+
+    seq = iter(reads)
+    tr = Trainer(cfg(epochs=1), tiny)
+    monkeypatch.setattr(loop, "read_bytes_of_process", lambda: next(seq))
+    r = tr.fit()
+    assert r.eval_read_bytes == want and r.to_json()["eval_read_bytes"] == want

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from shoal.rows.prefetch import read_bytes_of_process
 from shoal.training.checkpoint import Checkpointer
 from shoal.training.config import TrainConfig
 from shoal.training.result import RunResult
@@ -293,16 +294,20 @@ class EpochLoop:
         end = getattr(self.target, "end_training", None)
         if end is not None:  # its training memory may go to the evaluation
             end()
-        t0 = time.perf_counter()
+        t0, read0 = time.perf_counter(), read_bytes_of_process()
         final = self.target.evaluate(("val", "test"))
         self.eval_seconds += time.perf_counter() - t0
+        read1 = read_bytes_of_process()
         hist = st.history
         n = max(len(hist), 1)
         keys = sorted({k for r in hist for k in r["time_split"]})
         comm_keys = sorted({k for r in hist for k in r.get("comm", {})})
         rss = torch.tensor([peak_rss_bytes()], dtype=torch.float64)
+        # bytes the final evaluation read, summed over ranks (-1 on a rank that cannot tell)
+        read = torch.tensor([read1 - read0 if min(read0, read1) >= 0 else -(1 << 50)])
         if self.group.world_size > 1:
             dist.all_reduce(rss, op=dist.ReduceOp.MAX)
+            dist.all_reduce(read)
         return RunResult(
             engine=self.engine,
             world_size=self.group.world_size,
@@ -328,4 +333,5 @@ class EpochLoop:
             history=hist,
             metric=self.metric,
             metrics={k: v for k, v in final.items() if k not in ("val", "test")},
+            eval_read_bytes=max(int(read.item()), -1),
         )

@@ -31,6 +31,8 @@ class RunResult:
             prediction, whose ``test_accuracy``/``val_accuracy`` hold the MRR and are written
             as ``test_mrr``/``val_mrr`` by :meth:`to_json`).
         metrics: further final metrics (e.g. ``test_hits@50``).
+        eval_read_bytes: bytes the final evaluation read from storage (``/proc/self/io``),
+            summed over ranks; -1 where that cannot be read.
     """
 
     test_accuracy: float
@@ -51,6 +53,7 @@ class RunResult:
     batches_per_epoch: int = 0
     metric: str = "accuracy"
     metrics: dict[str, float] = field(default_factory=dict)
+    eval_read_bytes: int = -1
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
