@@ -143,7 +143,6 @@ def summary(res: dict) -> dict[str, Any]:
         "unique_bytes": statistics.median(i.get("unique_bytes", 0) or 0 for i in io) if io else 0,
         "peak_rss_bytes": run.get("peak_rss_bytes"),
         "batches": run.get("batches_per_epoch"),
-        "memory": (run.get("config") or {}).get("memory", {}).get("budget"),
     }
 
 
@@ -262,7 +261,8 @@ def markdown(res: dict) -> str:
             m = r["memory_retry"]
             lines.append(
                 f"- {name}: `--memory {m['asked']}` is below this device's working set (the "
-                f"run said: give {m['floor']} or more); it ran with {int(m['used']) / 2**30:.2f} GiB"
+                f"run said: give {m['floor']} or more); it ran with "
+                f"{int(m['used']) / 2**30:.2f} GiB"
             )
     if res.get("notes"):
         lines += ["", "## Notes", "", *(f"- {n}" for n in res["notes"])]

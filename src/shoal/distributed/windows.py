@@ -34,9 +34,9 @@ cut when trained), and has every rank read the union of what it serves in those 
 one sweep of its rows into one pack segment per window, in the order the windows come; each
 window then reads its own segment, contiguous, and nothing else. (With one pack file per
 epoch, sorted by row, each window's rows were spread over the whole pack: on the 10M-node
-graph, 13 windows per rank read 13.4 GB an epoch for 1.3 GB of distinct rows.) The epochs planned are the same on every rank (they depend on K and the
-epoch only); a rank whose scratch disk lacks the room reads its windows from its rows as
-before.
+graph, 13 windows per rank read 13.4 GB an epoch for 1.3 GB of distinct rows.) The epochs
+planned are the same on every rank (they depend on K and the epoch only); a rank whose
+scratch disk lacks the room reads its windows from its rows as before.
 """
 
 from __future__ import annotations
