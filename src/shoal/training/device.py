@@ -12,9 +12,11 @@ are exactly what they were.
 
 With ``background=True`` (the single-process trainer's choice on a GPU) the host's work on a
 batch (sampling, gathering, staging into the pinned buffer and issuing the copy) runs in a
-background thread (:func:`shoal.utils.background.ahead`), a batch ahead of the step: on an
-H100 the step of the benchmark's GraphSAGE took 0.23 s of a 0.66 s epoch, the GPU waiting the
-rest for the host (``bench/results/gpu.md``). Each batch's features are copied into pinned
+background thread (:func:`shoal.utils.background.ahead`), a batch ahead of the step. Without
+it, on an H100, the step of the benchmark's GraphSAGE took 0.23 s of a 0.66 s epoch, the GPU
+waiting the rest for the host (``bench/results/gpu_h100.md``); with it, on an H200, the epoch
+is the host's sampling and gathering (0.45 s against 0.21 s of steps;
+``bench/results/gpu.md``). Each batch's features are copied into pinned
 memory before the next batch is produced, so the loader's reused buffers stay safe. Batches
 whose production communicates collectively (the distributed engines') must not use it.
 """
@@ -46,6 +48,8 @@ class DeviceFeed:
     ) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
+        if self.cuda and self.device.index is None:  # the background thread must name it
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.pin = pin and self.cuda
         self.background = background and self.cuda
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
