@@ -54,8 +54,9 @@ def _train(
         row_bytes = st.feature_dim * 4
         window = budget.batch_window(cfg["fanouts"], cfg["batch_size"], rows, row_bytes)
         # ranks with different budgets (windows and caches) must still cut windows together
-        # tables, and the engine's own arrays (sampler maps, marks, slot maps)
-        extra = 7 * st.num_nodes + 4 * rows if engine == "minibatch" else 14 * rows
+        # tables, and the engine's own arrays (slot maps, cached flags; the averaging
+        # engine's sampler maps and marks)
+        extra = 5 * rows if engine == "minibatch" else 14 * rows
         # the parts' row index (indptr) is held in memory even when the CSR stays on disk
         index = sum(p.indptr.nbytes for p in st.parts() if p.index % world == rank)
         memory = 13 * st.num_nodes + extra + index + (2 + 3 * rank) * window + rows * row_bytes // 4
@@ -136,7 +137,8 @@ def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dic
     if small:
         budget.MIN_WINDOW = 1024
         base.Engine.reserve_bytes = lambda self, num_rows: 13 * 400  # the tables
-        memory = 20 * 400 + 4 * 1024 + 400 * 16 // 8  # tables, maps, two windows, a little
+        # tables, slot maps and flags, two windows, a little
+        memory = 13 * 400 + 5 * 200 + 4 * 1024 + 400 * 16 // 8
     cfg = TrainConfig.from_options(
         model="sage",
         fanouts=(3, 3),

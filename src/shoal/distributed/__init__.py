@@ -15,7 +15,7 @@ from shoal.distributed.runtime import (
     rank0_print,
 )
 from shoal.distributed.sampler import DistNeighborSampler
-from shoal.distributed.tables import NodeTables, parts_of_rank
+from shoal.distributed.tables import NodeTables, NodeValues, parts_of_rank
 
 __all__ = [
     "CommStats",
@@ -24,6 +24,7 @@ __all__ = [
     "DistFeatureStore",
     "DistNeighborSampler",
     "NodeTables",
+    "NodeValues",
     "Rank0Filter",
     "all_reduce_stats",
     "dist_evaluate",

@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
+from shoal.distributed.tables import NodeValues
 from shoal.graph.blocks import MiniBatch
 from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
@@ -54,7 +55,10 @@ class DistNeighborSampler(BlockSampler):
         part_to_rank: ``(p,)`` rank holding each part.
         rank, world_size: this process's place.
         fanouts: per hop, hop 1 first (-1 = all).
-        degrees: ``(N,)`` full in-degree of every node (for degree-normalised layers).
+        degrees: ``(N,)`` full in-degree of every node (for degree-normalised layers), or a
+            :class:`~shoal.distributed.NodeValues` of the rank's own and halo nodes (local
+            node tables): the batch's other nodes' degrees are then asked of their owners,
+            one exchange per batch.
         stats: communication counters.
         group: the process group the ranks above belong to (default: the whole world).
 
@@ -82,12 +86,37 @@ class DistNeighborSampler(BlockSampler):
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         self.rank = rank
         self.world_size = world_size
-        super().__init__(fanouts, int(self.part_offsets[-1]))
-        self.degrees = np.asarray(degrees, dtype=np.float32)
+        super().__init__(fanouts, int(self.part_offsets[-1]), id_map="hashed")
+        self.degrees = (
+            degrees if isinstance(degrees, NodeValues) else np.asarray(degrees, np.float32)
+        )
         self.stats = stats if stats is not None else CommStats()
         # halo local index -> global id, per part, loaded once (O(halo))
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
         self.unavailable = 0
+
+    def _degrees_of(self, n_id: np.ndarray) -> np.ndarray:
+        """The batch's degrees: from the dense table, or (local tables: own and halo nodes)
+        those held here and the others asked of their owners in one exchange (collective:
+        every rank asks, maybe nothing)."""
+        if not isinstance(self.degrees, NodeValues):
+            return super()._degrees_of(n_id)
+        pos, found = self.degrees.index.find(n_id)
+        out = self.degrees.values[pos]
+        if self.world_size == 1:
+            if not found.all():
+                raise KeyError(f"node {int(n_id[~found][0])} has no degree on this rank")
+            return out
+        miss = np.flatnonzero(~found)
+        ids = n_id[miss]
+        owners = self.part_to_rank[owner_of(self.part_offsets, ids)] if len(ids) else ids
+        order = np.argsort(owners, kind="stable")
+        counts = np.bincount(owners, minlength=self.world_size).astype(np.int64)
+        asked, asked_counts = exchange(ids[order], counts, self.stats, self.group)
+        answer = self.degrees[asked.numpy()].astype(np.float32)
+        back, _ = exchange(answer, asked_counts, self.stats, self.group)
+        out[miss[order]] = back.numpy()
+        return out
 
     def set_parts(self, parts: Sequence[Partition], part_to_rank: np.ndarray) -> None:
         """Replace the resident parts and the part -> rank map (a new epoch's assignment)."""

@@ -55,6 +55,7 @@ from shoal.distributed.feature_store import owner_of
 from shoal.graph.blocks import MiniBatch
 from shoal.rows.featstore import DiskFeatures, Window
 from shoal.rows.packing import Packs
+from shoal.utils.idset import IdSet
 
 __all__ = ["READ_AHEAD", "DistWindows", "sample_bytes"]
 
@@ -119,9 +120,12 @@ class DistWindows:
         sizes = self.part_offsets[mine + 1] - self.part_offsets[mine]
         self._mine = mine
         self._stack = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.cached = self._global_cached()
-        self._mark = np.zeros(int(self.part_offsets[-1]), dtype=np.bool_)
-        self._seen = np.zeros(int(self.part_offsets[-1]), dtype=np.bool_)  # rows of the epoch
+        # whether each of this rank's rows is in its static cache (None: all of them), and
+        # whether every rank's are; other ranks' rows are asked of their owners per batch
+        self._own_cached = None if features.slot is None else features.slot >= 0
+        self.all_cached = self._every_rank_cached()
+        self._window = IdSet()  # the uncached rows of the window being grouped
+        self._seen = IdSet()  # the rows of the window being grouped (counted: io)
         self._pool = (
             ThreadPoolExecutor(1, thread_name_prefix="shoal-window") if self.read_ahead else None
         )
@@ -158,22 +162,37 @@ class DistWindows:
             dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return int(t.item())
 
-    def _global_cached(self) -> np.ndarray:
-        """Whether each node's row is in its owner's static cache (one all-reduce of N
-        bytes, once): a rank then counts only the rows its owner will have to read."""
-        n = int(self.part_offsets[-1])
-        flags = torch.zeros(n, dtype=torch.uint8)
-        f = self.features
-        for k, part in enumerate(self._mine):
-            a, b = self.part_offsets[part], self.part_offsets[part + 1]
-            if f.slot is None:
-                flags[a:b] = 1
-            else:
-                s = f.slot[self._stack[k] : self._stack[k + 1]]
-                flags[a:b] = torch.from_numpy((s >= 0).astype(np.uint8))
+    def _every_rank_cached(self) -> bool:
+        """Whether every rank's rows are all in its static cache (collective)."""
+        t = torch.tensor([int(self._own_cached is None or bool(self._own_cached.all()))])
         if self.world_size > 1:
-            dist.all_reduce(flags)
-        return flags.numpy().astype(np.bool_)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return bool(t.item())
+
+    def _uncached(self, ids: np.ndarray) -> np.ndarray:
+        """The ``ids`` whose rows are not in their owner's static cache (collective: the
+        others' rows are asked of their owners, one exchange of ids and one of flags; no
+        table over every node)."""
+        own = self.owner_rank(ids)
+        local = own == self.rank
+        keep = np.ones(len(ids), np.bool_)
+        if self._own_cached is not None:
+            keep[local] = ~self._own_cached[self.local_index(ids[local])]
+        else:
+            keep[local] = False
+        if self.world_size > 1:
+            remote = np.flatnonzero(~local)
+            order = remote[np.argsort(own[remote], kind="stable")]
+            counts = np.bincount(own[remote], minlength=self.world_size).astype(np.int64)
+            asked, asked_counts = exchange(ids[order], counts, self.stats)
+            asked = asked.numpy()
+            if self._own_cached is None:
+                flags = np.zeros(len(asked), np.uint8)
+            else:
+                flags = (~self._own_cached[self.local_index(asked)]).astype(np.uint8)
+            back, _ = exchange(flags, asked_counts, self.stats)
+            keep[order] = back.numpy().astype(np.bool_)
+        return ids[keep]
 
     def local_index(self, ids: np.ndarray) -> np.ndarray:
         """Positions in the stacked local rows of global ``ids`` owned by this rank."""
@@ -194,7 +213,7 @@ class DistWindows:
     def _new_rows(self, mb: MiniBatch) -> tuple[np.ndarray, np.ndarray]:
         """``mb``'s rows not cached by their owner and not yet in the window, and how many
         of them each owner holds, summed over ranks (collective)."""
-        new = mb.n_id[~(self._mark[mb.n_id] | self.cached[mb.n_id])]
+        new = self._uncached(mb.n_id[~self._window.contains(mb.n_id)])
         counts = torch.from_numpy(
             np.bincount(self.owner_rank(new), minlength=self.world_size).astype(np.int64)
         )
@@ -216,23 +235,19 @@ class DistWindows:
         window: its own batches' and those the others ask for (collective). The window's
         uncached rows are the marked ones (:meth:`windows`); the marks are cleared.
 
-        Sets are taken from the node-sized mark array, not with ``np.unique`` /
-        ``np.union1d`` on the batches' ids: on the 10M-node benchmark graph those took about
-        1 s each per window (numpy 2's hashed unique), against milliseconds for a scan."""
-        mark = self._mark
-        ids = np.flatnonzero(mark)  # sorted, distinct, uncached by their owner
-        mark[ids] = False
+        The window's rows are gathered in an :class:`~shoal.utils.idset.IdSet` as its
+        batches come (distinct ids, no table over every node), and only those distinct ids
+        are sorted here."""
+        ids = np.sort(self._window.members())  # distinct, uncached by their owner
+        self._window.clear()
         own = self.owner_rank(ids)
         local = own == self.rank
         remote = ids[~local]
         order = np.argsort(own[~local], kind="stable")
         counts = np.bincount(own[~local], minlength=self.world_size).astype(np.int64)
         asked, _ = exchange(remote[order], counts, self.stats)
-        mark[ids[local]] = True
-        mark[asked.numpy()] = True
-        need = np.flatnonzero(mark)
-        mark[need] = False
-        return self.local_index(need) if len(need) else need
+        need = np.union1d(ids[local], asked.numpy())
+        return self.local_index(need) if len(need) else need.astype(np.int64)
 
     def _read(self, cold: np.ndarray) -> Window:
         f = self.features
@@ -249,7 +264,7 @@ class DistWindows:
     def _round(self, epoch: int | None) -> list[int]:
         """The epochs one sweep packs from ``epoch`` on: the same on every rank."""
         k = self.pack_epochs
-        if epoch is None or k < 2 or epoch in self._planned or self.cached.all():
+        if epoch is None or k < 2 or epoch in self._planned or self.all_cached:
             return []
         last = epoch + k - 1 if self.last_epoch is None else min(epoch + k - 1, self.last_epoch)
         return list(range(epoch, last + 1)) if last > epoch else []
@@ -271,12 +286,13 @@ class DistWindows:
             self.packs.pack(sets, None)
             self.io["pack_seconds"] = self.io.get("pack_seconds", 0.0) + time.perf_counter() - t0
 
-    def _cuts(self, batches: Iterator[MiniBatch]) -> Iterator[list[MiniBatch]]:
+    def _cuts(self, batches: Iterator[MiniBatch], count: bool = False) -> Iterator[list[MiniBatch]]:
         """``batches`` grouped into windows (collective: every rank cuts at the same step),
         each yielded with its uncached rows marked; the caller takes them with
         :meth:`_needed` before the next window is grouped. The packing sweep cuts an epoch's
         batches, sampled again, as its windows will cut them, so that each window's rows are
-        one contiguous segment of the epoch's pack."""
+        one contiguous segment of the epoch's pack. ``count``: count each window's distinct
+        rows in :attr:`io` (the epoch trained, not a packing sweep)."""
         pending: list[MiniBatch] = []
         acc = np.zeros(self.world_size, np.int64)
         held = 0
@@ -286,8 +302,11 @@ class DistWindows:
             if pending and (full or (acc + counts > self.window_rows).any()):  # all ranks
                 yield pending
                 pending, acc, held = [], np.zeros_like(acc), 0
+                self._seen.clear()
                 new, counts = self._new_rows(mb)
-            self._mark[new] = True
+            self._window.add(new)
+            if count:
+                self._count_unique(mb)
             pending.append(mb)
             acc += counts
             held += sample_bytes(mb)
@@ -326,19 +345,20 @@ class DistWindows:
         if sample is not None:
             self._pack(epoch, sample)
         self._epoch = epoch
-        self._seen[:] = False
-        batches = self._count_unique(batches)
-        if self.cached.all():  # every row of every rank is cached: nothing to plan or read
+        self._seen.clear()
+        if self.all_cached:  # every row of every rank is cached: nothing to plan or read
             self.current = self.features.window([], cold=np.empty(0, np.int64))
             try:
-                for mb in batches:
+                for mb in batches:  # a window per batch: its rows counted
+                    self._seen.clear()
+                    self._count_unique(mb)
                     yield [mb], self.current
                 self._finish()
             finally:
                 self.current = None
             return
         try:
-            for pending in self._cuts(batches):
+            for pending in self._cuts(batches, count=True):
                 item = self._submit(pending)
                 if ahead is not None:
                     yield self._ready(ahead)
@@ -353,7 +373,8 @@ class DistWindows:
             self._count_packing(packed0)
         finally:
             self.current = None
-            self._mark[:] = False
+            self._window.clear()
+            self._seen.clear()
 
     def _count_packing(self, before: dict) -> None:
         """Add the sweeps since ``before`` to :attr:`io` (bytes read and written)."""
@@ -362,14 +383,11 @@ class DistWindows:
         self.io["bytes_written"] = now["bytes_written"] - before["bytes_written"]
         self.io["bytes_read"] += self.io["pack_bytes_read"]
 
-    def _count_unique(self, batches: Iterator[MiniBatch]) -> Iterator[MiniBatch]:
-        """``batches``, counting the distinct rows the epoch's batches need (:attr:`io`)."""
-        for mb in batches:
-            new = mb.n_id[~self._seen[mb.n_id]]
-            self._seen[new] = True
-            self.io["unique_rows"] += len(new)
-            self.io["unique_bytes"] = self.io["unique_rows"] * self.features.row_bytes
-            yield mb
+    def _count_unique(self, mb: MiniBatch) -> None:
+        """Count ``mb``'s rows not yet used in its window (:attr:`io`: the distinct rows
+        per window, summed over the epoch's windows)."""
+        self.io["unique_rows"] += int(np.count_nonzero(self._seen.add(mb.n_id)))
+        self.io["unique_bytes"] = self.io["unique_rows"] * self.features.row_bytes
 
     def _finish(self) -> None:
         """Count the window just trained on in :attr:`io` (the epoch's record)."""

@@ -80,6 +80,10 @@ class Engine(ABC):
     #: whether the reserve counts one sampled mini-batch's activations (an engine that
     #: trains on whole parts counts its own layers instead)
     batch_activations: bool = True
+    #: the per-node tables' scope (:class:`~shoal.distributed.NodeTables`): ``"global"``
+    #: (every node: an engine whose sampling reaches any node) or ``"local"`` (the rank's own
+    #: and halo nodes: an engine that trains on its parts)
+    tables_scope: str = "global"
 
     def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
         self.store = store
@@ -99,12 +103,14 @@ class Engine(ABC):
         self.device = ctx.device
         #: batches onto the model's device (a pass-through on the CPU)
         self.feed = DeviceFeed(self.device)
-        self.tables = NodeTables(store, self.parts)
+        self.tables = NodeTables(
+            store, self.parts, part_to_rank=self.part_to_rank, scope=self.tables_scope
+        )
         self.budget: BudgetPlan | None = None
         self._ended = False  # end_training was called
         self._lent = 0  # bytes it freed for the final evaluation
         # the same decision on every rank: the global training set, part 0's rows
-        seeds = int(self.tables.train.sum()) if self.task == "node" else int(store.num_edges)
+        seeds = self.tables.num_train if self.task == "node" else int(store.num_edges)
         self.config = resolve_for_data(
             self.config,
             train_nodes=seeds,
@@ -433,7 +439,7 @@ class Engine(ABC):
         return eval_work_ratio(
             num_nodes=self.store.num_nodes,
             num_edges=self.store.num_edges,
-            num_seeds=int(self.tables.train.sum()),
+            num_seeds=self.tables.num_train,
             fanouts=self.train_config.sampling.fanouts,
         )
 

@@ -174,3 +174,60 @@ def _seed_ids(seeds, g2l, nodes):
 def _reset(g2l, nodes, n):
     for i in range(n):
         g2l[nodes[i]] = -1
+
+
+# ------------------------------------------------------------------ the batch's hashed id map
+# An open-addressing table (linear probing, Fibonacci hashing) of the batch's global ids,
+# ``keys`` (-1: empty) and their local ids ``vals``, sized to the batch (a power of two at
+# least twice the ids it holds): ``O(batch)`` memory instead of the dense map's ``O(N)``.
+# Local ids are given in the same order as the dense map's (first appearance).
+
+
+@numba.njit(cache=True, inline="always")
+def _h_slot(keys, u, shift):
+    mask = keys.shape[0] - 1
+    h = np.int64((np.uint64(u) * _GOLDEN) >> shift)
+    while keys[h] != -1 and keys[h] != u:
+        h = (h + 1) & mask
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def _h_seed_ids(seeds, keys, vals, shift, nodes):
+    """Register the seeds as local ids 0..S-1; returns the index of a duplicate or -1."""
+    for i in range(seeds.shape[0]):
+        s = seeds[i]
+        h = _h_slot(keys, s, shift)
+        if keys[h] == s:
+            return i
+        keys[h] = s
+        vals[h] = i
+        nodes[i] = s
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _h_relabel(picked, num_edges, keys, vals, shift, nodes, n_nodes, col):
+    """:func:`_relabel` over the hashed map; returns the new node count."""
+    n = n_nodes
+    for e in range(num_edges):
+        u = picked[e]
+        h = _h_slot(keys, u, shift)
+        if keys[h] == u:
+            col[e] = vals[h]
+        else:
+            keys[h] = u
+            vals[h] = n
+            nodes[n] = u
+            col[e] = n
+            n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _h_insert_all(nodes, n, keys, vals, shift):
+    """Insert ``nodes[:n]`` with local ids ``0..n-1`` into an empty table (a grown one)."""
+    for i in range(n):
+        h = _h_slot(keys, nodes[i], shift)
+        keys[h] = nodes[i]
+        vals[h] = i

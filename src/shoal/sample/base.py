@@ -29,7 +29,19 @@ import torch
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.sample import _kernels as K
 
-__all__ = ["BlockSampler", "HopEdges", "assemble_blocks", "hop_rowptr", "parse_fanouts"]
+__all__ = [
+    "ID_MAPS",
+    "BlockSampler",
+    "DenseIdMap",
+    "HashedIdMap",
+    "HopEdges",
+    "assemble_blocks",
+    "hop_rowptr",
+    "parse_fanouts",
+]
+
+#: the id maps of :class:`BlockSampler`
+ID_MAPS = ("dense", "hashed")
 
 # one hop's sampled edges: (edge_index (2, m) batch-local [src; dst], rowptr (n_dst + 1,),
 # number of source nodes, number of destination nodes)
@@ -58,11 +70,16 @@ def parse_fanouts(value: str | Sequence[int]) -> tuple[int, ...]:
 
 
 def assemble_blocks(
-    hops: Sequence[HopEdges], n_id: np.ndarray, degrees: np.ndarray, num_seeds: int
+    hops: Sequence[HopEdges],
+    n_id: np.ndarray,
+    degrees: np.ndarray,
+    num_seeds: int,
+    of_batch: bool = False,
 ) -> MiniBatch:
     """The :class:`MiniBatch` of sampled ``hops`` (hop 1 first): blocks in layer order (the
-    last hop is the input layer), each with the full in-degrees of its source nodes."""
-    deg = torch.from_numpy(degrees[n_id])
+    last hop is the input layer), each with the full in-degrees of its source nodes
+    (``degrees`` of every node, or of ``n_id``'s nodes with ``of_batch``)."""
+    deg = torch.from_numpy(degrees if of_batch else degrees[n_id])
     blocks = [
         Block(torch.from_numpy(ei), n_src, n_dst, torch.from_numpy(rp), deg[:n_src])
         for ei, rp, n_src, n_dst in reversed(hops)
@@ -77,6 +94,61 @@ def hop_rowptr(counts: np.ndarray, n: int) -> np.ndarray:
     return rowptr
 
 
+class DenseIdMap:
+    """The batch's global -> local ids as an array over the id space (-1: not in the batch),
+    cleared after each batch: ``O(num_nodes)``, one lookup per id."""
+
+    def __init__(self, num_nodes: int) -> None:
+        self.g2l = np.full(num_nodes, -1, dtype=np.int32 if num_nodes < 2**31 else np.int64)
+
+    def seed(self, seeds: np.ndarray, nodes: np.ndarray) -> int:
+        return int(K._seed_ids(seeds, self.g2l, nodes))
+
+    def relabel(self, picked, m: int, nodes, n: int, col) -> int:
+        return int(K._relabel(picked, m, self.g2l, nodes, n, col))
+
+    def reset(self, nodes: np.ndarray, n: int) -> None:
+        K._reset(self.g2l, nodes, n)
+
+
+class HashedIdMap:
+    """The batch's global -> local ids in an open-addressing hash table sized to the batch
+    (a power of two at least twice the ids it may hold, grown and rehashed as a hop adds
+    ids): ``O(batch)`` memory, the same local ids as :class:`DenseIdMap`."""
+
+    def __init__(self) -> None:
+        self._alloc(1 << 12)
+
+    def _alloc(self, size: int) -> None:
+        self.keys = np.full(size, -1, np.int64)
+        self.vals = np.empty(size, np.int64)
+        self.shift = np.uint64(64 - (size.bit_length() - 1))
+
+    def _fit(self, count: int, nodes: np.ndarray, n: int) -> None:
+        """Room for ``count`` ids in all; the ``n`` ids of ``nodes`` so far kept."""
+        if 2 * count <= self.keys.shape[0]:
+            return
+        size = self.keys.shape[0]
+        while size < 2 * count:
+            size *= 2
+        self._alloc(size)
+        K._h_insert_all(nodes, n, self.keys, self.vals, self.shift)
+
+    def seed(self, seeds: np.ndarray, nodes: np.ndarray) -> int:
+        self._fit(len(seeds), nodes, 0)
+        dup = int(K._h_seed_ids(seeds, self.keys, self.vals, self.shift, nodes))
+        if dup >= 0:
+            self.keys[:] = -1
+        return dup
+
+    def relabel(self, picked, m: int, nodes, n: int, col) -> int:
+        self._fit(n + m, nodes, n)
+        return int(K._h_relabel(picked, m, self.keys, self.vals, self.shift, nodes, n, col))
+
+    def reset(self, nodes: np.ndarray, n: int) -> None:
+        self.keys[:] = -1
+
+
 class BlockSampler(ABC):
     """A neighbour sampler producing blocks; a subclass supplies one hop's draws.
 
@@ -84,7 +156,11 @@ class BlockSampler(ABC):
         fanouts: neighbours sampled per hop, hop 1 (the seeds' neighbours, i.e. the *last*
             GNN layer) first, as in PyG's ``num_neighbors``; -1 takes all neighbours. A
             string (``"15,10"``) or a sequence; checked here, once (:func:`parse_fanouts`).
-        num_nodes: size of the global id space (the id map is ``O(num_nodes)``).
+        num_nodes: size of the global id space.
+        id_map: the batch's map from global to local ids: ``"dense"`` (default; an array
+            over the id space, ``O(num_nodes)``: 4 bytes per node) or ``"hashed"`` (a hash
+            table sized to the batch, ``O(batch)``: a distributed sampler's id space is the
+            whole graph's). Both give the same local ids.
 
     A subclass sets :attr:`degrees` (``(num_nodes,)`` float32 full in-degrees, for
     degree-normalised layers) and implements :meth:`_draw_hop`; its ``sample`` prepares its
@@ -94,16 +170,26 @@ class BlockSampler(ABC):
 
     degrees: np.ndarray
 
-    def __init__(self, fanouts: Sequence[int] | str, num_nodes: int) -> None:
+    def __init__(
+        self, fanouts: Sequence[int] | str, num_nodes: int, *, id_map: str = "dense"
+    ) -> None:
         self.fanouts = parse_fanouts(fanouts)
-        # id -> local id of the batch being sampled (-1: not in it); the batch's ids (grown)
-        self._g2l = np.full(num_nodes, -1, dtype=np.int32 if num_nodes < 2**31 else np.int64)
+        self.num_nodes = int(num_nodes)
+        # the batch's ids (grown) and the map id -> local id of the batch being sampled
         self._nodes = np.empty(1024, dtype=np.int64)
         self._col = np.empty(0, dtype=np.int64)
+        if id_map not in ID_MAPS:
+            raise ValueError(f"id_map must be one of {ID_MAPS}, got {id_map!r}")
+        self._ids = DenseIdMap(num_nodes) if id_map == "dense" else HashedIdMap()
 
     @property
     def num_layers(self) -> int:
         return len(self.fanouts)
+
+    def _degrees_of(self, n_id: np.ndarray) -> np.ndarray:
+        """float32 full in-degrees of the batch's nodes ``n_id`` (a subclass whose degrees are
+        not all at hand overrides it; called once per batch, on every rank)."""
+        return np.asarray(self.degrees[n_id], np.float32)
 
     def _grow(self, name: str, n: int) -> np.ndarray:
         """The int64 buffer ``self.<name>``, reallocated (contents dropped) to hold ``n``."""
@@ -138,11 +224,12 @@ class BlockSampler(ABC):
         """The blocks of ``seeds`` (int64, unique ids), one hop per fanout (module docstring):
         hop ``h`` draws with the stream ``_stream_key(seed, h)``; its picked neighbours get
         batch-local ids (:func:`_kernels._relabel`), the id map is cleared after the batch."""
-        if seeds.size and (seeds.min() < 0 or seeds.max() >= self._g2l.shape[0]):
-            bad = int(seeds[(seeds < 0) | (seeds >= self._g2l.shape[0])][0])
-            raise ValueError(f"seed node {bad} is out of range [0, {self._g2l.shape[0]})")
+        if seeds.size and (seeds.min() < 0 or seeds.max() >= self.num_nodes):
+            bad = int(seeds[(seeds < 0) | (seeds >= self.num_nodes)][0])
+            raise ValueError(f"seed node {bad} is out of range [0, {self.num_nodes})")
         self._room(len(seeds))
-        dup = K._seed_ids(seeds, self._g2l, self._nodes)
+        ids = self._ids
+        dup = ids.seed(seeds, self._nodes)
         if dup >= 0:
             raise ValueError(f"seeds must be unique; node {int(seeds[dup])} appears twice")
         n = seeds.shape[0]
@@ -154,7 +241,7 @@ class BlockSampler(ABC):
                 m = int(rowptr[-1])
                 col = self._grow("_col", m)
                 self._room(n + m)
-                n_new = K._relabel(picked, m, self._g2l, self._nodes, n, col)
+                n_new = ids.relabel(picked, m, self._nodes, n, col)
                 ei = np.empty((2, m), dtype=np.int64)
                 ei[0] = col[:m]
                 ei[1] = dst[:m]
@@ -162,5 +249,5 @@ class BlockSampler(ABC):
                 n = n_new
             n_id = self._nodes[:n].copy()
         finally:
-            K._reset(self._g2l, self._nodes, n)
-        return assemble_blocks(hops, n_id, self.degrees, int(seeds.shape[0]))
+            ids.reset(self._nodes, n)
+        return assemble_blocks(hops, n_id, self._degrees_of(n_id), int(seeds.shape[0]), True)

@@ -65,6 +65,7 @@ class AveragingEngine(Engine):
 
     name = "averaging"
     options_class = AveragingConfig
+    tables_scope = "local"  # trains on its parts and their halos
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

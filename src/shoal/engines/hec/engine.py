@@ -73,6 +73,7 @@ class HecEngine(Engine):
 
     name = "hec"
     options_class = HecConfig
+    tables_scope = "local"  # trains on its parts and their halos
     accepts_factory_models = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -69,16 +69,15 @@ class MinibatchEngine(Engine):
     """DistDGL-style synchronous mini-batch training (see the module docstring)."""
 
     name = "minibatch"
+    tables_scope = "local"  # own and halo nodes; the sampler asks owners for other degrees
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg = self.train_config
         store, ctx = self.store, self.ctx
-        train_ids = np.flatnonzero(self.tables.train).astype(np.int64)
-        owner_rank = self.part_to_rank[store.owner(train_ids)] if train_ids.size else train_ids
-        owned = [train_ids[owner_rank == r] for r in range(ctx.world_size)]
-        splits = split_training_nodes(owned)
+        splits = split_training_nodes(self.tables.train_ids_by_rank(self.part_to_rank))
         self.seeds = splits[ctx.rank]
+        self.tables.hold(self.seeds)  # the labels of the seeds given by richer ranks
         max_share = max(len(s) for s in splits)
         self.num_batches = (
             max(1, math.ceil(max_share / cfg.sampling.batch_size)) if max_share else 0
@@ -111,9 +110,9 @@ class MinibatchEngine(Engine):
         (:class:`~shoal.distributed.windows.DistWindows`), which serve the rows pulled."""
         cfg, store, ctx = self.train_config, self.store, self.ctx
         rows = sum(p.num_core for p in self.parts)
-        # the sampler's id map (4 B per node), the windows' marks (3 B per node), the cache's
-        # slot map (4 B per local row)
-        extra = 7 * store.num_nodes + 4 * rows
+        # the cache's slot map and the windows' cached flags (5 B per local row); the
+        # windows' id sets grow with a window's rows, not with the graph
+        extra = 5 * rows
         plan = self.plan_memory(
             feature_bytes=rows * self.row_bytes, num_rows=max(rows, 1), extra_bytes=extra
         )
