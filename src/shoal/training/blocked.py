@@ -18,6 +18,7 @@ mapped into the process), and are read back the same planned way by the next lay
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +47,8 @@ __all__ = [
     "width_of",
     "sum_layers",
 ]
+
+log = logging.getLogger(__name__)
 
 #: bytes of working memory per in-edge of a block: its source (offset in its range) and
 #: target, bucketed, as int32 (the block's in-edges read from a structure on disk add their
@@ -413,6 +416,16 @@ def blocked_layer(
         target_bytes(sl, indices),
         max(budget - reads.held, 1),
         edge_bytes(indices),
+    )
+    log.info(
+        "layer of width %d: %d targets in %d block(s) of at most %d, each a pass over the "
+        "sources it needs (%.0f MiB of working memory, %.0f MiB of it read buffers)",
+        sl.width,
+        len(todo),
+        len(blocks),
+        max((b - a for a, b in blocks), default=0),
+        budget / 2**20,
+        reads.held / 2**20,
     )
     writer = RowWriter(out) if out is not None else None
     try:
