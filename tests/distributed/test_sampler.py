@@ -9,6 +9,8 @@ from shoal.distributed.sampler import DistNeighborSampler
 from shoal.sample.base import BlockSampler
 from shoal.sample.sampler import NeighborSampler
 from shoal.store import Store
+from tests.distributed.helpers import run_world
+from tests.engines.conftest import community_graph
 
 
 def test_parts_on_one_rank_sample_independently(make_graph, make_store):
@@ -75,3 +77,48 @@ def test_one_rank_one_part_equals_the_single_process_sampler(make_store):
                 for t, u in ((x.edge_index, y.edge_index), (x.rowptr, y.rowptr)):
                     assert t.dtype == u.dtype and t.equal(u)
                 assert x.deg_src.dtype == y.deg_src.dtype and x.deg_src.equal(y.deg_src)
+
+
+def _local_vs_global(rank: int, world: int, store: str) -> list:
+    from shoal.distributed import DistNeighborSampler, NodeTables, parts_of_rank
+    from shoal.store import Store
+
+    st = Store.open(store)
+    owner = parts_of_rank(st.num_parts, world)
+    parts = [p for p in st.parts() if owner[p.index] == rank]
+    out = []
+    for scope in ("global", "local"):
+        t = NodeTables(st, parts, part_to_rank=owner, scope=scope)
+        seeds = np.sort(np.concatenate([np.arange(p.start, p.stop)[::3] for p in parts]))
+        s = DistNeighborSampler(
+            parts=parts,
+            part_offsets=st.part_offsets,
+            part_to_rank=owner,
+            rank=rank,
+            world_size=world,
+            fanouts=(3, 2, 2),
+            degrees=t.degrees,
+        )
+        exclude = np.array([[1, 0], [2, 5]], np.int64) if rank == 0 else np.empty((0, 2))
+        got = []
+        for k in range(3):
+            mb = s.sample(seeds, k, exclude=exclude if k == 2 else None)
+            got.append(
+                (
+                    mb.n_id.tolist(),
+                    [(b.edge_index.tolist(), b.deg_src.tolist()) for b in mb.blocks],
+                )
+            )
+        out.append(got)
+    return out
+
+
+def test_local_tables_give_the_global_tables_batches(make_graph, make_store):
+    """With local node tables each pick carries its degree: the batches (ids, edges and the
+    sources' degrees, over three hops) are those sampled
+    with the dense tables, with and without excluded edges."""
+    g = community_graph(make_graph, n=90)
+    store = str(make_store(parts=3, graph=g))
+    for glob, loc in run_world(_local_vs_global, 2, store):
+        assert glob == loc
+        assert len(glob[0][0]) > 20

@@ -94,45 +94,66 @@ class DistNeighborSampler(BlockSampler):
         # halo local index -> global id, per part, loaded once (O(halo))
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
         self.unavailable = 0
+        # local tables: each pick carries its degree (the batch's, by local id, in _bdeg)
+        self._bdeg = np.empty(0, np.float32)
+        self._hop_deg = np.empty(0, np.float32)
+        self._local_degrees()
+
+    def _local_degrees(self) -> None:
+        """Per resident part, the degrees of its core rows (a view of the local tables) and
+        of its halo nodes in halo order (4 B each): a pick's degree is then read at its local
+        index, as the pick is made (local tables only)."""
+        self._part_deg = None
+        if not isinstance(self.degrees, NodeValues):
+            return
+        self._part_deg = {}
+        for i, p in self.parts.items():
+            at = int(self.degrees.index.positions(np.array([p.start]))[0]) if p.num_core else 0
+            core = self.degrees.values[at : at + p.num_core]
+            halo = self.degrees[self._l2g_halo[i]] if p.num_halo else np.zeros(0, np.float32)
+            self._part_deg[i] = (core, np.asarray(halo, np.float32))
+
+    def _own_degrees(self, ids: np.ndarray) -> np.ndarray:
+        """Degrees of nodes this rank's resident parts own (local tables)."""
+        out = np.zeros(len(ids), np.float32)
+        if len(ids):
+            part_of = owner_of(self.part_offsets, ids)
+            for i in np.unique(part_of):
+                if int(i) in self._part_deg:  # a part not resident: no degree (no picks)
+                    sel = part_of == i
+                    out[sel] = self._part_deg[int(i)][0][ids[sel] - self.parts[int(i)].start]
+        return out
+
+    def _empty_picks(self) -> np.ndarray:
+        return np.empty((0, 2) if self._part_deg is not None else 0, dtype=np.int64)
+
+    def _after_relabel(self, col: np.ndarray, m: int, n_new: int) -> None:
+        if self._part_deg is not None:  # every pick's degree came with it
+            self._bdeg = _room(self._bdeg, n_new)
+            self._bdeg[col[:m]] = self._hop_deg[:m]
 
     def _degrees_of(self, n_id: np.ndarray) -> np.ndarray:
-        """The batch's degrees: from the dense table, or (local tables: own and halo nodes)
-        those held here and the others asked of their owners in one exchange (collective:
-        every rank asks, maybe nothing)."""
-        if not isinstance(self.degrees, NodeValues):
+        if self._part_deg is None:
             return super()._degrees_of(n_id)
-        pos, found = self.degrees.index.find(n_id)
-        out = self.degrees.values[pos]
-        if self.world_size == 1:
-            if not found.all():
-                raise KeyError(f"node {int(n_id[~found][0])} has no degree on this rank")
-            return out
-        miss = np.flatnonzero(~found)
-        ids = n_id[miss]
-        owners = self.part_to_rank[owner_of(self.part_offsets, ids)] if len(ids) else ids
-        order = np.argsort(owners, kind="stable")
-        counts = np.bincount(owners, minlength=self.world_size).astype(np.int64)
-        asked, asked_counts = exchange(ids[order], counts, self.stats, self.group)
-        answer = self.degrees[asked.numpy()].astype(np.float32)
-        back, _ = exchange(answer, asked_counts, self.stats, self.group)
-        out[miss[order]] = back.numpy()
-        return out
+        return self._bdeg[: len(n_id)].copy()
 
     def set_parts(self, parts: Sequence[Partition], part_to_rank: np.ndarray) -> None:
         """Replace the resident parts and the part -> rank map (a new epoch's assignment)."""
         self.parts = {p.index: p for p in parts}
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
+        self._local_degrees()
 
     def _sample_owned(
         self, ids: np.ndarray, fanout: int, key: np.uint64, ex: dict[int, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """(counts, picked global ids) for nodes this rank owns, in ``ids`` order; ``ex``:
-        per part, sorted local keys ``row * num_nodes + source`` of edges to skip."""
+        per part, sorted local keys ``row * num_nodes + source`` of edges to skip. With local
+        tables the picks are ``(m, 2)`` rows: global id, full in-degree."""
         n = ids.shape[0]
         counts = np.zeros(n, dtype=np.int64)
         if n == 0:
-            return counts, np.empty(0, dtype=np.int64)
+            return counts, self._empty_picks()
         part_of = owner_of(self.part_offsets, ids)
         pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for i in np.unique(part_of):
@@ -177,16 +198,24 @@ class DistNeighborSampler(BlockSampler):
                 )
             else:
                 K._fill(part.indptr, part.indices, rows, k, rowptr, pkey, picked, dst)
-            # local source index -> global id
+            # local source index -> global id (and its degree, read at the local index)
             h = picked >= part.num_core
+            pdeg = None
+            if self._part_deg is not None:
+                core_deg, halo_deg = self._part_deg[int(i)]
+                pdeg = np.empty(m, np.int64)
+                pdeg[~h] = core_deg[picked[~h]]
+                pdeg[h] = halo_deg[picked[h] - part.num_core]
             picked[~h] += part.start
             picked[h] = self._l2g_halo[int(i)][picked[h] - part.num_core]
+            if pdeg is not None:
+                picked = np.stack([picked, pdeg], axis=1)
             counts[sel] = c
             pieces.append((sel, rowptr, picked))
         # lay the pieces out in ids order
         rowptr_all = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=rowptr_all[1:])
-        out = np.empty(int(rowptr_all[-1]), dtype=np.int64)
+        out = np.empty((int(rowptr_all[-1]),) + self._empty_picks().shape[1:], dtype=np.int64)
         for sel, rowptr, picked in pieces:
             c = np.diff(rowptr)
             where = np.repeat(rowptr_all[sel], c) + (
@@ -270,6 +299,9 @@ class DistNeighborSampler(BlockSampler):
             frontier[local], fanout, key, None if exclude is None else exclude[self.rank]
         )
         counts[local] = lc
+        if self._part_deg is not None:  # the frontier's degrees: own here, others' below
+            self._bdeg = _room(self._bdeg, n)
+            self._bdeg[local] = self._own_degrees(frontier[local])
         if self.world_size > 1:
             remote = np.flatnonzero(owners != self.rank)
             remote = remote[np.argsort(owners[remote], kind="stable")]
@@ -279,19 +311,33 @@ class DistNeighborSampler(BlockSampler):
             sc, sp = self._serve(
                 req.numpy(), req_counts, fanout, key ^ np.uint64(0x5BD1E995), exclude
             )
-            rc, _ = exchange(sc, req_counts, self.stats, self.group)
             per_rank = _segment_sums(sc, req_counts)
+            if self._part_deg is not None:  # each count with the requested node's degree
+                sc = np.stack([sc, self._own_degrees(req.numpy()).astype(np.int64)], axis=1)
+            rc, _ = exchange(sc, req_counts, self.stats, self.group)
             rp, _ = exchange(sp, per_rank, self.stats, self.group)
             rc = rc.numpy()
+            if self._part_deg is not None:
+                self._bdeg[remote] = rc[:, 1]
+                rc = np.ascontiguousarray(rc[:, 0])
             counts[remote] = rc
         else:
             remote = np.empty(0, dtype=np.int64)
             rc = np.empty(0, dtype=np.int64)
-            rp = torch.empty(0, dtype=torch.int64)
+            rp = torch.from_numpy(self._empty_picks())
         rowptr = hop_rowptr(counts, n)
         picked = np.empty(int(rowptr[-1]), dtype=np.int64)
-        _scatter_segments(picked, rowptr, local, lc, lp)
-        _scatter_segments(picked, rowptr, remote, rc, rp.numpy())
+        rp = rp.numpy()
+        if self._part_deg is None:
+            _scatter_segments(picked, rowptr, local, lc, lp)
+            _scatter_segments(picked, rowptr, remote, rc, rp)
+        else:  # the picks' degrees too
+            rp = rp.reshape(-1, 2)
+            deg = np.empty(int(rowptr[-1]), dtype=np.int64)
+            for col, out in ((0, picked), (1, deg)):
+                _scatter_segments(out, rowptr, local, lc, np.ascontiguousarray(lp[:, col]))
+                _scatter_segments(out, rowptr, remote, rc, np.ascontiguousarray(rp[:, col]))
+            self._hop_deg = deg.astype(np.float32)
         dst = np.repeat(np.arange(n, dtype=np.int64), counts)
         return rowptr, picked, dst
 
@@ -308,6 +354,15 @@ def _local_keys(part: Partition, halo: np.ndarray, edges: np.ndarray) -> np.ndar
     lsrc = np.where(core, src - part.start, part.num_core + pos)
     keep = core | hit
     return unique_sorted(row[keep] * np.int64(part.num_nodes) + lsrc[keep])
+
+
+def _room(buf: np.ndarray, n: int) -> np.ndarray:
+    """``buf``, or a larger float32 buffer (contents kept) when it holds fewer than ``n``."""
+    if buf.shape[0] >= n:
+        return buf
+    grown = np.empty(max(n, 2 * buf.shape[0]), np.float32)
+    grown[: buf.shape[0]] = buf
+    return grown
 
 
 def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -186,6 +186,11 @@ class BlockSampler(ABC):
     def num_layers(self) -> int:
         return len(self.fanouts)
 
+    def _after_relabel(self, col: np.ndarray, m: int, n_new: int) -> None:
+        """Called after a hop's ``m`` picks got the local ids ``col[:m]`` (the batch now has
+        ``n_new`` nodes): a subclass notes what its draw learnt of them (default: nothing)."""
+        return None
+
     def _degrees_of(self, n_id: np.ndarray) -> np.ndarray:
         """float32 full in-degrees of the batch's nodes ``n_id`` (a subclass whose degrees are
         not all at hand overrides it; called once per batch, on every rank)."""
@@ -242,6 +247,7 @@ class BlockSampler(ABC):
                 col = self._grow("_col", m)
                 self._room(n + m)
                 n_new = ids.relabel(picked, m, self._nodes, n, col)
+                self._after_relabel(col, m, n_new)
                 ei = np.empty((2, m), dtype=np.int64)
                 ei[0] = col[:m]
                 ei[1] = dst[:m]
