@@ -71,3 +71,38 @@ def test_windows_serve_their_batches_rows_and_read_only_their_segment(
     finally:
         dw.close()
     assert not list(tmp_path.glob("shoal-pack*/*.rows"))  # the packs are removed
+
+
+def test_the_degree_rule_classifies_rows_as_the_cache_does(features):
+    """A cache of the rows of highest in-degree (ties by position, many ties here) is
+    described by its last row's (degree, position): the rule classifies every row as the
+    cache's own slots do; a cache chosen otherwise is not described by a rule."""
+    _, mm = features
+    deg = np.random.default_rng(1).integers(0, 6, N).astype(np.float32)
+    fs = DiskFeatures(mm, cache_bytes=700 * DIM * 4, priority=np.argsort(-deg, kind="stable"))
+    dw = DistWindows(
+        fs,
+        part_offsets=np.array([0, N]),
+        part_to_rank=np.array([0]),
+        rank=0,
+        world_size=1,
+        window_rows=150,
+        degrees=deg,
+    )
+    assert dw._rules is not None and dw._rules[0, 0] == 2
+    ids = np.arange(N)
+    np.testing.assert_array_equal(dw._uncached_by_rule(ids, deg[ids]), dw._uncached(ids))
+    assert 0 < len(dw._uncached(ids)) < N
+    dw.close()
+    other = DiskFeatures(mm, cache_bytes=700 * DIM * 4)  # the first rows, whatever their degree
+    dw = DistWindows(
+        other,
+        part_offsets=np.array([0, N]),
+        part_to_rank=np.array([0]),
+        rank=0,
+        world_size=1,
+        window_rows=150,
+        degrees=deg,
+    )
+    assert dw._rules is None
+    dw.close()

@@ -62,6 +62,8 @@ def _train(
         memory = 13 * st.num_nodes + extra + index + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     eng = get_engine(engine)(st, TrainConfig.from_options(**cfg, memory=memory), ctx)
+    # minibatch: the owners' caches described by in-degree rules (no per-batch exchange)
+    rules = getattr(getattr(eng, "windows", None), "_rules", None) is not None
     records = [eng.train_epoch(e) for e in range(epochs)]
     ended = small  # the final evaluation after training's state is dropped: the same result
     if ended:
@@ -79,6 +81,7 @@ def _train(
         "acc": acc,
         "windows": [r["io"]["windows"] for r in records],
         "csr_on_disk": not eng.budget.structure_in_memory,
+        "rules": rules,
         "direct_samplers": [ld.sampler._reader is not None for ld in getattr(eng, "loaders", [])],
     }
 
@@ -102,6 +105,8 @@ def test_engine_under_a_small_budget_trains_the_same_model(
         assert all(r["bytes_read"] > 0 and 0 < r["cache_hit_rate"] < 1 for r in s["io"]), s["io"]
         assert max(s["windows"]) >= 2  # epochs split into windows read ahead
         assert not b["csr_on_disk"] and s["csr_on_disk"]  # the small budget leaves it on disk
+        if engine == "minibatch":
+            assert s["rules"]
         if engine == "averaging":  # whose samplers read the sampled entries directly
             assert s["direct_samplers"] and all(s["direct_samplers"])
         # one sweep at the start packs the 3 epochs' rows, later epochs read their packs

@@ -88,6 +88,12 @@ class DistWindows:
             read when needed).
         pack_epochs, last_epoch, scratch_dir: epochs packed by one sweep (default 0: off),
             the run's last epoch (a round stops there), where the packs go (module docstring).
+        degrees: the full in-degrees of this rank's rows (stacked; default None). When every
+            rank's static cache is the top of its rows by in-degree (ties by position, as
+            :class:`~shoal.rows.budgeted.BudgetedStore` chooses it), each rank publishes its
+            last cached row's (degree, position) once and a batch's rows are classified by
+            that rule from the batch's own degrees; otherwise (or without ``degrees``) a
+            batch's other rows are asked of their owners, one exchange per batch.
     """
 
     def __init__(
@@ -105,6 +111,7 @@ class DistWindows:
         pack_epochs: int = 0,
         last_epoch: int | None = None,
         scratch_dir: str | None = None,
+        degrees: np.ndarray | None = None,
     ) -> None:
         self.features = features
         self.part_offsets = np.asarray(part_offsets, np.int64)
@@ -124,6 +131,7 @@ class DistWindows:
         # whether every rank's are; other ranks' rows are asked of their owners per batch
         self._own_cached = None if features.slot is None else features.slot >= 0
         self.all_cached = self._every_rank_cached()
+        self._rules = self._cache_rules(degrees)
         self._window = IdSet()  # the uncached rows of the window being grouped
         self._seen = IdSet()  # the rows of the window being grouped (counted: io)
         self._pool = (
@@ -169,6 +177,53 @@ class DistWindows:
             dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return bool(t.item())
 
+    def _cache_rules(self, degrees: np.ndarray | None) -> np.ndarray | None:
+        """``(world, 3)`` int64 per rank: kind (0 none cached, 1 all, 2 threshold), the last
+        cached row's degree and position (collective); None when some rank's cache does not
+        follow the in-degree rule (or a rank gave no degrees)."""
+        rule = np.zeros(3, np.int64)
+        ok = degrees is not None
+        if ok and self._own_cached is None:
+            rule[0] = 1
+        elif ok:
+            deg = np.asarray(degrees, np.int64)
+            k = int(self._own_cached.sum())
+            if k == len(deg):
+                rule[0] = 1
+            elif k:  # the last cached row in (degree descending, position) order
+                t = int(deg[self._own_cached].min())
+                last = int(np.flatnonzero(self._own_cached & (deg == t))[-1])
+                rule[:] = (2, t, last)
+                pos = np.arange(len(deg))
+                want = (deg > t) | ((deg == t) & (pos <= last))
+                ok = bool(np.array_equal(self._own_cached, want))
+        t = torch.from_numpy(rule).reshape(1, 3)
+        flag = torch.tensor([int(ok)])
+        if self.world_size > 1:
+            every = [torch.zeros(1, 3, dtype=torch.int64) for _ in range(self.world_size)]
+            dist.all_gather(every, t)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            t = torch.cat(every)
+        if not int(flag.item()):
+            return None
+        # each part's first row in its owner's stacked rows
+        sizes = np.diff(self.part_offsets)
+        self._stack_of_part = np.zeros(len(sizes), np.int64)
+        for r in range(self.world_size):
+            mine = np.flatnonzero(self.part_to_rank == r)
+            self._stack_of_part[mine] = np.concatenate([[0], np.cumsum(sizes[mine])[:-1]])
+        return t.numpy()
+
+    def _uncached_by_rule(self, ids: np.ndarray, deg: np.ndarray) -> np.ndarray:
+        part = owner_of(self.part_offsets, ids)
+        rule = self._rules[self.part_to_rank[part]]
+        pos = ids - self.part_offsets[part] + self._stack_of_part[part]
+        d = np.asarray(deg, np.int64)
+        cached = (rule[:, 0] == 1) | (
+            (rule[:, 0] == 2) & ((d > rule[:, 1]) | ((d == rule[:, 1]) & (pos <= rule[:, 2])))
+        )
+        return ids[~cached]
+
     def _uncached(self, ids: np.ndarray) -> np.ndarray:
         """The ``ids`` whose rows are not in their owner's static cache (collective: the
         others' rows are asked of their owners, one exchange of ids and one of flags; no
@@ -213,7 +268,12 @@ class DistWindows:
     def _new_rows(self, mb: MiniBatch) -> tuple[np.ndarray, np.ndarray]:
         """``mb``'s rows not cached by their owner and not yet in the window, and how many
         of them each owner holds, summed over ranks (collective)."""
-        new = self._uncached(mb.n_id[~self._window.contains(mb.n_id)])
+        fresh = ~self._window.contains(mb.n_id)
+        if self._rules is not None:  # the batch's degrees are its input block's
+            deg = mb.blocks[0].deg_src.numpy() if mb.blocks else np.zeros(len(mb.n_id))
+            new = self._uncached_by_rule(mb.n_id[fresh], deg[fresh])
+        else:
+            new = self._uncached(mb.n_id[fresh])
         counts = torch.from_numpy(
             np.bincount(self.owner_rank(new), minlength=self.world_size).astype(np.int64)
         )

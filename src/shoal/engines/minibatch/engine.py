@@ -148,6 +148,7 @@ class MinibatchEngine(Engine):
             # uncapped one packed, 7.72x not
             pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, structure_in_memory=True),
             last_epoch=cfg.optim.epochs - 1,
+            degrees=deg,
             scratch_dir=cfg.memory.scratch_dir,
         )
         self.features = DistFeatureStore(
