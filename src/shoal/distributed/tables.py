@@ -76,20 +76,21 @@ class LocalIndex:
         self.extra = np.asarray(extra, np.int64)
         self.size = self.num_owned + len(self.extra)
 
+    def _ranges(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(range of each id, whether it lies in that range)`` for the 1-d int64 ``ids``."""
+        k = np.searchsorted(self.starts, ids, side="right") - 1
+        inr = k >= 0
+        inr[inr] = ids[inr] < self.stops[k[inr]]
+        return k, inr
+
     def owned(self, ids: np.ndarray) -> np.ndarray:
         """Whether each id lies in one of the ranges."""
-        ids = np.asarray(ids, np.int64)
-        k = np.searchsorted(self.starts, ids, side="right") - 1
-        ok = k >= 0
-        ok[ok] = ids[ok] < self.stops[k[ok]]
-        return ok
+        return self._ranges(np.asarray(ids, np.int64))[1]
 
     def find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(positions, found)`` of the 1-d ``ids``: positions where found (others 0)."""
         flat = np.asarray(ids, np.int64)
-        k = np.searchsorted(self.starts, flat, side="right") - 1
-        inr = k >= 0
-        inr[inr] = flat[inr] < self.stops[k[inr]]
+        k, inr = self._ranges(flat)
         pos = np.zeros(len(flat), np.int64)
         pos[inr] = self.offsets[k[inr]] + flat[inr] - self.starts[k[inr]]
         found = inr.copy()

@@ -16,6 +16,8 @@ import numba
 import numpy as np
 from numba import prange
 
+from shoal.utils.idset import probe_slot
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -180,16 +182,8 @@ def _reset(g2l, nodes, n):
 # An open-addressing table (linear probing, Fibonacci hashing) of the batch's global ids,
 # ``keys`` (-1: empty) and their local ids ``vals``, sized to the batch (a power of two at
 # least twice the ids it holds): ``O(batch)`` memory instead of the dense map's ``O(N)``.
-# Local ids are given in the same order as the dense map's (first appearance).
-
-
-@numba.njit(cache=True, inline="always")
-def _h_slot(keys, u, shift):
-    mask = keys.shape[0] - 1
-    h = np.int64((np.uint64(u) * _GOLDEN) >> shift)
-    while keys[h] != -1 and keys[h] != u:
-        h = (h + 1) & mask
-    return h
+# Local ids are given in the same order as the dense map's (first appearance). The probe is
+# :func:`shoal.utils.idset.probe_slot`.
 
 
 @numba.njit(cache=True, nogil=True)
@@ -197,7 +191,7 @@ def _h_seed_ids(seeds, keys, vals, shift, nodes):
     """Register the seeds as local ids 0..S-1; returns the index of a duplicate or -1."""
     for i in range(seeds.shape[0]):
         s = seeds[i]
-        h = _h_slot(keys, s, shift)
+        h = probe_slot(keys, s, shift)
         if keys[h] == s:
             return i
         keys[h] = s
@@ -212,7 +206,7 @@ def _h_relabel(picked, num_edges, keys, vals, shift, nodes, n_nodes, col):
     n = n_nodes
     for e in range(num_edges):
         u = picked[e]
-        h = _h_slot(keys, u, shift)
+        h = probe_slot(keys, u, shift)
         if keys[h] == u:
             col[e] = vals[h]
         else:
@@ -228,6 +222,6 @@ def _h_relabel(picked, num_edges, keys, vals, shift, nodes, n_nodes, col):
 def _h_insert_all(nodes, n, keys, vals, shift):
     """Insert ``nodes[:n]`` with local ids ``0..n-1`` into an empty table (a grown one)."""
     for i in range(n):
-        h = _h_slot(keys, nodes[i], shift)
+        h = probe_slot(keys, nodes[i], shift)
         keys[h] = nodes[i]
         vals[h] = i

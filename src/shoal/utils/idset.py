@@ -13,13 +13,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["IdSet"]
+__all__ = ["IdSet", "probe_slot"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 @numba.njit(cache=True, inline="always")
-def _slot(keys, u, shift):
+def probe_slot(keys, u, shift):
+    """The slot of ``u`` in the open-addressing table ``keys`` (-1: empty; a power-of-two
+    size, ``shift = 64 - log2(size)``): where it is, or the empty slot it would take. Shared
+    by :class:`IdSet` and the sampler's hashed id map (a numba kernel over numpy arrays)."""
     mask = keys.shape[0] - 1
     h = np.int64((np.uint64(u) * _GOLDEN) >> shift)
     while keys[h] != -1 and keys[h] != u:
@@ -33,7 +36,7 @@ def _add(keys, shift, members, n, ids, new):
     occurrence in ``ids`` only). Returns the new member count."""
     for i in range(ids.shape[0]):
         u = ids[i]
-        h = _slot(keys, u, shift)
+        h = probe_slot(keys, u, shift)
         if keys[h] == u:
             new[i] = False
         else:
@@ -47,13 +50,13 @@ def _add(keys, shift, members, n, ids, new):
 @numba.njit(cache=True, nogil=True)
 def _contains(keys, shift, ids, out):
     for i in range(ids.shape[0]):
-        out[i] = keys[_slot(keys, ids[i], shift)] == ids[i]
+        out[i] = keys[probe_slot(keys, ids[i], shift)] == ids[i]
 
 
 @numba.njit(cache=True, nogil=True)
 def _rehash(keys, shift, members, n):
     for i in range(n):
-        keys[_slot(keys, members[i], shift)] = members[i]
+        keys[probe_slot(keys, members[i], shift)] = members[i]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -61,7 +64,7 @@ def _clear(keys, shift, members, n):
     # latest first: a member's probe path holds only members inserted before it, all still
     # in place when it is found (the table is only ever filled in member order)
     for i in range(n - 1, -1, -1):
-        keys[_slot(keys, members[i], shift)] = -1
+        keys[probe_slot(keys, members[i], shift)] = -1
 
 
 class IdSet:
