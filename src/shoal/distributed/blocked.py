@@ -34,6 +34,7 @@ import torch.distributed as dist
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.distributed.runtime import DistContext
+from shoal.distributed.served import ServedLayout, served_layer
 from shoal.distributed.tables import NodeTables
 from shoal.nn.base import SumLayer
 from shoal.rows.direct import RowFile, RowReader
@@ -51,12 +52,17 @@ from shoal.training.blocked import (
 from shoal.utils.arrays import union_sorted
 
 __all__ = [
+    "HALO_MODES",
     "PlannedGather",
     "blocked_dist_counts",
     "blocked_dist_outputs",
     "exchange_halos",
     "needed_nodes_dist",
 ]
+
+
+#: how a block's halo sources reach it (:func:`blocked_dist_outputs`)
+HALO_MODES = ("served", "stored")
 
 
 class PlannedGather:
@@ -239,9 +245,10 @@ def blocked_dist_counts(
     normalize: bool = False,
     stats: CommStats | None = None,
     threads: int = 8,
+    halo: str = "served",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """This rank's ``(correct, total)`` per split of the model ``layers`` (module docstring);
-    collective. ``scratch.array(rows, cols)`` makes the layers' arrays."""
+    """This rank's ``(correct, total)`` per split of the model ``layers`` (module docstring;
+    ``halo``: :func:`blocked_dist_outputs`); collective. ``scratch.array(rows, cols)`` makes the layers' arrays."""
     correct = np.zeros(len(splits), np.float64)
     total = np.zeros(len(splits), np.float64)
     targets, counters = {}, {}
@@ -264,6 +271,7 @@ def blocked_dist_counts(
         normalize=normalize,
         stats=stats,
         threads=threads,
+        halo=halo,
     )
     return correct, total
 
@@ -285,11 +293,19 @@ def blocked_dist_outputs(
     stats: CommStats | None = None,
     threads: int = 8,
     inputs: dict[int, np.ndarray] | None = None,
+    halo: str = "served",
 ) -> None:
     """Run the model ``layers`` for the sorted core positions ``targets[part]`` of this rank's
     parts; the last layer's rows are handed to ``on_output[part](pos, h, todo)`` (``h`` the
     outputs of the core positions ``todo[pos]``). Collective. ``inputs``: layer-0 rows per
-    part (default the store's features; halo rows are then pulled from the owners)."""
+    part (default the store's features; halo rows are then pulled from the owners).
+    ``halo`` (default ``"served"``): how a block's halo sources reach it: ``"served"``, as
+    messages from their owners' sweeps (:mod:`shoal.distributed.served`: each rank reads its
+    own rows only); ``"stored"``, from halo rows on this rank's disk (the store's halo
+    features for layer 0, pulled into a scratch file for later layers), swept per block."""
+    if halo not in HALO_MODES:
+        raise ValueError(f"halo must be one of {', '.join(HALO_MODES)}, got {halo!r}")
+    mode = halo
     stats = stats if stats is not None else CommStats()
     graphs = {}
     for p in parts:
@@ -307,8 +323,44 @@ def blocked_dist_outputs(
         halos, dim = None, int(next(iter(inputs.values())).shape[1]) if inputs else 0
         dim = _max_over_ranks(ctx, dim)
     norm, pre = normalize, layers[0].pre if layers else None
+    if mode == "served":
+        layout = ServedLayout(store.part_offsets, part_to_rank, ctx.world_size)
+        served = {p.index: layout.served_of(p.halo_ids) for p in parts}
     for li, sl in enumerate(layers):
         last = li == len(layers) - 1
+        if mode == "served":
+            nxt = None if last else layers[li + 1].pre
+            width = output_width(sl, width_of(pre, dim), nxt)
+            outs = {} if last else {p.index: scratch.array(p.num_core, width) for p in parts}
+            emits = None
+            if last:
+                emits = {
+                    p.index: (
+                        lambda pos, h, c=on_output[p.index], t=core[li][p.index]: c(pos, h, t)
+                    )
+                    for p in parts
+                }
+            served_layer(
+                sl,
+                inputs,
+                parts,
+                graphs,
+                {p.index: core[li][p.index] for p in parts},
+                layout,
+                served,
+                ctx,
+                dim=dim,
+                outs=None if last else outs,
+                on_output=emits,
+                pre=pre,
+                nxt=nxt,
+                budget=budget,
+                normalize=norm,
+                threads=threads,
+                stats=stats,
+            )
+            inputs, dim, norm, pre = outs, width, False, None
+            continue
         if halos is None:  # the same decision on every rank: the exchange is collective
             halos = exchange_halos(
                 store,

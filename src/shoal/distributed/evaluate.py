@@ -113,6 +113,7 @@ def dist_evaluate(
     scratch_dir: str | os.PathLike | None = None,
     memory_budget: int | None = None,
     threads: int = 8,
+    halo: str = "served",
 ) -> dict[str, float]:
     """Exact accuracy on ``splits`` by distributed layer-wise inference. Collective.
 
@@ -122,7 +123,8 @@ def dist_evaluate(
     are sums (:func:`~shoal.training.blocked.sum_layers`: SAGE, GCN, GIN, SGC) is evaluated
     layer by layer with halo exchanges and source ranges read in file order
     (:mod:`shoal.distributed.blocked`) within ``memory_budget`` bytes (default 1 GiB); other
-    models (GAT) by batches of ``batch_size`` targets.
+    models (GAT) by batches of ``batch_size`` targets. ``halo`` (default ``"served"``): how
+    the blocked layers get other ranks' rows (:func:`~shoal.distributed.blocked.blocked_dist_outputs`).
     """
     model.eval()
     for p in parts:
@@ -159,6 +161,7 @@ def dist_evaluate(
                 normalize=normalize_features,
                 stats=stats,
                 threads=threads,
+                halo=halo,
             )
         return _reduce(ctx, splits, correct, total)
     segments = [_segment(p, tables, splits) for p in parts]

@@ -1,0 +1,91 @@
+"""Numba kernels of the owner-served blocked layers (:mod:`shoal.distributed.served`):
+bucketing a block's in-edges by (sweep step, owner rank) and numbering each bucket's
+distinct sources."""
+
+from __future__ import annotations
+
+import numba
+
+
+@numba.njit(cache=True, nogil=True)
+def _served_index(u, num_core, me_base, halo_served):
+    if u < num_core:
+        return me_base + u
+    return halo_served[u - num_core]
+
+
+@numba.njit(cache=True, nogil=True)
+def _owner(t, rank_offset):
+    o = 0
+    while rank_offset[o + 1] <= t:
+        o += 1
+    return o
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_served(indptr, at, indices, num_core, me_base, halo_served, rank_offset, R, ptr):
+    """``ptr[b + 1]`` = in-edges of the targets ``at`` (rows of ``indptr``) whose source lies
+    in bucket ``b = step * W + owner`` (the source's served index ``t``: its owner's rows
+    ``[rank_offset[o], rank_offset[o + 1])``, its step ``(t - rank_offset[o]) // R``), then
+    prefix sums; returns the total."""
+    W = rank_offset.shape[0] - 1
+    for i in range(at.shape[0]):
+        v = at[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            t = _served_index(indices[e], num_core, me_base, halo_served)
+            o = _owner(t, rank_offset)
+            ptr[((t - rank_offset[o]) // R) * W + o + 1] += 1
+    for b in range(1, ptr.shape[0]):
+        ptr[b] += ptr[b - 1]
+    return ptr[-1]
+
+
+@numba.njit(cache=True, nogil=True)
+def _bucket_served(
+    indptr, at, indices, num_core, me_base, halo_served, rank_offset, R, ptr, off, dst
+):
+    """Fill the buckets of :func:`_count_served`: ``off`` the source's offset in its step's
+    range of its owner's rows, ``dst`` the target's position in ``at`` (targets stay in
+    order within a bucket)."""
+    W = rank_offset.shape[0] - 1
+    fill = ptr[:-1].copy()
+    for i in range(at.shape[0]):
+        v = at[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            t = _served_index(indices[e], num_core, me_base, halo_served)
+            o = _owner(t, rank_offset)
+            r = t - rank_offset[o]
+            s = r // R
+            b = s * W + o
+            k = fill[b]
+            off[k] = r - s * R
+            dst[k] = i
+            fill[b] = k + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _number_buckets(ptr, off, mark, req_ptr, req):
+    """For every bucket ``b`` (edges ``ptr[b]:ptr[b + 1]``): its distinct offsets, in
+    increasing order, appended to ``req`` (``req_ptr[b]:req_ptr[b + 1]``), and each edge's
+    ``off`` replaced by its offset's position among them. ``mark`` (one entry per offset of a
+    range) must be all -1 and is left so. Returns the number of requests."""
+    k = 0
+    for b in range(ptr.shape[0] - 1):
+        req_ptr[b] = k
+        lo, hi = ptr[b], ptr[b + 1]
+        if hi == lo:
+            continue
+        for e in range(lo, hi):
+            mark[off[e]] = 0
+        first = k
+        for u in range(mark.shape[0]):
+            if mark[u] == 0:
+                mark[u] = k - first
+                req[k] = u
+                k += 1
+        for e in range(lo, hi):
+            off[e] = mark[off[e]]
+        for i in range(first, k):
+            mark[req[i]] = -1
+    req_ptr[ptr.shape[0] - 1] = k
+    return k

@@ -1,0 +1,404 @@
+"""Distributed blocked layers whose halo rows are served by their owners' sweeps.
+
+In :mod:`shoal.distributed.blocked` a rank computes a block of its targets by sweeping the
+rows of its part *and of its halo* (a copy of other ranks' rows, stored with the part or
+pulled into a scratch file). When the rows do not fit in memory every block costs a sweep of
+both, and on a graph without locality the halo is about as large as the part (10M-node
+graph, 2 ranks: 4.5M halo rows beside 5.5M own rows): half of every block's reads are rows
+another rank is reading at the same moment for its own block.
+
+Here the ranks sweep together instead. A layer runs in *rounds*: in each, every rank takes
+one block of its targets (an empty one when it has none left) and tells each owner which of
+its rows the block needs (one exchange of ids). Every rank then sweeps **its own rows only**
+in steps of ``R`` rows (the same ``R`` everywhere): at step ``s`` it reads, with one planned
+pass, the rows of its range ``s`` that any rank asked for, turns them into messages
+(``pre``, then :attr:`SumLayer.message <shoal.nn.SumLayer>` with the owner's degrees),
+keeps its own and sends every other rank the messages it asked for (one all-to-all per
+step); each rank adds the messages it receives into its block's accumulators. Then the block
+is finished as in :func:`~shoal.training.blocked.blocked_layer`. Each rank's disk thus reads
+its own rows once per round, and only the messages a peer's block needs cross the network
+(a quarter of the halo per block on that graph, and ``width`` columns instead of the row's
+``dim``). It is the exchange of DistGNN's full-graph layer (Md et al., SC 2021, Sec. 3),
+where owners compute for their own nodes and send to replicas, applied per block of targets
+under a memory budget (MariusGNN's partition buffer, Waleffe et al., EuroSys 2023, Sec. 4).
+
+Ranks, not parts, own rows here: a rank's parts are its rows in part order (a *served
+index* numbers every rank's rows, rank after rank), so a part's sources in the rank's
+other parts are served by the rank itself in the same sweep. Same outputs as the stored-halo
+path for the same weights, within float tolerance (messages are summed in another order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shoal.distributed import _served_kernels as SK
+from shoal.distributed.comm import CommStats
+from shoal.distributed.feature_store import owner_of
+from shoal.distributed.runtime import DistContext
+from shoal.nn.base import SumLayer
+from shoal.store.reader import Partition
+from shoal.training import _kernels as BK
+from shoal.training.blocked import (
+    CHUNK_BYTES,
+    SLICE_BYTES,
+    LayerRows,
+    RowWriter,
+    _blocks,
+    _in_edges,
+    _read_ahead,
+    id_dtype,
+)
+from shoal.utils.mapped import file_of
+
+__all__ = ["ServedLayout", "served_layer"]
+
+
+class ServedLayout:
+    """Where every node's row is served from: ranks in order, each rank's parts in part
+    order (``part_base[q]``: part ``q``'s first row among its rank's rows; ``rank_offset[r]``:
+    rank ``r``'s first served index)."""
+
+    def __init__(self, part_offsets: np.ndarray, part_to_rank: np.ndarray, world: int) -> None:
+        self.part_offsets = np.asarray(part_offsets, np.int64)
+        self.part_to_rank = np.asarray(part_to_rank, np.int64)
+        sizes = np.diff(self.part_offsets)
+        self.part_base = np.zeros(len(sizes), np.int64)
+        rows = np.zeros(world, np.int64)
+        for q, r in enumerate(self.part_to_rank):
+            self.part_base[q] = rows[r]
+            rows[r] += sizes[q]
+        self.rank_rows = rows
+        self.rank_offset = np.zeros(world + 1, np.int64)
+        np.cumsum(rows, out=self.rank_offset[1:])
+
+    def served_of(self, ids: np.ndarray, step: int = 1 << 20) -> np.ndarray:
+        """Served index of global ``ids`` (in chunks of ``step``: no int64 temporaries over
+        all of them), as :func:`~shoal.training.blocked.id_dtype` values."""
+        out = np.empty(len(ids), id_dtype(int(self.rank_offset[-1])))
+        for a in range(0, len(ids), step):
+            g = np.asarray(ids[a : a + step], np.int64)
+            q = owner_of(self.part_offsets, g)
+            out[a : a + step] = (
+                self.rank_offset[self.part_to_rank[q]] + self.part_base[q] + g
+            ) - self.part_offsets[q]
+        return out
+
+    def me_base(self, part: Partition, rank: int) -> int:
+        """Served index of ``part``'s first core row."""
+        return int(self.rank_offset[rank] + self.part_base[part.index])
+
+
+#: per in-edge of a block: its source's offset and target position (int32 each), its share
+#: of the block's distinct sources asked of the owners and of the peers' requests (int32)
+SERVED_EDGE_BYTES = 16
+
+
+class _Sweep:
+    """The buffers of one layer's sweep: ``R`` rows per step read into two reused buffers
+    (one filled while the other's messages are sent and added), finishing slices likewise."""
+
+    def __init__(self, budget: int, dim: int, width: int, world: int, R: int) -> None:
+        self.R = R
+        self.range_bufs = [np.empty((R, dim), np.float32) for _ in range(2)]
+        piece = min(SLICE_BYTES, max(budget // 64, 1 << 16))
+        self.slice_rows = max(1, piece // (4 * max(dim, width, 1)))
+        self.slice_bufs = [np.empty((self.slice_rows, dim), np.float32) for _ in range(2)]
+        self.mark = np.full(R, -1, np.int64)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="shoal-served-read")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def _row_bytes(dim: int, width: int, world: int) -> int:
+    """Bytes per row of a sweep step: two read buffers of ``dim`` columns, and of ``width``
+    columns its messages, the messages kept, sent and received (one per peer, at most 4)."""
+    return 4 * (2 * max(dim, 1) + (3 + min(max(world - 1, 1), 4)) * max(width, 1))
+
+
+def sweep_rows(budget: int, dim: int, width: int, world: int) -> int:
+    """Rows per step of a sweep (before the ranks agree on the smallest): an eighth of
+    ``budget`` (:func:`_row_bytes` per row), a range of at most :data:`CHUNK_BYTES`."""
+    per_row = _row_bytes(dim, width, world)
+    return max(1, min(CHUNK_BYTES // (4 * max(dim, 1)), budget // (8 * per_row)))
+
+
+def held_bytes(R: int, dim: int, width: int, world: int, budget: int) -> int:
+    """The sweep's buffers (:func:`sweep_rows`), its marks, and its finishing slices (an
+    eighth of ``budget`` at most)."""
+    piece = min(SLICE_BYTES, max(budget // 64, 1 << 16))
+    return R * (_row_bytes(dim, width, world) + 8) + 8 * piece
+
+
+def _all_to_all(send: torch.Tensor, send_counts, recv_counts, cols: int, dtype) -> torch.Tensor:
+    recv = torch.empty((int(sum(recv_counts)), *([cols] if cols else [])), dtype=dtype)
+    dist.all_to_all_single(
+        recv,
+        send.contiguous(),
+        output_split_sizes=[int(c) for c in recv_counts],
+        input_split_sizes=[int(c) for c in send_counts],
+    )
+    return recv
+
+
+def _tally(stats: CommStats | None, sent: int, received: int, row_bytes: int) -> None:
+    if stats is not None:
+        stats.rounds += 1
+        stats.bytes_sent += sent * row_bytes
+        stats.bytes_received += received * row_bytes
+
+
+@torch.no_grad()
+def served_layer(
+    sl: SumLayer,
+    inputs: dict[int, np.ndarray],
+    parts: list[Partition],
+    graphs: dict[int, tuple],
+    todo: dict[int, np.ndarray],
+    layout: ServedLayout,
+    halo_served: dict[int, np.ndarray],
+    ctx: DistContext,
+    *,
+    dim: int,
+    outs: dict[int, np.ndarray] | None = None,
+    on_output: dict[int, Callable[[np.ndarray, np.ndarray], None]] | None = None,
+    pre=None,
+    nxt=None,
+    budget: int,
+    normalize: bool = False,
+    threads: int = 8,
+    stats: CommStats | None = None,
+) -> None:
+    """One layer for the sorted core positions ``todo[part]`` of this rank's ``parts``
+    (module docstring); collective. ``inputs[part]``: the layer's input rows of the part's
+    core (``dim`` columns); ``graphs[part] = (indptr, indices, deg)`` over the part's local
+    ids (core, then halo), ``deg`` float32 full in-degrees; ``halo_served[part]``: the
+    served index of each halo node (:meth:`ServedLayout.served_of`). Outputs go to rows
+    ``todo`` of ``outs[part]`` (``nxt`` applied first) or to ``on_output[part](positions in
+    todo, rows)``."""
+    W = ctx.world_size
+    width_in = dim if pre is None else int(pre(torch.zeros(1, dim)).shape[1])
+    R = sweep_rows(budget, dim, sl.width, W)
+    if W > 1:
+        t = torch.tensor([R], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        R = int(t.item())
+    steps = int(max(-(-int(n) // R) for n in layout.rank_rows)) if len(layout.rank_rows) else 0
+    held = held_bytes(R, dim, max(sl.width, width_in), W, budget)
+    free = max(budget - held, 1)
+    # this rank's blocks: (part, block of core positions), the same number of rounds for all
+    blocks = []
+    for p in parts:
+        indices = graphs[p.index][1]
+        per_target = 4 * sl.width + (8 if file_of(indices) is not None else 0)
+        per_edge = SERVED_EDGE_BYTES + (indices.dtype.itemsize if file_of(indices) else 0)
+        ids = np.asarray(todo[p.index])
+        for a, b in _blocks(graphs[p.index][0], ids, per_target, free, per_edge):
+            blocks.append((p, a, ids[a:b]))
+    rounds = len(blocks)
+    if W > 1:
+        t = torch.tensor([rounds], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        rounds = int(t.item())
+    sources = None
+    if parts:
+        rows = [inputs[p.index] for p in parts]
+        sources = LayerRows(rows, normalize=normalize, threads=threads)
+    core_deg = _core_degrees(parts, graphs)
+    sweep = _Sweep(budget, dim, max(sl.width, width_in), W, R)
+    writers = {p.index: RowWriter(outs[p.index]) for p in parts} if outs is not None else {}
+    try:
+        for k in range(rounds):
+            p, a, block = blocks[k] if k < len(blocks) else (None, 0, np.empty(0, np.int64))
+            acc = _gather(
+                sl,
+                p,
+                np.asarray(block, np.int64),
+                graphs,
+                layout,
+                halo_served,
+                ctx,
+                sources,
+                core_deg,
+                sweep,
+                steps,
+                pre,
+                stats,
+            )
+            if p is None or not len(block):
+                continue
+            emit = None if on_output is None else on_output[p.index]
+            _finish(
+                sl,
+                p,
+                a,
+                np.asarray(block, np.int64),
+                acc,
+                graphs,
+                layout,
+                sources,
+                sweep,
+                pre,
+                nxt,
+                writers.get(p.index),
+                emit,
+            )
+    finally:
+        sweep.close()
+        if sources is not None:
+            sources.close()
+        for w in writers.values():
+            w.close()
+
+
+def _core_degrees(parts: list[Partition], graphs: dict[int, tuple]) -> torch.Tensor:
+    """This rank's rows' degrees, in served order (a view for one part)."""
+    if len(parts) == 1:
+        return graphs[parts[0].index][2][: parts[0].num_core]
+    if not parts:
+        return torch.zeros(0)
+    return torch.cat([graphs[p.index][2][: p.num_core] for p in parts])
+
+
+def _requests(sl, p, block, graphs, layout, halo_served, me, R, nb, mark):
+    """A block's in-edges bucketed by (step, owner) and numbered within each bucket's
+    distinct sources: ``(ptr, off, dst, req_ptr, req)``."""
+    ptr = np.zeros(nb + 1, np.int64)
+    if p is None or not len(block):
+        empty = np.empty(0, np.int32)
+        return ptr, empty, empty, np.zeros(nb + 1, np.int64), empty
+    indptr, indices, _ = graphs[p.index]
+    edges, at = (indptr, indices), block
+    compact = _in_edges(indptr, indices, block)
+    if compact is not None:  # the block's in-edges read from the file into memory
+        edges, at = compact, np.arange(len(block), dtype=np.int64)
+    hs = halo_served[p.index]
+    base = layout.me_base(p, me)
+    args = (edges[0], at, edges[1], p.num_core, base, hs, layout.rank_offset, R, ptr)
+    m = SK._count_served(*args)
+    off, dst = np.empty(m, np.int32), np.empty(m, np.int32)
+    SK._bucket_served(*args, off, dst)
+    del compact, edges
+    req_ptr = np.zeros(nb + 1, np.int64)
+    req = np.empty(m, np.int32)
+    n = SK._number_buckets(ptr, off, mark, req_ptr, req)
+    return ptr, off, dst, req_ptr, req[:n]
+
+
+def _by_owner(req: np.ndarray, req_ptr: np.ndarray, steps: int, W: int) -> np.ndarray:
+    """The requests reordered from (step, owner) buckets to (owner, step)."""
+    lens = np.diff(req_ptr)
+    perm = np.arange(steps * W).reshape(steps, W).T.ravel()
+    starts, lens = req_ptr[:-1][perm], lens[perm]
+    at = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+    return req[at + np.arange(len(at))]
+
+
+def _gather(
+    sl, p, block, graphs, layout, halo_served, ctx, sources, core_deg, sweep, steps, pre, stats
+):
+    """One round's sweep (module docstring): returns the block's accumulators."""
+    W, me, R = ctx.world_size, ctx.rank, sweep.R
+    nb = steps * W
+    ptr, off, dst, req_ptr, req = _requests(
+        sl, p, block, graphs, layout, halo_served, me, R, nb, sweep.mark
+    )
+    counts = np.diff(req_ptr).reshape(steps, W)  # my requests per (step, owner)
+    asked = np.zeros((W, steps), np.int64)  # each requester's per step of my rows
+    peer = [np.empty(0, np.int32)] * W
+    if W > 1:
+        send_c = torch.from_numpy(np.ascontiguousarray(counts.T))
+        recv_c = torch.empty_like(send_c)
+        dist.all_to_all_single(recv_c, send_c)
+        asked = recv_c.numpy().copy()
+        asked[me] = 0
+        ids = _by_owner(req, req_ptr, steps, W)
+        per_owner = counts.sum(0)
+        keep = np.repeat(np.arange(W) != me, per_owner)
+        send_n = np.where(np.arange(W) == me, 0, per_owner)
+        got = _all_to_all(torch.from_numpy(ids[keep]), send_n, asked.sum(1), 0, torch.int32)
+        _tally(stats, int(send_n.sum()), int(asked.sum()), 4)
+        cut = np.concatenate([[0], np.cumsum(asked.sum(1))])
+        peer = [got.numpy()[cut[r] : cut[r + 1]] for r in range(W)]
+    peer_ptr = [np.concatenate([[0], np.cumsum(asked[r])]) for r in range(W)]
+    acc = np.zeros((len(block), sl.width), np.float32)
+
+    def items():
+        for s in range(steps):
+            b = s * W + me
+            lists = [
+                req[req_ptr[b] : req_ptr[b + 1]]
+                if r == me
+                else peer[r][peer_ptr[r][s] : peer_ptr[r][s + 1]]
+                for r in range(W)
+            ]
+            union = np.unique(np.concatenate(lists)) if any(len(x) for x in lists) else None
+            ids = np.empty(0, np.int64) if union is None else union.astype(np.int64) + s * R
+            yield ids, s, union, lists
+
+    for (ids, s, union, lists), h in _read_ahead(
+        sweep.pool, _Rows(sources), pre, items(), sweep.range_bufs
+    ):
+        msg = None
+        if len(ids):
+            d = core_deg[torch.from_numpy(ids)].unsqueeze(1)
+            msg = sl.message(h, d).contiguous()
+        sel = [np.searchsorted(union, x) if len(x) else None for x in lists]
+        if W > 1:
+            send_n = [0 if r == me else len(lists[r]) for r in range(W)]
+            parts_ = [msg[torch.from_numpy(sel[r])] for r in range(W) if r != me and send_n[r]]
+            send = torch.cat(parts_) if parts_ else torch.empty((0, sl.width))
+            recv_n = [0 if o == me else int(counts[s, o]) for o in range(W)]
+            got = _all_to_all(send, send_n, recv_n, sl.width, torch.float32)
+            _tally(stats, int(sum(send_n)), int(sum(recv_n)), 4 * sl.width)
+            at = 0
+            for o in range(W):
+                n = recv_n[o]
+                if n:
+                    b = s * W + o
+                    BK._scatter_add(
+                        acc,
+                        got[at : at + n].numpy(),
+                        dst[ptr[b] : ptr[b + 1]],
+                        off[ptr[b] : ptr[b + 1]],
+                    )
+                    at += n
+        b = s * W + me
+        if sel[me] is not None:
+            own = msg[torch.from_numpy(sel[me])].numpy()
+            BK._scatter_add(acc, own, dst[ptr[b] : ptr[b + 1]], off[ptr[b] : ptr[b + 1]])
+    return acc
+
+
+class _Rows:
+    """A :class:`LayerRows` that may be absent (a rank without parts is never asked)."""
+
+    def __init__(self, rows) -> None:
+        self.rows = rows
+
+    def read(self, ids, out):
+        if self.rows is None or not len(ids):
+            return out[:0]
+        return self.rows.read(ids, out)
+
+
+def _finish(sl, p, a, block, acc, graphs, layout, sources, sweep, pre, nxt, writer, emit):
+    """Finish a block's targets slice by slice (their own rows read ahead)."""
+    deg_t = graphs[p.index][2]
+    base = int(layout.part_base[p.index])
+    k = sweep.slice_rows
+    slices = ((block[i : i + k] + base, i) for i in range(0, len(block), k))
+    for (_, i), h_dst in _read_ahead(sweep.pool, sources, pre, slices, sweep.slice_bufs):
+        ids = block[i : i + k]
+        d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
+        h = sl.finish(torch.from_numpy(acc[i : i + k]), h_dst, d)
+        if writer is not None:
+            writer.write(ids, (nxt(h) if nxt else h).numpy())
+        else:
+            emit(np.arange(a + i, a + i + len(h)), h.numpy())

@@ -1,0 +1,110 @@
+"""Owner-served blocked layers (shoal.distributed.served) against the stored-halo path, whose
+outputs tests/distributed/test_blocked.py checks against single-process evaluation: the same
+last-layer rows for every target, on real processes, with budgets small enough for many
+rounds and sweep steps, ranks holding several parts, and a rank holding none."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.distributed.helpers import run_world
+
+
+def _graph(make_graph, n: int = 300, seed: int = 5):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, 6 * n), rng.integers(0, n, 6 * n)
+    keep = (src != 11) & (dst != 11)  # node 11 is isolated
+    src, dst = src[keep], dst[keep]
+    src[:4], dst[:4] = [2, 2, 8, 8], [2, 2, 8, 8]  # self-loops and duplicates
+    y = rng.integers(0, 3, n)
+    x = rng.random((n, 4)).astype(np.float32)
+    idx = rng.permutation(n)
+    return make_graph(
+        np.stack([src, dst], 1),
+        n,
+        x=x,
+        y=y,
+        train=np.sort(idx[:30]),
+        val=np.sort(idx[30:60]),
+        test=np.sort(idx[60:]),
+    )
+
+
+def _outputs(rank: int, world: int, store: str, part_to_rank, budget: int, hidden: int):
+    from shoal.distributed import DistContext
+    from shoal.distributed.blocked import blocked_dist_outputs
+    from shoal.distributed.comm import CommStats
+    from shoal.distributed.tables import NodeTables
+    from shoal.nn.sage import GraphSAGE
+    from shoal.store import Store
+    from shoal.training.blocked import sum_layers
+    from shoal.training.inference import Scratch
+
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    st = Store.open(store)
+    p2r = np.asarray(part_to_rank, np.int64)
+    parts = [st.part(int(i)) for i in np.flatnonzero(p2r == rank)]
+    tables = NodeTables(st, parts, part_to_rank=p2r, scope="local")
+    torch.manual_seed(3)
+    model = GraphSAGE(in_dim=4, hidden=hidden, out_dim=3, num_layers=2).eval()
+    layers = sum_layers(model)
+    got, rounds = {}, {}
+    for halo in ("served", "stored"):
+        rows: dict[int, np.ndarray] = {}
+
+        def keep(start, rows=rows):
+            def f(pos, h, todo):
+                for i, v in zip(pos, h, strict=True):
+                    rows[start + int(todo[i])] = v.copy()
+
+            return f
+
+        stats = CommStats()
+        with Scratch(None, beside=st.path) as scratch:
+            blocked_dist_outputs(
+                layers,
+                st,
+                parts,
+                p2r,
+                ctx,
+                tables,
+                {p.index: np.arange(p.num_core, dtype=np.int64) for p in parts},
+                {p.index: keep(p.start) for p in parts},
+                scratch=scratch,
+                budget=budget,
+                normalize=True,
+                stats=stats,
+                halo=halo,
+            )
+        got[halo], rounds[halo] = rows, stats.rounds
+    return got, rounds
+
+
+@pytest.mark.parametrize(
+    ("world", "part_to_rank", "halo_features", "hidden"),
+    [
+        (2, [0, 1], True, 8),  # layer 1 narrower: its input is the projection (pre)
+        (2, [0, 1, 0], False, 2),  # rank 0 holds two parts; layer 0 shrinks the rows
+        (2, [0, 0], True, 8),  # rank 1 holds nothing: it serves nothing, asks nothing
+        (3, [2, 0, 1, 0], False, 8),  # several peers per step
+    ],
+)
+def test_served_equals_stored(make_graph, make_store, world, part_to_rank, halo_features, hidden):
+    g = _graph(make_graph)
+    nparts = len(part_to_rank)
+    node_part = np.random.default_rng(1).integers(0, nparts, g.num_nodes)
+    store = str(make_store(node_part, graph=g, halo_features=halo_features))
+    res = run_world(_outputs, world, store, part_to_rank, 6000, hidden, timeout=240)
+    served, stored = {}, {}
+    for got, rounds in res:
+        served.update(got["served"])
+        stored.update(got["stored"])
+        assert rounds["served"] > 0 or world == 1
+    assert sorted(served) == list(range(g.num_nodes))  # every node, once
+    assert sorted(stored) == sorted(served)
+    a = np.stack([served[v] for v in sorted(served)])
+    b = np.stack([stored[v] for v in sorted(stored)])
+    assert np.abs(b).max() > 0.1  # the outputs are not all zero
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
