@@ -110,13 +110,17 @@ def train(
     order: str = "degree",
     pack: int | None = None,
     cap_spec: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> dict:
     per_rank = "uncapped" if cap is None else f"{cap / GiB:.2f} GiB per rank"
     if cap is not None and cap_spec and cap_spec.startswith("fraction:"):
         per_rank += f" ({cap_spec})"
     tag = f"{engine} {order} order {per_rank}"
     tag += "" if pack is None else f", --pack-epochs {pack}"
-    out = work / f"engine-{engine}-{order}-{'capped' if cap else 'uncapped'}.json"
+    tag += "".join(f", {x}" for x in [" ".join(extra)] if x)
+    kind = "capped" if cap else "uncapped"
+    kind += "".join(f"-{x.lstrip('-')}" for x in extra)
+    out = work / f"engine-{engine}-{order}-{kind}.json"
     out.unlink(missing_ok=True)
     cmd = [
         *SHOAL,
@@ -143,6 +147,7 @@ def train(
         str(out),
     ]
     cmd += [] if pack is None else ["--pack-epochs", str(pack)]
+    cmd += list(extra)
     port = str(_port())
     env = {
         "WORLD_SIZE": "2",
@@ -154,7 +159,7 @@ def train(
     cmds = [(cmd, {**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
     print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
     t0 = time.perf_counter()
-    err = work / f"engine-{engine}-{order}-{'capped' if cap else 'uncapped'}.stderr"
+    err = work / f"engine-{engine}-{order}-{kind}.stderr"
     with open(err, "w") as f:  # both ranks' messages, kept for the report (a refusal)
         ranks = run_capped_each(cmds, cap, evict_paths=[store], cwd=ROOT, timeout=3600, stderr=f)
     errors = [ln for ln in err.read_text().splitlines() if "error" in ln.lower()]
@@ -164,6 +169,7 @@ def train(
         "order": order,
         "cap": cap,
         "pack": pack,
+        "extra": list(extra),
         "cap_spec": cap_spec,
         "errors": errors[-2:],
         "seconds": time.perf_counter() - t0,
@@ -246,6 +252,7 @@ def _order_lines(runs: list[dict]) -> list[str]:
             and r["cap"] is not None
             and "train" in r
             and r.get("pack") is None
+            and not r.get("extra")
         }
         if not {"degree", "id"} <= got.keys():
             continue
@@ -385,6 +392,12 @@ def main() -> None:
         help="skip the capped averaging run with --pack-epochs 0",
     )
     ap.add_argument(
+        "--eval-halo-ablation",
+        action="store_true",
+        help="also run the capped minibatch engine with --eval-halo stored (each rank sweeps "
+        "its halo rows for every block of the evaluation instead of having them served)",
+    )
+    ap.add_argument(
         "--pack-epochs",
         type=int,
         default=None,
@@ -417,6 +430,11 @@ def main() -> None:
             runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, a.pack_epochs, a.cap))
             if engine == "averaging" and i == 0 and not a.no_pack_ablation:
                 runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, 0, a.cap))
+            if engine == "minibatch" and i == 0 and a.eval_halo_ablation:
+                stored = ("--eval-halo", "stored")
+                runs.append(
+                    train(stores[o], a.work, engine, cap, a.epochs, o, a.pack_epochs, a.cap, stored)
+                )
     if a.fullgraph_cap:  # within the cap, or refused at start naming the memory it needs
         o = orders[0]
         base = next((r for r in runs if r["cap"] is None and "train" in r), None)

@@ -42,6 +42,7 @@ CONFIG_FLAGS = (
     "eval_every",
     "eval_test",
     "eval_batch_size",
+    "eval_halo",
     "seed",
     "threads",
     "device",
@@ -241,6 +242,14 @@ def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "--eval-batch-size",
         type=int,
         help=f"nodes per inference batch (default {d.eval.batch_size})",
+    )
+    g.add_argument(
+        "--eval-halo",
+        choices=("served", "stored"),
+        help="distributed exact evaluation under a memory budget: served, each rank reads "
+        "only its own rows and sends its peers the messages their blocks need; stored, each "
+        f"rank reads its part's halo rows from its own disk for every block (default "
+        f"{d.eval.halo})",
     )
 
 

@@ -183,12 +183,15 @@ def needed_nodes_dist(
     targets: dict[int, np.ndarray],
     num_layers: int,
     stats: CommStats,
+    *,
+    keep_halo: bool = True,
 ) -> tuple[list[dict], list[dict]]:
     """What each layer computes and pulls, from the last layer's ``targets`` (part -> core
     positions) down (collective: one exchange of ids per layer): ``core[l][part]``, the sorted
     core positions layer ``l`` computes (the next layer's and their in-neighbours, including
     those other ranks' nodes need), and ``halo[l][part]``, the sorted halo positions whose
-    layer-``l`` inputs it reads (:func:`shoal.training.blocked.needed_nodes`, distributed)."""
+    layer-``l`` inputs it reads (:func:`shoal.training.blocked.needed_nodes`, distributed;
+    empty unless ``keep_halo``)."""
     core: list[dict] = [{} for _ in range(num_layers)]
     halo: list[dict] = [{} for _ in range(num_layers)]
     if num_layers == 0:
@@ -203,8 +206,10 @@ def needed_nodes_dist(
             mark[cur] = True
             BK._mark_in_neighbours(p.indptr, p.indices, cur, mark)
             below[p.index] = nonzero_ids(mark[: p.num_core])  # int32 below 2**31 nodes
-            halo[li][p.index] = nonzero_ids(mark[p.num_core :])
-            asks.append(np.asarray(p.halo_ids[halo[li][p.index]], dtype=np.int64))
+            need = nonzero_ids(mark[p.num_core :])
+            asks.append(np.asarray(p.halo_ids[need], dtype=np.int64))
+            halo[li][p.index] = need if keep_halo else need[:0]
+            del need
         if li == 0:
             break
         got = _ask_owners(
@@ -308,12 +313,15 @@ def blocked_dist_outputs(
     mode = halo
     stats = stats if stats is not None else CommStats()
     graphs = {}
-    for p in parts:
-        local = np.concatenate([p.core_ids, np.asarray(p.halo_ids, dtype=np.int64)])
+    for p in parts:  # served: only the rank's own nodes' degrees are read (by their owner)
+        local = p.core_ids
+        if mode == "stored":
+            local = np.concatenate([p.core_ids, np.asarray(p.halo_ids, dtype=np.int64)])
         deg = torch.from_numpy(np.asarray(tables.degrees[local], np.float32))
         graphs[p.index] = (p.indptr, p.indices, deg)
+        del local
     core, need_halo = needed_nodes_dist(
-        store, parts, part_to_rank, ctx, targets, len(layers), stats
+        store, parts, part_to_rank, ctx, targets, len(layers), stats, keep_halo=mode == "stored"
     )
     if inputs is None:
         inputs = {p.index: p.features for p in parts}

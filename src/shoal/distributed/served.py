@@ -30,6 +30,7 @@ path for the same weights, within float tolerance (messages are summed in anothe
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -57,6 +58,8 @@ from shoal.training.blocked import (
 from shoal.utils.mapped import file_of
 
 __all__ = ["ServedLayout", "served_layer"]
+
+log = logging.getLogger(__name__)
 
 
 class ServedLayout:
@@ -94,9 +97,17 @@ class ServedLayout:
         return int(self.rank_offset[rank] + self.part_base[part.index])
 
 
-#: per in-edge of a block: its source's offset and target position (int32 each), its share
-#: of the block's distinct sources asked of the owners and of the peers' requests (int32)
-SERVED_EDGE_BYTES = 16
+#: per in-edge of a block while its messages are added: its message's position (uint16:
+#: a step has at most :data:`MAX_STEP_ROWS` rows) and its target's (int32), and at most one
+#: distinct source asked of an owner and one asked by a peer (uint16 offsets in a range)
+SERVED_EDGE_BYTES = 10
+#: rows of one sweep step at most: offsets within a step fit uint16
+MAX_STEP_ROWS = 65535
+#: the finishing slices take this fraction of the budget at most (reused buffers: their rows
+#: are read while the previous slice is finished)
+SLICE_SHARE = 256
+#: offsets within a step
+OFF = np.uint16
 
 
 class _Sweep:
@@ -106,11 +117,19 @@ class _Sweep:
     def __init__(self, budget: int, dim: int, width: int, world: int, R: int) -> None:
         self.R = R
         self.range_bufs = [np.empty((R, dim), np.float32) for _ in range(2)]
-        piece = min(SLICE_BYTES, max(budget // 64, 1 << 16))
+        piece = min(SLICE_BYTES, max(budget // SLICE_SHARE, 1 << 16))
         self.slice_rows = max(1, piece // (4 * max(dim, width, 1)))
         self.slice_bufs = [np.empty((self.slice_rows, dim), np.float32) for _ in range(2)]
         self.mark = np.full(R, -1, np.int64)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="shoal-served-read")
+        self.bufs: dict[str, np.ndarray] = {}
+
+    def buffer(self, name: str, rows: int, cols: int) -> np.ndarray:
+        """A reused float32 ``(rows, cols)`` buffer (grown when needed)."""
+        buf = self.bufs.get(name)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
+            buf = self.bufs[name] = np.empty((max(rows, 1), cols), np.float32)
+        return buf[:rows]
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -118,33 +137,35 @@ class _Sweep:
 
 def _row_bytes(dim: int, width: int, world: int) -> int:
     """Bytes per row of a sweep step: two read buffers of ``dim`` columns, and of ``width``
-    columns its messages, the messages kept, sent and received (one per peer, at most 4)."""
-    return 4 * (2 * max(dim, 1) + (3 + min(max(world - 1, 1), 4)) * max(width, 1))
+    columns its messages, those sent and those received (one copy per peer, at most 4)."""
+    return 4 * (2 * max(dim, 1) + (2 + min(max(world - 1, 1), 4)) * max(width, 1))
 
 
 def sweep_rows(budget: int, dim: int, width: int, world: int) -> int:
     """Rows per step of a sweep (before the ranks agree on the smallest): an eighth of
-    ``budget`` (:func:`_row_bytes` per row), a range of at most :data:`CHUNK_BYTES`."""
+    ``budget`` (:func:`_row_bytes` per row), a range of at most :data:`CHUNK_BYTES` and
+    :data:`MAX_STEP_ROWS` rows."""
     per_row = _row_bytes(dim, width, world)
-    return max(1, min(CHUNK_BYTES // (4 * max(dim, 1)), budget // (8 * per_row)))
+    rows = min(CHUNK_BYTES // (4 * max(dim, 1)), budget // (8 * per_row), MAX_STEP_ROWS)
+    return max(1, rows)
 
 
 def held_bytes(R: int, dim: int, width: int, world: int, budget: int) -> int:
     """The sweep's buffers (:func:`sweep_rows`), its marks, and its finishing slices (an
     eighth of ``budget`` at most)."""
-    piece = min(SLICE_BYTES, max(budget // 64, 1 << 16))
+    piece = min(SLICE_BYTES, max(budget // SLICE_SHARE, 1 << 16))
     return R * (_row_bytes(dim, width, world) + 8) + 8 * piece
 
 
-def _all_to_all(send: torch.Tensor, send_counts, recv_counts, cols: int, dtype) -> torch.Tensor:
-    recv = torch.empty((int(sum(recv_counts)), *([cols] if cols else [])), dtype=dtype)
+def _all_to_all(send: np.ndarray, recv: np.ndarray, send_counts, recv_counts) -> None:
+    """All-to-all-v of rows: ``send`` grouped by destination rank into ``recv`` grouped by
+    source rank (counts known on both sides)."""
     dist.all_to_all_single(
-        recv,
-        send.contiguous(),
+        torch.from_numpy(recv),
+        torch.from_numpy(send),
         output_split_sizes=[int(c) for c in recv_counts],
         input_split_sizes=[int(c) for c in send_counts],
     )
-    return recv
 
 
 def _tally(stats: CommStats | None, sent: int, received: int, row_bytes: int) -> None:
@@ -196,8 +217,12 @@ def served_layer(
     blocks = []
     for p in parts:
         indices = graphs[p.index][1]
-        per_target = 4 * sl.width + (8 if file_of(indices) is not None else 0)
-        per_edge = SERVED_EDGE_BYTES + (indices.dtype.itemsize if file_of(indices) else 0)
+        # while a block's in-edges are bucketed (read from the file, when on disk, beside
+        # their buckets) its accumulators are not allocated yet: the larger phase counts
+        per_target = 4 * sl.width
+        per_edge = SERVED_EDGE_BYTES
+        if file_of(indices) is not None:
+            per_edge = max(per_edge, indices.dtype.itemsize + 8)
         ids = np.asarray(todo[p.index])
         for a, b in _blocks(graphs[p.index][0], ids, per_target, free, per_edge):
             blocks.append((p, a, ids[a:b]))
@@ -206,6 +231,21 @@ def served_layer(
         t = torch.tensor([rounds], dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         rounds = int(t.item())
+    log.info(
+        "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
+        "ranks; each round sweeps this rank's %d rows in %d steps of %d rows (%.0f MiB of "
+        "working memory, %.0f MiB of it buffers)",
+        sl.width,
+        sum(len(todo[p.index]) for p in parts),
+        len(blocks),
+        max((len(b[2]) for b in blocks), default=0),
+        rounds,
+        int(layout.rank_rows[ctx.rank]) if len(layout.rank_rows) else 0,
+        steps,
+        R,
+        budget / 2**20,
+        held / 2**20,
+    )
     sources = None
     if parts:
         rows = [inputs[p.index] for p in parts]
@@ -271,8 +311,8 @@ def _requests(sl, p, block, graphs, layout, halo_served, me, R, nb, mark):
     distinct sources: ``(ptr, off, dst, req_ptr, req)``."""
     ptr = np.zeros(nb + 1, np.int64)
     if p is None or not len(block):
-        empty = np.empty(0, np.int32)
-        return ptr, empty, empty, np.zeros(nb + 1, np.int64), empty
+        empty = np.empty(0, OFF)
+        return ptr, empty, np.empty(0, np.int32), np.zeros(nb + 1, np.int64), empty
     indptr, indices, _ = graphs[p.index]
     edges, at = (indptr, indices), block
     compact = _in_edges(indptr, indices, block)
@@ -282,11 +322,11 @@ def _requests(sl, p, block, graphs, layout, halo_served, me, R, nb, mark):
     base = layout.me_base(p, me)
     args = (edges[0], at, edges[1], p.num_core, base, hs, layout.rank_offset, R, ptr)
     m = SK._count_served(*args)
-    off, dst = np.empty(m, np.int32), np.empty(m, np.int32)
+    off, dst = np.empty(m, OFF), np.empty(m, np.int32)
     SK._bucket_served(*args, off, dst)
     del compact, edges
     req_ptr = np.zeros(nb + 1, np.int64)
-    req = np.empty(m, np.int32)
+    req = np.empty(m, OFF)
     n = SK._number_buckets(ptr, off, mark, req_ptr, req)
     return ptr, off, dst, req_ptr, req[:n]
 
@@ -311,7 +351,7 @@ def _gather(
     )
     counts = np.diff(req_ptr).reshape(steps, W)  # my requests per (step, owner)
     asked = np.zeros((W, steps), np.int64)  # each requester's per step of my rows
-    peer = [np.empty(0, np.int32)] * W
+    peer = [np.empty(0, OFF)] * W
     if W > 1:
         send_c = torch.from_numpy(np.ascontiguousarray(counts.T))
         recv_c = torch.empty_like(send_c)
@@ -322,10 +362,13 @@ def _gather(
         per_owner = counts.sum(0)
         keep = np.repeat(np.arange(W) != me, per_owner)
         send_n = np.where(np.arange(W) == me, 0, per_owner)
-        got = _all_to_all(torch.from_numpy(ids[keep]), send_n, asked.sum(1), 0, torch.int32)
-        _tally(stats, int(send_n.sum()), int(asked.sum()), 4)
+        got = np.empty(int(asked.sum()), OFF)
+        size = OFF().itemsize  # sent as bytes: gloo has no 16-bit unsigned type
+        out_ids = np.ascontiguousarray(ids[keep]).view(np.uint8)
+        _all_to_all(out_ids, got.view(np.uint8), send_n * size, asked.sum(1) * size)
+        _tally(stats, int(send_n.sum()), int(asked.sum()), size)
         cut = np.concatenate([[0], np.cumsum(asked.sum(1))])
-        peer = [got.numpy()[cut[r] : cut[r + 1]] for r in range(W)]
+        peer = [got[cut[r] : cut[r + 1]] for r in range(W)]
     peer_ptr = [np.concatenate([[0], np.cumsum(asked[r])]) for r in range(W)]
     acc = np.zeros((len(block), sl.width), np.float32)
 
@@ -348,31 +391,34 @@ def _gather(
         msg = None
         if len(ids):
             d = core_deg[torch.from_numpy(ids)].unsqueeze(1)
-            msg = sl.message(h, d).contiguous()
-        sel = [np.searchsorted(union, x) if len(x) else None for x in lists]
+            msg = np.ascontiguousarray(sl.message(h, d).numpy())
         if W > 1:
             send_n = [0 if r == me else len(lists[r]) for r in range(W)]
-            parts_ = [msg[torch.from_numpy(sel[r])] for r in range(W) if r != me and send_n[r]]
-            send = torch.cat(parts_) if parts_ else torch.empty((0, sl.width))
+            send = sweep.buffer("send", sum(send_n), sl.width)
+            at = 0
+            for r in range(W):  # the rows each peer asked for, in its order
+                if send_n[r]:
+                    np.take(
+                        msg, np.searchsorted(union, lists[r]), axis=0, out=send[at : at + send_n[r]]
+                    )
+                    at += send_n[r]
             recv_n = [0 if o == me else int(counts[s, o]) for o in range(W)]
-            got = _all_to_all(send, send_n, recv_n, sl.width, torch.float32)
+            got = sweep.buffer("recv", sum(recv_n), sl.width)
+            _all_to_all(send, got, send_n, recv_n)
             _tally(stats, int(sum(send_n)), int(sum(recv_n)), 4 * sl.width)
             at = 0
             for o in range(W):
                 n = recv_n[o]
                 if n:
                     b = s * W + o
-                    BK._scatter_add(
-                        acc,
-                        got[at : at + n].numpy(),
-                        dst[ptr[b] : ptr[b + 1]],
-                        off[ptr[b] : ptr[b + 1]],
-                    )
+                    e = slice(ptr[b], ptr[b + 1])
+                    BK._scatter_add(acc, got[at : at + n], dst[e], off[e])
                     at += n
         b = s * W + me
-        if sel[me] is not None:
-            own = msg[torch.from_numpy(sel[me])].numpy()
-            BK._scatter_add(acc, own, dst[ptr[b] : ptr[b + 1]], off[ptr[b] : ptr[b + 1]])
+        if len(lists[me]):  # its own rows: each edge's message found in the union directly
+            e = slice(ptr[b], ptr[b + 1])
+            pos = np.searchsorted(union, lists[me])[off[e]]
+            BK._scatter_add(acc, msg, dst[e], pos)
     return acc
 
 

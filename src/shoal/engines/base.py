@@ -308,9 +308,15 @@ class Engine(ABC):
             ids = id_dtype(max((p.num_nodes for p in self.parts), default=0)).itemsize
             layers = max(self.train_config.num_layers, 1)
             book = 12 * core + local * (ids * layers + 5)
-            free = self.budget.transient
-            if self._ended:  # no training step left: its activations and the caches' memory
-                free += self.budget.activations + self._lent
+            if tc.eval.halo == "served":  # no halo sets or degrees kept; a served index each
+                halo = local - core
+                book -= halo * (ids * layers + 4)
+                book += halo * id_dtype(int(self.store.num_nodes)).itemsize
+            # no training step runs while evaluating: its activations' memory is free (the
+            # last step's tensors are gone); after the last epoch the caches' memory too
+            free = self.budget.transient + self.budget.activations
+            if self._ended:
+                free += self._lent
             budget = max(free - held - book, self.budget.window)
             mib = 1 << 20
             log.log(  # the final evaluation at INFO, those between epochs at DEBUG
@@ -321,7 +327,7 @@ class Engine(ABC):
                 "+".join(splits),
                 budget / mib,
                 self.budget.transient / mib,
-                (self.budget.activations + self._lent) / mib if self._ended else 0.0,
+                (self.budget.activations + (self._lent if self._ended else 0)) / mib,
                 held / mib,
                 book / mib,
             )
@@ -339,6 +345,7 @@ class Engine(ABC):
                 scratch_dir=tc.memory.scratch_dir,
                 memory_budget=budget,
                 threads=tc.memory.io_threads,
+                halo=tc.eval.halo,
             )
         finally:
             self.resume_io()

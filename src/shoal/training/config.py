@@ -72,6 +72,7 @@ FLAT: dict[str, tuple[str, str]] = {
     "eval_every": ("eval", "every"),
     "eval_test": ("eval", "test"),
     "eval_batch_size": ("eval", "batch_size"),
+    "eval_halo": ("eval", "halo"),
     "memory": ("memory", "limit"),
     "io_threads": ("memory", "io_threads"),
     "pack_epochs": ("memory", "pack_epochs"),

@@ -167,11 +167,19 @@ class EvalConfig:
         batch_size: target nodes per batch of the exact layer-wise inference; a batch reads
             the rows of all their in-neighbours, so this bounds its memory
             (``--eval-batch-size``; default 1024).
+        halo: how the distributed exact evaluation's blocks of targets get the rows of other
+            ranks' nodes (``--eval-halo``; default ``"served"``): ``"served"``, every rank
+            sweeps only its own rows and sends each peer the messages its block needs
+            (:mod:`shoal.distributed.served`); ``"stored"``, every rank sweeps its part and
+            its halo rows (stored with the part, or pulled into a scratch file) per block,
+            the ablation: on the 10M-node graph at an eighth of the rows per rank it reads
+            about twice the bytes (``bench/results/out_of_core_engines_fraction.md``).
     """
 
     every: int | str = "auto"
     test: bool = False
     batch_size: int = 1024
+    halo: str = "served"
 
     def __post_init__(self) -> None:
         if self.every != "auto":
@@ -185,6 +193,8 @@ class EvalConfig:
                 raise ValueError(f"eval_every must be >= 1 or 'auto', got {self.every}")
         if int(self.batch_size) < 1:
             raise ValueError(f"eval_batch_size must be >= 1, got {self.batch_size}")
+        if self.halo not in ("served", "stored"):
+            raise ValueError(f"eval_halo must be 'served' or 'stored', got {self.halo!r}")
 
 
 @dataclass(kw_only=True)
