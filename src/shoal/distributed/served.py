@@ -31,6 +31,7 @@ path for the same weights, within float tolerance (messages are summed in anothe
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -53,6 +54,7 @@ from shoal.training.blocked import (
     _blocks,
     _in_edges,
     _read_ahead,
+    _read_pre,
     id_dtype,
 )
 from shoal.utils.mapped import file_of
@@ -108,6 +110,13 @@ MAX_STEP_ROWS = 65535
 SLICE_SHARE = 256
 #: offsets within a step
 OFF = np.uint16
+#: steps read ahead of the one whose messages are exchanged (default 1: one buffer read
+#: while the other's messages are sent and added). The ranks exchange in lockstep, so deeper
+#: read-ahead might absorb one rank's slower moments; measured on the 10M-node graph (2
+#: ranks, 4 rounds of 225k targets, 210 MiB each): 1, 2 and 3 steps ahead all took 23 s
+#: (one run at 1: 18.6 s, the noise of this machine), so each extra step's buffer is left
+#: to the blocks
+READ_AHEAD = 1
 
 
 class _Sweep:
@@ -116,7 +125,7 @@ class _Sweep:
 
     def __init__(self, budget: int, dim: int, width: int, world: int, R: int) -> None:
         self.R = R
-        self.range_bufs = [np.empty((R, dim), np.float32) for _ in range(2)]
+        self.range_bufs = [np.empty((R, dim), np.float32) for _ in range(READ_AHEAD + 1)]
         piece = min(SLICE_BYTES, max(budget // SLICE_SHARE, 1 << 16))
         self.slice_rows = max(1, piece // (4 * max(dim, width, 1)))
         self.slice_bufs = [np.empty((self.slice_rows, dim), np.float32) for _ in range(2)]
@@ -136,9 +145,9 @@ class _Sweep:
 
 
 def _row_bytes(dim: int, width: int, world: int) -> int:
-    """Bytes per row of a sweep step: two read buffers of ``dim`` columns, and of ``width``
+    """Bytes per row of a sweep step: its read buffers of ``dim`` columns, and of ``width``
     columns its messages, those sent and those received (one copy per peer, at most 4)."""
-    return 4 * (2 * max(dim, 1) + (2 + min(max(world - 1, 1), 4)) * max(width, 1))
+    return 4 * ((READ_AHEAD + 1) * max(dim, 1) + (2 + min(max(world - 1, 1), 4)) * max(width, 1))
 
 
 def sweep_rows(budget: int, dim: int, width: int, world: int) -> int:
@@ -385,7 +394,7 @@ def _gather(
             ids = np.empty(0, np.int64) if union is None else union.astype(np.int64) + s * R
             yield ids, s, union, lists
 
-    for (ids, s, union, lists), h in _read_ahead(
+    for (ids, s, union, lists), h in _read_deep(
         sweep.pool, _Rows(sources), pre, items(), sweep.range_bufs
     ):
         msg = None
@@ -420,6 +429,22 @@ def _gather(
             pos = np.searchsorted(union, lists[me])[off[e]]
             BK._scatter_add(acc, msg, dst[e], pos)
     return acc
+
+
+def _read_deep(pool: ThreadPoolExecutor, rows, pre, items, bufs: list):
+    """``(item, the rows of item[0])`` for each of ``items``, read by ``pool`` (one thread)
+    up to ``len(bufs) - 1`` items ahead of the caller, each into the next of the reused
+    buffers ``bufs`` (refilled only once the caller has moved past its item)."""
+    pending: deque = deque()
+    depth = len(bufs) - 1
+    for k, item in enumerate(items):
+        pending.append((item, pool.submit(_read_pre, rows, item[0], pre, bufs[k % len(bufs)])))
+        if len(pending) > depth:
+            item0, fut = pending.popleft()
+            yield item0, fut.result()
+    while pending:
+        item0, fut = pending.popleft()
+        yield item0, fut.result()
 
 
 class _Rows:
