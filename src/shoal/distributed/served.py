@@ -126,7 +126,7 @@ class _Sweep:
     def __init__(self, budget: int, dim: int, width: int, world: int, R: int) -> None:
         self.R = R
         self.range_bufs = [np.empty((R, dim), np.float32) for _ in range(READ_AHEAD + 1)]
-        piece = min(SLICE_BYTES, max(budget // SLICE_SHARE, 1 << 16))
+        piece = _slice_bytes(budget, dim, width)
         self.slice_rows = max(1, piece // (4 * max(dim, width, 1)))
         self.slice_bufs = [np.empty((self.slice_rows, dim), np.float32) for _ in range(2)]
         self.mark = np.full(R, -1, np.int64)
@@ -142,6 +142,12 @@ class _Sweep:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+
+
+def _slice_bytes(budget: int, dim: int, width: int) -> int:
+    """Bytes of one finishing slice's rows: ``budget / SLICE_SHARE``, at least one row and at
+    most :data:`SLICE_BYTES`."""
+    return min(SLICE_BYTES, max(budget // SLICE_SHARE, 4 * max(dim, width, 1)))
 
 
 def _row_bytes(dim: int, width: int, world: int) -> int:
@@ -162,7 +168,7 @@ def sweep_rows(budget: int, dim: int, width: int, world: int) -> int:
 def held_bytes(R: int, dim: int, width: int, world: int, budget: int) -> int:
     """The sweep's buffers (:func:`sweep_rows`), its marks, and its finishing slices (an
     eighth of ``budget`` at most)."""
-    piece = min(SLICE_BYTES, max(budget // SLICE_SHARE, 1 << 16))
+    piece = _slice_bytes(budget, dim, width)
     return R * (_row_bytes(dim, width, world) + 8) + 8 * piece
 
 
