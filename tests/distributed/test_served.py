@@ -1,7 +1,8 @@
 """Owner-served blocked layers (shoal.distributed.served) against the stored-halo path, whose
 outputs tests/distributed/test_blocked.py checks against single-process evaluation: the same
 last-layer rows for every target, on real processes, with budgets small enough for many
-rounds and sweep steps, ranks holding several parts, and a rank holding none."""
+rounds and sweep steps, ranks holding several parts, and a rank holding none (one part per
+rank on two ranks is test_blocked.py's case, served by default there)."""
 
 from __future__ import annotations
 
@@ -85,9 +86,10 @@ def _outputs(rank: int, world: int, store: str, part_to_rank, budget: int, hidde
 @pytest.mark.parametrize(
     ("world", "part_to_rank", "halo_features", "hidden"),
     [
-        (2, [0, 1], True, 8),  # layer 1 narrower: its input is the projection (pre)
-        (2, [0, 1, 0], False, 2),  # rank 0 holds two parts; layer 0 shrinks the rows
-        (2, [0, 0], True, 8),  # rank 1 holds nothing: it serves nothing, asks nothing
+        # rank 0 holds two parts; layer 0 shrinks the rows (its input is the projection)
+        (2, [0, 1, 0], False, 2),
+        # rank 1 holds nothing: it serves nothing, asks nothing; halo rows stored too
+        (2, [0, 0], True, 8),
         (3, [2, 0, 1, 0], False, 8),  # several peers per step
     ],
 )
