@@ -123,7 +123,7 @@ class _Sweep:
     """The buffers of one layer's sweep: ``R`` rows per step read into two reused buffers
     (one filled while the other's messages are sent and added), finishing slices likewise."""
 
-    def __init__(self, budget: int, dim: int, width: int, world: int, R: int) -> None:
+    def __init__(self, budget: int, dim: int, width: int, R: int) -> None:
         self.R = R
         self.range_bufs = [np.empty((R, dim), np.float32) for _ in range(READ_AHEAD + 1)]
         piece = _slice_bytes(budget, dim, width)
@@ -266,7 +266,7 @@ def served_layer(
         rows = [inputs[p.index] for p in parts]
         sources = LayerRows(rows, normalize=normalize, threads=threads)
     core_deg = _core_degrees(parts, graphs)
-    sweep = _Sweep(budget, dim, max(sl.width, width_in), W, R)
+    sweep = _Sweep(budget, dim, max(sl.width, width_in), R)
     writers = {p.index: RowWriter(outs[p.index]) for p in parts} if outs is not None else {}
     try:
         for k in range(rounds):
@@ -321,7 +321,7 @@ def _core_degrees(parts: list[Partition], graphs: dict[int, tuple]) -> torch.Ten
     return torch.cat([graphs[p.index][2][: p.num_core] for p in parts])
 
 
-def _requests(sl, p, block, graphs, layout, halo_served, me, R, nb, mark):
+def _requests(p, block, graphs, layout, halo_served, me, R, nb, mark):
     """A block's in-edges bucketed by (step, owner) and numbered within each bucket's
     distinct sources: ``(ptr, off, dst, req_ptr, req)``."""
     ptr = np.zeros(nb + 1, np.int64)
@@ -362,7 +362,7 @@ def _gather(
     W, me, R = ctx.world_size, ctx.rank, sweep.R
     nb = steps * W
     ptr, off, dst, req_ptr, req = _requests(
-        sl, p, block, graphs, layout, halo_served, me, R, nb, sweep.mark
+        p, block, graphs, layout, halo_served, me, R, nb, sweep.mark
     )
     counts = np.diff(req_ptr).reshape(steps, W)  # my requests per (step, owner)
     asked = np.zeros((W, steps), np.int64)  # each requester's per step of my rows
