@@ -119,7 +119,10 @@ Formats (--format auto decides from the path):
         --ignore-extra-columns; .gz decompressed on the fly
   npy   an integer array (2, E) or (E, 2)
   ogb   an OGB node-property dataset folder: raw/edge.csv.gz, raw/num-node-list.csv.gz,
-        raw/node-feat.csv.gz, raw/node-label.csv.gz, split/<scheme>/{train,valid,test}.csv.gz
+        raw/node-feat.csv.gz, raw/node-label.csv.gz, split/<scheme>/{train,valid,test}.csv.gz;
+        or the typed layout of ogbn-mag (a typed graph, docs/format.md): raw/num-node-dict,
+        raw/relations/<src>___<rel>___<dst>/edge.csv.gz, raw/node-feat/<type>/,
+        raw/node-label/<type>/, split/<scheme>/<type>/ (--undirected adds rev_ relations)
 
 Bad input (ids out of range, non-integer ids, truncated files, NaN features, wrong row
 counts, overlapping splits, empty graphs) exits with code 2 and a message naming the file,

@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 
 from shoal.data.extsort import DEFAULT_SORT_MEMORY, build_csr_files
-from shoal.data.layout import EDGE_FILE, FORMAT_NAME, FORMAT_VERSION, SPLITS
+from shoal.data.hetero import HeteroSchema
+from shoal.data.layout import (
+    EDGE_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSIONS,
+    RELATION_FILE,
+    SPLITS,
+    type_feature_file,
+)
 from shoal.data.stream import DEFAULT_CHUNK_EDGES, EdgeStream
 from shoal.errors import ShoalInputError
 from shoal.utils.io import atomic_output_dir, file_checksum, read_meta, write_json_atomic
@@ -54,6 +62,8 @@ class GraphDir:
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
         self.path = path
         self.meta = meta
+        #: node types and relations of a typed graph (``format_version`` 2), else None
+        self.schema: HeteroSchema | None = HeteroSchema.from_meta(meta)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -67,7 +77,7 @@ class GraphDir:
         meta = read_meta(
             path,
             kind=FORMAT_NAME,
-            version=FORMAT_VERSION,
+            version=FORMAT_VERSIONS,
             what="a graph directory",
             fix="create one with `shoal data import` or `shoal data synth`",
         )
@@ -209,6 +219,50 @@ class GraphDir:
             out_deg += np.bincount(chunk[:, 0], minlength=n)
             in_deg += np.bincount(chunk[:, 1], minlength=n)
         return out_deg, in_deg
+
+    def refuse_typed(self, what: str) -> None:
+        """Raise a clear error when this is a typed graph and ``what`` (a command or stage)
+        reads only untyped ones."""
+        s = self.schema
+        if s is None:
+            return
+        raise ShoalInputError(
+            f"a typed graph ({len(s.node_types)} node types, {len(s.edge_types)} relations): "
+            f"{what} does not read node types and relations yet",
+            path=self.path,
+            fix="`shoal data info` lists its types; partitioning reads it as it is (edges of "
+            "global ids)",
+        )
+
+    def relations(self) -> np.ndarray | None:
+        """A typed graph's ``(E,)`` relation index of each edge row (the order of
+        :meth:`edge_stream`; a memory map), or None for an untyped graph."""
+        if self.schema is None:
+            return None
+        p = self.path / self.meta.get("relation_file", RELATION_FILE)
+        dtype = np.dtype(self.meta.get("relation_dtype", "uint8"))
+        if p.stat().st_size != self.num_edges * dtype.itemsize:
+            raise ShoalInputError(
+                f"{p.name} has {p.stat().st_size} bytes, expected {self.num_edges} edges x "
+                f"{dtype.itemsize}",
+                path=p,
+                fix="the file is truncated or corrupt; write the graph again",
+            )
+        if self.num_edges == 0:
+            return np.empty(0, dtype)
+        return np.memmap(p, dtype=dtype, mode="r", shape=(self.num_edges,))
+
+    def node_features(self, node_type: str) -> np.ndarray | None:
+        """A typed graph's ``(count, F)`` features of ``node_type`` (a memory map; rows in
+        the type's local id order), or None when the type has none."""
+        if self.schema is None:
+            raise ShoalInputError(
+                "an untyped graph has no per-type features",
+                path=self.path,
+                fix="use features()",
+            )
+        self.schema.node_type(node_type)  # a clear error for an unknown type
+        return self._npy(type_feature_file(node_type))
 
     # ------------------------------------------------------------------ node data
     def _npy(self, name: str) -> np.ndarray | None:

@@ -149,7 +149,31 @@ def graph_info(g: GraphDir) -> dict[str, Any]:
     info["splits"] = splits
     info["split_class_counts"] = split_classes
     info["csr_views"] = [k for k in ("in", "out") if g.has_csr(k)]
+    info["types"] = _types(g)
     return info
+
+
+def _types(g: GraphDir) -> dict[str, Any] | None:
+    """A typed graph's node types (count, features) and relations (edge count)."""
+    s = g.schema
+    if s is None:
+        return None
+    return {
+        "target": s.target,
+        "node_types": [
+            {
+                "name": t.name,
+                "count": int(t.count),
+                "offset": int(t.offset),
+                "feature_dim": t.feature_dim,
+            }
+            for t in s.node_types
+        ],
+        "edge_types": [
+            {"src": e.src, "relation": e.relation, "dst": e.dst, "count": int(e.count)}
+            for e in s.edge_types
+        ],
+    }
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -201,4 +225,17 @@ def format_info(info: dict[str, Any]) -> str:
     else:
         lines.append("splits     none")
     lines.append(f"csr views  {', '.join(info['csr_views']) or 'none'}")
+    ty = info.get("types")
+    if ty:
+        for t in ty["node_types"]:
+            feat = f"{t['feature_dim']} features" if t["feature_dim"] else "no features"
+            mark = "  (target)" if t["name"] == ty["target"] else ""
+            lines.append(
+                f"node type  {t['name']}: {t['count']:,} nodes (ids {t['offset']:,}..), "
+                f"{feat}{mark}"
+            )
+        for e in ty["edge_types"]:
+            lines.append(
+                f"relation   ({e['src']}, {e['relation']}, {e['dst']}): {e['count']:,} edges"
+            )
     return "\n".join(lines)

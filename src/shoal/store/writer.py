@@ -311,6 +311,7 @@ def build_store(
     """
     cfg = config or Config(**options)
     g = graph if isinstance(graph, GraphDir) else GraphDir.open(graph)
+    g.refuse_typed("store build")
     adir, out = Path(assignment_dir), Path(out)
     node_part, p, ameta = _read_inputs(g, adir, cfg)
     n, m = g.num_nodes, g.num_edges

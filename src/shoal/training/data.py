@@ -48,6 +48,7 @@ class TrainData:
     @classmethod
     def from_graph_dir(cls, graph: GraphDir | str | os.PathLike) -> TrainData:
         g = graph if isinstance(graph, GraphDir) else GraphDir.open(graph)
+        g.refuse_typed("single-process training")
         x, y = g.features(), g.labels()
         if x is None or y is None:
             raise ShoalInputError(

@@ -251,14 +251,19 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def read_meta(
-    directory: str | os.PathLike, *, kind: str, version: int, what: str, fix: str
+    directory: str | os.PathLike,
+    *,
+    kind: str,
+    version: int | tuple[int, ...],
+    what: str,
+    fix: str,
 ) -> dict[str, Any]:
     """Read and validate ``directory/meta.json`` of one of shoal's on-disk formats.
 
     Args:
         directory: the directory (graph, assignment, store, ...).
         kind: the expected value of the ``format`` field (e.g. ``"shoal-store"``).
-        version: the supported ``format_version``.
+        version: the supported ``format_version`` (or versions).
         what: what the directory should be, for messages (e.g. ``"a store directory"``).
         fix: how to make one (e.g. ``"build one with `shoal store build ...`"``).
 
@@ -279,10 +284,11 @@ def read_meta(
             path=meta_path,
             fix=f"point at {what}; {fix}",
         )
-    if meta.get("format_version") != version:
+    versions = (version,) if isinstance(version, int) else tuple(version)
+    if meta.get("format_version") not in versions:
         raise ShoalInputError(
             f"meta.json: format_version {meta.get('format_version')} is not supported "
-            f"(this shoal reads {version})",
+            f"(this shoal reads {' and '.join(map(str, versions))})",
             path=meta_path,
             fix=f"rewrite it with this version of shoal: {fix}",
         )

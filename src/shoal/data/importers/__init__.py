@@ -37,6 +37,7 @@ from shoal.data.importers.npy import import_npy
 from shoal.data.importers.npz import import_npz
 from shoal.data.importers.objects import from_pyg, from_scipy
 from shoal.data.importers.ogb import import_ogb
+from shoal.data.importers.ogb_hetero import import_ogb_hetero, is_ogb_hetero
 from shoal.data.importers.text import import_text
 from shoal.errors import ShoalInputError
 
@@ -50,6 +51,7 @@ __all__ = [
     "import_npy",
     "import_npz",
     "import_ogb",
+    "import_ogb_hetero",
     "import_text",
 ]
 
@@ -63,10 +65,13 @@ def detect_format(src: str | os.PathLike) -> str:
     if p.is_dir():
         if (p / "raw" / "edge.csv.gz").exists() or (p / "raw" / "edge.csv").exists():
             return "ogb"
+        if is_ogb_hetero(p):
+            return "ogb"
         if (p / "graph.npz").exists():
             return "npz"
         raise ShoalInputError(
-            "directory is neither an OGB dataset (raw/edge.csv.gz) nor holds a graph.npz",
+            "directory is neither an OGB dataset (raw/edge.csv.gz, or raw/relations/ for a "
+            "typed one) nor holds a graph.npz",
             path=p,
             fix="pass a file, or --format",
         )
@@ -99,6 +104,8 @@ def import_graph(
     fmt = detect_format(p) if format == "auto" else format
     if fmt == "npz" and p.is_dir():
         p = p / "graph.npz"
+    if fmt == "ogb" and is_ogb_hetero(p):
+        return import_ogb_hetero(p, out, cfg)
     return {"npz": import_npz, "text": import_text, "npy": import_npy, "ogb": import_ogb}[fmt](
         p, out, cfg
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ __all__ = [
     "STREAM_EDGES",
     "STREAM_FEATURES",
     "STREAM_NODES",
+    "ClassSampler",
     "block_sizes",
     "check_fractions",
     "check_positive",
@@ -58,6 +59,56 @@ def check_fractions(train: float, val: float) -> None:
 def rng_for(seed: int, stream: int, block: int = 0) -> np.random.Generator:
     """The random stream of ``(seed, stream id, block)``: independent of chunk sizes."""
     return np.random.default_rng([seed, stream, block])
+
+
+@dataclass
+class ClassSampler:
+    """Nodes with classes, drawn proportionally to a degree propensity ``theta``, among all
+    nodes or within one class (the degree-corrected block model's two draws)."""
+
+    labels: np.ndarray  # (N,) class of each node
+    order: np.ndarray  # node ids sorted by class
+    cum: np.ndarray  # cumulative theta in ``order`` (float64, N)
+    lo: np.ndarray  # (C,) cum value before each class's first node
+    hi: np.ndarray  # (C,) cum value at each class's last node
+    start: np.ndarray  # (C,) first position of each class in ``order``
+    stop: np.ndarray  # (C,) one past the last position
+
+    @classmethod
+    def power_law(
+        cls,
+        labels: np.ndarray,
+        classes: int,
+        exponent: float,
+        max_theta: float,
+        rng: np.random.Generator,
+    ) -> ClassSampler:
+        """``theta`` from a continuous power law with ``x_min = 1`` (``P(theta > x) =
+        x^-(exponent - 1)``), capped at ``max_theta``."""
+        n = len(labels)
+        u = rng.random(n)
+        theta = np.minimum((1.0 - u) ** (-1.0 / (exponent - 1.0)), max_theta)
+        order = np.argsort(labels, kind="stable")
+        cum = np.cumsum(theta[order])
+        sizes = np.bincount(labels, minlength=classes)
+        stop = np.cumsum(sizes)
+        start = stop - sizes
+        hi = cum[np.maximum(stop - 1, 0)]
+        lo = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
+        return cls(labels, order, cum, lo, hi, start, stop)
+
+    def draw(self, u: np.ndarray) -> np.ndarray:
+        """Nodes drawn proportionally to theta among all (``u`` uniform in [0, 1))."""
+        pos = np.searchsorted(self.cum, u * self.cum[-1], side="right")
+        return self.order[np.minimum(pos, len(self.order) - 1)]
+
+    def draw_in(self, cls: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Nodes drawn proportionally to theta within class ``cls`` (``u`` uniform in [0, 1));
+        a class without nodes gives the node nearest its place in the class order."""
+        target = self.lo[cls] + u * (self.hi[cls] - self.lo[cls])
+        pos = np.searchsorted(self.cum, target, side="right")
+        pos = np.clip(pos, self.start[cls], np.maximum(self.stop[cls] - 1, self.start[cls]))
+        return self.order[np.minimum(pos, len(self.order) - 1)]
 
 
 def block_sizes(total: int, size: int) -> Iterator[tuple[int, int]]:

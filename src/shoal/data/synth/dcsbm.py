@@ -38,6 +38,7 @@ from shoal.data.synth.common import (
     GEN_BLOCK,
     STREAM_EDGES,
     STREAM_NODES,
+    ClassSampler,
     block_sizes,
     check_fractions,
     check_positive,
@@ -117,62 +118,30 @@ class DCSBMConfig:
         check_fractions(self.train_frac, self.val_frac)
 
 
-@dataclass
-class _SBMState:
-    labels: np.ndarray  # (N,) class of each node
-    order: np.ndarray  # node ids sorted by class
-    cum: np.ndarray  # cumulative theta in ``order`` (float64, N)
-    lo: np.ndarray  # (C,) cum value before each class's first node
-    hi: np.ndarray  # (C,) cum value at each class's last node
-    start: np.ndarray  # (C,) first position of each class in ``order``
-    stop: np.ndarray  # (C,) one past the last position
-
-
-def _sbm_state(cfg: DCSBMConfig) -> _SBMState:
-    n, c = cfg.nodes, cfg.classes
+def _sbm_state(cfg: DCSBMConfig) -> ClassSampler:
     rng = rng_for(cfg.seed, STREAM_NODES, 0)
-    labels = rng.permutation(np.arange(n, dtype=np.int64) % c)
-    # continuous power law with x_min = 1: P(theta > x) = x^-(gamma - 1)
-    u = rng.random(n)
-    theta = np.minimum((1.0 - u) ** (-1.0 / (cfg.degree_exponent - 1.0)), cfg.max_theta)
-    order = np.argsort(labels, kind="stable")
-    cum = np.cumsum(theta[order])
-    sizes = np.bincount(labels, minlength=c)
-    stop = np.cumsum(sizes)
-    start = stop - sizes
-    hi = cum[stop - 1]
-    lo = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
-    return _SBMState(labels, order, cum, lo, hi, start, stop)
+    labels = rng.permutation(np.arange(cfg.nodes, dtype=np.int64) % cfg.classes)
+    return ClassSampler.power_law(labels, cfg.classes, cfg.degree_exponent, cfg.max_theta, rng)
 
 
-def _sbm_pick(st: _SBMState, cls: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Nodes drawn proportionally to theta within class ``cls`` (u uniform in [0, 1))."""
-    target = st.lo[cls] + u * (st.hi[cls] - st.lo[cls])
-    pos = np.searchsorted(st.cum, target, side="right")
-    pos = np.clip(pos, st.start[cls], st.stop[cls] - 1)
-    return st.order[pos]
-
-
-def dcsbm_edge_blocks(cfg: DCSBMConfig, st: _SBMState | None = None) -> Iterator[np.ndarray]:
+def dcsbm_edge_blocks(cfg: DCSBMConfig, st: ClassSampler | None = None) -> Iterator[np.ndarray]:
     """Yield the DC-SBM edges (one direction) as (k, 2) int64 blocks; no self-loops."""
     st = st or _sbm_state(cfg)
     c = cfg.classes
-    total = st.cum[-1]
     for i, k in block_sizes(cfg.edges, GEN_BLOCK):
         rng = rng_for(cfg.seed, STREAM_EDGES, i)
-        pos = np.searchsorted(st.cum, rng.random(k) * total, side="right")
-        src = st.order[np.minimum(pos, cfg.nodes - 1)]
+        src = st.draw(rng.random(k))
         csrc = st.labels[src]
         if c > 1:
             same = rng.random(k) < cfg.homophily
             cdst = np.where(same, csrc, (csrc + rng.integers(1, c, k)) % c)
         else:
             cdst = csrc
-        dst = _sbm_pick(st, cdst, rng.random(k))
+        dst = st.draw_in(cdst, rng.random(k))
         loop = src == dst
         tries = 0
         while loop.any() and tries < 100:  # redraw self-loops (a class of one node keeps them)
-            dst[loop] = _sbm_pick(st, cdst[loop], rng.random(int(loop.sum())))
+            dst[loop] = st.draw_in(cdst[loop], rng.random(int(loop.sum())))
             loop = src == dst
             tries += 1
         if loop.any():
