@@ -281,6 +281,25 @@ class HeteroSchema:
                 keys.add(r.key)
         return HeteroSchema(list(self.node_types), out, self.target)
 
+    def pair_relations(self) -> np.ndarray:
+        """``(T, T)`` int64: the relation from source type ``i`` to destination type ``j``,
+        -1 where none. Typed sampling reads a relation from its endpoints' types, so two
+        relations between one ordered type pair (a multi-relational graph with one node
+        type) are refused here, naming them."""
+        names = self.type_names
+        table = np.full((len(names), len(names)), -1, np.int64)
+        for r, e in enumerate(self.edge_types):
+            i, j = names.index(e.src), names.index(e.dst)
+            if table[i, j] >= 0:
+                other = self.edge_types[int(table[i, j])].relation
+                raise ShoalInputError(
+                    f"two relations from {e.src!r} to {e.dst!r} ({other!r}, {e.relation!r}): "
+                    "typed sampling tells relations apart by their endpoints' types",
+                    fix="give the relations distinct node types, or merge them",
+                )
+            table[i, j] = r
+        return table
+
     def reverse_index(self) -> np.ndarray:
         """``(R,)`` int64: the index of each relation's reverse, or -1 when it has none."""
         at = {e.key: i for i, e in enumerate(self.edge_types)}
