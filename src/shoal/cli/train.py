@@ -17,7 +17,9 @@ import sys
 
 from shoal.cli.report import report_after_run, run_with_report
 from shoal.cli.train_options import add_train_arguments, config_from_args
+from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
+from shoal.nn import TYPED_MODELS
 from shoal.training import TrainConfig, TrainData, Trainer
 from shoal.utils.io import write_json_output
 
@@ -53,7 +55,7 @@ def announce(config: TrainConfig) -> None:
         f"shoal train: {c.model.factory or c.model.name}, preset {c.preset}"
         f"{' with the link task' if link else ''}: {c.num_layers} "
         f"layers, fanouts {','.join(map(str, c.sampling.fanouts))}, hidden {c.model.hidden}"
-        f"{f', heads {c.model.heads}' if c.model.name == 'gat' else ''}, dropout {c.model.dropout}, lr {c.optim.lr}, "
+        f"{f', heads {c.model.heads}' if c.model.name in ('gat', 'rgat') else ''}, dropout {c.model.dropout}, lr {c.optim.lr}, "
         f"weight decay {c.optim.weight_decay}, {epochs}, batch {c.sampling.batch_size}"
         f"{' edges' if link else ''}, features {feats}; "
         f"evaluation {ev}",
@@ -84,8 +86,13 @@ def run_train(args: argparse.Namespace) -> int:
             "no input given",
             fix="pass --graph DIR (a graph directory with features and splits) or --store STORE",
         )
-    data = TrainData.from_graph_dir(args.graph)
-    result = Trainer(config, data).fit().to_json()
+    g = GraphDir.open(args.graph)
+    if g.schema is not None or config.model.name in TYPED_MODELS:
+        from shoal.training.typed import TypedTrainer
+
+        result = TypedTrainer(config, g).fit().to_json()
+    else:
+        result = Trainer(config, TrainData.from_graph_dir(g)).fit().to_json()
     result["graph"] = str(args.graph)
     summary = (
         f"test_accuracy={result['test_accuracy']:.4f} val_accuracy={result['val_accuracy']:.4f} "

@@ -12,7 +12,7 @@ from shoal.cli.link_options import add_link_arguments, link_options_from_args
 from shoal.cli.report import add_report_argument
 from shoal.engines.config import engine_option_owners, read_config, read_config_file
 from shoal.engines.registry import engine_names, get_spec
-from shoal.nn import MODELS
+from shoal.nn import MODELS, TYPED_MODELS
 from shoal.rows.budget import STRUCTURE_MODES
 from shoal.rows.featstore import CACHE_POLICIES
 from shoal.sample.sampler import parse_fanouts
@@ -167,7 +167,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
 
 def _add_model_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument(
-        "--model", choices=sorted(MODELS), default=None, help=f"model (default {d.model.name})"
+        "--model",
+        choices=sorted(MODELS) + list(TYPED_MODELS),
+        default=None,
+        help=f"model (default {d.model.name}; rgcn and rgat: typed graphs only)",
     )
     _add_factory_argument(g)
     g.add_argument(

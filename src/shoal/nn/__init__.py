@@ -13,10 +13,23 @@ from shoal.nn.base import BlockGNN
 from shoal.nn.gat import GAT
 from shoal.nn.gcn import GCN
 from shoal.nn.gin import GIN
+from shoal.nn.hetero import RGAT, RGCN
 from shoal.nn.sage import GraphSAGE
 from shoal.nn.sgc import SGC
 
-__all__ = ["GAT", "GCN", "GIN", "MODELS", "SGC", "BlockGNN", "GraphSAGE", "build_model"]
+__all__ = [
+    "GAT",
+    "GCN",
+    "GIN",
+    "MODELS",
+    "RGAT",
+    "RGCN",
+    "SGC",
+    "TYPED_MODELS",
+    "BlockGNN",
+    "GraphSAGE",
+    "build_model",
+]
 
 #: Model names accepted by ``--model`` and :func:`build_model`.
 MODELS: dict[str, type[nn.Module]] = {
@@ -26,6 +39,9 @@ MODELS: dict[str, type[nn.Module]] = {
     "gin": GIN,
     "sgc": SGC,
 }
+#: Relational models, for typed graphs only (``--model``; :mod:`shoal.nn.hetero`, trained by
+#: :class:`~shoal.training.typed.TypedTrainer`).
+TYPED_MODELS: dict[str, type[nn.Module]] = {"rgcn": RGCN, "rgat": RGAT}
 
 
 def build_model(
@@ -40,6 +56,14 @@ def build_model(
 ) -> nn.Module:
     """Instantiate a registered model by name; ``extra`` goes to its constructor (e.g. heads)."""
     cls = MODELS.get(name)
+    if name in TYPED_MODELS:
+        from shoal.errors import ShoalInputError
+
+        raise ShoalInputError(
+            f"--model {name} is a relational model: it trains on a typed graph (node types, "
+            "relations), in one process for now",
+            fix="pass --graph with a typed graph directory, or choose " + ", ".join(sorted(MODELS)),
+        )
     if cls is None:
         raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
     return cls(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from shoal.nn import MODELS
+from shoal.nn import MODELS, TYPED_MODELS
 from shoal.rows.budget import STRUCTURE_MODES
 from shoal.rows.featstore import CACHE_POLICIES
 from shoal.sample.sampler import parse_fanouts
@@ -66,10 +66,9 @@ class ModelConfig:
     normalize_features: bool | str | None = None
 
     def __post_init__(self) -> None:
-        if self.name not in MODELS:
-            raise ValueError(
-                f"unknown model {self.name!r}; valid names: {', '.join(sorted(MODELS))}"
-            )
+        if self.name not in MODELS and self.name not in TYPED_MODELS:
+            names = ", ".join(sorted(MODELS)) + "; for typed graphs " + ", ".join(TYPED_MODELS)
+            raise ValueError(f"unknown model {self.name!r}; valid names: {names}")
         _at_least_one(self, "hidden", "heads")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
