@@ -156,3 +156,14 @@ def test_stages_that_read_only_untyped_graphs_refuse_a_typed_one(tmp_path):
     with pytest.raises(ShoalInputError, match="store build does not read node types"):
         build_store(g, tmp_path / "assignment", tmp_path / "store")
     assert not (tmp_path / "store").exists()
+
+
+def test_partition_metrics_report_each_node_type_s_balance(tmp_path):
+    from shoal.partition.metrics import partition_metrics
+
+    g = _write(tmp_path / "g")  # paper 0-2, author 3-4, venue none
+    part = np.array([0, 0, 1, 1, 1], np.int32)
+    m = partition_metrics(g, part, 2)
+    assert m["part_type_sizes"] == {"paper": [2, 1], "author": [0, 2], "venue": [0, 0]}
+    # max over mean: paper 2 / 1.5, author 2 / 1; a type without nodes is balanced
+    assert m["type_balance"] == pytest.approx({"paper": 4 / 3, "author": 2.0, "venue": 1.0})

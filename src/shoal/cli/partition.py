@@ -89,6 +89,7 @@ def _table(m: dict[str, Any]) -> str:
         ("node balance", f"{m.get('node_balance', float('nan')):.3f}"),
         ("edge balance", f"{m.get('edge_balance', float('nan')):.3f}"),
         ("train balance", f"{m.get('train_balance', float('nan')):.3f}"),
+        *((f"  type {t}", f"{b:.3f}") for t, b in (m.get("type_balance") or {}).items()),
         ("refine moves", ", ".join(map(str, m.get("moved_by_refine", []))) or "-"),
         ("seconds", f"{m['seconds']:.2f}"),
     ]

@@ -9,6 +9,7 @@
 - ``edge_cut``: fraction of stored edges whose endpoints have different owners.
 - ``node_balance`` / ``train_balance``: max/mean nodes / training nodes per part.
 - ``edge_balance``: max/mean in-edges of core nodes per part (the edges each part stores).
+- ``type_balance`` (typed graphs): max/mean nodes per part of each node type.
 
 Distinct (node, part) pairs are counted with a bitmap of ``N x g`` bits for a group of ``g``
 parts (all ``p`` in one pass unless ``N·p/8`` exceeds ``bitmap_bytes``; then one pass per
@@ -94,6 +95,17 @@ def _max_over_mean(counts: np.ndarray, total: int, p: int) -> float:
     return float(counts.max()) / (total / p)
 
 
+def _type_balance(graph: GraphDir, part: np.ndarray, p: int) -> tuple[dict, dict]:
+    """Per node type of a typed graph: max/mean nodes per part, and the counts (types are
+    id ranges: one ``bincount`` of a slice each)."""
+    bal, sizes = {}, {}
+    for t in graph.schema.node_types:
+        c = np.bincount(part[t.offset : t.offset + t.count], minlength=p)
+        bal[t.name] = _max_over_mean(c, int(t.count), p)
+        sizes[t.name] = c.tolist()
+    return bal, sizes
+
+
 def partition_metrics(
     graph: GraphDir,
     node_part: np.ndarray,
@@ -118,7 +130,9 @@ def partition_metrics(
     Returns:
         dict with ``replication_factor``, ``edge_cut``, ``cut_edges``, ``node_balance``,
         ``edge_balance``, ``train_balance``, ``part_sizes``, ``part_train``,
-        ``part_in_edges`` and, with ``edge_part``, ``vertex_cut_rf``.
+        ``part_in_edges``, with ``edge_part`` ``vertex_cut_rf``, and for a typed graph
+        ``type_balance`` (max/mean nodes per part of each node type) and
+        ``part_type_sizes``.
     """
     n, e, p = graph.num_nodes, graph.num_edges, num_parts
     part = np.ascontiguousarray(node_part, dtype=np.int32)
@@ -154,6 +168,8 @@ def partition_metrics(
         "part_train": tsizes.tolist(),
         "part_in_edges": in_edges.tolist(),
     }
+    if graph.schema is not None:  # a typed graph: the balance of each node type
+        out["type_balance"], out["part_type_sizes"] = _type_balance(graph, part, p)
     if edge_part is not None:
         touched = np.zeros(n, dtype=np.bool_)
         present = 0
