@@ -10,7 +10,8 @@ over the parts below the hard load bound ``max(floor(nu * |V| / p), ceil(|V| / p
 (Algorithm 1; ``nu`` = our ``balance``), with the paper's ``gamma = 1.5`` and
 ``alpha = sqrt(p) * m / n ** 1.5`` (Section 4, ``m`` = number of undirected edges). Ties go to the part with fewer nodes, then the
 lowest index; with a train mask, training nodes also respect the same bound over training
-nodes.
+nodes, and on a typed graph each node type the same bound over its own nodes (as in
+:mod:`shoal.partition.ldg`).
 
 Same vertex stream as :mod:`shoal.partition.ldg`: the CSR views read block by block, O(V)
 memory plus one block of neighbours, nodes in id order.
@@ -32,20 +33,22 @@ from shoal.partition._streaming import (
     _train_array,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.ldg import _run_vertex_stream
+from shoal.partition.ldg import _run_vertex_stream, _type_of
 
 __all__ = ["Fennel"]
 
 
 @njit(cache=True)
 def _fennel_block(
-    a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, cap, tcap, cnt, alpha, gamma
+    a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, cap, tcap, ty, cnt, alpha, gamma
 ):
     p = sizes.shape[0]
+    toff, tysizes, tycap = ty
     ag = alpha * gamma
     g1 = gamma - 1.0
     for r in range(po.shape[0] - 1):
         v = a + r
+        nt = _type_of(toff, v)
         for q in range(p):
             cnt[q] = 0.0
         for j in range(po[r], po[r + 1]):
@@ -64,6 +67,8 @@ def _fennel_block(
                 continue
             if is_train and tsizes[q] >= tcap:
                 continue
+            if tysizes[q, nt] >= tycap[nt]:
+                continue
             s = cnt[q] - ag * float(sizes[q]) ** g1
             if best < 0 or s > best_s or (s == best_s and sizes[q] < sizes[best]):
                 best_s = s
@@ -75,6 +80,7 @@ def _fennel_block(
                     best = q
         node_part[v] = best
         sizes[best] += 1
+        tysizes[best, nt] += 1
         if is_train:
             tsizes[best] += 1
 

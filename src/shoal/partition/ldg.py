@@ -10,7 +10,9 @@ where ``P_i`` is the set of nodes already in part ``i`` and ``C`` the part capac
 the part with fewer nodes (then the lowest index). We use
 ``C = max(floor(balance * |V| / p), ceil(|V| / p))`` as a hard capacity (the paper's
 ``C = |V| / p`` with the configured slack) and, when a train mask is given, the same bound over
-training nodes as a second hard capacity.
+training nodes as a second hard capacity. On a typed graph each node type gets the same bound
+over its own nodes (DistDGL's ``balance_ntypes`` for METIS): a part full of one type takes no
+more of it.
 
 The vertex stream is the graph's ``csr_out`` view (and ``csr_in`` too for directed graphs, so
 that ``N(v)`` is every neighbour), built once by the external sort and read block by block
@@ -115,11 +117,26 @@ def _vertex_blocks(
             rd.close()
 
 
+@njit(cache=True, inline="always")
+def _type_of(toff, v):
+    """The node type of id ``v`` (types are the id ranges ``toff[t] .. toff[t + 1] - 1``)."""
+    x, y = 0, toff.shape[0] - 1
+    while y - x > 1:
+        m = (x + y) >> 1
+        if toff[m] <= v:
+            x = m
+        else:
+            y = m
+    return x
+
+
 @njit(cache=True)
-def _ldg_block(a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, cap, tcap, cnt):
+def _ldg_block(a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, cap, tcap, ty, cnt):
     p = sizes.shape[0]
+    toff, tysizes, tycap = ty
     for r in range(po.shape[0] - 1):
         v = a + r
+        nt = _type_of(toff, v)
         for q in range(p):
             cnt[q] = 0.0
         for j in range(po[r], po[r + 1]):
@@ -138,6 +155,8 @@ def _ldg_block(a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, ca
                 continue
             if is_train and tsizes[q] >= tcap:
                 continue
+            if tysizes[q, nt] >= tycap[nt]:
+                continue
             s = cnt[q] * (1.0 - sizes[q] / cap)
             if s > best_s or (s == best_s and sizes[q] < sizes[best]):
                 best_s = s
@@ -149,8 +168,22 @@ def _ldg_block(a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, ca
                     best = q
         node_part[v] = best
         sizes[best] += 1
+        tysizes[best, nt] += 1
         if is_train:
             tsizes[best] += 1
+
+
+def _type_capacities(graph: GraphDir, p: int, balance: float) -> tuple:
+    """``(offsets, per-part counts, capacities)`` of the node types: a typed graph's types
+    (each capped as the nodes are, DistDGL's ``balance_ntypes``), else one type without a
+    cap (the untyped assignment, unchanged)."""
+    s = graph.schema
+    if s is None:
+        off = np.array([0, graph.num_nodes], np.int64)
+        return off, np.zeros((p, 1), np.int64), np.array([np.inf])
+    counts = [int(t.count) for t in s.node_types]
+    caps = [float(max(math.floor(balance * c / p), -(-c // p))) for c in counts]
+    return s.offsets, np.zeros((p, len(counts)), np.int64), np.array(caps)
 
 
 def _capacities(n: int, p: int, balance: float, train: np.ndarray | None) -> tuple[float, float]:
@@ -172,10 +205,13 @@ def _run_vertex_stream(graph, cfg, train, name, kernel, extra) -> tuple[np.ndarr
     use_train = train is not None
     tr = train if use_train else np.zeros(1, dtype=bool)
     cap, tcap = _capacities(n, p, cfg.balance, train)
+    ty = _type_capacities(graph, p, cfg.balance)
     cnt = np.zeros(p, dtype=np.float64)
     t = time.perf_counter()
     for a, _b, po, io, pi, ii in _vertex_blocks(graph, cfg.chunk_edges, name):
-        kernel(a, po, io, pi, ii, node_part, sizes, tsizes, tr, use_train, cap, tcap, cnt, *extra)
+        kernel(
+            a, po, io, pi, ii, node_part, sizes, tsizes, tr, use_train, cap, tcap, ty, cnt, *extra
+        )
     return node_part, time.perf_counter() - t
 
 
