@@ -167,3 +167,25 @@ def test_partition_metrics_report_each_node_type_s_balance(tmp_path):
     assert m["part_type_sizes"] == {"paper": [2, 1], "author": [0, 2], "venue": [0, 0]}
     # max over mean: paper 2 / 1.5, author 2 / 1; a type without nodes is balanced
     assert m["type_balance"] == pytest.approx({"paper": 4 / 3, "author": 2.0, "venue": 1.0})
+
+
+def test_flatten_stacks_the_types_into_an_untyped_graph(tmp_path):
+    from shoal.cli import main
+
+    g = _write(tmp_path / "g", add_reverse=True)
+    assert main(["data", "flatten", str(g.path), "--out", str(tmp_path / "f")]) == 0
+    f = GraphDir.open(tmp_path / "f", verify=True)
+    assert f.schema is None and f.num_nodes == 5 and f.num_edges == g.num_edges
+    assert np.array_equal(
+        np.concatenate(list(f.edge_stream())), np.concatenate(list(g.edge_stream()))
+    )
+    x = np.asarray(f.features())  # paper (2 columns, padded to 4), author (4 columns)
+    assert x.shape == (5, 4)
+    assert np.array_equal(x[:3], np.pad(np.arange(6).reshape(3, 2), ((0, 0), (0, 2))))
+    assert np.array_equal(x[3:], np.ones((2, 4)))
+    assert np.asarray(f.labels()).tolist() == [1, 0, -1, -1, -1]
+    assert np.asarray(f.split("val")).tolist() == [1]
+    with pytest.raises(ShoalInputError, match="not a typed graph"):
+        from shoal.data.flatten import flatten
+
+        flatten(f, tmp_path / "again")

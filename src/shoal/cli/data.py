@@ -84,6 +84,21 @@ def _cmd_csr(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_flatten(args: argparse.Namespace) -> int:
+    from shoal.cli.data_options import graph_summary
+    from shoal.data.flatten import flatten
+
+    t0 = time.perf_counter()
+    g = flatten(args.dir, args.out, overwrite=args.overwrite, name=args.name)
+    s = graph_summary(g, t0)
+    print(
+        f"flatten -> {g.path}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, "
+        f"{g.feature_dim or 0} features (types and relations dropped) in {s['seconds']:.1f}s"
+    )
+    write_json_output(args.json, s)
+    return 0
+
+
 # ---------------------------------------------------------------------- registration
 def register(subparsers: argparse._SubParsersAction) -> None:
     data = subparsers.add_parser(
@@ -183,3 +198,19 @@ def _register_csr(sub: argparse._SubParsersAction) -> None:
     add_scratch_option(c, "the external sort", "inside the graph directory, beside the views")
     c.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE ('-' = stdout)")
     c.set_defaults(func=_cmd_csr)
+    f = sub.add_parser(
+        "flatten",
+        help="a typed graph as an untyped one (types and relations dropped)",
+        description="""Write a typed graph directory as an untyped one: the same ids and
+edges, every node type's features stacked into one features.npy (zero-padded to the widest
+type; zero rows for a type without features), the target type's labels and splits. The
+homogeneous baseline of a relational model, or the untyped pipeline on a typed graph.
+
+example: shoal data flatten data/igbh --out data/igbh-flat""",
+    )
+    f.add_argument("dir", help="typed graph directory")
+    f.add_argument("--out", required=True, help="untyped graph directory to create")
+    f.add_argument("--name", help="dataset name (default: DIR's name + '-flat')")
+    f.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    f.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE ('-' = stdout)")
+    f.set_defaults(func=_cmd_flatten)
