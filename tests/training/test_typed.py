@@ -57,3 +57,8 @@ def test_the_cli_trains_a_typed_graph_and_refuses_mismatched_models(igbh, tmp_pa
         from shoal.nn import build_model
 
         build_model("rgcn", in_dim=4, hidden=4, out_dim=2, num_layers=2, dropout=0.0)
+
+
+def test_a_gpu_is_refused_until_typed_training_supports_it(igbh):
+    with pytest.raises(ShoalInputError, match="typed graphs train on the CPU"):
+        TypedTrainer(_cfg("rgcn", device="cuda"), igbh)

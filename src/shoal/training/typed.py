@@ -108,6 +108,17 @@ class TypedTrainer:
                 path=graph.path,
                 fix="import the dataset with its labels and splits",
             )
+        if config.run.device != "cpu":
+            raise ShoalInputError(
+                f"--device {config.run.device}: typed graphs train on the CPU for now",
+                fix="leave --device at cpu",
+            )
+        if config.memory.limit is not None:
+            log.warning(
+                "--memory %s is not applied to typed graphs yet: each batch reads its rows "
+                "as it needs them (no cache, no windows)",
+                config.memory.limit,
+            )
         set_threads(config.run.threads)
         torch.manual_seed(config.run.seed)
         self.splits = {k: np.array(v, np.int64) for k, v in splits.items() if v is not None}
