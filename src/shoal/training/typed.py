@@ -32,8 +32,7 @@ from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.nn import TYPED_MODELS
 from shoal.nn.hetero import RGAT, RGCN, TypedInput
-from shoal.rows.opener import open_rows
-from shoal.sample.typed import TypedBatch, TypedNeighborSampler
+from shoal.sample.typed import TypedBatch, TypedFeatures, TypedNeighborSampler
 from shoal.training.config import TrainConfig
 from shoal.training.loop import EpochLoop
 from shoal.training.presets import resolve_for_data
@@ -130,10 +129,7 @@ class TypedTrainer:
         fan = config.sampling.fanouts
         self.sampler = TypedNeighborSampler(csr.indptr, csr.indices, s, fan)
         self.full = TypedNeighborSampler(csr.indptr, csr.indices, s, [-1] * len(fan))
-        self.readers = []
-        for t in s.node_types:
-            x = graph.node_features(t.name)
-            self.readers.append(None if x is None else (x, open_rows(x)))
+        self.features = TypedFeatures(graph)
         self.model = TypedModel(s, config, self.num_classes)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
@@ -153,29 +149,6 @@ class TypedTrainer:
             settings={"typed": {"node_types": len(s.node_types), "relations": len(s.edge_types)}},
         )
 
-    # ---------------------------------------------------------------- batches
-    def _features(self, tb: TypedBatch) -> list[torch.Tensor | None]:
-        """Each type's rows of the batch's nodes (batch order), read in id order."""
-        n_id = np.asarray(tb.n_id)
-        types = tb.node_type.numpy()
-        out: list[torch.Tensor | None] = []
-        for t, (nt, rd) in enumerate(zip(self.schema.node_types, self.readers, strict=True)):
-            if rd is None:
-                out.append(None)
-                continue
-            x, reader = rd
-            ids = n_id[types == t] - nt.offset
-            order = np.argsort(ids, kind="stable")
-            rows = np.empty((len(ids), x.shape[1]), np.float32)
-            if reader is not None and len(ids):
-                got = np.empty_like(rows)
-                reader.read(ids[order], got)
-                rows[order] = got
-            elif len(ids):
-                rows[:] = x[ids]
-            out.append(torch.from_numpy(rows))
-        return out
-
     # ---------------------------------------------------------------- Trainable
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.config
@@ -192,7 +165,7 @@ class TypedTrainer:
             tb = self.sampler.sample(seeds, seed=(cfg.run.seed << 20) + epoch * 100_003 + b)
             split["sampling"] += time.perf_counter() - t
             t = time.perf_counter()
-            feats = self._features(tb)
+            feats = self.features.gather(tb)
             split["gather"] += time.perf_counter() - t
             t = time.perf_counter()
             self.optimizer.zero_grad(set_to_none=True)
@@ -227,7 +200,7 @@ class TypedTrainer:
             for a in range(0, len(ids), bs):
                 seeds = ids[a : a + bs]
                 tb = self.full.sample(seeds)
-                pred = self.model(tb, self._features(tb)).argmax(1)
+                pred = self.model(tb, self.features.gather(tb)).argmax(1)
                 right += int((pred == self.labels[torch.from_numpy(seeds)]).sum())
             out[name] = right / len(ids)
         return out
@@ -249,6 +222,4 @@ class TypedTrainer:
         try:
             return self.loop.fit()
         finally:
-            for rd in self.readers:
-                if rd is not None and rd[1] is not None:
-                    rd[1].close()
+            self.features.close()
