@@ -19,9 +19,8 @@ first ``batch_size`` target rows. Sampling draws each hop's fanout per relation
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +28,8 @@ import torch
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
+from shoal.loader.neighbor import SeedBatches
 from shoal.sample.typed import TypedBatch, TypedFeatures, TypedNeighborSampler
-from shoal.training.batches import batch_seed
 
 __all__ = ["HeteroNeighborLoader", "to_hetero_batch"]
 
@@ -70,7 +69,7 @@ def to_hetero_batch(
     return data
 
 
-class HeteroNeighborLoader:
+class HeteroNeighborLoader(SeedBatches):
     """PyG-style typed mini-batches from a typed graph directory (module docstring).
 
     Args:
@@ -118,20 +117,6 @@ class HeteroNeighborLoader:
         else:
             self.seeds = np.asarray(input_nodes, np.int64)
         self.features = TypedFeatures(g)
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.seeds) / self.batch_size)
-
-    def __iter__(self) -> Iterator[Any]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        order = (
-            np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
-            if self.shuffle
-            else np.arange(len(self.seeds))
-        )
-        for step in range(len(self)):
-            pos = order[step * self.batch_size : (step + 1) * self.batch_size]
-            yield self.batch(pos, batch_seed(self.seed, epoch, step))
 
     def batch(self, positions: np.ndarray, seed: int) -> Any:
         """The ``HeteroData`` of the seeds at ``positions`` of ``input_nodes``."""

@@ -37,7 +37,7 @@ from shoal.store.reader import Partition
 from shoal.training.batches import batch_seed
 from shoal.training.data import TrainData, open_features
 
-__all__ = ["NeighborLoader", "to_pyg"]
+__all__ = ["NeighborLoader", "SeedBatches", "to_pyg"]
 
 
 def to_pyg(mb: MiniBatch, x: torch.Tensor, y: torch.Tensor, n_id: np.ndarray) -> Any:
@@ -59,7 +59,37 @@ def to_pyg(mb: MiniBatch, x: torch.Tensor, y: torch.Tensor, n_id: np.ndarray) ->
     )
 
 
-class NeighborLoader:
+class SeedBatches:
+    """Epochs of seed batches: ``seeds`` cut into ``batch_size`` pieces, reshuffled every
+    epoch when ``shuffle`` (the order and each batch's sampling seed depend only on
+    ``(seed, epoch, step)``); a subclass sets those attributes and ``epoch = 0``, and builds
+    a batch in ``batch(positions, seed)``."""
+
+    seeds: np.ndarray
+    batch_size: int
+    shuffle: bool
+    seed: int
+    epoch: int
+
+    def batch(self, positions: np.ndarray, seed: int) -> Any:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.seeds) / self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        order = (
+            np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
+            if self.shuffle
+            else np.arange(len(self.seeds))
+        )
+        for step in range(len(self)):
+            pos = order[step * self.batch_size : (step + 1) * self.batch_size]
+            yield self.batch(pos, batch_seed(self.seed, epoch, step))
+
+
+class NeighborLoader(SeedBatches):
     """PyG-style neighbour-sampled mini-batches (module docstring).
 
     Args:
@@ -125,20 +155,6 @@ class NeighborLoader:
         self.labels = lab
         self.seeds = _seeds(input_nodes, lambda s: np.flatnonzero(np.asarray(part.mask(s))))
         self.global_ids = part.local_to_global(np.arange(part.num_nodes))
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.seeds) / self.batch_size)
-
-    def __iter__(self) -> Iterator[Any]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        order = (
-            np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
-            if self.shuffle
-            else np.arange(len(self.seeds))
-        )
-        for step in range(len(self)):
-            pos = order[step * self.batch_size : (step + 1) * self.batch_size]
-            yield self.batch(pos, batch_seed(self.seed, epoch, step))
 
     def batch(self, positions: np.ndarray, seed: int) -> Any:
         """The ``Data`` of the seeds at ``positions`` of ``input_nodes``."""

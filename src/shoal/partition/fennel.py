@@ -33,7 +33,8 @@ from shoal.partition._streaming import (
     _train_array,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.ldg import _run_vertex_stream, _type_of
+from shoal.partition.ldg import _run_vertex_stream
+from shoal.utils.ranges import range_index
 
 __all__ = ["Fennel"]
 
@@ -48,7 +49,7 @@ def _fennel_block(
     g1 = gamma - 1.0
     for r in range(po.shape[0] - 1):
         v = a + r
-        nt = _type_of(toff, v)
+        nt = range_index(toff, v)
         for q in range(p):
             cnt[q] = 0.0
         for j in range(po[r], po[r + 1]):

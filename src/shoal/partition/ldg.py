@@ -38,6 +38,7 @@ from shoal.partition._streaming import (
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 from shoal.utils.progress import progress
+from shoal.utils.ranges import range_index
 
 __all__ = ["LDG"]
 
@@ -117,26 +118,13 @@ def _vertex_blocks(
             rd.close()
 
 
-@njit(cache=True, inline="always")
-def _type_of(toff, v):
-    """The node type of id ``v`` (types are the id ranges ``toff[t] .. toff[t + 1] - 1``)."""
-    x, y = 0, toff.shape[0] - 1
-    while y - x > 1:
-        m = (x + y) >> 1
-        if toff[m] <= v:
-            x = m
-        else:
-            y = m
-    return x
-
-
 @njit(cache=True)
 def _ldg_block(a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, cap, tcap, ty, cnt):
     p = sizes.shape[0]
     toff, tysizes, tycap = ty
     for r in range(po.shape[0] - 1):
         v = a + r
-        nt = _type_of(toff, v)
+        nt = range_index(toff, v)
         for q in range(p):
             cnt[q] = 0.0
         for j in range(po[r], po[r + 1]):

@@ -16,6 +16,7 @@ import numpy as np
 from numba import prange
 
 from shoal.sample._kernels import _FLOYD_MAX, _below, _floyd, _mix64, _next
+from shoal.utils.ranges import range_index
 
 
 @numba.njit(cache=True, inline="always")
@@ -40,19 +41,6 @@ def _run(indices, b, e, lo, hi):
     return s, t
 
 
-@numba.njit(cache=True, inline="always")
-def _type_of(offsets, v):
-    """The type index of global id ``v`` (``offsets`` ``(T + 1,)``, ascending)."""
-    x, y = 0, offsets.shape[0] - 1
-    while y - x > 1:
-        m = (x + y) >> 1
-        if offsets[m] <= v:
-            x = m
-        else:
-            y = m
-    return x
-
-
 def _count_py(indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, counts):
     """counts[i] = sum over the relations into ``nodes[i]``'s type of min(fanout, run)."""
     rows = indptr.shape[0] - 1
@@ -61,7 +49,7 @@ def _count_py(indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, 
         c = 0
         if v < rows:
             b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-            t = _type_of(offsets, v)
+            t = range_index(offsets, v)
             for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
                 r = by_dst[q]
                 st = src_type[r]
@@ -84,7 +72,7 @@ def _fill_py(
         if v >= rows or rowptr[i + 1] == at:
             continue
         b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-        t = _type_of(offsets, v)
+        t = range_index(offsets, v)
         for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
             r = by_dst[q]
             st = src_type[r]
