@@ -53,6 +53,9 @@ def test_the_cli_trains_a_typed_graph_and_refuses_mismatched_models(igbh, tmp_pa
     assert r["epochs"] == 2 and 0 <= r["test_accuracy"] <= 1
     assert main(["train", "--graph", str(igbh.path), "--model", "sage", "--epochs", "1"]) == 2
     assert "a typed graph trains a relational model" in capsys.readouterr().err
+    # without --model a typed graph trains its relational default, R-GCN
+    assert main(["train", "--graph", str(igbh.path), "--epochs", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["config"]["model"]["name"] == "rgcn"
     with pytest.raises(ShoalInputError, match="relational model"):
         from shoal.nn import build_model
 

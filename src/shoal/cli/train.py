@@ -63,9 +63,25 @@ def announce(config: TrainConfig) -> None:
     )
 
 
+def _typed_default(args: argparse.Namespace, config: TrainConfig) -> bool:
+    """Whether ``--graph`` is a typed graph and no model was chosen (``--model`` or a config
+    file): R-GCN is then the default, as GraphSAGE is for an untyped graph."""
+    if args.store or not args.graph or args.model is not None or config.model.factory:
+        return False
+    if getattr(args, "config", None) and config.model.name != "sage":
+        return False
+    try:
+        return GraphDir.open(args.graph).schema is not None
+    except ShoalInputError:
+        return False  # reported where the graph is opened
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Handler of ``shoal train``: ``--store`` goes to the distributed launcher."""
     config = config_from_args(args)
+    if _typed_default(args, config):  # a typed graph without --model: its relational default
+        args.model = "rgcn"
+        config = config_from_args(args)
     if "RANK" not in os.environ or os.environ.get("RANK") == "0":
         announce(config)
     if config.task == "link" and not args.store:
