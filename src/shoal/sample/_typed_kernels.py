@@ -41,6 +41,15 @@ def _run(indices, b, e, lo, hi):
     return s, t
 
 
+@numba.njit(cache=True, inline="always")
+def _relation_draw(indices, b, e, offsets, st, fanout):
+    """``(start, run length, draws)`` of the relation whose sources are of type ``st`` in the
+    row ``indices[b:e]``: its run, and ``min(fanout, run)`` (all of it for a negative fanout)."""
+    s, u = _run(indices, b, e, offsets[st], offsets[st + 1])
+    d = u - s
+    return s, d, (d if (fanout < 0 or d <= fanout) else fanout)
+
+
 def _count_py(indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, counts):
     """counts[i] = sum over the relations into ``nodes[i]``'s type of min(fanout, run)."""
     rows = indptr.shape[0] - 1
@@ -52,11 +61,7 @@ def _count_py(indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, 
             t = range_index(offsets, v)
             for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
                 r = by_dst[q]
-                st = src_type[r]
-                s, u = _run(indices, b, e, offsets[st], offsets[st + 1])
-                d = u - s
-                k = fan[r]
-                c += d if (k < 0 or d <= k) else k
+                c += _relation_draw(indices, b, e, offsets, src_type[r], fan[r])[2]
         counts[i] = c
 
 
@@ -75,23 +80,18 @@ def _fill_py(
         t = range_index(offsets, v)
         for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
             r = by_dst[q]
-            st = src_type[r]
-            s, u = _run(indices, b, e, offsets[st], offsets[st + 1])
-            d = u - s
-            k = fan[r]
-            k = d if (k < 0 or d <= k) else k
+            s, d, k = _relation_draw(indices, b, e, offsets, src_type[r], fan[r])
             for j in range(k):
                 dst[at + j] = i
+            state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
             if k == d:
                 for j in range(k):
                     picked[at + j] = indices[s + j]
             elif k <= _FLOYD_MAX:
-                state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
                 _floyd(state, d, k, picked, at)
                 for j in range(k):
                     picked[at + j] = indices[s + picked[at + j]]
             else:
-                state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
                 need = k
                 filled = 0
                 for j in range(d):
