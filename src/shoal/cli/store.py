@@ -55,6 +55,12 @@ def _inspect(args: argparse.Namespace) -> int:
     for row in rep["parts"]:
         vals = [str(row[c]) if c != "bytes" else human(row[c]) for c in cols]
         print("  ".join(f"{v:>10}" for v in vals))
+    if rep.get("node_types"):
+        print(f"{len(rep['node_types'])} node types (nodes per part), target {rep['target_type']}:")
+        for t in rep["node_types"]:
+            dim = f"{t['feature_dim']} features" if t["feature_dim"] else "no features"
+            print(f"  {t['name']:>14}  {t['count']:>10}  {dim:>13}  {t['per_part']}")
+        print(f"{len(rep['relations'])} relations: {', '.join(rep['relations'])}")
     write_json(args.json, rep)
     return 0
 

@@ -23,6 +23,7 @@ from shoal.data.extsort import build_csr_files
 from shoal.data.format import SPLITS, GraphDir
 from shoal.data.stream import EdgeStream
 from shoal.store._io import NpyAppender, gather_rows, read_rows
+from shoal.store._typed import TypedLayout, build_typed_csr
 from shoal.utils.progress import progress
 
 __all__ = ["make_layout", "relabel", "write_edges", "write_parts"]
@@ -74,8 +75,11 @@ def _append_chunk(
     offsets: np.ndarray,
     edtype: np.dtype,
     bucket_counts: np.ndarray,
+    typed: tuple[np.ndarray, int, np.dtype] | None = None,
 ) -> None:
-    """Append one chunk of edges to its buckets and to its destinations' in-edge files."""
+    """Append one chunk of edges to its buckets and to its destinations' in-edge files.
+    ``typed``: ``(slot of each edge, rin, in-edge dtype)`` of a typed graph, whose in-edge
+    rows are ``(new src, local dst * rin + slot)`` (:mod:`shoal.store._typed`)."""
     p = offsets.shape[0] - 1
     s_old = chunk[:, 0]
     d_old = chunk[:, 1]
@@ -94,10 +98,15 @@ def _append_chunk(
             rows[a:b].tofile(f)
         bucket_counts[sp * p + dp] += b - a
     dbounds = np.flatnonzero(np.r_[True, (key[1:] // p) != (key[:-1] // p), True])
+    slots = None if typed is None else typed[0][order]
     for a, b in zip(dbounds[:-1], dbounds[1:]):
         dp = int(key[a]) // p
-        local = rows[a:b].copy()
-        local[:, 1] -= offsets[dp]
+        if typed is None:
+            local = rows[a:b].copy()
+            local[:, 1] -= offsets[dp]
+        else:
+            local = rows[a:b].astype(typed[2])
+            local[:, 1] = (local[:, 1] - offsets[dp]) * typed[1] + slots[a:b]
         with open(work / f"in_{dp}.bin", "ab") as f:
             local.tofile(f)
 
@@ -113,14 +122,22 @@ def write_edges(
     *,
     chunk_edges: int,
     show: bool | None,
+    layout: TypedLayout | None = None,
 ) -> np.ndarray:
     """Pass 1: the edge buckets (in ``tmp/buckets``) and the per-part in-edge files (in
-    ``work``). Returns the bucket counts, int64 ``(p, p)`` indexed ``[src_part, dst_part]``."""
+    ``work``). Returns the bucket counts, int64 ``(p, p)`` indexed ``[src_part, dst_part]``.
+    ``layout``: a typed graph's relation encoding (its in-edge files carry the relation)."""
     p = offsets.shape[0] - 1
     bucket_counts = np.zeros(p * p, dtype=np.int64)  # index src_part * p + dst_part
     stream = g.edge_stream(chunk_edges)
+    at = 0
     for chunk in progress(stream, total=len(stream), desc="store: edges", enable=show):
-        _append_chunk(chunk, tmp, work, node_part, node_map, offsets, edtype, bucket_counts)
+        typed = None
+        if layout is not None:
+            slots = layout.slot_of[layout.relations(at, chunk.shape[0])]
+            typed = (slots, layout.rin, layout.in_dtype)
+            at += chunk.shape[0]
+        _append_chunk(chunk, tmp, work, node_part, node_map, offsets, edtype, bucket_counts, typed)
     return bucket_counts.reshape(p, p)
 
 
@@ -136,19 +153,35 @@ def _write_csr(
     *,
     chunk_edges: int,
     sort_memory: int,
+    typed: tuple[TypedLayout, np.ndarray] | None = None,
 ) -> np.ndarray:
     """A part's local CSR (``indptr``, ``indices``) and ``halo_ids``; returns the halo ids.
-    ``mark`` is an all-false bool (N,) scratch array, left all false."""
+    ``mark`` is an all-false bool (N,) scratch array, left all false. ``typed``: a typed
+    graph's ``(layout, the part's type bounds in new ids)``: rows sorted by relation, and
+    ``edge_types.npy`` beside the CSR."""
     n_i = hi - lo
     csr_dir = work / f"csr_{i}"
-    build_csr_files(
-        EdgeStream(work / f"in_{i}.bin", num_edges, edtype),
-        n_i,
-        csr_dir,
-        kind="in",
-        memory_bytes=sort_memory,
-        indices_dtype=edtype,
-    )  # its sort runs stay in ``work``, beside its input and output
+    if typed is None:
+        build_csr_files(
+            EdgeStream(work / f"in_{i}.bin", num_edges, edtype),
+            n_i,
+            csr_dir,
+            kind="in",
+            memory_bytes=sort_memory,
+            indices_dtype=edtype,
+        )  # its sort runs stay in ``work``, beside its input and output
+    else:
+        layout, bounds = typed
+        build_typed_csr(
+            work / f"in_{i}.bin",
+            num_edges,
+            bounds - lo,
+            layout,
+            csr_dir,
+            edtype=edtype,
+            sort_memory=sort_memory,
+        )
+        os.replace(csr_dir / "edge_types.npy", pdir / "edge_types.npy")
     (work / f"in_{i}.bin").unlink()
     os.replace(csr_dir / "indptr.npy", pdir / "indptr.npy")
     gidx = csr_dir / "indices.npy"
@@ -195,9 +228,11 @@ def write_parts(
     chunk_edges: int,
     sort_memory: int,
     show: bool | None,
+    typed: tuple[TypedLayout, np.ndarray] | None = None,
 ) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
     """Pass 2: every part's CSR, halo, ``orig_ids``, labels and masks from its in-edge file.
-    Returns (per-part meta, per-part halo ids)."""
+    Returns (per-part meta, per-part halo ids). ``typed``: a typed graph's ``(layout, (p,
+    T + 1) type bounds)``."""
     p = offsets.shape[0] - 1
     in_edges = bucket_counts.sum(axis=0)
     labels_path = g.path / "labels.npy"
@@ -220,6 +255,7 @@ def write_parts(
             mark,
             chunk_edges=chunk_edges,
             sort_memory=sort_memory,
+            typed=None if typed is None else (typed[0], typed[1][i]),
         )
         core_old = inv[lo:hi]
         np.save(pdir / "orig_ids.npy", np.concatenate([core_old, inv[halo]]))

@@ -29,8 +29,14 @@ from typing import Any
 
 import numpy as np
 
+from shoal.data.hetero import HeteroSchema
 from shoal.errors import ShoalInputError
-from shoal.store.format import STORE_FIX, STORE_FORMAT, STORE_FORMAT_VERSION
+from shoal.store.format import (
+    STORE_FIX,
+    STORE_FORMAT,
+    STORE_FORMAT_VERSION,
+    STORE_TYPED_FORMAT_VERSION,
+)
 from shoal.utils.io import read_meta
 
 __all__ = ["Partition", "Store"]
@@ -179,6 +185,31 @@ class Partition:
             out[h] = np.asarray(self.halo_ids)[local[h] - self.num_core]
         return out
 
+    # ------------------------------------------------------------------ typed stores
+    @cached_property
+    def edge_types(self) -> np.ndarray | None:
+        """A typed store's relation of each in-edge (aligned with :attr:`indices`; each row
+        grouped by relation, in relation order), or None."""
+        return self._opt("edge_types.npy") if self.store.schema is not None else None
+
+    @property
+    def type_bounds(self) -> np.ndarray:
+        """A typed store's ``(T + 1,)`` core rows of each node type: type ``t`` is local rows
+        ``[type_bounds[t], type_bounds[t + 1])`` (new ids ``start + ...``)."""
+        return self.store.type_bounds[self.index] - self.start
+
+    def type_features(self, node_type: str) -> np.ndarray | None:
+        """A typed store's core rows of ``node_type`` (local row ``type_bounds[t] + k`` is row
+        ``k``), or None when the type has no features."""
+        self.store.schema_or_raise().node_type(node_type)
+        return self._opt(f"features/{node_type}.npy")
+
+    def halo_type_features(self, node_type: str) -> np.ndarray | None:
+        """A typed store's halo rows of ``node_type``, in halo order (stores built with
+        ``--halo-features``), or None."""
+        self.store.schema_or_raise().node_type(node_type)
+        return self._opt(f"halo_features/{node_type}.npy")
+
     def in_neighbors(self, row: int) -> np.ndarray:
         """Local in-neighbour indices of core row ``row``."""
         return np.asarray(self.indices[self.indptr[row] : self.indptr[row + 1]])
@@ -210,7 +241,7 @@ class Store:
         meta = read_meta(
             path,
             kind=STORE_FORMAT,
-            version=STORE_FORMAT_VERSION,
+            version=(STORE_FORMAT_VERSION, STORE_TYPED_FORMAT_VERSION),
             what="a store directory",
             fix=STORE_FIX,
         )
@@ -253,6 +284,55 @@ class Store:
     def halo_features(self) -> bool:
         """Whether parts carry their halo nodes' feature rows."""
         return bool(self.meta.get("halo_features"))
+
+    # ------------------------------------------------------------------ typed stores
+    @cached_property
+    def schema(self) -> HeteroSchema | None:
+        """A typed store's node types and relations (the graph's), or None."""
+        sm = self.meta.get("schema")
+        return HeteroSchema.from_meta(sm) if sm else None
+
+    def schema_or_raise(self) -> HeteroSchema:
+        if self.schema is None:
+            raise ShoalInputError(
+                "the store is untyped: it has no node types",
+                path=self.path,
+                fix="build the store from a typed graph",
+            )
+        return self.schema
+
+    @cached_property
+    def type_bounds(self) -> np.ndarray:
+        """``(p, T + 1)`` int64: part ``i``'s nodes of type ``t`` are the new ids
+        ``[type_bounds[i, t], type_bounds[i, t + 1])``."""
+        self.schema_or_raise()
+        return np.asarray(self.meta["type_bounds"], dtype=np.int64)
+
+    def type_of(self, ids: Any) -> np.ndarray:
+        """The node type index of new global ``ids`` (one binary search over the ``p * T``
+        range starts; an empty range is skipped by ``side="right"``)."""
+        b = self.type_bounds
+        t = b.shape[1] - 1
+        pos = np.searchsorted(b[:, :t].ravel(), np.asarray(ids, np.int64), side="right") - 1
+        return pos % t
+
+    @property
+    def type_feature_dims(self) -> dict[str, int]:
+        """A typed store's feature width of each node type that has features."""
+        return {k: int(v) for k, v in (self.meta.get("type_feature_dims") or {}).items()}
+
+    def refuse_typed(self, what: str) -> None:
+        """Raise a clear error when this is a typed store and ``what`` reads untyped ones."""
+        s = self.schema
+        if s is None:
+            return
+        raise ShoalInputError(
+            f"a typed store ({len(s.node_types)} node types, {len(s.edge_types)} relations): "
+            f"{what} does not read node types and relations yet",
+            path=self.path,
+            fix="train a typed graph with `shoal train --graph` (one process), or an engine "
+            "that reads typed stores (minibatch, averaging)",
+        )
 
     def part(self, i: int) -> Partition:
         """Part ``i`` (cached)."""

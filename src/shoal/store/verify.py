@@ -11,7 +11,9 @@
 4. against the source graph (its path is in the metadata; skipped with a note when it is gone):
    each core node's in-edge multiset equals the source graph's (per-node multiset hash of the
    edges, one streaming pass; the buckets are checked the same way), labels, split masks and
-   feature rows (core and halo) equal the source rows.
+   feature rows (core and halo) equal the source rows;
+5. for a typed store (:mod:`shoal.store._verify_typed`): type ranges, the relation of every
+   in-edge, and per-type features against the source.
 
 Memory: O(V) arrays plus one chunk of edges or feature rows at a time.
 """
@@ -28,6 +30,7 @@ from shoal.data.format import SPLITS, GraphDir
 from shoal.errors import ShoalInputError
 from shoal.store._io import gather_rows, meta_checksum, read_rows
 from shoal.store._kernels import _edge_hash_accumulate
+from shoal.store._verify_typed import check_typed
 from shoal.store.reader import Store
 from shoal.utils.io import file_checksum
 from shoal.utils.progress import progress
@@ -289,6 +292,15 @@ def verify_store(
             chunk_edges=chunk_edges,
             show=show_progress,
         )
+    if store.schema is not None:
+        check_typed(
+            store,
+            GraphDir.open(gpath) if source and has_source else None,
+            node_map,
+            inv,
+            checks,
+            chunk_edges=chunk_edges,
+        )
     return {"ok": True, "store": str(path), "files": nfiles, "checks": checks, "skipped": skipped}
 
 
@@ -378,4 +390,26 @@ def inspect_store(path: str | os.PathLike) -> dict[str, Any]:
         },
         "bucket_counts": meta["buckets"]["counts"],
         "parts": parts,
+        **_typed_summary(store),
+    }
+
+
+def _typed_summary(store: Store) -> dict[str, Any]:
+    """A typed store's node types (count and nodes per part, feature width) and relations."""
+    if store.schema is None:
+        return {}
+    b = np.diff(store.type_bounds, axis=1)
+    dims = store.type_feature_dims
+    return {
+        "node_types": [
+            {
+                "name": t.name,
+                "count": t.count,
+                "per_part": b[:, k].tolist(),
+                "feature_dim": dims.get(t.name),
+            }
+            for k, t in enumerate(store.schema.node_types)
+        ],
+        "relations": [str(e) for e in store.schema.edge_types],
+        "target_type": store.schema.target,
     }

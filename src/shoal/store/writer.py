@@ -63,7 +63,8 @@ from shoal.partition.io import check_matches_graph, read_assignment
 from shoal.store._features import write_features
 from shoal.store._io import write_meta
 from shoal.store._structure import make_layout, relabel, write_edges, write_parts
-from shoal.store.format import STORE_FORMAT, STORE_FORMAT_VERSION
+from shoal.store._typed import TypedLayout, type_bounds, write_typed_features
+from shoal.store.format import STORE_FORMAT, STORE_FORMAT_VERSION, STORE_TYPED_FORMAT_VERSION
 from shoal.utils.io import atomic_output_dir, file_checksum, scratch_space
 from shoal.utils.memory import peak_rss_bytes
 
@@ -159,7 +160,17 @@ def _read_inputs(g: GraphDir, adir: Path, cfg: Config) -> tuple[np.ndarray, int,
             path=adir / "node_part.npy",
             fix="partition this graph with `shoal partition` first",
         )
-    if cfg.halo_features and not (g.path / "features.npy").exists():
+    has_features = (g.path / "features.npy").exists() or (
+        g.schema is not None and (g.path / "features").is_dir()
+    )
+    if g.schema is not None and cfg.node_order != "id":
+        raise ShoalInputError(
+            f"node_order {cfg.node_order!r} is not supported for a typed graph: its parts keep "
+            "each node type as one range of new ids, in original order",
+            path=g.path,
+            fix="drop --node-order (a typed store numbers nodes by id)",
+        )
+    if cfg.halo_features and not has_features:
         raise ShoalInputError(
             "--halo-features needs node features, but the graph has no features.npy",
             path=g.path,
@@ -291,6 +302,20 @@ def _meta(
     }
 
 
+def _typed_meta(
+    layout: TypedLayout, bounds: np.ndarray, dims: dict[str, int], halo: bool
+) -> dict[str, Any]:
+    """The fields a typed store adds to meta.json (docs/store.md, "Typed stores")."""
+    return {
+        "format_version": STORE_TYPED_FORMAT_VERSION,
+        "schema": layout.schema.to_meta(),
+        "type_bounds": bounds.tolist(),
+        "relation_dtype": layout.relation_dtype.name,
+        "type_feature_dims": dims,
+        "halo_features": bool(halo and dims),
+    }
+
+
 def build_store(
     graph: GraphDir | str | os.PathLike,
     assignment_dir: str | os.PathLike,
@@ -311,7 +336,6 @@ def build_store(
     """
     cfg = config or Config(**options)
     g = graph if isinstance(graph, GraphDir) else GraphDir.open(graph)
-    g.refuse_typed("store build")
     adir, out = Path(assignment_dir), Path(out)
     node_part, p, ameta = _read_inputs(g, adir, cfg)
     n, m = g.num_nodes, g.num_edges
@@ -320,6 +344,11 @@ def build_store(
         deg = in_degrees(g, max(cfg.chunk_edges, 1 << 22)) if cfg.node_order == "degree" else None
         offsets, node_map, inv = relabel(node_part, p, deg)
         del deg
+    layout = bounds = None
+    if g.schema is not None:  # a typed graph: relations with the edges, features per type
+        layout = TypedLayout.of(g)
+        layout.prepare(offsets, edge_dtype_for(max(n, 1)))
+        bounds = type_bounds(g.schema, node_part, p)
     edtype = edge_dtype_for(max(n, 1))
     splits = {s: g.split(s) for s in SPLITS}
     show, chunk = cfg.show_progress, cfg.chunk_edges
@@ -333,7 +362,16 @@ def build_store(
         make_layout(tmp, work, p)
         with phase("edges"):
             counts = write_edges(
-                g, tmp, work, node_part, node_map, offsets, edtype, chunk_edges=chunk, show=show
+                g,
+                tmp,
+                work,
+                node_part,
+                node_map,
+                offsets,
+                edtype,
+                chunk_edges=chunk,
+                show=show,
+                layout=layout,
             )
             link = _write_link_edges(g, tmp, node_map, chunk)
         del node_map
@@ -350,19 +388,33 @@ def build_store(
                 chunk_edges=chunk,
                 sort_memory=cfg.sort_memory,
                 show=show,
+                typed=None if layout is None else (layout, bounds),
             )
         with phase("features"):
-            feature_dim, feature_dtype = write_features(
-                g,
-                tmp,
-                node_part,
-                offsets,
-                halo_lists,
-                halo_features=cfg.halo_features,
-                block_bytes=cfg.feature_block_bytes,
-                show=show,
-                work=work if cfg.node_order != "id" else None,
-            )
+            if layout is not None:
+                type_dims = write_typed_features(
+                    g,
+                    tmp,
+                    node_part,
+                    bounds,
+                    halo_lists,
+                    halo_features=cfg.halo_features,
+                    block_bytes=cfg.feature_block_bytes,
+                    show=show,
+                )
+                feature_dim, feature_dtype = None, "float32" if type_dims else None
+            else:
+                feature_dim, feature_dtype = write_features(
+                    g,
+                    tmp,
+                    node_part,
+                    offsets,
+                    halo_lists,
+                    halo_features=cfg.halo_features,
+                    block_bytes=cfg.feature_block_bytes,
+                    show=show,
+                    work=work if cfg.node_order != "id" else None,
+                )
         with phase("meta"):
             files, total_bytes = _file_table(tmp)
             metrics = _metrics(parts_meta, counts, offsets, n, m)
@@ -382,6 +434,8 @@ def build_store(
             feature_dtype=feature_dtype,
             link=link,
         )
+        if layout is not None:
+            meta.update(_typed_meta(layout, bounds, type_dims, cfg.halo_features))
         write_meta(tmp / "meta.json", meta)
 
     return {
