@@ -352,7 +352,7 @@ def test_meta_format_and_version_are_checked(make_graph, tmp_path):
 
     from shoal.errors import ShoalInputError
     from shoal.partition.io import read_assignment
-    from shoal.store.format import STORE_FORMAT, STORE_FORMAT_VERSION
+    from shoal.store.format import STORE_FORMAT, STORE_TYPED_FORMAT_VERSION
 
     g = make_graph([(0, 1), (1, 2)], 3)
     a = assign(g, [0, 1, 1], 2, tmp_path)
@@ -372,7 +372,7 @@ def test_meta_format_and_version_are_checked(make_graph, tmp_path):
     with pytest.raises(ShoalInputError, match="meta.json is missing"):
         read_assignment(empty)
     meta = json.loads((s / "meta.json").read_text())
-    meta["format_version"] = STORE_FORMAT_VERSION + 1
+    meta["format_version"] = STORE_TYPED_FORMAT_VERSION + 1  # newer than any this shoal reads
     (s / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(ShoalInputError, match="format_version 2 is not supported"):
+    with pytest.raises(ShoalInputError, match="format_version 3 is not supported"):
         Store.open(s)

@@ -173,7 +173,7 @@ class DistNeighborSampler(BlockSampler):
                     part.indptr, part.indices, rows, k, fanout, keys, part.num_nodes, c, n_ex
                 )
             else:
-                K._count(part.indptr, rows, k, fanout, c)
+                self._count_rows(part, rows, fanout, c)
             rowptr = np.zeros(k + 1, dtype=np.int64)
             np.cumsum(c, out=rowptr[1:])
             m = int(rowptr[-1])
@@ -197,7 +197,7 @@ class DistNeighborSampler(BlockSampler):
                     n_ex,
                 )
             else:
-                K._fill(part.indptr, part.indices, rows, k, rowptr, pkey, picked, dst)
+                self._fill_rows(part, rows, rowptr, pkey, picked, dst)
             # local source index -> global id (and its degree, read at the local index)
             h = picked >= part.num_core
             pdeg = None
@@ -223,6 +223,23 @@ class DistNeighborSampler(BlockSampler):
             )
             out[where] = picked
         return counts, out
+
+    def _count_rows(self, part: Partition, rows: np.ndarray, fanout: int, c: np.ndarray) -> None:
+        """``c[j]``: the neighbours drawn for core row ``rows[j]`` of ``part``."""
+        K._count(part.indptr, rows, rows.shape[0], fanout, c)
+
+    def _fill_rows(
+        self,
+        part: Partition,
+        rows: np.ndarray,
+        rowptr: np.ndarray,
+        key: np.uint64,
+        picked: np.ndarray,
+        dst: np.ndarray,
+    ) -> None:
+        """Draw row ``rows[j]``'s neighbours (local indices) into ``picked[rowptr[j]:]``;
+        ``dst`` gets ``j``."""
+        K._fill(part.indptr, part.indices, rows, rows.shape[0], rowptr, key, picked, dst)
 
     def _exclusions(self, exclude: np.ndarray) -> list[dict[int, np.ndarray]]:
         """Per requesting rank, per part this rank holds: the local keys of the requester's

@@ -84,6 +84,8 @@ class Engine(ABC):
     #: (every node: an engine whose sampling reaches any node) or ``"local"`` (the rank's own
     #: and halo nodes: an engine that trains on its parts)
     tables_scope: str = "global"
+    #: whether the engine trains typed stores (node types, relations; ``engines/typed.py``)
+    reads_typed: bool = False
 
     def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
         self.store = store
@@ -93,7 +95,14 @@ class Engine(ABC):
         self.ctx = ctx
         self.part_to_rank = self.rank_of_parts()
         self.parts = [store.part(int(i)) for i in np.flatnonzero(self.part_to_rank == ctx.rank)]
-        if self.task == "node" and (store.feature_dim is None or store.num_classes is None):
+        if store.schema is not None and not self.reads_typed:
+            store.refuse_typed(f"the {self.name} engine")
+        typed = store.schema is not None
+        if (
+            self.task == "node"
+            and not typed
+            and (store.feature_dim is None or store.num_classes is None)
+        ):
             raise ShoalInputError(
                 "the store has no features or labels",
                 path=store.path,

@@ -121,6 +121,12 @@ def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, di
             "--engine auto plans node classification only",
             fix="give --engine minibatch for --task link",
         )
+    if store.schema is not None:
+        raise ShoalInputError(
+            "--engine auto does not estimate typed stores yet",
+            path=store.path,
+            fix="give --engine minibatch or --engine averaging",
+        )
     box: list[Any] = [None]
     plan = plan_engine(store, tc, ctx.world_size, ctx=ctx if ctx.world_size > 1 else None)
     if ctx.rank == 0:
@@ -157,7 +163,8 @@ def worker(spec: LaunchSpec) -> int:
         auto = None
         if tc.engine.name == "auto":
             tc, auto = _auto_engine(store, tc, ctx)
-        engine = get_engine(tc.engine.name, tc.task)(store, tc, ctx)
+        typed = store.schema is not None
+        engine = get_engine(tc.engine.name, tc.task, typed=typed)(store, tc, ctx)
         _call_hooks(spec, engine, ctx)
         result = engine.fit().to_json()
         # drop the engine (its DDP reducer holds the group) before the group is destroyed:
@@ -212,9 +219,9 @@ def run(spec: LaunchSpec) -> int:
     from shoal.engines.registry import get_engine
     from shoal.store import Store
 
+    store = Store.open(spec.store)  # fail early, before starting processes
     if spec.train.engine.name != "auto":  # a clear error for an unknown engine, first
-        get_engine(spec.train.engine.name, spec.train.task)
-    Store.open(spec.store)  # fail early, before starting processes
+        get_engine(spec.train.engine.name, spec.train.task, typed=store.schema is not None)
     resolve_device(spec.train.run.device)  # --device cuda without a GPU: exit 2 here, once
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if under_torchrun or spec.train.engine.nproc == 1:

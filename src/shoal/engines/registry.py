@@ -17,7 +17,14 @@ from importlib.metadata import entry_points
 from shoal.engines.spec import EngineSpec, load_object
 from shoal.errors import ShoalInputError
 
-__all__ = ["ENGINES", "engine_names", "get_engine", "get_spec", "link_engine_names"]
+__all__ = [
+    "ENGINES",
+    "engine_names",
+    "get_engine",
+    "get_spec",
+    "link_engine_names",
+    "typed_engine_names",
+]
 
 #: Engine names -> "module:SPEC".
 ENGINES: dict[str, str] = {
@@ -73,10 +80,25 @@ def link_engine_names() -> list[str]:
     return [n for n in engine_names() if get_spec(n).link_engine]
 
 
-def get_engine(name: str, task: str = "node") -> type:
-    """The engine class registered as ``name`` for ``task`` (ShoalInputError listing the
-    valid names, or the engines that support the task)."""
+def typed_engine_names() -> list[str]:
+    """The engines that train typed stores (node types and relations)."""
+    return [n for n in engine_names() if get_spec(n).typed_engine]
+
+
+def get_engine(name: str, task: str = "node", *, typed: bool = False) -> type:
+    """The engine class registered as ``name`` for ``task`` on a typed store or not
+    (ShoalInputError listing the valid names, or the engines that support the case)."""
     spec = get_spec(name)
+    if typed:
+        if task != "node" or spec.typed_engine is None:
+            raise ShoalInputError(
+                f"the {name} engine does not train a typed store"
+                + (" for --task link" if task != "node" else "")
+                + " yet",
+                fix=f"use --engine {' or '.join(typed_engine_names())} (node classification), "
+                "or train in one process with `shoal train --graph TYPED_GRAPH`",
+            )
+        return load_object(spec.typed_engine)
     if task == "link" and spec.link_engine is None:
         raise ShoalInputError(
             f"the {name} engine does not support --task link yet",

@@ -41,6 +41,8 @@ class EngineSpec:
             node classification, imported only when a run uses it (required).
         link_engine: ``"module:Class"`` of its link-prediction variant (default None: the
             engine does not train ``--task link``).
+        typed_engine: ``"module:Class"`` of its variant for typed stores (node types and
+            relations; default None: the engine refuses a typed store).
         config: its configuration class, an :class:`EngineConfig` subclass whose fields are
             its options (default :class:`EngineConfig`: no options of its own).
         add_arguments: adds its flags to an argument group (their ``dest`` are ``config``
@@ -56,6 +58,7 @@ class EngineSpec:
     summary: str
     engine: str
     link_engine: str | None = None
+    typed_engine: str | None = None
     config: type[EngineConfig] = EngineConfig
     add_arguments: Callable[[argparse._ArgumentGroup], None] | None = None
     estimate: Callable[[CostInputs], dict[str, float] | None] | None = None

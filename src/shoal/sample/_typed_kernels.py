@@ -18,6 +18,9 @@ from numba import prange
 from shoal.sample._kernels import _FLOYD_MAX, _below, _floyd, _mix64, _next
 from shoal.utils.ranges import range_index
 
+# the typed store's kernels (``_count_rel``, ``_fill_rel``) find a relation's run in the
+# row's ``edge_types`` instead (rows grouped by relation: ``docs/store.md``, "Typed stores")
+
 
 @numba.njit(cache=True, inline="always")
 def _run(indices, b, e, lo, hi):
@@ -42,12 +45,44 @@ def _run(indices, b, e, lo, hi):
 
 
 @numba.njit(cache=True, inline="always")
-def _relation_draw(indices, b, e, offsets, st, fanout):
-    """``(start, run length, draws)`` of the relation whose sources are of type ``st`` in the
-    row ``indices[b:e]``: its run, and ``min(fanout, run)`` (all of it for a negative fanout)."""
-    s, u = _run(indices, b, e, offsets[st], offsets[st + 1])
+def _run_draw(keys, b, e, lo, hi, fanout):
+    """``(start, run length, draws)`` of the run of ``keys[b:e]`` (sorted) in ``[lo, hi)``,
+    and ``min(fanout, run)`` (all of it for a negative fanout)."""
+    s, u = _run(keys, b, e, lo, hi)
     d = u - s
     return s, d, (d if (fanout < 0 or d <= fanout) else fanout)
+
+
+@numba.njit(cache=True, inline="always")
+def _relation_draw(indices, b, e, offsets, st, fanout):
+    """:func:`_run_draw` of the relation whose sources are of type ``st`` in the row
+    ``indices[b:e]`` (global ids, sorted)."""
+    return _run_draw(indices, b, e, offsets[st], offsets[st + 1], fanout)
+
+
+@numba.njit(cache=True, inline="always")
+def _draw(indices, s, d, k, state, picked, at):
+    """``k`` of the ``d`` entries ``indices[s:s + d]`` into ``picked[at:at + k]``, uniformly
+    without replacement from ``state`` (all of them when ``k == d``; Floyd's algorithm up to
+    ``_FLOYD_MAX``, selection sampling above)."""
+    if k == d:
+        for j in range(k):
+            picked[at + j] = indices[s + j]
+    elif k <= _FLOYD_MAX:
+        _floyd(state, d, k, picked, at)
+        for j in range(k):
+            picked[at + j] = indices[s + picked[at + j]]
+    else:
+        need = k
+        filled = 0
+        for j in range(d):
+            state, bits = _next(state)
+            if _below(bits, d - j) < need:
+                picked[at + filled] = indices[s + j]
+                filled += 1
+                need -= 1
+                if need == 0:
+                    break
 
 
 def _count_py(indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, counts):
@@ -83,27 +118,56 @@ def _fill_py(
             s, d, k = _relation_draw(indices, b, e, offsets, src_type[r], fan[r])
             for j in range(k):
                 dst[at + j] = i
-            state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
-            if k == d:
-                for j in range(k):
-                    picked[at + j] = indices[s + j]
-            elif k <= _FLOYD_MAX:
-                _floyd(state, d, k, picked, at)
-                for j in range(k):
-                    picked[at + j] = indices[s + picked[at + j]]
-            else:
-                need = k
-                filled = 0
-                for j in range(d):
-                    state, bits = _next(state)
-                    if _below(bits, d - j) < need:
-                        picked[at + filled] = indices[s + j]
-                        filled += 1
-                        need -= 1
-                        if need == 0:
-                            break
+            _draw(
+                indices, s, d, k, _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1))), picked, at
+            )
+            at += k
+
+
+def _count_rel_py(indptr, etypes, rows, n, bounds, by_dst_ptr, by_dst, fan, counts):
+    """The typed store's :func:`_count_py`: row ``rows[i]`` of a part's CSR, whose in-edges
+    are grouped by relation (``etypes``); ``bounds``: the part's type ranges in local rows.
+    A local index past the CSR's rows (a halo node) draws nothing."""
+    last = indptr.shape[0] - 1
+    for i in prange(n):
+        v = rows[i]
+        c = 0
+        if v >= last:  # a halo node: its in-edges are its owner's
+            counts[i] = 0
+            continue
+        b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
+        t = range_index(bounds, v)
+        for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
+            r = by_dst[q]
+            c += _run_draw(etypes, b, e, r, r + 1, fan[r])[2]
+        counts[i] = c
+
+
+def _fill_rel_py(
+    indptr, indices, etypes, rows, n, bounds, by_dst_ptr, by_dst, fan, rowptr, key, picked, dst
+):
+    """The typed store's :func:`_fill_py`: each relation's run is found in ``etypes``;
+    ``picked`` gets local source indices. The draws equal :func:`_fill_py`'s on the same
+    runs (same stream per (position, relation))."""
+    for i in prange(n):
+        v = rows[i]
+        at = rowptr[i]
+        if rowptr[i + 1] == at:  # no draws (a halo node among them)
+            continue
+        b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
+        t = range_index(bounds, v)
+        for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
+            r = by_dst[q]
+            s, d, k = _run_draw(etypes, b, e, r, r + 1, fan[r])
+            _draw(
+                indices, s, d, k, _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1))), picked, at
+            )
+            for j in range(k):
+                dst[at + j] = i
             at += k
 
 
 _count = numba.njit(cache=True, parallel=True, nogil=True)(_count_py)
 _fill = numba.njit(cache=True, parallel=True, nogil=True)(_fill_py)
+_count_rel = numba.njit(cache=True, parallel=True, nogil=True)(_count_rel_py)
+_fill_rel = numba.njit(cache=True, parallel=True, nogil=True)(_fill_rel_py)

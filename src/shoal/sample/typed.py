@@ -30,7 +30,15 @@ from shoal.sample import _typed_kernels as TK
 from shoal.sample.base import hop_rowptr, parse_fanouts
 from shoal.sample.sampler import NeighborSampler
 
-__all__ = ["TypedBatch", "TypedFeatures", "TypedNeighborSampler", "edge_types_of"]
+__all__ = [
+    "PartTypedSampler",
+    "RelationTables",
+    "TypedBatch",
+    "TypedFeatures",
+    "TypedNeighborSampler",
+    "edge_types_of",
+    "typed_batch",
+]
 
 
 @dataclass
@@ -57,6 +65,62 @@ def edge_types_of(schema: HeteroSchema, src: np.ndarray, dst: np.ndarray) -> np.
     types (:meth:`HeteroSchema.pair_relations`); -1 where no relation joins those types."""
     table = schema.pair_relations()
     return table[schema.type_of(src), schema.type_of(dst)]
+
+
+@dataclass
+class RelationTables:
+    """What a typed sampler draws by, per relation: its source type (``src_type``, ``(R,)``),
+    the relations into each node type (``by_dst[by_dst_ptr[t]:by_dst_ptr[t + 1]]``, in
+    relation order) and each hop's fanout of each relation (``fanouts``, ``(hops, R)``)."""
+
+    src_type: np.ndarray
+    by_dst_ptr: np.ndarray
+    by_dst: np.ndarray
+    fanouts: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        schema: HeteroSchema,
+        fanouts: Sequence[int],
+        relation_fanouts: Mapping[str, Sequence[int] | str] | None = None,
+    ) -> RelationTables:
+        """``fanouts``: per hop, for every relation; ``relation_fanouts``: per relation name
+        (or ``"src__relation__dst"``), its own per-hop fanouts."""
+        names = schema.type_names
+        rels = schema.edge_types
+        src_type = np.array([names.index(e.src) for e in rels], np.int64)
+        dst_type = np.array([names.index(e.dst) for e in rels], np.int64)
+        by_dst = np.argsort(dst_type, kind="stable").astype(np.int64)
+        by_dst_ptr = np.zeros(len(names) + 1, np.int64)
+        np.cumsum(np.bincount(dst_type, minlength=len(names)), out=by_dst_ptr[1:])
+        hops = len(fanouts)
+        fan = np.tile(np.asarray(fanouts, np.int64)[:, None], (1, len(rels)))
+        for name, f in (relation_fanouts or {}).items():
+            per = parse_fanouts(f)
+            if len(per) != hops:
+                raise ValueError(
+                    f"relation {name!r} has {len(per)} fanouts, the sampler {hops} hops"
+                )
+            parts = name.split("__")
+            fan[:, schema.relation_index(tuple(parts) if len(parts) == 3 else name)] = per
+        return cls(src_type, by_dst_ptr, by_dst, fan)
+
+
+def typed_batch(
+    schema: HeteroSchema, mb: MiniBatch, node_type: np.ndarray, n_id: np.ndarray | None = None
+) -> TypedBatch:
+    """A :class:`TypedBatch` of ``mb`` whose nodes have types ``node_type``: each block
+    edge's relation from its endpoints' types (one relation per type pair); ``n_id``
+    replaces the batch's ids (a store's batch passes the original ids)."""
+    table = schema.pair_relations()
+    types = []
+    for blk in mb.blocks:
+        ei = blk.edge_index.numpy()
+        types.append(torch.from_numpy(table[node_type[ei[0]], node_type[ei[1]]].astype(np.int64)))
+    if n_id is not None:
+        mb = MiniBatch(n_id=n_id, blocks=mb.blocks, num_seeds=mb.num_seeds)
+    return TypedBatch(mb, torch.from_numpy(np.asarray(node_type, np.int64)), types)
 
 
 class TypedNeighborSampler(NeighborSampler):
@@ -89,29 +153,10 @@ class TypedNeighborSampler(NeighborSampler):
         super().__init__(indptr, indices, fanouts, num_nodes=schema.num_nodes, degrees=degrees)
         self.schema = schema
         schema.pair_relations()  # refuses a schema with two relations between one type pair
-        names = [t.name for t in schema.node_types]
-        rels = schema.edge_types
         self._offsets = schema.offsets
-        self._src_type = np.array([names.index(e.src) for e in rels], np.int64)
-        dst_type = np.array([names.index(e.dst) for e in rels], np.int64)
-        self._by_dst = np.argsort(dst_type, kind="stable").astype(np.int64)
-        self._by_dst_ptr = np.zeros(len(names) + 1, np.int64)
-        np.cumsum(np.bincount(dst_type, minlength=len(names)), out=self._by_dst_ptr[1:])
-        hops = len(self.fanouts)
-        fan = np.tile(np.asarray(self.fanouts, np.int64)[:, None], (1, len(rels)))
-        for name, f in (relation_fanouts or {}).items():
-            per = parse_fanouts(f)
-            if len(per) != hops:
-                raise ValueError(
-                    f"relation {name!r} has {len(per)} fanouts, the sampler {hops} hops"
-                )
-            fan[:, self._relation(name)] = per
-        self.relation_fanout_table = fan  # (hops, R)
+        self.tables = RelationTables.of(schema, self.fanouts, relation_fanouts)
+        self.relation_fanout_table = self.tables.fanouts  # (hops, R)
         self._hop = 0
-
-    def _relation(self, name: str) -> int:
-        parts = name.split("__")
-        return self.schema.relation_index(tuple(parts) if len(parts) == 3 else name)
 
     def sample(
         self,
@@ -127,14 +172,7 @@ class TypedNeighborSampler(NeighborSampler):
             raise ValueError("the typed sampler takes its fanouts per relation, and no exclude")
         self._hop = 0
         mb = super().sample(seeds, seed)
-        n_id = np.asarray(mb.n_id)
-        types = []
-        for blk in mb.blocks:
-            ei = blk.edge_index.numpy()
-            rel = edge_types_of(self.schema, n_id[ei[0]], n_id[ei[1]])
-            types.append(torch.from_numpy(rel.astype(np.int64)))
-        node_type = torch.from_numpy(self.schema.type_of(n_id).astype(np.int64))
-        return TypedBatch(mb, node_type, types)
+        return typed_batch(self.schema, mb, self.schema.type_of(np.asarray(mb.n_id)))
 
     def _draw_hop(
         self, n: int, fanout: int, key: np.uint64, exclude: np.ndarray | None
@@ -144,13 +182,84 @@ class TypedNeighborSampler(NeighborSampler):
         self._hop += 1
         counts = self._grow("_counts", n)
         args = (self.indptr, self.indices, self._nodes, n, self._offsets)
-        rel = (self._by_dst_ptr, self._by_dst, self._src_type, fan)
+        rel = (self.tables.by_dst_ptr, self.tables.by_dst, self.tables.src_type, fan)
         TK._count(*args, *rel, counts)
         rowptr = hop_rowptr(counts, n)
         m = int(rowptr[-1])
         picked = self._grow("_picked", m)
         dst = self._grow("_dst", m)
         TK._fill(*args, *rel, rowptr, key, picked, dst)
+        return rowptr, picked, dst
+
+
+class PartTypedSampler(NeighborSampler):
+    """Per-relation sampling inside one part of a typed store (local indices: core rows,
+    then halo nodes, which have no rows here): the local training of the ``averaging``
+    engine. Each row's in-edges are grouped by relation (``part.edge_types``), so a
+    relation's run is found by two binary searches; with one part the draws equal
+    :class:`TypedNeighborSampler`'s on the graph (same runs, same streams).
+
+    Args:
+        part: a :class:`~shoal.store.Partition` of a typed store.
+        node_type: ``(num_core + num_halo,)`` type index of every local node.
+        fanouts, relation_fanouts: as :class:`TypedNeighborSampler`'s.
+        degrees: full in-degrees of the local nodes (default the part's row lengths).
+
+    ``sample`` returns a :class:`TypedBatch` over local indices."""
+
+    def __init__(
+        self,
+        part,
+        node_type: np.ndarray,
+        fanouts: Sequence[int] | str,
+        *,
+        relation_fanouts: Mapping[str, Sequence[int] | str] | None = None,
+        degrees: np.ndarray | None = None,
+    ) -> None:
+        super().__init__(
+            part.indptr, part.indices, fanouts, num_nodes=part.num_nodes, degrees=degrees
+        )
+        self.schema = part.store.schema
+        self.schema.pair_relations()  # the typed blocks' relations come from the type pairs
+        self.edge_types = np.asarray(part.edge_types)
+        self.bounds = np.asarray(part.type_bounds, np.int64)
+        self.node_type = np.asarray(node_type, np.int64)
+        self.tables = RelationTables.of(self.schema, self.fanouts, relation_fanouts)
+        self._hop = 0
+
+    def sample(self, seeds, seed: int = 0, **kw) -> TypedBatch:
+        """A :class:`TypedBatch` of the local ``seeds`` (core rows)."""
+        if kw.get("fanouts") is not None or kw.get("exclude") is not None:
+            raise ValueError("the typed sampler takes its fanouts per relation, and no exclude")
+        self._hop = 0
+        mb = super().sample(seeds, seed)
+        return typed_batch(self.schema, mb, self.node_type[np.asarray(mb.n_id)])
+
+    def _draw_hop(
+        self, n: int, fanout: int, key: np.uint64, exclude: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        fan = self.tables.fanouts[self._hop]
+        self._hop += 1
+        counts = self._grow("_counts", n)
+        t = self.tables
+        rel = (self.bounds, t.by_dst_ptr, t.by_dst, fan)
+        TK._count_rel(self.indptr, self.edge_types, self._nodes, n, *rel, counts)
+        rowptr = hop_rowptr(counts, n)
+        m = int(rowptr[-1])
+        picked = self._grow("_picked", m)
+        dst = self._grow("_dst", m)
+        TK._fill_rel(
+            self.indptr,
+            self.indices,
+            self.edge_types,
+            self._nodes,
+            n,
+            *rel,
+            rowptr,
+            key,
+            picked,
+            dst,
+        )
         return rowptr, picked, dst
 
 

@@ -33,6 +33,7 @@ from shoal.errors import ShoalInputError
 from shoal.nn import TYPED_MODELS
 from shoal.nn.hetero import RGAT, RGCN, TypedInput
 from shoal.sample.typed import TypedBatch, TypedFeatures, TypedNeighborSampler
+from shoal.training.batches import batch_seed
 from shoal.training.config import TrainConfig
 from shoal.training.loop import EpochLoop
 from shoal.training.presets import resolve_for_data
@@ -152,17 +153,19 @@ class TypedTrainer:
     # ---------------------------------------------------------------- Trainable
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.config
+        # the shuffling and batch seeds of the Trainer and the engines (one process on a
+        # one-part store draws these batches)
         rng = np.random.default_rng([cfg.run.seed, epoch])
-        train = rng.permutation(self.splits["train"])
+        train = self.splits["train"][rng.permutation(len(self.splits["train"]))]
         bs = cfg.sampling.batch_size
         t0 = time.perf_counter()
         split = {"sampling": 0.0, "gather": 0.0, "forward_backward": 0.0}
         loss_sum, correct, seen = 0.0, 0, 0
         self.model.train()
         for b, a in enumerate(range(0, len(train), bs)):
-            seeds = np.sort(train[a : a + bs])
+            seeds = train[a : a + bs]
             t = time.perf_counter()
-            tb = self.sampler.sample(seeds, seed=(cfg.run.seed << 20) + epoch * 100_003 + b)
+            tb = self.sampler.sample(seeds, seed=batch_seed(cfg.run.seed, epoch, b))
             split["sampling"] += time.perf_counter() - t
             t = time.perf_counter()
             feats = self.features.gather(tb)

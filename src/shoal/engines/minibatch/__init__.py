@@ -10,6 +10,7 @@ SPEC = EngineSpec(
     name="minibatch",
     summary="sync SGD with remote sampling and feature pulls (DistDGL)",
     engine="shoal.engines.minibatch.engine:MinibatchEngine",
+    typed_engine="shoal.engines.minibatch.typed:TypedMinibatchEngine",
     link_engine="shoal.engines.minibatch.link:LinkMinibatchEngine",
     estimate=costs.estimate,
 )

@@ -1,0 +1,214 @@
+"""``averaging`` on a typed store: SDT-GNN's local training and weighted model averaging, typed.
+
+The untyped engine's scheme (:mod:`shoal.engines.averaging.engine`): each rank trains its own
+copy of the relational model on its parts alone -- core nodes of the target type with their
+full in-neighbourhoods, and every halo node's rows of its own type replicated in the part (a
+typed store built with ``--halo-features``) -- so nothing is communicated during an epoch;
+every ``average_every`` epochs the models (and by default the Adam moments) are averaged,
+each weighted by the training nodes its rank trained on.
+
+Local sampling draws a fanout per relation inside the part
+(:class:`~shoal.sample.typed.PartTypedSampler`); each batch's rows of each type are read from
+the part's ``features/<type>.npy`` and ``halo_features/<type>.npy`` by one planned direct read
+per type (:func:`~shoal.rows.opener.open_rows`). With one process and a one-part store the
+batches equal the single-process :class:`~shoal.training.typed.TypedTrainer`'s. Not yet here:
+``--part-models`` and the memory budget (no cache or windows).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from shoal.engines.averaging.average import average_optimizer_state_, weighted_average_
+from shoal.engines.averaging.config import AveragingConfig
+from shoal.engines.typed import TypedEngine
+from shoal.errors import ShoalInputError
+from shoal.graph.blocks import MiniBatch
+from shoal.rows.opener import open_rows
+from shoal.sample.typed import PartTypedSampler, TypedBatch
+from shoal.store.reader import Partition
+from shoal.training import batch_seed
+from shoal.training.meter import EpochMeter
+
+__all__ = ["TypedAveragingEngine", "TypedPartRows"]
+
+
+class TypedPartRows:
+    """Each node type's rows of a part's local nodes (core, then halo), read by one planned
+    direct read per type and batch; ``node_type``: the type of every local node."""
+
+    def __init__(self, part: Partition, threads: int = 8) -> None:
+        store = part.store
+        schema = store.schema_or_raise()
+        bounds = np.asarray(part.type_bounds, np.int64)
+        halo = np.asarray(part.halo_ids, np.int64)
+        htype = store.type_of(halo) if len(halo) else np.empty(0, np.int64)
+        self.node_type = np.concatenate(
+            [np.repeat(np.arange(len(schema.node_types)), np.diff(bounds)), htype]
+        ).astype(np.int64)
+        # a local node's row in its type's stack [core rows of the type, halo rows of it]
+        self.row = np.empty(part.num_nodes, np.int64)
+        self.row[: part.num_core] = (
+            np.arange(part.num_core) - bounds[self.node_type[: part.num_core]]
+        )
+        self.sources: list[Any] = []
+        dims = store.type_feature_dims
+        for t, nt in enumerate(schema.node_types):
+            on = np.flatnonzero(htype == t)
+            self.row[part.num_core + on] = (bounds[t + 1] - bounds[t]) + np.arange(len(on))
+            if nt.name not in dims:
+                self.sources.append(None)
+                continue
+            core = part.type_features(nt.name)
+            members = [core]
+            if len(on):
+                h = part.halo_type_features(nt.name)
+                if h is None:
+                    raise ShoalInputError(
+                        "the averaging engine trains parts locally and needs their halo features",
+                        path=store.path,
+                        fix="rebuild the store with `shoal store build ... --halo-features`",
+                    )
+                members.append(h)
+            reader = open_rows(members, threads=threads)
+            self.sources.append(
+                (reader, None if reader is not None else np.concatenate(members), dims[nt.name])
+            )
+
+    def gather(self, tb: TypedBatch) -> list[torch.Tensor | None]:
+        """``[rows of the batch's nodes of type t, batch order]`` per type (local ids)."""
+        n_id = np.asarray(tb.n_id)
+        types = tb.node_type.numpy()
+        out: list[torch.Tensor | None] = []
+        for t, src in enumerate(self.sources):
+            if src is None:
+                out.append(None)
+                continue
+            reader, mem, dim = src
+            rows = self.row[n_id[types == t]]
+            x = np.empty((len(rows), dim), np.float32)
+            if len(rows) and reader is not None:
+                order = np.argsort(rows, kind="stable")
+                reader.read(rows[order], x, dest=order)
+            elif len(rows):
+                x[:] = mem[rows]
+            out.append(torch.from_numpy(x))
+        return out
+
+    def close(self) -> None:
+        for src in self.sources:
+            if src is not None and src[0] is not None and hasattr(src[0], "close"):
+                src[0].close()
+
+
+class TypedAveragingEngine(TypedEngine):
+    """SDT-GNN-style local training of a typed store with weighted model averaging."""
+
+    name = "averaging"
+    options_class = AveragingConfig
+    tables_scope = "local"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.check_typed()
+        cfg, store = self.train_config, self.store
+        if store.num_parts > 1 and not store.halo_features:
+            raise ShoalInputError(
+                "the averaging engine trains parts locally and needs their halo features",
+                path=store.path,
+                fix="rebuild the store with `shoal store build ... --halo-features`",
+            )
+        if self.options.part_models:
+            raise ShoalInputError(
+                "--part-models is not implemented for typed stores yet",
+                fix="drop --part-models (one model is carried through a rank's parts)",
+            )
+        self.model = self.build_model()
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+        )
+        self.rows, self.samplers, self.train_rows = [], [], []
+        for part in self.parts:
+            rows = TypedPartRows(part, threads=cfg.memory.io_threads)
+            local_ids = np.concatenate([part.core_ids, np.asarray(part.halo_ids, np.int64)])
+            self.samplers.append(
+                PartTypedSampler(
+                    part,
+                    rows.node_type,
+                    cfg.sampling.fanouts,
+                    degrees=np.asarray(self.tables.degrees[local_ids], np.float32),
+                )
+            )
+            self.rows.append(rows)
+            self.train_rows.append(np.flatnonzero(np.asarray(part.train_mask)))
+        bs = cfg.sampling.batch_size
+        self.num_batches = sum(-(-len(s) // bs) for s in self.train_rows)
+        self.weight = float(sum(len(s) for s in self.train_rows))
+
+    def _part_batches(self, i: int, epoch: int):
+        """Part ``i``'s (step, local seeds) of ``epoch``: shuffled with the part's own seed
+        (part 0's is the run's, as the single-process trainer's)."""
+        cfg = self.train_config
+        seed = cfg.run.seed + 1_000_003 * self.parts[i].index
+        s = self.train_rows[i]
+        s = s[np.random.default_rng([seed, epoch]).permutation(len(s))]
+        bs = cfg.sampling.batch_size
+        for step, a in enumerate(range(0, len(s), bs)):
+            yield batch_seed(seed, epoch, step), s[a : a + bs]
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        cfg = self.train_config
+        self.stats.reset()
+        self.model.train()
+        meter = EpochMeter(
+            epoch,
+            self.num_batches,
+            enable=cfg.run.progress if self.ctx.is_rank0 else False,
+            phases=("sampling", "gather", "forward_backward"),
+        )
+        for i, part in enumerate(self.parts):  # p > N: this rank's parts in turn
+            labels = part.labels
+            for key, seeds in self._part_batches(i, epoch):
+                with meter.time("sampling"):
+                    tb = self.samplers[i].sample(seeds, key)
+                with meter.time("gather"):
+                    feats = self.rows[i].gather(tb)
+                    y = torch.from_numpy(np.asarray(labels[seeds], np.int64))
+                with meter.time("forward_backward"):
+                    orig = np.asarray(part.orig_ids)[np.asarray(tb.n_id)]
+                    mb = MiniBatch(orig, tb.blocks, tb.batch.num_seeds)
+                    self.optimizer.zero_grad(set_to_none=True)
+                    out = self.model(TypedBatch(mb, tb.node_type, tb.edge_types), feats)
+                    loss = F.cross_entropy(out, y)
+                    loss.backward()
+                    self.optimizer.step()
+                meter.step(float(loss.detach()), int((out.detach().argmax(1) == y).sum()), len(y))
+        averaged = (epoch + 1) % self.options.average_every == 0 or epoch + 1 == cfg.optim.epochs
+        if averaged:
+            t0 = time.perf_counter()
+            group = self.ctx.model_group
+            _, nbytes = weighted_average_(self.model, self.weight, group=group)
+            if self.options.average_optimizer:
+                nbytes += average_optimizer_state_(self.optimizer, self.weight, group=group)
+            meter.phases["averaging"] = time.perf_counter() - t0
+            self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
+            self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
+        return self.epoch_record(**meter.close(), averaged=averaged, evaluable=averaged)
+
+    def close_io(self) -> None:
+        super().close_io()
+        for r in getattr(self, "rows", []):
+            r.close()
+        self.rows = []
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            **super().settings(),
+            "average_every": self.options.average_every,
+            "average_optimizer": self.options.average_optimizer,
+        }

@@ -1,0 +1,161 @@
+"""The minibatch and averaging engines on a typed store (node types, relations; issue 34)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shoal.data.synth.igbh import IGBHConfig, generate_igbh
+from shoal.distributed import DistContext
+from shoal.errors import ShoalInputError
+from shoal.partition.base import Assignment
+from shoal.partition.io import write_assignment
+from shoal.store import Store, build_store
+from shoal.training import TrainConfig
+from shoal.training.typed import TypedTrainer
+from tests.distributed.helpers import run_world
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    """An IGBH-shaped graph (a featureless type included), a one-part store and a
+    three-part store with halo features."""
+    root = tmp_path_factory.mktemp("typed_engines")
+    cfg = IGBHConfig(scale=0.02, features=16, classes=4, seed=4, featureless=("conference",))
+    g = generate_igbh(root / "g", cfg, show_progress=False)
+    stores = {}
+    for p, halo in ((1, False), (3, True)):
+        part = np.random.default_rng(1).integers(0, p, g.num_nodes)
+        write_assignment(root / f"a{p}", Assignment(part, p, "hash"), g)
+        build_store(g, root / f"a{p}", root / f"s{p}", halo_features=halo, show_progress=False)
+        stores[p] = str(root / f"s{p}")
+    return g, stores
+
+
+def _cfg(**kw) -> TrainConfig:
+    opts = dict(model="rgcn", fanouts=(5, 5), hidden=16, batch_size=256, epochs=3, lr=0.01)
+    return TrainConfig.from_options(**{**opts, "threads": 1, "progress": False, "seed": 2, **kw})
+
+
+def _fit(rank: int, world: int, store: str, engine: str, kw: dict) -> dict:
+    from shoal.engines import get_engine
+
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    st = Store.open(store)
+    return get_engine(engine, typed=True)(st, _cfg(**kw), ctx).fit().to_json()
+
+
+@pytest.mark.parametrize("engine", ["minibatch", "averaging"])
+def test_one_process_on_one_part_trains_as_the_single_process_trainer(typed, engine):
+    """Same shuffling, batch seeds, draws and initial weights: the same losses."""
+    g, stores = typed
+    ref = TypedTrainer(_cfg(), g).fit().to_json()
+    (got,) = run_world(_fit, 1, stores[1], engine, {})
+    assert [e["loss"] for e in got["history"]] == pytest.approx(
+        [e["loss"] for e in ref["history"]], rel=1e-5
+    )
+    assert got["test_accuracy"] == pytest.approx(ref["test_accuracy"], abs=1e-9)
+
+
+@pytest.mark.parametrize("engine", ["minibatch", "averaging"])
+def test_two_processes_on_three_parts_learn_the_relational_signal(typed, engine):
+    _, stores = typed
+    out = run_world(_fit, 2, stores[3], engine, {"epochs": 8}, timeout=300)
+    assert out[0]["test_accuracy"] == out[1]["test_accuracy"]  # one result, every rank
+    # 4 classes: chance 0.25, the papers' own features alone about 0.35 (tests/training)
+    assert out[0]["test_accuracy"] > 0.6, out[0]["test_accuracy"]
+    assert out[0]["engine"] == engine and out[0]["num_parts"] == 3
+
+
+def _sample(rank: int, world: int, store: str, fanouts: list[int]) -> list:
+    from shoal.distributed.tables import NodeTables
+    from shoal.distributed.typed import DistTypedFeatures, DistTypedSampler
+    from shoal.engines.base import parts_of_rank
+
+    st = Store.open(store)
+    p2r = parts_of_rank(st.num_parts, world, None)
+    parts = [st.part(int(i)) for i in np.flatnonzero(p2r == rank)]
+    tables = NodeTables(st, parts, part_to_rank=p2r, scope="local")
+    sampler = DistTypedSampler(
+        store=st,
+        parts=parts,
+        part_offsets=st.part_offsets,
+        part_to_rank=p2r,
+        rank=rank,
+        world_size=world,
+        fanouts=fanouts,
+        degrees=tables.degrees,
+    )
+    pulls = DistTypedFeatures(store=st, parts=parts, part_to_rank=p2r, rank=rank, world_size=world)
+    seeds = np.flatnonzero(np.asarray(st.labels(np.arange(st.num_nodes))) >= 0)[rank::world][:40]
+    tb = sampler.sample(seeds, 7)
+    feats = pulls.pull(tb)
+    orig = st.to_orig(tb.n_id)
+    edges = [
+        (orig[b.edge_index[0].numpy()], orig[b.edge_index[1].numpy()], et.numpy())
+        for b, et in zip(tb.blocks, tb.edge_types, strict=True)
+    ]
+    return orig, tb.node_type.numpy(), edges, [None if f is None else f.numpy() for f in feats]
+
+
+@pytest.mark.parametrize("fanouts", [[3, 2], [-1, -1]], ids=["sampled", "every-neighbour"])
+def test_the_distributed_typed_sampler_draws_per_relation_from_the_graph(typed, fanouts):
+    g, stores = typed
+    edges = np.concatenate(list(g.edge_stream()))
+    rel = np.asarray(g.relations(), np.int64)
+    truth: dict[tuple[int, int], list[int]] = {}
+    for (s, d), r in zip(edges.tolist(), rel.tolist(), strict=True):
+        truth.setdefault((d, r), []).append(s)
+    schema = g.schema
+    for orig, types, blocks, feats in run_world(_sample, 2, stores[3], fanouts):
+        assert np.array_equal(types, schema.type_of(orig))
+        for i, (src, dst, et) in enumerate(blocks):
+            fan = fanouts[len(blocks) - 1 - i]  # blocks come input layer (last hop) first
+            got: dict[tuple[int, int], list[int]] = {}
+            for s, d, r in zip(src.tolist(), dst.tolist(), et.tolist(), strict=True):
+                got.setdefault((d, r), []).append(s)
+            for (d, r), picks in got.items():
+                full = truth[(d, r)]
+                assert all(s in full for s in picks)  # real edges of that relation
+                if fan < 0:
+                    assert sorted(picks) == sorted(full)
+                else:
+                    assert len(picks) == min(len(full), fan)
+        for t, nt in enumerate(schema.node_types):
+            x = g.node_features(nt.name)
+            if x is None:
+                assert feats[t] is None
+                continue
+            ids = orig[types == t] - nt.offset
+            assert np.array_equal(feats[t], np.asarray(x)[ids])
+
+
+def test_engines_without_a_typed_variant_refuse_a_typed_store(typed):
+    from shoal.engines import get_engine
+
+    for name in ("hec", "fullgraph", "disagg"):
+        with pytest.raises(ShoalInputError, match="does not train a typed store"):
+            get_engine(name, typed=True)
+    with pytest.raises(ShoalInputError, match="does not train a typed store"):
+        get_engine("minibatch", "link", typed=True)
+
+
+def test_a_typed_store_refuses_an_untyped_model(typed):
+    _, stores = typed
+    with pytest.raises(Exception, match="relational model"):
+        run_world(_fit, 1, stores[1], "minibatch", {"model": "sage"})
+
+
+def test_the_cli_trains_a_typed_store_on_two_processes(typed, tmp_path):
+    import json
+
+    from shoal.cli import main
+
+    _, stores = typed
+    out = tmp_path / "r.json"
+    args = ["train", "--store", stores[3], "--engine", "averaging", "--nproc", "2"]
+    opts = ["--model", "rgcn", "--fanouts", "4,4", "--epochs", "2", "--hidden", "8"]
+    assert main([*args, *opts, "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["engine"] == "averaging" and r["epochs"] == 2 and 0 <= r["test_accuracy"] <= 1
+    assert main(["train", "--store", stores[3], "--engine", "hec", *opts]) == 2
