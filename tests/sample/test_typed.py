@@ -88,3 +88,45 @@ def test_an_edge_s_relation_is_its_endpoints_types(igbh):
     s = igbh.schema
     e = np.concatenate(list(igbh.edge_stream()))
     assert np.array_equal(edge_types_of(s, e[:, 0], e[:, 1]), np.asarray(igbh.relations()))
+
+
+@pytest.mark.parametrize("cache_share", [0.0, 0.3, 1.0])
+def test_typed_features_give_the_files_rows_whatever_the_cache(igbh, cache_share):
+    from shoal.sample.typed import TypedFeatures
+
+    s = igbh.schema
+    csr = igbh.csr("in")
+    deg = np.diff(np.asarray(csr.indptr))
+    total = sum(t.count * 4 * 4 for t in s.node_types)
+    feats = TypedFeatures(igbh, cache_bytes=int(cache_share * total), degrees=deg, threads=2)
+    sp = TypedNeighborSampler(csr.indptr, csr.indices, s, [3, 3])
+    needed: set[int] = set()
+    for seed in range(3):
+        tb = sp.sample(np.arange(seed * 40, seed * 40 + 40), seed)
+        n_id, types = np.asarray(tb.n_id), tb.node_type.numpy()
+        needed |= set(n_id.tolist())
+        for t, (nt, x) in enumerate(zip(s.node_types, feats.gather(tb), strict=True)):
+            ids = n_id[types == t] - nt.offset
+            assert np.array_equal(x.numpy(), np.asarray(igbh.node_features(nt.name))[ids])
+    io = feats.io()
+    assert io["unique_rows"] == len(needed) and io["unique_bytes"] == 16 * len(needed)
+    assert io["hits"] <= io["requested"]
+    if cache_share == 1.0:
+        assert io["hits"] == io["requested"] and io["bytes_read"] == 0
+    if cache_share == 0.0:
+        assert io["hits"] == 0 and io["rows_read"] >= len(needed)
+    assert feats.io()["requested"] == 0  # counted since the last call
+    feats.close()
+
+
+def test_the_typed_cache_takes_the_highest_degrees_over_all_types():
+    from shoal.sample.typed import typed_cache_choice
+
+    s = HeteroSchema.of({"a": 3, "b": 2, "c": 2}, [("a", "r", "b")])
+    deg = np.array([5, 0, 9, 7, 1, 8, 2])  # a: 0-2, b: 3-4, c: 5-6
+    # rows of a cost 4 B, of b 8 B; c has no features (never cached)
+    got = typed_cache_choice(s, [4, 8, 0], deg, cache_bytes=4 + 8 + 4)
+    # by degree: 2 (a, 9), 5 (c: skipped), 3 (b, 7), 0 (a, 5): 4 + 8 + 4 bytes
+    assert [k for k, _ in got] == [2, 1, 0]
+    assert got[0][1].tolist() == [2, 0, 1] and got[1][1].tolist() == [0, 1]
+    assert got[2][1].tolist() == [0, 1]

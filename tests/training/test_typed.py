@@ -65,3 +65,30 @@ def test_the_cli_trains_a_typed_graph_and_refuses_mismatched_models(igbh, tmp_pa
 def test_a_gpu_is_refused_until_typed_training_supports_it(igbh):
     with pytest.raises(ShoalInputError, match="typed graphs train on the CPU"):
         TypedTrainer(_cfg("rgcn", device="cuda"), igbh)
+
+
+def test_a_memory_budget_caches_part_of_the_rows_and_trains_the_same(tmp_path, monkeypatch):
+    """Rows come from the cache or the files alike: a budget that caches a third of the
+    features trains loss for loss as one that caches them all, and reads the rest."""
+    import shoal.training.typed as typed
+
+    # features (44 MB) larger than the plan's smallest window (16 MiB)
+    cfg = IGBHConfig(scale=0.02, features=1024, classes=4, seed=4, train_frac=0.2)
+    igbh = generate_igbh(tmp_path / "wide", cfg, show_progress=False)
+    # the process's measured footprint, fixed: the plans below differ only by the limit
+    monkeypatch.setattr(typed, "reserve_for", lambda working, **kw: 200 << 20)
+    full = TypedTrainer(_cfg("rgcn", epochs=2), igbh)
+    plan = full.budget
+    assert full.features.cache_bytes == plan.features  # everything fits: all cached
+    ra = [full.train_epoch(e) for e in range(2)]
+    assert all(r["io"]["bytes_read"] == 0 for r in ra)
+    limit = plan.reserve + plan.structure + 2 * plan.window + plan.features // 3
+    part = TypedTrainer(_cfg("rgcn", epochs=2, memory=limit), igbh)
+    assert 0 < part.features.cache_bytes < plan.features
+    rb = [part.train_epoch(e) for e in range(2)]
+    assert [r["loss"] for r in rb] == pytest.approx([r["loss"] for r in ra], rel=1e-6)
+    io = rb[0]["io"]
+    assert io["bytes_read"] > 0 and 0 < io["hits"] < io["requested"]
+    assert io["unique_rows"] <= igbh.num_nodes and io["unique_bytes"] > 0
+    with pytest.raises(ShoalInputError, match="minimum working set"):
+        TypedTrainer(_cfg("rgcn", epochs=1, memory=plan.reserve // 2), igbh)

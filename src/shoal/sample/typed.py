@@ -25,7 +25,7 @@ import torch
 
 from shoal.data.hetero import HeteroSchema
 from shoal.graph.blocks import MiniBatch
-from shoal.rows.opener import open_rows
+from shoal.rows.featstore import DiskFeatures
 from shoal.sample import _typed_kernels as TK
 from shoal.sample.base import hop_rowptr, parse_fanouts
 from shoal.sample.sampler import NeighborSampler
@@ -38,6 +38,7 @@ __all__ = [
     "TypedNeighborSampler",
     "edge_types_of",
     "typed_batch",
+    "typed_cache_choice",
 ]
 
 
@@ -263,41 +264,117 @@ class PartTypedSampler(NeighborSampler):
         return rowptr, picked, dst
 
 
-class TypedFeatures:
-    """Each node type's feature rows of a typed batch, read from the type's own file with
-    planned direct reads (:func:`~shoal.rows.opener.open_rows`: sorted, coalesced,
-    ``O_DIRECT``; never the page cache). ``graph``: a typed :class:`GraphDir`."""
+def typed_cache_choice(
+    schema: HeteroSchema, row_bytes: Sequence[int], degrees: np.ndarray, cache_bytes: int
+) -> list[tuple[int, np.ndarray]]:
+    """Per node type, ``(rows cached, every row of the type by decreasing in-degree)``: the
+    ``cache_bytes`` go to the rows of highest in-degree over all types together (each row
+    costs its own type's ``row_bytes``; 0 for a type without features, which caches
+    nothing), as the untyped static cache does for one matrix
+    (:mod:`shoal.rows.featstore`)."""
+    order = np.argsort(-np.asarray(degrees, np.int64), kind="stable")
+    t_of = schema.type_of(order)
+    rb = np.asarray(row_bytes, np.int64)[t_of]
+    k = int(np.searchsorted(np.cumsum(rb), int(cache_bytes), side="right"))
+    out = []
+    for t, nt in enumerate(schema.node_types):
+        mine = t_of == t
+        k_t = int(np.count_nonzero(mine[:k])) if row_bytes[t] else 0
+        out.append((k_t, order[mine] - nt.offset))
+    return out
 
-    def __init__(self, graph) -> None:
+
+class TypedFeatures:
+    """Each node type's feature rows of a typed batch under a memory budget: a static cache
+    of the rows of highest in-degree over all types (``cache_bytes``,
+    :func:`typed_cache_choice`) and, for the rest, one planned direct read per type and batch
+    (:class:`~shoal.rows.featstore.DiskFeatures`: sorted, coalesced, ``O_DIRECT``; never the
+    page cache). ``graph``: a typed :class:`GraphDir`; ``degrees``: its in-degrees (needed
+    when ``cache_bytes`` > 0).
+
+    :meth:`io` gives the rows and bytes read since the last call against the distinct rows
+    the batches needed (the bytes an epoch needed)."""
+
+    def __init__(
+        self,
+        graph,
+        *,
+        cache_bytes: int = 0,
+        degrees: np.ndarray | None = None,
+        threads: int = 8,
+        show_progress: bool | None = None,
+    ) -> None:
         self.schema = graph.schema
-        self.readers = []
-        for t in self.schema.node_types:
-            x = graph.node_features(t.name)
-            self.readers.append(None if x is None else (x, open_rows(x)))
+        xs = [graph.node_features(t.name) for t in self.schema.node_types]
+        row_bytes = [0 if x is None else int(x.shape[1]) * x.dtype.itemsize for x in xs]
+        if cache_bytes > 0 and degrees is None:
+            raise ValueError("a feature cache needs the in-degrees to choose its rows")
+        choice = (
+            typed_cache_choice(self.schema, row_bytes, degrees, cache_bytes)
+            if cache_bytes > 0
+            else [(0, None)] * len(xs)
+        )
+        self.stores: list[DiskFeatures | None] = []
+        self._seen: list[np.ndarray | None] = []
+        for x, rb, (k, prio) in zip(xs, row_bytes, choice, strict=True):
+            if x is None:
+                self.stores.append(None)
+                self._seen.append(None)
+                continue
+            self.stores.append(
+                DiskFeatures(
+                    x,
+                    cache_bytes=k * rb,
+                    priority=prio,
+                    threads=threads,
+                    show_progress=show_progress,
+                )
+            )
+            self._seen.append(np.zeros(x.shape[0], bool))
+        self._last = [None if f is None else f.stats.snapshot() for f in self.stores]
+
+    @property
+    def cache_bytes(self) -> int:
+        return sum(f.cache_bytes for f in self.stores if f is not None)
 
     def gather(self, tb: TypedBatch) -> list[torch.Tensor | None]:
         """``[rows of the batch's nodes of type t, in batch order]`` per type (None for a
-        type without features)."""
+        type without features); fresh tensors."""
         n_id, types = np.asarray(tb.n_id), tb.node_type.numpy()
         out: list[torch.Tensor | None] = []
-        for t, (nt, rd) in enumerate(zip(self.schema.node_types, self.readers, strict=True)):
-            if rd is None:
+        for t, (nt, fs) in enumerate(zip(self.schema.node_types, self.stores, strict=True)):
+            if fs is None:
                 out.append(None)
                 continue
-            x, reader = rd
             ids = n_id[types == t] - nt.offset
-            order = np.argsort(ids, kind="stable")
-            rows = np.empty((len(ids), x.shape[1]), np.float32)
-            if len(ids) and reader is not None:
-                got = np.empty_like(rows)
-                reader.read(ids[order], got)
-                rows[order] = got
-            elif len(ids):
-                rows[:] = x[ids]
-            out.append(torch.from_numpy(rows))
+            self._seen[t][ids] = True
+            out.append(fs.gather(ids).clone())
         return out
 
+    def io(self) -> dict[str, int]:
+        """Rows requested and served by the cache, rows and bytes read, and the distinct
+        rows (and their bytes) the batches needed, since the last call."""
+        rec = dict.fromkeys(("requested", "hits", "rows_read", "bytes_read"), 0)
+        rec["read_seconds"] = 0.0
+        rec["unique_rows"] = rec["unique_bytes"] = 0
+        for t, fs in enumerate(self.stores):
+            if fs is None:
+                continue
+            now = fs.stats.snapshot()
+            for k in ("requested", "hits", "rows_read", "bytes_read", "read_seconds"):
+                rec[k] += now[k] - self._last[t][k]
+            self._last[t] = now
+            u = int(np.count_nonzero(self._seen[t]))
+            rec["unique_rows"] += u
+            rec["unique_bytes"] += u * fs.row_bytes
+            self._seen[t][:] = False
+        return rec
+
+    def release_cache(self) -> int:
+        """Give the caches' memory back (every row read from its file from now on)."""
+        return sum(fs.release_cache() for fs in self.stores if fs is not None)
+
     def close(self) -> None:
-        for rd in self.readers:
-            if rd is not None and rd[1] is not None:
-                rd[1].close()
+        for fs in self.stores:
+            if fs is not None:
+                fs.close()

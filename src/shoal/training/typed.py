@@ -13,8 +13,14 @@ the model's width before the relational layers (:class:`~shoal.nn.hetero.RGCN`,
 Evaluation samples every neighbour of the evaluated nodes (fanout -1 per relation), batch by
 batch: exact for these models (``tests/nn/test_hetero.py`` checks it against the layers run
 on the whole graph), with the memory of a full two- or three-hop neighbourhood per batch.
-Not yet here (issue 34): a memory budget for the features (the batch's rows are read as the
-batch needs them), layer-wise inference, sparse or on-disk embeddings.
+Memory (``--memory``, default the machine's or cgroup's limit): a plan measured on the
+process with its model (:func:`~shoal.rows.budget.plan_budget`) keeps the neighbour lists in
+memory when they fit and gives the rest, beside one batch's rows, to a static cache of the
+rows of highest in-degree over all node types; a batch's other rows are read by one planned
+direct read per type (:class:`~shoal.sample.typed.TypedFeatures`). Each epoch's record gives
+the bytes read against the distinct rows' bytes the epoch needed (``io``). Not yet here
+(issue 34): windows read ahead across batches, layer-wise inference (evaluation holds a
+batch's full neighbourhood), sparse or on-disk embeddings.
 """
 
 from __future__ import annotations
@@ -32,9 +38,17 @@ from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.nn import TYPED_MODELS
 from shoal.nn.hetero import RGAT, RGCN, TypedInput
+from shoal.rows.budget import (
+    MIN_WINDOW,
+    BudgetPlan,
+    activation_bytes,
+    plan_budget,
+    reserve_for,
+)
 from shoal.sample.typed import TypedBatch, TypedFeatures, TypedNeighborSampler
 from shoal.training.batches import batch_seed
 from shoal.training.config import TrainConfig
+from shoal.training.footprint import OPTIMIZER_STATES
 from shoal.training.loop import EpochLoop
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
@@ -44,6 +58,9 @@ from shoal.utils.threads import set_threads
 __all__ = ["TypedModel", "TypedTrainer"]
 
 log = logging.getLogger("shoal.training")
+
+#: batches sampled before training to size the memory plan's batch (the largest, plus 1/4)
+PROBE_BATCHES = 4
 
 
 class TypedModel(nn.Module):
@@ -113,12 +130,6 @@ class TypedTrainer:
                 f"--device {config.run.device}: typed graphs train on the CPU for now",
                 fix="leave --device at cpu",
             )
-        if config.memory.limit is not None:
-            log.warning(
-                "--memory %s is not applied to typed graphs yet: each batch reads its rows "
-                "as it needs them (no cache, no windows)",
-                config.memory.limit,
-            )
         set_threads(config.run.threads)
         torch.manual_seed(config.run.seed)
         self.splits = {k: np.array(v, np.int64) for k, v in splits.items() if v is not None}
@@ -126,15 +137,31 @@ class TypedTrainer:
         self.config, self.graph, self.schema = config, graph, s
         self.labels = torch.from_numpy(np.array(y, dtype=np.int64))
         self.num_classes = int(graph.num_classes or int(self.labels.max()) + 1)
-        csr = graph.csr("in", scratch_dir=config.memory.scratch_dir)
-        fan = config.sampling.fanouts
-        self.sampler = TypedNeighborSampler(csr.indptr, csr.indices, s, fan)
-        self.full = TypedNeighborSampler(csr.indptr, csr.indices, s, [-1] * len(fan))
-        self.features = TypedFeatures(graph)
         self.model = TypedModel(s, config, self.num_classes)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
+        csr = graph.csr("in", scratch_dir=config.memory.scratch_dir)
+        self.budget = self._plan(csr)
+        indptr = np.array(csr.indptr)  # O(V): in memory in any case
+        indices = np.array(csr.indices) if self.budget.structure_in_memory else csr.indices
+        if not self.budget.structure_in_memory:
+            log.warning(
+                "typed graph: the neighbour lists (%.0f MiB) do not fit the memory plan and are "
+                "read through their memory map",
+                csr.indices.nbytes / 2**20,
+            )
+        fan = config.sampling.fanouts
+        self.sampler = TypedNeighborSampler(indptr, indices, s, fan)
+        self.full = TypedNeighborSampler(indptr, indices, s, [-1] * len(fan))
+        self.features = TypedFeatures(
+            graph,
+            cache_bytes=self.budget.cache,
+            degrees=np.diff(indptr),
+            threads=config.memory.io_threads,
+            show_progress=config.run.progress,
+        )
+        log.info("typed graph: %s", self.budget.describe())
         self.num_batches = -(-len(self.splits["train"]) // config.sampling.batch_size)
         self.loop = EpochLoop(
             self,
@@ -147,7 +174,51 @@ class TypedTrainer:
                 "relations": len(s.edge_types),
                 "num_classes": self.num_classes,
             },
-            settings={"typed": {"node_types": len(s.node_types), "relations": len(s.edge_types)}},
+            settings={
+                "typed": {"node_types": len(s.node_types), "relations": len(s.edge_types)},
+                "memory_plan": {
+                    **self.budget.to_dict(),
+                    "probed_batch_rows": self.probed_rows,
+                    "cache_bytes": self.features.cache_bytes,
+                },
+            },
+        )
+
+    def _plan(self, csr) -> BudgetPlan:
+        """The memory plan (:func:`~shoal.rows.budget.plan_budget`): the process measured
+        with its model, the activations and rows of the largest of a few batches sampled now
+        (a hop draws each relation's fanout, so worst-case bounds are far off; with a margin
+        of 1/4), the neighbour lists, then a cache of the rows of highest in-degree over all
+        types."""
+        cfg, s = self.config, self.schema
+        dims = [t.feature_dim or 0 for t in s.node_types]
+        features = sum(int(t.count) * d * 4 for t, d in zip(s.node_types, dims, strict=True))
+        probe = TypedNeighborSampler(csr.indptr, csr.indices, s, cfg.sampling.fanouts)
+        bs = int(cfg.sampling.batch_size)
+        train = self.splits["train"]
+        order = np.random.default_rng([cfg.run.seed, 0]).permutation(len(train))
+        rows = max(
+            (
+                len(probe.sample(train[order[a : a + bs]], batch_seed(cfg.run.seed, 0, k)).n_id)
+                for k, a in enumerate(range(0, min(len(train), PROBE_BATCHES * bs), bs))
+            ),
+            default=1,
+        )
+        rows = min(s.num_nodes, rows + rows // 4)
+        heads = (cfg.model.heads or 4) if cfg.model.name == "rgat" else 1
+        params = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        act = activation_bytes(rows, max(dims) + int(cfg.model.hidden) * heads)
+        self.probed_rows = rows
+        return plan_budget(
+            cfg.memory.limit_bytes,
+            feature_bytes=features,
+            structure_bytes=int(csr.indptr.nbytes + csr.indices.nbytes),
+            min_window=max(MIN_WINDOW, rows * 4 * max(dims)),
+            index_bytes=int(csr.indptr.nbytes),
+            structure=cfg.memory.structure,
+            reserve=reserve_for(
+                params * (1 + OPTIMIZER_STATES) + act, io_threads=cfg.memory.io_threads
+            ),
         )
 
     # ---------------------------------------------------------------- Trainable
@@ -181,18 +252,21 @@ class TypedTrainer:
             loss_sum += float(loss.detach()) * len(seeds)
             correct += int((out.detach().argmax(1) == y).sum())
             seen += len(seeds)
+        io = self.features.io()
+        io["cache_hit_rate"] = io["hits"] / io["requested"] if io["requested"] else None
         return {
             "loss": loss_sum / max(seen, 1),
             "train_accuracy": correct / max(seen, 1),
             "seconds": time.perf_counter() - t0,
             "time_split": split,
+            "io": io,
         }
 
     @torch.no_grad()
     def evaluate(self, splits: tuple[str, ...] = ("val",)) -> dict[str, float]:
         """Accuracy on ``splits`` with every neighbour of the evaluated nodes (exact)."""
         self.model.eval()
-        bs = self.config.eval.batch_size or self.config.sampling.batch_size
+        bs = self.config.eval.batch_size or self._eval_batch()
         out = {}
         for name in splits:
             ids = self.splits.get(name)
@@ -206,7 +280,29 @@ class TypedTrainer:
                 pred = self.model(tb, self.features.gather(tb)).argmax(1)
                 right += int((pred == self.labels[torch.from_numpy(seeds)]).sum())
             out[name] = right / len(ids)
+        self.features.io()  # evaluation's reads are not the next epoch's
         return out
+
+    def _eval_batch(self) -> int:
+        """Evaluated nodes per batch (``--eval-batch-size`` unset): the training batch size,
+        cut so that a batch's full neighbourhood is about the training batch the memory
+        plan holds (measured on the first validation or test nodes, once)."""
+        if getattr(self, "_eval_bs", None) is None:
+            bs = int(self.config.sampling.batch_size)
+            ids = self.splits.get("val", self.splits.get("test"))
+            rows = len(self.full.sample(ids[:bs]).n_id) if ids is not None and len(ids) else 0
+            k = min(bs, len(ids)) if ids is not None and len(ids) else bs
+            self._eval_bs = bs if rows <= self.probed_rows else max(1, k * self.probed_rows // rows)
+            if self._eval_bs < bs:
+                log.info(
+                    "typed graph: evaluating %d nodes per batch (a full neighbourhood of %d "
+                    "holds %d rows; training's batch %d)",
+                    self._eval_bs,
+                    k,
+                    rows,
+                    self.probed_rows,
+                )
+        return self._eval_bs
 
     def state(self) -> dict[str, Any]:
         return {
