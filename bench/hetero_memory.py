@@ -1,14 +1,14 @@
 """A typed graph whose features are larger than a memory cap, trained under that cap (issue 34).
 
-    python bench/hetero_memory.py [--scale 1.0] [--features 384] [--epochs 3]
-        [--caps fraction:4] [--out bench/results/hetero_memory]
+    python bench/hetero_memory.py [--scale 1.0] [--features 1024] [--epochs 3]
+        [--fanouts 5,5] [--batch-size 256] [--caps fraction:4] [--out bench/results/hetero_memory]
 
 Graph (built once under ``--work``): ``shoal data synth igbh --size tiny --scale S --features
 F --train-frac 0.1 --val-frac 0.02`` (IGBH's six node types, eleven relations with the
 reverses, F features on every type).
 
-Runs, back to back, ``shoal train --graph G --model rgcn --fanouts 10,5 --hidden 64 --epochs
-E --eval-every E --threads 2`` uncapped and under each cap (``bench/common.py``: a cgroup-v1
+Runs, back to back, ``shoal train --graph G --model rgcn --fanouts 5,5 --batch-size 256
+--hidden 64 --epochs E --eval-every E --threads 2`` uncapped and under each cap (``bench/common.py``: a cgroup-v1
 memory group whose limit covers the process and its page cache; the graph's page cache is
 dropped before each run). A cap is a size (``900MiB``) or ``fraction:K``: a K-th of the
 features plus the process footprint the uncapped run measured (its memory plan's reserve and
@@ -59,11 +59,12 @@ def feature_bytes(g: Path) -> int:
     return sum(f.stat().st_size for f in (g / "features").glob("*.npy"))
 
 
-def train(g: Path, work: Path, tag: str, cap: int | None, epochs: int) -> dict:
+def train(g: Path, work: Path, tag: str, cap: int | None, a: argparse.Namespace) -> dict:
     out = work / f"train-{g.name}-{tag}.json"
     out.unlink(missing_ok=True)
-    cmd = [*SHOAL, "train", "--graph", str(g), "--model", "rgcn", "--fanouts", "10,5"]
-    cmd += ["--hidden", "64", "--epochs", str(epochs), "--eval-every", str(epochs)]
+    cmd = [*SHOAL, "train", "--graph", str(g), "--model", "rgcn", "--fanouts", a.fanouts]
+    cmd += ["--batch-size", str(a.batch_size), "--hidden", "64", "--epochs", str(a.epochs)]
+    cmd += ["--eval-every", str(a.epochs)]
     cmd += ["--threads", "2", "--no-progress", "--json", str(out)]
     print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
     res = run_capped(cmd, cap, evict_paths=[g], cwd=ROOT, timeout=3600)
@@ -117,8 +118,10 @@ def row(r: dict, base: dict | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="IGBH-tiny scale (default 1.0)")
-    ap.add_argument("--features", type=int, default=384, help="feature width (default 384)")
+    ap.add_argument("--features", type=int, default=1024, help="feature width (default 1024)")
     ap.add_argument("--epochs", type=int, default=3, help="epochs (default 3)")
+    ap.add_argument("--fanouts", default="5,5", help="fanouts per relation (default 5,5)")
+    ap.add_argument("--batch-size", type=int, default=256, help="batch size (default 256)")
     ap.add_argument(
         "--caps", default="fraction:4", help="comma-separated caps (default fraction:4)"
     )
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = json.loads((g / "meta.json").read_text())
     fbytes = feature_bytes(g)
     print(f"graph {g.name}: features {fbytes / GiB:.2f} GiB ({time.perf_counter() - t0:.0f} s)")
-    runs = [train(g, work, "uncapped", None, a.epochs)]
+    runs = [train(g, work, "uncapped", None, a)]
     base = runs[0] if runs[0].get("train") else None
     for spec in a.caps.split(","):
         if spec.startswith("fraction:"):
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             cap = int(fbytes / float(spec.split(":", 1)[1])) + footprint(base)
         else:
             cap = parse_size(spec)
-        r = train(g, work, f"cap-{spec.replace(':', '')}", cap, a.epochs)
+        r = train(g, work, f"cap-{spec.replace(':', '')}", cap, a)
         r["cap_spec"] = spec
         runs.append(r)
     cmd = command_line("hetero_memory.py", sys.argv[1:] if argv is None else argv)
@@ -167,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         f"stored edges in {len(meta['edge_types'])} relations, features {fbytes / GiB:.2f} GiB "
         "(every type).",
         "",
-        f"`shoal train --graph G --model rgcn --fanouts 10,5 --hidden 64 --epochs {a.epochs} "
-        f"--eval-every {a.epochs} --threads 2`, uncapped, then in a cgroup-v1 memory group "
+        f"`shoal train --graph G --model rgcn --fanouts {a.fanouts} --batch-size {a.batch_size} "
+        f"--hidden 64 --epochs {a.epochs} --eval-every {a.epochs} --threads 2`, uncapped, then in a cgroup-v1 memory group "
         "(process and page cache; the graph's pages dropped before each run). A `fraction:K` "
         "cap is a K-th of the features plus the footprint the uncapped run measured.",
         "",

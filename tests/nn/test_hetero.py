@@ -73,3 +73,42 @@ def test_a_type_without_features_learns_an_embedding(graph):
     ids = np.arange(s.node_type("institute").offset, s.node_type("institute").offset + 3)
     h = _h0(inp, s, feats, ids)
     assert torch.equal(h, inp.maps[inst].weight[:3])
+
+
+def _block(src, dst, num_src, num_dst):
+    from shoal.graph.blocks import Block
+
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    rowptr = np.zeros(num_dst + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=num_dst), out=rowptr[1:])
+    return Block(
+        edge_index=torch.from_numpy(np.stack([src, dst])),
+        num_src=num_src,
+        num_dst=num_dst,
+        rowptr=torch.from_numpy(rowptr),
+        deg_src=torch.ones(num_src),
+    )
+
+
+@pytest.mark.parametrize(
+    ("cls", "root"),
+    [(RGCN, True), (RGAT, True), (RGAT, False)],
+    ids=["rgcn", "rgat", "rgat-noroot"],
+)
+def test_a_node_s_output_does_not_depend_on_its_batch_mates(cls, root):
+    """Target 0 has edges of relation 0 only; with a target 1 that has relation-1 edges in
+    the same block, target 0's output must not change (every bias nonzero)."""
+    torch.manual_seed(0)
+    kw = {"heads": 2, "root": root} if cls is RGAT else {}
+    m = cls(4, 4, 3, 2, num_layers=1, dropout=0.0, **kw).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.uniform_(-1, 1)
+    x = torch.randn(5, 4)
+    # alone: target 0 (node 0) with sources 2, 3 under relation 0
+    alone = m.layer(0, x[[0, 2, 3]], _block([1, 2], [0, 0], 3, 1), torch.tensor([0, 0]))
+    # together: targets 0, 1; sources 2, 3 -> 0 (relation 0), 4 -> 1 (relation 1)
+    both = m.layer(
+        0, x[[0, 1, 2, 3, 4]], _block([2, 3, 4], [0, 0, 1], 5, 2), torch.tensor([0, 0, 1])
+    )
+    torch.testing.assert_close(both[0], alone[0])

@@ -94,15 +94,26 @@ class RGCN(nn.Module):
         )
         self.dropout = dropout
 
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def layer(self, i: int, h: torch.Tensor, blk: Block, et: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` on one block: ``h`` the block's source rows (targets first); the
+        targets' outputs, after ReLU and dropout unless ``i`` is the last layer (exact
+        layer-wise inference calls it layer by layer over the whole graph)."""
+        h = self.convs[i]((h, h[: blk.num_dst]), blk.edge_index, et)
+        if i < len(self.convs) - 1:
+            h = F.dropout(F.relu(h), self.dropout, self.training)
+        return h
+
     def forward(
         self, h: torch.Tensor, blocks: Sequence[Block], edge_types: Sequence[torch.Tensor]
     ) -> torch.Tensor:
         """``h``: input rows of every node of the batch (the first block's sources);
         returns the last block's targets' outputs."""
-        for i, (conv, blk, et) in enumerate(zip(self.convs, blocks, edge_types, strict=True)):
-            h = conv((h, h[: blk.num_dst]), blk.edge_index, et)
-            if i < len(self.convs) - 1:
-                h = F.dropout(F.relu(h), self.dropout, self.training)
+        for i, (blk, et) in enumerate(zip(blocks, edge_types, strict=True)):
+            h = self.layer(i, h, blk, et)
         return h
 
 
@@ -110,7 +121,9 @@ class RGAT(nn.Module):
     """R-GAT on typed blocks (module docstring): per layer and relation a ``GATConv`` with
     ``heads`` heads of ``width / heads`` channels each (concatenated), summed over the
     relations, plus ``root`` (default true); the last layer maps to ``out_dim`` with one
-    head. ``dropout`` between layers (default 0.5)."""
+    head. ``dropout`` between layers (default 0.5). One bias per layer (the root's; a
+    parameter of its own without ``root``), not one per relation: a node's output then
+    depends only on its own neighbourhood, never on its batch mates'."""
 
     def __init__(
         self,
@@ -130,33 +143,50 @@ class RGAT(nn.Module):
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         self.layers = nn.ModuleList()
         self.roots = nn.ModuleList()
+        self.biases = nn.ParameterList()
         for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
             last = i == num_layers - 1
             h = 1 if last else heads
+            # no bias per relation: a GATConv adds its bias to every target it is called on,
+            # so a node's output would depend on whether its batch mates have edges of that
+            # relation; one bias per layer (the root's, or its own) instead
             self.layers.append(
                 nn.ModuleList(
-                    GATConv(a, b // h, heads=h, add_self_loops=False) for _ in range(num_relations)
+                    GATConv(a, b // h, heads=h, add_self_loops=False, bias=False)
+                    for _ in range(num_relations)
                 )
             )
             self.roots.append(nn.Linear(a, b) if root else nn.Identity())
+            self.biases.append(nn.Parameter(torch.zeros(0 if root else b)))
         self.root = root
         self.dropout = dropout
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def layer(self, i: int, h: torch.Tensor, blk: Block, et: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` on one block (as :meth:`RGCN.layer`)."""
+        convs = self.layers[i]
+        dst = h[: blk.num_dst]
+        out = self.roots[i](dst) if self.root else None
+        for r, conv in enumerate(convs):
+            on = (et == r).nonzero().squeeze(1)
+            if not len(on):
+                continue
+            y = conv((h, dst), blk.edge_index[:, on], size=blk.size)
+            out = y if out is None else out + y
+        if out is None:
+            out = dst.new_zeros((blk.num_dst, convs[0].heads * convs[0].out_channels))
+        if not self.root:
+            out = out + self.biases[i]
+        if i < len(self.layers) - 1:
+            out = F.dropout(F.relu(out), self.dropout, self.training)
+        return out
 
     def forward(
         self, h: torch.Tensor, blocks: Sequence[Block], edge_types: Sequence[torch.Tensor]
     ) -> torch.Tensor:
-        for i, (convs, blk, et) in enumerate(zip(self.layers, blocks, edge_types, strict=True)):
-            dst = h[: blk.num_dst]
-            out = self.roots[i](dst) if self.root else None
-            for r, conv in enumerate(convs):
-                on = (et == r).nonzero().squeeze(1)
-                if not len(on):
-                    continue
-                y = conv((h, dst), blk.edge_index[:, on], size=blk.size)
-                out = y if out is None else out + y
-            if out is None:
-                out = dst.new_zeros((blk.num_dst, convs[0].heads * convs[0].out_channels))
-            h = out
-            if i < len(self.layers) - 1:
-                h = F.dropout(F.relu(h), self.dropout, self.training)
+        for i, (blk, et) in enumerate(zip(blocks, edge_types, strict=True)):
+            h = self.layer(i, h, blk, et)
         return h

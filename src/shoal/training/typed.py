@@ -10,21 +10,22 @@ and :class:`~shoal.nn.hetero.TypedInput` maps them (or a featureless type's embe
 the model's width before the relational layers (:class:`~shoal.nn.hetero.RGCN`,
 :class:`~shoal.nn.hetero.RGAT`).
 
-Evaluation samples every neighbour of the evaluated nodes (fanout -1 per relation), batch by
-batch: exact for these models (``tests/nn/test_hetero.py`` checks it against the layers run
-on the whole graph), with the memory of a full two- or three-hop neighbourhood per batch.
-Memory (``--memory``, default the machine's or cgroup's limit): a plan measured on the
-process with its model (:func:`~shoal.rows.budget.plan_budget`) keeps the neighbour lists in
-memory when they fit and gives the rest, beside one batch's rows, to a static cache of the
-rows of highest in-degree over all node types; a batch's other rows are read by one planned
-direct read per type (:class:`~shoal.sample.typed.TypedFeatures`). Each epoch's record gives
-the bytes read against the distinct rows' bytes the epoch needed (``io``). Not yet here
-(issue 34): windows read ahead across batches, layer-wise inference (evaluation holds a
-batch's full neighbourhood), sparse or on-disk embeddings.
+Evaluation is exact and layer-wise (:mod:`shoal.training.typed_inference`): each layer once
+for every node from the previous layer's outputs of its one-hop neighbours, every neighbour per
+relation, in chunks no larger than a training batch; the same outputs as a full-neighbourhood
+forward pass (``tests/training/test_typed.py``), without holding any node's whole L-hop
+neighbourhood. Memory (``--memory``, default the machine's or cgroup's limit): a plan measured
+on the process with its model (:func:`~shoal.rows.budget.plan_budget`) keeps the neighbour
+lists in memory when they fit and gives the rest, beside one batch's rows, to a static cache
+of the rows of highest in-degree over all node types; a batch's other rows are read by one
+planned direct read per type (:class:`~shoal.sample.typed.TypedFeatures`). Each epoch's record
+gives the bytes read against the distinct rows' bytes the epoch needed (``io``). Not yet here
+(issue 34): windows read ahead across batches, sparse or on-disk embeddings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -52,7 +53,9 @@ from shoal.training.footprint import OPTIMIZER_STATES
 from shoal.training.loop import EpochLoop
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
+from shoal.training.typed_inference import layerwise_logits
 from shoal.utils.device import get_rng_states, set_rng_states
+from shoal.utils.io import scratch_space
 from shoal.utils.threads import set_threads
 
 __all__ = ["TypedModel", "TypedTrainer"]
@@ -153,7 +156,7 @@ class TypedTrainer:
             )
         fan = config.sampling.fanouts
         self.sampler = TypedNeighborSampler(indptr, indices, s, fan)
-        self.full = TypedNeighborSampler(indptr, indices, s, [-1] * len(fan))
+        self.one_hop = TypedNeighborSampler(indptr, indices, s, [-1])
         self.features = TypedFeatures(
             graph,
             cache_bytes=self.budget.cache,
@@ -263,46 +266,45 @@ class TypedTrainer:
         }
 
     @torch.no_grad()
+    @torch.no_grad()
     def evaluate(self, splits: tuple[str, ...] = ("val",)) -> dict[str, float]:
-        """Accuracy on ``splits`` with every neighbour of the evaluated nodes (exact)."""
+        """Accuracy on ``splits``, exact: every neighbour per relation, layer by layer over
+        the whole graph (:func:`~shoal.training.typed_inference.layerwise_logits`), each
+        chunk's one-hop block at most the training batch the memory plan sized. The two
+        per-node tables stay in memory when they fit the plan's window pool, else they are
+        files in the scratch directory."""
         self.model.eval()
-        bs = self.config.eval.batch_size or self._eval_batch()
+        cfg = self.config
+        named = {k: self.splits.get(k) for k in splits}
+        todo = [v for v in named.values() if v is not None and len(v)]
+        ids = np.unique(np.concatenate(todo)) if todo else np.empty(0, np.int64)
+        width = max(int(cfg.model.hidden) * 4, self.num_classes)  # R-GAT: heads concatenated
+        tables = 2 * self.schema.num_nodes * width * 4
+        with contextlib.ExitStack() as stack:
+            scratch = None
+            if len(ids) and tables > self.budget.pool:
+                scratch = stack.enter_context(
+                    scratch_space(cfg.memory.scratch_dir, beside=self.graph.path, prefix="eval")
+                )
+            logits = layerwise_logits(
+                self.model,
+                ids,
+                one_hop=self.one_hop,
+                features=self.features,
+                max_rows=self.probed_rows,
+                chunk=int(cfg.eval.batch_size or cfg.sampling.batch_size),
+                scratch=scratch,
+            )
+        pred = logits.argmax(1).numpy() if len(ids) else np.empty(0, np.int64)
         out = {}
-        for name in splits:
-            ids = self.splits.get(name)
-            if ids is None or not len(ids):
+        for name, v in named.items():
+            if v is None or not len(v):
                 out[name] = float("nan")
                 continue
-            right = 0
-            for a in range(0, len(ids), bs):
-                seeds = ids[a : a + bs]
-                tb = self.full.sample(seeds)
-                pred = self.model(tb, self.features.gather(tb)).argmax(1)
-                right += int((pred == self.labels[torch.from_numpy(seeds)]).sum())
-            out[name] = right / len(ids)
+            got = pred[np.searchsorted(ids, v)]
+            out[name] = float(np.mean(got == self.labels.numpy()[v]))
         self.features.io()  # evaluation's reads are not the next epoch's
         return out
-
-    def _eval_batch(self) -> int:
-        """Evaluated nodes per batch (``--eval-batch-size`` unset): the training batch size,
-        cut so that a batch's full neighbourhood is about the training batch the memory
-        plan holds (measured on the first validation or test nodes, once)."""
-        if getattr(self, "_eval_bs", None) is None:
-            bs = int(self.config.sampling.batch_size)
-            ids = self.splits.get("val", self.splits.get("test"))
-            rows = len(self.full.sample(ids[:bs]).n_id) if ids is not None and len(ids) else 0
-            k = min(bs, len(ids)) if ids is not None and len(ids) else bs
-            self._eval_bs = bs if rows <= self.probed_rows else max(1, k * self.probed_rows // rows)
-            if self._eval_bs < bs:
-                log.info(
-                    "typed graph: evaluating %d nodes per batch (a full neighbourhood of %d "
-                    "holds %d rows; training's batch %d)",
-                    self._eval_bs,
-                    k,
-                    rows,
-                    self.probed_rows,
-                )
-        return self._eval_bs
 
     def state(self) -> dict[str, Any]:
         return {
