@@ -267,10 +267,11 @@ class PartTypedSampler(NeighborSampler):
 def typed_cache_choice(
     schema: HeteroSchema, row_bytes: Sequence[int], degrees: np.ndarray, cache_bytes: int
 ) -> list[tuple[int, np.ndarray]]:
-    """Per node type, ``(rows cached, every row of the type by decreasing in-degree)``: the
-    ``cache_bytes`` go to the rows of highest in-degree over all types together (each row
-    costs its own type's ``row_bytes``; 0 for a type without features, which caches
-    nothing), as the untyped static cache does for one matrix
+    """Per node type, ``(rows cached, every row of the type by decreasing score)``: the
+    ``cache_bytes`` go to the rows of highest ``degrees`` (the in-degree, or any score:
+    the trainer passes how many pre-sampled batches need the row, ties by in-degree) over
+    all types together (each row costs its own type's ``row_bytes``; 0 for a type without
+    features, which caches nothing), as the untyped static cache does for one matrix
     (:mod:`shoal.rows.featstore`)."""
     order = np.argsort(-np.asarray(degrees, np.int64), kind="stable")
     t_of = schema.type_of(order)

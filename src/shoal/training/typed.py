@@ -62,9 +62,6 @@ __all__ = ["TypedModel", "TypedTrainer"]
 
 log = logging.getLogger("shoal.training")
 
-#: batches sampled before training to size the memory plan's batch (the largest, plus 1/4)
-PROBE_BATCHES = 4
-
 
 class TypedModel(nn.Module):
     """Per-type inputs, then the relational layers: ``forward(batch, features)`` with
@@ -157,10 +154,13 @@ class TypedTrainer:
         fan = config.sampling.fanouts
         self.sampler = TypedNeighborSampler(indptr, indices, s, fan)
         self.one_hop = TypedNeighborSampler(indptr, indices, s, [-1])
+        # cache priority: batches of the pre-sampled epoch needing the row, then in-degree
+        deg = np.diff(indptr)
+        score = self.batch_counts.astype(np.int64) * (int(deg.max(initial=0)) + 1) + deg
         self.features = TypedFeatures(
             graph,
             cache_bytes=self.budget.cache,
-            degrees=np.diff(indptr),
+            degrees=score,
             threads=config.memory.io_threads,
             show_progress=config.run.progress,
         )
@@ -189,10 +189,10 @@ class TypedTrainer:
 
     def _plan(self, csr) -> BudgetPlan:
         """The memory plan (:func:`~shoal.rows.budget.plan_budget`): the process measured
-        with its model, the activations and rows of the largest of a few batches sampled now
-        (a hop draws each relation's fanout, so worst-case bounds are far off; with a margin
-        of 1/4), the neighbour lists, then a cache of the rows of highest in-degree over all
-        types."""
+        with its model, the activations and rows of the largest batch of the first epoch,
+        sampled now (a hop draws each relation's fanout, so worst-case bounds are far off;
+        with a margin of 1/4), the neighbour lists, then a cache of the rows most batches
+        need (``batch_counts``, ties by in-degree) over all types."""
         cfg, s = self.config, self.schema
         dims = [t.feature_dim or 0 for t in s.node_types]
         features = sum(int(t.count) * d * 4 for t, d in zip(s.node_types, dims, strict=True))
@@ -200,19 +200,24 @@ class TypedTrainer:
         bs = int(cfg.sampling.batch_size)
         train = self.splits["train"]
         order = np.random.default_rng([cfg.run.seed, 0]).permutation(len(train))
-        rows = max(
-            (
-                len(probe.sample(train[order[a : a + bs]], batch_seed(cfg.run.seed, 0, k)).n_id)
-                for k, a in enumerate(range(0, min(len(train), PROBE_BATCHES * bs), bs))
-            ),
-            default=1,
-        )
+        # the first epoch's batches, sampled now (GNNLab's pre-sampling, Yang et al. EuroSys
+        # 2022): the largest sizes the plan, and how many batches need each node ranks the
+        # cache (a row needed by k batches costs k reads when it is not cached)
+        self.batch_counts = np.zeros(s.num_nodes, np.uint16)
+        rows = 1
+        for k, a in enumerate(range(0, len(train), bs)):
+            n_id = probe.sample(train[order[a : a + bs]], batch_seed(cfg.run.seed, 0, k)).n_id
+            rows = max(rows, len(n_id))
+            c = self.batch_counts[n_id]
+            self.batch_counts[n_id] = np.minimum(c.astype(np.int64) + 1, 65535)
         rows = min(s.num_nodes, rows + rows // 4)
         heads = (cfg.model.heads or 4) if cfg.model.name == "rgat" else 1
         params = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        act = activation_bytes(rows, max(dims) + int(cfg.model.hidden) * heads)
+        # the per-type inputs project the features to the hidden width at once: the layers'
+        # activations are hidden-wide; the features once more (the batch's gathered copy)
+        act = activation_bytes(rows, int(cfg.model.hidden) * heads) + rows * 4 * max(dims)
         self.probed_rows = rows
-        return plan_budget(
+        plan = plan_budget(
             cfg.memory.limit_bytes,
             feature_bytes=features,
             structure_bytes=int(csr.indptr.nbytes + csr.indices.nbytes),
@@ -223,6 +228,12 @@ class TypedTrainer:
                 params * (1 + OPTIMIZER_STATES) + act, io_threads=cfg.memory.io_threads
             ),
         )
+        # no windows read ahead here: each batch reads its uncached rows itself, so two slots
+        # of one batch's rows are enough, and the rest of the pool goes to the cache
+        if plan.cache < plan.features and plan.window > plan.min_window:
+            plan.cache = min(plan.features, plan.pool - 2 * plan.min_window)
+            plan.window = plan.min_window
+        return plan
 
     # ---------------------------------------------------------------- Trainable
     def train_epoch(self, epoch: int) -> dict[str, Any]:
