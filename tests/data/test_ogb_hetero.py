@@ -87,6 +87,28 @@ def test_the_cli_adds_reverse_relations_with_undirected(tmp_path):
     assert g.num_edges == 2 * sum(len(e) for e in RELS.values()) and not g.directed
 
 
+def test_an_imported_ogbn_mag_layout_trains_in_one_process_and_on_two(tmp_path):
+    """Import, train (R-GCN; authors, fields and institutions have no features: learned
+    embeddings), then partition, build a typed store and train it on two processes."""
+    import json
+
+    d = make_mag(tmp_path)
+    g = str(tmp_path / "g")
+    assert main(["data", "import", str(d), "--out", g, "--undirected"]) == 0
+    out = tmp_path / "r.json"
+    opts = ["--model", "rgcn", "--fanouts", "3,3", "--epochs", "2", "--hidden", "8"]
+    assert main(["train", "--graph", g, *opts, "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["epochs"] == 2 and 0 <= r["test_accuracy"] <= 1
+    a, st = str(tmp_path / "a"), str(tmp_path / "s")
+    assert main(["partition", g, "--algo", "ldg", "--parts", "2", "--out", a]) == 0
+    assert main(["store", "build", g, a, "--out", st, "--halo-features"]) == 0
+    assert main(["verify", st]) == 0
+    engine = ["--engine", "minibatch", "--nproc", "2"]
+    assert main(["train", "--store", st, *engine, *opts, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["world_size"] == 2
+
+
 @pytest.mark.parametrize(
     "change, match",
     [
