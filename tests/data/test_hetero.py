@@ -147,15 +147,11 @@ def test_an_untyped_graph_has_no_schema(tmp_path):
 
 
 def test_stages_that_read_only_untyped_graphs_refuse_a_typed_one(tmp_path):
-    from shoal.store.writer import build_store
     from shoal.training.data import TrainData
 
     g = _write(tmp_path / "g")
     with pytest.raises(ShoalInputError, match=r"typed graph \(3 node types, 2 relations\)"):
         TrainData.from_graph_dir(g)
-    with pytest.raises(ShoalInputError, match="store build does not read node types"):
-        build_store(g, tmp_path / "assignment", tmp_path / "store")
-    assert not (tmp_path / "store").exists()
 
 
 def test_partition_metrics_report_each_node_type_s_balance(tmp_path):
