@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from shoal.data.importers import import_graph
@@ -82,3 +83,38 @@ def test_embed_node_logits_and_link_embeddings(tmp_path, run_cli):
         "embed", "--graph", g.path, "--checkpoint-dir", tmp_path, "--out", tmp_path / "x.npy"
     )
     assert code == 2 and "--checkpoint-dir" in err
+
+
+def test_embed_a_typed_graph_per_node_type(tmp_path):
+    """R-GCN run with checkpoints, then ``shoal embed``: the target type's logits in its
+    own id order, whose classes give the run's test accuracy (best weights, exact)."""
+    import json
+
+    from shoal.cli import main
+    from shoal.data.format import GraphDir
+    from shoal.data.synth.igbh import IGBHConfig, generate_igbh
+
+    cfg = IGBHConfig(scale=0.01, features=8, classes=3, seed=2, featureless=("conference",))
+    g = generate_igbh(tmp_path / "g", cfg, show_progress=False)
+    ck, res = tmp_path / "ck", tmp_path / "r.json"
+    opts = ["--model", "rgcn", "--fanouts", "4,4", "--epochs", "3", "--hidden", "8"]
+    args = ["train", "--graph", str(g.path), *opts, "--eval-every", "1"]
+    assert main([*args, "--checkpoint-dir", str(ck), "--json", str(res)]) == 0
+    r = json.loads(res.read_text())
+    s = GraphDir.open(g.path).schema
+    paper = s.node_type("paper")
+    out = tmp_path / "paper.npy"
+    base = ["embed", "--graph", str(g.path), "--checkpoint-dir", str(ck)]
+    assert main([*base, "--out", str(out)]) == 0
+    x = np.load(out)
+    assert x.shape == (paper.count, 3) and np.isfinite(x).all()
+    assert main([*base, "--out", str(tmp_path / "cls.npy"), "--predict"]) == 0
+    cls = np.load(tmp_path / "cls.npy")
+    assert np.array_equal(cls, x.argmax(1))
+    test = np.asarray(g.split("test")) - paper.offset
+    labels = np.asarray(g.labels())[paper.offset :][: paper.count]
+    assert np.mean(cls[test] == labels[test]) == pytest.approx(r["test_accuracy"], abs=1e-9)
+    # another type: its own rows, in its own order
+    assert main([*base, "--out", str(tmp_path / "a.npy"), "--node-type", "author"]) == 0
+    assert np.load(tmp_path / "a.npy").shape == (s.node_type("author").count, 3)
+    assert main([*base, "--out", str(tmp_path / "b.npy"), "--node-type", "venue"]) == 2

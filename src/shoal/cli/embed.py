@@ -6,7 +6,8 @@ weights (``best.pt``; ``--which last`` for the last epoch's). Outputs come from 
 layer-wise inference, written block by block into a memory-mapped ``.npy`` (a temporary
 sibling renamed into place): memory stays bounded by the inference's budget, not by the
 number of nodes. Node classification runs give logits (``--predict``: classes), link
-prediction runs the encoder's embeddings.
+prediction runs the encoder's embeddings. A typed graph (R-GCN / R-GAT run) gives the rows of
+one node type (``--node-type``, default its target type) in that type's own id order.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
     cfg = read_config({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
     g = GraphDir.open(args.graph)
+    if g.schema is not None:
+        return _embed_typed(args, cfg, weights, g)
+    if args.node_type:
+        raise ShoalInputError(
+            "--node-type needs a typed graph", path=g.path, fix="drop --node-type"
+        )
     data = LinkData.from_graph_dir(g) if g.link_edges("val") is not None else None
     if data is None:  # any graph: the inference needs the CSR and the inputs only
         csr = g.csr("in")
@@ -123,6 +130,77 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _embed_typed(args: argparse.Namespace, cfg: Any, weights: dict, g: Any) -> int:
+    """A typed graph: the logits (or classes) of every node of ``--node-type`` (default the
+    target type), in the type's own id order, from the exact layer-wise inference of
+    :mod:`shoal.training.typed_inference` (inner layers over every node, the last over the
+    type's nodes), written to a memory-mapped ``.npy``."""
+    import torch
+
+    from shoal.nn import TYPED_MODELS
+    from shoal.sample.typed import TypedFeatures, TypedNeighborSampler
+    from shoal.training.typed import TypedModel
+    from shoal.training.typed_inference import layerwise_logits
+    from shoal.utils.io import scratch_space
+
+    s = g.schema
+    if cfg.model.name not in TYPED_MODELS:
+        raise ShoalInputError(
+            f"the run trained {cfg.model.name!r}, not a relational model of a typed graph",
+            path=args.checkpoint_dir,
+            fix="pass the checkpoint of a `shoal train --graph TYPED` run",
+        )
+    if args.input:
+        raise ShoalInputError("--input is for untyped graphs", fix="drop --input")
+    nt = s.node_type(args.node_type or s.target)
+    model = TypedModel(s, cfg, int(g.num_classes or 1))
+    model.load_state_dict(weights)
+    model.eval()
+    csr = g.csr("in", scratch_dir=args.scratch_dir or cfg.memory.scratch_dir)
+    one_hop = TypedNeighborSampler(np.asarray(csr.indptr), csr.indices, s, [-1])
+    features = TypedFeatures(g, threads=cfg.memory.io_threads)
+    targets = nt.offset + np.arange(nt.count, dtype=np.int64)
+    out = Path(args.out)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        with scratch_space(args.scratch_dir or cfg.memory.scratch_dir, beside=out) as work:
+            logits = np.lib.format.open_memmap(
+                work / "logits.npy" if args.predict else tmp,
+                mode="w+",
+                dtype=np.float32,
+                shape=(nt.count, int(g.num_classes or 1)),
+            )
+            with torch.no_grad():
+                layerwise_logits(
+                    model,
+                    targets,
+                    one_hop=one_hop,
+                    features=features,
+                    max_rows=EMBED_ROWS,
+                    scratch=work,
+                    out=logits,
+                )
+            res = logits
+            if args.predict:
+                res = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(nt.count,))
+                for a in range(0, nt.count, 1 << 20):
+                    res[a : a + (1 << 20)] = np.argmax(logits[a : a + (1 << 20)], axis=1)
+            res.flush()
+            shape, dtype = res.shape, res.dtype
+            del res, logits
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+        features.close()
+    kind = "classes" if args.predict else "logits"
+    print(f"embed {g.path} -> {out}: {shape} {dtype} ({kind} of node type {nt.name!r})")
+    return 0
+
+
+#: a typed graph's layer-wise chunks hold at most this many rows (the one-hop blocks)
+EMBED_ROWS = 1 << 17
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "embed",
@@ -147,6 +225,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--input",
         metavar="TABLE.npy",
         help="input rows instead of the graph's features (a learned embedding table)",
+    )
+    p.add_argument(
+        "--node-type",
+        metavar="TYPE",
+        help="a typed graph: the node type whose rows are written, in its own id order "
+        "(default its target type)",
     )
     p.add_argument("--scratch-dir", metavar="DIR", help="where the inference's layer arrays go")
     p.add_argument(

@@ -76,10 +76,13 @@ def layerwise_logits(
     max_rows: int,
     chunk: int = 1024,
     scratch: Path | None = None,
+    out: np.ndarray | None = None,
 ) -> torch.Tensor:
     """The outputs of ``model`` (a :class:`~shoal.training.typed.TypedModel`, in eval mode)
     for the global ids ``targets`` (sorted, unique), layer by layer (module docstring).
-    ``one_hop``: a sampler taking every neighbour per relation for one hop."""
+    ``one_hop``: a sampler taking every neighbour per relation for one hop; ``out``: a
+    ``(len(targets), outputs)`` float32 array to write them into (e.g. a memory-mapped
+    ``.npy``; default a new array)."""
     schema = model.schema
     n = schema.num_nodes
     h = _table(n, model.input.out_dim, scratch, "h0")
@@ -94,7 +97,6 @@ def layerwise_logits(
     gnn = model.gnn
     every = np.arange(n, dtype=np.int64)
     state: dict = {}
-    out = None
     for i in range(gnn.num_layers):  # 2. one layer at a time
         last = i == gnn.num_layers - 1
         dst = targets if last else every
@@ -102,12 +104,10 @@ def layerwise_logits(
         for seeds, tb in row_bounded_chunks(one_hop, dst, chunk, max_rows, state):
             x = torch.from_numpy(np.asarray(h[np.asarray(tb.n_id)]))
             y = gnn.layer(i, x, tb.blocks[0], tb.edge_types[0])
-            if nxt is None:
-                nxt = (
-                    np.empty((len(targets), y.shape[1]), np.float32)
-                    if last
-                    else _table(n, y.shape[1], scratch, f"h{i + 1}")
-                )
+            if nxt is None and last:
+                nxt = out if out is not None else np.empty((len(targets), y.shape[1]), np.float32)
+            elif nxt is None:
+                nxt = _table(n, y.shape[1], scratch, f"h{i + 1}")
             if last:
                 at = np.searchsorted(targets, seeds)
                 nxt[at] = y.numpy()
@@ -116,5 +116,4 @@ def layerwise_logits(
         if nxt is None:  # no targets
             return torch.empty((0, 0))
         h = nxt
-        out = nxt
-    return torch.from_numpy(np.asarray(out))
+    return torch.from_numpy(np.asarray(h))
