@@ -14,7 +14,6 @@ epoch loop, checkpoints and the result are the shared ones.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,10 @@ from shoal.nn import TYPED_MODELS
 from shoal.sample.typed import TypedBatch
 from shoal.training.typed import TypedModel
 
-__all__ = ["TypedEngine"]
+__all__ = ["EVAL_ROWS", "TypedEngine"]
+
+#: the most rows of an evaluation batch before any training batch was seen
+EVAL_ROWS = 1 << 16
 
 
 class TypedEngine(Engine):
@@ -107,34 +109,61 @@ class TypedEngine(Engine):
             self._eval = (sampler, self.open_pulls())
         return self._eval
 
+    #: the rows of the largest training batch seen (an evaluation batch holds at most these,
+    #: or :data:`EVAL_ROWS` before any training step)
+    seen_rows: int = 0
+
+    def note_rows(self, tb: TypedBatch) -> None:
+        """Remember the largest training batch (the bound of evaluation batches)."""
+        self.seen_rows = max(self.seen_rows, len(tb.n_id))
+
     @torch.no_grad()
     def evaluate(
         self, splits: tuple[str, ...] = ("val", "test"), *, model: nn.Module | None = None
     ) -> dict[str, float]:
-        """Exact accuracy on ``splits`` (every neighbour per relation). Collective."""
+        """Exact accuracy on ``splits`` (every neighbour per relation). Collective.
+
+        Each rank evaluates its parts' nodes in batches of at most ``--eval-batch-size``
+        nodes and at most the rows of the largest training batch: on a power-law graph a
+        fixed count of nodes can hold most of the graph two hops out, so a batch that holds
+        more is dropped and sampled again at half the size (its rows are not pulled). Every
+        step is collective, so the ranks go on until none has nodes left."""
         model = model if model is not None else self.model
         model.eval()
         sampler, pulls = self._eval_tools()
         cfg = self.train_config
-        bs = cfg.eval.batch_size or cfg.sampling.batch_size
+        top = int(cfg.eval.batch_size or cfg.sampling.batch_size)
+        max_rows = self.seen_rows or EVAL_ROWS
+        empty = TypedBatch(
+            MiniBatch(np.empty(0, np.int64), [], 0), torch.empty(0, dtype=torch.int64), []
+        )
         out = {}
         for name in splits:
             ids = np.concatenate(
                 [p.start + np.flatnonzero(np.asarray(p.mask(name))) for p in self.parts]
                 or [np.empty(0, np.int64)]
             ).astype(np.int64)
-            counts = torch.tensor([math.ceil(len(ids) / bs), 0, 0], dtype=torch.float64)
-            if self.ctx.world_size > 1:
-                dist.all_reduce(counts, op=dist.ReduceOp.MAX)
-            right = 0
-            for b in range(int(counts[0])):
-                seeds = ids[b * bs : (b + 1) * bs]
+            right, a, k = 0, 0, top
+            while True:
+                more = torch.tensor([float(a < len(ids))], dtype=torch.float64)
+                if self.ctx.world_size > 1:
+                    dist.all_reduce(more, op=dist.ReduceOp.MAX)
+                if not more.item():
+                    break
+                seeds = ids[a : a + k]
                 tb = sampler.sample(seeds)
-                feats = pulls.pull(tb)
+                fits = len(tb.n_id) <= max_rows or len(seeds) <= 1
+                feats = pulls.pull(tb if fits else empty)
+                if not fits:  # sampled again, halved, at the next step
+                    k = max(1, len(seeds) // 2)
+                    continue
                 if len(seeds):
                     pred = model(self.original(tb), feats).argmax(1)
                     y = torch.from_numpy(np.asarray(self.tables.labels[seeds], np.int64))
                     right += int((pred == y).sum())
+                a += len(seeds)
+                if 2 * len(tb.n_id) < max_rows:
+                    k = min(top, 2 * k)
             agg = torch.tensor([right, len(ids)], dtype=torch.float64)
             if self.ctx.world_size > 1:
                 dist.all_reduce(agg)

@@ -176,6 +176,7 @@ class TypedAveragingEngine(TypedEngine):
             for key, seeds in self._part_batches(i, epoch):
                 with meter.time("sampling"):
                     tb = self.samplers[i].sample(seeds, key)
+                    self.note_rows(tb)
                 with meter.time("gather"):
                     feats = self.rows[i].gather(tb)
                     y = torch.from_numpy(np.asarray(labels[seeds], np.int64))

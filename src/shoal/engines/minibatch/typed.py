@@ -89,6 +89,7 @@ class TypedMinibatchEngine(TypedEngine):
                 tb = self.sampler.sample(
                     seeds, batch_seed(cfg.run.seed, epoch, step) + self.ctx.rank
                 )
+                self.note_rows(tb)
             with meter.time("gather"):
                 feats = self.pulls.pull(tb)
                 y = torch.from_numpy(np.asarray(self.tables.labels[seeds], np.int64))
