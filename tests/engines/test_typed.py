@@ -73,8 +73,8 @@ def test_two_processes_on_three_parts_learn_the_relational_signal(typed, engine)
 
 
 def test_evaluation_batches_bounded_in_rows_give_the_same_accuracy(typed):
-    """Ranks halve their evaluation batches on their own (at most 6000 rows each, less than
-    of a batch's full neighbourhood) and stay in step; the result is the unbounded one."""
+    """Ranks halve their evaluation batches on their own (at most 6000 rows each, fewer
+    than a batch's full neighbourhood holds) and stay in step; the result is the unbounded one."""
     _, stores = typed
     kw = {"epochs": 1}
     free = run_world(_fit, 2, stores[3], "minibatch", kw, timeout=300)[0]
