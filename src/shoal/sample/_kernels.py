@@ -76,17 +76,15 @@ def _floyd(state, d, k, picked, start):
 
 
 @numba.njit(cache=True, inline="always")
-def _fill_row(indptr, indices, v, i, start, k, key, picked, dst, offsets):
-    """Draw frontier node ``i`` (= node ``v``)'s ``k`` in-neighbours into ``picked[start:]``."""
-    b = np.int64(indptr[v])
-    d = np.int64(indptr[v + 1]) - b
-    for j in range(k):
-        dst[start + j] = i
+def _draw_run(indices, b, d, k, state, picked, start, offsets):
+    """``k`` of the ``d`` entries from ``b`` into ``picked[start:start + k]``, uniformly without
+    replacement from ``state`` (all of them when ``k == d``; Floyd's algorithm up to
+    ``_FLOYD_MAX``, selection sampling above): positions when ``offsets``, else the values
+    ``indices[...]``. The typed sampler draws each relation's run with it."""
     if k == d:
         for j in range(k):
             picked[start + j] = b + j if offsets else indices[b + j]
         return
-    state = _mix64(key ^ np.uint64(i))
     if k <= _FLOYD_MAX:
         _floyd(state, d, k, picked, start)
         for q in range(k):
@@ -104,6 +102,16 @@ def _fill_row(indptr, indices, v, i, start, k, key, picked, dst, offsets):
                 need -= 1
                 if need == 0:
                     break
+
+
+@numba.njit(cache=True, inline="always")
+def _fill_row(indptr, indices, v, i, start, k, key, picked, dst, offsets):
+    """Draw frontier node ``i`` (= node ``v``)'s ``k`` in-neighbours into ``picked[start:]``."""
+    b = np.int64(indptr[v])
+    d = np.int64(indptr[v + 1]) - b
+    for j in range(k):
+        dst[start + j] = i
+    _draw_run(indices, b, d, k, _mix64(key ^ np.uint64(i)), picked, start, offsets)
 
 
 def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets):

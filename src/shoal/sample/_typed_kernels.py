@@ -15,7 +15,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from shoal.sample._kernels import _FLOYD_MAX, _below, _floyd, _mix64, _next
+from shoal.sample._kernels import _draw_run, _mix64
 from shoal.utils.ranges import range_index
 
 # the typed store's kernels (``_count_rel``, ``_fill_rel``) find a relation's run in the
@@ -61,28 +61,14 @@ def _relation_draw(indices, b, e, offsets, st, fanout):
 
 
 @numba.njit(cache=True, inline="always")
-def _draw(indices, s, d, k, state, picked, at):
-    """``k`` of the ``d`` entries ``indices[s:s + d]`` into ``picked[at:at + k]``, uniformly
-    without replacement from ``state`` (all of them when ``k == d``; Floyd's algorithm up to
-    ``_FLOYD_MAX``, selection sampling above)."""
-    if k == d:
-        for j in range(k):
-            picked[at + j] = indices[s + j]
-    elif k <= _FLOYD_MAX:
-        _floyd(state, d, k, picked, at)
-        for j in range(k):
-            picked[at + j] = indices[s + picked[at + j]]
-    else:
-        need = k
-        filled = 0
-        for j in range(d):
-            state, bits = _next(state)
-            if _below(bits, d - j) < need:
-                picked[at + filled] = indices[s + j]
-                filled += 1
-                need -= 1
-                if need == 0:
-                    break
+def _draw_relation(indices, s, d, k, key, i, r, picked, dst, at):
+    """Frontier position ``i``'s draws of relation ``r`` (``k`` of the run ``indices[s:s +
+    d]``) into ``picked[at:]``, from the stream of (hop key, position, relation); ``dst``
+    gets ``i``."""
+    for j in range(k):
+        dst[at + j] = i
+    state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
+    _draw_run(indices, s, d, k, state, picked, at, False)
 
 
 def _count_py(indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, counts):
@@ -116,11 +102,7 @@ def _fill_py(
         for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
             r = by_dst[q]
             s, d, k = _relation_draw(indices, b, e, offsets, src_type[r], fan[r])
-            for j in range(k):
-                dst[at + j] = i
-            _draw(
-                indices, s, d, k, _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1))), picked, at
-            )
+            _draw_relation(indices, s, d, k, key, i, r, picked, dst, at)
             at += k
 
 
@@ -159,11 +141,7 @@ def _fill_rel_py(
         for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
             r = by_dst[q]
             s, d, k = _run_draw(etypes, b, e, r, r + 1, fan[r])
-            _draw(
-                indices, s, d, k, _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1))), picked, at
-            )
-            for j in range(k):
-                dst[at + j] = i
+            _draw_relation(indices, s, d, k, key, i, r, picked, dst, at)
             at += k
 
 
