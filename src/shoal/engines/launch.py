@@ -219,9 +219,12 @@ def run(spec: LaunchSpec) -> int:
     from shoal.engines.registry import get_engine
     from shoal.store import Store
 
+    name, task = spec.train.engine.name, spec.train.task
+    if name != "auto":  # a clear error for an unknown engine, first
+        get_engine(name, task)
     store = Store.open(spec.store)  # fail early, before starting processes
-    if spec.train.engine.name != "auto":  # a clear error for an unknown engine, first
-        get_engine(spec.train.engine.name, spec.train.task, typed=store.schema is not None)
+    if name != "auto" and store.schema is not None:  # and one that refuses a typed store
+        get_engine(name, task, typed=True)
     resolve_device(spec.train.run.device)  # --device cuda without a GPU: exit 2 here, once
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if under_torchrun or spec.train.engine.nproc == 1:
