@@ -42,6 +42,7 @@ from shoal.training.device import DeviceFeed
 from shoal.training.engine_config import EngineConfig
 from shoal.training.footprint import StepShape, step_activations, training_reserve
 from shoal.training.loop import eval_work_ratio
+from shoal.training.meter import EpochMeter
 from shoal.training.presets import resolve_for_data
 from shoal.utils.device import get_rng_states, set_rng_states
 from shoal.utils.memory import return_freed_memory
@@ -399,6 +400,20 @@ class Engine(ABC):
             "comm": comm,
             **extra,
         }
+
+    def start_epoch(
+        self, epoch: int, phases: tuple[str, ...] = ("sampling", "gather", "forward_backward")
+    ) -> EpochMeter:
+        """The epoch's start: communication counters reset, the model in training mode, and
+        the epoch's meter over :attr:`num_batches` steps (a progress bar on rank 0)."""
+        self.stats.reset()
+        self.model.train()
+        return EpochMeter(
+            epoch,
+            self.num_batches,
+            enable=self.train_config.run.progress if self.ctx.is_rank0 else False,
+            phases=phases,
+        )
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's ``self.seeds`` for ``epoch``, shuffled as the single-process trainer

@@ -33,7 +33,6 @@ from shoal.rows.opener import open_rows
 from shoal.sample.typed import PartTypedSampler, TypedBatch
 from shoal.store.reader import Partition
 from shoal.training import batch_seed
-from shoal.training.meter import EpochMeter
 
 __all__ = ["TypedAveragingEngine", "TypedPartRows"]
 
@@ -163,14 +162,7 @@ class TypedAveragingEngine(TypedEngine):
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
-        self.stats.reset()
-        self.model.train()
-        meter = EpochMeter(
-            epoch,
-            self.num_batches,
-            enable=cfg.run.progress if self.ctx.is_rank0 else False,
-            phases=("sampling", "gather", "forward_backward"),
-        )
+        meter = self.start_epoch(epoch)
         for i, part in enumerate(self.parts):  # p > N: this rank's parts in turn
             labels = part.labels
             for key, seeds in self._part_batches(i, epoch):

@@ -42,7 +42,7 @@ from shoal.rows.packing import default_pack_epochs
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
 
-__all__ = ["MinibatchEngine", "split_training_nodes"]
+__all__ = ["MinibatchEngine", "rank_share", "split_training_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,18 @@ def split_training_nodes(owned: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
+def rank_share(engine: Engine) -> tuple[np.ndarray, int]:
+    """``engine``'s rank's training seeds under the two-level split
+    (:func:`split_training_nodes`; their labels held by its node tables) and the batches
+    per epoch every rank runs (the largest share's)."""
+    splits = split_training_nodes(engine.tables.train_ids_by_rank(engine.part_to_rank))
+    seeds = splits[engine.ctx.rank]
+    engine.tables.hold(seeds)  # the labels of the seeds given by richer ranks
+    most = max(len(s) for s in splits)
+    bs = engine.train_config.sampling.batch_size
+    return seeds, (max(1, math.ceil(most / bs)) if most else 0)
+
+
 class MinibatchEngine(Engine):
     """DistDGL-style synchronous mini-batch training (see the module docstring)."""
 
@@ -75,13 +87,7 @@ class MinibatchEngine(Engine):
         super().__init__(*args, **kwargs)
         cfg = self.train_config
         store, ctx = self.store, self.ctx
-        splits = split_training_nodes(self.tables.train_ids_by_rank(self.part_to_rank))
-        self.seeds = splits[ctx.rank]
-        self.tables.hold(self.seeds)  # the labels of the seeds given by richer ranks
-        max_share = max(len(s) for s in splits)
-        self.num_batches = (
-            max(1, math.ceil(max_share / cfg.sampling.batch_size)) if max_share else 0
-        )
+        self.seeds, self.num_batches = rank_share(self)
         self.sampler = DistNeighborSampler(
             parts=self.parts,
             part_offsets=store.part_offsets,

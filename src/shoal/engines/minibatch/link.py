@@ -53,7 +53,6 @@ from shoal.training.inference import BLOCKED_BUDGET, Scratch
 from shoal.training.linkbatches import draw_negatives
 from shoal.training.linktrainer import LinkConfig
 from shoal.training.loop import eval_work_ratio
-from shoal.training.meter import EpochMeter
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["LinkMinibatchEngine"]
@@ -242,14 +241,7 @@ class LinkMinibatchEngine(Engine):
     # ---------------------------------------------------------------- Trainable
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
-        self.stats.reset()
-        self.model.train()
-        meter = EpochMeter(
-            epoch,
-            self.num_batches,
-            enable=cfg.run.progress if self.ctx.is_rank0 else False,
-            phases=("sampling", "gather", "forward_backward"),
-        )
+        meter = self.start_epoch(epoch)
         for step, pos in enumerate(self.positives.epoch(cfg.run.seed, epoch, self.num_batches)):
             seed = batch_seed(cfg.run.seed, epoch, step) + self.ctx.rank
             neg = self._negatives(pos, np.random.default_rng(seed))

@@ -23,7 +23,6 @@ batch needs them, by planned direct reads, without a cache or windows).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -31,10 +30,9 @@ import torch
 from torch.nn import functional as F
 
 from shoal.distributed.typed import DistTypedSampler
-from shoal.engines.minibatch.engine import split_training_nodes
+from shoal.engines.minibatch.engine import rank_share
 from shoal.engines.typed import TypedEngine
 from shoal.training import batch_seed
-from shoal.training.meter import EpochMeter
 
 __all__ = ["TypedMinibatchEngine"]
 
@@ -49,13 +47,7 @@ class TypedMinibatchEngine(TypedEngine):
         super().__init__(*args, **kwargs)
         self.check_typed()
         cfg, store, ctx = self.train_config, self.store, self.ctx
-        splits = split_training_nodes(self.tables.train_ids_by_rank(self.part_to_rank))
-        self.seeds = splits[ctx.rank]
-        self.tables.hold(self.seeds)
-        max_share = max(len(s) for s in splits)
-        self.num_batches = (
-            max(1, math.ceil(max_share / cfg.sampling.batch_size)) if max_share else 0
-        )
+        self.seeds, self.num_batches = rank_share(self)
         self.sampler = DistTypedSampler(
             store=store,
             parts=self.parts,
@@ -75,14 +67,7 @@ class TypedMinibatchEngine(TypedEngine):
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
-        self.stats.reset()
-        self.model.train()
-        meter = EpochMeter(
-            epoch,
-            self.num_batches,
-            enable=cfg.run.progress if self.ctx.is_rank0 else False,
-            phases=("sampling", "gather", "forward_backward"),
-        )
+        meter = self.start_epoch(epoch)
         for step, seeds in enumerate(self.epoch_batches(epoch)):
             with meter.time("sampling"):
                 # the batch seed depends on the rank too, so ranks draw different samples
