@@ -30,7 +30,7 @@ from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.distributed.sampler import DistNeighborSampler
 from shoal.rows.opener import open_rows
 from shoal.sample import _typed_kernels as TK
-from shoal.sample.typed import RelationTables, TypedBatch, typed_batch
+from shoal.sample.typed import RelationTables, TypedBatch, row_types, typed_batch
 from shoal.store.reader import Partition, Store
 
 __all__ = ["DistTypedFeatures", "DistTypedSampler"]
@@ -60,13 +60,13 @@ class DistTypedSampler(DistNeighborSampler):
         self.schema = store.schema_or_raise()
         self.schema.pair_relations()  # refuses two relations between one type pair
         self.tables = RelationTables.of(self.schema, self.fanouts, relation_fanouts)
-        self._bounds = {i: np.asarray(p.type_bounds, np.int64) for i, p in self.parts.items()}
+        self._row_type = {i: row_types(p.type_bounds) for i, p in self.parts.items()}
         self._etypes = {i: np.asarray(p.edge_types) for i, p in self.parts.items()}
         self._hop = 0
 
     def set_parts(self, parts: Sequence[Partition], part_to_rank: np.ndarray) -> None:
         super().set_parts(parts, part_to_rank)
-        self._bounds = {i: np.asarray(p.type_bounds, np.int64) for i, p in self.parts.items()}
+        self._row_type = {i: row_types(p.type_bounds) for i, p in self.parts.items()}
         self._etypes = {i: np.asarray(p.edge_types) for i, p in self.parts.items()}
 
     def sample(self, seeds: np.ndarray, seed: int = 0, *, exclude=None) -> TypedBatch:
@@ -84,7 +84,7 @@ class DistTypedSampler(DistNeighborSampler):
 
     def _rel_args(self, part: Partition) -> tuple:
         t = self.tables
-        return (self._bounds[part.index], t.by_dst_ptr, t.by_dst, self._fan)
+        return (self._row_type[part.index], t.by_dst_ptr, t.by_dst, self._fan)
 
     def _count_rows(self, part: Partition, rows: np.ndarray, fanout: int, c: np.ndarray) -> None:
         et = self._etypes[part.index]

@@ -106,10 +106,11 @@ def _fill_py(
             at += k
 
 
-def _count_rel_py(indptr, etypes, rows, n, bounds, by_dst_ptr, by_dst, fan, counts):
+def _count_rel_py(indptr, etypes, rows, n, row_type, by_dst_ptr, by_dst, fan, counts):
     """The typed store's :func:`_count_py`: row ``rows[i]`` of a part's CSR, whose in-edges
-    are grouped by relation (``etypes``); ``bounds``: the part's type ranges in local rows.
-    A local index past the CSR's rows (a halo node) draws nothing."""
+    are grouped by relation (``etypes``); ``row_type``: the node type of every local row
+    (at least the CSR's rows). A local index past the CSR's rows (a halo node) draws
+    nothing."""
     last = indptr.shape[0] - 1
     for i in prange(n):
         v = rows[i]
@@ -118,7 +119,7 @@ def _count_rel_py(indptr, etypes, rows, n, bounds, by_dst_ptr, by_dst, fan, coun
             counts[i] = 0
             continue
         b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-        t = range_index(bounds, v)
+        t = row_type[v]
         for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
             r = by_dst[q]
             c += _run_draw(etypes, b, e, r, r + 1, fan[r])[2]
@@ -126,7 +127,7 @@ def _count_rel_py(indptr, etypes, rows, n, bounds, by_dst_ptr, by_dst, fan, coun
 
 
 def _fill_rel_py(
-    indptr, indices, etypes, rows, n, bounds, by_dst_ptr, by_dst, fan, rowptr, key, picked, dst
+    indptr, indices, etypes, rows, n, row_type, by_dst_ptr, by_dst, fan, rowptr, key, picked, dst
 ):
     """The typed store's :func:`_fill_py`: each relation's run is found in ``etypes``;
     ``picked`` gets local source indices. The draws equal :func:`_fill_py`'s on the same
@@ -137,7 +138,7 @@ def _fill_rel_py(
         if rowptr[i + 1] == at:  # no draws (a halo node among them)
             continue
         b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-        t = range_index(bounds, v)
+        t = row_type[v]
         for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
             r = by_dst[q]
             s, d, k = _run_draw(etypes, b, e, r, r + 1, fan[r])

@@ -37,6 +37,7 @@ __all__ = [
     "TypedFeatures",
     "TypedNeighborSampler",
     "edge_types_of",
+    "row_types",
     "typed_batch",
     "typed_cache_choice",
 ]
@@ -223,8 +224,8 @@ class PartTypedSampler(NeighborSampler):
         self.schema = part.store.schema
         self.schema.pair_relations()  # the typed blocks' relations come from the type pairs
         self.edge_types = np.asarray(part.edge_types)
-        self.bounds = np.asarray(part.type_bounds, np.int64)
         self.node_type = np.asarray(node_type, np.int64)
+        self.row_type = self.node_type.astype(np.int32)
         self.tables = RelationTables.of(self.schema, self.fanouts, relation_fanouts)
         self._hop = 0
 
@@ -243,7 +244,7 @@ class PartTypedSampler(NeighborSampler):
         self._hop += 1
         counts = self._grow("_counts", n)
         t = self.tables
-        rel = (self.bounds, t.by_dst_ptr, t.by_dst, fan)
+        rel = (self.row_type, t.by_dst_ptr, t.by_dst, fan)
         TK._count_rel(self.indptr, self.edge_types, self._nodes, n, *rel, counts)
         rowptr = hop_rowptr(counts, n)
         m = int(rowptr[-1])
@@ -262,6 +263,12 @@ class PartTypedSampler(NeighborSampler):
             dst,
         )
         return rowptr, picked, dst
+
+
+def row_types(bounds: np.ndarray) -> np.ndarray:
+    """int32 node type of every core row of a part, from its type ranges (``T + 1``)."""
+    b = np.asarray(bounds, np.int64)
+    return np.repeat(np.arange(len(b) - 1, dtype=np.int32), np.diff(b - b[0]))
 
 
 def typed_cache_choice(

@@ -16,6 +16,10 @@ class AveragingConfig(EngineConfig):
 
     Args:
         average_every: average the models every k epochs (default 1).
+        halo_hops: train each part with its halo nodes' own in-edges too, this many hops
+            from the core, fetched once before training (DGL's ``num_hops``; default 1:
+            SDT-GNN's part, whose halo nodes have none; typed stores; see
+            :mod:`shoal.engines.averaging.halo_hops`).
         part_models: with more parts than ranks: one model per part, all averaged at each
             round (SDT-GNN Sec. III-C/D; default false: one model carried through a rank's
             parts in turn).
@@ -27,6 +31,7 @@ class AveragingConfig(EngineConfig):
 
     name: str = "averaging"
     average_every: int = 1
+    halo_hops: int = 1
     part_models: bool = False
     average_optimizer: bool = True
 
@@ -34,3 +39,5 @@ class AveragingConfig(EngineConfig):
         super().__post_init__()
         if int(self.average_every) < 1:
             raise ValueError(f"average_every must be >= 1, got {self.average_every}")
+        if int(self.halo_hops) < 1:
+            raise ValueError(f"halo_hops must be >= 1, got {self.halo_hops}")

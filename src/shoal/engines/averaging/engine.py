@@ -76,6 +76,13 @@ class AveragingEngine(Engine):
                 path=self.store.path,
                 fix="rebuild the store with `shoal store build ... --halo-features`",
             )
+        if self.options.halo_hops > 1:
+            raise ShoalInputError(
+                f"--halo-hops {self.options.halo_hops} is implemented for typed stores only",
+                path=self.store.path,
+                fix="drop --halo-hops (the parts train as stored), or use --engine minibatch "
+                "to sample the graph's neighbourhoods",
+            )
         self.model = self.build_model()
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay

@@ -18,6 +18,15 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         help=f"average the models every K epochs (default {d.average_every})",
     )
     g.add_argument(
+        "--halo-hops",
+        type=int,
+        metavar="H",
+        help="train each part with its halo nodes' in-edges too, H hops from the core, "
+        "fetched once before training (as DGL's num_hops; typed stores; H >= the model's "
+        f"layers samples the graph's neighbourhoods; default {d.halo_hops}: the stored part, "
+        "as SDT-GNN)",
+    )
+    g.add_argument(
         "--part-models",
         action="store_const",
         const=True,

@@ -17,6 +17,8 @@ batches equal the single-process :class:`~shoal.training.typed.TypedTrainer`'s. 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from typing import Any
 
@@ -24,8 +26,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from shoal.distributed.typed import DistTypedSampler
 from shoal.engines.averaging.average import average_optimizer_state_, weighted_average_
 from shoal.engines.averaging.config import AveragingConfig
+from shoal.engines.averaging.halo_hops import GrownPart, grow_parts
 from shoal.engines.typed import TypedEngine
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import MiniBatch
@@ -33,25 +37,31 @@ from shoal.rows.opener import open_rows
 from shoal.sample.typed import PartTypedSampler, TypedBatch
 from shoal.store.reader import Partition
 from shoal.training import batch_seed
+from shoal.utils.io import scratch_space
 
 __all__ = ["TypedAveragingEngine", "TypedPartRows"]
 
+log = logging.getLogger(__name__)
+
 
 class TypedPartRows:
-    """Each node type's rows of a part's local nodes (core, then halo), read by one planned
+    """Each node type's rows of a part's local nodes (core, halo, then the nodes a
+    :class:`~shoal.engines.averaging.halo_hops.GrownPart` reached), read by one planned
     direct read per type and batch; ``node_type``: the type of every local node."""
 
-    def __init__(self, part: Partition, threads: int = 8) -> None:
+    def __init__(self, part: Partition, threads: int = 8, grown: GrownPart | None = None) -> None:
         store = part.store
         schema = store.schema_or_raise()
         bounds = np.asarray(part.type_bounds, np.int64)
         halo = np.asarray(part.halo_ids, np.int64)
         htype = store.type_of(halo) if len(halo) else np.empty(0, np.int64)
-        self.node_type = np.concatenate(
+        stored = np.concatenate(
             [np.repeat(np.arange(len(schema.node_types)), np.diff(bounds)), htype]
         ).astype(np.int64)
-        # a local node's row in its type's stack [core rows of the type, halo rows of it]
-        self.row = np.empty(part.num_nodes, np.int64)
+        self.node_type = grown.node_type if grown is not None else stored
+        more = self.node_type[part.num_nodes :]  # the grown nodes' types
+        # a local node's row in its type's stack [core rows, halo rows, grown rows of it]
+        self.row = np.empty(len(self.node_type), np.int64)
         self.row[: part.num_core] = (
             np.arange(part.num_core) - bounds[self.node_type[: part.num_core]]
         )
@@ -59,7 +69,10 @@ class TypedPartRows:
         dims = store.type_feature_dims
         for t, nt in enumerate(schema.node_types):
             on = np.flatnonzero(htype == t)
-            self.row[part.num_core + on] = (bounds[t + 1] - bounds[t]) + np.arange(len(on))
+            n_core = bounds[t + 1] - bounds[t]
+            self.row[part.num_core + on] = n_core + np.arange(len(on))
+            deep = np.flatnonzero(more == t)
+            self.row[part.num_nodes + deep] = n_core + len(on) + np.arange(len(deep))
             if nt.name not in dims:
                 self.sources.append(None)
                 continue
@@ -74,6 +87,8 @@ class TypedPartRows:
                         fix="rebuild the store with `shoal store build ... --halo-features`",
                     )
                 members.append(h)
+            if len(deep):
+                members.append(grown.extra[t])
             reader = open_rows(members, threads=threads)
             self.sources.append(
                 (reader, None if reader is not None else np.concatenate(members), dims[nt.name])
@@ -132,12 +147,17 @@ class TypedAveragingEngine(TypedEngine):
             self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         self.rows, self.samplers, self.train_rows = [], [], []
-        for part in self.parts:
-            rows = TypedPartRows(part, threads=cfg.memory.io_threads)
-            local_ids = np.concatenate([part.core_ids, np.asarray(part.halo_ids, np.int64)])
+        grown = self._grow() if self.options.halo_hops > 1 else [None] * len(self.parts)
+        self.grown = grown
+        for part, g in zip(self.parts, grown, strict=True):
+            rows = TypedPartRows(part, threads=cfg.memory.io_threads, grown=g)
+            if g is None:
+                local_ids = np.concatenate([part.core_ids, np.asarray(part.halo_ids, np.int64)])
+            else:
+                local_ids = g.ids
             self.samplers.append(
                 PartTypedSampler(
-                    part,
+                    part if g is None else g,
                     rows.node_type,
                     cfg.sampling.fanouts,
                     degrees=np.asarray(self.tables.degrees[local_ids], np.float32),
@@ -148,6 +168,48 @@ class TypedAveragingEngine(TypedEngine):
         bs = cfg.sampling.batch_size
         self.num_batches = sum(-(-len(s) // bs) for s in self.train_rows)
         self.weight = float(sum(len(s) for s in self.train_rows))
+
+    def _grow(self) -> list[GrownPart]:
+        """The parts grown by ``halo_hops - 1`` hops of halo (collective; the rows go to a
+        scratch directory beside the store, or in ``--scratch-dir``, removed at the end)."""
+        cfg = self.train_config
+        sampler = DistTypedSampler(
+            store=self.store,
+            parts=self.parts,
+            part_offsets=self.store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            fanouts=[-1],
+            degrees=self.tables.degrees,
+        )
+        self._scratch = contextlib.ExitStack()
+        work = self._scratch.enter_context(
+            scratch_space(cfg.memory.scratch_dir, beside=self.store.path, prefix="shoal-halo")
+        )
+        pulls = self.open_pulls()
+        try:
+            t0 = time.perf_counter()
+            grown = grow_parts(
+                self.parts,
+                self.options.halo_hops,
+                sampler=sampler,
+                pulls=pulls,
+                tables=self.tables,
+                work=work,
+                world_size=self.ctx.world_size,
+            )
+        finally:
+            pulls.close()
+        if self.ctx.is_rank0:
+            log.info(
+                "halo hops %d: rank 0's parts grew by %s nodes and %s in-edges in %.2fs",
+                self.options.halo_hops,
+                f"{sum(g.num_grown for g in grown):,}",
+                f"{sum(len(g.indices) - int(g.part.indptr[-1]) for g in grown):,}",
+                time.perf_counter() - t0,
+            )
+        return grown
 
     def _part_batches(self, i: int, epoch: int):
         """Part ``i``'s (step, local seeds) of ``epoch``: shuffled with the part's own seed
@@ -173,7 +235,8 @@ class TypedAveragingEngine(TypedEngine):
                     feats = self.rows[i].gather(tb)
                     y = torch.from_numpy(np.asarray(labels[seeds], np.int64))
                 with meter.time("forward_backward"):
-                    orig = np.asarray(part.orig_ids)[np.asarray(tb.n_id)]
+                    g = self.grown[i]
+                    orig = np.asarray((part if g is None else g).orig_ids)[np.asarray(tb.n_id)]
                     mb = MiniBatch(orig, tb.blocks, tb.batch.num_seeds)
                     self.optimizer.zero_grad(set_to_none=True)
                     out = self.model(TypedBatch(mb, tb.node_type, tb.edge_types), feats)
@@ -183,25 +246,34 @@ class TypedAveragingEngine(TypedEngine):
                 meter.step(float(loss.detach()), int((out.detach().argmax(1) == y).sum()), len(y))
         averaged = (epoch + 1) % self.options.average_every == 0 or epoch + 1 == cfg.optim.epochs
         if averaged:
-            t0 = time.perf_counter()
-            group = self.ctx.model_group
-            _, nbytes = weighted_average_(self.model, self.weight, group=group)
-            if self.options.average_optimizer:
-                nbytes += average_optimizer_state_(self.optimizer, self.weight, group=group)
-            meter.phases["averaging"] = time.perf_counter() - t0
-            self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
-            self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
+            self._average(meter)
         return self.epoch_record(**meter.close(), averaged=averaged, evaluable=averaged)
+
+    def _average(self, meter: Any) -> None:
+        """One averaging round: the weighted mean of the models (and Adam's moments)."""
+        t0 = time.perf_counter()
+        group = self.ctx.model_group
+        _, nbytes = weighted_average_(self.model, self.weight, group=group)
+        if self.options.average_optimizer:
+            nbytes += average_optimizer_state_(self.optimizer, self.weight, group=group)
+        meter.phases["averaging"] = time.perf_counter() - t0
+        self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
+        self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
 
     def close_io(self) -> None:
         super().close_io()
         for r in getattr(self, "rows", []):
             r.close()
         self.rows = []
+        if getattr(self, "_scratch", None) is not None:
+            self.samplers, self.grown = [], []  # their maps of the scratch files first
+            self._scratch.close()
+            self._scratch = None
 
     def settings(self) -> dict[str, Any]:
         return {
             **super().settings(),
             "average_every": self.options.average_every,
+            "halo_hops": self.options.halo_hops,
             "average_optimizer": self.options.average_optimizer,
         }
