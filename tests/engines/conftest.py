@@ -1,10 +1,12 @@
-"""Tiny stores for the engine tests: a two-community graph with informative features."""
+"""Tiny stores for the engine tests: a two-community graph with informative features, and a
+typed IGBH-shaped graph with its stores (``typed``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from shoal.data.synth.igbh import IGBHConfig, generate_igbh
 from shoal.partition.base import Assignment
 from shoal.partition.io import write_assignment
 from shoal.store import build_store
@@ -66,3 +68,19 @@ def make_store(tmp_path, make_graph):
         return out
 
     return make
+
+
+@pytest.fixture(scope="session")
+def typed(tmp_path_factory):
+    """An IGBH-shaped graph (a featureless type included), a one-part store and a
+    three-part store with halo features."""
+    root = tmp_path_factory.mktemp("typed_engines")
+    cfg = IGBHConfig(scale=0.02, features=16, classes=4, seed=4, featureless=("conference",))
+    g = generate_igbh(root / "g", cfg, show_progress=False)
+    stores = {}
+    for p, halo in ((1, False), (3, True)):
+        part = np.random.default_rng(1).integers(0, p, g.num_nodes)
+        write_assignment(root / f"a{p}", Assignment(part, p, "hash"), g)
+        build_store(g, root / f"a{p}", root / f"s{p}", halo_features=halo, show_progress=False)
+        stores[p] = str(root / f"s{p}")
+    return g, stores

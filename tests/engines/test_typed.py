@@ -5,31 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shoal.data.synth.igbh import IGBHConfig, generate_igbh
 from shoal.distributed import DistContext
 from shoal.errors import ShoalInputError
-from shoal.partition.base import Assignment
-from shoal.partition.io import write_assignment
-from shoal.store import Store, build_store
+from shoal.store import Store
 from shoal.training import TrainConfig
 from shoal.training.typed import TypedTrainer
 from tests.distributed.helpers import run_world
-
-
-@pytest.fixture(scope="module")
-def typed(tmp_path_factory):
-    """An IGBH-shaped graph (a featureless type included), a one-part store and a
-    three-part store with halo features."""
-    root = tmp_path_factory.mktemp("typed_engines")
-    cfg = IGBHConfig(scale=0.02, features=16, classes=4, seed=4, featureless=("conference",))
-    g = generate_igbh(root / "g", cfg, show_progress=False)
-    stores = {}
-    for p, halo in ((1, False), (3, True)):
-        part = np.random.default_rng(1).integers(0, p, g.num_nodes)
-        write_assignment(root / f"a{p}", Assignment(part, p, "hash"), g)
-        build_store(g, root / f"a{p}", root / f"s{p}", halo_features=halo, show_progress=False)
-        stores[p] = str(root / f"s{p}")
-    return g, stores
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -175,3 +156,13 @@ def test_the_cli_trains_a_typed_store_on_two_processes(typed, tmp_path):
     r = json.loads(out.read_text())
     assert r["engine"] == "averaging" and r["epochs"] == 2 and 0 <= r["test_accuracy"] <= 1
     assert main(["train", "--store", stores[3], "--engine", "hec", *opts]) == 2
+
+
+@pytest.mark.parametrize("engine", ["minibatch", "averaging"])
+def test_a_model_factory_trains_a_typed_store_on_two_processes(typed, engine):
+    """A user's PyG ``to_hetero`` model through ``--model-factory``."""
+    _, stores = typed
+    kw = {"model_factory": "tests.training.typed_factories:sage_hetero", "epochs": 6}
+    out = run_world(_fit, 2, stores[3], engine, kw, timeout=300)
+    assert out[0]["test_accuracy"] == out[1]["test_accuracy"]
+    assert out[0]["test_accuracy"] > 0.55, out[0]["test_accuracy"]

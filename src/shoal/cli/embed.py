@@ -144,6 +144,13 @@ def _embed_typed(args: argparse.Namespace, cfg: Any, weights: dict, g: Any) -> i
     from shoal.utils.io import scratch_space
 
     s = g.schema
+    if cfg.model.factory:
+        raise ShoalInputError(
+            f"the run trained the --model-factory model {cfg.model.factory!r}: embed runs a "
+            "typed graph's model one layer at a time, which only rgcn and rgat can do",
+            path=args.checkpoint_dir,
+            fix="embed a `--model rgcn` or `--model rgat` run",
+        )
     if cfg.model.name not in TYPED_MODELS:
         raise ShoalInputError(
             f"the run trained {cfg.model.name!r}, not a relational model of a typed graph",

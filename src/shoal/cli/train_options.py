@@ -214,7 +214,9 @@ def _add_factory_argument(g: argparse._ArgumentGroup) -> None:
         metavar="MODULE:FUNCTION",
         help="build the model with your own function (keywords in_dim, hidden, out_dim, "
         "num_layers, dropout), e.g. a torch_geometric.nn.models.GraphSAGE called as "
-        "model(x, edge_index); replaces --model (engines hec and fullgraph need shoal's models)",
+        "model(x, edge_index); replaces --model (engines hec and fullgraph need shoal's models). "
+        "On a typed graph it also gets metadata (PyG's node and edge types, as to_hetero takes) "
+        "and target, and its module is called as model(x_dict, edge_index_dict)",
     )
 
 

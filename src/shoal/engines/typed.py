@@ -43,15 +43,10 @@ class TypedEngine(Engine):
     def check_typed(self) -> None:
         """Refuse what typed training does not do yet, with the reason."""
         cfg, store = self.train_config, self.store
-        if cfg.model.name not in TYPED_MODELS:
+        if cfg.model.name not in TYPED_MODELS and not cfg.model.factory:
             raise ShoalInputError(
                 f"a typed store trains a relational model, not {cfg.model.name!r}",
                 path=store.path,
-                fix=f"use --model {' or '.join(TYPED_MODELS)}",
-            )
-        if cfg.model.factory:
-            raise ShoalInputError(
-                "--model-factory is not read for typed stores yet",
                 fix=f"use --model {' or '.join(TYPED_MODELS)}",
             )
         if self.device.type != "cpu":

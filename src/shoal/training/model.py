@@ -7,18 +7,18 @@ import importlib
 import torch
 from torch import nn
 
+from shoal.data.hetero import HeteroSchema
 from shoal.errors import ShoalInputError
 from shoal.nn import BlockGNN, build_model
 from shoal.nn.adapter import EdgeIndexModel
+from shoal.nn.hetero_adapter import HeteroEdgeIndexModel
 from shoal.training.config import TrainConfig
 
-__all__ = ["factory_model", "model_from_config"]
+__all__ = ["factory_model", "model_from_config", "typed_factory_model"]
 
 
-def factory_model(spec: str, **kwargs) -> nn.Module:
-    """``module:function`` called with ``in_dim``, ``hidden``, ``out_dim``, ``num_layers`` and
-    ``dropout`` (keywords); a module that is not a shoal model is called as
-    ``model(x, edge_index)`` through :class:`~shoal.nn.adapter.EdgeIndexModel`."""
+def _call_factory(spec: str, **kwargs) -> nn.Module:
+    """``module:function`` imported and called with ``kwargs``; its result checked."""
     mod_name, _, fn_name = spec.partition(":")
     try:
         fn = getattr(importlib.import_module(mod_name), fn_name)
@@ -33,7 +33,38 @@ def factory_model(spec: str, **kwargs) -> nn.Module:
         raise ShoalInputError(
             f"the model factory {spec!r} returned {type(model).__name__}, not a torch.nn.Module"
         )
+    return model
+
+
+def factory_model(spec: str, **kwargs) -> nn.Module:
+    """``module:function`` called with ``in_dim``, ``hidden``, ``out_dim``, ``num_layers`` and
+    ``dropout`` (keywords); a module that is not a shoal model is called as
+    ``model(x, edge_index)`` through :class:`~shoal.nn.adapter.EdgeIndexModel`."""
+    model = _call_factory(spec, **kwargs)
     return model if isinstance(model, BlockGNN) else EdgeIndexModel(model, kwargs["num_layers"])
+
+
+def typed_factory_model(
+    spec: str, schema: HeteroSchema, *, hidden: int, out_dim: int, num_layers: int, dropout: float
+) -> HeteroEdgeIndexModel:
+    """A user's heterogeneous model for a typed graph: ``module:function`` called with
+    ``metadata`` (PyG's ``(node types, canonical edge types)``, what ``to_hetero`` takes),
+    ``target`` (the labelled node type), ``in_dim`` (every type's input width: the hidden
+    width the per-type inputs project to), ``hidden``, ``out_dim``, ``num_layers`` and
+    ``dropout`` (keywords); the module is called as ``model(x_dict, edge_index_dict)``
+    through :class:`~shoal.nn.hetero_adapter.HeteroEdgeIndexModel`."""
+    metadata = ([t.name for t in schema.node_types], [e.key for e in schema.edge_types])
+    model = _call_factory(
+        spec,
+        metadata=metadata,
+        target=schema.target,
+        in_dim=int(hidden),
+        hidden=int(hidden),
+        out_dim=int(out_dim),
+        num_layers=int(num_layers),
+        dropout=float(dropout),
+    )
+    return HeteroEdgeIndexModel(model, schema, num_layers)
 
 
 def model_from_config(cfg: TrainConfig, *, in_dim: int, out_dim: int, rank: int = 0) -> nn.Module:

@@ -51,6 +51,7 @@ from shoal.training.batches import batch_seed
 from shoal.training.config import TrainConfig
 from shoal.training.footprint import OPTIMIZER_STATES
 from shoal.training.loop import EpochLoop
+from shoal.training.model import typed_factory_model
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
 from shoal.training.typed_inference import layerwise_logits
@@ -77,10 +78,20 @@ class TypedModel(nn.Module):
             [t.feature_dim for t in schema.node_types], [t.count for t in schema.node_types], hidden
         )
         layers, rels = config.num_layers, len(schema.edge_types)
-        if m.name == "rgcn":
-            self.gnn: nn.Module = RGCN(
-                hidden, hidden, num_classes, rels, num_layers=layers, dropout=m.dropout
+        #: whether the layers can run one at a time over the graph (exact layer-wise
+        #: inference); a ``--model-factory`` model runs on sampled batches only
+        self.layerwise = not m.factory
+        if m.factory:
+            self.gnn: nn.Module = typed_factory_model(
+                m.factory,
+                schema,
+                hidden=hidden,
+                out_dim=num_classes,
+                num_layers=layers,
+                dropout=float(m.dropout or 0.0),
             )
+        elif m.name == "rgcn":
+            self.gnn = RGCN(hidden, hidden, num_classes, rels, num_layers=layers, dropout=m.dropout)
         else:
             heads = int(m.heads or 4)
             self.gnn = RGAT(
@@ -97,6 +108,8 @@ class TypedModel(nn.Module):
         n_id = np.asarray(tb.n_id)
         local = torch.from_numpy(n_id - self.schema.offsets[tb.node_type.numpy()])
         h = self.input(tb.node_type, local, features)
+        if not self.layerwise:
+            return self.gnn(h, tb.blocks, tb.edge_types, tb.node_type)
         return self.gnn(h, tb.blocks, tb.edge_types)
 
 
@@ -112,7 +125,7 @@ class TypedTrainer:
                 path=graph.path,
                 fix="import one (ogbn-mag's layout, PyG HeteroData) or `shoal data synth igbh`",
             )
-        if config.model.name not in TYPED_MODELS:
+        if config.model.name not in TYPED_MODELS and not config.model.factory:
             raise ShoalInputError(
                 f"a typed graph trains a relational model, not {config.model.name!r}",
                 path=graph.path,
@@ -154,6 +167,7 @@ class TypedTrainer:
         fan = config.sampling.fanouts
         self.sampler = TypedNeighborSampler(indptr, indices, s, fan)
         self.one_hop = TypedNeighborSampler(indptr, indices, s, [-1])
+        self._csr = (indptr, indices)
         # cache priority: batches of the pre-sampled epoch needing the row, then in-degree
         deg = np.diff(indptr)
         score = self.batch_counts.astype(np.int64) * (int(deg.max(initial=0)) + 1) + deg
@@ -293,19 +307,22 @@ class TypedTrainer:
         tables = 2 * self.schema.num_nodes * width * 4
         with contextlib.ExitStack() as stack:
             scratch = None
-            if len(ids) and tables > self.budget.pool:
+            if not self.model.layerwise:  # a --model-factory model: whole L-hop batches
+                logits = self._sampled_logits(ids)
+            elif len(ids) and tables > self.budget.pool:
                 scratch = stack.enter_context(
                     scratch_space(cfg.memory.scratch_dir, beside=self.graph.path, prefix="eval")
                 )
-            logits = layerwise_logits(
-                self.model,
-                ids,
-                one_hop=self.one_hop,
-                features=self.features,
-                max_rows=self.probed_rows,
-                chunk=int(cfg.eval.batch_size or cfg.sampling.batch_size),
-                scratch=scratch,
-            )
+            if self.model.layerwise:
+                logits = layerwise_logits(
+                    self.model,
+                    ids,
+                    one_hop=self.one_hop,
+                    features=self.features,
+                    max_rows=self.probed_rows,
+                    chunk=int(cfg.eval.batch_size or cfg.sampling.batch_size),
+                    scratch=scratch,
+                )
         pred = logits.argmax(1).numpy() if len(ids) else np.empty(0, np.int64)
         out = {}
         for name, v in named.items():
@@ -315,6 +332,27 @@ class TypedTrainer:
             got = pred[np.searchsorted(ids, v)]
             out[name] = float(np.mean(got == self.labels.numpy()[v]))
         self.features.io()  # evaluation's reads are not the next epoch's
+        return out
+
+    def _sampled_logits(self, ids: np.ndarray) -> torch.Tensor:
+        """Logits of ``ids`` from batches holding every neighbour per relation ``L`` hops
+        out (exact, for a model that cannot run layer by layer); a batch with more rows than
+        the memory plan's training batch is sampled again at half its nodes."""
+        cfg = self.config
+        full = TypedNeighborSampler(*self._csr, self.schema, [-1] * cfg.num_layers)
+        out = torch.empty((len(ids), self.num_classes))
+        a, top = 0, int(cfg.eval.batch_size or cfg.sampling.batch_size)
+        k = top
+        while a < len(ids):
+            seeds = ids[a : a + k]
+            tb = full.sample(seeds)
+            if len(tb.n_id) > self.probed_rows and len(seeds) > 1:
+                k = max(1, len(seeds) // 2)
+                continue
+            out[a : a + len(seeds)] = self.model(tb, self.features.gather(tb))
+            a += len(seeds)
+            if 2 * len(tb.n_id) < self.probed_rows:
+                k = min(top, 2 * k)
         return out
 
     def state(self) -> dict[str, Any]:
