@@ -85,9 +85,11 @@ def test_embed_node_logits_and_link_embeddings(tmp_path, run_cli):
     assert code == 2 and "--checkpoint-dir" in err
 
 
-def test_embed_a_typed_graph_per_node_type(tmp_path):
+@pytest.mark.parametrize("tables", ["model", "disk"])
+def test_embed_a_typed_graph_per_node_type(tmp_path, tables):
     """R-GCN run with checkpoints, then ``shoal embed``: the target type's logits in its
-    own id order, whose classes give the run's test accuracy (best weights, exact)."""
+    own id order, whose classes give the run's test accuracy (best weights, exact; with
+    the featureless type's table on disk, the table as it was at the best epoch)."""
     import json
 
     from shoal.cli import main
@@ -98,6 +100,8 @@ def test_embed_a_typed_graph_per_node_type(tmp_path):
     g = generate_igbh(tmp_path / "g", cfg, show_progress=False)
     ck, res = tmp_path / "ck", tmp_path / "r.json"
     opts = ["--model", "rgcn", "--fanouts", "4,4", "--epochs", "3", "--hidden", "8"]
+    if tables == "disk":
+        opts += ["--type-embeddings", "disk", "--embedding-dir", str(tmp_path / "emb")]
     args = ["train", "--graph", str(g.path), *opts, "--eval-every", "1"]
     assert main([*args, "--checkpoint-dir", str(ck), "--json", str(res)]) == 0
     r = json.loads(res.read_text())

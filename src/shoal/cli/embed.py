@@ -139,7 +139,8 @@ def _embed_typed(args: argparse.Namespace, cfg: Any, weights: dict, g: Any) -> i
 
     from shoal.nn import TYPED_MODELS
     from shoal.sample.typed import TypedFeatures, TypedNeighborSampler
-    from shoal.training.typed import TypedModel
+    from shoal.training.embedding import NodeEmbedding
+    from shoal.training.typed import EmbeddedRows, TypedModel
     from shoal.training.typed_inference import layerwise_logits
     from shoal.utils.io import scratch_space
 
@@ -160,12 +161,32 @@ def _embed_typed(args: argparse.Namespace, cfg: Any, weights: dict, g: Any) -> i
     if args.input:
         raise ShoalInputError("--input is for untyped graphs", fix="drop --input")
     nt = s.node_type(args.node_type or s.target)
-    model = TypedModel(s, cfg, int(g.num_classes or 1))
+    # a featureless type trained with --type-embeddings disk has no weights in the model:
+    # its table is the checkpoint's copy (``embedding_<type>/``)
+    given = [
+        not x.feature_dim and f"input.maps.{t}.weight" not in weights
+        for t, x in enumerate(s.node_types)
+    ]
+    model = TypedModel(s, cfg, int(g.num_classes or 1), given=given)
     model.load_state_dict(weights)
     model.eval()
     csr = g.csr("in", scratch_dir=args.scratch_dir or cfg.memory.scratch_dir)
     one_hop = TypedNeighborSampler(np.asarray(csr.indptr), csr.indices, s, [-1])
     features = TypedFeatures(g, threads=cfg.memory.io_threads)
+    tables = []
+    for t in np.flatnonzero(given):
+        x = s.node_types[int(t)]
+        where = Path(args.checkpoint_dir) / f"embedding_{x.name}_best"  # with the best weights
+        if not (where / "embedding.npy").exists():
+            raise ShoalInputError(
+                f"the run kept node type {x.name!r}'s embeddings on disk, but the checkpoint "
+                "holds no copy of them",
+                path=where,
+                fix="embed from the checkpoint directory of that run (--checkpoint-dir)",
+            )
+        tables.append((int(t), NodeEmbedding(where, x.count, int(cfg.model.hidden)), None))
+    if tables:
+        features = EmbeddedRows(features, s, tables)
     targets = nt.offset + np.arange(nt.count, dtype=np.int64)
     out = Path(args.out)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")

@@ -100,8 +100,9 @@ def _add_embedding_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--embedding-dir",
         metavar="DIR",
-        help="link: where the embedding table and its optimizer state live "
-        "(default: GRAPH.emb beside the graph directory)",
+        help="link, and featureless node types with --type-embeddings disk: where the "
+        "embedding tables and their optimizer state live (default: GRAPH.emb beside the "
+        "graph directory)",
     )
     g.add_argument(
         "--embedding-optimizer",

@@ -27,6 +27,7 @@ __all__ = ["CONFIG_FLAGS", "add_train_arguments", "config_from_args"]
 CONFIG_FLAGS = (
     "model",
     "model_factory",
+    "type_embeddings",
     "task",
     "preset",
     "fanouts",
@@ -217,6 +218,14 @@ def _add_factory_argument(g: argparse._ArgumentGroup) -> None:
         "model(x, edge_index); replaces --model (engines hec and fullgraph need shoal's models). "
         "On a typed graph it also gets metadata (PyG's node and edge types, as to_hetero takes) "
         "and target, and its module is called as model(x_dict, edge_index_dict)",
+    )
+    g.add_argument(
+        "--type-embeddings",
+        choices=("auto", "memory", "disk"),
+        help="typed graphs: where featureless node types keep their learned embeddings: "
+        "memory (nn.Embedding), disk (a table per type in --embedding-dir or "
+        "<graph>.emb/<type>, rows read per batch, sparse Adam), auto: disk when the tables "
+        "with Adam's moments exceed a quarter of --memory (default auto; one process)",
     )
 
 

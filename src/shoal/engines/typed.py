@@ -49,6 +49,11 @@ class TypedEngine(Engine):
                 path=store.path,
                 fix=f"use --model {' or '.join(TYPED_MODELS)}",
             )
+        if cfg.model.type_embeddings == "disk":
+            raise ShoalInputError(
+                "--type-embeddings disk trains in one process for now (`shoal train --graph`)",
+                fix="drop --type-embeddings (the engines keep the embeddings in the model)",
+            )
         if self.device.type != "cpu":
             raise ShoalInputError(
                 f"--device {self.device.type}: typed stores train on the CPU for now",

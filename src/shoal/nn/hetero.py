@@ -34,7 +34,9 @@ __all__ = ["RGAT", "RGCN", "TypedInput"]
 
 class TypedInput(nn.Module):
     """Per node type, the input representation of width ``out_dim``: ``Linear(F_t, out_dim)``
-    of its features, or an ``Embedding(count_t, out_dim)`` when ``feature_dims[t]`` is None.
+    of its features, or an ``Embedding(count_t, out_dim)`` when ``feature_dims[t]`` is None;
+    with ``given[t]`` true, type ``t``'s rows come in ``features[t]`` already ``out_dim``
+    wide (embeddings kept outside the module, e.g. on disk) and are taken as they are.
 
     ``forward(node_type, local_id, features)``: ``node_type``/``local_id`` ``(n,)`` int64 of the
     batch's nodes (ids within their type); ``features[t]``: the features of the batch's nodes
@@ -42,13 +44,22 @@ class TypedInput(nn.Module):
     without features. Returns ``(n, out_dim)``."""
 
     def __init__(
-        self, feature_dims: Sequence[int | None], counts: Sequence[int], out_dim: int
+        self,
+        feature_dims: Sequence[int | None],
+        counts: Sequence[int],
+        out_dim: int,
+        given: Sequence[bool] | None = None,
     ) -> None:
         super().__init__()
         self.out_dim = out_dim
+        given = list(given) if given is not None else [False] * len(counts)
         self.maps = nn.ModuleList(
-            nn.Linear(int(f), out_dim) if f else nn.Embedding(int(c), out_dim)
-            for f, c in zip(feature_dims, counts, strict=True)
+            nn.Identity()
+            if g
+            else nn.Linear(int(f), out_dim)
+            if f
+            else nn.Embedding(int(c), out_dim)
+            for f, c, g in zip(feature_dims, counts, given, strict=True)
         )
 
     def forward(
@@ -62,7 +73,7 @@ class TypedInput(nn.Module):
             on = (node_type == t).nonzero().squeeze(1)
             if not len(on):
                 continue
-            h = m(features[t]) if isinstance(m, nn.Linear) else m(local_id[on])
+            h = m(local_id[on]) if isinstance(m, nn.Embedding) else m(features[t])
             if out is None:
                 out = h.new_zeros((len(node_type), self.out_dim))
             out[on] = h

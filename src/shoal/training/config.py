@@ -57,6 +57,7 @@ __all__ = [
 FLAT: dict[str, tuple[str, str]] = {
     "model": ("model", "name"),
     "model_factory": ("model", "factory"),
+    "type_embeddings": ("model", "type_embeddings"),
     "hidden": ("model", "hidden"),
     "heads": ("model", "heads"),
     "dropout": ("model", "dropout"),

@@ -56,6 +56,12 @@ class ModelConfig:
             their sum leave GCN far behind, e.g. Amazon-Photo)
             (:func:`~shoal.training.presets.resolve_for_data`; default: the preset's, "auto"
             for GCN, GAT and SGC).
+        type_embeddings: where a typed graph's featureless node types keep their learned
+            embeddings: ``"memory"`` (an ``nn.Embedding`` per type, dense Adam), ``"disk"``
+            (a table per type on disk, in ``--embedding-dir`` or ``<graph>.emb/<type>``,
+            rows read per batch and updated by sparse Adam, as DGL's ``NodeEmbedding``), or
+            ``"auto"``: disk when the tables with Adam's two moments would take over a
+            quarter of ``--memory`` (default ``"auto"``; one process only for now).
     """
 
     name: str = "sage"
@@ -64,8 +70,13 @@ class ModelConfig:
     heads: int | None = None
     dropout: float | None = None
     normalize_features: bool | str | None = None
+    type_embeddings: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.type_embeddings not in ("auto", "memory", "disk"):
+            raise ValueError(
+                f"type_embeddings must be auto, memory or disk, got {self.type_embeddings!r}"
+            )
         if self.name not in MODELS and self.name not in TYPED_MODELS:
             names = ", ".join(sorted(MODELS)) + "; for typed graphs " + ", ".join(TYPED_MODELS)
             raise ValueError(f"unknown model {self.name!r}; valid names: {names}")

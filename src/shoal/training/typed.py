@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,12 +44,14 @@ from shoal.rows.budget import (
     MIN_WINDOW,
     BudgetPlan,
     activation_bytes,
+    memory_limit,
     plan_budget,
     reserve_for,
 )
 from shoal.sample.typed import TypedBatch, TypedFeatures, TypedNeighborSampler
 from shoal.training.batches import batch_seed
 from shoal.training.config import TrainConfig
+from shoal.training.embedding import NodeEmbedding, SparseAdam, load_tables, save_tables
 from shoal.training.footprint import OPTIMIZER_STATES
 from shoal.training.loop import EpochLoop
 from shoal.training.model import typed_factory_model
@@ -59,7 +62,7 @@ from shoal.utils.device import get_rng_states, set_rng_states
 from shoal.utils.io import scratch_space
 from shoal.utils.threads import set_threads
 
-__all__ = ["TypedModel", "TypedTrainer"]
+__all__ = ["EmbeddedRows", "TypedModel", "TypedTrainer"]
 
 log = logging.getLogger("shoal.training")
 
@@ -69,13 +72,18 @@ class TypedModel(nn.Module):
     ``features[t]`` the rows of the batch's nodes of type ``t`` (batch order), returns the
     seeds' logits."""
 
-    def __init__(self, schema, config: TrainConfig, num_classes: int) -> None:
+    def __init__(
+        self, schema, config: TrainConfig, num_classes: int, given: list[bool] | None = None
+    ) -> None:
         super().__init__()
         m = config.model
         hidden = int(m.hidden)
         self.schema = schema
         self.input = TypedInput(
-            [t.feature_dim for t in schema.node_types], [t.count for t in schema.node_types], hidden
+            [t.feature_dim for t in schema.node_types],
+            [t.count for t in schema.node_types],
+            hidden,
+            given=given,  # types whose rows come in as features (embedding tables on disk)
         )
         layers, rels = config.num_layers, len(schema.edge_types)
         #: whether the layers can run one at a time over the graph (exact layer-wise
@@ -111,6 +119,38 @@ class TypedModel(nn.Module):
         if not self.layerwise:
             return self.gnn(h, tb.blocks, tb.edge_types, tb.node_type)
         return self.gnn(h, tb.blocks, tb.edge_types)
+
+
+class EmbeddedRows:
+    """A typed batch's rows with the on-disk embedding tables' rows of the featureless types
+    in place of their ``None``: ``gather(tb)`` reads each table's rows of the batch as a
+    leaf tensor that requires grad, and keeps ``last`` = ``[(type, ids, rows)]`` for the
+    sparse step after ``backward()`` (``tables``: ``(type, table, its sparse optimizer or
+    None)``); everything else is the wrapped rows' (``io``, ``cache_bytes``, ...)."""
+
+    def __init__(self, rows: Any, schema, tables: list[tuple[int, Any, Any]]) -> None:
+        self.rows, self.schema, self.tables = rows, schema, tables
+        self.last: list[tuple[int, np.ndarray, torch.Tensor]] = []
+
+    def gather(self, tb: TypedBatch) -> list[torch.Tensor | None]:
+        out = self.rows.gather(tb)
+        n_id, kind = np.asarray(tb.n_id), tb.node_type.numpy()
+        self.last = []
+        for t, emb, _ in self.tables:
+            ids = n_id[kind == t] - self.schema.node_types[t].offset
+            out[t] = emb.gather(ids)
+            self.last.append((t, ids, out[t]))
+        return out
+
+    def close(self) -> None:
+        for _, emb, opt in self.tables:
+            emb.flush()
+            if opt is not None:
+                opt.flush()
+        self.rows.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rows, name)
 
 
 class TypedTrainer:
@@ -150,7 +190,9 @@ class TypedTrainer:
         self.config, self.graph, self.schema = config, graph, s
         self.labels = torch.from_numpy(np.array(y, dtype=np.int64))
         self.num_classes = int(graph.num_classes or int(self.labels.max()) + 1)
-        self.model = TypedModel(s, config, self.num_classes)
+        self.tables = self._embedding_tables()
+        given = [any(t == k for k, _, _ in self.tables) for t in range(len(s.node_types))]
+        self.model = TypedModel(s, config, self.num_classes, given=given)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
@@ -178,6 +220,8 @@ class TypedTrainer:
             threads=config.memory.io_threads,
             show_progress=config.run.progress,
         )
+        if self.tables:
+            self.features = EmbeddedRows(self.features, s, self.tables)
         log.info("typed graph: %s", self.budget.describe())
         self.num_batches = -(-len(self.splits["train"]) // config.sampling.batch_size)
         self.loop = EpochLoop(
@@ -200,6 +244,41 @@ class TypedTrainer:
                 },
             },
         )
+
+    def _embedding_tables(self) -> list[tuple[int, NodeEmbedding, SparseAdam]]:
+        """``(type, table, sparse Adam)`` of every featureless type whose embeddings live
+        on disk (``--type-embeddings``; ``auto``: when the tables and Adam's two moments
+        would take over a quarter of the memory limit)."""
+        cfg, s = self.config, self.schema
+        bare = [t for t, nt in enumerate(s.node_types) if not nt.feature_dim]
+        mode = cfg.model.type_embeddings
+        if mode == "auto":
+            need = 3 * 4 * int(cfg.model.hidden) * sum(s.node_types[t].count for t in bare)
+            limit = cfg.memory.limit_bytes or memory_limit()[0]
+            mode = "disk" if need > limit // 4 else "memory"
+        if mode == "memory" or not bare:
+            return []
+        root = Path(cfg.link.embedding_dir or f"{self.graph.path}.emb")
+        out = []
+        for t in bare:
+            nt = s.node_types[t]
+            where = root / nt.name
+            if (where / "embedding.npy").exists() and not cfg.checkpoint.resume:
+                raise ShoalInputError(
+                    f"an embedding table of node type {nt.name!r} from another run is there",
+                    path=where,
+                    fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
+                )
+            emb = NodeEmbedding(
+                where, nt.count, int(cfg.model.hidden), seed=cfg.run.seed, stream=t + 1
+            )
+            out.append((t, emb, SparseAdam(emb, lr=cfg.optim.lr)))
+        log.info(
+            "typed graph: embeddings of %s on disk in %s (sparse Adam)",
+            ", ".join(s.node_types[t].name for t, _, _ in out),
+            root,
+        )
+        return out
 
     def _plan(self, csr) -> BudgetPlan:
         """The memory plan (:func:`~shoal.rows.budget.plan_budget`): the process measured
@@ -276,6 +355,9 @@ class TypedTrainer:
             loss = F.cross_entropy(out, y)
             loss.backward()
             self.optimizer.step()
+            for t_, ids, rows in getattr(self.features, "last", ()):  # the on-disk tables
+                if rows.grad is not None:
+                    self.tables_by_type[t_].step(ids, rows.grad)
             split["forward_backward"] += time.perf_counter() - t
             loss_sum += float(loss.detach()) * len(seeds)
             correct += int((out.detach().argmax(1) == y).sum())
@@ -355,17 +437,49 @@ class TypedTrainer:
                 k = min(top, 2 * k)
         return out
 
+    @property
+    def tables_by_type(self) -> dict[int, SparseAdam]:
+        return {t: opt for t, _, opt in self.tables}
+
     def state(self) -> dict[str, Any]:
+        """Weights, optimizer and RNG; the on-disk embedding tables (and their Adam state)
+        are copied into the checkpoint directory (``embedding_<type>/``) beside them."""
+        snap = bool(self.tables) and bool(self.config.checkpoint.dir)
+        if snap:
+            for t, _, opt in self.tables:
+                save_tables(opt.tables(), self._snapshot_dir(t))
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "torch_rng": get_rng_states("cpu"),
+            "embedding_snapshot": snap,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_states(state["torch_rng"], "cpu")
+        if state.get("embedding_snapshot"):
+            for t, _, opt in self.tables:
+                load_tables(opt.tables(), self._snapshot_dir(t))
+
+    def keep_best(self) -> None:
+        """At a new best validation score: the on-disk tables copied beside themselves
+        (``best/``) and, with checkpoints, into ``embedding_<type>_best/`` (what ``shoal
+        embed`` reads with the best weights)."""
+        for t, emb, _ in self.tables:
+            save_tables({"embedding.npy": emb.weight}, emb.dir / "best")
+            if self.config.checkpoint.dir:
+                save_tables({"embedding.npy": emb.weight}, f"{self._snapshot_dir(t)}_best")
+
+    def restore_best(self) -> None:
+        """The tables as they were at the best validation score (with the best weights)."""
+        for _, emb, _ in self.tables:
+            if (emb.dir / "best" / "embedding.npy").exists():
+                load_tables({"embedding.npy": emb.weight}, emb.dir / "best")
+
+    def _snapshot_dir(self, t: int) -> Path:
+        return Path(self.config.checkpoint.dir) / f"embedding_{self.schema.node_types[t].name}"
 
     def fit(self) -> RunResult:
         """Train until the configured epochs or early stopping; test the best weights."""

@@ -19,7 +19,9 @@ from shoal.training.typed import TypedTrainer
 from tests.distributed.helpers import run_world
 
 
-def _grow(rank: int, world: int, store: str, hops: int, work: str, step_edges: int) -> list:
+def _grow(
+    rank: int, world: int, store: str, hops: int, work: str, step_edges: int, idle: bool = False
+) -> list:
     """Every part of this rank grown, as plain arrays; and the edges of a local sampler with
     every neighbour (fanout -1) on the grown part next to the distributed sampler's."""
     from shoal.distributed.tables import NodeTables
@@ -29,7 +31,7 @@ def _grow(rank: int, world: int, store: str, hops: int, work: str, step_edges: i
     from shoal.sample.typed import PartTypedSampler
 
     st = Store.open(store)
-    p2r = parts_of_rank(st.num_parts, world, None)
+    p2r = parts_of_rank(st.num_parts, world, None) if not idle else np.zeros(st.num_parts, int)
     parts = [st.part(int(i)) for i in np.flatnonzero(p2r == rank)]
     tables = NodeTables(st, parts, part_to_rank=p2r, scope="local")
 
@@ -60,13 +62,20 @@ def _grow(rank: int, world: int, store: str, hops: int, work: str, step_edges: i
         step_rows=7,  # many exchange steps, ranks with different counts of them
     )
     full = dist_sampler([-1, -1])
+    most = torch.tensor([len(grown)])
+    if world > 1:  # every rank samples as many times as the rank with the most parts
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
     out = []
-    for g in grown:
+    for i in range(int(most)):
+        if i >= len(grown):
+            full.sample(np.empty(0, np.int64), 3)
+            continue
+        g = grown[i]
         seeds = np.flatnonzero(np.asarray(g.part.train_mask))[:25]
         deg = np.asarray(tables.degrees[g.ids], np.float32)
         local = PartTypedSampler(g, g.node_type, [-1, -1], degrees=deg).sample(seeds, 3)
         edges = _edges(g.orig_ids[np.asarray(local.n_id)], local)
-        ref = full.sample(seeds + g.part.start, 3)  # collective: every rank, same count
+        ref = full.sample(seeds + g.part.start, 3)  # collective
         ref_edges = _edges(st.to_orig(ref.n_id), ref)
         out.append(
             {
@@ -81,11 +90,6 @@ def _grow(rank: int, world: int, store: str, hops: int, work: str, step_edges: i
                 "ref_edges": ref_edges,
             }
         )
-    most = torch.tensor([len(grown)])
-    if world > 1:
-        dist.all_reduce(most, op=dist.ReduceOp.MAX)
-    for _ in range(int(most) - len(grown)):  # the other ranks' collective sampling steps
-        full.sample(np.empty(0, np.int64), 3)
     return out
 
 
@@ -162,11 +166,15 @@ def test_grown_parts_hold_the_graphs_in_edges_and_rows_hops_deep(typed, tmp_path
 
 
 def test_a_rank_without_parts_joins_every_exchange(typed, tmp_path):
-    _, stores = typed
-    out = run_world(_grow, 2, stores[1], 2, str(tmp_path), 1 << 20)
-    assert len(out[0]) == 1 and out[1] == []
-    gp = out[0][0]  # one part: no halo, nothing to grow
-    assert len(gp["orig"]) == gp["num_core"] == gp["num_stored"]
+    """Rank 0 grows all three parts, rank 1 (no parts) serves their in-edges and rows."""
+    g, stores = typed
+    out = run_world(_grow, 2, stores[3], 2, str(tmp_path), 1 << 20, True)
+    assert len(out[0]) == 3 and out[1] == []
+    truth = _in_edges(g)
+    for gp in out[0]:
+        core = set(gp["orig"][: gp["num_core"]].tolist())
+        assert set(gp["orig"].tolist()) == _reach(truth, core, 2)
+        assert gp["edges"] == gp["ref_edges"]
 
 
 def _cfg(**kw) -> TrainConfig:
