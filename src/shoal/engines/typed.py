@@ -94,18 +94,22 @@ class TypedEngine(Engine):
             threads=self.train_config.memory.io_threads,
         )
 
+    def dist_sampler(self, fanouts: list[int]) -> DistTypedSampler:
+        """A distributed typed sampler over this rank's parts (collective ``sample``)."""
+        return DistTypedSampler(
+            store=self.store,
+            parts=self.parts,
+            part_offsets=self.store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            fanouts=fanouts,
+            degrees=self.tables.degrees,
+        )
+
     def _eval_tools(self) -> tuple[DistTypedSampler, DistTypedFeatures]:
         if getattr(self, "_eval", None) is None:
-            sampler = DistTypedSampler(
-                store=self.store,
-                parts=self.parts,
-                part_offsets=self.store.part_offsets,
-                part_to_rank=self.part_to_rank,
-                rank=self.ctx.rank,
-                world_size=self.ctx.world_size,
-                fanouts=[-1] * self.train_config.num_layers,
-                degrees=self.tables.degrees,
-            )
+            sampler = self.dist_sampler([-1] * self.train_config.num_layers)
             self._eval = (sampler, self.open_pulls())
         return self._eval
 

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shoal.distributed.typed import DistTypedSampler
 from shoal.engines.averaging.average import average_optimizer_state_, weighted_average_
 from shoal.engines.averaging.config import AveragingConfig
 from shoal.engines.averaging.halo_hops import GrownPart, grow_parts
@@ -173,16 +172,7 @@ class TypedAveragingEngine(TypedEngine):
         """The parts grown by ``halo_hops - 1`` hops of halo (collective; the rows go to a
         scratch directory beside the store, or in ``--scratch-dir``, removed at the end)."""
         cfg = self.train_config
-        sampler = DistTypedSampler(
-            store=self.store,
-            parts=self.parts,
-            part_offsets=self.store.part_offsets,
-            part_to_rank=self.part_to_rank,
-            rank=self.ctx.rank,
-            world_size=self.ctx.world_size,
-            fanouts=[-1],
-            degrees=self.tables.degrees,
-        )
+        sampler = self.dist_sampler([-1])  # one hop, every in-edge
         self._scratch = contextlib.ExitStack()
         work = self._scratch.enter_context(
             scratch_space(cfg.memory.scratch_dir, beside=self.store.path, prefix="shoal-halo")
