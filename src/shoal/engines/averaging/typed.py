@@ -11,8 +11,10 @@ Local sampling draws a fanout per relation inside the part
 (:class:`~shoal.sample.typed.PartTypedSampler`); each batch's rows of each type are read from
 the part's ``features/<type>.npy`` and ``halo_features/<type>.npy`` by one planned direct read
 per type (:func:`~shoal.rows.opener.open_rows`). With one process and a one-part store the
-batches equal the single-process :class:`~shoal.training.typed.TypedTrainer`'s. Not yet here:
-``--part-models`` and the memory budget (no cache or windows).
+batches equal the single-process :class:`~shoal.training.typed.TypedTrainer`'s. With
+``--halo-hops H`` each part is first grown by its halo nodes' own in-edges and rows
+(:mod:`shoal.engines.averaging.halo_hops`). Not yet here: ``--part-models`` and the memory
+budget (no cache or windows).
 """
 
 from __future__ import annotations
