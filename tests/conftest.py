@@ -5,10 +5,15 @@
 - ``make_graph(edges, num_nodes=None, **node_data)``: a graph directory in ``tmp_path`` from a
   tiny hand-built edge list.
 - ``run_cli(*args)``: runs ``shoal`` in-process, returns ``(exit_code, stdout, stderr)``.
+- ``small_fs(size)``: a fresh size-limited tmpfs (e.g. ``"64k"``) in ``tmp_path``, unmounted
+  after the test; skips the test where mounting needs a root this process is not.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -76,3 +81,27 @@ def run_cli(capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mounts: list[Path] = []
+
+    def make(size: str) -> Path:
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("a small filesystem (tmpfs) needs root and mount(8)")
+        d = tmp_path / f"fs{len(mounts)}"
+        d.mkdir()
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode:
+            pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+        mounts.append(d)
+        return d
+
+    yield make
+    for d in mounts:
+        subprocess.run(["umount", "-l", str(d)], check=False)

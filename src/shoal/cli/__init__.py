@@ -2,7 +2,9 @@
 
 Each stage owns its sub-commands: a module exposing ``register(subparsers)`` adds its parsers
 and sets ``func`` (called with the parsed namespace, returns an exit code). This file only
-assembles them and turns :class:`~shoal.errors.ShoalInputError` into exit code 2.
+assembles them and turns :class:`~shoal.errors.ShoalInputError` into exit code 2 and
+:class:`~shoal.errors.ShoalDiskFullError` into one line and exit code 1 (the traceback with
+``-v``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from shoal import __version__
-from shoal.errors import ShoalInputError
+from shoal.errors import ShoalDiskFullError, ShoalInputError
 
 __all__ = ["build_parser", "main"]
 
@@ -168,6 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShoalInputError as e:
         print(f"shoal: error: {e}", file=sys.stderr)
         return 2
+    except ShoalDiskFullError as e:
+        if lvl <= logging.INFO:
+            logging.getLogger("shoal").info("the write that failed", exc_info=e)
+        print(f"shoal: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("shoal: interrupted", file=sys.stderr)
         return 130

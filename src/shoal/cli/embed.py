@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from shoal.errors import ShoalInputError
+from shoal.utils.diskspace import open_output_memmap, reporting_full_disk
 from shoal.utils.io import read_json
 
 __all__ = ["register"]
@@ -104,23 +105,24 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
 
     def new_output(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        return np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        return open_output_memmap(tmp, dtype, shape)
 
     try:
-        res = layerwise_inference(
-            model,
-            data,
-            np.arange(g.num_nodes),
-            predict=args.predict,
-            normalize_features=cfg.model.normalize_features,
-            scratch_dir=args.scratch_dir or cfg.memory.scratch_dir,
-            new_output=new_output,
-        )
-        if isinstance(res, np.memmap):
-            res.flush()
-        else:  # nothing was computed (an empty graph): write what came back
-            np.save(tmp, res)
-        os.replace(tmp, out)
+        with reporting_full_disk(out, cleanup=lambda: tmp.unlink(missing_ok=True)):
+            res = layerwise_inference(
+                model,
+                data,
+                np.arange(g.num_nodes),
+                predict=args.predict,
+                normalize_features=cfg.model.normalize_features,
+                scratch_dir=args.scratch_dir or cfg.memory.scratch_dir,
+                new_output=new_output,
+            )
+            if isinstance(res, np.memmap):
+                res.flush()
+            else:  # nothing was computed (an empty graph): write what came back
+                np.save(tmp, res)
+            os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
     print(
@@ -191,12 +193,14 @@ def _embed_typed(args: argparse.Namespace, cfg: Any, weights: dict, g: Any) -> i
     out = Path(args.out)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     try:
-        with scratch_space(args.scratch_dir or cfg.memory.scratch_dir, beside=out) as work:
-            logits = np.lib.format.open_memmap(
+        with (
+            reporting_full_disk(out, cleanup=lambda: tmp.unlink(missing_ok=True)),
+            scratch_space(args.scratch_dir or cfg.memory.scratch_dir, beside=out) as work,
+        ):
+            logits = open_output_memmap(
                 work / "logits.npy" if args.predict else tmp,
-                mode="w+",
-                dtype=np.float32,
-                shape=(nt.count, int(g.num_classes or 1)),
+                np.float32,
+                (nt.count, int(g.num_classes or 1)),
             )
             with torch.no_grad():
                 layerwise_logits(
@@ -210,13 +214,13 @@ def _embed_typed(args: argparse.Namespace, cfg: Any, weights: dict, g: Any) -> i
                 )
             res = logits
             if args.predict:
-                res = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(nt.count,))
+                res = open_output_memmap(tmp, np.int64, (nt.count,))
                 for a in range(0, nt.count, 1 << 20):
                     res[a : a + (1 << 20)] = np.argmax(logits[a : a + (1 << 20)], axis=1)
             res.flush()
             shape, dtype = res.shape, res.dtype
             del res, logits
-        os.replace(tmp, out)
+            os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
         features.close()

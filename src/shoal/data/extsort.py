@@ -32,6 +32,7 @@ import numpy as np
 
 from shoal.data.stream import EdgeStream
 from shoal.errors import ShoalInputError
+from shoal.utils.diskspace import open_output_memmap
 from shoal.utils.io import scratch_space
 from shoal.utils.progress import progress
 
@@ -268,9 +269,7 @@ def build_csr_files(
     counts = np.zeros(num_nodes + 1, dtype=np.int64)
     # write the .npy header, then append the sorted indices with plain writes (no mapping,
     # so the resident set stays bounded whatever the file size)
-    header = np.lib.format.open_memmap(
-        out_dir / "indices.npy", mode="w+", dtype=dtype, shape=(stream.num_edges,)
-    )
+    header = open_output_memmap(out_dir / "indices.npy", dtype, (stream.num_edges,))
     offset = header.offset
     del header
     with open(out_dir / "indices.npy", "r+b") as f:

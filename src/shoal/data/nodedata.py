@@ -14,6 +14,7 @@ import numpy as np
 
 from shoal.data.layout import SPLITS
 from shoal.errors import ShoalInputError
+from shoal.utils.diskspace import open_output_memmap
 
 __all__ = ["check_labels", "check_split", "check_splits_disjoint", "write_features"]
 
@@ -106,9 +107,7 @@ def write_features(
             rows = _check_feature_block(raw, written, n, num_cols, origin)
             if f is None:
                 num_cols = int(rows.shape[1])
-                hdr = np.lib.format.open_memmap(
-                    path, mode="w+", dtype=out_dtype, shape=(n, num_cols)
-                )
+                hdr = open_output_memmap(path, out_dtype, (n, num_cols))
                 offset = hdr.offset
                 del hdr
                 f = open(path, "r+b")

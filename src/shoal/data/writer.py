@@ -23,7 +23,18 @@ from shoal.data.stream import EdgeStream
 from shoal.errors import ShoalInputError
 from shoal.utils.io import atomic_output_dir, file_checksum, write_json_atomic
 
-__all__ = ["GraphWriter"]
+__all__ = ["GraphWriter", "graph_bytes"]
+
+
+def graph_bytes(
+    num_nodes: int, num_edges: int, *, features: int = 0, feature_itemsize: int = 4
+) -> int:
+    """The bytes a graph directory of this size takes at least: its edge file (two ids per
+    stored edge, the narrowest id type), features and labels. A writer that knows its sizes up
+    front passes this as ``GraphWriter(need=...)``, so a disk too small is refused before
+    anything is written."""
+    ids = edge_dtype_for(max(num_nodes, 1)).itemsize
+    return 2 * ids * num_edges + num_nodes * (features * feature_itemsize + 8)
 
 
 class GraphWriter:
@@ -57,6 +68,8 @@ class GraphWriter:
         name: dataset name stored in meta.json (default: the directory name).
         source: provenance stored in meta.json (input path, importer, command).
         overwrite: replace an existing ``out`` (default false).
+        need: bytes the directory will take at least (:func:`graph_bytes`), refused up
+            front when its filesystem has fewer free (default None: not checked).
     """
 
     def __init__(
@@ -73,6 +86,7 @@ class GraphWriter:
         name: str | None = None,
         source: dict[str, Any] | None = None,
         overwrite: bool = False,
+        need: int | None = None,
     ) -> None:
         if num_nodes is not None and num_nodes < 0:
             raise ShoalInputError(f"num_nodes must be >= 0, got {num_nodes}")
@@ -87,6 +101,7 @@ class GraphWriter:
         self.name = name or self.out.name
         self.source = dict(source or {})
         self.overwrite = overwrite
+        self.need = need
         self.extra_meta: dict[str, Any] = {}
         self._ctx = None
         self.tmp: Path | None = None
@@ -100,7 +115,7 @@ class GraphWriter:
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> GraphWriter:
-        self._ctx = atomic_output_dir(self.out, overwrite=self.overwrite)
+        self._ctx = atomic_output_dir(self.out, overwrite=self.overwrite, need=self.need)
         self.tmp = self._ctx.__enter__()
         self._edges_f = open(self.tmp / "edges.raw64", "wb")
         return self

@@ -23,6 +23,7 @@ import numpy as np
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition.base import Assignment
+from shoal.utils.diskspace import open_output_memmap
 from shoal.utils.io import (
     atomic_output_dir,
     copy_rows,
@@ -71,9 +72,7 @@ def write_assignment(
         np.save(tmp / "node_part.npy", a.node_part.astype(np.int32))
         if a.edge_part is not None:
             dtype = np.int16 if a.num_parts <= np.iinfo(np.int16).max else np.int32
-            ep = np.lib.format.open_memmap(
-                tmp / "edge_part.npy", mode="w+", dtype=dtype, shape=(graph.num_edges,)
-            )
+            ep = open_output_memmap(tmp / "edge_part.npy", dtype, (graph.num_edges,))
             step = 1 << 22
             for s in range(0, graph.num_edges, step):
                 ep[s : s + step] = copy_rows(a.edge_part, s, s + step)

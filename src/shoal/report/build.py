@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from shoal.report.load import Run, StoreParts, load_store
 from shoal.report.markdown import render_markdown
 from shoal.report.plots import plot_loss, plot_time_split, plot_validation
 from shoal.report.storeplots import plot_store
+from shoal.utils.diskspace import reporting_full_disk
 from shoal.utils.io import write_bytes_atomic
 
 __all__ = ["EPOCH_PLOTS", "REPORT_FILE", "ReportConfig", "write_report"]
@@ -96,16 +98,23 @@ def write_report(
         plots.append(
             plot_store(parts, name="store.png" if len(stores) == 1 else f"store_{k + 1}.png")
         )
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     written = [p.name for p in plots if p.figure is not None]
-    for p in plots:
-        if p.figure is not None:
-            save_png(p.figure, out / p.name, dpi=cfg.dpi)
-    for old in out.iterdir():
-        if _OWN_FILES.match(old.name) and old.name not in written:
-            old.unlink()
     report = out / REPORT_FILE
-    write_bytes_atomic(report, render_markdown(runs, plots, notes=notes).encode("utf-8"))
+
+    def remove_new_dir() -> None:  # out of space: a directory this call made goes again
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+
+    with reporting_full_disk(out, cleanup=remove_new_dir):
+        for p in plots:
+            if p.figure is not None:
+                save_png(p.figure, out / p.name, dpi=cfg.dpi)
+        for old in out.iterdir():
+            if _OWN_FILES.match(old.name) and old.name not in written:
+                old.unlink()
+        write_bytes_atomic(report, render_markdown(runs, plots, notes=notes).encode("utf-8"))
     return {
         "out": str(out),
         "report": str(report),

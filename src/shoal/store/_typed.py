@@ -35,6 +35,7 @@ from shoal.data.layout import RELATION_FILE, type_feature_file
 from shoal.data.stream import EdgeStream
 from shoal.errors import ShoalInputError
 from shoal.store._io import NpyAppender, gather_rows, npy_info, read_rows
+from shoal.utils.diskspace import open_output_memmap
 from shoal.utils.progress import progress
 
 __all__ = ["TypedLayout", "build_typed_csr", "type_bounds", "write_typed_features"]
@@ -134,7 +135,7 @@ def build_typed_csr(
     out_dir.mkdir(parents=True, exist_ok=True)
     heads = []
     for name, dt in (("indices.npy", edtype), ("edge_types.npy", layout.relation_dtype)):
-        h = np.lib.format.open_memmap(out_dir / name, mode="w+", dtype=dt, shape=(num_edges,))
+        h = open_output_memmap(out_dir / name, dt, (num_edges,))
         heads.append(h.offset)
         del h
     with open(out_dir / "indices.npy", "r+b") as fi, open(out_dir / "edge_types.npy", "r+b") as fr:

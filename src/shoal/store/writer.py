@@ -65,10 +65,18 @@ from shoal.store._io import write_meta
 from shoal.store._structure import make_layout, relabel, write_edges, write_parts
 from shoal.store._typed import TypedLayout, type_bounds, write_typed_features
 from shoal.store.format import STORE_FORMAT, STORE_FORMAT_VERSION, STORE_TYPED_FORMAT_VERSION
+from shoal.utils.diskspace import open_output_memmap
 from shoal.utils.io import atomic_output_dir, file_checksum, scratch_space
 from shoal.utils.memory import peak_rss_bytes
 
-__all__ = ["NODE_ORDERS", "STORE_FORMAT", "STORE_FORMAT_VERSION", "Config", "build_store"]
+__all__ = [
+    "NODE_ORDERS",
+    "STORE_FORMAT",
+    "STORE_FORMAT_VERSION",
+    "Config",
+    "build_store",
+    "store_bytes",
+]
 
 #: orders of the core nodes inside a part (``Config.node_order``; the first is the default)
 NODE_ORDERS = ("id", "degree")
@@ -225,9 +233,7 @@ def _write_link_edges(
         e = g.link_edges(name)
         if e is None:
             continue
-        dst = np.lib.format.open_memmap(
-            tmp / f"link_{name}.npy", mode="w+", dtype=np.int64, shape=(len(e), 2)
-        )
+        dst = open_output_memmap(tmp / f"link_{name}.npy", np.int64, (len(e), 2))
         for s in range(0, len(e), chunk):
             dst[s : s + chunk] = node_map[np.asarray(e[s : s + chunk], dtype=np.int64)]
         dst.flush()
@@ -316,6 +322,25 @@ def _typed_meta(
     }
 
 
+def store_bytes(
+    g: GraphDir, ameta: dict[str, Any], *, halo_features: bool, edge_dtype: np.dtype
+) -> int:
+    """The bytes a store of ``g`` takes at least, known before writing: every node's feature
+    row once (times the assignment's replication factor with halo features), every edge's
+    source id once in its destination's part, the node maps and labels. ``build_store``
+    refuses up front when the output's filesystem has fewer free."""
+    feats = [g.path / "features.npy"]
+    if (g.path / "features").is_dir():
+        feats += sorted((g.path / "features").glob("*.npy"))
+    feature_bytes = sum(f.stat().st_size for f in feats if f.is_file())
+    rf = float(ameta.get("metrics", {}).get("replication_factor") or 1.0)
+    if halo_features:
+        feature_bytes = int(feature_bytes * max(rf, 1.0))
+    n, m = g.num_nodes, g.num_edges
+    labels = 8 * n if (g.path / "labels.npy").exists() else 0
+    return feature_bytes + m * np.dtype(edge_dtype).itemsize + 2 * 8 * n + labels
+
+
 def build_store(
     graph: GraphDir | str | os.PathLike,
     assignment_dir: str | os.PathLike,
@@ -352,8 +377,9 @@ def build_store(
     edtype = edge_dtype_for(max(n, 1))
     splits = {s: g.split(s) for s in SPLITS}
     show, chunk = cfg.show_progress, cfg.chunk_edges
+    need = store_bytes(g, ameta, halo_features=cfg.halo_features, edge_dtype=edtype)
     with (
-        atomic_output_dir(out, overwrite=cfg.overwrite) as tmp,
+        atomic_output_dir(out, overwrite=cfg.overwrite, need=need) as tmp,
         scratch_space(cfg.scratch_dir, beside=out, prefix="shoal-store") as work,
     ):
         np.save(tmp / "part_offsets.npy", offsets)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from shoal.errors import ShoalInputError
+from shoal.utils.diskspace import reporting_full_disk
 from shoal.utils.io import read_json, write_json_atomic
 
 __all__ = ["CHECKPOINT_FORMAT", "Checkpointer", "load_checkpoint", "save_checkpoint"]
@@ -35,13 +36,17 @@ log = logging.getLogger("shoal.training")
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """Write a checkpoint atomically (temporary sibling + rename)."""
+    """Write a checkpoint atomically (temporary sibling + rename); out of space, the
+    previous checkpoint stays and :class:`~shoal.errors.ShoalDiskFullError` names the
+    filesystem."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fix = "free space on the checkpoint's filesystem or choose another --checkpoint-dir"
     try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        with reporting_full_disk(path, fix=fix, cleanup=lambda: tmp.unlink(missing_ok=True)):
+            torch.save(state, tmp)
+            os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()

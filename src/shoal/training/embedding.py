@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shoal.utils.diskspace import open_output_memmap
+
 __all__ = ["NodeEmbedding", "SparseAdagrad", "SparseAdam", "load_tables", "save_tables"]
 
 _BLOCK_ROWS = 1 << 16
@@ -48,7 +50,7 @@ def _table(path: Path, rows: int, dim: int, dtype=np.float32, fill: float | None
         if t.shape != (rows, dim):
             raise ValueError(f"{path} holds shape {t.shape}, expected {(rows, dim)}")
         return t
-    t = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(rows, dim))
+    t = open_output_memmap(path, dtype, (rows, dim))
     if fill is not None and fill != 0.0:
         t[:] = fill
     return t

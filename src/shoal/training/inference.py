@@ -37,6 +37,7 @@ from shoal.rows.gather import gather_rows, read_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.blocked import blocked_layers, id_dtype, sum_layers
 from shoal.training.data import TrainData
+from shoal.utils.diskspace import open_output_memmap
 from shoal.utils.io import release_pages, scratch_space
 from shoal.utils.progress import progress
 
@@ -79,7 +80,7 @@ class Scratch:
             )
         self._count += 1
         path = self._dir / f"a{self._count}.npy"
-        return np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, cols))
+        return open_output_memmap(path, np.float32, (rows, cols))
 
     def close(self) -> None:
         self._stack.close()

@@ -31,6 +31,7 @@ import torch
 
 from shoal.graph.blocks import MiniBatch
 from shoal.sample.typed import TypedBatch, TypedFeatures, TypedNeighborSampler
+from shoal.utils.diskspace import open_output_memmap
 
 __all__ = ["layerwise_logits", "row_bounded_chunks"]
 
@@ -61,9 +62,7 @@ def row_bounded_chunks(
 def _table(n: int, width: int, scratch: Path | None, name: str) -> np.ndarray:
     if scratch is None:
         return np.empty((n, width), np.float32)
-    return np.lib.format.open_memmap(
-        scratch / f"{name}.npy", mode="w+", dtype=np.float32, shape=(n, width)
-    )
+    return open_output_memmap(scratch / f"{name}.npy", np.float32, (n, width))
 
 
 @torch.no_grad()

@@ -26,6 +26,14 @@ import numpy as np
 import tomllib
 
 from shoal.errors import ShoalInputError
+from shoal.utils.diskspace import (
+    check_free_space,
+    disk_full_error,
+    inner_need,
+    is_out_of_space,
+    reporting_full_disk,
+    root_cause,
+)
 from shoal.utils.mapped import mapping_of
 
 __all__ = [
@@ -129,10 +137,16 @@ def remove_stale_siblings(out: str | os.PathLike) -> list[Path]:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+def atomic_output_dir(
+    out: str | os.PathLike, *, overwrite: bool = False, need: int | None = None
+) -> Iterator[Path]:
     """Yield a temporary sibling directory of ``out``; rename it to ``out`` on success.
 
-    On any exception the temporary directory is removed and ``out`` is untouched. If ``out``
+    On any exception the temporary directory is removed and ``out`` is untouched; a write
+    that ran out of space becomes a :class:`~shoal.errors.ShoalDiskFullError` naming ``out``,
+    its filesystem and the free bytes left once the temporary directory is gone. ``need``
+    (bytes, when the caller knows its output's size) is checked against the free space
+    before anything is created. If ``out``
     exists it is an error unless ``overwrite`` is true (the old directory is then replaced only
     after the new one is complete). A killed writer cannot clean up: the temporary directory
     records its writer (in ``.NAME.tmp-XXXX.owner`` beside it), and the next writer of the same ``out`` removes
@@ -145,13 +159,18 @@ def atomic_output_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Ite
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_siblings(out)
+    if need is not None:
+        check_free_space(out, need)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         _mark_owner(tmp)
         yield tmp
-    except BaseException:
+    except BaseException as e:
+        full = not isinstance(e, (KeyboardInterrupt, SystemExit)) and is_out_of_space(e, tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         _owner_file(tmp).unlink(missing_ok=True)
+        if full:
+            raise disk_full_error(out, need=inner_need(e, need)) from root_cause(e)
         raise
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
@@ -179,12 +198,18 @@ def scratch_space(
     base.mkdir(parents=True, exist_ok=True)
     remove_stale_siblings(base / f"{prefix}-scratch")
     tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-scratch.tmp-", dir=base))
-    try:
-        _mark_owner(tmp)
-        yield tmp
-    finally:
+
+    def remove() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         _owner_file(tmp).unlink(missing_ok=True)
+
+    fix = f"free space on the scratch directory {base} or choose another with --scratch-dir"
+    try:
+        with reporting_full_disk(base, fix=fix, cleanup=remove, removed="the scratch files"):
+            _mark_owner(tmp)
+            yield tmp
+    finally:
+        remove()
 
 
 def file_checksum(path: str | os.PathLike) -> str:
@@ -203,10 +228,11 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Write JSON to ``path`` through a temporary file and a rename."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    with reporting_full_disk(path, cleanup=lambda: tmp.unlink(missing_ok=True)):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
@@ -214,8 +240,9 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        with reporting_full_disk(path, need=len(data), cleanup=lambda: tmp.unlink(missing_ok=True)):
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -91,9 +91,12 @@ class ImportConfig:
             raise ShoalInputError(f"sort_memory must be >= 1 MiB, got {self.sort_memory}")
 
 
-def make_writer(out: str | os.PathLike, cfg: ImportConfig, source: dict[str, Any]) -> GraphWriter:
+def make_writer(
+    out: str | os.PathLike, cfg: ImportConfig, source: dict[str, Any], *, need: int | None = None
+) -> GraphWriter:
     """The :class:`GraphWriter` of an import; ``cfg`` is recorded in meta.json's ``source``
-    (except where scratch files went, which says nothing about the graph)."""
+    (except where scratch files went, which says nothing about the graph). ``need``: the
+    bytes the output takes at least, when the input's size says (refused up front)."""
     options = {k: v for k, v in asdict(cfg).items() if v is not None and k not in _UNRECORDED}
     return GraphWriter(
         out,
@@ -106,6 +109,7 @@ def make_writer(out: str | os.PathLike, cfg: ImportConfig, source: dict[str, Any
         name=cfg.name,
         source={**source, "options": options},
         overwrite=cfg.overwrite,
+        need=need,
     )
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from shoal.data.format import GraphDir
 from shoal.data.importers.common import ImportConfig, check_ids, check_out_free, make_writer
+from shoal.data.writer import graph_bytes
 from shoal.errors import ShoalInputError
 
 __all__ = ["import_npy"]
@@ -74,7 +75,12 @@ def import_npy(
     planar = two_by_e != fortran
     isz = dtype.itemsize
     chunk = cfg.chunk_edges
-    with make_writer(out, cfg, {"input": str(src), "importer": "npy"}) as w, open(src, "rb") as f:
+    stored = num_edges * (2 if cfg.undirected else 1)
+    if cfg.dedup or cfg.drop_self_loops:
+        stored = 0  # how many stay is not known up front
+    need = graph_bytes(cfg.num_nodes or 0, stored)
+    source = {"input": str(src), "importer": "npy"}
+    with make_writer(out, cfg, source, need=need) as w, open(src, "rb") as f:
         for s in range(0, num_edges, chunk):
             k = min(chunk, num_edges - s)
             if planar:

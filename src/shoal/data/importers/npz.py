@@ -18,6 +18,7 @@ from shoal.data.importers.common import (
     mask_to_idx,
     with_num_nodes,
 )
+from shoal.data.writer import graph_bytes
 from shoal.errors import ShoalInputError
 
 __all__ = ["import_npz"]
@@ -45,6 +46,13 @@ class _Npz:
 
     def __exit__(self, *exc: object) -> None:
         self.z.close()
+
+    def member_bytes(self, name: str) -> int:
+        """The uncompressed size of member ``name`` (0 when absent): what writing it takes."""
+        try:
+            return int(self.z.zip.getinfo(f"{name}.npy").file_size)
+        except (KeyError, AttributeError):
+            return 0
 
     def get(self, name: str) -> np.ndarray:
         try:
@@ -131,7 +139,12 @@ def import_npz(
         ei = _npz_edge_index(z)
         n = _npz_num_nodes(z, cfg.num_nodes)
         origin = f"{src} field 'edge_index'"
-        with make_writer(out, with_num_nodes(cfg, n), {"input": str(src), "importer": "npz"}) as w:
+        source = {"input": str(src), "importer": "npz"}
+        stored = ei.shape[1] * (2 if cfg.undirected else 1) if ei.ndim == 2 else 0
+        if cfg.dedup or cfg.drop_self_loops:
+            stored = 0  # how many stay is not known up front
+        need = graph_bytes(n or 0, stored) + z.member_bytes("x")
+        with make_writer(out, with_num_nodes(cfg, n), source, need=need) as w:
             add_edge_index(w, ei, origin, cfg.chunk_edges)
             n = w.finish_edges()
             if not cfg.undirected and has_all_reverse(

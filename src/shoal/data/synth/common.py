@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from shoal.data.format import GraphWriter
+from shoal.data.writer import graph_bytes
 from shoal.errors import ShoalInputError
 from shoal.utils.progress import progress
 
@@ -122,6 +123,19 @@ def recorded_config(config: Any) -> dict[str, Any]:
     return {k: v for k, v in asdict(config).items() if k not in _UNRECORDED}
 
 
+def _synth_bytes(config: Any, symmetrize: bool) -> int | None:
+    """The bytes a generator's output takes at least, from its config (None when the config
+    does not say how many edges)."""
+    edges = getattr(config, "edges", None)
+    if edges is None:
+        return None
+    n = int(config.nodes)
+    if getattr(config, "dedup", False) or getattr(config, "drop_self_loops", False):
+        edges = 0  # how many edges stay is not known up front
+    stored = int(edges) * (2 if symmetrize else 1)
+    return graph_bytes(n, stored, features=getattr(config, "features", 0) or 0)
+
+
 def synth_writer(
     out: str | os.PathLike, config: Any, *, generator: str, symmetrize: bool
 ) -> GraphWriter:
@@ -138,6 +152,7 @@ def synth_writer(
         scratch_dir=config.scratch_dir,
         name=config.name,
         source={"generator": generator, "config": recorded_config(config)},
+        need=_synth_bytes(config, symmetrize),
         overwrite=config.overwrite,
     )
 
