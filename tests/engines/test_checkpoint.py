@@ -63,13 +63,32 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(make_store, tmp_path, 
     assert got["test_accuracy"] == ref["test_accuracy"]
 
 
-def test_resume_with_another_world_size_is_refused(make_store, tmp_path):
-    store = str(make_store(parts=2))
-    ckpt = str(tmp_path / "ckpt")
-    run_world(_fit, 2, store, "minibatch", None, {"checkpoint_dir": ckpt})
-    with pytest.raises(WorldFailed, match="world_size 2.*this run has 1") as exc:
-        run_world(_fit, 1, store, "minibatch", None, {"checkpoint_dir": ckpt, "resume": True})
-    assert "ShoalInputError" in str(exc.value.error)
+@pytest.mark.parametrize("engine", ["minibatch", "averaging"])
+def test_resume_on_another_number_of_processes(make_store, tmp_path, engine):
+    """2 processes crash in epoch 3, 3 resume to epoch 4, 2 resume and finish: every epoch is
+    trained once, the files of the larger world go, and the global batch (minibatch) stays
+    2 x 4 seeds: ceil(8 / 3) = 3 per rank on 3 ranks."""
+    store = str(make_store(parts=4))
+    ckpt = tmp_path / "ckpt"
+    kw = {"checkpoint_dir": str(ckpt)}
+    with pytest.raises(WorldFailed, match="simulated crash in epoch 3"):
+        run_world(_fit, 2, store, engine, 2, kw)
+    three = run_world(_fit, 3, store, engine, None, {**kw, "resume": True, "epochs": 4})[0]
+    assert three["config"]["sampling"]["batch_size"] == (3 if engine == "minibatch" else 4)
+    last = json.loads((ckpt / "last.json").read_text())
+    assert last["epoch"] == 4 and last["world_size"] == 3 and last["global_batch"] == 8
+    got = run_world(_fit, 2, store, engine, None, {**kw, "resume": True})
+    assert [h["epoch"] for h in got[0]["history"]] == [1, 2, 3, 4, 5, 6]
+    assert got[0]["test_accuracy"] == got[1]["test_accuracy"]  # every rank: the same run
+    assert got[0]["config"]["sampling"]["batch_size"] == 4
+    last = json.loads((ckpt / "last.json").read_text())
+    assert last["world_size"] == 2 and last["global_batch"] == 8
+    assert sorted(p.name for p in ckpt.glob("epoch*.pt")) == ["epoch6-rank0.pt", "epoch6-rank1.pt"]
+    ref = run_world(_fit, 2, store, engine, None, {})[0]
+    assert got[0]["test_accuracy"] == pytest.approx(ref["test_accuracy"], abs=0.15)
+    losses = [h["loss"] for h in got[0]["history"]]
+    assert losses[:2] == pytest.approx([h["loss"] for h in ref["history"]][:2], rel=1e-6)
+    assert losses[-1] < losses[0]  # it went on learning after both reshards
 
 
 def _patience(rank: int, world: int, store: str, metrics: str):

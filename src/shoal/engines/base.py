@@ -13,6 +13,7 @@ trainer does.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from abc import ABC, abstractmethod
 from typing import Any
@@ -38,6 +39,7 @@ from shoal.rows.direct import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.training.blocked import id_dtype
+from shoal.training.checkpoint import committed_run
 from shoal.training.device import DeviceFeed
 from shoal.training.engine_config import EngineConfig
 from shoal.training.footprint import StepShape, step_activations, training_reserve
@@ -87,6 +89,10 @@ class Engine(ABC):
     tables_scope: str = "global"
     #: whether the engine trains typed stores (node types, relations; ``engines/typed.py``)
     reads_typed: bool = False
+    #: whether the ranks' batches of a step make one global batch (synchronous SGD): its
+    #: size is kept when the run resumes on another number of processes
+    #: (:meth:`_keep_global_batch`); an engine whose ranks step alone keeps the per-rank batch
+    global_batch: bool = False
 
     def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
         self.store = store
@@ -127,6 +133,43 @@ class Engine(ABC):
             ranks=ctx.world_size,
             features=store.part(0).features if store.num_parts else None,
         )
+        #: the world size of the checkpoint this run resumes from, when it differs
+        self.resharded_from: int | None = None
+        self.config = self._keep_global_batch(self.config)
+
+    def _keep_global_batch(self, tc: TrainConfig) -> TrainConfig:
+        """``tc``, or on a resume from a checkpoint saved by another number of processes
+        ``W`` (an engine with :attr:`global_batch`) with the per-rank batch
+        ``ceil(G / W')``: ``G``, the global batch the run started with (``last.json``), stays
+        the step's batch (within ``W' - 1`` seeds), and so the learning dynamics."""
+        saved = committed_run(tc.checkpoint.dir) if tc.checkpoint.resume else None
+        world = self.ctx.world_size
+        if saved is None or int(saved.get("world_size", world)) == world:
+            return tc
+        self.resharded_from = int(saved["world_size"])
+        if not self.global_batch:
+            return tc
+        total = int(saved.get("global_batch") or self.resharded_from * tc.sampling.batch_size)
+        batch = -(-total // world)
+        if self.ctx.is_rank0:
+            log.warning(
+                "resuming on %d processes (saved by %d): %d seeds per rank, the global batch "
+                "of %d kept",
+                world,
+                self.resharded_from,
+                batch,
+                total,
+            )
+        return dataclasses.replace(tc, sampling=dataclasses.replace(tc.sampling, batch_size=batch))
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """Recorded in ``last.json``: the global batch (the one the run started with, through
+        every resume), so a run resumed on another number of processes keeps it."""
+        saved = committed_run(self.config.checkpoint.dir) if self.resharded_from else None
+        total = (saved or {}).get("global_batch")
+        if total is None:
+            total = self.config.sampling.batch_size * self.ctx.world_size
+        return {"global_batch": int(total)}
 
     def rank_of_parts(self) -> np.ndarray:
         """``(p,)`` rank holding each part (the plan, or part ``j`` on rank ``j mod N``);
@@ -369,9 +412,20 @@ class Engine(ABC):
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state`. A resharded state (another number of processes saved it,
+        :meth:`shoal.training.checkpoint.Checkpointer.load`) is saved rank ``rank mod W``'s:
+        the model and optimizer of a synchronous engine are the same on every saved rank; the
+        random streams are drawn afresh from ``(seed, epoch, rank)``, since two ranks must
+        not share one."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        set_rng_states(state["torch_rng"], self.device)
+        if state.get("resharded_from"):
+            seed = (self.config.run.seed, int(state.get("epoch", 0)), self.ctx.rank)
+            torch.manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
+            if self.device is not None and self.device.type == "cuda":
+                torch.cuda.manual_seed(int(np.random.SeedSequence(seed).generate_state(2)[1]))
+        else:
+            set_rng_states(state["torch_rng"], self.device)
 
     # ---------------------------------------------------------------- shared
     def epoch_record(

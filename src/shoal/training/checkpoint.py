@@ -9,9 +9,17 @@ Layout of ``checkpoint_dir``:
   deletes its previous epoch's file. A crash at any point leaves ``last.json`` naming an epoch
   whose files are all complete. Rank 0 writes ``best.pt`` when validation improves.
 
-Every checkpoint records the run's *identity* (engine, world size, model, widths, dataset
-shape); ``resume`` refuses a checkpoint whose identity differs, naming the checkpoint and the
-option (exit 2 from the CLI), instead of loading weights of another model or dataset.
+Every checkpoint records the run's *identity* (engine, model, widths, dataset shape);
+``resume`` refuses a checkpoint whose identity differs, naming the checkpoint and the option
+(exit 2 from the CLI), instead of loading weights of another model or dataset.
+
+The number of processes is not part of the identity: ``last.json`` records the world size
+(and the engine's ``meta``, e.g. the global batch), and a run resumed on another number of
+processes is *resharded* (:meth:`Checkpointer.load`): rank ``r`` continues from the state of
+saved rank ``r mod W``, with every saved rank's state at hand (``peers``) and the per-part
+states of all of them merged (``part_states``, keyed by part id), so an engine can give each
+part's state to whichever rank holds that part now (``docs/distributed.md``, "Resuming on
+another number of processes").
 """
 
 from __future__ import annotations
@@ -28,7 +36,13 @@ from shoal.errors import ShoalInputError
 from shoal.utils.diskspace import reporting_full_disk
 from shoal.utils.io import read_json, write_json_atomic
 
-__all__ = ["CHECKPOINT_FORMAT", "Checkpointer", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "Checkpointer",
+    "committed_run",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
 CHECKPOINT_FORMAT = 2
 
@@ -80,6 +94,17 @@ def check_identity(saved: dict[str, Any] | None, current: dict[str, Any], path: 
             )
 
 
+def committed_run(directory: str | os.PathLike | None) -> dict[str, Any] | None:
+    """``last.json`` of a multi-process run in ``directory`` (its world size, epoch, identity
+    and engine meta), or None when there is none yet."""
+    if not directory:
+        return None
+    last = Path(directory) / "last.json"
+    if not last.exists():
+        return None
+    return read_json(last)
+
+
 class Checkpointer:
     """Per-epoch checkpoints of one run in ``directory`` (layout in the module docstring).
 
@@ -87,7 +112,9 @@ class Checkpointer:
         directory: the checkpoint directory (created).
         rank, world_size: this process's place; ``world_size == 1`` uses ``last.pt``.
         barrier: waits for every rank (a no-op for one process).
-        identity: what must match on resume (engine, world size, model, widths, data shape).
+        identity: what must match on resume (engine, model, widths, data shape).
+        meta: recorded in ``last.json`` beside the identity, not checked (e.g. the global
+            batch an engine keeps when the run resumes on another number of processes).
     """
 
     def __init__(
@@ -98,8 +125,10 @@ class Checkpointer:
         world_size: int,
         barrier: Callable[[], None],
         identity: dict[str, Any],
+        meta: dict[str, Any] | None = None,
     ) -> None:
         self.dir = Path(directory)
+        self.meta = dict(meta or {})
         self.rank = rank
         self.world_size = world_size
         self.barrier = barrier
@@ -126,7 +155,32 @@ class Checkpointer:
             return None
         meta = read_json(last)
         check_identity(meta.get("identity", meta), self.identity, last)
-        return load_checkpoint(self._file(int(meta["epoch"])))
+        epoch = int(meta["epoch"])
+        saved = int(meta.get("world_size", self.world_size))
+        if saved == self.world_size:
+            return load_checkpoint(self._file(epoch))
+        return self._resharded(epoch, saved)
+
+    def _resharded(self, epoch: int, saved: int) -> dict[str, Any]:
+        """This rank's state when the run was saved by ``saved`` processes: saved rank
+        ``rank mod saved``'s, with ``peers`` (every saved rank's state, in rank order),
+        ``part_states`` (their per-part states merged) and ``resharded_from``."""
+        peers = [load_checkpoint(self._file(epoch, r)) for r in range(saved)]
+        parts: dict[int, Any] = {}
+        for st in peers:
+            parts.update({int(k): v for k, v in (st.get("part_states") or {}).items()})
+        state = dict(peers[self.rank % saved])
+        state.update(peers=peers, part_states=parts, resharded_from=saved)
+        if self.rank == 0:
+            log.warning(
+                "resuming %s after epoch %d on %d processes; it was saved by %d: the parts "
+                "are reassigned (see docs/distributed.md for what each engine keeps)",
+                self.dir,
+                epoch,
+                self.world_size,
+                saved,
+            )
+        return state
 
     def save(self, epoch: int, state: dict[str, Any], best_model: dict | None) -> None:
         """Write this rank's state after ``epoch`` epochs and commit it (collective).
@@ -148,6 +202,8 @@ class Checkpointer:
                     "format": CHECKPOINT_FORMAT,
                     **self.identity,
                     "identity": self.identity,
+                    "world_size": self.world_size,
+                    **self.meta,
                     "epoch": epoch,
                     "files": [self._file(epoch, r).name for r in range(self.world_size)],
                 },
@@ -156,3 +212,7 @@ class Checkpointer:
         for old in self.dir.glob(f"epoch*-rank{self.rank}.pt"):
             if old.name != self._file(epoch).name:
                 old.unlink(missing_ok=True)
+        if self.rank == 0:  # files of ranks a larger world had (a resharded run)
+            for old in self.dir.glob("epoch*-rank*.pt"):
+                if int(old.stem.rsplit("rank", 1)[1]) >= self.world_size:
+                    old.unlink(missing_ok=True)

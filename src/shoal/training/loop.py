@@ -133,8 +133,8 @@ class EpochLoop:
         config: the run's options (epochs, eval_every, patience, checkpoint_dir, resume,
             metrics_file).
         group: the processes (default: one process).
-        identity: what a checkpoint must match to be resumed (engine, world size, model,
-            widths, dataset shape).
+        identity: what a checkpoint must match to be resumed (engine, model, widths, dataset
+            shape; not the world size: an engine's checkpoint is resharded).
         engine: name recorded in the result (``"single"`` for the trainer).
         num_parts, batches_per_epoch: recorded in the result.
         settings: extra settings recorded in the result's ``config``.
@@ -157,7 +157,7 @@ class EpochLoop:
         self.engine = engine
         self.num_parts = num_parts
         self.settings = settings or {}
-        self.identity = {"engine": engine, "world_size": self.group.world_size, **(identity or {})}
+        self.identity = {"engine": engine, **(identity or {})}
         self.state = LoopState()
         self.eval_seconds = 0.0
 
@@ -263,6 +263,7 @@ class EpochLoop:
             world_size=self.group.world_size,
             barrier=self.group.barrier,
             identity=self.identity,
+            meta=getattr(self.target, "checkpoint_meta", dict)(),
         )
 
     def fit(self) -> RunResult:

@@ -13,7 +13,13 @@ import torch.distributed as dist
 
 from shoal.errors import ShoalInputError
 
-__all__ = ["average_optimizer_state_", "broadcast_local_", "combine_local_", "weighted_average_"]
+__all__ = [
+    "average_optimizer_state_",
+    "average_saved_ranks",
+    "broadcast_local_",
+    "combine_local_",
+    "weighted_average_",
+]
 
 
 def weighted_average_(
@@ -155,3 +161,37 @@ def broadcast_local_(
                 _init_adam_state(o)
             for a, b in zip(_state_tensors(o), src, strict=True):
                 a.copy_(b)
+
+
+def _mean(tensors: list[torch.Tensor], w: list[float]) -> torch.Tensor:
+    if not tensors[0].is_floating_point():
+        return tensors[0]
+    out = torch.zeros_like(tensors[0], dtype=torch.float64)
+    for t, x in zip(tensors, w, strict=True):
+        out += x * t.to(torch.float64)
+    return out.to(tensors[0].dtype)
+
+
+def average_saved_ranks(state: dict[str, Any], *, moments: bool) -> dict[str, Any]:
+    """A checkpoint saved by another number of processes (``state["peers"]``, every saved
+    rank's state, :meth:`shoal.training.checkpoint.Checkpointer.load`) as one averaging round
+    would leave it: the model (and, with ``moments``, Adam's moments) averaged over the saved
+    ranks, weighted by their training nodes (``weight``; equal weights when none recorded).
+    Every rank of the new world continues from it; the per-part models of ``--part-models``
+    restart from it as after any round."""
+    peers = state["peers"]
+    w = [float(st.get("weight", 1.0)) for st in peers]
+    if sum(w) <= 0:
+        w = [1.0] * len(peers)
+    w = [x / sum(w) for x in w]
+    model = {k: _mean([st["model"][k] for st in peers], w) for k in peers[0]["model"]}
+    optimizer = state["optimizer"]
+    if moments:
+        optimizer = {**optimizer, "state": {}}
+        for k, st0 in state["optimizer"]["state"].items():
+            merged = dict(st0)
+            for name, t in st0.items():
+                if torch.is_tensor(t) and t.is_floating_point() and name != "step":
+                    merged[name] = _mean([st["optimizer"]["state"][k][name] for st in peers], w)
+            optimizer["state"][k] = merged
+    return {**state, "model": model, "optimizer": optimizer, "part_models": []}

@@ -40,6 +40,7 @@ import torch
 
 from shoal.engines.averaging.average import (
     average_optimizer_state_,
+    average_saved_ranks,
     broadcast_local_,
     combine_local_,
     weighted_average_,
@@ -204,6 +205,7 @@ class AveragingEngine(Engine):
 
     def state(self) -> dict[str, Any]:
         st = super().state()
+        st["weight"] = self.weight
         st["part_models"] = [
             (m.state_dict(), o.state_dict())
             for m, o in zip(self.models[1:], self.optimizers[1:], strict=True)
@@ -211,7 +213,14 @@ class AveragingEngine(Engine):
         return st
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """:meth:`state`'s output; one saved by another number of processes continues from
+        the saved ranks' weighted average (:func:`average_saved_ranks`)."""
+        if state.get("resharded_from"):
+            state = average_saved_ranks(state, moments=self.options.average_optimizer)
         super().load_state(state)
+        if state.get("resharded_from"):
+            broadcast_local_(self.models, self.optimizers, moments=self.options.average_optimizer)
+            return
         for (ms, os_), m, o in zip(
             state.get("part_models", []), self.models[1:], self.optimizers[1:], strict=False
         ):

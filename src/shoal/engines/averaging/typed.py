@@ -28,7 +28,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shoal.engines.averaging.average import average_optimizer_state_, weighted_average_
+from shoal.engines.averaging.average import (
+    average_optimizer_state_,
+    average_saved_ranks,
+    weighted_average_,
+)
 from shoal.engines.averaging.config import AveragingConfig
 from shoal.engines.averaging.halo_hops import GrownPart, grow_parts
 from shoal.engines.typed import TypedEngine
@@ -251,6 +255,16 @@ class TypedAveragingEngine(TypedEngine):
         meter.phases["averaging"] = time.perf_counter() - t0
         self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
         self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "weight": self.weight}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """As the untyped engine's: a state saved by another number of processes continues
+        from the saved ranks' weighted average (:func:`average_saved_ranks`)."""
+        if state.get("resharded_from"):
+            state = average_saved_ranks(state, moments=self.options.average_optimizer)
+        super().load_state(state)
 
     def close_io(self) -> None:
         super().close_io()

@@ -72,6 +72,7 @@ class HecEngine(Engine):
     """DistGNN-MB-style training with historical embedding caches (module docstring)."""
 
     name = "hec"
+    global_batch = True  # synchronous SGD: the step's batch is every rank's
     options_class = HecConfig
     tables_scope = "local"  # trains on its parts and their halos
     accepts_factory_models = False

@@ -81,6 +81,7 @@ class MinibatchEngine(Engine):
     """DistDGL-style synchronous mini-batch training (see the module docstring)."""
 
     name = "minibatch"
+    global_batch = True  # synchronous SGD: the step's batch is every rank's
     tables_scope = "local"  # own and halo nodes; the sampler asks owners for other degrees
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -72,6 +72,7 @@ class LinkMinibatchEngine(Engine):
     """Distributed link prediction (module docstring). ``link``: the task's options."""
 
     name = "minibatch"
+    global_batch = True  # synchronous SGD: the step's batch is every rank's
     task = "link"
     metric = "mrr"
     accepts_factory_models = False

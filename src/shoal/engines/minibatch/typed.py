@@ -41,6 +41,7 @@ class TypedMinibatchEngine(TypedEngine):
     """DistDGL-style synchronous mini-batch training of a typed store (module docstring)."""
 
     name = "minibatch"
+    global_batch = True  # synchronous SGD: the step's batch is every rank's
     tables_scope = "local"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
