@@ -3,12 +3,14 @@
 ``ShoalInputError`` is raised for bad user input (a file, a row, a field); the CLI turns it into
 exit code 2 with the message, which always names the file, the problem and what to do.
 ``ShoalDiskFullError`` is a write that ran out of space: the CLI prints its one line (the path,
-its filesystem's free bytes, the bytes needed where known) and exits 1.
+its filesystem's free bytes, the bytes needed where known) and exits 1. ``ShoalPeerLostError``
+is a collective that failed because a peer is gone: one line naming the lost rank and host,
+the operation and the fix, exit 1.
 """
 
 from __future__ import annotations
 
-__all__ = ["ShoalDiskFullError", "ShoalError", "ShoalInputError"]
+__all__ = ["ShoalDiskFullError", "ShoalError", "ShoalInputError", "ShoalPeerLostError"]
 
 
 class ShoalError(Exception):
@@ -51,3 +53,17 @@ class ShoalDiskFullError(ShoalError):
         self.free = free
         self.need = need
         self.mount = mount
+
+
+class ShoalPeerLostError(ShoalError):
+    """A collective failed because a peer (a process, a machine, the network) is gone
+    (:mod:`shoal.distributed.liveness`): the message names this rank and host, the lost rank
+    and host, the operation and the fix."""
+
+    def __init__(
+        self, message: str, *, fix: str | None = None, lost: list[int] | None = None, rank: int = 0
+    ):
+        super().__init__(message + (f" -> {fix}" if fix else ""))
+        self.fix = fix
+        self.lost = lost
+        self.rank = rank

@@ -3,8 +3,9 @@
 Each stage owns its sub-commands: a module exposing ``register(subparsers)`` adds its parsers
 and sets ``func`` (called with the parsed namespace, returns an exit code). This file only
 assembles them and turns :class:`~shoal.errors.ShoalInputError` into exit code 2 and
-:class:`~shoal.errors.ShoalDiskFullError` into one line and exit code 1 (the traceback with
-``-v``).
+:class:`~shoal.errors.ShoalDiskFullError` (a full disk) and
+:class:`~shoal.errors.ShoalPeerLostError` (a lost peer) into one line and exit code 1 (the
+traceback with ``-v``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from shoal import __version__
-from shoal.errors import ShoalDiskFullError, ShoalInputError
+from shoal.errors import ShoalDiskFullError, ShoalInputError, ShoalPeerLostError
 
 __all__ = ["build_parser", "main"]
 
@@ -170,9 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShoalInputError as e:
         print(f"shoal: error: {e}", file=sys.stderr)
         return 2
-    except ShoalDiskFullError as e:
+    except (ShoalDiskFullError, ShoalPeerLostError) as e:
         if lvl <= logging.INFO:
-            logging.getLogger("shoal").info("the write that failed", exc_info=e)
+            logging.getLogger("shoal").info("what failed", exc_info=e)
         print(f"shoal: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

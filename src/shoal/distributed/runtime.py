@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shoal.errors import ShoalInputError
+from shoal.distributed.liveness import Heartbeat, describe_failure, is_comm_failure
+from shoal.errors import ShoalInputError, ShoalPeerLostError
 from shoal.rows.budget import memory_cgroup
 from shoal.utils.device import check_device_spec, device_key, use_device
 
@@ -211,6 +213,7 @@ def process_group(config: DistConfig | None = None) -> Iterator[DistContext]:
     timeout = datetime.timedelta(seconds=cfg.timeout_s)
     owned = False
     handler_filter: Rank0Filter | None = None
+    t0 = time.monotonic()
     try:
         if dist.is_initialized():
             rank, world = dist.get_rank(), dist.get_world_size()
@@ -247,17 +250,26 @@ def process_group(config: DistConfig | None = None) -> Iterator[DistContext]:
             timeout_s=cfg.timeout_s,
         )
         log.debug("rank %d/%d up (backend %s, device %s)", rank, world, backend, device)
+        heartbeat = Heartbeat(rank, world).start() if owned and world > 1 else None
         try:
             yield ctx
         except BaseException as e:
-            # say which rank failed before the teardown makes its peers fail too
             if world > 1 and not isinstance(e, (KeyboardInterrupt, SystemExit)):
-                print(
-                    f"shoal: rank {rank} failed: {type(e).__name__}: {e}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                if is_comm_failure(e):  # a peer is gone: say which, in one line
+                    raise describe_failure(
+                        e, rank=rank, heartbeat=heartbeat, timeout_s=cfg.timeout_s, started=t0
+                    ) from e
+                # say which rank failed before the teardown makes its peers fail too
+                if not isinstance(e, ShoalPeerLostError):
+                    print(
+                        f"shoal: rank {rank} failed: {type(e).__name__}: {e}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             raise
+        finally:
+            if heartbeat is not None:
+                heartbeat.stop()
     finally:
         if handler_filter is not None:
             for h in logging.getLogger().handlers:

@@ -32,7 +32,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from shoal.engines.config import read_config
-from shoal.errors import ShoalInputError
+from shoal.errors import ShoalDiskFullError, ShoalInputError, ShoalPeerLostError
 from shoal.training import TrainConfig
 from shoal.utils.device import resolve_device
 from shoal.utils.io import write_json_output
@@ -248,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     spec = LaunchSpec.from_dict(json.loads(Path(argv[1]).read_text()))
     level = getattr(logging, os.environ.get("SHOAL_LOG_LEVEL", "INFO").upper(), logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
-    return worker(spec)
+    try:
+        return worker(spec)
+    except (ShoalDiskFullError, ShoalPeerLostError) as e:  # one line (the traceback with -v)
+        if os.environ.get("SHOAL_LOG_LEVEL") in ("INFO", "DEBUG"):  # -v, -vv
+            logging.getLogger("shoal").info("what failed", exc_info=e)
+        print(f"shoal: error: {e}", file=sys.stderr, flush=True)
+        return 1
 
 
 if __name__ == "__main__":
