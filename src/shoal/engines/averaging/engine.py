@@ -77,9 +77,10 @@ class AveragingEngine(Engine):
                 path=self.store.path,
                 fix="rebuild the store with `shoal store build ... --halo-features`",
             )
-        if self.options.halo_hops > 1:
+        hops = self.options.resolve_halo_hops(typed=False, num_layers=self.config.num_layers)
+        if hops > 1:
             raise ShoalInputError(
-                f"--halo-hops {self.options.halo_hops} is implemented for typed stores only",
+                f"--halo-hops {hops} is implemented for typed stores only",
                 path=self.store.path,
                 fix="drop --halo-hops (the parts train as stored), or use --engine minibatch "
                 "to sample the graph's neighbourhoods",

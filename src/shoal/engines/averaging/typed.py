@@ -11,9 +11,10 @@ Local sampling draws a fanout per relation inside the part
 (:class:`~shoal.sample.typed.PartTypedSampler`); each batch's rows of each type are read from
 the part's ``features/<type>.npy`` and ``halo_features/<type>.npy`` by one planned direct read
 per type (:func:`~shoal.rows.opener.open_rows`). With one process and a one-part store the
-batches equal the single-process :class:`~shoal.training.typed.TypedTrainer`'s. With
-``--halo-hops H`` each part is first grown by its halo nodes' own in-edges and rows
-(:mod:`shoal.engines.averaging.halo_hops`). Not yet here: ``--part-models`` and the memory
+batches equal the single-process :class:`~shoal.training.typed.TypedTrainer`'s. By default
+(``--halo-hops auto``: ``min(2, layers)``) each part is first grown by its halo nodes' own
+in-edges and rows (:mod:`shoal.engines.averaging.halo_hops`); ``--halo-hops 1`` trains the
+stored part, as SDT-GNN. Not yet here: ``--part-models`` and the memory
 budget (no cache or windows).
 """
 
@@ -152,7 +153,9 @@ class TypedAveragingEngine(TypedEngine):
             self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         self.rows, self.samplers, self.train_rows = [], [], []
-        grown = self._grow() if self.options.halo_hops > 1 else [None] * len(self.parts)
+        #: the hops of halo the parts are grown by (``--halo-hops``, "auto" resolved)
+        self.halo_hops = self.options.resolve_halo_hops(typed=True, num_layers=cfg.num_layers)
+        grown = self._grow() if self.halo_hops > 1 else [None] * len(self.parts)
         self.grown = grown
         for part, g in zip(self.parts, grown, strict=True):
             rows = TypedPartRows(part, threads=cfg.memory.io_threads, grown=g)
@@ -188,7 +191,7 @@ class TypedAveragingEngine(TypedEngine):
             t0 = time.perf_counter()
             grown = grow_parts(
                 self.parts,
-                self.options.halo_hops,
+                self.halo_hops,
                 sampler=sampler,
                 pulls=pulls,
                 tables=self.tables,
@@ -200,7 +203,7 @@ class TypedAveragingEngine(TypedEngine):
         if self.ctx.is_rank0:
             log.info(
                 "halo hops %d: rank 0's parts grew by %s nodes and %s in-edges in %.2fs",
-                self.options.halo_hops,
+                self.halo_hops,
                 f"{sum(g.num_grown for g in grown):,}",
                 f"{sum(len(g.indices) - int(g.part.indptr[-1]) for g in grown):,}",
                 time.perf_counter() - t0,
@@ -280,6 +283,6 @@ class TypedAveragingEngine(TypedEngine):
         return {
             **super().settings(),
             "average_every": self.options.average_every,
-            "halo_hops": self.options.halo_hops,
+            "halo_hops": self.halo_hops,
             "average_optimizer": self.options.average_optimizer,
         }
