@@ -105,14 +105,18 @@ class Heartbeat:
         )
 
     def _beat(self) -> None:
-        try:
-            store = self._client(max(5.0, 5 * self.interval))
-            key = f"{self.prefix}{self.rank}"
-            while not self._stop.is_set():
+        """Beat until stopped; a beat that fails (the store unreachable for a while: a cut
+        link that comes back) reconnects at the next one instead of ending the thread."""
+        key = f"{self.prefix}{self.rank}"
+        store = None
+        while not self._stop.is_set():
+            try:
+                if store is None:
+                    store = self._client(max(5.0, 5 * self.interval))
                 store.add(key, 1)
-                self._stop.wait(self.interval)
-        except Exception:  # the store is gone: the failing collective will say so
-            return
+            except Exception:  # unreachable now: the failing collective, if any, says so
+                store = None
+            self._stop.wait(self.interval)
 
     def lost(self) -> list[int] | None:
         """The ranks whose beats stopped (every counter read twice, ``2.5 x interval``

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from shoal.distributed import DistConfig, DistContext, process_group
+from shoal.engines.averaging.average import average_saved_ranks
 from shoal.engines.averaging.config import AveragingConfig
 from shoal.engines.averaging.engine import (
     AveragingEngine,
@@ -47,6 +48,38 @@ def test_models_averaged_weighted_by_training_nodes():
         assert params == pytest.approx([expect_w, expect_w, expect_b])
         for m in moments:
             assert m == pytest.approx([expect_w] * len(m))
+
+
+def _saved_rank(rank: int, weight: float) -> dict:
+    """A rank's checkpoint state with known parameters (rank + 1) and moments (10 x it)."""
+    lin = torch.nn.Linear(2, 1)
+    opt = torch.optim.Adam(lin.parameters())
+    lin(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        lin.weight.fill_(float(rank + 1))
+        lin.bias.fill_(float(rank + 1))
+        for st in opt.state.values():
+            st["exp_avg"].fill_(10.0 * (rank + 1))
+    return {"model": lin.state_dict(), "optimizer": opt.state_dict(), "weight": weight}
+
+
+@pytest.mark.parametrize("moments", [True, False])
+def test_a_resharded_checkpoint_continues_from_the_weighted_average(moments):
+    """Three saved ranks (weights 1, 3, 0) resumed on another world: the model is their
+    weighted average, as an averaging round would leave it; the moments too by default."""
+    peers = [_saved_rank(r, w) for r, w in enumerate(WEIGHTS)]
+    state = {**peers[1], "peers": peers, "resharded_from": 3, "part_models": [["x"]]}
+    got = average_saved_ranks(state, moments=moments)
+    expect = float(np.array(WEIGHTS) @ [1.0, 2.0, 3.0] / sum(WEIGHTS))  # 1.75
+    assert got["model"]["weight"].flatten().tolist() == pytest.approx([expect, expect])
+    assert got["model"]["bias"].tolist() == pytest.approx([expect])
+    for st in got["optimizer"]["state"].values():
+        want = 10.0 * expect if moments else 20.0  # else saved rank 1's own
+        assert st["exp_avg"].flatten().tolist() == pytest.approx([want] * st["exp_avg"].numel())
+        assert float(st["step"]) == 1.0  # step counters are not averaged
+    assert got["part_models"] == []  # part models restart from the average
+    assert peers[1]["model"]["bias"].item() == 2.0  # the saved states are not changed
 
 
 def test_averaging_needs_halo_features(make_store):
