@@ -28,7 +28,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-__all__ = ["WorldFailed", "run_world"]
+__all__ = ["WorldFailed", "run_world", "torchrun_env"]
 
 
 class WorldFailed(AssertionError):
@@ -40,6 +40,21 @@ class WorldFailed(AssertionError):
         self.error = error
 
 
+def torchrun_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """The variables torchrun gives a worker on this machine, the rendezvous store (hosted
+    by the caller, as torchrun's agent hosts it) at ``127.0.0.1:port``."""
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "OMP_NUM_THREADS": "1",
+    }
+
+
 def _child(
     fn: Callable[..., Any],
     rank: int,
@@ -49,16 +64,7 @@ def _child(
     out_dir: str,
     timeout_s: float,
 ) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        TORCHELASTIC_USE_AGENT_STORE="True",
-        OMP_NUM_THREADS="1",
-    )
+    os.environ.update(torchrun_env(rank, world_size, port))
     # numba was imported (with the default pool size) while this function was unpickled;
     # changing NUMBA_NUM_THREADS now would make its next compile raise "Cannot set
     # NUMBA_NUM_THREADS to a different value once the threads have been launched", so

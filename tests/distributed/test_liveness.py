@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from shoal.distributed.liveness import _operation, is_comm_failure
 from shoal.errors import ShoalPeerLostError
+from tests.distributed.helpers import torchrun_env
 
 GLOO_CLOSED = (
     "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
@@ -48,17 +49,7 @@ def test_operation_names_the_public_collective():
 
 def _worker_env(rank: int, world: int, port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC")}
-    env.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        TORCHELASTIC_USE_AGENT_STORE="True",
-        OMP_NUM_THREADS="1",
-    )
-    return env
+    return {**env, **torchrun_env(rank, world, port)}
 
 
 def test_a_killed_peer_ends_every_rank_naming_it(make_store, tmp_path):

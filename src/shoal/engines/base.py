@@ -413,7 +413,7 @@ class Engine(ABC):
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state`. A resharded state (another number of processes saved it,
-        :meth:`shoal.training.checkpoint.Checkpointer.load`) is saved rank ``rank mod W``'s:
+        :meth:`shoal.training.checkpoint.Checkpointer.load`) is saved rank 0's:
         the model and optimizer of a synchronous engine are the same on every saved rank; the
         random streams are drawn afresh from ``(seed, epoch, rank)``, since two ranks must
         not share one."""
