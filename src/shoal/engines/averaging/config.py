@@ -21,7 +21,7 @@ class AveragingConfig(EngineConfig):
             :mod:`shoal.engines.averaging.halo_hops`). 1 is SDT-GNN's stored part, whose halo
             nodes have no in-edges. Default ``"auto"`` (:meth:`resolve_halo_hops`): on a typed
             store ``min(2, layers)``, measured better than the stored part (bench/hetero:
-            R-GCN +0.52, R-GAT +1.30 points, 15-19% more time per epoch); on an untyped store 1
+            R-GCN +0.52, R-GAT +1.30 points, 15-22% more time per epoch); on an untyped store 1
             (only 1 is implemented there).
         part_models: with more parts than ranks: one model per part, all averaged at each
             round (SDT-GNN Sec. III-C/D; default false: one model carried through a rank's
