@@ -41,6 +41,8 @@ PORT = 29400
 #: what every machine's launcher is given so that it gives up in bounded time when the
 #: rendezvous host is gone (torch's c10d rendezvous: store reads, joining, closing)
 RDZV_CONF = "read_timeout=20,join_timeout=60,close_timeout=10"
+#: retransmissions before the kernel gives up on a TCP connection (per network namespace)
+TCP_RETRIES2 = 5
 
 
 def _ip(*args: str) -> None:
@@ -63,6 +65,10 @@ def network_up() -> None:
         _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", veth)
         _ip("-n", ns, "link", "set", veth, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
+        # as a cluster's machines should be set (docs/distributed.md, "A lost peer"): a TCP
+        # connection whose peer is gone fails after about 25 s of unanswered retransmissions
+        # (Linux's default, 15, waits about 15 minutes, and torchrun's agent blocks on it)
+        sh(["ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.tcp_retries2={TCP_RETRIES2}"])
 
 
 def network_down() -> None:
@@ -156,7 +162,7 @@ def scenario(name: str, store: Path, work: Path, a) -> dict:
         "test_accuracy": result.get("test_accuracy"),
         "epochs": result.get("epochs"),
         "lost_peer_lines": [
-            [x for x in err.splitlines() if "lost rank" in x or "lost the rendezvous" in x]
+            [x for x in err.splitlines() if "lost " in x or "no answer from the rendezvous" in x]
             for err in errs
         ],
         "stderr_tail": [err[-1500:] for err in errs],
@@ -168,7 +174,7 @@ def scenario(name: str, store: Path, work: Path, a) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dist-timeout", type=int, default=60)
-    ap.add_argument("--outage", type=float, default=10.0)
+    ap.add_argument("--outage", type=float, default=5.0)
     ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--out", default="bench/results/faults")
     a = ap.parse_args(argv)
@@ -185,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         network_down()
     res = {"machine": machine_line(), "command": command_line("faults.py", argv), "rows": rows}
     res["rdzv_conf"] = RDZV_CONF
+    res["tcp_retries2"] = TCP_RETRIES2
     write_json(a.out + ".json", res)
     write_text_atomic(a.out + ".md", render(res, a))
     return 0
@@ -199,8 +206,9 @@ def render(res: dict, a) -> str:
         "Two network namespaces with their own hostnames joined by a veth pair; one `torchrun` "
         "per machine (`--nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-conf "
         f"{res['rdzv_conf']}`), `shoal train --engine minibatch --dist-timeout "
-        f"{a.dist_timeout}` on a 50k-node DCSBM store in 2 parts. The link is cut once rank 0 "
-        "has finished epoch 2.",
+        f"{a.dist_timeout}` on a 50k-node DCSBM store in 2 parts, each machine with "
+        f"`net.ipv4.tcp_retries2={res['tcp_retries2']}`. The link is cut once rank 0 has "
+        "finished epoch 2.",
         "",
         "| scenario | exit codes (a, b) | link cut after | outage | ended after the cut (a, b) "
         "| test accuracy | what each machine printed |",

@@ -9,7 +9,9 @@ message names neither the rank nor the machine, nor what to do.
 Every rank of a world of several processes runs a :class:`Heartbeat`: a daemon thread that
 increments the rank's counter in the rendezvous store (the TCP store at ``MASTER_ADDR:
 MASTER_PORT`` that torchrun's agent, or rank 0, hosts; keys under ``shoal/alive/<restart>/``)
-every ``interval`` seconds, over a connection of its own with a short timeout. When a
+every ``interval`` seconds, over a connection of its own with a short timeout. A rank that has
+not reached that host for :data:`UNREACHABLE` seconds says so at once, naming it (its own
+launcher, which talks to the same host, may stop the process before any collective fails). When a
 collective fails, :func:`describe_failure` reads every counter twice, ``2.5 x interval``
 apart: the ranks whose counters stood still are the lost ones, named with their host (every
 rank's host name is gathered once at start). When the store itself cannot be reached, the
@@ -23,6 +25,7 @@ import datetime
 import os
 import re
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -36,6 +39,8 @@ __all__ = ["Heartbeat", "describe_failure", "is_comm_failure"]
 
 #: seconds between two beats of a rank
 INTERVAL = 1.0
+#: seconds without reaching the rendezvous host after which a rank says so
+UNREACHABLE = 10.0
 
 _COMM = re.compile(
     r"gloo|Connection (closed|reset|refused)|Timed out waiting|Broken pipe|NCCL|"
@@ -88,8 +93,11 @@ class Heartbeat:
         self.hosts = [str(h) for h in hosts]
         if self.store_at is None:
             return self
+        self._last_ok = time.monotonic()
         self._thread = threading.Thread(target=self._beat, name="shoal-heartbeat", daemon=True)
         self._thread.start()
+        watch = threading.Thread(target=self._watch, name="shoal-heartbeat-watch", daemon=True)
+        watch.start()
         return self
 
     def stop(self) -> None:
@@ -114,9 +122,37 @@ class Heartbeat:
                 if store is None:
                     store = self._client(max(5.0, 5 * self.interval))
                 store.add(key, 1)
+                self._last_ok = time.monotonic()
             except Exception:  # unreachable now: the failing collective, if any, says so
                 store = None
             self._stop.wait(self.interval)
+
+    def _watch(self) -> None:
+        """Say at once when this rank has not reached the rendezvous host for
+        :data:`UNREACHABLE` seconds (and again when it answers): a launcher that loses the
+        same host may stop this process before a collective times out and names it."""
+        said = False
+        while not self._stop.wait(self.interval):
+            silent = time.monotonic() - self._last_ok
+            if silent >= UNREACHABLE and not said:
+                at, me = self.store_at, self.hosts[self.rank]
+                print(
+                    f"shoal: rank {self.rank} (host {me}): no answer from the rendezvous host "
+                    f"{at.host}:{at.port} (rank 0's machine, {self.hosts[0]}) for "
+                    f"{silent:.0f} s: that machine or the network to it is down -> check it; "
+                    "with --checkpoint-dir DIR --resume (and --max-restarts N) the run "
+                    "continues from its last checkpoint",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said = True
+            elif said and silent < UNREACHABLE:
+                print(
+                    f"shoal: rank {self.rank}: the rendezvous host answers again",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said = False
 
     def lost(self) -> list[int] | None:
         """The ranks whose beats stopped (every counter read twice, ``2.5 x interval``
