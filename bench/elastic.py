@@ -1,8 +1,8 @@
 """Resume on another number of processes (issue 36): 2 -> 3 -> 2 against an uninterrupted run.
 
 For each seed: ``shoal train --store STORE --engine E --nproc 2 --epochs 30`` uninterrupted,
-and the same run killed (SIGKILL to its whole process group: the launcher and its workers,
-as when a machine is lost) during epoch 10, resumed with ``--nproc 3 --resume``, killed again
+and the same run killed (SIGKILL to the launcher and every process below it, as when a
+machine is lost) during epoch 10, resumed with ``--nproc 3 --resume``, killed again
 during epoch 20 and resumed with ``--nproc 2 --resume`` to the end (``--checkpoint-dir``
 throughout). The table gives both runs' test accuracy (at the best validation epoch), their
 difference (mean over the seeds), the epochs each phase committed and the per-rank batch of
@@ -51,6 +51,30 @@ def train_args(store: Path, engine: str, seed: int, out: Path) -> list[str]:
     return [*SHOAL, *map(str, args)]
 
 
+def _descendants(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True)
+    children: dict[int, list[int]] = {}
+    for line in out.stdout.splitlines():
+        c, parent = map(int, line.split())
+        children.setdefault(parent, []).append(c)
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it (torch's launcher starts its workers in
+    sessions of their own: killing the launcher's group alone leaves them training)."""
+    for q in [pid, *_descendants(pid)]:
+        try:
+            os.kill(q, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def run(cmd: list[str], *, kill_during: int | None, metrics: Path) -> int | None:
     """Run ``cmd``; with ``kill_during`` SIGKILL its process group once ``metrics`` shows
     the epoch before it done. Returns the exit code (None when killed)."""
@@ -62,7 +86,7 @@ def run(cmd: list[str], *, kill_during: int | None, metrics: Path) -> int | None
             done = metrics.read_text().count("\n")
             if done >= kill_during - 1:
                 time.sleep(0.5)  # into the epoch
-                os.killpg(p.pid, signal.SIGKILL)
+                kill_tree(p.pid)
                 p.wait()
                 return None
         time.sleep(0.1)
