@@ -15,6 +15,9 @@ Scenarios (each a fresh rendezvous id), the link cut when rank 0 has finished ep
 - ``restored``: the link comes back ``--outage`` seconds later (within ``T``), with
   ``--max-restarts 3 --checkpoint-dir DIR --resume``: the run must finish, with the clean
   run's accuracy.
+- ``elastic``: ``--nnodes 1:2`` with the restart options, and machine b is lost instead (every
+  process in its namespace SIGKILLed): machine a's launcher must restart its worker on a world
+  of one, which resumes the 2-process checkpoint and finishes.
 
 Needs root (``ip netns``, ``unshare``). Graph: ``shoal data synth dcsbm --nodes 50000 --edges
 500000 --features 64`` in 2 parts (ldg) with halo features.
@@ -80,6 +83,16 @@ def network_down() -> None:
             hosts.parent.rmdir()
 
 
+def lose_machine(machine: int) -> None:
+    """SIGKILL every process of a machine (its namespace): the machine is gone."""
+    pids = sh(["ip", "netns", "pids", NS[machine]]).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), 9)
+        except ProcessLookupError:
+            pass
+
+
 def link(up: bool) -> None:
     _ip("-n", NS[0], "link", "set", VETH[0], "up" if up else "down")
 
@@ -94,7 +107,7 @@ def prepare(work: Path) -> Path:
     return s
 
 
-def start(machine: int, run_id: str, store: Path, work: Path, a, extra: list[str]):
+def start(machine: int, run_id: str, store: Path, work: Path, a, extra: list[str], nnodes: str):
     """One machine's torchrun (in its namespace, under its own hostname)."""
     rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{ADDR[0]}:{PORT}"]
     rdzv += ["--rdzv-id", run_id, "--rdzv-conf", RDZV_CONF]
@@ -103,7 +116,7 @@ def start(machine: int, run_id: str, store: Path, work: Path, a, extra: list[str
     train += ["--model", "sage", "--fanouts", "10,5", "--hidden", "64", "--epochs", a.epochs]
     train += ["--batch-size", "512", "--dist-timeout", a.dist_timeout, "--no-progress"]
     train += ["--metrics-file", work / f"{run_id}.jsonl", "--json", work / f"{run_id}.json"]
-    launcher = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
+    launcher = [PY, "-m", "torch.distributed.run", "--nnodes", nnodes, "--nproc-per-node", "1"]
     cmd = [*launcher, *rdzv, *restarts, *map(str, train), *extra]
     host = f"machine-{'ab'[machine]}"
     shell = f"hostname {host} && exec {' '.join(map(str, cmd))}"
@@ -121,10 +134,11 @@ def start(machine: int, run_id: str, store: Path, work: Path, a, extra: list[str
 def scenario(name: str, store: Path, work: Path, a) -> dict:
     run_id = f"faults-{name}-{int(time.time())}"
     extra = ["--checkpoint-dir", str(work / f"ckpt-{run_id}"), "--resume"]
-    extra = extra if name == "restored" else []
+    extra = extra if name in ("restored", "elastic") else []
+    nnodes = "1:2" if name == "elastic" else "2"
     link(True)
     t0 = time.monotonic()
-    procs = [start(m, run_id, store, work, a, extra) for m in (0, 1)]
+    procs = [start(m, run_id, store, work, a, extra, nnodes) for m in (0, 1)]
     metrics = work / f"{run_id}.jsonl"
     cut = restored = None
     ends: list[float | None] = [None, None]
@@ -133,7 +147,10 @@ def scenario(name: str, store: Path, work: Path, a) -> dict:
         now = time.monotonic()
         if name != "clean" and cut is None and metrics.exists():
             if metrics.read_text().count("\n") >= 2:
-                link(False)
+                if name == "elastic":
+                    lose_machine(1)
+                else:
+                    link(False)
                 cut = now
         if name == "restored" and cut is not None and restored is None:
             if now - cut >= a.outage:
@@ -150,6 +167,8 @@ def scenario(name: str, store: Path, work: Path, a) -> dict:
     link(True)
     out = work / f"{run_id}.json"
     result = json.loads(out.read_text()) if out.exists() else {}
+    last = work / f"ckpt-{run_id}" / "last.json"
+    world_at_end = json.loads(last.read_text())["world_size"] if last.exists() else None
     row = {
         "scenario": name,
         "exit_codes": [p.returncode for p in procs],
@@ -160,6 +179,7 @@ def scenario(name: str, store: Path, work: Path, a) -> dict:
         ],
         "seconds": [None if e is None else round(e - t0, 1) for e in ends],
         "test_accuracy": result.get("test_accuracy"),
+        "world_size_at_end": world_at_end or result.get("world_size"),
         "epochs": result.get("epochs"),
         "lost_peer_lines": [
             [x for x in err.splitlines() if "lost " in x or "no answer from the rendezvous" in x]
@@ -186,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     store = prepare(work)
     network_up()
     try:
-        rows = [scenario(n, store, work, a) for n in ("clean", "cut", "restored")]
+        rows = [scenario(n, store, work, a) for n in ("clean", "cut", "restored", "elastic")]
     finally:
         network_down()
     res = {"machine": machine_line(), "command": command_line("faults.py", argv), "rows": rows}
@@ -210,9 +230,9 @@ def render(res: dict, a) -> str:
         f"`net.ipv4.tcp_retries2={res['tcp_retries2']}`. The link is cut once rank 0 has "
         "finished epoch 2.",
         "",
-        "| scenario | exit codes (a, b) | link cut after | outage | ended after the cut (a, b) "
-        "| test accuracy | what each machine printed |",
-        "|---|---|---|---|---|---|---|",
+        "| scenario | exit codes (a, b) | fault after | outage | ended after the fault (a, b) "
+        "| test accuracy | processes at the end | what each machine printed |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in res["rows"]:
         said = "<br>".join(
@@ -223,8 +243,10 @@ def render(res: dict, a) -> str:
         acc = "-" if r["test_accuracy"] is None else f"{r['test_accuracy']:.4f}"
         cut = "-" if r["cut_after_s"] is None else f"{r['cut_after_s']:g} s"
         outage = "-" if r["outage_s"] is None else f"{r['outage_s']:g} s"
+        world = r.get("world_size_at_end") or "-"
         lines.append(
-            f"| {r['scenario']} | {r['exit_codes']} | {cut} | {outage} | {ends} | {acc} | {said} |"
+            f"| {r['scenario']} | {r['exit_codes']} | {cut} | {outage} | {ends} | {acc} | "
+            f"{world} | {said} |"
         )
     lines += ["", "The tails of each machine's standard error are in the JSON.", ""]
     return "\n".join(lines)
