@@ -72,8 +72,20 @@ def make_graph(tmp_path):
 
 
 @pytest.fixture
-def run_cli(capsys):
+def run_cli(capsys, monkeypatch):
+    """``main(args)`` in-process. What ``-q``/``-v`` leave behind for a run's worker
+    processes (``SHOAL_QUIET``, ``SHOAL_LOG_LEVEL``, the root logger's level) is undone after
+    the test, so later tests' subprocesses log as they would alone."""
+    import logging
+
     from shoal.cli import main
+
+    for name in ("SHOAL_QUIET", "SHOAL_LOG_LEVEL"):
+        # set first: monkeypatch records (and so undoes) only what existed when it deleted
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", root.level)
 
     def run(*args: str) -> tuple[int, str, str]:
         code = main([str(a) for a in args])

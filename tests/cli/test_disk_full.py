@@ -37,8 +37,13 @@ def _empty(fs: Path) -> bool:
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     """A small graph, its assignment and a finished run with a checkpoint, on a roomy disk."""
+    import logging
+    import os
+
     from shoal.cli import main
 
+    saved = {k: os.environ.get(k) for k in ("SHOAL_QUIET", "SHOAL_LOG_LEVEL")}
+    level = logging.getLogger().level
     d = tmp_path_factory.mktemp("disk_full")
     g, p, ck = d / "g", d / "p", d / "ck"
     synth = ["data", "synth", "dcsbm", "--nodes", NODES, "--edges", EDGES]
@@ -47,7 +52,13 @@ def pipeline(tmp_path_factory):
     train = ["train", "--graph", g, "--epochs", 1, "--hidden", 16, "--fanouts", "5,5"]
     run = [*train, "--checkpoint-dir", ck, "--json", d / "run.json", "--no-progress", "-q"]
     assert main([str(a) for a in run]) == 0
-    return {"graph": g, "assignment": p, "checkpoint": ck, "run": d / "run.json", "dir": d}
+    yield {"graph": g, "assignment": p, "checkpoint": ck, "run": d / "run.json", "dir": d}
+    for k, v in saved.items():  # what -q set for worker processes must not reach later tests
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    logging.getLogger().setLevel(level)
 
 
 def test_synth_is_refused_up_front(small_fs, run_cli):
