@@ -61,6 +61,7 @@ __all__ = [
     "run_capped_each",
     "sh",
     "shoal",
+    "synth_store",
     "write_json",
     "write_text_atomic",
 ]
@@ -203,6 +204,19 @@ def sh(cmd: Sequence[Any], **kw) -> subprocess.CompletedProcess:
 def shoal(*args: Any) -> subprocess.CompletedProcess:
     """``python -m shoal ARGS`` through :func:`sh`."""
     return sh([*SHOAL, *args])
+
+
+def synth_store(work: Path, parts: int) -> Path:
+    """``work/s``: a store of ``shoal data synth dcsbm --nodes 50000 --edges 500000
+    --features 64`` in ``parts`` parts (ldg) with halo features, built once (the fault
+    benchmarks' graph)."""
+    g, p, s = work / "g", work / "p", work / "s"
+    if not (s / "meta.json").exists():
+        synth = ["data", "synth", "dcsbm", "--nodes", 50000, "--edges", 500000]
+        shoal(*synth, "--features", 64, "--out", g, "--overwrite", "-q")
+        shoal("partition", g, "--algo", "ldg", "--parts", parts, "--out", p, "--overwrite", "-q")
+        shoal("store", "build", g, p, "--out", s, "--halo-features", "--overwrite", "-q")
+    return s
 
 
 # ----------------------------------------------------------------------------- memory caps

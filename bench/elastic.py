@@ -27,20 +27,18 @@ import subprocess
 import time
 from pathlib import Path
 
-from common import SHOAL, WORK, command_line, machine_line, shoal, write_json, write_text_atomic
+from common import (
+    SHOAL,
+    WORK,
+    command_line,
+    machine_line,
+    synth_store,
+    write_json,
+    write_text_atomic,
+)
 
 EPOCHS = 30
 KILL_AT = (10, 20)  # killed while training these epochs (counted from 1)
-
-
-def prepare(work: Path) -> Path:
-    g, p, s = work / "g", work / "p", work / "s"
-    if not (s / "meta.json").exists():
-        synth = ["data", "synth", "dcsbm", "--nodes", 50000, "--edges", 500000]
-        shoal(*synth, "--features", 64, "--out", g, "--overwrite", "-q")
-        shoal("partition", g, "--algo", "ldg", "--parts", 6, "--out", p, "--overwrite", "-q")
-        shoal("store", "build", g, p, "--out", s, "--halo-features", "--overwrite", "-q")
-    return s
 
 
 def train_args(store: Path, engine: str, seed: int, out: Path) -> list[str]:
@@ -132,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     work = WORK / "elastic"
     work.mkdir(parents=True, exist_ok=True)
-    store = prepare(work)
+    store = synth_store(work, 6)
     res = {"machine": machine_line(), "command": command_line("elastic.py", argv), "runs": []}
     for engine in a.engines.split(","):
         for seed in range(a.seeds):

@@ -35,7 +35,16 @@ import sys
 import time
 from pathlib import Path
 
-from common import PY, WORK, command_line, machine_line, sh, shoal, write_json, write_text_atomic
+from common import (
+    PY,
+    WORK,
+    command_line,
+    machine_line,
+    sh,
+    synth_store,
+    write_json,
+    write_text_atomic,
+)
 
 NS = ("shoal-a", "shoal-b")
 ADDR = ("10.77.0.1", "10.77.0.2")
@@ -95,16 +104,6 @@ def lose_machine(machine: int) -> None:
 
 def link(up: bool) -> None:
     _ip("-n", NS[0], "link", "set", VETH[0], "up" if up else "down")
-
-
-def prepare(work: Path) -> Path:
-    g, p, s = work / "g", work / "p", work / "s"
-    if not (s / "meta.json").exists():
-        synth = ["data", "synth", "dcsbm", "--nodes", 50000, "--edges", 500000]
-        shoal(*synth, "--features", 64, "--out", g, "--overwrite", "-q")
-        shoal("partition", g, "--algo", "ldg", "--parts", 2, "--out", p, "--overwrite", "-q")
-        shoal("store", "build", g, p, "--out", s, "--halo-features", "--overwrite", "-q")
-    return s
 
 
 def start(machine: int, run_id: str, store: Path, work: Path, a, extra: list[str], nnodes: str):
@@ -203,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = WORK / "faults"
     work.mkdir(parents=True, exist_ok=True)
-    store = prepare(work)
+    store = synth_store(work, 2)
     network_up()
     try:
         rows = [scenario(n, store, work, a) for n in ("clean", "cut", "restored", "elastic")]

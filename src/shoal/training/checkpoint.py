@@ -17,8 +17,7 @@ The number of processes is not part of the identity: ``last.json`` records the w
 (and the engine's ``meta``, e.g. the global batch), and a run resumed on another number of
 processes is *resharded* (:meth:`Checkpointer.load`): every rank continues from saved rank
 0's state (the model and optimizer of a synchronous engine are the same on every rank that
-trains; rank 0 always trains), with every saved rank's state at hand (``peers``) and the
-per-part states of all of them merged (``part_states``, keyed by part id), so an engine can give each
+trains; rank 0 always trains), with every saved rank's state at hand (``peers``), so an engine can give each
 part's state to whichever rank holds that part now (``docs/distributed.md``, "Resuming on
 another number of processes").
 """
@@ -164,14 +163,10 @@ class Checkpointer:
 
     def _resharded(self, epoch: int, saved: int) -> dict[str, Any]:
         """This rank's state when the run was saved by ``saved`` processes: saved rank 0's,
-        with ``peers`` (every saved rank's state, in rank order), ``part_states`` (their
-        per-part states merged) and ``resharded_from``."""
+        with ``peers`` (every saved rank's state, in rank order) and ``resharded_from``."""
         peers = [load_checkpoint(self._file(epoch, r)) for r in range(saved)]
-        parts: dict[int, Any] = {}
-        for st in peers:
-            parts.update({int(k): v for k, v in (st.get("part_states") or {}).items()})
         state = dict(peers[0])
-        state.update(peers=peers, part_states=parts, resharded_from=saved)
+        state.update(peers=peers, resharded_from=saved)
         if self.rank == 0:
             log.warning(
                 "resuming %s after epoch %d on %d processes; it was saved by %d: the parts "
