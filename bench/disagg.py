@@ -1,4 +1,5 @@
-"""``disagg`` engine benchmark (issue 14): scaling of batch workers, bytes, speed, accuracy.
+"""``disagg`` engine benchmark (issues 14, 37): scaling of batch workers, bytes, speed,
+accuracy, high-degree replication, parallel replicas, swapped-out parts.
 
 Parts (processes of 1 thread each under torch.distributed.run; stores: SPRING, 6 parts, so 1,
 2 or 3 batch workers hold equal shares):
@@ -19,9 +20,25 @@ back to back, on the 200k-node graph.
 ``bench/hec.py``: batches of 16 seeds), 2 parts, 3 processes (2 batch workers, 1 compute
 worker), 10 seeds, against the single-process trainer; ``--local-sampling`` next to it.
 
+Issue 37's parts use the 200k-node graph's 2-part store (that of ``bench/distributed.py``).
+
+``replication`` (issue 37): 2 batch workers (one part each) and 1 compute worker,
+``--replicate-top`` 0 (off, the ablation), 0.1%, 1%, 5%: bytes of sampling requests and of
+row pulls between batch workers, epoch time, the last epoch's training loss and accuracy;
+then Cora's test accuracy (2 batch workers, 1 compute worker, 3 seeds) without and with 1%.
+
+``replicas`` (issue 37): 1 batch worker and 1 compute worker with ``G`` = 2 and 4 replicas
+(hidden 256, so the replicas' compute matters), ``--replica-exec`` sequential and threads.
+
+``swapped`` (issue 37): 1 batch worker holding one of its 2 parts at a time
+(``--resident-parts 1``):
+swapped-out parts sampled from the store (``read``) against no neighbours (``skip``, the
+paper's footnote 1).
+
 Usage::
 
-    python bench/disagg.py scaling | bytes | speed | accuracy | report
+    python bench/disagg.py scaling | bytes | speed | accuracy | replication | replicas |
+        swapped | report
 
 Results: bench/results/disagg.json and bench/results/disagg.md.
 """
@@ -73,8 +90,8 @@ def save(res: dict) -> None:
     write_markdown(res)
 
 
-def synth(name: str) -> Path:
-    """The synthetic graph ``name`` and its 6-part store (built once)."""
+def synth(name: str, parts: int = PARTS) -> Path:
+    """The synthetic graph ``name`` and its ``parts``-part store (built once)."""
     nodes, edges, frac = GRAPHS[name]
     g = WORK / name
     if not (g / "meta.json").exists():
@@ -97,9 +114,9 @@ def synth(name: str) -> Path:
             "--train-frac",
             str(frac),
         )
-    a, s = dbench.DWORK / f"{name}-spring{PARTS}", dbench.DWORK / f"{name}-store{PARTS}"
+    a, s = dbench.DWORK / f"{name}-spring{parts}", dbench.DWORK / f"{name}-store{parts}"
     if not (a / "meta.json").exists():
-        shoal("partition", str(g), "--algo", "spring", "--parts", str(PARTS), "--out", str(a))
+        shoal("partition", str(g), "--algo", "spring", "--parts", str(parts), "--out", str(a))
     if not (s / "meta.json").exists():
         shoal("store", "build", str(g), str(a), "--out", str(s))
     return s
@@ -163,6 +180,8 @@ def worker(args: argparse.Namespace) -> None:
                         "comm": recs[med]["comm"],
                         "disagg": recs[med].get("disagg"),
                         "settings": eng.settings(),
+                        "last_loss": recs[-1].get("loss"),
+                        "last_train_accuracy": recs[-1].get("train_accuracy"),
                     }
                 )
             )
@@ -280,6 +299,63 @@ def run_speed(args: argparse.Namespace) -> None:
 
 
 ACC = ("cora", "amazon_photo", "coauthor_physics")
+TOPS = ("0", "0.1%", "1%", "5%")
+
+
+def run_replication(args: argparse.Namespace) -> None:
+    """Armada Sec. 5's replicated high-degree nodes: bytes, time, loss; Cora's accuracy."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import hec as hbench
+
+    res = load()
+    record_command(res, "replication", "disagg.py")
+    store = synth("synth-200k", 2)
+    rp = res["replication"] = {"speed": {}, "accuracy": {}}
+    for top in args.tops.split(","):
+        extra = {"batch_workers": 2, "replicate_top": top}
+        r = run(store, "disagg", 3, extra, args.epochs)
+        rp["speed"][top] = r
+        print("replicate", top, r["median_epoch_seconds"], r["disagg"]["sample_bytes"], flush=True)
+        save(res)
+    for name in args.datasets.split(","):
+        hp = hbench.hparams(name)
+        _, s = dbench.prepare(name, 2)
+        runs = rp["accuracy"].setdefault(name, {})
+        for seed in range(args.seeds):
+            for top in ("0", "1%"):
+                flags = ["--batch-workers", "2", "--replicate-top", top]
+                runs[f"{top}/seed{seed}"] = _engine(s, hp, seed, flags)
+                print(name, top, seed, runs[f"{top}/seed{seed}"]["test_accuracy"], flush=True)
+                save(res)
+
+
+def run_replicas(args: argparse.Namespace) -> None:
+    """A compute worker's G replicas in threads against one after the other."""
+    res = load()
+    record_command(res, "replicas", "disagg.py")
+    store = synth("synth-200k", 2)
+    rs = res["replicas"] = {}
+    for g in (2, 4):
+        for mode in ("sequential", "threads"):
+            extra = {"batch_workers": 1, "replicas": g, "replica_exec": mode, "hidden": 256}
+            r = run(store, "disagg", 2, extra, args.epochs)
+            rs[f"G{g}/{mode}"] = r
+            print("replicas", g, mode, r["median_epoch_seconds"], r["last_loss"], flush=True)
+            save(res)
+
+
+def run_swapped(args: argparse.Namespace) -> None:
+    """Swapped-out parts sampled from the store against the paper's footnote 1 (none)."""
+    res = load()
+    record_command(res, "swapped", "disagg.py")
+    store = synth("synth-200k", 2)
+    sw = res["swapped"] = {}
+    for mode in ("read", "skip"):
+        extra = {"batch_workers": 1, "resident_parts": 1, "swapped_neighbours": mode}
+        r = run(store, "disagg", 2, extra, args.epochs)
+        sw[mode] = r
+        print("swapped", mode, r["median_epoch_seconds"], r["disagg"]["disk_sampled"], flush=True)
+        save(res)
 
 
 def run_accuracy(args: argparse.Namespace) -> None:
@@ -409,6 +485,7 @@ def notes(res: dict) -> list[str]:
             out.append(
                 f"- Epoch time, {n} processes on 2 shared cores: disagg / minibatch = {ratio:.2f}."
             )
+    out += _issue37_notes(res)
     for name, e in res.get("accuracy", {}).items():
         s0 = _accs(e, "single")
         for kind in ("disagg", "local"):
@@ -420,6 +497,44 @@ def notes(res: dict) -> list[str]:
                     f"- Accuracy, {name}, {kind} ({len(xs)} seeds) against single "
                     f"({len(s0)}): {d:+.1f} points, {verdict} 1 point."
                 )
+    return out
+
+
+def _issue37_notes(res: dict) -> list[str]:
+    out = []
+    sp = res.get("replication", {}).get("speed", {})
+    if "0" in sp:
+        base = sp["0"]
+        b0 = base["disagg"]["sample_bytes"] + base["disagg"]["pull_bytes"]
+        for top, r in sp.items():
+            if top == "0":
+                continue
+            b = r["disagg"]["sample_bytes"] + r["disagg"]["pull_bytes"]
+            out.append(
+                f"- Replication {top}: sampling + pull bytes between batch workers "
+                f"{b / b0:.2f}x of no replication, epoch time "
+                f"{r['median_epoch_seconds'] / base['median_epoch_seconds']:.2f}x."
+            )
+    for name, runs in res.get("replication", {}).get("accuracy", {}).items():
+        xs = {
+            t: [r["test_accuracy"] for k, r in runs.items() if k.startswith(t + "/")]
+            for t in ("0", "1%")
+        }
+        if xs["0"] and xs["1%"]:
+            d = 100 * (statistics.mean(xs["1%"]) - statistics.mean(xs["0"]))
+            out.append(
+                f"- Replication accuracy, {name}: 1% against none {d:+.1f} points "
+                f"({len(xs['1%'])} seeds)."
+            )
+    rs = res.get("replicas", {})
+    for g in (2, 4):
+        a, b = rs.get(f"G{g}/sequential"), rs.get(f"G{g}/threads")
+        if a and b:
+            out.append(
+                f"- Replicas G = {g}: threads / sequential epoch time = "
+                f"{b['median_epoch_seconds'] / a['median_epoch_seconds']:.2f}; last loss "
+                f"{a['last_loss']:.5f} vs {b['last_loss']:.5f}."
+            )
     return out
 
 
@@ -522,9 +637,112 @@ def write_markdown(res: dict) -> None:
                 f"| {name} | {_mean(s0)} | {_mean(d)} | {diff[0]} | {_mean(lo)} | {diff[1]} |"
             )
         lines.append("")
+    lines += _issue37_tables(res)
     lines += [*notes(res), "", "## Commands", ""]
     lines += [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
     write_text_atomic(RESULTS / "disagg.md", "\n".join(lines) + "\n")
+
+
+def _mb(x: float) -> str:
+    return f"{x / 1e6:.1f}"
+
+
+def _issue37_tables(res: dict) -> list[str]:
+    lines: list[str] = []
+    rp = res.get("replication", {})
+    if rp.get("speed"):
+        lines += [
+            "## High-degree replication (Armada Sec. 5; 200k nodes, 2 parts, 2 batch "
+            "workers, 1 compute worker)",
+            "",
+            "Every batch worker keeps the neighbour lists and rows of the top nodes by "
+            "in-degree. Sampling / pull MB: bytes the batch workers sent each other per epoch "
+            "(sampling requests and answers; feature-row pulls), summed over them. Requests: "
+            "frontier nodes sent to their owner to sample; from replica: sampled locally "
+            "instead; saved MB: those requests' bytes (id out, count and picks back). "
+            "Loss / train acc.: the last epoch's. The machine's 2 cores were shared with "
+            "other jobs: times are noisy.",
+            "",
+            "| replicate top | nodes | replica MB per worker | sampling MB | pull MB | "
+            "requests | from replica | saved MB | rows from replica | epoch s | loss | "
+            "train acc. |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for top, r in rp["speed"].items():
+            d = r["disagg"]
+            nodes = int(GRAPHS["synth-200k"][0] * float(top[:-1]) / 100) if top != "0" else 0
+            lines.append(
+                f"| {top} | {nodes} | {_mb(d['replica_bytes'] / 2)} | "
+                f"{_mb(d['sample_bytes'])} | {_mb(d['pull_bytes'])} | "
+                f"{int(d['remote_requests'])} | {int(d['replica_sampled'])} | "
+                f"{_mb(d['replica_saved_bytes'])} | {int(d['replica_rows'])} | "
+                f"{r['median_epoch_seconds']:.2f} | {r['last_loss']:.4f} | "
+                f"{r['last_train_accuracy']:.4f} |"
+            )
+        lines.append("")
+    if rp.get("accuracy"):
+        lines += [
+            "Test accuracy (2 parts, 2 batch workers, 1 compute worker, the "
+            "hyper-parameters of `bench/hec.py accuracy`):",
+            "",
+            "| graph | no replication | replicate top 1% | diff |",
+            "|---|---|---|---|",
+        ]
+        for name, runs in rp["accuracy"].items():
+            xs = [
+                [r["test_accuracy"] for k, r in runs.items() if k.startswith(t + "/")]
+                for t in ("0", "1%")
+            ]
+            diff = (
+                f"{100 * (statistics.mean(xs[1]) - statistics.mean(xs[0])):+.1f}"
+                if xs[0] and xs[1]
+                else "-"
+            )
+            lines.append(f"| {name} | {_mean(xs[0])} | {_mean(xs[1])} | {diff} |")
+        lines.append("")
+    if res.get("replicas"):
+        lines += [
+            "## Parallel replicas (200k nodes, 2 parts, hidden 256, 1 batch worker, "
+            "1 compute worker)",
+            "",
+            "A compute worker's G replicas in G threads (weights shared, gradients summed in "
+            "replica order) against one after the other; one intra-op thread per process "
+            "(so threads use up to G cores of the 2, with the batch worker).",
+            "",
+            "| G | replica exec | epoch s | forward/backward s | waiting for batches s | "
+            "last loss | train acc. |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for key, r in res["replicas"].items():
+            g, mode = key.split("/")
+            ts = r["time_split_rank0"]
+            lines.append(
+                f"| {g[1:]} | {mode} | {r['median_epoch_seconds']:.2f} | "
+                f"{ts.get('forward_backward', 0):.2f} | {ts.get('receive_wait', 0):.2f} | "
+                f"{r['last_loss']:.5f} | {r['last_train_accuracy']:.4f} |"
+            )
+        lines.append("")
+    if res.get("swapped"):
+        lines += [
+            "## Swapped-out parts (200k nodes, 2 parts, 1 batch worker, `--resident-parts 1`)",
+            "",
+            "read: a node of a part swapped out at its batch worker is sampled from the "
+            "store's files (the draws of a resident part); skip: it gets no neighbours (the "
+            "paper's footnote 1).",
+            "",
+            "| swapped neighbours | sampled from the store | MB read for them | "
+            "without neighbours | epoch s | loss | train acc. |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for mode, r in res["swapped"].items():
+            d = r["disagg"]
+            lines.append(
+                f"| {mode} | {int(d['disk_sampled'])} | {_mb(d['disk_bytes'])} | "
+                f"{int(d['unavailable'])} | {r['median_epoch_seconds']:.2f} | "
+                f"{r['last_loss']:.4f} | {r['last_train_accuracy']:.4f} |"
+            )
+        lines.append("")
+    return lines
 
 
 def main() -> None:
@@ -553,9 +771,13 @@ def main() -> None:
         help="the compute worker's quota instead of --cpu (a compute worker faster "
         "than one batch worker, as a GPU is in the paper)",
     )
-    for name in ("scaling", "bytes", "speed"):
+    for name in ("scaling", "bytes", "speed", "replication", "replicas", "swapped"):
         p = s if name == "scaling" else sub.add_parser(name)
         p.add_argument("--epochs", type=int, default=2)
+        if name == "replication":
+            p.add_argument("--tops", default=",".join(TOPS))
+            p.add_argument("--datasets", default="cora")
+            p.add_argument("--seeds", type=int, default=3)
     a = sub.add_parser("accuracy")
     a.add_argument("--datasets", default=",".join(ACC))
     a.add_argument("--seeds", type=int, default=10)
@@ -574,6 +796,9 @@ def main() -> None:
         "bytes": run_bytes,
         "speed": run_speed,
         "accuracy": run_accuracy,
+        "replication": run_replication,
+        "replicas": run_replicas,
+        "swapped": run_swapped,
         "worker": worker,
         "report": lambda _: write_markdown(load()),
     }[args.cmd](args)

@@ -78,14 +78,14 @@ def _epochs(rank, world, store, extra, epochs):
             return x, u
 
         eng.cache.consume = checked
-        step = eng._replica_step
+        step = eng._replica_inputs
 
-        def traced(gb, g, x_all, total):
+        def traced(gb, g, x_all):  # every replica's inputs, in either replica_exec mode
             pos = gb.minibatches[g][1]
-            out["seeds"][-1] += gb.ids[pos[: gb.minibatches[g][0]]].tolist()
-            return step(gb, g, x_all, total)
+            out["seeds"][-1].extend(gb.ids[pos[: gb.minibatches[g][0]]].tolist())
+            return step(gb, g, x_all)
 
-        eng._replica_step = traced
+        eng._replica_inputs = traced
     for e in range(epochs):
         out["seeds"].append([])
         rec = eng.train_epoch(e)
@@ -95,6 +95,7 @@ def _epochs(rank, world, store, extra, epochs):
         else:
             out["redundant"] += int(eng.last.get("redundant", 0))
     out["acc"] = eng.evaluate(("val", "test"))
+    out["weights"] = torch.cat([p.detach().reshape(-1) for p in eng.model.parameters()]).numpy()
     return out
 
 
@@ -104,7 +105,7 @@ def _epochs(rank, world, store, extra, epochs):
         (2, 2, {}),
         (3, 3, {"batch_workers": 2}),
         (3, 4, {"batch_workers": 2, "disagg_cache": 0, "resident_parts": 1}),
-        (4, 4, {"batch_workers": 2, "replicas": 2}),
+        (4, 4, {"batch_workers": 2, "replicas": 2, "replicate_top": "25%"}),
         (4, 4, {"batch_workers": 3, "local_sampling": True, "resident_parts": 1}),
         (4, 2, {"batch_workers": 2, "grouping": False, "disagg_cache": 10}),
     ],
@@ -129,6 +130,12 @@ def test_every_seed_once_every_part_once_rows_equal_the_store(
     d = res[0]["records"][-1]["disagg"]
     if extra.get("disagg_cache", "5%") == 0:
         assert d["rows_omitted"] == 0
+    assert d["unavailable"] == 0  # nothing dropped: swapped-out parts are read from the store
+    if extra.get("resident_parts") and not extra.get("local_sampling"):
+        assert d["disk_sampled"] > 0
+    if extra.get("replicate_top"):  # rows checked against the store above
+        assert d["replica_sampled"] > 0 and d["replica_rows"] > 0
+        assert d["replica_saved_bytes"] > 0
     if b == world - b:  # one batch worker per compute worker: a cached row is never resent
         assert all(r["redundant"] == 0 for r in res[: world - b])
     assert all(r["acc"] == res[0]["acc"] for r in res)
@@ -147,3 +154,26 @@ def test_one_process_is_refused(make_store):
     store = str(make_store(parts=2))
     with pytest.raises(WorldFailed, match="at least 2 processes"):
         run_world(_epochs, 1, store, {}, 1, timeout=60)
+
+
+def _both_modes(rank, world, store, epochs):
+    return [
+        _epochs(rank, world, store, {"batch_workers": 2, "replicas": 3, "replica_exec": m}, epochs)
+        for m in ("sequential", "threads")
+    ]
+
+
+def test_parallel_replicas_train_as_sequential_ones(make_graph, make_store):
+    """G = 3 replicas in threads: the same seeds, losses and weights (within float
+    tolerance) as one after the other."""
+    from tests.engines.conftest import community_graph
+
+    store = str(make_store(parts=4, graph=community_graph(make_graph)))
+    res = run_world(_both_modes, 3, store, 2, timeout=240)
+    seq, par = res[0]
+    assert [sorted(e) for e in seq["seeds"]] == [sorted(e) for e in par["seeds"]]
+    for a, b in zip(seq["records"], par["records"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6)
+    assert np.allclose(seq["weights"], par["weights"], rtol=1e-4, atol=1e-6)
+    assert not np.allclose(seq["weights"], res[1][0]["weights"] * 0)  # it trained
+    assert all(np.array_equal(r[1]["weights"], par["weights"]) for r in res)

@@ -14,9 +14,11 @@ buckets (``docs/store.md``); :class:`ResidentParts` is the engine side that read
 A loaded part has the attributes :class:`~shoal.distributed.DistNeighborSampler` reads from a
 store :class:`~shoal.store.Partition` (``index``, ``start``, ``num_core``, ``indptr``,
 ``indices`` over core then halo rows, ``halo_ids``) plus its core feature rows, read in one
-sequential pass. Neighbours of a row are ordered by source bucket, then by the graph's edge
-order (a store part orders them by the graph's order alone): the sampling distribution is
-the same, the individual draws are not.
+sequential pass. Neighbours of a row are sorted by source (new ID), as in a store part
+(``docs/store.md``; local indices: core rows, then halo nodes in ascending new ID), so with remote
+sampling a loaded part's CSR equals the store part's entry for entry: a swapped-out part can
+be sampled from the store's files with the same draws
+(:class:`~shoal.engines.disagg.sampling.BatchSampler`).
 """
 
 from __future__ import annotations
@@ -60,8 +62,6 @@ class LoadedPart:
         )
         dst = np.concatenate([e[:, 1] for e in edges]).astype(np.int64) if edges else src
         rows = dst - self.start
-        order = np.argsort(rows, kind="stable")
-        src = src[order]
         self.indptr = np.zeros(self.num_core + 1, np.int64)
         np.cumsum(np.bincount(rows, minlength=self.num_core), out=self.indptr[1:])
         inside = (src >= self.start) & (src < self.start + self.num_core)
@@ -69,7 +69,8 @@ class LoadedPart:
         local = np.empty(len(src), np.int64)
         local[inside] = src[inside] - self.start
         local[~inside] = self.num_core + inv
-        self.indices = local
+        # rows in order, each row's sources by new id (the store part's order)
+        self.indices = local[np.lexsort((src, rows))]
 
 
 def part_bytes(store: Store, *, local: bool = False) -> np.ndarray:

@@ -8,7 +8,14 @@ from typing import ClassVar
 from shoal.training.engine_config import EngineConfig
 from shoal.utils.io import parse_size
 
-__all__ = ["DisaggConfig"]
+__all__ = ["REPLICATE_TOP", "REPLICA_EXEC", "DisaggConfig"]
+
+#: default of ``replicate_top`` (measured: ``bench/results/disagg.md``, replication)
+REPLICATE_TOP = "0"
+#: default of ``replica_exec`` (measured: ``bench/results/disagg.md``, replicas)
+REPLICA_EXEC = "sequential"
+SWAPPED = ("read", "skip")
+REPLICA_EXECS = ("sequential", "threads")
 
 
 @dataclass(kw_only=True)
@@ -32,6 +39,22 @@ class DisaggConfig(EngineConfig):
             every mini-batch's rows, an ablation).
         resident_parts: most parts a batch worker holds together (the rest are swapped in
             one at a time); None = as many as half its memory budget holds (default None).
+        replicate_top: nodes of highest in-degree whose neighbour lists and feature rows
+            every batch worker keeps (Sec. 3 and 5: the "special partition" kept in memory on
+            all workers), so sampling them or loading their rows needs no request to their
+            owner: nodes (an int) or a share of the nodes (``"1%"``); 0 = off, the ablation.
+            Used by remote sampling only. The paper gives no size; default ``REPLICATE_TOP``
+            (chosen by ``bench/disagg.py replication``, see ``docs/distributed.md``).
+        swapped_neighbours: a frontier node whose part is swapped out at its batch worker:
+            ``"read"`` samples it from the store's files of that part (the same draws as
+            when resident), ``"skip"`` gives it no neighbours (the paper's footnote 1:
+            sampling covers the subgraph in memory) and warns with the count (default
+            ``"read"``).
+        replica_exec: how a compute worker runs its ``G`` replicas: ``"threads"`` (``G``
+            threads, each a replica sharing the weights, torch's intra-op threads split
+            between them, gradients summed in replica order) or ``"sequential"`` (one after
+            the other); the same gradients either way (default ``REPLICA_EXEC``, chosen by
+            ``bench/disagg.py replicas``).
     """
 
     engine: ClassVar[str] = "disagg"
@@ -44,9 +67,21 @@ class DisaggConfig(EngineConfig):
     local_sampling: bool = False
     grouping: bool = True
     resident_parts: int | None = None
+    replicate_top: str | int = REPLICATE_TOP
+    swapped_neighbours: str = "read"
+    replica_exec: str = REPLICA_EXEC
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.swapped_neighbours not in SWAPPED:
+            raise ValueError(
+                f"swapped_neighbours must be one of {SWAPPED}, got {self.swapped_neighbours!r}"
+            )
+        if self.replica_exec not in REPLICA_EXECS:
+            raise ValueError(
+                f"replica_exec must be one of {REPLICA_EXECS}, got {self.replica_exec!r}"
+            )
+        _check_replicate(self.replicate_top)
         for key in ("replicas", "batch_queue"):
             if int(getattr(self, key)) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
@@ -73,4 +108,18 @@ def _check_cache(spec: str | int) -> None:
         raise ValueError(
             f"disagg_cache must be rows (e.g. 10000), a share of the nodes (e.g. 5%) or a size "
             f"(e.g. 64MiB), got {spec!r}"
+        )
+
+
+def _check_replicate(spec: str | int) -> None:
+    """``replicate_top``: nodes >= 0 or a percentage in [0, 100]."""
+    text = str(spec).strip()
+    try:
+        ok = 0.0 <= float(text[:-1]) <= 100.0 if text.endswith("%") else int(text) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"replicate_top must be nodes (e.g. 2000) or a share of the nodes (e.g. 1%), "
+            f"got {spec!r}"
         )

@@ -21,7 +21,12 @@ Every epoch:
    (:class:`~shoal.engines.disagg.rowcache.ComputeCache`), sends the cache update to its batch
    workers, runs its ``G`` replicas (on CPU: one model, ``G`` forward/backward passes) and
    all-reduces the gradients. The loss of an iteration is the mean over every compute
-   worker's seeds of that iteration (weights as one global batch);
+   worker's seeds of that iteration (weights as one global batch). ``replica_exec="threads"``
+   runs the ``G`` replicas in parallel (Section 3: "compute workers ... perform the GNN
+   forward/backward pass on received batches in parallel"): ``G`` threads, each a replica
+   whose parameters are views of the one set of weights (no copies), torch's intra-op threads
+   split between them, each replica's gradients kept apart and summed in replica order --
+   the sum the sequential passes accumulate;
 4. the compute workers' weights are broadcast to the batch workers, so that every rank holds
    the model the shared epoch loop evaluates and checkpoints (evaluation runs on every rank,
    parts spread over the batch workers).
@@ -29,7 +34,9 @@ Every epoch:
 
 from __future__ import annotations
 
+import copy
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -43,6 +50,7 @@ from shoal.engines.disagg.config import DisaggConfig
 from shoal.engines.disagg.msg import recv_batch, send_update
 from shoal.engines.disagg.plan import Roles, assign_parts, default_batch_workers, epoch_schedule
 from shoal.engines.disagg.rowcache import ComputeCache
+from shoal.engines.disagg.sampling import replica_count
 from shoal.engines.disagg.worker import BatchWorker
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch, MiniBatch
@@ -66,6 +74,15 @@ COUNTERS = (
     "peak_pending",
     "unavailable",
     "bytes_read",
+    "sample_bytes",
+    "pull_bytes",
+    "remote_requests",
+    "replica_sampled",
+    "replica_saved_bytes",
+    "replica_rows",
+    "replica_bytes",
+    "disk_sampled",
+    "disk_bytes",
 )
 
 
@@ -155,23 +172,48 @@ class DisaggEngine(Engine):
                 queue=self.options.batch_queue,
                 group=self.batch_group,
                 stats=self.stats,
+                replicate=replica_count(self.options.replicate_top, store.num_nodes),
+                swapped=self.options.swapped_neighbours,
             )
         else:
             feeders = roles.feeders(ctx.rank)
             self.cache = ComputeCache(store.num_nodes, self.dim, self.capacity, feeders)
+        self._pool: ThreadPoolExecutor | None = None
+        if self.options.replica_exec == "threads" and self.options.replicas > 1:
+            if any(True for _ in self.model.buffers()):
+                raise ShoalInputError(
+                    "--replica-exec threads shares one set of weights between the replicas; "
+                    "this model has buffers (e.g. batch-norm statistics) they would update "
+                    "at once",
+                    fix="use --replica-exec sequential",
+                )
+            if not self.is_batch:
+                self._pool = ThreadPoolExecutor(
+                    self.options.replicas - 1, thread_name_prefix="shoal-replica"
+                )
+                # a module object per replica: functional_call swaps a module's parameters
+                # while it runs, so two threads must never run the same module object
+                self._modules = [self.model] + [
+                    copy.deepcopy(self.model) for _ in range(self.options.replicas - 1)
+                ]
         self.last: dict[str, Any] = {}
         if ctx.is_rank0:
             log.info(
                 "disagg: compute ranks %s, batch ranks %s (batch worker j feeds compute "
-                "rank j mod %d), %d replica(s), cache %d rows, queue %d, %s sampling%s",
+                "rank j mod %d), %d replica(s) (%s), cache %d rows, queue %d, %s sampling%s, "
+                "%d replicated nodes",
                 roles.compute_ranks,
                 roles.batch_ranks,
                 roles.compute_workers,
                 self.options.replicas,
+                self.options.replica_exec,
                 self.capacity,
                 self.options.batch_queue,
                 "local" if self.options.local_sampling else "remote",
                 "" if self.options.grouping else ", no grouping",
+                0
+                if self.options.local_sampling
+                else replica_count(self.options.replicate_top, store.num_nodes),
             )
 
     # ---------------------------------------------------------------- the epoch
@@ -224,6 +266,13 @@ class DisaggEngine(Engine):
         d = dict(zip(COUNTERS, counters.tolist()))
         looked = d["rows_sent"] + d["rows_omitted"]
         d["hit_rate"] = d["rows_omitted"] / looked if looked else 0.0
+        if d["unavailable"] and self.ctx.is_rank0:
+            log.warning(
+                "disagg: %d frontier nodes of swapped-out parts got no neighbours this epoch "
+                "(--swapped-neighbours skip, the paper's footnote 1); --swapped-neighbours "
+                "read samples them from the store",
+                int(d["unavailable"]),
+            )
         d.update(
             iterations=sched.iterations,
             cache_rows=self.capacity,
@@ -257,9 +306,12 @@ class DisaggEngine(Engine):
             with meter.time("forward_backward"):
                 total = max(sched.iteration_seeds(i), 1)
                 self.optimizer.zero_grad(set_to_none=True)
-                for g in range(len(gb.minibatches)):
-                    ls, c, n = self._replica_step(gb, g, x_all, total)
-                    loss_sum, correct, seen = loss_sum + ls, correct + c, seen + n
+                if self._pool is not None:
+                    loss_sum, correct, seen = self._replicas_in_threads(gb, x_all, total)
+                else:
+                    for g in range(len(gb.minibatches)):
+                        ls, c, n = self._replica_step(gb, g, x_all, total)
+                        loss_sum, correct, seen = loss_sum + ls, correct + c, seen + n
             with meter.time("allreduce"):
                 self._all_reduce()
                 self.optimizer.step()
@@ -274,9 +326,8 @@ class DisaggEngine(Engine):
             st[k] = 0
         return rec
 
-    def _replica_step(self, gb, g: int, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
-        """One replica's forward and backward; the loss is scaled so that the all-reduced
-        mean over compute workers is the mean over the iteration's seeds."""
+    def _replica_inputs(self, gb, g: int, x_all: np.ndarray):
+        """Replica ``g``'s features, labels, blocks and seed count (on the device)."""
         cfg = self.train_config
         pos, blocks = gb.blocks(g, self.tables.degrees)
         seeds = gb.minibatches[g][0]
@@ -288,6 +339,12 @@ class DisaggEngine(Engine):
         if self.device.type != "cpu":
             b = self.feed.to_device(Batch(MiniBatch(gb.ids[pos], blocks, seeds), x, y))
             x, y, blocks = b.x, b.y, b.mb.blocks
+        return x, y, blocks, seeds
+
+    def _replica_step(self, gb, g: int, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
+        """One replica's forward and backward; the loss is scaled so that the all-reduced
+        mean over compute workers is the mean over the iteration's seeds."""
+        x, y, blocks, seeds = self._replica_inputs(gb, g, x_all)
         out = self.model(x, blocks)
         if seeds:
             loss = F.cross_entropy(out, y, reduction="sum")
@@ -295,6 +352,52 @@ class DisaggEngine(Engine):
             return float(loss.detach()), int((out.detach().argmax(1) == y).sum()), seeds
         (out.sum() * 0.0).backward()
         return 0.0, 0, 0
+
+    def _replica_grads(self, gb, g: int, x_all: np.ndarray, total: int):
+        """Replica ``g`` in its thread, on its own module object: its parameters are views
+        of the weights (shared storage, its own autograd leaves), so its gradients stay its
+        own."""
+        names = [n for n, _ in self.model.named_parameters()]
+        params = {n: p.detach().requires_grad_(True) for n, p in self.model.named_parameters()}
+        x, y, blocks, seeds = self._replica_inputs(gb, g, x_all)
+        module = self._modules[g]
+        module.train(self.model.training)
+        out = torch.func.functional_call(module, params, (x, blocks))
+        leaves = [params[n] for n in names]
+        if not seeds:
+            return 0.0, 0, 0, [torch.zeros_like(p) for p in leaves]
+        loss = F.cross_entropy(out, y, reduction="sum")
+        grads = torch.autograd.grad(
+            loss * self.roles.compute_workers / total, leaves, allow_unused=True
+        )
+        grads = [torch.zeros_like(p) if gr is None else gr for p, gr in zip(leaves, grads)]
+        correct = int((out.detach().argmax(1) == y).sum())
+        return float(loss.detach()), correct, seeds, grads
+
+    def _replicas_in_threads(self, gb, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
+        """The ``G`` replicas at once (replica 0 in this thread), torch's intra-op threads
+        split between them; gradients summed in replica order into the weights' ``grad``."""
+        G = len(gb.minibatches)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, threads // G))
+        try:
+            futures = [
+                self._pool.submit(self._replica_grads, gb, g, x_all, total) for g in range(1, G)
+            ]
+            results = [self._replica_grads(gb, 0, x_all, total)]
+            results += [f.result() for f in futures]
+        finally:
+            torch.set_num_threads(threads)
+        for k, p in enumerate(self.model.parameters()):
+            acc = results[0][3][k]
+            for r in results[1:]:
+                acc = acc + r[3][k]
+            p.grad = acc
+        return (
+            sum(r[0] for r in results),
+            sum(r[1] for r in results),
+            sum(r[2] for r in results),
+        )
 
     def _all_reduce(self) -> None:
         if self.roles.compute_workers == 1:
@@ -337,4 +440,7 @@ class DisaggEngine(Engine):
             "local_sampling": self.options.local_sampling,
             "batch_queue": self.options.batch_queue,
             "resident_parts": self.options.resident_parts,
+            "replicate_top": self.options.replicate_top,
+            "swapped_neighbours": self.options.swapped_neighbours,
+            "replica_exec": self.options.replica_exec,
         }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shoal.engines.disagg.config import DisaggConfig
+from shoal.engines.disagg.config import REPLICA_EXECS, SWAPPED, DisaggConfig
 
 __all__ = ["add_arguments"]
 
@@ -57,4 +57,24 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         metavar="K",
         help="most parts a batch worker holds together, the rest swapped in one at a time "
         "(default: as many as half its memory budget holds)",
+    )
+    g.add_argument(
+        "--replicate-top",
+        metavar="N|PCT",
+        help="nodes of highest in-degree whose neighbour lists and rows every batch worker "
+        "keeps (Armada Sec. 5), so sampling them needs no remote request: nodes or a share "
+        f"of the nodes (1%%); 0 = off (default {str(d.replicate_top).replace('%', '%%')})",
+    )
+    g.add_argument(
+        "--swapped-neighbours",
+        choices=SWAPPED,
+        help="nodes of a part swapped out at its batch worker: read sample them from the "
+        "store's files (the same draws as resident), skip gives them no neighbours "
+        f"(the paper's footnote 1; warns) (default {d.swapped_neighbours})",
+    )
+    g.add_argument(
+        "--replica-exec",
+        choices=REPLICA_EXECS,
+        help="a compute worker's G replicas: threads (in parallel, intra-op threads split) "
+        f"or sequential (default {d.replica_exec})",
     )

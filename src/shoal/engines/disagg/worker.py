@@ -10,11 +10,14 @@ worker's cache holds (:mod:`~shoal.engines.disagg.rowcache`).
 Sampling, the paper's two modes: **distributed** (default) -- a frontier node in a part another
 batch worker holds is sampled by that worker (:class:`~shoal.distributed.DistNeighborSampler`
 over the batch workers' group, the same kernel and fanouts as ``minibatch``); its rows are
-pulled from it too. A node whose part is resident nowhere at that moment (parts swapped
-out, when the graph does not fit the batch workers' memory) has no neighbours to offer (the
-paper's footnote 1: sampling covers the subgraph in the layer's memory); its feature row is
-read from the store by the worker the part is assigned to. **Local** (``local_sampling``): only
-edges among the worker's resident parts; no traffic between batch workers at all.
+pulled from it too. The highest-degree nodes are replicated on every batch worker
+(``replicate_top``, Sections 3 and 5): they are sampled and their rows loaded locally. A node
+whose part is swapped out at that moment at the worker it is assigned to (the graph does not
+fit the batch workers' memory) is sampled by that worker from the store's files of the part,
+the same draws as when resident, and its feature row is read from the store too
+(:class:`~shoal.engines.disagg.sampling.BatchSampler`; ``swapped="skip"`` keeps the paper's
+footnote 1 instead). **Local** (``local_sampling``): only edges among the worker's resident
+parts; no traffic between batch workers at all.
 
 Sends are non-blocking and bounded: at most ``queue`` global batches in flight, so the worker
 prepares the next batches while the compute worker trains (sampling is off its critical path).
@@ -32,7 +35,6 @@ import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
-from shoal.distributed.sampler import DistNeighborSampler
 from shoal.engines.disagg.bucketparts import ResidentParts, part_bytes
 from shoal.engines.disagg.msg import (
     TAG_INTS,
@@ -45,6 +47,7 @@ from shoal.engines.disagg.msg import (
 )
 from shoal.engines.disagg.plan import EpochSchedule, Roles, parts_in_order, phases
 from shoal.engines.disagg.rowcache import CacheView
+from shoal.engines.disagg.sampling import BatchSampler, Replica
 from shoal.rows.gather import read_rows
 from shoal.store.reader import Store
 from shoal.training.batches import batch_seed
@@ -60,7 +63,10 @@ class BatchWorker:
     Args:
         store, degrees, train: the store and the global in-degree / training-mask tables.
         fanouts, batch_size, replicas (``G``), seed: sampling.
-        budget: bytes of parts it may hold together; ``max_parts`` caps their number.
+        budget: bytes of parts (and the replica) it may hold together; ``max_parts`` caps
+            the parts.
+        replicate: nodes of highest degree to replicate (remote sampling only; 0 = none).
+        swapped: ``"read"`` or ``"skip"`` (:class:`~shoal.engines.disagg.sampling.BatchSampler`).
         cache: whether the compute worker caches rows (the view is kept only then).
         local_sampling, grouping, queue: options (module docstring).
         group: the batch workers' process group (distributed sampling).
@@ -86,13 +92,27 @@ class BatchWorker:
         queue: int,
         group: dist.ProcessGroup | None,
         stats: CommStats,
+        replicate: int = 0,
+        swapped: str = "read",
     ) -> None:
         self.store, self.roles, self.rank = store, roles, rank
         self.b = roles.batch_index(rank)
         self.dst = roles.compute_of(self.b)
         self.train = train
         self.G, self.batch_size, self.seed = replicas, batch_size, seed
+        self.replica = (
+            Replica.build(store, degrees, replicate) if replicate and not local_sampling else None
+        )
         self.budget, self.max_parts = budget, max_parts
+        if self.replica is not None:  # kept in memory all epoch: the parts get the rest
+            self.budget = max(budget - self.replica.nbytes, 0)
+            log.debug(
+                "batch worker %d: %d replicated nodes, %d bytes (%d read)",
+                self.b,
+                len(self.replica.ids),
+                self.replica.nbytes,
+                self.replica.bytes_read,
+            )
         self.local, self.grouping, self.queue_len = local_sampling, grouping, queue
         self.group, self.stats = group, stats
         self.offsets = np.asarray(store.part_offsets, np.int64)
@@ -100,7 +120,10 @@ class BatchWorker:
         self.resident = ResidentParts(store, local=local_sampling)
         self.view = CacheView(store.num_nodes, cache)
         world = 1 if local_sampling else roles.batch_workers
-        self.sampler = DistNeighborSampler(
+        self.sampler = BatchSampler(
+            store=store,
+            replica=self.replica,
+            swapped=swapped,
             parts=[],
             part_offsets=self.offsets,
             part_to_rank=np.zeros(store.num_parts, np.int64),
@@ -160,7 +183,13 @@ class BatchWorker:
             "rows_omitted": 0,
             "batch_bytes": 0,
             "update_bytes": 0,
+            "sample_bytes": 0,
+            "pull_bytes": 0,
+            "replica_rows": 0,
         }
+        for k in self.sampler.counters:
+            self.sampler.counters[k] = 0
+        self.sampler.unavailable = 0
         self.record = rec
         self.resident.loads, self.resident.bytes_read = [], 0
         self.expected = self.view.version + sched.iterations  # updates of this epoch
@@ -204,6 +233,10 @@ class BatchWorker:
         rec["seconds"] = time.perf_counter() - t0
         rec["parts_loaded"] = list(self.resident.loads)
         rec["unavailable"] = self.sampler.unavailable
+        rec.update(self.sampler.counters)
+        rec["disk_bytes"] = self.sampler.disk_bytes
+        rec["replica_bytes"] = self.replica.nbytes if self.replica is not None else 0
+        self.sampler.close()
         return rec
 
     def _load_phase(self, ph: list[list[int]], k: int, rec: dict) -> None:
@@ -221,6 +254,7 @@ class BatchWorker:
         """Prepare and send this worker's batch ``k`` (``-1``: join the collectives only)."""
         mine = k >= 0
         t = time.perf_counter()
+        sent0 = self.stats.bytes_sent
         mbs = [
             self.sampler.sample(
                 seeds, batch_seed(self.seed, epoch, max(k, 0) * self.G + g) + self.b
@@ -228,13 +262,16 @@ class BatchWorker:
             for g, seeds in enumerate(batch)
         ]
         rec["sampling"] += time.perf_counter() - t
+        rec["sample_bytes"] += self.stats.bytes_sent - sent0
         t = time.perf_counter()
         self._poll_updates(rec)
         ids, pos = group_union(mbs, self.grouping)
         sent = self.view.plan(ids, self.consumed_at[k]) if mine else np.zeros(0, np.int64)
         want = ids[sent] if mine else np.zeros(0, np.int64)
         if feats is not None:  # distributed: a collective among batch workers
-            rows = feats.pull(want).numpy().copy()
+            sent0 = self.stats.bytes_sent
+            rows = self._pull(feats, want, rec)
+            rec["pull_bytes"] += self.stats.bytes_sent - sent0
         else:
             rows = self.resident.rows(want, np.empty((len(want), self.dim), np.float32))
         rec["features"] += time.perf_counter() - t
@@ -261,6 +298,21 @@ class BatchWorker:
         rec["rows_sent"] += len(sent)
         rec["rows_omitted"] += len(ids) - len(sent)
         rec["batch_bytes"] += nbytes
+
+    def _pull(self, feats: DistFeatureStore, want: np.ndarray, rec: dict) -> np.ndarray:
+        """Rows of ``want``: replicated ones from the replica, the others pulled from their
+        batch workers (collective); ``replica_rows`` counts the replicated rows another
+        worker would have sent."""
+        if self.replica is None:
+            return feats.pull(want).numpy().copy()
+        rpos = self.replica.positions(want)
+        hit = rpos >= 0
+        out = np.empty((len(want), self.dim), np.float32)
+        out[hit] = self.replica.features[rpos[hit]]
+        out[~hit] = feats.pull(want[~hit]).numpy()
+        owners = feats.owner_rank(want[hit])
+        rec["replica_rows"] += int(np.count_nonzero(owners != self.b))
+        return out
 
     def _feature_store(self, part_to_bw: np.ndarray) -> DistFeatureStore | None:
         if self.local:

@@ -1,0 +1,376 @@
+"""The ``disagg`` batch workers' sampler: replicated high-degree nodes, swapped-out parts.
+
+Armada (Waleffe et al., 2025), Section 3 ("Mini Batch Preparation Layer": distributed
+construction "supports replicating high degree nodes on each worker") and Section 5
+("Partition Assignment to Batch Construction Workers": "the nodes to be replicated are placed
+in a special partition that is assigned to, and kept in memory, on *all* workers").
+
+:class:`Replica` is that special partition: the ``N`` nodes of highest in-degree (ties to the
+lower id), with their in-neighbour lists (global ids) and feature rows, read once from the
+store when a batch worker starts. Unlike the paper's layout the nodes also stay in their own
+parts (their owner samples them for its own frontier as before); only the *other* batch
+workers use the copy.
+
+:class:`BatchSampler` extends :class:`~shoal.distributed.DistNeighborSampler` (DistDGL's
+"sample where the data lives") in two ways:
+
+- a frontier node held by another batch worker but present in the replica is sampled here,
+  from the replica, instead of being sent to its owner (counted: ``replica_sampled`` and the
+  request bytes it saves, ``replica_saved_bytes``); the others are requested as before
+  (``remote_requests``). The draws are uniform without replacement, the same kernel, so the
+  sampling distribution is unchanged (the individual draws come from another stream);
+- a node of a part its owner holds but that is **swapped out** at that moment (the epoch's
+  other phases, Section 5) is sampled from the store's files of that part: the rows' offsets
+  (``indptr``), then only the drawn entries of ``indices`` and the halo ids they name, with
+  planned reads (:func:`shoal.rows.open_rows`, the reader of ``--structure disk``). A part
+  loaded from the edge buckets orders each row's neighbours as the store part does
+  (:mod:`~shoal.engines.disagg.bucketparts`), and the draws are keyed by the part and the
+  node's position in the request exactly as for a resident part, so the sampled batches are
+  the same whether the part is resident or not (tested). ``swapped="skip"`` keeps the
+  paper's footnote 1 instead (sampling covers only the subgraph in the layer's memory:
+  such nodes get no neighbours); the nodes are counted (``unavailable``) and the engine
+  warns after each epoch, naming the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shoal.distributed.comm import CommStats, exchange
+from shoal.distributed.feature_store import owner_of
+from shoal.distributed.sampler import DistNeighborSampler
+from shoal.rows import open_rows
+from shoal.rows.gather import read_rows
+from shoal.sample import _kernels as K
+from shoal.sample.base import hop_rowptr
+from shoal.store.reader import Store
+
+__all__ = ["BatchSampler", "Replica", "replica_count"]
+
+_NO_INDICES = np.empty(0, dtype=np.int64)  # the kernels' indices when only positions are drawn
+_REPLICA_STREAM = np.uint64(0x52455043)  # the replica's draws: a stream of their own
+_SERVE_STREAM = np.uint64(0x5BD1E995)  # DistNeighborSampler's stream for peers' requests
+
+
+def replica_count(spec: str | int, num_nodes: int) -> int:
+    """Nodes to replicate: an int (nodes) or ``"1%"`` (of the nodes); 0 = none."""
+    text = str(spec).strip()
+    if text.endswith("%"):
+        n = int(num_nodes * float(text[:-1]) / 100)
+    else:
+        n = int(text)
+    if n < 0:
+        raise ValueError(f"replicate_top must be >= 0, got {spec!r}")
+    return min(n, num_nodes)
+
+
+@dataclass
+class Replica:
+    """The replicated nodes (see the module docstring): ``ids`` sorted; row ``r`` of the CSR
+    (``indptr``, ``indices``: global ids) and of ``features`` is node ``ids[r]``."""
+
+    ids: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    features: np.ndarray
+    bytes_read: int = 0
+    member: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+
+    @classmethod
+    def build(cls, store: Store, degrees: np.ndarray, n: int) -> Replica:
+        """The ``n`` nodes of highest ``degrees`` (ties: lower id first), read from the
+        store's parts (only their rows)."""
+        deg = np.asarray(degrees)
+        ids = np.sort(np.argsort(-deg, kind="stable")[:n]).astype(np.int64)
+        offsets = np.asarray(store.part_offsets, np.int64)
+        dim = int(store.feature_dim)
+        owner = owner_of(offsets, ids)
+        lists, feats, read = [], np.empty((len(ids), dim), np.float32), 0
+        for j in np.unique(owner):
+            sel = np.flatnonzero(owner == j)
+            part = store.part(int(j))
+            rows = ids[sel] - part.start
+            indptr = np.asarray(part.indptr)
+            b, e = indptr[rows], indptr[rows + 1]
+            lens = e - b
+            pos = np.repeat(b - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
+                int(lens.sum())
+            )
+            loc = np.asarray(part.indices[pos], np.int64)
+            glob = _to_global(loc, part.start, part.num_core, np.asarray(part.halo_ids))
+            lists.append((sel, lens, glob))
+            read_rows(part.features, rows, feats, at=sel)
+            read += 16 * len(rows) + loc.size * part.indices.itemsize + feats[sel].nbytes
+        lens = np.zeros(len(ids), np.int64)
+        for sel, ln, _ in lists:
+            lens[sel] = ln
+        indptr = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum(lens, out=indptr[1:])
+        indices = np.empty(int(indptr[-1]), np.int64)
+        for sel, ln, glob in lists:
+            where = np.repeat(indptr[sel] - np.concatenate([[0], np.cumsum(ln)[:-1]]), ln)
+            indices[where + np.arange(len(glob))] = glob
+        member = np.zeros(store.num_nodes, bool)
+        member[ids] = True
+        return cls(ids, indptr, indices, feats, read, member)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the replica takes on every batch worker."""
+        arrays = (self.ids, self.indptr, self.indices, self.features)
+        return int(sum(a.nbytes for a in arrays)) + int(self.member.nbytes)
+
+    def positions(self, nodes: np.ndarray) -> np.ndarray:
+        """Row of each of ``nodes`` in the replica, -1 when not replicated."""
+        out = np.full(len(nodes), -1, np.int64)
+        if len(nodes) and len(self.ids):
+            hit = self.member[nodes]
+            out[hit] = np.searchsorted(self.ids, nodes[hit])
+        return out
+
+    def sample(
+        self, rows: np.ndarray, fanout: int, key: np.uint64
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, picked global ids) of replica ``rows``, uniformly without replacement."""
+        k = len(rows)
+        c = np.zeros(k, np.int64)
+        if k == 0:
+            return c, np.zeros(0, np.int64)
+        K._count(self.indptr, rows, k, fanout, c)
+        rowptr = np.zeros(k + 1, np.int64)
+        np.cumsum(c, out=rowptr[1:])
+        picked = np.empty(int(rowptr[-1]), np.int64)
+        dst = np.empty_like(picked)
+        K._fill(self.indptr, self.indices, rows, k, rowptr, key, picked, dst)
+        return c, picked
+
+
+def _to_global(loc: np.ndarray, start: int, num_core: int, halo: np.ndarray) -> np.ndarray:
+    """Local source indices of a part (core, then halo) as global ids."""
+    out = loc + start
+    h = loc >= num_core
+    out[h] = halo[loc[h] - num_core]
+    return out
+
+
+class _PartFiles:
+    """Planned reads of one store part's ``indptr``, ``indices`` and ``halo_ids`` (each
+    ``None`` when it is in memory already: then indexed directly)."""
+
+    def __init__(self, store: Store, j: int) -> None:
+        self.part = store.part(j)
+        self.arrays = {n: getattr(self.part, n) for n in ("indptr", "indices", "halo_ids")}
+        self.readers = {
+            n: open_rows(a.reshape(-1, 1), threads=1) if a.size else None
+            for n, a in self.arrays.items()
+        }
+        self.bytes = 0
+
+    def take(self, name: str, pos: np.ndarray) -> np.ndarray:
+        """Entries ``pos`` (any order, repeats allowed) of array ``name`` as int64."""
+        a, r = self.arrays[name], self.readers[name]
+        if len(pos) == 0:
+            return np.zeros(0, np.int64)
+        if r is None:
+            return np.asarray(a[pos], np.int64)
+        u, inv = np.unique(pos, return_inverse=True)
+        vals = np.empty((len(u), 1), a.dtype)
+        self.bytes += int(r.read(u, vals))
+        return vals[inv.reshape(-1), 0].astype(np.int64)
+
+    def close(self) -> None:
+        for r in self.readers.values():
+            if r is not None:
+                r.close()
+
+
+class BatchSampler(DistNeighborSampler):
+    """:class:`~shoal.distributed.DistNeighborSampler` with a replica and swapped-out parts
+    read from the store (module docstring). Link prediction's ``exclude`` is not supported
+    (the ``disagg`` engine trains node classification).
+
+    Args:
+        store: the opened store (files of swapped-out parts).
+        replica: the replicated nodes, or None.
+        swapped: ``"read"`` (sample swapped-out parts from the store) or ``"skip"``.
+        Others: :class:`~shoal.distributed.DistNeighborSampler`'s.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        replica: Replica | None,
+        swapped: str,
+        parts: Sequence,
+        part_offsets: np.ndarray,
+        part_to_rank: np.ndarray,
+        rank: int,
+        world_size: int,
+        fanouts: Sequence[int] | str,
+        degrees: np.ndarray,
+        stats: CommStats | None = None,
+        group=None,
+    ) -> None:
+        if swapped not in ("read", "skip"):
+            raise ValueError(f"swapped must be 'read' or 'skip', got {swapped!r}")
+        super().__init__(
+            parts=parts,
+            part_offsets=part_offsets,
+            part_to_rank=part_to_rank,
+            rank=rank,
+            world_size=world_size,
+            fanouts=fanouts,
+            degrees=degrees,
+            stats=stats,
+            group=group,
+        )
+        self.store, self.replica, self.swapped = store, replica, swapped
+        self._files: dict[int, _PartFiles] = {}
+        self.counters = dict.fromkeys(
+            ("remote_requests", "replica_sampled", "replica_saved_bytes", "disk_sampled"), 0
+        )
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes read from the store to sample swapped-out parts (open files only)."""
+        return sum(f.bytes for f in self._files.values())
+
+    def close(self) -> None:
+        """Close the readers of swapped-out parts (reopened when needed)."""
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+    # ------------------------------------------------------------ swapped-out parts
+    def _sample_owned(self, ids, fanout, key, ex=None):
+        if ex is not None:
+            raise NotImplementedError("the disagg batch sampler does not exclude edges")
+        n = ids.shape[0]
+        if n == 0 or self.swapped == "skip":
+            return super()._sample_owned(ids, fanout, key)
+        part_of = owner_of(self.part_offsets, ids)
+        away = ~np.isin(part_of, np.fromiter(self.parts, np.int64, len(self.parts)))
+        if not away.any():
+            return super()._sample_owned(ids, fanout, key)
+        here = np.flatnonzero(~away)  # each part's rows keep their order: the same draws
+        pieces = [(here, *super()._sample_owned(ids[here], fanout, key))]
+        for j in np.unique(part_of[away]):
+            sel = np.flatnonzero(part_of == j)
+            pkey = key if int(j) == 0 else np.uint64(K._stream_key(key, np.uint64(j)))
+            pieces.append((sel, *self._from_store(int(j), ids[sel], fanout, pkey)))
+            self.counters["disk_sampled"] += len(sel)
+        counts = np.zeros(n, np.int64)
+        for sel, c, _ in pieces:
+            counts[sel] = c
+        rowptr = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=rowptr[1:])
+        out = np.empty(int(rowptr[-1]), np.int64)
+        for sel, c, picked in pieces:
+            _scatter(out, rowptr, sel, c, picked)
+        return counts, out
+
+    def _from_store(
+        self, j: int, nodes: np.ndarray, fanout: int, key: np.uint64
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``nodes`` (of part ``j``) from the store's files: the row offsets, then the
+        drawn positions (the draws a resident copy of the part gives), then their ids."""
+        f = self._files.get(j)
+        if f is None:
+            f = self._files[j] = _PartFiles(self.store, j)
+        part = f.part
+        k = len(nodes)
+        rows = nodes - part.start
+        ends = f.take("indptr", np.concatenate([rows, rows + 1]))
+        begin, deg = ends[:k], ends[k:] - ends[:k]
+        sub = np.zeros(k + 1, np.int64)  # a CSR of just these rows, in request order
+        np.cumsum(deg, out=sub[1:])
+        seq = np.arange(k, dtype=np.int64)
+        c = np.empty(k, np.int64)
+        K._count(sub, seq, k, fanout, c)
+        rowptr = np.zeros(k + 1, np.int64)
+        np.cumsum(c, out=rowptr[1:])
+        m = int(rowptr[-1])
+        picked = np.empty(m, np.int64)
+        dst = np.empty(m, np.int64)
+        K._fill(sub, _NO_INDICES, seq, k, rowptr, key, picked, dst, True)
+        loc = f.take("indices", picked - sub[dst] + begin[dst])
+        h = loc >= part.num_core
+        out = loc + part.start
+        out[h] = f.take("halo_ids", loc[h] - part.num_core)
+        return c, out
+
+    # ------------------------------------------------------------ one hop
+    def _draw_hop(self, n, fanout, key, exclude):
+        """One hop (collective): own frontier nodes here (resident or from the store),
+        replicated ones of other workers from the replica, the rest from their owners."""
+        if exclude is not None:
+            raise NotImplementedError("the disagg batch sampler does not exclude edges")
+        if self._part_deg is not None:
+            raise NotImplementedError("the disagg batch sampler takes a global degree table")
+        frontier = self._nodes[:n]
+        owners = self.part_to_rank[owner_of(self.part_offsets, frontier)]
+        mine = owners == self.rank
+        rpos = (
+            self.replica.positions(frontier)
+            if self.replica is not None
+            else np.full(n, -1, np.int64)
+        )
+        local = np.flatnonzero(mine)
+        rep = np.flatnonzero(~mine & (rpos >= 0))
+        remote = np.flatnonzero(~mine & (rpos < 0))
+        counts = np.zeros(n, np.int64)
+        lc, lp = self._sample_owned(frontier[local], fanout, key)
+        counts[local] = lc
+        ec, ep = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if len(rep):
+            ec, ep = self.replica.sample(
+                rpos[rep], fanout, np.uint64(K._stream_key(key, _REPLICA_STREAM))
+            )
+            counts[rep] = ec
+            self.counters["replica_sampled"] += len(rep)
+            # a request: its id out, its count and its picks back (8 bytes each)
+            self.counters["replica_saved_bytes"] += 16 * len(rep) + 8 * int(ec.sum())
+        rc, rp = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if self.world_size > 1:
+            remote = remote[np.argsort(owners[remote], kind="stable")]
+            self.counters["remote_requests"] += len(remote)
+            send_counts = np.bincount(owners[remote], minlength=self.world_size)
+            req, req_counts = exchange(frontier[remote], send_counts, self.stats, self.group)
+            sc, sp = self._serve(req.numpy(), req_counts, fanout, key ^ _SERVE_STREAM, None)
+            per_rank = _segment_sums(sc, req_counts)
+            rct, _ = exchange(sc, req_counts, self.stats, self.group)
+            rpt, _ = exchange(sp, per_rank, self.stats, self.group)
+            rc, rp = rct.numpy(), rpt.numpy()
+            counts[remote] = rc
+        rowptr = hop_rowptr(counts, n)
+        picked = np.empty(int(rowptr[-1]), np.int64)
+        _scatter(picked, rowptr, local, lc, lp)
+        _scatter(picked, rowptr, rep, ec, ep)
+        if len(remote):
+            _scatter(picked, rowptr, remote, rc, rp)
+        dst = np.repeat(np.arange(n, dtype=np.int64), counts)
+        return rowptr, picked, dst
+
+
+def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` over consecutive segments of lengths ``counts``."""
+    c = np.concatenate([[0], np.cumsum(values)])
+    ends = np.cumsum(counts)
+    return (c[ends] - c[ends - counts]).astype(np.int64)
+
+
+def _scatter(
+    out: np.ndarray, rowptr: np.ndarray, positions: np.ndarray, counts: np.ndarray, data
+) -> None:
+    """Consecutive segments of ``data`` (lengths ``counts``) to rows ``positions`` of
+    ``out`` (row ``r`` spans ``rowptr[r]:rowptr[r + 1]``)."""
+    data = np.asarray(data)
+    if data.shape[0] == 0:
+        return
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    where = np.repeat(rowptr[positions] - starts, counts) + np.arange(data.shape[0])
+    out[where] = data
