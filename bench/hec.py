@@ -21,12 +21,25 @@ binds only below that.
 GraphSAGE 15,10,5, batch 1024, hidden 256, 1 thread per process), the median training epoch of
 ``hec`` and ``minibatch``, back to back, and its split.
 
+``onoff`` (issue 37): the cache's ablation on one store, same seeds, batches and
+hyper-parameters: ``hec`` with the cache on (the paper's nc = 2000, and nc = 10) against
+``--no-hec-cache`` (the same batches sampled over the whole graph, every remote input row
+pulled from its owner): test accuracy, data bytes per epoch, hit rates, epoch time.
+
+``push`` (issue 37): the push's two all-to-alls, sizes then payload, handed to a thread of
+their own (now) against the sizes exchanged by a blocking all-to-all on the training group
+every step (``DelayedPush`` as of commit e0a0f03, read from git): seconds per step spent in
+``send`` and ``receive``, 2 processes, rows of the 200k graph's widths, jittered compute and a
+gradient all-reduce per step.
+
 Usage::
 
     python bench/hec.py accuracy [--datasets cora,...] [--parts 2,4] [--seeds 0,...,9]
                                  [--minibatch-seeds 0,1,2] [--hec-push N]
     python bench/hec.py sweep [--dataset cora] [--seeds 0,1]
     python bench/hec.py speed [--epochs 3]
+    python bench/hec.py onoff [--datasets cora] [--parts 2] [--seeds 0,1,2]
+    python bench/hec.py push [--steps 60]
     python bench/hec.py report        # rewrite the markdown and the plot from the JSON
 
 Results: bench/results/hec.json, bench/results/hec.md, bench/results/hec_sweep.png.
@@ -38,6 +51,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -246,7 +260,13 @@ def speed_worker(args: argparse.Namespace) -> None:
         threads=1,
     )
     with process_group(DistConfig(threads=1)) as ctx:
-        eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
+        if args.engine == "hec-off":
+            from shoal.engines.hec import HecConfig
+
+            ecfg = HecConfig(train=tc, hec_cache=False)
+            eng = get_engine("hec")(Store.open(args.store), ecfg, ctx)
+        else:
+            eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
         recs = [eng.train_epoch(e) for e in range(args.epochs)]
         if ctx.is_rank0:
             secs = [r["seconds"] for r in recs]
@@ -296,7 +316,7 @@ def run_speed(args: argparse.Namespace) -> None:
         shoal("store", "build", str(g), str(a), "--out", str(s), "--halo-features")
     sp = res["speed"] = {"load_before": os.getloadavg()[0]}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    for eng in ("minibatch", "hec"):  # back to back
+    for eng in ("minibatch", "hec", "hec-off"):  # back to back
         out = DWORK / f"hec-speed-{eng}.json"
         sh(
             [
@@ -320,6 +340,141 @@ def run_speed(args: argparse.Namespace) -> None:
         )
         sp[eng] = json.loads(out.read_text())
         print(eng, sp[eng]["median_epoch_seconds"], flush=True)
+    save(res)
+
+
+# ----------------------------------------------------------------------------- on / off
+#: the ablation's variants: key -> extra flags of ``shoal train --engine hec``
+ONOFF = {"off": ["--no-hec-cache"], "on": [], "on-nc10": ["--hec-push=10"]}
+
+
+def run_onoff(args: argparse.Namespace) -> None:
+    res = load()
+    record_command(res, "onoff", "hec.py")
+    oo = res.setdefault("onoff", {})
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for name in args.datasets.split(","):
+        hp = hparams(name)
+        for parts in (int(p) for p in args.parts.split(",")):
+            _, st = dbench.prepare(name, parts)
+            entry = oo.setdefault(f"{name}/p{parts}", {"hparams": hp, "runs": {}})
+            entry["hparams"] = hp
+            for s in seeds:  # variants interleaved per seed: the load drifts alike
+                for var, flags in ONOFF.items():
+                    key = f"{var}/seed{s}"
+                    if key not in entry["runs"]:
+                        t0 = time.perf_counter()
+                        entry["runs"][key] = engine(st, "hec", hp, s, flags)
+                        r = entry["runs"][key]
+                        print(
+                            name,
+                            parts,
+                            key,
+                            round(r["test_accuracy"], 4),
+                            _mb(r["data_bytes_per_epoch"]),
+                            f"{time.perf_counter() - t0:.0f}s",
+                            flush=True,
+                        )
+                        save(res)
+
+
+def push_worker(args: argparse.Namespace) -> None:
+    """One rank of the push benchmark (started by torch.distributed.run)."""
+    import importlib.util
+    import random
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from shoal.engines.hec.cache import DelayedPush
+
+    spec = importlib.util.spec_from_file_location("hec_cache_before", args.before)
+    before = importlib.util.module_from_spec(spec)
+    sys.modules["hec_cache_before"] = before  # its dataclasses look their module up
+    spec.loader.exec_module(before)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dims, nc = [128, 256, 256], 2000  # the 200k graph's layer inputs, the paper's nc
+    grad = torch.zeros(400_000)  # ~1.6 MB of gradients, all-reduced every step
+    a = torch.randn(256, 256)
+    out = {}
+    for impl, cls in (
+        ("blocking sizes (e0a0f03)", before.DelayedPush),
+        ("push thread", DelayedPush),
+    ):
+        p = cls(dims, world, 1)
+        rng = random.Random(rank)
+        t_send = t_recv = 0.0
+        t0 = time.perf_counter()
+        for k in range(args.steps):
+            t = time.perf_counter()
+            p.receive(k)
+            t_recv += time.perf_counter() - t
+            for _ in range(rng.randint(5, 25)):  # compute, a different length per rank
+                a = torch.tanh(a @ a * 1e-3)
+            dist.all_reduce(grad)
+            pushes = [
+                [
+                    (np.arange(nc, dtype=np.int64), torch.randn(nc, d))
+                    if r != rank
+                    else (np.empty(0, np.int64), torch.empty(0, d))
+                    for r in range(world)
+                ]
+                for d in dims
+            ]
+            if k < args.steps - 1:
+                t = time.perf_counter()
+                p.send(k, pushes)
+                t_send += time.perf_counter() - t
+        p.drain()
+        total = time.perf_counter() - t0
+        if hasattr(p, "close"):
+            p.close()
+        dist.barrier()
+        out[impl] = {
+            "send_ms_per_step": 1e3 * t_send / (args.steps - 1),
+            "receive_ms_per_step": 1e3 * t_recv / args.steps,
+            "step_ms": 1e3 * total / args.steps,
+        }
+    if rank == 0:
+        Path(args.out).write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def run_push(args: argparse.Namespace) -> None:
+    res = load()
+    record_command(res, "push", "hec.py")
+    before = DWORK / "hec_cache_e0a0f03.py"
+    root = Path(__file__).resolve().parent.parent
+    src = sh(["git", "-C", str(root), "show", "e0a0f03:src/shoal/engines/hec/cache.py"])
+    before.write_text(src.stdout)
+    out = DWORK / "hec-push.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = []
+    for _ in range(args.repeats):
+        sh(
+            [
+                PY,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                str(Path(__file__).resolve()),
+                "push-worker",
+                "--before",
+                str(before),
+                "--steps",
+                str(args.steps),
+                "--out",
+                str(out),
+            ],
+            env=env,
+        )
+        runs.append(json.loads(out.read_text()))
+        print(runs[-1], flush=True)
+    res["push"] = {"steps": args.steps, "load_before": os.getloadavg()[0], "runs": runs}
     save(res)
 
 
@@ -525,7 +680,7 @@ def speed_section(sp: dict) -> list[str]:
         "communication | data MB/epoch | steps/epoch/rank |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in (("minibatch", m), ("hec", h)):
+    for name, r in [(k, sp[k]) for k in ("minibatch", "hec", "hec-off") if k in sp]:
         ts = r["time_split_rank0"]
         lines.append(
             f"| {name} | {r['median_epoch_seconds']:.2f} | "
@@ -543,6 +698,99 @@ def speed_section(sp: dict) -> list[str]:
         "hit rate per layer: "
         + ", ".join(f"L{x['layer']} {x['hit_rate']:.2f}" for x in h["hec"] or [])
     )
+    if "hec-off" in sp:
+        o = sp["hec-off"]
+        bo = o["comm_per_epoch"].get("bytes_sent", 0.0)
+        lines.append("")
+        lines.append(
+            f"hec with the cache on / off (`--no-hec-cache`): epoch time "
+            f"{h['median_epoch_seconds'] / o['median_epoch_seconds']:.2f}, data bytes "
+            f"{h['comm_per_epoch'].get('bytes_sent', 0.0) / bo:.2f}x"
+            if bo
+            else ""
+        )
+    return [*lines, ""]
+
+
+def onoff_section(oo: dict) -> list[str]:
+    lines = [
+        "## Cache on / off (issue 37: the ablation, 2 processes)",
+        "",
+        "`hec` with the cache on (the paper's nc = 2000; nc = 10) against `--no-hec-cache` on "
+        "the same store, seeds, batches and hyper-parameters (those of the accuracy table). "
+        "Off: the same batches sampled over the whole graph (remote frontier nodes by their "
+        "owners) and every remote input row pulled, no historical embedding. Data bytes: "
+        "everything sent per epoch but the gradient all-reduce, summed over ranks, by the "
+        "same counters both ways (pushes, their sizes; or sampling requests, ids, rows). "
+        "Epoch time: mean training seconds per epoch (the machine is shared: indicative).",
+        "",
+        "| dataset | p | variant | seeds | test accuracy | Δ vs off (points) | data MB/epoch | "
+        "vs off | epoch s | hit rate per layer |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    checks = []
+    for key, entry in oo.items():
+        name, p = key.split("/")
+        runs = entry["runs"]
+        by = {v: [r for k, r in runs.items() if k.startswith(f"{v}/")] for v in ONOFF}
+        if not by["off"]:
+            continue
+        acc_off = statistics.mean(r["test_accuracy"] for r in by["off"])
+        b_off = statistics.mean(r["data_bytes_per_epoch"] for r in by["off"])
+        for var, rs in by.items():
+            if not rs:
+                continue
+            acc = statistics.mean(r["test_accuracy"] for r in rs)
+            b = statistics.mean(r["data_bytes_per_epoch"] for r in rs)
+            hits = [x for x in (rs[0].get("hec") or [])]
+            hr = (
+                ", ".join(
+                    f"{statistics.mean(r['hec'][i]['hit_rate'] or 0.0 for r in rs):.2f}"
+                    for i in range(len(hits))
+                )
+                if hits
+                else "-"
+            )
+            lines.append(
+                f"| {name} | {p[1:]} | {var} | {len(rs)} | "
+                f"{_mean_sd([r['test_accuracy'] for r in rs])} | "
+                f"{100 * (acc - acc_off):+.1f} | {_mb(b)} | {b / b_off:.2f} | "
+                f"{statistics.mean(r['seconds_per_epoch'] for r in rs):.2f} | {hr} |"
+            )
+            if var != "off":
+                ok = b < b_off and abs(100 * (acc - acc_off)) <= 1.0
+                checks.append(
+                    f"{name} p{p[1:]} {var}: {b / b_off:.2f}x the bytes, "
+                    f"{100 * (acc - acc_off):+.1f} points: {'yes' if ok else 'no'}"
+                )
+    if checks:
+        lines += [
+            "",
+            "Fewer bytes than with the cache off at accuracy within 1 point: "
+            + "; ".join(checks)
+            + ".",
+        ]
+    return [*lines, ""]
+
+
+def push_section(pu: dict) -> list[str]:
+    lines = [
+        "## The push's size exchange (issue 37)",
+        "",
+        f"`bench/hec.py push`: 2 processes, {pu['steps']} steps, 3 layers of widths 128, 256, "
+        "256, 2000 rows per layer and peer (the paper's nc), jittered compute and a 1.6 MB "
+        "all-reduce per step; ms per step on rank 0 (load before: "
+        f"{pu['load_before']:.2f}); one line per repeat.",
+        "",
+        "| repeat | implementation | send ms/step | receive ms/step | step ms |",
+        "|---|---|---|---|---|",
+    ]
+    for i, run in enumerate(pu["runs"]):
+        for impl, r in run.items():
+            lines.append(
+                f"| {i} | {impl} | {r['send_ms_per_step']:.2f} | "
+                f"{r['receive_ms_per_step']:.2f} | {r['step_ms']:.2f} |"
+            )
     return [*lines, ""]
 
 
@@ -650,6 +898,10 @@ def write_markdown(res: dict) -> None:
         plot_sweep(res["sweep"])
     if "speed" in res:
         lines += speed_section(res["speed"])
+    if "onoff" in res:
+        lines += onoff_section(res["onoff"])
+    if "push" in res:
+        lines += push_section(res["push"])
     lines += ["## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
     lines += ["", *notes(res)]
     write_text_atomic(RESULTS / "hec.md", "\n".join(lines) + "\n")
@@ -680,6 +932,17 @@ def main() -> None:
     w.add_argument("--engine", required=True)
     w.add_argument("--epochs", type=int, default=3)
     w.add_argument("--out", required=True)
+    o = sub.add_parser("onoff")
+    o.add_argument("--datasets", default="cora")
+    o.add_argument("--parts", default="2")
+    o.add_argument("--seeds", default="0,1,2")
+    u = sub.add_parser("push")
+    u.add_argument("--steps", type=int, default=60)
+    u.add_argument("--repeats", type=int, default=2)
+    uw = sub.add_parser("push-worker")
+    uw.add_argument("--before", required=True)
+    uw.add_argument("--steps", type=int, default=60)
+    uw.add_argument("--out", required=True)
     sub.add_parser("report")
     args = ap.parse_args()
     DWORK.mkdir(parents=True, exist_ok=True)
@@ -688,6 +951,9 @@ def main() -> None:
         "sweep": run_sweep,
         "speed": run_speed,
         "speed-worker": speed_worker,
+        "onoff": run_onoff,
+        "push": run_push,
+        "push-worker": push_worker,
         "report": lambda _: write_markdown(load()),
     }[args.cmd](args)
 

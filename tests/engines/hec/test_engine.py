@@ -130,3 +130,103 @@ def test_ranks_with_fewer_batches_or_none_finish(make_graph, make_store):
     hist = [[{k: h.get(k) for k in keys} for h in x["history"]] for x in res]
     assert hist[0] == hist[1] == hist[2]
     assert res[0]["batches_per_epoch"] == 4  # 16 training nodes in batches of 4, all on rank 0
+
+
+def _trace(rank: int, world: int, store: str, epochs: int, extra: dict):
+    """Train with hooks recording, per step and layer, the rows every layer was fed: the
+    batch's solid nodes' (what an owner pushes) and its halo nodes' (what the caches put
+    there), and which halo nodes the lookup found."""
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    tc = read_config({**CFG, "engine": "hec", "epochs": epochs, **extra})
+    eng = HecEngine(Store.open(store), tc, ctx)
+    g, state, fed, looked = eng.graph, {"mb": None}, [], {}
+    sample, step, forward = eng.sampler.sample, eng._step, eng.model.layer_forward
+
+    def sample_rec(seeds, seed):
+        state["mb"] = sample(seeds, seed)
+        return state["mb"]
+
+    def step_rec(epoch, k, seeds, timer, *, send):
+        state["send"] = send
+        try:
+            return step(epoch, k, seeds, timer, send=send)
+        finally:
+            state["mb"] = None  # evaluation's forwards are not recorded
+
+    def forward_rec(layer, h, block):
+        mb = state["mb"]
+        if mb is not None:
+            n_id = mb.n_id[: block.num_src]
+            rows = h.detach().numpy()
+            solid = np.flatnonzero(n_id < g.num_solid)
+            halo = np.flatnonzero(n_id >= g.num_solid)
+            fed.append(
+                (
+                    eng.now,
+                    layer,
+                    state["send"],
+                    g.solid[n_id[solid]].tolist(),
+                    rows[solid].tolist(),
+                    g.halo[n_id[halo] - g.num_solid].tolist(),
+                    rows[halo].tolist(),
+                )
+            )
+        return forward(layer, h, block)
+
+    for layer, cache in enumerate(eng.caches):
+
+        def lookup_rec(tags, now, layer=layer, lookup=cache.lookup):
+            hit, lines = lookup(tags, now)
+            looked[(now, layer)] = dict(zip(np.asarray(tags).tolist(), hit.tolist()))
+            return hit, lines
+
+        cache.lookup = lookup_rec
+    eng.sampler.sample, eng._step, eng.model.layer_forward = sample_rec, step_rec, forward_rec
+    res = eng.fit().to_json()
+    return res, fed, looked
+
+
+def test_a_hit_is_the_row_its_owner_computed_at_the_latest_push_within_the_lifespan(
+    make_graph, make_store
+):
+    # every candidate pushed (nc = -1) and lines never evicted (cs > halo nodes): a halo
+    # node's line at step t must hold the row its owner fed that layer at its latest step
+    # s <= t - d, and be valid exactly when t - (s + d) <= ls
+    g = community_graph(make_graph)
+    store = str(make_store(parts=2, graph=g, halo_features=False))
+    d, ls = 1, 1
+    extra = {"hec_push": -1, "hec_lifespan": ls, "hec_delay": d, "dropout": 0.5}
+    res = run_world(_trace, 2, store, 3, extra, timeout=120)
+    pushed = {}  # (layer, node) -> [(step, row)] as its owner fed them, pushing steps only
+    for _, fed, _ in res:
+        for now, layer, send, ids, rows, _, _ in fed:
+            if send:
+                for v, row in zip(ids, rows, strict=True):
+                    pushed.setdefault((layer, v), []).append((now, row))
+    checked = {True: 0, False: 0}
+    for _, fed, looked in res:
+        for now, layer, _, _, _, halo, rows in fed:
+            hits = looked[(now, layer)]
+            for v, row in zip(halo, rows, strict=True):
+                past = [(s, r) for s, r in pushed.get((layer, v), []) if s <= now - d]
+                s, ref = max(past, key=lambda x: x[0]) if past else (None, None)
+                valid = s is not None and now - (s + d) <= ls
+                assert hits[v] == valid, (now, layer, v, s)
+                if valid:
+                    np.testing.assert_allclose(row, ref, rtol=1e-6, atol=1e-7)
+                checked[valid] += 1
+    assert checked[True] > 50 and checked[False] > 0  # both cases exercised
+    assert any(layer == 1 for (layer, _) in pushed)
+
+
+def test_cache_off_pulls_every_remote_row_and_learns(make_graph, make_store):
+    g = community_graph(make_graph)
+    store = str(make_store(parts=2, graph=g, halo_features=False))
+    res = run_world(_fit, 2, store, 8, {"hec_cache": False}, timeout=120)
+    r = res[0]
+    assert all(x["test_accuracy"] == r["test_accuracy"] for x in res)
+    assert r["test_accuracy"] >= 0.75
+    assert r["config"]["hec_cache"] is False
+    for h in r["history"]:
+        assert h["hec"] == []  # nothing looked up, pushed or dropped
+        assert h["comm"]["feature_rows_remote"] > 0 and h["comm"]["bytes_sent"] > 0

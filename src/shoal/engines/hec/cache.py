@@ -29,16 +29,18 @@ via Minibatch Sampling" (2022), Section 3.2 and Algorithms 1-2:
   degree (the paper does not say which degree: shoal uses the full in-degree plus one, so
   nodes without in-edges can be drawn too).
 
-- :class:`DelayedPush` is lines 7-9 and 22-24: each step's pushes for every layer are packed
-  into one float32 message per peer and exchanged with two all-to-all-v
-  collectives (the sizes, a few bytes, at once; the payload with gloo's
-  ``all_to_all_single(..., async_op=True)``); the message sent at step ``k`` is waited for
-  and stored at step ``k + d``, so ``d`` steps of compute overlap it.
+- :class:`DelayedPush` is lines 7-9 and 22-24 (line 24's ``AlltoallAsync``): each step's
+  pushes for every layer are packed into one float32 message per peer and exchanged with two
+  all-to-all-v collectives (the sizes, a few bytes, then the payload) that run on a thread
+  of their own over a gloo group of their own, so the step does not wait for either; the
+  message sent at step ``k`` is waited for and stored at step ``k + d``, so ``d`` steps of
+  compute overlap it.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -237,15 +239,21 @@ def drop_sources(block: Block, sources: np.ndarray) -> Block:
 @dataclass
 class _Flight:
     step: int
-    sizes: list[int]  # float32 words from each peer
-    recv: torch.Tensor
-    work: object
+    future: Future  # -> (float32 words from each peer, the words received)
 
 
 class DelayedPush:
     """Pushes of every layer, sent at step ``k`` and stored at step ``k + d`` (module
-    docstring). ``dims``: row width per layer. A collective object: every rank calls
-    :meth:`send` and :meth:`receive` at the same steps, in the same order."""
+    docstring). ``dims``: row width per layer. A collective object: every rank constructs it
+    and calls :meth:`send` and :meth:`receive` at the same steps, in the same order.
+
+    The exchange runs on a thread of its own, over a gloo process group of its own (made
+    here): the step hands the packed message over and goes on. Both all-to-alls of a push
+    (the sizes, then the payload) run there in send order, so neither blocks the step; only
+    :meth:`receive`, ``d`` steps later, waits for what has not arrived yet. (Before, the sizes
+    were exchanged by a blocking all-to-all on the training group every step: a barrier per
+    step; ``bench/hec.py push`` measures both.)
+    """
 
     def __init__(
         self, dims: list[int], world_size: int, delay: int = 1, stats: CommStats | None = None
@@ -257,16 +265,36 @@ class DelayedPush:
         self.delay = int(delay)
         self.stats = stats
         self.flights: deque[_Flight] = deque()
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.group = None
+        self.pool: ThreadPoolExecutor | None = None
+        if self.world > 1:
+            # collectives of this group never interleave with the training group's
+            self.group = dist.new_group(backend="gloo")
+            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hec-push")
+
+    def _exchange(self, send: torch.Tensor, sizes: list[int]) -> tuple[list[int], torch.Tensor]:
+        """On the push thread: the sizes, then the payload (both all-to-all-v on ``group``)."""
+        got = torch.empty(self.world, dtype=torch.int64)
+        dist.all_to_all_single(got, torch.tensor(sizes, dtype=torch.int64), group=self.group)
+        recv_sizes = got.tolist()
+        recv = torch.empty(int(sum(recv_sizes)), dtype=torch.float32)
+        dist.all_to_all_single(
+            recv,
+            send,
+            output_split_sizes=recv_sizes,
+            input_split_sizes=sizes,
+            group=self.group,
+        )
+        return recv_sizes, recv
 
     def send(self, step: int, pushes: list[list[tuple[np.ndarray, torch.Tensor]]]) -> None:
         """Send ``pushes[l][r] = (ids, rows)`` (layer ``l``, peer ``r``; nothing for this
         rank): per peer, every layer's count, ids (two float32 words each) and rows packed in
-        one float32 message. The message sizes are exchanged at once (one int64 per peer),
-        the messages without waiting: :meth:`receive` waits for them ``d`` steps later."""
-        rank = dist.get_rank() if dist.is_initialized() else 0
+        one float32 message, handed to the push thread (class docstring); returns at once."""
         parts, sizes = [], np.zeros(self.world, dtype=np.int64)
         for r in range(self.world):
-            if r == rank:
+            if r == self.rank:
                 continue
             msg = []
             for layer, dim in enumerate(self.dims):
@@ -279,29 +307,17 @@ class DelayedPush:
             flat = torch.cat(msg)
             parts.append(flat)
             sizes[r] = flat.numel()
-        send = torch.cat(parts) if parts else torch.empty(0)
-        if self.world == 1:
-            self.flights.append(_Flight(step, [0], torch.empty(0), _Done()))
+        if self.pool is None:
+            done: Future = Future()
+            done.set_result(([0], torch.empty(0)))
+            self.flights.append(_Flight(step, done))
             return
-        got = torch.empty(self.world, dtype=torch.int64)
-        dist.all_to_all_single(got, torch.from_numpy(sizes))
-        recv_sizes = got.tolist()
-        recv = torch.empty(int(sum(recv_sizes)), dtype=torch.float32)
-        work = dist.all_to_all_single(
-            recv,
-            send,
-            output_split_sizes=recv_sizes,
-            input_split_sizes=sizes.tolist(),
-            async_op=True,
-        )
-        self.flights.append(_Flight(step, recv_sizes, recv, work))
+        send = torch.cat(parts) if parts else torch.empty(0)
+        self.flights.append(_Flight(step, self.pool.submit(self._exchange, send, sizes.tolist())))
         if self.stats is not None:
-            n_out, n_in = int(sizes.sum()), int(sum(recv_sizes))
             self.stats.rounds += 2
-            self.stats.bytes_sent += 4 * n_out + 8 * (self.world - 1)
-            self.stats.bytes_received += 4 * n_in + 8 * (self.world - 1)
+            self.stats.bytes_sent += 4 * int(sizes.sum()) + 8 * (self.world - 1)
             self.stats.messages_sent += int(np.count_nonzero(sizes))
-            self.stats.messages_received += int(np.count_nonzero(recv_sizes))
 
     def receive(self, step: int) -> list[list[tuple[np.ndarray, torch.Tensor]]] | None:
         """What was sent at step ``step - d`` (None when nothing was): ``[layer][peer] ->
@@ -309,15 +325,17 @@ class DelayedPush:
         if not self.flights or self.flights[0].step != step - self.delay:
             return None
         f = self.flights.popleft()
-        f.work.wait()
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        data = f.recv
+        sizes, data = f.future.result()
+        rank = self.rank
+        if self.stats is not None and self.pool is not None:
+            self.stats.bytes_received += 4 * int(sum(sizes)) + 8 * (self.world - 1)
+            self.stats.messages_received += int(np.count_nonzero(sizes))
         out: list[list[tuple[np.ndarray, torch.Tensor]]] = [
             [(np.empty(0, np.int64), torch.empty(0, d)) for _ in range(self.world)]
             for d in self.dims
         ]
         off = 0
-        for r, size in enumerate(f.sizes):
+        for r, size in enumerate(sizes):
             end = off + int(size)
             if r == rank or end == off:
                 off = end
@@ -337,9 +355,11 @@ class DelayedPush:
     def drain(self) -> None:
         """Complete every message still under way (end of an epoch or run)."""
         while self.flights:
-            self.flights.popleft().work.wait()
+            self.flights.popleft().future.result()
 
-
-class _Done:
-    def wait(self) -> bool:
-        return True
+    def close(self) -> None:
+        """Drain, then stop the push thread."""
+        self.drain()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None

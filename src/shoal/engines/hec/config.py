@@ -22,6 +22,16 @@ class HecConfig(EngineConfig):
             (default 2000; -1 = every candidate).
         hec_lifespan: steps a cache line stays valid, ``ls`` (default 2).
         hec_delay: steps between a push and its use, ``d`` (default 1).
+        hec_cache: use the caches (default True). False is the ablation that isolates them
+            (``--no-hec-cache``): the same batches are sampled over the whole graph (remote
+            frontier nodes by their owners) and every remote input row is pulled from its
+            owner, as the ``minibatch`` engine does; nothing is pushed, cached or dropped.
+            Bytes are counted by the same counters both ways (everything but the gradient
+            all-reduce).
+
+    The defaults are the paper's (Sec. 4.4: cs = 1M, nc = 2000, ls = 2, d = 1). Measured
+    (``bench/results/hec.md``, cache on against off on the same stores, seeds and batches):
+    see the "cache on / off" table there; a small ``nc`` is the regime of few-seed batches.
     """
 
     engine: ClassVar[str] = "hec"
@@ -31,6 +41,7 @@ class HecConfig(EngineConfig):
     hec_push: int = 2000
     hec_lifespan: int = 2
     hec_delay: int = 1
+    hec_cache: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -27,7 +27,13 @@ without any runs empty steps), so collectives stay in step.
 Options (``TrainConfig``): ``hec_size`` (``cs``, default 1M lines per layer), ``hec_push``
 (``nc``, default 2000; -1 = every candidate), ``hec_lifespan`` (``ls``, default 2 steps),
 ``hec_delay`` (``d``, default 1 step): the paper's settings (Sec. 4.4). A cache holds at most
-as many lines as the rank has halo vertices. Checkpoints hold the model and optimizer; a
+as many lines as the rank has halo vertices. ``hec_cache`` (default True; ``--no-hec-cache``)
+False is the ablation isolating the caches: the same batches (seeds, batch seeds, steps) are
+sampled over the whole graph with :class:`~shoal.distributed.DistNeighborSampler` (halo
+vertices are no longer leaves: their owners sample their neighbours) and every remote input
+row is pulled with :class:`~shoal.distributed.DistFeatureStore`, as plain distributed
+mini-batch training (the ``minibatch`` engine) does; nothing is pushed, cached or dropped.
+Both modes count their bytes in the same :class:`~shoal.distributed.comm.CommStats`. Checkpoints hold the model and optimizer; a
 resumed run starts with empty caches (a line lives at most ``ls`` steps anyway).
 
 With one process there are no halo vertices and the engine is the single-process trainer on
@@ -46,6 +52,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
+from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
 from shoal.engines.hec.cache import (
@@ -88,6 +95,7 @@ class HecEngine(Engine):
         )
         g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner)
         self.graph = g
+        self.cached = bool(self.options.hec_cache)
         local_ids = np.concatenate([g.solid, g.halo])
         self.degrees = self.tables.degrees[local_ids] if len(local_ids) else np.zeros(0, np.float32)
         self.sampler = NeighborSampler(
@@ -120,20 +128,46 @@ class HecEngine(Engine):
         if ctx.world_size > 1:
             dist.all_reduce(steps, op=dist.ReduceOp.MAX)
         self.num_batches = int(steps.item())
-        # Algorithm 1: db_halo and one cache per layer
-        owner_rank = self.part_to_rank[store.owner(g.halo)] if len(g.halo) else g.halo
-        self.db = halo_database(g.halo, owner_rank, ctx.world_size, self.stats)
         self.dims = layer_widths(self.model, dim)[:-1]  # every layer's input
-        self.caches = [
-            HistoricalCache(
-                universe=g.halo,
-                dim=w,
-                size=self.options.hec_size,
-                lifespan=self.options.hec_lifespan,
+        self.caches: list[HistoricalCache] = []
+        self.push: DelayedPush | None = None
+        if self.cached:
+            # Algorithm 1: db_halo and one cache per layer
+            owner_rank = self.part_to_rank[store.owner(g.halo)] if len(g.halo) else g.halo
+            self.db = halo_database(g.halo, owner_rank, ctx.world_size, self.stats)
+            self.caches = [
+                HistoricalCache(
+                    universe=g.halo,
+                    dim=w,
+                    size=self.options.hec_size,
+                    lifespan=self.options.hec_lifespan,
+                )
+                for w in self.dims
+            ]
+            self.push = DelayedPush(self.dims, ctx.world_size, self.options.hec_delay, self.stats)
+        else:
+            # the ablation: the same batches sampled over the whole graph (remote frontier
+            # nodes sampled by their owners) and every remote input row pulled, as the
+            # ``minibatch`` engine does; no historical embedding anywhere
+            self.dsampler = DistNeighborSampler(
+                parts=self.parts,
+                part_offsets=store.part_offsets,
+                part_to_rank=self.part_to_rank,
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                fanouts=cfg.sampling.fanouts,
+                degrees=self.tables.degrees,
+                stats=self.stats,
             )
-            for w in self.dims
-        ]
-        self.push = DelayedPush(self.dims, ctx.world_size, self.options.hec_delay, self.stats)
+            self.pull = DistFeatureStore(
+                part_offsets=store.part_offsets,
+                part_to_rank=self.part_to_rank,
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                local_parts={p.index: p.features for p in self.parts},
+                feature_dim=dim,
+                stats=self.stats,
+            )
         self.now = 0  # mini-batch steps since the start: the caches' clock
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
@@ -163,6 +197,10 @@ class HecEngine(Engine):
         )
         m, d = self.num_batches, self.options.hec_delay
         for k, seeds in enumerate(self.epoch_batches(epoch)):
+            if not self.cached:
+                meter.step(*self._step_uncached(epoch, k, seeds, meter.phases))
+                self.now += 1
+                continue
             with meter.time("communication"):
                 got = self.push.receive(k) if k >= d else None  # lines 7-9
                 if got is not None:
@@ -176,7 +214,8 @@ class HecEngine(Engine):
                     self.push.send(k, pushes)  # lines 14-24
             meter.step(loss, ok, n)
             self.now += 1
-        self.push.drain()
+        if self.push is not None:
+            self.push.drain()
         return self.epoch_record(**meter.close(), hec=self._hec_record())
 
     def _step(self, epoch: int, k: int, seeds: np.ndarray, timer: dict, *, send: bool):
@@ -221,6 +260,41 @@ class HecEngine(Engine):
         if send:
             pushes = self._pushes(epoch, k, mb if len(seeds) else None, rows_of)
         return loss_v, ok, len(seeds), pushes
+
+    def _step_uncached(self, epoch: int, k: int, seeds: np.ndarray, timer: dict):
+        """One mini-batch with the cache off (``hec_cache=False``): the batch's blocks sampled
+        over the whole graph, remote input rows pulled from their owners, no halo row replaced
+        or dropped (collective: run on empty steps too); returns (loss, correct, seeds)."""
+        cfg, g = self.train_config, self.graph
+        self.optimizer.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        mb = self.dsampler.sample(
+            g.solid[seeds], batch_seed(cfg.run.seed, epoch, k) + self.ctx.rank
+        )
+        t1 = time.perf_counter()
+        x = self.pull.pull(mb.n_id).clone()
+        if cfg.model.normalize_features:
+            s = x.sum(1, keepdim=True)
+            x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
+        t2 = time.perf_counter()
+        loss_v, ok = 0.0, 0
+        if len(seeds):
+            dev = self.device
+            h = x.to(dev, non_blocking=True)
+            for layer, block in enumerate(mb.blocks):
+                h = self.model.layer_forward(layer, h, block.to(dev))
+            y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64)).to(dev)
+            loss = F.cross_entropy(h, y)
+            loss.backward()
+            loss_v, ok = float(loss.detach()), int((h.detach().argmax(1) == y).sum())
+        timer["sampling"] += t1 - t0
+        timer["gather"] += t2 - t1
+        timer["forward_backward"] += time.perf_counter() - t2
+        t0 = time.perf_counter()
+        self.all_reduce_gradients(average=True)
+        timer["communication"] += time.perf_counter() - t0
+        self.optimizer.step()
+        return loss_v, ok, len(seeds)
 
     def _lookup(self, n_id: np.ndarray, solid: np.ndarray, blocks: list[Block]):
         """Lines 10-11 per layer: the halo sources of each block found in that layer's cache
@@ -270,6 +344,8 @@ class HecEngine(Engine):
         """Per layer, summed over ranks (collective): lookups, hits, hit rate, lines valid at
         the epoch's end, rows pushed, received, dropped."""
         keys = ("lookups", "hits", "pushed", "received", "dropped")
+        if not self.caches:  # the cache is off (on every rank alike)
+            return []
         t = torch.tensor(
             [[getattr(c.stats, k) for k in keys] + [c.valid_lines(self.now)] for c in self.caches],
             dtype=torch.float64,
@@ -285,11 +361,13 @@ class HecEngine(Engine):
         return out
 
     def close_io(self) -> None:
-        self.push.drain()
+        if self.push is not None:
+            self.push.close()
         self.features.close()
 
     def settings(self) -> dict[str, Any]:
         return {
+            "hec_cache": self.cached,
             "hec_size": self.options.hec_size,
             "hec_push": self.options.hec_push,
             "hec_lifespan": self.options.hec_lifespan,

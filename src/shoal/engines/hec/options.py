@@ -39,3 +39,12 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         help="steps between pushing an embedding and using it, overlapping the exchange with "
         f"compute (DistGNN-MB's d; default {d.hec_delay})",
     )
+    g.add_argument(
+        "--no-hec-cache",
+        dest="hec_cache",
+        action="store_const",
+        const=False,
+        help="turn the historical embedding caches off (the ablation): sample the same batches "
+        "over the whole graph and pull every remote input row from its owner, as the "
+        "minibatch engine does; nothing is pushed or cached (default: caches on)",
+    )
