@@ -138,7 +138,9 @@ def _push(rank: int, world: int, delay: int, steps: int) -> list:
             for r in range(world):
                 n = 0 if r == rank else (k + r + layer) % 3  # empty messages too
                 ids = np.arange(n, dtype=np.int64) + 1000 * rank + 100 * k
-                rows = torch.full((n, dim), float(k * 10 + layer))
+                # each row names its node, step and layer: a permuted row cannot pass
+                rows = torch.from_numpy(ids.astype(np.float32))[:, None] * 10 + layer
+                rows = rows + torch.arange(dim, dtype=torch.float32) / 4
                 per.append((ids, rows))
             pushes.append(per)
         if k < steps - delay:
@@ -164,4 +166,4 @@ def test_a_push_at_step_k_arrives_at_step_k_plus_d_and_not_before(world, delay):
                     ids, rows = rec[layer][r]
                     n = 0 if r == q else (sent + q + layer) % 3
                     assert ids == (np.arange(n) + 1000 * r + 100 * sent).tolist()
-                    assert rows == [[float(sent * 10 + layer)] * dim] * n
+                    assert rows == [[v * 10.0 + layer + j / 4 for j in range(dim)] for v in ids]
