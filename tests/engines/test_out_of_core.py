@@ -57,6 +57,10 @@ def _train(
         # tables, and the engine's own arrays (slot maps, cached flags; the averaging
         # engine's sampler maps and marks)
         extra = 5 * rows if engine == "minibatch" else 14 * rows
+        if engine == "minibatch":  # the batches its sampling thread queues (their rows)
+            from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES as depth
+
+            extra += depth * budget.batch_rows(cfg["fanouts"], cfg["batch_size"], rows) * row_bytes
         # the parts' row index (indptr) is held in memory even when the CSR stays on disk
         index = sum(p.indptr.nbytes for p in st.parts() if p.index % world == rank)
         memory = 13 * st.num_nodes + extra + index + (2 + 3 * rank) * window + rows * row_bytes // 4
@@ -142,8 +146,11 @@ def _idle_rank(rank: int, world: int, store: str, plan: str, small: bool) -> dic
     if small:
         budget.MIN_WINDOW = 1024
         base.Engine.reserve_bytes = lambda self, num_rows: 13 * 400  # the tables
-        # tables, slot maps and flags, two windows, a little
-        memory = 13 * 400 + 5 * 200 + 4 * 1024 + 400 * 16 // 8
+        from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES as depth
+
+        # tables, slot maps and flags, two windows, a little; the batches the sampling
+        # thread queues (64 rows of 16 B each at most)
+        memory = 13 * 400 + 5 * 200 + 4 * 1024 + 400 * 16 // 8 + depth * 64 * 16
     cfg = TrainConfig.from_options(
         model="sage",
         fanouts=(3, 3),

@@ -94,6 +94,9 @@ class DistWindows:
             last cached row's (degree, position) once and a batch's rows are classified by
             that rule from the batch's own degrees; otherwise (or without ``degrees``) a
             batch's other rows are asked of their owners, one exchange per batch.
+        group: the process group of every collective of the windows (default None: the
+            whole world); a pipeline that samples in a background thread passes its own
+            group, so that its collectives never interleave with the training thread's.
     """
 
     def __init__(
@@ -112,7 +115,9 @@ class DistWindows:
         last_epoch: int | None = None,
         scratch_dir: str | None = None,
         degrees: np.ndarray | None = None,
+        group: dist.ProcessGroup | None = None,
     ) -> None:
+        self.group = group
         self.features = features
         self.part_offsets = np.asarray(part_offsets, np.int64)
         self.part_to_rank = np.asarray(part_to_rank, np.int64)
@@ -157,8 +162,9 @@ class DistWindows:
         vec[self.rank] = rows
         lim = torch.tensor([-(none if sample_bytes is None else int(sample_bytes))])
         if self.world_size > 1:
-            dist.all_reduce(vec)
-            dist.all_reduce(lim, op=dist.ReduceOp.MAX)  # max of -limit: the smallest limit
+            dist.all_reduce(vec, group=self.group)
+            # max of -limit: the smallest limit
+            dist.all_reduce(lim, op=dist.ReduceOp.MAX, group=self.group)
         limit = -int(lim.item())
         return vec.numpy().copy(), (None if limit >= none else limit)
 
@@ -167,14 +173,14 @@ class DistWindows:
         collectively, and the default depends on each rank's budget."""
         t = torch.tensor([k], dtype=torch.int64)
         if self.world_size > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
         return int(t.item())
 
     def _every_rank_cached(self) -> bool:
         """Whether every rank's rows are all in its static cache (collective)."""
         t = torch.tensor([int(self._own_cached is None or bool(self._own_cached.all()))])
         if self.world_size > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
         return bool(t.item())
 
     def _cache_rules(self, degrees: np.ndarray | None) -> np.ndarray | None:
@@ -201,8 +207,8 @@ class DistWindows:
         flag = torch.tensor([int(ok)])
         if self.world_size > 1:
             every = [torch.zeros(1, 3, dtype=torch.int64) for _ in range(self.world_size)]
-            dist.all_gather(every, t)
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            dist.all_gather(every, t, group=self.group)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
             t = torch.cat(every)
         if not int(flag.item()):
             return None
@@ -239,13 +245,13 @@ class DistWindows:
             remote = np.flatnonzero(~local)
             order = remote[np.argsort(own[remote], kind="stable")]
             counts = np.bincount(own[remote], minlength=self.world_size).astype(np.int64)
-            asked, asked_counts = exchange(ids[order], counts, self.stats)
+            asked, asked_counts = exchange(ids[order], counts, self.stats, self.group)
             asked = asked.numpy()
             if self._own_cached is None:
                 flags = np.zeros(len(asked), np.uint8)
             else:
                 flags = (~self._own_cached[self.local_index(asked)]).astype(np.uint8)
-            back, _ = exchange(flags, asked_counts, self.stats)
+            back, _ = exchange(flags, asked_counts, self.stats, self.group)
             keep[order] = back.numpy().astype(np.bool_)
         return ids[keep]
 
@@ -278,7 +284,7 @@ class DistWindows:
             np.bincount(self.owner_rank(new), minlength=self.world_size).astype(np.int64)
         )
         if self.world_size > 1:
-            dist.all_reduce(counts)
+            dist.all_reduce(counts, group=self.group)
         return new, counts.numpy()
 
     def _too_many_samples(self, held: int) -> bool:
@@ -287,7 +293,7 @@ class DistWindows:
             return False
         t = torch.tensor([held], dtype=torch.int64)
         if self.world_size > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return int(t.item()) >= self.sample_bytes
 
     def _needed(self) -> np.ndarray:
@@ -305,7 +311,7 @@ class DistWindows:
         remote = ids[~local]
         order = np.argsort(own[~local], kind="stable")
         counts = np.bincount(own[~local], minlength=self.world_size).astype(np.int64)
-        asked, _ = exchange(remote[order], counts, self.stats)
+        asked, _ = exchange(remote[order], counts, self.stats, self.group)
         need = np.union1d(ids[local], asked.numpy())
         return self.local_index(need) if len(need) else need.astype(np.int64)
 

@@ -1,10 +1,11 @@
 """``minibatch``: synchronous mini-batch SGD with remote sampling and feature pulls (DistDGL),
 for node classification (:mod:`.engine`) and link prediction (:mod:`.link`)."""
 
-from shoal.engines.minibatch import costs
+from shoal.engines.minibatch import costs, options
+from shoal.engines.minibatch.config import MinibatchConfig
 from shoal.engines.spec import EngineSpec
 
-__all__ = ["SPEC"]
+__all__ = ["SPEC", "MinibatchConfig"]
 
 SPEC = EngineSpec(
     name="minibatch",
@@ -12,5 +13,7 @@ SPEC = EngineSpec(
     engine="shoal.engines.minibatch.engine:MinibatchEngine",
     typed_engine="shoal.engines.minibatch.typed:TypedMinibatchEngine",
     link_engine="shoal.engines.minibatch.link:LinkMinibatchEngine",
+    config=MinibatchConfig,
+    add_arguments=options.add_arguments,
     estimate=costs.estimate,
 )

@@ -14,6 +14,14 @@ Zheng et al., "DistDGL: Distributed Graph Neural Network Training for Billion-Sc
 4. runs the model and all-reduces the gradients (``DistributedDataParallel``; dense weights
    are updated synchronously, Section 3.1).
 
+Steps 2 and 3 of the next batches run in a background thread while the training thread
+computes the current step (``--prefetch-batches N``, default
+:data:`~shoal.engines.minibatch.config.DEFAULT_PREFETCH_BATCHES`; Section III-D: sampling
+workers overlap the sampling cost with mini-batch training), their collectives on a gloo
+process group of their own (:class:`~shoal.engines.minibatch.pipeline.BatchPipeline`);
+``--prefetch-batches 0`` (``--no-background-sampling``) runs them inline. The batches, and so
+the model, are the same either way.
+
 With one process and a one-part store the batches, initialisation and dropout stream equal
 those of :class:`shoal.training.Trainer` (same shuffling ``default_rng([seed, epoch])`` and batch
 seeds ``batch_seed(seed, epoch, step)``), so the accuracy is the single-process one.
@@ -21,22 +29,27 @@ seeds ``batch_seed(seed, epoch, step)``), so the accuracy is the single-process 
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
+from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES, MinibatchConfig
+from shoal.engines.minibatch.pipeline import BatchPipeline
 from shoal.graph.blocks import Batch
 from shoal.nn.base import keyed_dropout
+from shoal.rows.budget import batch_rows
 from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.packing import default_pack_epochs
 from shoal.training import batch_seed
@@ -83,12 +96,23 @@ class MinibatchEngine(Engine):
     name = "minibatch"
     global_batch = True  # synchronous SGD: the step's batch is every rank's
     tables_scope = "local"  # own and halo nodes; the sampler asks owners for other degrees
+    options_class = MinibatchConfig
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg = self.train_config
         store, ctx = self.store, self.ctx
         self.seeds, self.num_batches = rank_share(self)
+        #: batches the sampling thread prepares ahead (0: sampled inline); a subclass whose
+        #: options class is not a MinibatchConfig gets the default
+        depth = getattr(self.options, "prefetch_batches", DEFAULT_PREFETCH_BATCHES)
+        self.prefetch = int(depth)
+        #: the sampling thread's process group (made by every rank here, in the same order):
+        #: its collectives never interleave with the gradient all-reduce (None: the world's)
+        self.sample_group = None
+        if self.prefetch and ctx.world_size > 1:
+            timeout = datetime.timedelta(seconds=float(self.options.dist_timeout))
+            self.sample_group = dist.new_group(backend="gloo", timeout=timeout)
         self.sampler = DistNeighborSampler(
             parts=self.parts,
             part_offsets=store.part_offsets,
@@ -98,6 +122,7 @@ class MinibatchEngine(Engine):
             fanouts=cfg.sampling.fanouts,
             degrees=self.tables.degrees,
             stats=self.stats,
+            group=self.sample_group,
         )
         self._open_features()
         self.model = self.build_model()
@@ -118,8 +143,11 @@ class MinibatchEngine(Engine):
         cfg, store, ctx = self.train_config, self.store, self.ctx
         rows = sum(p.num_core for p in self.parts)
         # the cache's slot map and the windows' cached flags (5 B per local row); the
-        # windows' id sets grow with a window's rows, not with the graph
+        # windows' id sets grow with a window's rows, not with the graph; the batches queued
+        # by the sampling thread (their pulled rows)
         extra = 5 * rows
+        fanouts, bs = tuple(cfg.sampling.fanouts), cfg.sampling.batch_size
+        extra += self.prefetch * batch_rows(fanouts, bs, max(rows, 1)) * self.row_bytes
         plan = self.plan_memory(
             feature_bytes=rows * self.row_bytes, num_rows=max(rows, 1), extra_bytes=extra
         )
@@ -157,6 +185,7 @@ class MinibatchEngine(Engine):
             last_epoch=cfg.optim.epochs - 1,
             degrees=deg,
             scratch_dir=cfg.memory.scratch_dir,
+            group=self.sample_group,
         )
         self.features = DistFeatureStore(
             part_offsets=store.part_offsets,
@@ -167,6 +196,7 @@ class MinibatchEngine(Engine):
             feature_dim=dim,
             stats=self.stats,
             serve=self.windows.serve,
+            group=self.sample_group,
         )
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
@@ -175,14 +205,40 @@ class MinibatchEngine(Engine):
         cfg = self.train_config
         self.stats.reset()
         self.ddp.train()
+        phases = ("sampling", "gather", "forward_backward", "io_wait")
         meter = EpochMeter(
             epoch,
             self.num_batches,
             enable=cfg.run.progress if self.ctx.is_rank0 else False,
-            phases=("sampling", "gather", "forward_backward", "io_wait"),
+            phases=phases + (("batch_wait",) if self.prefetch else ()),
         )
+        world = self.ctx.world_size
+        batches: Any = self._batches(epoch, meter.phases)
+        pipe = None
+        if self.prefetch:  # sampling and pulls in a thread of their own, `prefetch` ahead
+            pipe = BatchPipeline(
+                batches, depth=self.prefetch, group=self.sample_group, world_size=world
+            )
+            batches = _waited(pipe, meter.phases)
+        try:
+            self._train_steps(epoch, self.feed.iterate(batches), meter)
+        except BaseException:
+            if pipe is not None:  # every rank's thread stops at the same batch
+                pipe.close(timeout_s=10.0)
+            raise
+        if pipe is not None:
+            pipe.close(timeout_s=float(self.options.dist_timeout))
+        meter.phases["io_wait"] = self.windows.io.get("io_wait", 0.0)
+        return self.epoch_record(
+            **meter.close(),
+            io=self.io_record([self.windows.io]),
+        )
+
+    def _train_steps(self, epoch: int, batches: Iterator[Batch], meter: EpochMeter) -> None:
+        """The epoch's steps on ``batches`` (the training thread)."""
+        cfg = self.train_config
         world, rank = self.ctx.world_size, self.ctx.rank
-        for step, batch in enumerate(self.feed.iterate(self._batches(epoch, meter.phases))):
+        for step, batch in enumerate(batches):
             with meter.time("forward_backward"):
                 x, y = batch.x, batch.y
                 self.optimizer.zero_grad(set_to_none=True)
@@ -200,8 +256,6 @@ class MinibatchEngine(Engine):
             n = len(y)
             ok = int((out.detach().argmax(1) == y).sum()) if n else 0
             meter.step(float(loss.detach()), ok, n)
-        meter.phases["io_wait"] = self.windows.io.get("io_wait", 0.0)
-        return self.epoch_record(**meter.close(), io=self.io_record([self.windows.io]))
 
     def _batches(self, epoch: int, timer: dict[str, float]) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and
@@ -214,6 +268,8 @@ class MinibatchEngine(Engine):
                 if self.train_config.model.normalize_features:
                     s = x.sum(1, keepdim=True)
                     x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
+                elif self.prefetch:  # the pull's buffer is reused by the next batch's pull
+                    x = x.clone()
                 y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64))
                 timer["gather"] += time.perf_counter() - t1
                 yield Batch(mb, x, y)
@@ -227,6 +283,9 @@ class MinibatchEngine(Engine):
             mb = self.sampler.sample(seeds, batch_seed(cfg.run.seed, epoch, step) + self.ctx.rank)
             timer["sampling"] += time.perf_counter() - t0
             yield mb
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "prefetch_batches": self.prefetch}
 
     def close_io(self) -> None:
         if self.windows is not None:
@@ -242,3 +301,16 @@ class MinibatchEngine(Engine):
         # the windows. Exact evaluation needs none of them.
         self.windows = self.features = self.sampler = None
         return freed
+
+
+def _waited(batches: Iterable[Batch], timer: dict[str, float]) -> Iterator[Batch]:
+    """``batches``, the seconds the training thread waits for each added to
+    ``timer["batch_wait"]`` (the sampling and pulls the background thread did not hide)."""
+    it = iter(batches)
+    while True:
+        t0 = time.perf_counter()
+        batch = next(it, None)
+        timer["batch_wait"] += time.perf_counter() - t0
+        if batch is None:
+            return
+        yield batch
