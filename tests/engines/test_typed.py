@@ -166,3 +166,29 @@ def test_a_model_factory_trains_a_typed_store_on_two_processes(typed, engine):
     out = run_world(_fit, 2, stores[3], engine, kw, timeout=300)
     assert out[0]["test_accuracy"] == out[1]["test_accuracy"]
     assert out[0]["test_accuracy"] > 0.55, out[0]["test_accuracy"]
+
+
+def _params_after(rank: int, world: int, store: str, part_models: bool) -> list[float]:
+    import torch
+
+    from shoal.engines import get_engine
+    from shoal.engines.averaging.config import AveragingConfig
+
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    cfg = _cfg(dropout=0.0, epochs=2, engine=AveragingConfig(part_models=part_models))
+    eng = get_engine("averaging", typed=True)(Store.open(store), cfg, ctx)
+    for e in range(2):
+        eng.train_epoch(e)
+    return torch.cat([p.detach().reshape(-1) for p in eng.model.parameters()]).tolist()
+
+
+def test_typed_part_models_on_one_rank_equal_one_part_per_rank(typed):
+    """SDT-GNN's one model per part on a typed store: one process holding the three parts
+    trains and averages what three processes holding one part each do; carrying one model
+    through the parts does not."""
+    _, stores = typed
+    three = run_world(_params_after, 3, stores[3], True, timeout=300)[0]
+    one = run_world(_params_after, 1, stores[3], True, timeout=300)[0]
+    carried = run_world(_params_after, 1, stores[3], False, timeout=300)[0]
+    assert np.allclose(one, three, atol=1e-5)
+    assert not np.allclose(carried, three, atol=1e-3)

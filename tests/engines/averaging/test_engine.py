@@ -153,9 +153,9 @@ def _fit_params(rank: int, world: int, store: str, part_models: bool):
     flat = torch.cat([p.detach().reshape(-1) for p in eng.model.parameters()])
     same = all(
         torch.equal(flat, torch.cat([p.detach().reshape(-1) for p in m.parameters()]))
-        for m in eng.models
+        for m in eng.part_models.models
     )
-    return flat.tolist(), same, len(eng.models)
+    return flat.tolist(), same, len(eng.part_models.models)
 
 
 def test_part_models_on_one_rank_equal_one_part_per_rank(make_store):
@@ -169,3 +169,23 @@ def test_part_models_on_one_rank_equal_one_part_per_rank(make_store):
     assert n_models == 2 and same  # after averaging every part restarts from the mean
     assert np.allclose(one, two, atol=1e-5)
     assert not np.allclose(carried, two, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("flags", "part_models", "moments"),
+    [
+        ([], AveragingConfig().part_models, AveragingConfig().average_optimizer),
+        (["--part-models"], True, True),
+        (["--no-part-models"], False, True),
+        (["--part-models", "--local-optimizer-state"], True, False),
+    ],
+)
+def test_flags_fill_the_config(flags, part_models, moments):
+    """``--part-models`` / ``--no-part-models`` and ``--local-optimizer-state`` reach the
+    engine's config; no flag keeps the config's defaults."""
+    from shoal.cli import build_parser
+    from shoal.cli.train_options import config_from_args
+
+    argv = ["train", "--store", "s", "--engine", "averaging", "--nproc", "2", *flags]
+    cfg = config_from_args(build_parser(argv).parse_args(argv))
+    assert (cfg.engine.part_models, cfg.engine.average_optimizer) == (part_models, moments)

@@ -6,6 +6,8 @@ Adam's moments), each rank weighted by its training-node count ``n_r``.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -14,6 +16,7 @@ import torch.distributed as dist
 from shoal.errors import ShoalInputError
 
 __all__ = [
+    "PartModels",
     "average_optimizer_state_",
     "average_saved_ranks",
     "broadcast_local_",
@@ -195,3 +198,62 @@ def average_saved_ranks(state: dict[str, Any], *, moments: bool) -> dict[str, An
                     merged[name] = _mean([st["optimizer"]["state"][k][name] for st in peers], w)
             optimizer["state"][k] = merged
     return {**state, "model": model, "optimizer": optimizer, "part_models": []}
+
+
+class PartModels:
+    """A rank's models: one per part (SDT-GNN Sec. III-C, ``per_part``) or one carried
+    through its parts in turn. ``models[0]`` / ``optimizers[0]`` are the engine's own (the
+    ones its checkpoint saves); the others are copies of it, each with its own optimizer
+    (``make_optimizer(model)``)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        num_parts: int,
+        *,
+        per_part: bool,
+        make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer],
+    ) -> None:
+        self.models, self.optimizers = [model], [optimizer]
+        if per_part:
+            for _ in range(max(num_parts, 1) - 1):
+                m = copy.deepcopy(model)
+                self.models.append(m)
+                self.optimizers.append(make_optimizer(m))
+
+    def __getitem__(self, i: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """Part ``i``'s model and optimizer (the one model when carried)."""
+        j = i if len(self.models) > 1 else 0
+        return self.models[j], self.optimizers[j]
+
+    def average(
+        self, part_weights: list[float], weight: float, *, group: Any, moments: bool
+    ) -> int:
+        """One averaging round (collective): the parts' models (and, with ``moments``, Adam's
+        moments) combined on the rank with ``part_weights`` (each part's training nodes),
+        then averaged over the ranks with ``weight`` (the rank's), then copied back into every
+        part's model. Returns the bytes all-reduced."""
+        combine_local_(self.models, self.optimizers, part_weights, moments=moments)
+        _, nbytes = weighted_average_(self.models[0], weight, group=group)
+        if moments:
+            nbytes += average_optimizer_state_(self.optimizers[0], weight, group=group)
+        broadcast_local_(self.models, self.optimizers, moments=moments)
+        return nbytes
+
+    def state(self) -> list[tuple[dict, dict]]:
+        """The per-part models and optimizers beyond the first (empty when carried)."""
+        return [
+            (m.state_dict(), o.state_dict())
+            for m, o in zip(self.models[1:], self.optimizers[1:], strict=True)
+        ]
+
+    def load(self, saved: list, *, resharded: bool, moments: bool) -> None:
+        """:meth:`state`'s output; after a resharded load (or with nothing saved) every part
+        restarts from ``models[0]``, as after an averaging round."""
+        if resharded or (not saved and len(self.models) > 1):
+            broadcast_local_(self.models, self.optimizers, moments=moments)
+            return
+        for (ms, os_), m, o in zip(saved, self.models[1:], self.optimizers[1:], strict=False):
+            m.load_state_dict(ms)
+            o.load_state_dict(os_)

@@ -9,20 +9,24 @@ are averaged, each weighted by the number of training nodes its worker trained o
     theta <- sum_r (n_r / sum_s n_s) * theta_r          (one all-reduce of all parameters)
 
 With more parts than workers (``p > N``) a worker trains its parts in turn within each epoch
-(the plan's cyclic assignment). By default one model is carried through a rank's parts in
-turn; with ``part_models`` (``--part-models``) every part trains its own model and optimizer,
-as the paper's Sections III-C/D describe (one model per sub-graph), and each averaging round
-averages all ``p`` models, weighted by their parts' training nodes (first within the rank,
-then across ranks: the same weighted mean), after which every part restarts from it.
+(the plan's cyclic assignment). By default (``part_models``, ``--part-models``) every part
+trains its own model and optimizer, as the paper's Section III-C describes ("each GPU ...
+trains floor(p/q) or ceil(p/q) local models independently and sequentially. Once all p local
+models are trained, they are synchronized and updated via model averaging"), and each
+averaging round averages all ``p`` models, weighted by their parts' training nodes (first
+within the rank, then across ranks: the same weighted mean), after which every part restarts
+from it (:class:`~shoal.engines.averaging.average.PartModels`). ``--no-part-models`` carries
+one model through a rank's parts instead (the ablation; ``bench/results/averaging.md``).
 
 Optimizer state: by default the Adam moments (``exp_avg``, ``exp_avg_sq``) are averaged with
-the same weights at every averaging round, so every rank restarts the next local round from the
-same model *and* the same optimizer state (the step counters are left as they are: each
-rank counts its own local steps). With ``average_optimizer=False`` each
-rank keeps its own moments; on Cora (GCN, 2 ranks, 4 parts, 50 epochs) that reached 0.733 test
-accuracy against 0.811 with averaged moments: the ranks' sign-like Adam steps partly cancel in
-the average when their moments disagree. Resetting the moments each round would re-run Adam's
-bias-corrected warm-up after every round, so it is not offered.
+the same weights at every averaging round, so every part restarts the next local round from
+the same model *and* the same optimizer state (the step counters are left as they are: each
+rank counts its own local steps). The paper averages the weights only (Sec. III-D); that is
+``average_optimizer=False`` (``--local-optimizer-state``), where each model keeps its own
+moments: measured several points below (``bench/results/averaging.md``): the ranks'
+sign-like Adam steps partly cancel in the average when their moments disagree. Resetting the
+moments each round would re-run Adam's bias-corrected warm-up after every round, so it is
+not offered.
 
 With one process and a one-part store the batches equal :class:`shoal.training.Trainer`'s (same
 sampler, shuffling and batch seeds), so the accuracy is the single-process one.
@@ -30,7 +34,6 @@ sampler, shuffling and batch seeds), so the accuracy is the single-process one.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from typing import Any
@@ -39,10 +42,9 @@ import numpy as np
 import torch
 
 from shoal.engines.averaging.average import (
+    PartModels,
     average_optimizer_state_,
     average_saved_ranks,
-    broadcast_local_,
-    combine_local_,
     weighted_average_,
 )
 from shoal.engines.averaging.config import AveragingConfig
@@ -155,16 +157,15 @@ class AveragingEngine(Engine):
         self.weight = float(sum(len(ld.seeds) for ld in self.loaders))
         self.num_batches = sum(len(ld) for ld in self.loaders)
         # one model and optimizer per part (--part-models), else the one model for every part
-        self.models, self.optimizers = [self.model], [self.optimizer]
-        if self.options.part_models:
-            for _ in self.loaders[1:]:
-                m = copy.deepcopy(self.model)
-                self.models.append(m)
-                self.optimizers.append(
-                    torch.optim.Adam(
-                        m.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-                    )
-                )
+        self.part_models = PartModels(
+            self.model,
+            self.optimizer,
+            len(self.loaders),
+            per_part=self.options.part_models,
+            make_optimizer=lambda m: torch.optim.Adam(
+                m.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+            ),
+        )
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
@@ -177,23 +178,20 @@ class AveragingEngine(Engine):
             timer=self.timer,
         )
         for i, loader in enumerate(self.loaders):  # p > N: this rank's parts in turn
-            j = i if len(self.models) > 1 else 0
+            model, optimizer = self.part_models[i]
             for batch in self.feed.iterate(loader.epoch(epoch)):
                 with meter.time("forward_backward"):
-                    loss, ok = train_step(self.models[j], self.optimizers[j], batch)
+                    loss, ok = train_step(model, optimizer, batch)
                 meter.step(loss, ok, len(batch.y))
         averaged = (epoch + 1) % self.options.average_every == 0 or epoch + 1 == cfg.optim.epochs
         if averaged:
             t0 = time.perf_counter()
-            local = [float(len(ld.seeds)) for ld in self.loaders]
-            combine_local_(
-                self.models, self.optimizers, local, moments=self.options.average_optimizer
+            nbytes = self.part_models.average(
+                [float(len(ld.seeds)) for ld in self.loaders],
+                self.weight,
+                group=self.ctx.model_group,
+                moments=self.options.average_optimizer,
             )
-            group = self.ctx.model_group
-            _, nbytes = weighted_average_(self.model, self.weight, group=group)
-            if self.options.average_optimizer:
-                nbytes += average_optimizer_state_(self.optimizer, self.weight, group=group)
-            broadcast_local_(self.models, self.optimizers, moments=self.options.average_optimizer)
             self.timer.add("averaging", time.perf_counter() - t0)
             self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
             self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
@@ -207,26 +205,21 @@ class AveragingEngine(Engine):
     def state(self) -> dict[str, Any]:
         st = super().state()
         st["weight"] = self.weight
-        st["part_models"] = [
-            (m.state_dict(), o.state_dict())
-            for m, o in zip(self.models[1:], self.optimizers[1:], strict=True)
-        ]
+        st["part_models"] = self.part_models.state()
         return st
 
     def load_state(self, state: dict[str, Any]) -> None:
         """:meth:`state`'s output; one saved by another number of processes continues from
         the saved ranks' weighted average (:func:`average_saved_ranks`)."""
-        if state.get("resharded_from"):
+        resharded = bool(state.get("resharded_from"))
+        if resharded:
             state = average_saved_ranks(state, moments=self.options.average_optimizer)
         super().load_state(state)
-        if state.get("resharded_from"):
-            broadcast_local_(self.models, self.optimizers, moments=self.options.average_optimizer)
-            return
-        for (ms, os_), m, o in zip(
-            state.get("part_models", []), self.models[1:], self.optimizers[1:], strict=False
-        ):
-            m.load_state_dict(ms)
-            o.load_state_dict(os_)
+        self.part_models.load(
+            state.get("part_models", []),
+            resharded=resharded,
+            moments=self.options.average_optimizer,
+        )
 
     def _io(self, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []

@@ -31,16 +31,24 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         action="store_const",
         const=True,
         help="with more parts than processes: train one model per part and average all of "
-        "them each round (SDT-GNN); default: one model per rank carried through its parts "
-        "in turn",
+        "them each round (SDT-GNN Sec. III-C; the default)",
+    )
+    g.add_argument(
+        "--no-part-models",
+        dest="part_models",
+        action="store_const",
+        const=False,
+        help="with more parts than processes: one model per rank carried through its parts "
+        "in turn (ablation of --part-models; measured within noise of it)",
     )
     g.add_argument(
         "--local-optimizer-state",
         dest="average_optimizer",
         action="store_const",
         const=False,
-        help="keep each rank's own Adam moments instead of averaging them with the weights "
-        "(default: averaged)",
+        help="keep each model's own Adam moments instead of averaging them with the weights, "
+        "as SDT-GNN averages the weights only (default: averaged; measured several points "
+        "better, bench/results/averaging.md)",
     )
 
 

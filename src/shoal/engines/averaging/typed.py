@@ -14,8 +14,9 @@ per type (:func:`~shoal.rows.opener.open_rows`). With one process and a one-part
 batches equal the single-process :class:`~shoal.training.typed.TypedTrainer`'s. By default
 (``--halo-hops auto``: ``min(2, layers)``) each part is first grown by its halo nodes' own
 in-edges and rows (:mod:`shoal.engines.averaging.halo_hops`); ``--halo-hops 1`` trains the
-stored part, as SDT-GNN. Not yet here: ``--part-models`` and the memory
-budget (no cache or windows).
+stored part, as SDT-GNN. With more parts than ranks, one model per part by default
+(``--part-models``, :class:`~shoal.engines.averaging.average.PartModels`), as the untyped
+engine. Not yet here: the memory budget (no cache or windows).
 """
 
 from __future__ import annotations
@@ -29,11 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shoal.engines.averaging.average import (
-    average_optimizer_state_,
-    average_saved_ranks,
-    weighted_average_,
-)
+from shoal.engines.averaging.average import PartModels, average_saved_ranks
 from shoal.engines.averaging.config import AveragingConfig
 from shoal.engines.averaging.halo_hops import GrownPart, grow_parts
 from shoal.engines.typed import TypedEngine
@@ -143,11 +140,6 @@ class TypedAveragingEngine(TypedEngine):
                 path=store.path,
                 fix="rebuild the store with `shoal store build ... --halo-features`",
             )
-        if self.options.part_models:
-            raise ShoalInputError(
-                "--part-models is not implemented for typed stores yet",
-                fix="drop --part-models (one model is carried through a rank's parts)",
-            )
         self.model = self.build_model()
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
@@ -176,6 +168,15 @@ class TypedAveragingEngine(TypedEngine):
         bs = cfg.sampling.batch_size
         self.num_batches = sum(-(-len(s) // bs) for s in self.train_rows)
         self.weight = float(sum(len(s) for s in self.train_rows))
+        self.part_models = PartModels(
+            self.model,
+            self.optimizer,
+            len(self.parts),
+            per_part=self.options.part_models,
+            make_optimizer=lambda m: torch.optim.Adam(
+                m.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+            ),
+        )
 
     def _grow(self) -> list[GrownPart]:
         """The parts grown by ``halo_hops - 1`` hops of halo (collective; the rows go to a
@@ -226,6 +227,7 @@ class TypedAveragingEngine(TypedEngine):
         meter = self.start_epoch(epoch)
         for i, part in enumerate(self.parts):  # p > N: this rank's parts in turn
             labels = part.labels
+            model, optimizer = self.part_models[i]
             for key, seeds in self._part_batches(i, epoch):
                 with meter.time("sampling"):
                     tb = self.samplers[i].sample(seeds, key)
@@ -237,11 +239,11 @@ class TypedAveragingEngine(TypedEngine):
                     g = self.grown[i]
                     orig = np.asarray((part if g is None else g).orig_ids)[np.asarray(tb.n_id)]
                     mb = MiniBatch(orig, tb.blocks, tb.batch.num_seeds)
-                    self.optimizer.zero_grad(set_to_none=True)
-                    out = self.model(TypedBatch(mb, tb.node_type, tb.edge_types), feats)
+                    optimizer.zero_grad(set_to_none=True)
+                    out = model(TypedBatch(mb, tb.node_type, tb.edge_types), feats)
                     loss = F.cross_entropy(out, y)
                     loss.backward()
-                    self.optimizer.step()
+                    optimizer.step()
                 meter.step(float(loss.detach()), int((out.detach().argmax(1) == y).sum()), len(y))
         averaged = (epoch + 1) % self.options.average_every == 0 or epoch + 1 == cfg.optim.epochs
         if averaged:
@@ -251,23 +253,35 @@ class TypedAveragingEngine(TypedEngine):
     def _average(self, meter: Any) -> None:
         """One averaging round: the weighted mean of the models (and Adam's moments)."""
         t0 = time.perf_counter()
-        group = self.ctx.model_group
-        _, nbytes = weighted_average_(self.model, self.weight, group=group)
-        if self.options.average_optimizer:
-            nbytes += average_optimizer_state_(self.optimizer, self.weight, group=group)
+        nbytes = self.part_models.average(
+            [float(len(s)) for s in self.train_rows],
+            self.weight,
+            group=self.ctx.model_group,
+            moments=self.options.average_optimizer,
+        )
         meter.phases["averaging"] = time.perf_counter() - t0
         self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
         self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
 
     def state(self) -> dict[str, Any]:
-        return {**super().state(), "weight": self.weight}
+        return {
+            **super().state(),
+            "weight": self.weight,
+            "part_models": self.part_models.state(),
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         """As the untyped engine's: a state saved by another number of processes continues
         from the saved ranks' weighted average (:func:`average_saved_ranks`)."""
-        if state.get("resharded_from"):
+        resharded = bool(state.get("resharded_from"))
+        if resharded:
             state = average_saved_ranks(state, moments=self.options.average_optimizer)
         super().load_state(state)
+        self.part_models.load(
+            state.get("part_models", []),
+            resharded=resharded,
+            moments=self.options.average_optimizer,
+        )
 
     def close_io(self) -> None:
         super().close_io()
@@ -285,4 +299,5 @@ class TypedAveragingEngine(TypedEngine):
             "average_every": self.options.average_every,
             "halo_hops": self.halo_hops,
             "average_optimizer": self.options.average_optimizer,
+            "part_models": self.options.part_models,
         }

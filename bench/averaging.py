@@ -1,0 +1,157 @@
+"""The ``averaging`` engine's mechanism, on and off (issue 37): SDT-GNN's model averaging.
+
+On one store per dataset (SPRING, ``--parts`` parts, ``--halo-features``; the stores of
+``bench/distributed.py accuracy``), 2 processes, the same seeds and hyper-parameters
+(``bench/distributed.py``'s ``HPARAMS``) for every row:
+
+- ``carried``: one model per rank carried through its parts in turn (``--no-part-models``),
+  Adam moments averaged with the weights;
+- ``part-models``: one model per part, trained in turn, all p averaged each epoch
+  (``--part-models``, SDT-GNN Sec. III-C), moments averaged;
+- ``paper``: ``--part-models --local-optimizer-state``, SDT-GNN Sec. III-C/D as written
+  (each model keeps its own optimizer state: the paper averages weights only);
+- ``carried-local-moments``: ``--no-part-models --local-optimizer-state``;
+- ``no-averaging``: the mechanism off: ``--average-every EPOCHS``, the ranks' models train
+  apart and are averaged once, after the last epoch (one-shot averaging);
+- ``single``: the single-process trainer on the whole graph (the target).
+
+Each row: mean +- std of the test accuracy (best validation epoch, evaluated every 5 epochs)
+over the seeds, seconds per epoch (median over the seeds of each run's mean; every row's runs
+interleaved seed by seed, so time-comparable within a table) and MB all-reduced per epoch per
+rank (the averaging's only traffic).
+
+Usage: ``python bench/averaging.py [--datasets cora,amazon_photo] [--seeds 0,1,2,3,4]
+[--parts 4] [--out bench/results/averaging]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from common import PY, command_line, load_json, machine_line, sh, write_json, write_text_atomic
+from distributed import DWORK, HPARAMS, hp_flags, prepare, single
+from shoal.engines.averaging import AveragingConfig
+
+ROWS = {
+    "carried": ["--no-part-models"],
+    "part-models": ["--part-models"],
+    "paper": ["--part-models", "--local-optimizer-state"],
+    "carried-local-moments": ["--no-part-models", "--local-optimizer-state"],
+    "no-averaging": ["--no-part-models", "--average-every", "{epochs}"],
+}
+NPROC = 2
+
+
+def default_row() -> str:
+    """The row that equals the engine's defaults (no flags)."""
+    d = AveragingConfig()
+    if not d.average_optimizer:
+        return "paper" if d.part_models else "carried-local-moments"
+    return "part-models" if d.part_models else "carried"
+
+
+def run_row(store: Path, row: str, hp: dict, seed: int) -> dict:
+    extra = [a.format(epochs=hp["epochs"]) for a in ROWS[row]]
+    out = DWORK / f"avg-{store.name}-{row}-{seed}.json"
+    cmd = [PY, "-m", "shoal", "train", "--store", store, "--engine", "averaging"]
+    cmd += ["--nproc", NPROC, "--threads", "1", "--json", out, *hp_flags(hp, seed), *extra]
+    sh(cmd)
+    d = json.loads(out.read_text())
+    return {
+        "test_accuracy": d["test_accuracy"],
+        "seconds_per_epoch": d["seconds_per_epoch"],
+        "allreduce_bytes_per_epoch": d["comm_per_epoch"]["allreduce_bytes"],
+        "settings": d["config"].get("engine_settings") or {},
+    }
+
+
+def _ms(xs: list[float]) -> str:
+    if len(xs) < 2:
+        return f"{xs[0]:.3f}" if xs else "-"
+    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def markdown(res: dict) -> str:
+    L = [
+        "# averaging engine (SDT-GNN): model averaging on and off",
+        "",
+        f"Machine: {res['machine']}. Written by `{res['command']}`.",
+        "",
+        f"{NPROC} processes, {res['parts']} parts (SPRING, `--halo-features`), seeds "
+        f"{', '.join(map(str, res['seeds']))}; hyper-parameters of `bench/distributed.py` "
+        "(below). Test accuracy at the best validation epoch (evaluated every 5 epochs), "
+        "mean ± std over the seeds. s/epoch: median over the seeds (rows interleaved seed by "
+        "seed); MB all-reduced: per rank and epoch, the averaging's only traffic.",
+        "",
+        "Rows: `carried` = one model per rank through its parts in turn; `part-models` = "
+        "one model per part, all p averaged each round (SDT-GNN Sec. III-C); `paper` = "
+        "that with each model's own Adam moments (Sec. III-D averages weights only); "
+        "`no-averaging` = averaged once, after the last epoch; `single` = one process on "
+        "the whole graph. Every other row averages the Adam moments with the weights. "
+        f"`shoal train --engine averaging` with no flags = the `{default_row()}` row.",
+        "",
+        "| dataset | row | flags | test accuracy | vs single (points) | s/epoch "
+        "| MB all-reduced/epoch |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in res["datasets"].items():
+        single_acc = [r["test_accuracy"] for r in entry["single"]]
+        base = statistics.mean(single_acc)
+        L.append(f"| {name} | single | | {_ms(single_acc)} | | - | - |")
+        for row in ROWS:
+            runs = entry["rows"].get(row, [])
+            if not runs:
+                continue
+            acc = [r["test_accuracy"] for r in runs]
+            sec = statistics.median(r["seconds_per_epoch"] for r in runs)
+            mb = statistics.median(r["allreduce_bytes_per_epoch"] for r in runs) / 1e6
+            flags = " ".join(ROWS[row]).format(epochs=entry["hparams"]["epochs"])
+            d = 100 * (statistics.mean(acc) - base)
+            L.append(
+                f"| {name} | {row} | `{flags}` | {_ms(acc)} | {d:+.1f} | {sec:.3f} | {mb:.2f} |"
+            )
+    L += ["", "Hyper-parameters:", ""]
+    for name, entry in res["datasets"].items():
+        L.append(f"- {name}: `{json.dumps(entry['hparams'])}`")
+    return "\n".join(L) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datasets", default="cora,amazon_photo")
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--parts", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=None, help="instead of HPARAMS' epochs")
+    ap.add_argument("--out", default="bench/results/averaging", help="PREFIX of .md/.json")
+    args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    out = Path(args.out)
+    res = load_json(out.with_suffix(".json"))
+    res.update(
+        command=command_line("averaging.py"),
+        machine=machine_line(threads=1),
+        parts=args.parts,
+        seeds=seeds,
+    )
+    res["datasets"] = {}
+    for name in args.datasets.split(","):
+        hp = dict(HPARAMS[name])
+        if args.epochs:
+            hp["epochs"] = args.epochs
+        g, store = prepare(name, args.parts)
+        entry = res["datasets"][name] = {"hparams": hp, "single": [], "rows": {}}
+        for seed in seeds:
+            entry["single"].append(single(g, hp, seed))
+            for row in ROWS:
+                r = run_row(store, row, hp, seed)
+                entry["rows"].setdefault(row, []).append(r)
+                print(name, seed, row, r["test_accuracy"], f"{r['seconds_per_epoch']:.3f}")
+            write_json(out.with_suffix(".json"), res, indent=1)
+            write_text_atomic(out.with_suffix(".md"), markdown(res))
+
+
+if __name__ == "__main__":
+    main()
