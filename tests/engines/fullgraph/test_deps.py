@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from shoal.engines.fullgraph.depcomm import PullRows, RowExchange, ring_peers
+from shoal.engines.fullgraph.depcomm import RowExchange, ring_peers
 from shoal.engines.fullgraph.deps import Costs, RemoteCSR, build_sets, split_dependencies
 from tests.distributed.helpers import run_world
 
@@ -97,15 +97,26 @@ def _pull(rank: int, world: int, ring: bool):
     ]
     recv = [0 if p == rank else 1 + (rank == (p + 1) % world) for p in range(world)]
     ex = RowExchange(send, recv, rank=rank, world=world, tag=0, ring=ring)
-    ex.start(h)
-    got = PullRows.apply(h, ex)
-    (got * torch.arange(1.0, got.shape[0] + 1).unsqueeze(1)).sum().backward()
-    return got.detach()[:, 0].tolist(), h.grad[:, 0].tolist()
+    transfer, got = ex.rows(h)
+    in_flight = transfer.posted - transfer.finished
+    try:  # the ring posts a slot only once the previous one is in
+        transfer.post()
+        refused = False
+    except RuntimeError:
+        refused = True
+    transfer.finish_all()
+    weights = torch.arange(1.0, got.shape[0] + 1).unsqueeze(1).repeat(1, 2)
+    grad = ex.push_gradients(weights, 5)
+    return got[:, 0].tolist(), grad[:, 0].tolist(), in_flight, refused, transfer.num_slots
 
 
 @pytest.mark.parametrize("world, ring", [(2, True), (4, True), (4, False)])
 def test_pull_rows_forward_and_gradient_sums(world, ring):
     res = run_world(_pull, world, ring)
+    for _, _, in_flight, refused, slots in res:
+        assert in_flight == 1 and slots == (world - 1 if ring else 1)
+        assert refused == (slots > 1)
+    res = [r[:2] for r in res]
     for rank, (got, _) in enumerate(res):
         want = []
         for p in range(world):

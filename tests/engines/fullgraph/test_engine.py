@@ -68,7 +68,7 @@ def _step(rank: int, world: int, store: str, extra: dict):
     eng = FullGraphEngine(Store.open(store), tc, ctx)
     eng.model.train()
     loss = eng.loss(eng.forward())
-    loss.backward()
+    eng.backward(loss)
     eng.all_reduce_gradients(average=False)
     total = torch.tensor([float(loss)], dtype=torch.float64)
     if world > 1:

@@ -1,23 +1,34 @@
 """Master-mirror exchange of one level's rows for full-graph training (NeutronStar, Sec. 4.2-4.3).
 
 Each rank owns (is the master of) its core nodes; a remote in-neighbour that a rank fetches is
-a mirror there. Forward: every owner sends each peer one packed chunk with the rows of the
-peer's mirrors (the peer asked for them once, at set-up). Backward: every rank sends each owner
-one chunk with its mirrors' gradients, and the owner sums them into its rows' gradients
-(:class:`PullRows`). Chunks are exchanged with non-blocking ``isend``/``irecv``:
+a mirror there. Forward (``GetFromDepNbr``): every owner sends each peer one packed chunk with
+the rows of the peer's mirrors (the peer asked for them once, at set-up). Backward
+(``PostToDepNbr``): every rank sends each owner one chunk with its mirrors' gradients, and the
+owner sums them into its rows' gradients. Chunks travel with non-blocking ``isend``/``irecv``
+in **time slots** (:func:`slot_peers`):
 
-- **ring order** (Sec. 4.3, Figure 8): rank ``i`` posts its ``j``-th output chunk to rank
-  ``(i + j + 1) mod m`` (and receives its ``j``-th from ``(i - j - 1) mod m``), so no two ranks
-  send to the same destination in the same slot; off (``ring=False``), every rank sends in rank
-  order (all to rank 0 first);
-- **overlap**: :meth:`RowExchange.start` posts the chunks and returns at once; the caller
-  computes what does not need them (its cached dependencies) and :class:`PullRows` waits.
-  In backward, the gradients are sent once autograd has computed them all for the level.
+- **ring** (Sec. 4.3, Figure 8): ``world - 1`` slots; in slot ``s`` rank ``r`` sends to
+  ``(r + s) mod p`` and receives from ``(r - s) mod p`` (so no two ranks send to the same
+  destination in a slot, and the peer ``r`` sends to receives from ``r`` in the same slot).
+  A slot is posted only once the previous one has completed (:meth:`Transfer.finish`): at most
+  one chunk in flight per direction, as in NeutronStar's ring;
+- **no ring** (``ring=False``, the ablation): one slot, every chunk posted at once in rank
+  order.
+
+Every rank posts every slot of every level's exchange it takes part in, with or without rows
+for a peer (an empty chunk is simply not sent, and its peer, which knows the count from
+set-up, does not receive it), so sends and receives always pair: nothing depends on whether
+autograd happens to visit a level on one rank (issue 37: a rank that pulled no rows at a level
+used to skip the gradient receive its peers' sends were posted to).
+
+Between slots the caller computes what the slots so far allow (the engine's overlap, see
+:mod:`shoal.engines.fullgraph.engine`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -25,16 +36,115 @@ import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats
 
-__all__ = ["PullRows", "RowExchange", "ring_peers"]
+__all__ = ["RowExchange", "Transfer", "ring_peers", "slot_peers"]
 
 
 def ring_peers(rank: int, world: int, ring: bool = True) -> list[tuple[int, int]]:
-    """``(send_to, receive_from)`` per slot: the ring order, or rank order when ``ring`` is
-    false."""
+    """``(send_to, receive_from)`` per ring slot ``s = 1 .. world - 1``:
+    ``((rank + s) mod world, (rank - s) mod world)``; with ``ring`` false, every other rank in
+    rank order (``(q, q)``)."""
     if ring:
-        return [((rank + j + 1) % world, (rank - j - 1) % world) for j in range(world - 1)]
+        return [((rank + s) % world, (rank - s) % world) for s in range(1, world)]
     others = [r for r in range(world) if r != rank]
     return list(zip(others, others, strict=True))
+
+
+def slot_peers(rank: int, world: int, ring: bool = True) -> list[list[tuple[int, int]]]:
+    """The exchange's time slots, each a list of ``(send_to, receive_from)``: one pair per
+    slot in the ring, one slot with every pair without it (none on one process)."""
+    if world == 1:
+        return []
+    if ring:
+        return [[p] for p in ring_peers(rank, world, True)]
+    return [ring_peers(rank, world, False)]
+
+
+class Transfer:
+    """One direction of one level's exchange, slot by slot.
+
+    Args:
+        slots: :func:`slot_peers`.
+        out: ``out(peer)``: the chunk for ``peer`` (called when its slot is posted).
+        into: ``into(peer)``: the receive buffer for ``peer``'s chunk (a view; may be empty).
+        tag: the messages' tag.
+        done: ``done(peer)``, called once ``peer``'s chunk is in (e.g. to sum it somewhere).
+        stats, owner: counters, and the :class:`RowExchange` whose ``seconds`` count waits.
+    """
+
+    def __init__(
+        self,
+        slots: list[list[tuple[int, int]]],
+        out: Callable[[int], torch.Tensor],
+        into: Callable[[int], torch.Tensor],
+        tag: int,
+        *,
+        done: Callable[[int], None] | None = None,
+        stats: CommStats | None = None,
+        owner: RowExchange | None = None,
+    ) -> None:
+        self.slots, self.out, self.into, self.tag = slots, out, into, tag
+        self.done, self.stats, self.owner = done, stats, owner
+        self._reqs: list = []
+        self._alive: list[torch.Tensor] = []
+        self.posted = 0  # slots posted
+        self.finished = 0  # slots completed
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.slots)
+
+    def post(self) -> None:
+        """Post the next slot (its previous one must have completed)."""
+        if self.posted >= self.num_slots:
+            return
+        if self.posted > self.finished:
+            raise RuntimeError("Transfer.post: the previous slot is still in flight")
+        reqs, alive = [], []
+        for to, frm in self.slots[self.posted]:
+            chunk = self.out(to)
+            if chunk.shape[0]:
+                chunk = chunk.contiguous()
+                alive.append(chunk)
+                reqs.append(dist.isend(chunk, to, tag=self.tag))
+                if self.stats is not None:
+                    self.stats.bytes_sent += chunk.numel() * chunk.element_size()
+                    self.stats.messages_sent += 1
+            buf = self.into(frm)
+            if buf.shape[0]:
+                reqs.append(dist.irecv(buf, frm, tag=self.tag))
+                if self.stats is not None:
+                    self.stats.bytes_received += buf.numel() * buf.element_size()
+                    self.stats.messages_received += 1
+        if self.stats is not None:
+            self.stats.rounds += 1
+        self._reqs, self._alive = reqs, alive
+        self.posted += 1
+
+    def finish(self, post_next: bool = True) -> int:
+        """Wait for the slot in flight, call ``done`` for its senders and (``post_next``) post
+        the next slot; the number of slots completed so far."""
+        if self.finished >= self.posted:
+            if self.finished >= self.num_slots:
+                return self.finished
+            self.post()
+        t0 = time.perf_counter()
+        for r in self._reqs:
+            r.wait()
+        if self.owner is not None:
+            self.owner.seconds += time.perf_counter() - t0
+        self._reqs, self._alive = [], []
+        if self.done is not None:
+            for _, frm in self.slots[self.finished]:
+                self.done(frm)
+        self.finished += 1
+        if post_next:
+            self.post()
+        return self.finished
+
+    def finish_all(self) -> None:
+        """Every remaining slot, one after the other."""
+        while self.finished < self.num_slots:
+            self.finish()
 
 
 class RowExchange:
@@ -47,7 +157,7 @@ class RowExchange:
             in the order this rank asked for them, peer after peer in rank order).
         rank, world: this process and the group size.
         tag: distinguishes this level's messages from other levels'.
-        ring: ring order (default true).
+        ring: ring time slots (default true) or every chunk at once.
         stats: counters (bytes and messages).
     """
 
@@ -65,99 +175,104 @@ class RowExchange:
         self.send_idx = [torch.from_numpy(np.asarray(s, np.int64)) for s in send_idx]
         self.recv_counts = [int(c) for c in recv_counts]
         self.recv_off = np.concatenate([[0], np.cumsum(self.recv_counts)]).astype(np.int64)
-        self.rank, self.world, self.tag = rank, world, tag
-        self.peers = ring_peers(rank, world, ring)
+        sizes = [len(s) for s in self.send_idx]
+        self.send_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.rank, self.world, self.tag, self.ring = rank, world, tag, ring
+        self.slots = slot_peers(rank, world, ring)
         self.stats = stats
-        self._pending: list = []
-        self._recv: torch.Tensor | None = None
         self.seconds = 0.0  # time spent waiting for chunks (forward and backward)
 
     @property
     def num_recv(self) -> int:
         return int(self.recv_off[-1])
 
-    def _post(self, rows_for, recv: torch.Tensor, counts_in: list[int], off_in, tag: int) -> list:
-        """Post one chunk per peer in slot order: ``rows_for(peer)`` out, ``recv`` slices in."""
-        reqs = []
-        for to, frm in self.peers:
-            out = rows_for(to)
-            if out.shape[0]:
-                reqs.append(dist.isend(out, to, tag=tag))
-                if self.stats is not None:
-                    self.stats.bytes_sent += out.numel() * out.element_size()
-                    self.stats.messages_sent += 1
-            n = counts_in[frm]
-            if n:
-                buf = recv[int(off_in[frm]) : int(off_in[frm]) + n]
-                reqs.append(dist.irecv(buf, frm, tag=tag))
-                if self.stats is not None:
-                    self.stats.bytes_received += buf.numel() * buf.element_size()
-                    self.stats.messages_received += 1
-        if self.stats is not None:
-            self.stats.rounds += 1
-        return reqs
+    @property
+    def num_slots(self) -> int:
+        return len(self.slots)
 
-    def start(self, h: torch.Tensor) -> None:
-        """Post this level's rows (``h``: this rank's rows) to the peers that mirror them.
-        Rows travel as host tensors (gloo); a device ``h`` is copied to the host first."""
+    def recv_slot(self, owner: int) -> int:
+        """The slot (1-based) in which ``owner``'s rows arrive in forward."""
+        if not self.ring:
+            return 1
+        return (self.rank - owner) % self.world
+
+    def mirrors(self, owner: int) -> slice:
+        """The rows of ``owner``'s mirrors in the received buffer."""
+        return slice(int(self.recv_off[owner]), int(self.recv_off[owner + 1]))
+
+    # ------------------------------------------------------------------ forward
+    def rows(
+        self, h: torch.Tensor, done: Callable[[int], None] | None = None
+    ) -> tuple[Transfer, torch.Tensor]:
+        """Forward: a :class:`Transfer` of this level's rows (``h``: this rank's rows) to the
+        peers that mirror them, with its first slot posted, and the buffer the mirrors' rows
+        arrive in (peer after peer in rank order; complete once every slot is finished;
+        ``done(owner)`` once ``owner``'s rows are in). Rows travel as host tensors (gloo); a
+        device ``h`` is copied to the host first."""
         h = h.detach().cpu()
-        self._recv = torch.empty((self.num_recv, *h.shape[1:]), dtype=h.dtype)
-        if self.world == 1:
-            return
-        chunks = {to: h.index_select(0, self.send_idx[to]).contiguous() for to, _ in self.peers}
-        self._pending = self._post(
-            chunks.__getitem__, self._recv, self.recv_counts, self.recv_off, 2 * self.tag
+        recv = torch.empty((self.num_recv, *h.shape[1:]), dtype=h.dtype)
+        send_idx = self.send_idx
+        t = Transfer(
+            self.slots,
+            lambda to: h.index_select(0, send_idx[to]),
+            lambda frm: recv[self.mirrors(frm)],
+            2 * self.tag,
+            done=done,
+            stats=self.stats,
+            owner=self,
         )
-        self._chunks = chunks  # alive until sent
+        t.post()
+        return t, recv
 
-    def wait(self) -> torch.Tensor:
-        """The mirrors' rows (peer after peer in rank order), once every chunk is in."""
-        t0 = time.perf_counter()
-        for r in self._pending:
-            r.wait()
-        self.seconds += time.perf_counter() - t0
-        self._pending, self._chunks = [], {}
-        out, self._recv = self._recv, None
-        if out is None:
-            raise RuntimeError("RowExchange.wait without start")
-        return out
+    # ------------------------------------------------------------------ backward
+    def gradients(
+        self, grad_of: Callable[[], torch.Tensor | None], num_rows: int, width: int
+    ) -> tuple[Transfer, torch.Tensor]:
+        """Backward: a :class:`Transfer` of the mirrors' gradients to their owners, and the
+        gradient of this rank's ``num_rows`` rows (``width`` columns, on the host) that the
+        peers' chunks are summed into as they arrive. ``grad_of()`` gives the mirrors' gradient
+        (rows as in the forward buffer; None = zero) when a slot is posted. Posts nothing yet:
+        ``post()`` each slot once the gradients it sends are final. The slots go in forward's
+        order, so in the ring slot ``s`` sends to the owner whose rows arrived in forward slot
+        ``world - s``."""
+        out = torch.zeros((num_rows, width), dtype=torch.float32)
+        got = torch.empty((int(self.send_off[-1]), width), dtype=torch.float32)
+        off = self.send_off
+
+        def chunk(to: int) -> torch.Tensor:
+            g = grad_of()
+            sl = self.mirrors(to)
+            if g is None:
+                return torch.zeros((sl.stop - sl.start, width), dtype=torch.float32)
+            return g[sl].detach().cpu()
+
+        def into(frm: int) -> torch.Tensor:
+            return got[int(off[frm]) : int(off[frm + 1])]
+
+        def done(frm: int) -> None:
+            if len(self.send_idx[frm]):
+                out.index_add_(0, self.send_idx[frm], into(frm))
+
+        t = Transfer(
+            self.slots,
+            chunk,
+            into,
+            2 * self.tag + 1,
+            done=done,
+            stats=self.stats,
+            owner=self,
+        )
+        return t, out
+
+    # ------------------------------------------------------------------ blocking forms
+    def pull(self, h: torch.Tensor) -> torch.Tensor:
+        """The mirrors' rows, every slot waited for (blocking)."""
+        t, recv = self.rows(h)
+        t.finish_all()
+        return recv
 
     def push_gradients(self, grad: torch.Tensor, num_rows: int) -> torch.Tensor:
-        """Backward: send each owner its mirrors' gradients, sum what the peers send into the
-        gradient of this rank's ``num_rows`` rows (blocking)."""
-        grad = grad.contiguous()
-        out = torch.zeros((num_rows, *grad.shape[1:]), dtype=grad.dtype)
-        if self.world == 1:
-            return out
-        sizes = [len(s) for s in self.send_idx]
-        off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        got = torch.empty((int(off[-1]), *grad.shape[1:]), dtype=grad.dtype)
-
-        def rows_for(to: int) -> torch.Tensor:
-            return grad[int(self.recv_off[to]) : int(self.recv_off[to + 1])]
-
-        t0 = time.perf_counter()
-        for r in self._post(rows_for, got, sizes, off, 2 * self.tag + 1):
-            r.wait()
-        self.seconds += time.perf_counter() - t0
-        for peer, idx in enumerate(self.send_idx):
-            if len(idx):
-                out.index_add_(0, idx, got[int(off[peer]) : int(off[peer + 1])])
+        """The summed gradients of this rank's rows from its mirrors' ``grad`` (blocking)."""
+        t, out = self.gradients(lambda: grad, num_rows, int(grad.shape[1]))
+        t.finish_all()
         return out
-
-
-class PullRows(torch.autograd.Function):
-    """``PullRows.apply(h, exchange)``: the mirrors' rows of a level whose exchange was
-    started with ``exchange.start(h)`` (forward waits for them); backward sends the mirrors'
-    gradients to their owners and returns the summed gradient of ``h``'s rows."""
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, exchange: RowExchange) -> torch.Tensor:  # type: ignore[override]
-        ctx.exchange = exchange
-        ctx.num_rows = h.shape[0]
-        ctx.device = h.device
-        return exchange.wait().to(h.device)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        return ctx.exchange.push_gradients(grad.cpu(), ctx.num_rows).to(ctx.device), None

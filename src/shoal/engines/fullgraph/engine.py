@@ -18,8 +18,16 @@ Rank ``i`` owns ``V_i`` (its parts' core nodes) and their in-edges. Its remote i
   ``T_e``, ``T_c`` probed on this machine at start-up (or given: ``dep_costs``) under the memory
   limit ``S`` (``dep_memory``); the split and the costs are logged and recorded.
 
-Each layer first posts the exchange of the level's rows (ring order), computes the cached
-dependencies' rows while chunks are in flight (``overlap``), then the local nodes' rows.
+Each layer posts the exchange of the level's rows in ring time slots (``ring``; Sec. 4.3,
+Figure 8) and, with ``overlap``, computes the cached dependencies' rows and the local targets
+whose in-neighbours are all here while the first chunk is in flight, then after each slot the
+targets it completes while the next one is in flight (:meth:`FullGraphEngine.forward`).
+Backward goes layer by layer (:meth:`FullGraphEngine.backward`): the targets' groups in reverse
+slot order, each slot of mirrors' gradients posted once final, the push waited for only when
+the owner needs its rows' gradients. Every rank posts every slot of every level's exchange,
+rows or not, so every send has its receive (issue 37: a rank that pulled no rows at a level,
+because it cached every dependency there or a directed graph gave it none, used to skip the
+gradient receives its peers had posted sends for).
 
 The weights' gradients of a replicated computation flow back through the replica only (its
 owner computes the node for its own consumers), so their sum over ranks is the full-graph
@@ -34,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -47,7 +55,7 @@ from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
 from shoal.engines.fullgraph.config import FullGraphConfig
 from shoal.engines.fullgraph.costs import check_fits, memory_bytes
-from shoal.engines.fullgraph.depcomm import PullRows, RowExchange
+from shoal.engines.fullgraph.depcomm import RowExchange, Transfer
 from shoal.engines.fullgraph.deps import (
     Costs,
     DepSets,
@@ -238,7 +246,10 @@ class FullGraphEngine(Engine):
         self.num_train = max(float(n.item()), 1.0)
         dev = self.device  # the part's inputs and blocks live where the model computes
         self.x0 = self.x0.to(dev)
-        self.blocks = [(r.to(dev) if r is not None else None, b.to(dev)) for r, b in self.blocks]
+        self.blocks = [
+            (r.to(dev) if r is not None else None, [grp.to(dev) for grp in groups])
+            for r, groups in self.blocks
+        ]
         self.rep_local = [t.to(dev) for t in self.rep_local]
         self.train_pos, self.y = self.train_pos.to(dev), self.y.to(dev)
 
@@ -265,10 +276,11 @@ class FullGraphEngine(Engine):
         out[torch.from_numpy(order)] = got
         return out
 
-    def _layer_blocks(self, k: int) -> tuple[Block | None, Block]:
+    def _layer_blocks(self, k: int) -> tuple[Block | None, list[_Group]]:
         """Layer ``k`` (level ``k`` -> ``k+1``): the block of the replicated targets (sources:
         ``rep[k]``, then the local nodes its edges use, at positions ``self.rep_local[k]``)
-        and that of the local targets (sources: local nodes, ``rep[k]``, the mirrors)."""
+        and the local targets' blocks, one per :class:`_Group` (:meth:`_groups`; sources:
+        local nodes, ``rep[k]``, the mirrors)."""
         g, sets, deg = self.graph, self.sets, self.tables.degrees
         s, rep, com = g.num_solid, self.sets.rep[k], self.com_order[k]
         # local targets: halo sources become a replica or a mirror
@@ -280,11 +292,10 @@ class FullGraphEngine(Engine):
         remote = src >= s
         src[remote] = halo_pos[src[remote] - s]
         ids = np.concatenate([g.solid, rep, com])
-        local = block_from_csr(g.indptr, src, len(ids), deg[ids] if len(ids) else np.zeros(0))
-        local = replace(local, node_ids=self.store.to_orig(ids))  # keyed dropout
+        groups = self._groups(k, src, ids, s + len(rep))
         top = sets.rep[k + 1]
         if not len(top):
-            return None, local
+            return None, groups
         nbrs = [self.structure.neighbours(np.array([w], np.int64)) for w in top.tolist()]
         rowptr = np.concatenate([[0], np.cumsum([len(x) for x in nbrs])]).astype(np.int64)
         flat = np.concatenate(nbrs).astype(np.int64) if nbrs else np.empty(0, np.int64)
@@ -296,37 +307,177 @@ class FullGraphEngine(Engine):
         self.rep_local[k] = torch.from_numpy(used)
         rids = np.concatenate([rep, g.solid[used]])
         rblk = block_from_csr(rowptr, rsrc, len(rids), deg[rids])
-        return replace(rblk, node_ids=self.store.to_orig(rids)), local
+        return replace(rblk, node_ids=self.store.to_orig(rids)), groups
+
+    def _groups(self, k: int, src: np.ndarray, ids: np.ndarray, have: int) -> list[_Group]:
+        """Layer ``k``'s local targets split by the exchange slot after which they can be
+        computed (Sec. 4.3, Figure 8): stage 0 = every in-neighbour is here (a local row or a
+        replica: computed while the first chunks are in flight), stage ``s`` = the last of its
+        mirrors arrives in slot ``s``. Without ``overlap`` one group, computed after the last
+        slot. ``src``: the sources of ``self.graph``'s edges as positions in ``ids`` (local
+        rows, replicas, mirrors; the first ``have`` are here)."""
+        g, ex, deg = self.graph, self.exchanges[k], self.tables.degrees
+        s = g.num_solid
+        counts = np.diff(np.asarray(g.indptr, np.int64))
+        tgt = np.repeat(np.arange(s), counts)
+        if self.options.overlap:
+            edge_stage = np.zeros(len(src), np.int64)
+            far = src >= have
+            if far.any():
+                owners = self._owner_rank(ids[src[far]])
+                edge_stage[far] = [ex.recv_slot(int(o)) for o in owners]
+            stage = np.zeros(s, np.int64)
+            np.maximum.at(stage, tgt, edge_stage)
+        else:
+            stage = np.full(s, ex.num_slots, np.int64)
+        out = []
+        for st in np.unique(stage).tolist():
+            targets = np.flatnonzero(stage == st)
+            esrc = src[stage[tgt] == st]
+            used = np.unique(esrc)
+            used = used[~np.isin(used, targets)]
+            loc, mir = used[used < have], used[used >= have]
+            order = np.concatenate([targets, loc, mir])
+            remap = np.full(len(ids), -1, np.int64)
+            remap[order] = np.arange(len(order))
+            rowptr = np.concatenate([[0], np.cumsum(counts[targets])]).astype(np.int64)
+            blk = block_from_csr(rowptr, remap[esrc], len(order), deg[ids[order]])
+            blk = replace(blk, node_ids=self.store.to_orig(ids[order]))
+            out.append(
+                _Group(
+                    stage=int(st),
+                    targets=torch.from_numpy(targets),
+                    local=torch.from_numpy(np.concatenate([targets, loc])),
+                    mirror=torch.from_numpy(mir - have),
+                    block=blk,
+                )
+            )
+        return out
 
     # ---------------------------------------------------------------- training
     def forward(self, timer: dict[str, float] | None = None) -> torch.Tensor:
-        """Every layer for the local nodes (and the replicas); the local nodes' logits."""
+        """Every layer for the local nodes (and the replicas); the local nodes' logits (a leaf:
+        :meth:`backward` takes the gradient from there, layer by layer).
+
+        Per layer (Sec. 4.3, Figure 8): post the first slot of the level's exchange; with
+        ``overlap``, compute the cached dependencies (replicas) and the targets whose
+        in-neighbours are all here while it is in flight, then after each slot the targets it
+        completes while the next one is in flight; without, wait for every slot first."""
         timer = timer if timer is not None else {}
-        s = self.graph.num_solid
+        s, dev = self.graph.num_solid, self.x0.device
         h, h_rep = self.x0[:s], self.x0[s:]
-        for k, (rep_blk, blk) in enumerate(self.blocks):
+        self._levels = []
+        for k, (rep_blk, groups) in enumerate(self.blocks):
             ex = self.exchanges[k]
-            if self.options.overlap:
-                ex.start(h)
-            t0 = time.perf_counter()
-            nxt = None
-            if rep_blk is not None:  # sources: the replicas, then the local rows it uses
-                src = torch.cat([h_rep, h.index_select(0, self.rep_local[k])])
-                nxt = self.model.layer_forward(k, src, rep_blk)
-            timer["cached_compute"] = timer.get("cached_compute", 0.0) + time.perf_counter() - t0
-            if not self.options.overlap:
-                ex.start(h)
-            t0 = time.perf_counter()
-            mirrors = PullRows.apply(h, ex)
-            timer["communication"] = timer.get("communication", 0.0) + time.perf_counter() - t0
-            t0 = time.perf_counter()
+            done, box = None, {}
+            if dev.type != "cpu":  # copy each owner's rows to the device as they arrive
+                mirrors = torch.empty((ex.num_recv, h.shape[1]), device=dev)
+
+                def done(owner: int, m=mirrors, ex=ex, box=box) -> None:
+                    with torch.no_grad():
+                        m[ex.mirrors(owner)] = box["recv"][ex.mirrors(owner)].to(m.device)
+
+            transfer, recv = ex.rows(h, done)
+            box["recv"] = recv
+            if dev.type == "cpu":
+                mirrors = recv.detach()  # the chunks land in it
+            mirrors.requires_grad_(k > 0)  # level 0 (features) is constant
             both = self.x0 if k == 0 else torch.cat([h, h_rep])
-            h = self.model.layer_forward(
-                k, torch.cat([both, mirrors]) if len(mirrors) else both, blk
-            )
-            timer["local_compute"] = timer.get("local_compute", 0.0) + time.perf_counter() - t0
-            h_rep = nxt if nxt is not None else h[:0]
+            out = torch.empty((s, self.widths[k + 1]), device=dev)
+            lv = _Level(h=h if k else None, h_rep=h_rep if k else None, mirrors=mirrors, out=out)
+            rep_stage = 0 if self.options.overlap else ex.num_slots
+            for stage in range(ex.num_slots + 1):
+                if stage:
+                    t0 = time.perf_counter()
+                    transfer.finish()  # this slot in, the next one posted
+                    timer["communication"] = (
+                        timer.get("communication", 0.0) + time.perf_counter() - t0
+                    )
+                t0 = time.perf_counter()
+                if stage == rep_stage and rep_blk is not None:
+                    src = torch.cat([h_rep, h.index_select(0, self.rep_local[k])])
+                    lv.rep_out = self.model.layer_forward(k, src, rep_blk)
+                t1 = time.perf_counter()
+                timer["cached_compute"] = timer.get("cached_compute", 0.0) + t1 - t0
+                for grp in groups:
+                    if grp.stage != stage:
+                        continue
+                    x = both.index_select(0, grp.local)
+                    if len(grp.mirror):
+                        x = torch.cat([x, mirrors.index_select(0, grp.mirror)])
+                    y = self.model.layer_forward(k, x, grp.block)
+                    lv.outs.append((grp, y))
+                    with torch.no_grad():
+                        out.index_copy_(0, grp.targets, y.detach())
+                timer["local_compute"] = timer.get("local_compute", 0.0) + time.perf_counter() - t1
+            h = out.requires_grad_()
+            if lv.rep_out is not None:
+                h_rep = lv.rep_out.detach().requires_grad_()
+            else:
+                h_rep = torch.zeros((0, self.widths[k + 1]), device=dev, requires_grad=True)
+            lv.rep_next = h_rep
+            self._levels.append(lv)
         return h
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """The weights' gradients of ``loss`` (of :meth:`forward`'s logits), layer by layer.
+
+        Layer ``k`` (Sec. 4.3: in backward, compute first, then communicate): its targets'
+        groups in reverse slot order; after the group of forward slot ``s``, the gradients of
+        the mirrors of that slot's owner are final and the backward slot ``world - s`` posts
+        them (the previous one waited for first). The push is asynchronous (``overlap``): the
+        targets that need no mirror run while its last slot is in flight, and layer ``k - 1``'s
+        cached dependencies (replicas, which need only their own gradients) before it is
+        waited for, when the owner needs its rows' gradients. Without ``overlap`` the push
+        is posted and waited for at once. Every rank posts every slot of every level but the
+        input features', rows or not, so every gradient send has its receive."""
+        loss.backward()  # the logits' gradient
+        overlap = self.options.overlap
+        pending: tuple[Transfer, torch.Tensor, torch.Tensor] | None = None
+        for k in reversed(range(self.model.num_layers)):
+            lv, ex = self._levels[k], self.exchanges[k]
+            if lv.rep_out is not None:  # needs only the replicas' gradients: already final
+                torch.autograd.backward(lv.rep_out, _grad(lv.rep_next))
+            if pending is not None:  # the gradients of this layer's output rows from peers
+                self._finish_push(*pending)
+                pending = None
+            grad_out = _grad(lv.out)
+            push = None
+            if k > 0:  # the mirrors' gradients go to their owners (features have none)
+                push, summed = ex.gradients(
+                    lambda m=lv.mirrors: m.grad, self.graph.num_solid, int(lv.mirrors.shape[1])
+                )
+            by_stage: dict[int, list] = {}
+            for grp, y in lv.outs:
+                by_stage.setdefault(grp.stage, []).append((grp, y))
+            for stage in range(ex.num_slots, -1, -1):
+                outs = by_stage.get(stage, [])
+                if outs:
+                    torch.autograd.backward(
+                        [y for _, y in outs], [grad_out[grp.targets] for grp, _ in outs]
+                    )
+                if push is not None and overlap and stage >= 1:
+                    if push.posted > push.finished:
+                        push.finish(post_next=False)
+                    push.post()
+            if push is not None:
+                if overlap:
+                    pending = (push, summed, lv.h)
+                else:
+                    self._finish_push(push, summed, lv.h)
+        if pending is not None:
+            self._finish_push(*pending)
+        self._levels = []
+
+    @staticmethod
+    def _finish_push(push: Transfer, summed: torch.Tensor, h: torch.Tensor) -> None:
+        """Wait for a gradient push's remaining slots; add what arrived to ``h``'s gradient."""
+        push.finish_all()
+        summed = summed.to(h.device)
+        if h.grad is None:
+            h.grad = summed
+        else:
+            h.grad += summed
 
     def loss(self, logits: torch.Tensor) -> torch.Tensor:
         """The sum of this rank's training losses over every rank's training nodes."""
@@ -356,7 +507,7 @@ class FullGraphEngine(Engine):
         loss = self.loss(logits)
         t0 = time.perf_counter()
         fwd_wait = sum(ex.seconds for ex in self.exchanges)
-        loss.backward()
+        self.backward(loss)
         back_wait = sum(ex.seconds for ex in self.exchanges) - fwd_wait
         timer["backward"] = time.perf_counter() - t0 - back_wait
         timer["communication"] += back_wait
@@ -398,3 +549,45 @@ def _positions(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
     order = np.argsort(sorted_ids, kind="stable")
     p = np.searchsorted(sorted_ids[order], ids)
     return order[p].astype(np.int64)
+
+
+@dataclass
+class _Group:
+    """Local targets of one layer computed together: after exchange slot ``stage`` (0: before
+    any chunk is in). ``local``: source positions in [local rows; replicas] (the targets
+    first), ``mirror``: source positions in the mirrors' buffer, in ``block``'s order."""
+
+    stage: int
+    targets: torch.Tensor
+    local: torch.Tensor
+    mirror: torch.Tensor
+    block: Block
+
+    def to(self, device: torch.device) -> _Group:
+        return _Group(
+            self.stage,
+            self.targets.to(device),
+            self.local.to(device),
+            self.mirror.to(device),
+            self.block.to(device),
+        )
+
+
+@dataclass
+class _Level:
+    """One layer's forward, kept for :meth:`FullGraphEngine.backward`: its input leaves
+    (local rows ``h``, replicas ``h_rep``, ``mirrors``), each group's output, the replicas'
+    output ``rep_out`` and the output leaves ``out`` (local rows) and ``rep_next``."""
+
+    h: torch.Tensor | None
+    h_rep: torch.Tensor | None
+    mirrors: torch.Tensor
+    out: torch.Tensor
+    outs: list = field(default_factory=list)
+    rep_out: torch.Tensor | None = None
+    rep_next: torch.Tensor | None = None
+
+
+def _grad(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s gradient, zero when nothing reached it."""
+    return t.grad if t.grad is not None else torch.zeros_like(t)

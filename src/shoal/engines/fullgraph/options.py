@@ -46,12 +46,16 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         dest="ring",
         action="store_const",
         const=False,
-        help="send chunks in rank order instead of the ring order (ablation)",
+        help="post every chunk of a level's exchange at once in rank order instead of the "
+        "ring's time slots (slot s: send to rank r+s, receive from r-s, one slot after the "
+        "other) (ablation; default: ring)",
     )
     g.add_argument(
         "--no-overlap",
         dest="overlap",
         action="store_const",
         const=False,
-        help="wait for the chunks before computing cached dependencies (ablation)",
+        help="wait for every chunk before computing a layer, and for the gradient push "
+        "before going on, instead of computing the replicas and the targets each slot "
+        "completes while chunks are in flight (ablation; default: overlap)",
     )

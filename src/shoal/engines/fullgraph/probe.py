@@ -91,8 +91,7 @@ def probe_costs(
         for _ in range(repeats):
             dist.barrier()
             t = time.perf_counter()
-            ex.start(h)
-            got = ex.wait()
+            got = ex.pull(h)
             ex.push_gradients(got, nodes)
             ts.append(time.perf_counter() - t)
         t_c = float(np.median(ts)) / ((world - 1) * nodes * d_out)
