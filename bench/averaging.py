@@ -21,7 +21,8 @@ interleaved seed by seed, so time-comparable within a table) and MB all-reduced 
 rank (the averaging's only traffic).
 
 Usage: ``python bench/averaging.py [--datasets cora,amazon_photo] [--seeds 0,1,2,3,4]
-[--parts 4] [--out bench/results/averaging]``
+[--parts 4] [--out bench/results/averaging]`` (``--report-only``: rewrite the markdown from
+the JSON, e.g. after a change of the engine's defaults, which the table names)
 """
 
 from __future__ import annotations
@@ -126,7 +127,12 @@ def main() -> None:
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=None, help="instead of HPARAMS' epochs")
     ap.add_argument("--out", default="bench/results/averaging", help="PREFIX of .md/.json")
+    ap.add_argument("--report-only", action="store_true", help="re-render <out>.md from <out>.json")
     args = ap.parse_args()
+    if args.report_only:
+        out = Path(args.out)
+        write_text_atomic(out.with_suffix(".md"), markdown(load_json(out.with_suffix(".json"))))
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     out = Path(args.out)
     res = load_json(out.with_suffix(".json"))

@@ -23,7 +23,8 @@ the same weights at every averaging round, so every part restarts the next local
 the same model *and* the same optimizer state (the step counters are left as they are: each
 rank counts its own local steps). The paper averages the weights only (Sec. III-D); that is
 ``average_optimizer=False`` (``--local-optimizer-state``), where each model keeps its own
-moments: measured several points below (``bench/results/averaging.md``): the ranks'
+moments: measured 13.9 points below on Cora, 0.5 on Amazon-Photo
+(``bench/results/averaging.md``): the ranks'
 sign-like Adam steps partly cancel in the average when their moments disagree. Resetting the
 moments each round would re-run Adam's bias-corrected warm-up after every round, so it is
 not offered.

@@ -47,8 +47,8 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         action="store_const",
         const=False,
         help="keep each model's own Adam moments instead of averaging them with the weights, "
-        "as SDT-GNN averages the weights only (default: averaged; measured several points "
-        "better, bench/results/averaging.md)",
+        "as SDT-GNN averages the weights only (default: averaged, measured 13.9 points "
+        "better on Cora, bench/results/averaging.md)",
     )
 
 
