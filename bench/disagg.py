@@ -152,15 +152,17 @@ def worker(args: argparse.Namespace) -> None:
     if cpu:
         cap_cpu(cpu, rank)
     from shoal.distributed import DistConfig, process_group
-    from shoal.engines import EngineConfig, get_engine
+    from shoal.engines import get_engine
+    from shoal.engines.config import read_config
     from shoal.store import Store
-    from shoal.training import TrainConfig
     from shoal.utils.threads import set_threads
 
     set_threads(1)
-    tc = TrainConfig.from_options(**{**SPEED_CFG, "epochs": args.epochs, **json.loads(args.extra)})
+    # engine options (batch_workers, replicas, ...) by their flag names, as `shoal train`
+    opts = {**SPEED_CFG, "epochs": args.epochs, **json.loads(args.extra)}
+    tc = read_config({**opts, "engine": args.engine}, origin="bench/disagg.py")
     with process_group(DistConfig(threads=1)) as ctx:
-        eng = get_engine(args.engine)(Store.open(args.store), EngineConfig(train=tc), ctx)
+        eng = get_engine(args.engine)(Store.open(args.store), tc, ctx)
         recs = [eng.train_epoch(e) for e in range(args.epochs + 1)][1:]  # one warm-up epoch
         split = {
             k: statistics.median(r["time_split"][k] for r in recs) for k in recs[0]["time_split"]
@@ -335,7 +337,7 @@ def run_replicas(args: argparse.Namespace) -> None:
     record_command(res, "replicas", "disagg.py")
     store = synth("synth-200k", 2)
     rs = res["replicas"] = {}
-    for g in (2, 4):
+    for g in map(int, args.groups.split(",")):
         for mode in ("sequential", "threads"):
             extra = {"batch_workers": 1, "replicas": g, "replica_exec": mode, "hidden": 256}
             r = run(store, "disagg", 2, extra, args.epochs)
@@ -774,6 +776,8 @@ def main() -> None:
     for name in ("scaling", "bytes", "speed", "replication", "replicas", "swapped"):
         p = s if name == "scaling" else sub.add_parser(name)
         p.add_argument("--epochs", type=int, default=2)
+        if name == "replicas":
+            p.add_argument("--groups", default="2,4", help="replica counts G")
         if name == "replication":
             p.add_argument("--tops", default=",".join(TOPS))
             p.add_argument("--datasets", default="cora")
