@@ -722,7 +722,9 @@ def onoff_section(oo: dict) -> list[str]:
         "owners) and every remote input row pulled, no historical embedding. Data bytes: "
         "everything sent per epoch but the gradient all-reduce, summed over ranks, by the "
         "same counters both ways (pushes, their sizes; or sampling requests, ids, rows). "
-        "Epoch time: mean training seconds per epoch (the machine is shared: indicative).",
+        "Epoch time: mean training seconds per epoch (the machine is shared: indicative). "
+        "Fewer seeds and datasets than the accuracy table (the `onoff` command below) to "
+        "keep the run under 15 minutes on the shared 2-core machine.",
         "",
         "| dataset | p | variant | seeds | test accuracy | Δ vs off (points) | data MB/epoch | "
         "vs off | epoch s | hit rate per layer |",
@@ -791,6 +793,22 @@ def push_section(pu: dict) -> list[str]:
                 f"| {i} | {impl} | {r['send_ms_per_step']:.2f} | "
                 f"{r['receive_ms_per_step']:.2f} | {r['step_ms']:.2f} |"
             )
+    impls = list(pu["runs"][0]) if pu["runs"] else []
+    mean = {
+        i: {k: statistics.mean(run[i][k] for run in pu["runs"]) for k in pu["runs"][0][i]}
+        for i in impls
+    }
+    if len(impls) == 2:
+        a, b = (mean[i] for i in impls)
+        lines += [
+            "",
+            f"Mean over repeats: send {a['send_ms_per_step']:.2f} -> "
+            f"{b['send_ms_per_step']:.2f} ms/step (what is left is packing the rows), "
+            f"receive {a['receive_ms_per_step']:.2f} -> {b['receive_ms_per_step']:.2f}, "
+            f"step {a['step_ms']:.2f} -> {b['step_ms']:.2f} ({impls[0]} -> {impls[1]}): the "
+            "step no longer waits in send, the wait for what has not arrived moves to the "
+            "receive d steps later.",
+        ]
     return [*lines, ""]
 
 
