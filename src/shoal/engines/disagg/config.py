@@ -43,8 +43,9 @@ class DisaggConfig(EngineConfig):
             every batch worker keeps (Sec. 3 and 5: the "special partition" kept in memory on
             all workers), so sampling them or loading their rows needs no request to their
             owner: nodes (an int) or a share of the nodes (``"1%"``); 0 = off, the ablation.
-            Used by remote sampling only. The paper gives no size; default ``REPLICATE_TOP``
-            (chosen by ``bench/disagg.py replication``, see ``docs/distributed.md``).
+            Used by remote sampling only. The paper gives no size and its runs (Sec. 6.1)
+            replicate nothing: default 0 (``REPLICATE_TOP``; ``bench/disagg.py
+            replication`` measures it, ``docs/distributed.md``).
         swapped_neighbours: a frontier node whose part is swapped out at its batch worker:
             ``"read"`` samples it from the store's files of that part (the same draws as
             when resident), ``"skip"`` gives it no neighbours (the paper's footnote 1:
@@ -53,8 +54,9 @@ class DisaggConfig(EngineConfig):
         replica_exec: how a compute worker runs its ``G`` replicas: ``"threads"`` (``G``
             threads, each a replica sharing the weights, torch's intra-op threads split
             between them, gradients summed in replica order) or ``"sequential"`` (one after
-            the other); the same gradients either way (default ``REPLICA_EXEC``, chosen by
-            ``bench/disagg.py replicas``).
+            the other); the same gradients either way (default ``"sequential"``
+            (``REPLICA_EXEC``): one intra-op thread per process leaves a CPU compute worker
+            no core for a second replica; ``bench/disagg.py replicas`` measures it).
     """
 
     engine: ClassVar[str] = "disagg"
