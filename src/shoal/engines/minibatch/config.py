@@ -11,8 +11,11 @@ __all__ = ["DEFAULT_PREFETCH_BATCHES", "MinibatchConfig"]
 
 #: Batches a rank's sampling thread prepares ahead of the step (DistDGL Sec. III-D: sampler
 #: workers "overlap the sampling cost with mini-batch training"; the paper gives no depth).
-#: Measured on the 200k-node benchmark graph, 2 processes (``bench/results/minibatch.md``).
-DEFAULT_PREFETCH_BATCHES = 2
+#: 0, inline, by measurement: on the 200k-node benchmark graph, 2 processes of 1 thread on
+#: 2 cores (no core left for the thread), the median epoch was 8% slower with 1 batch ahead
+#: and 16% slower with 2 than inline (``bench/results/minibatch.md``, a machine shared with
+#: other jobs): the thread only time-shares its process's core.
+DEFAULT_PREFETCH_BATCHES = 0
 
 
 @dataclass(kw_only=True)
@@ -23,10 +26,10 @@ class MinibatchConfig(EngineConfig):
     Args:
         prefetch_batches: batches (sampled blocks and pulled feature rows) a background
             thread of each rank prepares while the training thread computes the current step,
-            through a queue of this many (DistDGL Sec. III-D, its sampler workers; default
-            :data:`DEFAULT_PREFETCH_BATCHES`). 0 samples and pulls inline, in the training
-            step (``--no-background-sampling``, the ablation). The batches are the same either
-            way. Node classification on untyped stores; typed stores and ``--task link``
+            through a queue of this many (DistDGL Sec. III-D, its sampler workers). 0 samples
+            and pulls inline, in the training step (``--no-background-sampling``; default
+            :data:`DEFAULT_PREFETCH_BATCHES` = 0, measured faster where a process has no core
+            to spare for the thread). The batches are the same either way. Node classification on untyped stores; typed stores and ``--task link``
             sample inline.
     """
 
