@@ -17,12 +17,17 @@ gather: seconds of the thread that samples, on the training thread inline and on
 background thread otherwise; forward/backward and ``batch_wait``, the training thread's wait
 for the next batch), bytes exchanged per epoch, the loss and the test accuracy.
 
+``--rate 1gbit`` puts each rank in its own network namespace with its link shaped to that
+rate (``bench/netshape.py``: a machine per rank behind a switch), so the pulls and remote
+sampling wait on a network as on a cluster; without it the ranks talk over loopback.
+
 Usage::
 
-    python bench/minibatch.py [--rounds 3] [--epochs 3] [--depths 0,1,2]
-    python bench/minibatch.py report          # rewrite the markdown from the JSON
+    python bench/minibatch.py [--rounds 3] [--epochs 3] [--depths 0,1,2] [--rate 1gbit]
+        [--out bench/results/minibatch]
+    python bench/minibatch.py [--out ...] report   # rewrite the markdown from the JSON
 
-Results: bench/results/minibatch.json and bench/results/minibatch.md.
+Results: ``<out>.json`` and ``<out>.md`` (default bench/results/minibatch).
 """
 
 from __future__ import annotations
@@ -48,8 +53,6 @@ from common import (
 )
 
 DWORK = WORK / "distributed"  # bench/distributed.py's store, shared
-OUT_JSON = RESULTS / "minibatch.json"
-OUT_MD = RESULTS / "minibatch.md"
 HP = dict(model="sage", fanouts=(15, 10, 5), batch_size=1024, hidden=256, lr=0.003, seed=0)
 
 
@@ -108,12 +111,26 @@ def worker(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- driver
+def _network(rate: str | None) -> str:
+    if not rate:
+        return "loopback (both ranks on this machine)"
+    import netshape
+
+    got = netshape.throughput(rate) / 1e9
+    return (
+        f"each rank in its own network namespace, its link shaped to {rate} in both "
+        f"directions (netns + veth + tc tbf, bench/netshape.py; one TCP stream measured "
+        f"{got:.2f} Gbit/s)"
+    )
+
+
 def run(args: argparse.Namespace) -> None:
     store = build(Path(args.graph))
     depths = [int(d) for d in args.depths.split(",")]
     res = {
         "command": command_line("minibatch.py"),
         "machine": machine_line(threads=1),
+        "network": _network(args.rate),
         "rounds": args.rounds,
         "epochs": args.epochs,
         "depths": depths,
@@ -126,18 +143,24 @@ def run(args: argparse.Namespace) -> None:
         order = depths if r % 2 == 0 else depths[::-1]
         for d in order:
             out = DWORK / f"minibatch-prefetch{d}.json"
-            cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-            cmd += [str(Path(__file__).resolve()), "worker", "--store", str(store)]
-            cmd += ["--prefetch", str(d), "--epochs", str(args.epochs), "--out", str(out)]
+            argv = [str(Path(__file__).resolve()), "worker", "--store", str(store)]
+            argv += ["--prefetch", str(d), "--epochs", str(args.epochs), "--out", str(out)]
             if r == 0:  # the model is the same in every round: evaluate it once
-                cmd.append("--evaluate")
-            sh(cmd, env=env)
+                argv.append("--evaluate")
+            if args.rate:
+                import netshape
+
+                netshape.launch(2, args.rate, argv, env, timeout=1500)
+            else:
+                cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+                sh([*cmd, *argv], env=env)
             got = json.loads(out.read_text())
             res["runs"][str(d)].append(got)
             print(f"round {r} prefetch {d}: epochs {got['epoch_seconds']}", flush=True)
     res["wall_seconds"] = time.perf_counter() - t0
-    write_json(OUT_JSON, res)
-    write_markdown(res)
+    out = Path(args.out)
+    write_json(out.with_suffix(".json"), res)
+    write_markdown(res, out.with_suffix(".md"))
 
 
 # ----------------------------------------------------------------------------- report
@@ -164,7 +187,7 @@ def summary(runs: list[dict]) -> dict:
     }
 
 
-def write_markdown(res: dict) -> None:
+def write_markdown(res: dict, path: Path) -> None:
     from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES
 
     sums = {int(d): summary(runs) for d, runs in res["runs"].items() if runs}
@@ -175,6 +198,8 @@ def write_markdown(res: dict) -> None:
         f"Command: `{res['command']}`",
         "",
         f"Machine: {res['machine']}",
+        "",
+        f"Network: {res.get('network', 'loopback (both ranks on this machine)')}",
         "",
         "Graph: `shoal data synth dcsbm` 200,000 nodes, 2,000,000 stored edges, 128-d "
         "features, 47 classes; SPRING, 2 parts, `--halo-features` (bench/distributed.py "
@@ -216,7 +241,7 @@ def write_markdown(res: dict) -> None:
         *_notes(sums),
         "",
     ]
-    write_text_atomic(OUT_MD, "\n".join(lines))
+    write_text_atomic(path, "\n".join(lines))
 
 
 def _wait(split: dict, depth: int) -> str:
@@ -263,12 +288,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--depths", default="0,1,2", help="prefetch depths to run (0 = inline)")
+    ap.add_argument(
+        "--rate",
+        default=None,
+        help="shape each rank's link to RATE (e.g. 1gbit; needs root, ip and tc); "
+        "default: loopback",
+    )
+    ap.add_argument(
+        "--out", default=str(RESULTS / "minibatch"), help="PREFIX of the .json/.md results"
+    )
     args = ap.parse_args()
     DWORK.mkdir(parents=True, exist_ok=True)
     if args.cmd == "worker":
         worker(args)
     elif args.cmd == "report":
-        write_markdown(load_json(OUT_JSON))
+        out = Path(args.out)
+        write_markdown(load_json(out.with_suffix(".json")), out.with_suffix(".md"))
     else:
         run(args)
 

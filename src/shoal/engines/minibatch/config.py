@@ -11,11 +11,13 @@ __all__ = ["DEFAULT_PREFETCH_BATCHES", "MinibatchConfig"]
 
 #: Batches a rank's sampling thread prepares ahead of the step (DistDGL Sec. III-D: sampler
 #: workers "overlap the sampling cost with mini-batch training"; the paper gives no depth).
-#: 0, inline, by measurement: on the 200k-node benchmark graph, 2 processes of 1 thread on
-#: 2 cores (no core left for the thread), the median epoch was 8% slower with 1 batch ahead
-#: and 16% slower with 2 than inline (``bench/results/minibatch.md``, a machine shared with
-#: other jobs): the thread only time-shares its process's core.
-DEFAULT_PREFETCH_BATCHES = 0
+#: 2, by measurement (``bench/results/minibatch_1gbit.md``): on the 200k-node benchmark
+#: graph, 2 processes each on its own 1 Gbit/s link (one machine per rank, as on a cluster),
+#: the epoch took about half the inline epoch's time, the sampling and pulls' network waits
+#: hidden behind the step. Over loopback with 2 processes on 2 cores (no core to spare for
+#: the thread, no network to wait for) it was 8-16% slower (``bench/results/minibatch.md``):
+#: ``--prefetch-batches 0`` there.
+DEFAULT_PREFETCH_BATCHES = 2
 
 
 @dataclass(kw_only=True)
@@ -28,9 +30,10 @@ class MinibatchConfig(EngineConfig):
             thread of each rank prepares while the training thread computes the current step,
             through a queue of this many (DistDGL Sec. III-D, its sampler workers). 0 samples
             and pulls inline, in the training step (``--no-background-sampling``; default
-            :data:`DEFAULT_PREFETCH_BATCHES` = 0, measured faster where a process has no core
-            to spare for the thread). The batches are the same either way. Node classification on untyped stores; typed stores and ``--task link``
-            sample inline.
+            :data:`DEFAULT_PREFETCH_BATCHES` = 2: measured twice as fast on 1 Gbit/s links;
+            inline was faster over loopback on a machine with no core to spare for the
+            thread). The batches are the same either way. Node classification on untyped
+            stores; typed stores and ``--task link`` sample inline.
     """
 
     engine: ClassVar[str] = "minibatch"

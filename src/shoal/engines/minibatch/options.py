@@ -17,9 +17,9 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         metavar="N",
         help="batches (sampled blocks and pulled feature rows) each rank's sampling thread "
         "prepares while the step computes (DistDGL's sampler workers; default "
-        f"{d.prefetch_batches} = sample inline in the step: with no core to spare for the "
-        "thread, 2 processes on 2 cores, 1 and 2 ahead were 8%% and 16%% slower, "
-        "bench/results/minibatch.md; the same batches either way)",
+        f"{d.prefetch_batches}: about twice as fast as inline with each rank on a 1 Gbit/s "
+        "link, bench/results/minibatch_1gbit.md; 0 = inline, faster over loopback when the "
+        "processes fill the cores; the same batches either way)",
     )
     g.add_argument(
         "--no-background-sampling",
