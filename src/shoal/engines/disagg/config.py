@@ -44,8 +44,9 @@ class DisaggConfig(EngineConfig):
             all workers), so sampling them or loading their rows needs no request to their
             owner: nodes (an int) or a share of the nodes (``"1%"``); 0 = off, the ablation.
             Used by remote sampling only. The paper gives no size and its runs (Sec. 6.1)
-            replicate nothing: default 0 (``REPLICATE_TOP``; ``bench/disagg.py
-            replication`` measures it, ``docs/distributed.md``).
+            replicate nothing: default 0 (``REPLICATE_TOP``); ``bench/disagg.py
+            replication`` measured 0.98x / 0.91x the bytes between batch workers for 1% / 5%
+            and no clear time gain (``docs/distributed.md``).
         swapped_neighbours: a frontier node whose part is swapped out at its batch worker:
             ``"read"`` samples it from the store's files of that part (the same draws as
             when resident), ``"skip"`` gives it no neighbours (the paper's footnote 1:
@@ -54,9 +55,11 @@ class DisaggConfig(EngineConfig):
         replica_exec: how a compute worker runs its ``G`` replicas: ``"threads"`` (``G``
             threads, each a replica sharing the weights, torch's intra-op threads split
             between them, gradients summed in replica order) or ``"sequential"`` (one after
-            the other); the same gradients either way (default ``"sequential"``
-            (``REPLICA_EXEC``): one intra-op thread per process leaves a CPU compute worker
-            no core for a second replica; ``bench/disagg.py replicas`` measures it).
+            the other); the same gradients either way without dropout (with dropout the
+            threads draw masks from one generator in thread order: not reproducible bit for
+            bit). Default ``"sequential"`` (``REPLICA_EXEC``) for that reason, although
+            ``bench/disagg.py replicas`` measured threads 0.64x the epoch time (G = 2,
+            hidden 256, 2 cores).
     """
 
     engine: ClassVar[str] = "disagg"
