@@ -66,6 +66,11 @@ def test_averaging_two_processes_one_command(tmp_path, make_graph, make_store):
         "--device",
         "cpu",
         *ARGS,
+        # one model per part (the default) steps once per part and epoch on this graph (4
+        # training nodes a part, batches of 4), then the 4 are averaged: more epochs than
+        # the carried model needs
+        "--epochs",
+        "24",
     )
     assert p.returncode == 0, p.stderr[-3000:]
     d = json.loads(out.read_text())
