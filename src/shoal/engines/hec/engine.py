@@ -246,20 +246,29 @@ class HecEngine(Engine):
                 rows_of.append(h)
                 h = self.model.layer_forward(layer, h, block.to(dev))
             y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64)).to(dev)
-            loss = F.cross_entropy(h, y)
-            loss.backward()
-            loss_v, ok = float(loss.detach()), int((h.detach().argmax(1) == y).sum())
+            loss_v, ok = self._backward(h, y)
             timer["sampling"] += t1 - t0
             timer["gather"] += t2 - t1
             timer["forward_backward"] += time.perf_counter() - t2
-        t0 = time.perf_counter()
-        self.all_reduce_gradients(average=True)
-        timer["communication"] += time.perf_counter() - t0
-        self.optimizer.step()
+        self._update(timer)
         pushes = None
         if send:
             pushes = self._pushes(epoch, k, mb if len(seeds) else None, rows_of)
         return loss_v, ok, len(seeds), pushes
+
+    @staticmethod
+    def _backward(h: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
+        """The batch's cross-entropy, backpropagated; returns (loss, correct predictions)."""
+        loss = F.cross_entropy(h, y)
+        loss.backward()
+        return float(loss.detach()), int((h.detach().argmax(1) == y).sum())
+
+    def _update(self, timer: dict) -> None:
+        """The gradients averaged over the ranks (collective), then the optimizer's step."""
+        t0 = time.perf_counter()
+        self.all_reduce_gradients(average=True)
+        timer["communication"] += time.perf_counter() - t0
+        self.optimizer.step()
 
     def _step_uncached(self, epoch: int, k: int, seeds: np.ndarray, timer: dict):
         """One mini-batch with the cache off (``hec_cache=False``): the batch's blocks sampled
@@ -284,16 +293,11 @@ class HecEngine(Engine):
             for layer, block in enumerate(mb.blocks):
                 h = self.model.layer_forward(layer, h, block.to(dev))
             y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64)).to(dev)
-            loss = F.cross_entropy(h, y)
-            loss.backward()
-            loss_v, ok = float(loss.detach()), int((h.detach().argmax(1) == y).sum())
+            loss_v, ok = self._backward(h, y)
         timer["sampling"] += t1 - t0
         timer["gather"] += t2 - t1
         timer["forward_backward"] += time.perf_counter() - t2
-        t0 = time.perf_counter()
-        self.all_reduce_gradients(average=True)
-        timer["communication"] += time.perf_counter() - t0
-        self.optimizer.step()
+        self._update(timer)
         return loss_v, ok, len(seeds)
 
     def _lookup(self, n_id: np.ndarray, solid: np.ndarray, blocks: list[Block]):
