@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import socket
 import statistics
@@ -178,8 +179,33 @@ def train(
     }
     if res["returncode"] == 0 and out.exists():
         res["train"] = json.loads(out.read_text())
+    res["eval_memory"] = eval_memory(err.read_text())
     print(f"[{tag}] rc={res['returncode']} {res['seconds']:.0f} s", flush=True)
     return res
+
+
+_EVAL_WORK = re.compile(r"rank (\d+) evaluating val\+test: (\d+) MiB of working memory")
+_EVAL_PEAK = re.compile(r"rank (\d+) evaluated: peak footprint (\d+) MiB \(anonymous (\d+) MiB\)")
+_LAYER = re.compile(
+    r"layer of width (\d+): \d+ targets in \d+ block\(s\) of at most \d+, (\d+) round"
+)
+
+
+def eval_memory(stderr: str) -> dict:
+    """The final evaluation's working memory, its peak footprint and anonymous memory (MiB,
+    per rank that logged them) and its layers' rounds, from a run's ``-v`` messages."""
+    out: dict = {"work_mib": {}, "peak_mib": {}, "peak_anon_mib": {}, "rounds": []}
+    final = False
+    for ln in stderr.splitlines():
+        if m := _EVAL_WORK.search(ln):
+            out["work_mib"][m.group(1)] = int(m.group(2))
+            final, out["rounds"] = True, []
+        elif (m := _EVAL_PEAK.search(ln)) and final:
+            out["peak_mib"][m.group(1)] = int(m.group(2))
+            out["peak_anon_mib"][m.group(1)] = int(m.group(3))
+        elif (m := _LAYER.search(ln)) and final:
+            out["rounds"].append(int(m.group(2)))
+    return out
 
 
 def _row(r: dict) -> str:
@@ -266,7 +292,7 @@ def _order_lines(runs: list[dict]) -> list[str]:
     return ["", "Node order (same cap, same run):", *out] if out else []
 
 
-def _eval_line(t: dict, base: dict) -> str:
+def _eval_line(t: dict, base: dict, run: dict) -> str:
     """What the capped run's final evaluation read (both ranks, one disk), against the time
     that takes at the disk's sequential bandwidth."""
     read, read0 = t.get("eval_read_bytes", -1), base.get("eval_read_bytes", -1)
@@ -277,10 +303,19 @@ def _eval_line(t: dict, base: dict) -> str:
     unc = (
         f"; the uncapped run read {read0 / 1e9:.2f} GB" if read0 is not None and read0 >= 0 else ""
     )
-    return (
+    line = (
         f"  Evaluation reads: {read / 1e9:.2f} GB from disk, both ranks{at}, in "
         f"{t['eval_seconds']:.0f} s{unc}."
     )
+    mem = run.get("eval_memory") or {}
+    if mem.get("work_mib"):
+        work = ", ".join(f"{v} MiB" for v in mem["work_mib"].values())
+        peak = " / ".join(f"{v} MiB" for v in mem.get("peak_anon_mib", {}).values())
+        line += f" Working memory (rank 0): {work}"
+        line += f", layers' rounds {mem['rounds']}" if mem.get("rounds") else ""
+        line += f"; peak anonymous memory {peak}" if peak else ""
+        line += f" under the cap of {run['cap'] / 2**20:.0f} MiB." if run.get("cap") else "."
+    return line
 
 
 def _disk_line() -> str:
@@ -358,7 +393,7 @@ def report(res: dict, path: Path) -> None:
             )
         )
         lines.append(_reads_line(t, e0))
-        lines.append(_eval_line(t, base["train"]))
+        lines.append(_eval_line(t, base["train"], r))
     lines += _order_lines(runs)
     lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "store already built"), ""]
     write_text_atomic(path, "\n".join(lines))

@@ -106,3 +106,35 @@ def test_activations_are_refitted_to_the_sampled_batches_and_only_lowered():
     assert plan.fit_activations(100_000) == pool + (400 << 20) - 125_000_000
     assert plan.activations == 125_000_000 and plan.reserve == (200 << 20) + 125_000_000
     assert plan.fit_activations(10**6) == pool + (400 << 20) - 125_000_000  # never raised
+
+
+def test_mapped_data_counts_a_read_only_map_and_not_anonymous_memory(tmp_path):
+    """The touched pages of an array opened with ``mmap_mode="r"`` are counted (clean page
+    cache the kernel can take back); an anonymous array of the same size is not."""
+    if budget.anonymous_bytes() < 0:
+        pytest.skip("no /proc/self/status on this system")
+    path = tmp_path / "rows.npy"
+    np.save(path, np.ones(8 << 20, dtype=np.float32))  # 32 MiB
+    before = budget.mapped_data_bytes()
+    rows = np.load(path, mmap_mode="r")
+    assert float(rows.sum()) == 8 << 20  # every page touched through the map
+    mapped = budget.mapped_data_bytes() - before
+    assert 30 << 20 <= mapped <= 34 << 20
+    block = np.ones(32 << 20, dtype=np.uint8)  # anonymous: not mapped data
+    assert budget.mapped_data_bytes() - before - mapped < 2 << 20
+    del rows, block
+
+
+def test_the_peak_sampler_sees_a_peak_that_is_gone_when_it_ends():
+    if budget.anonymous_bytes() < 0:
+        pytest.skip("no /proc/self/status on this system")
+    import time
+
+    with budget.PeakFootprint(interval=0.01) as peak:
+        start = budget.anonymous_bytes()
+        block = np.ones(96 << 20, dtype=np.uint8)
+        time.sleep(0.1)
+        del block
+    assert peak.peak_anon - start >= 90 << 20
+    assert peak.peak >= peak.peak_anon  # the footprint counts the anonymous memory too
+    assert budget.anonymous_bytes() < peak.peak_anon - (64 << 20)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from torch import nn
 
 import shoal.rows.budget as budget
+import shoal.training.footprint as fp
 from shoal.training.footprint import OPTIMIZER_STATES, StepShape, training_reserve, working_bytes
 
 SHAPE = StepShape(fanouts=(3, 2), batch_size=2, num_nodes=1000, in_dim=10, hidden=4)
@@ -26,3 +29,30 @@ def test_the_reserve_grows_with_the_process(monkeypatch):
     assert small == (300 << 20) + working_bytes(None, SHAPE) + extra
     monkeypatch.setattr(budget, "process_footprint", lambda: 500 << 20)
     assert training_reserve(None, SHAPE) - small == 200 << 20
+
+
+def test_the_evaluation_budget_is_measured_beside_mapped_data(monkeypatch):
+    """An evaluation gets the budget less what the process holds now, not counting the clean
+    pages of the store's memory maps, less its books, staging buffers and the slack."""
+    mib = 1 << 20
+    monkeypatch.setattr(fp, "process_footprint", lambda: 900 * mib)
+    monkeypatch.setattr(fp, "mapped_data_bytes", lambda: 300 * mib)
+    got, now = fp.measured_eval_budget(2000 * mib, 100 * mib, io_threads=8)
+    assert now == 600 * mib
+    assert got == (2000 - 600 - 100) * mib - budget.staging_bytes(8) - budget.FOOTPRINT_SLACK
+    monkeypatch.setattr(fp, "process_footprint", lambda: 5000 * mib)  # over: none, not < 0
+    assert fp.measured_eval_budget(2000 * mib, 100 * mib)[0] == 0
+    monkeypatch.setattr(fp, "process_footprint", lambda: -1)  # unknown: nothing measured
+    assert fp.measured_eval_budget(2000 * mib, 100 * mib) == (0, -1)
+
+
+def test_the_evaluation_budget_grows_when_memory_is_freed():
+    """Measured on this process: freeing 64 MiB raises the evaluation's budget by about
+    that much (the plan's shares would not see it)."""
+    if budget.process_footprint() < 0:
+        pytest.skip("no /proc/self/status on this system")
+    block = np.ones(64 << 20, dtype=np.uint8)
+    held, _ = fp.measured_eval_budget(8 << 30, 0)
+    del block
+    freed, _ = fp.measured_eval_budget(8 << 30, 0)
+    assert freed - held >= 56 << 20

@@ -31,6 +31,7 @@ path for the same weights, within float tolerance (messages are summed in anothe
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -268,6 +269,7 @@ def served_layer(
     core_deg = _core_degrees(parts, graphs)
     sweep = _Sweep(budget, dim, max(sl.width, width_in), R)
     writers = {p.index: RowWriter(outs[p.index]) for p in parts} if outs is not None else {}
+    clock = _Clock()
     try:
         for k in range(rounds):
             p, a, block = blocks[k] if k < len(blocks) else (None, 0, np.empty(0, np.int64))
@@ -285,9 +287,11 @@ def served_layer(
                 steps,
                 pre,
                 stats,
+                clock,
             )
             if p is None or not len(block):
                 continue
+            t0 = time.perf_counter()
             emit = None if on_output is None else on_output[p.index]
             _finish(
                 sl,
@@ -304,6 +308,8 @@ def served_layer(
                 writers.get(p.index),
                 emit,
             )
+            clock.add("finish", t0)
+        log.info("layer of width %d done: %s", sl.width, clock)
     finally:
         sweep.close()
         if sources is not None:
@@ -356,14 +362,29 @@ def _by_owner(req: np.ndarray, req_ptr: np.ndarray, steps: int, W: int) -> np.nd
 
 
 def _gather(
-    sl, p, block, graphs, layout, halo_served, ctx, sources, core_deg, sweep, steps, pre, stats
+    sl,
+    p,
+    block,
+    graphs,
+    layout,
+    halo_served,
+    ctx,
+    sources,
+    core_deg,
+    sweep,
+    steps,
+    pre,
+    stats,
+    clock,
 ):
     """One round's sweep (module docstring): returns the block's accumulators."""
     W, me, R = ctx.world_size, ctx.rank, sweep.R
     nb = steps * W
+    t0 = time.perf_counter()
     ptr, off, dst, req_ptr, req = _requests(
         p, block, graphs, layout, halo_served, me, R, nb, sweep.mark
     )
+    t0 = clock.add("requests", t0)
     counts = np.diff(req_ptr).reshape(steps, W)  # my requests per (step, owner)
     asked = np.zeros((W, steps), np.int64)  # each requester's per step of my rows
     peer = [np.empty(0, OFF)] * W
@@ -384,6 +405,7 @@ def _gather(
         _tally(stats, int(send_n.sum()), int(asked.sum()), size)
         cut = np.concatenate([[0], np.cumsum(asked.sum(1))])
         peer = [got[cut[r] : cut[r + 1]] for r in range(W)]
+    t0 = clock.add("ask", t0)
     peer_ptr = [np.concatenate([[0], np.cumsum(asked[r])]) for r in range(W)]
     acc = np.zeros((len(block), sl.width), np.float32)
 
@@ -403,6 +425,7 @@ def _gather(
     for (ids, s, union, lists), h in _read_deep(
         sweep.pool, _Rows(sources), pre, items(), sweep.range_bufs
     ):
+        t0 = clock.add("read wait", t0)
         msg = None
         if len(ids):
             d = core_deg[torch.from_numpy(ids)].unsqueeze(1)
@@ -419,7 +442,9 @@ def _gather(
                     at += send_n[r]
             recv_n = [0 if o == me else int(counts[s, o]) for o in range(W)]
             got = sweep.buffer("recv", sum(recv_n), sl.width)
+            t0 = clock.add("messages", t0)
             _all_to_all(send, got, send_n, recv_n)
+            t0 = clock.add("exchange", t0)
             _tally(stats, int(sum(send_n)), int(sum(recv_n)), 4 * sl.width)
             at = 0
             for o in range(W):
@@ -434,7 +459,24 @@ def _gather(
             e = slice(ptr[b], ptr[b + 1])
             pos = np.searchsorted(union, lists[me])[off[e]]
             BK._scatter_add(acc, msg, dst[e], pos)
+        t0 = clock.add("add", t0)
     return acc
+
+
+class _Clock:
+    """Seconds a layer spent in each phase (logged when it is done)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, phase: str, since: float) -> float:
+        """Count the time from ``since`` to now in ``phase``; returns now."""
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - since
+        return now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
 
 
 def _read_deep(pool: ThreadPoolExecutor, rows, pre, items, bufs: list):

@@ -34,7 +34,13 @@ from shoal.distributed import (
 from shoal.distributed.runtime import local_peers
 from shoal.errors import ShoalInputError
 from shoal.nn.ondevice import on_device
-from shoal.rows.budget import BudgetPlan, batch_window, bytes_freed_by, plan_budget
+from shoal.rows.budget import (
+    BudgetPlan,
+    PeakFootprint,
+    batch_window,
+    bytes_freed_by,
+    plan_budget,
+)
 from shoal.rows.direct import load_array
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
@@ -42,7 +48,12 @@ from shoal.training.blocked import id_dtype
 from shoal.training.checkpoint import committed_run
 from shoal.training.device import DeviceFeed
 from shoal.training.engine_config import EngineConfig
-from shoal.training.footprint import StepShape, step_activations, training_reserve
+from shoal.training.footprint import (
+    StepShape,
+    measured_eval_budget,
+    step_activations,
+    training_reserve,
+)
 from shoal.training.loop import eval_work_ratio
 from shoal.training.meter import EpochMeter
 from shoal.training.presets import resolve_for_data
@@ -125,6 +136,7 @@ class Engine(ABC):
         self.budget: BudgetPlan | None = None
         self._ended = False  # end_training was called
         self._lent = 0  # bytes it freed for the final evaluation
+        self._eval_footprint = 0  # the footprint measured as the last evaluation began
         # the same decision on every rank: the global training set, part 0's rows
         seeds = self.tables.num_train if self.task == "node" else int(store.num_edges)
         self.config = resolve_for_data(
@@ -370,37 +382,55 @@ class Engine(ABC):
             free = self.budget.transient + self.budget.activations
             if self._ended:
                 free += self._lent
-            budget = max(free - held - book, self.budget.window)
+            planned = max(free - held - book, self.budget.window)
+            measured, self._eval_footprint = measured_eval_budget(
+                self.budget.total, book, io_threads=tc.memory.io_threads
+            )
+            budget = max(planned, measured)
             mib = 1 << 20
             log.log(  # the final evaluation at INFO, those between epochs at DEBUG
                 logging.INFO if self._ended else logging.DEBUG,
-                "rank %d evaluating %s: %.0f MiB of working memory (beside training's windows "
-                "%.0f, lent %.0f, held %.0f, per-node books %.0f MiB)",
+                "rank %d evaluating %s: %.0f MiB of working memory (the budget %.0f MiB less "
+                "the footprint measured now %.0f beside mapped data, per-node books %.0f, "
+                "staging and slack; planned: %.0f)",
                 self.ctx.rank,
                 "+".join(splits),
                 budget / mib,
-                self.budget.transient / mib,
-                (self.budget.activations + (self._lent if self._ended else 0)) / mib,
-                held / mib,
+                self.budget.total / mib,
+                self._eval_footprint / mib,
                 book / mib,
+                planned / mib,
             )
+        peak = PeakFootprint()
         try:
-            return dist_evaluate(
-                on_device(model if model is not None else self.model, self.device),
-                self.store,
-                self.parts,
-                self.part_to_rank,
-                self.ctx,
-                self.tables,
-                splits=splits,
-                batch_size=tc.eval.batch_size,
-                normalize_features=tc.model.normalize_features,
-                scratch_dir=tc.memory.scratch_dir,
-                memory_budget=budget,
-                threads=tc.memory.io_threads,
-                halo=tc.eval.halo,
-            )
+            with peak:
+                return dist_evaluate(
+                    on_device(model if model is not None else self.model, self.device),
+                    self.store,
+                    self.parts,
+                    self.part_to_rank,
+                    self.ctx,
+                    self.tables,
+                    splits=splits,
+                    batch_size=tc.eval.batch_size,
+                    normalize_features=tc.model.normalize_features,
+                    scratch_dir=tc.memory.scratch_dir,
+                    memory_budget=budget,
+                    threads=tc.memory.io_threads,
+                    halo=tc.eval.halo,
+                )
         finally:
+            if self.budget is not None and peak.peak >= 0:
+                log.log(
+                    logging.INFO if self._ended else logging.DEBUG,
+                    "rank %d evaluated: peak footprint %.0f MiB (anonymous %.0f MiB) of a "
+                    "%.0f MiB budget",
+                    self.ctx.rank,
+                    peak.peak / (1 << 20),
+                    peak.peak_anon / (1 << 20),
+                    self.budget.total / (1 << 20),
+                )
+            return_freed_memory()  # the evaluation's buffers leave before training resumes
             self.resume_io()
 
     def state(self) -> dict[str, Any]:

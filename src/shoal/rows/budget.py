@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,13 +37,16 @@ __all__ = [
     "ACTIVATION_FACTOR",
     "FOOTPRINT_SLACK",
     "STAGING_READERS",
+    "PeakFootprint",
     "STRUCTURE_MODES",
     "BudgetPlan",
     "activation_bytes",
+    "anonymous_bytes",
     "batch_rows",
     "batch_window",
     "bytes_freed_by",
     "memory_cgroup",
+    "mapped_data_bytes",
     "memory_limit",
     "plan_budget",
     "process_footprint",
@@ -195,6 +199,72 @@ def process_footprint() -> int:
     except (OSError, ValueError, IndexError):
         return -1
     return sum(found.values()) if "RssAnon" in found else -1
+
+
+def anonymous_bytes() -> int:
+    """This process's anonymous resident memory (``RssAnon``), or -1 where it cannot be
+    read: what a memory cgroup can only make room for by killing the process."""
+    try:
+        for ln in Path("/proc/self/status").read_text().splitlines():
+            if ln.startswith("RssAnon:"):
+                return int(ln.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return -1
+    return -1
+
+
+def mapped_data_bytes() -> int:
+    """Resident bytes of this process's read-only shared file mappings (the store's arrays
+    opened with ``np.load(mmap_mode="r")``: ``r--s`` in ``/proc/self/smaps``), 0 where that
+    cannot be read. They are counted in :func:`process_footprint` but are clean page cache:
+    the kernel takes them back when the process needs the memory, so a plan may hand them
+    out (libraries' code is mapped private, never counted here)."""
+    total, counting = 0, False
+    try:
+        with open("/proc/self/smaps") as f:
+            for ln in f:
+                head = ln.split(maxsplit=6)
+                if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                    counting = head[1] == "r--s" and len(head) > 5
+                elif counting and ln.startswith("Rss:"):
+                    total += int(ln.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
+
+
+class PeakFootprint:
+    """The largest :func:`process_footprint` (``peak``) and :func:`anonymous_bytes`
+    (``peak_anon``) seen while the ``with`` block runs, sampled by a thread every
+    ``interval`` seconds (default 0.05; a peak shorter than that may be missed); -1 where
+    they cannot be read."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = float(interval)
+        self.peak = process_footprint()
+        self.peak_anon = anonymous_bytes()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, process_footprint())
+        self.peak_anon = max(self.peak_anon, anonymous_bytes())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> PeakFootprint:
+        if self.peak >= 0:
+            self._thread = threading.Thread(target=self._run, name="shoal-peak", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._sample()
 
 
 def bytes_freed_by(release: Callable[[], int]) -> int:

@@ -14,13 +14,18 @@ import torch
 from torch import nn
 
 from shoal.nn.ondevice import on_device
-from shoal.rows.budget import bytes_freed_by
+from shoal.rows.budget import PeakFootprint, bytes_freed_by
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.device import DeviceFeed
-from shoal.training.footprint import StepShape, step_activations, training_reserve
+from shoal.training.footprint import (
+    StepShape,
+    measured_eval_budget,
+    step_activations,
+    training_reserve,
+)
 from shoal.training.inference import evaluate, evaluation_bytes
 from shoal.training.loop import EpochLoop, eval_work_ratio
 from shoal.training.meter import EpochMeter
@@ -28,6 +33,7 @@ from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
 from shoal.utils.device import get_rng_states, set_rng_states, use_device
+from shoal.utils.memory import return_freed_memory
 from shoal.utils.threads import set_threads
 
 __all__ = ["Trainer"]
@@ -200,19 +206,43 @@ class Trainer:
         held = pf.pause() if pf is not None else 0
         n = sum(len(self.data.split(s)) for s in splits)
         try:
-            # no training step runs: its activations are free, and so is a lent cache
+            # no training step runs: its activations are free, and so is a lent cache; what
+            # the process holds now, measured, may leave more
             free = self.budget.transient + self.budget.activations + self._lent
-            work = free - held - evaluation_bytes(n, self.data.num_nodes)
-            log.log(  # the final evaluation at INFO, those between epochs at DEBUG
-                logging.INFO if self._lent else logging.DEBUG,
-                "evaluating %s (%d nodes): %.0f MiB of working memory%s",
+            book = evaluation_bytes(n, self.data.num_nodes)
+            planned = free - held - book
+            measured, footprint = measured_eval_budget(
+                self.budget.total, book, io_threads=self.config.memory.io_threads
+            )
+            work = max(planned, measured)
+            level = logging.INFO if self._lent else logging.DEBUG  # the final one at INFO
+            log.log(
+                level,
+                "evaluating %s (%d nodes): %.0f MiB of working memory (the budget %.0f MiB "
+                "less the footprint measured now %.0f beside mapped data, books %.0f, staging "
+                "and slack; planned: %.0f%s)",
                 "+".join(splits),
                 n,
                 max(work, self.budget.window) / (1 << 20),
-                f" ({self._lent / (1 << 20):.0f} MiB lent by training)" if self._lent else "",
+                self.budget.total / (1 << 20),
+                footprint / (1 << 20),
+                book / (1 << 20),
+                planned / (1 << 20),
+                f", {self._lent / (1 << 20):.0f} MiB lent by training" if self._lent else "",
             )
-            return self._evaluate(splits, work)
+            with PeakFootprint() as peak:
+                result = self._evaluate(splits, work)
+            if peak.peak >= 0:
+                log.log(
+                    level,
+                    "evaluated: peak footprint %.0f MiB (anonymous %.0f MiB) of a %.0f MiB budget",
+                    peak.peak / (1 << 20),
+                    peak.peak_anon / (1 << 20),
+                    self.budget.total / (1 << 20),
+                )
+            return result
         finally:
+            return_freed_memory()  # the evaluation's buffers leave before training resumes
             if pf is not None:
                 pf.resume()
 
