@@ -31,7 +31,7 @@ from typing import Any
 
 from shoal.errors import ShoalInputError
 from shoal.rows.direct import MAX_RUN
-from shoal.utils.memory import return_freed_memory
+from shoal.utils.memory import return_freed_memory, trim_freed_memory
 
 __all__ = [
     "ACTIVATION_FACTOR",
@@ -276,6 +276,7 @@ def bytes_freed_by(release: Callable[[], int]) -> int:
     estimate = int(release())
     gc.collect()
     return_freed_memory()
+    trim_freed_memory()  # blocks freed inside the heap stay resident until trimmed
     after = process_footprint()
     return max(before - after if before >= 0 and after >= 0 else estimate, 0)
 

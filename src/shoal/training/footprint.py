@@ -26,7 +26,7 @@ from shoal.rows.budget import (
     staging_bytes,
 )
 from shoal.training.config import TrainConfig
-from shoal.utils.memory import return_freed_memory
+from shoal.utils.memory import return_freed_memory, trim_freed_memory
 
 __all__ = [
     "OPTIMIZER_STATES",
@@ -115,6 +115,7 @@ def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple
     plan's shares had left the evaluation 263 MiB, this measurement 571 MiB."""
     gc.collect()
     return_freed_memory()
+    trim_freed_memory()
     now = process_footprint()
     if now < 0:
         return 0, -1
