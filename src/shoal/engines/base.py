@@ -58,7 +58,7 @@ from shoal.training.loop import eval_work_ratio
 from shoal.training.meter import EpochMeter
 from shoal.training.presets import resolve_for_data
 from shoal.utils.device import get_rng_states, set_rng_states
-from shoal.utils.memory import return_freed_memory
+from shoal.utils.memory import return_freed_memory, trim_freed_memory
 
 __all__ = ["ENGINE_RESERVE", "Engine"]
 
@@ -430,7 +430,7 @@ class Engine(ABC):
                     peak.peak_anon / (1 << 20),
                     self.budget.total / (1 << 20),
                 )
-            return_freed_memory()  # the evaluation's buffers leave before training resumes
+            trim_freed_memory()  # the evaluation's buffers leave before training resumes
             self.resume_io()
 
     def state(self) -> dict[str, Any]:

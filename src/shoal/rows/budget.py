@@ -184,6 +184,18 @@ def activation_bytes(rows: int, width: int, *, factor: int = ACTIVATION_FACTOR) 
     return int(factor) * int(rows) * int(width) * 4
 
 
+def _rss() -> dict[str, int]:
+    """``RssAnon`` and ``RssFile`` of ``/proc/self/status`` in bytes (empty where unreadable)."""
+    found = {}
+    try:
+        for ln in Path("/proc/self/status").read_text().splitlines():
+            if ln.startswith(("RssAnon:", "RssFile:")):
+                found[ln.split(":")[0]] = int(ln.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
+
+
 def process_footprint() -> int:
     """Bytes this process holds now that are charged to its memory cgroup and not the page
     cache of data it reads: its anonymous resident memory (``RssAnon`` of
@@ -191,26 +203,14 @@ def process_footprint() -> int:
     file-backed mappings (``RssFile``: the code of torch, numba and the other libraries; their
     pages are charged to the cgroup that faults them in, 120-190 MB for torch on CPU), or -1
     where that cannot be read. Call it before data files are mapped and read."""
-    found = {}
-    try:
-        for ln in Path("/proc/self/status").read_text().splitlines():
-            if ln.startswith(("RssAnon:", "RssFile:")):
-                found[ln.split(":")[0]] = int(ln.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return -1
+    found = _rss()
     return sum(found.values()) if "RssAnon" in found else -1
 
 
 def anonymous_bytes() -> int:
     """This process's anonymous resident memory (``RssAnon``), or -1 where it cannot be
     read: what a memory cgroup can only make room for by killing the process."""
-    try:
-        for ln in Path("/proc/self/status").read_text().splitlines():
-            if ln.startswith("RssAnon:"):
-                return int(ln.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return -1
-    return -1
+    return _rss().get("RssAnon", -1)
 
 
 def mapped_data_bytes() -> int:
@@ -247,8 +247,10 @@ class PeakFootprint:
         self._thread: threading.Thread | None = None
 
     def _sample(self) -> None:
-        self.peak = max(self.peak, process_footprint())
-        self.peak_anon = max(self.peak_anon, anonymous_bytes())
+        found = _rss()  # one read of /proc/self/status for both
+        if "RssAnon" in found:
+            self.peak = max(self.peak, sum(found.values()))
+            self.peak_anon = max(self.peak_anon, found["RssAnon"])
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

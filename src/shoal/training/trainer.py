@@ -33,7 +33,7 @@ from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
 from shoal.utils.device import get_rng_states, set_rng_states, use_device
-from shoal.utils.memory import return_freed_memory
+from shoal.utils.memory import trim_freed_memory
 from shoal.utils.threads import set_threads
 
 __all__ = ["Trainer"]
@@ -242,7 +242,7 @@ class Trainer:
                 )
             return result
         finally:
-            return_freed_memory()  # the evaluation's buffers leave before training resumes
+            trim_freed_memory()  # the evaluation's buffers leave before training resumes
             if pf is not None:
                 pf.resume()
 
