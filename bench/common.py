@@ -24,10 +24,23 @@ puts the script's own folder there when it runs ``python bench/X.py``).
   inside any limit that already applies), its limit covers the process *and its page cache*,
   and it is removed afterwards. Needs root and cgroup v1 mounted at ``/sys/fs/cgroup/memory``.
   ``bench/cgroup.py`` is the same as a command.
+- Every script's options: :func:`bench_args` (``--smoke``: a tiny run of every part, which
+  ``tests/bench`` runs; ``--out PREFIX``) and :func:`out_prefix`.
+- The results writer: :func:`new_results` (command and machine), :func:`header` (the
+  markdown's first lines), :func:`write_results` (``PREFIX.json`` and ``PREFIX.md`` from one
+  dict), :func:`median`.
+- Graphs and stores, each built once under :data:`WORK`: :func:`synth_graph` (the
+  :data:`GRAPHS` of the benchmarks, ``smoke`` among them), :func:`partitioned_store`,
+  :func:`synth_store`, :func:`dataset_graph` / :func:`dataset_store` (the shared datasets;
+  Cora falls back to the bundled copy).
+- Training runs: :func:`train` (``shoal train ... --json``: the speed worker of every
+  engine benchmark is shoal's own command, whose JSON holds each epoch's seconds, split and
+  bytes), :func:`epoch_summary`, :func:`single`, :data:`HPARAMS` and :func:`hp_flags`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -42,6 +55,8 @@ from typing import Any
 
 __all__ = [
     "BENCH",
+    "GRAPHS",
+    "HPARAMS",
     "PY",
     "RESULTS",
     "ROOT",
@@ -49,26 +64,44 @@ __all__ = [
     "SHOAL",
     "WORK",
     "Cgroup",
+    "bench_args",
+    "bundled_cora",
     "command_line",
+    "dataset_graph",
+    "dataset_store",
+    "epoch_summary",
     "evict",
+    "header",
+    "hp_flags",
     "load_json",
     "machine",
     "machine_line",
+    "median",
+    "new_results",
+    "out_prefix",
     "parse_size",
+    "partitioned_store",
     "record_command",
     "rel",
     "run_capped",
     "run_capped_each",
     "sh",
     "shoal",
+    "single",
+    "synth_flags",
+    "synth_graph",
     "synth_store",
+    "train",
     "write_json",
+    "write_results",
     "write_text_atomic",
 ]
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-WORK = BENCH / "work"
+#: git-ignored data and intermediate files; ``SHOAL_BENCH_WORK`` moves them (the smoke test
+#: puts them in its own temporary folder)
+WORK = Path(os.environ.get("SHOAL_BENCH_WORK") or BENCH / "work")
 RESULTS = BENCH / "results"
 SHARED = ROOT.parent / "shared" / "data"
 PY = sys.executable
@@ -206,17 +239,252 @@ def shoal(*args: Any) -> subprocess.CompletedProcess:
     return sh([*SHOAL, *args])
 
 
-def synth_store(work: Path, parts: int) -> Path:
-    """``work/s``: a store of ``shoal data synth dcsbm --nodes 50000 --edges 500000
-    --features 64`` in ``parts`` parts (ldg) with halo features, built once (the fault
-    benchmarks' graph)."""
-    g, p, s = work / "g", work / "p", work / "s"
+# ----------------------------------------------------------------------------- smoke mode, --out
+def bench_args(ap: argparse.ArgumentParser, *, out: str | None = None) -> argparse.ArgumentParser:
+    """Add the options every benchmark has: ``--smoke`` and, when the script writes one
+    results file, ``--out PREFIX`` (default ``out``, e.g. ``bench/results/hec``)."""
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run of every part of the script (seconds, on a graph of a few thousand "
+        "nodes or the bundled Cora), its results under $SHOAL_BENCH_WORK/smoke (default "
+        "bench/work/smoke), never bench/results: what tests/bench runs, so that a change of "
+        "shoal's API breaks the test suite rather than the next benchmark",
+    )
+    if out is not None:
+        ap.add_argument(
+            "--out",
+            default=None,
+            help=f"PREFIX of the .md and .json results (default {out}; with --smoke, "
+            f"WORK/smoke/{Path(out).name})",
+        )
+    return ap
+
+
+def out_prefix(args: argparse.Namespace, default: str) -> Path:
+    """Where the results go: ``--out`` when given, else ``default`` (relative to the
+    checkout) or, with ``--smoke``, ``WORK/smoke/<its name>``."""
+    if getattr(args, "out", None):
+        return Path(args.out)
+    if getattr(args, "smoke", False):
+        return WORK / "smoke" / Path(default).name
+    return ROOT / default
+
+
+# ----------------------------------------------------------------------------- results writer
+def new_results(script: str, *, threads: int | None = None, **fields: Any) -> dict:
+    """A results dict that names its command (``python bench/<script> ARGS``) and machine."""
+    return {"command": command_line(script), "machine": machine_line(threads=threads), **fields}
+
+
+def header(title: str, res: dict, *paragraphs: str) -> list[str]:
+    """The first lines of every results markdown: the title, the machine, the command that
+    wrote the file (and every command of a resumable benchmark), then ``paragraphs``."""
+    cmds = res.get("commands")
+    if isinstance(cmds, dict):
+        cmds = list(cmds.values())
+    written = f"Written by `{res['command']}`." if res.get("command") else ""
+    if cmds:
+        written = "Written by " + ", ".join(f"`{c}`" for c in cmds) + "."
+    lines = [f"# {title}", "", f"Machine: {machine_line(res.get('machine'))}. {written}".strip()]
+    for para in paragraphs:
+        lines += ["", para]
+    return lines + [""]
+
+
+def write_results(prefix: str | os.PathLike, res: dict, render: Callable[[dict], str]) -> None:
+    """``prefix.json`` (``res``) and ``prefix.md`` (``render(res)``), both atomically; the
+    markdown is rendered first, so a rendering error leaves both files as they were."""
+    p = Path(prefix)
+    text = render(res)
+    write_json(p.with_suffix(".json"), res)
+    write_text_atomic(p.with_suffix(".md"), text if text.endswith("\n") else text + "\n")
+
+
+def median(xs: Sequence[float]) -> float:
+    """The median, ``nan`` for no values (a smoke run may time a single epoch)."""
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+# ----------------------------------------------------------------------------- graphs and stores
+#: ``shoal data synth dcsbm`` options of the benchmarks' synthetic graphs, by name. ``smoke``
+#: is the tiny graph of every ``--smoke`` run.
+GRAPHS: dict[str, dict[str, Any]] = {
+    "smoke": {"nodes": 2000, "edges": 16000, "features": 16, "classes": 4},
+    "50k": {"nodes": 50000, "edges": 500000, "features": 64},
+    "200k": {"nodes": 200000, "edges": 1000000, "features": 128, "classes": 47, "seed": 0},
+    "2m": {
+        "nodes": 2000000,
+        "edges": 10000000,
+        "features": 256,
+        "classes": 16,
+        "train-frac": 0.02,
+        "val-frac": 0.005,
+    },
+    "10m": {"nodes": 10000000, "edges": 50000000, "features": 128, "train-frac": 0.01},
+}
+
+
+def synth_flags(spec: dict[str, Any]) -> list[str]:
+    """``{"nodes": 2000, "train-frac": 0.02}`` -> ``["--nodes", "2000", "--train-frac", "0.02"]``."""
+    return [a for k, v in spec.items() for a in (f"--{k}", str(v))]
+
+
+def synth_graph(name: str, *, work: Path | None = None, **overrides: Any) -> Path:
+    """``work/graphs/<name>`` (default ``WORK``): the DC-SBM graph :data:`GRAPHS` ``[name]``
+    (``overrides`` replace its options, e.g. ``features=0``), generated once."""
+    spec = {**GRAPHS[name], **{k.replace("_", "-"): v for k, v in overrides.items()}}
+    g = (work or WORK) / "graphs" / name
+    if not (g / "meta.json").exists():
+        shoal("data", "synth", "dcsbm", *synth_flags(spec), "--out", g, "--overwrite", "-q")
+    return g
+
+
+def partitioned_store(
+    graph: Path,
+    parts: int,
+    *,
+    algo: str = "ldg",
+    halo_features: bool = True,
+    work: Path | None = None,
+    store_args: Sequence[Any] = (),
+) -> Path:
+    """The store of ``graph`` in ``parts`` parts by ``algo`` (``--halo-features`` unless
+    ``halo_features=False``; ``store_args``: further ``shoal store build`` options), built
+    once beside the graph (or in ``work``): ``<graph>-<algo><parts>`` and
+    ``<graph>-<algo><parts>-store[-nohalo][-<store_args>]``."""
+    base = (work or graph.parent) / f"{graph.name}-{algo}{parts}"
+    suffix = "" if halo_features else "-nohalo"
+    suffix += "".join("-" + str(a).lstrip("-") for a in store_args)
+    a, s = base, base.with_name(base.name + "-store" + suffix)
+    if not (a / "meta.json").exists():
+        shoal("partition", graph, "--algo", algo, "--parts", parts, "--out", a, "--overwrite", "-q")
     if not (s / "meta.json").exists():
-        synth = ["data", "synth", "dcsbm", "--nodes", 50000, "--edges", 500000]
-        shoal(*synth, "--features", 64, "--out", g, "--overwrite", "-q")
-        shoal("partition", g, "--algo", "ldg", "--parts", parts, "--out", p, "--overwrite", "-q")
-        shoal("store", "build", g, p, "--out", s, "--halo-features", "--overwrite", "-q")
+        halo = ["--halo-features"] if halo_features else []
+        shoal("store", "build", graph, a, "--out", s, *halo, *store_args, "--overwrite", "-q")
     return s
+
+
+def synth_store(work: Path, parts: int, *, graph: str = "50k", algo: str = "ldg") -> Path:
+    """A store of :func:`synth_graph` ``(graph)`` in ``parts`` parts (``algo``) with halo
+    features, all built once under ``work`` (the fault benchmarks' 50k-node graph by
+    default)."""
+    return partitioned_store(synth_graph(graph, work=work), parts, algo=algo)
+
+
+def bundled_cora() -> Path:
+    """The Cora ``graph.npz`` that ships with shoal (``shoal demo``'s), for smoke runs."""
+    from importlib import resources
+
+    return Path(str(resources.files("shoal.data") / "datasets" / "cora" / "graph.npz"))
+
+
+def dataset_graph(name: str, *, work: Path | None = None) -> Path:
+    """``work/datasets/<name>`` (default ``WORK``): the shared dataset ``../shared/data/<name>``
+    imported once; Cora falls back to shoal's bundled copy where ``../shared`` is absent."""
+    src = SHARED / name / "graph.npz"
+    if not src.exists() and name == "cora":
+        src = bundled_cora()
+    if not src.exists():
+        raise SystemExit(f"dataset {name!r}: {src} not found (the shared datasets are absent)")
+    g = (work or WORK) / "datasets" / name
+    if not (g / "meta.json").exists():
+        shoal("data", "import", src, "--out", g, "--overwrite", "-q")
+    return g
+
+
+def dataset_store(name: str, parts: int, *, algo: str = "spring", **kw: Any) -> tuple[Path, Path]:
+    """(graph, store) of a shared dataset in ``parts`` parts (SPRING, halo features by
+    default: the distributed benchmarks' stores), built once."""
+    g = dataset_graph(name)
+    return g, partitioned_store(g, parts, algo=algo, **kw)
+
+
+# ----------------------------------------------------------------------------- training runs
+#: Hyper-parameters per shared dataset, the same for the single-process trainer and every
+#: engine of the distributed benchmarks (``hp_flags`` turns them into ``shoal train`` flags).
+HPARAMS: dict[str, dict[str, Any]] = {
+    "cora": dict(
+        model="gcn",
+        fanouts="-1,-1",
+        hidden=64,
+        lr=0.01,
+        weight_decay=5e-4,
+        dropout=0.5,
+        batch_size=1024,
+        epochs=100,
+        normalize_features=True,
+    ),
+    "amazon_photo": dict(
+        model="sage",
+        fanouts="10,5",
+        hidden=64,
+        lr=0.005,
+        weight_decay=0.0,
+        dropout=0.5,
+        batch_size=1024,
+        epochs=100,
+        normalize_features=False,
+    ),
+    "coauthor_physics": dict(
+        model="sage",
+        fanouts="10,5",
+        hidden=64,
+        lr=0.005,
+        weight_decay=0.0,
+        dropout=0.5,
+        batch_size=1024,
+        epochs=60,
+        normalize_features=False,
+    ),
+}
+
+
+def hp_flags(hp: dict, seed: int, *, eval_every: int = 5) -> list[str]:
+    """``shoal train`` flags of a :data:`HPARAMS` entry and a seed (no progress bars)."""
+    f = [f"--fanouts={hp['fanouts']}"]
+    for key in ("model", "hidden", "lr", "weight_decay", "dropout", "batch_size", "epochs"):
+        f += [f"--{key.replace('_', '-')}", str(hp[key])]
+    f += ["--seed", str(seed), "--eval-every", str(eval_every), "--no-progress"]
+    f.append("--normalize-features" if hp["normalize_features"] else "--no-normalize-features")
+    return f
+
+
+def train(*args: Any, out: Path, env: dict[str, str] | None = None) -> dict:
+    """``python -m shoal train ARGS --json OUT`` (``--nproc N`` among ``args`` launches the
+    ranks through torch.distributed.run, as a user would); returns the run's JSON: its
+    ``history`` holds every epoch's seconds, time split and communication."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sh([*SHOAL, "train", *args, "--json", out], env=None if env is None else {**os.environ, **env})
+    return json.loads(Path(out).read_text())
+
+
+def single(g: Path, hp: dict, seed: int, *, out: Path) -> dict:
+    """The single-process trainer on graph ``g`` with :data:`HPARAMS`-style ``hp``, one
+    thread: ``{"test_accuracy", "seconds_per_epoch"}``."""
+    r = train("--graph", g, *hp_flags(hp, seed), "--threads", 1, out=out)
+    return {"test_accuracy": r["test_accuracy"], "seconds_per_epoch": r["seconds_per_epoch"]}
+
+
+def epoch_summary(run: dict, *, skip_first: bool = True) -> dict:
+    """Median epoch of a :func:`train` result (the first epoch left out when there are
+    others: it holds numba's compilation and the caches' warm-up), the median of each phase
+    of the time split, and the mean communication per epoch."""
+    hist = run.get("history") or []
+    keep = hist[1:] if skip_first and len(hist) > 1 else hist
+    phases = sorted({k for h in keep for k in (h.get("time_split") or {})})
+    return {
+        "epochs_timed": len(keep),
+        "median_epoch_seconds": median([h["seconds"] for h in keep if "seconds" in h]),
+        "time_split": {
+            p: median([(h.get("time_split") or {}).get(p, 0.0) for h in keep]) for p in phases
+        },
+        "comm_per_epoch": run.get("comm_per_epoch", {}),
+    }
 
 
 # ----------------------------------------------------------------------------- memory caps
