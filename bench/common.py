@@ -36,6 +36,9 @@ puts the script's own folder there when it runs ``python bench/X.py``).
 - Training runs: :func:`train` (``shoal train ... --json``: the speed worker of every
   engine benchmark is shoal's own command, whose JSON holds each epoch's seconds, split and
   bytes), :func:`epoch_summary`, :func:`single`, :data:`HPARAMS` and :func:`hp_flags`.
+- Out-of-core runs: :func:`caps_available` (capped runs possible here; smoke runs go on
+  uncapped where not), :func:`footprint` and :func:`cap_bytes` (``fraction:K`` caps),
+  :func:`disk_limits` and :func:`disk_line` (the disk's measured limits, recorded per run).
 """
 
 from __future__ import annotations
@@ -66,11 +69,16 @@ __all__ = [
     "Cgroup",
     "bench_args",
     "bundled_cora",
+    "cap_bytes",
+    "caps_available",
     "command_line",
     "dataset_graph",
     "dataset_store",
+    "disk_limits",
+    "disk_line",
     "epoch_summary",
     "evict",
+    "footprint",
     "header",
     "hp_flags",
     "load_json",
@@ -325,7 +333,14 @@ GRAPHS: dict[str, dict[str, Any]] = {
         "train-frac": 0.02,
         "val-frac": 0.005,
     },
-    "10m": {"nodes": 10000000, "edges": 50000000, "features": 128, "train-frac": 0.01},
+    "10m": {  # issue 11's
+        "nodes": 10000000,
+        "edges": 50000000,
+        "features": 128,
+        "classes": 16,
+        "train-frac": 0.01,
+        "val-frac": 0.002,
+    },
 }
 
 
@@ -730,3 +745,60 @@ def run_capped_each(
         for g in groups:
             if g is not None:
                 g.__exit__(None, None, None)
+
+
+# ----------------------------------------------------------------------------- out-of-core runs
+def caps_available(smoke: bool) -> bool:
+    """Whether memory-capped runs can be made here (root, cgroup v1's memory controller at
+    :data:`CGROUP_BASE`). Where not, a smoke run goes on uncapped with a warning, and a full
+    run stops: its capped numbers would mean nothing."""
+    if os.geteuid() == 0 and CGROUP_BASE.is_dir():
+        return True
+    why = f"memory-capped runs need root and cgroup v1 mounted at {CGROUP_BASE}"
+    if not smoke:
+        raise SystemExit(why)
+    print(f"warning: {why}: the smoke run's capped runs run uncapped", file=sys.stderr)
+    return False
+
+
+def footprint(run: dict | None) -> int | None:
+    """The process footprint a ``shoal train --json`` run (``run``, its JSON) measured, held
+    whatever the budget: its memory plan's reserve (interpreter, libraries, model, one
+    batch's working memory) and the structure's row index; None without a memory plan."""
+    plan = ((run or {}).get("config") or {}).get("memory_plan") or {}
+    if "reserve" not in plan:
+        return None
+    return int(plan["reserve"]) + int(plan.get("index_bytes") or 0)
+
+
+def cap_bytes(spec: str, features: int, base: dict | None) -> int:
+    """A memory cap in bytes: a size (``1.5GiB``), or ``fraction:K``: a K-th of ``features``
+    bytes plus the :func:`footprint` the uncapped run ``base`` (its JSON) measured."""
+    if not spec.startswith("fraction:"):
+        return parse_size(spec)
+    fp = footprint(base)
+    if fp is None:
+        raise SystemExit(f"cap {spec} needs the uncapped run's memory plan")
+    return int(features / float(spec.split(":", 1)[1])) + fp
+
+
+def disk_limits() -> dict:
+    """This machine's disk as ``bench/disk.py`` measured it (``bench/results/disk.json``;
+    ``{}`` before it ran), recorded with each out-of-core run."""
+    return load_json(RESULTS / "disk.json")
+
+
+def disk_line(disk: dict, *, shared: str = "") -> str:
+    """The disk's limits (a :func:`disk_limits` record) in one sentence; ``shared``: e.g.
+    ``", shared by both ranks"``."""
+    seq = disk.get("sequential_bytes_per_s")
+    if not seq:
+        return "Disk limits: not measured (`python bench/disk.py`)."
+    rnd = ", ".join(
+        f"{v['bytes_per_s'] / 1e6:.0f} MB/s at queue depth {k}"
+        for k, v in (disk.get("random_4k") or {}).items()
+    )
+    return (
+        f"Disk (`{disk.get('command', 'python bench/disk.py')}`){shared}: sequential reads "
+        f"{seq / 1e9:.2f} GB/s; random 4 KiB direct reads {rnd}."
+    )
