@@ -85,7 +85,7 @@ class DemoStep:
 
 
 def _gcn(epochs: int) -> list[str]:
-    """The accuracy benchmark's Cora GCN settings (bench/results/accuracy.md), one thread per
+    """The accuracy benchmark's Cora GCN settings (``bench/accuracy.py``), one thread per
     process: two processes with two threads each on two cores run several times slower."""
     return [
         "--model",

@@ -24,9 +24,9 @@ algorithms (--algo):
 
 The default configuration (no --algo) is the best streaming one measured on the shared
 graphs: grem with windows of |V| edges (--option window_per_node=1, O(V) memory) followed by
-{passes} restreaming refinement passes; its mean edge cut was 1.08-1.10x METIS's at p = 4, 8,
-16 on the shared graphs (see shoal.partition.run). With an explicit --algo, --refine-passes defaults to 0 and the
-algorithm's own defaults apply (grem: the paper's 10% windows).
+{passes} restreaming refinement passes, the closest of them to METIS's edge cut (figures:
+docs/measurements.md#partitioning). With an explicit --algo, --refine-passes defaults to 0
+and the algorithm's own defaults apply (grem: the paper's 10% windows).
 
 Every result is made balanced: max/mean nodes and training nodes per part <= --balance, by a
 streaming post-pass. Vertex-cut algorithms (hdrf, dbh, greedy, 2ps-l) also write edge_part.npy

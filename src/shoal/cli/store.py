@@ -114,7 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="id",
         help="nodes inside each part: 'id' (ascending original ID, as DistDGL) or 'degree' "
         "(descending in-degree: hot feature rows together on disk; one more pass over edges and "
-        "features; out of core 9-15%% fewer bytes read, not faster, on the benchmark) (default id)",
+        "features; out of core not faster on the benchmark, see docs/measurements.md) "
+        "(default id)",
     )
     b.add_argument("--overwrite", action="store_true", help="replace an existing STORE")
     b.add_argument(

@@ -113,10 +113,9 @@ SLICE_SHARE = 256
 OFF = np.uint16
 #: steps read ahead of the one whose messages are exchanged (default 1: one buffer read
 #: while the other's messages are sent and added). The ranks exchange in lockstep, so deeper
-#: read-ahead might absorb one rank's slower moments; measured on the 10M-node graph (2
-#: ranks, 4 rounds of 225k targets, 210 MiB each): 1, 2 and 3 steps ahead all took 23 s
-#: (one run at 1: 18.6 s, the noise of this machine), so each extra step's buffer is left
-#: to the blocks
+#: read-ahead might absorb one rank's slower moments; 2 and 3 steps measured no faster than 1
+#: (docs/measurements.md#distributed-windows-and-the-served-sweep), so each extra step's
+#: buffer is left to the blocks
 READ_AHEAD = 1
 
 

@@ -14,13 +14,11 @@ for its own batches but for the rows the other ranks will pull from it
    requested uncached rows in one planned pass.
 
 By default (:data:`READ_AHEAD` false) a window takes both window slots of the budget and is
-read before it is trained on: on the 10M-node benchmark graph a window's rows, whatever their
-number, are spread over the whole feature file, so every window costs a sweep of it, and one
-sweep without overlap (read, then train) beat two half-size windows read while the previous
-trains: 2 GiB per rank, 2 ranks, one epoch of GraphSAGE 10,5: 12 windows, 24 GB read and
-19.5 s with read-ahead (a trial run with a 1 GiB reserve, so somewhat smaller windows),
-against 4 windows, 10.1 GB and 11.6 s without
-(``bench/results/out_of_core_engines.md``). With ``read_ahead=True`` windows take one slot each
+read before it is trained on: a window's rows, whatever their number, are spread over the
+whole feature file, so every window costs a sweep of it, and one sweep without overlap (read,
+then train) beats two half-size windows read while the previous trains: half-size windows
+mean twice the sweeps (docs/measurements.md#distributed-windows-and-the-served-sweep). With
+``read_ahead=True`` windows take one slot each
 and the next is read in a background thread while the current one is trained on (two
 windows alive at most), which pays when the compute per window exceeds a sweep.
 
@@ -33,8 +31,8 @@ exchanges each epoch's requests window by window as above (the windows cut as th
 cut when trained), and has every rank read the union of what it serves in those epochs with
 one sweep of its rows into one pack segment per window, in the order the windows come; each
 window then reads its own segment, contiguous, and nothing else. (With one pack file per
-epoch, sorted by row, each window's rows were spread over the whole pack: on the 10M-node
-graph, 13 windows per rank read 13.4 GB an epoch for 1.3 GB of distinct rows.) The epochs
+epoch, sorted by row, each window's rows would be spread over the whole pack, and every window
+would read all of it: docs/measurements.md#epoch-packs-and-spooled-samples.) The epochs
 planned are the same on every rank (they depend on K and the epoch only); a rank whose
 scratch disk lacks the room reads its windows from its rows as before.
 """

@@ -66,8 +66,7 @@ log = logging.getLogger(__name__)
 
 #: memory a rank needs beside its measured footprint and one batch's working memory
 #: (:meth:`Engine.reserve_bytes`): gloo's and DDP's buffers and the rows pulled from peers
-#: for a batch (default 128 MiB; before the footprint was measured a fixed 640 MiB covered
-#: all of it: ranks of the 10M-node benchmark peaked at 0.43 GB beyond the counted arrays).
+#: for a batch (default 128 MiB, docs/measurements.md#the-memory-plan).
 ENGINE_RESERVE = 128 << 20
 
 

@@ -21,10 +21,10 @@ will train, what one mini-batch costs and what a byte of exchange costs:
   ``"10gbit"``) for a cluster.
 
 Ranks that will share a machine's cores and memory also share them while training, so they
-probe at the same time (:func:`probe_in_group`): two ranks of one thread on two cores compute
-a batch ~1.7x slower each than one rank alone (Amazon-Photo and the 200k-node graph,
-bench/results/plan.md). ``shoal plan`` starts the workers' processes on this machine to probe
-the same way (:func:`spawn_probe`).
+probe at the same time (:func:`probe_in_group`): ranks that contend for the cores compute a
+batch markedly slower each than one rank alone
+(docs/distributed.md#choosing-an-engine-automatically). ``shoal plan`` starts the workers'
+processes on this machine to probe the same way (:func:`spawn_probe`).
 """
 
 from __future__ import annotations

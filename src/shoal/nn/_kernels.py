@@ -1,8 +1,8 @@
 """Numba kernels of the models (private; numpy arrays only): a fast dropout.
 
 torch's CPU dropout draws one Bernoulli sample per element through a generic path that costs
-tens of nanoseconds per element; on sampled blocks (a hundred thousand input rows) it was the
-largest single cost of a training step (cProfile/torch.profiler, bench/results/train.md).
+tens of nanoseconds per element; on sampled blocks (a hundred thousand input rows) that makes
+it the largest single cost of a training step (docs/measurements.md#training-step).
 Here one SplitMix64 draw (Steele, Lea & Flood, OOPSLA 2014) gives four 16-bit uniforms, rows
 run in parallel, each row with its own stream keyed by (seed, row key): the mask depends on the
 seed only, not on the number of threads. A row's key is its position, or, when ``ids`` is not

@@ -9,7 +9,8 @@ exact layer-wise inference through :meth:`BlockGNN.layer_forward`.
 
 Aggregations run as sparse-CSR times dense products (``torch.sparse.mm``, with
 ``reduce="mean"`` for GraphSAGE), which on CPU is several times faster than gathering one
-message per edge; the layers' parameters are those of the torch_geometric layers they mirror.
+message per edge (docs/measurements.md#training-step); the layers' parameters are those of the
+torch_geometric layers they mirror.
 """
 
 from __future__ import annotations

@@ -50,13 +50,13 @@ edge) and, for the first window only, METIS on it (about 150-300 bytes per windo
 Nodes that never share an edge with their group go to the side with the most room.
 
 Checked against an independent implementation written from the paper alone
-(``bench/grem_reference.py``, results in bench/results/grem_reference.md, issue 31): on 28
-graphs of 11 families (the nine reference graphs and 19 held-out ones: collaboration, social,
-trust/vote, Wikipedia, co-participation, citation, mesh, road-like, R-MAT, DC-SBM), each with
-its edges shuffled and sorted by source, 10% windows, means of 5 seeds, shoal cuts 0.95 / 0.96
-/ 0.97 x the reference's edges at p = 4 / 8 / 16 on shuffled streams (largest ratio 1.03) and
-0.92 / 0.94 / 0.96 x on sorted ones (largest 1.11: wiki_vote at p = 4, where the reference's
-ascending-id visiting order is what wins: its own first-seen reading cuts 1.22x more there).
+(``bench/grem_reference.py``, issue 31) on 28 graphs of 11 families (the nine reference graphs
+and 19 held-out ones: collaboration, social, trust/vote, Wikipedia, co-participation, citation,
+mesh, road-like, R-MAT, DC-SBM), each with its edges shuffled and sorted by source: shoal cuts
+fewer edges than the reference on average, on shuffled and on sorted streams, and stays
+within its target (a cut at most 1.1 times the reference's) on every graph and ``p`` but one
+sorted stream, where the reference's ascending-id visiting order is what wins (figures:
+docs/measurements.md#partitioning).
 """
 
 from __future__ import annotations
@@ -95,19 +95,15 @@ class GremConfig(PartitionConfig):
             neighbour counts per side in that window as its history, as Armada's Alg. 1
             lines 9-10 do (``nbrs0, nbrs1 = cnt_nbrs(c_nodes, c_edges, parts)``;
             ``nbr_counts[c_nodes] = [nbrs0, nbrs1]``), so a seeded node's first
-            re-evaluation (line 16) averages the seed's evidence in. Default true (since
-            issue 31); false starts every node's history at its first greedy window (the
-            ablation). Chosen on the graph-family benchmark (bench/results/grem_reference.md,
-            28 graphs, 11 families): on shuffled streams, the paper's setting, both stay
-            within 1.10x of the reference on every (graph, p) (means of 5 seeds), but with
-            ``--seed 0`` alone true holds on all 84 and false fails citeseer at p = 8 (1.13);
-            the nine graphs do not move (0.203 / 0.300 / 0.379 against 0.204 / 0.297 / 0.378
-            at p = 4 / 8 / 16), nor does the default partitioner. False cuts less on the
-            R-MAT graphs (0.71-0.92x the reference, family means, against 0.79-0.97x), on
-            wiki_vote sorted by source at p = 4 (1.05x against 1.11x) and with 1% windows
-            (the nine: 0.282 / 0.404 / 0.499 against 0.300 / 0.414 / 0.504,
-            bench/results/partition.md, "Paper rules"), presumably where the seed window is
-            too sparse for METIS's sides to be worth anchoring nodes to.
+            re-evaluation (line 16) averages the seed's evidence in. Default true (issue
+            31), the paper's algorithm; false starts every node's history at its first greedy
+            window (the ablation). Chosen on the graph-family benchmark: on shuffled streams,
+            the paper's setting, true keeps every (graph, p) within the target of the
+            reference where false misses one at a single seed, and the nine reference graphs
+            and the default partitioner do not move; false cuts less on R-MAT graphs, on some
+            sorted streams and with 1% windows, presumably where the seed window is too
+            sparse for METIS's sides to be worth anchoring nodes to (figures:
+            docs/measurements.md#partitioning).
         window_per_node: if set, the window holds ``window_per_node * |V|`` edges instead
             (overrides ``window``; default None). This bounds the window by O(V) memory
             whatever the number of edges.

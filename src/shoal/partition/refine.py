@@ -232,7 +232,8 @@ def refine_assignment(
         block_edges: neighbour-list entries read per block (default 2**20).
         ties: also take zero-gain moves to a part with as many of the node's neighbours that
             is lighter by at least 2 nodes (default true): the cut stays, room is freed in full
-            parts for later gains (measured: 4-5% lower cut after GREM on the shared graphs).
+            parts for later gains, which lowers the cut after GREM
+            (docs/measurements.md#partitioning).
         edge_balance: if set, also keep in-edges per part (the in-degree sum of its nodes)
             under ``max(capacity(|E|, p, edge_balance), their max at the start)``: no move
             may push a part over it (default None; the default partitioner sets it).

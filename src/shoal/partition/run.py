@@ -46,10 +46,9 @@ __all__ = [
 #: configuration measured on the nine shared graphs of issue 3 (amazon_photo, amazon_computers,
 #: coauthor_physics, facebook_pagepage, ca_astroph, soc_brightkite, fb100_cornell5, mesh_wing,
 #: github_musae; undirected, simple, random edge order): GREM with windows of |V| edges (so the
-#: window, like every other structure, is O(V)) followed by 4 restreaming refinement passes.
-#: Mean edge cut 0.168 / 0.249 / 0.325 at p = 4 / 8 / 16 against 0.152 / 0.230 / 0.299 for
-#: METIS (1.10x / 1.08x / 1.09x; replication factor 1.85 / 2.52 / 3.41 vs 1.82 / 2.45 / 3.42).
-#: The same GREM without refinement: 0.197 / 0.290 / 0.378.
+#: window, like every other structure, is O(V)) followed by 4 restreaming refinement passes,
+#: whose edge cut and replication factor come closest to METIS's and whose refinement cuts
+#: clearly fewer edges than GREM alone (figures: docs/measurements.md#partitioning).
 DEFAULT_ALGORITHM = "grem"
 DEFAULT_OPTIONS: dict[str, Any] = {
     "window_per_node": 1.0,
@@ -196,7 +195,7 @@ def run_partition(
     train_mask = _train_mask(graph, train_mask)
 
     # freed window buffers and METIS's arrays go back to the system instead of staying in
-    # glibc's heap for the rest of the run (measured on 7M nodes: 290 MiB kept after GREM)
+    # glibc's heap for the rest of the run (docs/measurements.md#the-memory-plan)
     return_freed_memory()
     t_all = time.perf_counter()
     a = part.partition(graph, train_mask)

@@ -16,7 +16,7 @@ the budget and that every worker gets a part (``p >= Q``), and assigns parts cyc
 
 Default reserve ``T``: 2/3 of ``M`` on accelerators (SDT-GNN's setting: activations, the
 CUDA context and caching allocator dominate), and on CPU ``max(512 MiB, M / 4)``: importing
-torch and PyG costs about 300-400 MB of resident memory per process, the model, its Adam state
+torch and PyG costs a few hundred MB of resident memory per process, the model, its Adam state
 and the sampler's buffers a few MB to tens of MB, and one mini-batch of a 2-layer model with
 fan-outs (25, 10) and 1024 seeds touches up to ~250k nodes (128 MB of 128-d float32 features
 plus activations and gradients of the same order), so a quarter of the memory, at least

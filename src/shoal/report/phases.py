@@ -6,8 +6,8 @@ training thread one after the other, so they add up to (at most) the epoch's ``s
 rest of the epoch is time no phase covers (:data:`OTHER`). The window prefetcher
 (:mod:`shoal.rows.prefetch`, its thread :mod:`shoal.rows.readahead`) also times work
 done on its reading thread while the training thread trains: those seconds overlap the
-epoch, and stacking them on top of it draws an epoch longer than the one measured (a 28.5 s
-epoch of a run reading 28 s in the background drawn as a 57 s bar). :data:`BACKGROUND_PHASES`
+epoch, and stacking them on top of it draws an epoch longer than the one measured (up to
+twice as long when the reading thread is busy the whole epoch). :data:`BACKGROUND_PHASES`
 names them; :func:`epoch_bars` splits a run's records accordingly.
 """
 

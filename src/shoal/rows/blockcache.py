@@ -21,8 +21,8 @@ class BlockCache:
     VLDB 2022, Sec. 5, kept at the block level: the lists of the nodes sampled most, and
     those beside them, stay; cold blocks are read with the planned direct reads of
     :class:`RowReader`). A neighbour list of a few entries costs a 4 KiB page read whatever its
-    length, so without a cache a sampled epoch reads many times the file (10M-node benchmark
-    graph: 5.2 GB of pages per epoch for a 0.4 GB ``indices``).
+    length, so without a cache a sampled epoch reads many times the file
+    (docs/measurements.md#epoch-packs-and-spooled-samples).
 
     Args:
         arr: the memory-mapped array (``np.load(..., mmap_mode="r")``), 1-D.

@@ -11,12 +11,11 @@ are imported and the model built, plus the model's gradients and optimizer state
 batch's activations from the batch shape), the graph structure (held in memory when it fits;
 else only its ``O(V)`` row index), the feature windows and the cache of hot feature rows: two
 window slots (one trained on, one being read) and the cache get a third each of what is left
-until :func:`~shoal.rows.windowfit.fit_windows` resizes them from a sampled epoch. Every window costs about one
-sweep of the feature file (its rows are spread over the whole file; unless the epochs are
-packed, :mod:`shoal.rows.packing`, when a window reads its epoch's pack), so a window large
-enough for an epoch's uncached rows matters more than a larger cache: on the 10M-node benchmark graph
-under 4 GiB the fit reads one window per epoch next to a cache of 13% of the rows (epoch 2.1x
-the uncapped one, ``bench/results/out_of_core.md``).
+until :func:`~shoal.rows.windowfit.fit_windows` resizes them from a sampled epoch. Every
+window costs about one sweep of the feature file (its rows are spread over the whole file;
+unless the epochs are packed, :mod:`shoal.rows.packing`, when a window reads its epoch's
+pack), so a window large enough for an epoch's uncached rows matters more than a larger cache
+(docs/measurements.md#static-cache-and-windows).
 """
 
 from __future__ import annotations
@@ -55,14 +54,14 @@ __all__ = [
 ]
 
 _UNLIMITED = 1 << 60
-#: the reserve when this process's footprint cannot be measured (no ``/proc``): what the
-#: interpreter, torch, numba, the model and one batch's activations were seen to take
-#: (0.6-0.9 GiB RSS for GraphSAGE at batch 1024).
+#: the reserve when this process's footprint cannot be measured (no ``/proc``): about what the
+#: interpreter, torch, numba, the model and one batch's activations take for GraphSAGE at
+#: batch 1024 (docs/measurements.md#the-memory-plan).
 RESERVE = 1 << 30
 #: headroom above the measured footprint and the working memory (allocator fragmentation,
 #: thread stacks, numba kernels compiled or loaded after the measurement, library code first
-#: run after it: the backward pass and the optimizer fault in 65 MB more of torch on CPU):
-#: 128 MiB.
+#: run after it, such as the torch code the backward pass and the optimizer fault in):
+#: 128 MiB (docs/measurements.md#the-memory-plan).
 FOOTPRINT_SLACK = 128 << 20
 #: direct readers open at once in a training process, each with a staging buffer per thread:
 #: the feature file's (windows, the cache, the packing sweep), the pack segment being read,
@@ -70,9 +69,8 @@ FOOTPRINT_SLACK = 128 << 20
 STAGING_READERS = 3
 #: bytes of activations (forward, saved for backward, and gradients) per input row byte of a
 #: batch, for a message-passing layer over a sampled block: the gathered rows, their dropout
-#: copy and mask, the per-edge messages and their gradients (default 4; measured on the
-#: 2M-node / 256-d benchmark graph, SAGE 10,5 hidden 128: 0.38 GiB resident beyond the
-#: feature pool for batches of at most 67,584 rows of 1 KiB, ``bench/out_of_core_small.py``).
+#: copy and mask, the per-edge messages and their gradients (default 4, from the resident
+#: memory of a benchmark run beyond its feature pool: docs/measurements.md#the-memory-plan).
 ACTIVATION_FACTOR = 4
 #: the share of a derived limit (cgroup or available memory) taken by default: the rest is
 #: left to the kernel (page cache of small files, dirty pages being written).
@@ -201,7 +199,7 @@ def process_footprint() -> int:
     cache of data it reads: its anonymous resident memory (``RssAnon`` of
     ``/proc/self/status``: the interpreter, the model, the arrays it holds) plus its resident
     file-backed mappings (``RssFile``: the code of torch, numba and the other libraries; their
-    pages are charged to the cgroup that faults them in, 120-190 MB for torch on CPU), or -1
+    pages are charged to the cgroup that faults them in), or -1
     where that cannot be read. Call it before data files are mapped and read."""
     found = _rss()
     return sum(found.values()) if "RssAnon" in found else -1

@@ -13,11 +13,10 @@ at once from ``threads`` threads. A dense set of rows thus becomes a sequential 
 one a batch of parallel small reads. DGL GraphBolt's ``DiskBasedFeature`` makes the same choice
 (batched direct reads instead of the page cache).
 
-Measured on this project's 2-core build machine (virtio disk, 5.1 GB file, cold):
-sequential ``O_DIRECT`` reads of 16 MiB ran at 1.37 GB/s against 0.40-0.76 GB/s buffered;
-random 4 KiB ``O_DIRECT`` reads at 68k/s from 16 threads against 16k/s buffered. One random
-request therefore costs about as much as 20 KiB of sequential transfer, hence the default
-``merge_gap`` of 32 KiB.
+Direct reads beat buffered ones both sequentially and for random 4 KiB pages, and one random
+request costs about as much as a few tens of KiB of sequential transfer, hence the default
+``merge_gap`` of 32 KiB (docs/measurements.md#reading-rows-from-disk; ``python bench/disk.py``
+measures a disk).
 
 This module holds the file layout of rows (:class:`RowFile`), the reader (:class:`RowReader`,
 a :class:`~shoal.rows.source.RowSource`) and :func:`load_array`, which copies a mapped array

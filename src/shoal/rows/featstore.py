@@ -7,19 +7,17 @@ assembled from memory. Rows are served from two places:
 
 - a **static cache** of the hottest rows, chosen once by a priority order (by default the
   in-degree: in neighbour sampling a node is picked with probability growing with its
-  degree) and loaded by one sequential sweep. Measured on a 10M-node DC-SBM graph (fanouts
-  10,5, two epochs, ``bench/ooc_cache_policy.py``): a degree-ordered static cache of 10 / 20
-  / 30 / 40 % of the rows hits 0.44 / 0.57 / 0.67 / 0.75 of accesses; CLOCK-LRU 0.31 / 0.53
-  / 0.74 / 0.74, S3-FIFO (Yang et al., SOSP 2023) 0.49 / 0.65 / 0.74 / 0.74. S3-FIFO is
-  5-7 points better below 30%, but here the hit rate does not set the I/O: an epoch's
-  uncached rows touch most pages of the file (on that graph 88% of the 4 KiB pages without
-  a cache, 58% with the static 30% one; merged into runs that is the whole file), so a
-  window costs one sequential sweep whatever the hit rate, which only sets how much memory
-  the window needs (hence :mod:`shoal.rows.packing`: one sweep gathers several epochs'
-  rows into pack files, and each window reads its epoch's pack: :meth:`DiskFeatures.sweep`,
-  ``window(..., source=pack)``). The static cache costs nothing per access and never changes while
-  reader threads use it; the window itself is the dynamic part (within a window each row is
-  read once: Belady's policy over known future accesses, as in Ginex);
+  degree) and loaded by one sequential sweep. A dynamic policy such as S3-FIFO (Yang et al.,
+  SOSP 2023) hits more often in a small cache (CLOCK-LRU does not;
+  docs/measurements.md#static-cache-and-windows), but here the hit rate does not set the
+  I/O: an epoch's uncached rows touch most pages of the file (merged into runs, the whole
+  file), so a window costs one sequential sweep whatever the hit rate, which only sets how
+  much memory the window needs (hence :mod:`shoal.rows.packing`: one sweep gathers several
+  epochs' rows into pack files, and each window reads its epoch's pack:
+  :meth:`DiskFeatures.sweep`, ``window(..., source=pack)``). The static cache costs nothing
+  per access and never changes while reader threads use it; the window itself is the dynamic
+  part (within a window each row is read once: Belady's policy over known future accesses, as
+  in Ginex);
 - the **window**: the rows of the window's batches that the cache lacks.
 
 An in-memory array (not a file) is served as is, entirely "cached".

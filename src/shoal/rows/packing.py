@@ -1,9 +1,9 @@
 """Epoch packs: the uncached rows of several future epochs gathered by one sweep.
 
 A window of batches read from the feature file costs about one sweep of it whatever its size:
-an epoch's uncached rows are spread over the whole file (on the 10M-node benchmark graph a
-rank of the ``averaging`` engine needs 0.42 GB of its 4.9 GB of rows per epoch, on most of
-its pages), so the sequential pass reads 10x the bytes it keeps. DiskGNN (Liu et al., VLDB
+an epoch's uncached rows are a small share of the rows spread over most of the file's pages,
+so the sequential pass reads many times the bytes it keeps
+(docs/measurements.md#epoch-packs-and-spooled-samples). DiskGNN (Liu et al., VLDB
 2025, Sec. 3-4: "offline sampling" then "feature packing") breaks that by sampling ahead and
 writing the features each batch group needs contiguously, so that training reads only them.
 This module does the same per *epoch*: the rows of ``K`` future epochs (known in advance: the
@@ -14,9 +14,8 @@ sampled, :meth:`~shoal.rows.prefetch.WindowPrefetcher._windows`), each segment's
 by id. A window then reads its own segment: one contiguous run, exactly its rows. A row that
 two windows of an epoch need is written to both segments (DiskGNN duplicates it the same
 way): the disk moves ``sweep / K + 2 * (the windows' rows)`` bytes per epoch, against one
-sweep per window without packs and one pass over the whole pack per window when an epoch's
-pack was one id-sorted file (measured on the 2M-node / 256-d graph in 1.5 GiB, 8 windows per
-epoch: 4.45 GB read per epoch for 0.77 GB of distinct rows, ``bench/out_of_core_small.py``).
+sweep per window without packs and one pass over the whole pack per window if an epoch's pack
+were one id-sorted file (docs/measurements.md#epoch-packs-and-spooled-samples).
 An epoch given as one set of rows (not a list of windows) is one segment. Deviation from
 DiskGNN: packs hold rows, not the sampled blocks (the batches are sampled again: sampling is
 cheap next to the I/O).
@@ -88,10 +87,8 @@ def default_pack_epochs(
     memory or the samples of packed epochs are kept on disk (``spooled``,
     :class:`~shoal.rows.spool.SampleSpool`), and 0 otherwise: packing samples every epoch
     twice (once to learn its rows), which costs little in memory and, with the structure on
-    disk and nothing spooled, a second pass of neighbour-block reads. Measured on the 10M-node
-    benchmark graph at 4 GiB with the CSR on disk (``bench/results/out_of_core.md``, before
-    samples were spooled): packing 3 epochs made the run's start 32 s, three epochs'
-    sampling reading their blocks, for a mean epoch 5.7x the uncapped one."""
+    disk and nothing spooled, a second pass of neighbour-block reads, which on a large graph
+    costs more than packing saves (docs/measurements.md#epoch-packs-and-spooled-samples)."""
     if pack_epochs is not None:
         return int(pack_epochs)
     return PACK_EPOCHS if structure_in_memory or spooled else 0
@@ -245,8 +242,8 @@ class EpochPack:
                 nbytes = reader.read(pos, out)
             finally:
                 # a reader's threads keep page-aligned staging buffers (shared anonymous
-                # memory, not in RssAnon) until it closes: one left open per window grew a
-                # 10M-node run by 290 MB in its first epoch
+                # memory, not in RssAnon) until it closes: one left open per window would
+                # grow the process window after window (docs/measurements.md#the-memory-plan)
                 reader.close()
             self._next = (j + 1) % n
             return nbytes

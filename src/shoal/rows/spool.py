@@ -4,8 +4,9 @@ sampling).
 Packing epochs (:mod:`shoal.rows.packing`) samples each future epoch once to learn its rows,
 and the batches are sampled again when they are trained. With the graph structure in memory
 that second pass is cheap; with the structure on disk (``--structure disk``, or a budget that
-cannot hold it) every pass reads the sampled neighbour lists again (on the 10M-node benchmark
-graph 1.45 GB of neighbour blocks per epoch), so packing was off there. DiskGNN (Liu et al.,
+cannot hold it) every pass reads the sampled neighbour lists again (gigabytes of neighbour
+blocks per epoch on a large graph: docs/measurements.md#epoch-packs-and-spooled-samples), which
+without this spool makes packing cost more than it saves there. DiskGNN (Liu et al.,
 VLDB 2025, Sec. 3: "offline sampling") samples once and stores the samples next to the packed
 features; :class:`SampleSpool` does the same per epoch: the first pass over an epoch writes
 each mini-batch (its ids and its blocks' index arrays, a few hundred KB to a few MB) to a
@@ -70,8 +71,8 @@ def decode(data: bytes) -> MiniBatch:
 
 #: written samples are flushed to disk and dropped from the page cache every this many bytes
 #: (default 16 MiB): dirty pages are charged to the process's memory cgroup and cannot be
-#: reclaimed before they are written (an epoch's samples of the 10M-node benchmark graph,
-#: 113 MB, left dirty, pushed a run over a 1.5 GiB cap).
+#: reclaimed before they are written, so an epoch's samples left dirty can push a run over
+#: its cap (docs/measurements.md#the-memory-plan).
 SYNC_BYTES = 16 << 20
 
 

@@ -3,7 +3,7 @@
 :func:`~shoal.rows.budget.plan_budget` gives the cache and the two window slots a third each
 of the feature pool; once an epoch has been sampled, :func:`fit_windows` resizes them so that
 an epoch costs as few sweeps of the feature file as possible
-(``bench/results/out_of_core_engines.md``).
+(docs/measurements.md#static-cache-and-windows).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ __all__ = [
 #: one being queued and the one trained on.
 RESAMPLE_BATCHES = 6
 
-#: headroom on an epoch's uncached rows when a window is sized to hold them all (measured on
-#: the 10M-node benchmark graph: the distinct rows of consecutive epochs differ by < 0.2%).
+#: headroom on an epoch's uncached rows when a window is sized to hold them all: the distinct
+#: rows of consecutive epochs differ very little (docs/measurements.md#static-cache-and-windows).
 WINDOW_MARGIN = 1.05
 
 
@@ -40,11 +40,9 @@ SPLIT_CACHE_SHARE = 1 / 3
 
 #: the same share when epochs are packed (:mod:`shoal.rows.packing`): a window then reads
 #: its own segment of the pack, so its size only sets how many rows two windows both need
-#: (written and read twice), while every cached row is saved in every epoch. Measured on the
-#: 2M-node / 256-d graph of ``bench/out_of_core.py --graph 2m`` in 1.5 GiB, 4 epochs, a pool
-#: of 630 MiB, one run per share (the share patched in; not a committed benchmark): a share of
-#: 1/3, 1/2, 0.6 read 0.71, 0.62, 0.58 GB per epoch from the packs (1.59x, 1.48x, 1.42x the
-#: distinct rows with the start's sweep), epochs 3.9, 3.6, 3.4 s, evaluation unchanged.
+#: (written and read twice), while every cached row is saved in every epoch: a larger share
+#: reads less from the packs and shortens the epoch, evaluation unchanged
+#: (docs/measurements.md#static-cache-and-windows).
 PACKED_CACHE_SHARE = 0.6
 
 
@@ -107,11 +105,11 @@ def fit_windows(
 
     Every window costs about one sweep of the file, whatever its size (its rows are spread
     over the whole file), so the number of windows per epoch, not the cache hit rate, sets
-    the I/O: on the 10M-node benchmark graph a rank of the ``averaging`` engine under 2 GiB
-    read 3 windows of 2.7 GB per epoch with the default thirds although one epoch's uncached
-    rows (0.5 GB) fit the two slots. From one sampled epoch (``needed``: whether each row is
-    used, ``sample_bytes``: what its sampled batches hold), with ``U(k)`` the rows needed
-    beyond a cache of ``k`` rows, this takes a cache such that
+    the I/O: with the default thirds a rank can read several windows per epoch although one
+    epoch's uncached rows would fit the two slots
+    (docs/measurements.md#static-cache-and-windows). From one sampled epoch (``needed``:
+    whether each row is used, ``sample_bytes``: what its sampled batches hold), with ``U(k)``
+    the rows needed beyond a cache of ``k`` rows, this takes a cache such that
 
     1. ``margin * U(k)`` rows fit *one* slot (two epochs' windows alive: the next is read
        while this one trains) next to three epochs' samples (the two windows' and the one
@@ -123,9 +121,8 @@ def fit_windows(
        once to plan its window, its samples are dropped, and the reading thread samples the
        batches again (the same ones: sampling is seeded per batch) as they are trained. That
        costs a second sampling pass per epoch, in the background, instead of the memory of
-       two epochs' samples (on the 10M-node benchmark an ``averaging`` rank under 2 GiB
-       needed 0.11 GiB more for them than it had, and fell back to 3 windows per epoch);
-       else
+       two epochs' samples, which a capped rank may not have (without this mode it falls
+       back to several windows per epoch); else
     4. ``split_cache_share`` of the pool to the cache (default :data:`SPLIT_CACHE_SHARE`, a
        third; :data:`PACKED_CACHE_SHARE` when epochs are packed), the rest to two window
        slots: mode ``"split"``.
@@ -133,10 +130,9 @@ def fit_windows(
     Among the caches that reach the best mode it takes the largest one within a third of the
     pool (what the thirds give the cache), else the smallest: beyond that, a larger cache
     barely changes what a window reads (the window still sweeps the file) but takes memory
-    from exact evaluation between epochs, which runs in what the cache leaves (10M-node
-    graph under 4 GiB: the largest cache, 1.23 GiB, made evaluation 2.96-3.24x the uncapped
-    one, against 2.28-2.43x with the thirds' 0.67 GiB). ``k`` is searched on ``steps``
-    evenly spaced cache sizes (and 0).
+    from exact evaluation between epochs, which runs in what the cache leaves and slows
+    down with a larger one (docs/measurements.md#static-cache-and-windows). ``k`` is
+    searched on ``steps`` evenly spaced cache sizes (and 0).
     """
     n = len(needed)
     rb = max(int(row_bytes), 1)

@@ -106,12 +106,10 @@ class Config:
             the rows mini-batches read most often sit together at the start of each part's
             feature file and the static cache of hot rows is one contiguous range; it costs
             one more streaming pass over the edges and one more write and read of the
-            features. Default ``"id"``: on the 10M-node benchmark graph out of core (2 ranks,
-            2 GiB each) degree order read 0.85x / 0.91x the bytes per epoch
-            (``minibatch`` / ``averaging``) but the epochs took 0.81x / 1.25x as long (0.97x
-            / 1.08x in an earlier run): the rows an epoch needs are still spread over most of
+            features. Default ``"id"``: out of core, degree order did not make the epochs
+            faster on the benchmark: the rows an epoch needs are still spread over most of
             each part's pages, and shorter runs read slower
-            (``bench/results/out_of_core_engines.md``).
+            (docs/measurements.md#node-order-in-the-store).
     """
 
     halo_features: bool = False

@@ -81,7 +81,7 @@ class BatchLoader:
         self.seeds = np.asarray(seeds, dtype=np.int64)
         # the seeds' labels, read once in id order: a memory-mapped label file indexed per
         # batch faults a page (and the kernel's read-ahead) per seed, again every epoch once
-        # the cap evicts them (10M-node graph in 1.5 GiB: tens of GB read in one epoch)
+        # the cap evicts them (docs/measurements.md#the-memory-plan)
         self._sorted_seeds = np.sort(self.seeds)
         self._seed_labels = np.asarray(labels[self._sorted_seeds], dtype=np.int64)
         release_pages(labels)  # the mapped pages leave this process (clean: reclaimable)

@@ -56,11 +56,10 @@ log = logging.getLogger(__name__)
 EDGE_BYTES = 8
 #: neighbour-list bytes read at once from a file-backed structure (default 64 MiB).
 SPAN_BYTES = 64 << 20
-#: the bytes of one source range read and turned into messages at once (default 16 MiB).
-#: Measured on this machine's disk (5.1 GB feature file, 54% of the rows needed, reused
-#: buffers): 8 MiB ranges read at 0.8-1.1 GB/s, 16 MiB and more at 1.25-1.4 GB/s (its
-#: sequential rate); larger ranges only take memory from the blocks, and every block costs a
-#: pass over the layer's input.
+#: the bytes of one source range read and turned into messages at once (default 16 MiB):
+#: smaller ranges read below the disk's sequential rate, 16 MiB reaches it
+#: (docs/measurements.md#reading-rows-from-disk); larger ranges only take memory from the
+#: blocks, and every block costs a pass over the layer's input.
 CHUNK_BYTES = 16 << 20
 #: a range's memory in units of its bytes: two reused buffers (one filled while the other's
 #: messages are added) and the messages and degrees of the range being added.
@@ -142,8 +141,8 @@ class RowWriter:
     dirty pages count against a memory cgroup's limit, and cgroup v1 does not throttle
     writers, so a fast writer under a cap would be OOM-killed instead of slowed down. Pages,
     not bytes: the rows of a few nodes scattered over the file (a validation set's
-    neighbourhood) dirty a whole page each (measured: 500 MB dirty for 28 MB of rows on the
-    10M-node graph before)."""
+    neighbourhood) dirty a whole page each, many times their own bytes
+    (docs/measurements.md#the-memory-plan)."""
 
     def __init__(self, arr: np.ndarray) -> None:
         self.arr = arr

@@ -7,16 +7,15 @@ buffers and copied with ``non_blocking=True`` on a side CUDA stream, and the cop
 model's compute (the usual double buffering, as in PyTorch's pinned ``DataLoader`` and DGL's
 ``DataLoader(use_uva/use_prefetch_thread)``). The compute stream waits on each batch's copy
 event before using it, and a staging buffer is reused only after its last copy finished.
-On the CPU the feed passes batches through untouched (no copy, no read-ahead), so CPU runs
-are exactly what they were.
+On the CPU the feed passes batches through untouched (no copy, no read-ahead), so a CPU run
+is the same with or without it.
 
 With ``background=True`` (the single-process trainer's choice on a GPU) the host's work on a
 batch (sampling, gathering, staging into the pinned buffer and issuing the copy) runs in a
 background thread (:func:`shoal.utils.background.ahead`), a batch ahead of the step. Without
-it, on an H100, the step of the benchmark's GraphSAGE took 0.23 s of a 0.66 s epoch, the GPU
-waiting the rest for the host (``bench/results/gpu_h100.md``); with it, on an H200, the epoch
-is the host's sampling and gathering (0.45 s against 0.21 s of steps;
-``bench/results/gpu.md``). Each batch's features are copied into pinned
+it a GPU step is short next to the host's sampling and gathering, and the GPU waits for the
+host most of the epoch; with it the epoch is about the host's work alone
+(docs/measurements.md#gpu-runs). Each batch's features are copied into pinned
 memory before the next batch is produced, so the loader's reused buffers stay safe. Batches
 whose production communicates collectively (the distributed engines') must not use it.
 """

@@ -108,11 +108,10 @@ def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple
     read. No training step runs meanwhile: the plan's reserve held room for a step's
     activations and for what only a step uses (one batch's rows pulled from peers, gloo's
     and DDP's buffers), and the evaluation's memory is given back before the next step.
-
-    Measured on the 10M-node benchmark graph's capped ranks (``bench/out_of_core_engines.py
-    --cap fraction:8``): 1.26 GB held as the final evaluation began, 0.42 GB of it the
-    store's mapped arrays (neighbour lists touched by sampling, the node map, labels); the
-    plan's shares had left the evaluation 263 MiB, this measurement 571 MiB."""
+    Much of what a capped rank holds as the evaluation begins is the store's mapped arrays
+    (neighbour lists touched by sampling, the node map, labels), which the kernel can take
+    back, so the measurement leaves the evaluation more than the plan's shares did
+    (docs/distributed.md#minibatch-distdgl)."""
     gc.collect()
     return_freed_memory()
     trim_freed_memory()

@@ -56,8 +56,8 @@ PRESET_FIELDS = (
 #: ``normalize_features="auto"`` row-normalises features that are non-negative with at most
 #: this many non-zeros per row on average (sparse bag-of-words, the Planetoid features Kipf &
 #: Welling normalise: Cora 18, CiteSeer 32, Coauthor-Physics 33), and leaves denser rows as
-#: stored: dividing Amazon-Photo's ~260 non-zeros per row by their sum left GCN at 0.73 test
-#: accuracy against 0.90 with the rows as stored (bench/results/defaults.md, ablation).
+#: stored: dividing dense rows such as Amazon-Photo's (~260 non-zeros each) by their sum costs
+#: GCN and GAT many points of test accuracy (docs/measurements.md#presets).
 AUTO_NORMALIZE_MAX_NNZ = 64
 #: rows read (evenly spaced over the table) to decide ``"auto"``
 AUTO_NORMALIZE_SAMPLE = 1024
@@ -136,11 +136,10 @@ _LARGE: dict[str, Any] = dict(
 )
 
 
-#: Link prediction (``--task link``), over the model's paper settings: the settings of
-#: bench/results/linkpred.md, where GraphSAGE beats Adamic-Adar on Cora (test MRR 0.402 vs
-#: 0.357) and CiteSeer (0.411 vs 0.311), 10 seeds each. Dropout 0: with GraphSAGE's 0.5 and
-#: batches of 128 edges at lr 0.01 (the README's example before) Cora's test MRR was 0.24, below
-#: Adamic-Adar. A batch is ``batch_size`` positive edges.
+#: Link prediction (``--task link``), over the model's paper settings: the settings with which
+#: GraphSAGE beats Adamic-Adar on Cora and CiteSeer (docs/linkpred.md#measured). Dropout 0:
+#: with GraphSAGE's 0.5 and small batches at a higher learning rate it fell below Adamic-Adar
+#: on Cora (docs/measurements.md#presets). A batch is ``batch_size`` positive edges.
 LINK_PRESET: dict[str, Any] = dict(
     fanouts=(10, 5),
     hidden=64,

@@ -182,8 +182,9 @@ class EvalConfig:
             sweeps only its own rows and sends each peer the messages its block needs
             (:mod:`shoal.distributed.served`); ``"stored"``, every rank sweeps its part and
             its halo rows (stored with the part, or pulled into a scratch file) per block,
-            the ablation: on the 10M-node graph at an eighth of the rows per rank it reads
-            about twice the bytes (``bench/results/out_of_core_engines_fraction.md``).
+            the ablation: a block then sweeps the halo's rows beside the rank's own, which on
+            a graph without locality about doubles what it reads
+            (docs/distributed.md#minibatch-distdgl).
     """
 
     every: int | str = "auto"
@@ -230,9 +231,8 @@ class MemoryConfig:
             ``"presample"``, the rows the most batches of the first sampled epoch need
             (GNNLab's pre-sampling policy, ``shoal.rows.featstore.presampled_priority``), or
             ``"degree"``, the highest in-degrees (default ``"presample"``; the single-process
-            trainer and ``averaging``; ``minibatch`` caches by degree; measured in
-            ``bench/results/out_of_core.md``: 6% fewer bytes read per epoch on the 2M-node
-            graph in 1.5 GiB).
+            trainer and ``averaging``; ``minibatch`` caches by degree; the pre-sampled cache
+            reads fewer bytes per epoch: docs/measurements.md#static-cache-and-windows).
         structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
             fits half of the budget left after the reserve, else on disk: its row index in
             memory, the sampled neighbour entries read with planned direct reads), or

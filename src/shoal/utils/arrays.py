@@ -1,9 +1,9 @@
 """Set operations on integer id arrays, by sorting.
 
 numpy 2's ``np.unique`` (without ``return_*`` options) and ``np.union1d`` go through a hash
-set, which on this project's build machine (numpy 2.4) was 5-12x slower than sorting for
-integer ids drawn from a large range: 3.1 s against 0.25 s for 3M ids below 10M, 98 ms
-against 14 ms for 300k. Ids of sampled nodes are exactly that case, so the hot paths (feature
+set, which is several times slower than sorting for integer ids drawn from a large range
+(docs/measurements.md#reading-rows-from-disk). Ids of sampled nodes are exactly that case,
+so the hot paths (feature
 windows, layer-wise evaluation, samplers) use these instead. Results equal numpy's: sorted,
 distinct, the input's dtype.
 """

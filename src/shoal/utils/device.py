@@ -77,8 +77,8 @@ def use_device(spec: str, *, local_rank: int | None = None) -> torch.device:
 def _load_device_libraries(device: torch.device) -> None:
     """One small matrix product, forward and backward, on ``device``: the CUDA context and
     the BLAS libraries torch loads on first use are resident before a memory plan measures
-    the process's footprint (on an H100 with torch 2.11 a GPU run's peak RSS was 0.8 GB above
-    the CPU run's, its measured reserve only 0.1 GB above)."""
+    the process's footprint: loaded later, they would raise the process's memory far above
+    its measured reserve (docs/measurements.md#gpu-runs)."""
     a = torch.ones(16, 16, device=device, requires_grad=True)
     (a @ a).sum().backward()
     torch.cuda.synchronize(device)

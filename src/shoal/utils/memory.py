@@ -19,7 +19,7 @@ def return_freed_memory(threshold: int = 8 << 20) -> bool:
     By default glibc raises its mmap threshold each time a large block is freed (up to
     32 MiB), after which blocks of that size come from the heap and stay with the process when
     freed: buffers of a few MiB allocated and freed batch after batch then add hundreds of MiB
-    to the resident set (measured: 330 MiB after one epoch of the out-of-core trainer). Fixing
+    to the resident set (docs/measurements.md#the-memory-plan). Fixing
     the mmap and trim thresholds at ``threshold`` bytes keeps a memory budget honest. Returns
     false where there is no glibc (the call is then a no-op)."""
     name = ctypes.util.find_library("c")

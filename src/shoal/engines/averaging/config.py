@@ -20,20 +20,21 @@ class AveragingConfig(EngineConfig):
             from the core, fetched once before training (DGL's ``num_hops``; see
             :mod:`shoal.engines.averaging.halo_hops`). 1 is SDT-GNN's stored part, whose halo
             nodes have no in-edges. Default ``"auto"`` (:meth:`resolve_halo_hops`): on a typed
-            store ``min(2, layers)``, measured better than the stored part (bench/hetero:
-            R-GCN +0.52, R-GAT +1.30 points, 15-22% more time per epoch); on an untyped store 1
-            (only 1 is implemented there).
+            store ``min(2, layers)``: with their in-edges a part samples the neighbourhoods
+            the evaluation sees, more accurate than the stored part at some more time per
+            epoch (docs/distributed.md#typed-stores-minibatch-averaging); on an untyped store
+            1 (only 1 is implemented there).
         part_models: with more parts than ranks: one model per part, each with its own
             optimizer, all averaged at each round (SDT-GNN Sec. III-C: "trains ... local
             models independently and sequentially. Once all p local models are trained, they
             are synchronized and updated via model averaging"; default true). False
-            (``--no-part-models``) carries one model through a rank's parts in turn: measured
-            within noise of it (``bench/results/averaging.md``).
+            (``--no-part-models``) carries one model through a rank's parts in turn, the
+            ablation, within noise of it (docs/distributed.md#averaging-sdt-gnn).
         average_optimizer: average Adam's moments with the weights (default true; false =
             ``--local-optimizer-state``, the paper, which averages the weights only). A
             deviation from the paper, by measurement: with each model's own moments the
-            averaged model lost 13.9 points of test accuracy on Cora and 0.5 on
-            Amazon-Photo (``bench/results/averaging.md``, 5 seeds).
+            models' sign-like Adam steps partly cancel in the average and it loses accuracy
+            (docs/distributed.md#averaging-sdt-gnn).
     """
 
     engine: ClassVar[str] = "averaging"

@@ -16,16 +16,15 @@ models are trained, they are synchronized and updated via model averaging"), and
 averaging round averages all ``p`` models, weighted by their parts' training nodes (first
 within the rank, then across ranks: the same weighted mean), after which every part restarts
 from it (:class:`~shoal.engines.averaging.average.PartModels`). ``--no-part-models`` carries
-one model through a rank's parts instead (the ablation; ``bench/results/averaging.md``).
+one model through a rank's parts instead (the ablation; docs/distributed.md#averaging-sdt-gnn).
 
 Optimizer state: by default the Adam moments (``exp_avg``, ``exp_avg_sq``) are averaged with
 the same weights at every averaging round, so every part restarts the next local round from
 the same model *and* the same optimizer state (the step counters are left as they are: each
 rank counts its own local steps). The paper averages the weights only (Sec. III-D); that is
 ``average_optimizer=False`` (``--local-optimizer-state``), where each model keeps its own
-moments: measured 13.9 points below on Cora, 0.5 on Amazon-Photo
-(``bench/results/averaging.md``): the ranks'
-sign-like Adam steps partly cancel in the average when their moments disagree. Resetting the
+moments, which measured worse (docs/distributed.md#averaging-sdt-gnn): the ranks' sign-like
+Adam steps partly cancel in the average when their moments disagree. Resetting the
 moments each round would re-run Adam's bias-corrected warm-up after every round, so it is
 not offered.
 

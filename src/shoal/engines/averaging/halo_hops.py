@@ -5,8 +5,8 @@ A stored part is SDT-GNN's (Sec. III-B): every core node with its full in-neighb
 and the halo nodes it reaches, with their features (``--halo-features``) but none of their
 own in-edges. A model of ``L`` layers trained on the part alone therefore sees a halo node
 without its neighbours from its second layer on, while the evaluation (and the engines that
-sample across ranks) see them: on the typed IGBH-shaped bench that is most of R-GAT's gap
-between ``averaging`` and ``minibatch`` (``bench/results/hetero.md``).
+sample across ranks) see them: on a typed IGBH-shaped graph that is most of R-GAT's gap
+between ``averaging`` and ``minibatch`` (docs/distributed.md#typed-stores-minibatch-averaging).
 
 With ``halo_hops`` ``H > 1`` (DGL's ``partition_graph(..., num_hops=H)``, done at load time
 here instead of in the stored part), each rank asks the owners, once, for every in-edge

@@ -23,8 +23,9 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         metavar="H",
         help="train each part with its halo nodes' in-edges too, H hops from the core, "
         "fetched once before training (as DGL's num_hops; H >= 2 on typed stores; 1 = the "
-        "stored part, as SDT-GNN; default auto: min(2, layers) on a typed store, where it "
-        "measured 0.5-1.3 points better than the stored part, 1 on an untyped one)",
+        "stored part, as SDT-GNN; default auto: min(2, layers) on a typed store, where the "
+        "in-edges make local training see the evaluation's neighbourhoods, 1 on an untyped "
+        "one)",
     )
     g.add_argument(
         "--part-models",
@@ -39,7 +40,7 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         action="store_const",
         const=False,
         help="with more parts than processes: one model per rank carried through its parts "
-        "in turn (ablation of --part-models; measured within noise of it)",
+        "in turn (ablation of --part-models)",
     )
     g.add_argument(
         "--local-optimizer-state",
@@ -47,8 +48,8 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         action="store_const",
         const=False,
         help="keep each model's own Adam moments instead of averaging them with the weights, "
-        "as SDT-GNN averages the weights only (default: averaged, measured 13.9 points "
-        "better on Cora, bench/results/averaging.md)",
+        "as SDT-GNN averages the weights only (default: averaged, which keeps the models' "
+        "Adam steps from cancelling in the average; see docs/distributed.md)",
     )
 
 

@@ -10,9 +10,9 @@ from shoal.utils.io import parse_size
 
 __all__ = ["REPLICATE_TOP", "REPLICA_EXEC", "DisaggConfig"]
 
-#: default of ``replicate_top`` (measured: ``bench/results/disagg.md``, replication)
+#: default of ``replicate_top`` (off: docs/distributed.md#disagg-armada, replication)
 REPLICATE_TOP = "0"
-#: default of ``replica_exec`` (measured: ``bench/results/disagg.md``, replicas)
+#: default of ``replica_exec`` (reproducible: docs/distributed.md#disagg-armada, replicas)
 REPLICA_EXEC = "sequential"
 SWAPPED = ("read", "skip")
 REPLICA_EXECS = ("sequential", "threads")
@@ -44,9 +44,9 @@ class DisaggConfig(EngineConfig):
             all workers), so sampling them or loading their rows needs no request to their
             owner: nodes (an int) or a share of the nodes (``"1%"``); 0 = off, the ablation.
             Used by remote sampling only. The paper gives no size and its runs (Sec. 6.1)
-            replicate nothing: default 0 (``REPLICATE_TOP``); ``bench/disagg.py
-            replication`` measured 0.98x / 0.91x the bytes between batch workers for 1% / 5%
-            and no clear time gain (``docs/distributed.md``).
+            replicate nothing: default 0 (``REPLICATE_TOP``); replicating the nodes of highest
+            in-degree saved little traffic between batch workers and no clear time
+            (docs/distributed.md#disagg-armada).
         swapped_neighbours: a frontier node whose part is swapped out at its batch worker:
             ``"read"`` samples it from the store's files of that part (the same draws as
             when resident), ``"skip"`` gives it no neighbours (the paper's footnote 1:
@@ -58,8 +58,7 @@ class DisaggConfig(EngineConfig):
             the other); the same gradients either way without dropout (with dropout the
             threads draw masks from one generator in thread order: not reproducible bit for
             bit). Default ``"sequential"`` (``REPLICA_EXEC``) for that reason, although
-            ``bench/disagg.py replicas`` measured threads 0.64x the epoch time (G = 2,
-            hidden 256, 2 cores).
+            threads take less time per epoch (docs/distributed.md#disagg-armada).
     """
 
     engine: ClassVar[str] = "disagg"

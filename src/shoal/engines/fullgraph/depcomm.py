@@ -18,8 +18,8 @@ in **time slots** (:func:`slot_peers`):
 Every rank posts every slot of every level's exchange it takes part in, with or without rows
 for a peer (an empty chunk is simply not sent, and its peer, which knows the count from
 set-up, does not receive it), so sends and receives always pair: nothing depends on whether
-autograd happens to visit a level on one rank (issue 37: a rank that pulled no rows at a level
-used to skip the gradient receive its peers' sends were posted to).
+autograd happens to visit a level on one rank (issue 37: a rank that pulls no rows at a level
+still posts the gradient receive its peers' sends are posted to, or the run hangs).
 
 Between slots the caller computes what the slots so far allow (the engine's overlap, see
 :mod:`shoal.engines.fullgraph.engine`).

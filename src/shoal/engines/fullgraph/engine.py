@@ -25,9 +25,9 @@ targets it completes while the next one is in flight (:meth:`FullGraphEngine.for
 Backward goes layer by layer (:meth:`FullGraphEngine.backward`): the targets' groups in reverse
 slot order, each slot of mirrors' gradients posted once final, the push waited for only when
 the owner needs its rows' gradients. Every rank posts every slot of every level's exchange,
-rows or not, so every send has its receive (issue 37: a rank that pulled no rows at a level,
-because it cached every dependency there or a directed graph gave it none, used to skip the
-gradient receives its peers had posted sends for).
+rows or not, so every send has its receive (issue 37: a rank that pulls no rows at a level,
+because it caches every dependency there or a directed graph gives it none, must still post
+the gradient receives its peers post sends for, or the run hangs).
 
 The weights' gradients of a replicated computation flow back through the replica only (its
 owner computes the node for its own consumers), so their sum over ranks is the full-graph

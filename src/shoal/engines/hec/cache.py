@@ -250,9 +250,9 @@ class DelayedPush:
     The exchange runs on a thread of its own, over a gloo process group of its own (made
     here): the step hands the packed message over and goes on. Both all-to-alls of a push
     (the sizes, then the payload) run there in send order, so neither blocks the step; only
-    :meth:`receive`, ``d`` steps later, waits for what has not arrived yet. (Before, the sizes
-    were exchanged by a blocking all-to-all on the training group every step: a barrier per
-    step; ``bench/hec.py push`` measures both.)
+    :meth:`receive`, ``d`` steps later, waits for what has not arrived yet. (Exchanging the
+    sizes by a blocking all-to-all on the training group would put a barrier in every step;
+    ``bench/hec.py push`` compares the two: docs/distributed.md#hec-distgnn-mb.)
     """
 
     def __init__(

@@ -29,12 +29,10 @@ class HecConfig(EngineConfig):
             Bytes are counted by the same counters both ways (everything but the gradient
             all-reduce).
 
-    The defaults are the paper's (Sec. 4.4: cs = 1M, nc = 2000, ls = 2, d = 1). Measured
-    (``bench/results/hec.md``, "Cache on / off": Cora, 2 parts, 2 processes, 2 seeds, batches
-    of 16): off 0.821 test accuracy at 4.74 data MB/epoch; on with nc = 2000 0.824 at 4.24 MB
-    (0.89x, hit rates 0.43 / 0.15 at L0 / L1); nc = 10 0.823 at 0.48 MB (0.10x). nc stays the
+    The defaults are the paper's (Sec. 4.4: cs = 1M, nc = 2000, ls = 2, d = 1). nc stays the
     paper's: it binds only when a batch has more candidates than nc (the paper's 1000-seed
-    batches); with few-seed batches a small nc moves a tenth of the bytes at the same accuracy.
+    batches); with few-seed batches a small nc moves far fewer bytes at the same accuracy
+    (the cache on and off, and nc, measured: docs/distributed.md#hec-distgnn-mb).
     """
 
     engine: ClassVar[str] = "hec"

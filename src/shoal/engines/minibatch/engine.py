@@ -177,10 +177,8 @@ class MinibatchEngine(Engine):
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
             sample_bytes=plan.window // 4 if windows else None,
             # packing samples each epoch twice (with the structure on disk: its neighbour
-            # blocks read twice), still far less than a sweep of the rank's rows per window:
-            # 10M-node graph, 2 ranks at an eighth of their rows plus their footprint
-            # (bench/results/out_of_core_engines_fraction{,_nopack}.md): epoch 2.47x the
-            # uncapped one packed, 7.72x not
+            # blocks read twice), still far less than a sweep of the rank's rows per window
+            # (docs/distributed.md#minibatch-distdgl)
             pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, structure_in_memory=True),
             last_epoch=cfg.optim.epochs - 1,
             degrees=deg,

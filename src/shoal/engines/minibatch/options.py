@@ -17,8 +17,8 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         metavar="N",
         help="batches (sampled blocks and pulled feature rows) each rank's sampling thread "
         "prepares while the step computes (DistDGL's sampler workers; default "
-        f"{d.prefetch_batches}: 0.83x the inline epoch with each rank on a 1 Gbit/s link, "
-        "bench/results/minibatch_1gbit.md; 0 = inline, faster over loopback when the "
+        f"{d.prefetch_batches}: hides the pulls' network waits behind the step on a real "
+        "network, see docs/distributed.md; 0 = inline, faster over loopback when the "
         "processes fill the cores; the same batches either way)",
     )
     g.add_argument(
