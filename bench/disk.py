@@ -1,24 +1,21 @@
 """This machine's disk, measured the way shoal reads it: sequential bandwidth and random 4 KiB
 direct reads at queue depths 1, 8 and 32.
 
-The out-of-core results (``bench/results/out_of_core*.md``) are read against these limits: an
-epoch's bytes read divided by the sequential bandwidth is the least I/O time a sweep can take,
-and a window of scattered rows is bounded by the random-read rate. ``fio`` is not installed on
-this machine, so the reads are made as shoal makes them: ``O_DIRECT`` (no page cache) with
-``os.preadv`` on a pool of threads, one outstanding request per thread (the queue depth).
+    python bench/disk.py [--size 4GiB] [--dir bench/work] [--repeats 3] [--seconds 5] [--keep]
+    python bench/disk.py --report-only
 
-- sequential: 1 MiB direct reads in file order, one thread (``--seq-threads``, default 1);
+The out-of-core benchmarks record these limits with each run (``bench/results/disk.json``):
+an epoch's bytes read divided by the sequential bandwidth is the least I/O time a sweep can
+take, and a window of scattered rows is bounded by the random-read rate. The reads are made
+as shoal makes them: ``O_DIRECT`` (no page cache) with ``os.preadv`` on a pool of threads, one
+outstanding request per thread (the queue depth):
+
+- sequential: 1 MiB direct reads in file order, one thread;
 - random: aligned 4 KiB direct reads at uniform offsets, from 1, 8 and 32 threads.
 
-The file (``--size``, default 4 GiB, in ``--dir``, default ``bench/work``) is written once and
-kept for reruns (``--keep``) or removed. Each figure is the median of ``--repeats`` (default 3)
-runs of ``--seconds`` (default 5) each.
-
-Usage::
-
-    python bench/disk.py [--size 4GiB] [--dir bench/work] [--repeats 3] [--seconds 5]
-
-Writes ``bench/results/disk.json`` and ``bench/results/disk.md``.
+The file (``--size`` in ``--dir``) is written once and kept (``--keep``) or removed. Each
+figure is the median of ``--repeats`` runs of ``--seconds`` each. ``--smoke``: a 4 MiB file
+under WORK/smoke, one run of 0.1 s per figure.
 """
 
 from __future__ import annotations
@@ -26,17 +23,26 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
+import random
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
 
-from common import RESULTS, WORK, command_line, machine_line, parse_size, write_json
-from common import write_text_atomic as write_text
+from common import (
+    WORK,
+    bench_args,
+    header,
+    load_json,
+    new_results,
+    out_prefix,
+    parse_size,
+    write_results,
+)
 
 PAGE = 4096
 SEQ_BLOCK = 1 << 20
+DEPTHS = (1, 8, 32)
 
 
 def _aligned(nbytes: int) -> mmap.mmap:
@@ -63,8 +69,7 @@ def sequential(path: Path, seconds: float) -> float:
     done, off, t0 = 0, 0, time.perf_counter()
     try:
         while time.perf_counter() - t0 < seconds:
-            n = os.preadv(fd, [buf], off)
-            done += n
+            done += os.preadv(fd, [buf], off)
             off = (off + SEQ_BLOCK) % (size - size % SEQ_BLOCK)
     finally:
         os.close(fd)
@@ -73,14 +78,11 @@ def sequential(path: Path, seconds: float) -> float:
 
 def random_reads(path: Path, threads: int, seconds: float, seed: int) -> float:
     """Aligned 4 KiB direct reads per second at uniform offsets, ``threads`` outstanding."""
-    size = path.stat().st_size
-    pages = size // PAGE
+    pages = path.stat().st_size // PAGE
     counts = [0] * threads
     stop = threading.Event()
 
     def worker(i: int) -> None:
-        import random
-
         rng = random.Random(seed * 1000 + i)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
         buf = _aligned(PAGE)
@@ -102,38 +104,69 @@ def random_reads(path: Path, threads: int, seconds: float, seed: int) -> float:
     return sum(counts) / (time.perf_counter() - t0)
 
 
+def render(res: dict) -> str:
+    seq = res["sequential_bytes_per_s"]
+    runs = len(res["sequential_runs"])
+    lines = header(
+        "The disk shoal reads from: sequential and random direct reads",
+        res,
+        f"`O_DIRECT` reads (no page cache) with `os.preadv` on a "
+        f"{res['file_bytes'] / 2**20:,.0f} MiB file in `{res['filesystem']}`, median of {runs} "
+        f"run(s) of {res['seconds_per_run']:g} s; the reads are made as shoal's row reader "
+        "makes them (not with `fio`).",
+    )
+    lines += [
+        "| read | queue depth | reads/s | MB/s |",
+        "|---|---|---|---|",
+        f"| sequential, 1 MiB | 1 | {seq / SEQ_BLOCK:,.0f} | {seq / 1e6:,.0f} |",
+    ]
+    for qd, r in res["random_4k"].items():
+        lines.append(
+            f"| random, 4 KiB | {qd} | {r['reads_per_s']:,.0f} | {r['bytes_per_s'] / 1e6:,.1f} |"
+        )
+    best = max(r["bytes_per_s"] for r in res["random_4k"].values())
+    lines += [
+        "",
+        f"A sweep of 1 GB takes at least {1e9 / seq:.1f} s at the sequential rate; the same "
+        f"gigabyte as scattered 4 KiB rows at the best queue depth takes {1e9 / best:.1f} s "
+        f"({seq / best:.1f}x).",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    bench_args(ap, out="bench/results/disk")
     ap.add_argument("--size", default="4GiB", help="test file size (default 4GiB)")
-    ap.add_argument(
-        "--dir", default=str(WORK), help="where the test file goes (default bench/work)"
-    )
+    ap.add_argument("--dir", default=str(WORK), help="where the test file goes (default WORK)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per figure (default 3)")
     ap.add_argument("--seconds", type=float, default=5.0, help="seconds per run (default 5)")
     ap.add_argument("--keep", action="store_true", help="keep the test file for reruns")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args()
-    machine = machine_line(threads=1)  # before this script's own reads load the machine
+    prefix = out_prefix(args, "bench/results/disk")
+    if args.report_only:
+        write_results(prefix, load_json(prefix.with_suffix(".json")), render)
+        return 0
+    if args.smoke:
+        args.size, args.dir, args.repeats, args.seconds = "4MiB", str(WORK / "smoke"), 1, 0.1
+    res = new_results("disk.py", threads=1)  # the machine before this script's reads load it
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
     path = d / "disk_probe.bin"
     size = parse_size(args.size)
-    t0 = time.perf_counter()
     make_file(path, size)
-    print(
-        f"test file {path} ({size / 2**30:.1f} GiB) in {time.perf_counter() - t0:.0f} s", flush=True
-    )
     seq = [sequential(path, args.seconds) for _ in range(args.repeats)]
     rnd = {
         qd: [random_reads(path, qd, args.seconds, seed=r) for r in range(args.repeats)]
-        for qd in (1, 8, 32)
+        for qd in DEPTHS
     }
     if not args.keep:
         path.unlink()
-    res = {
-        "command": command_line("disk.py", sys.argv[1:]),
-        "machine": machine,
+    res |= {
         "file_bytes": size,
         "filesystem": str(d.resolve()),
+        "seconds_per_run": args.seconds,
         "sequential_bytes_per_s": statistics.median(seq),
         "sequential_runs": seq,
         "random_4k": {
@@ -145,37 +178,8 @@ def main() -> int:
             for qd, v in rnd.items()
         },
     }
-    write_json(RESULTS / "disk.json", res, indent=2)
-    mb = 1e6
-    lines = [
-        "# The disk shoal reads from: sequential and random direct reads",
-        "",
-        f"Command: `{res['command']}`  ",
-        f"Machine: {res['machine']}",
-        "",
-        f"`O_DIRECT` reads (no page cache) with `os.preadv` on a {size / 2**30:.1f} GiB file in "
-        f"`{res['filesystem']}`, median of {args.repeats} runs of {args.seconds:g} s. `fio` is not "
-        "installed here; the reads are made as shoal's row reader makes them.",
-        "",
-        "| read | queue depth | reads/s | MB/s |",
-        "|---|---|---|---|",
-        f"| sequential, 1 MiB | 1 | {res['sequential_bytes_per_s'] / SEQ_BLOCK:,.0f} | "
-        f"{res['sequential_bytes_per_s'] / mb:,.0f} |",
-    ]
-    for qd, r in res["random_4k"].items():
-        lines.append(
-            f"| random, 4 KiB | {qd} | {r['reads_per_s']:,.0f} | {r['bytes_per_s'] / mb:,.1f} |"
-        )
-    seq_mb = res["sequential_bytes_per_s"] / mb
-    best = max(r["bytes_per_s"] for r in res["random_4k"].values()) / mb
-    lines += [
-        "",
-        f"A sweep of 1 GB takes at least {1e3 / seq_mb:.1f} s at the sequential rate; the same "
-        f"gigabyte as scattered 4 KiB rows at the best queue depth takes {1e3 / best:.1f} s "
-        f"({seq_mb / best:.1f}x).",
-    ]
-    write_text(RESULTS / "disk.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(prefix, res, render)
+    print(prefix.with_suffix(".md").read_text())
     return 0
 
 
