@@ -8,6 +8,15 @@ chosen by the OS (port 0, so there is no race for a port) and sets
 ``TORCHELASTIC_USE_AGENT_STORE=True``, exactly as torchrun's agent does, so every rank joins as
 a client through ``init_method="env://"``.
 
+The children are forked from a *forkserver* that imported torch, numba and shoal once for the
+whole test session (:data:`PRELOAD`), so a world starts in a fraction of a second instead of
+paying an interpreter, torch's import and shoal's import per rank (the spawn context's cost,
+most of a small distributed test's time). Each child is still a fresh process with its own
+process group, exactly as under torchrun; it takes the caller's current environment and
+working directory (the forkserver's were fixed when it started). ``SHOAL_TEST_START=spawn``
+starts the ranks with the spawn context instead (to rule the forkserver out when a test
+misbehaves).
+
 Each child runs ``fn(rank, world_size, *args)`` inside :func:`shoal.distributed.process_group` and
 sends back its return value (pickled) or its formatted traceback. The first child that fails
 makes :func:`run_world` kill the others and raise :class:`WorldFailed` carrying that rank's
@@ -28,7 +37,33 @@ from typing import Any
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-__all__ = ["WorldFailed", "run_world", "torchrun_env"]
+__all__ = ["PRELOAD", "WorldFailed", "run_world", "torchrun_env"]
+
+#: modules the forkserver imports once, so every rank forked from it starts with them loaded
+#: (importing them is free of side effects: no threads, no compiled kernels, no files)
+PRELOAD = [
+    "numpy",
+    "torch",
+    "torch.distributed",
+    "numba",
+    "shoal.distributed",
+    "shoal.engines",
+    "shoal.store",
+    "shoal.training",
+    "tests.distributed.helpers",
+]
+
+
+def _context() -> mp.context.BaseContext:
+    """The multiprocessing context the ranks start from: the preloaded forkserver (default)
+    or spawn (``SHOAL_TEST_START=spawn``)."""
+    method = os.environ.get("SHOAL_TEST_START", "forkserver")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"SHOAL_TEST_START={method!r}: use forkserver or spawn")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 class WorldFailed(AssertionError):
@@ -63,8 +98,15 @@ def _child(
     args: tuple,
     out_dir: str,
     timeout_s: float,
+    environ: dict[str, str],
+    cwd: str,
 ) -> None:
+    # the caller's environment and folder as they are now (a forkserver's child inherits
+    # the server's, fixed when it started), then what torchrun would add
+    os.environ.clear()
+    os.environ.update(environ)
     os.environ.update(torchrun_env(rank, world_size, port))
+    os.chdir(cwd)
     # numba was imported (with the default pool size) while this function was unpickled;
     # changing NUMBA_NUM_THREADS now would make its next compile raise "Cannot set
     # NUMBA_NUM_THREADS to a different value once the threads have been launched", so
@@ -125,14 +167,24 @@ def run_world(
     Raises :class:`WorldFailed` with the failing rank's traceback if any rank fails or the
     world runs past ``timeout`` seconds.
     """
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     store = dist.TCPStore("127.0.0.1", 0, world_size, True, wait_for_workers=False)
     port = store.port
     with tempfile.TemporaryDirectory(prefix="shoal-world-") as out_dir:
         procs = [
             ctx.Process(
                 target=_child,
-                args=(fn, r, world_size, port, args, out_dir, max(timeout / 2, 5.0)),
+                args=(
+                    fn,
+                    r,
+                    world_size,
+                    port,
+                    args,
+                    out_dir,
+                    max(timeout / 2, 5.0),
+                    dict(os.environ),
+                    os.getcwd(),
+                ),
                 daemon=True,
             )
             for r in range(world_size)
