@@ -1,99 +1,114 @@
-"""Out-of-core distributed training: 2 ranks uncapped, then each rank in its own 2 GiB cgroup.
+"""Out-of-core distributed training: 2 ranks uncapped, then each rank in its own memory cgroup.
 
-    python bench/out_of_core_engines.py [--work bench/work/ooc] [--epochs 3] [--cap 2GiB]
-        [--engines minibatch,averaging] [--node-orders degree,id] [--no-pack-ablation]
-        [--report-only]
+    python bench/out_of_core_engines.py [--epochs 3] [--cap 2GiB] [--engines minibatch,averaging]
+        [--node-orders degree,id] [--no-pack-ablation] [--eval-halo-ablation]
+        [--pack-epochs K] [--fullgraph-cap fraction:K] [--out bench/results/out_of_core_engines]
+    python bench/out_of_core_engines.py --report-only [--out PREFIX]
 
-Builds (once) the issue-11 graph (``bench/out_of_core.py``: 10M nodes, 100M stored edges, 128
-float32 features = 5.1 GB), partitions it into 2 parts with the default partitioner and
-builds one store with halo features per node order (``shoal partition G --parts 2``; ``shoal
-store build --halo-features --node-order O``: each part holds its core and its halo rows;
-``degree`` puts each part's rows in descending in-degree, ``id``, the store's default, in
-original ID order). Then, for each engine, back to back: ``shoal train --store S --engine E --model sage
---fanouts 10,5 --hidden 128 --epochs E --eval-every E --threads 1`` as 2 worker processes
-(torchrun's environment: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), uncapped with the
-first node order listed, and with each worker in its own cgroup-v1 memory group capped
-at ``--cap`` with every node order (``bench/cgroup.py``; the cap covers the process and its
-page cache; the store's page cache is dropped before each run). The ``averaging`` engine packs
-the epochs' rows by default (``--pack-epochs 4``: one sweep of the feature file reads the
-uncached rows of up to 4 epochs into a pack file per epoch); unless ``--no-pack-ablation``, a
-capped run with ``--pack-epochs 0`` (every window sweeps the feature file) follows, first
-node order. Writes
-``bench/results/out_of_core_engines.{md,json}``: per-epoch seconds, evaluation seconds,
-accuracies, bytes read per epoch (both ranks) next to the bytes of the unique rows the
-epoch's batches needed, the cache hit rate, and each rank's peak memory.
+Store: issue 11's graph (``common.GRAPHS["10m"]``) in 2 parts by ``shoal partition``'s
+default partitioner, one store with halo features per node order (``shoal store build
+--halo-features --node-order O``: ``id``, the store's default, original ID order; ``degree``,
+each part's rows in descending in-degree). For each engine, back to back: ``shoal -v train
+--store S --engine E --model sage --fanouts 10,5 --hidden 128 --epochs E --eval-every E
+--threads 1 --json`` as 2 ranks, uncapped on the first node order's store, then capped on
+every order's. The ranks are started directly with torchrun's environment (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), not through ``shoal train --nproc 2``
+(``common.train``): each rank runs in its own cgroup-v1 memory group
+(``common.run_capped_each``; the cap covers the process and its page cache; the store's page
+cache is dropped before each run). A cap is a size or ``fraction:K``: a K-th of the rank's
+feature rows (core and halo, rank 0's memory plan in the engine's uncapped run) plus the
+footprint that run measured. At the cap, on the first order's store: ``averaging`` again
+with ``--pack-epochs 0`` (every window sweeps the feature file; unless
+``--no-pack-ablation``), ``minibatch`` again with ``--eval-halo stored``
+(``--eval-halo-ablation``), and the ``fullgraph`` engine (``--fullgraph-cap``: it trains
+within the cap or refuses at start). The final evaluation's working memory, peak and rounds
+come from the ranks' ``-v`` messages.
+
+``--smoke``: the smoke graph, 1 epoch, two launches: ``averaging`` uncapped on the id-ordered
+store, ``minibatch`` at 1.5 GiB per rank on the degree-ordered one with ``--pack-epochs 0``
+and ``--eval-halo stored``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import socket
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 from common import (
-    RESULTS,
+    GRAPHS,
     ROOT,
     SHOAL,
     WORK,
-    command_line,
+    bench_args,
+    cap_bytes,
+    caps_available,
+    disk_limits,
+    disk_line,
+    header,
     load_json,
-    machine_line,
-    parse_size,
+    new_results,
+    out_prefix,
     run_capped_each,
-    write_json,
-    write_text_atomic,
+    shoal,
+    synth_flags,
+    synth_graph,
+    write_results,
 )
-from out_of_core import footprint, prepare
 
 GiB = 1 << 30
 
 
-def build_store(g: Path, work: Path, log: list[str], order: str = "degree") -> Path:
-    a, s = work / "a10m2", work / f"s10m2-{order}"
+def build_store(g: Path, order: str) -> Path:
+    """``g`` in 2 parts by ``shoal partition``'s default partitioner (``common``'s
+    ``partitioned_store`` always names an ``--algo``), stored with halo features in node
+    order ``order``; both built once."""
+    a, s = g.with_name(f"{g.name}-part2"), g.with_name(f"{g.name}-part2-store-{order}")
+    if not (a / "meta.json").exists():
+        shoal("partition", g, "--parts", 2, "--out", a, "--overwrite", "-q")
     if not (s / "meta.json").exists():
-        for cmd in (
-            [*SHOAL, "partition", str(g), "--parts", "2", "--out", str(a)],
-            [
-                *SHOAL,
-                "store",
-                "build",
-                str(g),
-                str(a),
-                "--out",
-                str(s),
-                "--halo-features",
-                "--node-order",
-                order,
-                "--overwrite",
-            ],
-        ):
-            if cmd[2] == "partition" and (a / "meta.json").exists():
-                continue
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-            log.append(f"{shlex.join(cmd[2:])}  # {time.perf_counter() - t0:.0f} s")
+        shoal("store", "build", g, a, "--out", s, "--halo-features", "--node-order", order,
+              "--overwrite", "-q")  # fmt: skip
     return s
 
 
-def rank_cap(cap: str, base: dict | None) -> int:
-    """Each rank's cap in bytes: a size, or ``fraction:K``: a K-th of the rank's feature rows
-    (core and halo, rank 0's memory plan in the engine's uncapped run ``base``) plus the
-    process footprint that run measured (its reserve and the structure's row index)."""
-    if not cap.startswith("fraction:"):
-        return parse_size(cap)
-    k = float(cap.split(":", 1)[1])
-    t = (base or {}).get("train") or {}
-    plan = (t.get("config") or {}).get("memory_plan") or {}
-    fp = footprint(base or {})
-    if fp is None or "features" not in plan:
-        raise SystemExit(f"cap {cap} needs the engine's uncapped run and its memory plan")
-    return int(int(plan["features"]) / k) + fp
+def plan_runs(a: argparse.Namespace) -> list[dict]:
+    """The runs, in order: engine, node order, cap (spec; None: uncapped), ``--pack-epochs``
+    and further flags."""
+    if a.smoke:
+        both = ["--eval-halo", "stored"]
+        return [
+            dict(engine="averaging", order="id", cap=None),
+            dict(engine="minibatch", order="degree", cap="1.5GiB", pack=0, extra=both),
+        ]
+    orders, runs = a.node_orders.split(","), []
+    for engine in a.engines.split(","):
+        runs.append(dict(engine=engine, order=orders[0], cap=None))
+        for i, o in enumerate(orders):
+            runs.append(dict(engine=engine, order=o, cap=a.cap, pack=a.pack_epochs))
+            if i == 0 and engine == "averaging" and not a.no_pack_ablation:
+                runs.append(dict(engine=engine, order=o, cap=a.cap, pack=0))
+            if i == 0 and engine == "minibatch" and a.eval_halo_ablation:
+                extra = ["--eval-halo", "stored"]
+                runs.append(
+                    dict(engine=engine, order=o, cap=a.cap, pack=a.pack_epochs, extra=extra)
+                )
+    if a.fullgraph_cap:
+        runs.append(dict(engine="fullgraph", order=orders[0], cap=a.fullgraph_cap))
+    return runs
+
+
+def rank_cap(spec: str, base: dict | None) -> int:
+    """Each rank's cap in bytes (``common.cap_bytes`` of rank 0's feature rows, core and
+    halo, in the uncapped run ``base``'s memory plan)."""
+    plan = (((base or {}).get("train") or {}).get("config") or {}).get("memory_plan") or {}
+    return cap_bytes(spec, int(plan.get("features") or 0), (base or {}).get("train"))
 
 
 def _port() -> int:
@@ -104,66 +119,44 @@ def _port() -> int:
 
 def train(
     store: Path,
-    work: Path,
     engine: str,
-    cap: int | None,
     epochs: int,
-    order: str = "degree",
-    pack: int | None = None,
+    order: str,
+    cap: int | None,
     cap_spec: str | None = None,
-    extra: tuple[str, ...] = (),
+    pack: int | None = None,
+    extra: list[str] = (),
 ) -> dict:
-    per_rank = "uncapped" if cap is None else f"{cap / GiB:.2f} GiB per rank"
-    if cap is not None and cap_spec and cap_spec.startswith("fraction:"):
-        per_rank += f" ({cap_spec})"
+    if cap_spec is None:
+        per_rank = "uncapped"
+    elif cap is None:
+        per_rank = f"{cap_spec} per rank, not applied (no cgroup)"
+    else:
+        per_rank = f"{cap / GiB:.2f} GiB per rank"
+        per_rank += f" ({cap_spec})" if cap_spec.startswith("fraction:") else ""
     tag = f"{engine} {order} order {per_rank}"
     tag += "" if pack is None else f", --pack-epochs {pack}"
-    tag += "".join(f", {x}" for x in [" ".join(extra)] if x)
-    kind = "capped" if cap else "uncapped"
-    kind += "".join(f"-{x.lstrip('-')}" for x in extra)
-    out = work / f"engine-{engine}-{order}-{kind}.json"
+    tag += f", {' '.join(extra)}" if extra else ""
+    kind = ("capped" if cap_spec else "uncapped") + "".join(f"-{x.lstrip('-')}" for x in extra)
+    out = WORK / "out_of_core_engines" / f"{store.name}-{engine}-{kind}-pack{pack}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    cmd = [
-        *SHOAL,
-        "-v",  # the memory plan and the evaluation's working memory, in the kept stderr
-        "train",
-        "--store",
-        str(store),
-        "--engine",
-        engine,
-        "--model",
-        "sage",
-        "--fanouts",
-        "10,5",
-        "--hidden",
-        "128",
-        "--epochs",
-        str(epochs),
-        "--eval-every",
-        str(epochs),
-        "--threads",
-        "1",
-        "--no-progress",
-        "--json",
-        str(out),
-    ]
-    cmd += [] if pack is None else ["--pack-epochs", str(pack)]
-    cmd += list(extra)
-    port = str(_port())
-    env = {
-        "WORLD_SIZE": "2",
-        "LOCAL_WORLD_SIZE": "2",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": port,
-        "OMP_NUM_THREADS": "1",
-    }
+    cmd = [*SHOAL, "-v", "train", "--store", str(store), "--engine", engine]  # -v: memory logs
+    cmd += ["--model", "sage", "--fanouts", "10,5", "--hidden", "128", "--epochs", str(epochs)]
+    cmd += ["--eval-every", str(epochs), "--threads", "1", "--no-progress", "--json", str(out)]
+    cmd += ([] if pack is None else ["--pack-epochs", str(pack)]) + list(extra)
+    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    env |= {"MASTER_PORT": str(_port()), "OMP_NUM_THREADS": "1"}
     cmds = [(cmd, {**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
     print(f"[{tag}] {shlex.join(cmd[2:])}", flush=True)
     t0 = time.perf_counter()
-    err = work / f"engine-{engine}-{order}-{kind}.stderr"
-    with open(err, "w") as f:  # both ranks' messages, kept for the report (a refusal)
-        ranks = run_capped_each(cmds, cap, evict_paths=[store], cwd=ROOT, timeout=3600, stderr=f)
-    errors = [ln for ln in err.read_text().splitlines() if "error" in ln.lower()]
+    err = out.with_suffix(".stderr")
+    with open(err, "w") as f:  # both ranks' messages: a refusal, the evaluation's memory
+        ranks = run_capped_each(
+            cmds, cap, name=f"ooc_engines_{os.getpid()}", evict_paths=[store], cwd=ROOT,
+            timeout=3600, stderr=f,
+        )  # fmt: skip
+    log = err.read_text()
     res = {
         "tag": tag,
         "engine": engine,
@@ -172,14 +165,14 @@ def train(
         "pack": pack,
         "extra": list(extra),
         "cap_spec": cap_spec,
-        "errors": errors[-2:],
+        "errors": [ln for ln in log.splitlines() if "error" in ln.lower()][-2:],
         "seconds": time.perf_counter() - t0,
         "ranks": ranks,
         "returncode": max(abs(r["returncode"]) for r in ranks),
+        "eval_memory": eval_memory(log),
     }
     if res["returncode"] == 0 and out.exists():
         res["train"] = json.loads(out.read_text())
-    res["eval_memory"] = eval_memory(err.read_text())
     print(f"[{tag}] rc={res['returncode']} {res['seconds']:.0f} s", flush=True)
     return res
 
@@ -208,7 +201,7 @@ def eval_memory(stderr: str) -> dict:
     return out
 
 
-def _row(r: dict) -> str:
+def _row(r: dict, seq: float | None) -> str:
     t = r.get("train")
     peaks = [x.get("cgroup", {}).get("peak_sampled", {}).get("rss+cache") for x in r["ranks"]]
     peak_s = " / ".join(f"{p / GiB:.2f}" for p in peaks if p) or "-"
@@ -228,14 +221,12 @@ def _row(r: dict) -> str:
     req = statistics.median([i.get("requested", 0) for i in io]) * 512 / 1e9
     hit = statistics.median([i.get("cache_hit_rate") or 0 for i in io])
     wait = statistics.median([h["time_split"].get("io_wait", 0.0) for h in hist])
-    seq = load_json(RESULTS / "disk.json", {}).get("sequential_bytes_per_s")
     at_seq = f"{statistics.median([i.get('bytes_read', 0) for i in io]) / seq:.1f}" if seq else "-"
     return (
         f"| {r['tag']} | {r['seconds']:.0f} | {' / '.join(f'{s:.1f}' for s in ep)} | "
         f"{statistics.median(ep):.1f} | {statistics.mean(ep):.1f} | {t['eval_seconds']:.0f} | "
         f"{t['val_accuracy']:.4f} | {t['test_accuracy']:.4f} | {rd:.2f} | {wr:.2f} | "
-        f"{uq:.2f} | {req:.2f} | {hit:.2f} | {wait:.1f} | {at_seq} | "
-        f"{peak_s} |"
+        f"{uq:.2f} | {req:.2f} | {hit:.2f} | {wait:.1f} | {at_seq} | {peak_s} |"
     )
 
 
@@ -292,13 +283,12 @@ def _order_lines(runs: list[dict]) -> list[str]:
     return ["", "Node order (same cap, same run):", *out] if out else []
 
 
-def _eval_line(t: dict, base: dict, run: dict) -> str:
+def _eval_line(t: dict, base: dict, run: dict, seq: float | None) -> str:
     """What the capped run's final evaluation read (both ranks, one disk), against the time
     that takes at the disk's sequential bandwidth."""
     read, read0 = t.get("eval_read_bytes", -1), base.get("eval_read_bytes", -1)
     if read is None or read < 0:
         return "  Evaluation reads: not recorded (a run from before eval_read_bytes)."
-    seq = load_json(RESULTS / "disk.json", {}).get("sequential_bytes_per_s")
     at = f" ({read / seq:.0f} s at the disk's sequential bandwidth)" if seq else ""
     unc = (
         f"; the uncapped run read {read0 / 1e9:.2f} GB" if read0 is not None and read0 >= 0 else ""
@@ -318,62 +308,56 @@ def _eval_line(t: dict, base: dict, run: dict) -> str:
     return line
 
 
-def _disk_line() -> str:
-    """The disk's measured limits (``bench/disk.py``), which both ranks share."""
-    disk = load_json(RESULTS / "disk.json", {})
-    seq = disk.get("sequential_bytes_per_s")
-    if not seq:
-        return "Disk limits: not measured (`python bench/disk.py`)."
-    rnd = disk.get("random_4k") or {}
-    return (
-        f"Disk (`{disk.get('command', 'python bench/disk.py')}`), shared by both ranks: "
-        f"sequential reads {seq / 1e9:.2f} GB/s; random 4 KiB direct reads "
-        + ", ".join(f"{v['bytes_per_s'] / 1e6:.0f} MB/s at queue depth {k}" for k, v in rnd.items())
-        + "."
-    )
+def _uncapped(r: dict) -> bool:
+    return r["cap"] is None and not r.get("cap_spec")
 
 
-def report(res: dict, path: Path) -> None:
-    runs = res["runs"]
-    lines = [
-        "# Out-of-core distributed training (issue 11)",
-        "",
-        f"Command: `{res['command']}` ({res['date']}, {res['machine']}, load before "
-        f"{res['load_before']}).",
-        "",
-        "Store: the 10M-node issue-11 graph (100M stored edges, 5.1 GB of features) in 2 "
-        "parts (default partitioner), with halo features; each part's core rows are 2.56 GB "
-        "and core + halo rows more; one store per node order (`--node-order`, "
-        "degree order: each part's rows in descending in-degree; `id`, the store's default: "
-        "original ID order; the uncapped runs use the first order of `--node-orders`). "
-        "Train: GraphSAGE 10,5 hidden 128, batch 1024, "
-        f"{res['epochs']} epochs, 2 worker processes of 1 thread each; exact evaluation of "
-        "all 10M nodes after the last epoch (val, then val+test with the best weights). "
+def render(res: dict) -> str:
+    runs, gr = res["runs"], res["graph"]
+    seq = res["disk"].get("sequential_bytes_per_s")
+    every = {
+        r["train"]["config"].get("average_every")
+        for r in runs
+        if r["engine"] == "averaging" and "train" in r
+    }
+    lines = header(
+        "Out-of-core distributed training (issue 11)",
+        res,
+        *([res["note"]] if res.get("note") else []),
+        f"Run on {res['date']}. Store: `{gr['synth']}` ({gr['nodes']:,} nodes, "
+        f"{gr['edges']:,} stored edges, {gr['feature_bytes'] / 1e9:.2f} GB of features) in 2 "
+        "parts (`shoal "
+        "partition --parts 2`, the default partitioner), with halo features; one store per "
+        "node order (`--node-order`, degree order: each part's rows in descending in-degree; "
+        "`id`, the store's default: original ID order; the uncapped runs use the first order "
+        "of `--node-orders`). Train: GraphSAGE 10,5 hidden 128, batch 1024, "
+        f"{res['epochs']} epoch(s), 2 worker processes of 1 thread each; exact evaluation of "
+        "every node after the last epoch (val, then val+test with the best weights). "
         "Capped runs: each worker in its own cgroup-v1 memory group (process + page cache). "
-        "`read GB/epoch` (mean over the epochs) and `unique GB/epoch` sum both ranks: bytes read "
-        "from disk for the epoch's features (windows, and sweeps packing epochs), and the rows "
-        "(distinct per rank and window) its batches needed beyond the cache; `written GB/epoch`: "
-        "pack files written (mean); `requested GB` the rows gathered, repeats included. "
-        "`median` / `mean`: of the epoch seconds; the mean includes the first epoch, which "
-        "carries the run's start (cache load, and the sweep that packs the epochs). `peak GiB`: "
-        "each rank's sampled peak of its group's rss + cache. The averaging engine averages "
-        "the models at the last epoch only (default), so its epochs are local training. "
-        "`io wait s/epoch`: the median epoch's seconds a rank waited for its window's rows; "
-        "`read at seq. bandwidth`: the median epoch's bytes read (both ranks, one disk) at the "
-        "disk's sequential bandwidth.",
-        "",
-        _disk_line(),
-        "",
+        "`read GB/epoch` (mean over the epochs) and `unique GB/epoch` sum both ranks: bytes "
+        "read from disk for the epoch's features (windows, and sweeps packing epochs), and the "
+        "rows (distinct per rank and window) its batches needed beyond the cache; `written "
+        "GB/epoch`: pack files written (mean); `requested GB` the rows gathered, repeats "
+        "included. `median` / `mean`: of the epoch seconds; the mean includes the first epoch, "
+        "which carries the run's start (cache load, and the sweep that packs the epochs). "
+        "`peak GiB`: each rank's sampled peak of its group's rss + cache. `io wait s/epoch`: "
+        "the median epoch's seconds a rank waited for its window's rows; `read at seq. "
+        "bandwidth`: the median epoch's bytes read (both ranks, one disk) at the disk's "
+        "sequential bandwidth."
+        + "".join(f" The averaging engine averaged the models every {k} epoch(s)." for k in every),
+        disk_line(res["disk"], shared=", shared by both ranks"),
+    )
+    lines += [
         "| run | wall s | epoch seconds | median | mean | eval seconds | val acc | test acc | "
         "read GB/epoch | written GB/epoch | unique GB/epoch | requested GB/epoch | "
         "cache hit rate | io wait s/epoch | read at seq. bandwidth s/epoch | peak GiB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines += [_row(r) for r in runs]
+    lines += [_row(r, seq) for r in runs]
     lines.append("")
     for r in runs:
         # the uncapped run of the engine (only the first node order runs uncapped)
-        base = next((b for b in runs if b["engine"] == r["engine"] and b["cap"] is None), None)
+        base = next((b for b in runs if b["engine"] == r["engine"] and _uncapped(b)), None)
         t = r.get("train")
         if t is None or base is None or r is base or "train" not in base:
             continue
@@ -388,20 +372,18 @@ def report(res: dict, path: Path) -> None:
             + (
                 f"same accuracy: {t['test_accuracy'] == base['train']['test_accuracy']}."
                 if r.get("order") == base.get("order")
-                else f"accuracy not compared (the uncapped run is on the {base.get('order')}-ordered "
-                "store: other numbering, other samples)."
+                else f"accuracy not compared (the uncapped run is on the {base.get('order')}-"
+                "ordered store: other numbering, other samples)."
             )
         )
         lines.append(_reads_line(t, e0))
-        lines.append(_eval_line(t, base["train"], r))
-    lines += _order_lines(runs)
-    lines += ["", "Preparation: " + ("; ".join(res["prepare"]) or "store already built"), ""]
-    write_text_atomic(path, "\n".join(lines))
+        lines.append(_eval_line(t, base["train"], r, seq))
+    return "\n".join(lines + _order_lines(runs))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, default=WORK / "ooc")
+    bench_args(ap, out="bench/results/out_of_core_engines")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument(
         "--cap",
@@ -438,57 +420,37 @@ def main() -> None:
         default=None,
         help="--pack-epochs for the capped runs (default: the engines' default)",
     )
-    ap.add_argument("--out", type=Path, default=RESULTS / "out_of_core_engines")
-    ap.add_argument(
-        "--report-only",
-        action="store_true",
-        help="re-render <out>.md from <out>.json without running anything",
-    )
+    ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     a = ap.parse_args()
+    prefix = out_prefix(a, "bench/results/out_of_core_engines")
     if a.report_only:
-        report(json.loads(a.out.with_suffix(".json").read_text()), a.out.with_suffix(".md"))
+        write_results(prefix, load_json(prefix.with_suffix(".json")), render)
         return
-    a.work.mkdir(parents=True, exist_ok=True)
-    log: list[str] = []
-    g = prepare(a.work, log)
-    orders = a.node_orders.split(",")
-    stores = {o: build_store(g, a.work, log, o) for o in orders}
-    load = open("/proc/loadavg").read().split()[:3]
-    runs = []
-    for engine in a.engines.split(","):
-        base = None
-        for i, o in enumerate(orders):  # uncapped once, with the first (default) order
-            if i == 0:
-                base = train(stores[o], a.work, engine, None, a.epochs, o)
-                runs.append(base)
-            cap = rank_cap(a.cap, base)
-            runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, a.pack_epochs, a.cap))
-            if engine == "averaging" and i == 0 and not a.no_pack_ablation:
-                runs.append(train(stores[o], a.work, engine, cap, a.epochs, o, 0, a.cap))
-            if engine == "minibatch" and i == 0 and a.eval_halo_ablation:
-                stored = ("--eval-halo", "stored")
-                runs.append(
-                    train(stores[o], a.work, engine, cap, a.epochs, o, a.pack_epochs, a.cap, stored)
-                )
-    if a.fullgraph_cap:  # within the cap, or refused at start naming the memory it needs
-        o = orders[0]
-        base = next((r for r in runs if r["cap"] is None and "train" in r), None)
-        cap = rank_cap(a.fullgraph_cap, base)
-        runs.append(
-            train(stores[o], a.work, "fullgraph", cap, a.epochs, o, cap_spec=a.fullgraph_cap)
-        )
-    res = {
-        "command": command_line("out_of_core_engines.py"),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine_line(),
-        "load_before": " ".join(load),
-        "epochs": a.epochs,
-        "prepare": log,
-        "runs": runs,
+    name, epochs = ("smoke", 1) if a.smoke else ("10m", a.epochs)
+    capped = caps_available(a.smoke)
+    res = new_results("out_of_core_engines.py", threads=1, epochs=epochs)
+    res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    g = synth_graph(name)
+    meta = json.loads((g / "meta.json").read_text())
+    res["graph"] = {
+        "synth": "shoal data synth dcsbm " + " ".join(synth_flags(GRAPHS[name])),
+        "nodes": meta["num_nodes"],
+        "edges": meta["num_edges"],
+        "feature_bytes": (g / "features.npy").stat().st_size,
     }
-    write_json(a.out.with_suffix(".json"), res, default=str)
-    report(res, a.out.with_suffix(".md"))
-    print(a.out.with_suffix(".md").read_text())
+    res["disk"] = disk_limits()
+    runs: list[dict] = []
+    for job in plan_runs(a):
+        store = build_store(g, job["order"])
+        cap, spec = None, job.pop("cap")
+        if spec and capped:  # the engine's uncapped run, else the first one (fullgraph)
+            ok = [r for r in runs if _uncapped(r) and "train" in r]
+            base = next((r for r in ok if r["engine"] == job["engine"]), ok[0] if ok else None)
+            cap = rank_cap(spec, base)
+        runs.append(train(store, epochs=epochs, cap=cap, cap_spec=spec, **job))
+    res["runs"] = runs
+    write_results(prefix, res, render)
+    print(prefix.with_suffix(".md").read_text())
 
 
 if __name__ == "__main__":
