@@ -1,17 +1,18 @@
 """Accuracy of the single-process trainer on the shared datasets (mean ± std over seeds).
 
-Each dataset's ``graph.npz`` (``../shared/data/<name>/``) is imported once into
-``bench/work/data/<name>`` with ``shoal.data.importers.import_graph`` (the official split of
-the file), then trained with :class:`shoal.training.Trainer` for every seed in ``--seeds``.
-Test accuracy is that of the best-validation epoch, computed exactly (layer-wise full-neighbour
-inference). Hyper-parameters are listed in ``RUNS`` below and written next to the figures.
+Every run of :data:`RUNS` is ``shoal train --graph <dataset> <its flags> --seed S --threads T``
+(:func:`common.train`) on the dataset imported once by ``shoal data import`` (the official split
+of its ``graph.npz``); test accuracy is that of the best-validation epoch, computed exactly
+(layer-wise full-neighbour inference).
 
 Usage::
 
-    .venv/bin/python bench/accuracy.py [--only cora-gcn,...] [--seeds 0,1,2] [--threads 1]
+    python bench/accuracy.py [--only cora-gcn,...] [--seeds 0,1,2] [--threads 1]
+    python bench/accuracy.py --report-only     # re-render the .md from the .json
 
-Writes ``bench/results/accuracy.json`` and ``bench/results/accuracy.md`` (merging with runs
-already there, so runs can be done in pieces).
+Runs already in the JSON are kept (runs can be made in pieces); a run's seeds are replaced when
+run again with the same settings. ``bench/defaults.py`` and ``bench/same_numbers.py`` use
+:data:`RUNS` and :func:`flags`.
 """
 
 from __future__ import annotations
@@ -19,20 +20,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
+from typing import Any
 
 import common
-from common import (
-    RESULTS,
-    SHARED,
-    command_line,
-    load_json,
-    machine_line,
-    write_json,
-    write_text_atomic,
-)
-
-WORK = common.WORK / "data"
 
 PLANETOID = dict(
     fanouts=(-1, -1),
@@ -68,7 +58,7 @@ SAGE_PHYSICS = dict(
 #: Amazon-Computers: fewer epochs/evaluations than Photo (CPU time on the shared machine).
 SAGE_COMPUTERS = dict(SAGE, hidden=128, epochs=200, eval_every=4)
 
-#: name -> (dataset, TrainConfig options, target / published reference)
+#: name -> (dataset, ``shoal train`` options, target / published reference)
 RUNS: dict[str, tuple[str, dict, str]] = {
     "cora-gcn": (
         "cora",
@@ -114,82 +104,83 @@ RUNS: dict[str, tuple[str, dict, str]] = {
 }
 
 
-def graph_dir(name: str) -> Path:
-    out = WORK / name
-    if not (out / "meta.json").exists():
-        from shoal.data.importers import import_graph
-
-        src = SHARED / name / "graph.npz"
-        if not src.exists():
-            raise SystemExit(f"{src} not found (the shared datasets are needed)")
-        WORK.mkdir(parents=True, exist_ok=True)
-        import_graph(src, out)
+def flags(opts: dict[str, Any]) -> list[str]:
+    """``shoal train`` flags of an option dict of :data:`RUNS`."""
+    out = []
+    for k, v in opts.items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            out.append(flag if v else f"--no-{k.replace('_', '-')}")
+        elif isinstance(v, tuple | list):
+            out.append(f"{flag}={','.join(map(str, v))}")
+        else:
+            out += [flag, str(v)]
     return out
 
 
-def run_one(key: str, seed: int, threads: int) -> dict:
-    from shoal.training import TrainConfig, TrainData, Trainer
-
-    dataset, opts, _ = RUNS[key]
-    data = TrainData.from_graph_dir(graph_dir(dataset))
-    cfg = TrainConfig.from_options(seed=seed, threads=threads, progress=False, **opts)
+def run_one(key: str, opts: dict, seed: int, threads: int) -> dict:
+    dataset = RUNS[key][0]
+    args = ["--graph", common.dataset_graph(dataset), *flags(opts), "--seed", seed]
+    out = common.WORK / "accuracy" / f"{key}-{seed}.json"
     t0 = time.perf_counter()
-    r = Trainer(cfg, data).fit()
+    r = common.train(*args, "--threads", threads, "--no-progress", out=out)
     return {
         "seed": seed,
-        "test_accuracy": r.test_accuracy,
-        "val_accuracy": r.val_accuracy,
-        "best_epoch": r.best_epoch,
-        "epochs": r.epochs,
+        "test_accuracy": r["test_accuracy"],
+        "val_accuracy": r["val_accuracy"],
+        "best_epoch": r["best_epoch"],
+        "epochs": r["epochs"],
         "seconds": time.perf_counter() - t0,
-        "seconds_per_epoch": r.seconds_per_epoch,
+        "seconds_per_epoch": r["seconds_per_epoch"],
     }
 
 
-def write_tables(results: dict) -> None:
-    write_json(RESULTS / "accuracy.json", results, indent=2)  # concurrent invocations read it
-    lines = [
-        "# Accuracy of the single-process trainer",
-        "",
-        f"Command: `{results['command']}`  ",
-        f"Machine: {results['machine']}",
-        "",
+def render(res: dict) -> str:
+    paras = [
         "Test accuracy of the best-validation epoch (exact layer-wise inference), official "
-        "split of each `graph.npz`, mean ± std (sample std) over seeds.",
-        "",
+        "split of each `graph.npz`, mean ± std (sample std) over seeds."
+    ]
+    lines = common.header("Accuracy of the single-process trainer", res, *paras)
+    lines += [
         "| run | test accuracy | val accuracy | seeds | target / published | hyper-parameters |",
         "|---|---|---|---|---|---|",
     ]
-    for key in RUNS:
-        if key not in results["runs"]:
-            continue
-        rows = results["runs"][key]["seeds"]
+    for key in sorted(res["runs"], key=lambda k: list(RUNS).index(k) if k in RUNS else len(RUNS)):
+        run = res["runs"][key]
+        rows = run["seeds"]
         t = [r["test_accuracy"] for r in rows]
         v = [r["val_accuracy"] for r in rows]
         sd = statistics.stdev(t) if len(t) > 1 else 0.0
-        opts = results["runs"][key]["config"]
-        hp = ", ".join(f"{k}={v}" for k, v in opts.items())
+        hp = ", ".join(f"{k}={x}" for k, x in run["config"].items())
+        target = RUNS[key][2] if key in RUNS else "-"
+        old = {r["commit"] for r in rows if r.get("commit")}
         lines.append(
-            f"| {key} | {statistics.mean(t):.3f} ± {sd:.3f} | {statistics.mean(v):.3f} | "
-            f"{','.join(str(r['seed']) for r in rows)} | {RUNS[key][2]} | {hp} |"
+            f"| {key}{' †' if old else ''} | {statistics.mean(t):.3f} ± {sd:.3f} | {statistics.mean(v):.3f} | "
+            f"{','.join(str(r['seed']) for r in rows)} | {target} | {hp} |"
         )
     lines += [
         "",
         "References: T. Kipf, M. Welling, Semi-supervised classification with graph "
         "convolutional networks, ICLR 2017 (Table 2). P. Veličković et al., Graph attention "
         "networks, ICLR 2018 (Table 2). O. Shchur et al., Pitfalls of graph neural network "
-        "evaluation, R2L workshop 2018 (GS-mean row, averaged over random 20-per-class splits, so not the same split as here). "
-        "K. Xu et al., How powerful are graph neural networks?, ICLR 2019 (graph "
-        "classification only).",
+        "evaluation, R2L workshop 2018 (GS-mean row, averaged over random 20-per-class "
+        "splits, so not the same split as here). K. Xu et al., How powerful are graph neural "
+        "networks?, ICLR 2019 (graph classification only).",
         "",
-        *results.get("notes", []),
-        "",
-        "Common options: Adam; dropout on every layer's input; GCN/GAT/GIN use full "
-        "neighbourhoods (fanouts all) with all 120-140 training nodes in one batch (= full-batch "
-        "training) and row-normalised features (Kipf & Welling); GraphSAGE samples 25 then 10 "
-        "neighbours. Weight decay applies to all parameters.",
+        "Common options: Adam; dropout on every layer's input; weight decay on all parameters.",
     ]
-    write_text_atomic(RESULTS / "accuracy.md", "\n".join(lines) + "\n")
+    old = sorted({r["commit"] for v in res["runs"].values() for r in v["seeds"] if "commit" in r})
+    if old:  # runs of an earlier version of this script
+        lines += [
+            "",
+            f"† measured by `bench/accuracy.py` as of commit {', '.join(old)} (the trainer "
+            "called in-process, the commands above as that version took them); rendered by "
+            "`python bench/accuracy.py --report-only`.",
+        ]
+    if res.get("notes"):
+        lines += ["", f"## Notes written with the runs of commit {res['notes_commit']}", ""]
+        lines += res["notes"]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -197,42 +188,44 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated run names (default: all)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--render-only", action="store_true", help="rewrite the .md from the .json")
+    ap.add_argument("--report-only", action="store_true", help="re-render the .md from the .json")
+    common.bench_args(ap, out="bench/results/accuracy")
     args = ap.parse_args()
-    if args.render_only:
-        write_tables(load_json(RESULTS / "accuracy.json"))
+    prefix = common.out_prefix(args, "bench/results/accuracy")
+    res = common.load_json(prefix.with_suffix(".json"), {"runs": {}})
+    if args.report_only:
+        common.write_text_atomic(prefix.with_suffix(".md"), render(res))
         return 0
     keys = args.only.split(",") if args.only else list(RUNS)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.smoke:
+        keys, seeds = ["cora-gcn"], [0]
     for k in keys:
         if k not in RUNS:
             raise SystemExit(f"unknown run {k!r}; valid: {', '.join(RUNS)}")
-    path = RESULTS / "accuracy.json"
-    results = load_json(path, {"runs": {}})
-    results["command"] = command_line("accuracy.py")
-    results["machine"] = machine_line(threads=args.threads)
+    command = common.command_line("accuracy.py")
     for key in keys:
+        opts = {**RUNS[key][1], **({"epochs": 2} if args.smoke else {})}
         rows = []
-        for seed in [int(s) for s in args.seeds.split(",")]:
-            r = run_one(key, seed, args.threads)
-            print(
-                f"{key} seed {seed}: test {r['test_accuracy']:.4f} val {r['val_accuracy']:.4f} "
-                f"best epoch {r['best_epoch']} ({r['seconds']:.0f} s)",
-                flush=True,
-            )
-            rows.append(r)
-        cfg = dict(RUNS[key][1])
-        cfg["fanouts"] = list(cfg["fanouts"])
+        for seed in seeds:
+            r = run_one(key, opts, seed, args.threads)
+            print(f"{key} seed {seed}: test {r['test_accuracy']:.4f}", flush=True)
+            rows.append({**r, "command": command})
+        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}
         # re-read: other invocations may have written their runs meanwhile
-        if path.exists():
-            results["runs"] = load_json(path)["runs"]
-        old = results["runs"].get(key)
-        if old and old.get("config") == cfg:  # same settings, other seeds: keep them
+        res = common.load_json(prefix.with_suffix(".json"), {"runs": {}})
+        old = res["runs"].get(key)
+        if old and old.get("config") == cfg:  # same settings, other seeds: kept
             mine = {r["seed"] for r in rows}
-            rows = sorted(
-                [r for r in old["seeds"] if r["seed"] not in mine] + rows, key=lambda r: r["seed"]
-            )
-        results["runs"][key] = {"dataset": RUNS[key][0], "config": cfg, "seeds": rows}
-        write_tables(results)
+            rows = sorted([r for r in old["seeds"] if r["seed"] not in mine] + rows,
+                          key=lambda r: r["seed"])  # fmt: skip
+        res["runs"][key] = {"dataset": RUNS[key][0], "config": cfg, "seeds": rows}
+        every = [
+            r.get("command", res.get("command")) for v in res["runs"].values() for r in v["seeds"]
+        ]
+        res["commands"] = sorted(set(filter(None, every)), key=every.index)
+        res["machine"] = common.machine_line(threads=args.threads)
+        common.write_results(prefix, res, render)
     return 0
 
 

@@ -1,35 +1,29 @@
-"""Link-prediction benchmark (issue 15): MRR and Hits@50 of GraphSAGE against a heuristic.
+"""Link prediction (issue 15): MRR and Hits@50 of GraphSAGE against a heuristic.
 
-For each graph (default: Cora and CiteSeer, citation; Facebook page-page, social;
-``--graphs coauthor_physics`` adds a collaboration graph, whose 8415-d features make a
-20-epoch run take hours on 2 cores) import it, split its edges (``shoal data split-edges --val 0.05 --test
-0.1 --seed 0``), then, per seed:
+Each graph (default: Cora and CiteSeer, citation; Facebook page-page, social) is imported
+once and its edges split (``shoal data split-edges --val 0.05 --test 0.1 --seed 0``); then,
+per seed, the kinds of :data:`KINDS`:
 
-- ``features``: GraphSAGE on the graph's features (``shoal train --task link``);
-- ``embeddings``: GraphSAGE on learned node embeddings only (``--embedding-dim 64``);
-- ``adamic-adar``: the heuristic on the message-passing graph (no training; the same
-  held-out edges and the same fixed negatives as the runs: ``eval_negatives`` uniform
-  destinations per positive, drawn from the seed exactly as ``LinkTrainer`` draws them).
+- ``adamic-adar``: the heuristic on the message-passing graph (no training; the same held-out
+  edges and the same fixed negatives as the runs, drawn from the seed as ``LinkTrainer``
+  draws them);
+- ``features``: ``shoal train --task link`` on the graph's features; ``embeddings``: on
+  learned node embeddings only (``--embedding-dim 64``);
+- ``features-2p`` / ``embeddings-2p``: the same with ``--engine minibatch --nproc 2`` on a
+  2-part SPRING store of the split graph, each rank with half the batch (the same global batch
+  and steps per epoch as 1 process) and one thread (1 process also runs one thread).
 
-- ``features-2p`` / ``embeddings-2p``: the same on 2 processes, ``--engine minibatch
-  --nproc 2`` on a 2-part SPRING store of the split graph, each rank with half the batch
-  (256 positives: the same global batch of 512 and the same steps per epoch as 1 process)
-  and one thread (1 process also runs one thread).
-
-Every held-out test edge is ranked against 100 uniform negatives (OGB's rank with ties
-averaged; the distributed evaluation ranks exactly the candidates of one process). Targets:
-GraphSAGE beats the heuristic on at least two of the three graphs; 2 processes are within 1
-MRR point of 1.
-
-Runs are kept in the JSON and skipped when run again with the same epochs (a run of the
-same graph, kind and seed with other epochs is replaced).
+Every held-out test edge is ranked against 100 uniform negatives (OGB's rank, ties averaged).
+Targets: GraphSAGE beats the heuristic on at least two of the three graphs; 2 processes are
+within 1 MRR point of 1.
 
 Usage::
 
-    python bench/linkpred.py run [--graphs cora,...] [--seeds 0,1,2] [--epochs 20]
-    python bench/linkpred.py report
+    python bench/linkpred.py run [--graphs cora,...] [--seeds 0,1,2] [--epochs 20] [--kinds ...]
+    python bench/linkpred.py report     # re-render the .md from the .json
 
-Results: bench/results/linkpred.json and bench/results/linkpred.md.
+Runs are kept in the JSON and skipped when run again with the same epochs (a run with other
+epochs is replaced); every command that added runs is listed.
 """
 
 from __future__ import annotations
@@ -37,25 +31,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
-import time
 from pathlib import Path
 
-from common import (
-    PY,
-    RESULTS,
-    SHARED,
-    WORK,
-    command_line,
-    load_json,
-    machine_line,
-    sh,
-    shoal,
-    write_json,
-    write_text_atomic,
-)
+import common
 
-LWORK = WORK / "linkpred"
 GRAPHS = ("cora", "citeseer", "facebook_pagepage")
 KINDS = ("adamic-adar", "features", "embeddings", "features-2p", "embeddings-2p")
 HP = dict(
@@ -71,106 +52,36 @@ HP = dict(
 )
 
 
-def load() -> dict:
-    return load_json(RESULTS / "linkpred.json")
-
-
-def save(res: dict) -> None:
-    write_json(RESULTS / "linkpred.json", res)
-    write_markdown(res)
-
-
 def prepare(name: str) -> Path:
-    g, s = LWORK / name, LWORK / f"{name}-link"
-    if not (g / "meta.json").exists():
-        shoal("data", "import", str(SHARED / name / "graph.npz"), "--out", str(g))
+    """The imported graph's edge split (made once)."""
+    s = common.WORK / "linkpred" / f"{name}-link"
     if not (s / "meta.json").exists():
-        shoal(
-            "data",
-            "split-edges",
-            str(g),
-            "--val",
-            "0.05",
-            "--test",
-            "0.1",
-            "--seed",
-            "0",
-            "--out",
-            str(s),
-        )
+        g = common.dataset_graph(name)
+        split = ["--val", "0.05", "--test", "0.1", "--seed", "0"]
+        common.shoal("data", "split-edges", g, *split, "--out", s, "--overwrite")
     return s
 
 
-def store_of(split: Path, parts: int = 2) -> Path:
-    """The split graph's ``parts``-part SPRING store (built once)."""
-    a, s = LWORK / f"{split.name}-spring{parts}", LWORK / f"{split.name}-store{parts}"
-    if not (a / "meta.json").exists():
-        shoal("partition", str(split), "--algo", "spring", "--parts", str(parts), "--out", str(a))
-    if not (s / "meta.json").exists():
-        shoal("store", "build", str(split), str(a), "--out", str(s))
-    return s
-
-
-def train(split: Path, seed: int, epochs: int, embedding: bool, nproc: int = 1) -> dict:
-    tag = f"{'emb' if embedding else 'feat'}{'' if nproc == 1 else f'-{nproc}p'}"
-    out = LWORK / f"run-{split.name}-{seed}-{tag}.json"
-    edir = LWORK / f"emb-{split.name}-{seed}-{tag}"
-    emb = ["--embedding-dim", "64", "--embedding-dir", str(edir)]
-    if embedding:
-        import shutil
-
-        shutil.rmtree(edir, ignore_errors=True)
-    where = (
-        ["--graph", str(split)]
-        if nproc == 1
-        else ["--store", str(store_of(split)), "--engine", "minibatch", "--nproc", str(nproc)]
-    )
-    t = time.perf_counter()
-    sh(
-        [
-            PY,
-            "-m",
-            "shoal",
-            "train",
-            *where,
-            "--task",
-            "link",
-            "--model",
-            HP["model"],
-            f"--fanouts={HP['fanouts']}",
-            "--hidden",
-            str(HP["hidden"]),
-            "--batch-size",
-            str(HP["batch_size"] // nproc),
-            "--lr",
-            str(HP["lr"]),
-            "--dropout",
-            str(HP["dropout"]),
-            "--epochs",
-            str(epochs),
-            "--seed",
-            str(seed),
-            "--num-neg",
-            str(HP["num_neg"]),
-            "--eval-negatives",
-            str(HP["eval_negatives"]),
-            "--eval-every",
-            str(HP["eval_every"]),
-            "--threads",
-            "1",
-            "--no-progress",
-            "--json",
-            str(out),
-            *(emb if embedding else []),
-        ]
-    )
-    d = json.loads(out.read_text())
+def train(split: Path, seed: int, epochs: int, embedding: bool, nproc: int) -> dict:
+    tag = f"{split.name}-{seed}-{'emb' if embedding else 'feat'}-{nproc}p"
+    edir = common.WORK / "linkpred" / f"emb-{tag}"
+    shutil.rmtree(edir, ignore_errors=True)
+    emb = ["--embedding-dim", 64, "--embedding-dir", edir] if embedding else []
+    if nproc == 1:
+        where = ["--graph", split]
+    else:
+        store = common.partitioned_store(split, 2, algo="spring", halo_features=False)
+        where = ["--store", store, "--engine", "minibatch", "--nproc", nproc]
+    hp = {**HP, "batch_size": HP["batch_size"] // nproc, "epochs": epochs, "seed": seed}
+    flags = [f"--fanouts={hp.pop('fanouts')}"]
+    flags += [a for k, v in hp.items() for a in (f"--{k.replace('_', '-')}", v)]
+    d = common.train(*where, "--task", "link", *flags, "--threads", 1, "--no-progress", *emb,
+                     out=common.WORK / "linkpred" / f"run-{tag}.json")  # fmt: skip
     return {
         "test_mrr": d["test_mrr"],
         "val_mrr": d["val_mrr"],
         "test_hits@50": d["test_hits@50"],
         "seconds_per_epoch": d["seconds_per_epoch"],
-        "wall_seconds": time.perf_counter() - t,
         "epochs": epochs,
         "load_after": os.getloadavg()[0],
     }
@@ -196,14 +107,13 @@ def heuristic(split: Path, seed: int) -> dict:
     return {"test_mrr": m["mrr"], "test_hits@50": m["hits@50"]}
 
 
-def run(args: argparse.Namespace) -> None:
-    res = load()
-    cmd = command_line("linkpred.py")
+def run(args: argparse.Namespace, prefix: Path) -> None:
+    res = common.load_json(prefix.with_suffix(".json"))
+    cmd = common.command_line("linkpred.py")
     cmds = res.setdefault("commands", {})
-    if cmd not in cmds.values():  # every command whose runs are in the JSON
+    if cmd not in cmds.values():
         cmds[f"run {len(cmds) + 1}"] = cmd
-    res["machine"] = machine_line()
-    res["hparams"] = dict(HP)  # the epochs of each run are in its row
+    res.update(machine=common.machine_line(threads=1), hparams=dict(HP))
     runs = res.setdefault("runs", {})
     for name in args.graphs.split(","):
         split = prepare(name)
@@ -212,20 +122,15 @@ def run(args: argparse.Namespace) -> None:
                 key = f"{name}/{kind}/seed{seed}"
                 done = runs.get(key)
                 if done is not None and done.get("epochs", args.epochs) == args.epochs:
-                    continue  # resumable; a run with other epochs is replaced
-                runs[key] = (
-                    heuristic(split, seed)
-                    if kind == "adamic-adar"
-                    else train(
-                        split,
-                        seed,
-                        args.epochs,
-                        kind.startswith("embeddings"),
-                        2 if kind.endswith("-2p") else 1,
-                    )
-                )
+                    continue
+                if kind == "adamic-adar":
+                    runs[key] = heuristic(split, seed)
+                else:
+                    nproc = 2 if kind.endswith("-2p") else 1
+                    emb = kind.startswith("embeddings")
+                    runs[key] = train(split, seed, args.epochs, emb, nproc)
                 print(key, round(runs[key]["test_mrr"], 4), flush=True)
-                save(res)
+                common.write_results(prefix, res, render)
 
 
 def _mean(xs: list[float]) -> str:
@@ -237,8 +142,12 @@ def _mean(xs: list[float]) -> str:
 def _targets(runs: dict, names: list[str]) -> list[str]:
     """The issue's two targets, computed from the runs (mean test MRR over seeds)."""
 
+    def of(name: str, kind: str) -> dict[str, float]:
+        pre = f"{name}/{kind}/"
+        return {k.rsplit("/", 1)[1]: r["test_mrr"] for k, r in runs.items() if k.startswith(pre)}
+
     def mrr(name: str, kind: str) -> float | None:
-        xs = [r["test_mrr"] for k, r in runs.items() if k.startswith(f"{name}/{kind}/")]
+        xs = list(of(name, kind).values())
         return statistics.mean(xs) if xs else None
 
     out = ["", "## Targets", ""]
@@ -249,16 +158,7 @@ def _targets(runs: dict, names: list[str]) -> list[str]:
     )
     for kind in ("features", "embeddings"):
         for n in names:
-            one = {
-                k.rsplit("/", 1)[1]: r["test_mrr"]
-                for k, r in runs.items()
-                if k.startswith(f"{n}/{kind}/")
-            }
-            two = {
-                k.rsplit("/", 1)[1]: r["test_mrr"]
-                for k, r in runs.items()
-                if k.startswith(f"{n}/{kind}-2p/")
-            }
+            one, two = of(n, kind), of(n, f"{kind}-2p")
             seeds = sorted(set(one) & set(two))
             if not seeds:
                 continue
@@ -275,18 +175,17 @@ def _targets(runs: dict, names: list[str]) -> list[str]:
     return out
 
 
-def write_markdown(res: dict) -> None:
+def render(res: dict) -> str:
     runs = res.get("runs", {})
-    lines = [
-        "# Link prediction: GraphSAGE against Adamic-Adar",
-        "",
-        f"Machine: {res.get('machine', '?')}. Written by `bench/linkpred.py`. Test MRR and "
-        "Hits@50 of each held-out test edge ranked against 100 uniform negatives (ties "
-        "averaged); mean ± sd over seeds. `-2p`: `--engine minibatch --nproc 2` on a "
-        "2-part SPRING store, 256 positives per rank (the same global batch); "
-        "hyper-parameters: "
-        f"`{json.dumps(res.get('hparams', {}))}`.",
-        "",
+    lines = common.header(
+        "Link prediction: GraphSAGE against Adamic-Adar",
+        res,
+        "Test MRR and Hits@50 of each held-out test edge ranked against 100 uniform negatives "
+        "(ties averaged); mean ± sd over seeds. `-2p`: `--engine minibatch --nproc 2` on a "
+        "2-part SPRING store, half the batch per rank (the same global batch); "
+        f"hyper-parameters: `{json.dumps(res.get('hparams', {}))}`.",
+    )
+    lines += [
         "| graph | method | seeds | epochs | test MRR | test Hits@50 | s/epoch |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -294,47 +193,49 @@ def write_markdown(res: dict) -> None:
     for name in names:
         for kind in KINDS:
             rs = [r for k, r in runs.items() if k.startswith(f"{name}/{kind}/")]
-            if rs:
-                sec = (
-                    _mean([r["seconds_per_epoch"] for r in rs])
-                    if "seconds_per_epoch" in rs[0]
-                    else "-"
-                )
-                ep = (
-                    sorted({str(r.get("epochs", 20)) for r in rs})
-                    if kind != "adamic-adar"
-                    else ["-"]
-                )
-                lines.append(
-                    f"| {name} | {kind} | {len(rs)} | {','.join(ep)} | "
-                    f"{_mean([r['test_mrr'] for r in rs])} "
-                    f"| {_mean([r['test_hits@50'] for r in rs])} | {sec} |"
-                )
+            if not rs:
+                continue
+            trained = "seconds_per_epoch" in rs[0]
+            sec = _mean([r["seconds_per_epoch"] for r in rs]) if trained else "-"
+            ep = ",".join(sorted({str(r["epochs"]) for r in rs})) if trained else "-"
+            lines.append(
+                f"| {name} | {kind} | {len(rs)} | {ep} | {_mean([r['test_mrr'] for r in rs])} "
+                f"| {_mean([r['test_hits@50'] for r in rs])} | {sec} |"
+            )
     loads = [r["load_after"] for r in runs.values() if "load_after" in r]
     trained = sum(1 for r in runs.values() if "seconds_per_epoch" in r)
     note = f"s/epoch: {len(loads)} of {trained} trained runs recorded the 1-minute load after them"
     note += f" (median {statistics.median(loads):.1f}, max {max(loads):.1f})" if loads else ""
     if len(loads) < trained:
-        note += "; the others predate that record and some ran beside other jobs"
+        note += "; the others did not record it"
     lines += ["", note + ": compare times within one graph and seed."]
-    lines += _targets(runs, names)
-    lines += ["", "## Commands", ""] + [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
-    write_text_atomic(RESULTS / "linkpred.md", "\n".join(lines) + "\n")
+    return "\n".join(lines + _targets(runs, names)) + "\n"
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
+    common.bench_args(ap, out="bench/results/linkpred")
+    sub = ap.add_subparsers(dest="cmd")
+    r = sub.add_parser("run", help="train and score (runs already in the JSON are kept)")
     r.add_argument("--graphs", default=",".join(GRAPHS))
     r.add_argument("--seeds", default="0,1,2")
     r.add_argument("--epochs", type=int, default=20)
     r.add_argument("--kinds", default=",".join(KINDS))
-    sub.add_parser("report")
+    sub.add_parser("report", help="re-render the .md from the .json")
     args = ap.parse_args()
-    LWORK.mkdir(parents=True, exist_ok=True)
-    {"run": run, "report": lambda _: write_markdown(load())}[args.cmd](args)
+    prefix = common.out_prefix(args, "bench/results/linkpred")
+    if args.smoke:  # both sub-commands; each code path once: heuristic, 1 process, 2 processes
+        args.graphs, args.seeds, args.epochs = "cora", "0", 1
+        args.kinds = "adamic-adar,features,embeddings-2p"
+    elif args.cmd is None:
+        ap.error("a sub-command is needed: run or report")
+    if args.smoke or args.cmd == "run":
+        run(args, prefix)
+    if args.smoke or args.cmd == "report":
+        res = common.load_json(prefix.with_suffix(".json"))
+        common.write_text_atomic(prefix.with_suffix(".md"), render(res))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

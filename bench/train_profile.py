@@ -1,10 +1,8 @@
 """Where a training step's time goes, and the same-torch comparison (issue 16).
 
-The profile figures that ``bench/results/train.md`` once gave as prose come from this script:
-on the training benchmark's workload (``bench/train.py``: ``bench/work/synth-200k``, 200k
-nodes, 2M stored edges, 128-d features; GraphSAGE-mean, 3 layers, hidden 256, dropout 0.5,
-batch 1024, fanouts 15,10,5, one thread) it measures, back to back in one process on the
-same sampled batches:
+On ``bench/train.py``'s workload (:func:`common.synth_graph` ``("200k")``; GraphSAGE-mean, 3
+layers, hidden 256, dropout 0.5, batch 1024, fanouts 15,10,5, one thread) it measures, back to
+back in one process on the same sampled batches:
 
 - **steps**: the median time of one optimizer step (forward, loss, backward, Adam) of
   shoal's SAGE with shoal's dropout (numba mask, ReLU fused with the next layer's dropout),
@@ -19,11 +17,14 @@ same sampled batches:
   shoal computes it (``torch.sparse.mm`` on the block's CSR, ``reduce="mean"``) and as PyG's
   message passing does (gather one message per edge, ``torch_geometric.utils.scatter``).
 
+A custom worker, not ``shoal train``: the three models must see the same batches in one process
+and be profiled per step. Its trainers are configured with ``TrainConfig.from_options``, as the
+CLI's flags are read.
+
 Usage::
 
-    .venv/bin/python bench/train_profile.py [--steps 5] [--threads 1]
-
-Writes ``bench/results/train_profile.json`` and ``.md``; run on a quiet machine (timings).
+    python bench/train_profile.py [--steps 5] [--threads 1]
+    python bench/train_profile.py --report-only     # re-render the .md from the .json
 """
 
 from __future__ import annotations
@@ -33,16 +34,8 @@ import statistics
 import time
 from pathlib import Path
 
-import train as tbench  # bench/train.py: the workload
-from common import (
-    RESULTS,
-    command_line,
-    load_json,
-    machine_line,
-    rel,
-    write_json,
-    write_text_atomic,
-)
+import common
+from train import FANOUTS  # bench/train.py: the workload
 
 VARIANTS = ("shoal", "torch-dropout", "pyg-graphsage")
 
@@ -52,7 +45,7 @@ def _trainer(graph: Path, threads: int, model=None):
 
     cfg = TrainConfig.from_options(
         model="sage",
-        fanouts=tbench.FANOUTS,
+        fanouts=FANOUTS,
         batch_size=1024,
         hidden=256,
         epochs=1,
@@ -158,13 +151,26 @@ def _aggregation(batch, dim: int = 128, repeats: int = 5) -> dict:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from itertools import islice
+    from itertools import chain, count, islice
 
-    graph = args.graph
-    tbench.make_graph(graph, 200_000, 1_000_000, 128, 47)
+    import torch
+    import torch_geometric
+
+    graph = common.synth_graph("smoke" if args.smoke else "200k")
     base = _trainer(graph, args.threads)
-    batches = list(islice(base.loader.epoch(0), args.steps + 1))
-    res: dict = {"steps": {}, "profile": {}}
+    epochs = chain.from_iterable(base.loader.epoch(e) for e in count())
+    batches = list(islice(epochs, args.steps + 1))
+
+    res = common.new_results(
+        "train_profile.py",
+        threads=args.threads,
+        torch=torch.__version__,
+        pyg=torch_geometric.__version__,
+        graph=common.rel(graph),
+        steps={},
+        profile={},
+    )
+    res["threads"] = args.threads
     res["steps"]["shoal"] = _step_times(base, batches)
     res["profile"]["shoal"] = _profile(base, batches[-1])
     with _TorchDropout():
@@ -185,22 +191,17 @@ def measure(args: argparse.Namespace) -> dict:
 def render(res: dict) -> str:
     med = {k: statistics.median(v) for k, v in res["steps"].items()}
     b = res["batch"]
-    md = [
-        "# Training step profile (shoal's single-process trainer)",
-        "",
-        f"Command: `{res['command']}`  ",
-        f"Machine: {res['machine']}  ",
-        f"torch {res['torch']}, torch_geometric {res['pyg']} (every row: the same torch)",
-        "",
-        f"Workload: `{res['graph']}` (`bench/train.py`'s graph), SAGE-mean 3 layers, hidden 256, dropout 0.5, "
-        f"batch 1024, fanouts 15,10,5, {res['threads']} thread; one batch holds "
-        f"{b['nodes']:,} nodes and {', '.join(f'{e:,}' for e in b['edges_per_block'])} edges "
-        "per block (input layer first). Steps: median over the same sampled batches, run back "
-        "to back in one process.",
-        "",
-        "| model / dropout | median step (s) | ratio to shoal |",
-        "|---|---|---|",
-    ]
+    md = common.header(
+        "Training step profile (shoal's single-process trainer)",
+        res,
+        f"torch {res['torch']}, torch_geometric {res['pyg']} (every row: the same torch).",
+        f"Workload: `{res['graph']}` (`bench/train.py`'s graph), SAGE-mean 3 layers, hidden "
+        f"256, dropout 0.5, batch 1024, fanouts 15,10,5, {res['threads']} thread; one batch "
+        f"holds {b['nodes']:,} nodes and {', '.join(f'{e:,}' for e in b['edges_per_block'])} "
+        "edges per block (input layer first). Steps: median over the same sampled batches, run "
+        "back to back in one process.",
+    )
+    md += ["| model / dropout | median step (s) | ratio to shoal |", "|---|---|---|"]
     names = {
         "shoal": "shoal SAGE, shoal's dropout (numba, fused ReLU)",
         "torch-dropout": "shoal SAGE, torch's F.dropout",
@@ -236,29 +237,19 @@ def render(res: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--graph", type=Path, default=tbench.WORK / "synth-200k")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per variant")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--report-only", action="store_true", help="re-render the .md from the .json")
+    common.bench_args(ap, out="bench/results/train_profile")
     args = ap.parse_args()
-    out = RESULTS / "train_profile.json"
-    if args.render_only:
-        res = load_json(out)
-    else:
-        import torch
-        import torch_geometric
-
-        res = measure(args)
-        res.update(
-            command=command_line("train_profile.py"),
-            machine=machine_line(threads=args.threads),
-            torch=torch.__version__,
-            pyg=torch_geometric.__version__,
-            threads=args.threads,
-            graph=rel(args.graph),
-        )
-        write_json(out, res)
-    write_text_atomic(RESULTS / "train_profile.md", render(res))
+    prefix = common.out_prefix(args, "bench/results/train_profile")
+    if args.report_only:
+        res = common.load_json(prefix.with_suffix(".json"))
+        common.write_text_atomic(prefix.with_suffix(".md"), render(res))
+        return 0
+    if args.smoke:
+        args.steps = 2
+    common.write_results(prefix, measure(args), render)
     return 0
 
 
