@@ -1,34 +1,29 @@
 """Typed graphs through shoal's own commands (issue 34): R-GCN and R-GAT against a homogeneous
-GraphSAGE on the flattened graph.
+GraphSAGE on the flattened graph, in one process and in two on a typed store.
 
-Graph: ``shoal data synth igbh --size tiny --scale S`` (IGBH's six node types and relations
-plus reverses, 19 classes, 128 features on every type), and ``shoal data flatten`` of it.
-Runs, each over ``--seeds`` seeds (``--seed``), one process, ``--threads 1``:
+    python bench/hetero.py [--scale 0.1] [--seeds 3] [--epochs 30] [--out bench/results/hetero]
+    python bench/hetero.py --report-only
 
-- ``rgcn``: ``shoal train --graph TYPED --model rgcn``;
-- ``rgat``: ``shoal train --graph TYPED --model rgat --heads 4``;
-- ``sage-flat``: ``shoal train --graph FLAT --model sage`` (types and relations dropped).
+Graph (built once under WORK): ``shoal data synth igbh --size tiny --scale S --features 128``
+(IGBH's six node types and relations plus reverses), and ``shoal data flatten`` of it. Runs,
+each over ``--seeds`` seeds, ``shoal train ... --fanouts 10,10 --hidden 64 --epochs E
+--threads 1 --json`` (``common.train``; the other settings the models' presets), exact
+evaluation, test accuracy at the best validation epoch:
 
-- ``rgcn-minibatch-2``, ``rgcn-averaging-2``, ``rgat-minibatch-2``, ``rgat-averaging-2``:
-  ``shoal train --store STORE --engine E --nproc 2`` on a typed store of the same graph
-  (``shoal partition --algo ldg --parts 2``, each node type balanced; ``shoal store build
-  --halo-features``), one thread per process, ``--batch-size 512`` per process: the
-  one-process run's global batch of 1024 seeds, hence its steps per epoch.
+- ``rgcn``, ``rgat`` (``--heads 4``) on the typed graph, ``sage-flat`` on the flattened one
+  (types and relations dropped), one process;
+- ``<model>-minibatch-2``, ``<model>-averaging-2``: ``--store STORE --engine E --nproc 2
+  --batch-size 512`` on a typed store of the same graph (``common.partitioned_store``: LDG in
+  2 parts, each node type balanced, halo features): half the batch per process, so the
+  one-process run's global batch and steps per epoch;
+- ``<model>-averaging-2-hops1``: the same with ``--halo-hops 1`` (SDT-GNN's stored part,
+  whose halo nodes have no in-edges), the ablation of averaging's default on a typed store.
 
-- ``rgcn-averaging-2-hops1``, ``rgat-averaging-2-hops1``: the same with ``--halo-hops 1``:
-  SDT-GNN's stored part, whose halo nodes have no in-edges; against ``-averaging-2`` (the
-  default on a typed store, ``--halo-hops auto`` = 2: each part trains with its halo nodes'
-  in-edges too, fetched once before training, so every neighbourhood it samples is the
-  graph's): the ablation of that default.
-
-All with ``--fanouts 10,10 --hidden 64 --epochs E`` (the other settings the models' presets),
-exact evaluation, test accuracy at the best validation epoch. ``E`` defaults to 30: at 10
-epochs R-GAT is still climbing (validation +1-2 points an epoch) and the comparison would
-measure how fast each scheme converges rather than where. The table gives each store run's
-difference to the one-process run of the same model on the graph (mean over the seeds).
-
-Usage: ``python bench/hetero.py [--scale 0.1] [--seeds 3] [--epochs 30] [--out
-bench/results/hetero]``.
+``E`` defaults to 30: at 10 epochs R-GAT is still climbing, and the comparison would measure
+how fast each scheme converges rather than where. The table gives each store run's difference
+to the one-process run of the same model (mean over the seeds). ``--smoke``: ``--scale 0.01
+--features 8``, one epoch, one seed, two launches: ``rgat`` and ``rgat-averaging-2-hops1``
+(R-GCN on a typed graph runs in ``bench/hetero_memory.py --smoke``).
 """
 
 from __future__ import annotations
@@ -36,136 +31,62 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-from pathlib import Path
 
-from common import command_line, machine_line, shoal, write_json, write_text_atomic
+from common import (
+    WORK,
+    bench_args,
+    header,
+    load_json,
+    new_results,
+    out_prefix,
+    partitioned_store,
+    shoal,
+    train,
+    write_results,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def train(graph: Path, model: str, seed: int, epochs: int, work: Path, extra=(), name=None) -> dict:
-    out = work / f"{name or model}-{seed}.json"
-    where = ("--store" if "--engine" in extra else "--graph", graph)
-    shoal(
-        "train",
-        *where,
-        "--model",
-        model,
-        "--fanouts",
-        "10,10",
-        "--hidden",
-        "64",
-        "--epochs",
-        epochs,
-        "--seed",
-        seed,
-        "--threads",
-        "1",
-        "--no-progress",
-        "--json",
-        out,
-        *extra,
-    )
-    r = json.loads(out.read_text())
-    return {
-        "seed": seed,
-        "test": r["test_accuracy"],
-        "val": r["val_accuracy"],
-        "seconds_per_epoch": r["seconds_per_epoch"],
-        "eval_seconds": r.get("eval_seconds"),
-        "best_epoch": r.get("best_epoch"),
-    }
+COMMON = ["--fanouts", "10,10", "--hidden", "64", "--threads", "1", "--no-progress"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scale", type=float, default=0.1, help="IGBH-tiny scale (default 0.1)")
-    ap.add_argument("--seeds", type=int, default=3, help="training seeds (default 3)")
-    ap.add_argument("--epochs", type=int, default=30, help="epochs (default 30)")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/hetero"))
-    ap.add_argument("--work", default=str(ROOT / "bench/work/hetero"))
-    a = ap.parse_args(argv)
-    work = Path(a.work)
-    work.mkdir(parents=True, exist_ok=True)
-    typed, flat = work / f"igbh-{a.scale}", work / f"igbh-{a.scale}-flat"
-    shoal("data", "synth", "igbh", "--scale", a.scale, "--out", typed, "--overwrite")
-    shoal("data", "flatten", typed, "--out", flat, "--overwrite")
-    parts, store = work / f"igbh-{a.scale}-ldg2", work / f"igbh-{a.scale}-store2"
-    shoal("partition", typed, "--algo", "ldg", "--parts", 2, "--out", parts, "--overwrite")
-    shoal("store", "build", typed, parts, "--out", store, "--halo-features", "--overwrite")
-    meta = json.loads((typed / "meta.json").read_text())
-    pmeta = json.loads((parts / "meta.json").read_text())["metrics"]
-    heads = ("--heads", "4")
-    cmds = {
-        "rgcn": "--graph TYPED --model rgcn",
-        "rgat": "--graph TYPED --model rgat --heads 4",
-        "sage-flat": "--graph FLAT --model sage",
-    }
+def plan() -> dict[str, tuple[str, list[str]]]:
+    """Run name -> (what it trains: ``TYPED``, ``FLAT`` or ``STORE``, its flags)."""
+    heads = ["--heads", "4"]
     runs = {
-        "rgcn": (typed, "rgcn", ()),
-        "rgat": (typed, "rgat", heads),
-        "sage-flat": (flat, "sage", ()),
+        "rgcn": ("TYPED", ["--model", "rgcn"]),
+        "rgat": ("TYPED", ["--model", "rgat", *heads]),
+        "sage-flat": ("FLAT", ["--model", "sage"]),
     }
+    variants = (
+        ("minibatch-2", "minibatch", []),
+        ("averaging-2", "averaging", []),
+        ("averaging-2-hops1", "averaging", ["--halo-hops", "1"]),
+    )
     for model in ("rgcn", "rgat"):
-        variants = (
-            ("minibatch-2", "minibatch", ()),
-            ("averaging-2", "averaging", ()),
-            ("averaging-2-hops1", "averaging", ("--halo-hops", "1")),
-        )
         for suffix, engine, more in variants:
-            # half the batch per process: the global batch (and steps per epoch) of one process
-            more = ("--engine", engine, "--nproc", "2", "--batch-size", "512", *more)
-            name = f"{model}-{suffix}"
-            runs[name] = (store, model, more + (heads if model == "rgat" else ()))
-            cmds[name] = f"--store STORE {' '.join(more)} {cmds[model].split(' ', 2)[2]}"
-    rows = {}
-    for name, (g, model, extra) in runs.items():
-        res = [train(g, model, s, a.epochs, work, extra, name) for s in range(a.seeds)]
-        rows[name] = {
-            "test_mean": statistics.mean(r["test"] for r in res),
-            "test_std": statistics.pstdev(r["test"] for r in res),
-            "runs": res,
-        }
-        print(f"{name}: test {rows[name]['test_mean']:.4f}", flush=True)
-    for name, r in rows.items():
-        if runs[name][0] == store:  # a store run against the graph run of its model
-            r["vs_one_process"] = r["test_mean"] - rows[name.split("-")[0]]["test_mean"]
-    cmd = command_line("hetero.py", sys.argv[1:] if argv is None else argv)
-    types = {t["name"]: t["count"] for t in meta["node_types"]}
-    res = {
-        "command": cmd,
-        "machine": machine_line(threads=1),
-        "graph": {
-            "nodes": meta["num_nodes"],
-            "edges": meta["num_edges"],
-            "node_types": types,
-            "relations": len(meta["edge_types"]),
-        },
-        "partition": {k: pmeta.get(k) for k in ("edge_cut", "type_balance", "balance")},
-        "rows": rows,
-        "commands": cmds,
-    }
-    write_json(a.out + ".json", res)
-    lines = [
-        "# Typed graphs: relational models against a homogeneous one (issue 34)",
-        "",
-        f"Command: `{cmd}` ({res['machine']}).",
-        "",
-        f"Graph: `shoal data synth igbh --size tiny --scale {a.scale}`: {meta['num_nodes']:,} "
-        f"nodes ({', '.join(f'{n:,} {t}' for t, n in types.items())}), "
-        f"{meta['num_edges']:,} stored edges in {len(meta['edge_types'])} relations (reverses "
-        "included), 19 classes, 128 features on every type; `sage-flat` trains on `shoal data "
-        "flatten` of it (the same nodes and edges, no types).",
-        "",
-        f"`shoal train --fanouts 10,10 --hidden 64 --epochs {a.epochs} --threads 1` in one "
-        f"process, seeds 0..{a.seeds - 1}; test accuracy at the best validation epoch, exact "
+            flags = ["--engine", engine, "--nproc", "2", "--batch-size", "512", *more]
+            runs[f"{model}-{suffix}"] = ("STORE", flags + runs[model][1])
+    return runs
+
+
+def render(res: dict) -> str:
+    gr, s, rows, cmds = res["graph"], res["settings"], res["rows"], res["run_commands"]
+    cut = res["partition"].get("edge_cut", float("nan"))
+    lines = header(
+        "Typed graphs: relational models against a homogeneous one (issue 34)",
+        res,
+        f"Graph: `{gr['synth']}`: {gr['nodes']:,} nodes "
+        f"({', '.join(f'{n:,} {t}' for t, n in gr['node_types'].items())}), "
+        f"{gr['edges']:,} stored edges in {gr['relations']} relations (reverses included), "
+        f"{gr['classes']} classes, {gr['features']} features on every type; `sage-flat` trains "
+        "on `shoal data flatten` of it (the same nodes and edges, no types).",
+        f"`shoal train --fanouts 10,10 --hidden 64 --epochs {s['epochs']} --threads 1` in one "
+        f"process, seeds 0..{s['seeds'] - 1}; test accuracy at the best validation epoch, exact "
         "evaluation.",
-        "",
         f"The 2-process rows train a typed store of the same graph: `shoal partition --algo ldg "
-        f"--parts 2` (edge cut {pmeta.get('edge_cut', float('nan')):.3f}, each node type "
-        "within `--balance`), `shoal store build --halo-features`.",
-        "",
+        f"--parts 2` (edge cut {cut:.3f}, each node type within `--balance`), `shoal store "
+        "build --halo-features`.",
+    )
+    lines += [
         "| run | command | test accuracy (mean ± std) | vs one process | best epoch (median) | "
         "seconds per epoch (median) |",
         "|---|---|---|---|---|---|",
@@ -180,18 +101,91 @@ def main(argv: list[str] | None = None) -> int:
         )
     lines += [
         "",
-        "An MLP on the papers' own features reaches 0.15 on this generator "
-        "(`bench/results/hetero_signal.md`, full-batch). `averaging` trains each part alone "
-        "(SDT-GNN): in a stored part a halo node's own in-edges are not there, so from the "
-        "second layer on a halo node is seen without its neighbours, while the evaluation "
-        "sees the graph. On a typed store the engine's default, `--halo-hops auto` (2 "
-        "for these 2-layer models), fetches them once before training (DGL's `num_hops`); "
-        "the `-hops1` rows (`--halo-hops 1`, the stored part as SDT-GNN trains it) against "
-        "the `averaging-2` rows are that default's ablation. A typed graph under a memory "
-        "cap: `bench/results/hetero_memory.md`.",
-        "",
+        "`averaging` trains each part alone (SDT-GNN): in a stored part a halo node's own "
+        "in-edges are not there, so from the second layer on a halo node is seen without its "
+        "neighbours, while the evaluation sees the graph. On a typed store the engine's "
+        "default, `--halo-hops auto` (2 for these 2-layer models), fetches them once before "
+        "training (DGL's `num_hops`); the `-hops1` rows (`--halo-hops 1`, the stored part as "
+        "SDT-GNN trains it) against the `averaging-2` rows are that default's ablation. The "
+        "generator's planted signal: `bench/results/hetero_signal.md`; a typed graph under a "
+        "memory cap: `bench/results/hetero_memory.md`.",
     ]
-    write_text_atomic(a.out + ".md", "\n".join(lines))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    bench_args(ap, out="bench/results/hetero")
+    ap.add_argument("--scale", type=float, default=0.1, help="IGBH-tiny scale (default 0.1)")
+    ap.add_argument("--seeds", type=int, default=3, help="training seeds (default 3)")
+    ap.add_argument("--epochs", type=int, default=30, help="epochs (default 30)")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
+    a = ap.parse_args()
+    prefix = out_prefix(a, "bench/results/hetero")
+    if a.report_only:
+        write_results(prefix, load_json(prefix.with_suffix(".json")), render)
+        return 0
+    features, runs = 128, plan()
+    if a.smoke:
+        a.scale, a.seeds, a.epochs, features = 0.01, 1, 1, 8
+        runs = {k: runs[k] for k in ("rgat", "rgat-averaging-2-hops1")}
+    res = new_results("hetero.py", threads=1)
+    res["settings"] = {"scale": a.scale, "seeds": a.seeds, "epochs": a.epochs}
+    synth = ["--size", "tiny", "--scale", str(a.scale), "--features", str(features)]
+    typed = WORK / "graphs" / f"igbh-{a.scale}-{features}f"
+    flat = typed.with_name(typed.name + "-flat")
+    if not (typed / "meta.json").exists():
+        shoal("data", "synth", "igbh", *synth, "--out", typed, "--overwrite", "-q")
+    if not (flat / "meta.json").exists():
+        shoal("data", "flatten", typed, "--out", flat, "--overwrite", "-q")
+    store = partitioned_store(typed, 2, algo="ldg")
+    where = {"TYPED": ("--graph", typed), "FLAT": ("--graph", flat), "STORE": ("--store", store)}
+    meta = json.loads((typed / "meta.json").read_text())
+    parts = store.with_name(store.name.removesuffix("-store"))  # partitioned_store's folder
+    pmeta = json.loads((parts / "meta.json").read_text())["metrics"]
+    rows = {}
+    for name, (what, flags) in runs.items():
+        got = []
+        for seed in range(a.seeds):
+            out = WORK / "hetero" / f"{name}-{seed}.json"
+            args = [*where[what], *flags, *COMMON, "--epochs", a.epochs, "--seed", seed]
+            r = train(*args, out=out)
+            got.append(
+                {
+                    "seed": seed,
+                    "test": r["test_accuracy"],
+                    "val": r["val_accuracy"],
+                    "seconds_per_epoch": r["seconds_per_epoch"],
+                    "eval_seconds": r.get("eval_seconds"),
+                    "best_epoch": r.get("best_epoch"),
+                }
+            )
+        tests = [x["test"] for x in got]
+        rows[name] = {
+            "test_mean": statistics.mean(tests),
+            "test_std": statistics.pstdev(tests),
+            "runs": got,
+        }
+        one = rows.get(name.split("-")[0]) if what == "STORE" else None
+        if one is not None:  # against the one-process run of the same model
+            rows[name]["vs_one_process"] = rows[name]["test_mean"] - one["test_mean"]
+        print(f"{name}: test {rows[name]['test_mean']:.4f}", flush=True)
+    res["graph"] = {
+        "synth": "shoal data synth igbh " + " ".join(synth),
+        "nodes": meta["num_nodes"],
+        "edges": meta["num_edges"],
+        "node_types": {t["name"]: t["count"] for t in meta["node_types"]},
+        "relations": len(meta["edge_types"]),
+        "classes": meta["num_classes"],
+        "features": features,
+    }
+    res["partition"] = {k: pmeta.get(k) for k in ("edge_cut", "type_balance", "balance")}
+    res["rows"] = rows
+    res["run_commands"] = {
+        name: f"{where[what][0]} {what} {' '.join(flags)}" for name, (what, flags) in runs.items()
+    }
+    write_results(prefix, res, render)
+    print(prefix.with_suffix(".md").read_text())
     return 0
 
 
