@@ -39,6 +39,9 @@ puts the script's own folder there when it runs ``python bench/X.py``).
 - Out-of-core runs: :func:`caps_available` (capped runs possible here; smoke runs go on
   uncapped where not), :func:`footprint` and :func:`cap_bytes` (``fraction:K`` caps),
   :func:`disk_limits` and :func:`disk_line` (the disk's measured limits, recorded per run).
+- Provenance of resumable, multi-part results: :func:`stamp` notes against a part of the
+  results the command, the checkout's commit (:func:`git_commit`) and the machine that wrote
+  its rows; :func:`provenance` says it in a sentence for the markdown.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ __all__ = [
     "epoch_summary",
     "evict",
     "footprint",
+    "git_commit",
     "header",
     "hp_flags",
     "load_json",
@@ -89,6 +93,7 @@ __all__ = [
     "out_prefix",
     "parse_size",
     "partitioned_store",
+    "provenance",
     "record_command",
     "rel",
     "run_capped",
@@ -96,6 +101,7 @@ __all__ = [
     "sh",
     "shoal",
     "single",
+    "stamp",
     "synth_flags",
     "synth_graph",
     "synth_store",
@@ -802,3 +808,45 @@ def disk_line(disk: dict, *, shared: str = "") -> str:
         f"Disk (`{disk.get('command', 'python bench/disk.py')}`){shared}: sequential reads "
         f"{seq / 1e9:.2f} GB/s; random 4 KiB direct reads {rnd}."
     )
+
+
+# ----------------------------------------------------------------------------- provenance
+def git_commit(*paths: str) -> str:
+    """The checkout's short commit, with ``+changes`` when ``paths`` (default ``src`` and
+    ``bench``) differ from it; ``unknown`` outside a git checkout."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--", *(paths or ("src", "bench"))],
+        capture_output=True,
+        text=True,
+    )
+    return (head.stdout.strip() or "unknown") + ("+changes" if dirty.stdout.strip() else "")
+
+
+def stamp(res: dict, part: str, script: str, *, fresh: bool = False, threads: int | None = 1):
+    """Note in ``res["parts"][part]`` this invocation's command (``python bench/<script>
+    ARGS``), the checkout's commit (src and the script) and the machine, as the writer of that
+    part's rows: appended to the part's earlier ones (a resumed part), or replacing them
+    (``fresh``: this invocation rewrites the part). ``res["machine"]`` becomes this machine."""
+    parts = res.setdefault("parts", {})
+    p = parts[part] = {} if fresh else parts.get(part, {})
+    for key, val in (
+        ("commands", command_line(script)),
+        ("commits", git_commit("src", f"bench/{script}", "bench/common.py")),
+    ):
+        if val not in p.setdefault(key, []):
+            p[key].append(val)
+    res["machine"] = p["machine"] = machine_line(threads=threads)
+
+
+def provenance(res: dict, part: str) -> str:
+    """``part``'s commands, commits and machine in a sentence. Rows measured before their
+    script noted its commit carry ``recorded_in``: the commits that added them to the results
+    (reconstructed from git history)."""
+    p = res["parts"][part]
+    when = [f"at commit {', '.join(p['commits'])}"] if p.get("commits") else []
+    if p.get("recorded_in"):
+        when.append(f"by the script of the time, recorded in {', '.join(p['recorded_in'])}")
+    cmds = ", ".join(f"`{c}`" for c in p["commands"])
+    return f"{cmds} {' and '.join(when)}, on {p['machine']}."

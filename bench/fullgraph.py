@@ -44,31 +44,30 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import netshape
 from common import (
-    ROOT,
     WORK,
     bench_args,
-    command_line,
     dataset_graph,
     dataset_store,
     epoch_summary,
     header,
     hp_flags,
     load_json,
-    machine_line,
     out_prefix,
+    provenance,
     single,
+    stamp,
     train,
     write_results,
 )
 
 #: modes: the graph whose epochs take longest, timed over 3 epochs in one round fewer
 SLOW = {"coauthor_physics"}
+SCRIPT = "fullgraph.py"
 #: full-graph hyper-parameters (the single-process reference takes one step of every training
 #: node per epoch: full neighbourhoods and a batch larger than the training set)
 GCN = dict(
@@ -174,33 +173,10 @@ def over_rounds(rs: list[dict]) -> dict:
     }
 
 
-def commit() -> str:
-    """The checkout's commit, ``+changes`` when src/ or this script differ from it."""
-    git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        [*git, "status", "--porcelain", "--", "src", "bench/fullgraph.py"],
-        capture_output=True,
-        text=True,
-    )
-    return (head.stdout.strip() or "unknown") + ("+changes" if dirty.stdout.strip() else "")
-
-
 def network(res: dict, net: str) -> None:
     """A shaped network's rate, measured once."""
     if net != "loopback" and net not in res.setdefault("networks", {}):
         res["networks"][net] = netshape.throughput(net)
-
-
-def stamp(res: dict, part: str, fresh: bool = False) -> None:
-    """Note this invocation's command, commit and machine against the rows of ``part`` it
-    wrote (``fresh``: it replaces them all)."""
-    parts = res.setdefault("parts", {})
-    p = parts[part] = {} if fresh else parts.get(part, {})
-    for key, val in (("commands", command_line("fullgraph.py")), ("commits", commit())):
-        if val not in p.setdefault(key, []):
-            p[key].append(val)
-    res["machine"] = p["machine"] = machine_line(threads=1)
 
 
 # ----------------------------------------------------------------------------- parts
@@ -226,13 +202,13 @@ def run_modes(args: argparse.Namespace, res: dict, save) -> None:
             for d, rs in runs.items():
                 r = m[f"{name}/h{h}/{d}"] = over_rounds(rs)
                 print(args.net, name, h, d, [round(x, 3) for x in r["run_medians"]], flush=True)
-            stamp(res, f"modes {args.net}")
+            stamp(res, f"modes {args.net}", SCRIPT)
             save()
 
 
 def run_sweep(args: argparse.Namespace, res: dict, save) -> None:
     network(res, args.net)
-    stamp(res, f"sweep {args.net}", fresh=True)
+    stamp(res, f"sweep {args.net}", SCRIPT, fresh=True)
     _, store = dataset_store(args.dataset, 2)
     hp = dict(GCN, hidden=args.hidden, epochs=args.epochs + 1)
     base = [*hp_flags(hp, 0), "--deps", "hybrid"]
@@ -256,7 +232,7 @@ def run_mechanisms(args: argparse.Namespace, res: dict, save) -> None:
     """Per ``--deps`` mode, the rows one after the other, ``--repeats`` rounds with the order
     rotated; a row's epoch time is the median over rounds of each run's median epoch."""
     network(res, args.net)
-    stamp(res, f"mechanisms {args.net}", fresh=True)
+    stamp(res, f"mechanisms {args.net}", SCRIPT, fresh=True)
     _, store = dataset_store(args.dataset, args.nproc)
     names = [n.replace("-", " ") for n in args.rows.split(",")]
     hp = dict(HP[args.dataset], hidden=args.hidden, epochs=args.epochs + 1)
@@ -299,14 +275,14 @@ def run_accuracy(args: argparse.Namespace, res: dict, save) -> None:
         stores = {p: dataset_store(name, p)[1] for p in map(int, args.parts.split(","))}
         for seed in range(args.seeds):
             if f"single/seed{seed}" not in runs:
-                stamp(res, f"accuracy {name}")
+                stamp(res, f"accuracy {name}", SCRIPT)
                 runs[f"single/seed{seed}"] = single(
                     g, hp, seed, out=WORK / "fullgraph" / "single.json"
                 )
             for p, store in stores.items():
                 key = f"fullgraph/p{p}/seed{seed}"
                 if key not in runs:
-                    stamp(res, f"accuracy {name}")
+                    stamp(res, f"accuracy {name}", SCRIPT)
                     r = fullgraph(store, [*hp_flags(hp, seed), "--deps", "hybrid"])
                     runs[key] = {
                         k: r[k]
@@ -317,16 +293,6 @@ def run_accuracy(args: argparse.Namespace, res: dict, save) -> None:
 
 
 # ----------------------------------------------------------------------------- report
-def provenance(res: dict, part: str) -> str:
-    """The commands, commits and machine of ``part``'s rows."""
-    p = res["parts"][part]
-    when = [f"at commit {', '.join(p['commits'])}"] if p.get("commits") else []
-    if p.get("recorded_in"):  # rows measured before this script noted its commit
-        when.append(f"by the script of the time, recorded in {', '.join(p['recorded_in'])}")
-    cmds = ", ".join(f"`{c}`" for c in p["commands"])
-    return f"{cmds} {' and '.join(when)}, on {p['machine']}."
-
-
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
