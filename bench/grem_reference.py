@@ -71,10 +71,11 @@ most nodes, the result is close to METIS on a 10% edge sample.
 Commands::
 
     python bench/grem_reference.py selftest               # tiny hand-built graphs
-    nice -n 10 python bench/grem_reference.py run --seeds 0 1 2   # every family, both orders
+    python bench/grem_reference.py run --seeds 0 1 2      # every family, both orders
     python bench/grem_reference.py run --set nine --orders random  # the nine graphs only
     python bench/grem_reference.py run --graphs mesh_wing wiki_vote@sorted --parts 4
-    python bench/grem_reference.py report                 # rewrite the .md from the .json
+    python bench/grem_reference.py report                 # re-render the .md from the .json
+    python bench/grem_reference.py --smoke                # all three on a tiny R-MAT graph
 
 Graphs: bench/partition.py's family benchmark (``FAMILIES``, issue 31): the nine reference
 graphs and held-out graphs of every family, each in two stream orders (shuffled, and
@@ -84,7 +85,8 @@ graphs and held-out graphs of every family, each in two stream orders (shuffled,
 (:data:`SHOAL_VARIANTS`: the defaults and the ``seed_history`` ablation).
 
 Results: ``bench/results/grem_reference.json`` and ``.md`` (rewritten after every graph;
-``run`` skips the (graph, p, variant, seed) runs already in the JSON unless ``--redo``).
+``run`` skips the (graph, p, variant, seed) runs already in the JSON unless ``--redo``, and
+lists every command that added runs).
 """
 
 from __future__ import annotations
@@ -93,7 +95,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 from statistics import mean
@@ -103,12 +104,8 @@ import numpy as np
 from numba import njit
 
 import common
-import partition as bench_partition  # bench/partition.py
-from common import RESULTS, WORK, machine_line, write_text_atomic
-from common import ROOT as REPO
+import partition as bench_partition  # bench/partition.py: its graphs and families
 
-#: bench/partition.py prepares (and keeps) its graphs here; the same files are used.
-PARTITION_WORK = WORK / "partition"
 #: The graphs of bench/partition.py's reference table (issue 3 / 16).
 REFERENCE_GRAPHS = bench_partition.REFERENCE_GRAPHS
 
@@ -651,15 +648,6 @@ def machine() -> dict[str, Any]:
     return {**common.machine(), "numpy": np.__version__}
 
 
-def graph_dir(name: str) -> Path:
-    """The graph bench/partition.py partitions (undirected, simple, edges in a seeded random
-    order); prepared by its own ``prepare_graph`` if it is not there yet."""
-    path = PARTITION_WORK / "graphs" / name
-    if (path / "meta.json").exists():
-        return path
-    return bench_partition.prepare_graph(name, PARTITION_WORK)
-
-
 def load_edges(path: Path) -> tuple[np.ndarray, np.ndarray, int, str]:
     """The rows of ``edges.bin`` in file order (what both partitioners stream)."""
     from shoal.data.format import GraphDir
@@ -972,23 +960,16 @@ def _sensitivity_section(L: list[str], R: _Runs, graphs: list[str], parts: list[
                     )
 
 
-def _dump(data: dict[str, Any]) -> str:
-    """The results JSON: the meta indented, one run per line (thousands of runs)."""
-    runs = ",\n".join(json.dumps(r, separators=(",", ":")) for r in data["runs"])
-    return f'{{"meta": {json.dumps(data["meta"], indent=1)},\n"runs": [\n{runs}\n]}}\n'
-
-
-def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
-    write_text_atomic(path_json, _dump(data))
+def render(data: dict[str, Any]) -> str:
     meta = data["meta"]
     R = _Runs(data["runs"])
     graphs = _graph_order(R.graphs())
     parts = meta.get("parts", [4, 8, 16])
     variants = [v for v in SHOAL_VARIANTS if any(k[2] == v for k in R.by)]
-    L: list[str] = [
-        "# GREM: shoal `--algo grem` against an independent reference (issues 16, 31)\n"
-    ]
-    L.append(
+    load = (meta["machine"].get("load_avg_end") or [None])[0]
+    L = common.header(
+        "GREM: shoal `--algo grem` against an independent reference (issues 16, 31)",
+        meta,
         "The reference (`bench/grem_reference.py`) is written from the Armada paper alone "
         "(Sec. 4.1, Algorithms 1-2): edges streamed in file order in chunks of 10% of the "
         "rows, the first chunk bisected by METIS with its neighbour counts kept as history "
@@ -1003,27 +984,16 @@ def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
         "(bench/partition.py's prepared graphs: undirected, simple, both directions stored; "
         "*random* order: rows shuffled with seed 0; *sorted*: `NAME@sorted`, the rows as "
         "`shoal data import --dedup` writes them, by source). Seeds: METIS's seed of both "
-        "(and shoal's `--seed`; pymetis gives seeds 0 and 1 the same bisection, so 1 is "
-        "skipped); each cut is the mean over the seeds of the table. Cut = fraction "
-        "of undirected edges whose endpoints are in different parts, and balance = max part "
-        "size / mean, both computed by this script from the assignments. Ratio = shoal cut / "
-        "reference cut (> 1: shoal cuts more). Graph families: bench/partition.py `FAMILIES`."
-        "\n"
-    )
-    cmds = meta.get("commands") or [meta["command"]]
-    L.append(
-        "Commands (in this order, each resuming the JSON): "
-        + "; ".join(f"`{c}`" for c in cmds)
-        + "  "
-    )
-    mach = meta["machine"]
-    L.append(f"Machine: {machine_line(mach)}  ")
-    L.append(f"Started {meta['started']}, last update {time.strftime('%Y-%m-%d %H:%M:%S')}.  ")
-    L.append(
-        "The machine was shared with other jobs while this ran (1-minute load average at the "
-        f"end of the last run: {_fmt((mach.get('load_avg_end') or [None])[0], '.1f')}): the "
-        "seconds columns are noisy; the cuts do not depend on the machine.\n"
-    )
+        "(and shoal's `--seed`); each cut is the mean over the seeds of the table. Cut = "
+        "fraction of undirected edges whose endpoints are in different parts, and balance = "
+        "max part size / mean, both computed by this script from the assignments. Ratio = "
+        "shoal cut / reference cut (> 1: shoal cuts more). Graph families: bench/partition.py "
+        "`FAMILIES`.",
+        f"Started {meta['started']}"
+        + (f", last run {meta['updated']}" if meta.get("updated") else "")
+        + f"; 1-minute load average at the end of the last run: {_fmt(load, '.1f')} (the "
+        "seconds columns depend on the machine's load, the cuts do not).",
+    )  # fmt: skip
     if variants:
         _choice_section(L, R, graphs, parts, variants)
         _family_section(L, R, graphs, parts, variants)
@@ -1042,36 +1012,27 @@ def write_report(data: dict[str, Any], path_md: Path, path_json: Path) -> None:
         L.append("\n## Failures\n")
         for r in fails:
             L.append(f"- {r['graph']} p={r['parts']} {r['variant']}: {r.get('error', '')[-300:]}")
-    write_text_atomic(path_md, "\n".join(L) + "\n")
+    return "\n".join(L) + "\n"
 
 
 def graph_list(graph_set: str, orders: list[str]) -> list[str]:
     """The benchmark graph names of ``--set`` in the stream ``orders``."""
     base = REFERENCE_GRAPHS if graph_set == "nine" else bench_partition.FAMILY_GRAPHS
-    out = []
-    for order in orders:
-        suffix = bench_partition.SORTED_SUFFIX if order == "sorted" else ""
-        out += [g + suffix for g in base]
-    return out
+    suffix = {"random": "", "sorted": bench_partition.SORTED_SUFFIX}
+    return [g + suffix[order] for order in orders for g in base]
 
 
-def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    path_json = Path(args.out).with_suffix(".json")
-    path_md = Path(args.out).with_suffix(".md")
-    data: dict[str, Any] = {"meta": {}, "runs": []}
-    if path_json.exists():
-        data = json.loads(path_json.read_text())
+def cmd_run(args: argparse.Namespace, prefix: Path) -> None:
+    data = common.load_json(prefix.with_suffix(".json"), {"meta": {}, "runs": []})
+    meta = data["meta"]
     parts_list = args.parts or [4, 8, 16]
-    command = "nice -n 10 python bench/grem_reference.py " + " ".join(argv)
-    data["meta"]["commands"] = [*data["meta"].get("commands", []), command]
-    data["meta"].update(
-        command=command,
-        machine=machine(),
-        parts=sorted(set(data["meta"].get("parts", [])) | set(parts_list)),
+    command = common.command_line("grem_reference.py")
+    meta["commands"] = [*meta.get("commands", []), command]
+    meta.update(
+        command=command, machine=machine(), parts=sorted({*meta.get("parts", []), *parts_list})
     )
-    data["meta"].setdefault("started", time.strftime("%Y-%m-%d %H:%M:%S"))
-    shoal_vs = args.shoal or ["shoal", "shoal_no_seed_history"]
-    variants = ["ref", *shoal_vs, *(args.variants or [])]
+    meta.setdefault("started", time.strftime("%Y-%m-%d %H:%M:%S"))
+    variants = ["ref", *(args.shoal or ["shoal", "shoal_no_seed_history"]), *(args.variants or [])]
     seeds = args.seeds or [0]
     done = {
         (r["graph"], r["parts"], r["variant"], int(r.get("seed", 0)))
@@ -1083,13 +1044,14 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     grem_reference(e[:, 0], e[:, 1], n, 4)
     t_start = time.perf_counter()
     for gname in args.graphs or graph_list(args.set, args.orders):
-        path = graph_dir(gname)
+        path = bench_partition.prepare_graph(gname)
         src, dst, n, digest = load_edges(path)
         for p in parts_list:
             for v in variants:
                 # the alternative readings of the reference: the first seed only
                 for seed in seeds if v in ("ref", *SHOAL_VARIANTS) else seeds[:1]:
-                    if (gname, p, v, seed) in done:
+                    key = (gname, p, v, seed)
+                    if key in done:
                         continue
                     if v in SHOAL_VARIANTS:
                         rec = run_shoal(path, p, seed, SHOAL_VARIANTS[v], src, dst)
@@ -1102,35 +1064,30 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
                         seed=seed,
                         family=bench_partition.family_of(gname),
                         order=_order(gname),
-                        graph_dir=str(path.relative_to(REPO)),
+                        graph_dir=common.rel(path),
                         num_nodes=n,
                         rows=int(src.shape[0]),
                     )
                     if digest:
                         rec["edges_checksum"] = digest
-                    key = (gname, p, v, seed)
                     data["runs"] = [
                         r
                         for r in data["runs"]
                         if (r["graph"], r["parts"], r["variant"], int(r.get("seed", 0))) != key
                     ] + [rec]
-                    log(
-                        f"{gname} p={p} {v} seed={seed}: cut={rec.get('cut', float('nan')):.4f} "
-                        f"bal={rec.get('balance', float('nan')):.3f} "
-                        f"t={rec.get('seconds', float('nan')):.2f}s"
-                    )
-            write_report(data, path_md, path_json)
-    data["meta"]["last_run_seconds"] = time.perf_counter() - t_start
-    data["meta"].setdefault("run_seconds", []).append(data["meta"]["last_run_seconds"])
-    data["meta"]["machine"]["load_avg_end"] = os.getloadavg()
-    write_report(data, path_md, path_json)
-    return 0
+                    log(f"{gname} p={p} {v} seed={seed}: cut={rec.get('cut', float('nan')):.4f}")
+            meta["updated"] = time.strftime("%Y-%m-%d %H:%M:%S")
+            common.write_results(prefix, data, render)
+    meta["last_run_seconds"] = time.perf_counter() - t_start
+    meta.setdefault("run_seconds", []).append(meta["last_run_seconds"])
+    meta["machine"]["load_avg_end"] = os.getloadavg()
+    common.write_results(prefix, data, render)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.bench_args(ap, out="bench/results/grem_reference")
+    sub = ap.add_subparsers(dest="cmd")
     sub.add_parser("selftest", help="sanity checks on tiny hand-built graphs")
     r = sub.add_parser("run", help="reference vs shoal on the benchmark graphs")
     r.add_argument(
@@ -1162,18 +1119,22 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the reference under these alternative readings (first seed only)",
     )
     r.add_argument("--redo", nargs="*", help="run these variants again (ref, shoal, ...)")
-    r.add_argument("--out", default=str(RESULTS / "grem_reference"), help="results prefix")
-    rep = sub.add_parser("report", help="rewrite the markdown from the JSON")
-    rep.add_argument("--out", default=str(RESULTS / "grem_reference"), help="results prefix")
-    args = ap.parse_args(argv)
-    if args.cmd == "selftest":
-        return selftest()
-    if args.cmd == "report":
-        prefix = Path(args.out)
-        data = json.loads(prefix.with_suffix(".json").read_text())
-        write_report(data, prefix.with_suffix(".md"), prefix.with_suffix(".json"))
-        return 0
-    return cmd_run(args, argv)
+    sub.add_parser("report", help="re-render the .md from the .json")
+    args = ap.parse_args()
+    prefix = common.out_prefix(args, "bench/results/grem_reference")
+    if args.smoke:  # the three sub-commands; run on a tiny R-MAT graph, p = 4, one seed
+        args.graphs, args.parts, args.seeds, args.redo = ["rmat_smoke"], [4], [0], None
+        args.shoal, args.variants = None, ["fixed_greedy"]
+    elif args.cmd is None:
+        ap.error("a sub-command is needed: selftest, run or report")
+    if (args.smoke or args.cmd == "selftest") and selftest():
+        return 1
+    if args.smoke or args.cmd == "run":
+        cmd_run(args, prefix)
+    if args.smoke or args.cmd == "report":
+        data = common.load_json(prefix.with_suffix(".json"))
+        common.write_text_atomic(prefix.with_suffix(".md"), render(data))
+    return 0
 
 
 if __name__ == "__main__":

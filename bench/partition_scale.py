@@ -1,29 +1,35 @@
 """Partitioning at papers100M shape under a memory cap (issue 11).
 
-Generates DC-SBM graphs (edges, labels and splits only: ``--features 0``) of the given sizes
-under ``--work`` (kept between runs), then partitions each into ``--parts`` parts with the
-default partitioner (``shoal partition`` without ``--algo``) and with ``--algo spring``, each
-inside a cgroup-v1 memory group capped at ``--limit`` (``bench/cgroup.py``: the cap covers the
+Generates DC-SBM graphs (edges, labels and splits only: :data:`SYNTH`) of the ``--sizes``
+under ``WORK/partition_scale`` (kept between runs), then partitions each into ``--parts``
+parts with each of ``--algos`` (``default`` = ``shoal partition`` without ``--algo``), each run
+in a cgroup-v1 memory group capped at ``--limit`` (:func:`common.run_capped`: the cap covers the
 process and its page cache; the graph's page cache is dropped first, so every run starts cold).
-The CSR view the default's refinement builds (``csr_out``, an external sort) is deleted before
-every run, so each run pays for it. While a run is in flight, the group's ``memory.stat`` is
-sampled every 0.2 s for its anonymous memory (``rss``, the process's own arrays; page cache
-excluded), whose peak is the figure that the per-node cost is fitted on.
+The CSR views the default's refinement builds (an external sort) are deleted before every run,
+so each run pays for them. The group's ``memory.stat`` is sampled every 0.2 s for its anonymous
+memory (``rss``: the process's own arrays, no page cache), the figure the per-node cost is
+fitted on.
 
-With ``--baseline-rev REV`` (a git revision; its ``src`` is extracted with ``git archive`` under
-``--work``; or ``--baseline-src DIR``, a ``src`` folder of an older shoal), graphs of at most ``--baseline-max-nodes`` nodes are also partitioned with that code by the
-algorithms of ``--baseline-algos`` (under ``--baseline-limit``), as the ``before`` rows.
+With ``--baseline-rev REV`` (its ``src`` extracted with ``git archive``) or ``--baseline-src
+DIR`` (a ``src`` folder of another shoal), graphs of at most ``--baseline-max-nodes`` nodes are
+also partitioned by that code with ``--baseline-algos`` (the ``before`` rows). The phase profile
+(:func:`profile_child`) runs the default pipeline in a capped child on graphs of at most
+``--profile-max-nodes`` nodes, sampling its anonymous memory per phase.
 
-Writes ``<out>.json`` and ``<out>.md`` (default ``bench/results/partition_scale``): for every run
-whether it finished, wall seconds, the cgroup's peak usage, the sampled anonymous peak, bytes
-read, edge cut, node and edge balance; then least-squares fits ``cost = a + b*N + c*E`` of the
-anonymous peak and of the wall time over the sizes, projected to ogbn-papers100M's shape
-(111,059,956 nodes, 1,615,685,872 undirected edges = 3.23 B stored rows).
+Results: for every run whether it finished, wall seconds, the group's peak usage, the sampled
+anonymous peak, bytes read, edge cut and balance; least-squares fits ``cost = fixed + slope * x``
+of the anonymous peak (against nodes) and of the wall time (against stored edges) over the
+sizes, projected to ogbn-papers100M's shape (:data:`PAPERS100M`).
 
 Usage::
 
-    python bench/partition_scale.py          # 28M/400M (g28m) and 7M/100M (g7m) undirected
-    python bench/partition_scale.py --sizes 1000000:14300000 --out bench/work/ps  # quick check
+    python bench/partition_scale.py [--sizes 28000000:400000000@g28m,7000000:100000000@g7m]
+        [--algos default,spring] [--limit 2GiB] [--baseline-rev REV] [--reuse]
+    python bench/partition_scale.py --report-only     # re-render the .md from the .json
+
+``--smoke`` runs two tiny graphs, the default algorithm, this checkout's ``src`` as the
+baseline and the phase profile, capped at ``--limit`` when a cgroup-v1 memory controller is
+writable (uncapped otherwise).
 """
 
 from __future__ import annotations
@@ -41,22 +47,13 @@ from pathlib import Path
 
 import numpy as np
 
-from common import (
-    RESULTS,
-    ROOT,
-    SHOAL,
-    WORK,
-    Cgroup,
-    command_line,
-    machine_line,
-    parse_size,
-    run_capped,
-    write_json,
-    write_text_atomic,
-)
+import common
+from common import ROOT, SHOAL, WORK, Cgroup, parse_size, run_capped
 
 PAPERS100M = {"nodes": 111_059_956, "undirected_edges": 1_615_685_872}
-CG_NAME = "shoal_partition_scale"
+SYNTH = ["--features", "0", "--classes", "16", "--train-frac", "0.01", "--val-frac", "0.002"]
+SYNTH += ["--seed", "0"]
+SRC_PATHS = ["src/shoal/partition", "src/shoal/data"]
 
 
 def parse_sizes(text: str) -> list[tuple[int, int, str]]:
@@ -70,17 +67,14 @@ def parse_sizes(text: str) -> list[tuple[int, int, str]]:
 
 
 def ensure_graph(work: Path, n: int, e: int, name: str) -> dict:
-    """Generate the DC-SBM graph ``work/name`` once (uncapped) unless it exists; returns the
-    generator's JSON summary (``work/name.synth.json``)."""
-    d = work / name
-    js = d.with_suffix(".synth.json")
+    """Generate the DC-SBM graph ``work/name`` once (uncapped); returns the generator's
+    JSON summary."""
+    d, js = work / name, work / f"{name}.synth.json"
     if not (d / "meta.json").exists():
-        cmd = [*SHOAL, "data", "synth", "dcsbm", "--nodes", str(n), "--edges", str(e)]
-        cmd += ["--features", "0", "--classes", "16", "--train-frac", "0.01"]
-        cmd += ["--val-frac", "0.002", "--seed", "0", "--out", str(d), "--overwrite"]
-        cmd += ["--json", str(js)]
-        print("generating:", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        size = ["--nodes", n, "--edges", e]
+        common.shoal(
+            "data", "synth", "dcsbm", *size, *SYNTH, "--out", d, "--overwrite", "--json", js
+        )
     return json.loads(js.read_text()) if js.exists() else {}
 
 
@@ -90,8 +84,7 @@ class StatSampler(threading.Thread):
     def __init__(self, path: Path):
         super().__init__(daemon=True)
         self.path = path / "memory.stat"
-        self.peak_rss = 0
-        self.peak_rss_mapped = 0
+        self.peak_rss = self.peak_rss_mapped = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -108,22 +101,18 @@ class StatSampler(threading.Thread):
 
 def drop_csr(g: Path) -> None:
     for name in ("csr_out", "csr_in"):
-        if (g / name).exists():
-            shutil.rmtree(g / name)
+        shutil.rmtree(g / name, ignore_errors=True)
 
 
-def partition_run(g: Path, algo: str, args, src: str | None, limit: int) -> dict:
-    """One capped ``shoal partition`` run; returns the run_capped record plus metrics."""
+def partition_run(g: Path, algo: str, args, src: str | None, limit: int | None) -> dict:
+    """One capped ``shoal partition`` run; the run_capped record plus metrics."""
     drop_csr(g)
     out = args.work / f"metrics_{g.name}_{algo}_{'before' if src else 'after'}.json"
     out.unlink(missing_ok=True)
     cmd = [*SHOAL, "partition", str(g), "--parts", str(args.parts), "--json", str(out)]
-    if algo != "default":
-        cmd += ["--algo", algo]
-    env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = src
-    sampler = StatSampler(Cgroup(args.cgroup_name, limit).path)
+    cmd += [] if algo == "default" else ["--algo", algo]
+    env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
+    sampler = StatSampler(Cgroup(args.cgroup_name, limit or 0).path)
     sampler.start()
     with open(out.with_suffix(".log"), "w") as log:
         res = run_capped(
@@ -145,9 +134,7 @@ def partition_run(g: Path, algo: str, args, src: str | None, limit: int) -> dict
     if res["finished"]:
         m = json.loads(out.read_text())
         keep = ("edge_cut", "node_balance", "edge_balance", "train_balance", "seconds")
-        res["metrics"] = {k: m[k] for k in keep}
-        res["metrics"]["seconds_per_phase"] = m["seconds_per_phase"]
-        res["metrics"]["peak_rss_bytes"] = m["peak_rss_bytes"]
+        res["metrics"] = {k: m[k] for k in (*keep, "seconds_per_phase", "peak_rss_bytes")}
     drop_csr(g)
     return res
 
@@ -159,21 +146,18 @@ def extract_src(rev: str, work: Path) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
         arc = subprocess.run(
             ["git", "archive", rev, "src"], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=arc, check=True)
+        )
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=arc.stdout, check=True)
     return dest / "src"
 
 
-SRC_PATHS = ["src/shoal/partition", "src/shoal/data"]
+def git(*a: str) -> str:
+    return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
 
 def git_rev() -> str:
-    """The last commit that changed the partitioning code (``SRC_PATHS``), with ``+dirty``
+    """The last commit that changed the partitioning code (:data:`SRC_PATHS`), with ``+dirty``
     when the work tree differs from it there (then the run did not use committed code)."""
-
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
     dirty = git("status", "--porcelain", *SRC_PATHS)
     return git("log", "-1", "--format=%h", "--", *SRC_PATHS) + ("+dirty" if dirty else "")
 
@@ -248,13 +232,13 @@ def profile_child(graph: str, parts: int, out: Path) -> int:
 
 
 def profile_runs(args) -> list[dict]:
-    """The phase profile (:func:`profile_child`) of the default partitioner, after and
-    before, on every graph of at most ``--profile-max-nodes`` nodes, each capped."""
+    """The phase profile of the default partitioner, after and before, on every graph of
+    at most ``--profile-max-nodes`` nodes, each capped."""
     res = []
     for n, _, name in parse_sizes(args.sizes):
-        g = args.work / name
         if n > args.profile_max_nodes:
             continue
+        g = args.work / name
         for src in [None, args.baseline_src] if args.baseline_src else [None]:
             out = args.work / f"phases_{name}_{'before' if src else 'after'}.json"
             drop_csr(g)
@@ -262,15 +246,15 @@ def profile_runs(args) -> list[dict]:
                 sys.executable,
                 __file__,
                 "--profile-child",
-                str(g),
+                g,
                 "--parts",
-                str(args.parts),
+                args.parts,
                 "--out",
-                str(out),
+                out,
             ]
             env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
             r = run_capped(
-                cmd,
+                [str(c) for c in cmd],
                 args.limit,
                 name=args.cgroup_name,
                 timeout=args.baseline_timeout,
@@ -279,21 +263,14 @@ def profile_runs(args) -> list[dict]:
             )
             drop_csr(g)
             if r["returncode"] == 0:
-                res.append(
-                    {
-                        "graph": name,
-                        "code": "before" if src else "after",
-                        **json.loads(out.read_text()),
-                    }
-                )
+                code = "before" if src else "after"
+                res.append({"graph": name, "code": code, **json.loads(out.read_text())})
     return res
 
 
 def fit(rows: list[dict], key, var: str) -> dict | None:
     """Least squares ``y = fixed + slope * x`` over the runs, ``x`` = nodes (``var="N"``, for
-    memory: the design is O(V) plus fixed buffers) or stored edges (``"E"``, for time: every
-    phase streams the edges). The sizes share one E/N ratio (papers100M's), so a separate
-    per-node and per-edge term cannot be told apart; the projection follows the same ratio."""
+    memory) or stored edges (``"E"``, for time)."""
     pts = [(r["nodes"] if var == "N" else r["stored_edges"], key(r)) for r in rows]
     pts = [(x, y) for x, y in pts if y is not None]
     if len({x for x, _ in pts}) < 2:
@@ -310,19 +287,18 @@ def fit(rows: list[dict], key, var: str) -> dict | None:
     }
 
 
-def run_one(g: Path, algo: str, src: str | None, limit: int, args, info: dict) -> dict:
+def run_one(g: Path, algo: str, src: str | None, limit: int | None, args, info: dict) -> dict:
     """One run's record, from ``--work`` when ``--reuse`` finds one made by this same code
-    (same ``git_rev()``), else measured now and kept there."""
+    (same :func:`git_rev`), else measured now and kept there."""
     code = "before" if src else "after"
     cache = args.work / f"run_{g.name}_{algo}_{code}.json"
     rev = git_rev() if not src else f"{args.baseline_rev or args.baseline_src} (before)"
     if args.reuse and cache.exists():
         r = json.loads(cache.read_text())
         if r.get("git") == rev and "+dirty" not in rev:
-            r["reused"] = True
-            return r
+            return {**r, "reused": True}
     print(f"partition {g.name} {algo} {code}", flush=True)
-    load = open("/proc/loadavg").read().split()[0]
+    load = os.getloadavg()[0]
     r = partition_run(g, algo, args, src, limit)
     meta = json.loads((g / "meta.json").read_text())
     r.update(
@@ -334,12 +310,11 @@ def run_one(g: Path, algo: str, src: str | None, limit: int, args, info: dict) -
         limit=limit,
         synth_seconds=info.get("seconds"),
         git=rev,
-        load_before=load,
-        load_after=open("/proc/loadavg").read().split()[0],
+        load_before=f"{load:.2f}",
+        load_after=f"{os.getloadavg()[0]:.2f}",
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
-    cache.write_text(json.dumps(r, indent=1, default=str) + "\n")
-    print(json.dumps({k: v for k, v in r.items() if k != "command"}, default=str))
+    common.write_json(cache, r, default=str)
     return r
 
 
@@ -355,16 +330,16 @@ def run_all(args) -> dict:
             )
         variants = [(a, None, args.limit) for a in args.algos.split(",")]
         if args.baseline_src and n <= args.baseline_max_nodes:
-            bl = args.baseline_algos.split(",")
-            variants += [(a, args.baseline_src, args.baseline_limit) for a in bl]
+            variants += [
+                (a, args.baseline_src, args.baseline_limit) for a in args.baseline_algos.split(",")
+            ]
         runs += [run_one(g, algo, src, limit, args, info) for algo, src, limit in variants]
     fits = {}
     for algo, code in sorted({(r["algo"], r["code"]) for r in runs}):
         rows = [
             r
             for r in runs
-            if r["algo"] == algo
-            and r["code"] == code
+            if (r["algo"], r["code"]) == (algo, code)
             and r["finished"]
             and r["nodes"] >= args.fit_min_nodes
         ]
@@ -420,9 +395,10 @@ def _run_rows(runs: list[dict]) -> list[str]:
     for r in runs:
         ph = r.get("metrics", {}).get("seconds_per_phase", {})
         txt = ", ".join(f"{k} {v:.0f}" for k, v in ph.items())
+        reused = " (reused)" if r.get("reused") else ""
         lines.append(
             f"- {r['graph']} {r['algo']} {r['code']} (code {r.get('git')}, run "
-            f"{r.get('date')}): {txt or '—'}"
+            f"{r.get('date')}{reused}): {txt or '—'}"
         )
     return lines
 
@@ -465,50 +441,42 @@ def _fit_rows(fits: dict) -> list[str]:
     return lines
 
 
-def write_md(res: dict, path: Path) -> None:
-    h = res["header"]
-    lines = [
-        "# Partitioning at papers100M shape under a 2 GiB cap",
-        "",
-        f"Command: `{h['command']}`",
-        f"Date: {h['date']}. Machine: {h['machine']}. Code: partitioning at {h['git']}, "
-        f"repository at {h.get('head')}. Load before: "
-        f"{h['load']}. Another session ran tests and benchmarks on the same 2 cores at the "
-        "same time (load column), so the times are noisy; memory is not affected.",
-        "",
-        "DC-SBM graphs (16 classes, homophily 0.5, degree exponent 2.5, 1% train nodes, no "
-        f"features), `--parts` {h['parts']}; `default` = `shoal partition` without `--algo` "
-        "(GREM with windows of min(|V|, 2 Mi) edges, METIS on the first window of each level, "
-        "`edge_balance` 1.5, 4 restreaming refinement passes over the CSR built by an external "
-        "sort); `spring` = `--algo spring`. `before` rows: the code of "
-        f"`{h.get('baseline_src')}`. Each run in its own memory cgroup (limit column), graph "
-        "page cache dropped first, the CSR view of the refinement deleted before the run and "
-        "rebuilt inside it. Peak anon = sampled (0.2 s) peak of the group's anonymous memory "
-        "(`rss` of memory.stat: the process's own arrays, no page cache); cgroup peak = "
-        "`memory.max_usage_in_bytes` (page cache included, so it reaches the cap whenever the "
-        "files are larger than it). Read GB = blocks read by the process (`ru_inblock`). "
-        "With `--reuse`, a run recorded earlier under `--work` by the same code (same commit "
-        "of `src/shoal/partition` and `src/shoal/data`, clean) is reused: its date is listed "
-        "below.",
-        "",
-        *_run_rows(res["runs"]),
+def render(res: dict) -> str:
+    h, runs = res["header"], res["runs"]
+    limit = h.get("limit") or next((r["limit"] for r in runs if r["code"] == "after"), None)
+    cap = "uncapped" if limit is None else f"under a {limit / 2**30:g} GiB cap"
+    ratios = sorted({round(r["stored_edges"] / r["nodes"], 1) for r in runs})
+    p100 = 2 * PAPERS100M["undirected_edges"] / PAPERS100M["nodes"]
+    paras = [
+        f"Date: {h['date']}. Code: partitioning at {h['git']}, repository at {h.get('head')}. "
+        f"Load before: {h['load']}; each run's load before and after is in the table (the "
+        "times depend on it, the memory does not).",
+        "DC-SBM graphs (`shoal data synth dcsbm --nodes N --edges E "
+        f"{h.get('synth', ' '.join(SYNTH))}`), "
+        f"`--parts` {h['parts']}; `default` = `shoal partition` without `--algo`, the others "
+        f"`--algo ALGO`. `before` rows: the code of `{h.get('baseline_src')}`. Each run in its "
+        "own memory cgroup (limit column), the graph's page cache dropped first, the CSR views "
+        "of the refinement deleted before the run and rebuilt inside it. Peak anon = sampled "
+        "(0.2 s) peak of the group's anonymous memory (`rss` of memory.stat: the process's own "
+        "arrays, no page cache); cgroup peak = `memory.max_usage_in_bytes` (page cache "
+        "included, so it reaches the cap whenever the files are larger than it). Read GB = "
+        "blocks read by the process (`ru_inblock`). With `--reuse`, a run recorded earlier "
+        "under `--work` by the same code (same commit of `src/shoal/partition` and "
+        "`src/shoal/data`, clean) is reused (marked below with its date).",
+    ]  # fmt: skip
+    lines = common.header(f"Partitioning at papers100M shape {cap}", h, *paras)
+    lines += [
+        *_run_rows(runs),
         "",
         "## Fits and projection to ogbn-papers100M (111 M nodes, 3.23 B stored rows)",
         "",
         "Least squares `cost = fixed + slope * x` over the finished runs with N >= "
-        f"{h['fit_min_nodes']:,}: memory against N (the design is O(V) plus buffers of a fixed "
-        "size: the GREM window and METIS on it, the external sort's 256 MiB), time against "
-        "stored edges (every phase streams the edges). All sizes have papers100M's E/N ratio "
-        "(28.6 stored edges per node; papers100M 29.1), so a per-node and a per-edge term "
-        "cannot be told apart: the slope is the cost per node at that ratio, and the "
-        "projection follows it. With two sizes the line passes through both points, and the "
-        "peak may come from different phases at the two sizes (below: GREM at 7M), so the "
-        "slope can understate the O(V) state. That state, by design: GREM 11 bytes per node "
-        "(int16 group, int8 side, float32 history difference, int32 in-degree) plus the 1-byte "
-        "training mask; the post-passes one int32 part array and the mask; the CSR build "
-        "(refinement) adds the external sort's int64 offsets, 8 bytes per node, and its 256 MiB "
-        "buffer: at most 13 bytes per node at any phase, i.e. 1.34 GiB at papers100M's "
-        "111 M nodes plus the fixed buffers.",
+        f"{h['fit_min_nodes']:,}: memory against N, time against stored edges. The graphs "
+        f"have {', '.join(map(str, ratios))} stored edges per node (papers100M {p100:.1f}); at "
+        "one ratio a per-node and a per-edge term cannot be told apart, so the slope is the "
+        "cost per node at that ratio and the projection follows it. With two sizes the line "
+        "passes through both points, and the peak may come from different phases at the two "
+        "sizes (phase profile below).",
         "",
         *_fit_rows(res["fits"]),
         "",
@@ -516,31 +484,30 @@ def write_md(res: dict, path: Path) -> None:
         "",
         "The default pipeline run in-process in the same cap, its anonymous memory (`RssAnon`) "
         "sampled every 20 ms, phases marked by wrapping the functions `run_partition` calls "
-        "(`grem` = the partitioner: in-degree pass and the bisection levels, METIS on each "
-        "level's first window included). Per node = (peak - the process before the "
-        "pipeline) / N: it includes the fixed buffers, so it overstates the slope.",
+        "(`grem` = the partitioner). Per node = (peak - the process before the pipeline) / N: "
+        "it includes the fixed buffers, so it overstates the slope.",
         "",
         *_phase_rows(res.get("phases", [])),
     ]
-    write_text_atomic(path, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--sizes",
         default="28000000:400000000@g28m,7000000:100000000@g7m",
-        help="N:undirected_edges[@DIR], comma-separated (DIR under --work, generated if "
-        "missing; default name dcsbm_N_E)",
+        help="N:undirected_edges[@DIR], comma-separated (DIR under the work folder, generated "
+        "if missing; default name dcsbm_N_E)",
     )
     ap.add_argument("--parts", type=int, default=8)
     ap.add_argument("--algos", default="default,spring")
     ap.add_argument("--limit", type=parse_size, default=parse_size("2GiB"))
     ap.add_argument("--timeout", type=float, default=3600.0)
-    ap.add_argument("--work", type=Path, default=WORK / "partition_scale")
-    ap.add_argument("--out", type=Path, default=RESULTS / "partition_scale")
     ap.add_argument("--fit-min-nodes", type=int, default=4_000_000)
-    ap.add_argument("--reuse", action="store_true", help="reuse run records kept in --work")
+    ap.add_argument(
+        "--reuse", action="store_true", help="reuse run records kept in the work folder"
+    )
     ap.add_argument("--baseline-src", default=None, help="src folder of the code before")
     ap.add_argument("--baseline-rev", default=None, help="git revision of the code before")
     ap.add_argument("--baseline-max-nodes", type=int, default=28_000_000)
@@ -548,35 +515,52 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-algos", default="default")
     ap.add_argument("--baseline-timeout", type=float, default=900.0)
     ap.add_argument("--profile-max-nodes", type=int, default=7_000_000)
+    ap.add_argument(
+        "--cgroup-name", default="shoal_partition_scale", help="memory cgroup of each run"
+    )
+    ap.add_argument("--report-only", action="store_true", help="re-render the .md from the .json")
     ap.add_argument("--profile-child", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--cgroup-name", default=CG_NAME, help="memory cgroup to create per run")
-    args = ap.parse_args(argv)
+    common.bench_args(ap, out="bench/results/partition_scale")
+    args = ap.parse_args()
+    prefix = common.out_prefix(args, "bench/results/partition_scale")
     if args.profile_child:
-        return profile_child(args.profile_child, args.parts, args.out)
+        return profile_child(args.profile_child, args.parts, Path(args.out))
+    if args.report_only:
+        res = common.load_json(prefix.with_suffix(".json"))
+        common.write_text_atomic(prefix.with_suffix(".md"), render(res))
+        return 0
+    args.work = WORK / "partition_scale"
+    if args.smoke:
+        args.sizes, args.algos, args.fit_min_nodes = "2000:8000@s2k,4000:16000@s4k", "default", 0
+        args.baseline_src, args.baseline_max_nodes, args.profile_max_nodes = (
+            str(ROOT / "src"),
+            2000,
+            2000,
+        )
+        if not os.access(common.CGROUP_BASE, os.W_OK):
+            args.limit = args.baseline_limit = None
     args.work.mkdir(parents=True, exist_ok=True)
     if args.baseline_rev:
         args.baseline_src = str(extract_src(args.baseline_rev, args.work))
     header = {
-        "command": command_line("partition_scale.py", argv),
+        "command": common.command_line("partition_scale.py"),
+        "machine": common.machine_line(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine_line(),
-        "load": open("/proc/loadavg").read().split()[0],
+        "load": f"{os.getloadavg()[0]:.2f}",
         "parts": args.parts,
+        "limit": args.limit,
+        "synth": " ".join(SYNTH),
         "fit_min_nodes": args.fit_min_nodes,
-        "baseline_src": args.baseline_rev or args.baseline_src,
+        "baseline_src": args.baseline_rev or (args.baseline_src and common.rel(args.baseline_src)),
         "git": git_rev(),
-        "head": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),
+        "head": git("rev-parse", "--short", "HEAD"),
     }
     t0 = time.time()
     res = {"header": header, **run_all(args), "phases": profile_runs(args)}
-    res["header"]["total_seconds"] = time.time() - t0
-    write_json(args.out.with_suffix(".json"), res, default=str)
-    write_md(res, args.out.with_suffix(".md"))
-    print(args.out.with_suffix(".md").read_text())
+    header["total_seconds"] = time.time() - t0
+    common.write_results(prefix, res, render)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
