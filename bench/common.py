@@ -331,6 +331,8 @@ GRAPHS: dict[str, dict[str, Any]] = {
     "smoke": {"nodes": 2000, "edges": 16000, "features": 16, "classes": 4},
     "50k": {"nodes": 50000, "edges": 500000, "features": 64},
     "200k": {"nodes": 200000, "edges": 1000000, "features": 128, "classes": 47, "seed": 0},
+    # bench/disagg.py's larger graph: 20,000 training nodes, as 200k's
+    "1m": {"nodes": 1000000, "edges": 5000000, "features": 128, "classes": 47, "train-frac": 0.02},
     "2m": {
         "nodes": 2000000,
         "edges": 10000000,
