@@ -36,8 +36,43 @@ def test_batch_window_counts_the_sampled_tree():
     assert budget.batch_window((-1,), 1, 10**6, 1 << 20) == 65 * (1 << 20)  # full = 64
 
 
-def test_memory_cgroup_is_a_path():
-    assert isinstance(budget.memory_cgroup(), str)
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        # cgroup v1: the memory controller's line, wherever it is (v2's empty line ignored)
+        ("12:pids:/a\n0::/\n4:memory:/process_api/fbd6\n1:cpu:/\n", "/process_api/fbd6"),
+        ("3:cpu,cpuacct,memory:/jobs/7\n", "/jobs/7"),  # co-mounted controllers
+        # cgroup v2 (unified): the one "0::" line
+        (
+            "0::/user.slice/user-0.slice/session-1.scope\n",
+            "/user.slice/user-0.slice/session-1.scope",
+        ),
+        ("0::/pod:a:b\n", "/pod:a:b"),  # a ':' in the path stays in it
+        ("1:name=systemd:/x\n2:cpu:/y\n", ""),  # neither: unknown
+        ("", ""),
+        (None, ""),  # the file cannot be read (no /proc)
+    ],
+)
+def test_memory_cgroup_is_the_path_of_the_memory_line(monkeypatch, tmp_path, text, expect):
+    fake = tmp_path / "cgroup"
+    if text is not None:
+        fake.write_text(text)
+    real = budget.Path
+    monkeypatch.setattr(
+        budget, "Path", lambda p, *a: fake if str(p) == "/proc/self/cgroup" else real(p, *a)
+    )
+    assert budget.memory_cgroup() == expect
+
+
+def test_memory_cgroup_of_this_process():
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except OSError:
+        pytest.skip("no /proc/self/cgroup here")
+    rows = [ln.split(":", 2) for ln in lines if ln]
+    mine = [path for _, ctrl, path in rows if "memory" in ctrl.split(",")]
+    mine += [path for _, ctrl, path in rows if ctrl == ""]  # v2's, when v1 has no memory line
+    assert budget.memory_cgroup() == (mine[0] if mine else "")
 
 
 @pytest.mark.parametrize("structure", ["auto", "memory"])
