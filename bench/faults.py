@@ -19,10 +19,13 @@ Scenarios (each a fresh rendezvous id), the link cut when rank 0 has finished ep
   process in its namespace SIGKILLed): machine a's launcher must restart its worker on a world
   of one, which resumes the 2-process checkpoint and finishes.
 
-Needs root (``ip netns``, ``unshare``). Graph: ``shoal data synth dcsbm --nodes 50000 --edges
-500000 --features 64`` in 2 parts (ldg) with halo features.
+Needs root (``ip netns``, ``unshare``). Graph: ``common.GRAPHS["50k"]`` (``shoal data synth
+dcsbm --nodes 50000 --edges 500000 --features 64``) in 2 parts (ldg) with halo features.
 
-Usage: ``python bench/faults.py [--dist-timeout 60] [--outage 10] [--out bench/results/faults]``
+Usage: ``python bench/faults.py [--scenarios clean,cut,restored,elastic] [--dist-timeout 60]
+[--outage 5] [--epochs 12] [--out bench/results/faults]``; ``--smoke``: the ``clean`` scenario
+on the smoke graph, 2 epochs (the namespaces, the link, both machines' rendezvous and
+training; without root it writes a results file that says it was skipped).
 """
 
 from __future__ import annotations
@@ -35,16 +38,12 @@ import sys
 import time
 from pathlib import Path
 
-from common import (
-    PY,
-    WORK,
-    command_line,
-    machine_line,
-    sh,
-    synth_store,
-    write_json,
-    write_text_atomic,
-)
+import common
+from common import PY, sh
+
+NAME = "bench/results/faults"
+SCENARIOS = ("clean", "cut", "restored", "elastic")
+SMOKE = "--graph smoke --scenarios clean --epochs 2"
 
 NS = ("shoal-a", "shoal-b")
 ADDR = ("10.77.0.1", "10.77.0.2")
@@ -190,45 +189,51 @@ def scenario(name: str, store: Path, work: Path, a) -> dict:
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main() -> int:
+    ap = common.bench_args(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), out=NAME)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--graph", default="50k", choices=sorted(common.GRAPHS))
     ap.add_argument("--dist-timeout", type=int, default=60)
     ap.add_argument("--outage", type=float, default=5.0)
     ap.add_argument("--epochs", type=int, default=12)
-    ap.add_argument("--out", default="bench/results/faults")
-    a = ap.parse_args(argv)
+    a = ap.parse_args()
+    if a.smoke:
+        a = ap.parse_args(["--smoke", *SMOKE.split()])
+    res = common.new_results("faults.py", graph=a.graph, synth=common.GRAPHS[a.graph])
+    res.update(dist_timeout=a.dist_timeout, rdzv_conf=RDZV_CONF, tcp_retries2=TCP_RETRIES2)
     if os.geteuid() != 0:
         print("bench/faults.py needs root (network namespaces)", file=sys.stderr)
-        return 2
-    work = WORK / "faults"
-    work.mkdir(parents=True, exist_ok=True)
-    store = synth_store(work, 2)
-    network_up()
-    try:
-        rows = [scenario(n, store, work, a) for n in ("clean", "cut", "restored", "elastic")]
-    finally:
-        network_down()
-    res = {"machine": machine_line(), "command": command_line("faults.py", argv), "rows": rows}
-    res["rdzv_conf"] = RDZV_CONF
-    res["tcp_retries2"] = TCP_RETRIES2
-    write_json(a.out + ".json", res)
-    write_text_atomic(a.out + ".md", render(res, a))
+        if not a.smoke:
+            return 2
+        res["skipped"] = "not root: no network namespaces"
+        res["rows"] = []
+    else:
+        work = common.WORK / "faults"
+        work.mkdir(parents=True, exist_ok=True)
+        store = common.partitioned_store(common.synth_graph(a.graph), 2)
+        network_up()
+        try:
+            res["rows"] = [scenario(n, store, work, a) for n in a.scenarios.split(",")]
+        finally:
+            network_down()
+    common.write_results(common.out_prefix(a, NAME), res, render)
     return 0
 
 
-def render(res: dict, a) -> str:
-    lines = [
-        "# Faults between two machines: a cut link (issue 36)",
-        "",
-        f"Command: `{res['command']}` ({res['machine']}).",
-        "",
+def render(res: dict) -> str:
+    lines = common.header(
+        "Faults between two machines: a cut link (issue 36)",
+        res,
         "Two network namespaces with their own hostnames joined by a veth pair; one `torchrun` "
         "per machine (`--nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-conf "
         f"{res['rdzv_conf']}`), `shoal train --engine minibatch --dist-timeout "
-        f"{a.dist_timeout}` on a 50k-node DCSBM store in 2 parts, each machine with "
+        f"{res['dist_timeout']}` on the synthetic graph `{res['graph']}` (`shoal data synth dcsbm "
+        f"{' '.join(common.synth_flags(res['synth']))}`) in 2 parts, each machine with "
         f"`net.ipv4.tcp_retries2={res['tcp_retries2']}`. The link is cut once rank 0 has "
         "finished epoch 2.",
-        "",
+        *([f"Skipped: {res['skipped']}."] if res.get("skipped") else []),
+    )
+    lines += [
         "| scenario | exit codes (a, b) | fault after | outage | ended after the fault (a, b) "
         "| test accuracy | processes at the end | what each machine printed |",
         "|---|---|---|---|---|---|---|---|",

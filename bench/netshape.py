@@ -17,6 +17,8 @@ Usage::
 
     python bench/netshape.py check --rate 1gbit     # set up, measure, tear down
     python bench/netshape.py cleanup                # remove leftovers of a killed run
+    python bench/netshape.py --smoke                # ip and tc found; as root, one shaped
+                                                    # namespace made and removed
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+
+import common
 
 __all__ = ["launch", "shaped", "throughput", "cleanup"]
 
@@ -38,6 +43,11 @@ PORT = 29617
 
 def _ip(i: int) -> str:
     return f"10.77.0.{i + 1}"
+
+
+def _exec(ns: str) -> list[str]:
+    """This Python, run in namespace ``ns``."""
+    return ["ip", "netns", "exec", ns, sys.executable]
 
 
 def _run(*cmd: str) -> None:
@@ -128,21 +138,9 @@ def launch(
     with shaped(n, rate, delay) as names:
         procs = []
         for i, ns in enumerate(names):
-            cmd = [
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                f"--nnodes={n}",
-                f"--node-rank={i}",
-                "--nproc-per-node=1",
-                f"--master-addr={_ip(0)}",
-                f"--master-port={PORT}",
-                *argv,
-            ]
+            cmd = [*_exec(ns), "-m", "torch.distributed.run", f"--nnodes={n}"]
+            cmd += [f"--node-rank={i}", "--nproc-per-node=1", f"--master-addr={_ip(0)}"]
+            cmd += [f"--master-port={PORT}", *argv]
             procs.append(
                 subprocess.Popen(
                     cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -193,40 +191,46 @@ def throughput(rate: str, delay: str | None = None, mb: int | None = None) -> fl
     """Bits per second a TCP stream from rank 1's namespace to rank 0's gets (about 2 s)."""
     mb = mb or max(_bits(rate) // 8 // 2**20 * 2, 16)
     with shaped(2, rate, delay) as (ns0, ns1):
-        sink = subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                ns0,
-                sys.executable,
-                "-c",
-                _SINK.format(addr=_ip(0), port=PORT),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        _run(
-            "ip",
-            "netns",
-            "exec",
-            ns1,
-            sys.executable,
-            "-c",
-            _SOURCE.format(addr=_ip(0), port=PORT, mb=mb),
-        )
+        cmd = [*_exec(ns0), "-c", _SINK.format(addr=_ip(0), port=PORT)]
+        sink = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        _run(*_exec(ns1), "-c", _SOURCE.format(addr=_ip(0), port=PORT, mb=mb))
         out, _ = sink.communicate(timeout=120)
     return float(out.strip())
 
 
+def smoke() -> None:
+    """``ip`` and ``tc`` are there; as root, one namespace is shaped, checked and removed."""
+    missing = [t for t in ("ip", "tc") if shutil.which(t) is None]
+    if missing:
+        sys.exit(f"bench/netshape.py: {', '.join(missing)} not found")
+    print(f"plan: {PREFIX}<i> namespaces at {_ip(0)}.. on bridge {BRIDGE}, tbf in both directions")
+    if os.geteuid() != 0:
+        print("not root: nothing shaped")
+        return
+    with shaped(1, "100mbit") as (ns,):
+        show = ["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "eth0"]
+        qdiscs = subprocess.run(show, capture_output=True, text=True).stdout
+        if "tbf" not in qdiscs:
+            sys.exit(f"bench/netshape.py: {ns}'s eth0 is not shaped:\n{qdiscs}")
+        print(f"{ns}: {' '.join(qdiscs.split())}")
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    if PREFIX in left:
+        sys.exit(f"bench/netshape.py: namespaces left after cleanup:\n{left}")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = common.bench_args(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
+    sub = ap.add_subparsers(dest="cmd")
     c = sub.add_parser("check", help="measure the shaped rate between two namespaces")
     c.add_argument("--rate", default="1gbit")
     c.add_argument("--delay", default=None)
     sub.add_parser("cleanup")
     args = ap.parse_args()
+    if args.smoke:
+        smoke()
+        return
+    if args.cmd is None:
+        ap.error("give check, cleanup or --smoke")
     if os.geteuid() != 0:
         sys.exit("bench/netshape.py needs root (network namespaces, tc)")
     if args.cmd == "cleanup":
