@@ -1,37 +1,32 @@
 """GraphSAGE on a GPU against the same machine's CPU cores (issue 35), run by ``bench/gpu.sh``.
 
-Every run is ``python -m shoal train`` in its own process, one after the other, with the
-default threads (all cores) for sampling, gathering and (on the CPU) the model.
+    python bench/gpu.py [--work DIR] [--out DIR] [--tests-xml FILE] [--epochs 3] [--rehearse]
+        [--skip RUNS] [--ooc-memory 2GiB]
+    python bench/gpu.py --render gpu.json --out DIR [--command CMD] [--note TEXT]
 
-In memory, the training-speed benchmark's workload (``bench/train.py``, issue 5): a synthetic
-DC-SBM graph of 200,000 nodes and 2,000,000 stored edges, 128-d features, 47 classes, 10%
-training nodes; GraphSAGE-mean, 3 layers, hidden 256, dropout 0.5, batch 1024, fanouts
-15,10,5, Adam lr 0.003:
+Every run is ``shoal train --graph G ... --device D --json`` in its own process, one after
+the other, with the default threads (all cores). Not ``common.train``: each run's stderr is
+kept for ``gpu.sh``'s log, a failed run is a row of the results, and one refused for a
+budget below the device's working set is retried at the floor it names plus 256 MiB
+(``memory_retry``).
 
-- ``cuda`` / ``cpu``: shoal's model;
-- ``cuda-pyg``: PyG's own ``torch_geometric.nn.models.GraphSAGE`` through ``--model-factory``
-  (called as ``model(x, edge_index)`` on shoal's blocks).
-
-Out of core, issue 33's workload: 2,000,000 nodes, 20,000,000 stored edges, 256-d features
-(2.05 GB), 16 classes, 2% training nodes; GraphSAGE 2 layers, hidden 128, fanouts 10,5, with
-``--memory 2GiB`` (the feature matrix is larger than the whole budget, process included):
-
-- ``cuda-ooc`` / ``cpu-ooc``; when a device's working set does not fit the budget (the CUDA
-  context's host memory counts), the run is repeated at the floor the error names plus
-  256 MiB, and the results say so (``memory_retry``).
+- In memory, ``common.GRAPHS["200k"]`` (the training-speed benchmark's graph, issue 5);
+  GraphSAGE-mean, 3 layers, hidden 256, dropout 0.5, batch 1024, fanouts 15,10,5, Adam lr
+  0.003: ``cuda`` / ``cpu`` (shoal's model), ``cuda-pyg`` (PyG's
+  ``torch_geometric.nn.models.GraphSAGE`` through ``--model-factory``, called as
+  ``model(x, edge_index)`` on shoal's blocks).
+- Out of core, ``common.GRAPHS["2m"]`` (issue 33's graph, 2.05 GB of features); GraphSAGE 2
+  layers, hidden 128, fanouts 10,5, ``--memory 2GiB`` (below the feature matrix, process
+  included): ``cuda-ooc`` / ``cpu-ooc``.
 
 The share of an epoch the GPU waits for batches is ``1 - forward_backward / epoch``: the step
-(forward, loss, backward, optimizer, and the wait for the batch's host-to-device copy, which
-the compute stream waits on) against the whole epoch, the rest being the host's sampling and
-gathering that the read-ahead did not hide.
-
-Usage (on the GPU machine, through ``bench/gpu.sh``; ``--rehearse`` runs the same steps with
-``--device cpu`` everywhere and a smaller graph, to check the script on a machine without a
-GPU)::
-
-    python bench/gpu.py --work DIR --out DIR [--tests-xml FILE] [--epochs 3] [--rehearse]
-
-Writes ``gpu.json`` and ``gpu.md`` into ``--out`` (copied to ``bench/results/`` afterwards).
+(forward, loss, backward, optimizer, and the wait for the batch's host-to-device copy) against
+the whole epoch, the rest being the host's sampling and gathering that the read-ahead did not
+hide. ``--rehearse``: ``--device cpu`` everywhere on the smoke graph, to check the script
+without a GPU (``REHEARSE=1 bash bench/gpu.sh`` adds ``--ooc-memory 256MiB``, below any
+process's working set: the retry); ``--smoke``: the same, one epoch, ``cuda-pyg`` and
+``cpu-ooc`` only. Writes ``gpu.json`` and ``gpu.md`` into ``--out`` (default
+``bench/results``; with ``--smoke``, WORK/smoke).
 """
 
 from __future__ import annotations
@@ -42,48 +37,42 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 from common import (
+    GRAPHS,
     ROOT,
     SHOAL,
+    WORK,
+    bench_args,
     command_line,
+    header,
     machine,
-    machine_line,
     parse_size,
-    write_json,
-    write_text_atomic,
+    shoal,
+    synth_graph,
+    write_results,
 )
 
-FANOUTS = "15,10,5"
 PYG_FACTORY = "tests.loader.factories:pyg_sage"
 #: the in-memory workload's model (bench/train.py's, issue 5)
-MODEL = ["--model", "sage", "--fanouts", FANOUTS, "--hidden", "256", "--batch-size", "1024"]
+MODEL = ["--model", "sage", "--fanouts", "15,10,5", "--hidden", "256", "--batch-size", "1024"]
 MODEL += ["--dropout", "0.5", "--lr", "0.003"]
-#: the out-of-core workload's model (issue 33's: `shoal train --fanouts 10,5 --hidden 128`)
+#: the out-of-core workload's model (issue 33's)
 OOC_MODEL = ["--model", "sage", "--fanouts", "10,5", "--hidden", "128"]
-#: the out-of-core budget: below the 2.05 GB feature matrix, the process included
 OOC_MEMORY = "2GiB"
-SMALL = (200_000, 1_000_000)  # nodes, undirected edges (stored both ways)
-BIG = (2_000_000, 10_000_000)
-SPLITS = ["--train-frac", "0.1", "--val-frac", "0.1"]
 
 
-def make_graph(path: Path, nodes: int, edges: int, shape: list[str]) -> float:
-    """The synthetic graph (seconds it took; 0 when it was there); ``shape``: features,
-    classes and splits as ``shoal data synth`` flags."""
-    if (path / "meta.json").exists():
-        return 0.0
-    t0 = time.perf_counter()
-    synth = [*SHOAL, "data", "synth", "dcsbm", "--nodes", str(nodes), "--edges", str(edges)]
-    synth += shape
-    subprocess.run([*synth, "--seed", "0", "--out", str(path)], check=True)
-    subprocess.run([*SHOAL, "data", "csr", str(path)], check=True)
-    return time.perf_counter() - t0
+def graph(name: str, work: Path | None) -> Path:
+    """``common.synth_graph(name)`` under ``work`` (None: WORK) with its CSR built, outside
+    the runs."""
+    g = synth_graph(name, work=work)
+    if not (g / "csr_in").exists():
+        shoal("data", "csr", g)
+    return g
 
 
 def train(graph: Path, work: Path, name: str, device: str, epochs: int, extra: list[str]) -> dict:
@@ -94,16 +83,15 @@ def train(graph: Path, work: Path, name: str, device: str, epochs: int, extra: l
     cmd = [*SHOAL, "train", "--graph", str(graph)]
     cmd += ["--epochs", str(epochs), "--eval-every", str(epochs), "--seed", "0"]
     cmd += ["--device", device, "--no-progress", "--json", str(out), *extra]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])  # tests.loader
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
-    wall = time.perf_counter() - t0
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
+        timeout=900,
+    )  # fmt: skip
     (work / f"{name}.stderr").write_text(p.stderr)
-    res: dict[str, Any] = {"name": name, "device": device, "extra": extra, "wall_seconds": wall}
-    res["returncode"] = p.returncode
+    res: dict[str, Any] = {"name": name, "device": device, "extra": extra}
+    res |= {"wall_seconds": time.perf_counter() - t0, "returncode": p.returncode}
     if p.returncode != 0 or not out.exists():
         res["error"] = p.stderr[-3000:]
         print(f"[gpu] {name} FAILED ({p.returncode})\n{p.stderr[-3000:]}", flush=True)
@@ -138,11 +126,9 @@ def summary(res: dict) -> dict[str, Any]:
         "split": split,
         "eval_seconds": run.get("eval_seconds"),
         "test_accuracy": run.get("test_accuracy"),
-        "val_accuracy": run.get("val_accuracy"),
         "bytes_read": statistics.median(i.get("bytes_read", 0) for i in io) if io else 0,
         "unique_bytes": statistics.median(i.get("unique_bytes", 0) or 0 for i in io) if io else 0,
         "peak_rss_bytes": run.get("peak_rss_bytes"),
-        "batches": run.get("batches_per_epoch"),
     }
 
 
@@ -199,20 +185,19 @@ def io_cell(x: dict) -> str:
 def markdown(res: dict) -> str:
     info, runs = res["device"], {r["name"]: r for r in res["runs"]}
     s = {k: summary(r) for k, r in runs.items()}
-    gpu = info.get("gpu") or "no GPU (rehearsal)"
-    lines = [
-        "# GraphSAGE on a GPU against the same machine's CPU cores (issue 35)",
-        "",
-        f"Command: `{res['command']}`  ",
-        f"Machine: {machine_line(res['machine'])}  ",
+    gpu = info.get("gpu") or "no GPU (a rehearsal on the CPU)"
+    in_memory = bool({"cuda", "cpu", "cuda-pyg"} & runs.keys())
+    lines = header(
+        "GraphSAGE on a GPU against the same machine's CPU cores (issue 35)",
+        res,
         f"Device: **{gpu}** ({info.get('nvidia_smi') or ''}); torch {info['torch']}, "
         f"CUDA {info.get('cuda')}",
-        "",
-        f"Workload: {res['workload']}. {res['epochs']} epochs per run; medians over the epochs "
-        "after the first. Wait = the share of an epoch outside the training step "
-        "(1 - forward/backward ÷ epoch): the GPU idles while the host samples and gathers "
-        "what the read-ahead did not hide.",
-        "",
+        (f"Workload: {res['workload']}. " if in_memory else "")
+        + f"{res['epochs']} epochs per run; medians over the epochs after the first. Wait = "
+        "the share of an epoch outside the training step (1 - forward/backward ÷ epoch): the "
+        "GPU idles while the host samples and gathers what the read-ahead did not hide.",
+    )
+    lines += [
         "| run | device | epoch (s) | first epoch (s) | step (s) | GPU waits | sampling (s) "
         "| gather (s) | evaluation (s) | test acc. | feature bytes read / epoch | peak RSS (MiB) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -229,8 +214,7 @@ def markdown(res: dict) -> str:
             f"{x['first_epoch_seconds']:.2f} | {x['step_seconds']:.2f} | {wait} | "
             f"{x['split']['sampling']:.2f} | {x['split']['gather']:.2f} | "
             f"{_fmt(x['eval_seconds'], '.1f')} | {_fmt(x['test_accuracy'], '.4f')} | "
-            f"{io_cell(x)} | "
-            f"{_fmt(rss / 2**20 if rss else None, '.0f')} |"
+            f"{io_cell(x)} | {_fmt(rss / 2**20 if rss else None, '.0f')} |"
         )
     lines += ["", "## Ratios (same machine, same run of this script)", ""]
 
@@ -267,31 +251,32 @@ def markdown(res: dict) -> str:
     if res.get("notes"):
         lines += ["", "## Notes", "", *(f"- {n}" for n in res["notes"])]
     tests = res.get("cuda_tests") or []
-    counts = {o: sum(t["outcome"] == o for t in tests) for o in ("passed", "failed", "skipped")}
-    lines += [
-        "",
-        f"## CUDA tests ({counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['skipped']} skipped)",
-        "",
-        f"Command: `{res.get('tests_command', '')}`; summary: {res.get('tests_summary', '')}",
-        "",
-        "| test | outcome | seconds |",
-        "|---|---|---|",
-        *(f"| `{t['test']}` | {t['outcome']} | {t['seconds']} |" for t in tests),
-        "",
-    ]
+    if res.get("tests_command"):
+        counts = {o: sum(t["outcome"] == o for t in tests) for o in ("passed", "failed", "skipped")}
+        lines += [
+            "",
+            f"## CUDA tests ({counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['skipped']} skipped)",
+            "",
+            f"Command: `{res['tests_command']}`; summary: {res.get('tests_summary', '')}",
+            "",
+            "| test | outcome | seconds |",
+            "|---|---|---|",
+            *(f"| `{t['test']}` | {t['outcome']} | {t['seconds']} |" for t in tests),
+        ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--work", type=Path, help="scratch directory (graph, runs)")
-    ap.add_argument("--out", type=Path, required=True, help="where gpu.json and gpu.md go")
+    bench_args(ap)
+    ap.add_argument("--work", type=Path, default=WORK / "gpu", help="scratch (graphs, runs)")
+    ap.add_argument("--out", type=Path, help="where gpu.json and gpu.md go")
     ap.add_argument("--tests-xml", type=Path, help="pytest --junitxml of the CUDA tests")
     ap.add_argument("--tests-summary", default="", help="pytest's last line")
     ap.add_argument("--tests-command", default="", help="the pytest command that ran")
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--rehearse", action="store_true", help="cpu everywhere, a small graph")
+    ap.add_argument("--rehearse", action="store_true", help="cpu everywhere, the smoke graph")
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out")
     ap.add_argument("--ooc-memory", default=OOC_MEMORY, help=f"default {OOC_MEMORY}")
     ap.add_argument(
@@ -308,46 +293,43 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--note", action="append", default=[], help="with --render: a line to add")
     args = ap.parse_args(argv)
+    out = args.out or (WORK / "smoke" if args.smoke else ROOT / "bench" / "results")
     if args.render:
         res = json.loads(args.render.read_text())
         if args.command:
             res["command"] = args.command
         res["notes"] = [*res.get("notes", []), *args.note]
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_json(args.out / "gpu.json", res)
-        write_text_atomic(args.out / "gpu.md", markdown(res))
+        write_results(out / "gpu", res, markdown)
         return 0
-    if args.work is None:
-        ap.error("--work is required (except with --render)")
+    if args.smoke:
+        args.rehearse, args.epochs, args.skip = True, 1, "cuda,cpu,cuda-ooc"
     args.work.mkdir(parents=True, exist_ok=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    small, big = ((20_000, 200_000), (200_000, 1_000_000)) if args.rehearse else (SMALL, BIG)
-    graph = args.work / f"synth-{small[0] // 1000}k"
-    t_small = make_graph(graph, *small, ["--features", "128", "--classes", "47"] + SPLITS)
+    small, big = ("smoke", "smoke") if args.rehearse else ("200k", "2m")
+    gwork = None if args.smoke else args.work  # smoke: the smoke graph every script shares
+    g = graph(small, gwork)
     gpu = "cpu" if args.rehearse else "cuda"
     skip = set(filter(None, args.skip.split(",")))
+    spec, ooc_spec = GRAPHS[small], GRAPHS[big]
     res: dict[str, Any] = {
         "command": args.command or command_line("gpu.py", argv),
         "machine": machine(),
         "device": device_info(),
-        "workload": f"synthetic DC-SBM graph, {small[0]:,} nodes, {small[1] * 2:,} stored "
-        "edges, 128-d features, 47 classes, 10% training nodes; GraphSAGE-mean 3 layers, "
-        f"hidden 256, dropout 0.5, batch 1024, fanouts {FANOUTS}, Adam lr 0.003",
-        "ooc_workload": f"synthetic DC-SBM graph, {big[0]:,} nodes, {big[1] * 2:,} stored "
-        "edges, 256-d features, 16 classes, 2% training and 0.5% validation nodes (issue 33's);"
-        f" GraphSAGE-mean 2 layers, hidden 128, fanouts 10,5, `--memory {args.ooc_memory}`",
+        "workload": f"synthetic DC-SBM graph, {spec['nodes']:,} nodes, {spec['edges'] * 2:,} "
+        f"stored edges, {spec['features']}-d features, {spec['classes']} classes, "
+        f"{spec.get('train-frac', 0.1):.0%} training nodes; GraphSAGE-mean 3 layers, hidden 256, "
+        "dropout 0.5, batch 1024, fanouts 15,10,5, Adam lr 0.003",
+        "ooc_workload": f"synthetic DC-SBM graph, {ooc_spec['nodes']:,} nodes, "
+        f"{ooc_spec['edges'] * 2:,} stored edges, {ooc_spec['features']}-d features, "
+        f"{ooc_spec['classes']} classes, {ooc_spec.get('train-frac', 0.1):.0%} training and "
+        f"{ooc_spec.get('val-frac', 0.1):.1%} validation nodes; GraphSAGE-mean 2 layers, hidden "
+        f"128, fanouts 10,5, `--memory {args.ooc_memory}`",
         "epochs": args.epochs,
         "ooc_memory": args.ooc_memory,
-        "graph_seconds": t_small,
         "runs": [],
         "cuda_tests": cuda_tests(args.tests_xml),
         "tests_summary": args.tests_summary,
         "tests_command": args.tests_command,
     }
-
-    def save() -> None:
-        write_json(args.out / "gpu.json", res)
-        write_text_atomic(args.out / "gpu.md", markdown(res))
 
     def run(name: str, g: Path, dev: str, extra: list[str]) -> None:
         if name in skip:
@@ -361,25 +343,22 @@ def main(argv: list[str] | None = None) -> int:
             r = train(g, args.work, name, dev, args.epochs, [*extra[:i], retry, *extra[i + 1 :]])
             r["memory_retry"] = {"asked": extra[i], "floor": floor.group(1), "used": retry}
         res["runs"].append(r)
-        save()
+        write_results(out / "gpu", res, markdown)
 
-    save()
-    run("cuda", graph, gpu, MODEL)
-    run("cpu", graph, "cpu", MODEL)
-    run("cuda-pyg", graph, gpu, [*MODEL, "--model-factory", PYG_FACTORY])
+    write_results(out / "gpu", res, markdown)
+    run("cuda", g, gpu, MODEL)
+    run("cpu", g, "cpu", MODEL)
+    run("cuda-pyg", g, gpu, [*MODEL, "--model-factory", PYG_FACTORY])
     if not {"cuda-ooc", "cpu-ooc"} <= skip:
-        ooc = args.work / f"synth-{big[0] // 1000}k-256"
-        shape = ["--features", "256", "--classes", "16", "--train-frac", "0.02"]
-        res["ooc_graph_seconds"] = make_graph(ooc, *big, [*shape, "--val-frac", "0.005"])
+        ooc = graph(big, gwork)
         res["feature_bytes"] = (ooc / "features.npy").stat().st_size
         mem = ["--memory", args.ooc_memory, "--scratch-dir", str(args.work / "scratch")]
         run("cuda-ooc", ooc, gpu, [*OOC_MODEL, *mem])
         run("cpu-ooc", ooc, "cpu", [*OOC_MODEL, *mem])
-    save()
-    print((args.out / "gpu.md").read_text())
+    write_results(out / "gpu", res, markdown)
+    print((out / "gpu.md").read_text())
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     raise SystemExit(main())

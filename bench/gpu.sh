@@ -11,14 +11,19 @@
 #
 # Usage (repository root):  OUT=DIR bash bench/gpu.sh
 # Rehearsal without a GPU:  REHEARSE=1 PYTHON=.venv/bin/python OUT=DIR bash bench/gpu.sh
+# Smoke test (tests/bench):  bash bench/gpu.sh --smoke  (no install, no tests: bench/gpu.py
+#   --smoke on the CPU, results in $SHOAL_BENCH_WORK/smoke/gpu.md)
 # Scratch data (graphs, pack files) go to $GPU_WORK (default bench/work/gpu, on disk: the
 # out-of-core run reads with direct I/O, which a RAM-backed /tmp does not take).
 set -uo pipefail
 PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if [ "${1:-}" = "--smoke" ]; then
+    exec $PY bench/gpu.py --smoke --command "bash bench/gpu.sh --smoke"
+fi
 OUT=${OUT:-bench/work/gpu-out}
 WORK=${GPU_WORK:-bench/work/gpu}
 mkdir -p "$OUT" "$WORK"
-export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NUMBA_CACHE_DIR="$PWD/$WORK/numba"  # compiled once, shared by every process
 t0=$(date +%s)
 
@@ -48,7 +53,7 @@ SUMMARY=$(grep -E "passed|failed" "$OUT/tests.log" | tail -1)
 echo "tests done after $(($(date +%s) - t0)) s: $SUMMARY"
 
 BENCH=(--work "$WORK" --out "$OUT" --tests-xml "$OUT/tests.xml")
-[ -n "${REHEARSE:-}" ] && BENCH+=(--rehearse --epochs 2)
+[ -n "${REHEARSE:-}" ] && BENCH+=(--rehearse --epochs 2 --ooc-memory 256MiB) # 256MiB: the retry
 timeout 340 $PY bench/gpu.py "${BENCH[@]}" --command "bash bench/gpu.sh" --tests-summary "$SUMMARY" \
     --tests-command "$TEST_CMD" ${GPU_BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
 for f in "$WORK"/*.stderr; do echo "== $f"; tail -c 20000 "$f"; done >"$OUT/runs.log" 2>&1
