@@ -1023,7 +1023,9 @@ def graph_list(graph_set: str, orders: list[str]) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace, prefix: Path) -> None:
-    data = common.load_json(prefix.with_suffix(".json"), {"meta": {}, "runs": []})
+    data = {"meta": {}, "runs": []}
+    if not args.smoke:
+        data = common.load_json(prefix.with_suffix(".json"), data)
     meta = data["meta"]
     parts_list = args.parts or [4, 8, 16]
     command = common.command_line("grem_reference.py")

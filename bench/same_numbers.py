@@ -4,7 +4,8 @@ trained by two commits of shoal on the same data with the same seeds, compared n
 Each side runs from its own source tree (``PYTHONPATH=<tree>/src``, the same interpreter and
 packages): the base commit in a git worktree under ``WORK/same_numbers/base``, the other side
 this checkout. Both run the same command lines, one thread each (``OMP_NUM_THREADS=1
---threads 1``):
+--threads 1``), the training runs of the two sides at the same time, the demo one side after
+the other:
 
 - ``demo``: ``shoal demo``, the single-process trainer and the five engines on Cora (4 parts,
   2 processes; its run JSONs);
@@ -30,6 +31,7 @@ import json
 import math
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -81,18 +83,18 @@ def the_runs(only: set[str], cap: int, full: set[str], out: Path) -> dict[str, l
     return runs
 
 
-def run_side(side: Path, out: Path, runs: dict[str, list[Any]], only: set[str]) -> dict[str, Path]:
-    """Every run on one side; returns run name -> its JSON."""
+def run_side(side: Path, out: Path, runs: dict[str, list[Any]]) -> dict[str, Path]:
+    """The training runs on one side; returns run name -> its JSON."""
     out.mkdir(parents=True, exist_ok=True)
-    files = {}
     for key, args in runs.items():
         _run(side, [*args, "--json", out / f"{key}.json"], out / "log.txt")
-        files[key] = out / f"{key}.json"
-    if "demo" in only:
-        _run(side, ["demo", "--workdir", out / "demo"], out / "log.txt")
-        for p in sorted((out / "demo" / "runs").glob("*.json")):
-            files[f"demo/{p.stem}"] = p
-    return files
+    return {key: out / f"{key}.json" for key in runs}
+
+
+def run_demo(side: Path, out: Path) -> dict[str, Path]:
+    """``shoal demo`` on one side; returns ``demo/<run>`` -> its JSON."""
+    _run(side, ["demo", "--workdir", out / "demo"], out / "log.txt")
+    return {f"demo/{p.stem}": p for p in sorted((out / "demo" / "runs").glob("*.json"))}
 
 
 def _diff(a: Any, b: Any) -> float:
@@ -188,8 +190,15 @@ def main() -> int:
     base = out / "base"
     _git("worktree", "add", "--force", "--detach", str(base), args.base)
     try:
-        a = run_side(base, out / "base-runs", runs, only)
-        b = run_side(ROOT, out / "head-runs", runs, only)
+        # the training runs of both sides at the same time (one thread each; timings are not
+        # compared), the demo's 2-process engines one side after the other
+        with ThreadPoolExecutor(2) as pool:
+            ta = pool.submit(run_side, base, out / "base-runs", runs)
+            b = run_side(ROOT, out / "head-runs", runs)
+            a = ta.result()
+        if "demo" in only:
+            a.update(run_demo(base, out / "base-runs"))
+            b.update(run_demo(ROOT, out / "head-runs"))
     finally:
         _git("worktree", "remove", "--force", str(base))
     res = common.new_results(
