@@ -155,7 +155,8 @@ def render(res: dict) -> str:
         target = RUNS[key][2] if key in RUNS else "-"
         old = {r["commit"] for r in rows if r.get("commit")}
         lines.append(
-            f"| {key}{' †' if old else ''} | {statistics.mean(t):.3f} ± {sd:.3f} | {statistics.mean(v):.3f} | "
+            f"| {key}{' †' if old else ''} | {statistics.mean(t):.3f} ± {sd:.3f} | "
+            f"{statistics.mean(v):.3f} | "
             f"{','.join(str(r['seed']) for r in rows)} | {target} | {hp} |"
         )
     lines += [

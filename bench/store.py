@@ -201,7 +201,8 @@ def render(res: dict) -> str:
     L += ["", "| step | wall s | peak RSS MB |", "|---|---:|---:|"]
     if d and "wall_s" in d:
         L += [
-            f"| DGL: load + `partition_graph` (METIS), total process | {d['wall_s']:.1f} | {d['peak_rss_mb']:.0f} |",
+            f"| DGL: load + `partition_graph` (METIS), total process | {d['wall_s']:.1f} | "
+            f"{d['peak_rss_mb']:.0f} |",
             f"| &nbsp;&nbsp;of which `partition_graph` | {d['partition_graph_s']:.1f} | |",
         ]
     if sh:

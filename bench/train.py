@@ -189,7 +189,8 @@ def render(res: dict) -> str:
         )
     lines = common.header("Training speed: shoal vs DGL 2.1.0 (single process)", res, *paras)
     lines += [
-        "| system | epoch (s) | sampling (s) | gather (s) | forward/backward (s) | peak RSS (MiB) |",
+        "| system | epoch (s) | sampling (s) | gather (s) | forward/backward (s) | "
+        "peak RSS (MiB) |",
         "|---|---|---|---|---|---|",
     ]
     for name in ("shoal", "dgl"):
