@@ -1,46 +1,47 @@
-"""``disagg`` engine benchmark (issues 14, 37): scaling of batch workers, bytes, speed,
-accuracy, high-degree replication, parallel replicas, swapped-out parts.
+"""``disagg`` engine benchmark (issues 14, 37): batch workers feeding compute workers (Armada):
+scaling, bytes, speed, accuracy, high-degree replication, parallel replicas, swapped-out parts.
 
-Parts (processes of 1 thread each under torch.distributed.run; stores: SPRING, 6 parts, so 1,
-2 or 3 batch workers hold equal shares):
+Every run is ``shoal train --store S --engine disagg --threads 1`` naming every disagg option
+(:data:`OPTIONS`, a part varies some). Timing parts: 3-layer GraphSAGE 15,10,5, batch 1024
+(sampling and feature loading dominate, as in Armada's Figure 1) on ``common.GRAPHS`` ``200k``
+(and ``1m``), SPRING stores without halo features; a run trains one epoch more than it times
+(the first left out). With ``--cpu`` each rank is its own ``torchrun -m shoal train`` node in a
+cgroup-v1 cpu group with that CFS quota (emulating one machine per rank; root), else
+``common.train`` with ``--nproc``.
 
-``scaling``: the 200k-node synthetic graph of ``bench/distributed.py speed`` and a 1M-node one,
-3-layer GraphSAGE (fanouts 15,10,5, hidden 64, batch 1024: sampling and feature loading
-dominate, as in the paper's Figure 1), one compute worker and 1, 2, 3 batch workers:
-iterations per second (the paper's Figure 8).
+``scaling``: one compute worker and 1, 2, 3 batch workers on a 6-part store (equal shares):
+seeds and iterations per second (Armada's Figure 8).
 
-``bytes``: the 200k-node graph, one compute worker with ``G = 2`` replicas and one batch
-worker: bytes per epoch with and without grouping, with compute-worker caches of 0, 5% and 20%
-of the nodes (hit rate, bytes saved).
+``bytes``: one batch worker, one compute worker with G = 2 replicas: batch bytes per epoch with
+and without grouping, compute-worker caches of 0, 5% and 20% of the nodes (hit rate).
 
-``speed``: epoch time of ``disagg`` against ``minibatch`` at the same process count (2 and 3),
-back to back, on the 200k-node graph.
+``speed``: disagg against minibatch at the same process count (2 and 3), one after the other.
 
-``accuracy``: Cora, Amazon-Photo and Coauthor-Physics (the hyper-parameters of
-``bench/hec.py``: batches of 16 seeds), 2 parts, 3 processes (2 batch workers, 1 compute
-worker), 10 seeds, against the single-process trainer; ``--local-sampling`` next to it.
+``accuracy``: Cora, Amazon-Photo and Coauthor-Physics with ``bench/hec.py``'s hyper-parameters
+(batches of 16 seeds), 2 parts, 2 batch workers and 1 compute worker, 10 seeds, against the
+single-process trainer (whose runs in hec.json beside these results are reused when their
+hyper-parameters match); ``--local-sampling`` beside it (3 seeds). Resumable.
 
-Issue 37's parts use the 200k-node graph's 2-part store (that of ``bench/distributed.py``).
+``replication``: 2 batch workers (one part each), 1 compute worker, ``--replicate-top`` 0 (off),
+0.1%, 1%, 5%: sampling and pull bytes between batch workers, epoch time, last loss; then Cora's
+test accuracy without and with 1% (3 seeds).
 
-``replication`` (issue 37): 2 batch workers (one part each) and 1 compute worker,
-``--replicate-top`` 0 (off, the ablation), 0.1%, 1%, 5%: bytes of sampling requests and of
-row pulls between batch workers, epoch time, the last epoch's training loss and accuracy;
-then Cora's test accuracy (2 batch workers, 1 compute worker, 3 seeds) without and with 1%.
+``replicas``: 1 batch worker, 1 compute worker with G = 2 and 4 replicas (hidden 256),
+``--replica-exec`` sequential and threads.
 
-``replicas`` (issue 37): 1 batch worker and 1 compute worker with ``G`` = 2 and 4 replicas
-(hidden 256, so the replicas' compute matters), ``--replica-exec`` sequential and threads.
-
-``swapped`` (issue 37): 1 batch worker holding one of its 2 parts at a time
-(``--resident-parts 1``):
-swapped-out parts sampled from the store (``read``) against no neighbours (``skip``, the
-paper's footnote 1).
+``swapped``: 1 batch worker holding one of its 2 parts at a time (``--resident-parts 1``):
+swapped-out parts sampled from the store (``read``) against none (``skip``, the paper's
+footnote 1).
 
 Usage::
 
-    python bench/disagg.py scaling | bytes | speed | accuracy | replication | replicas |
-        swapped | report
+    python bench/disagg.py scaling [--graphs 200k,1m] [--cpu 0.2 --compute-cpu 1.0] ...
+    python bench/disagg.py bytes | speed | accuracy | replication | replicas | swapped
+    python bench/disagg.py report      # render the markdown from the JSON again
+    python bench/disagg.py --smoke     # every part on Cora: one 2-process run in all
 
-Results: bench/results/disagg.json and bench/results/disagg.md.
+Results: bench/results/disagg.json and .md; each section names its rows' commands, commit and
+machine.
 """
 
 from __future__ import annotations
@@ -49,387 +50,334 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
-import time
 from pathlib import Path
 
-import distributed as dbench  # bench/distributed.py: data preparation, helpers
 from common import (
     PY,
-    RESULTS,
     WORK,
+    bench_args,
+    dataset_graph,
+    dataset_store,
+    epoch_summary,
+    header,
+    hp_flags,
     load_json,
-    record_command,
-    sh,
-    shoal,
-    write_json,
-    write_text_atomic,
+    out_prefix,
+    partitioned_store,
+    provenance,
+    single,
+    stamp,
+    synth_graph,
+    train,
+    write_results,
 )
+from hec import hparams
 
-#: name -> (nodes, edges, training fraction): 20,000 training nodes each (20 iterations)
-GRAPHS = {"synth-200k": (200_000, 1_000_000, 0.1), "synth-1m": (1_000_000, 5_000_000, 0.02)}
-PARTS = 6
-SPEED_CFG = dict(
+SCRIPT = "disagg.py"
+SPEED_HP = dict(
     model="sage",
-    fanouts=(15, 10, 5),
-    batch_size=1024,
+    fanouts="15,10,5",
     hidden=64,
     lr=0.003,
-    seed=0,
-    progress=False,
-    threads=1,
+    weight_decay=0.0,
+    dropout=0.5,
+    batch_size=1024,
+    normalize_features=False,
 )
+#: every disagg option a run names (a part varies some): flag -> value
+OPTIONS = {
+    "batch-workers": 1,
+    "replicas": 1,
+    "disagg-cache": "5%",
+    "replicate-top": "0",
+    "swapped-neighbours": "read",
+    "replica-exec": "sequential",
+}
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+#: --smoke: every part on Cora (2 parts, bench/hec.py's hyper-parameters, 2 epochs), 1 batch
+#: worker, the options' values above, so that all of them ask for the same 2-process run (made
+#: once: MEMO), besides one single-process run
+SMOKE = {
+    "scaling": dict(graphs="cora", batch_workers="1"),
+    "bytes": dict(replicas=1, groupings="grouped", caches="5%"),
+    "speed": dict(nproc="2", engines="disagg"),
+    "accuracy": dict(datasets="cora", seeds=1, local_seeds=0, batch_workers=1),
+    "replication": dict(tops="0", batch_workers=1, seeds=1, accuracy_tops="0"),
+    "replicas": dict(groups="1", exec="sequential", hidden=64),
+    "swapped": dict(modes="read", resident_parts=0),
+}
+#: --smoke only: runs by their command line, so that parts asking for the same run share it
+MEMO: dict[tuple[str, ...], dict] | None = None
 
 
-def load() -> dict:
-    return load_json(RESULTS / "disagg.json")
+def disagg_flags(**opts) -> list[str]:
+    """Every option of :data:`OPTIONS` (``opts`` by their Python names replacing some), and
+    ``grouping=False``, ``local_sampling=True``, ``resident_parts=K`` where given."""
+    o = {**OPTIONS, **{k.replace("_", "-"): v for k, v in opts.items()}}
+    flags = [f"--{k}={o[k]}" for k in OPTIONS]
+    flags += [] if o.get("grouping", True) else ["--no-grouping"]
+    flags += ["--local-sampling"] if o.get("local-sampling") else []
+    flags += [f"--resident-parts={o['resident-parts']}"] if o.get("resident-parts") else []
+    return flags
 
 
-def save(res: dict) -> None:
-    write_json(RESULTS / "disagg.json", res)
-    write_markdown(res)
+# ----------------------------------------------------------------------------- runs
+def launch(
+    store: Path, engine: str, nproc: int, hp: dict, seed: int, flags: list, quota: tuple = ()
+) -> dict:
+    """``shoal train`` of ``engine`` on ``nproc`` processes of one thread: the run's JSON
+    (``quota``: :func:`capped`'s)."""
+    args = ["--store", store, "--engine", engine, "--threads", 1, *hp_flags(hp, seed), *flags]
+    args = [str(a) for a in args]
+    key = (str(nproc), *args, str(quota))
+    if MEMO is not None and key in MEMO:
+        return MEMO[key]
+    out = WORK / "disagg" / "run.json"
+    if quota:
+        out.unlink(missing_ok=True)
+        capped([*args, "--json", str(out)], nproc, *quota)
+        run = json.loads(out.read_text())
+    else:
+        run = train(*args, "--nproc", nproc, out=out)
+    if MEMO is not None:
+        MEMO[key] = run
+    return run
 
 
-def synth(name: str, parts: int = PARTS) -> Path:
-    """The synthetic graph ``name`` and its ``parts``-part store (built once)."""
-    nodes, edges, frac = GRAPHS[name]
-    g = WORK / name
-    if not (g / "meta.json").exists():
-        shoal(
-            "data",
-            "synth",
-            "dcsbm",
-            "--nodes",
-            str(nodes),
-            "--edges",
-            str(edges),
-            "--out",
-            str(g),
-            "--classes",
-            "47",
-            "--features",
-            "128",
-            "--seed",
-            "0",
-            "--train-frac",
-            str(frac),
-        )
-    a, s = dbench.DWORK / f"{name}-spring{parts}", dbench.DWORK / f"{name}-store{parts}"
-    if not (a / "meta.json").exists():
-        shoal("partition", str(g), "--algo", "spring", "--parts", str(parts), "--out", str(a))
-    if not (s / "meta.json").exists():
-        shoal("store", "build", str(g), str(a), "--out", str(s))
-    return s
-
-
-CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1 cpu controller (this machine has it)
-
-
-def cap_cpu(fraction: float, rank: int) -> None:
-    """Move this process into its own cgroup-v1 cpu group with a CFS quota of ``fraction`` of
-    a core: emulates ranks on separate machines with that much CPU each, so that adding a
-    batch worker adds CPU instead of sharing this machine's two cores."""
-    g = CPU_CGROUP / f"shoal-bench-disagg-{rank}"
-    g.mkdir(exist_ok=True)
-    period = int((g / "cpu.cfs_period_us").read_text())
-    (g / "cpu.cfs_quota_us").write_text(str(int(fraction * period)))
-    (g / "cgroup.procs").write_text(str(os.getpid()))
-
-
-def remove_cpu_groups() -> None:
-    for g in CPU_CGROUP.glob("shoal-bench-disagg-*"):
-        try:
-            g.rmdir()
-        except OSError as e:  # still has a process: leave it, say so
-            print(f"could not remove {g}: {e}", file=sys.stderr)
-
-
-def worker(args: argparse.Namespace) -> None:
-    """One rank (started by torch.distributed.run): build the engine, time the epochs."""
-    rank = int(os.environ["RANK"])
-    compute = rank < int(os.environ["WORLD_SIZE"]) - json.loads(args.extra).get("batch_workers", 0)
-    cpu = args.compute_cpu if compute and args.compute_cpu else args.cpu
-    if cpu:
-        cap_cpu(cpu, rank)
-    from shoal.distributed import DistConfig, process_group
-    from shoal.engines import get_engine
-    from shoal.engines.config import read_config
-    from shoal.store import Store
-    from shoal.utils.threads import set_threads
-
-    set_threads(1)
-    # engine options (batch_workers, replicas, ...) by their flag names, as `shoal train`
-    opts = {**SPEED_CFG, "epochs": args.epochs, **json.loads(args.extra)}
-    tc = read_config({**opts, "engine": args.engine}, origin="bench/disagg.py")
-    with process_group(DistConfig(threads=1)) as ctx:
-        eng = get_engine(args.engine)(Store.open(args.store), tc, ctx)
-        recs = [eng.train_epoch(e) for e in range(args.epochs + 1)][1:]  # one warm-up epoch
-        split = {
-            k: statistics.median(r["time_split"][k] for r in recs) for k in recs[0]["time_split"]
-        }
-        Path(f"{args.out}.rank{ctx.rank}").write_text(json.dumps(split))
-        if ctx.is_rank0:
-            secs = [r["seconds"] for r in recs]
-            med = sorted(range(len(secs)), key=secs.__getitem__)[len(secs) // 2]
-            Path(args.out).write_text(
-                json.dumps(
-                    {
-                        "engine": args.engine,
-                        "epoch_seconds": secs,
-                        "median_epoch_seconds": statistics.median(secs),
-                        "iterations": eng.num_batches,
-                        "time_split_rank0": recs[med]["time_split"],
-                        "comm": recs[med]["comm"],
-                        "disagg": recs[med].get("disagg"),
-                        "settings": eng.settings(),
-                        "last_loss": recs[-1].get("loss"),
-                        "last_train_accuracy": recs[-1].get("train_accuracy"),
-                    }
+def capped(args: list[str], nproc: int, cpu: float, compute_cpu: float, computing: int) -> None:
+    """Each rank a torchrun node of its own (``--nnodes N --node-rank i``, as on a cluster)
+    running ``-m shoal train ARGS`` in a cgroup-v1 cpu group with a CFS quota of ``cpu`` cores
+    (``compute_cpu`` for the ``computing`` first ranks, the compute workers): one machine of
+    that many cores per rank, so that a batch worker more adds CPU instead of sharing these."""
+    port, procs, groups = 29500 + os.getpid() % 500, [], []
+    try:
+        for i in range(nproc):
+            g = CPU_CGROUP / f"shoal-bench-disagg-{os.getpid()}-{i}"
+            g.mkdir()
+            groups.append(g)
+            quota = compute_cpu if compute_cpu and i < computing else cpu
+            period = int((g / "cpu.cfs_period_us").read_text())
+            (g / "cpu.cfs_quota_us").write_text(str(int(quota * period)))
+            node = [f"--nnodes={nproc}", f"--node-rank={i}", "--nproc-per-node=1"]
+            node += ["--master-addr=127.0.0.1", f"--master-port={port}"]
+            procs.append(
+                subprocess.Popen(
+                    [PY, "-m", "torch.distributed.run", *node, "-m", "shoal", "train", *args],
+                    preexec_fn=lambda g=g: (g / "cgroup.procs").write_text(str(os.getpid())),
+                    env={**os.environ, "OMP_NUM_THREADS": "1"},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
                 )
             )
-
-
-def run(
-    store: Path,
-    engine: str,
-    nproc: int,
-    extra: dict,
-    epochs: int,
-    cpu: float = 0.0,
-    compute_cpu: float = 0.0,
-) -> dict:
-    out = dbench.DWORK / "disagg-run.json"
-    for f in [out, *dbench.DWORK.glob("disagg-run.json.rank*")]:
-        f.unlink(missing_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    load_before = os.getloadavg()[0]
-    try:
-        sh(
-            [
-                PY,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                f"--nproc-per-node={nproc}",
-                str(Path(__file__).resolve()),
-                "worker",
-                "--store",
-                str(store),
-                "--engine",
-                engine,
-                "--epochs",
-                str(epochs),
-                "--extra",
-                json.dumps(extra),
-                "--out",
-                str(out),
-                "--cpu",
-                str(cpu),
-                "--compute-cpu",
-                str(compute_cpu),
-            ],
-            env=env,
-        )
+        logs = [p.communicate()[0] for p in procs]
+        bad = [i for i, p in enumerate(procs) if p.returncode]
+        if bad:
+            raise RuntimeError(f"ranks {bad} failed:\n" + "\n".join(logs[i][-3000:] for i in bad))
     finally:
-        if cpu:
-            remove_cpu_groups()
-    r = json.loads(out.read_text())
-    r["time_split_ranks"] = [json.loads(Path(f"{out}.rank{i}").read_text()) for i in range(nproc)]
-    r["load_before"] = load_before
-    r["cpu_per_process"] = cpu or None
-    r["cpu_compute_worker"] = compute_cpu or cpu or None
-    if r.get("iterations"):
-        r["iterations_per_second"] = r["iterations"] / r["median_epoch_seconds"]
-    return r
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for g in groups:
+            g.rmdir()
 
 
-def run_scaling(args: argparse.Namespace) -> None:
-    res = load()
-    part = " ".join(["scaling", *sys.argv[2:]])  # one entry per set of options
-    record_command(res, part, "disagg.py")
+def row(run: dict, hp: dict, parts: int, load_before: float) -> dict:
+    """A timed run's figures: its timed epochs, their median, the median epoch's split (rank
+    0), communication and disagg counters (summed over ranks), the engine's settings, the last
+    epoch's loss and training accuracy."""
+    hist = run["history"]
+    timed = hist[1:] or hist
+    mid = sorted(timed, key=lambda h: h["seconds"])[len(timed) // 2]
+    med = epoch_summary(run)["median_epoch_seconds"]
+    return {
+        "engine": run["engine"],
+        "hparams": hp,
+        "parts": parts,
+        "load_before": load_before,
+        "epoch_seconds": [h["seconds"] for h in timed],
+        "median_epoch_seconds": med,
+        "iterations": run["batches_per_epoch"],
+        "iterations_per_second": run["batches_per_epoch"] / med,
+        "time_split_rank0": mid["time_split"],
+        "comm": mid["comm"],
+        "disagg": mid.get("disagg"),
+        "settings": {k: v for k, v in run["config"].items() if not isinstance(v, dict)},
+        "last_loss": hist[-1]["loss"],
+        "last_train_accuracy": hist[-1]["train_accuracy"],
+    }
+
+
+def setup(args: argparse.Namespace, graph: str, parts: int, **hp) -> tuple[Path, dict, int]:
+    """(store, hyper-parameters, training nodes) of a timing part: ``graph`` (a GRAPHS name)
+    in ``parts`` SPRING parts and :data:`SPEED_HP` (``hp`` replacing some), ``--epochs`` + 1
+    epochs; under --smoke Cora's 2-part store and bench/hec.py's hyper-parameters."""
+    if args.smoke:
+        g, store = dataset_store("cora", 2)
+        hp = dict(hparams("cora", True), **hp)
+    else:
+        g = synth_graph(graph)
+        store = partitioned_store(g, parts, algo="spring", halo_features=False)
+        hp = dict(SPEED_HP, epochs=args.epochs + 1, **hp)
+    return store, hp, json.loads((g / "meta.json").read_text())["splits"]["train"]
+
+
+def timed(store: Path, hp: dict, nproc: int, flags: list, parts: int, engine="disagg", quota=()):
+    """A timing run's :func:`row`."""
+    load_before = os.getloadavg()[0]
+    return row(launch(store, engine, nproc, hp, 0, flags, quota), hp, parts, load_before)
+
+
+# ----------------------------------------------------------------------------- parts
+def run_scaling(args: argparse.Namespace, res: dict, save) -> None:
+    cpu = (
+        f"/cpu{args.cpu:g}" + (f"-{args.compute_cpu:g}" if args.compute_cpu else "")
+        if args.cpu
+        else ""
+    )
     sc = res.setdefault("scaling", {})
     for name in args.graphs.split(","):
-        store = synth(name)
-        for b in map(int, args.batch_workers.split(",")):
-            r = run(
-                store,
-                "disagg",
-                b + 1,
-                {"batch_workers": b, "hidden": args.hidden},
-                args.epochs,
-                args.cpu,
-                args.compute_cpu,
-            )
-            nodes, _, frac = GRAPHS[name]
+        store, hp, train_nodes = setup(args, name, 6, hidden=args.hidden)
+        stamp(res, f"scaling {name} h{args.hidden}{cpu}", SCRIPT, fresh=True)
+        for b in ints(args.batch_workers):
+            quota = (args.cpu, args.compute_cpu, 1) if args.cpu else ()
+            r = timed(store, hp, b + 1, disagg_flags(batch_workers=b), 6, quota=quota)
             r.update(
                 graph=name,
-                hidden=args.hidden,
                 batch_workers=b,
-                seeds_per_second=round(nodes * frac) / r["median_epoch_seconds"],
+                training_nodes=train_nodes,
+                cpu_per_process=args.cpu or None,
+                cpu_compute_worker=args.compute_cpu or args.cpu or None,
             )
-            cpu = f"/cpu{args.cpu:g}" if args.cpu else ""
-            cpu += f"-{args.compute_cpu:g}" if args.compute_cpu else ""
             sc[f"{name}/h{args.hidden}{cpu}/B{b}"] = r
             print(name, args.hidden, cpu, b, round(r["iterations_per_second"], 2), flush=True)
-            save(res)
+            save()
 
 
-def run_bytes(args: argparse.Namespace) -> None:
-    res = load()
-    record_command(res, "bytes", "disagg.py")
-    store = synth("synth-200k")
+def run_bytes(args: argparse.Namespace, res: dict, save) -> None:
+    stamp(res, "bytes", SCRIPT, fresh=True)
+    store, hp, _ = setup(args, "200k", 6)
     by = res["bytes"] = {}
-    for grouping in (True, False):
-        for cache in ("0", "5%", "20%"):
-            extra = {"batch_workers": 1, "replicas": 2, "grouping": grouping, "disagg_cache": cache}
-            r = run(store, "disagg", 2, extra, args.epochs)
-            by[f"{'grouped' if grouping else 'ungrouped'}/{cache}"] = r
+    for grouping in args.groupings.split(","):
+        for cache in args.caches.split(","):
+            flags = disagg_flags(
+                replicas=args.replicas, grouping=grouping == "grouped", disagg_cache=cache
+            )
+            r = by[f"{grouping}/{cache}"] = timed(store, hp, 2, flags, 6)
             print(grouping, cache, r["disagg"]["batch_bytes"], flush=True)
-            save(res)
+            save()
 
 
-def run_speed(args: argparse.Namespace) -> None:
-    res = load()
-    record_command(res, "speed", "disagg.py")
-    store = synth("synth-200k")
+def run_speed(args: argparse.Namespace, res: dict, save) -> None:
+    stamp(res, "speed", SCRIPT, fresh=True)
+    store, hp, _ = setup(args, "200k", 6)
     sp = res["speed"] = {}
-    for nproc in (2, 3):
-        for eng, extra in (("minibatch", {}), ("disagg", {"batch_workers": nproc - 1})):
-            sp[f"{eng}/{nproc}"] = run(store, eng, nproc, extra, args.epochs)
-            print(eng, nproc, sp[f"{eng}/{nproc}"]["median_epoch_seconds"], flush=True)
-            save(res)
+    for n in ints(args.nproc):
+        for eng in args.engines.split(","):
+            flags = disagg_flags(batch_workers=n - 1) if eng == "disagg" else []
+            r = sp[f"{eng}/{n}"] = timed(store, hp, n, flags, 6, engine=eng)
+            print(eng, n, r["median_epoch_seconds"], flush=True)
+            save()
 
 
-ACC = ("cora", "amazon_photo", "coauthor_physics")
-TOPS = ("0", "0.1%", "1%", "5%")
-
-
-def run_replication(args: argparse.Namespace) -> None:
-    """Armada Sec. 5's replicated high-degree nodes: bytes, time, loss; Cora's accuracy."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import hec as hbench
-
-    res = load()
-    record_command(res, "replication", "disagg.py")
-    store = synth("synth-200k", 2)
-    rp = res["replication"] = {"speed": {}, "accuracy": {}}
-    for top in args.tops.split(","):
-        extra = {"batch_workers": 2, "replicate_top": top}
-        r = run(store, "disagg", 3, extra, args.epochs)
-        rp["speed"][top] = r
-        print("replicate", top, r["median_epoch_seconds"], r["disagg"]["sample_bytes"], flush=True)
-        save(res)
-    for name in args.datasets.split(","):
-        hp = hbench.hparams(name)
-        _, s = dbench.prepare(name, 2)
-        runs = rp["accuracy"].setdefault(name, {})
-        for seed in range(args.seeds):
-            for top in ("0", "1%"):
-                flags = ["--batch-workers", "2", "--replicate-top", top]
-                runs[f"{top}/seed{seed}"] = _engine(s, hp, seed, flags)
-                print(name, top, seed, runs[f"{top}/seed{seed}"]["test_accuracy"], flush=True)
-                save(res)
-
-
-def run_replicas(args: argparse.Namespace) -> None:
-    """A compute worker's G replicas in threads against one after the other."""
-    res = load()
-    record_command(res, "replicas", "disagg.py")
-    store = synth("synth-200k", 2)
-    rs = res["replicas"] = {}
-    for g in map(int, args.groups.split(",")):
-        for mode in ("sequential", "threads"):
-            extra = {"batch_workers": 1, "replicas": g, "replica_exec": mode, "hidden": 256}
-            r = run(store, "disagg", 2, extra, args.epochs)
-            rs[f"G{g}/{mode}"] = r
-            print("replicas", g, mode, r["median_epoch_seconds"], r["last_loss"], flush=True)
-            save(res)
-
-
-def run_swapped(args: argparse.Namespace) -> None:
-    """Swapped-out parts sampled from the store against the paper's footnote 1 (none)."""
-    res = load()
-    record_command(res, "swapped", "disagg.py")
-    store = synth("synth-200k", 2)
-    sw = res["swapped"] = {}
-    for mode in ("read", "skip"):
-        extra = {"batch_workers": 1, "resident_parts": 1, "swapped_neighbours": mode}
-        r = run(store, "disagg", 2, extra, args.epochs)
-        sw[mode] = r
-        print("swapped", mode, r["median_epoch_seconds"], r["disagg"]["disk_sampled"], flush=True)
-        save(res)
-
-
-def run_accuracy(args: argparse.Namespace) -> None:
+def run_accuracy(args: argparse.Namespace, res: dict, save) -> None:
     """Resumable: runs already in the JSON are kept."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import hec as hbench
-
-    res = load()
-    record_command(res, "accuracy", "disagg.py")
     acc = res.setdefault("accuracy", {})
+    hec_res = load_json(args.prefix.with_name("hec.json"))
     for name in args.datasets.split(","):
-        hp = hbench.hparams(name)
-        entry = acc.setdefault(name, {"hparams": hp, "runs": {}})
-        g, store = dbench.prepare(name, 2)
-        hec_single = _hec_single(hbench.load(), name, hp)
+        hp = hparams(name, args.smoke)
+        entry = acc.setdefault(name, {"runs": {}})
+        entry.update(hparams=hp, batch_workers=args.batch_workers)
+        g, store = dataset_graph(name), dataset_store(name, 2)[1]
+        hec = hec_res.get("accuracy", {}).get(name, {})
+        reuse = hec.get("runs", {}) if hec.get("hparams") == hp else {}
         for seed in range(args.seeds):
             for kind in ("single", "disagg", "local"):
                 key = f"{kind}/seed{seed}"
                 if key in entry["runs"] or (kind == "local" and seed >= args.local_seeds):
                     continue
-                if kind == "single":
-                    r = hec_single.get(key) or dbench.single(g, hp, seed)
+                stamp(res, f"accuracy {name}", SCRIPT)
+                if kind == "single" and key in reuse:
+                    r = {
+                        "test_accuracy": reuse[key]["test_accuracy"],
+                        "from": "bench/hec.py accuracy",
+                    }
+                elif kind == "single":
+                    r = single(g, hp, seed, out=WORK / "disagg" / "single.json")
                 else:
-                    flags = ["--batch-workers", "2"] + (
-                        ["--local-sampling"] if kind == "local" else []
+                    flags = disagg_flags(
+                        batch_workers=args.batch_workers, local_sampling=kind == "local"
                     )
-                    r = _engine(store, hp, seed, flags)
+                    run = launch(store, "disagg", args.batch_workers + 1, hp, seed, flags)
+                    r = {
+                        "test_accuracy": run["test_accuracy"],
+                        "bytes_per_epoch": run["bytes_per_epoch"],
+                    }
                 entry["runs"][key] = r
                 print(name, key, r["test_accuracy"], flush=True)
-                save(res)
+                save()
 
 
-def _hec_single(hec_res: dict, name: str, hp: dict) -> dict:
-    """The single-process runs of ``bench/hec.py accuracy`` with the same hyper-parameters
-    (same trainer, same seeds: the same numbers), so the reference is not trained twice."""
-    entry = hec_res.get("accuracy", {}).get(name, {})
-    if entry.get("hparams") != hp:
-        return {}
-    return {
-        k: {"test_accuracy": r["test_accuracy"], "from": "bench/hec.py accuracy"}
-        for k, r in entry["runs"].items()
-        if k.startswith("single/")
-    }
+def run_replication(args: argparse.Namespace, res: dict, save) -> None:
+    """Armada Sec. 5's replicated high-degree nodes: bytes, time, loss; Cora's accuracy."""
+    stamp(res, "replication", SCRIPT, fresh=True)
+    store, hp, _ = setup(args, "200k", 2)
+    rp = res["replication"] = {"speed": {}, "accuracy": {}}
+    b = args.batch_workers
+    for top in args.tops.split(","):
+        r = rp["speed"][top] = timed(
+            store, hp, b + 1, disagg_flags(batch_workers=b, replicate_top=top), 2
+        )
+        print("replicate", top, r["median_epoch_seconds"], r["disagg"]["sample_bytes"], flush=True)
+        save()
+    for name in args.datasets.split(","):
+        hp = hparams(name, args.smoke)
+        store = dataset_store(name, 2)[1]
+        runs = rp["accuracy"].setdefault(name, {})
+        for seed in range(args.seeds):
+            for top in args.accuracy_tops.split(","):
+                flags = disagg_flags(batch_workers=b, replicate_top=top)
+                run = launch(store, "disagg", b + 1, hp, seed, flags)
+                runs[f"{top}/seed{seed}"] = {"test_accuracy": run["test_accuracy"]}
+                print(name, top, seed, run["test_accuracy"], flush=True)
+                save()
 
 
-def _engine(store: Path, hp: dict, seed: int, flags: list[str]) -> dict:
-    out = dbench.DWORK / f"disagg-acc-{store.name}-{seed}.json"
-    t = time.perf_counter()
-    sh(
-        [
-            PY,
-            "-m",
-            "shoal",
-            "train",
-            "--store",
-            str(store),
-            "--engine",
-            "disagg",
-            "--nproc",
-            "3",
-            *flags,
-            "--json",
-            str(out),
-            *dbench.hp_flags(hp, seed),
-        ]
-    )
-    d = json.loads(out.read_text())
-    return {
-        "test_accuracy": d["test_accuracy"],
-        "seconds": time.perf_counter() - t,
-        "bytes_per_epoch": d["bytes_per_epoch"],
-    }
+def run_replicas(args: argparse.Namespace, res: dict, save) -> None:
+    """A compute worker's G replicas in threads against one after the other."""
+    stamp(res, "replicas", SCRIPT, fresh=True)
+    store, hp, _ = setup(args, "200k", 2, hidden=args.hidden)
+    rs = res["replicas"] = {}
+    for g in ints(args.groups):
+        for mode in args.exec.split(","):
+            flags = disagg_flags(replicas=g, replica_exec=mode)
+            r = rs[f"G{g}/{mode}"] = timed(store, hp, 2, flags, 2)
+            print("replicas", g, mode, r["median_epoch_seconds"], r["last_loss"], flush=True)
+            save()
+
+
+def run_swapped(args: argparse.Namespace, res: dict, save) -> None:
+    """Swapped-out parts sampled from the store against the paper's footnote 1 (none)."""
+    stamp(res, "swapped", SCRIPT, fresh=True)
+    store, hp, _ = setup(args, "200k", 2)
+    sw = res["swapped"] = {}
+    for mode in args.modes.split(","):
+        flags = disagg_flags(resident_parts=args.resident_parts, swapped_neighbours=mode)
+        r = sw[mode] = timed(store, hp, 2, flags, 2)
+        print("swapped", mode, r["median_epoch_seconds"], r["disagg"]["disk_sampled"], flush=True)
+        save()
+
+
+# ----------------------------------------------------------------------------- report
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _mb(x: float) -> str:
+    return f"{x / 1e6:.1f}"
 
 
 def _mean(xs: list[float]) -> str:
@@ -439,35 +387,245 @@ def _mean(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.3f} ± {sd:.3f} ({len(xs)})"
 
 
-def _accs(entry: dict, kind: str) -> list[float]:
-    return [r["test_accuracy"] for k, r in entry["runs"].items() if k.startswith(kind + "/")]
+def _accs(runs: dict, kind: str) -> list[float]:
+    return [r["test_accuracy"] for k, r in runs.items() if k.startswith(kind + "/")]
 
 
-def _scaling_notes(sc: dict) -> list[str]:
+def setup_text(rows) -> str:
+    """The model and store of ``rows`` (each distinct one once)."""
+    said = []
+    for r in rows:
+        hp = r["hparams"]
+        t = f"{hp['model']} {hp['fanouts']}, batch {hp['batch_size']}, hidden {hp['hidden']}, "
+        t += f"{r['parts']}-part store"
+        if t not in said:
+            said.append(t)
+    return "; ".join(said)
+
+
+def _send_wait(r: dict) -> str:
+    """The batch workers' mean time blocked on a full queue (rows of the custom worker that
+    recorded every rank's split; shoal train's JSON holds rank 0's)."""
+    ws = [t["send_wait"] for t in r.get("time_split_ranks", []) if "send_wait" in t]
+    return f"{statistics.mean(ws):.2f}" if ws else "-"
+
+
+def scaling_md(res: dict) -> list[str]:
+    sc = res["scaling"]
+    parts = [k for k in res["parts"] if k.startswith("scaling ")]
+    lines = [
+        "## Throughput against batch workers (1 compute worker)",
+        "",
+        f"{setup_text(sc.values())}. 'CPU per process': a cgroup CFS quota per rank "
+        "(`--cpu`), emulating one machine per rank; '-': the ranks share this machine's cores. "
+        "Seeds/s: training nodes per second (per epoch: "
+        + ", ".join(sorted({f"{r['training_nodes']:,}" for r in sc.values()}))
+        + "); iterations grow with the batch workers, since each worker's parts end in a "
+        "partial batch. Rows: " + " ".join(provenance(res, p) for p in parts),
+        "",
+        "| graph | hidden | CPU per process | batch workers | processes | seeds/s "
+        "| iterations | iterations/s | epoch s | compute worker waiting for batches s "
+        "| assembling s | computing s | batch workers waiting to send s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, r in sc.items():
+        name, b = key.split("/")[0], int(key.rsplit("/B", 1)[1])
+        c = r.get("cpu_per_process")
+        cpu = f"{c:g} (compute {r.get('cpu_compute_worker') or c:g})" if c else "-"
+        ts = r["time_split_rank0"]
+        lines.append(
+            f"| {name} | {r['hparams']['hidden']} | {cpu} | {b} | {b + 1} | "
+            f"{r['training_nodes'] / r['median_epoch_seconds']:.0f} | {r['iterations']} | "
+            f"{r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
+            f"{ts.get('receive_wait', 0):.2f} | "
+            + (f"{ts['assemble']:.2f} | " if "assemble" in ts else "- | ")
+            + f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} | {_send_wait(r)} |"
+        )
+    return [*lines, ""]
+
+
+def bytes_md(res: dict) -> list[str]:
+    by = res["bytes"]
+    g = {r["settings"]["replicas"] for r in by.values()}
+    lines = [
+        "## Bytes per epoch: grouping and the compute-worker cache",
+        "",
+        f"{setup_text(by.values())}; 1 batch worker, 1 compute worker with G = "
+        f"{', '.join(map(str, sorted(g)))} replicas. Rows: {provenance(res, 'bytes')}",
+        "",
+        "| batches | cache | batch MB/epoch | rows sent | hit rate | update MB | epoch s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, r in by.items():
+        grouping, cache = key.split("/")
+        d = r["disagg"]
+        lines.append(
+            f"| {grouping} | {cache} | {d['batch_bytes'] / 1e6:.1f} | {int(d['rows_sent'])} | "
+            f"{d['hit_rate']:.2f} | {d['update_bytes'] / 1e6:.2f} | "
+            f"{r['median_epoch_seconds']:.2f} |"
+        )
+    return [*lines, ""]
+
+
+def speed_md(res: dict) -> list[str]:
+    sp = res["speed"]
+    lines = [
+        "## Epoch time against minibatch (same processes)",
+        "",
+        f"{setup_text(sp.values())}; disagg with one compute worker, the other processes "
+        f"batch workers. Rows: {provenance(res, 'speed')}",
+        "",
+        "| engine | processes | median epoch s | MB sent/epoch |",
+        "|---|---|---|---|",
+    ]
+    for key, r in sp.items():
+        eng, n = key.split("/")
+        lines.append(
+            f"| {eng} | {n} | {r['median_epoch_seconds']:.2f} | "
+            f"{r['comm']['bytes_sent'] / 1e6:.1f} |"
+        )
+    return [*lines, ""]
+
+
+def accuracy_md(res: dict) -> list[str]:
+    acc = res["accuracy"]
+    lines = [
+        "## Accuracy (2 parts; batch workers + 1 compute worker)",
+        "",
+        "bench/hec.py's hyper-parameters (batches of 16 seeds); test accuracy at the best "
+        "validation epoch, mean ± standard deviation (seeds).",
+        "",
+        "| graph | batch workers | single | disagg | diff | disagg --local-sampling | diff |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, e in acc.items():
+        s0, d, lo = (_accs(e["runs"], k) for k in ("single", "disagg", "local"))
+        m0 = statistics.mean(s0) if s0 else float("nan")
+        diff = [f"{(statistics.mean(x) - m0) * 100:+.1f}" if x and s0 else "-" for x in (d, lo)]
+        lines.append(
+            f"| {name} | {e['batch_workers']} | {_mean(s0)} | {_mean(d)} | {diff[0]} | "
+            f"{_mean(lo)} | {diff[1]} |"
+        )
+    rows = [f"- {name}: {provenance(res, f'accuracy {name}')}" for name in acc]
+    return [*lines, "", *rows, ""]
+
+
+def replication_md(res: dict) -> list[str]:
+    rp = res["replication"]
+    lines = []
+    if rp.get("speed"):
+        bw = {r["settings"]["batch_workers"] for r in rp["speed"].values()}
+        lines += [
+            "## High-degree replication (Armada Sec. 5)",
+            "",
+            f"{setup_text(rp['speed'].values())}; {', '.join(map(str, sorted(bw)))} batch "
+            "workers, 1 compute worker. Every batch worker keeps the neighbour lists and rows "
+            "of the top nodes by in-degree. Sampling / pull MB: bytes the batch workers sent "
+            "each other per epoch (sampling requests and answers; feature-row pulls), summed "
+            "over them. Requests: frontier nodes sent to their owner to sample; from replica: "
+            "sampled locally instead; saved MB: those requests' bytes (id out, count and picks "
+            "back). Loss / train acc.: the last epoch's. Rows: " + provenance(res, "replication"),
+            "",
+            "| replicate top | replica MB per worker | sampling MB | pull MB | requests | "
+            "from replica | saved MB | rows from replica | epoch s | loss | train acc. |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for top, r in rp["speed"].items():
+            d = r["disagg"]
+            lines.append(
+                f"| {top} | {_mb(d['replica_bytes'] / r['settings']['batch_workers'])} | "
+                f"{_mb(d['sample_bytes'])} | {_mb(d['pull_bytes'])} | "
+                f"{int(d['remote_requests'])} | {int(d['replica_sampled'])} | "
+                f"{_mb(d['replica_saved_bytes'])} | {int(d['replica_rows'])} | "
+                f"{r['median_epoch_seconds']:.2f} | {r['last_loss']:.4f} | "
+                f"{r['last_train_accuracy']:.4f} |"
+            )
+        lines.append("")
+    if rp.get("accuracy"):
+        lines += [
+            "Test accuracy (2 parts, the batch workers above, 1 compute worker, bench/hec.py's "
+            "hyper-parameters):",
+            "",
+            "| graph | replicate top | test accuracy | diff against none |",
+            "|---|---|---|---|",
+        ]
+        for name, runs in rp["accuracy"].items():
+            tops = list(dict.fromkeys(k.split("/")[0] for k in runs))
+            base = _accs(runs, tops[0])
+            for t in tops:
+                xs = _accs(runs, t)
+                diff = f"{100 * (statistics.mean(xs) - statistics.mean(base)):+.1f}"
+                lines.append(f"| {name} | {t} | {_mean(xs)} | {diff if t != tops[0] else '-'} |")
+        lines.append("")
+    return lines
+
+
+def replicas_md(res: dict) -> list[str]:
+    lines = [
+        "## Parallel replicas",
+        "",
+        f"{setup_text(res['replicas'].values())}; 1 batch worker, 1 compute worker. A compute "
+        "worker's G replicas in G threads (weights shared, gradients summed in replica order) "
+        "against one after the other; one intra-op thread per process. Rows: "
+        + provenance(res, "replicas"),
+        "",
+        "| G | replica exec | epoch s | forward/backward s | waiting for batches s | "
+        "last loss | train acc. |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, r in res["replicas"].items():
+        g, mode = key.split("/")
+        ts = r["time_split_rank0"]
+        lines.append(
+            f"| {g[1:]} | {mode} | {r['median_epoch_seconds']:.2f} | "
+            f"{ts.get('forward_backward', 0):.2f} | {ts.get('receive_wait', 0):.2f} | "
+            f"{r['last_loss']:.5f} | {r['last_train_accuracy']:.4f} |"
+        )
+    return [*lines, ""]
+
+
+def swapped_md(res: dict) -> list[str]:
+    sw = res["swapped"]
+    resident = {r["settings"]["resident_parts"] for r in sw.values()}
+    lines = [
+        "## Swapped-out parts",
+        "",
+        f"{setup_text(sw.values())}; 1 batch worker, `--resident-parts` "
+        f"{', '.join(map(str, resident))}. read: a node of a part swapped out at its batch "
+        "worker is sampled from the store's files (the draws of a resident part); skip: it "
+        f"gets no neighbours (the paper's footnote 1). Rows: {provenance(res, 'swapped')}",
+        "",
+        "| swapped neighbours | sampled from the store | MB read for them | "
+        "without neighbours | epoch s | loss | train acc. |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, r in sw.items():
+        d = r["disagg"]
+        lines.append(
+            f"| {mode} | {int(d['disk_sampled'])} | {_mb(d['disk_bytes'])} | "
+            f"{int(d['unavailable'])} | {r['median_epoch_seconds']:.2f} | "
+            f"{r['last_loss']:.4f} | {r['last_train_accuracy']:.4f} |"
+        )
+    return [*lines, ""]
+
+
+def notes(res: dict) -> list[str]:
+    """Observations computed from the results."""
     out = []
     groups: dict[str, list[tuple[int, dict]]] = {}
-    for key, r in sc.items():
-        head, b = key.rsplit("/", 1)
-        groups.setdefault(head, []).append((int(b[1:]), r))
+    for key, r in res.get("scaling", {}).items():
+        head, b = key.rsplit("/B", 1)
+        groups.setdefault(head, []).append((int(b), r))
     for head, rows in groups.items():
-        name, cfg = head.split("/", 1)
-        nodes, _, frac = GRAPHS[name]
-        sps = {b: round(nodes * frac) / r["median_epoch_seconds"] for b, r in sorted(rows)}
+        sps = {b: r["training_nodes"] / r["median_epoch_seconds"] for b, r in sorted(rows)}
         best = max(sps, key=sps.__getitem__)
-        quota = "with a CPU quota per rank" if "/cpu" in cfg else "sharing 2 cores"
+        quota = "with a CPU quota per rank" if "/cpu" in head else "no CPU quota"
         out.append(
-            f"- Scaling, {name}, {cfg.replace('/', ' ')} ({quota}): seeds/s "
+            f"- Scaling, {head.replace('/', ' ')} ({quota}): seeds/s "
             + ", ".join(f"{v:.0f}" for v in sps.values())
             + f" for {min(sps)}-{max(sps)} batch workers; the most at {best} "
             f"({sps[best] / sps[min(sps)]:.2f}x the first)."
         )
-    return out
-
-
-def notes(res: dict) -> list[str]:
-    """Observations computed from the results (no hand-written figures)."""
-    out = ["## Notes (computed from the tables)", ""]
-    out += _scaling_notes(res.get("scaling", {}))
     by = res.get("bytes", {})
     if "grouped/0" in by and "ungrouped/0" in by:
         mb = {k: r["disagg"]["batch_bytes"] for k, r in by.items()}
@@ -478,20 +636,38 @@ def notes(res: dict) -> list[str]:
             f"{mb.get('grouped/20%', float('nan')) / mb['grouped/0']:.2f}x."
         )
     sp = res.get("speed", {})
-    for n in (2, 3):
+    for n in sorted({k.split("/")[1] for k in sp}):
         if f"disagg/{n}" in sp and f"minibatch/{n}" in sp:
             ratio = (
                 sp[f"disagg/{n}"]["median_epoch_seconds"]
                 / sp[f"minibatch/{n}"]["median_epoch_seconds"]
             )
+            out.append(f"- Epoch time, {n} processes: disagg / minibatch = {ratio:.2f}.")
+    rs = res.get("replication", {}).get("speed", {})
+    if "0" in rs:
+        base = rs["0"]
+        b0 = base["disagg"]["sample_bytes"] + base["disagg"]["pull_bytes"]
+        for top, r in rs.items():
+            if top != "0":
+                b = r["disagg"]["sample_bytes"] + r["disagg"]["pull_bytes"]
+                out.append(
+                    f"- Replication {top}: sampling + pull bytes between batch workers "
+                    f"{b / b0:.2f}x of no replication, epoch time "
+                    f"{r['median_epoch_seconds'] / base['median_epoch_seconds']:.2f}x."
+                )
+    reps = res.get("replicas", {})
+    for g in sorted({k.split("/")[0] for k in reps}):
+        a, b = reps.get(f"{g}/sequential"), reps.get(f"{g}/threads")
+        if a and b:
             out.append(
-                f"- Epoch time, {n} processes on 2 shared cores: disagg / minibatch = {ratio:.2f}."
+                f"- Replicas G = {g[1:]}: threads / sequential epoch time = "
+                f"{b['median_epoch_seconds'] / a['median_epoch_seconds']:.2f}; last loss "
+                f"{a['last_loss']:.5f} vs {b['last_loss']:.5f}."
             )
-    out += _issue37_notes(res)
     for name, e in res.get("accuracy", {}).items():
-        s0 = _accs(e, "single")
+        s0 = _accs(e["runs"], "single")
         for kind in ("disagg", "local"):
-            xs = _accs(e, kind)
+            xs = _accs(e["runs"], kind)
             if s0 and xs:
                 d = 100 * (statistics.mean(xs) - statistics.mean(s0))
                 verdict = "within" if abs(d) <= 1.0 else "outside"
@@ -499,259 +675,55 @@ def notes(res: dict) -> list[str]:
                     f"- Accuracy, {name}, {kind} ({len(xs)} seeds) against single "
                     f"({len(s0)}): {d:+.1f} points, {verdict} 1 point."
                 )
-    return out
+    return ["## Notes (computed from the tables)", "", *out, ""]
 
 
-def _issue37_notes(res: dict) -> list[str]:
-    out = []
-    sp = res.get("replication", {}).get("speed", {})
-    if "0" in sp:
-        base = sp["0"]
-        b0 = base["disagg"]["sample_bytes"] + base["disagg"]["pull_bytes"]
-        for top, r in sp.items():
-            if top == "0":
-                continue
-            b = r["disagg"]["sample_bytes"] + r["disagg"]["pull_bytes"]
-            out.append(
-                f"- Replication {top}: sampling + pull bytes between batch workers "
-                f"{b / b0:.2f}x of no replication, epoch time "
-                f"{r['median_epoch_seconds'] / base['median_epoch_seconds']:.2f}x."
-            )
-    for name, runs in res.get("replication", {}).get("accuracy", {}).items():
-        xs = {
-            t: [r["test_accuracy"] for k, r in runs.items() if k.startswith(t + "/")]
-            for t in ("0", "1%")
-        }
-        if xs["0"] and xs["1%"]:
-            d = 100 * (statistics.mean(xs["1%"]) - statistics.mean(xs["0"]))
-            out.append(
-                f"- Replication accuracy, {name}: 1% against none {d:+.1f} points "
-                f"({len(xs['1%'])} seeds)."
-            )
-    rs = res.get("replicas", {})
-    for g in (2, 4):
-        a, b = rs.get(f"G{g}/sequential"), rs.get(f"G{g}/threads")
-        if a and b:
-            out.append(
-                f"- Replicas G = {g}: threads / sequential epoch time = "
-                f"{b['median_epoch_seconds'] / a['median_epoch_seconds']:.2f}; last loss "
-                f"{a['last_loss']:.5f} vs {b['last_loss']:.5f}."
-            )
-    return out
+SECTIONS = {
+    "scaling": scaling_md,
+    "bytes": bytes_md,
+    "speed": speed_md,
+    "accuracy": accuracy_md,
+    "replication": replication_md,
+    "replicas": replicas_md,
+    "swapped": swapped_md,
+}
 
 
-def _send_wait(r: dict) -> str:
-    """The batch workers' mean time blocked on a full queue (compute-bound when large)."""
-    ws = [t["send_wait"] for t in r.get("time_split_ranks", []) if "send_wait" in t]
-    return f"{statistics.mean(ws):.2f}" if ws else "-"
+def render(res: dict) -> str:
+    cmds = [c for p in res.get("parts", {}).values() for c in p["commands"]]
+    lines = header(
+        "disagg engine (Armada): batch workers feeding compute workers",
+        {"commands": list(dict.fromkeys(cmds)), "machine": res.get("machine")},
+        "Rendered from disagg.json by bench/disagg.py (any part, or `python bench/disagg.py "
+        "report`); each section names the commands, commits and machine of its rows. Every "
+        "process runs one thread.",
+    )
+    for key, section in SECTIONS.items():
+        if res.get(key):
+            lines += section(res)
+    return "\n".join(lines + notes(res))
 
 
-def write_markdown(res: dict) -> None:
-    lines = [
-        "# disagg engine (Armada): batch workers feeding compute workers",
-        "",
-        f"Machine: {res.get('machine', '?')}. Written by `bench/disagg.py` (commands "
-        "below). Every process runs one thread.",
-        "",
-    ]
-    if "scaling" in res:
-        lines += [
-            "## Throughput against batch workers (1 compute worker)",
-            "",
-            "3-layer GraphSAGE 15,10,5, batch 1024, 6-part store.",
-            "",
-            "'CPU per process': a cgroup CFS quota per rank (`--cpu`), emulating one "
-            "machine per rank; '-': the ranks share this machine's 2 cores.",
-            "",
-            "Seeds/s: training nodes per second (20,000 per epoch on both graphs); "
-            "iterations grow with the batch workers, since each worker's parts end in "
-            "a partial batch.",
-            "",
-            "| graph | hidden | CPU per process | batch workers | processes | seeds/s "
-            "| iterations | iterations/s "
-            "| epoch s | compute worker waiting for batches s | assembling s | computing s "
-            "| batch workers waiting to send s |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for key, r in res["scaling"].items():
-            name, h, b = key.split("/")[0], key.split("/")[1][1:], key.split("/")[-1][1:]
-            cpu = (
-                f"{r['cpu_per_process']:g} (compute {r.get('cpu_compute_worker') or r['cpu_per_process']:g})"
-                if r.get("cpu_per_process")
-                else "-"
-            )
-            ts = r["time_split_rank0"]
-            nodes, _, frac = GRAPHS[name]
-            lines.append(
-                f"| {name} | {h} | {cpu} | {b} | {int(b) + 1} | "
-                f"{round(nodes * frac) / r['median_epoch_seconds']:.0f} | "
-                f"{r['iterations']} | {r['iterations_per_second']:.2f} | {r['median_epoch_seconds']:.2f} | "
-                f"{ts.get('receive_wait', 0):.2f} | "
-                + (f"{ts['assemble']:.2f} | " if "assemble" in ts else "- | ")
-                + f"{ts.get('forward_backward', 0) + ts.get('allreduce', 0):.2f} | "
-                f"{_send_wait(r)} |"
-            )
-        lines.append("")
-    if "bytes" in res:
-        lines += [
-            "## Bytes per epoch: grouping and the compute-worker cache (200k nodes)",
-            "",
-            "1 batch worker, 1 compute worker with G = 2 replicas.",
-            "",
-            "| batches | cache | batch MB/epoch | rows sent | hit rate | update MB | epoch s |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for key, r in res["bytes"].items():
-            grouping, cache = key.split("/")
-            d = r["disagg"]
-            lines.append(
-                f"| {grouping} | {cache} | {d['batch_bytes'] / 1e6:.1f} | "
-                f"{int(d['rows_sent'])} | {d['hit_rate']:.2f} | "
-                f"{d['update_bytes'] / 1e6:.2f} | {r['median_epoch_seconds']:.2f} |"
-            )
-        lines.append("")
-    if "speed" in res:
-        lines += [
-            "## Epoch time against minibatch (200k nodes, same processes)",
-            "",
-            "| engine | processes | median epoch s | MB sent/epoch |",
-            "|---|---|---|---|",
-        ]
-        for key, r in res["speed"].items():
-            eng, n = key.split("/")
-            lines.append(
-                f"| {eng} | {n} | {r['median_epoch_seconds']:.2f} | "
-                f"{r['comm']['bytes_sent'] / 1e6:.1f} |"
-            )
-        lines.append("")
-    if "accuracy" in res:
-        lines += [
-            "## Accuracy (2 parts, 3 processes: 2 batch workers, 1 compute worker)",
-            "",
-            "| graph | single | disagg | diff | disagg --local-sampling | diff |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name, e in res["accuracy"].items():
-            s0, d, lo = (_accs(e, k) for k in ("single", "disagg", "local"))
-            m0 = statistics.mean(s0) if s0 else float("nan")
-            diff = [f"{(statistics.mean(x) - m0) * 100:+.1f}" if x and s0 else "-" for x in (d, lo)]
-            lines.append(
-                f"| {name} | {_mean(s0)} | {_mean(d)} | {diff[0]} | {_mean(lo)} | {diff[1]} |"
-            )
-        lines.append("")
-    lines += _issue37_tables(res)
-    lines += [*notes(res), "", "## Commands", ""]
-    lines += [f"- {k}: `{v}`" for k, v in res.get("commands", {}).items()]
-    write_text_atomic(RESULTS / "disagg.md", "\n".join(lines) + "\n")
-
-
-def _mb(x: float) -> str:
-    return f"{x / 1e6:.1f}"
-
-
-def _issue37_tables(res: dict) -> list[str]:
-    lines: list[str] = []
-    rp = res.get("replication", {})
-    if rp.get("speed"):
-        lines += [
-            "## High-degree replication (Armada Sec. 5; 200k nodes, 2 parts, 2 batch "
-            "workers, 1 compute worker)",
-            "",
-            "Every batch worker keeps the neighbour lists and rows of the top nodes by "
-            "in-degree. Sampling / pull MB: bytes the batch workers sent each other per epoch "
-            "(sampling requests and answers; feature-row pulls), summed over them. Requests: "
-            "frontier nodes sent to their owner to sample; from replica: sampled locally "
-            "instead; saved MB: those requests' bytes (id out, count and picks back). "
-            "Loss / train acc.: the last epoch's. The machine's 2 cores were shared with "
-            "other jobs: times are noisy.",
-            "",
-            "| replicate top | nodes | replica MB per worker | sampling MB | pull MB | "
-            "requests | from replica | saved MB | rows from replica | epoch s | loss | "
-            "train acc. |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for top, r in rp["speed"].items():
-            d = r["disagg"]
-            nodes = int(GRAPHS["synth-200k"][0] * float(top[:-1]) / 100) if top != "0" else 0
-            lines.append(
-                f"| {top} | {nodes} | {_mb(d['replica_bytes'] / 2)} | "
-                f"{_mb(d['sample_bytes'])} | {_mb(d['pull_bytes'])} | "
-                f"{int(d['remote_requests'])} | {int(d['replica_sampled'])} | "
-                f"{_mb(d['replica_saved_bytes'])} | {int(d['replica_rows'])} | "
-                f"{r['median_epoch_seconds']:.2f} | {r['last_loss']:.4f} | "
-                f"{r['last_train_accuracy']:.4f} |"
-            )
-        lines.append("")
-    if rp.get("accuracy"):
-        lines += [
-            "Test accuracy (2 parts, 2 batch workers, 1 compute worker, the "
-            "hyper-parameters of `bench/hec.py accuracy`):",
-            "",
-            "| graph | no replication | replicate top 1% | diff |",
-            "|---|---|---|---|",
-        ]
-        for name, runs in rp["accuracy"].items():
-            xs = [
-                [r["test_accuracy"] for k, r in runs.items() if k.startswith(t + "/")]
-                for t in ("0", "1%")
-            ]
-            diff = (
-                f"{100 * (statistics.mean(xs[1]) - statistics.mean(xs[0])):+.1f}"
-                if xs[0] and xs[1]
-                else "-"
-            )
-            lines.append(f"| {name} | {_mean(xs[0])} | {_mean(xs[1])} | {diff} |")
-        lines.append("")
-    if res.get("replicas"):
-        lines += [
-            "## Parallel replicas (200k nodes, 2 parts, hidden 256, 1 batch worker, "
-            "1 compute worker)",
-            "",
-            "A compute worker's G replicas in G threads (weights shared, gradients summed in "
-            "replica order) against one after the other; one intra-op thread per process "
-            "(so threads use up to G cores of the 2, with the batch worker).",
-            "",
-            "| G | replica exec | epoch s | forward/backward s | waiting for batches s | "
-            "last loss | train acc. |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for key, r in res["replicas"].items():
-            g, mode = key.split("/")
-            ts = r["time_split_rank0"]
-            lines.append(
-                f"| {g[1:]} | {mode} | {r['median_epoch_seconds']:.2f} | "
-                f"{ts.get('forward_backward', 0):.2f} | {ts.get('receive_wait', 0):.2f} | "
-                f"{r['last_loss']:.5f} | {r['last_train_accuracy']:.4f} |"
-            )
-        lines.append("")
-    if res.get("swapped"):
-        lines += [
-            "## Swapped-out parts (200k nodes, 2 parts, 1 batch worker, `--resident-parts 1`)",
-            "",
-            "read: a node of a part swapped out at its batch worker is sampled from the "
-            "store's files (the draws of a resident part); skip: it gets no neighbours (the "
-            "paper's footnote 1).",
-            "",
-            "| swapped neighbours | sampled from the store | MB read for them | "
-            "without neighbours | epoch s | loss | train acc. |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for mode, r in res["swapped"].items():
-            d = r["disagg"]
-            lines.append(
-                f"| {mode} | {int(d['disk_sampled'])} | {_mb(d['disk_bytes'])} | "
-                f"{int(d['unavailable'])} | {r['median_epoch_seconds']:.2f} | "
-                f"{r['last_loss']:.4f} | {r['last_train_accuracy']:.4f} |"
-            )
-        lines.append("")
-    return lines
+# ----------------------------------------------------------------------------- main
+PARTS = {
+    "scaling": run_scaling,
+    "bytes": run_bytes,
+    "speed": run_speed,
+    "accuracy": run_accuracy,
+    "replication": run_replication,
+    "replicas": run_replicas,
+    "swapped": run_swapped,
+}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    global MEMO
+    ap = bench_args(
+        argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), out="bench/results/disagg"
+    )
+    sub = ap.add_subparsers(dest="cmd")
     s = sub.add_parser("scaling")
-    s.add_argument("--graphs", default=",".join(GRAPHS))
+    s.add_argument("--graphs", default="200k,1m")
     s.add_argument(
         "--hidden",
         type=int,
@@ -763,49 +735,63 @@ def main() -> None:
         "--cpu",
         type=float,
         default=0.0,
-        help="CPU quota per process in cores (cgroup v1 cpu controller; 0: none). "
+        help="CPU quota per process in cores (cgroup v1 cpu controller, root; 0: none). "
         "0.5 with 1 compute and up to 3 batch workers fills 2 cores exactly",
     )
     s.add_argument(
         "--compute-cpu",
         type=float,
         default=0.0,
-        help="the compute worker's quota instead of --cpu (a compute worker faster "
-        "than one batch worker, as a GPU is in the paper)",
+        help="the compute worker's quota instead of --cpu (a compute worker faster than one "
+        "batch worker, as a GPU is in the paper)",
     )
-    for name in ("scaling", "bytes", "speed", "replication", "replicas", "swapped"):
-        p = s if name == "scaling" else sub.add_parser(name)
-        p.add_argument("--epochs", type=int, default=2)
-        if name == "replicas":
-            p.add_argument("--groups", default="2,4", help="replica counts G")
-        if name == "replication":
-            p.add_argument("--tops", default=",".join(TOPS))
-            p.add_argument("--datasets", default="cora")
-            p.add_argument("--seeds", type=int, default=3)
+    b = sub.add_parser("bytes")
+    b.add_argument("--replicas", type=int, default=2)
+    b.add_argument("--groupings", default="grouped,ungrouped")
+    b.add_argument("--caches", default="0,5%,20%")
+    sp = sub.add_parser("speed")
+    sp.add_argument("--nproc", default="2,3")
+    sp.add_argument("--engines", default="minibatch,disagg")
     a = sub.add_parser("accuracy")
-    a.add_argument("--datasets", default=",".join(ACC))
+    a.add_argument("--datasets", default="cora,amazon_photo,coauthor_physics")
     a.add_argument("--seeds", type=int, default=10)
     a.add_argument("--local-seeds", type=int, default=3)
-    w = sub.add_parser("worker")
-    for flag in ("--store", "--engine", "--extra", "--out"):
-        w.add_argument(flag, required=True)
-    w.add_argument("--epochs", type=int, default=2)
-    w.add_argument("--cpu", type=float, default=0.0)
-    w.add_argument("--compute-cpu", type=float, default=0.0)
+    a.add_argument("--batch-workers", type=int, default=2)
+    r = sub.add_parser("replication")
+    r.add_argument("--tops", default="0,0.1%,1%,5%")
+    r.add_argument("--batch-workers", type=int, default=2)
+    r.add_argument("--datasets", default="cora")
+    r.add_argument("--seeds", type=int, default=3)
+    r.add_argument("--accuracy-tops", default="0,1%")
+    rp = sub.add_parser("replicas")
+    rp.add_argument("--groups", default="2,4", help="replica counts G")
+    rp.add_argument("--exec", default="sequential,threads")
+    rp.add_argument("--hidden", type=int, default=256)
+    w = sub.add_parser("swapped")
+    w.add_argument("--modes", default="read,skip")
+    w.add_argument("--resident-parts", type=int, default=1)
+    for p in (s, b, sp, r, rp, w):
+        p.add_argument("--epochs", type=int, default=2, help="timed epochs (after one more)")
     sub.add_parser("report")
     args = ap.parse_args()
-    dbench.DWORK.mkdir(parents=True, exist_ok=True)
-    {
-        "scaling": run_scaling,
-        "bytes": run_bytes,
-        "speed": run_speed,
-        "accuracy": run_accuracy,
-        "replication": run_replication,
-        "replicas": run_replicas,
-        "swapped": run_swapped,
-        "worker": worker,
-        "report": lambda _: write_markdown(load()),
-    }[args.cmd](args)
+    if args.cmd is None and not args.smoke:
+        ap.error("name a part (" + ", ".join(PARTS) + ", report), or --smoke for all")
+    prefix = out_prefix(args, "bench/results/disagg")
+    res = {} if args.smoke else load_json(prefix.with_suffix(".json"))
+
+    def save() -> None:
+        write_results(prefix, res, render)
+
+    if args.smoke:
+        MEMO = {}
+    for part in [args.cmd] if args.cmd else list(PARTS):
+        if part in PARTS:
+            pa = args if args.cmd else ap.parse_args([*sys.argv[1:], part])
+            if args.smoke:
+                vars(pa).update(SMOKE[part])
+            pa.prefix = prefix
+            PARTS[part](pa, res, save)
+    save()
 
 
 if __name__ == "__main__":
