@@ -441,8 +441,8 @@ def mechanisms_md(res: dict, net: str, mech: dict) -> list[str]:
         "",
         f"{hp['model'].upper()}, lr {hp['lr']}, weight decay {hp['weight_decay']}, dropout "
         f"{hp['dropout']}, feature normalisation {hp['normalize_features']}, seed 0. Per "
-        f"`--deps` mode the rows one after the other, {plural(mech['repeats'], 'round')} with the order "
-        "rotated; epoch time: the median over rounds of each run's median of "
+        f"`--deps` mode the rows one after the other, {plural(mech['repeats'], 'round')} with "
+        "the order rotated; epoch time: the median over rounds of each run's median of "
         f"{mech['epochs']} epochs (after one warm-up); rank 0's split (the median round) in "
         "seconds. Ring on: slot s sends to rank r+s and receives from r-s, one slot after the "
         "other; off: every chunk posted at once. Overlap on: the replicas and the targets each "

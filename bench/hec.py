@@ -601,13 +601,13 @@ def speed_section(res: dict) -> list[str]:
     sp = res["speed"]
     hp = sp["hparams"]
     engines = [k for k in ("minibatch", "hec", "hec-off") if k in sp]
-    left = {sp[k]["epochs_left_out"] for k in engines}
+    left = {sp[k]["epochs_left_out"] for k in engines}  # the same for every engine of a run
     lines = [
         f"## Epoch time on {sp['graph']} (2 parts, 2 processes, 1 thread each)",
         "",
         f"One after the other (load before: {sp['load_before']:.2f}); {hp['model']} "
         f"{hp['fanouts']}, batch {hp['batch_size']}, hidden {hp['hidden']}; the median of the "
-        f"timed epochs ({'the first left out' if left == {1} else 'every epoch timed' if left == {0} else 'mixed'}). "
+        f"timed epochs ({'the first left out' if left == {1} else 'every epoch timed'}). "
         f"Rows: {provenance(res, 'speed')}",
         "",
         "| engine | median epoch s | epochs s | sampling | gather | forward-backward | "
