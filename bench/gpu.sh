@@ -24,7 +24,7 @@ fi
 OUT=${OUT:-bench/work/gpu-out}
 WORK=${GPU_WORK:-bench/work/gpu}
 mkdir -p "$OUT" "$WORK"
-export NUMBA_CACHE_DIR="$PWD/$WORK/numba"  # compiled once, shared by every process
+export NUMBA_CACHE_DIR="$(cd "$WORK" && pwd)/numba"  # compiled once, shared by every process
 t0=$(date +%s)
 
 if [ -z "${REHEARSE:-}" ]; then
