@@ -109,27 +109,14 @@ def _losses(out: list[dict]) -> list[float]:
     return [h["loss"] for h in out[0]["result"]["history"]]
 
 
-HEC_CACHES = (
-    "hec checkpoints the model and optimizer, not the historical caches (as its module "
-    "docstring says): with the default lifespan of 2 steps, lines pushed in an epoch's last "
-    "steps are hit in the next epoch's first steps, so a run resumed after epoch 3 starts "
-    "epoch 4 with empty caches, drops those halo rows, and its loss differs from epoch 4 on"
-)
-
-
 @pytest.mark.parametrize(
     ("engine", "own"),
     [
         pytest.param("minibatch", {}, id="minibatch"),
         pytest.param("averaging", {}, id="averaging"),
-        pytest.param(
-            "hec",
-            {},
-            id="hec",
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=HEC_CACHES),
-        ),
-        # no line outlives its epoch: what a checkpoint misses is never hit, so exact
-        pytest.param("hec", {"hec_lifespan": 0}, id="hec-lifespan0"),
+        # lines pushed in epoch 3's last steps are hit in epoch 4's first: the caches are
+        # part of the checkpoint
+        pytest.param("hec", {}, id="hec"),
         pytest.param("fullgraph", {}, id="fullgraph"),
         pytest.param("disagg", {}, id="disagg"),
     ],
@@ -237,16 +224,6 @@ def test_resume_on_another_number_of_processes(make_store, tmp_path, engine):
     assert losses[-1] < losses[0]  # it went on learning after both reshards
 
 
-#: what a mid-round reshard of per-part models loses (``average_saved_ranks``)
-PART_MODELS = (
-    "averaging's reshard (average_saved_ranks) averages each saved rank's `model` only, "
-    "weighted by the rank's training nodes, and drops its other parts' models "
-    "(`part_models`): mid-round those differ, and the checkpoint does not record each part's "
-    "training nodes to weight them by"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=PART_MODELS)
 def test_a_mid_round_reshard_averages_every_part_model(make_store, tmp_path):
     """One model per part (the default) and rounds of 3 epochs: the checkpoint after epoch 2
     holds each rank's part models apart (``model``: its first part's, ``part_models``: the

@@ -175,19 +175,38 @@ def _mean(tensors: list[torch.Tensor], w: list[float]) -> torch.Tensor:
     return out.to(tensors[0].dtype)
 
 
+def _rank_models(st: dict[str, Any]) -> tuple[list[dict], list[dict], list[float]]:
+    """A saved rank's models, optimizer states and their weights: its own model and, with one
+    model per part, every other part's (``part_models``), weighted by their parts' training
+    nodes (``part_weights``; the rank's ``weight`` shared equally where a checkpoint of an
+    older version did not record them)."""
+    models = [st["model"], *(m for m, _ in st.get("part_models") or [])]
+    optims = [st["optimizer"], *(o for _, o in st.get("part_models") or [])]
+    w = st.get("part_weights")
+    if w is None or len(w) != len(models):
+        w = [float(st.get("weight", 1.0)) / len(models)] * len(models)
+    return models, optims, [float(x) for x in w]
+
+
 def average_saved_ranks(state: dict[str, Any], *, moments: bool) -> dict[str, Any]:
     """A checkpoint saved by another number of processes (``state["peers"]``, every saved
     rank's state, :meth:`shoal.training.checkpoint.Checkpointer.load`) as one averaging round
-    would leave it: the model (and, with ``moments``, Adam's moments) averaged over the saved
-    ranks, weighted by their training nodes (``weight``; equal weights when none recorded).
-    Every rank of the new world continues from it; the per-part models of ``--part-models``
-    restart from it as after any round."""
-    peers = state["peers"]
-    w = [float(st.get("weight", 1.0)) for st in peers]
+    would leave it: every saved model (each rank's and, with ``--part-models``, each of its
+    parts' models) averaged, weighted by its training nodes, and with ``moments`` Adam's
+    moments alike (a part model that has not stepped yet counts with zero moments, as
+    :func:`combine_local_` counts it). A checkpoint taken mid-round (``--average-every`` > 1)
+    so loses no part's training. Every rank of the new world continues from it; the per-part
+    models restart from it as after any round."""
+    models: list[dict] = []
+    optims: list[dict] = []
+    w: list[float] = []
+    for st in state["peers"]:
+        m, o, x = _rank_models(st)
+        models, optims, w = models + m, optims + o, w + x
     if sum(w) <= 0:
-        w = [1.0] * len(peers)
+        w = [1.0] * len(models)
     w = [x / sum(w) for x in w]
-    model = {k: _mean([st["model"][k] for st in peers], w) for k in peers[0]["model"]}
+    model = {k: _mean([sd[k] for sd in models], w) for k in models[0]}
     optimizer = state["optimizer"]
     if moments:
         optimizer = {**optimizer, "state": {}}
@@ -195,7 +214,9 @@ def average_saved_ranks(state: dict[str, Any], *, moments: bool) -> dict[str, An
             merged = dict(st0)
             for name, t in st0.items():
                 if torch.is_tensor(t) and t.is_floating_point() and name != "step":
-                    merged[name] = _mean([st["optimizer"]["state"][k][name] for st in peers], w)
+                    merged[name] = _mean(
+                        [o["state"].get(k, {}).get(name, torch.zeros_like(t)) for o in optims], w
+                    )
             optimizer["state"][k] = merged
     return {**state, "model": model, "optimizer": optimizer, "part_models": []}
 
@@ -240,6 +261,11 @@ class PartModels:
             nbytes += average_optimizer_state_(self.optimizers[0], weight, group=group)
         broadcast_local_(self.models, self.optimizers, moments=moments)
         return nbytes
+
+    def weights(self, part_weights: list[float]) -> list[float]:
+        """The weight of each model (``models[i]``: part ``i``'s training nodes; the one
+        carried model: all of the rank's), as a checkpoint records them."""
+        return list(part_weights) if len(self.models) > 1 else [float(sum(part_weights))]
 
     def state(self) -> list[tuple[dict, dict]]:
         """The per-part models and optimizers beyond the first (empty when carried)."""

@@ -206,6 +206,7 @@ class AveragingEngine(Engine):
         st = super().state()
         st["weight"] = self.weight
         st["part_models"] = self.part_models.state()
+        st["part_weights"] = self.part_models.weights([float(len(ld.seeds)) for ld in self.loaders])
         return st
 
     def load_state(self, state: dict[str, Any]) -> None:

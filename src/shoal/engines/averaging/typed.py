@@ -268,6 +268,7 @@ class TypedAveragingEngine(TypedEngine):
             **super().state(),
             "weight": self.weight,
             "part_models": self.part_models.state(),
+            "part_weights": self.part_models.weights([float(len(s)) for s in self.train_rows]),
         }
 
     def load_state(self, state: dict[str, Any]) -> None:

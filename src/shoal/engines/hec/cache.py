@@ -170,6 +170,37 @@ class HistoricalCache:
         """HECLoad: the rows of ``lines`` (a copy)."""
         return torch.from_numpy(self.rows[lines])
 
+    def state(self, now: int) -> dict[str, torch.Tensor]:
+        """What a checkpoint keeps so that a resumed run hits and evicts as the uninterrupted
+        one would: every held line's position, tag and stamp, and the rows of the lines still
+        valid at step ``now`` (an expired line's row is never read again: a lookup refuses it
+        and a store overwrites it), so the file grows with the lines a life-span keeps, not
+        with the cache's size."""
+        held = np.flatnonzero(self.tags >= 0)
+        valid = held[(now - self.stamp[held]) <= self.lifespan]
+        return {
+            "lines": torch.from_numpy(held),
+            "tags": torch.from_numpy(self.tags[held]),
+            "stamp": torch.from_numpy(self.stamp[held]),
+            "valid": torch.from_numpy(valid),
+            "rows": torch.from_numpy(self.rows[valid]),
+        }
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None:
+        """:meth:`state`'s output, saved by this rank with the same halo (the same store and
+        number of processes)."""
+        lines, tags = state["lines"].numpy(), state["tags"].numpy()
+        if len(lines) and (lines.max() >= self.capacity or not self._positions(tags)[1].all()):
+            raise ValueError("the saved cache does not fit this rank's halo")
+        self.tags[:] = -1
+        self.stamp[:] = _EMPTY
+        self.rows[:] = 0
+        self.line_of[:] = -1
+        self.tags[lines] = tags
+        self.stamp[lines] = state["stamp"].numpy()
+        self.rows[state["valid"].numpy()] = state["rows"].numpy()
+        self.line_of[self._positions(tags)[0]] = lines
+
     def valid_lines(self, now: int) -> int:
         """Lines holding a tag whose age at step ``now`` is within the life-span."""
         return int(np.count_nonzero((self.tags >= 0) & (now - self.stamp <= self.lifespan)))

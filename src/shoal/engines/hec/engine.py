@@ -33,8 +33,12 @@ sampled over the whole graph with :class:`~shoal.distributed.DistNeighborSampler
 vertices are no longer leaves: their owners sample their neighbours) and every remote input
 row is pulled with :class:`~shoal.distributed.DistFeatureStore`, as plain distributed
 mini-batch training (the ``minibatch`` engine) does; nothing is pushed, cached or dropped.
-Both modes count their bytes in the same :class:`~shoal.distributed.comm.CommStats`. Checkpoints hold the model and optimizer; a
-resumed run starts with empty caches (a line lives at most ``ls`` steps anyway).
+Both modes count their bytes in the same :class:`~shoal.distributed.comm.CommStats`.
+Checkpoints hold the model, the optimizer, the caches' clock and their lines
+(:meth:`HistoricalCache.state`: lines pushed in an epoch's last steps are hit in the next
+epoch's first ones), so a run resumed on the same number of processes equals the uninterrupted
+one; resumed on another number, each rank's halo differs and the caches start empty (a line
+lives at most ``ls`` steps anyway).
 
 With one process there are no halo vertices and the engine is the single-process trainer on
 the part (same shuffling, batch seeds, dropout and model).
@@ -363,6 +367,24 @@ class HecEngine(Engine):
             rec["hit_rate"] = rec["hits"] / rec["lookups"] if rec["lookups"] else None
             out.append(rec)
         return out
+
+    def state(self) -> dict[str, Any]:
+        """The base checkpoint plus the caches' clock and lines (module docstring)."""
+        return {
+            **super().state(),
+            "hec_now": self.now,
+            "hec_caches": [c.state(self.now) for c in self.caches],
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """:meth:`state`'s output; saved by another number of processes (whose halos differ),
+        the caches start empty."""
+        super().load_state(state)
+        self.now = int(state.get("hec_now", 0))
+        if state.get("resharded_from"):
+            return
+        for cache, saved in zip(self.caches, state.get("hec_caches") or [], strict=False):
+            cache.restore(saved)
 
     def close_io(self) -> None:
         if self.push is not None:
