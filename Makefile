@@ -1,8 +1,13 @@
 # shoal — two commands do everything on a fresh machine:
 #   make demo   create .venv, install shoal, run the pipeline on the bundled Cora dataset:
 #               the five engines on a 2-process store, then shoal report (~2-3 min, 2 cores)
-#   make test   create/update .venv if needed and run the test suite
+#   make test   create/update .venv if needed and run the test suite on TEST_WORKERS processes
+#               (pytest-xdist; each test file runs whole on one worker)
 PYTHON ?= python3
+# two workers keep both cores of a 2-core machine busy while one test waits on its ranks,
+# a subprocess or the disk; the distributed tests start ranks of their own, so more workers
+# than cores only oversubscribe (TEST_WORKERS=0 runs the suite in one process)
+TEST_WORKERS ?= 2
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -24,7 +29,7 @@ demo: $(STAMP)
 	$(VENV)/bin/shoal demo --workdir $(DEMO)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
