@@ -92,13 +92,16 @@ __all__ = [
     "new_results",
     "out_prefix",
     "parse_size",
+    "parts_header",
     "partitioned_store",
     "provenance",
     "record_command",
     "rel",
+    "run_parts",
     "run_capped",
     "run_capped_each",
     "sh",
+    "shared_run",
     "shoal",
     "single",
     "stamp",
@@ -304,6 +307,14 @@ def header(title: str, res: dict, *paragraphs: str) -> list[str]:
     for para in paragraphs:
         lines += ["", para]
     return lines + [""]
+
+
+def parts_header(title: str, res: dict, *paragraphs: str) -> list[str]:
+    """:func:`header` of a multi-part results file: every command that wrote one of its parts
+    (``res["parts"]``, :func:`stamp`), once each, in order."""
+    cmds = [c for p in res.get("parts", {}).values() for c in p.get("commands", [])]
+    info = {"commands": list(dict.fromkeys(cmds)), "machine": res.get("machine")}
+    return header(title, info, *paragraphs)
 
 
 def write_results(prefix: str | os.PathLike, res: dict, render: Callable[[dict], str]) -> None:
@@ -824,6 +835,46 @@ def git_commit(*paths: str) -> str:
         text=True,
     )
     return (head.stdout.strip() or "unknown") + ("+changes" if dirty.stdout.strip() else "")
+
+
+#: under ``--smoke``: runs by their key (their command line), so that a script's parts
+#: asking for the same run share it (:func:`run_parts` sets it, :func:`shared_run` uses it)
+_SHARED: dict[tuple, Any] | None = None
+
+
+def shared_run(key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, made once per ``key`` in a ``--smoke`` invocation of :func:`run_parts`
+    (every time otherwise)."""
+    if _SHARED is None:
+        return make()
+    if key not in _SHARED:
+        _SHARED[key] = make()
+    return _SHARED[key]
+
+
+def run_parts(
+    ap: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    parts: dict[str, Callable[..., None]],
+    smoke: dict[str, dict[str, Any]],
+    *call: Any,
+    **attrs: Any,
+) -> None:
+    """Run the part ``args.cmd`` names or, with none under ``--smoke``, every part in turn
+    (its own options parsed from the command line); under ``--smoke`` each part's options are
+    replaced by ``smoke[part]`` and runs with the same key are made once
+    (:func:`shared_run`). Each part is called as ``parts[part](options, *call)``, the options
+    carrying ``attrs`` too."""
+    global _SHARED
+    _SHARED = {} if args.smoke else None
+    for part in [args.cmd] if args.cmd else list(parts):
+        if part not in parts:  # report
+            continue
+        pa = args if args.cmd else ap.parse_args([*sys.argv[1:], part])
+        if args.smoke:
+            vars(pa).update(smoke[part])
+        vars(pa).update(attrs)
+        parts[part](pa, *call)
 
 
 def stamp(res: dict, part: str, script: str, *, fresh: bool = False, threads: int | None = 1):

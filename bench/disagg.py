@@ -51,7 +51,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 from common import (
@@ -61,12 +60,14 @@ from common import (
     dataset_graph,
     dataset_store,
     epoch_summary,
-    header,
     hp_flags,
     load_json,
     out_prefix,
     partitioned_store,
+    parts_header,
     provenance,
+    run_parts,
+    shared_run,
     single,
     stamp,
     synth_graph,
@@ -98,7 +99,7 @@ OPTIONS = {
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 #: --smoke: every part on Cora (2 parts, bench/hec.py's hyper-parameters, 2 epochs), 1 batch
 #: worker, the options' values above, so that all of them ask for the same 2-process run (made
-#: once: MEMO), besides one single-process run
+#: once: common.shared_run), besides one single-process run
 SMOKE = {
     "scaling": dict(graphs="cora", batch_workers="1"),
     "bytes": dict(replicas=1, groupings="grouped", caches="5%"),
@@ -108,8 +109,6 @@ SMOKE = {
     "replicas": dict(groups="1", exec="sequential", hidden=64),
     "swapped": dict(modes="read", resident_parts=0),
 }
-#: --smoke only: runs by their command line, so that parts asking for the same run share it
-MEMO: dict[tuple[str, ...], dict] | None = None
 
 
 def disagg_flags(**opts) -> list[str]:
@@ -131,19 +130,16 @@ def launch(
     (``quota``: :func:`capped`'s)."""
     args = ["--store", store, "--engine", engine, "--threads", 1, *hp_flags(hp, seed), *flags]
     args = [str(a) for a in args]
-    key = (str(nproc), *args, str(quota))
-    if MEMO is not None and key in MEMO:
-        return MEMO[key]
     out = WORK / "disagg" / "run.json"
-    if quota:
+
+    def make() -> dict:
+        if not quota:
+            return train(*args, "--nproc", nproc, out=out)
         out.unlink(missing_ok=True)
         capped([*args, "--json", str(out)], nproc, *quota)
-        run = json.loads(out.read_text())
-    else:
-        run = train(*args, "--nproc", nproc, out=out)
-    if MEMO is not None:
-        MEMO[key] = run
-    return run
+        return json.loads(out.read_text())
+
+    return shared_run((str(nproc), *args, str(quota)), make)
 
 
 def capped(args: list[str], nproc: int, cpu: float, compute_cpu: float, computing: int) -> None:
@@ -690,10 +686,9 @@ SECTIONS = {
 
 
 def render(res: dict) -> str:
-    cmds = [c for p in res.get("parts", {}).values() for c in p["commands"]]
-    lines = header(
+    lines = parts_header(
         "disagg engine (Armada): batch workers feeding compute workers",
-        {"commands": list(dict.fromkeys(cmds)), "machine": res.get("machine")},
+        res,
         "Rendered from disagg.json by bench/disagg.py (any part, or `python bench/disagg.py "
         "report`); each section names the commands, commits and machine of its rows. Every "
         "process runs one thread.",
@@ -717,7 +712,6 @@ PARTS = {
 
 
 def main() -> None:
-    global MEMO
     ap = bench_args(
         argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), out="bench/results/disagg"
     )
@@ -782,15 +776,7 @@ def main() -> None:
     def save() -> None:
         write_results(prefix, res, render)
 
-    if args.smoke:
-        MEMO = {}
-    for part in [args.cmd] if args.cmd else list(PARTS):
-        if part in PARTS:
-            pa = args if args.cmd else ap.parse_args([*sys.argv[1:], part])
-            if args.smoke:
-                vars(pa).update(SMOKE[part])
-            pa.prefix = prefix
-            PARTS[part](pa, res, save)
+    run_parts(ap, args, PARTS, SMOKE, res, save, prefix=prefix)
     save()
 
 

@@ -44,7 +44,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 
 import netshape
@@ -54,11 +53,13 @@ from common import (
     dataset_graph,
     dataset_store,
     epoch_summary,
-    header,
     hp_flags,
     load_json,
     out_prefix,
+    parts_header,
     provenance,
+    run_parts,
+    shared_run,
     single,
     stamp,
     train,
@@ -101,7 +102,7 @@ SETTINGS = (
     "communicated_per_layer_rank0 split_seconds"
 ).split()
 #: --smoke: every part on Cora, GCN at hidden 16, 2 epochs (1 timed), one round, so that all of
-#: them ask for the same 2-process run (made once: MEMO), besides one single-process run
+#: them ask for the same 2-process run (made once: common.shared_run), besides one single-process run
 SMOKE_HP = dict(hidden=16, epochs=2)
 CORA = dict(dataset="cora", hidden=16, epochs=1)
 SMOKE = {
@@ -110,8 +111,6 @@ SMOKE = {
     "mechanisms": dict(CORA, net="loopback", nproc=2, deps="hybrid", rows="both-on", repeats=1),
     "accuracy": dict(datasets="cora", parts="2", seeds=1),
 }
-#: --smoke only: runs by their command line, so that parts asking for the same run share it
-MEMO: dict[tuple[str, ...], dict] | None = None
 
 
 # ----------------------------------------------------------------------------- runs
@@ -119,22 +118,20 @@ def fullgraph(store: Path, flags: list, *, nproc: int = 2, net: str = "loopback"
     """``shoal train --store STORE --engine fullgraph --threads 1 FLAGS`` on ``nproc``
     processes over ``net`` (``loopback``, or a rate shaped by netshape): its :func:`row`."""
     args = [str(a) for a in ("--store", store, "--engine", "fullgraph", "--threads", 1, *flags)]
-    key = (str(nproc), net, *args)
-    if MEMO is not None and key in MEMO:
-        return MEMO[key]
     out = WORK / "fullgraph" / "run.json"
-    load_before = os.getloadavg()[0]
-    if net == "loopback":
-        run = train(*args, "--nproc", nproc, out=out)
-    else:
-        out.unlink(missing_ok=True)
-        argv = ["-m", "shoal", "train", *args, "--json", str(out)]
-        netshape.launch(nproc, net, argv, {**os.environ, "OMP_NUM_THREADS": "1"})
-        run = json.loads(out.read_text())
-    r = row(run, net, load_before)
-    if MEMO is not None:
-        MEMO[key] = r
-    return r
+
+    def make() -> dict:
+        load_before = os.getloadavg()[0]
+        if net == "loopback":
+            run = train(*args, "--nproc", nproc, out=out)
+        else:
+            out.unlink(missing_ok=True)
+            argv = ["-m", "shoal", "train", *args, "--json", str(out)]
+            netshape.launch(nproc, net, argv, {**os.environ, "OMP_NUM_THREADS": "1"})
+            run = json.loads(out.read_text())
+        return row(run, net, load_before)
+
+    return shared_run((str(nproc), net, *args), make)
 
 
 def row(run: dict, net: str, load_before: float) -> dict:
@@ -545,10 +542,9 @@ def notes(res: dict) -> list[str]:
 
 
 def render(res: dict) -> str:
-    cmds = [c for p in res.get("parts", {}).values() for c in p.get("commands", [])]
-    lines = header(
+    lines = parts_header(
         "fullgraph engine (NeutronStar): DepCache, DepComm, Hybrid",
-        {"commands": list(dict.fromkeys(cmds)), "machine": res.get("machine")},
+        res,
         "Rendered from fullgraph.json by bench/fullgraph.py (any part, or `python "
         "bench/fullgraph.py report`); each section names the commands, commits and machine of "
         "its rows, and the network they used.",
@@ -574,7 +570,6 @@ PARTS = {
 
 
 def main() -> None:
-    global MEMO
     ap = bench_args(
         argparse.ArgumentParser(description=__doc__.split("\n\n")[0]),
         out="bench/results/fullgraph",
@@ -616,15 +611,7 @@ def main() -> None:
     def save() -> None:
         write_results(prefix, res, render)
 
-    if args.smoke:
-        MEMO = {}
-    for part in [args.cmd] if args.cmd else list(PARTS):
-        if part == "report":
-            continue
-        pa = args if args.cmd else ap.parse_args([*sys.argv[1:], part])
-        if args.smoke:
-            vars(pa).update(SMOKE[part])
-        PARTS[part](pa, res, save)
+    run_parts(ap, args, PARTS, SMOKE, res, save)
     save()
 
 

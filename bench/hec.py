@@ -64,13 +64,15 @@ from common import (
     dataset_graph,
     dataset_store,
     epoch_summary,
-    header,
     hp_flags,
     load_json,
     out_prefix,
     partitioned_store,
+    parts_header,
     provenance,
+    run_parts,
     sh,
+    shared_run,
     stamp,
     synth_graph,
     train,
@@ -99,7 +101,7 @@ def hec_flags(nc: int = 2000, d: int = 1) -> list[str]:
 #: the cache's ablation: key -> extra flags of ``shoal train --engine hec``
 ONOFF = {"off": ["--no-hec-cache"], "on": hec_flags(), "on-nc10": hec_flags(10)}
 #: --smoke: every training part on Cora, 2 parts, seed 0, 2 epochs, hec at the paper's nc and
-#: d, so that all of them ask for the same 2-process run (made once: MEMO), besides one
+#: d, so that all of them ask for the same 2-process run (made once: common.shared_run), besides one
 #: single-process run and the push worker
 SMOKE = {
     "accuracy": dict(datasets="cora", parts="2", seeds="0", minibatch_seeds=""),
@@ -108,8 +110,6 @@ SMOKE = {
     "onoff": dict(datasets="cora", parts="2", seeds="0", variants="on"),
     "push": dict(steps=4, repeats=1),
 }
-#: --smoke only: runs by their command line, so that parts asking for the same run share it
-MEMO: dict[tuple[str, ...], dict] | None = None
 
 
 def hparams(name: str, smoke: bool) -> dict:
@@ -123,12 +123,7 @@ def run(store: Path, engine: str, hp: dict, seed: int, extra: list[str] = ()) ->
     """``shoal train`` of ``engine`` on 2 processes of one thread: the run's JSON."""
     args = ["--store", store, "--engine", engine, "--nproc", 2, "--threads", 1, "--eval-test"]
     args = [str(a) for a in (*args, *hp_flags(hp, seed), *extra)]
-    if MEMO is not None and tuple(args) in MEMO:
-        return MEMO[tuple(args)]
-    out = train(*args, out=WORK / "hec" / "run.json")
-    if MEMO is not None:
-        MEMO[tuple(args)] = out
-    return out
+    return shared_run(tuple(args), lambda: train(*args, out=WORK / "hec" / "run.json"))
 
 
 def single(g: Path, hp: dict, seed: int) -> dict:
@@ -812,10 +807,9 @@ def notes(res: dict) -> list[str]:
 
 
 def render(res: dict) -> str:
-    cmds = [c for p in res.get("parts", {}).values() for c in p["commands"]]
-    lines = header(
+    lines = parts_header(
         "hec engine (DistGNN-MB): accuracy, hit rates, bytes, speed",
-        {"commands": list(dict.fromkeys(cmds)), "machine": res.get("machine")},
+        res,
         "Rendered from hec.json by bench/hec.py (any part, or `python bench/hec.py report`); "
         "each section names the commands, commits and machine of its rows.",
     )
@@ -843,7 +837,6 @@ PARTS = {
 
 
 def main() -> None:
-    global MEMO
     ap = bench_args(
         argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), out="bench/results/hec"
     )
@@ -894,14 +887,7 @@ def main() -> None:
         if res.get("sweep"):
             plot_sweep(res["sweep"], prefix.with_name(prefix.name + "_sweep.png"))
 
-    if args.smoke:
-        MEMO = {}
-    for part in [args.cmd] if args.cmd else list(PARTS):
-        if part in PARTS:
-            pa = args if args.cmd else ap.parse_args([*sys.argv[1:], part])
-            if args.smoke:
-                vars(pa).update(SMOKE[part])
-            PARTS[part](pa, res, save)
+    run_parts(ap, args, PARTS, SMOKE, res, save)
     save()
 
 
