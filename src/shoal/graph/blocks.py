@@ -17,6 +17,10 @@ import torch
 __all__ = ["Batch", "Block", "MiniBatch", "full_graph_block"]
 
 
+def _to(t: torch.Tensor | None, device: torch.device, non_blocking: bool) -> torch.Tensor | None:
+    return None if t is None else t.to(device, non_blocking=non_blocking)
+
+
 @dataclass
 class Block:
     """A bipartite message-passing graph from ``num_src`` source to ``num_dst`` target nodes.
@@ -29,8 +33,14 @@ class Block:
         deg_src: ``(num_src,)`` float32 in-degree of each source node in the *whole* graph
             (used by degree-normalised layers such as GCN to stay unbiased under sampling).
         node_ids: ``(num_src,)`` int64 host array of the sources' ids in the graph's original
-            numbering (targets first), or None. Only keyed dropout reads it
-            (:func:`shoal.nn.base.keyed_dropout`): a node's mask is a function of its id.
+            numbering (targets first), or None. Keyed dropout reads it
+            (:func:`shoal.nn.base.keyed_dropout`: a node's mask is a function of its id), and
+            so do a relational model's per-type inputs (a featureless type's embedding row).
+        edge_type: ``(E,)`` int64 relation index of each edge (the schema's order), or None
+            for an untyped graph (one relation): a relational layer reads it beside
+            ``edge_index``, as PyG's ``RGCNConv`` does.
+        src_type: ``(num_src,)`` int64 node type index of each source node (targets first),
+            or None for an untyped graph (one node type).
     """
 
     edge_index: torch.Tensor
@@ -39,6 +49,8 @@ class Block:
     rowptr: torch.Tensor
     deg_src: torch.Tensor
     node_ids: np.ndarray | None = None
+    edge_type: torch.Tensor | None = None
+    src_type: torch.Tensor | None = None
     cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -78,6 +90,8 @@ class Block:
             edge_index=self.edge_index.to(device, non_blocking=non_blocking),
             rowptr=self.rowptr.to(device, non_blocking=non_blocking),
             deg_src=self.deg_src.to(device, non_blocking=non_blocking),
+            edge_type=_to(self.edge_type, device, non_blocking),
+            src_type=_to(self.src_type, device, non_blocking),
             cache={},
         )
 
@@ -107,11 +121,22 @@ class MiniBatch:
         return self.n_id[: self.num_seeds]
 
     @property
+    def typed(self) -> bool:
+        """Whether the blocks carry node types and relations (a typed graph's batch)."""
+        return bool(self.blocks) and self.blocks[0].src_type is not None
+
+    @property
+    def node_type(self) -> torch.Tensor | None:
+        """``(len(n_id),)`` int64 node type of every node of the batch (None: untyped)."""
+        return self.blocks[0].src_type if self.blocks else None
+
+    @property
     def nbytes(self) -> int:
         """Bytes this mini-batch holds (its ids and its blocks' index tensors)."""
         n = self.n_id.nbytes
         for b in self.blocks:
-            n += sum(t.numel() * t.element_size() for t in (b.edge_index, b.rowptr, b.deg_src))
+            ts = (b.edge_index, b.rowptr, b.deg_src, b.edge_type, b.src_type)
+            n += sum(t.numel() * t.element_size() for t in ts if t is not None)
         return int(n)
 
     def with_node_ids(self, ids: np.ndarray | None = None) -> list[Block]:

@@ -18,7 +18,7 @@ block per layer, targets first) and, per block, the relation of each edge
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -116,13 +116,15 @@ def typed_batch(
     edge's relation from its endpoints' types (one relation per type pair); ``n_id``
     replaces the batch's ids (a store's batch passes the original ids)."""
     table = schema.pair_relations()
-    types = []
+    nt = torch.from_numpy(np.asarray(node_type, np.int64))
+    types, blocks = [], []
     for blk in mb.blocks:
         ei = blk.edge_index.numpy()
-        types.append(torch.from_numpy(table[node_type[ei[0]], node_type[ei[1]]].astype(np.int64)))
-    if n_id is not None:
-        mb = MiniBatch(n_id=n_id, blocks=mb.blocks, num_seeds=mb.num_seeds)
-    return TypedBatch(mb, torch.from_numpy(np.asarray(node_type, np.int64)), types)
+        et = torch.from_numpy(table[node_type[ei[0]], node_type[ei[1]]].astype(np.int64))
+        types.append(et)
+        blocks.append(replace(blk, edge_type=et, src_type=nt[: blk.num_src]))
+    mb = MiniBatch(n_id=mb.n_id if n_id is None else n_id, blocks=blocks, num_seeds=mb.num_seeds)
+    return TypedBatch(mb, nt, types)
 
 
 class TypedNeighborSampler(NeighborSampler):
