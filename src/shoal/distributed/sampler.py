@@ -26,12 +26,13 @@ rank's exclusions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from shoal.data.hetero import HeteroSchema
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.distributed.tables import NodeValues
@@ -39,6 +40,7 @@ from shoal.graph.blocks import MiniBatch
 from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.base import BlockSampler, hop_rowptr
+from shoal.sample.relations import RelationDraws, row_types
 from shoal.store.reader import Partition
 from shoal.utils.arrays import unique_sorted
 
@@ -61,6 +63,14 @@ class DistNeighborSampler(BlockSampler):
             one exchange per batch.
         stats: communication counters.
         group: the process group the ranks above belong to (default: the whole world).
+        schema: a typed store's node types and relations (default None: untyped). Each hop
+            then draws ``fanouts`` per relation (the owner draws each relation's fanout from
+            the relation's run of the node's row, whose in-edges are grouped by relation: DGL's
+            distributed ``sample_neighbors`` per edge type) and the blocks carry their edges'
+            relations and sources' types (:mod:`shoal.sample.relations`). With one rank and a
+            one-part store the batches equal the single-process sampler's on the graph.
+        relation_fanouts: per relation name, its own per-hop fanouts (default none).
+        type_of: the node type of new ids (``Store.type_of``; needed with ``schema``).
 
     A part that ``part_to_rank`` gives to this rank but that is not in ``parts`` (not
     resident: the ``disagg`` engine's swapped-out parts) has no neighbours to give: its
@@ -79,6 +89,9 @@ class DistNeighborSampler(BlockSampler):
         degrees: np.ndarray,
         stats: CommStats | None = None,
         group: dist.ProcessGroup | None = None,
+        schema: HeteroSchema | None = None,
+        relation_fanouts: Mapping[str, Sequence[int] | str] | None = None,
+        type_of: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.group = group
         self.parts = {p.index: p for p in parts}
@@ -98,6 +111,22 @@ class DistNeighborSampler(BlockSampler):
         self._bdeg = np.empty(0, np.float32)
         self._hop_deg = np.empty(0, np.float32)
         self._local_degrees()
+        self.relations = None
+        if schema is not None:
+            if type_of is None:
+                raise ValueError("a typed sampler needs the node type of new ids (type_of)")
+            self.relations = RelationDraws(schema, self.fanouts, relation_fanouts)
+            self.type_of = type_of
+        self._part_types()
+
+    def _part_types(self) -> None:
+        """Per resident part of a typed store drawn per relation: every core row's type and
+        every entry's relation."""
+        self._row_type, self._etypes = {}, {}
+        if self.relations is not None and self.relations.per_relation:
+            for i, p in self.parts.items():
+                self._row_type[i] = row_types(p.type_bounds)
+                self._etypes[i] = np.asarray(p.edge_types)
 
     def _local_degrees(self) -> None:
         """Per resident part, the degrees of its core rows (a view of the local tables) and
@@ -143,6 +172,7 @@ class DistNeighborSampler(BlockSampler):
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
         self._local_degrees()
+        self._part_types()
 
     def _sample_owned(
         self, ids: np.ndarray, fanout: int, key: np.uint64, ex: dict[int, np.ndarray] | None = None
@@ -226,6 +256,11 @@ class DistNeighborSampler(BlockSampler):
 
     def _count_rows(self, part: Partition, rows: np.ndarray, fanout: int, c: np.ndarray) -> None:
         """``c[j]``: the neighbours drawn for core row ``rows[j]`` of ``part``."""
+        if self._etypes:
+            self.relations.hop = self._hop
+            et, rt = self._etypes[part.index], self._row_type[part.index]
+            self.relations.count_by_edge_type(part.indptr, et, rt, rows, rows.shape[0], c)
+            return
         K._count(part.indptr, rows, rows.shape[0], fanout, c)
 
     def _fill_rows(
@@ -239,6 +274,11 @@ class DistNeighborSampler(BlockSampler):
     ) -> None:
         """Draw row ``rows[j]``'s neighbours (local indices) into ``picked[rowptr[j]:]``;
         ``dst`` gets ``j``."""
+        if self._etypes:
+            et, rt, n = self._etypes[part.index], self._row_type[part.index], rows.shape[0]
+            args = (part.indptr, part.indices, et, rt, rows, n)
+            self.relations.fill_by_edge_type(*args, rowptr, key, picked, dst)
+            return
         K._fill(part.indptr, part.indices, rows, rows.shape[0], rowptr, key, picked, dst)
 
     def _exclusions(self, exclude: np.ndarray) -> list[dict[int, np.ndarray]]:
@@ -300,8 +340,13 @@ class DistNeighborSampler(BlockSampler):
 
         ``exclude``: ``(m, 2)`` global edges ``(src, dst)`` message passing must not use at any
         hop (module docstring); every rank passes an array (maybe empty) or every rank None."""
+        if exclude is not None and self.relations is not None and self.relations.per_relation:
+            raise ValueError("excluding edges is not supported by a typed sampler yet")
         ex = None if exclude is None else self._exclusions(exclude)
-        return self._sample_hops(np.asarray(seeds, dtype=np.int64), self.fanouts, seed, ex)
+        mb = self._sample_hops(np.asarray(seeds, dtype=np.int64), self.fanouts, seed, ex)
+        if self.relations is None:
+            return mb
+        return self.relations.label(mb, self.type_of(np.asarray(mb.n_id)))
 
     def _draw_hop(
         self, n: int, fanout: int, key: np.uint64, exclude: list[dict[int, np.ndarray]] | None

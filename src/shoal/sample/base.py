@@ -181,6 +181,7 @@ class BlockSampler(ABC):
         if id_map not in ID_MAPS:
             raise ValueError(f"id_map must be one of {ID_MAPS}, got {id_map!r}")
         self._ids = DenseIdMap(num_nodes) if id_map == "dense" else HashedIdMap()
+        self._hop = 0  # the hop being drawn (a typed sampler's fanouts differ per hop)
 
     @property
     def num_layers(self) -> int:
@@ -241,6 +242,7 @@ class BlockSampler(ABC):
         hops: list[HopEdges] = []
         try:
             for hop, f in enumerate(fanouts):
+                self._hop = hop
                 key = np.uint64(K._stream_key(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)))
                 rowptr, picked, dst = self._draw_hop(n, f, key, exclude)
                 m = int(rowptr[-1])

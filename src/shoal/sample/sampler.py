@@ -20,17 +20,19 @@ are exactly the source nodes of block ``l + 1``, so a model runs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
+from shoal.data.hetero import HeteroSchema
 from shoal.graph.blocks import MiniBatch
 from shoal.rows.blockcache import BlockCache
 from shoal.rows.opener import open_rows
 from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.base import BlockSampler, hop_rowptr, parse_fanouts
+from shoal.sample.relations import RelationDraws
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["NeighborSampler", "parse_fanouts"]
@@ -70,6 +72,17 @@ class NeighborSampler(BlockSampler):
         neighbor_cache_bytes: with ``direct_indices``, entries are read by blocks through a
             CLOCK cache of this many bytes (:class:`~shoal.rows.blockcache.BlockCache`;
             default 0: no cache, each hop reads the pages of its drawn entries).
+        schema: a typed graph's node types and relations (default None: untyped, one node
+            type and one relation). Each hop then draws ``fanouts`` per relation and the
+            blocks carry their edges' relations and sources' types
+            (:mod:`shoal.sample.relations`). Over a graph's in-CSR (global ids, sorted rows)
+            types are the schema's id ranges; over a store part's local CSR give
+            ``node_type`` and ``edge_types``.
+        relation_fanouts: per relation name, its own per-hop fanouts (default none).
+        node_type: ``(num_nodes,)`` node type of every local id (a typed store part: core
+            rows, then halo nodes; default None: the schema's id ranges).
+        edge_types: ``(nnz,)`` relation of every CSR entry, each row's entries grouped by
+            relation (a typed store part's ``edge_types``; needed with ``node_type``).
 
     ``sample(seeds, seed)`` is deterministic for a ``seed`` whatever the number of numba
     threads. Buffers (an ``O(num_nodes)`` int32 id map, the batch's ids and the edge buffers)
@@ -87,6 +100,10 @@ class NeighborSampler(BlockSampler):
         direct_indices: bool = False,
         io_threads: int = 8,
         neighbor_cache_bytes: int = 0,
+        schema: HeteroSchema | None = None,
+        relation_fanouts: Mapping[str, Sequence[int] | str] | None = None,
+        node_type: np.ndarray | None = None,
+        edge_types: np.ndarray | None = None,
     ) -> None:
         self.indptr = _as_index_array(indptr, "indptr")
         self.indices = _as_index_array(indices, "indices")
@@ -120,6 +137,19 @@ class NeighborSampler(BlockSampler):
             if deg.shape != (self.num_nodes,):
                 raise ValueError(f"degrees must have shape ({self.num_nodes},), got {deg.shape}")
         self.degrees = deg
+        self.relations = (
+            None if schema is None else RelationDraws(schema, self.fanouts, relation_fanouts)
+        )
+        self._node_type = self._edge_types = self._row_type = None
+        self._per_relation = False  # this batch drawn per relation
+        if node_type is not None:
+            if schema is None or edge_types is None:
+                raise ValueError("node_type needs a schema and the entries' edge_types")
+            self._node_type = np.asarray(node_type, np.int64)
+            self._row_type = self._node_type.astype(np.int32)
+            self._edge_types = np.asarray(edge_types)
+            if self._node_type.shape != (self.num_nodes,):
+                raise ValueError(f"node_type must have shape ({self.num_nodes},)")
         self._counts = np.empty(0, dtype=np.int64)
         self._n_ex = np.empty(0, dtype=np.int64)
         self._picked = np.empty(0, dtype=np.int64)
@@ -140,15 +170,28 @@ class NeighborSampler(BlockSampler):
         are removed from the candidates before drawing, so a node still gets ``fanout`` of
         its other in-neighbours. Needs ``indices`` in memory (not ``direct_indices``)."""
         fan = self.fanouts if fanouts is None else parse_fanouts(fanouts)
+        rel = self.relations
+        # every neighbour of every relation is a whole row: the untyped draw takes it
+        whole = fanouts is not None and all(f < 0 for f in fan)
+        if rel is not None and rel.per_relation and fanouts is not None and not whole:
+            raise ValueError("a typed sampler draws its fanouts per relation: make a sampler")
+        self._per_relation = rel is not None and rel.per_relation and not whole
         ex = self._exclusion_keys(exclude)
         s = _as_index_array(seeds, "seeds").astype(np.int64, copy=False)
-        return self._sample_hops(s, fan, seed, ex)
+        mb = self._sample_hops(s, fan, seed, ex)
+        if rel is None:
+            return mb
+        n_id = np.asarray(mb.n_id)
+        types = rel.schema.type_of(n_id) if self._node_type is None else self._node_type[n_id]
+        return rel.label(mb, types)
 
     def _draw_hop(
         self, n: int, fanout: int, key: np.uint64, exclude: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One hop from the CSR (:meth:`BlockSampler._draw_hop`): count, then draw each
         frontier row's neighbours (``exclude``: sorted keys of edges to skip, or None)."""
+        if self._per_relation:
+            return self._draw_relations(n, key)
         counts = self._grow("_counts", n)
         if exclude is not None:
             n_ex = self._grow("_n_ex", n)
@@ -190,6 +233,29 @@ class NeighborSampler(BlockSampler):
             self._read_picked(picked, m)
         return rowptr, picked, dst
 
+    def _draw_relations(self, n: int, key: np.uint64) -> tuple[np.ndarray, ...]:
+        """One hop of a typed graph, each relation with its own fanout
+        (:class:`~shoal.sample.relations.RelationDraws`). The rows are read where they are:
+        the runs of a relation are found by binary searches over a row's entries."""
+        rel = self.relations
+        rel.hop = self._hop
+        counts = self._grow("_counts", n)
+        if self._node_type is None:
+            rel.count_by_range(self.indptr, self.indices, self._nodes, n, counts)
+        else:
+            args = (self.indptr, self._edge_types, self._row_type, self._nodes, n)
+            rel.count_by_edge_type(*args, counts)
+        rowptr = hop_rowptr(counts, n)
+        m = int(rowptr[-1])
+        picked = self._grow("_picked", m)
+        dst = self._grow("_dst", m)
+        if self._node_type is None:
+            rel.fill_by_range(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
+        else:
+            ix = (self.indptr, self.indices, self._edge_types, self._row_type, self._nodes, n)
+            rel.fill_by_edge_type(*ix, rowptr, key, picked, dst)
+        return rowptr, picked, dst
+
     def _exclusion_keys(self, exclude: np.ndarray | torch.Tensor | None) -> np.ndarray | None:
         """Sorted ``dst * num_nodes + src`` keys of the edges to exclude, or None."""
         if exclude is None:
@@ -198,6 +264,8 @@ class NeighborSampler(BlockSampler):
         e = e.astype(np.int64, copy=False).reshape(-1, 2)
         if len(e) == 0:
             return None
+        if self._per_relation:
+            raise ValueError("excluding edges is not supported by a typed sampler yet")
         if self._reader is not None or self._blocks is not None:
             raise ValueError(
                 "excluding edges needs the in-neighbour CSR in memory; this sampler reads it "

@@ -1,0 +1,158 @@
+"""A typed graph's relations as a sampler sees them: a fanout per relation, typed blocks.
+
+An untyped graph is the case of one node type and one relation; every sampler of shoal
+(:class:`~shoal.sample.sampler.NeighborSampler` on a CSR in memory or on disk, a store part's
+local CSR, :class:`~shoal.distributed.sampler.DistNeighborSampler` across ranks) takes an
+optional :class:`~shoal.data.hetero.HeteroSchema` and then draws as DGL's ``sample_neighbors``
+and PyG's ``NeighborLoader`` do on a heterogeneous graph: each hop's fanout *per relation*
+(a paper gets up to ``k`` citing papers and up to ``k`` authors, not ``k`` neighbours of any
+kind). :class:`RelationDraws` holds what those draws need and runs the per-relation kernels
+(:mod:`shoal.sample._typed_kernels`) in the two layouts a row can have:
+
+- a graph's in-CSR over global ids (``by_range``): node types are consecutive id ranges and a
+  row's neighbours are sorted, so a source type's neighbours are one run of the row, found
+  by two binary searches; where each (source type, destination type) pair has one relation
+  (ogbn-mag, IGBH, most typed graphs; :meth:`~shoal.data.hetero.HeteroSchema.pair_relations`)
+  that run is the relation's neighbour list;
+- a typed store part's local CSR (``by_edge_type``): each row's in-edges are grouped by
+  relation (``edge_types.npy``), so a relation's run is found in the row's edge types.
+
+Both draw the same runs from the same stream per (hop, frontier position, relation), so a
+one-part store samples as its graph does. A schema with a single relation takes the untyped
+kernels (the same random streams as an untyped graph's: its batches are bit-identical) and
+only labels the blocks. :meth:`RelationDraws.label` gives every block its edges' relations and
+its sources' node types (:class:`~shoal.graph.blocks.Block` ``edge_type`` / ``src_type``),
+what a relational layer reads beside ``edge_index``, as PyG's ``RGCNConv`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from shoal.data.hetero import HeteroSchema
+from shoal.graph.blocks import MiniBatch
+from shoal.sample import _typed_kernels as TK
+from shoal.sample.base import parse_fanouts
+
+__all__ = ["RelationDraws", "RelationTables", "label_blocks", "row_types"]
+
+
+@dataclass
+class RelationTables:
+    """What a typed sampler draws by, per relation: its source type (``src_type``, ``(R,)``),
+    the relations into each node type (``by_dst[by_dst_ptr[t]:by_dst_ptr[t + 1]]``, in
+    relation order) and each hop's fanout of each relation (``fanouts``, ``(hops, R)``)."""
+
+    src_type: np.ndarray
+    by_dst_ptr: np.ndarray
+    by_dst: np.ndarray
+    fanouts: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        schema: HeteroSchema,
+        fanouts: Sequence[int],
+        relation_fanouts: Mapping[str, Sequence[int] | str] | None = None,
+    ) -> RelationTables:
+        """``fanouts``: per hop, for every relation; ``relation_fanouts``: per relation name
+        (or ``"src__relation__dst"``), its own per-hop fanouts."""
+        names = schema.type_names
+        rels = schema.edge_types
+        src_type = np.array([names.index(e.src) for e in rels], np.int64)
+        dst_type = np.array([names.index(e.dst) for e in rels], np.int64)
+        by_dst = np.argsort(dst_type, kind="stable").astype(np.int64)
+        by_dst_ptr = np.zeros(len(names) + 1, np.int64)
+        np.cumsum(np.bincount(dst_type, minlength=len(names)), out=by_dst_ptr[1:])
+        hops = len(fanouts)
+        fan = np.tile(np.asarray(fanouts, np.int64)[:, None], (1, len(rels)))
+        for name, f in (relation_fanouts or {}).items():
+            per = parse_fanouts(f)
+            if len(per) != hops:
+                raise ValueError(
+                    f"relation {name!r} has {len(per)} fanouts, the sampler {hops} hops"
+                )
+            parts = name.split("__")
+            fan[:, schema.relation_index(tuple(parts) if len(parts) == 3 else name)] = per
+        return cls(src_type, by_dst_ptr, by_dst, fan)
+
+
+def row_types(bounds: np.ndarray) -> np.ndarray:
+    """int32 node type of every core row of a part, from its type ranges (``T + 1``)."""
+    b = np.asarray(bounds, np.int64)
+    return np.repeat(np.arange(len(b) - 1, dtype=np.int32), np.diff(b - b[0]))
+
+
+def label_blocks(pair: np.ndarray, mb: MiniBatch, node_type: np.ndarray) -> MiniBatch:
+    """``mb`` with every block's ``src_type`` (its sources' types, from ``node_type`` of the
+    batch's nodes) and ``edge_type`` (each edge's relation from its endpoints' types: the
+    ``(T, T)`` table ``pair``, one relation per ordered type pair)."""
+    nt = np.asarray(node_type, np.int64)
+    types = torch.from_numpy(nt)
+    blocks = []
+    for blk in mb.blocks:
+        ei = blk.edge_index.numpy()
+        et = torch.from_numpy(pair[nt[ei[0]], nt[ei[1]]].astype(np.int64, copy=False))
+        blocks.append(replace(blk, edge_type=et, src_type=types[: blk.num_src]))
+    return MiniBatch(n_id=mb.n_id, blocks=blocks, num_seeds=mb.num_seeds)
+
+
+class RelationDraws:
+    """A sampler's per-relation draws (module docstring).
+
+    Args:
+        schema: the graph's node types and relations; every ordered (source type,
+            destination type) pair has at most one relation (refused otherwise, naming them).
+        fanouts: per hop, the neighbours drawn for *each* relation (-1: all).
+        relation_fanouts: per relation name (or ``"src__relation__dst"``), its own per-hop
+            fanouts, overriding ``fanouts`` for it (default none).
+
+    :attr:`per_relation` is false for a single relation: the sampler then draws with the
+    untyped kernels (the same streams) and only labels the blocks. A sampler sets
+    :attr:`hop` before each hop's draws."""
+
+    def __init__(
+        self,
+        schema: HeteroSchema,
+        fanouts: Sequence[int],
+        relation_fanouts: Mapping[str, Sequence[int] | str] | None = None,
+    ) -> None:
+        self.schema = schema
+        self.pair = schema.pair_relations()
+        self.offsets = schema.offsets
+        self.tables = RelationTables.of(schema, fanouts, relation_fanouts)
+        self.per_relation = len(schema.edge_types) > 1 or bool(relation_fanouts)
+        self.hop = 0
+
+    def _rel(self) -> tuple:
+        t = self.tables
+        return (t.by_dst_ptr, t.by_dst, t.src_type, t.fanouts[self.hop])
+
+    def count_by_range(self, indptr, indices, nodes, n: int, counts) -> None:
+        """``counts[i]``: draws of ``nodes[i]`` (global ids) from a graph's in-CSR."""
+        TK._count(indptr, indices, nodes, n, self.offsets, *self._rel(), counts)
+
+    def fill_by_range(self, indptr, indices, nodes, n: int, rowptr, key, picked, dst) -> None:
+        """Each relation's draws of ``nodes[i]`` into ``picked[rowptr[i]:]`` (global ids)."""
+        TK._fill(indptr, indices, nodes, n, self.offsets, *self._rel(), rowptr, key, picked, dst)
+
+    def count_by_edge_type(self, indptr, etypes, row_type, rows, n: int, counts) -> None:
+        """:meth:`count_by_range` of a part's local rows ``rows`` (in-edges grouped by
+        relation, ``etypes``; ``row_type`` the type of every local row)."""
+        b, d, _, f = self._rel()
+        TK._count_rel(indptr, etypes, rows, n, row_type, b, d, f, counts)
+
+    def fill_by_edge_type(
+        self, indptr, indices, etypes, row_type, rows, n: int, rowptr, key, picked, dst
+    ) -> None:
+        """:meth:`fill_by_range` of a part's local rows (``picked`` gets local indices)."""
+        b, d, _, f = self._rel()
+        TK._fill_rel(indptr, indices, etypes, rows, n, row_type, b, d, f, rowptr, key, picked, dst)
+
+    def label(self, mb: MiniBatch, node_type: np.ndarray) -> MiniBatch:
+        """:func:`label_blocks` of ``mb`` whose nodes have the types ``node_type``."""
+        return label_blocks(self.pair, mb, node_type)
