@@ -56,18 +56,15 @@ def _load_run(ckpt: Path, which: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def _cmd_embed(args: argparse.Namespace) -> int:
     from shoal.data.format import GraphDir
     from shoal.engines.config import read_config
-    from shoal.nn.ondevice import on_device
-    from shoal.training.inference import layerwise_inference
     from shoal.training.linktrainer import LinkData
-    from shoal.training.model import model_from_config
-    from shoal.training.presets import resolve_for_data
-    from shoal.utils.device import use_device
 
     cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
     cfg = read_config({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
     g = GraphDir.open(args.graph)
+    if g.schema is not None and cfg.model.type_embeddings == "disk":
+        return _embed_typed(args, cfg, weights, g)  # the typed trainer's on-disk tables
     if g.schema is not None:
-        return _embed_typed(args, cfg, weights, g)
+        return _embed_graph(args, cfg, weights, g, _typed_data(args, g, cfg))
     if args.node_type:
         raise ShoalInputError(
             "--node-type needs a typed graph", path=g.path, fix="drop --node-type"
@@ -95,10 +92,57 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             path=args.input or g.path,
             fix="pass --input TABLE.npy (N rows), e.g. a learned embedding table",
         )
+    return _embed_graph(args, cfg, weights, g, data)
+
+
+def _typed_data(args: argparse.Namespace, g: Any, cfg: Any) -> Any:
+    """A typed graph's inputs for the inference: the CSR and every type's rows in one row
+    source (:class:`~shoal.rows.typed.TypedRows`)."""
+    from shoal.rows.typed import open_typed_rows
+    from shoal.training.data import TrainData
+
+    if args.input:
+        raise ShoalInputError("--input is for untyped graphs", fix="drop --input")
+    csr = g.csr("in", scratch_dir=args.scratch_dir or cfg.memory.scratch_dir)
+    none = np.empty(0, np.int64)
+    return TrainData(
+        indptr=csr.indptr,
+        indices=csr.indices,
+        features=open_typed_rows(g, threads=cfg.memory.io_threads),
+        labels=none,
+        train_idx=none,
+        val_idx=none,
+        test_idx=none,
+        num_classes=int(g.num_classes or 1),
+        num_nodes=g.num_nodes,
+        name=g.name,
+        path=str(g.path),
+        schema=g.schema,
+    )
+
+
+def _embed_graph(args: argparse.Namespace, cfg: Any, weights: dict, g: Any, data: Any) -> int:
+    """Every node's rows (or a typed graph's ``--node-type``'s, in its own id order) by the
+    exact layer-wise inference, written to a memory-mapped ``.npy``."""
+    from shoal.nn.ondevice import on_device
+    from shoal.training.data import TrainData
+    from shoal.training.inference import layerwise_inference
+    from shoal.training.model import model_from_config
+    from shoal.training.presets import resolve_for_data
+    from shoal.utils.device import use_device
+
+    schema = g.schema
     cfg = resolve_for_data(cfg, train_nodes=0, features=data.features)
     out_dim = cfg.model.hidden if cfg.task == "link" else (g.num_classes or 1)
-    model = model_from_config(cfg, in_dim=data.features.shape[1], out_dim=out_dim)
+    in_dim = data.feature_dim if isinstance(data, TrainData) else data.features.shape[1]
+    model = model_from_config(cfg, in_dim=in_dim, out_dim=out_dim, schema=schema)
     model.load_state_dict(weights)
+    nodes = np.arange(g.num_nodes)
+    what = ""
+    if schema is not None:
+        nt = schema.node_type(args.node_type or schema.target)
+        nodes = nt.offset + np.arange(nt.count, dtype=np.int64)
+        what = f" of node type {nt.name!r}"
     device = use_device(args.device or "cpu")  # the checkpoint's device is not assumed
     model = on_device(model.to(device), device)
     out = Path(args.out)
@@ -112,22 +156,24 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             res = layerwise_inference(
                 model,
                 data,
-                np.arange(g.num_nodes),
+                nodes,
                 predict=args.predict,
                 normalize_features=cfg.model.normalize_features,
                 scratch_dir=args.scratch_dir or cfg.memory.scratch_dir,
                 new_output=new_output,
             )
-            if isinstance(res, np.memmap):
+            if isinstance(res, np.memmap) and res.filename is not None:  # the file itself
                 res.flush()
-            else:  # nothing was computed (an empty graph): write what came back
-                np.save(tmp, res)
+            else:  # predictions of logits computed whole, or nothing (an empty graph)
+                with open(tmp, "wb") as f:  # (np.save would append .npy to the name)
+                    np.save(f, res)
             os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
     print(
         f"embed {g.path} -> {out}: {res.shape} {res.dtype} "
-        f"({'classes' if args.predict else 'embeddings' if cfg.task == 'link' else 'logits'})"
+        f"({'classes' if args.predict else 'embeddings' if cfg.task == 'link' else 'logits'}"
+        f"{what})"
     )
     return 0
 

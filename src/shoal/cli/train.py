@@ -103,12 +103,20 @@ def run_train(args: argparse.Namespace) -> int:
             fix="pass --graph DIR (a graph directory with features and splits) or --store STORE",
         )
     g = GraphDir.open(args.graph)
-    if g.schema is not None or config.model.name in TYPED_MODELS:
+    if g.schema is None and config.model.name in TYPED_MODELS:
+        raise ShoalInputError(
+            f"--model {config.model.name} needs a typed graph (node types, relations)",
+            path=g.path,
+            fix="import one (ogbn-mag's layout, PyG HeteroData) or `shoal data synth igbh`",
+        )
+    if g.schema is not None and config.model.type_embeddings == "disk":
+        # the featureless types' embedding tables on disk: the typed trainer's, for now
         from shoal.training.typed import TypedTrainer
 
         result = TypedTrainer(config, g).fit().to_json()
     else:
-        result = Trainer(config, TrainData.from_graph_dir(g)).fit().to_json()
+        data = TrainData.from_graph_dir(g, io_threads=config.memory.io_threads)
+        result = Trainer(config, data).fit().to_json()
     result["graph"] = str(args.graph)
     summary = (
         f"test_accuracy={result['test_accuracy']:.4f} val_accuracy={result['val_accuracy']:.4f} "

@@ -8,10 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from shoal.data.format import GraphDir
+from shoal.data.hetero import HeteroSchema
 from shoal.errors import ShoalInputError
 from shoal.rows.budget import RESERVE, batch_window, plan_budget
 from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.direct import RowFile, load_array
+from shoal.rows.source import RowSource
+from shoal.rows.typed import open_typed_rows
 from shoal.utils.memory import return_freed_memory
 
 __all__ = ["TrainData", "open_features", "structure_on_disk"]
@@ -28,13 +31,17 @@ class TrainData:
     """What a trainer reads. Arrays may be memory maps; nothing here is copied whole.
 
     ``indptr``/``indices``: in-neighbour CSR over ids ``[0, num_nodes)`` (rows may stop
-    short of ``num_nodes``: e.g. a store part's halo nodes); ``features`` ``(num_nodes, F)``;
-    ``labels`` ``(num_nodes,)`` int (-1 unlabelled); split ids index the same id space.
+    short of ``num_nodes``: e.g. a store part's halo nodes); ``features`` ``(num_nodes, F)``
+    (an array or any :class:`~shoal.rows.source.RowSource`); ``labels`` ``(num_nodes,)`` int
+    (-1 unlabelled); split ids index the same id space. ``schema``: a typed graph's node
+    types and relations (None: untyped, one type and one relation); its ``features`` are then
+    every type's rows in one source, each padded to the widest type
+    (:class:`~shoal.rows.typed.TypedRows`), and its labels and splits are the target type's.
     """
 
     indptr: np.ndarray
     indices: np.ndarray
-    features: np.ndarray
+    features: np.ndarray | RowSource
     labels: np.ndarray
     train_idx: np.ndarray
     val_idx: np.ndarray
@@ -44,12 +51,25 @@ class TrainData:
     degrees: np.ndarray | None = None
     name: str = "graph"
     path: str | None = None
+    schema: HeteroSchema | None = None
 
     @classmethod
-    def from_graph_dir(cls, graph: GraphDir | str | os.PathLike) -> TrainData:
+    def from_graph_dir(
+        cls, graph: GraphDir | str | os.PathLike, *, io_threads: int = 8
+    ) -> TrainData:
         g = graph if isinstance(graph, GraphDir) else GraphDir.open(graph)
-        g.refuse_typed("single-process training")
-        x, y = g.features(), g.labels()
+        typed = g.schema is not None
+        if typed:
+            x = open_typed_rows(g, threads=io_threads)
+            if x is None:
+                raise ShoalInputError(
+                    "no node type of the typed graph has features",
+                    path=g.path,
+                    fix="import the node features of at least one type",
+                )
+            y = g.labels()
+        else:
+            x, y = g.features(), g.labels()
         if x is None or y is None:
             raise ShoalInputError(
                 "training needs features.npy and labels.npy",
@@ -80,11 +100,19 @@ class TrainData:
             num_nodes=g.num_nodes,
             name=g.name,
             path=str(g.path),
+            schema=g.schema,
         )
 
     @property
     def feature_dim(self) -> int:
-        return int(self.features.shape[1])
+        x = self.features
+        return int(x.dim if isinstance(x, RowSource) else x.shape[1])
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of ``features``."""
+        x = self.features
+        return int(x.num_rows if isinstance(x, RowSource) else x.shape[0])
 
     def split(self, name: str) -> np.ndarray:
         return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
@@ -116,13 +144,13 @@ def open_features(
     :data:`~shoal.rows.budget.RESERVE`)."""
     return_freed_memory()  # freed buffers leave the process: the budget stays honest
     x = data.features
-    row_bytes = int(x.shape[1]) * x.dtype.itemsize
+    row_bytes = int(x.row_bytes if isinstance(x, RowSource) else x.shape[1] * x.dtype.itemsize)
     index = int(data.indptr.nbytes) + 16 * data.num_nodes  # + the sampler's per-node arrays
     if structure == "disk" and not structure_on_disk(data.indices):
         structure = "auto"  # already in memory: nothing to read from disk
     plan = plan_budget(
         memory,
-        feature_bytes=int(x.shape[0]) * row_bytes,
+        feature_bytes=data.num_rows * row_bytes,
         structure_bytes=index + int(data.indices.nbytes),
         min_window=batch_window(fanouts, batch_size, data.num_nodes, row_bytes),
         index_bytes=index,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -30,10 +30,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from shoal.graph.blocks import full_graph_block
+from shoal.graph.blocks import Block, MiniBatch, full_graph_block
 from shoal.rows import _kernels as K
 from shoal.rows.featstore import DiskFeatures
 from shoal.rows.gather import gather_rows, read_rows
+from shoal.rows.source import RowSource
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.blocked import blocked_layers, id_dtype, sum_layers
 from shoal.training.data import TrainData
@@ -104,14 +105,26 @@ class Segment:
         remote: global id of local id ``num_core + i`` (its rows come from the provider);
             empty when the segment has no remote ids.
         targets: local ids whose last-layer output is wanted.
+        original: local ids -> the graph's original ids, which a typed graph's blocks carry
+            (``Block.node_ids``: a featureless type's embedding rows); None: local ids are
+            the original ones (a graph directory).
     """
 
     key: int
     sampler: NeighborSampler
     num_core: int
-    inputs: np.ndarray
+    inputs: np.ndarray | RowSource
     remote: np.ndarray
     targets: np.ndarray
+    original: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def first_block(self, mb: MiniBatch) -> Block:
+        """``mb``'s first block, with its sources' original ids on a typed graph."""
+        blk = mb.blocks[0]
+        if blk.src_type is None or blk.node_ids is not None:
+            return blk
+        ids = np.asarray(mb.n_id[: blk.num_src])
+        return replace(blk, node_ids=ids if self.original is None else self.original(ids))
 
 
 class RowProvider:
@@ -177,13 +190,24 @@ def _steps(segments: list[Segment], last: bool, batch_size: int) -> Iterator[tup
             yield seg, start, rows[start : start + batch_size]
 
 
+def width_of(src: np.ndarray | RowSource) -> int:
+    """Columns of an array's or a row source's rows."""
+    return int(src.dim if isinstance(src, RowSource) else src.shape[1])
+
+
 def _inputs_of_batch(seg, mb, src, provider, normalize, bufs) -> torch.Tensor:
     """The layer inputs of a full-neighbourhood batch: core rows read here (straight into
     their positions), remote rows fetched (collective), row-normalised when ``normalize``."""
     ids = mb.n_id
-    x = _buffer(bufs, "in", len(ids), src.shape[1])[: len(ids)]
+    x = _buffer(bufs, "in", len(ids), width_of(src))[: len(ids)]
     is_core = ids < seg.num_core
-    if is_core.all():
+    if isinstance(src, RowSource):  # one planned read of the batch's sorted rows
+        if not is_core.all():
+            raise ValueError("a row source segment has no remote rows")
+        order = np.argsort(ids, kind="stable")
+        src.read(np.ascontiguousarray(ids[order]), x, dest=order)
+        provider.fetch(np.empty(0, np.int64))
+    elif is_core.all():
         read_rows(src, ids, x)
         provider.fetch(np.empty(0, np.int64))
     else:
@@ -217,7 +241,7 @@ def run_layers(
     splitter = getattr(model, "inference_split", None)
     num_layers = int(model.num_layers)
     prev = {seg.key: seg.inputs for seg in segments}
-    dim = int(segments[0].inputs.shape[1]) if segments else 0
+    dim = width_of(segments[0].inputs) if segments else 0
     dim = int(getattr(provider, "feature_dim", dim))
     bufs: dict[str, np.ndarray] = {}
     for layer in range(num_layers):
@@ -250,7 +274,7 @@ def run_layers(
             seg, start, rows = local[step]
             mb = seg.sampler.full(rows)
             x = _inputs_of_batch(seg, mb, prev[seg.key], provider, normalize, bufs)
-            h = post(x, mb.blocks[0]).numpy()
+            h = post(x, seg.first_block(mb)).numpy()
             if last:
                 on_output(seg, np.arange(start, start + len(rows)), h)
             else:
@@ -320,7 +344,12 @@ def layerwise_inference(
     alloc = new_output or np.empty
     if sampler is None:
         sampler = NeighborSampler(
-            data.indptr, data.indices, (-1,), num_nodes=data.num_nodes, degrees=data.degrees
+            data.indptr,
+            data.indices,
+            (-1,),
+            num_nodes=data.num_nodes,
+            degrees=data.degrees,
+            schema=getattr(data, "schema", None),
         )
     if not hasattr(model, "layer_forward"):
         out = _sampled_inference(model, data, nodes, sampler, normalize_features, batch_size)

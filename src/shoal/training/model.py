@@ -9,12 +9,14 @@ from torch import nn
 
 from shoal.data.hetero import HeteroSchema
 from shoal.errors import ShoalInputError
-from shoal.nn import BlockGNN, build_model
+from shoal.nn import TYPED_MODELS, BlockGNN, build_model
 from shoal.nn.adapter import EdgeIndexModel
 from shoal.nn.hetero_adapter import HeteroEdgeIndexModel
+from shoal.nn.relational import RGAT, RGCN
+from shoal.nn.relational_adapter import RelationalEdgeIndexModel
 from shoal.training.config import TrainConfig
 
-__all__ = ["factory_model", "model_from_config", "typed_factory_model"]
+__all__ = ["factory_model", "model_from_config", "relational_model", "typed_factory_model"]
 
 
 def _call_factory(spec: str, **kwargs) -> nn.Module:
@@ -67,12 +69,69 @@ def typed_factory_model(
     return HeteroEdgeIndexModel(model, schema, num_layers)
 
 
-def model_from_config(cfg: TrainConfig, *, in_dim: int, out_dim: int, rank: int = 0) -> nn.Module:
+def relational_model(
+    cfg: TrainConfig, schema: HeteroSchema, *, out_dim: int, in_dim: int | None = None
+) -> nn.Module:
+    """A typed graph's model: ``rgcn`` or ``rgat`` (:mod:`shoal.nn.relational`), or a
+    ``--model-factory`` heterogeneous module run through
+    :class:`~shoal.nn.relational_adapter.RelationalEdgeIndexModel`; every one called
+    ``model(x, blocks)`` with ``x`` every node type's rows padded to the widest type."""
+    m = cfg.model
+    if m.name not in TYPED_MODELS and not m.factory:
+        raise ShoalInputError(
+            f"a typed graph trains a relational model, not {m.name!r}",
+            fix=f"use --model {' or '.join(TYPED_MODELS)} (the default on a typed graph)",
+        )
+    dims = [t.feature_dim for t in schema.node_types]
+    kw = dict(
+        feature_dims=dims,
+        counts=[t.count for t in schema.node_types],
+        offsets=schema.offsets,
+        num_relations=len(schema.edge_types),
+        hidden=int(m.hidden),
+        out_dim=int(out_dim),
+        num_layers=cfg.num_layers,
+        dropout=float(m.dropout),
+        in_dim=in_dim,
+    )
+    if m.factory:
+        module = typed_factory_model(
+            m.factory,
+            schema,
+            hidden=int(m.hidden),
+            out_dim=int(out_dim),
+            num_layers=cfg.num_layers,
+            dropout=float(m.dropout or 0.0),
+        ).module
+        return RelationalEdgeIndexModel(
+            module, schema, hidden=int(m.hidden), num_layers=cfg.num_layers
+        )
+    if m.name == "rgcn":
+        return RGCN(**kw)
+    names = schema.type_names
+    return RGAT(
+        **kw, heads=int(m.heads or 4), relation_dst=[names.index(e.dst) for e in schema.edge_types]
+    )
+
+
+def model_from_config(
+    cfg: TrainConfig,
+    *,
+    in_dim: int,
+    out_dim: int,
+    rank: int = 0,
+    schema: HeteroSchema | None = None,
+) -> nn.Module:
     """The model named by ``cfg.model.name`` (or built by ``cfg.model.factory``), initialised from
     ``cfg.run.seed`` (the same weights in every process). Ranks other than 0 then re-seed torch
     with ``seed + rank`` so their dropout masks are independent of rank 0's (rank 0 keeps the
-    single-process trainer's stream)."""
+    single-process trainer's stream). ``schema``: a typed graph's (:func:`relational_model`)."""
     torch.manual_seed(cfg.run.seed)
+    if schema is not None:
+        model = relational_model(cfg, schema, out_dim=out_dim, in_dim=in_dim)
+        if rank:
+            torch.manual_seed(cfg.run.seed + rank)
+        return model
     if cfg.model.factory:
         model = factory_model(
             cfg.model.factory,

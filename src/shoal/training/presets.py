@@ -183,9 +183,16 @@ def auto_normalize(rows: np.ndarray) -> bool:
 
 
 def _sample_rows(features: Any) -> np.ndarray:
-    n = int(features.shape[0])
+    """Evenly spaced rows of an array, or of a row source (``num_rows``, ``read``)."""
+    n = int(features.num_rows if hasattr(features, "read") else features.shape[0])
     idx = np.unique(np.linspace(0, max(n - 1, 0), min(n, AUTO_NORMALIZE_SAMPLE)).astype(np.int64))
-    return np.asarray(features[idx]) if n else np.empty((0, 0), np.float32)
+    if not n:
+        return np.empty((0, 0), np.float32)
+    if hasattr(features, "read"):
+        out = np.empty((len(idx), features.dim), features.dtype)
+        features.read(idx, out)
+        return out
+    return np.asarray(features[idx])
 
 
 def resolve_for_data(

@@ -41,6 +41,17 @@ __all__ = ["Trainer"]
 log = logging.getLogger(__name__)
 
 
+def _typed_identity(schema) -> dict[str, Any]:
+    """A typed graph's part of a run's identity (what a resumed run must match)."""
+    return {} if schema is None else {"relations": len(schema.edge_types)}
+
+
+def _typed_settings(schema) -> dict[str, Any]:
+    if schema is None:
+        return {}
+    return {"typed": {"node_types": len(schema.node_types), "relations": len(schema.edge_types)}}
+
+
 class Trainer:
     """Single-process mini-batch trainer with best-validation model selection.
 
@@ -59,7 +70,9 @@ class Trainer:
         self.device = use_device(config.run.device)
         torch.manual_seed(config.run.seed)
         if model is None:  # built on the host: the same initial weights on every device
-            model = model_from_config(config, in_dim=data.feature_dim, out_dim=data.num_classes)
+            model = model_from_config(
+                config, in_dim=data.feature_dim, out_dim=data.num_classes, schema=data.schema
+            )
         self.model = model.to(self.device)
         # on a GPU, the next batch is sampled, gathered and staged while the step computes
         self.feed = DeviceFeed(self.device, background=True)
@@ -91,6 +104,7 @@ class Trainer:
             direct_indices=not self.budget.structure_in_memory and structure_on_disk(data.indices),
             io_threads=config.memory.io_threads,
             neighbor_cache_bytes=self.budget.neighbor_cache,
+            schema=data.schema,
         )
         self._lent = 0  # bytes of the feature cache lent to evaluation (end_training)
         self.timer = Timer()
@@ -127,8 +141,9 @@ class Trainer:
                 "num_nodes": data.num_nodes,
                 "feature_dim": data.feature_dim,
                 "num_classes": data.num_classes,
+                **_typed_identity(data.schema),
             },
-            settings={"memory_plan": self.budget.to_dict()},
+            settings={"memory_plan": self.budget.to_dict(), **_typed_settings(data.schema)},
         )
 
     @property
