@@ -64,16 +64,21 @@ def announce(config: TrainConfig) -> None:
 
 
 def _typed_default(args: argparse.Namespace, config: TrainConfig) -> bool:
-    """Whether ``--graph`` is a typed graph and no model was chosen (``--model`` or a config
-    file): R-GCN is then the default, as GraphSAGE is for an untyped graph."""
-    if args.store or not args.graph or args.model is not None or config.model.factory:
+    """Whether ``--graph`` or ``--store`` is typed and no model was chosen (``--model`` or a
+    config file): R-GCN is then the default, in one process and in every engine, as
+    GraphSAGE is for an untyped graph."""
+    if not (args.graph or args.store) or args.model is not None or config.model.factory:
         return False
     if getattr(args, "config", None) and config.model.name != "sage":
         return False
     try:
+        if args.store:
+            from shoal.store.reader import Store
+
+            return Store.open(args.store).schema is not None
         return GraphDir.open(args.graph).schema is not None
     except ShoalInputError:
-        return False  # reported where the graph is opened
+        return False  # reported where the graph or store is opened
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -109,14 +114,8 @@ def run_train(args: argparse.Namespace) -> int:
             path=g.path,
             fix="import one (ogbn-mag's layout, PyG HeteroData) or `shoal data synth igbh`",
         )
-    if g.schema is not None and config.model.type_embeddings == "disk":
-        # the featureless types' embedding tables on disk: the typed trainer's, for now
-        from shoal.training.typed import TypedTrainer
-
-        result = TypedTrainer(config, g).fit().to_json()
-    else:
-        data = TrainData.from_graph_dir(g, io_threads=config.memory.io_threads)
-        result = Trainer(config, data).fit().to_json()
+    data = TrainData.from_graph_dir(g, io_threads=config.memory.io_threads)
+    result = Trainer(config, data).fit().to_json()
     result["graph"] = str(args.graph)
     summary = (
         f"test_accuracy={result['test_accuracy']:.4f} val_accuracy={result['val_accuracy']:.4f} "

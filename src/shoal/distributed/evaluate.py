@@ -28,6 +28,7 @@ from shoal.distributed.sampled_eval import sampled_dist_counts
 from shoal.distributed.tables import NodeTables
 from shoal.errors import ShoalInputError
 from shoal.rows.gather import read_rows
+from shoal.rows.parts import part_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Partition, Store
 from shoal.training.blocked import sum_layers
@@ -76,14 +77,22 @@ class PullRows(RowProvider):
         return self.fs.pull(ids).numpy()
 
 
-def _segment(part: Partition, tables: NodeTables, splits: tuple[str, ...]) -> Segment:
+def _segment(
+    part: Partition, tables: NodeTables, splits: tuple[str, ...], threads: int = 8
+) -> Segment:
     halo = np.asarray(part.halo_ids, dtype=np.int64)
+    store, typed = part.store, part.store.schema is not None
+    local = np.concatenate([part.core_ids, halo])
     sampler = NeighborSampler(
         part.indptr,
         part.indices,
         (-1,),
         num_nodes=part.num_nodes,
-        degrees=tables.degrees[np.concatenate([part.core_ids, halo])],
+        degrees=tables.degrees[local],
+        # a typed part: every local node's type and every entry's relation label the blocks
+        schema=store.schema,
+        node_type=store.type_of(local) if typed else None,
+        edge_types=np.asarray(part.edge_types) if typed else None,
     )
     masks = [np.asarray(part.mask(s)) for s in splits]
     targets = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
@@ -91,9 +100,10 @@ def _segment(part: Partition, tables: NodeTables, splits: tuple[str, ...]) -> Se
         key=part.index,
         sampler=sampler,
         num_core=part.num_core,
-        inputs=part.features,
+        inputs=part_rows(part, threads=threads) if typed else part.features,
         remote=halo,
         targets=targets.astype(np.int64),
+        original=(lambda ids: store.to_orig(local[ids])) if typed else None,
     )
 
 
@@ -127,9 +137,8 @@ def dist_evaluate(
     the blocked layers get other ranks' rows (:func:`~shoal.distributed.blocked.blocked_dist_outputs`).
     """
     model.eval()
-    for p in parts:
-        if p.features is None:
-            raise ShoalInputError("the store has no features", path=p.path)
+    if store.feature_dim is None:
+        raise ShoalInputError("the store has no features", path=store.path)
     if not hasattr(model, "layer_forward"):  # any model(x, blocks): full L-hop batches
         correct, total = sampled_dist_counts(
             model,
@@ -164,7 +173,7 @@ def dist_evaluate(
                 halo=halo,
             )
         return _reduce(ctx, splits, correct, total)
-    segments = [_segment(p, tables, splits) for p in parts]
+    segments = [_segment(p, tables, splits, threads) for p in parts]
     correct = np.zeros(len(splits), dtype=np.float64)
     total = np.zeros(len(splits), dtype=np.float64)
     masks = {p.index: [np.asarray(p.mask(s)) for s in splits] for p in parts}

@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
-from shoal.rows.gather import gather_rows
+from shoal.rows.gather import gather_rows, source_rows
+from shoal.rows.source import RowSource
 
 __all__ = ["DistFeatureStore", "owner_of"]
 
@@ -39,9 +40,10 @@ class DistFeatureStore:
         part_to_rank: ``(p,)`` rank holding each part (from the plan).
         rank: this process's rank.
         world_size: number of ranks.
-        local_parts: part -> ``(n_core_part, F)`` array (usually a read-only memmap) of the
-            core rows of every part this rank holds; extra rows after the core rows (halo
-            features) are ignored.
+        local_parts: part -> ``(n_core_part, F)`` array (usually a read-only memmap) or
+            :class:`~shoal.rows.source.RowSource` (:func:`~shoal.rows.parts.part_rows`, read
+            by planned reads) of the core rows of every part this rank holds; extra rows
+            after the core rows (halo features) are ignored.
         feature_dim: F (needed by ranks that hold no part).
         stats: counters to update (default: a fresh :class:`CommStats`).
         gather: ``gather(src, ids, out)`` reading local rows (default
@@ -60,7 +62,7 @@ class DistFeatureStore:
         part_to_rank: np.ndarray,
         rank: int,
         world_size: int,
-        local_parts: Mapping[int, np.ndarray],
+        local_parts: Mapping[int, np.ndarray | RowSource],
         feature_dim: int,
         stats: CommStats | None = None,
         gather: Callable[..., np.ndarray] | None = None,
@@ -86,16 +88,21 @@ class DistFeatureStore:
             )
         self.local_parts = dict(local_parts)
         for i, a in self.local_parts.items():
-            if a.ndim != 2 or a.shape[1] != feature_dim:
-                raise ValueError(
-                    f"part {i} features have shape {a.shape}, expected (*, {feature_dim})"
-                )
-        for i, a in self.local_parts.items():
+            rows, dim = (a.num_rows, a.dim) if isinstance(a, RowSource) else (None, None)
+            if rows is None and a.ndim != 2:
+                raise ValueError(f"part {i} features have shape {a.shape}, expected 2-D")
+            rows, dim = (a.shape[0], a.shape[1]) if rows is None else (rows, dim)
+            if dim != feature_dim:
+                raise ValueError(f"part {i} features have {dim} columns, expected {feature_dim}")
             n = self.part_offsets[i + 1] - self.part_offsets[i]
-            if a.shape[0] < n:
-                raise ValueError(f"part {i} has {a.shape[0]} feature rows, needs {n}")
+            if rows < n:
+                raise ValueError(f"part {i} has {rows} feature rows, needs {n}")
         self.stats = stats if stats is not None else CommStats()
-        self._gather = gather if gather is not None else gather_rows
+        gather = gather if gather is not None else gather_rows
+        # a row source is read by planned reads (its rows sorted and distinct), any gather
+        self._gather = lambda src, ids, out=None: (
+            source_rows(src, ids, out) if isinstance(src, RowSource) else gather(src, ids, out)
+        )
         self._serve = serve
         self.feature_dim = int(feature_dim)
         self._buf = np.empty((0, self.feature_dim), dtype=np.float32)

@@ -24,6 +24,7 @@ from shoal.distributed.feature_store import DistFeatureStore
 from shoal.distributed.runtime import DistContext
 from shoal.distributed.sampler import DistNeighborSampler
 from shoal.distributed.tables import NodeTables
+from shoal.rows.parts import part_rows
 from shoal.store.reader import Partition, Store
 
 __all__ = ["sampled_dist_counts"]
@@ -55,13 +56,16 @@ def sampled_dist_counts(
         fanouts=(-1,) * num_layers,
         degrees=tables.degrees,
         stats=stats,
+        schema=store.schema,
+        type_of=store.type_of if store.schema is not None else None,
     )
+    typed = store.schema is not None
     features = DistFeatureStore(
         part_offsets=store.part_offsets,
         part_to_rank=part_to_rank,
         rank=ctx.rank,
         world_size=ctx.world_size,
-        local_parts={p.index: p.features for p in parts},
+        local_parts={p.index: part_rows(p) if typed else p.features for p in parts},
         feature_dim=int(store.feature_dim),
         stats=stats,
     )
@@ -87,7 +91,8 @@ def sampled_dist_counts(
             x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
         if mb.num_seeds == 0:
             continue
-        pred = model(x, mb.blocks).argmax(1).numpy()
+        blocks = mb.with_node_ids(store.to_orig(mb.n_id)) if typed else mb.blocks
+        pred = model(x, blocks).argmax(1).numpy()
         y = tables.labels[targets[sel]]
         for k, w in enumerate(which):
             m = w[sel]

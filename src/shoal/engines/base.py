@@ -348,6 +348,7 @@ class Engine(ABC):
             in_dim=int(self.store.feature_dim) if in_dim is None else in_dim,
             out_dim=int(self.store.num_classes) if out_dim is None else out_dim,
             rank=self.ctx.rank if rank is None else rank,
+            schema=self.store.schema,
         ).to(self.device)
 
     # ---------------------------------------------------------------- Trainable

@@ -9,9 +9,10 @@ import os
 import numpy as np
 
 from shoal.rows import _kernels as K
+from shoal.rows.source import RowSource
 from shoal.utils.mapped import FilePlace, file_of
 
-__all__ = ["gather_rows", "read_rows"]
+__all__ = ["gather_rows", "read_rows", "source_rows"]
 
 
 def gather_rows(
@@ -115,3 +116,27 @@ def read_rows(
         else:
             out[at] = gather_rows(out, np.asarray(at, np.int64), normalize=True)
     return out
+
+
+def source_rows(
+    src: RowSource, ids: np.ndarray, out: np.ndarray | None = None, *, normalize: bool = False
+) -> np.ndarray:
+    """``out[:len(ids)]`` = rows ``ids`` (any order, repeats allowed) of a row source, by one
+    planned read of their sorted distinct ids (:meth:`RowSource.read`); float32 out."""
+    ids = np.asarray(ids, dtype=np.int64)
+    n = ids.shape[0]
+    if out is None:
+        out = np.empty((n, src.dim), np.float32)
+    if n == 0:
+        return out[:0]
+    uniq, inv = np.unique(ids, return_inverse=True)
+    if len(uniq) == n and np.dtype(src.dtype) == np.float32:  # straight into place
+        order = np.argsort(ids, kind="stable")
+        src.read(uniq, out, dest=order)
+    else:
+        buf = np.empty((len(uniq), src.dim), src.dtype)
+        src.read(uniq, buf)
+        out[:n] = buf[inv.reshape(-1)]
+    if normalize:
+        K._row_normalize(out, n)
+    return out[:n]

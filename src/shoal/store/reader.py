@@ -274,7 +274,13 @@ class Store:
 
     @property
     def feature_dim(self) -> int | None:
-        return self.meta.get("feature_dim")
+        """Columns of a node's input row: the features' width; a typed store's widest node
+        type's (every type's rows padded to it, :class:`~shoal.rows.typed.TypedRows`; None
+        when no type has features)."""
+        dim = self.meta.get("feature_dim")
+        if dim is None and self.meta.get("schema"):
+            return max(self.type_feature_dims.values(), default=None)
+        return dim
 
     @property
     def num_classes(self) -> int | None:

@@ -201,12 +201,14 @@ def _inputs_of_batch(seg, mb, src, provider, normalize, bufs) -> torch.Tensor:
     ids = mb.n_id
     x = _buffer(bufs, "in", len(ids), width_of(src))[: len(ids)]
     is_core = ids < seg.num_core
-    if isinstance(src, RowSource):  # one planned read of the batch's sorted rows
-        if not is_core.all():
-            raise ValueError("a row source segment has no remote rows")
-        order = np.argsort(ids, kind="stable")
+    if isinstance(src, RowSource):  # one planned read of the batch's sorted core rows
+        core = np.flatnonzero(is_core)
+        order = core[np.argsort(ids[core], kind="stable")]
         src.read(np.ascontiguousarray(ids[order]), x, dest=order)
-        provider.fetch(np.empty(0, np.int64))
+        far = np.flatnonzero(~is_core)
+        got = provider.fetch(seg.remote[ids[far] - seg.num_core] if len(far) else far)
+        if len(far):
+            x[far] = got
     elif is_core.all():
         read_rows(src, ids, x)
         provider.fetch(np.empty(0, np.int64))

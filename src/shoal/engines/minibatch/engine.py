@@ -52,6 +52,7 @@ from shoal.nn.base import keyed_dropout
 from shoal.rows.budget import batch_rows
 from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.packing import default_pack_epochs
+from shoal.rows.parts import part_rows
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
 
@@ -97,6 +98,7 @@ class MinibatchEngine(Engine):
     global_batch = True  # synchronous SGD: the step's batch is every rank's
     tables_scope = "local"  # own and halo nodes; the sampler asks owners for other degrees
     options_class = MinibatchConfig
+    reads_typed = True  # a typed store: fanouts per relation, every type's rows in one source
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -123,6 +125,8 @@ class MinibatchEngine(Engine):
             degrees=self.tables.degrees,
             stats=self.stats,
             group=self.sample_group,
+            schema=store.schema,  # a typed store: fanouts per relation, typed blocks
+            type_of=store.type_of if store.schema is not None else None,
         )
         self._open_features()
         self.model = self.build_model()
@@ -130,6 +134,8 @@ class MinibatchEngine(Engine):
             self.model,
             process_group=ctx.model_group,
             device_ids=[self.device] if self.device.type == "cuda" else None,
+            # a relation absent from a rank's batch leaves its weights without a gradient
+            find_unused_parameters=store.schema is not None,
         )
         self.optimizer = torch.optim.Adam(
             self.ddp.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
@@ -154,7 +160,10 @@ class MinibatchEngine(Engine):
         if ctx.is_rank0:
             log.info("rank 0 %s", plan.describe())
         dim = int(store.feature_dim)
+        typed = store.schema is not None
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
+        if typed:  # every node type's rows in one source, padded to the widest type
+            arrays = part_rows(self.parts, threads=cfg.memory.io_threads) or arrays
         deg = self.tables.degrees[
             np.concatenate([p.core_ids for p in self.parts] or [[]]).astype(np.int64)
         ]
@@ -190,7 +199,7 @@ class MinibatchEngine(Engine):
             part_to_rank=self.part_to_rank,
             rank=ctx.rank,
             world_size=ctx.world_size,
-            local_parts={p.index: p.features for p in self.parts},
+            local_parts={p.index: part_rows(p) if typed else p.features for p in self.parts},
             feature_dim=dim,
             stats=self.stats,
             serve=self.windows.serve,

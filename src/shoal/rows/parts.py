@@ -1,0 +1,47 @@
+"""The input rows of store parts as one row source, whatever the graph.
+
+Every layer that reads a part's rows (a rank's budgeted store, the pulls it serves, the exact
+evaluation's layer 0) asks :func:`part_rows`: an untyped part's ``features`` (then its
+``halo_features``) read from their files (:func:`~shoal.rows.opener.open_rows`), a typed
+part's every node type's rows padded to the widest type (:func:`~shoal.rows.typed.open_part_rows`).
+Parts are duck-typed :class:`~shoal.store.reader.Partition` objects (``rows`` sits below
+``store``'s users, not below ``store``: it imports nothing of it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shoal.rows.memory import MemoryRows
+from shoal.rows.opener import open_rows
+from shoal.rows.source import RowSource
+from shoal.rows.typed import open_part_rows
+
+__all__ = ["part_rows"]
+
+
+def part_rows(
+    parts: Any | Sequence[Any], *, halo: bool = False, threads: int = 8
+) -> RowSource | None:
+    """The rows of one part (or of several, stacked in the order given), each part's core
+    rows then, with ``halo``, its halo rows; None when the store has no features. An
+    in-memory array is served as it is (:class:`~shoal.rows.memory.MemoryRows`)."""
+    parts = list(parts) if isinstance(parts, (list, tuple)) else [parts]
+    if not parts:
+        return None
+    if parts[0].store.schema is not None:
+        return open_part_rows(parts, halo=halo, threads=threads)
+    arrays = []
+    for p in parts:
+        if p.features is None:
+            return None
+        arrays.append(p.features)
+        if halo and p.num_halo:
+            arrays.append(p.halo_features)
+    src = open_rows(arrays, threads=threads)
+    if src is None:  # every row in memory already
+        return MemoryRows(np.concatenate([np.asarray(a) for a in arrays]))
+    return src
