@@ -17,6 +17,9 @@ puts the script's own folder there when it runs ``python bench/X.py``).
   through a temporary sibling and a rename, so a reader (or a concurrent invocation of the
   same script) never sees half a file.
 - :func:`sh` and :func:`shoal`: run a command, raise with its output's tail when it fails.
+  :func:`attempt`: run one that may fail or hang (its own session, a time limit, never
+  raises); :func:`outcome`: whether it ran, refused (a ``ShoalInputError``: exit 2 and its
+  ``error:`` line), failed (a crash: its last line) or timed out.
 - :class:`Cgroup`, :func:`run_capped`, :func:`run_capped_each`, :func:`evict`,
   :func:`parse_size`: every memory claim of shoal's benchmarks is tested under a real cap, not
   read from RSS (which counts the page cache of memory-mapped files and hides thrashing on an
@@ -70,6 +73,7 @@ __all__ = [
     "SHOAL",
     "WORK",
     "Cgroup",
+    "attempt",
     "bench_args",
     "bundled_cora",
     "cap_bytes",
@@ -91,6 +95,7 @@ __all__ = [
     "median",
     "new_results",
     "out_prefix",
+    "outcome",
     "parse_size",
     "parts_header",
     "partitioned_store",
@@ -254,6 +259,89 @@ def sh(cmd: Sequence[Any], **kw) -> subprocess.CompletedProcess:
 def shoal(*args: Any) -> subprocess.CompletedProcess:
     """``python -m shoal ARGS`` through :func:`sh`."""
     return sh([*SHOAL, *args])
+
+
+def attempt(
+    cmd: Sequence[Any],
+    *,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+) -> dict:
+    """Run ``cmd`` (its own session, so a time-out kills it and every process it started,
+    torchrun's workers included) capturing its output; never raises. Returns ``{"command",
+    "returncode", "timed_out", "seconds", "stdout", "stderr"}`` (``env``: added to this
+    process's environment)."""
+    cmd = [str(c) for c in cmd]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+    return {
+        "command": cmd,
+        "returncode": proc.returncode,
+        "timed_out": timed_out,
+        "seconds": time.perf_counter() - t0,
+        "stdout": out or "",
+        "stderr": err or "",
+    }
+
+
+_DECORATION = set("=-*_~ ")
+
+
+def _last_line(text: str) -> str:
+    """The last line of ``text`` that says something (not a rule of ``=`` or ``-``)."""
+    for line in reversed(text.splitlines()):
+        s = line.strip()
+        if s and not set(s) <= _DECORATION:
+            return s
+    return ""
+
+
+def outcome(returncode: int, stderr: str, *, timed_out: bool = False) -> dict:
+    """What a shoal command's exit says: ``{"status", "reason"}``, ``status`` one of
+
+    - ``ok``: exit 0;
+    - ``refused``: exit 2 without a traceback (a :class:`shoal.errors.ShoalInputError`,
+      printed as ``shoal: error: MESSAGE -> FIX``, or an argparse error such as an unknown
+      option); ``reason``: that line from ``error:`` on;
+    - ``refused in a worker``: another exit whose output holds a ``ShoalInputError`` raised
+      in a rank (torchrun reports it with its traceback, exit 1); ``reason``: its message;
+    - ``failed``: any other exit (a crash); ``reason``: ``exit N: `` and its last line;
+    - ``timeout``: killed at its time limit; ``reason``: the last line it printed.
+    """
+    last = _last_line(stderr)
+    if timed_out:
+        return {"status": "timeout", "reason": f"killed at the time limit; last line: {last}"}
+    if returncode == 0:
+        return {"status": "ok", "reason": ""}
+    if returncode == 2 and "Traceback (most recent call last)" not in stderr:
+        said = [ln.strip() for ln in stderr.splitlines() if "error:" in ln]
+        line = said[-1] if said else last
+        return {"status": "refused", "reason": line[line.find("error:") :] if said else line}
+    raised = [ln for ln in stderr.splitlines() if "ShoalInputError: " in ln]
+    if raised:
+        msg = raised[-1].split("ShoalInputError: ", 1)[1].strip()
+        return {"status": "refused in a worker", "reason": f"exit {returncode}: {msg}"}
+    return {"status": "failed", "reason": f"exit {returncode}: {last}"}
 
 
 # ----------------------------------------------------------------------------- smoke mode, --out
