@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +123,8 @@ def test_embed_a_typed_graph_per_node_type(tmp_path, tables):
     assert main([*base, "--out", str(tmp_path / "a.npy"), "--node-type", "author"]) == 0
     assert np.load(tmp_path / "a.npy").shape == (s.node_type("author").count, 3)
     assert main([*base, "--out", str(tmp_path / "b.npy"), "--node-type", "venue"]) == 2
+    if tables == "disk":  # the last checkpoint's tables with the last weights; no copy: refused
+        assert main([*base, "--out", str(tmp_path / "l.npy"), "--which", "last"]) == 0
+        assert np.load(tmp_path / "l.npy").shape == (paper.count, 3)
+        shutil.rmtree(ck / "embedding_conference_best")
+        assert main([*base, "--out", str(tmp_path / "c.npy")]) == 2

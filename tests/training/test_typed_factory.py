@@ -1,16 +1,14 @@
-"""``--model-factory`` on a typed graph: a user's heterogeneous model (PyG ``to_hetero``)."""
+"""``--model-factory`` on a typed graph: a user's heterogeneous model (PyG ``to_hetero``),
+trained and evaluated by the one trainer."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from shoal.data.synth.igbh import IGBHConfig, generate_igbh
 from shoal.errors import ShoalInputError
-from shoal.training import TrainConfig
-from shoal.training.typed import TypedTrainer
-from shoal.training.typed_inference import layerwise_logits
+from shoal.training import TrainConfig, TrainData, Trainer
 
 FACTORY = "tests.training.typed_factories:sage_hetero"
 
@@ -28,28 +26,43 @@ def _cfg(**kw) -> TrainConfig:
 
 
 def test_a_to_hetero_model_learns_the_relational_signal(igbh):
-    r = TypedTrainer(_cfg(model_factory=FACTORY), igbh).fit().to_json()
-    # 4 classes: chance 0.25, the papers' own features alone about 0.35 (test_typed.py)
+    r = Trainer(_cfg(model_factory=FACTORY), TrainData.from_graph_dir(igbh)).fit().to_json()
+    # 4 classes: chance 0.25, the papers' own features alone about 0.35 (test_trainer_typed)
     assert r["test_accuracy"] > 0.55, r["test_accuracy"]
     assert r["history"][-1]["loss"] < r["history"][0]["loss"]
 
 
-def test_whole_batch_evaluation_equals_the_layerwise_one(igbh):
-    """The evaluation of a factory model (every neighbour per relation, L hops, in batches
-    halved to the plan's rows) against R-GCN's exact layer-wise inference, on R-GCN."""
-    t = TypedTrainer(_cfg(model="rgcn", epochs=1, eval_batch_size=64), igbh)
+def test_a_factory_model_with_its_featureless_types_on_disk(igbh, tmp_path):
+    cfg = _cfg(
+        model_factory=FACTORY,
+        epochs=1,
+        type_embeddings="disk",
+        link={"embedding_dir": str(tmp_path / "emb")},
+    )
+    t = Trainer(cfg, TrainData.from_graph_dir(igbh))
+    assert t.tables.names == ["conference"] and t.model.input.given == [
+        nt.name == "conference" for nt in igbh.schema.node_types
+    ]
+    assert 0 <= t.fit().test_accuracy <= 1
+
+
+def test_whole_batch_evaluation_equals_the_layerwise_one(igbh, monkeypatch):
+    """The evaluation of a model that cannot run layer by layer (every neighbour per
+    relation, L hops, in batches halved to the rows the budget holds) against R-GCN's exact
+    layer-wise evaluation, on R-GCN."""
+    t = Trainer(_cfg(model="rgcn", epochs=1, eval_batch_size=64), TrainData.from_graph_dir(igbh))
     t.fit()
-    t.model.eval()
-    ids = np.sort(np.concatenate([t.splits["val"], t.splits["test"]]))
-    t.probed_rows = 300  # most batches of 64 nodes hold more: halved, some many times
-    with torch.no_grad():
-        got = t._sampled_logits(ids)
-        ref = layerwise_logits(
-            t.model, ids, one_hop=t.one_hop, features=t.features, max_rows=10**9, chunk=128
-        )
-    assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+    ref = t.evaluate(("val", "test"))
+    row = 4 * (t.data.feature_dim + 4 * 16 * 2)  # a row's bytes, as the trainer counts them
+    # batches of at most 2000 rows: those of 64 nodes halved, some many times
+    got = t._sampled_evaluate(t.model, t.data, ("val", "test"), False, 2000 * row)
+    assert got == pytest.approx(ref, abs=1e-9)
+    assert np.isfinite(list(got.values())).all()
 
 
 def test_a_factory_that_returns_no_module_is_refused(igbh):
     with pytest.raises(ShoalInputError, match="not a torch.nn.Module"):
-        TypedTrainer(_cfg(model_factory="tests.training.typed_factories:not_a_module"), igbh)
+        Trainer(
+            _cfg(model_factory="tests.training.typed_factories:not_a_module"),
+            TrainData.from_graph_dir(igbh),
+        )

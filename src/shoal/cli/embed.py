@@ -61,10 +61,12 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
     cfg = read_config({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))
     g = GraphDir.open(args.graph)
-    if g.schema is not None and cfg.model.type_embeddings == "disk":
-        return _embed_typed(args, cfg, weights, g)  # the typed trainer's on-disk tables
     if g.schema is not None:
-        return _embed_graph(args, cfg, weights, g, _typed_data(args, g, cfg))
+        data, tables = _typed_data(args, g, cfg, weights)
+        try:
+            return _embed_graph(args, cfg, weights, g, data, tables)
+        finally:
+            data.features.close()
     if args.node_type:
         raise ShoalInputError(
             "--node-type needs a typed graph", path=g.path, fix="drop --node-type"
@@ -95,20 +97,50 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return _embed_graph(args, cfg, weights, g, data)
 
 
-def _typed_data(args: argparse.Namespace, g: Any, cfg: Any) -> Any:
+def _typed_data(args: argparse.Namespace, g: Any, cfg: Any, weights: dict) -> tuple[Any, Any]:
     """A typed graph's inputs for the inference: the CSR and every type's rows in one row
-    source (:class:`~shoal.rows.typed.TypedRows`)."""
+    source (:class:`~shoal.rows.typed.TypedRows`), with the run's on-disk embedding tables
+    of its featureless types when it kept them there (their rows then come from the
+    checkpoint's ``embedding_<type>_best/``, or ``embedding_<type>/`` with ``--which last``:
+    :class:`~shoal.training.embedding.TableRows`); and those tables (None: none)."""
+    from shoal.nn import TYPED_MODELS
     from shoal.rows.typed import open_typed_rows
     from shoal.training.data import TrainData
+    from shoal.training.embedding import TableRows, TypeTables
 
     if args.input:
         raise ShoalInputError("--input is for untyped graphs", fix="drop --input")
+    if cfg.model.factory:
+        raise ShoalInputError(
+            f"the run trained the --model-factory model {cfg.model.factory!r}: embed runs a "
+            "typed graph's model one layer at a time, which only rgcn and rgat can do",
+            path=args.checkpoint_dir,
+            fix="embed a `--model rgcn` or `--model rgat` run",
+        )
+    if cfg.model.name not in TYPED_MODELS:
+        raise ShoalInputError(
+            f"the run trained {cfg.model.name!r}, not a relational model of a typed graph",
+            path=args.checkpoint_dir,
+            fix="pass the checkpoint of a `shoal train --graph TYPED` run",
+        )
+    s = g.schema
+    rows = open_typed_rows(g, threads=cfg.memory.io_threads)
+    tables = None
+    # a featureless type whose table was on disk has no embedding weights in the model
+    if any(
+        not nt.feature_dim and f"input.maps.{t}.weight" not in weights
+        for t, nt in enumerate(s.node_types)
+    ):
+        tables = TypeTables.saved(
+            s, args.checkpoint_dir, int(cfg.model.hidden), best=args.which == "best"
+        )
+        rows = TableRows(rows, tables, normalize=bool(cfg.model.normalize_features))
     csr = g.csr("in", scratch_dir=args.scratch_dir or cfg.memory.scratch_dir)
     none = np.empty(0, np.int64)
-    return TrainData(
+    data = TrainData(
         indptr=csr.indptr,
         indices=csr.indices,
-        features=open_typed_rows(g, threads=cfg.memory.io_threads),
+        features=rows,
         labels=none,
         train_idx=none,
         val_idx=none,
@@ -119,11 +151,16 @@ def _typed_data(args: argparse.Namespace, g: Any, cfg: Any) -> Any:
         path=str(g.path),
         schema=g.schema,
     )
+    return data, tables
 
 
-def _embed_graph(args: argparse.Namespace, cfg: Any, weights: dict, g: Any, data: Any) -> int:
+def _embed_graph(
+    args: argparse.Namespace, cfg: Any, weights: dict, g: Any, data: Any, tables: Any = None
+) -> int:
     """Every node's rows (or a typed graph's ``--node-type``'s, in its own id order) by the
-    exact layer-wise inference, written to a memory-mapped ``.npy``."""
+    exact layer-wise inference, written to a memory-mapped ``.npy``; ``tables``: a typed
+    run's on-disk embedding tables (``data.features`` reads them; the model takes their
+    types as given)."""
     from shoal.nn.ondevice import on_device
     from shoal.training.data import TrainData
     from shoal.training.inference import layerwise_inference
@@ -135,7 +172,8 @@ def _embed_graph(args: argparse.Namespace, cfg: Any, weights: dict, g: Any, data
     cfg = resolve_for_data(cfg, train_nodes=0, features=data.features)
     out_dim = cfg.model.hidden if cfg.task == "link" else (g.num_classes or 1)
     in_dim = data.feature_dim if isinstance(data, TrainData) else data.features.shape[1]
-    model = model_from_config(cfg, in_dim=in_dim, out_dim=out_dim, schema=schema)
+    given = tables.given if tables is not None else None
+    model = model_from_config(cfg, in_dim=in_dim, out_dim=out_dim, schema=schema, given=given)
     model.load_state_dict(weights)
     nodes = np.arange(g.num_nodes)
     what = ""
@@ -158,7 +196,8 @@ def _embed_graph(args: argparse.Namespace, cfg: Any, weights: dict, g: Any, data
                 data,
                 nodes,
                 predict=args.predict,
-                normalize_features=cfg.model.normalize_features,
+                # a typed run's tables: its row source normalises the features itself
+                normalize_features=cfg.model.normalize_features and tables is None,
                 scratch_dir=args.scratch_dir or cfg.memory.scratch_dir,
                 new_output=new_output,
             )
@@ -176,107 +215,6 @@ def _embed_graph(args: argparse.Namespace, cfg: Any, weights: dict, g: Any, data
         f"{what})"
     )
     return 0
-
-
-def _embed_typed(args: argparse.Namespace, cfg: Any, weights: dict, g: Any) -> int:
-    """A typed graph: the logits (or classes) of every node of ``--node-type`` (default the
-    target type), in the type's own id order, from the exact layer-wise inference of
-    :mod:`shoal.training.typed_inference` (inner layers over every node, the last over the
-    type's nodes), written to a memory-mapped ``.npy``."""
-    import torch
-
-    from shoal.nn import TYPED_MODELS
-    from shoal.sample.typed import TypedFeatures, TypedNeighborSampler
-    from shoal.training.embedding import NodeEmbedding
-    from shoal.training.typed import EmbeddedRows, TypedModel
-    from shoal.training.typed_inference import layerwise_logits
-    from shoal.utils.io import scratch_space
-
-    s = g.schema
-    if cfg.model.factory:
-        raise ShoalInputError(
-            f"the run trained the --model-factory model {cfg.model.factory!r}: embed runs a "
-            "typed graph's model one layer at a time, which only rgcn and rgat can do",
-            path=args.checkpoint_dir,
-            fix="embed a `--model rgcn` or `--model rgat` run",
-        )
-    if cfg.model.name not in TYPED_MODELS:
-        raise ShoalInputError(
-            f"the run trained {cfg.model.name!r}, not a relational model of a typed graph",
-            path=args.checkpoint_dir,
-            fix="pass the checkpoint of a `shoal train --graph TYPED` run",
-        )
-    if args.input:
-        raise ShoalInputError("--input is for untyped graphs", fix="drop --input")
-    nt = s.node_type(args.node_type or s.target)
-    # a featureless type trained with --type-embeddings disk has no weights in the model:
-    # its table is the checkpoint's copy (``embedding_<type>/``)
-    given = [
-        not x.feature_dim and f"input.maps.{t}.weight" not in weights
-        for t, x in enumerate(s.node_types)
-    ]
-    model = TypedModel(s, cfg, int(g.num_classes or 1), given=given)
-    model.load_state_dict(weights)
-    model.eval()
-    csr = g.csr("in", scratch_dir=args.scratch_dir or cfg.memory.scratch_dir)
-    one_hop = TypedNeighborSampler(np.asarray(csr.indptr), csr.indices, s, [-1])
-    features = TypedFeatures(g, threads=cfg.memory.io_threads)
-    tables = []
-    for t in np.flatnonzero(given):
-        x = s.node_types[int(t)]
-        where = Path(args.checkpoint_dir) / f"embedding_{x.name}_best"  # with the best weights
-        if not (where / "embedding.npy").exists():
-            raise ShoalInputError(
-                f"the run kept node type {x.name!r}'s embeddings on disk, but the checkpoint "
-                "holds no copy of them",
-                path=where,
-                fix="embed from the checkpoint directory of that run (--checkpoint-dir)",
-            )
-        tables.append((int(t), NodeEmbedding(where, x.count, int(cfg.model.hidden)), None))
-    if tables:
-        features = EmbeddedRows(features, s, tables)
-    targets = nt.offset + np.arange(nt.count, dtype=np.int64)
-    out = Path(args.out)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
-        with (
-            reporting_full_disk(out, cleanup=lambda: tmp.unlink(missing_ok=True)),
-            scratch_space(args.scratch_dir or cfg.memory.scratch_dir, beside=out) as work,
-        ):
-            logits = open_output_memmap(
-                work / "logits.npy" if args.predict else tmp,
-                np.float32,
-                (nt.count, int(g.num_classes or 1)),
-            )
-            with torch.no_grad():
-                layerwise_logits(
-                    model,
-                    targets,
-                    one_hop=one_hop,
-                    features=features,
-                    max_rows=EMBED_ROWS,
-                    scratch=work,
-                    out=logits,
-                )
-            res = logits
-            if args.predict:
-                res = open_output_memmap(tmp, np.int64, (nt.count,))
-                for a in range(0, nt.count, 1 << 20):
-                    res[a : a + (1 << 20)] = np.argmax(logits[a : a + (1 << 20)], axis=1)
-            res.flush()
-            shape, dtype = res.shape, res.dtype
-            del res, logits
-            os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-        features.close()
-    kind = "classes" if args.predict else "logits"
-    print(f"embed {g.path} -> {out}: {shape} {dtype} ({kind} of node type {nt.name!r})")
-    return 0
-
-
-#: a typed graph's layer-wise chunks hold at most this many rows (the one-hop blocks)
-EMBED_ROWS = 1 << 17
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -21,6 +21,11 @@ checkpoint directory, atomically) and a resume copies them back (:func:`load_tab
 resumed run continues from exactly the checkpointed rows (the copy costs one sequential pass
 over the files per checkpoint).
 
+A typed graph's featureless node types may keep their embeddings in such tables
+(``--type-embeddings disk``): :class:`TypeTables` writes their rows into a batch's ``x`` for
+the relational model's ``given`` types and steps them sparsely; :class:`TableRows` reads them
+as layer-0 rows for exact evaluation and ``shoal embed``.
+
 Not yet: rows go through the memory map (page faults), not the planned direct reads and
 writes of the budgeted feature store; tables larger than memory work but rely on the page
 cache for speed.
@@ -35,9 +40,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shoal.errors import ShoalInputError
+from shoal.graph.blocks import Batch
+from shoal.rows import _kernels as K
+from shoal.rows.budget import memory_limit
 from shoal.utils.diskspace import open_output_memmap
 
-__all__ = ["NodeEmbedding", "SparseAdagrad", "SparseAdam", "load_tables", "save_tables"]
+__all__ = [
+    "NodeEmbedding",
+    "SparseAdagrad",
+    "SparseAdam",
+    "TableRows",
+    "TypeTables",
+    "load_tables",
+    "save_tables",
+]
 
 _BLOCK_ROWS = 1 << 16
 
@@ -203,3 +220,263 @@ def load_tables(tables: dict[str, np.ndarray], src: str | os.PathLike) -> None:
         for s in range(0, t.shape[0], _BLOCK_ROWS):
             t[s : s + _BLOCK_ROWS] = saved[s : s + _BLOCK_ROWS]
         t.flush()
+
+
+class TypeTables:
+    """The featureless node types of a typed graph whose embedding rows live on disk.
+
+    A relational model reads a featureless type's rows from its own ``nn.Embedding``; with
+    ``--type-embeddings disk`` each such type ``t`` has a :class:`NodeEmbedding` table instead
+    (``count_t`` rows of ``dim`` = the model's hidden width) and the model takes the type as
+    ``given`` (:class:`~shoal.nn.relational.RelationalInput`): its rows come in ``x``'s first
+    ``dim`` columns, so ``x`` is at least ``dim`` wide (:meth:`width`).
+
+    Training: :meth:`embed` writes the tables' rows of a batch's nodes of those types into its
+    ``x`` (widened when narrower), each table's rows one leaf tensor that requires grad;
+    after ``backward()``, :meth:`step` updates those rows by the table's :class:`SparseAdam`.
+    Evaluation and ``shoal embed``: :class:`TableRows` reads the tables' rows in place of the
+    types' (zero) feature rows. Checkpoints: :meth:`save`/:meth:`load` copy the tables and their
+    Adam state into ``<checkpoint>/embedding_<type>/``; :meth:`keep_best` keeps a copy beside
+    each table (``best/``) and in ``<checkpoint>/embedding_<type>_best/`` (what ``shoal embed``
+    reads with the best weights), :meth:`restore_best` brings it back.
+
+    Args:
+        schema: the graph's :class:`~shoal.data.hetero.HeteroSchema`.
+        tables: ``(type index, table, its sparse optimizer or None: read only)``.
+    """
+
+    def __init__(self, schema, tables: list[tuple[int, NodeEmbedding, SparseAdam | None]]):
+        if not tables:
+            raise ValueError("TypeTables needs at least one table")
+        dims = {emb.dim for _, emb, _ in tables}
+        if len(dims) != 1:
+            raise ValueError(f"the tables differ in width: {sorted(dims)}")
+        self.schema, self.tables = schema, sorted(tables, key=lambda e: e[0])
+        self.dim = dims.pop()
+        self._last: list[tuple[SparseAdam | None, np.ndarray, torch.Tensor]] = []
+
+    # ------------------------------------------------------------------ making them
+    @classmethod
+    def for_run(cls, config, schema, graph_path: str | os.PathLike | None) -> TypeTables | None:
+        """The tables of a run of ``config`` on a typed graph (``schema``) at ``graph_path``,
+        or None when its featureless types keep their embeddings in the model.
+        ``config.model.type_embeddings``: ``"disk"``, ``"memory"``, or ``"auto"``: disk when
+        the tables and Adam's two moments (``3 * 4 * hidden`` bytes a row) would take over a
+        quarter of the memory limit (``--memory``, else the machine's or cgroup's). The
+        tables live in ``--embedding-dir`` (default ``<graph>.emb``), one directory per type;
+        a table already there is refused unless the run resumes."""
+        bare = [t for t, nt in enumerate(schema.node_types) if not nt.feature_dim]
+        mode, hidden = config.model.type_embeddings, int(config.model.hidden)
+        if mode == "auto" and bare:
+            need = 3 * 4 * hidden * sum(int(schema.node_types[t].count) for t in bare)
+            limit = config.memory.limit_bytes or memory_limit()[0]
+            mode = "disk" if need > limit // 4 else "memory"
+        if mode != "disk" or not bare:
+            return None
+        where = config.link.embedding_dir or (f"{graph_path}.emb" if graph_path else None)
+        if where is None:
+            raise ShoalInputError(
+                "--type-embeddings disk: no directory for the tables (the graph has no path)",
+                fix="pass --embedding-dir DIR",
+            )
+        root = Path(where)
+        out = []
+        for t in bare:
+            nt = schema.node_types[t]
+            if (root / nt.name / "embedding.npy").exists() and not config.checkpoint.resume:
+                raise ShoalInputError(
+                    f"an embedding table of node type {nt.name!r} from another run is there",
+                    path=root / nt.name,
+                    fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
+                )
+            emb = NodeEmbedding(
+                root / nt.name, nt.count, hidden, seed=config.run.seed, stream=t + 1
+            )
+            out.append((t, emb, SparseAdam(emb, lr=config.optim.lr)))
+        return cls(schema, out)
+
+    @classmethod
+    def saved(cls, schema, directory: str | os.PathLike, dim: int, *, best: bool) -> TypeTables:
+        """The tables a run's checkpoint directory holds (read only): every featureless
+        type's ``embedding_<type>_best/`` (``best``) or ``embedding_<type>/`` (the last
+        checkpoint's)."""
+        out = []
+        for t, nt in enumerate(schema.node_types):
+            if nt.feature_dim:
+                continue
+            where = Path(directory) / (f"embedding_{nt.name}" + ("_best" if best else ""))
+            if not (where / "embedding.npy").exists():
+                raise ShoalInputError(
+                    f"the run kept node type {nt.name!r}'s embeddings on disk, but the "
+                    "checkpoint holds no copy of them",
+                    path=where,
+                    fix="pass the checkpoint directory of that run (--checkpoint-dir)",
+                )
+            out.append((t, NodeEmbedding(where, nt.count, int(dim)), None))
+        return cls(schema, out)
+
+    # ------------------------------------------------------------------ the model's side
+    @property
+    def types(self) -> list[int]:
+        return [t for t, _, _ in self.tables]
+
+    @property
+    def names(self) -> list[str]:
+        return [self.schema.node_types[t].name for t in self.types]
+
+    @property
+    def given(self) -> list[bool]:
+        """Per node type, whether its rows come from a table (the model's ``given``)."""
+        mine = set(self.types)
+        return [t in mine for t in range(len(self.schema.node_types))]
+
+    def width(self, feature_dim: int) -> int:
+        """The rows' width with the tables' rows in them: at least :attr:`dim`."""
+        return max(int(feature_dim), self.dim)
+
+    # ------------------------------------------------------------------ training
+    def embed(self, batch: Batch) -> Batch:
+        """``batch`` (a :class:`~shoal.graph.blocks.Batch` of original ids) with its x
+        widened to :meth:`width` and each table's rows of its nodes in place of their zero
+        rows (one leaf tensor per table, on the host, that requires grad; x on its device)."""
+        x = batch.x
+        n_id = np.asarray(batch.mb.n_id)
+        kind = self.schema.type_of(n_id)
+        w = self.width(x.shape[1])
+        if w > x.shape[1]:
+            x = torch.nn.functional.pad(x, (0, w - x.shape[1]))
+        self._last = []
+        for t, emb, opt in self.tables:
+            pos = np.flatnonzero(kind == t)
+            if not len(pos):
+                continue
+            ids = n_id[pos] - self.schema.node_types[t].offset
+            rows = emb.gather(ids)
+            self._last.append((opt, ids, rows))
+            h = rows.to(device=x.device, dtype=x.dtype)
+            if w > self.dim:
+                h = torch.nn.functional.pad(h, (0, w - self.dim))
+            x = x.index_copy(0, torch.from_numpy(pos).to(x.device), h)
+        return Batch(batch.mb, x, batch.y)
+
+    def step(self) -> None:
+        """The sparse step of the rows :meth:`embed` gave the last batch (after its
+        ``backward()``)."""
+        for opt, ids, rows in self._last:
+            if opt is not None and rows.grad is not None:
+                opt.step(ids, rows.grad)
+        self._last = []
+
+    # ------------------------------------------------------------------ checkpoints
+    def _snapshot(self, directory: str | os.PathLike, t: int) -> Path:
+        return Path(directory) / f"embedding_{self.schema.node_types[t].name}"
+
+    def _all(self, opt: SparseAdam | None, emb: NodeEmbedding) -> dict[str, np.ndarray]:
+        return opt.tables() if opt is not None else {"embedding.npy": emb.weight}
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """The tables and their Adam state copied into ``directory/embedding_<type>/``."""
+        for t, emb, opt in self.tables:
+            save_tables(self._all(opt, emb), self._snapshot(directory, t))
+
+    def load(self, directory: str | os.PathLike) -> None:
+        """The copies :meth:`save` made, back into the tables."""
+        for t, emb, opt in self.tables:
+            load_tables(self._all(opt, emb), self._snapshot(directory, t))
+
+    def keep_best(self, directory: str | os.PathLike | None) -> None:
+        """At a new best validation score: each table copied beside itself (``best/``)
+        and, with a checkpoint ``directory``, into ``embedding_<type>_best/``."""
+        for t, emb, _ in self.tables:
+            save_tables({"embedding.npy": emb.weight}, emb.dir / "best")
+            if directory:
+                save_tables({"embedding.npy": emb.weight}, f"{self._snapshot(directory, t)}_best")
+
+    def restore_best(self) -> None:
+        """The tables as :meth:`keep_best` last kept them (with the best weights)."""
+        for _, emb, _ in self.tables:
+            if (emb.dir / "best" / "embedding.npy").exists():
+                load_tables({"embedding.npy": emb.weight}, emb.dir / "best")
+
+    def flush(self) -> None:
+        for _, emb, opt in self.tables:
+            if opt is not None:
+                opt.flush()
+            emb.flush()
+
+
+class TableRows:
+    """A typed graph's feature rows (a :class:`~shoal.rows.source.RowSource` in original-id
+    order, e.g. :class:`~shoal.rows.typed.TypedRows`) with the rows of the
+    :class:`TypeTables`' types read from their tables, in columns ``[:tables.dim]``; ``dim``
+    is ``tables.width(base.dim)``. ``normalize``: the base rows are row-normalised as they
+    are read (the tables' rows never are). A :class:`RowSource` itself (what exact
+    evaluation and ``shoal embed`` read layer 0 from); the tables are read as they are now
+    (nothing cached)."""
+
+    def __init__(self, base, tables: TypeTables, *, normalize: bool = False) -> None:
+        self.base, self.tables, self.normalize = base, tables, bool(normalize)
+        self.dim = tables.width(base.dim)
+        self.dtype = np.dtype(base.dtype)
+        self.num_rows = int(base.num_rows)
+        self.row_bytes = self.dim * self.dtype.itemsize
+        self.path = base.path
+
+    @property
+    def stats(self):
+        return self.base.stats
+
+    def bytes_for(self, ids: np.ndarray) -> int:
+        return len(ids) * self.row_bytes
+
+    def read(
+        self,
+        ids: np.ndarray,
+        out: np.ndarray,
+        dest: np.ndarray | None = None,
+        out2: np.ndarray | None = None,
+    ) -> int:
+        """As :meth:`RowSource.read <shoal.rows.source.RowSource.read>`."""
+        ids = np.asarray(ids, np.int64)
+        n = len(ids)
+        dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
+        if n == 0:
+            return 0
+        staged = self.normalize or self.base.dim != self.dim
+        if staged:
+            buf = np.empty((n, self.base.dim), self.dtype)
+            got = self.base.read(ids, buf)
+            if self.normalize:
+                K._row_normalize(buf, n)
+            rows = np.zeros((n, self.dim), self.dtype)
+            rows[:, : self.base.dim] = buf
+        else:
+            got = self.base.read(ids, out, dest, out2)
+            rows = None
+        kind = self.tables.schema.type_of(ids)
+        for t, emb, _ in self.tables.tables:
+            sel = np.flatnonzero(kind == t)
+            if not len(sel):
+                continue
+            local = ids[sel] - self.tables.schema.node_types[t].offset
+            h = np.zeros((len(sel), self.dim), self.dtype)
+            h[:, : self.tables.dim] = emb.weight[local]
+            if rows is not None:
+                rows[sel] = h
+            else:
+                _place(out, out2, dest[sel], h)
+        if rows is not None:
+            _place(out, out2, dest, rows)
+        return got
+
+    def close(self) -> None:
+        self.tables.flush()
+        self.base.close()
+
+
+def _place(out: np.ndarray, out2: np.ndarray | None, dest: np.ndarray, rows: np.ndarray) -> None:
+    """``rows[i]`` into ``out[dest[i]]``, or ``out2[-1 - dest[i]]`` for a negative one."""
+    pos = dest >= 0
+    out[dest[pos]] = rows[pos]
+    if out2 is not None and not pos.all():
+        out2[-1 - dest[~pos]] = rows[~pos]

@@ -70,12 +70,20 @@ def typed_factory_model(
 
 
 def relational_model(
-    cfg: TrainConfig, schema: HeteroSchema, *, out_dim: int, in_dim: int | None = None
+    cfg: TrainConfig,
+    schema: HeteroSchema,
+    *,
+    out_dim: int,
+    in_dim: int | None = None,
+    given: list[bool] | None = None,
 ) -> nn.Module:
     """A typed graph's model: ``rgcn`` or ``rgat`` (:mod:`shoal.nn.relational`), or a
     ``--model-factory`` heterogeneous module run through
     :class:`~shoal.nn.relational_adapter.RelationalEdgeIndexModel`; every one called
-    ``model(x, blocks)`` with ``x`` every node type's rows padded to the widest type."""
+    ``model(x, blocks)`` with ``x`` every node type's rows padded to the widest type.
+    ``given``: per node type, whether its rows come in ``x``'s first ``hidden`` columns
+    (featureless types whose embedding tables live outside the model:
+    :class:`~shoal.training.embedding.TypeTables`; default none)."""
     m = cfg.model
     if m.name not in TYPED_MODELS and not m.factory:
         raise ShoalInputError(
@@ -93,6 +101,7 @@ def relational_model(
         num_layers=cfg.num_layers,
         dropout=float(m.dropout),
         in_dim=in_dim,
+        given=given,
     )
     if m.factory:
         module = typed_factory_model(
@@ -104,7 +113,7 @@ def relational_model(
             dropout=float(m.dropout or 0.0),
         ).module
         return RelationalEdgeIndexModel(
-            module, schema, hidden=int(m.hidden), num_layers=cfg.num_layers
+            module, schema, hidden=int(m.hidden), num_layers=cfg.num_layers, given=given
         )
     if m.name == "rgcn":
         return RGCN(**kw)
@@ -121,14 +130,16 @@ def model_from_config(
     out_dim: int,
     rank: int = 0,
     schema: HeteroSchema | None = None,
+    given: list[bool] | None = None,
 ) -> nn.Module:
     """The model named by ``cfg.model.name`` (or built by ``cfg.model.factory``), initialised from
     ``cfg.run.seed`` (the same weights in every process). Ranks other than 0 then re-seed torch
     with ``seed + rank`` so their dropout masks are independent of rank 0's (rank 0 keeps the
-    single-process trainer's stream). ``schema``: a typed graph's (:func:`relational_model`)."""
+    single-process trainer's stream). ``schema``: a typed graph's, and ``given`` its types whose
+    rows come in ``x`` (:func:`relational_model`)."""
     torch.manual_seed(cfg.run.seed)
     if schema is not None:
-        model = relational_model(cfg, schema, out_dim=out_dim, in_dim=in_dim)
+        model = relational_model(cfg, schema, out_dim=out_dim, in_dim=in_dim, given=given)
         if rank:
             torch.manual_seed(cfg.run.seed + rank)
         return model

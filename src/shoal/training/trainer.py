@@ -3,23 +3,36 @@
 The trainer supplies the :class:`~shoal.training.loop.Trainable` interface (one epoch of
 mini-batches, exact evaluation, its optimizer and random state) and runs the shared
 :class:`~shoal.training.loop.EpochLoop`, exactly as every engine does.
+
+On a typed graph whose featureless node types keep their embeddings on disk
+(``--type-embeddings disk``, or ``auto`` when they would take over a quarter of the memory
+limit: :class:`~shoal.training.embedding.TypeTables`), the model takes those types as
+``given``: each batch's rows of them are the tables' (written into its ``x``, widened to the
+hidden width when narrower), a sparse Adam step updates them after the dense one, exact
+evaluation reads them as layer-0 rows (:class:`~shoal.training.embedding.TableRows`), and
+checkpoints, the best epoch and a resume carry them (``embedding_<type>/``,
+``embedding_<type>_best/`` beside the checkpoint).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from shoal.nn.ondevice import on_device
+from shoal.rows import _kernels as K
 from shoal.rows.budget import PeakFootprint, bytes_freed_by
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.device import DeviceFeed
+from shoal.training.embedding import TableRows, TypeTables
 from shoal.training.footprint import (
     StepShape,
     measured_eval_budget,
@@ -41,15 +54,21 @@ __all__ = ["Trainer"]
 log = logging.getLogger(__name__)
 
 
-def _typed_identity(schema) -> dict[str, Any]:
+def _typed_identity(schema, tables: TypeTables | None) -> dict[str, Any]:
     """A typed graph's part of a run's identity (what a resumed run must match)."""
-    return {} if schema is None else {"relations": len(schema.edge_types)}
-
-
-def _typed_settings(schema) -> dict[str, Any]:
     if schema is None:
         return {}
-    return {"typed": {"node_types": len(schema.node_types), "relations": len(schema.edge_types)}}
+    disk = {} if tables is None else {"embeddings_on_disk": tables.names}
+    return {"relations": len(schema.edge_types), **disk}
+
+
+def _typed_settings(schema, tables: TypeTables | None) -> dict[str, Any]:
+    if schema is None:
+        return {}
+    typed = {"node_types": len(schema.node_types), "relations": len(schema.edge_types)}
+    if tables is not None:
+        typed["embeddings_on_disk"] = tables.names
+    return {"typed": typed}
 
 
 class Trainer:
@@ -68,10 +87,20 @@ class Trainer:
         self.data = data
         set_threads(config.run.threads)
         self.device = use_device(config.run.device)
+        #: a typed graph's featureless types with their embeddings on disk (None: in the model)
+        self.tables = (
+            TypeTables.for_run(config, data.schema, data.path) if data.schema is not None else None
+        )
+        # the model's input width: the tables' rows come in x (at least hidden wide)
+        in_dim = data.feature_dim if self.tables is None else self.tables.width(data.feature_dim)
         torch.manual_seed(config.run.seed)
         if model is None:  # built on the host: the same initial weights on every device
             model = model_from_config(
-                config, in_dim=data.feature_dim, out_dim=data.num_classes, schema=data.schema
+                config,
+                in_dim=in_dim,
+                out_dim=data.num_classes,
+                schema=data.schema,
+                given=None if self.tables is None else self.tables.given,
             )
         self.model = model.to(self.device)
         # on a GPU, the next batch is sampled, gathered and staged while the step computes
@@ -79,7 +108,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
-        shape = StepShape.of(config, num_nodes=data.num_nodes, in_dim=data.feature_dim)
+        shape = StepShape.of(config, num_nodes=data.num_nodes, in_dim=in_dim)
         reserve = training_reserve(model, shape, io_threads=config.memory.io_threads)
         self.store = open_features(
             data,
@@ -141,10 +170,19 @@ class Trainer:
                 "num_nodes": data.num_nodes,
                 "feature_dim": data.feature_dim,
                 "num_classes": data.num_classes,
-                **_typed_identity(data.schema),
+                **_typed_identity(data.schema, self.tables),
             },
-            settings={"memory_plan": self.budget.to_dict(), **_typed_settings(data.schema)},
+            settings={
+                "memory_plan": self.budget.to_dict(),
+                **_typed_settings(data.schema, self.tables),
+            },
         )
+        if self.tables is not None:
+            log.info(
+                "typed graph: embeddings of %s on disk in %s (sparse Adam)",
+                ", ".join(self.tables.names),
+                self.tables.tables[0][1].dir.parent,
+            )
 
     @property
     def epoch(self) -> int:
@@ -157,20 +195,42 @@ class Trainer:
 
     # ---------------------------------------------------------------- Trainable
     def state(self) -> dict[str, Any]:
-        """Model, optimizer, torch RNG and the loop's counters (a checkpoint)."""
-        return {
+        """Model, optimizer, torch RNG and the loop's counters (a checkpoint); on-disk
+        embedding tables (and their Adam state) are copied into the checkpoint directory
+        (``embedding_<type>/``) beside them."""
+        out = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "torch_rng": get_rng_states(self.device),
             **self.loop.state.to_dict(),
             "config": self.config.to_dict(),
         }
+        if self.tables is not None:
+            snap = bool(self.config.checkpoint.dir)
+            if snap:
+                self.tables.save(self.config.checkpoint.dir)
+            out["embedding_snapshot"] = snap
+        return out
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_states(state["torch_rng"], self.device)
         self.loop.state.load(state)
+        if self.tables is not None and state.get("embedding_snapshot"):
+            self.tables.load(self.config.checkpoint.dir)
+
+    def keep_best(self) -> None:
+        """At a new best validation score: the on-disk tables kept as they are now
+        (:meth:`TypeTables.keep_best <shoal.training.embedding.TypeTables.keep_best>`;
+        ``embedding_<type>_best/`` beside the checkpoint is what ``shoal embed`` reads)."""
+        if self.tables is not None:
+            self.tables.keep_best(self.config.checkpoint.dir)
+
+    def restore_best(self) -> None:
+        """The on-disk tables as they were at the best validation score."""
+        if self.tables is not None:
+            self.tables.restore_best()
 
     def train_epoch(self, epoch: int | None = None) -> dict[str, Any]:
         """Train one epoch (default: the next one); returns its metrics."""
@@ -186,10 +246,16 @@ class Trainer:
         for step, batch in enumerate(self.feed.iterate(self.loader.epoch(epoch))):
             # masks keyed by (seed, epoch, step, node): one batch per epoch is full-graph
             # training, the same model as the fullgraph engine's on any number of processes
+            if self.tables is not None:
+                with meter.time("embedding"):
+                    batch = self.tables.embed(batch)
             with meter.time("forward_backward"):
                 loss, ok = train_step(
                     self.model, self.optimizer, batch, dropout_key=(key, epoch, step)
                 )
+            if self.tables is not None:
+                with meter.time("embedding"):
+                    self.tables.step()
             meter.step(loss, ok, len(batch.y))
         self.loop.state.epoch = epoch + 1
         return {
@@ -280,18 +346,75 @@ class Trainer:
         return cache
 
     def _evaluate(self, splits: tuple[str, ...], budget: int) -> dict[str, float]:
+        data, features, normalize = self.data, self.features, self.config.model.normalize_features
+        if self.tables is not None:  # layer 0 reads the tables' rows (as they are now)
+            rows = TableRows(data.features, self.tables, normalize=bool(normalize))
+            data, features, normalize = replace(data, features=rows), None, False
+        model = on_device(self.model, self.device)
+        budget = max(budget, self.budget.window)
+        if data.schema is not None and not hasattr(self.model, "layer_forward"):
+            return self._sampled_evaluate(model, data, splits, normalize, budget)
         return evaluate(
-            on_device(self.model, self.device),
-            self.data,
+            model,
+            data,
             splits,
             sampler=self.sampler,
-            normalize_features=self.config.model.normalize_features,
+            normalize_features=normalize,
             batch_size=self.config.eval.batch_size,
             show_progress=self.config.run.progress,
             scratch_dir=self.config.memory.scratch_dir,
-            features=self.features,
-            memory_budget=max(budget, self.budget.window),
+            features=features,
+            memory_budget=budget,
         )
+
+    @torch.no_grad()
+    def _sampled_evaluate(
+        self, model: nn.Module, data: TrainData, splits: tuple[str, ...], normalize, budget: int
+    ) -> dict[str, float]:
+        """Exact accuracy of a typed graph's model that cannot run layer by layer (a
+        ``--model-factory`` module): each batch of targets with every neighbour per relation,
+        ``L`` hops out, its rows read from the row source in one planned read; a batch with
+        more rows than ``budget`` bytes hold (its rows and a few layers' activations) is
+        sampled again at half its targets."""
+        cfg, src = self.config, data.features
+        layers = int(getattr(self.model, "num_layers", cfg.num_layers))
+        full = NeighborSampler(
+            data.indptr,
+            data.indices,
+            [-1] * layers,
+            num_nodes=data.num_nodes,
+            degrees=data.degrees,
+            schema=data.schema,
+        )
+        per_row = 4 * (int(src.dim) + 4 * int(cfg.model.hidden) * max(layers, 1))
+        max_rows = max(1, budget // per_row)
+        model.eval()
+        out = {}
+        for name in splits:
+            ids = np.asarray(data.split(name), np.int64)
+            correct, a = 0, 0
+            top = int(cfg.eval.batch_size or cfg.sampling.batch_size)
+            k = top
+            while a < len(ids):
+                seeds = ids[a : a + k]
+                mb = full.sample(seeds)
+                n_id = np.asarray(mb.n_id)
+                if len(n_id) > max_rows and len(seeds) > 1:
+                    k = max(1, len(seeds) // 2)
+                    continue
+                x = np.empty((len(n_id), src.dim), src.dtype)
+                order = np.argsort(n_id, kind="stable")
+                src.read(np.ascontiguousarray(n_id[order]), x, dest=order)
+                if normalize:
+                    K._row_normalize(x, len(n_id))
+                pred = model(torch.from_numpy(x), mb.with_node_ids()).argmax(1).cpu().numpy()
+                correct += int(np.sum(pred == np.asarray(data.labels[seeds])))
+                a += len(seeds)
+                if 2 * len(n_id) < max_rows:
+                    k = min(top, 2 * k)
+            out[name] = correct / len(ids) if len(ids) else float("nan")
+        full.close()
+        return out
 
     # ---------------------------------------------------------------- run
     def eval_work_ratio(self) -> float:
@@ -312,3 +435,5 @@ class Trainer:
         finally:  # (not held meanwhile: end_training lets the loader and sampler go)
             if self.loader is not None and self.loader.prefetcher is not None:
                 self.loader.prefetcher.close()
+            if self.tables is not None:
+                self.tables.flush()
