@@ -71,6 +71,34 @@ def test_a_pyg_heterogeneous_model_batches_the_igbh_graph(graph):
     loader.close()
 
 
+def test_the_loader_draws_the_trainers_batches_and_each_relations_fanout(graph):
+    """The batches of the trainer's sampler (a schema's NeighborSampler, the same seed);
+    a relation with its own fanout draws fewer edges."""
+    from shoal.sample.sampler import NeighborSampler
+    from shoal.training.batches import batch_seed
+
+    loader = HeteroNeighborLoader(graph, [4, 3], batch_size=32, shuffle=False, seed=5)
+    d = next(iter(loader))
+    csr = graph.csr("in")
+    mb = NeighborSampler(csr.indptr, csr.indices, [4, 3], schema=graph.schema).sample(
+        loader.seeds[:32], batch_seed(5, 0, 0)
+    )
+    paper = graph.schema.node_type("paper")
+    on = graph.schema.type_of(mb.n_id) == graph.schema.type_index("paper")
+    assert d["paper"].n_id.tolist() == (mb.n_id[on] - paper.offset).tolist()
+    assert sum(d[k].edge_index.shape[1] for k in d.edge_types) == sum(
+        b.num_edges for b in mb.blocks
+    )
+    cites = ("paper", "cites", "paper")
+    few = HeteroNeighborLoader(
+        graph, [4, 3], relation_fanouts={"cites": [1, 1]}, batch_size=32, shuffle=False, seed=5
+    )
+    e = next(iter(few))
+    assert 0 < e[cites].edge_index.shape[1] < d[cites].edge_index.shape[1]
+    loader.close()
+    few.close()
+
+
 WRITES = ("author", "writes", "paper")
 CITES = ("paper", "cites", "paper")
 

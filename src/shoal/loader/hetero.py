@@ -1,20 +1,23 @@
 """``HeteroNeighborLoader``: typed mini-batches as ``torch_geometric.data.HeteroData``, the
-way PyG's ``NeighborLoader`` yields them from a ``HeteroData``, drawn by shoal's typed sampler
-from a typed graph directory (:mod:`shoal.data.hetero`).
+way PyG's ``NeighborLoader`` yields them from a ``HeteroData``, drawn by shoal's sampler from
+a typed graph directory (:mod:`shoal.data.hetero`).
 
 Each batch is a ``HeteroData`` with, per node type ``t`` present in the batch:
 
-- ``x``: the rows of its nodes (read with planned direct reads from ``features/<t>.npy``;
-  absent for a type without features); ``n_id``: their ids *within the type*, in batch order;
+- ``x``: the rows of its nodes (its ``F_t`` feature columns, read with planned direct reads
+  from ``features/<t>.npy``; absent for a type without features); ``n_id``: their ids
+  *within the type*, in batch order;
 - for the target type also ``y``, ``batch_size`` (the seeds, which come first) and
   ``input_id`` (the seeds' positions in ``input_nodes``);
 
 and per edge type ``(src, relation, dst)``, ``edge_index``: ``(2, E)`` positions among the
 batch's nodes of the source and destination types, hop 1's edges first. A PyG model made with
 ``to_hetero`` or ``HeteroConv`` trains on these batches in a plain loop, the loss on the
-first ``batch_size`` target rows. Sampling draws each hop's fanout per relation
-(:class:`~shoal.sample.typed.TypedNeighborSampler`); shuffling and sampling depend only on
-``(seed, epoch, step)``.
+first ``batch_size`` target rows. Sampling is the trainer's: the
+:class:`~shoal.sample.sampler.NeighborSampler` of a schema draws each hop's fanout per
+relation and labels every block's relations (``Block.edge_type``) and node types
+(``Block.src_type``); rows come from one :class:`~shoal.rows.typed.TypedRows` source (every
+type padded to the widest). Shuffling and sampling depend only on ``(seed, epoch, step)``.
 """
 
 from __future__ import annotations
@@ -28,21 +31,27 @@ import torch
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
+from shoal.graph.blocks import MiniBatch
 from shoal.loader.neighbor import SeedBatches
-from shoal.sample.typed import TypedBatch, TypedFeatures, TypedNeighborSampler
+from shoal.rows.typed import TypedRows, open_typed_rows
+from shoal.sample.sampler import NeighborSampler
 
 __all__ = ["HeteroNeighborLoader", "to_hetero_batch"]
 
 
 def to_hetero_batch(
-    tb: TypedBatch, schema, features: Sequence[torch.Tensor | None], labels: np.ndarray
+    mb: MiniBatch, schema, x: np.ndarray | None, widths: Sequence[int], labels: np.ndarray
 ) -> Any:
-    """A :class:`TypedBatch` as PyG's ``HeteroData`` (module docstring); ``features[t]``: the
-    rows of the batch's nodes of type ``t`` in batch order, ``labels``: global labels."""
+    """A typed :class:`~shoal.graph.blocks.MiniBatch` (its blocks labelled with ``edge_type``
+    and ``src_type``) as PyG's ``HeteroData`` (module docstring); ``x``: the rows of the
+    batch's nodes (batch order, padded to the widest type; None: no type has features),
+    ``widths``: each type's feature width, ``labels``: global labels."""
     from torch_geometric.data import HeteroData
 
-    n_id = np.asarray(tb.n_id)
-    types = tb.node_type.numpy()
+    if not mb.typed:
+        raise ValueError("an untyped batch: sample with NeighborSampler(..., schema=...)")
+    n_id = np.asarray(mb.n_id)
+    types = mb.node_type.numpy()[: len(n_id)]
     pos = np.empty(len(n_id), np.int64)  # each node's position among its type's nodes
     data = HeteroData()
     for t, nt in enumerate(schema.node_types):
@@ -53,14 +62,14 @@ def to_hetero_batch(
         store = data[nt.name]
         store.n_id = torch.from_numpy(n_id[on] - nt.offset)
         store.num_nodes = len(on)
-        if features[t] is not None:
-            store.x = features[t]
+        if x is not None and widths[t]:
+            store.x = torch.from_numpy(np.ascontiguousarray(x[on, : widths[t]]))
         if nt.name == schema.target:
             store.y = torch.from_numpy(np.asarray(labels[n_id[on]], np.int64))
-            store.batch_size = tb.batch.num_seeds
-    hops = list(reversed(range(len(tb.blocks))))  # hop 1 (the seeds' neighbours) first
-    ei = np.concatenate([tb.blocks[h].edge_index.numpy() for h in hops], axis=1)
-    et = np.concatenate([tb.edge_types[h].numpy() for h in hops])
+            store.batch_size = mb.num_seeds
+    hops = list(reversed(range(len(mb.blocks))))  # hop 1 (the seeds' neighbours) first
+    ei = np.concatenate([mb.blocks[h].edge_index.numpy() for h in hops], axis=1)
+    et = np.concatenate([mb.blocks[h].edge_type.numpy() for h in hops])
     for r, e in enumerate(schema.edge_types):
         on = et == r
         if not on.any():
@@ -102,8 +111,13 @@ class HeteroNeighborLoader(SeedBatches):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.graph, self.schema = g, g.schema
         csr = g.csr("in")
-        self.sampler = TypedNeighborSampler(
-            csr.indptr, csr.indices, g.schema, num_neighbors, relation_fanouts=relation_fanouts
+        self.sampler = NeighborSampler(
+            csr.indptr,
+            csr.indices,
+            num_neighbors,
+            num_nodes=g.num_nodes,
+            schema=g.schema,
+            relation_fanouts=relation_fanouts,
         )
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.epoch = 0
@@ -116,15 +130,29 @@ class HeteroNeighborLoader(SeedBatches):
             self.seeds = np.array(s, np.int64)
         else:
             self.seeds = np.asarray(input_nodes, np.int64)
-        self.features = TypedFeatures(g)
+        #: every type's rows padded to the widest (None: no type has features)
+        self.rows: TypedRows | None = open_typed_rows(g)
+        self.widths = (
+            [0] * len(g.schema.node_types) if self.rows is None else self.rows.widths.tolist()
+        )
+
+    def _read(self, n_id: np.ndarray) -> np.ndarray | None:
+        if self.rows is None:
+            return None
+        x = np.empty((len(n_id), self.rows.dim), self.rows.dtype)
+        order = np.argsort(n_id, kind="stable")
+        self.rows.read(np.ascontiguousarray(n_id[order]), x, dest=order)
+        return x
 
     def batch(self, positions: np.ndarray, seed: int) -> Any:
         """The ``HeteroData`` of the seeds at ``positions`` of ``input_nodes``."""
-        tb = self.sampler.sample(self.seeds[positions], seed)
-        data = to_hetero_batch(tb, self.schema, self.features.gather(tb), self.labels)
+        mb = self.sampler.sample(self.seeds[positions], seed)
+        x = self._read(np.asarray(mb.n_id))
+        data = to_hetero_batch(mb, self.schema, x, self.widths, self.labels)
         data[self.schema.target].input_id = torch.from_numpy(np.asarray(positions, np.int64))
         return data
 
     def close(self) -> None:
         """Close the feature readers."""
-        self.features.close()
+        if self.rows is not None:
+            self.rows.close()
