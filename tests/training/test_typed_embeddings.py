@@ -77,6 +77,10 @@ def test_memory_keeps_embeddings_in_the_model_and_auto_chooses_by_the_limit(
 
 
 def test_a_table_from_another_run_is_not_silently_reused(igbh, tmp_path):
+    # a run refused by its memory plan writes no table (its retry is not "another run")
+    with pytest.raises(ShoalInputError, match="minimum working set"):
+        _trainer(igbh, tmp_path / "emb", type_embeddings="disk", memory=1 << 20)
+    assert not (tmp_path / "emb").exists()
     _trainer(igbh, tmp_path / "emb", type_embeddings="disk", epochs=1).fit()
     with pytest.raises(ShoalInputError, match="another run"):
         _trainer(igbh, tmp_path / "emb", type_embeddings="disk")

@@ -50,6 +50,7 @@ __all__ = [
     "NodeEmbedding",
     "SparseAdagrad",
     "SparseAdam",
+    "TablePlan",
     "TableRows",
     "TypeTables",
     "load_tables",
@@ -222,6 +223,34 @@ def load_tables(tables: dict[str, np.ndarray], src: str | os.PathLike) -> None:
         t.flush()
 
 
+class TablePlan:
+    """Which featureless node types keep their tables on disk, and where (``root/<type>``):
+    :meth:`TypeTables.planned`; :meth:`open` makes (or, resuming, reopens) the tables."""
+
+    def __init__(self, config, schema, root: Path, types: list[int]) -> None:
+        self.config, self.schema, self.root, self.types = config, schema, root, types
+        self.dim = int(config.model.hidden)
+
+    @property
+    def given(self) -> list[bool]:
+        """Per node type, whether its rows come from a table (the model's ``given``)."""
+        return [t in self.types for t in range(len(self.schema.node_types))]
+
+    def width(self, feature_dim: int) -> int:
+        """The rows' width with the tables' rows in them: at least the hidden width."""
+        return max(int(feature_dim), self.dim)
+
+    def open(self) -> TypeTables:
+        cfg, out = self.config, []
+        for t in self.types:
+            nt = self.schema.node_types[t]
+            emb = NodeEmbedding(
+                self.root / nt.name, nt.count, self.dim, seed=cfg.run.seed, stream=t + 1
+            )
+            out.append((t, emb, SparseAdam(emb, lr=cfg.optim.lr)))
+        return TypeTables(self.schema, out)
+
+
 class TypeTables:
     """The featureless node types of a typed graph whose embedding rows live on disk.
 
@@ -256,10 +285,11 @@ class TypeTables:
         self._last: list[tuple[SparseAdam | None, np.ndarray, torch.Tensor]] = []
 
     # ------------------------------------------------------------------ making them
-    @classmethod
-    def for_run(cls, config, schema, graph_path: str | os.PathLike | None) -> TypeTables | None:
-        """The tables of a run of ``config`` on a typed graph (``schema``) at ``graph_path``,
-        or None when its featureless types keep their embeddings in the model.
+    @staticmethod
+    def planned(config, schema, graph_path: str | os.PathLike | None) -> TablePlan | None:
+        """Where a run of ``config`` on a typed graph (``schema``) at ``graph_path`` keeps
+        which featureless types' tables, or None when they keep their embeddings in the
+        model; nothing is written yet (:meth:`TablePlan.open` makes the tables).
         ``config.model.type_embeddings``: ``"disk"``, ``"memory"``, or ``"auto"``: disk when
         the tables and Adam's two moments (``3 * 4 * hidden`` bytes a row) would take over a
         quarter of the memory limit (``--memory``, else the machine's or cgroup's). The
@@ -280,7 +310,6 @@ class TypeTables:
                 fix="pass --embedding-dir DIR",
             )
         root = Path(where)
-        out = []
         for t in bare:
             nt = schema.node_types[t]
             if (root / nt.name / "embedding.npy").exists() and not config.checkpoint.resume:
@@ -289,11 +318,13 @@ class TypeTables:
                     path=root / nt.name,
                     fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
                 )
-            emb = NodeEmbedding(
-                root / nt.name, nt.count, hidden, seed=config.run.seed, stream=t + 1
-            )
-            out.append((t, emb, SparseAdam(emb, lr=config.optim.lr)))
-        return cls(schema, out)
+        return TablePlan(config, schema, root, bare)
+
+    @classmethod
+    def for_run(cls, config, schema, graph_path: str | os.PathLike | None) -> TypeTables | None:
+        """:meth:`planned`, the tables opened (None: in the model)."""
+        plan = cls.planned(config, schema, graph_path)
+        return None if plan is None else plan.open()
 
     @classmethod
     def saved(cls, schema, directory: str | os.PathLike, dim: int, *, best: bool) -> TypeTables:

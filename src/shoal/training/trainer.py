@@ -78,7 +78,9 @@ class Trainer:
         config: a :class:`TrainConfig`.
         data: a :class:`TrainData`.
         model: any ``nn.Module`` called as ``model(x, blocks)`` (default: built from
-            ``config.model.name`` by :func:`~shoal.training.model.model_from_config`).
+            ``config.model.name`` by :func:`~shoal.training.model.model_from_config`); with
+            a typed graph's tables on disk (:attr:`tables`) it must take their types'
+            rows from ``x`` (``given``) and accept ``x`` at least ``hidden`` wide.
     """
 
     def __init__(self, config: TrainConfig, data: TrainData, model: nn.Module | None = None):
@@ -87,12 +89,12 @@ class Trainer:
         self.data = data
         set_threads(config.run.threads)
         self.device = use_device(config.run.device)
-        #: a typed graph's featureless types with their embeddings on disk (None: in the model)
-        self.tables = (
-            TypeTables.for_run(config, data.schema, data.path) if data.schema is not None else None
+        # a typed graph's featureless types with their embeddings on disk (None: in the model)
+        disk = (
+            TypeTables.planned(config, data.schema, data.path) if data.schema is not None else None
         )
         # the model's input width: the tables' rows come in x (at least hidden wide)
-        in_dim = data.feature_dim if self.tables is None else self.tables.width(data.feature_dim)
+        in_dim = data.feature_dim if disk is None else disk.width(data.feature_dim)
         torch.manual_seed(config.run.seed)
         if model is None:  # built on the host: the same initial weights on every device
             model = model_from_config(
@@ -100,7 +102,7 @@ class Trainer:
                 in_dim=in_dim,
                 out_dim=data.num_classes,
                 schema=data.schema,
-                given=None if self.tables is None else self.tables.given,
+                given=None if disk is None else disk.given,
             )
         self.model = model.to(self.device)
         # on a GPU, the next batch is sampled, gathered and staged while the step computes
@@ -122,6 +124,8 @@ class Trainer:
             structure=config.memory.structure,
         )
         self.features, self.budget = self.store.features, self.store.plan
+        #: the on-disk tables (made once the memory plan stands; None: none)
+        self.tables: TypeTables | None = None if disk is None else disk.open()
         # the activations in the reserve: refitted to the sampled batches, free in evaluation
         self.budget.activations, self.budget.activation_row_bytes = step_activations(shape)
         self.sampler = NeighborSampler(
