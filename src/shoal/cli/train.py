@@ -20,6 +20,7 @@ from shoal.cli.train_options import add_train_arguments, config_from_args
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.nn import TYPED_MODELS
+from shoal.rows.backends import use_row_backend
 from shoal.training import TrainConfig, TrainData, Trainer
 from shoal.utils.io import write_json_output
 
@@ -84,6 +85,7 @@ def _typed_default(args: argparse.Namespace, config: TrainConfig) -> bool:
 def run_train(args: argparse.Namespace) -> int:
     """Handler of ``shoal train``: ``--store`` goes to the distributed launcher."""
     config = config_from_args(args)
+    use_row_backend(config.memory.rows_backend)  # checked now; every row read goes through it
     if _typed_default(args, config):  # a typed graph without --model: its relational default
         args.model = "rgcn"
         config = config_from_args(args)

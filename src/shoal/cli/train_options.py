@@ -63,6 +63,7 @@ CONFIG_FLAGS = (
     "pack_epochs",
     "cache_policy",
     "structure",
+    "rows_backend",
 )
 
 
@@ -276,6 +277,15 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "windows with direct I/O and the rows of high-degree nodes are cached within it "
         "(default: 90%% of the process's memory cgroup limit or of the memory available at "
         "the start, whichever is lower, shared by the processes of one machine)",
+    )
+    g.add_argument(
+        "--rows-backend",
+        metavar="NAME",
+        help="what files of rows (features, packs, neighbour lists read from disk) are read "
+        "through, in every process, training and evaluation: file (planned O_DIRECT reads, "
+        "never the page cache), mmap (the page cache), or one registered through the entry "
+        "point group shoal.row_backends or SHOAL_ROW_BACKENDS=name=module:callable "
+        f"(default {d.memory.rows_backend})",
     )
     g.add_argument(
         "--io-threads",

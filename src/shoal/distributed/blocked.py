@@ -37,8 +37,10 @@ from shoal.distributed.runtime import DistContext
 from shoal.distributed.served import ServedLayout, served_layer
 from shoal.distributed.tables import NodeTables
 from shoal.nn.base import SumLayer
-from shoal.rows.direct import RowFile, RowReader
+from shoal.rows.direct import RowFile
 from shoal.rows.gather import gather_rows
+from shoal.rows.opener import open_file
+from shoal.rows.source import RowSource
 from shoal.store.reader import Partition, Store
 from shoal.training import _kernels as BK
 from shoal.training.blocked import (
@@ -72,7 +74,7 @@ class PlannedGather:
 
     def __init__(self, threads: int = 8) -> None:
         self.threads = threads
-        self.readers: dict[tuple[str, int], RowReader] = {}
+        self.readers: dict[tuple[str, int], RowSource] = {}
 
     def __call__(self, src: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None):
         ids = np.asarray(ids, dtype=np.int64)
@@ -84,7 +86,7 @@ class PlannedGather:
             return gather_rows(src, ids, out)[:n]
         r = self.readers.get((f.path, f.offset))
         if r is None:
-            r = self.readers[(f.path, f.offset)] = RowReader(f, threads=self.threads)
+            r = self.readers[(f.path, f.offset)] = open_file(f, threads=self.threads)
         uniq, inverse = np.unique(ids, return_inverse=True)
         rows = np.empty((len(uniq), src.shape[1]), np.float32)
         r.read(uniq, rows)

@@ -34,6 +34,7 @@ from shoal.distributed import (
 from shoal.distributed.runtime import local_peers
 from shoal.errors import ShoalInputError
 from shoal.nn.ondevice import on_device
+from shoal.rows.backends import use_row_backend
 from shoal.rows.budget import (
     BudgetPlan,
     PeakFootprint,
@@ -105,6 +106,7 @@ class Engine(ABC):
     global_batch: bool = False
 
     def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
+        use_row_backend(config.memory.rows_backend)  # every row this rank reads goes through it
         self.store = store
         self.config = config
         #: this engine's options (``config.engine``, as its own class: defaults filled in)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.rows import _kernels as K
-from shoal.rows.direct import RowFile, RowReader
+from shoal.rows.direct import RowFile
+from shoal.rows.opener import open_file
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["BlockCache"]
@@ -52,7 +53,7 @@ class BlockCache:
             dim=self.block,
             dtype=arr.dtype,
         )
-        self.reader = RowReader(rows, threads=threads) if self.full else None
+        self.reader = open_file(rows, threads=threads) if self.full else None
         slots = max(1, min(self.full, int(cache_bytes) // (self.block * isz)))
         self.data = np.empty((slots, self.block), dtype=arr.dtype)
         self.slot = np.full(max(self.full, 1), -1, dtype=np.int32)

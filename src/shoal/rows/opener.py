@@ -1,7 +1,8 @@
 """``open_rows``: the row source of an array, a list of arrays stacked row-wise, or a source.
 
 The one place that decides how rows are read: a memory-mapped array is read from its file
-(:class:`~shoal.rows.direct.RowReader`: planned direct reads), an in-memory member of a stack
+through the process's row backend (:mod:`shoal.rows.backends`; by default
+:class:`~shoal.rows.direct.RowReader`: planned direct reads), an in-memory member of a stack
 is copied (:class:`~shoal.rows.memory.MemoryRows`), several members are read as one
 (:class:`~shoal.rows.stacked.StackedReader`), and any object that already implements
 :class:`~shoal.rows.source.RowSource` (another backend) is used as it is.
@@ -11,12 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from shoal.rows.direct import RowFile, RowReader
+from shoal.rows.backends import current_row_backend, get_row_backend
+from shoal.rows.direct import RowFile
 from shoal.rows.memory import MemoryRows
 from shoal.rows.source import RowSource
 from shoal.rows.stacked import StackedReader
 
-__all__ = ["open_rows"]
+__all__ = ["open_file", "open_rows"]
+
+
+def open_file(f: RowFile, **kw) -> RowSource:
+    """The source of a file's rows made by the process's row backend (``kw``: ``threads``,
+    ``merge_gap``, ``direct``)."""
+    return get_row_backend(current_row_backend())(f, **kw)
 
 
 def _rows(member) -> int:
@@ -34,16 +42,16 @@ def open_rows(rows, **kw) -> RowSource | None:
         return rows
     if isinstance(rows, np.ndarray):
         f = RowFile.of(rows)
-        return RowReader(f, **kw) if f is not None else None
+        return open_file(f, **kw) if f is not None else None
     members = [m for m in rows if _rows(m) > 0]
     files = [None if isinstance(m, RowSource) else RowFile.of(m) for m in members]
     given = [isinstance(m, RowSource) for m in members]
     if not members or not any(f is not None or g for f, g in zip(files, given, strict=True)):
         return None
     if len(members) == 1:
-        return members[0] if given[0] else RowReader(files[0], **kw)
+        return members[0] if given[0] else open_file(files[0], **kw)
     readers = [
-        m if g else RowReader(f, **kw) if f is not None else MemoryRows(m)
+        m if g else open_file(f, **kw) if f is not None else MemoryRows(m)
         for m, f, g in zip(members, files, given, strict=True)
     ]
     return StackedReader(readers)

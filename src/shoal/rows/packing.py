@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shoal.rows.direct import PAGE, RowFile, RowReader, _aligned
+from shoal.rows.direct import PAGE, RowFile, _aligned
+from shoal.rows.opener import open_file
 from shoal.utils.arrays import unique_sorted
 from shoal.utils.io import scratch_space
 
@@ -237,7 +238,7 @@ class EpochPack:
                 continue
             rb = self.dim * self.dtype.itemsize
             f = RowFile(str(g.path), 0, rb, rb, len(g.ids), self.dim, self.dtype)
-            reader = RowReader(f, threads=self.threads)
+            reader = open_file(f, threads=self.threads)
             try:
                 nbytes = reader.read(pos, out)
             finally:

@@ -80,6 +80,7 @@ FLAT: dict[str, tuple[str, str]] = {
     "cache_policy": ("memory", "cache_policy"),
     "structure": ("memory", "structure"),
     "scratch_dir": ("memory", "scratch_dir"),
+    "rows_backend": ("memory", "rows_backend"),
     "checkpoint_dir": ("checkpoint", "dir"),
     "resume": ("checkpoint", "resume"),
     "seed": ("run", "seed"),

@@ -240,6 +240,10 @@ class MemoryConfig:
             and the ``averaging`` engine; ``minibatch`` always uses ``"auto"``).
         scratch_dir: directory for large temporary files (inference arrays, packs); None =
             beside the input graph or store, never the system temp dir (default None).
+        rows_backend: what files of rows are read through, by name (:mod:`shoal.rows.backends`:
+            ``"file"``, planned ``O_DIRECT`` reads; ``"mmap"``, the page cache; or a
+            registered one), in every process of the run, training and evaluation
+            (default ``"file"``).
     """
 
     limit: str | int | None = None
@@ -248,8 +252,11 @@ class MemoryConfig:
     cache_policy: str = "presample"
     structure: str = "auto"
     scratch_dir: str | None = None
+    rows_backend: str = "file"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rows_backend, str) or not self.rows_backend:
+            raise ValueError(f"rows_backend must be a backend's name, got {self.rows_backend!r}")
         if self.limit is not None and parse_size(self.limit) <= 0:
             raise ValueError(f"memory must be a positive size, got {self.limit!r}")
         _at_least_one(self, "io_threads")
