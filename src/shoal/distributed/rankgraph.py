@@ -1,6 +1,7 @@
 """A rank's partition for engines that compute on their own nodes and treat the rest as halo
 (``hec``, ``fullgraph``): its parts' core nodes merged into one solid set, with their in-edges
-in rank-local ids."""
+in rank-local ids. On a typed store it also carries every entry's relation and every local
+node's type (what a sampler over it needs to draw per relation and label its blocks)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,19 @@ __all__ = ["RankGraph", "rank_graph"]
 class RankGraph:
     """A rank's partition: ``solid`` global ids (its parts' core nodes, part after part),
     ``halo`` sorted global ids of their in-neighbours on other ranks, and the CSR of the
-    solid nodes' in-edges in rank-local ids (solid ``0..S-1``, halo ``S + position``)."""
+    solid nodes' in-edges in rank-local ids (solid ``0..S-1``, halo ``S + position``).
+
+    A typed store's also has ``edge_types`` (the relation of every entry of ``indices``, the
+    parts' ``Partition.edge_types`` concatenated as their CSR entries are: each row grouped
+    by relation) and ``node_type`` (the type of every rank-local id, solid then halo); both
+    None on an untyped store."""
 
     solid: np.ndarray
     halo: np.ndarray
     indptr: np.ndarray
     indices: np.ndarray
+    edge_types: np.ndarray | None = None
+    node_type: np.ndarray | None = None
 
     @property
     def num_solid(self) -> int:
@@ -39,11 +47,27 @@ class RankGraph:
         return out
 
 
-def rank_graph(parts: list[Partition], part_to_rank: np.ndarray, rank: int, owner) -> RankGraph:
+def rank_graph(
+    parts: list[Partition], part_to_rank: np.ndarray, rank: int, owner, store=None
+) -> RankGraph:
     """The :class:`RankGraph` of ``parts`` (this rank's). With one part its arrays are the
     part's own (core nodes, then its sorted halo); with several, the parts' CSRs are merged and
     halo nodes held by another of this rank's parts become solid. ``owner(ids)``: part of each
-    global id."""
+    global id. A typed store's graph carries its relations and node types (:class:`RankGraph`);
+    ``store``: the parts' store (default ``parts[0].store``; a rank without parts gets a typed
+    empty graph when given a typed one)."""
+    g = _rank_graph(parts, part_to_rank, rank, owner)
+    store = store if store is not None else parts[0].store if parts else None
+    if store is None or store.schema is None:
+        return g  # untyped: the arrays as they always were
+    g.edge_types = np.concatenate(
+        [np.asarray(p.edge_types) for p in parts] or [np.empty(0, np.int64)]
+    )
+    g.node_type = store.type_of(np.concatenate([g.solid, g.halo])).astype(np.int64)
+    return g
+
+
+def _rank_graph(parts: list[Partition], part_to_rank: np.ndarray, rank: int, owner) -> RankGraph:
     if not parts:
         e = np.empty(0, np.int64)
         return RankGraph(e, e, np.zeros(1, np.int64), e)

@@ -12,6 +12,7 @@ SPEC = EngineSpec(
     summary="local sampling, halo embeddings from caches filled by the owners' delayed "
     "pushes (DistGNN-MB)",
     engine="shoal.engines.hec.engine:HecEngine",
+    typed_engine="shoal.engines.hec.engine:HecEngine",
     config=HecConfig,
     add_arguments=options.add_arguments,
     estimate=costs.estimate,

@@ -256,7 +256,8 @@ def select_push(
 def drop_sources(block: Block, sources: np.ndarray) -> Block:
     """``block`` without the edges leaving ``sources`` (source positions): a halo node that
     missed the cache takes no part in that layer's aggregation (Algorithm 2, line 11). Node
-    counts and full-graph degrees are kept; each target's sampled count shrinks."""
+    counts and full-graph degrees are kept; each target's sampled count shrinks. A typed
+    block keeps its sources' types and original ids, and its kept edges their relations."""
     drop = np.zeros(block.num_src, dtype=bool)
     drop[np.asarray(sources, dtype=np.int64)] = True
     keep = ~torch.from_numpy(drop)[block.edge_index[0]]
@@ -264,7 +265,16 @@ def drop_sources(block: Block, sources: np.ndarray) -> Block:
     counts = torch.bincount(ei[1], minlength=block.num_dst)
     rowptr = torch.zeros(block.num_dst + 1, dtype=torch.int64)
     rowptr[1:] = torch.cumsum(counts, 0)
-    return Block(ei, block.num_src, block.num_dst, rowptr, block.deg_src)
+    return Block(
+        ei,
+        block.num_src,
+        block.num_dst,
+        rowptr,
+        block.deg_src,
+        node_ids=block.node_ids,
+        edge_type=None if block.edge_type is None else block.edge_type[keep],
+        src_type=block.src_type,
+    )
 
 
 @dataclass

@@ -42,10 +42,33 @@ lives at most ``ls`` steps anyway).
 
 With one process there are no halo vertices and the engine is the single-process trainer on
 the part (same shuffling, batch seeds, dropout and model).
+
+Typed stores (node types, relations; issue 53) train with the same mechanism and the
+relational models (``rgcn``, ``rgat``): the rank graph carries every entry's relation and
+every local node's type (:func:`~shoal.distributed.rankgraph.rank_graph`), so the local
+sampler draws each hop's fanout per relation and labels the blocks; the solid nodes' rows
+are every node type's padded to the widest type (:func:`~shoal.rows.parts.part_rows`) under
+the budgeted store; every block carries its sources' original ids (``Block.node_ids``, which
+a featureless type's embedding row is looked up by), and a miss's dropped edges take their
+relations with them. The caches hold what each layer consumes, as on an untyped store: at
+L0 the raw padded input rows (not the per-type input stage's output), above it the hidden
+rows (``layer_widths`` of the relational model: R-GAT's heads concatenated). Layer 0 applies
+its per-type input stage to every source, halo rows from the cache included, with the
+current weights: a hit's L0 row is exactly what its owner fed (the stage is not cached
+with stale weights). A halo node of a featureless type has no input row: its L0 input is
+its embedding row, a parameter every rank holds, so it is never looked up, pushed or
+dropped at L0 (exact, not historical); above L0 it is cached like any other node. Dropout
+is keyed by (seed, epoch, step, rank, original id) as the ``minibatch`` engine's (one
+process: the single-process trainer's masks). The gradients are all-reduced with a
+relation absent from every rank's batch leaving its weights without a gradient (Adam
+skips them, as DistributedDataParallel and one process do); absent on some ranks only,
+those contribute zeros. A ``--model-factory`` model is refused (the engine runs a model
+layer by layer and replaces rows between layers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -67,9 +90,11 @@ from shoal.engines.hec.cache import (
     select_push,
 )
 from shoal.engines.hec.config import HecConfig
-from shoal.graph.blocks import Block
-from shoal.nn.base import layer_widths
+from shoal.errors import ShoalInputError
+from shoal.graph.blocks import Block, MiniBatch
+from shoal.nn.base import keyed_dropout, layer_widths
 from shoal.rows.budgeted import BudgetedStore
+from shoal.rows.parts import part_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
@@ -87,20 +112,31 @@ class HecEngine(Engine):
     options_class = HecConfig
     tables_scope = "local"  # trains on its parts and their halos
     accepts_factory_models = False
+    reads_typed = True  # relational layers; caches of their inputs (module docstring)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg, ctx, store = self.train_config, self.ctx, self.store
+        self.typed = store.schema is not None
+        if self.typed and cfg.model.factory:
+            raise ShoalInputError(
+                "the hec engine runs its model layer by layer, replacing halo rows with cached "
+                "ones between layers: it cannot run a --model-factory model on a typed store",
+                path=store.path,
+                fix="use --model rgcn or rgat with hec, or an engine that takes any model "
+                "(minibatch, averaging)",
+            )
         self.model = self.build_model()
         self.require_block_model("replaces halo rows between layers")
         s_rows = sum(p.num_core for p in self.parts)
         plan = self.plan_memory(
             feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1), extra_bytes=16 * s_rows
         )
-        g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner)
+        g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner, store)
         self.graph = g
         self.cached = bool(self.options.hec_cache)
         local_ids = np.concatenate([g.solid, g.halo])
+        self.local_ids = local_ids
         self.degrees = self.tables.degrees[local_ids] if len(local_ids) else np.zeros(0, np.float32)
         self.sampler = NeighborSampler(
             g.indptr,
@@ -108,9 +144,21 @@ class HecEngine(Engine):
             cfg.sampling.fanouts,
             num_nodes=len(local_ids),
             degrees=self.degrees,
+            # a typed store: fanouts per relation, blocks labelled (None: untyped)
+            schema=store.schema,
+            node_type=g.node_type,
+            edge_types=g.edge_types,
         )
         dim = int(store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
+        if self.typed:  # every node type's rows in one source, padded to the widest type
+            arrays = part_rows(self.parts, threads=cfg.memory.io_threads) or arrays
+        #: per local id, whether its layer-0 input is a row (False: a featureless type's
+        #: embedding row, held by the model: never looked up, pushed or dropped at L0)
+        self.has_row: np.ndarray | None = None
+        if self.typed:
+            featured = np.array([bool(t.feature_dim) for t in store.schema.node_types])
+            self.has_row = featured[g.node_type]
         self.features = BudgetedStore(  # rows read when needed: a cache, no windows
             arrays,
             plan,
@@ -162,13 +210,17 @@ class HecEngine(Engine):
                 fanouts=cfg.sampling.fanouts,
                 degrees=self.tables.degrees,
                 stats=self.stats,
+                schema=store.schema,  # a typed store: fanouts per relation, typed blocks
+                type_of=store.type_of if self.typed else None,
             )
             self.pull = DistFeatureStore(
                 part_offsets=store.part_offsets,
                 part_to_rank=self.part_to_rank,
                 rank=ctx.rank,
                 world_size=ctx.world_size,
-                local_parts={p.index: p.features for p in self.parts},
+                local_parts={
+                    p.index: part_rows(p) if self.typed else p.features for p in self.parts
+                },
                 feature_dim=dim,
                 stats=self.stats,
             )
@@ -238,17 +290,19 @@ class HecEngine(Engine):
             if solid.any():
                 x[torch.from_numpy(solid)] = self.features.gather(mb.n_id[solid])
             t2 = time.perf_counter()
-            blocks, inject = self._lookup(mb.n_id, solid, list(mb.blocks))
+            blocks, inject = self._lookup(mb.n_id, solid, self._blocks(mb, self.local_ids))
             dev = self.device  # the caches stay on the host; the layers run on the device
             h, rows_of = x.to(dev, non_blocking=True), []
-            for layer, block in enumerate(blocks):
-                pos, lines = inject[layer]
-                if len(pos):  # line 12: cached rows replace the halo rows
-                    h = h.index_put(
-                        (torch.from_numpy(pos).to(dev),), self.caches[layer].load(lines).to(dev)
-                    )
-                rows_of.append(h)
-                h = self.model.layer_forward(layer, h, block.to(dev))
+            with self._dropout(epoch, k):
+                for layer, block in enumerate(blocks):
+                    pos, lines = inject[layer]
+                    if len(pos):  # line 12: cached rows replace the halo rows
+                        h = h.index_put(
+                            (torch.from_numpy(pos).to(dev),),
+                            self.caches[layer].load(lines).to(dev),
+                        )
+                    rows_of.append(h)
+                    h = self.model.layer_forward(layer, h, block.to(dev))
             y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64)).to(dev)
             loss_v, ok = self._backward(h, y)
             timer["sampling"] += t1 - t0
@@ -267,12 +321,58 @@ class HecEngine(Engine):
         loss.backward()
         return float(loss.detach()), int((h.detach().argmax(1) == y).sum())
 
+    def _blocks(self, mb: MiniBatch, to_global: np.ndarray | None) -> list[Block]:
+        """The batch's blocks; on a typed store each with its sources' original ids
+        (``to_global``: the global id of every id of ``mb.n_id``, None: they are global)."""
+        if not self.typed:
+            return list(mb.blocks)
+        ids = mb.n_id if to_global is None else to_global[mb.n_id]
+        return mb.with_node_ids(self.store.to_orig(ids))
+
+    def _dropout(self, epoch: int, k: int):
+        """On a typed store, dropout keyed by (seed, epoch, step, rank, original id) as the
+        ``minibatch`` engine's; untyped, torch's stream as ever."""
+        if not self.typed:
+            return contextlib.nullcontext()
+        world, rank = self.ctx.world_size, self.ctx.rank
+        return keyed_dropout(self.model, self.train_config.run.seed, epoch, k * world + rank)
+
     def _update(self, timer: dict) -> None:
         """The gradients averaged over the ranks (collective), then the optimizer's step."""
         t0 = time.perf_counter()
-        self.all_reduce_gradients(average=True)
+        if self.typed:
+            self._all_reduce_typed()
+        else:
+            self.all_reduce_gradients(average=True)
         timer["communication"] += time.perf_counter() - t0
         self.optimizer.step()
+
+    def _all_reduce_typed(self) -> None:
+        """The gradients averaged over the ranks in one flattened all-reduce, with one more
+        word per parameter counting the ranks that have its gradient: a relation absent from
+        every rank's batch leaves its weights without a gradient (Adam skips them, as it
+        does in one process and under DistributedDataParallel); absent on some ranks only,
+        those contribute zeros."""
+        if self.ctx.world_size == 1:
+            return
+        params = list(self.model.parameters())
+        dev = params[0].device if params else torch.device("cpu")
+        has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=dev)
+        flat = torch.cat(
+            [
+                p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=dev)
+                for p in params
+            ]
+            + [has]
+        )
+        dist.all_reduce(flat, group=self.ctx.model_group)
+        flat /= self.ctx.world_size
+        self.stats.allreduce_bytes += flat.numel() * 4
+        off, used = 0, flat[-len(params) :] if params else flat[:0]
+        for p, u in zip(params, used.tolist(), strict=True):
+            n = p.numel()
+            p.grad = flat[off : off + n].view_as(p).clone() if u > 0 else None
+            off += n
 
     def _step_uncached(self, epoch: int, k: int, seeds: np.ndarray, timer: dict):
         """One mini-batch with the cache off (``hec_cache=False``): the batch's blocks sampled
@@ -294,8 +394,9 @@ class HecEngine(Engine):
         if len(seeds):
             dev = self.device
             h = x.to(dev, non_blocking=True)
-            for layer, block in enumerate(mb.blocks):
-                h = self.model.layer_forward(layer, h, block.to(dev))
+            with self._dropout(epoch, k):
+                for layer, block in enumerate(self._blocks(mb, None)):
+                    h = self.model.layer_forward(layer, h, block.to(dev))
             y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64)).to(dev)
             loss_v, ok = self._backward(h, y)
         timer["sampling"] += t1 - t0
@@ -306,10 +407,14 @@ class HecEngine(Engine):
 
     def _lookup(self, n_id: np.ndarray, solid: np.ndarray, blocks: list[Block]):
         """Lines 10-11 per layer: the halo sources of each block found in that layer's cache
-        (positions, lines); misses lose their edges in that block."""
+        (positions, lines); misses lose their edges in that block. At layer 0 of a typed store
+        a featureless type's halo node is not looked up (its input is in the model)."""
         g, inject = self.graph, []
         for layer, block in enumerate(blocks):
-            hpos = np.flatnonzero(~solid[: block.num_src])
+            need = ~solid[: block.num_src]
+            if layer == 0 and self.has_row is not None:  # a featureless type's: in the model
+                need &= self.has_row[n_id[: block.num_src]]
+            hpos = np.flatnonzero(need)
             cache = self.caches[layer]
             tags = g.halo[n_id[hpos] - g.num_solid]
             hit, lines = cache.lookup(tags, self.now)
@@ -333,7 +438,10 @@ class HecEngine(Engine):
             per = [(np.empty(0, np.int64), torch.empty(0, dim)) for _ in range(world)]
             if mb is not None:
                 nsrc = mb.blocks[layer].num_src
-                pos = np.flatnonzero(mb.n_id[:nsrc] < g.num_solid)
+                push = mb.n_id[:nsrc] < g.num_solid
+                if layer == 0 and self.has_row is not None:  # no row: nothing to push
+                    push &= self.has_row[mb.n_id[:nsrc]]
+                pos = np.flatnonzero(push)
                 local = mb.n_id[pos]
                 glob = g.solid[local]
                 for r in range(world):
