@@ -10,6 +10,7 @@ SPEC = EngineSpec(
     name="disagg",
     summary="batch workers sample and load rows for compute workers that cache them (Armada)",
     engine="shoal.engines.disagg.engine:DisaggEngine",
+    typed_engine="shoal.engines.disagg.engine:DisaggEngine",
     config=DisaggConfig,
     add_arguments=options.add_arguments,
     estimate=costs.estimate,

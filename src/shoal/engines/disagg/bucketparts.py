@@ -19,15 +19,26 @@ sequential pass. Neighbours of a row are sorted by source (new ID), as in a stor
 sampling a loaded part's CSR equals the store part's entry for entry: a swapped-out part can
 be sampled from the store's files with the same draws
 (:class:`~shoal.engines.disagg.sampling.BatchSampler`).
+
+A typed store's buckets hold ``(src, dst)`` as an untyped store's do; an edge's relation is
+its endpoints' types' (the schema has one relation per ordered pair of types:
+:meth:`~shoal.data.hetero.HeteroSchema.pair_relations`, as the typed samplers require). A
+loaded part of a typed store then orders each row's neighbours as the store part does (grouped
+by relation in relation order, sources by new id inside a relation: ``docs/store.md``, "Typed
+stores") and has the part's ``edge_types`` and ``type_bounds``, so the typed sampler draws
+each relation's fanout from it as from the store part; its rows are every type's, padded to
+the widest type (:func:`~shoal.rows.parts.part_rows`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from shoal.rows.direct import load_array
+from shoal.rows.parts import part_rows
 from shoal.store.reader import Store
 
 __all__ = ["LoadedPart", "ResidentParts", "part_bytes"]
@@ -35,7 +46,10 @@ __all__ = ["LoadedPart", "ResidentParts", "part_bytes"]
 
 @dataclass
 class LoadedPart:
-    """One resident part (see the module docstring)."""
+    """One resident part (see the module docstring). A typed store's part also has
+    ``type_bounds`` (its core rows of each node type), ``edge_types`` (the relation of every
+    CSR entry) and the store's ``relation_of`` (``(T, T)``: the relation of a (source type,
+    destination type) pair) and ``type_of`` (the node type of new ids)."""
 
     index: int
     start: int
@@ -45,10 +59,16 @@ class LoadedPart:
     indptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     indices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     halo_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    type_bounds: np.ndarray | None = None
+    edge_types: np.ndarray | None = None
+    relation_of: np.ndarray | None = field(default=None, repr=False)
+    type_of: Any = field(default=None, repr=False)
 
     @property
     def nbytes(self) -> int:
         arrays = [self.features, self.indptr, self.indices, self.halo_ids, *self.buckets.values()]
+        if self.edge_types is not None:
+            arrays.append(self.edge_types)
         return int(sum(a.nbytes for a in arrays))
 
     def rebuild(self) -> None:
@@ -69,8 +89,15 @@ class LoadedPart:
         local = np.empty(len(src), np.int64)
         local[inside] = src[inside] - self.start
         local[~inside] = self.num_core + inv
-        # rows in order, each row's sources by new id (the store part's order)
-        self.indices = local[np.lexsort((src, rows))]
+        if self.relation_of is None:
+            # rows in order, each row's sources by new id (the store part's order)
+            self.indices = local[np.lexsort((src, rows))]
+            return
+        # a typed store's order: rows, each grouped by relation, sources by new id inside
+        rel = self.relation_of[self.type_of(src), self.type_of(dst)].astype(np.int64)
+        order = np.lexsort((src, rel, rows))
+        self.indices = local[order]
+        self.edge_types = rel[order].astype(self.edge_types.dtype)  # the store part's dtype
 
 
 def part_bytes(store: Store, *, local: bool = False) -> np.ndarray:
@@ -83,7 +110,10 @@ def part_bytes(store: Store, *, local: bool = False) -> np.ndarray:
     core = np.diff(np.asarray(store.part_offsets, np.int64))
     feat = core * int(store.feature_dim or 0) * 4
     # bucket copies (2 ids) + CSR (indices, indptr) + halo ids (at most one per edge)
-    return feat + edges * (2 * item + 8 + 8) + 8 * (core + 1)
+    out = feat + edges * (2 * item + 8 + 8) + 8 * (core + 1)
+    if store.schema is not None:  # a typed part: the relation of every entry too
+        out = out + edges * np.dtype(store.part(0).edge_types.dtype).itemsize
+    return out
 
 
 class ResidentParts:
@@ -114,10 +144,29 @@ class ResidentParts:
         s = self.store
         start = int(s.part_offsets[j])
         core = int(s.part_offsets[j + 1]) - start
-        feats = s.part(j).features
-        f = np.array(load_array(feats), np.float32, copy=False)[:core]
-        self.bytes_read += int(f.nbytes)
-        part = LoadedPart(j, start, core, f)
+        if s.schema is None:
+            feats = s.part(j).features
+            f = np.array(load_array(feats), np.float32, copy=False)[:core]
+            self.bytes_read += int(f.nbytes)
+            part = LoadedPart(j, start, core, f)
+        else:  # every type's rows, padded to the widest type, in one planned read
+            src = part_rows(s.part(j))
+            f = np.zeros((core, int(s.feature_dim or 0)), np.float32)
+            if src is not None:
+                try:
+                    self.bytes_read += int(src.read(np.arange(core, dtype=np.int64), f))
+                finally:
+                    src.close()
+            part = LoadedPart(
+                j,
+                start,
+                core,
+                f,
+                type_bounds=np.asarray(s.part(j).type_bounds, np.int64),
+                edge_types=np.zeros(0, np.asarray(s.part(j).edge_types[:0]).dtype),
+                relation_of=s.schema.pair_relations(),
+                type_of=s.type_of,
+            )
         sources = sorted(self.parts) + [j] if self.local else range(s.num_parts)
         for i in sources:
             part.buckets[int(i)] = self._bucket(int(i), j)

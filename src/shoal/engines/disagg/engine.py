@@ -30,6 +30,14 @@ Every epoch:
 4. the compute workers' weights are broadcast to the batch workers, so that every rank holds
    the model the shared epoch loop evaluates and checkpoints (evaluation runs on every rank,
    parts spread over the batch workers).
+
+A typed store (node types, relations) trains in the same engine: batch workers draw each
+hop's fanout per relation (:class:`~shoal.engines.disagg.sampling.BatchSampler` with the
+schema), read every type's rows padded to the widest type (:func:`~shoal.rows.parts.part_rows`)
+and send each global batch with its nodes' types and original ids and its edges' relations
+(:mod:`~shoal.engines.disagg.msg`); the compute workers run the relational model
+(:meth:`~shoal.engines.base.Engine.build_model`) on those typed blocks. A relation absent from
+a batch leaves weights without a gradient: the all-reduce sends zeros for them.
 """
 
 from __future__ import annotations
@@ -103,6 +111,7 @@ class DisaggEngine(Engine):
 
     name = "disagg"
     options_class = DisaggConfig
+    reads_typed = True  # a typed store: draws per relation, typed blocks sent to compute
 
     def rank_of_parts(self) -> np.ndarray:
         """Evaluation spreads the parts over the batch workers (compute workers hold none)."""
@@ -180,7 +189,10 @@ class DisaggEngine(Engine):
             self.cache = ComputeCache(store.num_nodes, self.dim, self.capacity, feeders)
         self._pool: ThreadPoolExecutor | None = None
         if self.options.replica_exec == "threads" and self.options.replicas > 1:
-            if any(True for _ in self.model.buffers()):
+            # a persistent buffer is state the replicas would update at once; a relational
+            # model's non-persistent ones are constants (its relations' destination types)
+            state = self.model.state_dict()
+            if any(n in state for n, _ in self.model.named_buffers()):
                 raise ShoalInputError(
                     "--replica-exec threads shares one set of weights between the replicas; "
                     "this model has buffers (e.g. batch-norm statistics) they would update "
@@ -293,7 +305,8 @@ class DisaggEngine(Engine):
         self.model.train()
         for i, (b, _) in enumerate(sched.order[rank]):
             with meter.time("receive_wait"):
-                gb, nbytes = recv_batch(roles.batch_ranks[b], self.dim)
+                typed = self.store.schema is not None
+                gb, nbytes = recv_batch(roles.batch_ranks[b], self.dim, typed)
             self.stats.bytes_received += nbytes
             with meter.time("assemble"):
                 self.cache.acknowledge(b, gb.ack)
@@ -429,6 +442,11 @@ class DisaggEngine(Engine):
             for p in self.model.parameters():
                 p.copy_(flat[off : off + p.numel()].view_as(p))
                 off += p.numel()
+
+    def close_io(self) -> None:
+        super().close_io()
+        if getattr(self, "worker", None) is not None:
+            self.worker.close()
 
     def settings(self) -> dict[str, Any]:
         return {

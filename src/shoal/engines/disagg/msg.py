@@ -9,6 +9,12 @@ blocks; the union's ids; the positions whose rows are sent) and one float32 arra
 rows, in position order). Without grouping (an ablation) the union is the concatenation of
 the mini-batches' nodes, duplicates included.
 
+A typed store's global batch (both sides know it from the store) also carries, in the int64
+array, the node type and the original id of every node of the union (after the positions
+sent) and the relation of every edge of each block (after its ``rowptr``), so the compute
+worker's blocks have the sampler's ``edge_type``, ``src_type`` and their sources' original
+``node_ids`` (which a relational model's per-type input stage reads).
+
 A cache **update** (compute -> batch worker) is a header ``(version, inserted, evicted)`` and
 the ids.
 """
@@ -40,22 +46,36 @@ TAG_META, TAG_INTS, TAG_ROWS, TAG_UPDATE, TAG_UPDATE_IDS = 11, 12, 13, 14, 15
 class GlobalBatch:
     """A received global batch: its nodes (``ids``), the positions sent (``sent``, rows in
     ``rows``), and per mini-batch ``(num_seeds, positions in ids, [(edge_index, rowptr,
-    num_src, num_dst)] per layer)``."""
+    num_src, num_dst, edge_type)] per layer)``; a typed store's also has every node's type
+    (``types``) and original id (``orig``), and each layer its edges' relations (``edge_type``,
+    None when untyped)."""
 
     ack: int
     ids: np.ndarray
     sent: np.ndarray
     rows: np.ndarray
-    minibatches: list[tuple[int, np.ndarray, list[tuple[np.ndarray, np.ndarray, int, int]]]]
+    minibatches: list[
+        tuple[int, np.ndarray, list[tuple[np.ndarray, np.ndarray, int, int, np.ndarray | None]]]
+    ]
+    types: np.ndarray | None = None
+    orig: np.ndarray | None = None
 
     def blocks(self, k: int, degrees: np.ndarray) -> tuple[np.ndarray, list[Block]]:
-        """Mini-batch ``k``'s positions in ``ids`` and its blocks."""
+        """Mini-batch ``k``'s positions in ``ids`` and its blocks (a typed store's with their
+        edges' relations, their sources' types and original ids)."""
         _, pos, layers = self.minibatches[k]
         n_id = self.ids[pos]
+        types = None if self.types is None else torch.from_numpy(self.types[pos])
+        orig = None if self.orig is None else self.orig[pos]
         out = []
-        for ei, rp, ns, nd in layers:
+        for ei, rp, ns, nd, et in layers:
             deg = torch.from_numpy(np.asarray(degrees[n_id[:ns]], np.float32))
-            out.append(Block(torch.from_numpy(ei), ns, nd, torch.from_numpy(rp), deg))
+            blk = Block(torch.from_numpy(ei), ns, nd, torch.from_numpy(rp), deg)
+            if et is not None:
+                blk.edge_type = torch.from_numpy(et)
+                blk.src_type = types[:ns]
+                blk.node_ids = orig[:ns]
+            out.append(blk)
         return pos, out
 
 
@@ -78,8 +98,10 @@ def pack_batch(
     pos: list[np.ndarray],
     sent: np.ndarray,
     rows: np.ndarray,
+    typed: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[torch.Tensor]:
-    """The three tensors of a global batch (module docstring)."""
+    """The three tensors of a global batch (module docstring); ``typed``: a typed store's
+    node type and original id of every node of ``ids`` (the blocks carry their relations)."""
     layers = len(mbs[0].blocks) if mbs else 0
     head = [len(mbs), layers, len(ids), len(sent)]
     body: list[np.ndarray] = []
@@ -89,12 +111,20 @@ def pack_batch(
         for b in mb.blocks:
             head += [b.num_src, b.num_dst, b.edge_index.shape[1]]
             body += [b.edge_index.numpy().reshape(-1), b.rowptr.numpy()]
-    ints = np.concatenate([np.asarray(head, np.int64), ids, sent, *body]).astype(np.int64)
+            if typed is not None:
+                if b.edge_type is None:
+                    raise ValueError("a typed store's batch has a block without relations")
+                body.append(b.edge_type.numpy())
+    nodes = [] if typed is None else [np.asarray(typed[0]), np.asarray(typed[1])]
+    ints = np.concatenate([np.asarray(head, np.int64), ids, sent, *nodes, *body]).astype(np.int64)
     meta = torch.tensor([ack, len(ints), len(sent), rows.shape[1] if rows.ndim == 2 else 0])
     return [meta, torch.from_numpy(ints), torch.from_numpy(np.ascontiguousarray(rows))]
 
 
-def unpack(meta: torch.Tensor, ints: torch.Tensor, rows: torch.Tensor) -> GlobalBatch:
+def unpack(
+    meta: torch.Tensor, ints: torch.Tensor, rows: torch.Tensor, typed: bool = False
+) -> GlobalBatch:
+    """The global batch of :func:`pack_batch`'s tensors (``typed``: a typed store's)."""
     a = ints.numpy()
     g, layers, n_ids, n_sent = (int(x) for x in a[:4])
     h = 4
@@ -109,6 +139,10 @@ def unpack(meta: torch.Tensor, ints: torch.Tensor, rows: torch.Tensor) -> Global
     h += n_ids
     sent = a[h : h + n_sent]
     h += n_sent
+    types = orig = None
+    if typed:
+        types, orig = a[h : h + n_ids], a[h + n_ids : h + 2 * n_ids]
+        h += 2 * n_ids
     mbs = []
     for seeds, n_pos, lay in spec:
         pos = a[h : h + n_pos]
@@ -119,13 +153,18 @@ def unpack(meta: torch.Tensor, ints: torch.Tensor, rows: torch.Tensor) -> Global
             h += 2 * ne
             rp = a[h : h + nd + 1]
             h += nd + 1
-            blocks.append((ei, rp, ns, nd))
+            et = None
+            if typed:
+                et = a[h : h + ne]
+                h += ne
+            blocks.append((ei, rp, ns, nd, et))
         mbs.append((seeds, pos, blocks))
-    return GlobalBatch(int(meta[0]), ids, sent, rows.numpy(), mbs)
+    return GlobalBatch(int(meta[0]), ids, sent, rows.numpy(), mbs, types, orig)
 
 
-def recv_batch(src: int, dim: int) -> tuple[GlobalBatch, int]:
-    """Receive one global batch from rank ``src``; returns it and the bytes received."""
+def recv_batch(src: int, dim: int, typed: bool = False) -> tuple[GlobalBatch, int]:
+    """Receive one global batch from rank ``src`` (``typed``: a typed store's); returns it
+    and the bytes received."""
     meta = torch.empty(4, dtype=torch.int64)
     dist.recv(meta, src, tag=TAG_META)
     ints = torch.empty(int(meta[1]), dtype=torch.int64)
@@ -133,7 +172,7 @@ def recv_batch(src: int, dim: int) -> tuple[GlobalBatch, int]:
     rows = torch.empty((int(meta[2]), dim), dtype=torch.float32)
     if rows.numel():
         dist.recv(rows, src, tag=TAG_ROWS)
-    return unpack(meta, ints, rows), 32 + ints.numel() * 8 + rows.numel() * 4
+    return unpack(meta, ints, rows, typed), 32 + ints.numel() * 8 + rows.numel() * 4
 
 
 def send_update(dst: int, version: int, inserted: np.ndarray, evicted: np.ndarray) -> list:

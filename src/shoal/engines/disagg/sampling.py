@@ -30,20 +30,30 @@ workers use the copy.
   paper's footnote 1 instead (sampling covers only the subgraph in the layer's memory:
   such nodes get no neighbours); the nodes are counted (``unavailable``) and the engine
   warns after each epoch, naming the fix.
+
+On a typed store (``schema``) every draw is per relation, as
+:class:`~shoal.distributed.DistNeighborSampler`'s: a resident part's rows are grouped by
+relation (:mod:`~shoal.engines.disagg.bucketparts`), the replica keeps the relation of each of
+its entries and the type of each of its nodes, and a swapped-out part's rows are drawn from
+their relations read from the store (``edge_types.npy``: the whole rows' relations, then only
+the drawn entries of ``indices``), with the resident part's streams; the blocks carry their
+edges' relations and their sources' types.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from shoal.data.hetero import HeteroSchema
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.distributed.sampler import DistNeighborSampler
 from shoal.rows import open_rows
 from shoal.rows.gather import read_rows
+from shoal.rows.parts import part_rows
 from shoal.sample import _kernels as K
 from shoal.sample.base import hop_rowptr
 from shoal.store.reader import Store
@@ -70,7 +80,9 @@ def replica_count(spec: str | int, num_nodes: int) -> int:
 @dataclass
 class Replica:
     """The replicated nodes (see the module docstring): ``ids`` sorted; row ``r`` of the CSR
-    (``indptr``, ``indices``: global ids) and of ``features`` is node ``ids[r]``."""
+    (``indptr``, ``indices``: global ids) and of ``features`` is node ``ids[r]``. A typed
+    store's replica also has ``edge_types`` (the relation of every entry, each row grouped by
+    relation as in the store part) and ``row_type`` (the node type of every row)."""
 
     ids: np.ndarray
     indptr: np.ndarray
@@ -78,6 +90,8 @@ class Replica:
     features: np.ndarray
     bytes_read: int = 0
     member: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    edge_types: np.ndarray | None = None
+    row_type: np.ndarray | None = None
 
     @classmethod
     def build(cls, store: Store, degrees: np.ndarray, n: int) -> Replica:
@@ -87,6 +101,7 @@ class Replica:
         ids = np.sort(np.argsort(-deg, kind="stable")[:n]).astype(np.int64)
         offsets = np.asarray(store.part_offsets, np.int64)
         dim = int(store.feature_dim)
+        typed = store.schema is not None
         owner = owner_of(offsets, ids)
         lists, feats, read = [], np.empty((len(ids), dim), np.float32), 0
         for j in np.unique(owner):
@@ -101,27 +116,45 @@ class Replica:
             )
             loc = np.asarray(part.indices[pos], np.int64)
             glob = _to_global(loc, part.start, part.num_core, np.asarray(part.halo_ids))
-            lists.append((sel, lens, glob))
-            read_rows(part.features, rows, feats, at=sel)
+            et = np.asarray(part.edge_types[pos]) if typed else None
+            lists.append((sel, lens, glob, et))
+            if typed:  # every type's rows, padded to the widest type (rows sorted, distinct)
+                src = part_rows(part)
+                try:
+                    f = np.empty((len(rows), dim), np.float32)
+                    src.read(rows, f)
+                    feats[sel] = f
+                finally:
+                    src.close()
+                read += loc.size * part.edge_types.itemsize
+            else:
+                read_rows(part.features, rows, feats, at=sel)
             read += 16 * len(rows) + loc.size * part.indices.itemsize + feats[sel].nbytes
         lens = np.zeros(len(ids), np.int64)
-        for sel, ln, _ in lists:
+        for sel, ln, _, _ in lists:
             lens[sel] = ln
         indptr = np.zeros(len(ids) + 1, np.int64)
         np.cumsum(lens, out=indptr[1:])
         indices = np.empty(int(indptr[-1]), np.int64)
-        for sel, ln, glob in lists:
+        etypes = np.empty(int(indptr[-1]), np.int64) if typed else None
+        for sel, ln, glob, et in lists:
             where = np.repeat(indptr[sel] - np.concatenate([[0], np.cumsum(ln)[:-1]]), ln)
             indices[where + np.arange(len(glob))] = glob
+            if typed:
+                etypes[where + np.arange(len(glob))] = et
         member = np.zeros(store.num_nodes, bool)
         member[ids] = True
-        return cls(ids, indptr, indices, feats, read, member)
+        if not typed:
+            return cls(ids, indptr, indices, feats, read, member)
+        row_type = store.type_of(ids).astype(np.int32)
+        return cls(ids, indptr, indices, feats, read, member, etypes, row_type)
 
     @property
     def nbytes(self) -> int:
         """Memory the replica takes on every batch worker."""
         arrays = (self.ids, self.indptr, self.indices, self.features)
-        return int(sum(a.nbytes for a in arrays)) + int(self.member.nbytes)
+        typed = (self.edge_types, self.row_type) if self.edge_types is not None else ()
+        return int(sum(a.nbytes for a in (*arrays, *typed))) + int(self.member.nbytes)
 
     def positions(self, nodes: np.ndarray) -> np.ndarray:
         """Row of each of ``nodes`` in the replica, -1 when not replicated."""
@@ -147,6 +180,26 @@ class Replica:
         K._fill(self.indptr, self.indices, rows, k, rowptr, key, picked, dst)
         return c, picked
 
+    def sample_relations(
+        self, rows: np.ndarray, relations, key: np.uint64
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`sample` of a typed store: each relation's fanout of the hop
+        ``relations.hop`` (a :class:`~shoal.sample.relations.RelationDraws`)."""
+        k = len(rows)
+        c = np.zeros(k, np.int64)
+        if k == 0:
+            return c, np.zeros(0, np.int64)
+        et, rt = self.edge_types, self.row_type
+        relations.count_by_edge_type(self.indptr, et, rt, rows, k, c)
+        rowptr = np.zeros(k + 1, np.int64)
+        np.cumsum(c, out=rowptr[1:])
+        picked = np.empty(int(rowptr[-1]), np.int64)
+        dst = np.empty_like(picked)
+        relations.fill_by_edge_type(
+            self.indptr, self.indices, et, rt, rows, k, rowptr, key, picked, dst
+        )
+        return c, picked
+
 
 def _to_global(loc: np.ndarray, start: int, num_core: int, halo: np.ndarray) -> np.ndarray:
     """Local source indices of a part (core, then halo) as global ids."""
@@ -162,7 +215,10 @@ class _PartFiles:
 
     def __init__(self, store: Store, j: int) -> None:
         self.part = store.part(j)
-        self.arrays = {n: getattr(self.part, n) for n in ("indptr", "indices", "halo_ids")}
+        names = ("indptr", "indices", "halo_ids")
+        if store.schema is not None:  # a typed part: the relation of every entry
+            names += ("edge_types",)
+        self.arrays = {n: getattr(self.part, n) for n in names}
         self.readers = {
             n: open_rows(a.reshape(-1, 1), threads=1) if a.size else None
             for n, a in self.arrays.items()
@@ -214,6 +270,8 @@ class BatchSampler(DistNeighborSampler):
         degrees: np.ndarray,
         stats: CommStats | None = None,
         group=None,
+        schema: HeteroSchema | None = None,
+        type_of: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         if swapped not in ("read", "skip"):
             raise ValueError(f"swapped must be 'read' or 'skip', got {swapped!r}")
@@ -227,6 +285,8 @@ class BatchSampler(DistNeighborSampler):
             degrees=degrees,
             stats=stats,
             group=group,
+            schema=schema,
+            type_of=type_of,
         )
         self.store, self.replica, self.swapped = store, replica, swapped
         self._files: dict[int, _PartFiles] = {}
@@ -290,18 +350,34 @@ class BatchSampler(DistNeighborSampler):
         np.cumsum(deg, out=sub[1:])
         seq = np.arange(k, dtype=np.int64)
         c = np.empty(k, np.int64)
-        K._count(sub, seq, k, fanout, c)
+        rel = self.relations if self._per_relation() else None
+        if rel is not None:  # the rows' relations; the sub-CSR's entries are its positions
+            at = np.repeat(begin - sub[:-1], deg) + np.arange(int(sub[-1]))
+            et = f.take("edge_types", at)
+            rt = np.asarray(self.type_of(nodes), np.int32)
+            rel.hop = self._hop
+            rel.count_by_edge_type(sub, et, rt, seq, k, c)
+        else:
+            K._count(sub, seq, k, fanout, c)
         rowptr = np.zeros(k + 1, np.int64)
         np.cumsum(c, out=rowptr[1:])
         m = int(rowptr[-1])
         picked = np.empty(m, np.int64)
         dst = np.empty(m, np.int64)
-        K._fill(sub, _NO_INDICES, seq, k, rowptr, key, picked, dst, True)
+        if rel is not None:
+            pos = np.arange(int(sub[-1]), dtype=np.int64)
+            rel.fill_by_edge_type(sub, pos, et, rt, seq, k, rowptr, key, picked, dst)
+        else:
+            K._fill(sub, _NO_INDICES, seq, k, rowptr, key, picked, dst, True)
         loc = f.take("indices", picked - sub[dst] + begin[dst])
         h = loc >= part.num_core
         out = loc + part.start
         out[h] = f.take("halo_ids", loc[h] - part.num_core)
         return c, out
+
+    def _per_relation(self) -> bool:
+        """Whether the draws are per relation (a typed store with several relations)."""
+        return self.relations is not None and self.relations.per_relation
 
     # ------------------------------------------------------------ one hop
     def _draw_hop(self, n, fanout, key, exclude):
@@ -327,9 +403,12 @@ class BatchSampler(DistNeighborSampler):
         counts[local] = lc
         ec, ep = np.zeros(0, np.int64), np.zeros(0, np.int64)
         if len(rep):
-            ec, ep = self.replica.sample(
-                rpos[rep], fanout, np.uint64(K._stream_key(key, _REPLICA_STREAM))
-            )
+            rkey = np.uint64(K._stream_key(key, _REPLICA_STREAM))
+            if self._per_relation():
+                self.relations.hop = self._hop
+                ec, ep = self.replica.sample_relations(rpos[rep], self.relations, rkey)
+            else:
+                ec, ep = self.replica.sample(rpos[rep], fanout, rkey)
             counts[rep] = ec
             self.counters["replica_sampled"] += len(rep)
             # a request: its id out, its count and its picks back (8 bytes each)

@@ -48,7 +48,9 @@ from shoal.engines.disagg.msg import (
 from shoal.engines.disagg.plan import EpochSchedule, Roles, parts_in_order, phases
 from shoal.engines.disagg.rowcache import CacheView
 from shoal.engines.disagg.sampling import BatchSampler, Replica
-from shoal.rows.gather import read_rows
+from shoal.rows.gather import read_rows, source_rows
+from shoal.rows.parts import part_rows
+from shoal.rows.source import RowSource
 from shoal.store.reader import Store
 from shoal.training.batches import batch_seed
 
@@ -133,7 +135,12 @@ class BatchWorker:
             degrees=degrees,
             stats=stats,
             group=None if local_sampling else group,
+            # a typed store: fanouts per relation, blocks with their relations and types
+            schema=store.schema,
+            type_of=store.type_of if store.schema is not None else None,
         )
+        self.typed = store.schema is not None
+        self._sources: dict[int, RowSource] = {}  # a typed part's rows, opened once
         self.queue: deque = deque()
         self._update_head: tuple | None = None
         self.expected = 0
@@ -277,7 +284,9 @@ class BatchWorker:
         rec["features"] += time.perf_counter() - t
         if not mine:
             return
-        tensors = pack_batch(self.view.version, mbs, ids, pos, sent, rows)
+        # a typed store's nodes travel with their types and original ids
+        typed = (self.store.type_of(ids), self.store.to_orig(ids)) if self.typed else None
+        tensors = pack_batch(self.view.version, mbs, ids, pos, sent, rows, typed)
         t = time.perf_counter()
         while len(self.queue) >= max(self.queue_len, self.per_round):
             for w in self.queue.popleft()[0]:
@@ -317,9 +326,7 @@ class BatchWorker:
     def _feature_store(self, part_to_bw: np.ndarray) -> DistFeatureStore | None:
         if self.local:
             return None
-        mine = {
-            int(p): self.store.part(int(p)).features for p in np.flatnonzero(part_to_bw == self.b)
-        }
+        mine = {int(p): self._rows_of(int(p)) for p in np.flatnonzero(part_to_bw == self.b)}
         return DistFeatureStore(
             part_offsets=self.offsets,
             part_to_rank=part_to_bw,
@@ -341,9 +348,29 @@ class BatchWorker:
         out[res] = self.resident.rows(ids[res], np.empty((int(res.sum()), self.dim), np.float32))
         for p in np.unique(part[~res]):
             sel = np.flatnonzero(part == p)
-            mm = self.store.part(int(p)).features
-            out[sel] = read_rows(mm, ids[sel] - self.offsets[p])
+            src = self._rows_of(int(p))
+            if isinstance(src, RowSource):  # a typed part: one planned read
+                out[sel] = source_rows(src, ids[sel] - self.offsets[p])
+            else:
+                out[sel] = read_rows(src, ids[sel] - self.offsets[p])
         return out
+
+    def _rows_of(self, p: int):
+        """Part ``p``'s core rows in the store: an untyped part's ``features`` (a memory
+        map), a typed part's every type's rows padded to the widest type (a row source,
+        opened once)."""
+        if not self.typed:
+            return self.store.part(p).features
+        src = self._sources.get(p)
+        if src is None:
+            src = self._sources[p] = part_rows(self.store.part(p))
+        return src
+
+    def close(self) -> None:
+        """Close the typed parts' row sources."""
+        for src in self._sources.values():
+            src.close()
+        self._sources.clear()
 
     # ---------------------------------------------------------------- cache updates
     def _poll_updates(self, rec: dict) -> None:
