@@ -11,7 +11,7 @@ SPEC = EngineSpec(
     summary="local training on parts + weighted model averaging every k epochs, needs a "
     "store built with --halo-features (SDT-GNN)",
     engine="shoal.engines.averaging.engine:AveragingEngine",
-    typed_engine="shoal.engines.averaging.typed:TypedAveragingEngine",
+    typed_engine="shoal.engines.averaging.engine:AveragingEngine",
     config=AveragingConfig,
     add_arguments=options.add_arguments,
     estimate=costs.estimate,

@@ -18,12 +18,13 @@ class AveragingConfig(EngineConfig):
         average_every: average the models every k epochs (default 1).
         halo_hops: train each part with its halo nodes' own in-edges too, this many hops
             from the core, fetched once before training (DGL's ``num_hops``; see
-            :mod:`shoal.engines.averaging.halo_hops`). 1 is SDT-GNN's stored part, whose halo
-            nodes have no in-edges. Default ``"auto"`` (:meth:`resolve_halo_hops`): on a typed
-            store ``min(2, layers)``: with their in-edges a part samples the neighbourhoods
-            the evaluation sees, more accurate than the stored part at some more time per
-            epoch (docs/distributed.md#typed-stores-minibatch-averaging); on an untyped store
-            1 (only 1 is implemented there).
+            :mod:`shoal.engines.averaging.halo_hops`), on an untyped store as on a typed one.
+            1 is SDT-GNN's stored part, whose halo nodes have no in-edges. Default ``"auto"``
+            (:meth:`resolve_halo_hops`): on a typed store ``min(2, layers)``: with their
+            in-edges a part samples the neighbourhoods the evaluation sees, more accurate
+            than the stored part at some more time per epoch
+            (docs/distributed.md#typed-stores-minibatch-averaging); on an untyped store 1,
+            SDT-GNN's stored part.
         part_models: with more parts than ranks: one model per part, each with its own
             optimizer, all averaged at each round (SDT-GNN Sec. III-C: "trains ... local
             models independently and sequentially. Once all p local models are trained, they

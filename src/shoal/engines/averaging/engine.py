@@ -30,37 +30,88 @@ not offered.
 
 With one process and a one-part store the batches equal :class:`shoal.training.Trainer`'s (same
 sampler, shuffling and batch seeds), so the accuracy is the single-process one.
+
+A typed store (node types, relations) trains the same way: each part's sampler draws the
+fanouts per relation (the schema, the type of every local node and the relation of every
+in-edge, ``part.edge_types``; :mod:`shoal.sample.relations`), every node type's rows are one
+source padded to the widest type (:func:`~shoal.rows.parts.part_rows`) under the same
+budgeted store (cache, windows), the blocks carry their sources' original ids (the
+relational model's featureless types are indexed by them) and dropout is keyed by them and
+the step (on one part, the single-process trainer's masks). A relation absent from a part's
+batches leaves its weights without a gradient: every optimizer holds Adam's state of every
+weight from the start, so the averages line up.
+
+``--halo-hops H`` (:mod:`shoal.engines.averaging.halo_hops`; default 1 on an untyped store,
+``min(2, layers)`` on a typed one) first grows every part by its halo nodes' own in-edges
+and rows, ``H - 1`` hops deep, fetched once: a grown part is trained as a stored one, with
+more rows and more halo in-edges.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.engines.averaging.average import (
     PartModels,
+    _init_adam_state,
     average_optimizer_state_,
     average_saved_ranks,
     weighted_average_,
 )
 from shoal.engines.averaging.config import AveragingConfig
+from shoal.engines.averaging.halo_hops import GrownPart, grow_parts
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
+from shoal.graph.blocks import Batch
+from shoal.nn.base import keyed_dropout
 from shoal.rows.budgeted import BudgetedStore
+from shoal.rows.direct import load_array
 from shoal.rows.featstore import DiskFeatures
-from shoal.sample.features import PartGatherer, part_rows
+from shoal.rows.parts import part_rows
+from shoal.rows.source import RowSource
+from shoal.sample.features import PartGatherer
 from shoal.sample.sampler import NeighborSampler
+from shoal.store.reader import Partition
 from shoal.training import BatchLoader, Timer, train_step
 from shoal.training.data import structure_on_disk
 from shoal.training.meter import EpochMeter
+from shoal.utils.io import scratch_space
 
 __all__ = ["AveragingEngine", "PartGatherer", "average_optimizer_state_", "weighted_average_"]
 
 log = logging.getLogger(__name__)
+
+
+def stored_rows(part: Partition, threads: int = 8) -> list[np.ndarray] | RowSource:
+    """A stored part's input rows in its local index space: core rows, then halo rows. An
+    untyped part's two arrays (stacked by :class:`~shoal.rows.featstore.DiskFeatures`), a
+    typed part's every node type's rows in one source padded to the widest type
+    (:func:`~shoal.rows.parts.part_rows`). Raises ShoalInputError when the part has halo
+    nodes but the store holds no halo features, or the store has no features."""
+    if part.store.schema is not None:
+        src = part_rows(part, halo=True, threads=threads)  # refuses missing halo rows itself
+        if src is None:
+            raise ShoalInputError(
+                "no node type of the typed store has features",
+                path=part.store.path,
+                fix="build it from a typed graph with the features of at least one type",
+            )
+        return src
+    if part.features is None or (part.num_halo and part.halo_features is None):
+        raise ShoalInputError(
+            "the averaging engine needs every part's halo features",
+            path=part.path,
+            fix="rebuild the store with `shoal store build ... --halo-features`",
+        )
+    return [part.features] + ([part.halo_features] if part.num_halo else [])
 
 
 class AveragingEngine(Engine):
@@ -69,63 +120,93 @@ class AveragingEngine(Engine):
     name = "averaging"
     options_class = AveragingConfig
     tables_scope = "local"  # trains on its parts and their halos
+    reads_typed = True  # a typed store: fanouts per relation, every type's rows in one source
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        cfg = self.train_config
-        if self.store.num_parts > 1 and not self.store.halo_features:
+        cfg, store = self.train_config, self.store
+        typed = store.schema is not None
+        if store.num_parts > 1 and not store.halo_features:
             raise ShoalInputError(
                 "the averaging engine trains parts locally and needs their halo features",
-                path=self.store.path,
+                path=store.path,
                 fix="rebuild the store with `shoal store build ... --halo-features`",
             )
-        hops = self.options.resolve_halo_hops(typed=False, num_layers=self.config.num_layers)
-        if hops > 1:
+        if typed and cfg.model.type_embeddings == "disk":
             raise ShoalInputError(
-                f"--halo-hops {hops} is implemented for typed stores only",
-                path=self.store.path,
-                fix="drop --halo-hops (the parts train as stored), or use --engine minibatch "
-                "to sample the graph's neighbourhoods",
+                "--type-embeddings disk (the featureless types' tables on disk) trains in one "
+                "process for now",
+                fix="drop --type-embeddings (the engines keep the embeddings in the model), "
+                "or train in one process with `shoal train --graph`",
             )
+        #: the hops of halo the parts are grown by (``--halo-hops``, "auto" resolved)
+        self.halo_hops = self.options.resolve_halo_hops(typed=typed, num_layers=cfg.num_layers)
         self.model = self.build_model()
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         self.timer = Timer()
-        rows = [p.num_core + (p.num_halo if self.store.halo_features else 0) for p in self.parts]
+        self._scratch: contextlib.ExitStack | None = None
+        #: per part, the part grown by ``halo_hops - 1`` hops (None: the stored part)
+        self.grown: list[GrownPart | None] = (
+            self._grow() if self.halo_hops > 1 else [None] * len(self.parts)
+        )
+        rows = [
+            p.num_core + (p.num_halo if store.halo_features else 0) if g is None else g.num_nodes
+            for p, g in zip(self.parts, self.grown, strict=True)
+        ]
         # per local row: the sampler's id map and degrees (8 B), the cache's slot map (4 B),
-        # the windows' marks (2 B)
+        # the windows' marks (2 B); on a typed store its type and original id (16 B); the
+        # grown parts' row pointers (in memory)
+        per_row = 14 + (16 if typed else 0)
+        grown_index = sum(int(g.indptr.nbytes) for g in self.grown if g is not None)
         plan = self.plan_memory(
             feature_bytes=sum(rows) * self.row_bytes,
             num_rows=max(rows or [1]),
-            extra_bytes=14 * sum(rows),
+            extra_bytes=per_row * sum(rows) + grown_index,
             structure=cfg.memory.structure,
         )
         fits = []
         self.features: list[DiskFeatures] = []
         self.loaders: list[BatchLoader] = []
-        for part, n in zip(self.parts, rows, strict=True):
+        #: per part, the original id of every local node (a typed store's blocks carry them)
+        self.orig_ids: list[np.ndarray | None] = []
+        for part, g, n in zip(self.parts, self.grown, rows, strict=True):
             share = n / max(sum(rows), 1)  # the rank's parts share the cache and the windows
-            local_ids = np.concatenate([part.core_ids, np.asarray(part.halo_ids, dtype=np.int64)])
+            if g is None:
+                local_ids = np.concatenate(
+                    [part.core_ids, np.asarray(part.halo_ids, dtype=np.int64)]
+                )
+                src: Any = part
+            else:  # the grown CSR read as the stored one is: in memory when the plan says so
+                local_ids, src = g.ids, g
+                if plan.structure_in_memory:
+                    g.indices = load_array(g.indices)
+                    g.edge_types = None if g.edge_types is None else load_array(g.edge_types)
             deg = self.tables.degrees[local_ids]
-            direct = not plan.structure_in_memory and structure_on_disk(part.indices)
+            direct = not plan.structure_in_memory and structure_on_disk(src.indices)
             sampler = NeighborSampler(
-                part.indptr,
-                part.indices,
+                src.indptr,
+                src.indices,
                 cfg.sampling.fanouts,
-                num_nodes=part.num_nodes,
+                num_nodes=src.num_nodes,
                 degrees=deg,
                 direct_indices=direct,
                 io_threads=cfg.memory.io_threads,
                 neighbor_cache_bytes=int(plan.neighbor_cache * share),
+                # a typed part: every local node's type, every in-edge's relation
+                schema=store.schema,
+                node_type=store.type_of(local_ids) if typed else None,
+                edge_types=np.asarray(src.edge_types) if typed else None,
             )
+            threads = cfg.memory.io_threads
             budgeted = BudgetedStore(
-                part_rows(part),
+                stored_rows(part, threads) if g is None else g.rows(threads),
                 plan,
                 share=share,
                 degrees=deg,
                 normalize=cfg.model.normalize_features,
-                threads=cfg.memory.io_threads,
+                threads=threads,
                 show_progress=cfg.run.progress if self.ctx.is_rank0 else False,
             )
             feats = budgeted.features
@@ -151,10 +232,13 @@ class AveragingEngine(Engine):
                     log.info("part %d features: %s", part.index, fits[-1].describe())
             self.features.append(feats)
             self.loaders.append(loader)
+            self.orig_ids.append(store.to_orig(local_ids) if typed else None)
         plan.use_fit(fits)
         if self.ctx.is_rank0:
             log.info("rank 0 %s", plan.describe())
-        self.weight = float(sum(len(ld.seeds) for ld in self.loaders))
+        #: each part's training nodes (its model's weight in the average)
+        self.part_weights = [float(len(ld.seeds)) for ld in self.loaders]
+        self.weight = float(sum(self.part_weights))
         self.num_batches = sum(len(ld) for ld in self.loaders)
         # one model and optimizer per part (--part-models), else the one model for every part
         self.part_models = PartModels(
@@ -166,6 +250,75 @@ class AveragingEngine(Engine):
                 m.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
             ),
         )
+        if typed:  # a relation absent from every batch of a part leaves weights without a
+            # gradient, and Adam without their state: every state from the start (Adam's
+            # own first step makes the same), so the ranks' and parts' states line up
+            for o in self.part_models.optimizers:
+                _init_adam_state(o)
+
+    def _grow(self) -> list[GrownPart]:
+        """This rank's parts grown by ``halo_hops - 1`` hops of halo (collective: the
+        in-edges through a distributed sampler with fanout -1, the rows pulled from their
+        owners; written to a scratch directory beside the store, or in ``--scratch-dir``,
+        removed when training ends)."""
+        cfg, store, ctx = self.train_config, self.store, self.ctx
+        typed = store.schema is not None
+        sampler = DistNeighborSampler(
+            parts=self.parts,
+            part_offsets=store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            fanouts=[-1],  # one hop, every in-edge (of every relation)
+            degrees=self.tables.degrees,
+            stats=self.stats,
+            schema=store.schema,
+            type_of=store.type_of if typed else None,
+        )
+        threads = cfg.memory.io_threads
+        local = {p.index: part_rows(p, threads=threads) for p in self.parts}
+        dtype = next((np.dtype(s.dtype) for s in local.values() if s is not None), np.float32)
+        pulls = None
+        if store.feature_dim is not None:
+            pulls = DistFeatureStore(
+                part_offsets=store.part_offsets,
+                part_to_rank=self.part_to_rank,
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                local_parts=local,
+                feature_dim=int(store.feature_dim),
+                stats=self.stats,
+            )
+        self._scratch = contextlib.ExitStack()
+        work = self._scratch.enter_context(
+            scratch_space(cfg.memory.scratch_dir, beside=store.path, prefix="shoal-halo")
+        )
+        try:
+            t0 = time.perf_counter()
+            grown = grow_parts(
+                self.parts,
+                self.halo_hops,
+                sampler=sampler,
+                pulls=pulls,
+                tables=self.tables,
+                work=work,
+                world_size=ctx.world_size,
+                dtype=dtype,
+            )
+        finally:
+            for s in local.values():
+                if s is not None:
+                    s.close()
+        if ctx.is_rank0:
+            log.info(
+                "halo hops %d: rank 0's parts grew by %s nodes and %s in-edges in %.2fs",
+                self.halo_hops,
+                f"{sum(g.num_grown for g in grown):,}",
+                f"{sum(len(g.indices) - int(g.part.indptr[-1]) for g in grown):,}",
+                time.perf_counter() - t0,
+            )
+        self.stats.reset()  # the growth is not an epoch's communication
+        return grown
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.train_config
@@ -179,15 +332,20 @@ class AveragingEngine(Engine):
         )
         for i, loader in enumerate(self.loaders):  # p > N: this rank's parts in turn
             model, optimizer = self.part_models[i]
-            for batch in self.feed.iterate(loader.epoch(epoch)):
+            orig = self.orig_ids[i]
+            for step, batch in enumerate(self.feed.iterate(loader.epoch(epoch))):
                 with meter.time("forward_backward"):
-                    loss, ok = train_step(model, optimizer, batch)
+                    if orig is None:
+                        loss, ok = train_step(model, optimizer, batch)
+                    else:  # a part's steps keyed apart from every other part's
+                        key = step * self.store.num_parts + self.parts[i].index
+                        loss, ok = self._typed_step(model, optimizer, batch, orig, (epoch, key))
                 meter.step(loss, ok, len(batch.y))
         averaged = (epoch + 1) % self.options.average_every == 0 or epoch + 1 == cfg.optim.epochs
         if averaged:
             t0 = time.perf_counter()
             nbytes = self.part_models.average(
-                [float(len(ld.seeds)) for ld in self.loaders],
+                self.part_weights,
                 self.weight,
                 group=self.ctx.model_group,
                 moments=self.options.average_optimizer,
@@ -202,11 +360,32 @@ class AveragingEngine(Engine):
             io=self.io_record(self._io(stats0)),
         )
 
+    def _typed_step(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        batch: Batch,
+        orig: np.ndarray,
+        key: tuple[int, int],
+    ) -> tuple[float, int]:
+        """One step on a typed part's batch: its blocks with their sources' original ids
+        (``orig`` of the local ids), dropout keyed by (seed, epoch, ``key``) and the node (as
+        the single-process trainer's :func:`~shoal.training.train_step`)."""
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        blocks = batch.mb.with_node_ids(orig[np.asarray(batch.mb.n_id)])
+        with keyed_dropout(model, self.train_config.run.seed, *key):
+            out = model(batch.x, blocks)
+        loss = F.cross_entropy(out, batch.y)
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach()), int((out.detach().argmax(1) == batch.y).sum())
+
     def state(self) -> dict[str, Any]:
         st = super().state()
         st["weight"] = self.weight
         st["part_models"] = self.part_models.state()
-        st["part_weights"] = self.part_models.weights([float(len(ld.seeds)) for ld in self.loaders])
+        st["part_weights"] = self.part_models.weights(self.part_weights)
         return st
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -244,14 +423,25 @@ class AveragingEngine(Engine):
         for ld in self.loaders:
             if ld.prefetcher is not None:
                 ld.prefetcher.close()
+        if self._scratch is not None:  # no step follows: the grown parts' files go
+            for f in self.features:
+                f.close()
+            self.loaders, self.features, self.grown = [], [], []  # their maps first
+            self._scratch.close()
+            self._scratch = None
 
     def feature_stores(self) -> list:
         return list(self.features)
 
     def settings(self) -> dict[str, Any]:
-        return {
+        out = {
             "average_every": self.options.average_every,
             "average_optimizer": self.options.average_optimizer,
             "local_optimizer_state": not self.options.average_optimizer,
             "part_models": self.options.part_models,
+            "halo_hops": self.halo_hops,
         }
+        s = self.store.schema
+        if s is not None:
+            out["typed"] = {"node_types": len(s.node_types), "relations": len(s.edge_types)}
+        return out

@@ -10,13 +10,17 @@ between ``averaging`` and ``minibatch`` (docs/distributed.md#typed-stores-miniba
 
 With ``halo_hops`` ``H > 1`` (DGL's ``partition_graph(..., num_hops=H)``, done at load time
 here instead of in the stored part), each rank asks the owners, once, for every in-edge
-(all relations) of its parts' halo nodes, ``H - 1`` hops deep, and for the feature rows of
-the nodes those edges reach. They are written to the run's scratch directory (never held
-whole in memory), the part's own CSR copied ahead of them, and training stays local:
-nothing is communicated during an epoch. With ``H`` at least the model's layers, every
-neighbourhood sampled from a core node is the graph's, as the ``minibatch`` engine's.
-Costs: one exchange of the grown nodes' in-edges and rows before the first epoch, and
-their bytes on disk and in the sampler's id maps.
+(of every relation, on a typed store) of its parts' halo nodes, ``H - 1`` hops deep, through
+the distributed sampler with fanout -1, and for the input rows of the nodes those edges
+reach, through the distributed feature store. They are written to the run's scratch
+directory (never held whole in memory), the part's own CSR copied ahead of them, and
+training stays local: nothing is communicated during an epoch. A grown part is a part with
+more rows and more halo in-edges, on an untyped store as on a typed one: its rows are one
+row source (:meth:`GrownPart.rows`: the stored part's core and halo rows, then the grown
+nodes'). With ``H`` at least the model's layers, every neighbourhood sampled from a core
+node is the graph's, as the ``minibatch`` engine's. Costs: one exchange of the grown nodes'
+in-edges and rows before the first epoch, and their bytes on disk and in the sampler's id
+maps.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from shoal.graph.blocks import MiniBatch
-from shoal.sample.typed import TypedBatch
+from shoal.rows.opener import open_rows
+from shoal.rows.parts import part_rows
+from shoal.rows.source import RowSource
 from shoal.store._io import NpyAppender
 from shoal.store.reader import Partition
 
@@ -42,11 +47,12 @@ STEP_ROWS = 1 << 15
 
 
 class GrownPart:
-    """A part with deeper halos, read as :class:`~shoal.sample.typed.PartTypedSampler` reads
-    a :class:`~shoal.store.Partition`: local ids are the part's (core, halo), then the
-    nodes reached from the halo (``ids``: their new ids in local order); ``indptr`` has rows
-    for every node less than ``H`` hops from the core; ``extra[t]``: the rows of type ``t``
-    of the reached nodes, in local order (None for a type without features)."""
+    """A part with deeper halos, sampled as a :class:`~shoal.store.Partition` is: local ids
+    are the part's (core, halo), then the nodes reached from the halo (``ids``: their new
+    ids in local order); ``indptr`` has rows for every node less than ``H`` hops from the
+    core, ``indices`` local ids, ``edge_types`` (a typed store; None untyped) each entry's
+    relation, every row grouped by relation; ``extra``: the reached nodes' input rows in
+    local order (a typed store's padded to the widest type; None without features)."""
 
     def __init__(
         self,
@@ -54,8 +60,8 @@ class GrownPart:
         ids: np.ndarray,
         indptr: np.ndarray,
         indices: np.ndarray,
-        edge_types: np.ndarray,
-        extra: list[np.ndarray | None],
+        edge_types: np.ndarray | None,
+        extra: np.ndarray | None,
     ) -> None:
         self.part, self.store, self.index = part, part.store, part.index
         self.ids = ids
@@ -64,13 +70,28 @@ class GrownPart:
         self.num_core = part.num_core
         self.num_stored = part.num_nodes  # core + the stored halo
         self.num_nodes = int(len(ids))
-        self.node_type = self.store.type_of(ids).astype(np.int64)
-        self.orig_ids = self.store.to_orig(ids)
+        typed = self.store.schema is not None
+        #: every local node's type (a typed store; None untyped)
+        self.node_type = self.store.type_of(ids).astype(np.int64) if typed else None
 
     @property
     def num_grown(self) -> int:
         """Nodes beyond the stored part's."""
         return self.num_nodes - self.num_stored
+
+    @property
+    def orig_ids(self) -> np.ndarray:
+        """The original ids of the local nodes."""
+        return self.store.to_orig(self.ids)
+
+    def rows(self, threads: int = 8) -> RowSource | None:
+        """Every local node's input rows as one row source: the stored part's core and halo
+        rows (:func:`~shoal.rows.parts.part_rows`), then the grown nodes' from the scratch
+        directory; None when the store has no features."""
+        stored = part_rows(self.part, halo=True, threads=threads)
+        if stored is None or self.extra is None or not len(self.extra):
+            return stored
+        return open_rows([stored, self.extra], threads=threads)
 
 
 class _Growing:
@@ -87,14 +108,18 @@ class _Growing:
         self.frontier = (part.num_core, self.n)  # the nodes whose rows come next
         self.indptr = [np.asarray(part.indptr, np.int64)]
         self.work = work
-        self.etype = np.asarray(part.edge_types[:0]).dtype
+        etypes = part.edge_types  # None on an untyped store: no relations to keep
+        self.etype = None if etypes is None else np.asarray(etypes[:0]).dtype
         self.spool_i = open(work / f"grow_{part.index}_indices.bin", "wb")
-        self.spool_r = open(work / f"grow_{part.index}_types.bin", "wb")
+        self.spool_r = (
+            open(work / f"grow_{part.index}_types.bin", "wb") if self.etype is not None else None
+        )
         e = int(self.indptr[0][-1])
         for a in range(0, e, chunk):  # the stored rows first
             b = min(e, a + chunk)
             read_rows_to(part.indices, a, b, np.int64).tofile(self.spool_i)
-            read_rows_to(part.edge_types, a, b, self.etype).tofile(self.spool_r)
+            if self.spool_r is not None:
+                read_rows_to(etypes, a, b, self.etype).tofile(self.spool_r)
         self.num_edges = e
 
     def local(self, g: np.ndarray) -> np.ndarray:
@@ -113,22 +138,31 @@ class _Growing:
         pos = np.searchsorted(self.sorted_ids, g)
         return self.sorted_local[pos]
 
-    def add_rows(self, counts: np.ndarray, src: np.ndarray, rel: np.ndarray) -> None:
-        """The next frontier nodes' in-edges: ``counts`` per node, sources as new ids."""
+    def add_rows(self, counts: np.ndarray, src: np.ndarray, rel: np.ndarray | None) -> None:
+        """The next frontier nodes' in-edges: ``counts`` per node, sources as new ids
+        (``rel``: their relations, a typed store)."""
         self.local(src).astype(np.int64).tofile(self.spool_i)
-        rel.astype(self.etype).tofile(self.spool_r)
+        if self.spool_r is not None:
+            rel.astype(self.etype).tofile(self.spool_r)
         self.indptr.append(self.indptr[-1][-1] + np.cumsum(counts, dtype=np.int64))
         self.num_edges += int(len(src))
 
-    def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         self.spool_i.close()
-        self.spool_r.close()
+        if self.spool_r is not None:
+            self.spool_r.close()
         e, i = self.num_edges, self.part.index
+        typed = self.etype is not None
         if e:
             indices = np.memmap(self.work / f"grow_{i}_indices.bin", np.int64, "r", 0, (e,))
-            etypes = np.memmap(self.work / f"grow_{i}_types.bin", self.etype, "r", 0, (e,))
+            etypes = (
+                np.memmap(self.work / f"grow_{i}_types.bin", self.etype, "r", 0, (e,))
+                if typed
+                else None
+            )
         else:
-            indices, etypes = np.empty(0, np.int64), np.empty(0, self.etype)
+            indices = np.empty(0, np.int64)
+            etypes = np.empty(0, self.etype) if typed else None
         return np.concatenate(self.ids), np.concatenate(self.indptr), indices, etypes
 
 
@@ -168,13 +202,17 @@ def grow_parts(
     world_size: int,
     step_edges: int = STEP_EDGES,
     step_rows: int = STEP_ROWS,
+    dtype: Any = np.float32,
 ) -> list[GrownPart]:
     """Every part of this rank grown by ``hops - 1`` hops of halo (module docstring).
     Collective: every rank calls it with the same ``hops``. ``sampler``: a one-hop
-    :class:`~shoal.distributed.typed.DistTypedSampler` with fanout -1 (every in-edge);
-    ``pulls``: a :class:`~shoal.distributed.typed.DistTypedFeatures`; ``tables``: the
-    engine's :class:`~shoal.distributed.tables.NodeTables` (the grown nodes' degrees are
-    added to them); ``work``: a scratch directory for the grown rows."""
+    :class:`~shoal.distributed.sampler.DistNeighborSampler` with fanout -1 (every in-edge;
+    with the store's schema on a typed store); ``pulls``: a
+    :class:`~shoal.distributed.feature_store.DistFeatureStore` of the store's rows (None:
+    the store has no features); ``tables``: the engine's
+    :class:`~shoal.distributed.tables.NodeTables` (the grown nodes' degrees are added to
+    them); ``work``: a scratch directory for the grown rows, kept as ``dtype`` (the
+    stored rows', so that one source reads both)."""
     growing = [_Growing(p, work, step_edges) for p in parts]
     for _ in range(max(0, int(hops) - 1)):
         steps = []
@@ -186,18 +224,21 @@ def grow_parts(
         at, ends = 0, [g.frontier[1] for g in growing]
         while _any_left(at < len(steps), world_size):
             k, seeds = steps[at] if at < len(steps) else (None, np.empty(0, np.int64))
-            tb = sampler.sample(seeds)
+            mb = sampler.sample(seeds)
             at += 1
             if k is None or not len(seeds):
                 continue
-            blk = tb.blocks[0]
-            n_id = np.asarray(tb.n_id)
+            blk = mb.blocks[0]
+            n_id = np.asarray(mb.n_id)
             dst = blk.edge_index[1].numpy()
-            rel = tb.edge_types[0].numpy()
-            order = np.lexsort((rel, dst))  # rows by seed, each row's in-edges by relation
+            rel = None if blk.edge_type is None else blk.edge_type.numpy()
+            if rel is None:  # rows by seed
+                order = np.argsort(dst, kind="stable")
+            else:  # rows by seed, each row's in-edges by relation
+                order = np.lexsort((rel, dst))
             counts = np.bincount(dst, minlength=len(seeds))
             src = n_id[blk.edge_index[0].numpy()[order]]
-            growing[k].add_rows(counts, src, rel[order])
+            growing[k].add_rows(counts, src, None if rel is None else rel[order])
         new = []
         for g, end in zip(growing, ends, strict=True):
             g.frontier = (end, g.n)  # the nodes first reached by this hop
@@ -205,7 +246,7 @@ def grow_parts(
         tables.hold(np.concatenate(new) if new else np.empty(0, np.int64))  # collective
     out = []
     finished = [g.finish() for g in growing]
-    extras = _pull_rows(parts, finished, pulls, work, world_size, step_rows)
+    extras = _pull_rows(parts, finished, pulls, work, world_size, step_rows, dtype)
     for p, (ids, indptr, indices, etypes), extra in zip(parts, finished, extras, strict=True):
         out.append(GrownPart(p, ids, indptr, indices, etypes, extra))
     return out
@@ -218,41 +259,29 @@ def _pull_rows(
     work: Path,
     world: int,
     step_rows: int,
-) -> list[list[np.ndarray | None]]:
-    """Every grown node's feature rows, per part and type, pulled from their owners in steps
-    of ``step_rows`` and written to ``work``; returns them memory-mapped."""
-    store = parts[0].store if parts else None
-    dims = store.type_feature_dims if store is not None else {}
-    names = [t.name for t in store.schema.node_types] if store is not None else []
+    dtype: Any,
+) -> list[np.ndarray | None]:
+    """Every grown node's input rows per part (one ``.npy`` in ``work``, in local order),
+    pulled from their owners in steps of ``step_rows``; returns them memory-mapped (None
+    for every part when ``pulls`` is None: a store without features)."""
+    if pulls is None:
+        return [None] * len(parts)
+    dim = int(pulls.feature_dim)
     steps, writers = [], []
     for k, (p, f) in enumerate(zip(parts, finished, strict=True)):
         grown = f[0][p.num_nodes :]
-        types = store.type_of(grown) if len(grown) else grown
-        w = {}
-        for t, name in enumerate(names):
-            if name in dims:
-                n_t = int(np.count_nonzero(types == t))
-                path = work / f"grow_{p.index}_{name}.npy"
-                w[t] = (NpyAppender(path, np.float32, (n_t, dims[name])), path)
-        writers.append(w)
+        path = work / f"grow_{p.index}_rows.npy"
+        writers.append((NpyAppender(path, dtype, (len(grown), dim)), path))
         steps += [(k, grown[a : a + step_rows]) for a in range(0, len(grown), step_rows)]
     at = 0
     while _any_left(at < len(steps), world):
         k, ids = steps[at] if at < len(steps) else (None, np.empty(0, np.int64))
         at += 1
-        types = store.type_of(ids) if store is not None and len(ids) else ids
-        tb = TypedBatch(MiniBatch(ids, [], 0), torch.as_tensor(types, dtype=torch.int64), [])
-        rows = pulls.pull(tb)
-        if k is None:
-            continue
-        for t, (wr, _) in writers[k].items():
-            if rows[t] is not None and len(rows[t]):
-                wr.append(rows[t].numpy())
-    out = []
-    for w in writers:
-        extra: list[np.ndarray | None] = [None] * len(names)
-        for t, (wr, path) in w.items():
-            wr.close()
-            extra[t] = np.load(path, mmap_mode="r") if wr.shape[0] else np.load(path)
-        out.append(extra)
+        rows = pulls.pull(ids)  # collective
+        if k is not None and len(ids):
+            writers[k][0].append(rows.numpy())
+    out: list[np.ndarray | None] = []
+    for wr, path in writers:
+        wr.close()
+        out.append(np.load(path, mmap_mode="r") if wr.shape[0] else None)
     return out

@@ -22,10 +22,9 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         type=_hops,
         metavar="H",
         help="train each part with its halo nodes' in-edges too, H hops from the core, "
-        "fetched once before training (as DGL's num_hops; H >= 2 on typed stores; 1 = the "
-        "stored part, as SDT-GNN; default auto: min(2, layers) on a typed store, where the "
-        "in-edges make local training see the evaluation's neighbourhoods, 1 on an untyped "
-        "one)",
+        "fetched once before training (as DGL's num_hops; 1 = the stored part, as SDT-GNN; "
+        "default auto: min(2, layers) on a typed store, where the in-edges make local "
+        "training see the evaluation's neighbourhoods, 1 on an untyped one)",
     )
     g.add_argument(
         "--part-models",
