@@ -120,3 +120,49 @@ def test_an_untyped_sampler_labels_nothing(igbh):
     csr = igbh.csr("in")
     mb = NeighborSampler(csr.indptr, csr.indices, [2]).sample(np.arange(5))
     assert not mb.typed and mb.node_type is None
+
+
+@pytest.mark.parametrize("fan", [[2, 2], [-1, -1]])
+def test_excluded_edges_carry_no_message_and_the_rest_fill_the_fanout(igbh, fan):
+    """A link batch's edges excluded from every hop: none is drawn, each relation still
+    draws min(fanout, its other in-neighbours), and a row without exclusions draws as
+    without any."""
+    s, csr = igbh.schema, igbh.csr("in")
+    ind, ptr = np.asarray(csr.indices), np.asarray(csr.indptr)
+    sp = NeighborSampler(ptr, ind, fan, schema=s)
+    papers = np.arange(0, 120, dtype=np.int64)
+    # exclude every in-edge of the first 40 papers from papers (their cites), both ways
+    ex = np.array([(int(u), int(v)) for v in papers[:40] for u in ind[ptr[v] : ptr[v + 1]]])
+    ex = ex[s.type_of(ex[:, 0]) == s.type_of(np.array([0]))[0]]
+    both = np.concatenate([ex, ex[:, ::-1]])
+    mb = sp.sample(papers, seed=3, exclude=both)
+    plain = sp.sample(papers, seed=3)
+    n_id = np.asarray(mb.n_id)
+    banned = {(int(a), int(b)) for a, b in both}
+    stored = _stored(igbh)
+    for blk in mb.blocks:
+        src, dst = n_id[blk.edge_index[0].numpy()], n_id[blk.edge_index[1].numpy()]
+        assert not any((int(a), int(b)) in banned for a, b in zip(src, dst, strict=True))
+    last, et = mb.blocks[-1], mb.blocks[-1].edge_type.numpy()
+    dst = n_id[last.edge_index[1].numpy()]
+    for v in papers[:60]:
+        nbrs = set(ind[ptr[v] : ptr[v + 1]].tolist())
+        for r, e in enumerate(s.edge_types):
+            if e.dst != "paper":
+                continue
+            deg = sum(
+                stored[(u, int(v))][r] for u in nbrs if (u, int(v)) not in banned
+            )
+            k = fan[0]
+            got = int(((dst == v) & (et == r)).sum())
+            assert got == (deg if k < 0 else min(k, deg)), (v, e.relation)
+    # the seeds' own rows without exclusions: the same draws as without any
+    p_last = plain.blocks[-1]
+    pn = np.asarray(plain.n_id)
+    untouched = [v for v in papers[60:] if v not in set(both[:, 1].tolist())]
+    assert untouched
+    for v in untouched:
+        a = sorted(n_id[last.edge_index[0].numpy()][dst == v].tolist())
+        pd = pn[p_last.edge_index[1].numpy()]
+        b = sorted(pn[p_last.edge_index[0].numpy()][pd == v].tolist())
+        assert a == b

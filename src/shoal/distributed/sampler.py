@@ -198,7 +198,9 @@ class DistNeighborSampler(BlockSampler):
             keys = keys if keys is not None and len(keys) else None
             c = np.empty(k, dtype=np.int64)
             n_ex = np.empty(k, dtype=np.int64)
-            if keys is not None:
+            if keys is not None and self._etypes:  # a typed part: per relation, skipping
+                self._count_rows(part, rows, fanout, c, (keys, np.int64(part.num_nodes)))
+            elif keys is not None:
                 KX._count_excl(
                     part.indptr, part.indices, rows, k, fanout, keys, part.num_nodes, c, n_ex
                 )
@@ -212,7 +214,10 @@ class DistNeighborSampler(BlockSampler):
             # a stream per (part, row position): rows at the same position in different parts
             # must not share random numbers (part 0 keeps ``key``, so one part = one sampler)
             pkey = key if int(i) == 0 else np.uint64(K._stream_key(key, np.uint64(i)))
-            if keys is not None:
+            if keys is not None and self._etypes:
+                ex = (keys, np.int64(part.num_nodes))
+                self._fill_rows(part, rows, rowptr, pkey, picked, dst, ex)
+            elif keys is not None:
                 KX._fill_excl(
                     part.indptr,
                     part.indices,
@@ -254,12 +259,16 @@ class DistNeighborSampler(BlockSampler):
             out[where] = picked
         return counts, out
 
-    def _count_rows(self, part: Partition, rows: np.ndarray, fanout: int, c: np.ndarray) -> None:
-        """``c[j]``: the neighbours drawn for core row ``rows[j]`` of ``part``."""
+    def _count_rows(
+        self, part: Partition, rows: np.ndarray, fanout: int, c: np.ndarray, ex=None
+    ) -> None:
+        """``c[j]``: the neighbours drawn for core row ``rows[j]`` of ``part`` (a typed part's
+        ``ex``: the local keys of edges to skip and the part's id count, or None)."""
         if self._etypes:
             self.relations.hop = self._hop
             et, rt = self._etypes[part.index], self._row_type[part.index]
-            self.relations.count_by_edge_type(part.indptr, et, rt, rows, rows.shape[0], c)
+            args = (part.indptr, part.indices, et, rt, rows, rows.shape[0])
+            self.relations.count_by_edge_type(*args, c, ex)
             return
         K._count(part.indptr, rows, rows.shape[0], fanout, c)
 
@@ -271,13 +280,14 @@ class DistNeighborSampler(BlockSampler):
         key: np.uint64,
         picked: np.ndarray,
         dst: np.ndarray,
+        ex=None,
     ) -> None:
         """Draw row ``rows[j]``'s neighbours (local indices) into ``picked[rowptr[j]:]``;
-        ``dst`` gets ``j``."""
+        ``dst`` gets ``j`` (``ex``: as :meth:`_count_rows`')."""
         if self._etypes:
             et, rt, n = self._etypes[part.index], self._row_type[part.index], rows.shape[0]
             args = (part.indptr, part.indices, et, rt, rows, n)
-            self.relations.fill_by_edge_type(*args, rowptr, key, picked, dst)
+            self.relations.fill_by_edge_type(*args, rowptr, key, picked, dst, ex)
             return
         K._fill(part.indptr, part.indices, rows, rows.shape[0], rowptr, key, picked, dst)
 
@@ -340,8 +350,6 @@ class DistNeighborSampler(BlockSampler):
 
         ``exclude``: ``(m, 2)`` global edges ``(src, dst)`` message passing must not use at any
         hop (module docstring); every rank passes an array (maybe empty) or every rank None."""
-        if exclude is not None and self.relations is not None and self.relations.per_relation:
-            raise ValueError("excluding edges is not supported by a typed sampler yet")
         ex = None if exclude is None else self._exclusions(exclude)
         mb = self._sample_hops(np.asarray(seeds, dtype=np.int64), self.fanouts, seed, ex)
         if self.relations is None:

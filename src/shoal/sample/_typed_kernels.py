@@ -15,6 +15,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from shoal.sample._exclude_kernels import _is_excluded
 from shoal.sample._kernels import _draw_run, _mix64
 from shoal.utils.ranges import range_index
 
@@ -150,3 +151,171 @@ _count = numba.njit(cache=True, parallel=True, nogil=True)(_count_py)
 _fill = numba.njit(cache=True, parallel=True, nogil=True)(_fill_py)
 _count_rel = numba.njit(cache=True, parallel=True, nogil=True)(_count_rel_py)
 _fill_rel = numba.njit(cache=True, parallel=True, nogil=True)(_fill_rel_py)
+
+
+# ----------------------------------------------------------------------------- exclusions
+# A link batch's own edges (and their reverses) must not carry messages: the excluded
+# ``(src, dst)`` edges are sorted keys ``dst * n_ids + src`` (the untyped sampler's,
+# :mod:`shoal.sample._exclude_kernels`). A relation's run without excluded entries draws
+# exactly as above; one with some draws its fanout among the remaining entries, from the same
+# stream, so the other in-neighbours still fill the fanout.
+
+
+@numba.njit(cache=True, inline="always")
+def _excluded_in(indices, s, d, ex_keys, lo, hi, base):
+    """Entries of ``indices[s:s + d]`` whose key ``base + entry`` is in ``ex_keys[lo:hi]``."""
+    c = 0
+    if hi > lo:
+        for o in range(s, s + d):
+            if _is_excluded(ex_keys, lo, hi, base + np.int64(indices[o])):
+                c += 1
+    return c
+
+
+@numba.njit(cache=True, inline="always")
+def _draw_kept(indices, s, d, x, k, ex_keys, lo, hi, base, key, i, r, picked, dst, at):
+    """Frontier position ``i``'s ``k`` draws of relation ``r`` among the ``d - x`` entries
+    of ``indices[s:s + d]`` not excluded (the stream of :func:`_draw_relation`)."""
+    if x == 0:
+        _draw_relation(indices, s, d, k, key, i, r, picked, dst, at)
+        return
+    keep = np.empty(d - x, dtype=np.int64)
+    c = 0
+    for o in range(s, s + d):
+        if not _is_excluded(ex_keys, lo, hi, base + np.int64(indices[o])):
+            keep[c] = o
+            c += 1
+    for j in range(k):
+        dst[at + j] = i
+    state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
+    _draw_run(keep, 0, c, k, state, picked, at, False)
+    for j in range(k):
+        picked[at + j] = indices[picked[at + j]]
+
+
+@numba.njit(cache=True, inline="always")
+def _capped(d, fanout):
+    return d if (fanout < 0 or d <= fanout) else fanout
+
+
+def _count_excl_py(
+    indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, ex_keys, n_ids, counts
+):
+    """:func:`_count_py` without the excluded edges."""
+    rows = indptr.shape[0] - 1
+    for i in prange(n):
+        v = nodes[i]
+        c = 0
+        if v < rows:
+            b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
+            t = range_index(offsets, v)
+            base = np.int64(v) * n_ids
+            lo = np.searchsorted(ex_keys, base)
+            hi = np.searchsorted(ex_keys, base + n_ids)
+            for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
+                r = by_dst[q]
+                s, d, _ = _relation_draw(indices, b, e, offsets, src_type[r], fan[r])
+                c += _capped(d - _excluded_in(indices, s, d, ex_keys, lo, hi, base), fan[r])
+        counts[i] = c
+
+
+def _fill_excl_py(
+    indptr,
+    indices,
+    nodes,
+    n,
+    offsets,
+    by_dst_ptr,
+    by_dst,
+    src_type,
+    fan,
+    rowptr,
+    key,
+    picked,
+    dst,
+    ex_keys,
+    n_ids,
+):
+    """:func:`_fill_py` without the excluded edges."""
+    rows = indptr.shape[0] - 1
+    for i in prange(n):
+        v = nodes[i]
+        at = rowptr[i]
+        if v >= rows or rowptr[i + 1] == at:
+            continue
+        b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
+        t = range_index(offsets, v)
+        base = np.int64(v) * n_ids
+        lo = np.searchsorted(ex_keys, base)
+        hi = np.searchsorted(ex_keys, base + n_ids)
+        for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
+            r = by_dst[q]
+            s, d, _ = _relation_draw(indices, b, e, offsets, src_type[r], fan[r])
+            x = _excluded_in(indices, s, d, ex_keys, lo, hi, base)
+            k = _capped(d - x, fan[r])
+            _draw_kept(indices, s, d, x, k, ex_keys, lo, hi, base, key, i, r, picked, dst, at)
+            at += k
+
+
+def _count_rel_excl_py(
+    indptr, indices, etypes, rows, n, row_type, by_dst_ptr, by_dst, fan, ex_keys, n_ids, counts
+):
+    """:func:`_count_rel_py` without the excluded edges (keys over local ids)."""
+    last = indptr.shape[0] - 1
+    for i in prange(n):
+        v = rows[i]
+        c = 0
+        if v < last:
+            b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
+            t = row_type[v]
+            base = np.int64(v) * n_ids
+            lo = np.searchsorted(ex_keys, base)
+            hi = np.searchsorted(ex_keys, base + n_ids)
+            for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
+                r = by_dst[q]
+                s, d, _ = _run_draw(etypes, b, e, r, r + 1, fan[r])
+                c += _capped(d - _excluded_in(indices, s, d, ex_keys, lo, hi, base), fan[r])
+        counts[i] = c
+
+
+def _fill_rel_excl_py(
+    indptr,
+    indices,
+    etypes,
+    rows,
+    n,
+    row_type,
+    by_dst_ptr,
+    by_dst,
+    fan,
+    rowptr,
+    key,
+    picked,
+    dst,
+    ex_keys,
+    n_ids,
+):
+    """:func:`_fill_rel_py` without the excluded edges (keys over local ids)."""
+    for i in prange(n):
+        v = rows[i]
+        at = rowptr[i]
+        if rowptr[i + 1] == at:
+            continue
+        b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
+        t = row_type[v]
+        base = np.int64(v) * n_ids
+        lo = np.searchsorted(ex_keys, base)
+        hi = np.searchsorted(ex_keys, base + n_ids)
+        for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
+            r = by_dst[q]
+            s, d, _ = _run_draw(etypes, b, e, r, r + 1, fan[r])
+            x = _excluded_in(indices, s, d, ex_keys, lo, hi, base)
+            k = _capped(d - x, fan[r])
+            _draw_kept(indices, s, d, x, k, ex_keys, lo, hi, base, key, i, r, picked, dst, at)
+            at += k
+
+
+_count_excl = numba.njit(cache=True, parallel=True, nogil=True)(_count_excl_py)
+_fill_excl = numba.njit(cache=True, parallel=True, nogil=True)(_fill_excl_py)
+_count_rel_excl = numba.njit(cache=True, parallel=True, nogil=True)(_count_rel_excl_py)
+_fill_rel_excl = numba.njit(cache=True, parallel=True, nogil=True)(_fill_rel_excl_py)

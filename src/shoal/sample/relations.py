@@ -132,26 +132,43 @@ class RelationDraws:
         t = self.tables
         return (t.by_dst_ptr, t.by_dst, t.src_type, t.fanouts[self.hop])
 
-    def count_by_range(self, indptr, indices, nodes, n: int, counts) -> None:
-        """``counts[i]``: draws of ``nodes[i]`` (global ids) from a graph's in-CSR."""
-        TK._count(indptr, indices, nodes, n, self.offsets, *self._rel(), counts)
+    def count_by_range(self, indptr, indices, nodes, n: int, counts, ex=None) -> None:
+        """``counts[i]``: draws of ``nodes[i]`` (global ids) from a graph's in-CSR; ``ex``:
+        ``(sorted dst * n_ids + src keys, n_ids)`` of edges to skip, or None."""
+        if ex is None:
+            TK._count(indptr, indices, nodes, n, self.offsets, *self._rel(), counts)
+        else:
+            TK._count_excl(indptr, indices, nodes, n, self.offsets, *self._rel(), *ex, counts)
 
-    def fill_by_range(self, indptr, indices, nodes, n: int, rowptr, key, picked, dst) -> None:
+    def fill_by_range(
+        self, indptr, indices, nodes, n: int, rowptr, key, picked, dst, ex=None
+    ) -> None:
         """Each relation's draws of ``nodes[i]`` into ``picked[rowptr[i]:]`` (global ids)."""
-        TK._fill(indptr, indices, nodes, n, self.offsets, *self._rel(), rowptr, key, picked, dst)
+        args = (indptr, indices, nodes, n, self.offsets, *self._rel(), rowptr, key, picked, dst)
+        if ex is None:
+            TK._fill(*args)
+        else:
+            TK._fill_excl(*args, *ex)
 
-    def count_by_edge_type(self, indptr, etypes, row_type, rows, n: int, counts) -> None:
+    def count_by_edge_type(self, indptr, indices, etypes, row_type, rows, n: int, counts, ex=None):
         """:meth:`count_by_range` of a part's local rows ``rows`` (in-edges grouped by
-        relation, ``etypes``; ``row_type`` the type of every local row)."""
+        relation, ``etypes``; ``row_type`` the type of every local row; keys over local ids)."""
         b, d, _, f = self._rel()
-        TK._count_rel(indptr, etypes, rows, n, row_type, b, d, f, counts)
+        if ex is None:
+            TK._count_rel(indptr, etypes, rows, n, row_type, b, d, f, counts)
+        else:
+            TK._count_rel_excl(indptr, indices, etypes, rows, n, row_type, b, d, f, *ex, counts)
 
     def fill_by_edge_type(
-        self, indptr, indices, etypes, row_type, rows, n: int, rowptr, key, picked, dst
+        self, indptr, indices, etypes, row_type, rows, n: int, rowptr, key, picked, dst, ex=None
     ) -> None:
         """:meth:`fill_by_range` of a part's local rows (``picked`` gets local indices)."""
         b, d, _, f = self._rel()
-        TK._fill_rel(indptr, indices, etypes, rows, n, row_type, b, d, f, rowptr, key, picked, dst)
+        args = (indptr, indices, etypes, rows, n, row_type, b, d, f, rowptr, key, picked, dst)
+        if ex is None:
+            TK._fill_rel(*args)
+        else:
+            TK._fill_rel_excl(*args, *ex)
 
     def label(self, mb: MiniBatch, node_type: np.ndarray) -> MiniBatch:
         """:func:`label_blocks` of ``mb`` whose nodes have the types ``node_type``."""

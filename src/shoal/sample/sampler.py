@@ -191,7 +191,7 @@ class NeighborSampler(BlockSampler):
         """One hop from the CSR (:meth:`BlockSampler._draw_hop`): count, then draw each
         frontier row's neighbours (``exclude``: sorted keys of edges to skip, or None)."""
         if self._per_relation:
-            return self._draw_relations(n, key)
+            return self._draw_relations(n, key, exclude)
         counts = self._grow("_counts", n)
         if exclude is not None:
             n_ex = self._grow("_n_ex", n)
@@ -233,27 +233,31 @@ class NeighborSampler(BlockSampler):
             self._read_picked(picked, m)
         return rowptr, picked, dst
 
-    def _draw_relations(self, n: int, key: np.uint64) -> tuple[np.ndarray, ...]:
+    def _draw_relations(
+        self, n: int, key: np.uint64, exclude: np.ndarray | None
+    ) -> tuple[np.ndarray, ...]:
         """One hop of a typed graph, each relation with its own fanout
-        (:class:`~shoal.sample.relations.RelationDraws`). The rows are read where they are:
-        the runs of a relation are found by binary searches over a row's entries."""
+        (:class:`~shoal.sample.relations.RelationDraws`), the ``exclude`` keys skipped. The
+        rows are read where they are: a relation's run is found by binary searches."""
         rel = self.relations
         rel.hop = self._hop
+        ex = None if exclude is None else (exclude, np.int64(self.num_nodes))
         counts = self._grow("_counts", n)
         if self._node_type is None:
-            rel.count_by_range(self.indptr, self.indices, self._nodes, n, counts)
+            rel.count_by_range(self.indptr, self.indices, self._nodes, n, counts, ex)
         else:
-            args = (self.indptr, self._edge_types, self._row_type, self._nodes, n)
-            rel.count_by_edge_type(*args, counts)
+            args = (self.indptr, self.indices, self._edge_types, self._row_type, self._nodes, n)
+            rel.count_by_edge_type(*args, counts, ex)
         rowptr = hop_rowptr(counts, n)
         m = int(rowptr[-1])
         picked = self._grow("_picked", m)
         dst = self._grow("_dst", m)
         if self._node_type is None:
-            rel.fill_by_range(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
+            args = (self.indptr, self.indices, self._nodes, n)
+            rel.fill_by_range(*args, rowptr, key, picked, dst, ex)
         else:
             ix = (self.indptr, self.indices, self._edge_types, self._row_type, self._nodes, n)
-            rel.fill_by_edge_type(*ix, rowptr, key, picked, dst)
+            rel.fill_by_edge_type(*ix, rowptr, key, picked, dst, ex)
         return rowptr, picked, dst
 
     def _exclusion_keys(self, exclude: np.ndarray | torch.Tensor | None) -> np.ndarray | None:
@@ -264,8 +268,6 @@ class NeighborSampler(BlockSampler):
         e = e.astype(np.int64, copy=False).reshape(-1, 2)
         if len(e) == 0:
             return None
-        if self._per_relation:
-            raise ValueError("excluding edges is not supported by a typed sampler yet")
         if self._reader is not None or self._blocks is not None:
             raise ValueError(
                 "excluding edges needs the in-neighbour CSR in memory; this sampler reads it "
