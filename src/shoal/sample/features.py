@@ -16,7 +16,7 @@ from shoal.errors import ShoalInputError
 from shoal.rows.gather import gather_rows
 from shoal.store.reader import Partition
 
-__all__ = ["FeatureGatherer", "PartGatherer", "part_rows"]
+__all__ = ["FeatureGatherer", "PartGatherer"]
 
 
 class FeatureGatherer:
@@ -47,19 +47,6 @@ class FeatureGatherer:
             self._buf = np.empty((max(n, int(self._buf.shape[0] * 1.25)), self.dim), np.float32)
         gather_rows(self.features, ids, self._buf, normalize=self.normalize)
         return torch.from_numpy(self._buf[:n])
-
-
-def part_rows(part: Partition) -> list[np.ndarray]:
-    """A part's feature rows in its local index space: core rows, then halo rows (stacked by
-    :class:`~shoal.rows.featstore.DiskFeatures`). Raises ShoalInputError when the part
-    has halo nodes but the store holds no halo features."""
-    if part.features is None or (part.num_halo and part.halo_features is None):
-        raise ShoalInputError(
-            "the averaging engine needs every part's halo features",
-            path=part.path,
-            fix="rebuild the store with `shoal store build ... --halo-features`",
-        )
-    return [part.features] + ([part.halo_features] if part.num_halo else [])
 
 
 class PartGatherer:

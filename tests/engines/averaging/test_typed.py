@@ -85,6 +85,70 @@ def test_part_models_on_one_rank_equal_one_part_per_rank(typed):
     assert np.allclose(one, three, atol=1e-5)
 
 
+def _without(batch, rel: int):
+    """``batch`` with every edge of relation ``rel`` dropped from its blocks."""
+    from dataclasses import replace
+
+    blocks = []
+    for b in batch.mb.blocks:
+        keep = b.edge_type != rel
+        ei = b.edge_index[:, keep]
+        rowptr = torch.zeros(b.num_dst + 1, dtype=b.rowptr.dtype)
+        rowptr[1:] = torch.cumsum(torch.bincount(ei[1], minlength=b.num_dst), 0)
+        blocks.append(replace(b, edge_index=ei, rowptr=rowptr, edge_type=b.edge_type[keep]))
+    mb = replace(batch.mb, blocks=blocks)
+    return replace(batch, mb=mb)
+
+
+def test_a_relation_absent_from_one_part_leaves_the_averages_aligned(typed):
+    """Part 1's batches lack a relation into the target type (R-GAT's module of it gets no
+    gradient there, and Adam no state from its steps); the other parts' have it. Every optimizer
+    holds Adam's state of every weight from the start, so the round averages the same
+    tensors, and the relation's moments are the other parts' weighted by their nodes."""
+    from shoal.distributed import DistConfig, process_group
+
+    _, stores = typed
+    st = Store.open(stores[3])
+    schema = st.schema
+    rel = next(
+        r
+        for r, e in enumerate(schema.edge_types)
+        if e.dst == schema.target and e.src != schema.target
+    )
+    cfg = _cfg(
+        model="rgat",  # one module per relation (R-GCN's one weight tensor always has a grad)
+        epochs=1,
+        dropout=0.0,
+        engine=AveragingConfig(halo_hops=1, part_models=True),
+    )
+    with process_group(DistConfig()) as ctx:
+        eng = AveragingEngine(st, cfg, ctx)
+        n = len(list(eng.model.parameters()))
+        assert all(len(o.state) == n for o in eng.part_models.optimizers)
+        loader = eng.loaders[1]
+        epoch = loader.epoch
+        loader.epoch = lambda e: (_without(b, rel) for b in epoch(e))
+        moments = {}
+        real = eng.part_models.average
+
+        def spy(weights, *a, **kw):  # the parts' moments as the round starts
+            for i, o in enumerate(eng.part_models.optimizers):
+                moments[i] = [st["exp_avg"].clone() for st in o.state.values()]
+            return real(weights, *a, **kw)
+
+        eng.part_models.average = spy
+        rec = eng.train_epoch(0)
+        assert rec["averaged"]
+        w = np.asarray(eng.part_weights) / sum(eng.part_weights)
+        got = [st["exp_avg"] for st in eng.part_models.optimizers[0].state.values()]
+        # some tensors of part 1 never moved (the relation's); the mean is still aligned
+        idle = [k for k, t in enumerate(moments[1]) if not t.any()]
+        assert idle and any(moments[0][k].any() for k in idle)
+        for k, t in enumerate(got):
+            want = sum(w[i] * moments[i][k].double() for i in range(3)).float()
+            assert torch.allclose(t, want, atol=1e-7), k
+
+
 def _resume(rank: int, world: int, store: str, ckpt: str, epochs: int, resume: bool) -> dict:
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     cfg = _cfg(
