@@ -11,6 +11,7 @@ SPEC = EngineSpec(
     name="fullgraph",
     summary="full-graph training, remote dependencies communicated or recomputed (NeutronStar)",
     engine="shoal.engines.fullgraph.engine:FullGraphEngine",
+    typed_engine="shoal.engines.fullgraph.engine:FullGraphEngine",
     config=FullGraphConfig,
     add_arguments=options.add_arguments,
     estimate=costs.estimate,

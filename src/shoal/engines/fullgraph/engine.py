@@ -36,6 +36,17 @@ gradient: the tests check it against single-process full-graph training. Dropout
 draws its owner's mask, so every ``deps`` mode, every number of processes and the
 single-process trainer train the same model for a seed, with dropout on (up to the order of
 floating-point sums).
+
+A typed store (node types, relations) trains in the same engine with the relational models
+(``rgcn``, ``rgat``), whose layers read each edge's relation and each source's type: the rank
+graph carries every entry's relation (the parts' ``edge_types``) and every local node's type
+(:func:`~shoal.distributed.rankgraph.rank_graph`), so every local group's block has its edges'
+relations, its sources' types and original ids (a featureless type's embedding row); a
+replicated dependency's in-edges (fetched as global ids) take their relation from their
+endpoints' types (one relation per ordered pair of types, as the typed samplers require). The
+solid rows are every node type's padded to the widest type (:func:`~shoal.rows.parts.part_rows`),
+and level 0 exchanges and replicates those raw rows: layer 0's per-type input stage runs where
+the layer is computed, with the current weights. The cost probe times typed blocks.
 """
 
 from __future__ import annotations
@@ -68,6 +79,7 @@ from shoal.engines.fullgraph.probe import block_from_csr, probe_costs
 from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
 from shoal.rows.budgeted import BudgetedStore
+from shoal.rows.parts import part_rows
 from shoal.training.meter import EpochMeter
 from shoal.utils.io import parse_size
 
@@ -83,6 +95,7 @@ class FullGraphEngine(Engine):
     batch_activations = False  # its memory_bytes counts every layer of its parts
     options_class = FullGraphConfig
     accepts_factory_models = False
+    reads_typed = True  # a typed store: blocks with relations and types, rows padded
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -95,8 +108,12 @@ class FullGraphEngine(Engine):
                 ",".join(map(str, cfg.sampling.fanouts)),
                 cfg.num_layers,
             )
-        g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner)
+        self.typed = store.schema is not None
+        # a typed store's graph carries every entry's relation and every local node's type
+        g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner, store)
         self.graph = g
+        # a typed store: the relation of a (source type, destination type) pair
+        self.relation_of = store.schema.pair_relations() if self.typed else None
         self.widths = layer_widths(self.model, int(store.feature_dim))
         s_rows = g.num_solid
         plan = self.plan_memory(
@@ -160,7 +177,7 @@ class FullGraphEngine(Engine):
             return Costs(*self.options.dep_costs)
         if self.options.deps != "hybrid":
             return Costs(0.0, 0.0, 0.0)
-        return probe_costs(self.model, self.widths, self.ctx)
+        return probe_costs(self.model, self.widths, self.ctx, schema=self.store.schema)
 
     def _split(self, plan) -> DepSets:
         g = self.graph
@@ -199,6 +216,8 @@ class FullGraphEngine(Engine):
         cfg, g, ctx, sets = self.train_config, self.graph, self.ctx, self.sets
         dim = int(self.store.feature_dim)
         arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
+        if self.typed:  # every node type's rows in one source, padded to the widest type
+            arrays = part_rows(self.parts, threads=cfg.memory.io_threads) or arrays
         self.features = BudgetedStore(  # rows read when needed: a cache, no windows
             arrays,
             plan,
@@ -307,7 +326,13 @@ class FullGraphEngine(Engine):
         self.rep_local[k] = torch.from_numpy(used)
         rids = np.concatenate([rep, g.solid[used]])
         rblk = block_from_csr(rowptr, rsrc, len(rids), deg[rids])
-        return replace(rblk, node_ids=self.store.to_orig(rids)), groups
+        rblk = replace(rblk, node_ids=self.store.to_orig(rids))
+        if self.typed:  # an in-edge's relation from its endpoints' types
+            types = self.store.type_of(rids)
+            dst = np.repeat(np.arange(len(top)), np.diff(rowptr))
+            et = self.relation_of[types[rsrc], types[dst]]
+            rblk = replace(rblk, **_typing(et, types))
+        return rblk, groups
 
     def _groups(self, k: int, src: np.ndarray, ids: np.ndarray, have: int) -> list[_Group]:
         """Layer ``k``'s local targets split by the exchange slot after which they can be
@@ -320,6 +345,7 @@ class FullGraphEngine(Engine):
         s = g.num_solid
         counts = np.diff(np.asarray(g.indptr, np.int64))
         tgt = np.repeat(np.arange(s), counts)
+        types = self.store.type_of(ids) if self.typed else None
         if self.options.overlap:
             edge_stage = np.zeros(len(src), np.int64)
             far = src >= have
@@ -343,6 +369,9 @@ class FullGraphEngine(Engine):
             rowptr = np.concatenate([[0], np.cumsum(counts[targets])]).astype(np.int64)
             blk = block_from_csr(rowptr, remap[esrc], len(order), deg[ids[order]])
             blk = replace(blk, node_ids=self.store.to_orig(ids[order]))
+            if self.typed:  # the entries' relations (the parts'), the sources' types
+                et = np.asarray(g.edge_types)[stage[tgt] == st]
+                blk = replace(blk, **_typing(et, types[order]))
             out.append(
                 _Group(
                     stage=int(st),
@@ -539,6 +568,14 @@ class FullGraphEngine(Engine):
             "replicated_per_level_rank0": [len(r) for r in s.rep],
             "split_seconds": self.split_seconds,
         }
+
+
+def _typing(edge_type: np.ndarray, src_type: np.ndarray) -> dict[str, torch.Tensor]:
+    """A typed block's ``edge_type`` and ``src_type`` (int64 tensors)."""
+    return {
+        "edge_type": torch.from_numpy(np.asarray(edge_type, np.int64)),
+        "src_type": torch.from_numpy(np.asarray(src_type, np.int64)),
+    }
 
 
 def _positions(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -1,17 +1,22 @@
 """NeutronStar's cost probe (Q. Wang et al., SIGMOD 2022, Algorithm 4 line 1) for the
 ``fullgraph`` engine's dependency split: ``T_v``, ``T_e`` and ``T_c`` per output dimension,
 measured on this machine with the model being trained; and the block type the engine builds
-from CSR arrays.
+from CSR arrays. On a typed store (``schema``) the probe's blocks are typed (the relational
+models refuse a block with edges and no relations): the sources take every node type in turn
+(original ids inside each type's range, for a featureless type's embedding row) and the edges
+every relation in turn.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from shoal.data.hetero import HeteroSchema
 from shoal.engines.fullgraph.depcomm import RowExchange
 from shoal.engines.fullgraph.deps import Costs
 from shoal.graph.blocks import Block
@@ -38,6 +43,22 @@ def block_from_csr(rowptr: np.ndarray, src: np.ndarray, num_src: int, deg: np.nd
 _PROBE_FLOATS = 1 << 20  # 4 MB per peer in the T_c probe
 
 
+def _typed(blk: Block, schema: HeteroSchema) -> Block:
+    """``blk`` with node types, original ids and relations (every type and relation in turn)."""
+    n, t = blk.num_src, len(schema.node_types)
+    src_type = np.arange(n, dtype=np.int64) % t
+    counts = np.array([max(nt.count, 1) for nt in schema.node_types], np.int64)
+    offsets = np.asarray(schema.offsets, np.int64)[:t]
+    ids = offsets[src_type] + (np.arange(n, dtype=np.int64) // t) % counts[src_type]
+    et = np.arange(blk.num_edges, dtype=np.int64) % len(schema.edge_types)
+    return replace(
+        blk,
+        node_ids=ids,
+        src_type=torch.from_numpy(src_type),
+        edge_type=torch.from_numpy(et),
+    )
+
+
 def probe_costs(
     model: BlockGNN,
     widths: list[int],
@@ -46,12 +67,14 @@ def probe_costs(
     nodes: int = 2048,
     degree: int = 16,
     repeats: int = 3,
+    schema: HeteroSchema | None = None,
 ) -> Costs:
     """Algorithm 4 line 1: ``T_v``, ``T_e`` (forward + backward of the model's second layer,
     or its first when it has one, on synthetic blocks without and with ``degree`` in-edges per
     node) and ``T_c`` (a row exchange with every peer, forward and back, of ``nodes`` rows but
     at least ``_PROBE_FLOATS`` values, so that it measures the per-row cost the split trades,
-    the bandwidth, not one message's latency), per output dimension; medians of ``repeats``, averaged over ranks (a collective)."""
+    the bandwidth, not one message's latency), per output dimension; medians of ``repeats``, averaged over ranks (a collective). ``schema``: a typed store's (typed blocks, module
+    docstring)."""
     layer = 1 if model.num_layers > 1 else 0
     d_in, d_out = widths[layer], widths[layer + 1]
     g = torch.Generator().manual_seed(0)
@@ -63,6 +86,8 @@ def probe_costs(
         blk = block_from_csr(
             rowptr.long().numpy(), src.numpy(), nodes, np.full(nodes, deg, np.float32)
         )
+        if schema is not None:
+            blk = _typed(blk, schema)
         blk = blk.to(dev)
         x = torch.randn(nodes, d_in).to(dev).requires_grad_()
         ts = []
