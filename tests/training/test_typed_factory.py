@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from shoal.data.synth.igbh import IGBHConfig, generate_igbh
 from shoal.errors import ShoalInputError
+from shoal.sample.sampler import NeighborSampler
 from shoal.training import TrainConfig, TrainData, Trainer
 
 FACTORY = "tests.training.typed_factories:sage_hetero"
@@ -50,12 +52,24 @@ def test_whole_batch_evaluation_equals_the_layerwise_one(igbh, monkeypatch):
     """The evaluation of a model that cannot run layer by layer (every neighbour per
     relation, L hops, in batches halved to the rows the budget holds) against R-GCN's exact
     layer-wise evaluation, on R-GCN."""
+    from shoal.training.inference import _sampled_inference
+
     t = Trainer(_cfg(model="rgcn", epochs=1, eval_batch_size=64), TrainData.from_graph_dir(igbh))
     t.fit()
     ref = t.evaluate(("val", "test"))
-    row = 4 * (t.data.feature_dim + 4 * 16 * 2)  # a row's bytes, as the trainer counts them
+    nodes = np.concatenate([t.data.val_idx, t.data.test_idx])
+    full = NeighborSampler(t.data.indptr, t.data.indices, [-1], schema=t.data.schema)
+    row = 16 * t.data.feature_dim * 2  # a row's bytes, as the inference counts them
     # batches of at most 2000 rows: those of 64 nodes halved, some many times
-    got = t._sampled_evaluate(t.model, t.data, ("val", "test"), False, 2000 * row)
+    with torch.no_grad():
+        out = _sampled_inference(t.model.eval(), t.data, nodes, full, False, 64, 2000 * row)
+    pred = out.argmax(1)
+    labels = np.asarray(t.data.labels)
+    nv = len(t.data.val_idx)
+    got = {
+        "val": float(np.mean(pred[:nv] == labels[t.data.val_idx])),
+        "test": float(np.mean(pred[nv:] == labels[t.data.test_idx])),
+    }
     assert got == pytest.approx(ref, abs=1e-9)
     assert np.isfinite(list(got.values())).all()
 

@@ -33,7 +33,7 @@ from torch import nn
 from shoal.graph.blocks import Block, MiniBatch, full_graph_block
 from shoal.rows import _kernels as K
 from shoal.rows.featstore import DiskFeatures
-from shoal.rows.gather import gather_rows, read_rows
+from shoal.rows.gather import gather_rows, read_rows, source_rows
 from shoal.rows.source import RowSource
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.blocked import blocked_layers, id_dtype, sum_layers
@@ -290,22 +290,43 @@ def run_layers(
         prev, dim = outs, out_dim
 
 
-def _sampled_inference(model, data, nodes, sampler, normalize, batch_size) -> np.ndarray:
-    """Models without ``layer_forward``: full L-hop neighbourhoods of each batch of nodes."""
+def _sampled_inference(
+    model, data, nodes, sampler, normalize, batch_size, memory_budget=None
+) -> np.ndarray:
+    """Models without ``layer_forward``: full L-hop neighbourhoods of each batch of nodes
+    (every neighbour of every relation on a typed graph, its blocks with their sources' ids),
+    their rows read from an array or a row source. With ``memory_budget``, a batch whose
+    neighbourhood holds more rows than the budget's share (each row with a few layers'
+    activations) is sampled again at half its nodes: on a power-law graph a fixed count of
+    nodes can hold most of the graph two hops out."""
     num_layers = int(getattr(model, "num_layers", 0))
     if not num_layers:
         raise ValueError("a model without layer_forward must define num_layers")
+    dim = data.feature_dim
+    max_rows = max(1, int(memory_budget) // (16 * max(dim, 1) * num_layers)) if memory_budget else 0
     out = None
-    buf = np.empty((0, data.feature_dim), np.float32)
-    for start in range(0, len(nodes), batch_size):
-        mb = sampler.sample(nodes[start : start + batch_size], 0, fanouts=(-1,) * num_layers)
+    buf = np.empty((0, dim), np.float32)
+    start, k = 0, batch_size
+    while start < len(nodes):
+        seeds = nodes[start : start + k]
+        mb = sampler.sample(seeds, 0, fanouts=(-1,) * num_layers)
+        if max_rows and len(mb.n_id) > max_rows and len(seeds) > 1:
+            k = max(1, len(seeds) // 2)  # sampled again, halved
+            continue
         if buf.shape[0] < len(mb.n_id):
-            buf = np.empty((len(mb.n_id), data.feature_dim), np.float32)
-        x = gather_rows(data.features, mb.n_id, buf, normalize=normalize)[: len(mb.n_id)]
-        h = model(torch.from_numpy(x), mb.blocks).numpy()
+            buf = np.empty((len(mb.n_id), dim), np.float32)
+        if isinstance(data.features, RowSource):
+            x = source_rows(data.features, mb.n_id, buf, normalize=normalize)
+        else:
+            x = gather_rows(data.features, mb.n_id, buf, normalize=normalize)[: len(mb.n_id)]
+        blocks = mb.with_node_ids() if mb.typed else mb.blocks
+        h = model(torch.from_numpy(x), blocks).numpy()
         if out is None:
             out = np.empty((len(nodes), h.shape[1]), dtype=np.float32)
         out[start : start + len(h)] = h
+        start += len(seeds)
+        if max_rows and 2 * len(mb.n_id) < max_rows:
+            k = min(batch_size, 2 * k)
     return out if out is not None else np.empty((0, 0), np.float32)
 
 
@@ -354,7 +375,9 @@ def layerwise_inference(
             schema=getattr(data, "schema", None),
         )
     if not hasattr(model, "layer_forward"):
-        out = _sampled_inference(model, data, nodes, sampler, normalize_features, batch_size)
+        out = _sampled_inference(
+            model, data, nodes, sampler, normalize_features, batch_size, memory_budget
+        )
         return _as_predictions(out, len(nodes)) if predict else out
     layers = sum_layers(model)
     if layers is not None:

@@ -20,12 +20,10 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from shoal.nn.ondevice import on_device
-from shoal.rows import _kernels as K
 from shoal.rows.budget import PeakFootprint, bytes_freed_by
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import BatchLoader, Timer, train_step
@@ -356,8 +354,6 @@ class Trainer:
             data, features, normalize = replace(data, features=rows), None, False
         model = on_device(self.model, self.device)
         budget = max(budget, self.budget.window)
-        if data.schema is not None and not hasattr(self.model, "layer_forward"):
-            return self._sampled_evaluate(model, data, splits, normalize, budget)
         return evaluate(
             model,
             data,
@@ -370,55 +366,6 @@ class Trainer:
             features=features,
             memory_budget=budget,
         )
-
-    @torch.no_grad()
-    def _sampled_evaluate(
-        self, model: nn.Module, data: TrainData, splits: tuple[str, ...], normalize, budget: int
-    ) -> dict[str, float]:
-        """Exact accuracy of a typed graph's model that cannot run layer by layer (a
-        ``--model-factory`` module): each batch of targets with every neighbour per relation,
-        ``L`` hops out, its rows read from the row source in one planned read; a batch with
-        more rows than ``budget`` bytes hold (its rows and a few layers' activations) is
-        sampled again at half its targets."""
-        cfg, src = self.config, data.features
-        layers = int(getattr(self.model, "num_layers", cfg.num_layers))
-        full = NeighborSampler(
-            data.indptr,
-            data.indices,
-            [-1] * layers,
-            num_nodes=data.num_nodes,
-            degrees=data.degrees,
-            schema=data.schema,
-        )
-        per_row = 4 * (int(src.dim) + 4 * int(cfg.model.hidden) * max(layers, 1))
-        max_rows = max(1, budget // per_row)
-        model.eval()
-        out = {}
-        for name in splits:
-            ids = np.asarray(data.split(name), np.int64)
-            correct, a = 0, 0
-            top = int(cfg.eval.batch_size or cfg.sampling.batch_size)
-            k = top
-            while a < len(ids):
-                seeds = ids[a : a + k]
-                mb = full.sample(seeds)
-                n_id = np.asarray(mb.n_id)
-                if len(n_id) > max_rows and len(seeds) > 1:
-                    k = max(1, len(seeds) // 2)
-                    continue
-                x = np.empty((len(n_id), src.dim), src.dtype)
-                order = np.argsort(n_id, kind="stable")
-                src.read(np.ascontiguousarray(n_id[order]), x, dest=order)
-                if normalize:
-                    K._row_normalize(x, len(n_id))
-                pred = model(torch.from_numpy(x), mb.with_node_ids()).argmax(1).cpu().numpy()
-                correct += int(np.sum(pred == np.asarray(data.labels[seeds])))
-                a += len(seeds)
-                if 2 * len(n_id) < max_rows:
-                    k = min(top, 2 * k)
-            out[name] = correct / len(ids) if len(ids) else float("nan")
-        full.close()
-        return out
 
     # ---------------------------------------------------------------- run
     def eval_work_ratio(self) -> float:
