@@ -22,7 +22,7 @@ from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
 from shoal.nn.relational import RGAT, RGCN
 from shoal.nn.relational_adapter import RelationalEdgeIndexModel, hetero_inputs
-from shoal.sample.typed import TypedNeighborSampler
+from shoal.sample.sampler import NeighborSampler
 
 ATOL = 1e-5
 
@@ -84,11 +84,10 @@ X = _features()
 def _batch(seeds, fanouts=(-1, -1), self_loops: bool = False):
     """``(x, blocks, n_id)`` of ``seeds`` (global ids) with every neighbour."""
     indptr, indices = _csr(self_loops)
-    tb = TypedNeighborSampler(indptr, indices, SCHEMA, list(fanouts)).sample(
+    mb = NeighborSampler(indptr, indices, list(fanouts), schema=SCHEMA).sample(
         np.asarray(seeds, np.int64)
     )
-    blocks = tb.batch.with_node_ids()
-    return X[torch.from_numpy(tb.n_id)], blocks, tb.n_id
+    return X[torch.from_numpy(mb.n_id)], mb.with_node_ids(), mb.n_id
 
 
 def _scramble(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -216,14 +215,14 @@ def test_layer_by_layer_over_one_hop_blocks_equals_the_forward_pass(kind):
     model = _scramble(VARIANTS[kind]()).eval()
     seeds = [0, 3, 5, 1]
     indptr, indices = _csr()
-    one_hop = TypedNeighborSampler(indptr, indices, SCHEMA, [-1])
+    one_hop = NeighborSampler(indptr, indices, [-1], schema=SCHEMA)
     with torch.no_grad():
         x, blocks, _ = _batch(seeds)
         want = model(x, blocks)
         # the whole graph as one one-hop block (every node a target)
         tb = one_hop.sample(np.arange(N))
         assert np.array_equal(tb.n_id, np.arange(N))
-        (blk,) = tb.batch.with_node_ids()
+        (blk,) = tb.with_node_ids()
         h = X
         for layer in range(model.num_layers):
             h = model.layer_forward(layer, h, blk)
@@ -234,7 +233,7 @@ def test_layer_by_layer_over_one_hop_blocks_equals_the_forward_pass(kind):
             nxt = []
             for chunk in np.array_split(np.arange(N), 4):
                 tb = one_hop.sample(chunk)
-                (b,) = tb.batch.with_node_ids()
+                (b,) = tb.with_node_ids()
                 nxt.append(model.layer_forward(layer, h[torch.from_numpy(tb.n_id)], b))
             h = torch.cat(nxt)
         torch.testing.assert_close(h[seeds], want, atol=ATOL, rtol=1e-5)

@@ -43,6 +43,7 @@ from shoal.rows.budget import (
     plan_budget,
 )
 from shoal.rows.direct import load_array
+from shoal.rows.parts import part_rows
 from shoal.store.reader import Store
 from shoal.training import EpochLoop, RunResult, TrainConfig, model_from_config
 from shoal.training.blocked import id_dtype
@@ -69,6 +70,14 @@ log = logging.getLogger(__name__)
 #: (:meth:`Engine.reserve_bytes`): gloo's and DDP's buffers and the rows pulled from peers
 #: for a batch (default 128 MiB, docs/measurements.md#the-memory-plan).
 ENGINE_RESERVE = 128 << 20
+
+
+def _first_rows(store: Store) -> Any:
+    """Part 0's rows (what ``normalize_features="auto"`` samples; the same on every rank):
+    its feature array, or a typed store's padded row source."""
+    if not store.num_parts:
+        return None
+    return part_rows(store.part(0)) if store.schema is not None else store.part(0).features
 
 
 class Engine(ABC):
@@ -144,7 +153,7 @@ class Engine(ABC):
             self.config,
             train_nodes=seeds,
             ranks=ctx.world_size,
-            features=store.part(0).features if store.num_parts else None,
+            features=_first_rows(store),
         )
         #: the world size of the checkpoint this run resumes from, when it differs
         self.resharded_from: int | None = None

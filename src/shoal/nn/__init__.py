@@ -13,7 +13,7 @@ from shoal.nn.base import BlockGNN
 from shoal.nn.gat import GAT
 from shoal.nn.gcn import GCN
 from shoal.nn.gin import GIN
-from shoal.nn.hetero import RGAT, RGCN
+from shoal.nn.relational import RGAT, RGCN
 from shoal.nn.sage import GraphSAGE
 from shoal.nn.sgc import SGC
 
@@ -39,8 +39,8 @@ MODELS: dict[str, type[nn.Module]] = {
     "gin": GIN,
     "sgc": SGC,
 }
-#: Relational models, for typed graphs only (``--model``; :mod:`shoal.nn.hetero`, trained by
-#: :class:`~shoal.training.typed.TypedTrainer`).
+#: Relational models, for typed graphs only (``--model``; :mod:`shoal.nn.relational`, trained
+#: by the trainer and every engine on a typed graph).
 TYPED_MODELS: dict[str, type[nn.Module]] = {"rgcn": RGCN, "rgat": RGAT}
 
 

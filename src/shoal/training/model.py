@@ -11,7 +11,6 @@ from shoal.data.hetero import HeteroSchema
 from shoal.errors import ShoalInputError
 from shoal.nn import TYPED_MODELS, BlockGNN, build_model
 from shoal.nn.adapter import EdgeIndexModel
-from shoal.nn.hetero_adapter import HeteroEdgeIndexModel
 from shoal.nn.relational import RGAT, RGCN
 from shoal.nn.relational_adapter import RelationalEdgeIndexModel
 from shoal.training.config import TrainConfig
@@ -47,16 +46,25 @@ def factory_model(spec: str, **kwargs) -> nn.Module:
 
 
 def typed_factory_model(
-    spec: str, schema: HeteroSchema, *, hidden: int, out_dim: int, num_layers: int, dropout: float
-) -> HeteroEdgeIndexModel:
+    spec: str,
+    schema: HeteroSchema,
+    *,
+    hidden: int,
+    out_dim: int,
+    num_layers: int,
+    dropout: float,
+    given: list[bool] | None = None,
+) -> RelationalEdgeIndexModel:
     """A user's heterogeneous model for a typed graph: ``module:function`` called with
     ``metadata`` (PyG's ``(node types, canonical edge types)``, what ``to_hetero`` takes),
     ``target`` (the labelled node type), ``in_dim`` (every type's input width: the hidden
     width the per-type inputs project to), ``hidden``, ``out_dim``, ``num_layers`` and
     ``dropout`` (keywords); the module is called as ``model(x_dict, edge_index_dict)``
-    through :class:`~shoal.nn.hetero_adapter.HeteroEdgeIndexModel`."""
+    on typed blocks through
+    :class:`~shoal.nn.relational_adapter.RelationalEdgeIndexModel` (``given``: the types
+    whose rows come in already ``hidden`` wide)."""
     metadata = ([t.name for t in schema.node_types], [e.key for e in schema.edge_types])
-    model = _call_factory(
+    module = _call_factory(
         spec,
         metadata=metadata,
         target=schema.target,
@@ -66,7 +74,9 @@ def typed_factory_model(
         num_layers=int(num_layers),
         dropout=float(dropout),
     )
-    return HeteroEdgeIndexModel(model, schema, num_layers)
+    return RelationalEdgeIndexModel(
+        module, schema, hidden=int(hidden), num_layers=num_layers, given=given
+    )
 
 
 def relational_model(
@@ -104,16 +114,14 @@ def relational_model(
         given=given,
     )
     if m.factory:
-        module = typed_factory_model(
+        return typed_factory_model(
             m.factory,
             schema,
             hidden=int(m.hidden),
             out_dim=int(out_dim),
             num_layers=cfg.num_layers,
             dropout=float(m.dropout or 0.0),
-        ).module
-        return RelationalEdgeIndexModel(
-            module, schema, hidden=int(m.hidden), num_layers=cfg.num_layers, given=given
+            given=given,
         )
     if m.name == "rgcn":
         return RGCN(**kw)
