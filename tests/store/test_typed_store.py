@@ -123,6 +123,9 @@ def test_one_part_rows_equal_the_graph_csr_grouped_by_relation(tmp_path):
 
 
 def test_verify_names_a_relation_that_was_changed(tmp_path):
+    from shoal.store._io import write_meta
+    from shoal.utils.io import file_checksum
+
     g = _graph(tmp_path / "g")
     store = _store(tmp_path, g, [0, 1, 0, 1, 1, 0, 1])
     f = store.path / "part_1" / "edge_types.npy"
@@ -131,18 +134,52 @@ def test_verify_names_a_relation_that_was_changed(tmp_path):
     np.save(f, et)
     with pytest.raises(ShoalInputError, match="edge_types|checksum"):
         verify_store(store.path, show_progress=False)
-    from shoal.store._verify_typed import check_typed
+    # the checksum made consistent: the relation checks of the CSR pass still name it
+    meta = dict(store.meta)
+    meta["files"]["part_1/edge_types.npy"]["checksum"] = file_checksum(f)
+    write_meta(store.path / "meta.json", meta)
+    with pytest.raises(ShoalInputError, match="relation") as e:
+        verify_store(store.path, show_progress=False, chunk_edges=4)
+    assert "edge_types.npy" in str(e.value.path)
 
-    fresh = Store.open(store.path)
-    with pytest.raises(ShoalInputError, match="edge_types.npy|relation"):
-        check_typed(
-            fresh,
-            g,
-            np.asarray(fresh.node_map),
-            np.asarray(fresh.node_map_inv),
-            [],
-            chunk_edges=4,
-        )
+
+def _rewrite(store: Store, rel: str, change) -> None:
+    """Change the array at ``rel`` with ``change`` and make its checksum consistent."""
+    from shoal.store._io import write_meta
+    from shoal.utils.io import file_checksum
+
+    a = np.load(store.path / rel)
+    change(a)
+    np.save(store.path / rel, a)
+    meta = dict(store.meta)
+    meta["files"][rel]["checksum"] = file_checksum(store.path / rel)
+    write_meta(store.path / "meta.json", meta)
+
+
+def _last_of_relation_0(a: np.ndarray) -> None:
+    """Relabel an in-edge of relation 0 (writes) whose successor in the array has a larger
+    relation, as relation 1 (reviews: the same types): order and types stay valid."""
+    k = int(np.flatnonzero((a[:-1] == 0) & (a[1:] > 0))[0])
+    a[k] = 1
+
+
+@pytest.mark.parametrize(
+    "rel, change, match",
+    [
+        ("part_0/features/paper.npy", lambda a: a.__setitem__(0, a[0] + 1), "paper feature rows"),
+        ("part_1/halo_features/author.npy", lambda a: a.__iadd__(1), "author halo feature rows"),
+        ("part_0/edge_types.npy", _last_of_relation_0, "relations differ from the source"),
+    ],
+    ids=["type-features", "halo-type-features", "relation-swapped"],
+)
+def test_verify_names_consistent_typed_tampering(tmp_path, rel, change, match):
+    """A typed file changed and its checksum updated: the feature and source passes name it."""
+    g = _graph(tmp_path / "g")
+    store = _store(tmp_path, g, [0, 1, 0, 1, 1, 0, 1], halo_features=True)
+    _rewrite(store, rel, change)
+    with pytest.raises(ShoalInputError, match=match) as e:
+        verify_store(store.path, show_progress=False)
+    assert str(e.value.path).endswith(rel)
 
 
 def test_degree_order_is_refused_for_a_typed_graph(tmp_path):

@@ -11,9 +11,13 @@
 4. against the source graph (its path is in the metadata; skipped with a note when it is gone):
    each core node's in-edge multiset equals the source graph's (per-node multiset hash of the
    edges, one streaming pass; the buckets are checked the same way), labels, split masks and
-   feature rows (core and halo) equal the source rows;
-5. for a typed store (:mod:`shoal.store._verify_typed`): type ranges, the relation of every
-   in-edge, and per-type features against the source.
+   feature rows (core and halo) equal the source rows.
+
+An untyped store is a typed one with one node type and one relation; a store with a schema
+also has: type ranges that tile each part and hold nodes of their type (3), one relation per
+in-edge, grouped in ascending order per row and joining its endpoints' types (3), each core
+node's in-edges *with relations* equal to the source's (the hash of ``(src * R + rel, dst)``)
+and every type's feature rows (4).
 
 Memory: O(V) arrays plus one chunk of edges or feature rows at a time.
 """
@@ -27,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from shoal.data.format import SPLITS, GraphDir
+from shoal.data.layout import type_feature_file
 from shoal.errors import ShoalInputError
 from shoal.store._io import gather_rows, meta_checksum, read_rows
 from shoal.store._kernels import _edge_hash_accumulate
-from shoal.store._verify_typed import check_typed
 from shoal.store.reader import Store
 from shoal.utils.io import file_checksum
 from shoal.utils.progress import progress
@@ -86,6 +90,26 @@ def _check_id_maps(store: Store, checks: list[str]) -> tuple[np.ndarray, np.ndar
     if not np.array_equal(np.load(path / "part_offsets.npy"), offsets):
         _fail("part_offsets.npy differs from meta.json", path / "part_offsets.npy")
     checks.append("every node owned exactly once (node_map is a permutation)")
+    schema = store.schema
+    if schema is not None:
+        b, t, meta = store.type_bounds, len(schema.node_types), path / "meta.json"
+        if b.shape != (store.num_parts, t + 1):
+            _fail(f"type_bounds has shape {b.shape}, expected ({store.num_parts}, {t + 1})", meta)
+        if not (
+            np.array_equal(b[:, 0], offsets[:-1])
+            and np.array_equal(b[:, -1], offsets[1:])
+            and np.all(np.diff(b, axis=1) >= 0)
+        ):
+            _fail("type_bounds do not tile the parts' core ranges", meta)
+        bad = np.flatnonzero(schema.type_of(inv) != store.type_of(np.arange(n)))
+        if bad.size:
+            k = int(store.type_of(bad[:1])[0])
+            _fail(
+                f"part {int(store.owner(bad[:1])[0])}: a node in the range of type "
+                f"{schema.node_types[k].name!r} is of another type in the source schema",
+                meta,
+            )
+        checks.append("node type ranges of every part")
     return node_map, inv
 
 
@@ -106,9 +130,12 @@ def _check_assignment(store: Store, inv: np.ndarray, checks: list[str], skipped:
         checks.append("core nodes match the assignment")
 
 
-def _check_part(store: Store, i: int, inv: np.ndarray, acc: np.ndarray, chunk_edges: int) -> int:
-    """Part ``i``'s CSR, halo ids and ``orig_ids``; adds its in-edges' hashes to ``acc``.
-    Returns its number of in-edges."""
+def _check_part(
+    store: Store, i: int, inv: np.ndarray, acc: np.ndarray, acc_rel: np.ndarray, chunk_edges: int
+) -> int:
+    """Part ``i``'s CSR, halo ids, ``orig_ids`` and relations; adds its in-edges' hashes to
+    ``acc`` (and, with a schema, those of ``(src * R + rel, dst)`` to ``acc_rel``). Returns
+    its number of in-edges."""
     part = store.part(i)
     pdir, meta_path, n = part.path, store.path / "meta.json", store.num_nodes
     lo, hi, nc = part.start, part.stop, part.num_core
@@ -135,6 +162,17 @@ def _check_part(store: Store, i: int, inv: np.ndarray, acc: np.ndarray, chunk_ed
     orig = np.asarray(part.orig_ids)
     if not np.array_equal(orig, np.concatenate([inv[lo:hi], inv[halo]])):
         _fail(f"part {i}: orig_ids disagree with node_map_inv", pdir / "orig_ids.npy")
+    et_path, schema = pdir / "edge_types.npy", store.schema
+    if schema is not None:
+        r = len(schema.edge_types)
+        ends = np.array(
+            [[schema.type_names.index(x) for x in (e.src, e.dst)] for e in schema.edge_types],
+            np.int64,
+        ).reshape(r, 2)
+        if part.edge_types is None or part.edge_types.shape != (ne,):
+            _fail(f"part {i}: edge_types is missing or not one per in-edge", et_path)
+        row_start = np.zeros(ne + 1, bool)
+        row_start[indptr[:-1][np.diff(indptr) > 0]] = True
     used = np.zeros(nh, dtype=bool)
     for s in range(0, ne, chunk_edges):
         loc = read_rows(pdir / "indices.npy", s, s + chunk_edges).astype(np.int64)
@@ -145,6 +183,9 @@ def _check_part(store: Store, i: int, inv: np.ndarray, acc: np.ndarray, chunk_ed
         dst = np.searchsorted(indptr, pos, side="right") - 1 + lo
         src = np.where(loc < nc, loc + lo, halo[np.maximum(loc - nc, 0)] if nh else 0)
         _edge_hash_accumulate(src, dst, acc)
+        if schema is not None:
+            et = _check_relations(store, i, et_path, pos, src, dst, row_start, ends)
+            _edge_hash_accumulate(src * r + et, dst, acc_rel)
     if nh and not used.all():
         k = int(np.flatnonzero(~used)[0])
         _fail(
@@ -152,6 +193,37 @@ def _check_part(store: Store, i: int, inv: np.ndarray, acc: np.ndarray, chunk_ed
             pdir / "halo_ids.npy",
         )
     return ne
+
+
+def _check_relations(
+    store: Store,
+    i: int,
+    path: Path,
+    pos: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    row_start: np.ndarray,
+    ends: np.ndarray,
+) -> np.ndarray:
+    """The relations of part ``i``'s in-edges ``pos`` (new ids ``src -> dst``): in range,
+    ascending within each row, joining the types ``ends[rel]``. Returns them."""
+    s, r = int(pos[0]), ends.shape[0]
+    et = read_rows(path, s, s + pos.shape[0]).astype(np.int64)
+    if et.min() < 0 or et.max() >= r:
+        _fail(f"part {i}: a relation id out of range [0, {r})", path)
+    prev = read_rows(path, s - 1, s).astype(np.int64) if s else np.array([-1])
+    drop = (np.diff(np.concatenate([prev, et])) < 0) & ~row_start[pos]
+    if drop.any():
+        _fail(f"part {i}: in-edge {int(pos[drop][0])} breaks its row's relation order", path)
+    bad = (store.type_of(src) != ends[et, 0]) | (store.type_of(dst) != ends[et, 1])
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        _fail(
+            f"part {i}: in-edge {int(pos[k])} has relation "
+            f"{store.schema.edge_types[int(et[k])]}, which does not join its endpoints' types",
+            path,
+        )
+    return et
 
 
 def _bucket_hashes(store: Store, chunk_edges: int, checks: list[str]) -> np.ndarray:
@@ -188,6 +260,7 @@ def _check_source(
     inv: np.ndarray,
     acc_store: np.ndarray,
     acc_bucket: np.ndarray,
+    acc_rel: np.ndarray,
     checks: list[str],
     *,
     chunk_edges: int,
@@ -201,12 +274,19 @@ def _check_source(
         g.num_nodes != n
         or g.num_edges != m
         or (gmeta.get("edges_checksum") and ck != gmeta.get("edges_checksum"))
+        or (g.schema is None) != (store.schema is None)
     ):
         _fail(f"the source graph {g.path} changed since the store was built", path / "meta.json")
-    acc_src = np.zeros(n, dtype=np.uint64)
+    acc_src, ref_rel = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+    rel, r, at = g.relations(), len(store.schema.edge_types) if store.schema else 1, 0
     stream = g.edge_stream(chunk_edges)
     for chunk in progress(stream, total=len(stream), desc="verify: source", enable=show):
-        _edge_hash_accumulate(node_map[chunk[:, 0]], node_map[chunk[:, 1]], acc_src)
+        s_, d_ = node_map[chunk[:, 0]], node_map[chunk[:, 1]]
+        _edge_hash_accumulate(s_, d_, acc_src)
+        if rel is not None:
+            et = np.asarray(rel[at : at + chunk.shape[0]], np.int64)
+            _edge_hash_accumulate(s_ * r + et, d_, ref_rel)
+            at += chunk.shape[0]
     if not np.array_equal(acc_src, acc_store):
         v = int(np.flatnonzero(acc_src != acc_store)[0])
         i = int(store.owner([v])[0])
@@ -225,6 +305,16 @@ def _check_source(
             path / "buckets",
         )
     checks.append("edge buckets hold exactly the source graph's edges")
+    if rel is not None:
+        if not np.array_equal(acc_rel, ref_rel):
+            v = int(np.flatnonzero(acc_rel != ref_rel)[0])
+            i = int(store.owner([v])[0])
+            _fail(
+                f"core node {int(inv[v])} (new id {v}) of part {i}: its in-edges' relations "
+                "differ from the source graph's",
+                path / f"part_{i}" / "edge_types.npy",
+            )
+        checks.append("each core node's in-edges with their relations equal the source graph's")
     _check_node_data(store, g, inv, checks)
 
 
@@ -254,15 +344,17 @@ def verify_store(
     node_map, inv = _check_id_maps(store, checks)
     _check_assignment(store, inv, checks, skipped)
 
-    acc_store = np.zeros(store.num_nodes, dtype=np.uint64)
+    acc_store, acc_rel = (np.zeros(store.num_nodes, dtype=np.uint64) for _ in range(2))
     p = store.num_parts
     total_edges = sum(
-        _check_part(store, i, inv, acc_store, chunk_edges)
+        _check_part(store, i, inv, acc_store, acc_rel, chunk_edges)
         for i in progress(range(p), total=p, desc="verify: parts", enable=show_progress)
     )
     if total_edges != store.num_edges:
         _fail(f"parts hold {total_edges} in-edges, the graph has {store.num_edges}", meta_path)
     checks.append("per-part CSR, halo ids and owners, orig_ids")
+    if store.schema is not None:
+        checks.append("relation of every in-edge: one per edge, grouped per row, joins its types")
     acc_bucket = _bucket_hashes(store, chunk_edges, checks)
 
     gpath = Path(store.meta.get("graph", {}).get("path") or "/nonexistent")
@@ -288,69 +380,73 @@ def verify_store(
             inv,
             acc_store,
             acc_bucket,
+            acc_rel,
             checks,
             chunk_edges=chunk_edges,
             show=show_progress,
-        )
-    if store.schema is not None:
-        check_typed(
-            store,
-            GraphDir.open(gpath) if source and has_source else None,
-            node_map,
-            inv,
-            checks,
-            chunk_edges=chunk_edges,
         )
     return {"ok": True, "store": str(path), "files": nfiles, "checks": checks, "skipped": skipped}
 
 
 def _check_node_data(store: Store, g: GraphDir, inv: np.ndarray, checks: list[str]) -> None:
+    """Labels, masks and every node type's core (and halo) feature rows equal the source's;
+    an untyped store is one type, ``features.npy``, with the parts' core ranges."""
     labels_path = g.path / "labels.npy"
-    feat_path = g.path / "features.npy"
     masks = {s: g.mask(s) for s in SPLITS}
+    schema, block = store.schema, 1 << 14
+    if schema is None:
+        types, bounds = (
+            [("", "features.npy", 0)],
+            np.stack([store.part_offsets[:-1], store.part_offsets[1:]], 1),
+        )
+    else:
+        types = [(f"{t.name} ", type_feature_file(t.name), t.offset) for t in schema.node_types]
+        bounds = store.type_bounds
     for part in store.parts():
-        lo, hi = part.start, part.stop
-        core_old = inv[lo:hi]
+        i, core_old = part.index, inv[part.start : part.stop]
         if labels_path.exists():
             if part.labels is None or not np.array_equal(
                 read_rows(part.path / "labels.npy", 0, part.num_core),
                 gather_rows(labels_path, core_old),
             ):
-                _fail(
-                    f"part {part.index}: labels differ from the source rows",
-                    part.path / "labels.npy",
-                )
+                _fail(f"part {i}: labels differ from the source rows", part.path / "labels.npy")
         for s in SPLITS:
             if not np.array_equal(np.asarray(part.mask(s)), masks[s][core_old]):
                 _fail(
-                    f"part {part.index}: {s} mask differs from the source split",
-                    part.path / f"{s}_mask.npy",
+                    f"part {i}: {s} mask differs from the source split", part.path / f"{s}_mask.npy"
                 )
-        if feat_path.exists():
-            f_path = part.path / "features.npy"
-            block = 1 << 14
-            for s in range(0, part.num_core, block):
-                ours = read_rows(f_path, s, s + block)
-                theirs = gather_rows(feat_path, core_old[s : s + block])
-                if ours.tobytes() != theirs.tobytes():
+        halo = np.asarray(part.halo_ids, dtype=np.int64)
+        for t, (what, name, offset) in enumerate(types):
+            src, f, hf = g.path / name, part.path / name, part.path / f"halo_{name}"
+            if not src.exists():
+                continue
+            for fp in (f, hf) if store.halo_features else (f,):
+                if not fp.exists():
+                    _fail(f"part {i}: {what}features are missing", fp)
+            lo, hi = (int(v) for v in bounds[i, t : t + 2])
+            for s in range(lo, hi, block):
+                e = min(hi, s + block)
+                if (
+                    read_rows(f, s - lo, e - lo).tobytes()
+                    != gather_rows(src, inv[s:e] - offset).tobytes()
+                ):
                     _fail(
-                        f"part {part.index}: feature rows {s}..{s + ours.shape[0] - 1} differ "
-                        "from the source rows",
-                        f_path,
+                        f"part {i}: {what}feature rows {s - lo}..{e - lo - 1} differ from the "
+                        "source rows",
+                        f,
                     )
-            h_path = part.path / "halo_features.npy"
-            if store.halo_features:
-                halo_old = inv[np.asarray(part.halo_ids, dtype=np.int64)]
-                for s in range(0, part.num_halo, block):
-                    ours = read_rows(h_path, s, s + block)
-                    theirs = gather_rows(feat_path, halo_old[s : s + block])
-                    if ours.tobytes() != theirs.tobytes():
-                        _fail(
-                            f"part {part.index}: halo feature rows {s}.. differ from the "
-                            "source rows",
-                            h_path,
-                        )
-    checks.append("labels, split masks and feature rows equal the source rows")
+            h = halo if schema is None else halo[store.type_of(halo) == t]
+            for s in range(0, h.shape[0] if store.halo_features else 0, block):
+                if (
+                    read_rows(hf, s, s + block).tobytes()
+                    != gather_rows(src, inv[h[s : s + block]] - offset).tobytes()
+                ):
+                    _fail(
+                        f"part {i}: {what}halo feature rows {s}.. differ from the source rows", hf
+                    )
+    checks.append(
+        "labels, split masks and every node type's feature rows (core and halo) equal the source rows"
+    )
 
 
 def inspect_store(path: str | os.PathLike) -> dict[str, Any]:
