@@ -66,13 +66,23 @@ class LinkBatch:
 
 
 def positive_chunks(
-    edges: np.ndarray, *, directed: bool, seed: int, epoch: int, chunk_edges: int = 1 << 16
+    edges: np.ndarray,
+    *,
+    directed: bool,
+    seed: int,
+    epoch: int,
+    chunk_edges: int = 1 << 16,
+    relations: np.ndarray | None = None,
+    target: int | None = None,
 ) -> Iterator[np.ndarray]:
-    """The positive edges of an epoch in block-shuffled order (module docstring)."""
+    """The positive edges of an epoch in block-shuffled order (module docstring); on a
+    typed graph only those whose relation (``relations``, per edge) is ``target``."""
     rng = np.random.default_rng([seed, epoch, 0x11C])
     n_chunks = math.ceil(len(edges) / chunk_edges)
     for c in rng.permutation(n_chunks):
         e = np.asarray(edges[c * chunk_edges : (c + 1) * chunk_edges], dtype=np.int64)
+        if relations is not None:
+            e = e[np.asarray(relations[c * chunk_edges : (c + 1) * chunk_edges]) == target]
         keep = e[:, 0] < e[:, 1] if not directed else e[:, 0] != e[:, 1]
         e = e[keep]
         if not directed:
@@ -87,11 +97,21 @@ def flip_random(pairs: np.ndarray, rng: np.random.Generator) -> None:
 
 
 def draw_negatives(
-    pos: np.ndarray, num_nodes: int, k: int, how: str, rng: np.random.Generator
+    pos: np.ndarray,
+    num_nodes: int,
+    k: int,
+    how: str,
+    rng: np.random.Generator,
+    neg_range: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """``(B, k)`` negative destinations for the ``(B, 2)`` positives."""
+    """``(B, k)`` negative destinations for the ``(B, 2)`` positives; ``neg_range``: the
+    ``[lo, hi)`` ids they are drawn from (a typed target's destination type; default every
+    node)."""
     b = len(pos)
     if how in ("uniform", "owner-local"):  # one process owns every node
+        if neg_range is not None:
+            lo, hi = neg_range
+            return lo + rng.integers(0, hi - lo, size=(b, k), dtype=np.int64)
         return rng.integers(0, num_nodes, size=(b, k), dtype=np.int64)
     if how == "in-batch":
         if b < 2:
@@ -114,7 +134,10 @@ class LinkBatchLoader:
         directed: whether ``edges`` stores both directions of each pair (False) or not;
         num_nodes: size of the id space; batch_size: positives per batch;
         num_neg: negatives per positive (default 1); negatives: ``uniform`` or ``in-batch``;
-        seed: run seed; chunk_edges: rows per shuffled chunk of ``edges`` (default 65536).
+        seed: run seed; chunk_edges: rows per shuffled chunk of ``edges`` (default 65536);
+        relations, target: a typed graph's relation of every edge and the target relation
+            (the positives); neg_range: the ``[lo, hi)`` ids negatives are drawn from
+            (default none: an untyped graph, every edge and every node).
     """
 
     def __init__(
@@ -131,6 +154,9 @@ class LinkBatchLoader:
         seed: int = 0,
         chunk_edges: int = 1 << 16,
         timer: Timer | None = None,
+        relations: np.ndarray | None = None,
+        target: int | None = None,
+        neg_range: tuple[int, int] | None = None,
     ) -> None:
         if negatives not in NEGATIVE_SAMPLERS:
             raise ValueError(
@@ -143,6 +169,7 @@ class LinkBatchLoader:
         self.batch_size, self.num_neg, self.negatives = batch_size, num_neg, negatives
         self.seed, self.chunk_edges = seed, chunk_edges
         self.timer = timer or Timer()
+        self.relations, self.target, self.neg_range = relations, target, neg_range
 
     def positives(self, epoch: int) -> Iterator[np.ndarray]:
         """``(B, 2)`` positive batches of the epoch (the last one may be smaller)."""
@@ -153,6 +180,8 @@ class LinkBatchLoader:
             seed=self.seed,
             epoch=epoch,
             chunk_edges=self.chunk_edges,
+            relations=self.relations,
+            target=self.target,
         ):
             buf = np.concatenate([buf, chunk])
             while len(buf) >= self.batch_size:
@@ -165,7 +194,9 @@ class LinkBatchLoader:
         """Negatives, sampling (positives and reverses excluded) and gather of one batch."""
         t0 = time.perf_counter()
         rng = np.random.default_rng(step_seed)
-        neg_dst = draw_negatives(pos, self.num_nodes, self.num_neg, self.negatives, rng)
+        neg_dst = draw_negatives(
+            pos, self.num_nodes, self.num_neg, self.negatives, rng, self.neg_range
+        )
         nodes = unique_sorted(np.concatenate([pos.ravel(), neg_dst.ravel()]))
         exclude = np.concatenate([pos, pos[:, ::-1]])
         mb = self.sampler.sample(nodes, step_seed, exclude=exclude)

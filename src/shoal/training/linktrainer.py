@@ -24,9 +24,13 @@ import torch
 from torch import nn
 
 from shoal.data.format import GraphDir
+from shoal.data.hetero import HeteroSchema
 from shoal.errors import ShoalInputError
 from shoal.nn.linkpred import build_scorer, link_loss
 from shoal.nn.ondevice import on_device
+from shoal.rows.gather import source_rows
+from shoal.rows.source import RowSource
+from shoal.rows.typed import open_typed_rows
 from shoal.sample.features import FeatureGatherer
 from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import Timer
@@ -68,11 +72,18 @@ log = logging.getLogger(__name__)
 @dataclass
 class LinkData:
     """A split graph: the message-passing graph's CSR, edges and features, and the held-out
-    positives. Arrays are memory maps; nothing is copied whole."""
+    positives. Arrays are memory maps; nothing is copied whole.
+
+    A typed graph (``schema``) predicts one target relation (``shoal data split-edges
+    --target-relation``): its features are every node type's rows in one padded source
+    (:class:`~shoal.rows.typed.TypedRows`), the positives are the stored edges whose
+    relation (``relations``, per edge) is ``target``, negatives are drawn among the target's
+    destination type (``neg_range``, its id range), and each held-out positive is ranked
+    against the split's fixed negatives (``eval_neg``, per split)."""
 
     indptr: np.ndarray
     indices: np.ndarray
-    features: np.ndarray | None
+    features: np.ndarray | RowSource | None
     edges: np.ndarray
     directed: bool
     num_nodes: int
@@ -81,10 +92,18 @@ class LinkData:
     degrees: np.ndarray | None = None
     name: str = "graph"
     path: str | None = None
+    schema: HeteroSchema | None = None
+    relations: np.ndarray | None = None
+    target: int | None = None
+    neg_range: tuple[int, int] | None = None
+    eval_neg: dict[str, np.ndarray] | None = None
 
     @property
     def feature_dim(self) -> int:
-        return 0 if self.features is None else int(self.features.shape[1])
+        x = self.features
+        if x is None:
+            return 0
+        return int(x.dim if isinstance(x, RowSource) else x.shape[1])
 
     @classmethod
     def from_graph_dir(cls, graph: GraphDir | str | os.PathLike) -> LinkData:
@@ -96,12 +115,11 @@ class LinkData:
                 path=g.path,
                 fix=f"split the edges first: shoal data split-edges {g.path} --out DIR",
             )
-        x = g.features()
         csr = g.csr("in")
-        return cls(
+        data = cls(
             indptr=csr.indptr,
             indices=csr.indices,
-            features=x,
+            features=g.features(),
             edges=g.edge_stream().memmap(),
             directed=g.directed,
             num_nodes=g.num_nodes,
@@ -110,6 +128,28 @@ class LinkData:
             name=g.name,
             path=str(g.path),
         )
+        return data if g.schema is None else data._typed(g)
+
+    def _typed(self, g: GraphDir) -> LinkData:
+        """The typed split's target relation, negatives and every type's rows."""
+        split = g.meta.get("link_split") or {}
+        if "target_relation_index" not in split:
+            raise ShoalInputError(
+                "the typed graph's link split names no target relation",
+                path=g.path,
+                fix="split it with shoal data split-edges --target-relation NAME",
+            )
+        neg = split["negatives"]
+        files = {k: Path(g.path) / f for k, f in neg["files"].items()}
+        self.schema = g.schema
+        self.features = open_typed_rows(g)
+        self.relations = g.relations()
+        self.target = int(split["target_relation_index"])
+        self.neg_range = (int(neg["id_range"][0]), int(neg["id_range"][1]))
+        self.eval_neg = {k: np.load(f, mmap_mode="r") for k, f in files.items() if f.exists()}
+        # a relation holding both directions of its pairs: each pair once, oriented at random
+        self.directed = not str(split.get("pairs", "")).startswith("unordered")
+        return self
 
 
 #: held-out positives per block of evaluation negatives (each block has its own stream)
@@ -154,12 +194,18 @@ class LinkTrainer:
         set_threads(config.run.threads)
         torch.manual_seed(config.run.seed)
         self.embedding, self.embedding_opt = self._embedding(config, link, data)
-        gatherer = self.embedding or FeatureGatherer(
-            data.features, normalize=config.model.normalize_features
-        )
+        normalize = config.model.normalize_features
+        if self.embedding is not None:
+            gatherer = self.embedding
+        elif isinstance(data.features, RowSource):  # a typed graph's padded rows
+            gatherer = SourceGatherer(data.features, normalize=normalize)
+        else:
+            gatherer = FeatureGatherer(data.features, normalize=normalize)
         in_dim = link.embedding_dim or data.feature_dim
         self.device = use_device(config.run.device)
-        self.model = model or model_from_config(config, in_dim=in_dim, out_dim=config.model.hidden)
+        self.model = model or model_from_config(
+            config, in_dim=in_dim, out_dim=config.model.hidden, schema=data.schema
+        )
         self.scorer = build_scorer(link.scorer, config.model.hidden, dropout=config.model.dropout)
         self.model, self.scorer = self.model.to(self.device), self.scorer.to(self.device)
         #: what best-validation selection keeps and restores: the encoder and the scorer
@@ -170,7 +216,11 @@ class LinkTrainer:
         )
         self.timer = Timer()
         sampler = NeighborSampler(
-            data.indptr, data.indices, config.sampling.fanouts, num_nodes=data.num_nodes
+            data.indptr,
+            data.indices,
+            config.sampling.fanouts,
+            num_nodes=data.num_nodes,
+            schema=data.schema,
         )
         self.loader = LinkBatchLoader(
             sampler,
@@ -183,6 +233,9 @@ class LinkTrainer:
             negatives=link.negatives,
             seed=config.run.seed,
             timer=self.timer,
+            relations=data.relations,
+            target=data.target,
+            neg_range=data.neg_range,
         )
         self.num_batches = 0
         self._eval_neg: dict[str, np.ndarray] = {}
@@ -191,6 +244,13 @@ class LinkTrainer:
     def _embedding(config: TrainConfig, link: LinkConfig, data: LinkData):
         """The learnable input table and its sparse optimizer (``embedding_dim > 0``); its
         rows become ``data.features`` for evaluation."""
+        if link.embedding_dim and data.schema is not None:
+            raise ShoalInputError(
+                "--embedding-dim on a typed graph: a featureless node type learns its rows "
+                "in the model already",
+                path=data.path,
+                fix="drop --embedding-dim (--type-embeddings disk keeps them on disk)",
+            )
         if not link.embedding_dim:
             if data.features is None:
                 raise ShoalInputError(
@@ -245,17 +305,21 @@ class LinkTrainer:
     def _on_device(self, b):
         """The batch's inputs, blocks and positions on the model's device (the learned
         rows as a leaf there, whose gradient the sparse optimizer reads back)."""
+        # a typed graph's blocks carry their sources' ids (a featureless type's rows)
+        blocks = b.mb.with_node_ids() if b.mb.typed else b.mb.blocks
         if self.device.type == "cpu":
-            return b.x, b.mb.blocks, b.pos, b.neg
+            return b.x, blocks, b.pos, b.neg
         x = b.x.detach().to(self.device).requires_grad_(b.x.requires_grad)
         return (
             x,
-            [blk.to(self.device) for blk in b.mb.blocks],
+            [blk.to(self.device) for blk in blocks],
             b.pos.to(self.device),
             b.neg.to(self.device),
         )
 
     def _negatives(self, split: str, pos: np.ndarray) -> np.ndarray:
+        if self.data.eval_neg and split in self.data.eval_neg:  # the typed split's, fixed
+            return np.asarray(self.data.eval_neg[split], np.int64)
         if split not in self._eval_neg:  # drawn once per split: the same at every evaluation
             self._eval_neg[split] = eval_negatives(
                 self.config.run.seed, split, len(pos), self.data.num_nodes, self.link.eval_negatives
@@ -287,6 +351,8 @@ class LinkTrainer:
             np.concatenate([x.ravel() for s in splits for x in (held[s], negs[s])])
         )
         scorer = on_device(self.scorer, self.device)
+        if self.data.schema is not None and not len(nodes):
+            return {s: (torch.empty(0), torch.empty((0, negs[s].shape[1]))) for s in splits}
         emb = torch.from_numpy(
             layerwise_inference(
                 on_device(self.model, self.device),
@@ -324,7 +390,10 @@ class LinkTrainer:
     def eval_work_ratio(self) -> float:
         """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``): an
         epoch's seeds are every positive's two ends and its negatives."""
-        pos = len(self.data.edges) // (1 if self.data.directed else 2)
+        edges = len(self.data.edges)
+        if self.data.relations is not None:  # the target relation's edges only
+            edges = int(self.data.schema.edge_types[self.data.target].count or edges)
+        pos = edges // (1 if self.data.directed else 2)
         return eval_work_ratio(
             num_nodes=self.data.num_nodes,
             num_edges=len(self.data.edges),
@@ -359,6 +428,17 @@ class LinkTrainer:
                 time.perf_counter() - t0,
             )
         return result
+
+
+class SourceGatherer:
+    """Rows of a batch's nodes from a row source (a typed graph's padded rows), by one
+    planned read of their sorted ids; row-normalised with ``normalize``."""
+
+    def __init__(self, src: RowSource, *, normalize: bool = False) -> None:
+        self.src, self.normalize = src, bool(normalize)
+
+    def gather(self, ids: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(source_rows(self.src, np.asarray(ids), normalize=self.normalize))
 
 
 def _score_held_out(
