@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from shoal.nn.base import BlockGNN, layer_widths
 from shoal.rows.direct import load_array
-from shoal.rows.opener import open_rows
+from shoal.rows.parts import part_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Store
 from shoal.training import TrainConfig, model_from_config
@@ -165,6 +165,13 @@ def _seq_read_rate(feats: Any, nbytes: int = 64 << 20) -> float:
     return got.nbytes / max(time.perf_counter() - t, 1e-9)
 
 
+def _largest_file(part: Any) -> Any:
+    """A typed part's largest feature file (a node type's rows), None when none has rows."""
+    arrays = [part.type_features(n) for n in part.store.type_feature_dims]
+    arrays = [a for a in arrays if a is not None and a.shape[0]]
+    return max(arrays, key=lambda a: a.nbytes, default=None)
+
+
 def _median_time(fn, repeats: int) -> float:
     ts = []
     for _ in range(repeats):
@@ -181,6 +188,7 @@ def _probe_layers(
     width: int,
     rng: np.random.Generator,
     repeats: int,
+    ids_of: Any = None,
     nodes: int = 2048,
 ) -> tuple[list[float], int, int]:
     """Seconds of every layer (forward + backward) on ``nodes`` random core nodes of
@@ -190,7 +198,8 @@ def _probe_layers(
         return [], 0, 0
     k = min(nodes, part.num_core)
     dst = np.sort(rng.choice(part.num_core, size=k, replace=False))
-    blk = sampler.sample(dst, 0, fanouts=(-1,)).blocks[0]
+    mb = sampler.sample(dst, 0, fanouts=(-1,))
+    blk = (ids_of(mb) if ids_of is not None else mb.blocks)[0]
     out = []
     for layer, w in enumerate(layer_widths(model, width)[:-1]):
         x = torch.randn(blk.num_src, w, requires_grad=True)
@@ -222,7 +231,20 @@ def probe_machine(
     part = store.part(part)
     rng = np.random.default_rng(config.run.seed)
     n_local = part.num_core + part.num_halo
-    sampler = NeighborSampler(part.indptr, part.indices, config.sampling.fanouts, num_nodes=n_local)
+    typed = store.schema is not None
+    local = np.concatenate([part.core_ids, np.asarray(part.halo_ids, np.int64)])
+    sampler = NeighborSampler(
+        part.indptr,
+        part.indices,
+        config.sampling.fanouts,
+        num_nodes=n_local,
+        # a typed part: fanouts per relation, its blocks labelled
+        schema=store.schema,
+        node_type=store.type_of(local) if typed else None,
+        edge_types=np.asarray(part.edge_types) if typed else None,
+    )
+    # the blocks a model sees: a typed part's carry their sources' original ids
+    ids_of = (lambda mb: mb.with_node_ids(store.to_orig(local[mb.n_id]))) if typed else None
     batches = []
     sample_s = _median_time(
         lambda: batches.append(sampler.sample(_seeds(part, config.sampling.batch_size, rng))),
@@ -233,36 +255,38 @@ def probe_machine(
     halo = float(np.mean([(mb.n_id >= part.num_core).mean() for mb in batches]))
     remote = float(np.mean([_remote_scale(mb, part.num_core) for mb in batches]))
     mb = batches[-1]
-    feats = part.features  # core rows (the halo's, when stored, sit in a second file)
+    # core rows through the run's row source (a typed part's: every type's, padded)
+    reader = part_rows(part, threads=config.memory.io_threads)
     ids = unique_sorted(mb.n_id)
-    ids = ids[ids < (feats.shape[0] if feats is not None else 0)]
+    ids = ids[ids < (part.num_core if reader is not None else 0)]
     width = int(store.feature_dim or 1)
     gather_s = gather_mem_s = 0.0
-    if feats is not None and ids.size:
-        out = np.empty((ids.size, width), dtype=feats.dtype)
-        reader = open_rows(feats, threads=config.memory.io_threads)
-        read = (lambda: reader.read(ids, out)) if reader else (lambda: np.take(feats, ids, 0, out))
-        gather_s = _median_time(read, repeats) * mb.n_id.size / ids.size  # every row
-        if reader is not None:
-            reader.close()
+    if reader is not None and ids.size:
+        out = np.empty((ids.size, width), dtype=reader.dtype)
+        gather_s = _median_time(lambda: reader.read(ids, out), repeats) * mb.n_id.size / ids.size
         held = out.copy()  # the rows as a cache in memory holds them
         order = np.random.default_rng(0).permutation(ids.size)
         gather_mem_s = _median_time(lambda: np.take(held, order, 0, out), repeats)
         gather_mem_s *= mb.n_id.size / ids.size
-    seq = _seq_read_rate(feats)
-    model = model_from_config(config, in_dim=width, out_dim=int(store.num_classes or 2))
+    if reader is not None:
+        reader.close()
+    seq = _seq_read_rate(_largest_file(part) if typed else part.features)
+    model = model_from_config(
+        config, in_dim=width, out_dim=int(store.num_classes or 2), schema=store.schema
+    )
+    blocks = ids_of(mb) if typed else mb.blocks
     opt = torch.optim.Adam(model.parameters(), lr=config.optim.lr)
     x = torch.randn(mb.n_id.size, width)
     y = torch.randint(0, int(store.num_classes or 2), (mb.num_seeds,))
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x, mb.blocks), y).backward()
+        F.cross_entropy(model(x, blocks), y).backward()
         opt.step()
 
     step()  # warm-up (allocations, first kernels)
     compute_s = _median_time(step, repeats)
-    layer_s, k, sources = _probe_layers(model, part, sampler, width, rng, repeats)
+    layer_s, k, sources = _probe_layers(model, part, sampler, width, rng, repeats, ids_of)
     if isinstance(network, tuple):
         bw, lat, label = network
     elif network in (None, "loopback"):
