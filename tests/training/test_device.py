@@ -9,6 +9,7 @@ import torch
 from shoal.graph.blocks import Batch
 from shoal.training import TrainConfig, Trainer
 from shoal.training.device import DeviceFeed
+from tests.training.test_linktrainer import cora_link  # noqa: F401  (fixture)
 from tests.training.test_trainer import cfg, tiny  # noqa: F401  (fixture)
 
 CUDA = torch.cuda.is_available()
@@ -152,3 +153,51 @@ def test_cuda_out_of_core_training_matches_in_memory_cpu(make_graph, monkeypatch
     got, ref = small.evaluate(("val", "test")), big.evaluate(("val", "test"))
     for s in ("val", "test"):  # ties in argmax are unlikely; allow two nodes
         assert abs(got[s] - ref[s]) <= 2 / 300 + 1e-12
+
+
+@pytest.fixture(scope="module")
+def igbh(tmp_path_factory):
+    """An IGBH-shaped typed graph (a featureless type included)."""
+    from shoal.data.synth.igbh import IGBHConfig, generate_igbh
+
+    cfg_ = IGBHConfig(scale=0.01, features=8, classes=3, seed=1, featureless=("conference",))
+    return generate_igbh(tmp_path_factory.mktemp("typed_device") / "g", cfg_, show_progress=False)
+
+
+def _typed_run(graph, device: str, model: str):
+    """R-GCN or R-GAT on ``device``, without dropout; the run differs only in the device."""
+    from shoal.training import TrainData
+
+    kw = dict(model=model, device=device, dropout=0.0, fanouts=(5, 5), hidden=16, batch_size=128)
+    kw |= {"heads": 2} if model == "rgat" else {}
+    return Trainer(cfg(**kw), TrainData.from_graph_dir(graph)).fit()
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("model", ["rgcn", "rgat"])
+def test_cuda_typed_training_matches_the_cpu(igbh, model):
+    """A typed graph's relational batches on the GPU: the CPU run's losses and accuracies."""
+    runs = [_typed_run(igbh, d, model) for d in ("cpu", "cuda")]
+    assert runs[1].config["run"]["device"] == "cuda"
+    for a, b in zip(runs[0].history, runs[1].history, strict=True):
+        assert abs(a["loss"] - b["loss"]) < 1e-4
+    # per-relation sums in another order on the GPU: a node may flip at a tie; allow two
+    assert abs(runs[0].test_accuracy - runs[1].test_accuracy) <= 2 / len(igbh.split("test"))
+
+
+def _link_run(graph, device: str):
+    from shoal.training.linktrainer import LinkConfig, LinkData, LinkTrainer
+    from tests.training.test_linktrainer import cfg as link_cfg
+
+    data = LinkData.from_graph_dir(graph)
+    return LinkTrainer(link_cfg(device=device, epochs=2), LinkConfig(num_neg=2), data).fit()
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_link_prediction_matches_the_cpu(cora_link):  # noqa: F811
+    """``--task link`` on a split Cora: the GPU run's losses and MRR are the CPU run's."""
+    runs = [_link_run(cora_link, d).to_json() for d in ("cpu", "cuda")]
+    assert runs[1]["config"]["run"]["device"] == "cuda"
+    for a, b in zip(runs[0]["history"], runs[1]["history"], strict=True):
+        assert abs(a["loss"] - b["loss"]) < 1e-4
+    assert runs[1]["test_mrr"] == pytest.approx(runs[0]["test_mrr"], abs=1e-3)
