@@ -3,11 +3,14 @@
 ``tests/engines/fixture_engine/`` is an engine written outside ``shoal/engines`` (its spec,
 configuration, flag and step); registered through ``SHOAL_ENGINES`` it trains through
 ``shoal train --engine trivial`` with its own flag, on one and on two processes, and nothing
-else in shoal names it.
+else in shoal names it. Its spec is the whole truth about it: its configuration class, what it
+supports (the new fields' defaults: node classification, untyped stores, every device, factory
+models) and what is refused, in one place (``get_engine``), naming the engines that can.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,12 +20,16 @@ from pathlib import Path
 import pytest
 
 from shoal.engines.config import read_config
-from shoal.engines.registry import ENGINES, engine_names, get_engine, get_spec
+from shoal.engines.registry import ENGINES, engine_names, get_engine, get_spec, supporting
+from shoal.engines.spec import EngineSpec
 from shoal.errors import ShoalInputError
 from tests.engines.conftest import community_graph
+from tests.engines.fixture_engine import SPEC as TRIVIAL
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTER = "trivial=tests.engines.fixture_engine:SPEC"
+#: the fixture engine as one computing on the CPU only (registered in a test)
+CPU_ONLY = dataclasses.replace(TRIVIAL, name="cpuonly", devices=("cpu",))
 ARGS = ["--fanouts", "3,3", "--hidden", "8", "--batch-size", "4", "--epochs", "2", "--lr", "0.05"]
 
 
@@ -129,3 +136,52 @@ def test_auto_keeps_the_engine_options_given_until_the_engine_is_chosen():
     assert mb.engine.name == "minibatch" and mb.engine.nproc == 2 and mb.optim.lr == 0.1
     with pytest.raises(ShoalInputError, match="unknown option 'no_such_option'"):
         read_config({"engine": "auto", "no_such_option": 1})
+
+
+def test_the_spec_holds_the_config_and_the_support_flags(monkeypatch):
+    from shoal.engines.base import Engine
+    from shoal.engines.minibatch.config import MinibatchConfig
+    from shoal.training import TrainConfig
+    from tests.engines.fixture_engine.config import TrivialConfig
+    from tests.engines.fixture_engine.engine import TrivialEngine
+
+    monkeypatch.setenv("SHOAL_ENGINES", REGISTER)
+    spec = get_spec("trivial")  # the fixture's spec: every new field at its default
+    assert (spec.tasks, spec.typed, spec.factory_models) == (("node",), False, True)
+    assert (spec.devices, spec.report_fields, spec.demo) == (("cpu", "cuda"), (), None)
+    assert TrivialEngine.spec() is spec and spec.typed_engine is None
+    assert isinstance(TrivialEngine.options_of(TrainConfig()), TrivialConfig)  # spec.config
+    assert get_engine("minibatch").spec().config is MinibatchConfig
+    for name in engine_names():  # no second copy of the spec on the classes
+        cls = get_engine(name)
+        assert cls.reads_typed == get_spec(name).typed
+        assert not any(hasattr(cls, a) for a in ("options_class", "accepts_factory_models"))
+    assert not hasattr(Engine, "reads_typed")  # the base class is registered under no name
+    with pytest.raises(ValueError, match="link_engine"):
+        EngineSpec(name="x", summary="x", engine="m:C", link_engine="m:L")
+    with pytest.raises(ValueError, match="tasks must be"):
+        EngineSpec(name="x", summary="x", engine="m:C", tasks=("graph",))
+
+
+def test_refusals_come_from_the_spec_and_name_the_engines_that_can(monkeypatch):
+    monkeypatch.setenv("SHOAL_ENGINES", f"{REGISTER},cpuonly=tests.engines.test_registry:CPU_ONLY")
+    typed = supporting(typed=True)
+    assert "trivial" not in typed and set(typed) == {n for n in ENGINES if get_spec(n).typed}
+    with pytest.raises(ShoalInputError, match="trivial engine does not train a typed") as e:
+        get_engine("trivial", typed=True)
+    assert f"--engine {' or '.join(typed)} (node classification)" in e.value.fix
+    links = supporting("link")
+    assert links == [n for n in engine_names() if "link" in get_spec(n).tasks]
+    with pytest.raises(ShoalInputError, match="does not support --task link") as e:
+        get_engine("trivial", "link")
+    assert f"--engine {' or '.join(links)}," in e.value.fix
+    own = [n for n in engine_names() if not get_spec(n).factory_models]
+    for name in own:
+        with pytest.raises(ShoalInputError, match="cannot run a --model-factory model") as e:
+            get_engine(name, factory=True)
+        assert e.value.fix.endswith(", ".join(supporting(factory=True)))
+    assert "trivial" in supporting(factory=True) and not set(own) & set(supporting(factory=True))
+    assert get_engine("cpuonly", device="cpu") is get_engine("trivial")
+    with pytest.raises(ShoalInputError, match="does not compute on --device cuda:1") as e:
+        get_engine("cpuonly", device="cuda:1")
+    assert "cpuonly" not in e.value.fix and "--engine minibatch or" in e.value.fix

@@ -32,6 +32,8 @@ from shoal.distributed import (
     parts_of_rank,
 )
 from shoal.distributed.runtime import local_peers
+from shoal.engines.registry import get_engine, get_spec
+from shoal.engines.spec import EngineSpec
 from shoal.errors import ShoalInputError
 from shoal.nn.ondevice import on_device
 from shoal.rows.backends import use_row_backend
@@ -80,6 +82,20 @@ def _first_rows(store: Store) -> Any:
     return part_rows(store.part(0)) if store.schema is not None else store.part(0).features
 
 
+class _SpecFlag:
+    """A class attribute read from the engine's registered spec (:meth:`Engine.spec`)."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __get__(self, obj: Any, owner: type[Engine]) -> Any:
+        try:
+            spec = owner.spec()
+        except ShoalInputError as e:  # an engine class registered under no name
+            raise AttributeError(f"{owner.__name__}: {e}") from e
+        return getattr(spec, self.field)
+
+
 class Engine(ABC):
     """A distributed training strategy over a store (one instance per rank).
 
@@ -87,19 +103,21 @@ class Engine(ABC):
         store: the opened store; config: the run's :class:`~shoal.training.TrainConfig`
         (its ``engine`` holds this engine's options: :attr:`options`); ctx: the process group.
 
-    Subclasses set ``model`` and ``optimizer`` (checkpointed) and ``num_batches`` (reported),
-    and implement :meth:`train_epoch`; they may extend :meth:`state`/:meth:`load_state`.
+    Subclasses set ``name`` (the name its :class:`~shoal.engines.spec.EngineSpec` is
+    registered under: its configuration class and what it supports are read there),
+    ``model`` and ``optimizer`` (checkpointed) and ``num_batches`` (reported), and implement
+    :meth:`train_epoch`; they may override the hooks below (docs/architecture.md, "Adding an
+    engine").
     """
 
     name: str = "engine"
-    #: the task the engine trains: "node" (classification) or "link" (prediction)
+    #: the task this class trains: "node" (classification) or "link" (prediction); the tasks
+    #: the engine supports are its spec's
     task: str = "node"
     model: nn.Module
     optimizer: torch.optim.Optimizer
     num_batches: int = 0
 
-    #: the engine's configuration class (its options; the base class: none of its own)
-    options_class: type[EngineConfig] = EngineConfig
     #: whether the reserve counts one sampled mini-batch's activations (an engine that
     #: trains on whole parts counts its own layers instead)
     batch_activations: bool = True
@@ -107,14 +125,22 @@ class Engine(ABC):
     #: (every node: an engine whose sampling reaches any node) or ``"local"`` (the rank's own
     #: and halo nodes: an engine that trains on its parts)
     tables_scope: str = "global"
-    #: whether the engine trains typed stores (node types, relations; ``engines/typed.py``)
-    reads_typed: bool = False
+    #: whether the engine trains typed stores: its spec's ``typed`` (kept for older callers)
+    reads_typed = _SpecFlag("typed")
     #: whether the ranks' batches of a step make one global batch (synchronous SGD): its
     #: size is kept when the run resumes on another number of processes
     #: (:meth:`_keep_global_batch`); an engine whose ranks step alone keeps the per-rank batch
     global_batch: bool = False
 
     def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
+        # what the spec does not support is refused in one place (the launcher asks first)
+        get_engine(
+            self.name,
+            self.task,
+            typed=store.schema is not None,
+            factory=bool(config.model.factory),
+            device=ctx.device.type,
+        )
         use_row_backend(config.memory.rows_backend)  # every row this rank reads goes through it
         self.store = store
         self.config = config
@@ -123,8 +149,6 @@ class Engine(ABC):
         self.ctx = ctx
         self.part_to_rank = self.rank_of_parts()
         self.parts = [store.part(int(i)) for i in np.flatnonzero(self.part_to_rank == ctx.rank)]
-        if store.schema is not None and not self.reads_typed:
-            store.refuse_typed(f"the {self.name} engine")
         typed = store.schema is not None
         if (
             self.task == "node"
@@ -326,18 +350,19 @@ class Engine(ABC):
         return self.config
 
     @classmethod
-    def options_of(cls, config: TrainConfig) -> EngineConfig:
-        """``config.engine`` as this engine's :attr:`options_class` (a base
-        :class:`EngineConfig`, or another engine's, keeps its shared options and takes this
-        engine's defaults for the rest)."""
-        opts = config.engine
-        if isinstance(opts, cls.options_class):
-            return opts
-        return cls.options_class(**{**opts.shared(), "name": cls.name})
+    def spec(cls) -> EngineSpec:
+        """The :class:`~shoal.engines.spec.EngineSpec` registered as :attr:`name`."""
+        return get_spec(cls.name)
 
-    #: whether the engine runs a model built by ``--model-factory`` (it works layer by layer
-    #: inside shoal's own models when not)
-    accepts_factory_models = True
+    @classmethod
+    def options_of(cls, config: TrainConfig) -> EngineConfig:
+        """``config.engine`` as this engine's configuration class (its spec's ``config``; a
+        base :class:`EngineConfig`, or another engine's, keeps its shared options and takes
+        this engine's defaults for the rest)."""
+        opts, options_class = config.engine, cls.spec().config
+        if isinstance(opts, options_class):
+            return opts
+        return options_class(**{**opts.shared(), "name": cls.name})
 
     def build_model(
         self, *, in_dim: int | None = None, out_dim: int | None = None, rank: int | None = None
@@ -346,14 +371,8 @@ class Engine(ABC):
         rank (built on the host, see :func:`~shoal.training.model_from_config`);
         ``in_dim``/``out_dim`` default to the store's feature width and class count; ``rank``
         (default this rank's) re-seeds torch afterwards for the rank's own dropout stream
-        (0: not re-seeded)."""
-        if self.train_config.model.factory and not self.accepts_factory_models:
-            raise ShoalInputError(
-                f"the {self.name} engine reaches inside shoal's own models layer by layer; "
-                "it cannot run a --model-factory model",
-                fix="use --model (sage, gcn, gat, gin, sgc), or an engine that takes any model: "
-                "minibatch, averaging, disagg",
-            )
+        (0: not re-seeded; a ``--model-factory`` model is refused in :meth:`__init__` when
+        the spec says the engine does not run one)."""
         return model_from_config(
             self.train_config,
             in_dim=int(self.store.feature_dim) if in_dim is None else in_dim,

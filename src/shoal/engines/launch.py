@@ -115,17 +115,18 @@ def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, di
 
     from shoal.engines.autoplan import plan_engine
     from shoal.engines.config import resolve_auto
+    from shoal.engines.registry import supporting
 
     if tc.task != "node":
         raise ShoalInputError(
             "--engine auto plans node classification only",
-            fix="give --engine minibatch for --task link",
+            fix=f"give --engine {' or '.join(supporting(tc.task))} for --task {tc.task}",
         )
     if store.schema is not None:
         raise ShoalInputError(
             "--engine auto does not estimate typed stores yet",
             path=store.path,
-            fix="give --engine minibatch or --engine averaging",
+            fix=f"give --engine {' or '.join(supporting(typed=True))}",
         )
     box: list[Any] = [None]
     plan = plan_engine(store, tc, ctx.world_size, ctx=ctx if ctx.world_size > 1 else None)
@@ -223,8 +224,14 @@ def run(spec: LaunchSpec) -> int:
     if name != "auto":  # a clear error for an unknown engine, first
         get_engine(name, task)
     store = Store.open(spec.store)  # fail early, before starting processes
-    if name != "auto" and store.schema is not None:  # and one that refuses a typed store
-        get_engine(name, task, typed=True)
+    if name != "auto":  # and on what the engine does not support (its spec's flags)
+        get_engine(
+            name,
+            task,
+            typed=store.schema is not None,
+            factory=bool(spec.train.model.factory),
+            device=spec.train.run.device,
+        )
     resolve_device(spec.train.run.device)  # --device cuda without a GPU: exit 2 here, once
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if under_torchrun or spec.train.engine.nproc == 1:

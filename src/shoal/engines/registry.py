@@ -14,16 +14,17 @@ from __future__ import annotations
 import os
 from importlib.metadata import entry_points
 
-from shoal.engines.spec import EngineSpec, load_object
+from shoal.engines.spec import EngineSpec, ReportField, load_object
 from shoal.errors import ShoalInputError
 
 __all__ = [
     "ENGINES",
+    "demo_specs",
     "engine_names",
     "get_engine",
     "get_spec",
-    "link_engine_names",
-    "typed_engine_names",
+    "report_fields",
+    "supporting",
 ]
 
 #: Engine names -> "module:SPEC".
@@ -75,34 +76,90 @@ def get_spec(name: str) -> EngineSpec:
     return spec
 
 
-def link_engine_names() -> list[str]:
-    """The engines that train ``--task link``."""
-    return [n for n in engine_names() if get_spec(n).link_engine]
+def supporting(
+    task: str = "node", *, typed: bool = False, factory: bool = False, device: str | None = None
+) -> list[str]:
+    """The engines that support the case (:meth:`EngineSpec.supports`), in registry order."""
+    case = {"typed": typed, "factory": factory, "device": device}
+    return [n for n in engine_names() if get_spec(n).supports(task, **case)]
 
 
-def typed_engine_names() -> list[str]:
-    """The engines that train typed stores (node types and relations)."""
-    return [n for n in engine_names() if get_spec(n).typed_engine]
+def report_fields() -> tuple[ReportField, ...]:
+    """The fields of their own that the engines' epoch records hold (``shoal report``), in
+    registry order, one per key."""
+    out: dict[str, ReportField] = {}
+    for n in engine_names():
+        for f in get_spec(n).report_fields:
+            out.setdefault(f.key, f)
+    return tuple(out.values())
 
 
-def get_engine(name: str, task: str = "node", *, typed: bool = False) -> type:
-    """The engine class registered as ``name`` for ``task`` on a typed store or not
-    (ShoalInputError listing the valid names, or the engines that support the case)."""
+def demo_specs() -> list[EngineSpec]:
+    """The specs of the engines ``shoal demo`` trains (those with a ``demo`` step)."""
+    return [s for s in map(get_spec, engine_names()) if s.demo is not None]
+
+
+#: the tasks in words, for refusals
+_TASK_WORDS = {"node": "node classification", "link": "link prediction"}
+
+
+def _use(names: list[str], other: str, task: str | None = None) -> str:
+    """A refusal's fix: ``use --engine A or B (task), or other`` (``other`` when none can)."""
+    if not names:
+        return other
+    return f"use --engine {' or '.join(names)}" + (f" ({task})" if task else "") + f", or {other}"
+
+
+def get_engine(
+    name: str,
+    task: str = "node",
+    *,
+    typed: bool = False,
+    factory: bool = False,
+    device: str | None = None,
+) -> type:
+    """The engine class registered as ``name`` for ``task``, after the one check of the
+    case against its spec's support flags (:meth:`EngineSpec.supports`): a typed store
+    (``typed``), a ``--model-factory`` model (``factory``), ``device`` (``"cpu"``,
+    ``"cuda"``, ``"cuda:i"``; None: not checked). ShoalInputError lists the valid names, or
+    names the engines that support what this one refuses."""
     spec = get_spec(name)
-    if typed:
-        if task != "node" or spec.typed_engine is None:
-            raise ShoalInputError(
-                f"the {name} engine does not train a typed store"
-                + (" for --task link" if task != "node" else "")
-                + " yet",
-                fix=f"use --engine {' or '.join(typed_engine_names())} (node classification), "
-                "or train in one process with `shoal train --graph TYPED_GRAPH`",
-            )
-        return load_object(spec.typed_engine)
-    if task == "link" and spec.link_engine is None:
+    if typed and not spec.supports(task, typed=True):
+        can = supporting(task, typed=True)
+        shown = task if can else "node"  # none trains the task on typed stores: say who can
         raise ShoalInputError(
-            f"the {name} engine does not support --task link yet",
-            fix=f"use --engine {' or '.join(sorted(link_engine_names()))}, or train in one "
-            "process on the split graph (--graph DIR --task link)",
+            f"the {name} engine does not train a typed store"
+            + (" for --task link" if task != "node" else "")
+            + " yet",
+            fix=_use(
+                can or supporting("node", typed=True),
+                "train in one process with `shoal train --graph TYPED_GRAPH`",
+                _TASK_WORDS[shown],
+            ),
+        )
+    if task not in spec.tasks:
+        raise ShoalInputError(
+            f"the {name} engine does not support --task {task} yet",
+            fix=_use(
+                supporting(task),
+                f"train in one process on the split graph (--graph DIR --task {task})",
+            ),
+        )
+    if factory and not spec.supports(task, typed=typed, factory=True):
+        can = supporting(task, typed=typed, factory=True)
+        raise ShoalInputError(
+            f"the {name} engine"
+            + (f" (--task {task})" if task != "node" else "")
+            + " reaches inside shoal's own models layer by layer; it cannot run a "
+            "--model-factory model",
+            fix="use --model (sage, gcn, gat, gin, sgc)"
+            + (f", or an engine that takes any model: {', '.join(can)}" if can else ""),
+        )
+    if device is not None and not spec.supports(task, typed=typed, factory=factory, device=device):
+        can = supporting(task, typed=typed, factory=factory, device=device)
+        raise ShoalInputError(
+            f"the {name} engine does not compute on --device {device}",
+            fix=f"use --device {' or '.join(spec.devices)}"
+            + (f", or --engine {' or '.join(can)}" if can else ""),
         )
     return spec.engine_class(task)

@@ -1,10 +1,13 @@
 """``EngineSpec``: everything an engine registers, in one object its package exports.
 
 An engine is one folder ``shoal/engines/<name>/`` whose ``__init__.py`` defines ``SPEC``; one
-line of :mod:`shoal.engines.registry` (or of a plugin's entry point) names it. From the spec
-the rest of shoal finds the engine's class (imported on use), its configuration class, its
-``shoal train`` flags (grouped under the engine's name in ``--help``) and its cost estimate for
-``--engine auto``.
+line of :mod:`shoal.engines.registry` (or of a plugin's entry point) names it. The spec is the
+whole truth about the engine: from it the rest of shoal finds the engine's class (imported on
+use), its configuration class (``Engine.options``), what it supports (tasks, typed stores,
+devices, ``--model-factory`` models: :meth:`EngineSpec.supports`, refused in one place,
+:func:`~shoal.engines.registry.get_engine`), its ``shoal train`` flags (grouped under the
+engine's name in ``--help``), its cost estimate for ``--engine auto``, the fields of its epoch
+records that ``shoal report`` draws, and its step in ``shoal demo``.
 """
 
 from __future__ import annotations
@@ -20,13 +23,40 @@ from shoal.training.engine_config import EngineConfig
 if TYPE_CHECKING:
     from shoal.engines.costs import CostInputs
 
-__all__ = ["EngineSpec", "load_object"]
+__all__ = ["DEVICES", "TASKS", "EngineSpec", "ReportField", "load_object"]
+
+#: the tasks an engine may train: node classification, link prediction
+TASKS = ("node", "link")
+#: the kinds of device an engine's model may compute on (``--device``)
+DEVICES = ("cpu", "cuda")
 
 
 def load_object(target: str) -> Any:
     """The object named ``"package.module:attribute"``."""
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportField:
+    """A field an engine adds to its epoch records, and what ``shoal report`` draws of it.
+
+    Args:
+        key: the record's key (required): a mapping, or with ``per_layer`` a list of
+            mappings, one per layer (its ``"layer"`` names it).
+        cache: the name of the cache whose ``"hit_rate"`` it holds, in the cache plot's
+            legend (``", layer N"`` follows it with ``per_layer``; default None: no cache).
+        caption: that cache as the cache plot's caption names it (default ``cache``).
+        disk_bytes: whether its ``"bytes_read"`` counts bytes read from disk, drawn with the
+            run's other reads (default False).
+        per_layer: whether it is a list of one mapping per layer (default False).
+    """
+
+    key: str
+    cache: str | None = None
+    caption: str | None = None
+    disk_bytes: bool = False
+    per_layer: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,14 +67,21 @@ class EngineSpec:
         name: the name ``--engine`` takes (required).
         summary: one line for ``shoal train --help``: what the engine does and its paper
             (required).
-        engine: ``"module:Class"`` of its :class:`~shoal.engines.base.Engine` subclass for
-            node classification, imported only when a run uses it (required).
-        link_engine: ``"module:Class"`` of its link-prediction variant (default None: the
-            engine does not train ``--task link``).
-        typed_engine: ``"module:Class"`` of its variant for typed stores (node types and
-            relations; default None: the engine refuses a typed store).
+        engine: ``"module:Class"`` of its :class:`~shoal.engines.base.Engine` subclass,
+            imported only when a run uses it (required). It trains typed stores too when
+            ``typed``.
+        link_engine: ``"module:Class"`` of a separate class for ``--task link`` (default
+            None: ``engine`` trains every task in ``tasks``). Such a class trains untyped
+            stores with shoal's own models only, whatever ``typed`` and ``factory_models``
+            say.
         config: its configuration class, an :class:`EngineConfig` subclass whose fields are
-            its options (default :class:`EngineConfig`: no options of its own).
+            its options (default :class:`EngineConfig`: no options of its own); a run's
+            ``Engine.options``.
+        tasks: the tasks it trains, of :data:`TASKS` (default ``("node",)``).
+        typed: whether it trains typed stores (node types and relations; default False).
+        devices: the devices its model computes on, of :data:`DEVICES` (default both).
+        factory_models: whether it runs a model built by ``--model-factory`` (default True;
+            False: it reaches inside shoal's own models layer by layer).
         add_arguments: adds its flags to an argument group (their ``dest`` are ``config``
             fields, their defaults None so that TOML and the defaults fill the rest; default
             None: no flags).
@@ -52,23 +89,71 @@ class EngineSpec:
             ``epoch_s``; None when it cannot estimate the case; default None: never chosen
             automatically).
         excluded: why it cannot run a configuration (None when it can; default: always can).
+        report_fields: the fields of its own that its epoch records hold and ``shoal report``
+            draws (default none).
+        demo: what ``shoal demo``'s step training it says (default None: the demo leaves it
+            out).
+        demo_flags: the flags of its own ``shoal demo`` passes it (default none).
     """
 
     name: str
     summary: str
     engine: str
     link_engine: str | None = None
-    typed_engine: str | None = None
     config: type[EngineConfig] = EngineConfig
+    tasks: tuple[str, ...] = ("node",)
+    typed: bool = False
+    devices: tuple[str, ...] = DEVICES
+    factory_models: bool = True
     add_arguments: Callable[[argparse._ArgumentGroup], None] | None = None
     estimate: Callable[[CostInputs], dict[str, float] | None] | None = None
     excluded: Callable[[CostInputs], str | None] | None = None
+    report_fields: tuple[ReportField, ...] = ()
+    demo: str | None = None
+    demo_flags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = [t for t in self.tasks if t not in TASKS] + [
+            d for d in self.devices if d not in DEVICES
+        ]
+        if bad or not self.tasks:
+            raise ValueError(
+                f"engine {self.name!r}: tasks must be of {TASKS}, devices of {DEVICES}; got "
+                f"tasks {self.tasks}, devices {self.devices}"
+            )
+        if self.link_engine is not None and "link" not in self.tasks:
+            raise ValueError(f"engine {self.name!r}: a link_engine without 'link' in tasks")
+
+    @property
+    def typed_engine(self) -> str | None:
+        """``engine`` when it trains typed stores, else None (kept for older callers: every
+        engine trains typed stores with its own class; read :attr:`typed`)."""
+        return self.engine if self.typed else None
+
+    def supports(
+        self,
+        task: str = "node",
+        *,
+        typed: bool = False,
+        factory: bool = False,
+        device: str | None = None,
+    ) -> bool:
+        """Whether it trains ``task`` on a typed store (``typed``) or not, a
+        ``--model-factory`` model (``factory``) or shoal's own, on ``device`` (``"cpu"``,
+        ``"cuda"``, ``"cuda:i"``; None: any)."""
+        if task not in self.tasks:
+            return False
+        if device is not None and device.partition(":")[0] not in self.devices:
+            return False
+        if task != "node" and self.link_engine is not None:  # the separate link class
+            return not typed and not factory
+        return (self.typed or not typed) and (self.factory_models or not factory)
 
     def engine_class(self, task: str = "node") -> type:
         """The engine class for ``task`` (``"node"`` or ``"link"``)."""
-        target = self.engine if task == "node" else self.link_engine
-        if target is None:
+        if task not in self.tasks:
             raise ValueError(f"the {self.name} engine does not train --task {task}")
+        target = self.link_engine if task != "node" and self.link_engine else self.engine
         return load_object(target)
 
     def make_config(self, options: dict[str, Any]) -> EngineConfig:

@@ -337,7 +337,7 @@ class Store:
             f"{what} does not read node types and relations yet",
             path=self.path,
             fix="train a typed graph with `shoal train --graph` (one process), or an engine "
-            "that reads typed stores (minibatch, averaging)",
+            "that reads typed stores (`shoal train --engine` names them when it refuses one)",
         )
 
     def part(self, i: int) -> Partition:

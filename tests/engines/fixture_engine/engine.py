@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from shoal.engines.minibatch.engine import MinibatchEngine
-from tests.engines.fixture_engine.config import TrivialConfig
 
 
 class TrivialEngine(MinibatchEngine):
     name = "trivial"
-    options_class = TrivialConfig
 
     def __init__(self, store, config, ctx) -> None:
         super().__init__(store, config, ctx)

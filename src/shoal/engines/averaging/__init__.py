@@ -11,8 +11,9 @@ SPEC = EngineSpec(
     summary="local training on parts + weighted model averaging every k epochs, needs a "
     "store built with --halo-features (SDT-GNN)",
     engine="shoal.engines.averaging.engine:AveragingEngine",
-    typed_engine="shoal.engines.averaging.engine:AveragingEngine",
     config=AveragingConfig,
+    typed=True,  # fanouts per relation, every type's rows in one source
     add_arguments=options.add_arguments,
     estimate=costs.estimate,
+    demo="SDT-GNN-style: each process trains on its own parts alone, models averaged every epoch",
 )

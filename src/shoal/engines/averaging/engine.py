@@ -66,7 +66,6 @@ from shoal.engines.averaging.average import (
     average_saved_ranks,
     weighted_average_,
 )
-from shoal.engines.averaging.config import AveragingConfig
 from shoal.engines.averaging.halo_hops import GrownPart, grow_parts
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
@@ -118,9 +117,7 @@ class AveragingEngine(Engine):
     """SDT-GNN-style local training with weighted model averaging (see the module docstring)."""
 
     name = "averaging"
-    options_class = AveragingConfig
     tables_scope = "local"  # trains on its parts and their halos
-    reads_typed = True  # a typed store: fanouts per relation, every type's rows in one source
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -54,7 +54,6 @@ from torch.nn import functional as F
 
 from shoal.distributed.runtime import local_peers, nccl_group
 from shoal.engines.base import ENGINE_RESERVE, Engine
-from shoal.engines.disagg.config import DisaggConfig
 from shoal.engines.disagg.msg import recv_batch, send_update
 from shoal.engines.disagg.plan import Roles, assign_parts, default_batch_workers, epoch_schedule
 from shoal.engines.disagg.rowcache import ComputeCache
@@ -110,8 +109,6 @@ class DisaggEngine(Engine):
     """Armada-style disaggregated training (see the module docstring)."""
 
     name = "disagg"
-    options_class = DisaggConfig
-    reads_typed = True  # a typed store: draws per relation, typed blocks sent to compute
 
     def rank_of_parts(self) -> np.ndarray:
         """Evaluation spreads the parts over the batch workers (compute workers hold none)."""

@@ -11,9 +11,13 @@ SPEC = EngineSpec(
     name="fullgraph",
     summary="full-graph training, remote dependencies communicated or recomputed (NeutronStar)",
     engine="shoal.engines.fullgraph.engine:FullGraphEngine",
-    typed_engine="shoal.engines.fullgraph.engine:FullGraphEngine",
     config=FullGraphConfig,
+    typed=True,  # blocks with relations and types, rows padded
+    factory_models=False,  # it runs shoal's own layers one at a time over the full graph
     add_arguments=options.add_arguments,
     estimate=costs.estimate,
     excluded=costs.excluded,
+    demo="NeutronStar-style full-graph training: each remote dependency communicated or "
+    "recomputed, as the cost model picks",
+    demo_flags=("--deps", "hybrid"),
 )

@@ -64,7 +64,6 @@ from torch.nn import functional as F
 from shoal.distributed.comm import exchange
 from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
-from shoal.engines.fullgraph.config import FullGraphConfig
 from shoal.engines.fullgraph.costs import check_fits, memory_bytes
 from shoal.engines.fullgraph.depcomm import RowExchange, Transfer
 from shoal.engines.fullgraph.deps import (
@@ -93,9 +92,6 @@ class FullGraphEngine(Engine):
 
     name = "fullgraph"
     batch_activations = False  # its memory_bytes counts every layer of its parts
-    options_class = FullGraphConfig
-    accepts_factory_models = False
-    reads_typed = True  # a typed store: blocks with relations and types, rows padded
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

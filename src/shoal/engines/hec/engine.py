@@ -89,7 +89,6 @@ from shoal.engines.hec.cache import (
     halo_database,
     select_push,
 )
-from shoal.engines.hec.config import HecConfig
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.nn.base import keyed_dropout, layer_widths
@@ -109,10 +108,7 @@ class HecEngine(Engine):
 
     name = "hec"
     global_batch = True  # synchronous SGD: the step's batch is every rank's
-    options_class = HecConfig
     tables_scope = "local"  # trains on its parts and their halos
-    accepts_factory_models = False
-    reads_typed = True  # relational layers; caches of their inputs (module docstring)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -11,9 +11,12 @@ SPEC = EngineSpec(
     name="minibatch",
     summary="sync SGD with remote sampling and feature pulls (DistDGL)",
     engine="shoal.engines.minibatch.engine:MinibatchEngine",
-    typed_engine="shoal.engines.minibatch.engine:MinibatchEngine",
     link_engine="shoal.engines.minibatch.link:LinkMinibatchEngine",
     config=MinibatchConfig,
+    tasks=("node", "link"),
+    typed=True,  # fanouts per relation, every type's rows in one source
     add_arguments=options.add_arguments,
     estimate=costs.estimate,
+    demo="DistDGL-style synchronous SGD: features pulled from the owning process, gradients "
+    "all-reduced every step",
 )

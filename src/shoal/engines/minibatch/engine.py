@@ -45,7 +45,7 @@ from torch.nn.parallel import DistributedDataParallel
 from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
-from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES, MinibatchConfig
+from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES
 from shoal.engines.minibatch.pipeline import BatchPipeline
 from shoal.graph.blocks import Batch
 from shoal.nn.base import keyed_dropout
@@ -97,8 +97,6 @@ class MinibatchEngine(Engine):
     name = "minibatch"
     global_batch = True  # synchronous SGD: the step's batch is every rank's
     tables_scope = "local"  # own and halo nodes; the sampler asks owners for other degrees
-    options_class = MinibatchConfig
-    reads_typed = True  # a typed store: fanouts per relation, every type's rows in one source
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
