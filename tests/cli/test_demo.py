@@ -1,5 +1,6 @@
-"""shoal demo: its steps train all five engines on the 2-process store and end with the
-report of the runs; the demo prints a result line per run, a table and the report's files.
+"""shoal demo: its steps train every engine the registry gives a demo step (each built-in
+one) on the 2-process store, with the flags its spec says, and end with the report of the runs;
+the demo prints a result line per run, a table and the report's files.
 
 The demo itself trains six runs (about two minutes on two cores): here its commands are
 checked with the real parser and run with a stand-in for training, the report drawn for real.
@@ -7,6 +8,7 @@ checked with the real parser and run with a stand-in for training, the report dr
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 from pathlib import Path
@@ -16,21 +18,39 @@ import pytest
 from shoal.cli import build_parser, main
 from shoal.cli import demo as demo_mod
 from shoal.cli.train import config_from_args
-from shoal.engines.registry import ENGINES as REGISTERED
+from shoal.engines.registry import ENGINES as BUILTIN
+from shoal.engines.registry import get_spec
+from tests.engines.fixture_engine import SPEC as TRIVIAL
 from tests.report.runs import run_result, write_run
 
-FIVE = ["minibatch", "averaging", "hec", "fullgraph", "disagg"]
+#: the fixture engine with a demo step (registered in a test)
+DEMOED = dataclasses.replace(
+    TRIVIAL, name="demoed", demo="an engine from outside", demo_flags=("--trivial-lr-scale", "0.5")
+)
+
+
+def _engines() -> list[str]:
+    """The engines the demo trains: every built-in one, in the registry's order."""
+    names = [name for name, _, _ in demo_mod.demo_engines()]
+    assert names == list(BUILTIN)  # the demo shows every engine shoal has
+    return names
 
 
 def _flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def test_steps_train_the_five_engines_on_the_store_then_report(tmp_path):
+def test_steps_train_every_engine_on_the_store_then_report(tmp_path):
     steps = demo_mod.demo_steps(tmp_path, parts=4, epochs=50)
-    assert sorted(FIVE) == sorted(REGISTERED)  # the demo shows every engine there is
+    engines = _engines()
     trains = [s for s in steps if s.argv[0] == "train"]
-    assert [_flag(s.argv, "--engine") for s in trains if "--store" in s.argv] == FIVE
+    assert [_flag(s.argv, "--engine") for s in trains if "--store" in s.argv] == engines
+    for name, step in zip(engines, trains[1:], strict=True):  # each spec's step and flags
+        spec = get_spec(name)
+        assert step.what == f"engine {name}: {spec.demo}"
+        flags = list(spec.demo_flags)
+        at = step.argv.index("--json") - len(flags)
+        assert step.argv[at : at + len(flags)] == flags
     assert "--graph" in trains[0].argv  # the single-process baseline first
     store = {_flag(s.argv, "--store") for s in trains[1:]}
     assert store == {str(tmp_path / "cora-store")}
@@ -85,15 +105,37 @@ def test_demo_prints_a_result_line_per_engine_a_table_and_the_report(tmp_path, m
     out = capsys.readouterr().out
     line = r"^    => (\w+): 2 processes, test accuracy 0\.650, median epoch 1\.500 s$"
     lines = re.findall(line, out, flags=re.M)
-    assert lines == FIVE
+    engines = _engines()
+    assert lines == engines
     assert "    => single: 1 process, test accuracy 0.650" in out
-    table = out[out.index("shoal demo: the 6 runs") :].splitlines()[1:8]
+    runs = len(engines) + 1
+    table = out[out.index(f"shoal demo: the {runs} runs") :].splitlines()[1 : runs + 2]
     assert table[0].split() == ["engine", "processes", "test", "accuracy", "median", "epoch", "s"]
-    assert [row.split()[0] for row in table[1:7]] == ["single", *FIVE]
+    assert [row.split()[0] for row in table[1:]] == ["single", *engines]
     report = work / "report"
     pngs = {p.name for p in report.glob("*.png")}
     assert {"loss.png", "validation.png", "time_split.png", "bytes.png"} <= pngs
     for name in ("report.md", *pngs):
         assert f"  {report / name}\n" in out
-    assert out.index("[13] compare the runs") > out.index("=> disagg")
-    assert "13 steps done" in out
+    steps = 8 + len(engines)  # 6 to prepare, the baseline, each engine, the report
+    assert out.index(f"[{steps}] compare the runs") > out.index(f"=> {engines[-1]}")
+    assert f"{steps} steps done" in out
+
+
+def test_an_engine_registered_with_a_demo_step_is_trained_by_the_demo(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(
+        "SHOAL_ENGINES",
+        "trivial=tests.engines.fixture_engine:SPEC,demoed=tests.cli.test_demo:DEMOED",
+    )
+    names = [name for name, _, _ in demo_mod.demo_engines()]
+    assert names == [*BUILTIN, "demoed"]  # the fixture has no demo step: left out
+    *_, last, _report = demo_mod.demo_steps(tmp_path)
+    assert last.what == "engine demoed: an engine from outside"
+    assert (
+        _flag(last.argv, "--engine") == "demoed" and _flag(last.argv, "--trivial-lr-scale") == "0.5"
+    )
+    with pytest.raises(SystemExit):
+        build_parser(["demo"]).parse_args(["demo", "--help"])
+    assert "disagg, demoed)" in capsys.readouterr().out.replace("\n", " ")

@@ -1,10 +1,10 @@
 """``shoal demo``: the whole pipeline on the bundled Cora dataset, printing each command.
 
 Every step is an ordinary ``shoal`` command (shown before it runs), so the demo doubles as a
-tour of the CLI: import, partition, store, verify, a single-process baseline, then the five
-engines on the same 2-process store (:data:`ENGINES`), each writing its run JSON, and
-``shoal report`` over those runs. After each run the demo prints one line of its result, and
-a table of all of them before the report.
+tour of the CLI: import, partition, store, verify, a single-process baseline, then the
+registered engines on the same 2-process store (:func:`demo_engines`: each spec says its step
+and flags), each writing its run JSON, and ``shoal report`` over those runs. After each run the
+demo prints one line of its result, and a table of all of them before the report.
 """
 
 from __future__ import annotations
@@ -18,43 +18,18 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["ENGINES", "DemoStep", "bundled_dataset", "demo_steps", "register", "run_demo"]
+__all__ = ["DemoStep", "bundled_dataset", "demo_engines", "demo_steps", "register", "run_demo"]
 
-#: The engines the demo trains on the store, each on 2 processes: (name, what the step says,
-#: the engine's own flags). hec and disagg take batches of 16 seeds (bench/hec.py and
-#: bench/disagg.py's Cora settings): with the default 1024 a Cora epoch is one step, in which
-#: hec never pushes an embedding and disagg has no batch to prepare ahead.
-ENGINES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    (
-        "minibatch",
-        "DistDGL-style synchronous SGD: features pulled from the owning process, gradients "
-        "all-reduced every step",
-        (),
-    ),
-    (
-        "averaging",
-        "SDT-GNN-style: each process trains on its own parts alone, models averaged every epoch",
-        (),
-    ),
-    (
-        "hec",
-        "DistGNN-MB-style: halo nodes' embeddings from a historical cache that their owners "
-        "push to (batches of 16 seeds)",
-        ("--batch-size", "16"),
-    ),
-    (
-        "fullgraph",
-        "NeutronStar-style full-graph training: each remote dependency communicated or "
-        "recomputed, as the cost model picks",
-        ("--deps", "hybrid"),
-    ),
-    (
-        "disagg",
-        "Armada-style disaggregated batch preparation: process 1 samples and loads features, "
-        "process 0 trains (batches of 16 seeds)",
-        ("--batch-workers", "1", "--batch-size", "16"),
-    ),
-)
+
+def demo_engines() -> list[tuple[str, str, tuple[str, ...]]]:
+    """The engines the demo trains on the store, each on :data:`NPROC` processes, in the
+    registry's order: (name, what the step says, the engine's own flags), from each spec's
+    ``demo`` and ``demo_flags`` (an engine whose spec has no ``demo`` is left out)."""
+    from shoal.engines.registry import demo_specs
+
+    return [(s.name, s.demo or "", tuple(s.demo_flags)) for s in demo_specs()]
+
+
 #: Processes of every engine's run.
 NPROC = 2
 
@@ -126,7 +101,7 @@ def _prepare(cora: Path, g: Path, a: Path, s: Path, parts: int) -> list[DemoStep
 
 def demo_steps(work: Path, parts: int = 4, epochs: int = 50) -> list[DemoStep]:
     """The demo's commands, in order, writing into ``work``: the store of ``parts`` parts,
-    a single-process run, the :data:`ENGINES` on :data:`NPROC` processes (``epochs`` each,
+    a single-process run, the :func:`demo_engines` on :data:`NPROC` processes (``epochs`` each,
     run JSONs in ``work/runs``) and the report of those runs in ``work/report``."""
     g, a, s = work / "cora", work / f"cora-spring-{parts}", work / "cora-store"
     runs = work / "runs"
@@ -140,7 +115,7 @@ def demo_steps(work: Path, parts: int = 4, epochs: int = 50) -> list[DemoStep]:
             result=single,
         )
     )
-    for name, what, flags in ENGINES:
+    for name, what, flags in demo_engines():
         out = runs / f"{name}.json"
         argv = ["train", "--store", str(s), "--engine", name, "--nproc", str(NPROC)]
         steps.append(
@@ -244,13 +219,14 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    names = [name for name, _, _ in demo_engines()]
     p = sub.add_parser(
         "demo",
-        help="run the whole pipeline on the bundled Cora dataset, all five engines, a report",
+        help="run the whole pipeline on the bundled Cora dataset, every engine, a report",
         description=(
             "Import the bundled Cora dataset, partition it, build the store and verify it; "
-            "train a GCN on one process, then with each of the five engines (minibatch, "
-            "averaging, hec, fullgraph, disagg) on 2 processes over the store, printing a "
+            f"train a GCN on one process, then with each of the {len(names)} engines "
+            f"({', '.join(names)}) on 2 processes over the store, printing a "
             "line of result after each run and a table of all of them; finally write "
             "`shoal report` of the runs (report.md and PNG plots) into WORKDIR/report. "
             "Each shoal command is printed as it runs. About 2-3 minutes on 2 cores."
