@@ -135,7 +135,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--engines",
         metavar="A,B",
-        help="candidates (default all: minibatch,averaging,hec,disagg,fullgraph)",
+        help="candidates (default: every registered engine with a cost estimate, the "
+        "engines of `shoal train --engine auto`)",
     )
     g.add_argument("--no-engine", action="store_true", help="skip the engine choice")
     g.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from statistics import fmean
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.report.figures import (
     Plot,
@@ -20,17 +20,31 @@ from shoal.report.figures import (
 )
 from shoal.report.load import Run, number
 
+if TYPE_CHECKING:
+    from shoal.engines.spec import ReportField
+
 __all__ = ["BYTE_KINDS", "plot_bytes", "plot_cache"]
 
 
-def _record_bytes(rec: dict[str, Any]) -> dict[str, float | None]:
-    """An epoch record's bytes: sent point to point, all-reduced, read from disk (None where
-    the record has no such field)."""
+def _engine_fields() -> tuple[ReportField, ...]:
+    """The fields of their own that engines add to their epoch records (each registered
+    spec's ``report_fields``), read from the registry when a figure is drawn."""
+    from shoal.engines.registry import report_fields
+
+    return report_fields()
+
+
+def _record_bytes(
+    rec: dict[str, Any], fields: Sequence[ReportField] = ()
+) -> dict[str, float | None]:
+    """An epoch record's bytes: sent point to point, all-reduced, read from disk (the shared
+    ``io`` counters and the engines' ``fields`` that count disk bytes; None where the record
+    has no such field)."""
     comm = rec.get("comm") if isinstance(rec.get("comm"), dict) else {}
     disk_fields = [
         (rec.get("io"), "bytes_read"),
         (rec.get("io"), "structure_bytes_read"),
-        (rec.get("disagg"), "bytes_read"),
+        *((rec.get(f.key), "bytes_read") for f in fields if f.disk_bytes),
     ]
     disk = [number(d.get(k)) for d, k in disk_fields if isinstance(d, dict)]
     disk = [v for v in disk if v is not None]
@@ -55,8 +69,9 @@ def plot_bytes(runs: Sequence[Run]) -> Plot:
         "disk (feature rows and neighbour lists not in memory).",
     )
     have = []
+    fields = _engine_fields()
     for i, run in enumerate(runs):
-        recs = [_record_bytes(r) for r in run.history]
+        recs = [_record_bytes(r, fields) for r in run.history]
         if any(v is not None for rec in recs for v in rec.values()):
             have.append((i, run, recs))
         else:
@@ -104,9 +119,11 @@ def plot_bytes(runs: Sequence[Run]) -> Plot:
     return plot
 
 
-def _hit_rates(run: Run) -> dict[str, tuple[list[int], list[float]]]:
-    """Per cache of the run: epochs and hit rates in % (feature cache, row cache, halo
-    embedding cache per layer)."""
+def _hit_rates(
+    run: Run, fields: Sequence[ReportField] = ()
+) -> dict[str, tuple[list[int], list[float]]]:
+    """Per cache of the run: epochs and hit rates in % (the feature cache, then the caches
+    of the engines' ``fields``, one per layer for a per-layer field)."""
     out: dict[str, tuple[list[int], list[float]]] = {}
 
     def add(name: str, epoch: int, value: Any) -> None:
@@ -119,11 +136,17 @@ def _hit_rates(run: Run) -> dict[str, tuple[list[int], list[float]]]:
     for e, r in zip(run.epochs(), run.history, strict=True):
         if isinstance(r.get("io"), dict):
             add("feature cache", e, r["io"].get("cache_hit_rate"))
-        if isinstance(r.get("disagg"), dict):
-            add("row cache", e, r["disagg"].get("hit_rate"))
-        for layer in r.get("hec") or []:
-            if isinstance(layer, dict):
-                add(f"halo cache, layer {layer.get('layer', '?')}", e, layer.get("hit_rate"))
+        for f in fields:
+            if f.cache is None:
+                continue
+            value = r.get(f.key)
+            if not f.per_layer:
+                if isinstance(value, dict):
+                    add(f.cache, e, value.get("hit_rate"))
+                continue
+            for layer in value or []:
+                if isinstance(layer, dict):
+                    add(f"{f.cache}, layer {layer.get('layer', '?')}", e, layer.get("hit_rate"))
     return out
 
 
@@ -132,16 +155,19 @@ CACHE_STYLES: tuple[tuple[str, str], ...] = (("-", "o"), ("--", "s"), (":", "^")
 
 def plot_cache(runs: Sequence[Run]) -> Plot:
     """Hit rate of every cache a run records, per epoch (colour: run; line style: cache)."""
+    fields = [f for f in _engine_fields() if f.cache is not None]
+    caches = ["the feature cache (rows of high-degree nodes kept in memory)"]
+    caches += [f.caption or f.cache or "" for f in fields]
     plot = Plot(
         name="cache.png",
         title="Cache hit rates",
-        caption="Share of lookups served by a cache, per epoch, summed over ranks: the "
-        "feature cache (rows of high-degree nodes kept in memory), the disaggregated "
-        "engine's row cache, the hec engine's halo embedding cache per layer.",
+        caption="Share of lookups served by a cache, per epoch, summed over ranks: "
+        + ", ".join(caches)
+        + ".",
     )
     have = []
     for i, run in enumerate(runs):
-        rates = _hit_rates(run)
+        rates = _hit_rates(run, fields)
         if rates:
             have.append((i, run, rates))
         else:
