@@ -5,7 +5,7 @@ once and its edges split (``shoal data split-edges --val 0.05 --test 0.1 --seed 
 per seed, the kinds of :data:`KINDS`:
 
 - ``adamic-adar``: the heuristic on the message-passing graph (no training; the same held-out
-  edges and the same fixed negatives as the runs, drawn from the seed as ``LinkTrainer``
+  edges and the same fixed negatives as the runs, drawn from the seed as the link task (``shoal.training.tasks.LinkTask``)
   draws them);
 - ``features``: ``shoal train --task link`` on the graph's features; ``embeddings``: on
   learned node embeddings only (``--embedding-dim 64``);
@@ -88,13 +88,13 @@ def train(split: Path, seed: int, epochs: int, embedding: bool, nproc: int) -> d
 
 
 def heuristic(split: Path, seed: int) -> dict:
-    """Adamic-Adar on the test edges against the same negatives as LinkTrainer (seeded)."""
+    """Adamic-Adar on the test edges against the same negatives as the link task (seeded)."""
     import numpy as np
 
     from shoal.data.format import GraphDir
+    from shoal.training.linkdata import eval_negatives
     from shoal.training.linkheuristics import heuristic_scores
     from shoal.training.linkmetrics import mrr_hits
-    from shoal.training.linktrainer import eval_negatives
 
     g = GraphDir.open(split)
     csr = g.csr("in")

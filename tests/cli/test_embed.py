@@ -12,7 +12,9 @@ import torch
 from shoal.data.importers import import_graph
 from shoal.data.linksplit import EdgeSplitConfig, split_edges
 from shoal.training import TrainConfig, TrainData, Trainer, layerwise_inference
-from shoal.training.linktrainer import LinkConfig, LinkData, LinkTrainer
+from shoal.training.link_config import LinkConfig
+from shoal.training.linkdata import LinkData
+from tests.training.test_linktask import LinkTrainer
 
 CORA = Path(__file__).resolve().parents[2] / "src/shoal/data/datasets/cora/graph.npz"
 

@@ -16,7 +16,7 @@ from shoal.data.hetero import HeteroSchema
 from shoal.data.hetero_writer import HeteroGraphWriter
 from shoal.data.linksplit import EdgeSplitConfig, edge_split_of, split_edges
 from shoal.errors import ShoalInputError
-from shoal.training.linktrainer import eval_negatives
+from shoal.training.linkdata import eval_negatives
 
 
 def random_undirected(n: int, m: int, seed: int = 0) -> np.ndarray:

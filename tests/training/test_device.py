@@ -9,7 +9,7 @@ import torch
 from shoal.graph.blocks import Batch
 from shoal.training import TrainConfig, Trainer
 from shoal.training.device import DeviceFeed
-from tests.training.test_linktrainer import cora_link  # noqa: F401  (fixture)
+from tests.training.test_linktask import cora_link  # noqa: F401  (fixture)
 from tests.training.test_trainer import cfg, tiny  # noqa: F401  (fixture)
 
 CUDA = torch.cuda.is_available()
@@ -186,8 +186,10 @@ def test_cuda_typed_training_matches_the_cpu(igbh, model):
 
 
 def _link_run(graph, device: str):
-    from shoal.training.linktrainer import LinkConfig, LinkData, LinkTrainer
-    from tests.training.test_linktrainer import cfg as link_cfg
+    from shoal.training.link_config import LinkConfig
+    from shoal.training.linkdata import LinkData
+    from tests.training.test_linktask import LinkTrainer
+    from tests.training.test_linktask import cfg as link_cfg
 
     data = LinkData.from_graph_dir(graph)
     return LinkTrainer(link_cfg(device=device, epochs=2), LinkConfig(num_neg=2), data).fit()

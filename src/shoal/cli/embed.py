@@ -56,7 +56,7 @@ def _load_run(ckpt: Path, which: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def _cmd_embed(args: argparse.Namespace) -> int:
     from shoal.data.format import GraphDir
     from shoal.engines.config import read_config
-    from shoal.training.linktrainer import LinkData
+    from shoal.training.linkdata import LinkData
 
     cfg_dict, weights = _load_run(Path(args.checkpoint_dir), args.which)
     cfg = read_config({**cfg_dict, "resume": False}, origin=str(args.checkpoint_dir))

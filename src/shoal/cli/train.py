@@ -134,14 +134,14 @@ def run_train(args: argparse.Namespace) -> int:
 def _run_link(args: argparse.Namespace, config: TrainConfig) -> int:
     """``--task link`` on a graph directory: single-process link prediction (``--store``
     goes to the distributed launcher like the node task)."""
-    from shoal.training.linktrainer import LinkData, LinkTrainer
+    from shoal.training.linkdata import LinkData
 
     if not args.graph:
         raise ShoalInputError(
             "no input given", fix="pass --graph DIR (made by shoal data split-edges)"
         )
     link = config.link
-    result = LinkTrainer(config, link, LinkData.from_graph_dir(args.graph)).fit().to_json()
+    result = Trainer(config, LinkData.from_graph_dir(args.graph)).fit().to_json()
     result["graph"] = str(args.graph)
     k = link.hits_k
     base = result.get("baseline_test_mrr")

@@ -57,7 +57,7 @@ LINK_SPLITS = ("val", "test")
 #: ``--eval-negatives`` default)
 DEFAULT_EVAL_NEGATIVES = 100
 #: held-out positives per block of negatives, each block from its own stream (the trainer's
-#: ``shoal.training.linktrainer.EVAL_CHUNK``)
+#: ``shoal.training.linkdata.EVAL_CHUNK``)
 _NEG_BLOCK = 1 << 14
 _NEG_STREAM = 0xE7A1  # the trainer's evaluation-negative stream tag
 _SPLIT_CODE = {"val": 1, "test": 2}

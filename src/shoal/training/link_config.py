@@ -31,7 +31,7 @@ class LinkConfig:
         embedding_optimizer: ``adam`` (sparse Adam, default) or ``adagrad``.
         embedding_lr: learning rate of the table (default: the model's ``lr``).
         baseline: a heuristic scored on the test edges against the same negatives at the end
-            of :meth:`LinkTrainer.fit`, the score a learned model must beat:
+            of :meth:`LinkTask.finish <shoal.training.tasks.LinkTask.finish>`, the score a learned model must beat:
             ``adamic-adar`` (default), ``common-neighbours`` or ``none``.
     """
 

@@ -51,6 +51,7 @@ class EpochMeter:
         for name in phases:
             self.timer.seconds.setdefault(name, 0.0)
         self.loss_sum, self.correct, self.seen = 0.0, 0, 0
+        self.steps = 0  # batches trained
         self._postfix = postfix
         self.bar = progress(total=total, desc=f"epoch {epoch + 1}", unit="batch", enable=enable)
         self._t0 = time.perf_counter()
@@ -78,6 +79,7 @@ class EpochMeter:
         self.loss_sum += loss * n
         self.correct += correct
         self.seen += n
+        self.steps += 1
         self.bar.update(1)
         if self._postfix:
             self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
@@ -87,6 +89,7 @@ class EpochMeter:
         self.loss_sum += loss_sum
         self.correct += correct
         self.seen += n
+        self.steps += 1
         self.bar.update(1)
 
     def close(self) -> dict[str, Any]:

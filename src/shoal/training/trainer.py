@@ -17,32 +17,32 @@ checkpoints, the best epoch and a resume carry them (``embedding_<type>/``,
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from shoal.nn.ondevice import on_device
 from shoal.rows.budget import PeakFootprint, bytes_freed_by
 from shoal.sample.sampler import NeighborSampler
-from shoal.training.batches import BatchLoader, Timer, train_step
+from shoal.training.batches import BatchLoader, Timer
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.device import DeviceFeed
-from shoal.training.embedding import TableRows, TypeTables
+from shoal.training.embedding import TypeTables
 from shoal.training.footprint import (
     StepShape,
     measured_eval_budget,
     step_activations,
     training_reserve,
 )
-from shoal.training.inference import evaluate, evaluation_bytes
-from shoal.training.loop import EpochLoop, eval_work_ratio
+from shoal.training.inference import evaluation_bytes
+from shoal.training.linkdata import LinkData
+from shoal.training.loop import EpochLoop
 from shoal.training.meter import EpochMeter
 from shoal.training.model import model_from_config
 from shoal.training.presets import resolve_for_data
 from shoal.training.result import RunResult
+from shoal.training.tasks import Task, make_task
 from shoal.utils.device import get_rng_states, set_rng_states, use_device
 from shoal.utils.memory import trim_freed_memory
 from shoal.utils.threads import set_threads
@@ -81,10 +81,22 @@ class Trainer:
             rows from ``x`` (``given``) and accept ``x`` at least ``hidden`` wide.
     """
 
-    def __init__(self, config: TrainConfig, data: TrainData, model: nn.Module | None = None):
-        config = resolve_for_data(config, train_nodes=len(data.train_idx), features=data.features)
+    def __init__(
+        self,
+        config: TrainConfig,
+        data: TrainData | LinkData,
+        model: nn.Module | None = None,
+        *,
+        task: Task | None = None,
+    ):
+        features = data.features  # (a task with learned input rows replaces them)
+        task = task or make_task(config, data)
+        config = resolve_for_data(config, train_nodes=task.num_seeds, features=features)
+        task.config = config
         self.config = config
         self.data = data
+        #: what the run learns: its seeds, its loss and its evaluation
+        self.task = task
         set_threads(config.run.threads)
         self.device = use_device(config.run.device)
         # a typed graph's featureless types with their embeddings on disk (None: in the model)
@@ -92,21 +104,30 @@ class Trainer:
             TypeTables.planned(config, data.schema, data.path) if data.schema is not None else None
         )
         # the model's input width: the tables' rows come in x (at least hidden wide)
-        in_dim = data.feature_dim if disk is None else disk.width(data.feature_dim)
+        in_dim = task.in_dim() or data.feature_dim
+        in_dim = in_dim if disk is None else disk.width(in_dim)
         torch.manual_seed(config.run.seed)
         if model is None:  # built on the host: the same initial weights on every device
             model = model_from_config(
                 config,
                 in_dim=in_dim,
-                out_dim=data.num_classes,
+                out_dim=task.out_dim(),
                 schema=data.schema,
                 given=None if disk is None else disk.given,
             )
         self.model = model.to(self.device)
+        head = task.head()  # (after the model: its initial weights come next)
+        #: what best-validation selection keeps and restores: the model (and the task's head)
+        self.selected_module = None
+        params = list(model.parameters())
+        if head is not None:
+            head.to(self.device)
+            self.selected_module = nn.ModuleDict({"encoder": self.model, "scorer": head})
+            params += list(head.parameters())
         # on a GPU, the next batch is sampled, gathered and staged while the step computes
         self.feed = DeviceFeed(self.device, background=True)
         self.optimizer = torch.optim.Adam(
-            model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+            params, lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
         shape = StepShape.of(config, num_nodes=data.num_nodes, in_dim=in_dim)
         reserve = training_reserve(model, shape, io_threads=config.memory.io_threads)
@@ -119,7 +140,7 @@ class Trainer:
             normalize=config.model.normalize_features,
             io_threads=config.memory.io_threads,
             show_progress=config.run.progress,
-            structure=config.memory.structure,
+            structure=task.structure or config.memory.structure,
         )
         self.features, self.budget = self.store.features, self.store.plan
         #: the on-disk tables (made once the memory plan stands; None: none)
@@ -139,28 +160,21 @@ class Trainer:
         )
         self._lent = 0  # bytes of the feature cache lent to evaluation (end_training)
         self.timer = Timer()
-        self.loader = BatchLoader(
-            self.sampler,
-            self.features,
-            data.labels,
-            data.train_idx,
-            batch_size=config.sampling.batch_size,
-            seed=config.run.seed,
-            timer=self.timer,
-        )
-        # windows when the cache lacks rows: cache and windows sized from the first epoch
-        fit = self.store.read_ahead(
-            self.loader,
-            last_epoch=config.optim.epochs - 1,
-            pack_epochs=config.memory.pack_epochs,
-            scratch_dir=config.memory.scratch_dir,
-            cache_policy=config.memory.cache_policy,
-        )
-        if fit is not None:
-            self.budget.use_fit(fit)
-            log.info("features: %s", fit.describe())
+        self.loader = task.loader(self)
+        if isinstance(self.loader, BatchLoader):
+            # windows when the cache lacks rows: cache and windows sized from the first epoch
+            fit = self.store.read_ahead(
+                self.loader,
+                last_epoch=config.optim.epochs - 1,
+                pack_epochs=config.memory.pack_epochs,
+                scratch_dir=config.memory.scratch_dir,
+                cache_policy=config.memory.cache_policy,
+            )
+            if fit is not None:
+                self.budget.use_fit(fit)
+                log.info("features: %s", fit.describe())
         log.info("%s", self.budget.describe())
-        self.num_batches = len(self.loader)
+        self.num_batches = len(self.loader) if hasattr(self.loader, "__len__") else 0
         self.loop = EpochLoop(
             self,
             config,
@@ -171,11 +185,12 @@ class Trainer:
                 "heads": config.model.heads,
                 "num_nodes": data.num_nodes,
                 "feature_dim": data.feature_dim,
-                "num_classes": data.num_classes,
+                **task.identity(),
                 **_typed_identity(data.schema, self.tables),
             },
             settings={
                 "memory_plan": self.budget.to_dict(),
+                **task.settings(),
                 **_typed_settings(data.schema, self.tables),
             },
         )
@@ -185,6 +200,11 @@ class Trainer:
                 ", ".join(self.tables.names),
                 self.tables.tables[0][1].dir.parent,
             )
+
+    @property
+    def _prefetcher(self) -> Any:
+        """The loader's windows read ahead (None: none, or the loader is gone)."""
+        return getattr(self.loader, "prefetcher", None)
 
     @property
     def epoch(self) -> int:
@@ -206,6 +226,7 @@ class Trainer:
             "torch_rng": get_rng_states(self.device),
             **self.loop.state.to_dict(),
             "config": self.config.to_dict(),
+            **self.task.state(),
         }
         if self.tables is not None:
             snap = bool(self.config.checkpoint.dir)
@@ -219,6 +240,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_states(state["torch_rng"], self.device)
         self.loop.state.load(state)
+        self.task.load_state(state)
         if self.tables is not None and state.get("embedding_snapshot"):
             self.tables.load(self.config.checkpoint.dir)
 
@@ -242,27 +264,21 @@ class Trainer:
         stats0 = self.features.stats.snapshot()
         structure0 = self.sampler.structure_bytes_read
         meter = EpochMeter(
-            epoch, len(self.loader), enable=self.config.run.progress, timer=self.timer, postfix=True
+            epoch,
+            self.num_batches or None,
+            enable=self.config.run.progress,
+            timer=self.timer,
+            postfix=True,
         )
-        key = self.config.run.seed
-        for step, batch in enumerate(self.feed.iterate(self.loader.epoch(epoch))):
-            # masks keyed by (seed, epoch, step, node): one batch per epoch is full-graph
-            # training, the same model as the fullgraph engine's on any number of processes
-            if self.tables is not None:
-                with meter.time("embedding"):
-                    batch = self.tables.embed(batch)
-            with meter.time("forward_backward"):
-                loss, ok = train_step(
-                    self.model, self.optimizer, batch, dropout_key=(key, epoch, step)
-                )
-            if self.tables is not None:
-                with meter.time("embedding"):
-                    self.tables.step()
-            meter.step(loss, ok, len(batch.y))
+        self.task.train_epoch(self, epoch, meter)
+        self.num_batches = self.num_batches or meter.steps
         self.loop.state.epoch = epoch + 1
+        rec = meter.record()
+        if self.task.metric != "accuracy":  # (no class predictions to count)
+            rec["train_accuracy"] = None
         return {
             "epoch": epoch + 1,
-            **meter.record(),
+            **rec,
             "io": {
                 **self._io_record(stats0),
                 # neighbour lists read from disk (sampled ahead: counted when trained)
@@ -272,7 +288,7 @@ class Trainer:
 
     def _io_record(self, before: dict[str, Any]) -> dict[str, Any]:
         """The epoch's feature I/O: rows asked for and served by the cache, bytes read."""
-        pf = self.loader.prefetcher
+        pf = self._prefetcher
         if pf is not None:
             rec = dict(pf.last_epoch_io)
         else:
@@ -285,9 +301,9 @@ class Trainer:
     def evaluate(self, splits: tuple[str, ...] = ("val",)) -> dict[str, float]:
         """Exact accuracy on ``splits``, within what the windows read ahead leave free (and,
         after :meth:`end_training`, the feature cache)."""
-        pf = self.loader.prefetcher if self.loader is not None else None
+        pf = self._prefetcher
         held = pf.pause() if pf is not None else 0
-        n = sum(len(self.data.split(s)) for s in splits)
+        n = self.task.num_targets(splits)
         try:
             # no training step runs: its activations are free, and so is a lent cache; what
             # the process holds now, measured, may leave more
@@ -340,51 +356,34 @@ class Trainer:
             self._lent += bytes_freed_by(self._drop_training_state)
 
     def _drop_training_state(self) -> int:
-        if self.loader.prefetcher is not None:
-            self.loader.prefetcher.close()
+        if self._prefetcher is not None:
+            self._prefetcher.close()
         cache = self.features.release_cache()
         self.sampler.close()
         self.loader = self.sampler = None  # (the prefetcher and the loader refer to each other)
         return cache
 
     def _evaluate(self, splits: tuple[str, ...], budget: int) -> dict[str, float]:
-        data, features, normalize = self.data, self.features, self.config.model.normalize_features
-        if self.tables is not None:  # layer 0 reads the tables' rows (as they are now)
-            rows = TableRows(data.features, self.tables, normalize=bool(normalize))
-            data, features, normalize = replace(data, features=rows), None, False
-        model = on_device(self.model, self.device)
-        budget = max(budget, self.budget.window)
-        return evaluate(
-            model,
-            data,
-            splits,
-            sampler=self.sampler,
-            normalize_features=normalize,
-            batch_size=self.config.eval.batch_size,
-            show_progress=self.config.run.progress,
-            scratch_dir=self.config.memory.scratch_dir,
-            features=features,
-            memory_budget=budget,
-        )
+        return self.task.evaluate(self, splits, max(budget, self.budget.window))
+
+    @property
+    def metric(self) -> str:
+        """The selection metric (the task's)."""
+        return self.task.metric
 
     # ---------------------------------------------------------------- run
     def eval_work_ratio(self) -> float:
         """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``)."""
-        return eval_work_ratio(
-            num_nodes=self.data.num_nodes,
-            num_edges=int(self.data.indptr[-1]),
-            num_seeds=len(self.data.train_idx),
-            fanouts=self.config.sampling.fanouts,
-        )
+        return self.task.eval_work_ratio()
 
     def fit(self) -> RunResult:
         """Train until ``epochs`` or early stopping; test the best-validation model."""
-        if self.loader is not None and self.loader.prefetcher is not None:
-            self.loader.prefetcher.start(self.epoch)  # the first window read as the run starts
+        if self._prefetcher is not None:
+            self._prefetcher.start(self.epoch)  # the first window read as the run starts
         try:
-            return self.loop.fit()
+            return self.task.finish(self.loop.fit())
         finally:  # (not held meanwhile: end_training lets the loader and sampler go)
-            if self.loader is not None and self.loader.prefetcher is not None:
-                self.loader.prefetcher.close()
+            if self._prefetcher is not None:
+                self._prefetcher.close()
             if self.tables is not None:
                 self.tables.flush()

@@ -16,10 +16,12 @@ from shoal.engines.minibatch.linkdata import RankPositives
 from shoal.errors import ShoalInputError
 from shoal.store import Store
 from shoal.training import TrainConfig
-from shoal.training.linktrainer import LinkConfig, LinkData, LinkTrainer
+from shoal.training.link_config import LinkConfig
+from shoal.training.linkdata import LinkData
 from tests.distributed.helpers import run_world
 from tests.engines.conftest import community_graph
 from tests.tolerance import assert_within, link_metric_bounds
+from tests.training.test_linktask import LinkTrainer
 
 
 @pytest.fixture
@@ -137,10 +139,11 @@ def test_distributed_mrr_equals_the_single_process_trainer(link_store):
     )
     tr.fit()
     ref = tr.evaluate(("val", "test"))
-    bounds = {s: link_metric_bounds(*sc, k=5) for s, sc in tr.scores(("val", "test")).items()}
+    scores = tr.task.scores(tr, ("val", "test"))
+    bounds = {s: link_metric_bounds(*sc, k=5) for s, sc in scores.items()}
     state = {
         **{f"encoder.{k}": v for k, v in tr.model.state_dict().items()},
-        **{f"scorer.{k}": v for k, v in tr.scorer.state_dict().items()},
+        **{f"scorer.{k}": v for k, v in tr.task.scorer.state_dict().items()},
     }
     for world in (0, 1, 2):  # 0: the trainer itself
         for r in [ref] if world == 0 else run_world(_evaluate, world, str(store), state):

@@ -50,8 +50,8 @@ from shoal.training import TrainConfig, batch_seed
 from shoal.training.blocked import sum_layers
 from shoal.training.embedding import load_tables, save_tables
 from shoal.training.inference import BLOCKED_BUDGET, Scratch
+from shoal.training.link_config import LinkConfig
 from shoal.training.linkbatches import draw_negatives
-from shoal.training.linktrainer import LinkConfig
 from shoal.training.loop import eval_work_ratio
 from shoal.utils.arrays import unique_sorted
 

@@ -7,10 +7,10 @@ positives whose source it owns.
    rows as :func:`shoal.training.inference.layerwise_inference` on the unpartitioned graph.
 2. **Ranking** (:func:`dist_link_metrics`): the held-out positives (``link_val.npy`` /
    ``link_test.npy`` of the store, new ids) are read in blocks of
-   :data:`~shoal.training.linktrainer.EVAL_CHUNK`; each block's negatives are those of the
-   single-process trainer (:func:`~shoal.training.linktrainer.eval_negative_chunk`, drawn in
+   :data:`~shoal.training.linkdata.EVAL_CHUNK`; each block's negatives are those of the
+   single-process trainer (:func:`~shoal.training.linkdata.eval_negative_chunk`, drawn in
    original ids and mapped to new ones), so for the same weights the MRR equals
-   :class:`~shoal.training.linktrainer.LinkTrainer`'s. The owner of a positive's source scores
+   :class:`~shoal.training.tasks.LinkTask`'s. The owner of a positive's source scores
    it, pulling the other rows from their owners (one collective pull per block; every rank
    reads every block, so the pulls stay paired). Reciprocal-rank and hit sums are all-reduced.
 """
@@ -33,8 +33,8 @@ from shoal.errors import ShoalInputError
 from shoal.store.reader import Partition, Store
 from shoal.training.blocked import sum_layers
 from shoal.training.inference import Scratch
+from shoal.training.linkdata import EVAL_CHUNK, eval_negative_chunk
 from shoal.training.linkmetrics import link_ranks
-from shoal.training.linktrainer import EVAL_CHUNK, eval_negative_chunk
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["dist_link_metrics", "dist_node_embeddings"]

@@ -1,4 +1,5 @@
-"""Single-process link prediction end to end on the bundled Cora graph."""
+"""The link task of the one trainer, end to end on the bundled Cora graph (and a typed
+graph's target relation)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from shoal.data.importers import import_graph
 from shoal.data.linksplit import EdgeSplitConfig, split_edges
 from shoal.errors import ShoalInputError
 from shoal.training import TrainConfig
-from shoal.training.linktrainer import LinkConfig, LinkData, LinkTrainer
+from shoal.training.link_config import LinkConfig
+from shoal.training.linkdata import LinkData
+from shoal.training.tasks import LinkTask
+from shoal.training.trainer import Trainer
 
 CORA = Path(__file__).resolve().parents[2] / "src/shoal/data/datasets/cora/graph.npz"
 
@@ -23,6 +27,10 @@ def cora_link(tmp_path_factory):
     d = tmp_path_factory.mktemp("link")
     g = import_graph(CORA, d / "cora")
     return split_edges(g, d / "cora-link", EdgeSplitConfig(val=0.05, test=0.1, seed=0))
+
+
+def LinkTrainer(config, link, data):  # noqa: N802 (the one trainer, the link task)
+    return Trainer(config, data, task=LinkTask(config, data, link))
 
 
 def cfg(**kw):
@@ -64,8 +72,8 @@ def _adamic_adar(data: LinkData, u: int, v: int) -> float:
 
 
 def test_baseline_is_adamic_adar_on_the_same_negatives(cora_link):
+    from shoal.training.linkdata import eval_negatives
     from shoal.training.linkmetrics import mrr_hits
-    from shoal.training.linktrainer import eval_negatives
 
     data = LinkData.from_graph_dir(cora_link)
     r = LinkTrainer(cfg(epochs=1, seed=3), LinkConfig(eval_negatives=20), data).fit()
@@ -155,11 +163,11 @@ def test_learned_embeddings_without_features(make_graph, tmp_path):
         LinkTrainer(cfg(), LinkConfig(), data)
     link = LinkConfig(embedding_dim=16, embedding_dir=str(tmp_path / "emb"), eval_negatives=20)
     tr = LinkTrainer(cfg(epochs=8, lr=0.02), link, data)
-    w0 = np.array(tr.embedding.weight)
+    w0 = np.array(tr.task.embedding.weight)
     before = tr.evaluate(("val",))["val"]
     r = tr.fit().to_json()
     assert (tmp_path / "emb" / "embedding.npy").exists() and not np.array_equal(
-        np.array(tr.embedding.weight), w0
+        np.array(tr.task.embedding.weight), w0
     )
     assert r["val_mrr"] > before + 0.05, (before, r["val_mrr"])
     with pytest.raises(ShoalInputError, match="another run"):
@@ -185,10 +193,12 @@ def test_learned_table_is_checkpointed_and_resumed_exactly(make_graph, tmp_path)
 
     full, r_full = run("a", 3)
     part, _ = run("b", 2)
-    part.embedding.weight[:] = 0.0  # a crash mid-epoch leaves the working table changed
-    part.embedding.flush()
+    part.task.embedding.weight[:] = 0.0  # a crash mid-epoch leaves the working table changed
+    part.task.embedding.flush()
     resumed, r_res = run("b", 3, resume=True)
-    assert np.allclose(np.array(resumed.embedding.weight), np.array(full.embedding.weight))
+    assert np.allclose(
+        np.array(resumed.task.embedding.weight), np.array(full.task.embedding.weight)
+    )
     assert r_res.history[-1]["loss"] == pytest.approx(r_full.history[-1]["loss"])
     assert (tmp_path / "ck-b" / "embedding" / "embedding.adam_m.npy").exists()
 
@@ -198,20 +208,20 @@ def test_evaluation_scores_in_chunks_equal_the_scores_at_once(cora_link, scorer,
     """Held-out pairs are scored in chunks bounded by EVAL_SCORE_BYTES (O(chunk x K x hidden)
     memory, not O(E_test x K x hidden)); each pair is scored on its own, so the scores are
     those of one pass over every pair."""
-    import shoal.training.linktrainer as lt
+    import shoal.training.linkdata as lt
 
     data = LinkData.from_graph_dir(cora_link)
     tr = LinkTrainer(cfg(epochs=1), LinkConfig(scorer=scorer, eval_negatives=30), data)
-    whole = tr.scores(("val", "test"))
+    whole = tr.task.scores(tr, ("val", "test"))
     monkeypatch.setattr(lt, "EVAL_SCORE_BYTES", 64 * 31 * 8 * 7)  # 7 positives per chunk
-    chunked = tr.scores(("val", "test"))
+    chunked = tr.task.scores(tr, ("val", "test"))
     for s in ("val", "test"):
         (wp, wq), (cp, cq) = whole[s], chunked[s]
         assert wq.shape == (len(wp), 30) and cq.shape == wq.shape and len(wp) > 7
         assert np.allclose(cp.numpy(), wp.numpy(), rtol=0, atol=1e-5)
         assert np.allclose(cq.numpy(), wq.numpy(), rtol=0, atol=1e-5)
-    empty = lt._score_held_out(
-        tr.scorer,
+    empty = lt.score_held_out(
+        tr.task.scorer,
         torch.zeros(3, 64),
         np.arange(3),
         np.zeros((0, 2), np.int64),
