@@ -122,12 +122,6 @@ def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, di
             "--engine auto plans node classification only",
             fix=f"give --engine {' or '.join(supporting(tc.task))} for --task {tc.task}",
         )
-    if store.schema is not None:
-        raise ShoalInputError(
-            "--engine auto does not estimate typed stores yet",
-            path=store.path,
-            fix=f"give --engine {' or '.join(supporting(typed=True))}",
-        )
     box: list[Any] = [None]
     plan = plan_engine(store, tc, ctx.world_size, ctx=ctx if ctx.world_size > 1 else None)
     if ctx.rank == 0:
