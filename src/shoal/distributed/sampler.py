@@ -267,8 +267,8 @@ class DistNeighborSampler(BlockSampler):
         if self._etypes:
             self.relations.hop = self._hop
             et, rt = self._etypes[part.index], self._row_type[part.index]
-            args = (part.indptr, part.indices, et, rt, rows, rows.shape[0])
-            self.relations.count_by_edge_type(*args, c, ex)
+            args = (part.indptr, et, rt, rows, rows.shape[0])
+            self.relations.count_by_edge_type(*args, c, ex, part.indices)
             return
         K._count(part.indptr, rows, rows.shape[0], fanout, c)
 

@@ -150,9 +150,12 @@ class RelationDraws:
         else:
             TK._fill_excl(*args, *ex)
 
-    def count_by_edge_type(self, indptr, indices, etypes, row_type, rows, n: int, counts, ex=None):
+    def count_by_edge_type(
+        self, indptr, etypes, row_type, rows, n: int, counts, ex=None, indices=None
+    ) -> None:
         """:meth:`count_by_range` of a part's local rows ``rows`` (in-edges grouped by
-        relation, ``etypes``; ``row_type`` the type of every local row; keys over local ids)."""
+        relation, ``etypes``; ``row_type`` the type of every local row; keys over local ids;
+        ``indices``, the rows' entries, needed with ``ex``)."""
         b, d, _, f = self._rel()
         if ex is None:
             TK._count_rel(indptr, etypes, rows, n, row_type, b, d, f, counts)

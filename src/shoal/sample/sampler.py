@@ -246,8 +246,8 @@ class NeighborSampler(BlockSampler):
         if self._node_type is None:
             rel.count_by_range(self.indptr, self.indices, self._nodes, n, counts, ex)
         else:
-            args = (self.indptr, self.indices, self._edge_types, self._row_type, self._nodes, n)
-            rel.count_by_edge_type(*args, counts, ex)
+            args = (self.indptr, self._edge_types, self._row_type, self._nodes, n)
+            rel.count_by_edge_type(*args, counts, ex, self.indices)
         rowptr = hop_rowptr(counts, n)
         m = int(rowptr[-1])
         picked = self._grow("_picked", m)
