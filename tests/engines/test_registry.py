@@ -139,7 +139,6 @@ def test_auto_keeps_the_engine_options_given_until_the_engine_is_chosen():
 
 
 def test_the_spec_holds_the_config_and_the_support_flags(monkeypatch):
-    from shoal.engines.base import Engine
     from shoal.engines.minibatch.config import MinibatchConfig
     from shoal.training import TrainConfig
     from tests.engines.fixture_engine.config import TrivialConfig
@@ -149,14 +148,14 @@ def test_the_spec_holds_the_config_and_the_support_flags(monkeypatch):
     spec = get_spec("trivial")  # the fixture's spec: every new field at its default
     assert (spec.tasks, spec.typed, spec.factory_models) == (("node",), False, True)
     assert (spec.devices, spec.report_fields, spec.demo) == (("cpu", "cuda"), (), None)
-    assert TrivialEngine.spec() is spec and spec.typed_engine is None
+    assert TrivialEngine.spec() is spec and not spec.typed
     assert isinstance(TrivialEngine.options_of(TrainConfig()), TrivialConfig)  # spec.config
     assert get_engine("minibatch").spec().config is MinibatchConfig
     for name in engine_names():  # no second copy of the spec on the classes
         cls = get_engine(name)
-        assert cls.reads_typed == get_spec(name).typed
-        assert not any(hasattr(cls, a) for a in ("options_class", "accepts_factory_models"))
-    assert not hasattr(Engine, "reads_typed")  # the base class is registered under no name
+        assert cls.spec() is get_spec(name)
+        attrs = ("options_class", "accepts_factory_models", "reads_typed", "typed_engine")
+        assert not any(hasattr(cls, a) for a in attrs)
     with pytest.raises(ValueError, match="link_engine"):
         EngineSpec(name="x", summary="x", engine="m:C", link_engine="m:L")
     with pytest.raises(ValueError, match="tasks must be"):

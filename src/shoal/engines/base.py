@@ -82,20 +82,6 @@ def _first_rows(store: Store) -> Any:
     return part_rows(store.part(0)) if store.schema is not None else store.part(0).features
 
 
-class _SpecFlag:
-    """A class attribute read from the engine's registered spec (:meth:`Engine.spec`)."""
-
-    def __init__(self, field: str) -> None:
-        self.field = field
-
-    def __get__(self, obj: Any, owner: type[Engine]) -> Any:
-        try:
-            spec = owner.spec()
-        except ShoalInputError as e:  # an engine class registered under no name
-            raise AttributeError(f"{owner.__name__}: {e}") from e
-        return getattr(spec, self.field)
-
-
 class Engine(ABC):
     """A distributed training strategy over a store (one instance per rank).
 
@@ -125,8 +111,6 @@ class Engine(ABC):
     #: (every node: an engine whose sampling reaches any node) or ``"local"`` (the rank's own
     #: and halo nodes: an engine that trains on its parts)
     tables_scope: str = "global"
-    #: whether the engine trains typed stores: its spec's ``typed`` (kept for older callers)
-    reads_typed = _SpecFlag("typed")
     #: whether the ranks' batches of a step make one global batch (synchronous SGD): its
     #: size is kept when the run resumes on another number of processes
     #: (:meth:`_keep_global_batch`); an engine whose ranks step alone keeps the per-rank batch

@@ -124,12 +124,6 @@ class EngineSpec:
         if self.link_engine is not None and "link" not in self.tasks:
             raise ValueError(f"engine {self.name!r}: a link_engine without 'link' in tasks")
 
-    @property
-    def typed_engine(self) -> str | None:
-        """``engine`` when it trains typed stores, else None (kept for older callers: every
-        engine trains typed stores with its own class; read :attr:`typed`)."""
-        return self.engine if self.typed else None
-
     def supports(
         self,
         task: str = "node",

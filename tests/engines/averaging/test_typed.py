@@ -34,7 +34,7 @@ def _fit(rank: int, world: int, store: str, kw: dict, hops: int | str = 1) -> di
 
 def test_the_typed_engine_is_the_engine():
     assert get_engine("averaging", typed=True) is AveragingEngine
-    assert AveragingEngine.reads_typed
+    assert AveragingEngine.spec().typed
 
 
 def test_one_process_on_one_part_trains_as_the_single_process_trainer(typed):

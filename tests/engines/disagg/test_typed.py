@@ -73,7 +73,7 @@ def test_the_typed_engine_is_the_engine():
     from shoal.engines.disagg.engine import DisaggEngine
 
     assert get_engine("disagg", typed=True) is DisaggEngine
-    assert DisaggEngine.reads_typed
+    assert DisaggEngine.spec().typed
 
 
 def test_a_typed_part_loaded_from_buckets_equals_the_store_part(typed):

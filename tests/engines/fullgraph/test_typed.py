@@ -34,7 +34,7 @@ def _fit(rank: int, world: int, store: str, kw: dict) -> dict:
 
 def test_the_typed_engine_is_the_engine():
     assert get_engine("fullgraph", typed=True) is FullGraphEngine
-    assert FullGraphEngine.reads_typed
+    assert FullGraphEngine.spec().typed
 
 
 # every neighbour, one batch holding every training node: the Trainer's full-graph step

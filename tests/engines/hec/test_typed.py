@@ -47,7 +47,7 @@ def test_the_typed_engine_is_the_engine_itself():
     from shoal.engines.hec.engine import HecEngine
 
     assert get_engine("hec", typed=True) is HecEngine
-    assert HecEngine.reads_typed
+    assert HecEngine.spec().typed
 
 
 @pytest.mark.parametrize("model", ["rgcn", "rgat"])
