@@ -45,7 +45,8 @@ uncapped, then each rank in its own cgroup-v1 memory group capped at ``--cap`` (
 and its page cache; the store's pages dropped before each run; ranks started with torchrun's
 environment, ``common.run_capped_each``). A ``fraction:K`` cap is a K-th of rank 0's feature
 rows (core and halo) plus the footprint the uncapped run's memory plan measured
-(``common.cap_bytes``); without a memory plan in the uncapped run's JSON it cannot be sized and
+(``common.cap_bytes``): the run's memory plan, whose default takes 90% of the cgroup's limit,
+so the cgroup is that over 0.9 (the tenth the plan leaves to the kernel and page cache); without a memory plan in the uncapped run's JSON it cannot be sized and
 the capped run is recorded as not run. Each row: median epoch seconds (the first epoch left
 out) and evaluation seconds with their ratio to the uncapped run's, bytes read per epoch
 against the distinct rows' bytes the epoch needed (each epoch's ``io`` record), test accuracy.
@@ -361,6 +362,8 @@ def cap_part(a: argparse.Namespace, prep: Prep, res: dict, save) -> None:
             continue
         try:
             limit = cap_bytes(a.cap, feats, base.get("train"))
+            if a.cap.startswith("fraction:"):  # the plan's default: 90% of the cgroup's limit
+                limit = int(limit / 0.9)
         except SystemExit as e:  # fraction:K without the uncapped run's memory plan
             why = f"{e}: the uncapped run's JSON has no config.memory_plan"
             if base["status"] != "trained":
