@@ -146,14 +146,6 @@ def test_an_untyped_graph_has_no_schema(tmp_path):
     assert g.schema is None and g.relations() is None and g.meta["format_version"] == 1
 
 
-def test_stages_that_read_only_untyped_graphs_refuse_a_typed_one(tmp_path):
-    from shoal.training.data import TrainData
-
-    g = _write(tmp_path / "g")
-    with pytest.raises(ShoalInputError, match=r"typed graph \(3 node types, 2 relations\)"):
-        TrainData.from_graph_dir(g)
-
-
 def test_partition_metrics_report_each_node_type_s_balance(tmp_path):
     from shoal.partition.metrics import partition_metrics
 

@@ -193,6 +193,5 @@ def test_an_untyped_store_has_no_types(tmp_path, make_graph):
     store = _store(tmp_path, g, np.zeros(3, np.int64))
     assert store.schema is None and store.meta["format_version"] == 1
     assert store.part(0).edge_types is None
-    store.refuse_typed("anything")  # no error
     with pytest.raises(ShoalInputError, match="untyped"):
         store.part(0).type_features("paper")

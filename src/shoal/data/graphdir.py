@@ -220,20 +220,6 @@ class GraphDir:
             in_deg += np.bincount(chunk[:, 1], minlength=n)
         return out_deg, in_deg
 
-    def refuse_typed(self, what: str) -> None:
-        """Raise a clear error when this is a typed graph and ``what`` (a command or stage)
-        reads only untyped ones."""
-        s = self.schema
-        if s is None:
-            return
-        raise ShoalInputError(
-            f"a typed graph ({len(s.node_types)} node types, {len(s.edge_types)} relations): "
-            f"{what} does not read node types and relations yet",
-            path=self.path,
-            fix="`shoal data info` lists its types; partitioning reads it as it is (edges of "
-            "global ids)",
-        )
-
     def relations(self) -> np.ndarray | None:
         """A typed graph's ``(E,)`` relation index of each edge row (the order of
         :meth:`edge_stream`; a memory map), or None for an untyped graph."""

@@ -327,19 +327,6 @@ class Store:
         """A typed store's feature width of each node type that has features."""
         return {k: int(v) for k, v in (self.meta.get("type_feature_dims") or {}).items()}
 
-    def refuse_typed(self, what: str) -> None:
-        """Raise a clear error when this is a typed store and ``what`` reads untyped ones."""
-        s = self.schema
-        if s is None:
-            return
-        raise ShoalInputError(
-            f"a typed store ({len(s.node_types)} node types, {len(s.edge_types)} relations): "
-            f"{what} does not read node types and relations yet",
-            path=self.path,
-            fix="train a typed graph with `shoal train --graph` (one process), or an engine "
-            "that reads typed stores (`shoal train --engine` names them when it refuses one)",
-        )
-
     def part(self, i: int) -> Partition:
         """Part ``i`` (cached)."""
         i = int(i)
