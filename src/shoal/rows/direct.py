@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shoal.rows import _kernels as K
-from shoal.rows.source import FileShape, ReadStats
+from shoal.rows.source import FileShape, ReadStats, check_read
 from shoal.utils.mapped import file_of
 
 __all__ = ["MAX_RUN", "MERGE_GAP", "PAGE", "RowFile", "RowReader", "load_array"]
@@ -150,27 +150,10 @@ class RowReader(FileShape):
         file's dtype with ``dim`` columns. Raises OSError when the file is shorter than a row.
         """
         f = self.file
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        ids, dest = check_read(ids, out, dest, out2, num_rows=f.num_rows, dim=f.dim, dtype=f.dtype)
         n = len(ids)
-        if out.dtype != f.dtype or out.ndim != 2 or out.shape[1] != f.dim:
-            raise ValueError(f"out must be ({n}+, {f.dim}) {f.dtype}, got {out.shape} {out.dtype}")
-        if not out.flags.c_contiguous:
-            raise ValueError("out must be C-contiguous")
         if n == 0:
             return 0
-        if ids[0] < 0 or ids[-1] >= f.num_rows or (n > 1 and np.any(np.diff(ids) <= 0)):
-            raise ValueError(f"ids must be sorted, unique and in [0, {f.num_rows})")
-        dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
-        low = -out2.shape[0] if out2 is not None else 0
-        if len(dest) != n or (n and (dest.min() < low or dest.max() >= out.shape[0])):
-            raise ValueError("dest must give one row of out (or out2) per id")
-        if out2 is not None and (
-            out2.dtype != f.dtype
-            or not out2.flags.c_contiguous
-            or out2.ndim != 2
-            or out2.shape[1] != f.dim
-        ):
-            raise ValueError("out2 must be like out")
         start = np.empty(n, np.int64)
         end = np.empty(n, np.int64)
         ptr = np.empty(n + 1, np.int64)

@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["FileShape", "ReadStats", "RowSource"]
+__all__ = ["FileShape", "ReadStats", "RowSource", "check_read"]
 
 
 @dataclass
@@ -137,3 +137,37 @@ class FileShape:
     def bytes_for(self, ids: np.ndarray) -> int:
         """Bytes the rows ``ids`` (sorted, unique) occupy (what a read of them delivers)."""
         return len(ids) * self.file.row_bytes
+
+
+def check_read(
+    ids: np.ndarray,
+    out: np.ndarray,
+    dest: np.ndarray | None,
+    out2: np.ndarray | None,
+    *,
+    num_rows: int,
+    dim: int,
+    dtype: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The arguments of :meth:`RowSource.read` checked against a source of ``num_rows`` rows
+    of ``dim`` items of ``dtype``: ``(ids, dest)`` as contiguous int64 (``dest`` default
+    ``0 .. n - 1``); a ValueError names the argument that does not fit."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    n = len(ids)
+    if out.dtype != dtype or out.ndim != 2 or out.shape[1] != dim:
+        raise ValueError(f"out must be ({n}+, {dim}) {dtype}, got {out.shape} {out.dtype}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
+    if n == 0:
+        return ids, dest
+    if ids[0] < 0 or ids[-1] >= num_rows or (n > 1 and np.any(np.diff(ids) <= 0)):
+        raise ValueError(f"ids must be sorted, unique and in [0, {num_rows})")
+    low = -out2.shape[0] if out2 is not None else 0
+    if len(dest) != n or dest.min() < low or dest.max() >= out.shape[0]:
+        raise ValueError("dest must give one row of out (or out2) per id")
+    if out2 is not None and (
+        out2.dtype != dtype or not out2.flags.c_contiguous or out2.ndim != 2 or out2.shape[1] != dim
+    ):
+        raise ValueError("out2 must be like out")
+    return ids, dest

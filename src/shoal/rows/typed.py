@@ -34,7 +34,7 @@ import numpy as np
 from shoal.errors import ShoalInputError
 from shoal.rows.memory import MemoryRows
 from shoal.rows.opener import open_rows
-from shoal.rows.source import ReadStats, RowSource
+from shoal.rows.source import ReadStats, RowSource, check_read
 from shoal.rows.stacked import StackedReader
 
 __all__ = ["Segment", "TypedRows", "open_part_rows", "open_typed_rows"]
@@ -239,27 +239,9 @@ class TypedRows:
 
     # ------------------------------------------------------------------ reads
     def _check(self, ids, out, dest, out2) -> tuple[np.ndarray, np.ndarray]:
-        n = len(ids)
-        if out.dtype != self.dtype or out.ndim != 2 or out.shape[1] != self.dim:
-            raise ValueError(
-                f"out must be ({n}+, {self.dim}) {self.dtype}, got {out.shape} {out.dtype}"
-            )
-        if not out.flags.c_contiguous:
-            raise ValueError("out must be C-contiguous")
-        if n and (ids[0] < 0 or ids[-1] >= self.num_rows or np.any(np.diff(ids) <= 0)):
-            raise ValueError(f"ids must be sorted, unique and in [0, {self.num_rows})")
-        dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
-        low = -out2.shape[0] if out2 is not None else 0
-        if len(dest) != n or (n and (dest.min() < low or dest.max() >= out.shape[0])):
-            raise ValueError("dest must give one row of out (or out2) per id")
-        if out2 is not None and (
-            out2.dtype != self.dtype
-            or not out2.flags.c_contiguous
-            or out2.ndim != 2
-            or out2.shape[1] != self.dim
-        ):
-            raise ValueError("out2 must be like out")
-        return ids, dest
+        return check_read(
+            ids, out, dest, out2, num_rows=self.num_rows, dim=self.dim, dtype=self.dtype
+        )
 
     def read(
         self,

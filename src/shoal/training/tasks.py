@@ -28,7 +28,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,8 +58,10 @@ from shoal.training.meter import EpochMeter
 from shoal.training.result import RunResult
 from shoal.utils.arrays import unique_sorted
 
-if TYPE_CHECKING:
-    from shoal.training.trainer import Trainer
+#: the trainer a task serves (:class:`~shoal.training.trainer.Trainer`, which imports this
+#: module: the hooks read its ``model``, ``optimizer``, ``features``, ``sampler``, ``loader``,
+#: ``feed``, ``tables``, ``timer`` and ``device``)
+Trainer = Any
 
 __all__ = ["LinkTask", "NodeTask", "Task", "make_task"]
 
