@@ -34,7 +34,7 @@ from shoal.store.reader import Partition, Store
 from shoal.training.blocked import sum_layers
 from shoal.training.inference import BLOCKED_BUDGET, RowProvider, Scratch, Segment, run_layers
 
-__all__ = ["PullRows", "dist_evaluate"]
+__all__ = ["PullRows", "dist_evaluate", "target_segment"]
 
 
 class PullRows(RowProvider):
@@ -77,9 +77,11 @@ class PullRows(RowProvider):
         return self.fs.pull(ids).numpy()
 
 
-def _segment(
-    part: Partition, tables: NodeTables, splits: tuple[str, ...], threads: int = 8
+def target_segment(
+    part: Partition, tables: NodeTables, targets: np.ndarray, threads: int = 8
 ) -> Segment:
+    """Part ``part`` as a segment of the layer loop whose outputs are wanted for the core
+    nodes ``targets`` (local ids; its halo rows pulled from their owners)."""
     halo = np.asarray(part.halo_ids, dtype=np.int64)
     store, typed = part.store, part.store.schema is not None
     local = np.concatenate([part.core_ids, halo])
@@ -94,8 +96,6 @@ def _segment(
         node_type=store.type_of(local) if typed else None,
         edge_types=np.asarray(part.edge_types) if typed else None,
     )
-    masks = [np.asarray(part.mask(s)) for s in splits]
-    targets = np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
     return Segment(
         key=part.index,
         sampler=sampler,
@@ -173,10 +173,10 @@ def dist_evaluate(
                 halo=halo,
             )
         return _reduce(ctx, splits, correct, total)
-    segments = [_segment(p, tables, splits, threads) for p in parts]
+    masks = {p.index: [np.asarray(p.mask(s)) for s in splits] for p in parts}
+    segments = [target_segment(p, tables, _wanted(masks[p.index]), threads) for p in parts]
     correct = np.zeros(len(splits), dtype=np.float64)
     total = np.zeros(len(splits), dtype=np.float64)
-    masks = {p.index: [np.asarray(p.mask(s)) for s in splits] for p in parts}
     starts = {p.index: p.start for p in parts}
 
     def count(seg: Segment, rows: np.ndarray, logits: np.ndarray) -> None:
@@ -201,6 +201,11 @@ def dist_evaluate(
             show_progress=False,
         )
     return _reduce(ctx, splits, correct, total)
+
+
+def _wanted(masks: list[np.ndarray]) -> np.ndarray:
+    """The local ids any of ``masks`` selects."""
+    return np.flatnonzero(np.logical_or.reduce(masks)) if masks else np.empty(0, np.int64)
 
 
 def _reduce(ctx: DistContext, splits, correct: np.ndarray, total: np.ndarray) -> dict[str, float]:

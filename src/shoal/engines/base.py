@@ -32,6 +32,7 @@ from shoal.distributed import (
     parts_of_rank,
 )
 from shoal.distributed.runtime import local_peers
+from shoal.engines.linktask import DistLinkTask, attach_scorer
 from shoal.engines.registry import get_engine, get_spec
 from shoal.engines.spec import EngineSpec
 from shoal.errors import ShoalInputError
@@ -97,9 +98,11 @@ class Engine(ABC):
     """
 
     name: str = "engine"
-    #: the task this class trains: "node" (classification) or "link" (prediction); the tasks
-    #: the engine supports are its spec's
+    #: the run's task (``config.task``): "node" (classification) or "link" (prediction,
+    #: :attr:`link`); the tasks the engine supports are its spec's
     task: str = "node"
+    #: the link task's seeds, loss and evaluation (``--task link``; None for the node task)
+    link: DistLinkTask | None = None
     model: nn.Module
     optimizer: torch.optim.Optimizer
     num_batches: int = 0
@@ -117,6 +120,7 @@ class Engine(ABC):
     global_batch: bool = False
 
     def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
+        self.task = config.task
         # what the spec does not support is refused in one place (the launcher asks first)
         get_engine(
             self.name,
@@ -166,6 +170,8 @@ class Engine(ABC):
         #: the world size of the checkpoint this run resumes from, when it differs
         self.resharded_from: int | None = None
         self.config = self._keep_global_batch(self.config)
+        if self.task == "link":  # positives counted on every rank (collective)
+            self.link = DistLinkTask(self)
 
     def _keep_global_batch(self, tc: TrainConfig) -> TrainConfig:
         """``tc``, or on a resume from a checkpoint saved by another number of processes
@@ -329,6 +335,11 @@ class Engine(ABC):
         return rec
 
     @property
+    def metric(self) -> str:
+        """The selection metric: the node task's accuracy, the link task's MRR."""
+        return self.link.metric if self.link is not None else "accuracy"
+
+    @property
     def train_config(self) -> TrainConfig:
         """The run's configuration (the same object as :attr:`config`)."""
         return self.config
@@ -357,13 +368,24 @@ class Engine(ABC):
         (default this rank's) re-seeds torch afterwards for the rank's own dropout stream
         (0: not re-seeded; a ``--model-factory`` model is refused in :meth:`__init__` when
         the spec says the engine does not run one)."""
-        return model_from_config(
-            self.train_config,
+        rank = self.ctx.rank if rank is None else rank
+        tc = self.train_config
+        if self.link is None:
+            out = int(self.store.num_classes) if out_dim is None else out_dim
+        else:  # the link task: embeddings of the hidden width, then the edge scorer
+            out = tc.model.hidden if out_dim is None else out_dim
+        model = model_from_config(
+            tc,
             in_dim=int(self.store.feature_dim) if in_dim is None else in_dim,
-            out_dim=int(self.store.num_classes) if out_dim is None else out_dim,
-            rank=self.ctx.rank if rank is None else rank,
+            out_dim=out,
+            rank=0 if self.link is not None else rank,
             schema=self.store.schema,
-        ).to(self.device)
+        )
+        if self.link is not None:  # drawn after the encoder from the same seed on every
+            attach_scorer(model, self.link.head())  # rank, then the rank's dropout stream
+            if rank:
+                torch.manual_seed(tc.run.seed + rank)
+        return model.to(self.device)
 
     # ---------------------------------------------------------------- Trainable
     @abstractmethod
@@ -376,6 +398,8 @@ class Engine(ABC):
         """Exact accuracy of ``model`` (default: the engine's) on ``splits``. Collective;
         its communication is not counted in the epoch's."""
         tc = self.train_config
+        if self.link is not None:
+            return self.evaluate_links(splits, model=model)
         held = self.pause_io()
         budget = None
         if self.budget is not None:
@@ -445,6 +469,27 @@ class Engine(ABC):
                     self.budget.total / (1 << 20),
                 )
             trim_freed_memory()  # the evaluation's buffers leave before training resumes
+            self.resume_io()
+
+    def evaluate_links(
+        self, splits: tuple[str, ...], *, model: nn.Module | None = None
+    ) -> dict[str, float]:
+        """The link task's evaluation (:meth:`DistLinkTask.evaluate`: MRR and Hits@K per
+        split) of ``model`` (default the engine's); an engine with learned input rows
+        overrides it. Collective."""
+        held = self.pause_io()
+        try:
+            return self.link.evaluate(
+                model if model is not None else self.model,
+                self.tables,
+                splits,
+                device=self.device,
+                budget=self.budget.window + self.budget.transient + held
+                if self.budget is not None
+                else None,
+            )
+        finally:
+            trim_freed_memory()
             self.resume_io()
 
     def state(self) -> dict[str, Any]:
@@ -565,6 +610,8 @@ class Engine(ABC):
         """Estimated work of an exact evaluation over an epoch's (``--eval-every auto``;
         from global sizes: every rank gets the same); an engine training otherwise than by
         sampled mini-batches of training nodes overrides it."""
+        if self.link is not None:
+            return self.link.eval_work_ratio()
         return eval_work_ratio(
             num_nodes=self.store.num_nodes,
             num_edges=self.store.num_edges,
@@ -597,6 +644,7 @@ class Engine(ABC):
                 "task": self.task,
             },
             settings={
+                **(self.link.settings() if self.link is not None else {}),
                 **self.settings(),
                 "memory_plan": self.budget.to_dict() if self.budget is not None else None,
             },

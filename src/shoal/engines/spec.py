@@ -68,12 +68,9 @@ class EngineSpec:
         summary: one line for ``shoal train --help``: what the engine does and its paper
             (required).
         engine: ``"module:Class"`` of its :class:`~shoal.engines.base.Engine` subclass,
-            imported only when a run uses it (required). It trains typed stores too when
+            imported only when a run uses it (required). It trains every task of ``tasks``
+            (the link task through :mod:`shoal.engines.linktask`), typed stores too when
             ``typed``.
-        link_engine: ``"module:Class"`` of a separate class for ``--task link`` (default
-            None: ``engine`` trains every task in ``tasks``). Such a class trains untyped
-            stores with shoal's own models only, whatever ``typed`` and ``factory_models``
-            say.
         config: its configuration class, an :class:`EngineConfig` subclass whose fields are
             its options (default :class:`EngineConfig`: no options of its own); a run's
             ``Engine.options``.
@@ -99,7 +96,6 @@ class EngineSpec:
     name: str
     summary: str
     engine: str
-    link_engine: str | None = None
     config: type[EngineConfig] = EngineConfig
     tasks: tuple[str, ...] = ("node",)
     typed: bool = False
@@ -121,8 +117,6 @@ class EngineSpec:
                 f"engine {self.name!r}: tasks must be of {TASKS}, devices of {DEVICES}; got "
                 f"tasks {self.tasks}, devices {self.devices}"
             )
-        if self.link_engine is not None and "link" not in self.tasks:
-            raise ValueError(f"engine {self.name!r}: a link_engine without 'link' in tasks")
 
     def supports(
         self,
@@ -139,16 +133,15 @@ class EngineSpec:
             return False
         if device is not None and device.partition(":")[0] not in self.devices:
             return False
-        if task != "node" and self.link_engine is not None:  # the separate link class
-            return not typed and not factory
+        if task == "link" and factory:  # its evaluation runs shoal's layers one by one
+            return False
         return (self.typed or not typed) and (self.factory_models or not factory)
 
     def engine_class(self, task: str = "node") -> type:
         """The engine class for ``task`` (``"node"`` or ``"link"``)."""
         if task not in self.tasks:
             raise ValueError(f"the {self.name} engine does not train --task {task}")
-        target = self.link_engine if task != "node" and self.link_engine else self.engine
-        return load_object(target)
+        return load_object(self.engine)
 
     def make_config(self, options: dict[str, Any]) -> EngineConfig:
         """Its configuration from option values (the shared ones and its own)."""

@@ -371,6 +371,18 @@ class Store:
         path = self.path / f"link_{name}.npy"
         return _load(path) if path.exists() else None
 
+    def link_negatives(self, name: str) -> np.ndarray | None:
+        """A typed link split's fixed evaluation negatives of ``val``/``test`` (``(k, K)``
+        destinations in new ids, a memory map); None when the split draws its own."""
+        path = self.path / f"link_{name}_neg.npy"
+        return _load(path) if path.exists() else None
+
+    @property
+    def link_split(self) -> dict[str, Any]:
+        """The ``link_split`` meta of the graph the store was built from (``shoal data
+        split-edges``: a typed split's target relation and negatives); empty without."""
+        return dict(self.meta.get("link_split") or {})
+
     # ------------------------------------------------------------------ node data
     def features(self, ids: Any, out: np.ndarray | None = None) -> np.ndarray:
         """Feature rows of new global ``ids`` (core nodes of any part), gathered from the

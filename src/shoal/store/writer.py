@@ -224,20 +224,35 @@ def _write_link_edges(
     g: GraphDir, tmp: Path, node_map: np.ndarray, chunk: int
 ) -> dict[str, int] | None:
     """The held-out positives of a link split (``link_val.npy``, ``link_test.npy`` of the
-    graph, ``shoal data split-edges``) in the store's new ids, chunk by chunk; their counts
+    graph, ``shoal data split-edges``) in the store's new ids, chunk by chunk, and a typed
+    split's fixed evaluation negatives (``link_<split>_neg.npy``) likewise; their counts
     (None when the graph has none)."""
     out: dict[str, int] = {}
+    files = ((_split_meta(g).get("negatives") or {}).get("files")) or {}
     for name in ("val", "test"):
         e = g.link_edges(name)
         if e is None:
             continue
-        dst = open_output_memmap(tmp / f"link_{name}.npy", np.int64, (len(e), 2))
-        for s in range(0, len(e), chunk):
-            dst[s : s + chunk] = node_map[np.asarray(e[s : s + chunk], dtype=np.int64)]
-        dst.flush()
-        del dst
+        _map_rows(e, tmp / f"link_{name}.npy", node_map, chunk)
+        if name in files and (g.path / files[name]).exists():
+            neg = np.load(g.path / files[name], mmap_mode="r")
+            _map_rows(neg, tmp / f"link_{name}_neg.npy", node_map, chunk)
         out[name] = len(e)
     return out or None
+
+
+def _split_meta(g: GraphDir) -> dict[str, Any]:
+    """The graph's ``link_split`` meta (empty when it was not split)."""
+    return dict(g.meta.get("link_split") or {})
+
+
+def _map_rows(src: np.ndarray, path: Path, node_map: np.ndarray, chunk: int) -> None:
+    """``src``'s ids in new ids, written to ``path`` chunk by chunk."""
+    dst = open_output_memmap(path, np.int64, tuple(src.shape))
+    for s in range(0, len(src), chunk):
+        dst[s : s + chunk] = node_map[np.asarray(src[s : s + chunk], dtype=np.int64)]
+    dst.flush()
+    del dst
 
 
 def _meta(
@@ -274,6 +289,7 @@ def _meta(
         "halo_features": bool(cfg.halo_features and feature_dim is not None),
         "node_order": cfg.node_order,
         "link_edges": link,
+        "link_split": _split_meta(g) or None,
         "splits": {s: 0 if splits[s] is None else int(splits[s].shape[0]) for s in SPLITS},
         "part_offsets": [int(x) for x in offsets],
         "parts": parts,

@@ -1,5 +1,5 @@
 """``minibatch``: synchronous mini-batch SGD with remote sampling and feature pulls (DistDGL),
-for node classification (:mod:`.engine`) and link prediction (:mod:`.link`)."""
+for node classification and link prediction (:mod:`.engine`)."""
 
 from shoal.engines.minibatch import costs, options
 from shoal.engines.minibatch.config import MinibatchConfig
@@ -11,7 +11,6 @@ SPEC = EngineSpec(
     name="minibatch",
     summary="sync SGD with remote sampling and feature pulls (DistDGL)",
     engine="shoal.engines.minibatch.engine:MinibatchEngine",
-    link_engine="shoal.engines.minibatch.link:LinkMinibatchEngine",
     config=MinibatchConfig,
     tasks=("node", "link"),
     typed=True,  # fanouts per relation, every type's rows in one source
