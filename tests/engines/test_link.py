@@ -1,0 +1,138 @@
+"""The link task on every engine (issue 53: one task seam, :mod:`shoal.engines.linktask`):
+positives per rank, typed target relations, and each engine trained end to end on an untyped
+and a typed split store with 2 processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shoal.data.linksplit import EdgeSplitConfig, split_edges
+from shoal.data.synth.igbh import IGBHConfig, generate_igbh
+from shoal.distributed import DistContext
+from shoal.engines.linktask import NegativeRanges, RankPositives
+from shoal.partition.base import Assignment
+from shoal.partition.io import write_assignment
+from shoal.store import Store, build_store
+from shoal.training import TrainConfig
+from tests.distributed.helpers import run_world
+from tests.engines.conftest import community_graph
+
+ENGINES = ["minibatch", "averaging", "hec", "fullgraph", "disagg"]
+
+
+@pytest.fixture
+def untyped_link(make_graph, tmp_path):
+    """The community graph split for link prediction, and its 2-part store."""
+    g = community_graph(make_graph, n=60)
+    s = split_edges(g, tmp_path / "split", EdgeSplitConfig(val=0.15, test=0.15, seed=1))
+    return s, _store(s, tmp_path / "u", np.arange(60) % 2)
+
+
+@pytest.fixture(scope="module")
+def typed_link(tmp_path_factory):
+    """An IGBH-shaped graph (a featureless type included) split on ``cites``, and its
+    3-part store."""
+    root = tmp_path_factory.mktemp("typed_link")
+    cfg = IGBHConfig(scale=0.02, features=16, classes=4, seed=4, featureless=("conference",))
+    t = generate_igbh(root / "t", cfg, show_progress=False)
+    split = EdgeSplitConfig(val=0.1, test=0.1, seed=1, target_relation="cites")
+    ts = split_edges(t, root / "tsplit", split)
+    return ts, _store(ts, root / "ty", np.random.default_rng(1).integers(0, 3, ts.num_nodes))
+
+
+def _store(g, where, node_part) -> str:
+    node_part = np.asarray(node_part, dtype=np.int32)
+    a = Assignment(node_part=node_part, num_parts=int(node_part.max()) + 1, algorithm="hand")
+    adir = where.parent / f"{where.name}-assign"
+    write_assignment(adir, a, g)
+    build_store(g, adir, where, halo_features=True, show_progress=False)
+    return str(where)
+
+
+def _cfg(typed: bool, **kw) -> TrainConfig:
+    base = dict(
+        model="rgcn" if typed else "sage",
+        fanouts=(4, 4) if typed else (-1, -1),
+        batch_size=64 if typed else 8,
+        hidden=16 if typed else 8,
+        epochs=3,
+        lr=0.02,
+        dropout=0.0,
+        seed=5,
+        progress=False,
+        threads=1,
+        task="link",
+    )
+    return TrainConfig.from_options(**{**base, **kw})
+
+
+def _fit(rank: int, world: int, store: str, engine: str, typed: bool, kw: dict) -> dict:
+    from shoal.engines import get_engine
+
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    cls = get_engine(engine, "link", typed=typed)
+    return cls(Store.open(store), _cfg(typed, **kw), ctx).fit().to_json()
+
+
+def test_rank_positives_cover_every_training_pair_once(untyped_link):
+    split, path = untyped_link
+    store = Store.open(path)
+    got = []
+    for r in range(2):
+        rp = RankPositives([store.part(r)], directed=False, rank=r, chunk_edges=7)
+        batches = list(rp.epoch(0, 0, 4))
+        assert len(batches) == 4 and sum(len(b) for b in batches) == rp.count
+        got += [tuple(e) for b in batches for e in b.tolist()]
+    flipped = np.mean([u > v for u, v in got])  # oriented at random: both ends anchor negatives
+    assert 0.2 < flipped < 0.8
+    e = store.to_orig(np.array(got)).reshape(-1, 2)
+    orig = np.asarray(split.edge_stream().memmap())
+    want = {(min(u, v), max(u, v)) for u, v in orig.tolist() if u != v}
+    have = [(min(u, v), max(u, v)) for u, v in e.tolist()]
+    assert len(have) == len(set(have)) and set(have) == want
+
+
+def test_typed_positives_are_the_target_relations_edges(typed_link):
+    split, path = typed_link
+    store = Store.open(path)
+    target = int(store.link_split["target_relation_index"])
+    rel = np.asarray(split.relations())
+    edges = np.asarray(split.edge_stream().memmap())[rel == target]
+    got = []
+    for i in range(store.num_parts):
+        rp = RankPositives([store.part(i)], directed=True, rank=i, target=target)
+        got += [tuple(e) for b in rp.epoch(0, 0, 3) for e in store.to_orig(b).tolist()]
+    assert sorted(got) == sorted(map(tuple, edges.tolist()))
+    # held-out edges and their fixed negatives are in the store, in new ids
+    neg = store.link_negatives("test")
+    assert neg is not None and len(neg) == len(store.link_edges("test"))
+    dst = store.schema.edge_types[target].dst
+    want = [t.name for t in store.schema.node_types].index(dst)
+    assert (store.type_of(np.asarray(neg).ravel()) == want).all()
+
+
+def test_negative_ranges_draw_uniformly_over_their_union():
+    r = NegativeRanges(np.array([10, 50, 90]), np.array([2, 0, 3]))
+    d = r.draw((4000, 1), np.random.default_rng(0)).ravel()
+    assert set(np.unique(d).tolist()) == {10, 11, 90, 91, 92}
+    counts = np.bincount(d - 10)
+    assert counts[[0, 1, 80, 81, 82]].min() > 600  # about 800 each
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_trains_link_prediction_on_two_processes(untyped_link, engine):
+    _, store = untyped_link
+    out = run_world(_fit, 2, store, engine, False, {"epochs": 6}, timeout=300)
+    assert out[0]["test_mrr"] == out[1]["test_mrr"]  # one result, every rank
+    assert out[0]["engine"] == engine and out[0]["metric"] == "mrr"
+    # 100 uniform negatives: a random scorer's MRR is about 0.05; two communities are easy
+    assert out[0]["test_mrr"] > 0.15, out[0]["test_mrr"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_trains_link_prediction_on_a_typed_store(typed_link, engine):
+    _, store = typed_link
+    out = run_world(_fit, 2, store, engine, True, {"epochs": 2}, timeout=300)
+    assert out[0]["test_mrr"] == out[1]["test_mrr"]
+    assert 0 < out[0]["test_mrr"] <= 1 and np.isfinite(out[0]["history"][-1]["loss"])
