@@ -103,6 +103,10 @@ class Engine(ABC):
     task: str = "node"
     #: the link task's seeds, loss and evaluation (``--task link``; None for the node task)
     link: DistLinkTask | None = None
+    #: which positives and negatives the link task draws (:mod:`shoal.engines.linktask`):
+    #: ``"graph"`` (any; the engine computes any node's output) or ``"part"`` (the edges
+    #: inside one part, negatives from it: an engine computing its own parts' nodes only)
+    link_scope: str = "graph"
     model: nn.Module
     optimizer: torch.optim.Optimizer
     num_batches: int = 0

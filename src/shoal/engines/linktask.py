@@ -16,6 +16,12 @@ single-process twin, whose seeds, losses and metric it follows):
 2. **Negatives** per positive (``--num-neg``): ``uniform`` over every node (a typed target's
    destination type), ``in-batch``, or ``owner-local`` (uniform over the rank's own core
    nodes of that type: their rows need no exchange) (:class:`NegativeRanges`).
+
+   An engine whose step computes outputs only for the nodes of the part it trains
+   (``link_scope = "part"``: averaging's local models, hec's local sampling, fullgraph's
+   core nodes) trains on the edges between two core nodes of one part, with ``uniform`` and
+   ``owner-local`` negatives drawn from the positive's part: the edges across parts (the
+   edge cut) are message-passing edges only, the named deviation of such an engine.
 3. **A step** (:class:`LinkStep`): the sorted end nodes whose outputs the engine computes
    (``nodes``), the batch's positive edges and their reverses, which the engine's sampler
    excludes from message passing at every hop (``exclude``: no leakage), and :meth:`loss`,
@@ -94,8 +100,10 @@ class RankPositives:
     Args:
         parts: the parts the rank holds; directed: whether the graph is directed;
         rank: the rank (its shuffles get their own stream); target: a typed store's target
-            relation (only its edges are positives; None: every edge); chunk_edges:
-            neighbour-list entries per shuffled chunk (default 65536; memory is one chunk).
+            relation (only its edges are positives; None: every edge); within_part: only
+            edges whose two ends are core nodes of the same part (default False);
+            chunk_edges: neighbour-list entries per shuffled chunk (default 65536; memory is
+            one chunk).
     """
 
     def __init__(
@@ -105,10 +113,11 @@ class RankPositives:
         directed: bool,
         rank: int = 0,
         target: int | None = None,
+        within_part: bool = False,
         chunk_edges: int = 1 << 16,
     ) -> None:
         self.parts, self.directed, self.rank = list(parts), directed, rank
-        self.target = target
+        self.target, self.within_part = target, within_part
         self._halo = [np.asarray(p.halo_ids, dtype=np.int64) for p in self.parts]
         self.chunks = [
             (k, s, min(s + chunk_edges, int(p.indptr[-1])))
@@ -123,8 +132,11 @@ class RankPositives:
         p = self.parts[k]
         indptr = np.asarray(p.indptr)
         dst = np.searchsorted(indptr, np.arange(s, e), side="right") - 1 + p.start
-        src = _global_sources(p, self._halo[k], np.asarray(p.indices[s:e]))
+        local = np.asarray(p.indices[s:e])
+        src = _global_sources(p, self._halo[k], local)
         keep = src < dst if not self.directed else src != dst
+        if self.within_part:
+            keep &= local < p.num_core
         if self.target is not None:
             keep &= np.asarray(p.edge_types[s:e]) == self.target
         return np.stack([src[keep], dst[keep]], axis=1)
@@ -213,8 +225,16 @@ class DistLinkTask:
         directed = bool(store.meta["directed"])
         if store.schema is not None:  # a relation holding both directions: pairs once
             directed = not str(split.get("pairs", "")).startswith("unordered")
+        #: "graph" (default): any positive and negative; "part": an engine whose step computes
+        #: only its own part's nodes (``Engine.link_scope``) trains on the edges inside each
+        #: part, with negatives from the positive's part
+        self.scope = getattr(engine, "link_scope", "graph")
         self.positives = RankPositives(
-            self.parts, directed=directed, rank=self.ctx.rank, target=self.target
+            self.parts,
+            directed=directed,
+            rank=self.ctx.rank,
+            target=self.target,
+            within_part=self.scope == "part",
         )
         most = torch.tensor([self.positives.count], dtype=torch.int64)
         total = most.clone()
@@ -225,6 +245,7 @@ class DistLinkTask:
         self.total_positives = int(total)
         self.everywhere = self._ranges(range(store.num_parts))
         self.own = self._ranges(p.index for p in self.parts)
+        self.of_part = {p.index: self._ranges([p.index]) for p in self.parts}
 
     def _check_inputs(self) -> None:
         store = self.store
@@ -270,6 +291,13 @@ class DistLinkTask:
     def negatives(self, pos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """``(B, K)`` negative destinations for this rank's positives ``pos``."""
         k, how = self.link.num_neg, self.link.negatives
+        if self.scope == "part" and how != "in-batch":  # from each positive's own part
+            out = np.empty((len(pos), k), np.int64)
+            part = self.store.owner(pos[:, 1]) if len(pos) else pos[:, 1]
+            for i in np.unique(part):
+                sel = np.flatnonzero(part == i)
+                out[sel] = self.of_part[int(i)].draw((len(sel), k), rng)
+            return out
         if how == "in-batch" and len(pos) >= 2:
             j = rng.integers(0, len(pos) - 1, size=(len(pos), k))
             j += j >= np.arange(len(pos))[:, None]  # any other positive, never itself
