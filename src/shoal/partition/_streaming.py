@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -16,6 +17,7 @@ from numba import njit
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
+from shoal.partition.base import Assignment, Partitioner
 from shoal.partition.vertexcut import owners_from_edge_parts
 from shoal.utils.io import scratch_space
 from shoal.utils.progress import progress
@@ -111,19 +113,27 @@ class _EdgePartFile:
         self._scratch.close()
 
 
-def _owners(
+def _vertex_cut(
+    partitioner: Partitioner,
     graph: GraphDir,
     edge_part: np.ndarray,
-    num_parts: int,
-    train_mask: np.ndarray | None,
-    chunk_edges: int,
-) -> np.ndarray:
-    """Node owners of a vertex-cut result: the part holding most of the node's edges (ties to
-    the lowest index; nodes without edges fill the lightest parts), by
-    :func:`shoal.partition.vertexcut.owners_from_edge_parts`. Training-node balance is left to
-    the pipeline's balance post-pass."""
-    del train_mask
-    return owners_from_edge_parts(graph, edge_part, num_parts, chunk_edges=chunk_edges)
+    seconds: dict[str, float],
+) -> Assignment:
+    """The :class:`Assignment` of a vertex-cut pass: every node's owner is the part holding
+    most of its edges (ties to the lowest index; nodes without edges fill the lightest parts),
+    by :func:`shoal.partition.vertexcut.owners_from_edge_parts`, timed as ``owners`` after
+    ``seconds``. Training-node balance is left to the pipeline's balance post-pass."""
+    cfg = partitioner.config
+    t = time.perf_counter()
+    node_part = owners_from_edge_parts(graph, edge_part, cfg.num_parts, chunk_edges=cfg.chunk_edges)
+    return Assignment(
+        node_part=node_part,
+        num_parts=cfg.num_parts,
+        algorithm=partitioner.name,
+        params=cfg.to_dict(),
+        edge_part=edge_part,
+        seconds={**seconds, "owners": time.perf_counter() - t},
+    )
 
 
 def _train_array(train_mask: np.ndarray | None, n: int) -> np.ndarray | None:

@@ -29,8 +29,8 @@ from shoal.partition._streaming import (
     _check_parts,
     _degrees,
     _mix,
-    _owners,
     _train_array,
+    _vertex_cut,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 
@@ -76,7 +76,7 @@ class DBH(Partitioner):
         cfg = self.config
         p = cfg.num_parts
         _check_parts(graph, p)
-        train = _train_array(train_mask, graph.num_nodes)
+        _train_array(train_mask, graph.num_nodes)
         t0 = time.perf_counter()
         deg = _degrees(graph, cfg.chunk_edges)
         t1 = time.perf_counter()
@@ -91,13 +91,4 @@ class DBH(Partitioner):
         )
         del deg
         t2 = time.perf_counter()
-        node_part = _owners(graph, edge_part, p, train, cfg.chunk_edges)
-        t3 = time.perf_counter()
-        return Assignment(
-            node_part=node_part,
-            num_parts=p,
-            algorithm=self.name,
-            params=cfg.to_dict(),
-            edge_part=edge_part,
-            seconds={"degrees": t1 - t0, "dbh": t2 - t1, "owners": t3 - t2},
-        )
+        return _vertex_cut(self, graph, edge_part, {"degrees": t1 - t0, "dbh": t2 - t1})

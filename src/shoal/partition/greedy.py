@@ -30,8 +30,8 @@ from shoal.partition._streaming import (
     _assign_edges,
     _check_parts,
     _degrees,
-    _owners,
     _train_array,
+    _vertex_cut,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 
@@ -106,7 +106,7 @@ class Greedy(Partitioner):
         cfg = self.config
         p = cfg.num_parts
         _check_parts(graph, p)
-        train = _train_array(train_mask, graph.num_nodes)
+        _train_array(train_mask, graph.num_nodes)
         t0 = time.perf_counter()
         rem = _degrees(graph, cfg.chunk_edges)
         t1 = time.perf_counter()
@@ -122,13 +122,4 @@ class Greedy(Partitioner):
         )
         del rep, rem
         t2 = time.perf_counter()
-        node_part = _owners(graph, edge_part, p, train, cfg.chunk_edges)
-        t3 = time.perf_counter()
-        return Assignment(
-            node_part=node_part,
-            num_parts=p,
-            algorithm=self.name,
-            params=cfg.to_dict(),
-            edge_part=edge_part,
-            seconds={"degrees": t1 - t0, "greedy": t2 - t1, "owners": t3 - t2},
-        )
+        return _vertex_cut(self, graph, edge_part, {"degrees": t1 - t0, "greedy": t2 - t1})

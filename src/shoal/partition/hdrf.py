@@ -18,9 +18,6 @@ The pass keeps O(V * p) bytes of replica flags, O(V) partial degrees and O(p) lo
 file is read in chunks, the edge -> part output goes to a temporary ``.npy`` file on disk
 (unlinked once memory-mapped, so nothing is left behind), and every node's owner is the part
 holding most of its edges (ties to the lowest index; isolated nodes fill the lightest parts).
-
-This module also holds the small helpers the other vertex-cut modules share (edge -> part
-output file, owner conversion).
 """
 
 from __future__ import annotations
@@ -36,35 +33,46 @@ from shoal.errors import ShoalInputError
 from shoal.partition._streaming import (
     _assign_edges,
     _check_parts,
-    _owners,
     _train_array,
+    _vertex_cut,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 
 __all__ = ["HDRF"]
 
 
-# --------------------------------------------------------------------------- shared helpers
-# --------------------------------------------------------------------------- HDRF kernel
 #: How many edges ahead the packed kernel touches the endpoints' state (software prefetch).
 _LOOKAHEAD = 16
 
 
 @njit(cache=True)
+def _load_range(load):
+    """maxsize and minsize of the part loads, and how many parts are at minsize: kept
+    incrementally by :func:`_add_load` (loads only grow by one per edge)."""
+    mins = load.min()
+    return load.max(), mins, np.count_nonzero(load == mins)
+
+
+@njit(cache=True)
+def _add_load(load, best, maxs, mins, nmin):
+    lb = load[best]
+    load[best] = lb + 1
+    if lb + 1 > maxs:
+        maxs = lb + 1
+    if lb == mins:
+        nmin -= 1
+        if nmin == 0:
+            mins += 1
+            for q in range(load.shape[0]):
+                if load[q] == mins:
+                    nmin += 1
+    return maxs, mins, nmin
+
+
+@njit(cache=True)
 def _hdrf_chunk(src, dst, pdeg, rep, load, out, lam, eps):
     p = load.shape[0]
-    # maxsize / minsize kept incrementally: loads only grow by one per edge
-    maxs = load[0]
-    mins = load[0]
-    for q in range(1, p):
-        if load[q] > maxs:
-            maxs = load[q]
-        if load[q] < mins:
-            mins = load[q]
-    nmin = 0
-    for q in range(p):
-        if load[q] == mins:
-            nmin += 1
+    maxs, mins, nmin = _load_range(load)
     for i in range(src.shape[0]):
         u = src[i]
         v = dst[i]
@@ -91,17 +99,7 @@ def _hdrf_chunk(src, dst, pdeg, rep, load, out, lam, eps):
                 best_s = s
                 best = q
         out[i] = best
-        lb = load[best]
-        load[best] = lb + 1
-        if lb + 1 > maxs:
-            maxs = lb + 1
-        if lb == mins:
-            nmin -= 1
-            if nmin == 0:
-                mins += 1
-                for q in range(p):
-                    if load[q] == mins:
-                        nmin += 1
+        maxs, mins, nmin = _add_load(load, best, maxs, mins, nmin)
         rep[bu + best] = 1
         rep[bv + best] = 1
 
@@ -114,17 +112,7 @@ def _hdrf_chunk_packed(src, dst, state, load, out, lam, eps):
     independent of the current edge, so the CPU overlaps their cache misses); their xor is
     returned only so that the compiler keeps them."""
     p = load.shape[0]
-    maxs = load[0]
-    mins = load[0]
-    for q in range(1, p):
-        if load[q] > maxs:
-            maxs = load[q]
-        if load[q] < mins:
-            mins = load[q]
-    nmin = 0
-    for q in range(p):
-        if load[q] == mins:
-            nmin += 1
+    maxs, mins, nmin = _load_range(load)
     one = np.uint64(1) << np.uint64(32)
     low = np.uint64(0xFFFFFFFF)
     sh = np.uint64(32)
@@ -166,17 +154,7 @@ def _hdrf_chunk_packed(src, dst, state, load, out, lam, eps):
         state[u] = su | bit
         if v != u:
             state[v] = sv | bit
-        lb = load[best]
-        load[best] = lb + 1
-        if lb + 1 > maxs:
-            maxs = lb + 1
-        if lb == mins:
-            nmin -= 1
-            if nmin == 0:
-                mins += 1
-                for q in range(p):
-                    if load[q] == mins:
-                        nmin += 1
+        maxs, mins, nmin = _add_load(load, best, maxs, mins, nmin)
     return touched
 
 
@@ -217,7 +195,7 @@ class HDRF(Partitioner):
         cfg = self.config
         p = cfg.num_parts
         _check_parts(graph, p)
-        train = _train_array(train_mask, graph.num_nodes)
+        _train_array(train_mask, graph.num_nodes)
         n = graph.num_nodes
         t0 = time.perf_counter()
         packed = p <= 32
@@ -240,14 +218,4 @@ class HDRF(Partitioner):
         edge_part = _assign_edges(
             graph, p, cfg.chunk_edges, "hdrf", fill, scratch_dir=cfg.scratch_dir
         )
-        t1 = time.perf_counter()
-        node_part = _owners(graph, edge_part, p, train, cfg.chunk_edges)
-        t2 = time.perf_counter()
-        return Assignment(
-            node_part=node_part,
-            num_parts=p,
-            algorithm=self.name,
-            params=cfg.to_dict(),
-            edge_part=edge_part,
-            seconds={"hdrf": t1 - t0, "owners": t2 - t1},
-        )
+        return _vertex_cut(self, graph, edge_part, {"hdrf": time.perf_counter() - t0})

@@ -46,8 +46,8 @@ from shoal.partition._streaming import (
     _edge_pass,
     _EdgePartFile,
     _mix,
-    _owners,
     _train_array,
+    _vertex_cut,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 
@@ -200,7 +200,7 @@ class TwoPSL(Partitioner):
         cfg = self.config
         p = cfg.num_parts
         _check_parts(graph, p)
-        train = _train_array(train_mask, graph.num_nodes)
+        _train_array(train_mask, graph.num_nodes)
         n, m = graph.num_nodes, graph.num_edges
         secs: dict[str, float] = {}
         t = time.perf_counter()
@@ -252,14 +252,4 @@ class TwoPSL(Partitioner):
                 second.discard()
             raise
         del rep, cluster, cmap, vol, deg
-        t = time.perf_counter()
-        node_part = _owners(graph, edge_part, p, train, cfg.chunk_edges)
-        secs["owners"] = time.perf_counter() - t
-        return Assignment(
-            node_part=node_part,
-            num_parts=p,
-            algorithm=self.name,
-            params=cfg.to_dict(),
-            edge_part=edge_part,
-            seconds=secs,
-        )
+        return _vertex_cut(self, graph, edge_part, secs)
