@@ -1,17 +1,8 @@
-"""Helpers shared by the sub-commands: sizes, JSON outputs."""
+"""Sizes as the sub-commands print them."""
 
 from __future__ import annotations
 
-from typing import Any
-
-__all__ = ["human", "parse_size_arg", "write_json"]
-
-
-def write_json(path: str | None, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically; ``'-'`` prints it; None does nothing."""
-    from shoal.utils.io import write_json_output
-
-    write_json_output(path, obj)
+__all__ = ["human"]
 
 
 def human(n: float) -> str:
@@ -21,10 +12,3 @@ def human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)  # pragma: no cover
-
-
-def parse_size_arg(text: str) -> int:
-    """``"4GB"`` -> bytes (ShoalInputError on a bad size)."""
-    from shoal.utils.io import parse_size
-
-    return parse_size(text)

@@ -7,8 +7,9 @@ import json
 import os
 import sys
 
-from shoal.cli._common import human, parse_size_arg, write_json
+from shoal.cli._common import human
 from shoal.errors import ShoalInputError
+from shoal.utils.io import parse_size, write_json_output
 
 __all__ = ["register"]
 
@@ -18,8 +19,8 @@ def _plan(args: argparse.Namespace) -> int:
 
     cfg = Config(
         workers=args.workers,
-        memory_per_worker=parse_size_arg(args.memory_per_worker),
-        reserve=parse_size_arg(args.reserve) if args.reserve is not None else None,
+        memory_per_worker=parse_size(args.memory_per_worker),
+        reserve=parse_size(args.reserve) if args.reserve is not None else None,
     )
     plan = make_plan(cfg, store=args.store, graph=args.graph)
     d = plan.to_dict()
@@ -47,9 +48,9 @@ def _plan(args: argparse.Namespace) -> int:
                 print(f"  {line}")
         if not plan.fits:
             print("  WARNING: the largest part does not fit the budget", file=sys.stderr)
-    write_json(args.out, d)
+    write_json_output(args.out, d)
     if args.json != "-":
-        write_json(args.json, d)
+        write_json_output(args.json, d)
     return 0 if plan.fits else 3
 
 
@@ -75,7 +76,7 @@ def _engine_plan(args: argparse.Namespace):
             network=args.network,
             candidates=cands,
             scratch=args.scratch_dir,
-            memory_per_worker=parse_size_arg(args.memory_per_worker),
+            memory_per_worker=parse_size(args.memory_per_worker),
         )
     except ValueError as e:
         raise ShoalInputError(

@@ -7,7 +7,8 @@ import json
 import shlex
 import sys
 
-from shoal.cli._common import human, parse_size_arg, write_json
+from shoal.cli._common import human
+from shoal.utils.io import parse_size, write_json_output
 
 __all__ = ["register"]
 
@@ -22,7 +23,7 @@ def _build(args: argparse.Namespace) -> int:
         halo_features=args.halo_features,
         overwrite=args.overwrite,
         chunk_edges=args.chunk_edges,
-        sort_memory=parse_size_arg(args.sort_memory),
+        sort_memory=parse_size(args.sort_memory),
         scratch_dir=args.scratch_dir,
         node_order=args.node_order,
         command="shoal " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -33,7 +34,7 @@ def _build(args: argparse.Namespace) -> int:
         f"{res['num_edges']} edges, {human(res['bytes'])}; RF "
         f"{res['metrics']['replication_factor']:.3f}, edge cut {res['metrics']['edge_cut']:.3f}"
     )
-    write_json(args.json, res)
+    write_json_output(args.json, res)
     return 0
 
 
@@ -61,7 +62,7 @@ def _inspect(args: argparse.Namespace) -> int:
             dim = f"{t['feature_dim']} features" if t["feature_dim"] else "no features"
             print(f"  {t['name']:>14}  {t['count']:>10}  {dim:>13}  {t['per_part']}")
         print(f"{len(rep['relations'])} relations: {', '.join(rep['relations'])}")
-    write_json(args.json, rep)
+    write_json_output(args.json, rep)
     return 0
 
 
@@ -74,7 +75,7 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"  ok    {c}")
     for s in rep["skipped"]:
         print(f"  skip  {s}")
-    write_json(args.json, rep)
+    write_json_output(args.json, rep)
     return 0
 
 
