@@ -106,9 +106,30 @@ def test_swapped_out_parts_are_sampled_as_if_resident(make_graph, make_store, re
     part.close()
 
 
-def _two_workers(rank, world, store, configs):
+def _exclusions(s: Store, seeds: np.ndarray, seed: int) -> np.ndarray:
+    """About half the in-edges of ``seeds`` and of their in-neighbours, and the reverses
+    (link prediction's exclusions: a batch's positives and their reverses)."""
+    nbrs, rng = _nbrs(s), np.random.default_rng(seed)
+    ends = np.unique(np.concatenate([seeds, [u for v in seeds for u in nbrs[int(v)]]]))
+    e = np.array([(u, int(v)) for v in ends for u in nbrs[int(v)] if rng.random() < 0.5])
+    return np.concatenate([e, e[:, ::-1]]).astype(np.int64)
+
+
+def _uses(mb, excluded: np.ndarray) -> bool:
+    """Whether a block of ``mb`` has one of the ``excluded`` edges ``(src, dst)``."""
+    bad = {tuple(e) for e in excluded.tolist()}
+    n_id = np.asarray(mb.n_id)
+    for b in mb.blocks:
+        src, dst = b.edge_index.numpy()
+        if any((int(u), int(v)) in bad for u, v in zip(n_id[src], n_id[dst])):
+            return True
+    return False
+
+
+def _two_workers(rank, world, store, configs, exclude=False):
     """Two batch workers (parts 0, 1 -> worker 0; 2, 3 -> worker 1) sample the same seeds
-    under each of ``configs``: (resident parts, nodes replicated)."""
+    under each of ``configs``: (resident parts, nodes replicated); ``exclude``: with a link
+    batch's exclusions (then also whether a batch used an excluded edge)."""
     s = Store.open(store)
     p2r = np.array([0, 0, 1, 1])
     part_of = np.searchsorted(s.part_offsets, np.arange(s.num_nodes), "right") - 1
@@ -121,8 +142,11 @@ def _two_workers(rank, world, store, configs):
         smp.group = dist.group.WORLD
         out = []
         for k in range(3):
-            mb = smp.sample(own[k::3], 100 + k)
+            ex = _exclusions(s, own[k::3], 7 * k + rank) if exclude else None
+            mb = smp.sample(own[k::3], 100 + k, exclude=ex)
             out.append((mb.n_id.tolist(), [b.edge_index.numpy().tolist() for b in mb.blocks]))
+            if exclude:
+                out[-1] += (_uses(mb, ex),)
         res.append((out, dict(smp.counters), smp.unavailable))
         smp.close()
     return res
@@ -156,6 +180,39 @@ def test_two_batch_workers_swapped_out_parts_and_replicated_nodes(make_graph, ma
                     v = n_id[d]
                     assert all(got[u] <= nbrs[v][u] for u in got)
                     assert sum(got.values()) == min(fan[h], sum(nbrs[v].values()))
+
+
+@pytest.mark.parametrize("resident", [[0], [2], []])
+def test_excluded_edges_are_skipped_alike_in_resident_and_swapped_out_parts(
+    make_graph, make_store, resident
+):
+    """Link prediction's exclusions: a swapped-out part's rows drawn from the store skip
+    them with the draws of a resident part; no batch uses an excluded edge."""
+    s = Store.open(make_store(parts=3, graph=_graph(make_graph)))
+    full = _sampler(s, _loaded(s, range(3)), np.zeros(3), 0, 1)
+    part = _sampler(s, _loaded(s, resident), np.zeros(3), 0, 1)
+    for k, seeds in enumerate([np.arange(0, 60, 7), np.arange(3, 60, 5)]):
+        ex = _exclusions(s, seeds, k)
+        ref = full.sample(seeds, 10 + k, exclude=ex)
+        assert _same(part.sample(seeds, 10 + k, exclude=ex), ref)
+        assert not _uses(ref, ex) and _uses(full.sample(seeds, 10 + k), ex)
+    assert part.counters["disk_sampled"] > 0
+    part.close()
+
+
+def test_two_batch_workers_exclude_edges_everywhere(make_graph, make_store):
+    """Exclusions reach the owners of remote frontier nodes, resident or swapped out, and
+    replicated nodes with an excluded in-edge: no batch uses an excluded edge, and a part
+    swapped out at its worker gives the batches of a resident one."""
+    store = str(make_store(parts=4, graph=_graph(make_graph)))
+    every_part = [0, 1, 2, 3]
+    configs = [(every_part, 0), ([0, 3], 0), (every_part, 60), ([1, 2], 6)]
+    ranks = run_world(_two_workers, 2, store, configs, True, timeout=240)
+    for r in ranks:
+        assert not any(batch[2] for c in r for batch in c[0])
+        assert r[0][0] == r[1][0] and r[1][2] == 0
+    assert sum(r[2][1]["replica_sampled"] for r in ranks) > 0
+    assert sum(r[1][1]["disk_sampled"] + r[3][1]["disk_sampled"] for r in ranks) > 0
 
 
 def test_the_replica_holds_the_top_nodes_neighbourhoods_and_rows(make_graph, make_store):

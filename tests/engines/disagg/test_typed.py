@@ -18,6 +18,7 @@ from shoal.rows.parts import part_rows
 from shoal.store import Store
 from shoal.training import TrainConfig
 from tests.distributed.helpers import run_world
+from tests.engines.disagg.test_sampling import _exclusions, _uses
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -111,6 +112,23 @@ def test_typed_draws_of_loaded_swapped_out_and_store_parts_agree(typed):
         assert _same(loaded.sample(batch, 5 + k), a)
         assert _same(swapped.sample(batch, 5 + k), a)
     assert swapped.counters["disk_sampled"] > 0 and swapped.unavailable == 0
+    swapped.close()
+
+
+def test_typed_exclusions_are_skipped_alike_in_resident_and_swapped_out_parts(typed):
+    """Link prediction's exclusions on a typed store: the store's parts, the loaded ones and
+    swapped-out ones read from the store skip them with the same per-relation draws."""
+    _, stores = typed
+    s = Store.open(stores[3])
+    ref = _sampler(s, list(s.parts()))
+    swapped = _sampler(s, _loaded(s, [1]))
+    seeds = _seeds(s)
+    for k, batch in enumerate([seeds[:40], seeds[-70::3]]):
+        ex = _exclusions(s, batch, k)
+        a = ref.sample(batch, 5 + k, exclude=ex)
+        assert not _uses(a, ex) and _uses(ref.sample(batch, 5 + k), ex)
+        assert _same(swapped.sample(batch, 5 + k, exclude=ex), a)
+    assert swapped.counters["disk_sampled"] > 0
     swapped.close()
 
 

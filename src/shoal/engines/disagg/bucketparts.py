@@ -65,6 +65,11 @@ class LoadedPart:
     type_of: Any = field(default=None, repr=False)
 
     @property
+    def num_nodes(self) -> int:
+        """Core and halo nodes (the local id space; link prediction's exclusion keys)."""
+        return self.num_core + len(self.halo_ids)
+
+    @property
     def nbytes(self) -> int:
         arrays = [self.features, self.indptr, self.indices, self.halo_ids, *self.buckets.values()]
         if self.edge_types is not None:

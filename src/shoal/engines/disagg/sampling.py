@@ -38,6 +38,13 @@ its entries and the type of each of its nodes, and a swapped-out part's rows are
 their relations read from the store (``edge_types.npy``: the whole rows' relations, then only
 the drawn entries of ``indices``), with the resident part's streams; the blocks carry their
 edges' relations and their sources' types.
+
+Link prediction's exclusions (``sample(..., exclude=)``: a batch's positive edges and their
+reverses, skipped at every hop) are honoured on every path, with the draws a resident part
+gives: a resident part skips them as :class:`~shoal.distributed.DistNeighborSampler` does; a
+swapped-out part's requested rows are then read whole from the store (not only the drawn
+entries) and drawn with the same exclusion kernel over them; a replicated frontier node with
+an excluded in-edge is drawn by its owner (which holds the exclusions), not from the replica.
 """
 
 from __future__ import annotations
@@ -51,12 +58,15 @@ from shoal.data.hetero import HeteroSchema
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.distributed.sampler import DistNeighborSampler
+from shoal.graph.blocks import MiniBatch
 from shoal.rows import open_rows
 from shoal.rows.gather import read_rows
 from shoal.rows.parts import part_rows
+from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.base import hop_rowptr
 from shoal.store.reader import Store
+from shoal.utils.arrays import unique_sorted
 
 __all__ = ["BatchSampler", "Replica", "replica_count"]
 
@@ -209,6 +219,17 @@ def _to_global(loc: np.ndarray, start: int, num_core: int, halo: np.ndarray) -> 
     return out
 
 
+def _request_keys(keys: np.ndarray, rows: np.ndarray, n_ids: int) -> np.ndarray:
+    """A part's sorted local keys ``row * n_ids + source`` as sorted keys ``j * n_ids +
+    source`` of the request positions ``j`` of ``rows`` (distinct); other rows' dropped."""
+    order = np.argsort(rows, kind="stable")
+    srt = rows[order]
+    r = keys // n_ids
+    at = np.minimum(np.searchsorted(srt, r), len(srt) - 1)
+    hit = srt[at] == r
+    return np.sort(order[at[hit]] * np.int64(n_ids) + keys[hit] % n_ids)
+
+
 class _PartFiles:
     """Planned reads of one store part's ``indptr``, ``indices`` and ``halo_ids`` (each
     ``None`` when it is in memory already: then indexed directly)."""
@@ -245,8 +266,8 @@ class _PartFiles:
 
 class BatchSampler(DistNeighborSampler):
     """:class:`~shoal.distributed.DistNeighborSampler` with a replica and swapped-out parts
-    read from the store (module docstring). Link prediction's ``exclude`` is not supported
-    (the ``disagg`` engine trains node classification).
+    read from the store (module docstring); link prediction's ``exclude`` is honoured on
+    every path (:meth:`sample`).
 
     Args:
         store: the opened store (files of swapped-out parts).
@@ -289,6 +310,7 @@ class BatchSampler(DistNeighborSampler):
             type_of=type_of,
         )
         self.store, self.replica, self.swapped = store, replica, swapped
+        self._excluded_dst: np.ndarray | None = None  # the batch's excluded edges' ends
         self._files: dict[int, _PartFiles] = {}
         self.counters = dict.fromkeys(
             ("remote_requests", "replica_sampled", "replica_saved_bytes", "disk_sampled"), 0
@@ -305,23 +327,61 @@ class BatchSampler(DistNeighborSampler):
             f.close()
         self._files.clear()
 
+    # ------------------------------------------------------------ link prediction
+    def sample(
+        self, seeds: np.ndarray, seed: int = 0, *, exclude: np.ndarray | None = None
+    ) -> MiniBatch:
+        """:meth:`DistNeighborSampler.sample <shoal.distributed.DistNeighborSampler.sample>`
+        (collective); ``exclude``'s edges are skipped at every hop wherever a frontier node
+        is drawn: by its owner from a resident part or from the store's files, and a
+        replicated node with an excluded in-edge is drawn by its owner, not from the
+        replica."""
+        e = None if exclude is None else np.asarray(exclude, np.int64).reshape(-1, 2)
+        self._excluded_dst = None if e is None else unique_sorted(e[:, 1])
+        try:
+            return super().sample(seeds, seed, exclude=e)
+        finally:
+            self._excluded_dst = None
+
+    def _exclusions(self, exclude: np.ndarray) -> list[dict[int, np.ndarray]]:
+        """The requesters' local keys (collective) for the resident parts and, when
+        swapped-out parts are read (``swapped="read"``), for this worker's swapped-out parts
+        too (keys over the store part's local ids, which :meth:`_from_store` reads)."""
+        if self.swapped == "skip":
+            return super()._exclusions(exclude)
+        mine = np.flatnonzero(self.part_to_rank == self.rank)
+        away = [int(j) for j in mine if int(j) not in self.parts]
+        parts, halo = self.parts, self._l2g_halo
+        # the store's parts stand in for the swapped-out ones while the keys are made
+        self.parts = {**parts, **{j: self.store.part(j) for j in away}}
+        self._l2g_halo = {**halo, **{j: self.store.part(j).halo_ids for j in away}}
+        try:
+            return super()._exclusions(exclude)
+        finally:
+            self.parts, self._l2g_halo = parts, halo
+
     # ------------------------------------------------------------ swapped-out parts
     def _sample_owned(self, ids, fanout, key, ex=None):
-        if ex is not None:
-            raise NotImplementedError("the disagg batch sampler does not exclude edges")
         n = ids.shape[0]
-        if n == 0 or self.swapped == "skip":
-            return super()._sample_owned(ids, fanout, key)
+        if n == 0:
+            return super()._sample_owned(ids, fanout, key, ex)
         part_of = owner_of(self.part_offsets, ids)
         away = ~np.isin(part_of, np.fromiter(self.parts, np.int64, len(self.parts)))
-        if not away.any():
+        if self.swapped == "skip":  # the base counts them unavailable
+            away[:] = False
+        if ex is None and not away.any():
             return super()._sample_owned(ids, fanout, key)
         here = np.flatnonzero(~away)  # each part's rows keep their order: the same draws
-        pieces = [(here, *super()._sample_owned(ids[here], fanout, key))]
+        # with exclusions one part per call: the base's typed path takes one part's keys
+        groups = [here] if ex is None else [here[part_of[here] == j] for j in np.unique(part_of)]
+        pieces = []
+        for sel in groups:  # (a comprehension has no zero-argument super)
+            pieces.append((sel, *super()._sample_owned(ids[sel], fanout, key, ex)))
         for j in np.unique(part_of[away]):
             sel = np.flatnonzero(part_of == j)
             pkey = key if int(j) == 0 else np.uint64(K._stream_key(key, np.uint64(j)))
-            pieces.append((sel, *self._from_store(int(j), ids[sel], fanout, pkey)))
+            keys = None if ex is None else ex.get(int(j))
+            pieces.append((sel, *self._from_store(int(j), ids[sel], fanout, pkey, keys)))
             self.counters["disk_sampled"] += len(sel)
         counts = np.zeros(n, np.int64)
         for sel, c, _ in pieces:
@@ -334,10 +394,13 @@ class BatchSampler(DistNeighborSampler):
         return counts, out
 
     def _from_store(
-        self, j: int, nodes: np.ndarray, fanout: int, key: np.uint64
+        self, j: int, nodes: np.ndarray, fanout: int, key: np.uint64, keys=None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``nodes`` (of part ``j``) from the store's files: the row offsets, then the
-        drawn positions (the draws a resident copy of the part gives), then their ids."""
+        drawn positions (the draws a resident copy of the part gives), then their ids.
+        ``keys``: the sorted local keys ``row * num_nodes + source`` of a requester's
+        excluded edges in part ``j`` (link prediction): the rows are then read whole, and
+        drawn without those edges as a resident part's are."""
         f = self._files.get(j)
         if f is None:
             f = self._files[j] = _PartFiles(self.store, j)
@@ -351,12 +414,21 @@ class BatchSampler(DistNeighborSampler):
         seq = np.arange(k, dtype=np.int64)
         c = np.empty(k, np.int64)
         rel = self.relations if self._per_relation() else None
-        if rel is not None:  # the rows' relations; the sub-CSR's entries are its positions
+        ex, entries = None, _NO_INDICES
+        if keys is not None and len(keys):  # the sub-CSR's rows are the request positions
+            ex = (_request_keys(keys, rows, part.num_nodes), np.int64(part.num_nodes))
+        if rel is not None or ex is not None:  # the part's positions of the sub-CSR's entries
             at = np.repeat(begin - sub[:-1], deg) + np.arange(int(sub[-1]))
+            if ex is not None:
+                entries = f.take("indices", at)
+        if rel is not None:  # the rows' relations; the sub-CSR's entries are its positions
             et = f.take("edge_types", at)
             rt = np.asarray(self.type_of(nodes), np.int32)
             rel.hop = self._hop
-            rel.count_by_edge_type(sub, et, rt, seq, k, c)
+            rel.count_by_edge_type(sub, et, rt, seq, k, c, ex, entries)
+        elif ex is not None:
+            n_ex = np.empty(k, np.int64)
+            KX._count_excl(sub, entries, seq, k, fanout, *ex, c, n_ex)
         else:
             K._count(sub, seq, k, fanout, c)
         rowptr = np.zeros(k + 1, np.int64)
@@ -364,12 +436,16 @@ class BatchSampler(DistNeighborSampler):
         m = int(rowptr[-1])
         picked = np.empty(m, np.int64)
         dst = np.empty(m, np.int64)
-        if rel is not None:
+        if rel is not None and ex is not None:  # local ids
+            rel.fill_by_edge_type(sub, entries, et, rt, seq, k, rowptr, key, picked, dst, ex)
+        elif rel is not None:  # positions in the sub-CSR
             pos = np.arange(int(sub[-1]), dtype=np.int64)
             rel.fill_by_edge_type(sub, pos, et, rt, seq, k, rowptr, key, picked, dst)
-        else:
+        elif ex is not None:  # local ids
+            KX._fill_excl(sub, entries, seq, k, rowptr, key, picked, dst, *ex, n_ex)
+        else:  # positions in the sub-CSR
             K._fill(sub, _NO_INDICES, seq, k, rowptr, key, picked, dst, True)
-        loc = f.take("indices", picked - sub[dst] + begin[dst])
+        loc = picked if ex is not None else f.take("indices", picked - sub[dst] + begin[dst])
         h = loc >= part.num_core
         out = loc + part.start
         out[h] = f.take("halo_ids", loc[h] - part.num_core)
@@ -383,8 +459,6 @@ class BatchSampler(DistNeighborSampler):
     def _draw_hop(self, n, fanout, key, exclude):
         """One hop (collective): own frontier nodes here (resident or from the store),
         replicated ones of other workers from the replica, the rest from their owners."""
-        if exclude is not None:
-            raise NotImplementedError("the disagg batch sampler does not exclude edges")
         if self._part_deg is not None:
             raise NotImplementedError("the disagg batch sampler takes a global degree table")
         frontier = self._nodes[:n]
@@ -395,11 +469,15 @@ class BatchSampler(DistNeighborSampler):
             if self.replica is not None
             else np.full(n, -1, np.int64)
         )
+        if self.replica is not None and self._excluded_dst is not None:
+            # a replicated node with an excluded in-edge goes to its owner, which skips it
+            rpos[np.isin(frontier, self._excluded_dst)] = -1
         local = np.flatnonzero(mine)
         rep = np.flatnonzero(~mine & (rpos >= 0))
         remote = np.flatnonzero(~mine & (rpos < 0))
         counts = np.zeros(n, np.int64)
-        lc, lp = self._sample_owned(frontier[local], fanout, key)
+        own = None if exclude is None else exclude[self.rank]
+        lc, lp = self._sample_owned(frontier[local], fanout, key, own)
         counts[local] = lc
         ec, ep = np.zeros(0, np.int64), np.zeros(0, np.int64)
         if len(rep):
@@ -419,7 +497,7 @@ class BatchSampler(DistNeighborSampler):
             self.counters["remote_requests"] += len(remote)
             send_counts = np.bincount(owners[remote], minlength=self.world_size)
             req, req_counts = exchange(frontier[remote], send_counts, self.stats, self.group)
-            sc, sp = self._serve(req.numpy(), req_counts, fanout, key ^ _SERVE_STREAM, None)
+            sc, sp = self._serve(req.numpy(), req_counts, fanout, key ^ _SERVE_STREAM, exclude)
             per_rank = _segment_sums(sc, req_counts)
             rct, _ = exchange(sc, req_counts, self.stats, self.group)
             rpt, _ = exchange(sp, per_rank, self.stats, self.group)
