@@ -13,6 +13,7 @@ SPEC = EngineSpec(
     engine="shoal.engines.averaging.engine:AveragingEngine",
     config=AveragingConfig,
     typed=True,  # fanouts per relation, every type's rows in one source
+    tasks=("node", "link"),  # the link task on each part's own edges (link_scope "part")
     add_arguments=options.add_arguments,
     estimate=costs.estimate,
     demo="SDT-GNN-style: each process trains on its own parts alone, models averaged every epoch",

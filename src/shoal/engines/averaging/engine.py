@@ -67,6 +67,7 @@ from shoal.engines.averaging.average import (
     weighted_average_,
 )
 from shoal.engines.averaging.halo_hops import GrownPart, grow_parts
+from shoal.engines.averaging.links import PartLinks
 from shoal.engines.base import Engine
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch
@@ -118,6 +119,7 @@ class AveragingEngine(Engine):
 
     name = "averaging"
     tables_scope = "local"  # trains on its parts and their halos
+    link_scope = "part"  # a part's model computes its own core nodes only
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,6 +137,12 @@ class AveragingEngine(Engine):
                 "process for now",
                 fix="drop --type-embeddings (the engines keep the embeddings in the model), "
                 "or train in one process with `shoal train --graph`",
+            )
+        if self.link is not None and cfg.link.embedding_dim:
+            raise ShoalInputError(
+                "--embedding-dim (learned input rows, updated at their owners every step) is "
+                "not trained by the averaging engine, whose parts train alone",
+                fix="use --engine minibatch, or drop --embedding-dim (the store's features)",
             )
         #: the hops of halo the parts are grown by (``--halo-hops``, "auto" resolved)
         self.halo_hops = self.options.resolve_halo_hops(typed=typed, num_layers=cfg.num_layers)
@@ -161,11 +169,13 @@ class AveragingEngine(Engine):
             feature_bytes=sum(rows) * self.row_bytes,
             num_rows=max(rows or [1]),
             extra_bytes=per_row * sum(rows) + grown_index,
-            structure=cfg.memory.structure,
+            # the link task excludes a batch's edges from its rows: the structure in memory
+            structure="memory" if self.link is not None else cfg.memory.structure,
         )
         fits = []
         self.features: list[DiskFeatures] = []
-        self.loaders: list[BatchLoader] = []
+        #: per part, its node loader, or its link batches (the link task)
+        self.loaders: list[BatchLoader | PartLinks] = []
         #: per part, the original id of every local node (a typed store's blocks carry them)
         self.orig_ids: list[np.ndarray | None] = []
         for part, g, n in zip(self.parts, self.grown, rows, strict=True):
@@ -205,8 +215,24 @@ class AveragingEngine(Engine):
                 normalize=cfg.model.normalize_features,
                 threads=threads,
                 show_progress=cfg.run.progress if self.ctx.is_rank0 else False,
+                read_ahead=self.link is None,  # link batches read their rows as they come
             )
             feats = budgeted.features
+            self.features.append(feats)
+            self.orig_ids.append(store.to_orig(local_ids) if typed else None)
+            if self.link is not None:
+                self.loaders.append(
+                    PartLinks(
+                        self.link,
+                        part,
+                        sampler,
+                        feats,
+                        batch_size=cfg.sampling.batch_size,
+                        seed=cfg.run.seed + 1_000_003 * part.index,
+                        timer=self.timer,
+                    )
+                )
+                continue
             loader = BatchLoader(
                 sampler,
                 feats,
@@ -227,14 +253,14 @@ class AveragingEngine(Engine):
                 fits.append(fit)
                 if self.ctx.is_rank0:
                     log.info("part %d features: %s", part.index, fits[-1].describe())
-            self.features.append(feats)
             self.loaders.append(loader)
-            self.orig_ids.append(store.to_orig(local_ids) if typed else None)
         plan.use_fit(fits)
         if self.ctx.is_rank0:
             log.info("rank 0 %s", plan.describe())
-        #: each part's training nodes (its model's weight in the average)
-        self.part_weights = [float(len(ld.seeds)) for ld in self.loaders]
+        #: each part's training nodes, or positive edges (its model's weight in the average)
+        self.part_weights = [
+            float(ld.count if isinstance(ld, PartLinks) else len(ld.seeds)) for ld in self.loaders
+        ]
         self.weight = float(sum(self.part_weights))
         self.num_batches = sum(len(ld) for ld in self.loaders)
         # one model and optimizer per part (--part-models), else the one model for every part
@@ -328,6 +354,9 @@ class AveragingEngine(Engine):
             timer=self.timer,
         )
         for i, loader in enumerate(self.loaders):  # p > N: this rank's parts in turn
+            if isinstance(loader, PartLinks):
+                self._link_epoch(i, epoch, meter)
+                continue
             model, optimizer = self.part_models[i]
             orig = self.orig_ids[i]
             for step, batch in enumerate(self.feed.iterate(loader.epoch(epoch))):
@@ -350,12 +379,36 @@ class AveragingEngine(Engine):
             self.timer.add("averaging", time.perf_counter() - t0)
             self.stats.allreduce_bytes += nbytes if self.ctx.world_size > 1 else 0
             self.stats.rounds += 1 if self.ctx.world_size > 1 else 0
-        return self.epoch_record(
+        rec = self.epoch_record(
             **meter.close(),
             averaged=averaged,
             evaluable=averaged,
             io=self.io_record(self._io(stats0)),
         )
+        if self.link is not None:  # no accuracy of edges
+            rec["train_accuracy"] = None
+        return rec
+
+    def _link_epoch(self, i: int, epoch: int, meter: EpochMeter) -> None:
+        """Part ``i``'s link steps of ``epoch`` on its own model (:mod:`.links`): its
+        outputs of the step's end nodes, the link task's loss, one local Adam step."""
+        model, optimizer = self.part_models[i]
+        model.train()
+        orig = self.orig_ids[i]
+        for step, host in enumerate(self.loaders[i].epoch(epoch)):
+            batch = self.feed.to_device(host)  # (the device's copy does not carry the step)
+            with meter.time("forward_backward"):
+                optimizer.zero_grad(set_to_none=True)
+                if orig is None:
+                    h = model(batch.x, batch.mb.blocks)
+                else:
+                    key = step * self.store.num_parts + self.parts[i].index
+                    h = self._typed_forward(model, batch, orig, (epoch, key))
+                loss = self.link.loss(model, h, host.step)
+                loss.backward()
+                optimizer.step()
+            n = len(host.step)
+            meter.step_sums(float(loss.detach()) * n, 0, n)
 
     def _typed_step(
         self,
@@ -370,13 +423,21 @@ class AveragingEngine(Engine):
         the single-process trainer's :func:`~shoal.training.train_step`)."""
         model.train()
         optimizer.zero_grad(set_to_none=True)
-        blocks = batch.mb.with_node_ids(orig[np.asarray(batch.mb.n_id)])
-        with keyed_dropout(model, self.train_config.run.seed, *key):
-            out = model(batch.x, blocks)
+        out = self._typed_forward(model, batch, orig, key)
         loss = F.cross_entropy(out, batch.y)
         loss.backward()
         optimizer.step()
         return float(loss.detach()), int((out.detach().argmax(1) == batch.y).sum())
+
+    def _typed_forward(
+        self, model: torch.nn.Module, batch: Batch, orig: np.ndarray, key: tuple[int, int]
+    ) -> torch.Tensor:
+        """``model``'s outputs of a typed part's batch: its blocks with their sources'
+        original ids (``orig`` of the local ids), dropout keyed by (seed, epoch, ``key``)
+        and the node."""
+        blocks = batch.mb.with_node_ids(orig[np.asarray(batch.mb.n_id)])
+        with keyed_dropout(model, self.train_config.run.seed, *key):
+            return model(batch.x, blocks)
 
     def state(self) -> dict[str, Any]:
         st = super().state()

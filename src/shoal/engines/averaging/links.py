@@ -1,0 +1,111 @@
+"""The link task on one part of the averaging engine (``--task link``): the part's own
+positives, in batches for the part's local sampler.
+
+The engine trains each part alone (SDT-GNN, Sec. III-B/C), so a part's link steps are drawn
+from the part only (the link task's ``"part"`` scope, :mod:`shoal.engines.linktask`): its
+positives are the edges between two of its core nodes
+(:class:`~shoal.engines.linktask.RankPositives` over the one part, ``within_part``), its
+negatives come from its own core nodes (:meth:`DistLinkTask.negatives
+<shoal.engines.linktask.DistLinkTask.negatives>`), and every end node of a step is a core
+node, whose local id is its global one less the part's first (``part.start``): the step's
+nodes and exclusions are shifted into the local sampler's id space, which keeps their order.
+A part takes ``ceil(positives / batch_size)`` steps an epoch (none without positives): the
+ranks step alone between averaging rounds, so their step counts need not match.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from shoal.engines.linktask import DistLinkTask, LinkStep, RankPositives
+from shoal.graph.blocks import Batch
+from shoal.sample.sampler import NeighborSampler
+from shoal.store.reader import Partition
+from shoal.training.batches import Gatherer, Timer, batch_seed
+from shoal.utils.arrays import unique_sorted
+
+__all__ = ["PartLinks"]
+
+
+class PartLinks:
+    """One part's link batches (module docstring): :class:`~shoal.graph.blocks.Batch` es of
+    local blocks and rows whose ``step`` is the :class:`~shoal.engines.linktask.LinkStep`
+    (global ids, as :meth:`DistLinkTask.loss <shoal.engines.linktask.DistLinkTask.loss>`
+    reads it), in place of a node loader.
+
+    Args:
+        link: the engine's link task; part: the part; sampler: the part's local sampler;
+        gatherer: its rows (local ids); batch_size: positives per batch (at most); seed: the
+        part's stream (the node loader's: shuffles and batch seeds); timer: gets the phases
+        ``sampling`` and ``gather``.
+    """
+
+    #: no windows read ahead (the engine's I/O hooks ask)
+    prefetcher = None
+
+    def __init__(
+        self,
+        link: DistLinkTask,
+        part: Partition,
+        sampler: NeighborSampler,
+        gatherer: Gatherer,
+        *,
+        batch_size: int,
+        seed: int,
+        timer: Timer,
+    ) -> None:
+        self.link, self.part, self.sampler, self.gatherer = link, part, sampler, gatherer
+        self.seed, self.timer = seed, timer
+        self.positives = RankPositives(
+            [part],
+            directed=link.positives.directed,
+            rank=part.index,  # each part its own shuffle, whichever rank holds it
+            target=link.target,
+            within_part=True,
+        )
+        self.num_batches = math.ceil(self.positives.count / batch_size)
+
+    @property
+    def count(self) -> int:
+        """The part's positives (its model's weight in the average)."""
+        return self.positives.count
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def steps(self, epoch: int) -> Iterator[LinkStep]:
+        """The part's :attr:`num_batches` steps of ``epoch`` (global ids)."""
+        if not self.num_batches:
+            return
+        run_seed = self.link.config.run.seed
+        for step, pos in enumerate(self.positives.epoch(run_seed, epoch, self.num_batches)):
+            seed = batch_seed(self.seed, epoch, step)
+            neg = self._negatives(pos, np.random.default_rng(seed))
+            nodes = unique_sorted(np.concatenate([pos.ravel(), neg.ravel()]))
+            yield LinkStep(pos, neg, nodes, seed)
+
+    def _negatives(self, pos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The link task's negatives; a batch of one positive has no other one to take as
+        ``in-batch`` negative: uniform over the part then (the task's fallback is over every
+        node)."""
+        if self.link.link.negatives == "in-batch" and len(pos) < 2:
+            return self.link.of_part[self.part.index].draw((len(pos), self.link.link.num_neg), rng)
+        return self.link.negatives(pos, rng)
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        """The part's batches of ``epoch``: each step's end nodes sampled in local ids with
+        its positives and their reverses excluded at every hop, their rows gathered."""
+        start = int(self.part.start)
+        for st in self.steps(epoch):
+            t0 = time.perf_counter()
+            mb = self.sampler.sample(st.nodes - start, st.seed, exclude=st.exclude - start)
+            t1 = time.perf_counter()
+            x = self.gatherer.gather(mb.n_id)
+            self.timer.add("sampling", t1 - t0)
+            self.timer.add("gather", time.perf_counter() - t1)
+            yield Batch(mb, x, torch.empty(0, dtype=torch.int64), st)
