@@ -156,8 +156,6 @@ def test_the_spec_holds_the_config_and_the_support_flags(monkeypatch):
         assert cls.spec() is get_spec(name)
         attrs = ("options_class", "accepts_factory_models", "reads_typed", "typed_engine")
         assert not any(hasattr(cls, a) for a in attrs)
-    with pytest.raises(ValueError, match="link_engine"):
-        EngineSpec(name="x", summary="x", engine="m:C", link_engine="m:L")
     with pytest.raises(ValueError, match="tasks must be"):
         EngineSpec(name="x", summary="x", engine="m:C", tasks=("graph",))
 

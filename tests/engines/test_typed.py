@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from shoal.distributed import DistContext
-from shoal.errors import ShoalInputError
 from shoal.store import Store
 from shoal.training import TrainConfig
 from shoal.training.data import TrainData
@@ -133,8 +132,6 @@ def test_every_engine_reads_a_typed_store_with_its_own_class(typed):
     for name in engine_names():
         assert get_engine(name, typed=True) is get_engine(name), name
         assert get_spec(name).typed
-    with pytest.raises(ShoalInputError, match="does not train a typed store"):
-        get_engine("minibatch", "link", typed=True)
 
 
 def test_a_typed_store_refuses_an_untyped_model(typed):
@@ -155,9 +152,6 @@ def test_the_cli_trains_a_typed_store_on_two_processes(typed, tmp_path):
     assert main([*args, *opts, "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["engine"] == "averaging" and r["epochs"] == 2 and 0 <= r["test_accuracy"] <= 1
-    # the link task does not read typed stores yet: refused before any process starts
-    link = ["train", "--store", stores[3], "--engine", "minibatch", "--task", "link", *opts]
-    assert main(link) == 2
 
 
 @pytest.mark.parametrize("engine", ["minibatch", "averaging"])

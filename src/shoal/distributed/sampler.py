@@ -214,9 +214,10 @@ class DistNeighborSampler(BlockSampler):
             # a stream per (part, row position): rows at the same position in different parts
             # must not share random numbers (part 0 keeps ``key``, so one part = one sampler)
             pkey = key if int(i) == 0 else np.uint64(K._stream_key(key, np.uint64(i)))
-            if keys is not None and self._etypes:
-                ex = (keys, np.int64(part.num_nodes))
-                self._fill_rows(part, rows, rowptr, pkey, picked, dst, ex)
+            if keys is not None and self._etypes:  # (not ``ex``: the next part reads it)
+                self._fill_rows(
+                    part, rows, rowptr, pkey, picked, dst, (keys, np.int64(part.num_nodes))
+                )
             elif keys is not None:
                 KX._fill_excl(
                     part.indptr,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -153,11 +154,13 @@ class MiniBatch:
 
 @dataclass
 class Batch:
-    """A ready mini-batch: sampled blocks, input features of ``mb.n_id``, seed labels."""
+    """A ready mini-batch: sampled blocks, input features of ``mb.n_id``, seed labels, and
+    what else the task's loss reads (``step``: a link batch's edges; None for nodes)."""
 
     mb: MiniBatch
     x: torch.Tensor
     y: torch.Tensor
+    step: Any = None
 
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
         """This batch with its blocks, features and labels on ``device``."""
@@ -165,6 +168,7 @@ class Batch:
             self.mb.to(device, non_blocking=non_blocking),
             self.x.to(device, non_blocking=non_blocking),
             self.y.to(device, non_blocking=non_blocking),
+            self.step,
         )
 
 

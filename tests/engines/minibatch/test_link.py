@@ -1,8 +1,10 @@
-"""minibatch with --task link: positives per rank, 2 ranks = 1 rank's updates for the same
-batches, exact distributed MRR = the single-process trainer's, end to end through the CLI."""
+"""minibatch with --task link: a synchronous step (the scorer's weights all-reduced, learned
+rows updated at their owners), exact distributed MRR = the single-process trainer's, end to
+end through the CLI with learned rows and checkpoints."""
 
 from __future__ import annotations
 
+import collections
 import json
 
 import numpy as np
@@ -11,8 +13,7 @@ import torch
 
 from shoal.data.linksplit import EdgeSplitConfig, split_edges
 from shoal.distributed import DistContext
-from shoal.engines.minibatch.link import LinkMinibatchEngine
-from shoal.engines.minibatch.linkdata import RankPositives
+from shoal.engines.minibatch.engine import MinibatchEngine
 from shoal.errors import ShoalInputError
 from shoal.store import Store
 from shoal.training import TrainConfig
@@ -44,87 +45,59 @@ def _cfg(**kw) -> TrainConfig:
         seed=5,
         progress=False,
         threads=1,
+        task="link",
     )
     return TrainConfig.from_options(**{**base, **kw})
 
 
-def _engine(rank, world, store, link=None, **kw) -> LinkMinibatchEngine:
+def _engine(rank, world, store, link=None, **kw) -> MinibatchEngine:
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    return LinkMinibatchEngine(Store.open(store), _cfg(**kw), ctx, link=link or LinkConfig())
+    return MinibatchEngine(Store.open(store), _cfg(link=LinkConfig(**(link or {})), **kw), ctx)
 
 
-def test_rank_positives_cover_every_training_pair_once(link_store):
-    split, store_path = link_store
-    store = Store.open(store_path)
-    got = []
-    for r in range(2):
-        rp = RankPositives([store.part(r)], directed=False, rank=r, chunk_edges=7)
-        batches = list(rp.epoch(0, 0, 4))
-        assert len(batches) == 4 and sum(len(b) for b in batches) == rp.count
-        got += [tuple(e) for b in batches for e in b.tolist()]
-    flipped = np.mean([u > v for u, v in got])  # oriented at random: both ends anchor negatives
-    assert 0.2 < flipped < 0.8
-    e = store.to_orig(np.array(got)).reshape(-1, 2)
-    orig = np.asarray(split.edge_stream().memmap())
-    want = {(int(u), int(v)) for u, v in orig if u != v}
-    want = {(min(u, v), max(u, v)) for u, v in want}
-    have = [(min(u, v), max(u, v)) for u, v in e.tolist()]
-    assert len(have) == len(set(have)) and set(have) == want
+def _step(rank, world, store, emb_dir, emb):
+    """One link step of the engine on 2 ranks: the model after it, and per part the rows of
+    the learned table that moved against those the batch pulled."""
+    from shoal.training.meter import EpochMeter
 
-
-def _step(rank, world, store, emb_dir, batches, emb):
-    link = LinkConfig(embedding_dim=emb, embedding_dir=emb_dir, num_neg=2, scorer="mlp")
+    link = dict(embedding_dim=emb, embedding_dir=emb_dir, num_neg=2, scorer="mlp")
     eng = _engine(rank, world, store, link)
     before = {i: np.array(t.weight) for i, t in eng.embedding.tables.items()} if emb else {}
-    mine = batches if world == 1 else [batches[rank]]
-    s, n = eng.train_step(mine, 123)
-    grads = {k: p.grad.clone() for k, p in eng.model.named_parameters()}
-    pushed, moved = {}, {}
+    batch = next(eng._batches(0, collections.defaultdict(float)))  # the epoch's first
+    eng._train_steps(0, iter([batch]), EpochMeter(0, 1, enable=False))
+    moved = {}
     if emb:
         eng.embedding.flush()
-        pushed = dict(eng.last_push)
         moved = {
             i: np.flatnonzero((np.asarray(t.weight) != before[i]).any(1))
             for i, t in eng.embedding.tables.items()
         }
-    return grads, pushed, s, n, moved
+    params = {k: v.detach().clone() for k, v in eng.model.state_dict().items()}
+    return params, moved, np.asarray(batch.mb.n_id)
 
 
 @pytest.mark.parametrize("emb", [0, 4])
-def test_two_ranks_update_as_one_rank_on_the_same_batches(link_store, tmp_path, emb):
-    """Synchronous settings (full neighbourhoods, no dropout): rank r steps on batch r; one
-    rank steps on both batches with their mean loss: the same gradients, and each owner
-    applies the same summed row gradients to exactly those rows."""
+def test_a_step_keeps_the_ranks_weights_equal_and_updates_rows_at_their_owners(
+    link_store, tmp_path, emb
+):
+    """After one synchronous step every rank holds the same encoder and scorer (the
+    scorer's gradients are all-reduced with the encoder's); learned rows move at their owners
+    only, and only rows some rank's batch pulled."""
     _, store = link_store
-    st = Store.open(store)
-    rng = np.random.default_rng(0)
-    batches = []
-    for r in range(2):  # 5 positives of rank r's part, 2 negatives each, anywhere
-        rp = RankPositives([st.part(r)], directed=False, rank=r)
-        pos = next(rp.epoch(0, 0, 1))[:5]
-        batches.append((pos, rng.integers(0, st.num_nodes, (5, 2))))
-    two = run_world(_step, 2, str(store), str(tmp_path / "e2"), batches, emb)
-    one = run_world(_step, 1, str(store), str(tmp_path / "e1"), batches, emb)[0]
-    # the gradients after the all-reduce (Adam's first step is their sign: compare them)
-    for k, v in one[0].items():
-        for r in range(2):
-            torch.testing.assert_close(two[r][0][k], v, rtol=1e-4, atol=1e-7)
-    assert two[0][3] + two[1][3] == one[3] == 10
-    assert (two[0][2] + two[1][2]) == pytest.approx(one[2], rel=1e-5)
+    out = run_world(_step, 2, str(store), str(tmp_path / "e"), emb)
+    assert any(k.startswith("link_scorer.") for k in out[0][0])
+    for k, v in out[0][0].items():
+        torch.testing.assert_close(out[1][0][k], v, rtol=1e-5, atol=1e-7)
     if emb:
-        pushed = {**two[0][1], **two[1][1]}
-        moved = {**two[0][4], **two[1][4]}
-        assert set(pushed) == set(one[1]) == {0, 1}
-        for i, (rows, g) in pushed.items():
-            np.testing.assert_array_equal(rows, one[1][i][0])
-            np.testing.assert_allclose(g, one[1][i][1], rtol=1e-4, atol=1e-7)
-            # a sparse update: exactly the rows with a gradient moved, no other
-            assert np.array_equal(moved[i], rows[np.abs(g).sum(1) > 0]) and len(moved[i])
-            assert np.array_equal(one[4][i], moved[i])
+        st = Store.open(store)
+        pulled = np.unique(np.concatenate([o[2] for o in out]))
+        for moved in (out[0][1], out[1][1]):
+            for i, rows in moved.items():
+                assert len(rows) and np.isin(rows + st.part_offsets[i], pulled).all()
 
 
 def _evaluate(rank, world, store, state):
-    eng = _engine(rank, world, store, LinkConfig(scorer="mlp", eval_negatives=30, hits_k=5))
+    eng = _engine(rank, world, store, dict(scorer="mlp", eval_negatives=30, hits_k=5))
     eng.model.load_state_dict(state)
     return eng.evaluate(("val", "test"))
 
@@ -142,8 +115,8 @@ def test_distributed_mrr_equals_the_single_process_trainer(link_store):
     scores = tr.task.scores(tr, ("val", "test"))
     bounds = {s: link_metric_bounds(*sc, k=5) for s, sc in scores.items()}
     state = {
-        **{f"encoder.{k}": v for k, v in tr.model.state_dict().items()},
-        **{f"scorer.{k}": v for k, v in tr.task.scorer.state_dict().items()},
+        **tr.model.state_dict(),
+        **{f"link_scorer.{k}": v for k, v in tr.task.scorer.state_dict().items()},
     }
     for world in (0, 1, 2):  # 0: the trainer itself
         for r in [ref] if world == 0 else run_world(_evaluate, world, str(store), state):
@@ -155,9 +128,6 @@ def test_distributed_mrr_equals_the_single_process_trainer(link_store):
 
 
 def test_refusals(link_store, make_store):
-    _, store = link_store
-    with pytest.raises(ShoalInputError, match="sum messages"):
-        _engine(0, 1, store, model="gat")
     plain = make_store(np.arange(48) % 2)  # built from an unsplit graph
     with pytest.raises(ShoalInputError, match="split-edges"):
         _engine(0, 1, plain)

@@ -25,6 +25,15 @@ the model, are the same either way.
 With one process and a one-part store the batches, initialisation and dropout stream equal
 those of :class:`shoal.training.Trainer` (same shuffling ``default_rng([seed, epoch])`` and batch
 seeds ``batch_seed(seed, epoch, step)``), so the accuracy is the single-process one.
+
+The link task (``--task link``, :mod:`shoal.engines.linktask`) runs the same pipeline with
+edges as seeds: each rank's positives are the in-edges of its parts, the batch's blocks are
+sampled where the data lives with its positive edges and their reverses excluded at every hop
+(at their owners too), its rows are pulled through the same windows and cache, and the edge
+scorer's weights are all-reduced with the encoder's. Graphs without features learn an input
+row per node (``--embedding-dim``: :class:`~shoal.engines.minibatch.embedding.DistEmbedding`,
+DistDGL's ``DistEmbedding`` and sparse optimizers, Section 3), pulled from and updated at
+their owners every step (synchronously, inline: no sampling thread, no windows).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,7 +56,9 @@ from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
 from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES
+from shoal.engines.minibatch.embedding import DistEmbedding
 from shoal.engines.minibatch.pipeline import BatchPipeline
+from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch
 from shoal.nn.base import keyed_dropout
 from shoal.rows.budget import batch_rows
@@ -54,6 +66,7 @@ from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.packing import default_pack_epochs
 from shoal.rows.parts import part_rows
 from shoal.training import batch_seed
+from shoal.training.embedding import load_tables, save_tables
 from shoal.training.meter import EpochMeter
 
 __all__ = ["MinibatchEngine", "rank_share", "split_training_nodes"]
@@ -102,11 +115,18 @@ class MinibatchEngine(Engine):
         super().__init__(*args, **kwargs)
         cfg = self.train_config
         store, ctx = self.store, self.ctx
-        self.seeds, self.num_batches = rank_share(self)
-        #: batches the sampling thread prepares ahead (0: sampled inline); a subclass whose
-        #: options class is not a MinibatchConfig gets the default
+        if self.link is None:
+            self.seeds, self.num_batches = rank_share(self)
+        else:  # the link task: the rank's positive edges, as many steps on every rank
+            self.seeds, self.num_batches = np.empty(0, np.int64), self.link.num_batches
+        #: learned input rows (the link task's ``--embedding-dim``), else None
+        self.embedding: DistEmbedding | None = None
+        emb_dim = cfg.link.embedding_dim if self.link is not None else 0
+        #: batches the sampling thread prepares ahead (0: sampled inline; always with learned
+        #: rows, updated every step); a subclass whose options class is not a MinibatchConfig
+        #: gets the default
         depth = getattr(self.options, "prefetch_batches", DEFAULT_PREFETCH_BATCHES)
-        self.prefetch = int(depth)
+        self.prefetch = 0 if emb_dim else int(depth)
         #: the sampling thread's process group (made by every rank here, in the same order):
         #: its collectives never interleave with the gradient all-reduce (None: the world's)
         self.sample_group = None
@@ -126,8 +146,11 @@ class MinibatchEngine(Engine):
             schema=store.schema,  # a typed store: fanouts per relation, typed blocks
             type_of=store.type_of if store.schema is not None else None,
         )
-        self._open_features()
-        self.model = self.build_model()
+        if emb_dim:
+            self._open_embedding(emb_dim)
+        else:
+            self._open_features()
+        self.model = self.build_model(in_dim=emb_dim or None)
         self.ddp = DistributedDataParallel(
             self.model,
             process_group=ctx.model_group,
@@ -204,6 +227,32 @@ class MinibatchEngine(Engine):
             group=self.sample_group,
         )
 
+    def _open_embedding(self, dim: int) -> None:
+        """Learned input rows held by their owners instead of the store's features (no
+        memory plan for features, no windows)."""
+        cfg, store, ctx = self.train_config, self.store, self.ctx
+        where = Path(cfg.link.embedding_dir or f"{store.path}.emb")
+        if cfg.link.embedding_dir is None and not cfg.checkpoint.resume and where.exists():
+            raise ShoalInputError(
+                "an embedding table from another run is there",
+                path=where,
+                fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
+            )
+        self.embedding = DistEmbedding(
+            where,
+            parts=self.parts,
+            part_offsets=store.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            dim=dim,
+            seed=cfg.run.seed,
+            optimizer=cfg.link.embedding_optimizer,
+            lr=cfg.link.embedding_lr or cfg.optim.lr,
+            stats=self.stats,
+        )
+        self.local = self.windows = self.features = None
+
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         if self.sampler is None:
             raise RuntimeError("end_training() was called: this engine only evaluates now")
@@ -233,11 +282,11 @@ class MinibatchEngine(Engine):
             raise
         if pipe is not None:
             pipe.close(timeout_s=float(self.options.dist_timeout))
-        meter.phases["io_wait"] = self.windows.io.get("io_wait", 0.0)
-        return self.epoch_record(
-            **meter.close(),
-            io=self.io_record([self.windows.io]),
-        )
+        io = [self.windows.io] if self.windows is not None else []
+        meter.phases["io_wait"] = sum(r.get("io_wait", 0.0) for r in io)
+        if self.embedding is not None:
+            self.embedding.flush()
+        return self.epoch_record(**meter.close(), io=self.io_record(io))
 
     def _train_steps(self, epoch: int, batches: Iterator[Batch], meter: EpochMeter) -> None:
         """The epoch's steps on ``batches`` (the training thread)."""
@@ -254,10 +303,19 @@ class MinibatchEngine(Engine):
                     out = self.ddp(x, blocks)
                 # DDP averages the ranks' gradients (batches differ in size by at most one
                 # seed per rank under the two-level split)
-                loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
+                if self.link is not None:
+                    loss = self.link.loss(self.model, out, batch.step)
+                else:
+                    loss = F.cross_entropy(out, y) if len(y) else out.sum() * 0.0
                 loss.backward()
                 self.optimizer.step()
+                if self.embedding is not None:  # the rows' gradients to their owners
+                    self.embedding.push(batch.mb.n_id, x.grad)
                 self.stats.allreduce_bytes += self.param_bytes
+            if self.link is not None:
+                n = len(batch.step)
+                meter.step_sums(float(loss.detach()) * n, 0, n)
+                continue
             n = len(y)
             ok = int((out.detach().argmax(1) == y).sum()) if n else 0
             meter.step(float(loss.detach()), ok, n)
@@ -266,22 +324,43 @@ class MinibatchEngine(Engine):
         """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and
         normalised) rows, labels (collective)."""
         again = lambda e: self._samples(e, timer)  # noqa: E731 - future epochs, to pack them
-        for mbs, _ in self.windows.windows(self._samples(epoch, timer), epoch=epoch, sample=again):
+        samples = self._samples(epoch, timer)
+        if self.windows is None:  # learned rows: no windows
+            groups: Iterable = (([mb], None) for mb in samples)
+        else:
+            groups = self.windows.windows(samples, epoch=epoch, sample=again)
+        steps = self.link.steps(epoch) if self.link is not None else None
+        for mbs, _ in groups:
             for mb in mbs:
                 t1 = time.perf_counter()
-                x = self.features.pull(mb.n_id)
-                if self.train_config.model.normalize_features:
-                    s = x.sum(1, keepdim=True)
-                    x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
-                elif self.prefetch:  # the pull's buffer is reused by the next batch's pull
-                    x = x.clone()
-                y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64))
+                x = self._inputs(mb.n_id)
+                if steps is None:
+                    y, step = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64)), None
+                else:  # the link step this batch was sampled for (drawn again, in order)
+                    y, step = torch.empty(0, dtype=torch.int64), next(steps)
                 timer["gather"] += time.perf_counter() - t1
-                yield Batch(mb, x, y)
+                yield Batch(mb, x, y, step)
+
+    def _inputs(self, n_id: np.ndarray) -> torch.Tensor:
+        """The rows of ``n_id``: pulled features (normalised), or learned rows as a leaf."""
+        if self.embedding is not None:
+            return self.embedding.pull(n_id)
+        x = self.features.pull(n_id)
+        if self.train_config.model.normalize_features:
+            s = x.sum(1, keepdim=True)
+            return torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
+        return x.clone() if self.prefetch else x  # the pull's buffer is reused by the next
 
     def _samples(self, epoch: int, timer: dict[str, float]):
         """This rank's sampled batches of ``epoch``, in step order (collective)."""
         cfg = self.train_config
+        if self.link is not None:  # a link batch's own edges excluded from message passing
+            for st in self.link.steps(epoch):
+                t0 = time.perf_counter()
+                mb = self.sampler.sample(st.nodes, st.seed, exclude=st.exclude)
+                timer["sampling"] += time.perf_counter() - t0
+                yield mb
+            return
         for step, seeds in enumerate(self.epoch_batches(epoch)):
             t0 = time.perf_counter()
             # the batch seed depends on the rank too, so ranks draw different samples
@@ -297,7 +376,41 @@ class MinibatchEngine(Engine):
             self.windows.close()
 
     def feature_stores(self) -> list:
-        return [self.local]
+        return [self.local] if self.local is not None else []
+
+    def evaluate_links(
+        self, splits: tuple[str, ...], *, model: torch.nn.Module | None = None
+    ) -> dict[str, float]:
+        """As the base's; learned rows are the evaluation's layer-0 inputs."""
+        if self.embedding is None:
+            return super().evaluate_links(splits, model=model)
+        self.embedding.flush()
+        return self.link.evaluate(
+            model if model is not None else self.model,
+            self.tables,
+            splits,
+            device=self.device,
+            inputs=self.embedding.weights,
+        )
+
+    def state(self) -> dict[str, Any]:
+        """The base state; learned rows and their optimizer state are copied into the
+        checkpoint directory (``embedding/part_<i>``), each rank its own parts."""
+        st = super().state()
+        snap = self.embedding is not None and bool(self.train_config.checkpoint.dir)
+        if snap:
+            self.embedding.flush()
+            root = Path(self.train_config.checkpoint.dir) / "embedding"
+            for i, tables in self.embedding.state_tables().items():
+                save_tables(tables, root / f"part_{i}")
+        return {**st, "embedding_snapshot": snap}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        if state.get("embedding_snapshot") and self.embedding is not None:
+            root = Path(self.train_config.checkpoint.dir) / "embedding"
+            for i, tables in self.embedding.state_tables().items():
+                load_tables(tables, root / f"part_{i}")
 
     def _drop_training_state(self) -> int:
         freed = super()._drop_training_state()

@@ -1,0 +1,128 @@
+"""Learnable input rows held by their owners (``--embedding-dim`` of the link task on the
+``minibatch`` engine), for graphs without features.
+
+Each part's rows are one :class:`~shoal.training.embedding.NodeEmbedding` table on the rank
+holding the part (initialised from ``(seed, part)``, so the values do not depend on the number
+of ranks), with its sparse optimizer's state beside it. A batch pulls its rows from their
+owners (DistDGL's ``DistEmbedding``, Zheng et al. IA3 2020, Section 3); after ``backward()``
+the rows' gradients go back to the owners, which sum them over ranks and apply one sparse
+update per row. Updates are applied at the end of every step (synchronous: with the gradients
+divided by the number of ranks, as DDP averages the dense ones, N ranks on N batches update
+exactly as one process on the same batches with the mean loss); DistDGL applies them
+asynchronously.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from shoal.distributed.comm import CommStats, exchange
+from shoal.distributed.feature_store import DistFeatureStore, owner_of
+from shoal.store.reader import Partition
+from shoal.training.embedding import NodeEmbedding, SparseAdagrad, SparseAdam, _unique_grad
+
+__all__ = ["DistEmbedding"]
+
+
+class DistEmbedding:
+    """Learnable input rows held by their owners (module docstring).
+
+    Args:
+        directory: where the tables live (``part_<i>/`` per part held here).
+        parts: the parts this rank holds; part_offsets, part_to_rank, rank, world_size: the
+            layout of every part; dim: row width; seed: initialisation seed;
+        optimizer: ``adam`` or ``adagrad``; lr: its learning rate; stats: counters.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        parts: Sequence[Partition],
+        part_offsets: np.ndarray,
+        part_to_rank: np.ndarray,
+        rank: int,
+        world_size: int,
+        dim: int,
+        seed: int,
+        optimizer: str = "adam",
+        lr: float = 0.01,
+        stats: CommStats | None = None,
+    ) -> None:
+        self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
+        self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
+        self.rank, self.world_size, self.dim = rank, world_size, dim
+        self.stats = stats if stats is not None else CommStats()
+        root = Path(directory)
+        self.tables = {
+            p.index: NodeEmbedding(
+                root / f"part_{p.index}", p.num_core, dim, seed=seed, stream=p.index + 1
+            )
+            for p in parts
+        }
+        opt = SparseAdam if optimizer == "adam" else SparseAdagrad
+        self.optimizers = {i: opt(t, lr=lr) for i, t in self.tables.items()}
+        self.rows = DistFeatureStore(
+            part_offsets=self.part_offsets,
+            part_to_rank=self.part_to_rank,
+            rank=rank,
+            world_size=world_size,
+            local_parts={i: t.weight for i, t in self.tables.items()},
+            feature_dim=dim,
+            stats=self.stats,
+        )
+
+    @property
+    def weights(self) -> dict[int, np.ndarray]:
+        """Part -> its rows (the layer-0 inputs of an exact evaluation)."""
+        return {i: t.weight for i, t in self.tables.items()}
+
+    def pull(self, ids: np.ndarray) -> torch.Tensor:
+        """The rows of ``ids`` as a leaf tensor that requires grad (collective)."""
+        return self.rows.pull(np.asarray(ids, dtype=np.int64)).clone().requires_grad_()
+
+    def push(
+        self, ids: np.ndarray, grad: torch.Tensor | None
+    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Send the gradients of rows ``ids`` (divided by the number of ranks) to their owners,
+        which apply one sparse update per row (collective). Returns what this rank applied:
+        part -> (local rows, their summed gradients)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        g = (
+            np.zeros((len(ids), self.dim), np.float32)
+            if grad is None
+            else grad.detach().numpy().astype(np.float32, copy=False)
+        )
+        g = g / self.world_size if self.world_size > 1 else g
+        owners = self.part_to_rank[owner_of(self.part_offsets, ids)] if len(ids) else ids
+        here = owners == self.rank
+        got_ids, got = ids[here], g[here]
+        if self.world_size > 1:
+            away = np.flatnonzero(~here)
+            away = away[np.argsort(owners[away], kind="stable")]
+            counts = np.bincount(owners[away], minlength=self.world_size)
+            rid, _ = exchange(ids[away], counts, self.stats)
+            rg, _ = exchange(np.ascontiguousarray(g[away]), counts, self.stats)
+            got_ids = np.concatenate([got_ids, rid.numpy()])
+            got = np.concatenate([got, rg.numpy()])
+        part_of = owner_of(self.part_offsets, got_ids) if len(got_ids) else got_ids
+        applied = {}
+        for i, opt in self.optimizers.items():
+            sel = part_of == i
+            if sel.any():
+                rows, g_rows = _unique_grad(got_ids[sel] - self.part_offsets[i], got[sel])
+                opt.step(rows, torch.from_numpy(g_rows))
+                applied[i] = (rows, g_rows)
+        return applied
+
+    def flush(self) -> None:
+        for opt in self.optimizers.values():
+            opt.flush()
+
+    def state_tables(self) -> dict[int, dict[str, np.ndarray]]:
+        """Part -> the table and its optimizer's state arrays (for checkpoints)."""
+        return {i: opt.tables() for i, opt in self.optimizers.items()}
