@@ -20,7 +20,6 @@ memory plus one block of neighbours, nodes in id order.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,12 +27,8 @@ from numba import njit
 
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
-from shoal.partition._streaming import (
-    _check_parts,
-    _train_array,
-)
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
-from shoal.partition.ldg import _run_vertex_stream
+from shoal.partition.ldg import _count_parts, _place, _run_vertex_stream
 from shoal.utils.ranges import range_index
 
 __all__ = ["Fennel"]
@@ -50,16 +45,7 @@ def _fennel_block(
     for r in range(po.shape[0] - 1):
         v = a + r
         nt = range_index(toff, v)
-        for q in range(p):
-            cnt[q] = 0.0
-        for j in range(po[r], po[r + 1]):
-            w = io[j]
-            if w != v and node_part[w] >= 0:
-                cnt[node_part[w]] += 1.0
-        for j in range(pi[r], pi[r + 1]):
-            w = ii[j]
-            if w != v and node_part[w] >= 0:
-                cnt[node_part[w]] += 1.0
+        _count_parts(r, v, po, io, pi, ii, node_part, cnt)
         is_train = use_train and train[v]
         best = -1
         best_s = 0.0
@@ -74,16 +60,7 @@ def _fennel_block(
             if best < 0 or s > best_s or (s == best_s and sizes[q] < sizes[best]):
                 best_s = s
                 best = q
-        if best < 0:
-            best = 0
-            for q in range(1, p):
-                if sizes[q] < sizes[best]:
-                    best = q
-        node_part[v] = best
-        sizes[best] += 1
-        tysizes[best, nt] += 1
-        if is_train:
-            tsizes[best] += 1
+        _place(v, nt, best, is_train, node_part, sizes, tsizes, tysizes)
 
 
 @dataclass(kw_only=True)
@@ -117,27 +94,19 @@ class Fennel(Partitioner):
 
     def partition(self, graph: GraphDir, train_mask: np.ndarray | None = None) -> Assignment:
         cfg = self.config
-        p = cfg.num_parts
-        _check_parts(graph, p)
-        train = _train_array(train_mask, graph.num_nodes)
-        t = time.perf_counter()
-        graph.csr("out")
-        if graph.directed:
-            graph.csr("in")
-        t_csr = time.perf_counter() - t
         n = graph.num_nodes
         # undirected edges: stored twice in an undirected graph directory
         m = graph.num_edges if graph.directed else graph.num_edges / 2
         alpha = cfg.alpha
         if alpha is None:
-            alpha = math.sqrt(p) * m / n**1.5 if n else 0.0
-        node_part, secs = _run_vertex_stream(
-            graph, cfg, train, "fennel", _fennel_block, (float(alpha), float(cfg.gamma))
+            alpha = math.sqrt(cfg.num_parts) * m / n**1.5 if n else 0.0
+        node_part, seconds = _run_vertex_stream(
+            self, graph, train_mask, _fennel_block, (float(alpha), float(cfg.gamma))
         )
         return Assignment(
             node_part=node_part,
-            num_parts=p,
+            num_parts=cfg.num_parts,
             algorithm=self.name,
             params={**cfg.to_dict(), "alpha_used": float(alpha)},
-            seconds={"csr": t_csr, "fennel": secs},
+            seconds=seconds,
         )

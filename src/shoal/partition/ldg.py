@@ -119,22 +119,42 @@ def _vertex_blocks(
 
 
 @njit(cache=True)
+def _count_parts(r, v, po, io, pi, ii, node_part, cnt):
+    """``cnt[q]``: how many of row ``r`` (node ``v``)'s placed neighbours part ``q`` holds."""
+    for q in range(cnt.shape[0]):
+        cnt[q] = 0.0
+    for j in range(po[r], po[r + 1]):
+        w = io[j]
+        if w != v and node_part[w] >= 0:
+            cnt[node_part[w]] += 1.0
+    for j in range(pi[r], pi[r + 1]):
+        w = ii[j]
+        if w != v and node_part[w] >= 0:
+            cnt[node_part[w]] += 1.0
+
+
+@njit(cache=True)
+def _place(v, nt, best, is_train, node_part, sizes, tsizes, tysizes):
+    if best < 0:  # every part at capacity (cannot happen with cap >= n / p): least loaded
+        best = 0
+        for q in range(1, sizes.shape[0]):
+            if sizes[q] < sizes[best]:
+                best = q
+    node_part[v] = best
+    sizes[best] += 1
+    tysizes[best, nt] += 1
+    if is_train:
+        tsizes[best] += 1
+
+
+@njit(cache=True)
 def _ldg_block(a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, cap, tcap, ty, cnt):
     p = sizes.shape[0]
     toff, tysizes, tycap = ty
     for r in range(po.shape[0] - 1):
         v = a + r
         nt = range_index(toff, v)
-        for q in range(p):
-            cnt[q] = 0.0
-        for j in range(po[r], po[r + 1]):
-            w = io[j]
-            if w != v and node_part[w] >= 0:
-                cnt[node_part[w]] += 1.0
-        for j in range(pi[r], pi[r + 1]):
-            w = ii[j]
-            if w != v and node_part[w] >= 0:
-                cnt[node_part[w]] += 1.0
+        _count_parts(r, v, po, io, pi, ii, node_part, cnt)
         is_train = use_train and train[v]
         best = -1
         best_s = -1.0
@@ -149,16 +169,7 @@ def _ldg_block(a, po, io, pi, ii, node_part, sizes, tsizes, train, use_train, ca
             if s > best_s or (s == best_s and sizes[q] < sizes[best]):
                 best_s = s
                 best = q
-        if best < 0:  # every part at capacity (cannot happen with cap >= n / p): least loaded
-            best = 0
-            for q in range(1, p):
-                if sizes[q] < sizes[best]:
-                    best = q
-        node_part[v] = best
-        sizes[best] += 1
-        tysizes[best, nt] += 1
-        if is_train:
-            tsizes[best] += 1
+        _place(v, nt, best, is_train, node_part, sizes, tsizes, tysizes)
 
 
 def _type_capacities(graph: GraphDir, p: int, balance: float) -> tuple:
@@ -185,8 +196,20 @@ def _capacities(n: int, p: int, balance: float, train: np.ndarray | None) -> tup
     return float(cap), float(tcap)
 
 
-def _run_vertex_stream(graph, cfg, train, name, kernel, extra) -> tuple[np.ndarray, float]:
+def _run_vertex_stream(
+    partitioner: Partitioner, graph: GraphDir, train_mask, kernel, extra=()
+) -> tuple[np.ndarray, dict[str, float]]:
+    """Check the inputs, build the CSR views and run ``kernel(..., *extra)`` over the vertex
+    stream: ``(node_part, seconds of the csr and of the pass)``."""
+    cfg = partitioner.config
     n, p = graph.num_nodes, cfg.num_parts
+    _check_parts(graph, p)
+    train = _train_array(train_mask, n)
+    t = time.perf_counter()
+    graph.csr("out")
+    if graph.directed:
+        graph.csr("in")
+    t_csr = time.perf_counter() - t
     node_part = np.full(n, -1, dtype=np.int32)
     sizes = np.zeros(p, dtype=np.int64)
     tsizes = np.zeros(p, dtype=np.int64)
@@ -196,11 +219,11 @@ def _run_vertex_stream(graph, cfg, train, name, kernel, extra) -> tuple[np.ndarr
     ty = _type_capacities(graph, p, cfg.balance)
     cnt = np.zeros(p, dtype=np.float64)
     t = time.perf_counter()
-    for a, _b, po, io, pi, ii in _vertex_blocks(graph, cfg.chunk_edges, name):
+    for a, _b, po, io, pi, ii in _vertex_blocks(graph, cfg.chunk_edges, partitioner.name):
         kernel(
             a, po, io, pi, ii, node_part, sizes, tsizes, tr, use_train, cap, tcap, ty, cnt, *extra
         )
-    return node_part, time.perf_counter() - t
+    return node_part, {"csr": t_csr, partitioner.name: time.perf_counter() - t}
 
 
 @dataclass(kw_only=True)
@@ -217,19 +240,12 @@ class LDG(Partitioner):
     Config = LDGConfig
 
     def partition(self, graph: GraphDir, train_mask: np.ndarray | None = None) -> Assignment:
+        node_part, seconds = _run_vertex_stream(self, graph, train_mask, _ldg_block)
         cfg = self.config
-        _check_parts(graph, cfg.num_parts)
-        train = _train_array(train_mask, graph.num_nodes)
-        t = time.perf_counter()
-        graph.csr("out")
-        if graph.directed:
-            graph.csr("in")
-        t_csr = time.perf_counter() - t
-        node_part, secs = _run_vertex_stream(graph, cfg, train, "ldg", _ldg_block, ())
         return Assignment(
             node_part=node_part,
             num_parts=cfg.num_parts,
             algorithm=self.name,
             params=cfg.to_dict(),
-            seconds={"csr": t_csr, "ldg": secs},
+            seconds=seconds,
         )
