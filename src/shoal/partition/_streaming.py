@@ -126,14 +126,8 @@ def _vertex_cut(
     cfg = partitioner.config
     t = time.perf_counter()
     node_part = owners_from_edge_parts(graph, edge_part, cfg.num_parts, chunk_edges=cfg.chunk_edges)
-    return Assignment(
-        node_part=node_part,
-        num_parts=cfg.num_parts,
-        algorithm=partitioner.name,
-        params=cfg.to_dict(),
-        edge_part=edge_part,
-        seconds={**seconds, "owners": time.perf_counter() - t},
-    )
+    seconds = {**seconds, "owners": time.perf_counter() - t}
+    return partitioner.assignment(node_part, seconds, edge_part=edge_part)
 
 
 def _train_array(train_mask: np.ndarray | None, n: int) -> np.ndarray | None:

@@ -134,6 +134,24 @@ class Partitioner:
         algorithm balance training nodes too."""
         raise NotImplementedError
 
+    def assignment(
+        self,
+        node_part: np.ndarray,
+        seconds: dict[str, float],
+        *,
+        edge_part: np.ndarray | None = None,
+        **params: Any,
+    ) -> Assignment:
+        """The :class:`Assignment` of a run: ``params`` adds to the config's."""
+        return Assignment(
+            node_part=node_part,
+            num_parts=self.config.num_parts,
+            algorithm=self.name,
+            params={**self.config.to_dict(), **params},
+            edge_part=edge_part,
+            seconds=seconds,
+        )
+
 
 #: name -> "module:Class" (imported on first use, so importing shoal stays cheap).
 REGISTRY: dict[str, str] = {

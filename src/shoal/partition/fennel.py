@@ -103,10 +103,4 @@ class Fennel(Partitioner):
         node_part, seconds = _run_vertex_stream(
             self, graph, train_mask, _fennel_block, (float(alpha), float(cfg.gamma))
         )
-        return Assignment(
-            node_part=node_part,
-            num_parts=cfg.num_parts,
-            algorithm=self.name,
-            params={**cfg.to_dict(), "alpha_used": float(alpha)},
-            seconds=seconds,
-        )
+        return self.assignment(node_part, seconds, alpha_used=float(alpha))

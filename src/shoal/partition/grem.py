@@ -369,14 +369,6 @@ class Grem(Partitioner):
             moves.append(moved)
             seconds[f"level{level + 1}"] = time.perf_counter() - t0
             level += 1
-        params = cfg.to_dict()
-        params["window_edges"] = w
-        params["refine_moves"] = moves
         del deg
-        return Assignment(
-            node_part=grp.astype(np.int32, copy=False),
-            num_parts=p,
-            algorithm=self.name,
-            params=params,
-            seconds=seconds,
-        )
+        node_part = grp.astype(np.int32, copy=False)
+        return self.assignment(node_part, seconds, window_edges=w, refine_moves=moves)

@@ -90,10 +90,4 @@ class KaMinPar(Partitioner):
                 )
             part = np.asarray(parts, dtype=np.int32)
         seconds["kaminpar"] = time.perf_counter() - t0
-        return Assignment(
-            node_part=part,
-            num_parts=p,
-            algorithm=self.name,
-            params=cfg.to_dict(),
-            seconds=seconds,
-        )
+        return self.assignment(part, seconds)

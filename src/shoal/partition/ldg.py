@@ -241,11 +241,4 @@ class LDG(Partitioner):
 
     def partition(self, graph: GraphDir, train_mask: np.ndarray | None = None) -> Assignment:
         node_part, seconds = _run_vertex_stream(self, graph, train_mask, _ldg_block)
-        cfg = self.config
-        return Assignment(
-            node_part=node_part,
-            num_parts=cfg.num_parts,
-            algorithm=self.name,
-            params=cfg.to_dict(),
-            seconds=seconds,
-        )
+        return self.assignment(node_part, seconds)

@@ -99,13 +99,9 @@ class Metis(Partitioner):
             )
             part = np.asarray(parts, dtype=np.int32)
         seconds["metis"] = time.perf_counter() - t0
-        params = cfg.to_dict()
         if cfg.multi_constraint and train_mask is not None and n:
             from shoal.partition.balance import within_balance
 
-            params["multi_constraint_met"] = bool(
-                within_balance(part, p, cfg.balance, np.asarray(train_mask, dtype=bool))
-            )
-        return Assignment(
-            node_part=part, num_parts=p, algorithm=self.name, params=params, seconds=seconds
-        )
+            met = within_balance(part, p, cfg.balance, np.asarray(train_mask, dtype=bool))
+            return self.assignment(part, seconds, multi_constraint_met=bool(met))
+        return self.assignment(part, seconds)

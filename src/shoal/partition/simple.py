@@ -56,13 +56,7 @@ class Hash(Partitioner):
         for s in range(0, n, step):
             ids = np.arange(s, min(n, s + step), dtype=np.uint64)
             out[s : s + step] = (hash_ids(ids, self.config.seed) % np.uint64(p)).astype(np.int32)
-        return Assignment(
-            node_part=out,
-            num_parts=p,
-            algorithm=self.name,
-            params=self.config.to_dict(),
-            seconds={"assign": time.perf_counter() - t0},
-        )
+        return self.assignment(out, {"assign": time.perf_counter() - t0})
 
 
 class Random(Partitioner):
@@ -75,10 +69,4 @@ class Random(Partitioner):
         t0 = time.perf_counter()
         rng = np.random.default_rng(self.config.seed)
         out = rng.integers(0, self.config.num_parts, size=graph.num_nodes, dtype=np.int32)
-        return Assignment(
-            node_part=out,
-            num_parts=self.config.num_parts,
-            algorithm=self.name,
-            params=self.config.to_dict(),
-            seconds={"assign": time.perf_counter() - t0},
-        )
+        return self.assignment(out, {"assign": time.perf_counter() - t0})

@@ -340,8 +340,4 @@ class Spring(Partitioner):
         t0 = time.perf_counter()
         node_part = place_clusters(final, p)
         seconds["placement"] = time.perf_counter() - t0
-        params = cfg.to_dict()
-        params["merges"] = merges
-        return Assignment(
-            node_part=node_part, num_parts=p, algorithm=self.name, params=params, seconds=seconds
-        )
+        return self.assignment(node_part, seconds, merges=merges)
