@@ -14,6 +14,7 @@ SPEC = EngineSpec(
     engine="shoal.engines.hec.engine:HecEngine",
     config=HecConfig,
     typed=True,  # relational layers; caches of their inputs (engine.py's docstring)
+    tasks=("node", "link"),  # link: local steps over the positives inside each part
     factory_models=False,  # it caches the embeddings of shoal's own layers
     add_arguments=options.add_arguments,
     estimate=costs.estimate,

@@ -64,6 +64,25 @@ relation absent from every rank's batch leaving its weights without a gradient (
 skips them, as DistributedDataParallel and one process do); absent on some ranks only,
 those contribute zeros. A ``--model-factory`` model is refused (the engine runs a model
 layer by layer and replaces rows between layers).
+
+The link task (``--task link``, :mod:`shoal.engines.linktask`; issue 53) runs the same
+mechanism with edges as the batch's seeds. A step of :meth:`DistLinkTask.steps
+<shoal.engines.linktask.DistLinkTask.steps>` gives its end nodes (``step.nodes``: the
+positives' ends and their negatives), which are the mini-batch's seeds for the local sampler
+(Sec. 3.3: sampled locally, halo vertices leaves), mapped to solid ids; the step's positive
+edges and their reverses are excluded from message passing at every hop (no leakage). Lookups,
+drops and the delayed pushes (Algorithm 2, lines 7-24) are unchanged: the rows pushed at layer
+``l`` are the batch's solid vertices' layer-``l`` rows as for the node task. The outputs of the
+seeds go to the task's loss through the model's edge scorer (``model.link_scorer``, whose
+gradients are all-reduced with the encoder's); evaluation is the shared exact one (MRR). The
+named deviation: since a rank computes outputs only for its own (solid) vertices
+(``link_scope = "part"``), the positives are the edges between two core nodes of one part,
+with ``uniform``/``owner-local`` negatives drawn from the positive's part; the edges across
+parts (the edge cut) are message-passing edges only, their halo ends served from the caches.
+The paper trains node classification only. The ablation (``hec_cache`` False) samples the same
+steps over the whole graph, global ids and exclusions as they are. The steps per epoch are the
+task's (:attr:`DistLinkTask.num_batches <shoal.engines.linktask.DistLinkTask.num_batches>`,
+the same on every rank); a rank's empty step runs no forward, as the node task's.
 """
 
 from __future__ import annotations
@@ -89,6 +108,7 @@ from shoal.engines.hec.cache import (
     halo_database,
     select_push,
 )
+from shoal.engines.linktask import LinkStep
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.nn.base import keyed_dropout, layer_widths
@@ -109,6 +129,7 @@ class HecEngine(Engine):
     name = "hec"
     global_batch = True  # synchronous SGD: the step's batch is every rank's
     tables_scope = "local"  # trains on its parts and their halos
+    link_scope = "part"  # samples locally: a link step's ends are its solid nodes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -163,19 +184,24 @@ class HecEngine(Engine):
             show_progress=cfg.run.progress if ctx.is_rank0 else False,
             read_ahead=False,
         ).features
-        train = np.concatenate(
-            [
-                np.flatnonzero(np.asarray(p.train_mask)) + o
-                for p, o in zip(self.parts, np.cumsum([0] + [p.num_core for p in self.parts]))
-            ]
-            or [np.empty(0, np.int64)]
-        ).astype(np.int64)
-        self.seeds = train
-        self.labels = self.tables.labels[g.solid] if len(g.solid) else np.empty(0, np.int32)
-        steps = torch.tensor([math.ceil(len(train) / cfg.sampling.batch_size)], dtype=torch.int64)
-        if ctx.world_size > 1:
-            dist.all_reduce(steps, op=dist.ReduceOp.MAX)
-        self.num_batches = int(steps.item())
+        if self.link is None:
+            train = np.concatenate(
+                [
+                    np.flatnonzero(np.asarray(p.train_mask)) + o
+                    for p, o in zip(self.parts, np.cumsum([0] + [p.num_core for p in self.parts]))
+                ]
+                or [np.empty(0, np.int64)]
+            ).astype(np.int64)
+            self.seeds = train
+            self.labels = self.tables.labels[g.solid] if len(g.solid) else np.empty(0, np.int32)
+            steps = torch.tensor(
+                [math.ceil(len(train) / cfg.sampling.batch_size)], dtype=torch.int64
+            )
+            if ctx.world_size > 1:
+                dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+            self.num_batches = int(steps.item())
+        else:  # the link task's steps: the same number on every rank
+            self.num_batches = self.link.num_batches
         self.dims = layer_widths(self.model, dim)[:-1]  # every layer's input
         self.caches: list[HistoricalCache] = []
         self.push: DelayedPush | None = None
@@ -248,7 +274,8 @@ class HecEngine(Engine):
             phases=("sampling", "gather", "forward_backward", "communication"),
         )
         m, d = self.num_batches, self.options.hec_delay
-        for k, seeds in enumerate(self.epoch_batches(epoch)):
+        batches = self.epoch_batches(epoch) if self.link is None else self.link.steps(epoch)
+        for k, seeds in enumerate(batches):
             if not self.cached:
                 meter.step(*self._step_uncached(epoch, k, seeds, meter.phases))
                 self.now += 1
@@ -268,18 +295,22 @@ class HecEngine(Engine):
             self.now += 1
         if self.push is not None:
             self.push.drain()
-        return self.epoch_record(**meter.close(), hec=self._hec_record())
+        rec = self.epoch_record(**meter.close(), hec=self._hec_record())
+        if self.link is not None:  # no accuracy: the loss is over positive edges
+            rec["train_accuracy"] = None
+        return rec
 
-    def _step(self, epoch: int, k: int, seeds: np.ndarray, timer: dict, *, send: bool):
-        """One mini-batch: lookup, forward with cached halo rows, backward, all-reduce; returns
-        (loss, correct, seeds, the pushes to send or None)."""
-        cfg, g = self.train_config, self.graph
+    def _step(self, epoch: int, k: int, seeds: np.ndarray | LinkStep, timer: dict, *, send: bool):
+        """One mini-batch (training nodes, or a link step): lookup, forward with cached halo
+        rows, backward, all-reduce; returns (loss, correct, seeds or positives, the pushes to
+        send or None)."""
+        g = self.graph
         s = g.num_solid
         self.optimizer.zero_grad(set_to_none=True)
         loss_v, ok, rows_of = 0.0, 0, None
         if len(seeds):
             t0 = time.perf_counter()
-            mb = self.sampler.sample(seeds, batch_seed(cfg.run.seed, epoch, k) + self.ctx.rank)
+            mb = self._sample_local(epoch, k, seeds)
             t1 = time.perf_counter()
             solid = mb.n_id < s
             x = torch.zeros((len(mb.n_id), self.dims[0]), dtype=torch.float32)
@@ -299,8 +330,11 @@ class HecEngine(Engine):
                         )
                     rows_of.append(h)
                     h = self.model.layer_forward(layer, h, block.to(dev))
-            y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64)).to(dev)
-            loss_v, ok = self._backward(h, y)
+            if isinstance(seeds, LinkStep):
+                loss_v, ok = self._link_backward(h, seeds)
+            else:
+                y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64)).to(dev)
+                loss_v, ok = self._backward(h, y)
             timer["sampling"] += t1 - t0
             timer["gather"] += t2 - t1
             timer["forward_backward"] += time.perf_counter() - t2
@@ -310,12 +344,41 @@ class HecEngine(Engine):
             pushes = self._pushes(epoch, k, mb if len(seeds) else None, rows_of)
         return loss_v, ok, len(seeds), pushes
 
+    def _sample_local(self, epoch: int, k: int, seeds: np.ndarray | LinkStep) -> MiniBatch:
+        """The batch's blocks sampled over the rank graph: training nodes (solid ids) from the
+        batch seed, or a link step's end nodes from its seed with its positive edges (and their
+        reverses) excluded, both mapped to solid ids (the seeds' outputs come out in
+        ``step.nodes``' order: the map keeps it)."""
+        if isinstance(seeds, LinkStep):
+            solid = self._solid_ids
+            return self.sampler.sample(solid(seeds.nodes), seeds.seed, exclude=solid(seeds.exclude))
+        return self.sampler.sample(
+            seeds, batch_seed(self.train_config.run.seed, epoch, k) + self.ctx.rank
+        )
+
+    def _solid_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Solid (rank-local) ids of global ids of this rank's core nodes (``g.solid`` is
+        sorted: the rank's parts in order, each a range of ids); every end of a link step is
+        one (``link_scope = "part"``)."""
+        solid = self.graph.solid
+        out = np.searchsorted(solid, ids)
+        if out.size and not np.array_equal(solid[np.minimum(out, len(solid) - 1)], ids):
+            raise ValueError("a link step's node is not a core node of this rank")
+        return out
+
     @staticmethod
     def _backward(h: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
         """The batch's cross-entropy, backpropagated; returns (loss, correct predictions)."""
         loss = F.cross_entropy(h, y)
         loss.backward()
         return float(loss.detach()), int((h.detach().argmax(1) == y).sum())
+
+    def _link_backward(self, h: torch.Tensor, step: LinkStep) -> tuple[float, int]:
+        """The link step's loss from ``h`` (the outputs of ``step.nodes``, in order; the
+        scorer is the model's), backpropagated; returns (loss, 0)."""
+        loss = self.link.loss(self.model, h, step)
+        loss.backward()
+        return float(loss.detach()), 0
 
     def _blocks(self, mb: MiniBatch, to_global: np.ndarray | None) -> list[Block]:
         """The batch's blocks; on a typed store each with its sources' original ids
@@ -370,16 +433,20 @@ class HecEngine(Engine):
             p.grad = flat[off : off + n].view_as(p).clone() if u > 0 else None
             off += n
 
-    def _step_uncached(self, epoch: int, k: int, seeds: np.ndarray, timer: dict):
+    def _step_uncached(self, epoch: int, k: int, seeds: np.ndarray | LinkStep, timer: dict):
         """One mini-batch with the cache off (``hec_cache=False``): the batch's blocks sampled
-        over the whole graph, remote input rows pulled from their owners, no halo row replaced
-        or dropped (collective: run on empty steps too); returns (loss, correct, seeds)."""
+        over the whole graph (a link step's: its end nodes with its exclusions, global ids),
+        remote input rows pulled from their owners, no halo row replaced or dropped
+        (collective: run on empty steps too); returns (loss, correct, seeds or positives)."""
         cfg, g = self.train_config, self.graph
         self.optimizer.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        mb = self.dsampler.sample(
-            g.solid[seeds], batch_seed(cfg.run.seed, epoch, k) + self.ctx.rank
-        )
+        if isinstance(seeds, LinkStep):
+            mb = self.dsampler.sample(seeds.nodes, seeds.seed, exclude=seeds.exclude)
+        else:
+            mb = self.dsampler.sample(
+                g.solid[seeds], batch_seed(cfg.run.seed, epoch, k) + self.ctx.rank
+            )
         t1 = time.perf_counter()
         x = self.pull.pull(mb.n_id).clone()
         if cfg.model.normalize_features:
@@ -393,8 +460,11 @@ class HecEngine(Engine):
             with self._dropout(epoch, k):
                 for layer, block in enumerate(self._blocks(mb, None)):
                     h = self.model.layer_forward(layer, h, block.to(dev))
-            y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64)).to(dev)
-            loss_v, ok = self._backward(h, y)
+            if isinstance(seeds, LinkStep):
+                loss_v, ok = self._link_backward(h, seeds)
+            else:
+                y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64)).to(dev)
+                loss_v, ok = self._backward(h, y)
         timer["sampling"] += t1 - t0
         timer["gather"] += t2 - t1
         timer["forward_backward"] += time.perf_counter() - t2
