@@ -89,9 +89,6 @@ class Plan:
         d["worker_of_part"] = [j % self.workers for j in range(self.num_parts)]
         return d
 
-    def parts_of(self, worker: int) -> list[int]:
-        return self.assignment[worker]
-
 
 def _has_accelerator() -> bool:
     try:

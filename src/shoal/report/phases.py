@@ -114,11 +114,6 @@ class EpochBars:
         """The height of the stack."""
         return sum(self.stacked.values())
 
-    @property
-    def background_seconds(self) -> float:
-        """The reading thread's seconds per epoch (its phases one after the other)."""
-        return sum(self.background.values())
-
 
 def _means(splits: list[Mapping[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
     """Mean seconds of each phase over ``splits`` (0 where a split lacks it), as (training

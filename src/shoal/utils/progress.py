@@ -54,12 +54,6 @@ class _Summary:
     def set_postfix(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    def set_postfix_str(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
-        self.desc = desc or self.desc
-
     def refresh(self) -> None:
         return None
 
