@@ -45,6 +45,20 @@ weight from the start, so the averages line up.
 ``min(2, layers)`` on a typed one) first grows every part by its halo nodes' own in-edges
 and rows, ``H - 1`` hops deep, fetched once: a grown part is trained as a stored one, with
 more rows and more halo in-edges.
+
+The link task (``--task link``, :mod:`shoal.engines.linktask`) trains by the same mechanism:
+each part's model learns from the part alone (Sec. III-B/C) and the models are averaged as
+above (Sec. III-D), each weighted by its part's positive edges instead of its training nodes
+(:class:`~shoal.engines.averaging.links.PartLinks`). A part's model computes only the part's
+own nodes (``link_scope = "part"``): its positives are the edges between two of its core
+nodes, its negatives drawn from its core nodes (the task's samplers, per part), every batch
+sampled by the part's local sampler with its positive edges and their reverses excluded from
+message passing at every hop (the structure held in memory for that; the rows read through
+the part's cache, no windows read ahead). The edge scorer is a submodule of the model, so it
+is averaged with the encoder. Named deviation: the edges across parts (the edge cut) pass
+messages but are never positives, and negatives never pair nodes of two parts; evaluation
+is the task's exact one over the whole graph. Learned input rows (``--embedding-dim``) are
+the ``minibatch`` engine's.
 """
 
 from __future__ import annotations
