@@ -17,7 +17,9 @@ from shoal.store import Store, build_store
 from shoal.training import TrainConfig
 from tests.distributed.helpers import run_world
 
-ENGINES = ["minibatch", "averaging", "hec", "fullgraph", "disagg"]
+#: shoal's engines and the test fixture engine (tests/engines/fixture_engine: its own step)
+ENGINES = ["minibatch", "averaging", "hec", "fullgraph", "disagg", "trivial"]
+FIXTURE = "trivial=tests.engines.fixture_engine:SPEC"
 
 
 def clusters_graph(make_graph, k: int = 6, size: int = 10, seed: int = 0):
@@ -82,11 +84,24 @@ def _cfg(typed: bool, **kw) -> TrainConfig:
 
 
 def _fit(rank: int, world: int, store: str, engine: str, typed: bool, kw: dict) -> dict:
+    import os
+
     from shoal.engines import get_engine
 
+    os.environ["SHOAL_ENGINES"] = FIXTURE  # the fixture engine, in this worker
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    cls = get_engine(engine, "link", typed=typed)
-    return cls(Store.open(store), _cfg(typed, **kw), ctx).fit().to_json()
+    cfg = _cfg(typed, **kw)
+    cls = get_engine(engine, cfg.task, typed=typed)
+    return cls(Store.open(store), cfg, ctx).fit().to_json()
+
+
+def test_the_fixture_engine_trains_the_node_task_on_a_typed_store(typed_link):
+    """The fixture engine writes its own step and trains both tasks on both graph kinds (the
+    node task on an untyped store: tests/engines/test_registry.py)."""
+    _, store = typed_link
+    out = run_world(_fit, 2, store, "trivial", True, {"task": "node", "epochs": 4}, timeout=300)
+    assert out[0]["test_accuracy"] == out[1]["test_accuracy"]
+    assert out[0]["test_accuracy"] > 0.35, out[0]["test_accuracy"]  # 4 classes
 
 
 def test_rank_positives_cover_every_training_pair_once(untyped_link):

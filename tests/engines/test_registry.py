@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 REGISTER = "trivial=tests.engines.fixture_engine:SPEC"
 #: the fixture engine as one computing on the CPU only (registered in a test)
 CPU_ONLY = dataclasses.replace(TRIVIAL, name="cpuonly", devices=("cpu",))
+#: the fixture engine with every support field at its default (node task, untyped stores)
+NODE_ONLY = EngineSpec(name="nodeonly", summary="x", engine=TRIVIAL.engine, config=TRIVIAL.config)
 ARGS = ["--fanouts", "3,3", "--hidden", "8", "--batch-size", "4", "--epochs", "2", "--lr", "0.05"]
 
 
@@ -145,10 +147,11 @@ def test_the_spec_holds_the_config_and_the_support_flags(monkeypatch):
     from tests.engines.fixture_engine.engine import TrivialEngine
 
     monkeypatch.setenv("SHOAL_ENGINES", REGISTER)
-    spec = get_spec("trivial")  # the fixture's spec: every new field at its default
-    assert (spec.tasks, spec.typed, spec.factory_models) == (("node",), False, True)
+    spec = get_spec("trivial")  # the fixture's spec: both tasks, typed stores, else defaults
+    assert (spec.tasks, spec.typed, spec.factory_models) == (("node", "link"), True, True)
     assert (spec.devices, spec.report_fields, spec.demo) == (("cpu", "cuda"), (), None)
-    assert TrivialEngine.spec() is spec and not spec.typed
+    assert TrivialEngine.spec() is spec
+    assert (NODE_ONLY.tasks, NODE_ONLY.typed, NODE_ONLY.factory_models) == (("node",), False, True)
     assert isinstance(TrivialEngine.options_of(TrainConfig()), TrivialConfig)  # spec.config
     assert get_engine("minibatch").spec().config is MinibatchConfig
     for name in engine_names():  # no second copy of the spec on the classes
@@ -161,16 +164,20 @@ def test_the_spec_holds_the_config_and_the_support_flags(monkeypatch):
 
 
 def test_refusals_come_from_the_spec_and_name_the_engines_that_can(monkeypatch):
-    monkeypatch.setenv("SHOAL_ENGINES", f"{REGISTER},cpuonly=tests.engines.test_registry:CPU_ONLY")
+    own = "tests.engines.test_registry"
+    monkeypatch.setenv(
+        "SHOAL_ENGINES", f"{REGISTER},cpuonly={own}:CPU_ONLY,nodeonly={own}:NODE_ONLY"
+    )
     typed = supporting(typed=True)
-    assert "trivial" not in typed and set(typed) == {n for n in ENGINES if get_spec(n).typed}
-    with pytest.raises(ShoalInputError, match="trivial engine does not train a typed") as e:
-        get_engine("trivial", typed=True)
+    assert "nodeonly" not in typed and "trivial" in typed
+    assert set(typed) == {n for n in engine_names() if get_spec(n).typed}
+    with pytest.raises(ShoalInputError, match="nodeonly engine does not train a typed") as e:
+        get_engine("nodeonly", typed=True)
     assert f"--engine {' or '.join(typed)} (node classification)" in e.value.fix
     links = supporting("link")
     assert links == [n for n in engine_names() if "link" in get_spec(n).tasks]
     with pytest.raises(ShoalInputError, match="does not support --task link") as e:
-        get_engine("trivial", "link")
+        get_engine("nodeonly", "link")
     assert f"--engine {' or '.join(links)}," in e.value.fix
     own = [n for n in engine_names() if not get_spec(n).factory_models]
     for name in own:
