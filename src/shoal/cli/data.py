@@ -8,7 +8,12 @@ import time
 from typing import Any
 
 from shoal.cli.data_link import register_split_edges
-from shoal.cli.data_options import add_scratch_option, add_write_options, graph_summary
+from shoal.cli.data_options import (
+    add_scratch_option,
+    add_write_options,
+    graph_summary,
+    write_options,
+)
 from shoal.cli.data_synth import register_synth
 from shoal.utils.io import parse_size, write_json_output
 from shoal.utils.memory import peak_rss_bytes
@@ -26,15 +31,10 @@ def _cmd_import(args: argparse.Namespace) -> int:
     cfg = ImportConfig(
         num_nodes=args.num_nodes,
         undirected=args.undirected,
-        dedup=args.dedup,
-        drop_self_loops=args.drop_self_loops,
         num_classes=args.num_classes,
         split_index=args.split_index,
         split_scheme=args.split_scheme,
-        name=args.name,
-        overwrite=args.overwrite,
-        sort_memory=parse_size(args.sort_memory),
-        scratch_dir=args.scratch_dir,
+        **write_options(args),
         extra_columns="ignore" if args.ignore_extra_columns else "error",
     )
     g = import_graph(args.src, args.out, cfg, format=args.format)

@@ -7,9 +7,10 @@ import argparse
 import time
 from typing import Any
 
+from shoal.utils.io import parse_size
 from shoal.utils.memory import peak_rss_bytes
 
-__all__ = ["add_scratch_option", "add_write_options", "graph_summary"]
+__all__ = ["add_scratch_option", "add_write_options", "graph_summary", "write_options"]
 
 
 def graph_summary(g, t0: float) -> dict[str, Any]:
@@ -48,6 +49,18 @@ def add_write_options(p: argparse.ArgumentParser, *, undirected: bool = True) ->
     p.add_argument("--name", help="dataset name stored in meta.json (default: DIR's name)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DIR")
     p.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE ('-' = stdout)")
+
+
+def write_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields of :func:`add_write_options`' flags (all but ``--undirected``)."""
+    return {
+        "dedup": args.dedup,
+        "drop_self_loops": args.drop_self_loops,
+        "sort_memory": parse_size(args.sort_memory),
+        "scratch_dir": args.scratch_dir,
+        "name": args.name,
+        "overwrite": args.overwrite,
+    }
 
 
 def add_scratch_option(p: argparse.ArgumentParser, what: str, default: str) -> None:

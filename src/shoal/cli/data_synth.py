@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from shoal.cli.data_options import add_write_options, graph_summary
-from shoal.utils.io import parse_size, write_json_output
+from shoal.cli.data_options import add_write_options, graph_summary, write_options
+from shoal.utils.io import write_json_output
 
 __all__ = ["ROAD_DEFAULTS", "register_synth"]
 
@@ -31,12 +31,7 @@ def _cmd_synth_rmat(args: argparse.Namespace) -> int:
         features=args.features,
         classes=args.classes,
         undirected=args.undirected,
-        dedup=args.dedup,
-        drop_self_loops=args.drop_self_loops,
-        sort_memory=parse_size(args.sort_memory),
-        scratch_dir=args.scratch_dir,
-        name=args.name,
-        overwrite=args.overwrite,
+        **write_options(args),
     )
     g = generate_rmat(args.out, cfg)
     s = graph_summary(g, t0)
@@ -65,12 +60,7 @@ def _cmd_synth_dcsbm(args: argparse.Namespace) -> int:
         val_frac=args.val_frac,
         seed=args.seed,
         directed=args.directed,
-        dedup=args.dedup,
-        drop_self_loops=args.drop_self_loops,
-        sort_memory=parse_size(args.sort_memory),
-        scratch_dir=args.scratch_dir,
-        name=args.name,
-        overwrite=args.overwrite,
+        **write_options(args),
     )
     g = generate_dcsbm(args.out, cfg)
     s = graph_summary(g, t0)
@@ -95,12 +85,7 @@ def _cmd_synth_road(args: argparse.Namespace) -> int:
         reach=args.reach,
         seed=args.seed,
         scramble=not args.no_scramble,
-        dedup=args.dedup,
-        drop_self_loops=args.drop_self_loops,
-        sort_memory=parse_size(args.sort_memory),
-        scratch_dir=args.scratch_dir,
-        name=args.name,
-        overwrite=args.overwrite,
+        **write_options(args),
     )
     g = generate_road(args.out, cfg)
     s = graph_summary(g, t0)
