@@ -159,6 +159,37 @@ class _RowsFile:
         return self.rows
 
 
+def _hold_out(
+    held: dict[str, _RowsFile], counts: dict[str, int], e: np.ndarray, which: np.ndarray, once: bool
+) -> None:
+    """Count the edges ``e`` of a chunk by their split ``which`` and append the held-out ones
+    to ``held``; with ``once``, each pair only as ``src < dst``."""
+    counts["train"] += int((which == _TRAIN).sum())
+    counts["self_loops_kept"] += int((e[:, 0] == e[:, 1]).sum())
+    for code, name in ((_VAL, "val"), (_TEST, "test")):
+        sel = e[which == code]
+        counts[name] += len(sel)
+        if once:
+            sel = sel[sel[:, 0] < sel[:, 1]]
+        held[name].append(sel)
+
+
+def _link_meta(
+    cfg: EdgeSplitConfig, counts: dict[str, int], rows: dict[str, int], layout: str
+) -> dict[str, Any]:
+    """``meta.json``'s ``link_split`` fields of every split (a typed one adds its own)."""
+    return {
+        "val_fraction": cfg.val,
+        "test_fraction": cfg.test,
+        "seed": cfg.seed,
+        "pairs": "unordered: both directions of a pair share its split",
+        "stored_edges": counts,
+        "val_edges": rows["val"],
+        "test_edges": rows["test"],
+        "held_out_layout": layout,
+    }
+
+
 def _copy_node_data(g: GraphDir, w: GraphWriter) -> None:
     x = g.features()
     if x is not None:
@@ -216,26 +247,11 @@ def split_edges(
             e = np.asarray(chunk, dtype=np.int64)
             which = edge_split_of(e, cfg.val, cfg.test, cfg.seed)
             w.add_edges(e[which == _TRAIN], origin=f"{g.path} (edges)")
-            counts["train"] += int((which == _TRAIN).sum())
-            counts["self_loops_kept"] += int((e[:, 0] == e[:, 1]).sum())
-            for code, name in ((_VAL, "val"), (_TEST, "test")):
-                sel = e[which == code]
-                counts[name] += len(sel)
-                if not g.directed:  # each undirected pair once, src < dst
-                    sel = sel[sel[:, 0] < sel[:, 1]]
-                held[name].append(sel)
+            _hold_out(held, counts, e, which, once=not g.directed)
         rows = {name: f.close() for name, f in held.items()}
         _copy_node_data(g, w)
-        w.extra_meta["link_split"] = {
-            "val_fraction": cfg.val,
-            "test_fraction": cfg.test,
-            "seed": cfg.seed,
-            "pairs": "unordered: both directions of a pair share its split",
-            "stored_edges": counts,
-            "val_edges": rows["val"],
-            "test_edges": rows["test"],
-            "held_out_layout": "src < dst, each pair once" if not g.directed else "as given",
-        }
+        layout = "src < dst, each pair once" if not g.directed else "as given"
+        w.extra_meta["link_split"] = _link_meta(cfg, counts, rows, layout)
     return GraphDir.open(out)
 
 
@@ -390,32 +406,19 @@ def _split_typed(g: GraphDir, out: str | os.PathLike, cfg: EdgeSplitConfig) -> G
                 keep[on_rev] = edge_split_of(e[on_rev], cfg.val, cfg.test, cfg.seed) == _TRAIN
                 counts["reverse_removed"] += int((on_rev & ~keep).sum())
             counts["other_relations"] += int((~on_t & ~on_rev).sum())
-            counts["train"] += int((which == _TRAIN).sum())
-            counts["self_loops_kept"] += int((et[:, 0] == et[:, 1]).sum())
-            for code, name in ((_VAL, "val"), (_TEST, "test")):
-                sel = et[which == code]
-                counts[name] += len(sel)
-                if symmetric:  # each pair once, src < dst
-                    sel = sel[sel[:, 0] < sel[:, 1]]
-                held[name].append(sel)
+            _hold_out(held, counts, et, which, once=symmetric)
             _add_runs(w, e[keep], r[keep], f"{edges_at} rows {start}..{start + len(e) - 1}")
         rows = {name: f.close() for name, f in held.items()}
         for name in LINK_SPLITS:
             _write_negatives(w.tmp / f"link_{name}_neg.npy", rows[name], k_neg, dst, cfg.seed, name)
         _copy_typed_node_data(g, w)
+        layout = (
+            "src < dst, each pair once"
+            if symmetric
+            else f"as given: source of type {target.src}, destination of type {target.dst}"
+        )
         w.extra_meta["link_split"] = {
-            "val_fraction": cfg.val,
-            "test_fraction": cfg.test,
-            "seed": cfg.seed,
-            "pairs": "unordered: both directions of a pair share its split",
-            "stored_edges": counts,
-            "val_edges": rows["val"],
-            "test_edges": rows["test"],
-            "held_out_layout": (
-                "src < dst, each pair once"
-                if symmetric
-                else f"as given: source of type {target.src}, destination of type {target.dst}"
-            ),
+            **_link_meta(cfg, counts, rows, layout),
             "ids": "global",
             "target_relation": str(target),
             "target_relation_index": t,
