@@ -50,12 +50,7 @@ edge) and, for the first window only, METIS on it (about 150-300 bytes per windo
 Nodes that never share an edge with their group go to the side with the most room.
 
 Checked against an independent implementation written from the paper alone
-(``bench/grem_reference.py``, issue 31) on 28 graphs of 11 families (the nine reference graphs
-and 19 held-out ones: collaboration, social, trust/vote, Wikipedia, co-participation, citation,
-mesh, road-like, R-MAT, DC-SBM), each with its edges shuffled and sorted by source: shoal cuts
-fewer edges than the reference on average, on shuffled and on sorted streams, and stays
-within its target (a cut at most 1.1 times the reference's) on every graph and ``p`` but one
-sorted stream, where the reference's ascending-id visiting order is what wins (figures:
+(``bench/grem_reference.py``, issue 31, on 28 graphs of 11 families; figures:
 docs/measurements.md#partitioning).
 """
 
@@ -97,12 +92,7 @@ class GremConfig(PartitionConfig):
             ``nbr_counts[c_nodes] = [nbrs0, nbrs1]``), so a seeded node's first
             re-evaluation (line 16) averages the seed's evidence in. Default true (issue
             31), the paper's algorithm; false starts every node's history at its first greedy
-            window (the ablation). Chosen on the graph-family benchmark: on shuffled streams,
-            the paper's setting, true keeps every (graph, p) within the target of the
-            reference where false misses one at a single seed, and the nine reference graphs
-            and the default partitioner do not move; false cuts less on R-MAT graphs, on some
-            sorted streams and with 1% windows, presumably where the seed window is too
-            sparse for METIS's sides to be worth anchoring nodes to (figures:
+            window (the ablation; the choice is measured in
             docs/measurements.md#partitioning).
         window_per_node: if set, the window holds ``window_per_node * |V|`` edges instead
             (overrides ``window``; default None). This bounds the window by O(V) memory

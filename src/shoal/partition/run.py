@@ -43,12 +43,11 @@ __all__ = [
 ]
 
 #: The default configuration of ``shoal partition`` (no ``--algo``): the best streaming
-#: configuration measured on the nine shared graphs of issue 3 (amazon_photo, amazon_computers,
-#: coauthor_physics, facebook_pagepage, ca_astroph, soc_brightkite, fb100_cornell5, mesh_wing,
-#: github_musae; undirected, simple, random edge order): GREM with windows of |V| edges (so the
-#: window, like every other structure, is O(V)) followed by 4 restreaming refinement passes,
-#: whose edge cut and replication factor come closest to METIS's and whose refinement cuts
-#: clearly fewer edges than GREM alone (figures: docs/measurements.md#partitioning).
+#: configuration measured on the nine shared graphs of issue 3: GREM with windows of |V| edges
+#: (so the window, like every other structure, is O(V)) followed by 4 restreaming refinement
+#: passes, whose edge cut and replication factor come closest to METIS's and whose refinement
+#: cuts clearly fewer edges than GREM alone (graphs and figures:
+#: docs/measurements.md#partitioning).
 DEFAULT_ALGORITHM = "grem"
 DEFAULT_OPTIONS: dict[str, Any] = {
     "window_per_node": 1.0,
