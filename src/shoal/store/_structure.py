@@ -1,13 +1,7 @@
-"""Passes 1 and 2 of the store writer (private): relabelling, edge buckets, per-part CSRs.
-
-1. one pass over the edge stream: relabel each chunk, append every edge to its bucket file and
-   to a temporary in-edge file of its destination's part (as ``(new src, local dst)``);
-2. per part, an external sort of that file by destination (the graph directory's bounded-memory
-   CSR builder) gives the local CSR with global sources; a streaming pass over it marks the halo
-   nodes and rewrites the sources as local indices over core then halo; the part's labels and
-   split masks are gathered from the graph's.
-
-The temporary in-edge files and sort runs go to ``work`` (the writer's scratch directory).
+"""Passes 1 and 2 of the store writer (private; the passes are listed in
+:mod:`shoal.store.writer`): relabelling, edge buckets, per-part CSRs, and each part's labels
+and split masks gathered from the graph's. The temporary in-edge files and sort runs go to
+``work`` (the writer's scratch directory).
 """
 
 from __future__ import annotations
