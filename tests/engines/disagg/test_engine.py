@@ -52,6 +52,24 @@ def test_a_global_batch_survives_packing(grouping):
         assert blocks[0].deg_src.tolist() == mb.n_id[:3].astype(np.float32).tolist()
 
 
+def test_a_link_batch_survives_packing():
+    """A link batch's steps (positives, negatives) travel after the blocks; an empty step
+    (a worker's padding) too."""
+    mbs = [_mb([3, 7, 9], 2), _mb([8], 1)]
+    ids, pos = group_union(mbs, True)
+    links = [
+        (np.array([[3, 7]]), np.array([[9, 8, 3]])),
+        (np.zeros((0, 2), np.int64), np.zeros((0, 0), np.int64)),
+    ]
+    rows = np.zeros((0, 5), np.float32)
+    tensors = pack_batch(1, mbs, ids, pos, np.zeros(0, np.int64), rows, None, links)
+    gb = unpack(*tensors, link=True)
+    assert [(a.tolist(), b.shape) for a, b in gb.links] == [([[3, 7]], (1, 3)), ([], (0, 0))]
+    assert np.array_equal(gb.links[0][1], links[0][1])
+    assert np.array_equal(gb.ids[gb.minibatches[0][1]], [3, 7, 9])
+    assert unpack(*pack_batch(1, mbs, ids, pos, np.zeros(0, np.int64), rows)).links is None
+
+
 def test_cache_size_spellings():
     assert cache_rows(100, 1000, 16) == 100
     assert cache_rows("5%", 1000, 16) == 50
@@ -177,3 +195,78 @@ def test_parallel_replicas_train_as_sequential_ones(make_graph, make_store):
     assert np.allclose(seq["weights"], par["weights"], rtol=1e-4, atol=1e-6)
     assert not np.allclose(seq["weights"], res[1][0]["weights"] * 0)  # it trained
     assert all(np.array_equal(r[1]["weights"], par["weights"]) for r in res)
+
+
+def _link_epochs(rank, world, store, extra, epochs):
+    """Train the link task ``epochs`` epochs; compute workers check that no replica's blocks
+    use its step's positive edges (or their reverses) and count the positives trained."""
+    cfg = read_config({**CFG, "engine": "disagg", "task": "link", "batch_size": 16, **extra})
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    eng = DisaggEngine(Store.open(store), cfg, ctx)
+    out = {"positives": [], "edges": 0, "records": []}
+    if not eng.is_batch:
+        link_of = eng._link_of
+
+        def checked(gb, g):
+            st = link_of(gb, g)
+            bad = {tuple(e) for e in st.exclude.tolist()}
+            n_id = gb.ids[gb.minibatches[g][1]]
+            for b in gb.blocks(g, eng.tables.degrees)[1]:
+                src, dst = b.edge_index.numpy()
+                used = set(zip(n_id[src].tolist(), n_id[dst].tolist()))
+                assert not used & bad, "a block uses its batch's positive edge"
+                out["edges"] += len(used)
+            out["positives"][-1].append(len(st))  # (list.append: safe from replica threads)
+            return st
+
+        eng._link_of = checked
+    for e in range(epochs):
+        out["positives"].append([])
+        out["records"].append(eng.train_epoch(e))
+    out["total"] = eng.link.total_positives
+    out["mrr"] = eng.evaluate(("val", "test"))
+    out["weights"] = torch.cat([p.detach().reshape(-1) for p in eng.model.parameters()]).numpy()
+    return out
+
+
+@pytest.mark.parametrize(
+    "world, parts, extra",
+    [
+        (3, 4, {"batch_workers": 2, "resident_parts": 1, "replicate_top": "10%", "replicas": 2}),
+        (4, 4, {"batch_workers": 2, "replicas": 2, "replica_exec": "threads"}),
+    ],
+)
+def test_link_batches_exclude_their_positives_and_cover_every_one(
+    make_graph, make_store, tmp_path, world, parts, extra
+):
+    """The link task (``--task link``): every positive trained once per epoch by the compute
+    workers, none of them in its own batch's blocks (resident, swapped-out and replicated
+    nodes alike); one model and one MRR on every rank."""
+    from shoal.data.linksplit import EdgeSplitConfig, split_edges
+    from tests.engines.conftest import community_graph
+
+    g = community_graph(make_graph, n=60)
+    split = split_edges(g, tmp_path / "split", EdgeSplitConfig(val=0.15, test=0.15, seed=1))
+    store = str(make_store(parts=parts, graph=split))
+    res = run_world(_link_epochs, world, store, extra, 2, timeout=300)
+    compute = res[: world - extra["batch_workers"]]
+    for e in range(2):
+        assert sum(sum(r["positives"][e]) for r in compute) == res[0]["total"] > 0
+    assert all(r["edges"] > 0 for r in compute)
+    assert all(np.array_equal(r["weights"], res[0]["weights"]) for r in res)
+    assert all(r["mrr"] == res[0]["mrr"] for r in res) and 0 < res[0]["mrr"]["test"] <= 1
+    d = res[0]["records"][-1]["disagg"]
+    assert d["unavailable"] == 0
+    if extra.get("resident_parts"):
+        assert d["disk_sampled"] > 0 and d["replica_sampled"] > 0
+
+
+def test_link_refuses_local_sampling(make_graph, make_store, tmp_path):
+    from shoal.data.linksplit import EdgeSplitConfig, split_edges
+    from tests.engines.conftest import community_graph
+
+    g = community_graph(make_graph, n=60)
+    split = split_edges(g, tmp_path / "split", EdgeSplitConfig(val=0.15, test=0.15, seed=1))
+    store = str(make_store(parts=2, graph=split))
+    with pytest.raises(WorldFailed, match="local-sampling"):
+        run_world(_link_epochs, 2, store, {"local_sampling": True}, 1, timeout=120)

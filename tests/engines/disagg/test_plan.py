@@ -10,6 +10,7 @@ from shoal.engines.disagg.plan import (
     assign_parts,
     chunk_counts,
     epoch_schedule,
+    link_schedule,
     parts_in_order,
     phases,
 )
@@ -96,3 +97,22 @@ def test_unequal_feeders_share_rounds():
     assert s.per_round.tolist() == [1, 2, 1]
     assert s.order[0][:4] == [(0, 0), (2, 0), (0, 1), (2, 1)]
     assert s.order[1][:4] == [(1, 0), (1, 1), (1, 2), (1, 3)]
+
+
+@pytest.mark.parametrize("world, b, G, steps", [(2, 1, 1, 5), (4, 2, 2, 5), (5, 3, 1, 4)])
+def test_link_schedule_sends_every_step_and_spreads_the_phases(world, b, G, steps):
+    """The link task: every batch worker's ``steps`` steps in order, ``G`` per global batch,
+    the rest padding; the compute workers' iterations equal; every phase loaded in order."""
+    roles = Roles(world, b)
+    phases_of = [3, 1, 7][:b]
+    s = link_schedule(steps, phases_of, roles, replicas=G)
+    assert len({len(o) for o in s.order}) == 1
+    pairs = sorted(p for o in s.order for p in o)
+    assert pairs == sorted((j, k) for j in range(b) for k in range(s.batches[j]))
+    assert (s.batches == s.per_round * s.rounds).all()
+    for j in range(b):
+        assert s.sizes[j].tolist() == [1] * steps + [0] * (int(s.batches[j]) * G - steps)
+        assert s.phase_batches[j].sum() == s.batches[j] and len(s.phase_batches[j]) == phases_of[j]
+    # the rounds of the node task's schedule for as many global batches
+    ref = epoch_schedule([[steps * 8]] * b, roles, batch_size=8, replicas=G)
+    assert s.order == ref.order and (s.per_round == ref.per_round).all()

@@ -12,6 +12,7 @@ SPEC = EngineSpec(
     engine="shoal.engines.disagg.engine:DisaggEngine",
     config=DisaggConfig,
     typed=True,  # draws per relation, typed blocks sent to compute
+    tasks=("node", "link"),  # link: batch workers sample the steps' ends, edges excluded
     add_arguments=options.add_arguments,
     estimate=costs.estimate,
     excluded=costs.excluded,

@@ -38,6 +38,38 @@ and send each global batch with its nodes' types and original ids and its edges'
 (:mod:`~shoal.engines.disagg.msg`); the compute workers run the relational model
 (:meth:`~shoal.engines.base.Engine.build_model`) on those typed blocks. A relation absent from
 a batch leaves weights without a gradient: the all-reduce sends zeros for them.
+
+The link task (``--task link``, :mod:`shoal.engines.linktask`) runs on the same two layers;
+the paper describes node classification only, so this is shoal's use of its mechanism, not
+the paper's:
+
+- a batch worker draws the link steps of the positives of its own parts (the evaluation's
+  parts, ``rank_of_parts``: part ``p`` to batch worker ``p mod B``, every epoch;
+  :class:`~shoal.engines.linktask.DistLinkTask` gives every rank the same number of steps),
+  ``G`` consecutive steps per global batch; it samples each step's end nodes
+  (``step.nodes``: positives' ends and negatives, anywhere in the graph, so ``link_scope``
+  stays ``"graph"``) with the batch workers' distributed sampler, which skips the step's
+  positive edges and their reverses at every hop (``step.exclude``) wherever a node is drawn:
+  a resident part, a swapped-out part read from the store, or the owner instead of the
+  replica for a replicated node with an excluded in-edge
+  (:class:`~shoal.engines.disagg.sampling.BatchSampler`); the positives and negatives travel
+  with the global batch (:mod:`~shoal.engines.disagg.msg`);
+- the epoch's part assignment and phases (steps 1-2) still decide which batch worker samples
+  which node and which parts are in memory, the phases spread evenly over the worker's
+  batches (:func:`~shoal.engines.disagg.plan.link_schedule`: a link batch's nodes lie in
+  every part, no phase holds them); a worker with more batches in the rounds than steps
+  sends empty ones;
+- a compute worker scores each replica's rows, which are the mini-batch's seeds in the order
+  of ``step.nodes``, with the model's attached scorer (``self.link.loss``), sums the loss over
+  the positives, and the all-reduce carries the iteration's positives with the gradients: the
+  update is the mean over every compute worker's positives of the iteration (an empty step's
+  zero still reaches every weight). Evaluation is the seam's (exact, on every rank).
+
+Named deviations of the link task: ``--local-sampling`` is refused (a worker would sample only
+its resident parts, and a link batch's nodes lie in every part), and so is ``--embedding-dim``
+(batch workers send the store's feature rows; learned rows train on ``--engine minibatch``);
+a swapped-out part's rows with an excluded edge are read whole from the store (not only the
+drawn entries), to draw what a resident part draws.
 """
 
 from __future__ import annotations
@@ -55,10 +87,17 @@ from torch.nn import functional as F
 from shoal.distributed.runtime import local_peers, nccl_group
 from shoal.engines.base import ENGINE_RESERVE, Engine
 from shoal.engines.disagg.msg import recv_batch, send_update
-from shoal.engines.disagg.plan import Roles, assign_parts, default_batch_workers, epoch_schedule
+from shoal.engines.disagg.plan import (
+    Roles,
+    assign_parts,
+    default_batch_workers,
+    epoch_schedule,
+    link_schedule,
+)
 from shoal.engines.disagg.rowcache import ComputeCache
 from shoal.engines.disagg.sampling import replica_count
 from shoal.engines.disagg.worker import BatchWorker
+from shoal.engines.linktask import LinkStep
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch, MiniBatch
 from shoal.rows.budget import memory_limit, reserve_for
@@ -136,6 +175,8 @@ class DisaggEngine(Engine):
         super().__init__(*args, **kwargs)
         cfg, ctx, store = self.train_config, self.ctx, self.store
         self.roles = roles = self._roles()
+        if self.link is not None:
+            self._check_link()
         if roles.is_batch(ctx.rank):  # batch workers sample and read rows on the host
             self.device = torch.device("cpu")
             self.feed = DeviceFeed(self.device)
@@ -247,6 +288,12 @@ class DisaggEngine(Engine):
         every = [torch.empty_like(vec) for _ in range(self.ctx.world_size)]
         dist.all_gather(every, vec)
         phase_seeds = [every[r][1 : 1 + int(every[r][0])].tolist() for r in roles.batch_ranks]
+        if self.link is not None:  # every batch worker: the task's steps, G per batch
+            phases = [len(s) for s in phase_seeds]
+            sched = link_schedule(
+                self.link.num_batches, phases, roles, replicas=self.options.replicas
+            )
+            return part_to_bw, ph, sched
         sched = epoch_schedule(
             phase_seeds, roles, batch_size=cfg.sampling.batch_size, replicas=self.options.replicas
         )
@@ -262,7 +309,8 @@ class DisaggEngine(Engine):
             enable=self.train_config.run.progress if self.ctx.is_rank0 else False,
         )
         if self.is_batch:
-            rec = self.worker.run_epoch(epoch, part_to_bw, ph, sched)
+            steps = self.link.steps(epoch) if self.link is not None else None
+            rec = self.worker.run_epoch(epoch, part_to_bw, ph, sched, steps)
             for k in ("sampling", "loading", "features", "send_wait"):
                 meter.add(k, rec[k])
             rec["bytes_read"] = self.worker.resident.bytes_read
@@ -302,8 +350,8 @@ class DisaggEngine(Engine):
         self.model.train()
         for i, (b, _) in enumerate(sched.order[rank]):
             with meter.time("receive_wait"):
-                typed = self.store.schema is not None
-                gb, nbytes = recv_batch(roles.batch_ranks[b], self.dim, typed)
+                typed, link = self.store.schema is not None, self.link is not None
+                gb, nbytes = recv_batch(roles.batch_ranks[b], self.dim, typed, link)
             self.stats.bytes_received += nbytes
             with meter.time("assemble"):
                 self.cache.acknowledge(b, gb.ack)
@@ -317,13 +365,15 @@ class DisaggEngine(Engine):
                 total = max(sched.iteration_seeds(i), 1)
                 self.optimizer.zero_grad(set_to_none=True)
                 if self._pool is not None:
-                    loss_sum, correct, seen = self._replicas_in_threads(gb, x_all, total)
+                    grads = self._link_grads if link else self._replica_grads
+                    loss_sum, correct, seen = self._replicas_in_threads(gb, x_all, total, grads)
                 else:
+                    step = self._link_step if link else self._replica_step
                     for g in range(len(gb.minibatches)):
-                        ls, c, n = self._replica_step(gb, g, x_all, total)
+                        ls, c, n = step(gb, g, x_all, total)
                         loss_sum, correct, seen = loss_sum + ls, correct + c, seen + n
             with meter.time("allreduce"):
-                self._all_reduce()
+                self._all_reduce(seen if link else None)
                 self.optimizer.step()
             meter.step_sums(loss_sum, correct, seen)
         self.cache.end_epoch()
@@ -345,7 +395,10 @@ class DisaggEngine(Engine):
         if cfg.model.normalize_features:
             s = x.sum(1, keepdim=True)
             x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
-        y = torch.from_numpy(self.tables.labels[gb.ids[pos[:seeds]]].astype(np.int64))
+        if self.link is None:
+            y = torch.from_numpy(self.tables.labels[gb.ids[pos[:seeds]]].astype(np.int64))
+        else:  # the link task: no labels (its step travels with the batch)
+            y = torch.zeros(0, dtype=torch.int64)
         if self.device.type != "cpu":
             b = self.feed.to_device(Batch(MiniBatch(gb.ids[pos], blocks, seeds), x, y))
             x, y, blocks = b.x, b.y, b.mb.blocks
@@ -384,17 +437,67 @@ class DisaggEngine(Engine):
         correct = int((out.detach().argmax(1) == y).sum())
         return float(loss.detach()), correct, seeds, grads
 
-    def _replicas_in_threads(self, gb, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
+    # ---------------------------------------------------------------- the link task
+    def _check_link(self) -> None:
+        """What the link task needs of this engine (module docstring, the link task)."""
+        if self.train_config.link.embedding_dim:
+            raise ShoalInputError(
+                "--embedding-dim (learned input rows) is not trained by the disagg engine: its "
+                "batch workers send the store's feature rows",
+                fix="use --engine minibatch for learned rows, or a store with features",
+            )
+        if self.options.local_sampling:
+            raise ShoalInputError(
+                "--local-sampling samples only the parts a batch worker holds; a link batch's "
+                "nodes (positives' ends, negatives) lie in every part",
+                fix="drop --local-sampling (batch workers sample each other's parts)",
+            )
+
+    def _link_of(self, gb, g: int) -> LinkStep:
+        """Replica ``g``'s link step: its positives and negatives from the batch, its end
+        nodes (sorted) the mini-batch's seeds."""
+        seeds, pos, _ = gb.minibatches[g]
+        return LinkStep(*gb.links[g], gb.ids[pos[:seeds]], 0)
+
+    def _link_step(self, gb, g: int, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
+        """One replica's link forward and backward; the loss is summed over its positives
+        (:meth:`_all_reduce` divides by the iteration's positives)."""
+        x, _, blocks, _ = self._replica_inputs(gb, g, x_all)
+        step = self._link_of(gb, g)
+        loss = self.link.loss(self.model, self.model(x, blocks), step)
+        (loss * len(step)).backward()
+        return float(loss.detach()) * len(step), 0, len(step)
+
+    def _link_grads(self, gb, g: int, x_all: np.ndarray, total: int):
+        """:meth:`_link_step` in its thread, on its own module object (as
+        :meth:`_replica_grads`): the encoder and the scorer run in one functional call."""
+        names = [n for n, _ in self.model.named_parameters()]
+        params = {n: p.detach().requires_grad_(True) for n, p in self.model.named_parameters()}
+        x, _, blocks, _ = self._replica_inputs(gb, g, x_all)
+        step = self._link_of(gb, g)
+        module = self._modules[g]
+        module.train(self.model.training)
+        wrapped = {f"model.{n}": p for n, p in params.items()}
+        loss = torch.func.functional_call(_LinkLoss(module, self.link), wrapped, (x, blocks, step))
+        leaves = [params[n] for n in names]
+        grads = torch.autograd.grad(loss * len(step), leaves, allow_unused=True)
+        grads = [torch.zeros_like(p) if gr is None else gr for p, gr in zip(leaves, grads)]
+        return float(loss.detach()) * len(step), 0, len(step), grads
+
+    def _replicas_in_threads(
+        self, gb, x_all: np.ndarray, total: int, grads=None
+    ) -> tuple[float, int, int]:
         """The ``G`` replicas at once (replica 0 in this thread), torch's intra-op threads
-        split between them; gradients summed in replica order into the weights' ``grad``."""
+        split between them; gradients summed in replica order into the weights' ``grad``.
+        ``grads``: a replica's ``(loss, correct, seen, gradients)`` (default
+        :meth:`_replica_grads`)."""
+        grads = grads or self._replica_grads
         G = len(gb.minibatches)
         threads = torch.get_num_threads()
         torch.set_num_threads(max(1, threads // G))
         try:
-            futures = [
-                self._pool.submit(self._replica_grads, gb, g, x_all, total) for g in range(1, G)
-            ]
-            results = [self._replica_grads(gb, 0, x_all, total)]
+            futures = [self._pool.submit(grads, gb, g, x_all, total) for g in range(1, G)]
+            results = [grads(gb, 0, x_all, total)]
             results += [f.result() for f in futures]
         finally:
             torch.set_num_threads(threads)
@@ -409,20 +512,26 @@ class DisaggEngine(Engine):
             sum(r[2] for r in results),
         )
 
-    def _all_reduce(self) -> None:
-        if self.roles.compute_workers == 1:
+    def _all_reduce(self, positives: int | None = None) -> None:
+        """The compute workers' mean gradient; the link task's (``positives``: this worker's
+        positives of the iteration, its gradients sums over them) goes with the positives,
+        and the sum is divided by all of them: the mean over the iteration's positives."""
+        if self.roles.compute_workers == 1 and positives is None:
             return
         params = list(self.model.parameters())
-        flat = torch.cat(
-            [
-                p.grad.reshape(-1)
-                if p.grad is not None
-                else torch.zeros(p.numel(), device=p.device)
-                for p in params
-            ]
-        )
-        dist.all_reduce(flat, group=self.grad_group)
-        flat /= self.roles.compute_workers
+        grads = [
+            p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device)
+            for p in params
+        ]
+        if positives is not None:
+            grads.append(torch.tensor([float(positives)], device=grads[0].device))
+        flat = torch.cat(grads)
+        if self.roles.compute_workers > 1:
+            dist.all_reduce(flat, group=self.grad_group)
+        if positives is None:
+            flat /= self.roles.compute_workers
+        else:
+            flat = flat[:-1] / flat[-1].clamp(min=1.0)
         self.stats.allreduce_bytes += flat.numel() * 4
         off = 0
         for p in params:
@@ -459,3 +568,15 @@ class DisaggEngine(Engine):
             "swapped_neighbours": self.options.swapped_neighbours,
             "replica_exec": self.options.replica_exec,
         }
+
+
+class _LinkLoss(torch.nn.Module):
+    """A replica's link loss as one module call (``torch.func.functional_call`` swaps the
+    encoder's and the attached scorer's parameters for the call)."""
+
+    def __init__(self, model: torch.nn.Module, task: Any) -> None:
+        super().__init__()
+        self.model, self.task = model, task
+
+    def forward(self, x: torch.Tensor, blocks: list, step: LinkStep) -> torch.Tensor:
+        return self.task.loss(self.model, self.model(x, blocks), step)

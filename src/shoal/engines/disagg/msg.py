@@ -15,6 +15,11 @@ sent) and the relation of every edge of each block (after its ``rowptr``), so th
 worker's blocks have the sampler's ``edge_type``, ``src_type`` and their sources' original
 ``node_ids`` (which a relational model's per-type input stage reads).
 
+A link-prediction batch (``--task link``) also carries, at the end of the int64 array, each
+mini-batch's link step: its positives ``(B, 2)`` and negative destinations ``(B, K)`` (after
+``B`` and ``K``); the mini-batch's seeds are the step's end nodes, sorted
+(:class:`~shoal.engines.linktask.LinkStep`), so the compute worker scores its rows in order.
+
 A cache **update** (compute -> batch worker) is a header ``(version, inserted, evicted)`` and
 the ids.
 """
@@ -48,7 +53,8 @@ class GlobalBatch:
     ``rows``), and per mini-batch ``(num_seeds, positions in ids, [(edge_index, rowptr,
     num_src, num_dst, edge_type)] per layer)``; a typed store's also has every node's type
     (``types``) and original id (``orig``), and each layer its edges' relations (``edge_type``,
-    None when untyped)."""
+    None when untyped); a link batch has each mini-batch's positives and negatives
+    (``links``)."""
 
     ack: int
     ids: np.ndarray
@@ -59,6 +65,8 @@ class GlobalBatch:
     ]
     types: np.ndarray | None = None
     orig: np.ndarray | None = None
+    #: per mini-batch, a link batch's positives ``(B, 2)`` and negatives ``(B, K)``
+    links: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     def blocks(self, k: int, degrees: np.ndarray) -> tuple[np.ndarray, list[Block]]:
         """Mini-batch ``k``'s positions in ``ids`` and its blocks (a typed store's with their
@@ -99,9 +107,11 @@ def pack_batch(
     sent: np.ndarray,
     rows: np.ndarray,
     typed: tuple[np.ndarray, np.ndarray] | None = None,
+    links: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> list[torch.Tensor]:
     """The three tensors of a global batch (module docstring); ``typed``: a typed store's
-    node type and original id of every node of ``ids`` (the blocks carry their relations)."""
+    node type and original id of every node of ``ids`` (the blocks carry their relations);
+    ``links``: a link batch's positives and negatives per mini-batch."""
     layers = len(mbs[0].blocks) if mbs else 0
     head = [len(mbs), layers, len(ids), len(sent)]
     body: list[np.ndarray] = []
@@ -116,15 +126,22 @@ def pack_batch(
                     raise ValueError("a typed store's batch has a block without relations")
                 body.append(b.edge_type.numpy())
     nodes = [] if typed is None else [np.asarray(typed[0]), np.asarray(typed[1])]
+    for pos, neg in links or ():
+        body += [np.array(neg.shape, np.int64), pos.reshape(-1), neg.reshape(-1)]
     ints = np.concatenate([np.asarray(head, np.int64), ids, sent, *nodes, *body]).astype(np.int64)
     meta = torch.tensor([ack, len(ints), len(sent), rows.shape[1] if rows.ndim == 2 else 0])
     return [meta, torch.from_numpy(ints), torch.from_numpy(np.ascontiguousarray(rows))]
 
 
 def unpack(
-    meta: torch.Tensor, ints: torch.Tensor, rows: torch.Tensor, typed: bool = False
+    meta: torch.Tensor,
+    ints: torch.Tensor,
+    rows: torch.Tensor,
+    typed: bool = False,
+    link: bool = False,
 ) -> GlobalBatch:
-    """The global batch of :func:`pack_batch`'s tensors (``typed``: a typed store's)."""
+    """The global batch of :func:`pack_batch`'s tensors (``typed``: a typed store's;
+    ``link``: a link batch's)."""
     a = ints.numpy()
     g, layers, n_ids, n_sent = (int(x) for x in a[:4])
     h = 4
@@ -159,12 +176,20 @@ def unpack(
                 h += ne
             blocks.append((ei, rp, ns, nd, et))
         mbs.append((seeds, pos, blocks))
-    return GlobalBatch(int(meta[0]), ids, sent, rows.numpy(), mbs, types, orig)
+    links = [] if link else None
+    for _ in range(g if link else 0):
+        b, k = int(a[h]), int(a[h + 1])
+        pos, neg = a[h + 2 : h + 2 + 2 * b], a[h + 2 + 2 * b : h + 2 + 2 * b + b * k]
+        links.append((pos.reshape(b, 2), neg.reshape(b, k)))
+        h += 2 + 2 * b + b * k
+    return GlobalBatch(int(meta[0]), ids, sent, rows.numpy(), mbs, types, orig, links)
 
 
-def recv_batch(src: int, dim: int, typed: bool = False) -> tuple[GlobalBatch, int]:
-    """Receive one global batch from rank ``src`` (``typed``: a typed store's); returns it
-    and the bytes received."""
+def recv_batch(
+    src: int, dim: int, typed: bool = False, link: bool = False
+) -> tuple[GlobalBatch, int]:
+    """Receive one global batch from rank ``src`` (``typed``: a typed store's; ``link``: a
+    link batch); returns it and the bytes received."""
     meta = torch.empty(4, dtype=torch.int64)
     dist.recv(meta, src, tag=TAG_META)
     ints = torch.empty(int(meta[1]), dtype=torch.int64)
@@ -172,7 +197,7 @@ def recv_batch(src: int, dim: int, typed: bool = False) -> tuple[GlobalBatch, in
     rows = torch.empty((int(meta[2]), dim), dtype=torch.float32)
     if rows.numel():
         dist.recv(rows, src, tag=TAG_ROWS)
-    return unpack(meta, ints, rows, typed), 32 + ints.numel() * 8 + rows.numel() * 4
+    return unpack(meta, ints, rows, typed, link), 32 + ints.numel() * 8 + rows.numel() * 4
 
 
 def send_update(dst: int, version: int, inserted: np.ndarray, evicted: np.ndarray) -> list:

@@ -39,6 +39,7 @@ __all__ = [
     "chunk_counts",
     "default_batch_workers",
     "epoch_schedule",
+    "link_schedule",
     "phases",
 ]
 
@@ -199,13 +200,7 @@ def epoch_schedule(
     B, G = roles.batch_workers, replicas
     unit = G * batch_size
     h = np.array([sum(-(-x // unit) for x in s) for s in phase_seeds], np.int64)
-    R = max(len(roles.feeders(c)) for c in roles.compute_ranks)
-    per_round = np.zeros(B, np.int64)
-    for c in roles.compute_ranks:
-        f = roles.feeders(c)
-        for q, b in enumerate(f):
-            per_round[b] = len(range(q, R, len(f)))
-    rounds = max([1] + [-(-int(h[b]) // int(per_round[b])) for b in range(B)])
+    per_round, rounds, order = _rounds(h, roles)
     batches = per_round * rounds
     phase_batches, sizes = [], []
     for b in range(B):
@@ -215,6 +210,42 @@ def epoch_schedule(
         flat = [len(a) for parts in sz for a in parts]
         flat += [0] * (int(batches[b]) * G - len(flat))
         sizes.append(np.array(flat, np.int64))
+    return EpochSchedule(batches, per_round, phase_batches, rounds, order, sizes, G)
+
+
+def link_schedule(
+    steps: int, num_phases: list[int], roles: Roles, *, replicas: int
+) -> EpochSchedule:
+    """The link task's schedule (``--task link``): every batch worker has ``steps`` link
+    steps (:attr:`~shoal.engines.linktask.DistLinkTask.num_batches`, the same on every rank),
+    ``replicas`` consecutive ones per global batch, in the rounds of :func:`epoch_schedule`
+    (a worker with more batches than steps sends empty ones); its ``num_phases[b]`` phases
+    are spread evenly over its batches (a link batch's nodes lie anywhere: no phase holds
+    them). ``sizes``: 1 per mini-batch with a step, 0 for the padding."""
+    G = replicas
+    h = np.full(roles.batch_workers, -(-steps // G), np.int64)
+    per_round, rounds, order = _rounds(h, roles)
+    batches = per_round * rounds
+    phase_batches, sizes = [], []
+    for b in range(roles.batch_workers):
+        n, nb = num_phases[b], int(batches[b])
+        at = np.arange(nb) * n // nb if nb else np.zeros(0, np.int64)
+        phase_batches.append(np.bincount(at, minlength=n).astype(np.int64))
+        sizes.append((np.arange(nb * G) < steps).astype(np.int64))
+    return EpochSchedule(batches, per_round, phase_batches, rounds, order, sizes, G)
+
+
+def _rounds(h: np.ndarray, roles: Roles) -> tuple[np.ndarray, int, list[list[tuple[int, int]]]]:
+    """``(per_round, rounds, order)`` for batch workers that need ``h[b]`` global batches
+    (:func:`epoch_schedule`)."""
+    B = roles.batch_workers
+    R = max(len(roles.feeders(c)) for c in roles.compute_ranks)
+    per_round = np.zeros(B, np.int64)
+    for c in roles.compute_ranks:
+        f = roles.feeders(c)
+        for q, b in enumerate(f):
+            per_round[b] = len(range(q, R, len(f)))
+    rounds = max([1] + [-(-int(h[b]) // int(per_round[b])) for b in range(B)])
     order = []
     for c in roles.compute_ranks:
         f = roles.feeders(c)
@@ -225,4 +256,4 @@ def epoch_schedule(
                 for j in range(R)
             ]
         )
-    return EpochSchedule(batches, per_round, phase_batches, rounds, order, sizes, G)
+    return per_round, rounds, order

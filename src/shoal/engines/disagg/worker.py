@@ -19,6 +19,11 @@ the same draws as when resident, and its feature row is read from the store too
 footnote 1 instead). **Local** (``local_sampling``): only edges among the worker's resident
 parts; no traffic between batch workers at all.
 
+The link task (``--task link``): the worker's seeds are its link steps' end nodes instead of
+its phases' training nodes, sampled with each step's positive edges excluded at every hop, and
+each mini-batch's positives and negatives travel with the global batch
+(:meth:`BatchWorker.run_epoch`'s ``steps``; the engine's module docstring).
+
 Sends are non-blocking and bounded: at most ``queue`` global batches in flight, so the worker
 prepares the next batches while the compute worker trains (sampling is off its critical path).
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -48,6 +54,7 @@ from shoal.engines.disagg.msg import (
 from shoal.engines.disagg.plan import EpochSchedule, Roles, parts_in_order, phases
 from shoal.engines.disagg.rowcache import CacheView
 from shoal.engines.disagg.sampling import BatchSampler, Replica
+from shoal.engines.linktask import LinkStep
 from shoal.rows.gather import read_rows, source_rows
 from shoal.rows.parts import part_rows
 from shoal.rows.source import RowSource
@@ -57,6 +64,9 @@ from shoal.training.batches import batch_seed
 __all__ = ["BatchWorker"]
 
 log = logging.getLogger(__name__)
+
+#: a link step without positives: a worker's batches beyond its steps, and its joins
+NO_STEP = LinkStep(np.zeros((0, 2), np.int64), np.zeros((0, 0), np.int64), np.zeros(0, np.int64), 0)
 
 
 class BatchWorker:
@@ -175,10 +185,17 @@ class BatchWorker:
 
     # ---------------------------------------------------------------- one epoch
     def run_epoch(
-        self, epoch: int, part_to_bw: np.ndarray, ph: list[list[int]], sched: EpochSchedule
+        self,
+        epoch: int,
+        part_to_bw: np.ndarray,
+        ph: list[list[int]],
+        sched: EpochSchedule,
+        steps: Iterator[LinkStep] | None = None,
     ) -> dict[str, float]:
         """Prepare and send this worker's global batches of ``epoch`` (collective among the
-        batch workers when sampling is distributed)."""
+        batch workers when sampling is distributed). ``steps``: the link task's steps of
+        this worker (``--task link``; :func:`~shoal.engines.disagg.plan.link_schedule`),
+        ``G`` consecutive ones per global batch, instead of its phases' training nodes."""
         t0 = time.perf_counter()
         rec = {
             "sampling": 0.0,
@@ -210,10 +227,11 @@ class BatchWorker:
         )
         feats = self._feature_store(part_to_bw)
         self.per_round = int(sched.per_round[self.b])
-        rng = np.random.default_rng([self.seed, epoch, self.b])
-        seeds = [rng.permutation(s) for s in self.phase_seeds(ph)]
         pb = sched.phase_batches[self.b]
-        chunks = [c for s, k in zip(seeds, pb) if k for c in np.array_split(s, k * self.G)]
+        if steps is None:
+            rng = np.random.default_rng([self.seed, epoch, self.b])
+            seeds = [rng.permutation(s) for s in self.phase_seeds(ph)]
+            chunks = [c for s, k in zip(seeds, pb) if k for c in np.array_split(s, k * self.G)]
         per = int(sched.per_round[self.b])
         most = int(sched.per_round.max(initial=0))
         phase_of = np.repeat(np.arange(len(pb)), pb)
@@ -225,12 +243,15 @@ class BatchWorker:
                     while loaded < phase_of[k]:
                         loaded += 1
                         self._load_phase(ph, loaded, rec)
-                batch = [
-                    chunks[k * self.G + g]
-                    if k >= 0 and k * self.G + g < len(chunks)
-                    else np.zeros(0, np.int64)
-                    for g in range(self.G)
-                ]
+                if steps is not None:  # the link task: the next G steps, in order
+                    batch = [next(steps, NO_STEP) if k >= 0 else NO_STEP for _ in range(self.G)]
+                else:
+                    batch = [
+                        chunks[k * self.G + g]
+                        if k >= 0 and k * self.G + g < len(chunks)
+                        else np.zeros(0, np.int64)
+                        for g in range(self.G)
+                    ]
                 self._step(epoch, k, batch, feats, rec)
         while loaded + 1 < len(ph):  # every part is read once per epoch
             loaded += 1
@@ -256,18 +277,29 @@ class BatchWorker:
         rec["loading"] += time.perf_counter() - t
 
     def _step(
-        self, epoch: int, k: int, batch: list[np.ndarray], feats: DistFeatureStore | None, rec: dict
+        self,
+        epoch: int,
+        k: int,
+        batch: list[np.ndarray] | list[LinkStep],
+        feats: DistFeatureStore | None,
+        rec: dict,
     ) -> None:
-        """Prepare and send this worker's batch ``k`` (``-1``: join the collectives only)."""
+        """Prepare and send this worker's batch ``k`` (``-1``: join the collectives only):
+        ``G`` arrays of seeds, or ``G`` link steps (their end nodes sampled without their
+        positive edges, which travel with the batch)."""
         mine = k >= 0
         t = time.perf_counter()
         sent0 = self.stats.bytes_sent
-        mbs = [
-            self.sampler.sample(
-                seeds, batch_seed(self.seed, epoch, max(k, 0) * self.G + g) + self.b
-            )
-            for g, seeds in enumerate(batch)
-        ]
+        link = bool(batch) and isinstance(batch[0], LinkStep)
+        if link:
+            mbs = [self.sampler.sample(st.nodes, st.seed, exclude=st.exclude) for st in batch]
+        else:
+            mbs = [
+                self.sampler.sample(
+                    seeds, batch_seed(self.seed, epoch, max(k, 0) * self.G + g) + self.b
+                )
+                for g, seeds in enumerate(batch)
+            ]
         rec["sampling"] += time.perf_counter() - t
         rec["sample_bytes"] += self.stats.bytes_sent - sent0
         t = time.perf_counter()
@@ -286,7 +318,8 @@ class BatchWorker:
             return
         # a typed store's nodes travel with their types and original ids
         typed = (self.store.type_of(ids), self.store.to_orig(ids)) if self.typed else None
-        tensors = pack_batch(self.view.version, mbs, ids, pos, sent, rows, typed)
+        links = [(st.pos, st.neg) for st in batch] if link else None
+        tensors = pack_batch(self.view.version, mbs, ids, pos, sent, rows, typed, links)
         t = time.perf_counter()
         while len(self.queue) >= max(self.queue_len, self.per_round):
             for w in self.queue.popleft()[0]:
