@@ -16,14 +16,14 @@ more of it.
 
 The vertex stream is the graph's ``csr_out`` view (and ``csr_in`` too for directed graphs, so
 that ``N(v)`` is every neighbour), built once by the external sort and read block by block
-with positioned reads: memory is O(V) (``node_part`` and the row pointers) plus one block of
-at most ``chunk_edges`` neighbours (or one node's list, if longer). Nodes stream in id order.
+with positioned reads: memory is O(V) (``node_part``) plus one block of about ``chunk_edges``
+out-neighbours and the same rows' in-neighbours (or one node's list, if longer). Nodes stream
+in id order.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,85 +37,31 @@ from shoal.partition._streaming import (
     _train_array,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
+from shoal.partition.refine import _zip_blocks
 from shoal.utils.progress import progress
 from shoal.utils.ranges import range_index
 
 __all__ = ["LDG"]
 
 
-class _RowReader:
-    """Reads ``indices[a:b]`` of a CSR ``.npy`` memory map with positioned reads into a reused
-    buffer (touching a memory map's pages would count in RSS)."""
-
-    def __init__(self, indices: np.ndarray, cap: int) -> None:
-        self.dtype = indices.dtype
-        self.size = int(indices.shape[0])
-        self.offset = int(getattr(indices, "offset", 0))
-        self.filename = getattr(indices, "filename", None)
-        self._arr = indices if self.filename is None else None
-        self._fd = os.open(self.filename, os.O_RDONLY) if self.filename else None
-        self.buf = np.empty(max(cap, 1), dtype=self.dtype)
-
-    def read(self, a: int, b: int) -> np.ndarray:
-        k = b - a
-        if k > self.buf.shape[0]:
-            self.buf = np.empty(k, dtype=self.dtype)
-        out = self.buf[:k]
-        if k == 0:
-            return out
-        if self._fd is None:
-            out[:] = self._arr[a:b]
-            return out
-        view = memoryview(out.view(np.uint8))
-        got = os.preadv(self._fd, [view], self.offset + a * self.dtype.itemsize)
-        if got != k * self.dtype.itemsize:
-            raise RuntimeError(f"short read in {self.filename}")
-        return out
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
 def _vertex_blocks(
     graph: GraphDir, chunk_edges: int, desc: str
 ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """The vertex stream in blocks of rows: yields ``(a, b, ptr_out, idx_out, ptr_in,
+    """The vertex stream in blocks of rows (those of the refinement passes,
+    :func:`shoal.partition.refine.csr_row_blocks`): yields ``(a, b, ptr_out, idx_out, ptr_in,
     idx_in)`` for rows ``[a, b)``, pointers relative to the block. For undirected graphs the
     ``in`` part is empty (``csr_out`` already lists every neighbour)."""
-    n = graph.num_nodes
-    views = [graph.csr("out")]
-    if graph.directed:
-        views.append(graph.csr("in"))
-    ptrs = [np.asarray(v.indptr, dtype=np.int64) for v in views]
-    total = ptrs[0].copy() if len(ptrs) == 1 else ptrs[0] + ptrs[1]
-    readers = [_RowReader(v.indices, chunk_edges) for v in views]
-    empty_ptr = None
+    views = ("out", "in") if graph.directed else ("out",)
+    bar = progress(total=sum(int(graph.csr(k).indptr[-1]) for k in views), desc=desc, unit="edge")
     empty_idx = np.empty(0, dtype=np.int64)
-    bar = progress(total=int(total[-1]), desc=desc, unit="edge")
     try:
-        a = 0
-        while a < n:
-            # largest b with total[b] - total[a] <= chunk_edges, at least one row
-            b = int(np.searchsorted(total, total[a] + chunk_edges, side="right")) - 1
-            b = min(max(b, a + 1), n)
-            pieces = []
-            for ptr, rd in zip(ptrs, readers):
-                lo, hi = int(ptr[a]), int(ptr[b])
-                pieces.append((ptr[a : b + 1] - lo, rd.read(lo, hi)))
-            if len(pieces) == 1:
-                if empty_ptr is None or empty_ptr.shape[0] != b - a + 1:
-                    empty_ptr = np.zeros(b - a + 1, dtype=np.int64)
-                pieces.append((empty_ptr, empty_idx))
-            (po, io), (pi, ii) = pieces
+        for a, b, po, io, pi, ii in _zip_blocks(graph, chunk_edges):
+            if pi is None:
+                pi, ii = np.zeros(b - a + 1, dtype=np.int64), empty_idx
             yield a, b, po, io, pi, ii
-            bar.update(int(total[b] - total[a]))
-            a = b
+            bar.update(int(po[-1] + pi[-1]))
     finally:
         bar.close()
-        for rd in readers:
-            rd.close()
 
 
 @njit(cache=True)
