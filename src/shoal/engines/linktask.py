@@ -291,7 +291,7 @@ class DistLinkTask:
     def negatives(self, pos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """``(B, K)`` negative destinations for this rank's positives ``pos``."""
         k, how = self.link.num_neg, self.link.negatives
-        if self.scope == "part" and how != "in-batch":  # from each positive's own part
+        if self.scope == "part" and (how != "in-batch" or len(pos) < 2):  # the positive's part
             out = np.empty((len(pos), k), np.int64)
             part = self.store.owner(pos[:, 1]) if len(pos) else pos[:, 1]
             for i in np.unique(part):
@@ -310,10 +310,25 @@ class DistLinkTask:
         an engine may draw an epoch twice, to read its rows ahead)."""
         seed0, rank = self.config.run.seed, self.ctx.rank
         for step, pos in enumerate(self.positives.epoch(seed0, epoch, self.num_batches)):
-            seed = batch_seed(seed0, epoch, step) + rank
-            neg = self.negatives(pos, np.random.default_rng(seed))
-            nodes = unique_sorted(np.concatenate([pos.ravel(), neg.ravel()]))
-            yield LinkStep(pos, neg, nodes, seed)
+            yield self.step(pos, batch_seed(seed0, epoch, step) + rank)
+
+    def step(self, pos: np.ndarray, seed: int) -> LinkStep:
+        """The step of the positives ``pos`` with batch seed ``seed`` (its negatives drawn
+        from it): one of :meth:`steps`, for an engine that batches positives itself."""
+        neg = self.negatives(pos, np.random.default_rng(seed))
+        nodes = unique_sorted(np.concatenate([pos.ravel(), neg.ravel()]))
+        return LinkStep(pos, neg, nodes, seed)
+
+    def part_positives(self, part: Partition) -> RankPositives:
+        """The positives of one of the rank's parts, shuffled by a stream of the part's own
+        (an engine training its parts apart: averaging's per-part models)."""
+        return RankPositives(
+            [part],
+            directed=self.positives.directed,
+            rank=part.index,
+            target=self.target,
+            within_part=self.scope == "part",
+        )
 
     def loss(self, model: nn.Module, h: torch.Tensor, step: LinkStep) -> torch.Tensor:
         """The link loss of ``step`` from ``h``, the outputs of ``step.nodes`` (in order),

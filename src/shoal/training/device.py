@@ -85,6 +85,7 @@ class DeviceFeed:
                 batch.mb.to(self.device, non_blocking=True),
                 x.to(self.device, non_blocking=True),
                 batch.y.to(self.device, non_blocking=True),
+                batch.step,  # a link batch's edges (host arrays)
             )
             event = torch.cuda.Event()
             event.record(self.stream)
