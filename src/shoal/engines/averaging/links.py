@@ -19,15 +19,13 @@ import math
 import time
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 
-from shoal.engines.linktask import DistLinkTask, LinkStep, RankPositives
+from shoal.engines.linktask import DistLinkTask, LinkStep
 from shoal.graph.blocks import Batch
 from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Partition
 from shoal.training.batches import Gatherer, Timer, batch_seed
-from shoal.utils.arrays import unique_sorted
 
 __all__ = ["PartLinks"]
 
@@ -61,13 +59,8 @@ class PartLinks:
     ) -> None:
         self.link, self.part, self.sampler, self.gatherer = link, part, sampler, gatherer
         self.seed, self.timer = seed, timer
-        self.positives = RankPositives(
-            [part],
-            directed=link.positives.directed,
-            rank=part.index,  # each part its own shuffle, whichever rank holds it
-            target=link.target,
-            within_part=True,
-        )
+        # each part its own shuffle, whichever rank holds it
+        self.positives = link.part_positives(part)
         self.num_batches = math.ceil(self.positives.count / batch_size)
 
     @property
@@ -84,18 +77,7 @@ class PartLinks:
             return
         run_seed = self.link.config.run.seed
         for step, pos in enumerate(self.positives.epoch(run_seed, epoch, self.num_batches)):
-            seed = batch_seed(self.seed, epoch, step)
-            neg = self._negatives(pos, np.random.default_rng(seed))
-            nodes = unique_sorted(np.concatenate([pos.ravel(), neg.ravel()]))
-            yield LinkStep(pos, neg, nodes, seed)
-
-    def _negatives(self, pos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """The link task's negatives; a batch of one positive has no other one to take as
-        ``in-batch`` negative: uniform over the part then (the task's fallback is over every
-        node)."""
-        if self.link.link.negatives == "in-batch" and len(pos) < 2:
-            return self.link.of_part[self.part.index].draw((len(pos), self.link.link.num_neg), rng)
-        return self.link.negatives(pos, rng)
+            yield self.link.step(pos, batch_seed(self.seed, epoch, step))
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         """The part's batches of ``epoch``: each step's end nodes sampled in local ids with
