@@ -13,6 +13,7 @@ SPEC = EngineSpec(
     engine="shoal.engines.fullgraph.engine:FullGraphEngine",
     config=FullGraphConfig,
     typed=True,  # blocks with relations and types, rows padded
+    tasks=("node", "link"),  # link: full-batch, the positives inside each part
     factory_models=False,  # it runs shoal's own layers one at a time over the full graph
     add_arguments=options.add_arguments,
     estimate=costs.estimate,

@@ -47,6 +47,24 @@ endpoints' types (one relation per ordered pair of types, as the typed samplers 
 solid rows are every node type's padded to the widest type (:func:`~shoal.rows.parts.part_rows`),
 and level 0 exchanges and replicates those raw rows: layer 0's per-type input stage runs where
 the layer is computed, with the current weights. The cost probe times typed blocks.
+
+The link task (``--task link``, :mod:`shoal.engines.linktask`) is trained full-batch, as
+full-graph link prediction is (Kipf and Welling's graph auto-encoder, PyG's GAE): the same
+epoch (Algorithm 1: the forward of every layer with its DepCache / DepComm / Hybrid
+dependencies, Sec. 3-4, and the layer-by-layer backward) computes the model's outputs (the
+hidden width) for every core node, and one optimizer step takes the link loss of every positive
+of the epoch (:meth:`FullGraphEngine.link_step`, :meth:`FullGraphEngine.link_loss`): the rank's
+positives with their negatives, scored by the model's ``link_scorer`` from the output rows of
+their ends, each rank's mean loss weighted by its share of every rank's positives, so the
+gradients summed over ranks are those of the mean over the graph's positives (a rank without
+positives adds a zero that still runs the backward and the all-reduce). Two named deviations
+from the sampled engines' link task: (1) no edge is excluded from message passing (the
+positives stay in the graph the encoder reads, as in GAE: one forward serves every positive of
+the epoch); (2) the engine computes only its own core nodes' outputs (``link_scope =
+"part"``), so its positives are the edges between two core nodes of one part and their
+``uniform`` / ``owner-local`` negatives come from the positive's part; the edges across parts
+are message-passing edges only. Evaluation is the seam's exact one (every node's embedding,
+MRR and Hits@K against the single-process trainer's negatives).
 """
 
 from __future__ import annotations
@@ -75,11 +93,14 @@ from shoal.engines.fullgraph.deps import (
     split_dependencies,
 )
 from shoal.engines.fullgraph.probe import block_from_csr, probe_costs
+from shoal.engines.linktask import LinkStep
 from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
 from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.parts import part_rows
+from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.io import parse_size
 
 __all__ = ["FullGraphEngine"]
@@ -92,6 +113,7 @@ class FullGraphEngine(Engine):
 
     name = "fullgraph"
     batch_activations = False  # its memory_bytes counts every layer of its parts
+    link_scope = "part"  # it computes its own parts' core nodes only
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -252,13 +274,17 @@ class FullGraphEngine(Engine):
             )
         self.rep_local: list[torch.Tensor] = [torch.zeros(0, dtype=torch.int64)] * len(sets.rep)
         self.blocks = [self._layer_blocks(k) for k in range(self.model.num_layers)]
-        train = np.asarray(self.tables.train[g.solid]) if g.num_solid else np.zeros(0, bool)
-        self.train_pos = torch.from_numpy(np.flatnonzero(train))
-        self.y = torch.from_numpy(self.tables.labels[g.solid[train]].astype(np.int64))
-        n = torch.tensor([len(self.train_pos)], dtype=torch.float64)
-        if ctx.world_size > 1:
-            dist.all_reduce(n)
-        self.num_train = max(float(n.item()), 1.0)
+        if self.link is None:  # the node task's training nodes among the local rows
+            train = np.asarray(self.tables.train[g.solid]) if g.num_solid else np.zeros(0, bool)
+            self.train_pos = torch.from_numpy(np.flatnonzero(train))
+            self.y = torch.from_numpy(self.tables.labels[g.solid[train]].astype(np.int64))
+            n = torch.tensor([len(self.train_pos)], dtype=torch.float64)
+            if ctx.world_size > 1:
+                dist.all_reduce(n)
+            self.num_train = max(float(n.item()), 1.0)
+        else:  # the link task reads its positives' ends (link_loss)
+            self.train_pos = self.y = torch.zeros(0, dtype=torch.int64)
+            self.num_train = 1.0
         dev = self.device  # the part's inputs and blocks live where the model computes
         self.x0 = self.x0.to(dev)
         self.blocks = [
@@ -509,9 +535,32 @@ class FullGraphEngine(Engine):
         out = logits[self.train_pos]
         return F.cross_entropy(out, self.y, reduction="sum") / self.num_train
 
+    def link_step(self, epoch: int) -> LinkStep:
+        """This rank's link step of ``epoch`` (module docstring, "The link task"): every
+        positive of its epoch (:class:`~shoal.engines.linktask.RankPositives`, one batch),
+        their negatives drawn from the step's seed, as the seam's steps are."""
+        link, seed = self.link, self.train_config.run.seed
+        pos = next(link.positives.epoch(seed, epoch, 1))
+        step_seed = batch_seed(seed, epoch, 0) + self.ctx.rank
+        neg = link.negatives(pos, np.random.default_rng(step_seed))
+        ends = unique_sorted(np.concatenate([pos.ravel(), neg.ravel()]))
+        return LinkStep(pos, neg, ends, step_seed)
+
+    def link_loss(self, logits: torch.Tensor, step: LinkStep) -> torch.Tensor:
+        """The link loss of ``step`` from :meth:`forward`'s outputs: the mean over its
+        positives weighted by their share of every rank's (summed over ranks: the mean over
+        the graph's positives, as :meth:`loss` is over its training nodes); a zero that
+        reaches every weight when the step is empty."""
+        # the forward's rows are the rank's core nodes, in order of their (global) ids
+        at = np.searchsorted(self.graph.solid, step.nodes)
+        h = logits[torch.from_numpy(at).to(logits.device)]
+        share = len(step) / max(self.link.total_positives, 1)
+        return self.link.loss(self.model, h, step) * share
+
     def eval_work_ratio(self) -> float:
         """An epoch is one full-graph forward and backward pass (about 3 forward passes over
-        every edge), an evaluation one forward pass: 1/3."""
+        every edge), an evaluation one forward pass: 1/3 (the link task's too: its epoch is
+        the same pass, its evaluation an exact one over every node)."""
         return 1.0 / 3.0
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
@@ -529,7 +578,11 @@ class FullGraphEngine(Engine):
         self.optimizer.zero_grad(set_to_none=True)
         with keyed_dropout(self.model, self.train_config.run.seed, epoch):
             logits = self.forward(timer)
-        loss = self.loss(logits)
+        if self.link is not None:
+            step = self.link_step(epoch)
+            loss = self.link_loss(logits, step)
+        else:
+            loss = self.loss(logits)
         t0 = time.perf_counter()
         fwd_wait = sum(ex.seconds for ex in self.exchanges)
         self.backward(loss)
@@ -540,6 +593,10 @@ class FullGraphEngine(Engine):
             # summed, not averaged: the loss is already divided by every rank's training nodes
             self.all_reduce_gradients(average=False)
         self.optimizer.step()
+        if self.link is not None:  # the mean over every rank's positives in the record
+            total = float(self.link.total_positives)
+            meter.step_sums(float(loss.detach()) * total, 0, len(step))
+            return self.epoch_record(**meter.close())
         with torch.no_grad():
             out = logits[self.train_pos]
             correct = int((out.argmax(1) == self.y).sum())
