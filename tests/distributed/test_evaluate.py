@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from shoal.distributed import DistConfig, dist_evaluate, process_group
+from shoal.distributed.evaluate import EVAL_ROW_COPIES, budgeted_batch_size
 from shoal.engines import get_engine
 from shoal.store import Store
 from shoal.training import TrainConfig, TrainData, model_from_config
@@ -93,3 +94,68 @@ def test_evaluation_memory_is_bounded_by_the_budget_not_the_part(make_graph, mak
     # GAT's batches also hold per-edge attention scores
     bound = part_bytes / (3 if model == "sage" else 2)
     assert peak < bound, f"peak {peak} bytes vs part features {part_bytes}"
+
+
+def test_typed_evaluation_stays_within_its_budget(tmp_path, monkeypatch):
+    """Issue 53: a typed store's relational model is evaluated by batches of core nodes with
+    every in-neighbour of every relation at the padded input width; on a power-law graph one
+    batch of ``batch_size`` with a hub holds many times the budget's rows. The batch is now
+    sized from the budget (:func:`budgeted_batch_size`): the largest batch's input rows,
+    with their copies, stay under the budget, where a fixed batch of 1024 took several times
+    it; the accuracy is the unbudgeted one."""
+    from shoal.data.synth.igbh import IGBHConfig, generate_igbh
+    from shoal.partition.base import Assignment
+    from shoal.partition.io import write_assignment
+    from shoal.store import build_store
+    from shoal.training import inference
+
+    dim = 32
+    cfg = IGBHConfig(scale=0.01, features=dim, classes=4, seed=3)
+    g = generate_igbh(tmp_path / "g", cfg, show_progress=False)
+    write_assignment(tmp_path / "a", Assignment(np.zeros(g.num_nodes, np.int32), 1, "hand"), g)
+    build_store(g, tmp_path / "a", tmp_path / "s", show_progress=False)
+    tc = TrainConfig.from_options(model="rgcn", fanouts=(3, 3), hidden=8, eval_batch_size=1024)
+    held = []  # each layer-0 batch's input bytes (the rows of its nodes and in-neighbours)
+    inputs_of = inference._inputs_of_batch
+
+    def spy(seg, mb, src, provider, normalize, bufs):
+        x = inputs_of(seg, mb, src, provider, normalize, bufs)
+        if x.shape[1] == dim:
+            held.append(x.shape[0] * dim * 4)
+        return x
+
+    monkeypatch.setattr(inference, "_inputs_of_batch", spy)
+    with process_group(DistConfig()) as ctx:
+        eng = _engine(tmp_path / "s", tc, ctx)
+        args = (eng.model, eng.store, eng.parts, eng.part_to_rank, ctx, eng.tables)
+        got, budget = {}, 0
+        for key in ("none", "budget"):
+            held.clear()
+            kw = {"memory_budget": budget} if key == "budget" else {}
+            got[key] = (dist_evaluate(*args, batch_size=1024, splits=("val",), **kw), max(held))
+            if key == "none":  # a quarter of what the widest fixed batch holds with its copies
+                budget = got["none"][1] * EVAL_ROW_COPIES // 4
+    assert got["budget"][0] == got["none"][0]
+    assert got["budget"][1] * EVAL_ROW_COPIES <= budget < got["none"][1] * EVAL_ROW_COPIES
+
+
+def test_budgeted_batch_size_halves_until_the_widest_batch_fits():
+    """The batch size is the largest halving of ``batch_size`` whose every batch's rows (its
+    nodes and their in-neighbours, repeats counted) times the copies fit; without a budget,
+    or when even one node's neighbourhood is larger, the bounds hold (given, 1)."""
+    from types import SimpleNamespace
+
+    deg = np.ones(64, np.int64)
+    deg[40] = 100  # a hub
+    indptr = np.concatenate([[0], np.cumsum(deg)])
+    seg = SimpleNamespace(
+        sampler=SimpleNamespace(indptr=indptr), num_core=64, targets=np.arange(64)
+    )
+    row = 10
+    per = EVAL_ROW_COPIES * row
+    assert budgeted_batch_size([seg], 64, None, row, 2) == 64
+    assert budgeted_batch_size([seg], 64, 1000 * per, row, 2) == 64  # 64 + 164 rows fit
+    # 16 nodes around the hub: 16 + 15 + 100 = 131 rows; 8: 8 + 7 + 100 = 115
+    assert budgeted_batch_size([seg], 64, 131 * per, row, 2) == 16
+    assert budgeted_batch_size([seg], 64, 130 * per, row, 2) == 8
+    assert budgeted_batch_size([seg], 64, 50 * per, row, 2) == 1  # the hub alone is larger
