@@ -372,11 +372,7 @@ class BatchSampler(DistNeighborSampler):
         if ex is None and not away.any():
             return super()._sample_owned(ids, fanout, key)
         here = np.flatnonzero(~away)  # each part's rows keep their order: the same draws
-        # with exclusions one part per call: the base's typed path takes one part's keys
-        groups = [here] if ex is None else [here[part_of[here] == j] for j in np.unique(part_of)]
-        pieces = []
-        for sel in groups:  # (a comprehension has no zero-argument super)
-            pieces.append((sel, *super()._sample_owned(ids[sel], fanout, key, ex)))
+        pieces = [(here, *super()._sample_owned(ids[here], fanout, key, ex))]
         for j in np.unique(part_of[away]):
             sel = np.flatnonzero(part_of == j)
             pkey = key if int(j) == 0 else np.uint64(K._stream_key(key, np.uint64(j)))
