@@ -100,7 +100,6 @@ from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.parts import part_rows
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
-from shoal.utils.arrays import unique_sorted
 from shoal.utils.io import parse_size
 
 __all__ = ["FullGraphEngine"]
@@ -536,15 +535,12 @@ class FullGraphEngine(Engine):
         return F.cross_entropy(out, self.y, reduction="sum") / self.num_train
 
     def link_step(self, epoch: int) -> LinkStep:
-        """This rank's link step of ``epoch`` (module docstring, "The link task"): every
-        positive of its epoch (:class:`~shoal.engines.linktask.RankPositives`, one batch),
-        their negatives drawn from the step's seed, as the seam's steps are."""
-        link, seed = self.link, self.train_config.run.seed
-        pos = next(link.positives.epoch(seed, epoch, 1))
-        step_seed = batch_seed(seed, epoch, 0) + self.ctx.rank
-        neg = link.negatives(pos, np.random.default_rng(step_seed))
-        ends = unique_sorted(np.concatenate([pos.ravel(), neg.ravel()]))
-        return LinkStep(pos, neg, ends, step_seed)
+        """This rank's link step of ``epoch`` (module docstring, the link task): every
+        positive of its epoch (:class:`~shoal.engines.linktask.RankPositives`, one batch)
+        with the seam's step 0 seed (:meth:`~shoal.engines.linktask.DistLinkTask.step`)."""
+        seed = self.train_config.run.seed
+        pos = next(self.link.positives.epoch(seed, epoch, 1))
+        return self.link.step(pos, batch_seed(seed, epoch, 0) + self.ctx.rank)
 
     def link_loss(self, logits: torch.Tensor, step: LinkStep) -> torch.Tensor:
         """The link loss of ``step`` from :meth:`forward`'s outputs: the mean over its
