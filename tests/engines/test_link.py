@@ -204,3 +204,19 @@ def test_the_typed_distributed_sampler_never_uses_an_excluded_edge(typed_link):
     assert banned & used(full)  # the positives are there without exclusion
     assert not banned & used(ex)
     assert used(ex) == used(full) - banned  # every neighbour but the excluded edges
+
+
+# (disagg refuses one process before it reads the options)
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e not in ("minibatch", "disagg")])
+def test_learned_rows_are_refused_by_every_engine_but_minibatch(untyped_link, engine, monkeypatch):
+    """``--embedding-dim`` is refused in one place (``Engine``), naming the engine that can."""
+    from shoal.distributed import DistConfig, process_group
+    from shoal.engines import get_engine
+    from shoal.errors import ShoalInputError
+
+    monkeypatch.setenv("SHOAL_ENGINES", FIXTURE)
+    _, store = untyped_link
+    cfg = _cfg(False, link={"embedding_dim": 8})
+    cls = get_engine(engine, "link")
+    with process_group(DistConfig()) as ctx, pytest.raises(ShoalInputError, match="minibatch"):
+        cls(Store.open(store), cfg, ctx)

@@ -103,6 +103,9 @@ class Engine(ABC):
     task: str = "node"
     #: the link task's seeds, loss and evaluation (``--task link``; None for the node task)
     link: DistLinkTask | None = None
+    #: whether the engine trains learned input rows (the link task's ``--embedding-dim``,
+    #: held and updated at their owners); the others refuse the option
+    learned_rows: bool = False
     #: which positives and negatives the link task draws (:mod:`shoal.engines.linktask`):
     #: ``"graph"`` (any; the engine computes any node's output) or ``"part"`` (the edges
     #: inside one part, negatives from it: an engine computing its own parts' nodes only)
@@ -174,8 +177,26 @@ class Engine(ABC):
         #: the world size of the checkpoint this run resumes from, when it differs
         self.resharded_from: int | None = None
         self.config = self._keep_global_batch(self.config)
+        self._refuse_options()
         if self.task == "link":  # positives counted on every rank (collective)
             self.link = DistLinkTask(self)
+
+    def _refuse_options(self) -> None:
+        """Options of the run no engine class of this kind trains (refused here, once)."""
+        tc = self.config
+        if self.task == "link" and tc.link.embedding_dim and not self.learned_rows:
+            raise ShoalInputError(
+                f"--embedding-dim (learned input rows) is not trained by the {self.name} engine",
+                fix="use --engine minibatch (the rows' owners update them every step), or drop "
+                "--embedding-dim to read the store's features",
+            )
+        if self.store.schema is not None and tc.model.type_embeddings == "disk":
+            raise ShoalInputError(
+                "--type-embeddings disk (the featureless types' tables on disk) trains in one "
+                "process for now",
+                fix="drop --type-embeddings (the engines keep the embeddings in the model), "
+                "or train in one process with `shoal train --graph`",
+            )
 
     def _keep_global_batch(self, tc: TrainConfig) -> TrainConfig:
         """``tc``, or on a resume from a checkpoint saved by another number of processes

@@ -145,19 +145,6 @@ class AveragingEngine(Engine):
                 path=store.path,
                 fix="rebuild the store with `shoal store build ... --halo-features`",
             )
-        if typed and cfg.model.type_embeddings == "disk":
-            raise ShoalInputError(
-                "--type-embeddings disk (the featureless types' tables on disk) trains in one "
-                "process for now",
-                fix="drop --type-embeddings (the engines keep the embeddings in the model), "
-                "or train in one process with `shoal train --graph`",
-            )
-        if self.link is not None and cfg.link.embedding_dim:
-            raise ShoalInputError(
-                "--embedding-dim (learned input rows, updated at their owners every step) is "
-                "not trained by the averaging engine, whose parts train alone",
-                fix="use --engine minibatch, or drop --embedding-dim (the store's features)",
-            )
         #: the hops of halo the parts are grown by (``--halo-hops``, "auto" resolved)
         self.halo_hops = self.options.resolve_halo_hops(typed=typed, num_layers=cfg.num_layers)
         self.model = self.build_model()

@@ -440,12 +440,6 @@ class DisaggEngine(Engine):
     # ---------------------------------------------------------------- the link task
     def _check_link(self) -> None:
         """What the link task needs of this engine (module docstring, the link task)."""
-        if self.train_config.link.embedding_dim:
-            raise ShoalInputError(
-                "--embedding-dim (learned input rows) is not trained by the disagg engine: its "
-                "batch workers send the store's feature rows",
-                fix="use --engine minibatch for learned rows, or a store with features",
-            )
         if self.options.local_sampling:
             raise ShoalInputError(
                 "--local-sampling samples only the parts a batch worker holds; a link batch's "

@@ -110,6 +110,7 @@ class MinibatchEngine(Engine):
     name = "minibatch"
     global_batch = True  # synchronous SGD: the step's batch is every rank's
     tables_scope = "local"  # own and halo nodes; the sampler asks owners for other degrees
+    learned_rows = True  # --embedding-dim: DistEmbedding
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
