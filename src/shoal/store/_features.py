@@ -1,12 +1,6 @@
-"""Pass 3 of the store writer (private): feature rows of core and halo nodes.
-
-One sequential pass over the feature matrix scatters rows to their part. When core rows of a
-part are in ascending original ID (``node_order="id"``), appending them to the part's file puts
-them in place. Otherwise (``"degree"``) rows go to bucket files of consecutive new IDs in the
-scratch directory (appended in ascending original ID), and each bucket is then read whole,
-permuted into new-ID order and appended to its part's file: one more sequential write and read
-of the features, an external distribution sort. Halo rows are then gathered from their owners'
-core feature files. Memory: one block of ``block_bytes`` rows, or one bucket, at a time.
+"""Pass 3 of the store writer (private): feature rows of core and halo nodes, in one
+sequential pass over the feature matrix (docs/store.md#how-it-is-written-bounded-memory).
+Memory: one block of ``block_bytes`` rows, or one bucket, at a time.
 """
 
 from __future__ import annotations

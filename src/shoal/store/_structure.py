@@ -1,7 +1,7 @@
-"""Passes 1 and 2 of the store writer (private; the passes are listed in
-:mod:`shoal.store.writer`): relabelling, edge buckets, per-part CSRs, and each part's labels
-and split masks gathered from the graph's. The temporary in-edge files and sort runs go to
-``work`` (the writer's scratch directory).
+"""Passes 1 and 2 of the store writer (private; the passes:
+docs/store.md#how-it-is-written-bounded-memory): relabelling, edge buckets, per-part CSRs,
+and each part's labels and split masks gathered from the graph's. The temporary in-edge
+files and sort runs go to ``work`` (the writer's scratch directory).
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
-"""The store writer's passes on a typed graph (private; ``docs/store.md``, "Typed stores").
+"""The store writer's passes on a typed graph (private;
+docs/store.md#typed-stores-format_version-2).
 
-A typed graph's node types are consecutive ranges of original ids (:mod:`shoal.data.hetero`).
-The relabelling keeps the original order inside a part (``node_order="id"``), so inside each
-part the core nodes of one type are again one contiguous range of new ids: type ``t`` of part
-``i`` is ``[type_bounds[i, t], type_bounds[i, t + 1])``, and the type of a new id is one binary
-search over the ``p * T`` range starts (DistDGL keeps the same per-type ranges per part in its
-``node_map``).
-
-- **Pass 1** writes each in-edge as ``(new src, local dst * rin + slot)``, ``slot`` being the
-  edge's relation's rank among the relations into the destination's type and ``rin`` the most
-  relations into any one type.
-- **Pass 2** sorts by that key (the external sort's primary column): each core row's in-edges
-  come grouped by relation, relations in schema order, sources ascending inside a relation.
-  :func:`build_typed_csr` decodes it into the row pointer, the global sources and
-  ``edge_types.npy``, the relation of each edge. A relation's neighbours of a row are then one
-  run of the row, found by two binary searches over ``edge_types`` (the typed distributed
-  sampler). Several relations between one pair of types are kept apart by their ids.
-- **Pass 3** (:func:`write_typed_features`) scatters each type's feature file to
-  ``part_<i>/features/<type>.npy`` in one sequential pass per type. Halo rows go to
-  ``part_<i>/halo_features/<type>.npy``, in halo order.
+Inside each part the core nodes of one type are one range of new ids
+(``type_bounds[i, t] .. type_bounds[i, t + 1]``). Pass 1 writes each in-edge as
+``(new src, local dst * rin + slot)``, ``slot`` the edge's relation's rank among the relations
+into the destination's type, ``rin`` the most relations into any one type; pass 2 sorts by
+that key and :func:`build_typed_csr` decodes it into the row pointer, the global sources and
+``edge_types.npy``; pass 3 (:func:`write_typed_features`) writes
+``part_<i>/features/<type>.npy`` and, for halo rows, ``part_<i>/halo_features/<type>.npy``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""Reader API of the partitioned store: what the engines and the sampler use.
+"""Reader API of the partitioned store: what the engines and the sampler use
+(docs/store.md#reader-api-shoalstore).
 
-::
-
-    store = Store.open("cora-store")
-    part = store.part(0)                      # Partition: memory-mapped arrays
-    part.indptr, part.indices                 # local CSR of core nodes' in-edges
-    part.global_to_local(ids)                 # new global id -> local index (-1 if absent)
-    store.owner(ids)                          # owner part of new global ids (binary search)
-    store.features(ids, out=buf)              # feature rows of any core ids, gathered by owner
-
-ID spaces: **new** (global, relabelled) IDs are what the store speaks; the core nodes of part
-``i`` are the contiguous range ``[part_offsets[i], part_offsets[i + 1])``. **Local** indices of
-a part number its core nodes first (``0 .. num_core - 1``, in new-ID order) and then its halo
-nodes (``num_core .. num_core + num_halo - 1``, in ascending new ID, hence grouped by owner).
-**Original** IDs (the graph directory's) are reached through :meth:`Store.to_orig` /
-:meth:`Store.to_new` or ``Partition.orig_ids``.
-
-Every array is opened with ``np.load(mmap_mode="r")``: nothing is read until used. The layout is
-specified in ``docs/store.md``.
+The store speaks **new** (global, relabelled) IDs; a part's **local** indices number its core
+nodes first, then its halo nodes; **original** IDs are reached through :meth:`Store.to_orig` /
+:meth:`Store.to_new` or ``Partition.orig_ids`` (docs/store.md#id-spaces). Every array is
+opened with ``np.load(mmap_mode="r")``: nothing is read until used.
 """
 
 from __future__ import annotations

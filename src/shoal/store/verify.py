@@ -1,24 +1,8 @@
 """``shoal verify`` and ``shoal inspect``: check a store's integrity, summarise its parts.
 
-:func:`verify_store` checks, in order, stopping at the first failing group:
-
-1. ``meta.json`` against its own embedded checksum (any changed byte is caught);
-2. every file listed in ``meta.json`` for presence, size and SHA-256 (all mismatches named);
-3. invariants: ``node_map``/``node_map_inv`` are inverse permutations (every node owned exactly
-   once); ``part_offsets`` match the part sizes; per part, a well-formed CSR, halo IDs sorted,
-   owned elsewhere and exactly the non-core in-neighbours, ``orig_ids`` consistent; edge buckets
-   hold edges of the right owners and add up to the edge count;
-4. against the source graph (its path is in the metadata; skipped with a note when it is gone):
-   each core node's in-edge multiset equals the source graph's (per-node multiset hash of the
-   edges, one streaming pass; the buckets are checked the same way), labels, split masks and
-   feature rows (core and halo) equal the source rows.
-
-An untyped store is a typed one with one node type and one relation; a store with a schema
-also has: type ranges that tile each part and hold nodes of their type (3), one relation per
-in-edge, grouped in ascending order per row and joining its endpoints' types (3), each core
-node's in-edges *with relations* equal to the source's (the hash of ``(src * R + rel, dst)``)
-and every type's feature rows (4).
-
+:func:`verify_store` checks four groups in order, stopping at the first failing one
+(meta.json's checksum, every file's size and SHA-256, the invariants, the source graph; with
+a schema also the type ranges, relations and every type's rows): docs/store.md#verify.
 Memory: O(V) arrays plus one chunk of edges or feature rows at a time.
 """
 

@@ -1,45 +1,14 @@
-"""Streaming writer of the partitioned store (``shoal store build``; layout in ``docs/store.md``).
+"""Streaming writer of the partitioned store (``shoal store build``).
 
-The store combines three published layouts:
-
-- **DistDGL** (Zheng et al., "DistDGL: Distributed Graph Neural Network Training for
-  Billion-Scale Graphs", IA3 2020, graph partitioning): node IDs are relabelled so that the
-  core nodes of part ``i`` occupy one contiguous range ``[part_offsets[i], part_offsets[i+1])``;
-  each part keeps its core nodes' *full* in-neighbourhood, with the in-neighbours owned
-  elsewhere duplicated as halo nodes (structure only; their features stay with their owner
-  unless ``halo_features`` is set).
-- **SDT-GNN** (full neighbourhoods per part and replicated halo features for local training;
-  the seed paper summarised in DESIGN.md): ``halo_features=True`` also writes the halo nodes'
-  feature rows into the part.
-- **Armada** (Waleffe et al., "Armada: Memory-Efficient Distributed Training of Large-Scale Graph
-  Neural Networks", 2025, edge buckets): every edge is also stored once in the bucket file of
-  ``(owner(src), owner(dst))``, sequentially, so a worker that holds parts ``S`` reads exactly
-  the buckets ``S x S`` with sequential I/O.
-
-Memory: O(V) numpy state (owner part, old->new and new->old maps, a boolean scratch mask) plus
-bounded buffers: one edge chunk, the external sort's cap, one feature block. The writer never
-memory-maps a large file for streaming (mapped pages count in the resident set): edges are read
-with :class:`~shoal.data.stream.EdgeStream`, features with positioned reads, and outputs are
-appended with plain writes.
-
-Passes:
-
-0. with ``node_order="degree"`` (default ``"id"``: ascending original ID), one pass over the
-   edge stream counts in-degrees: inside each part, nodes are then numbered in descending
-   in-degree, so the rows mini-batches read most sit together;
-1. one pass over the edge stream: relabel each chunk, append every edge to its bucket file and
-   to a temporary in-edge file of its destination's part (as ``(new src, local dst)``);
-2. per part, an external sort of that file by destination (the graph directory's bounded-memory
-   CSR builder) gives the local CSR with global sources; a streaming pass over it marks the halo
-   nodes and rewrites the sources as local indices over core then halo;
-3. one sequential pass over the feature matrix scatters rows to their part (directly when core
-   rows of a part are in ascending original ID; through bucket files of consecutive new IDs
-   otherwise); halo rows are then gathered from their owners' core feature files.
-
-Passes 1 and 2 are in :mod:`shoal.store._structure`, pass 3 in :mod:`shoal.store._features`.
-The temporary files of passes 1 to 3 (in-edge files, sort runs, feature buckets) go to a private scratch
-directory inside ``Config.scratch_dir``, else beside the output (never the system temp dir);
-the store itself is written to a temporary sibling of the output and renamed into place.
+The layout combines DistDGL (Zheng et al., IA3 2020: contiguous core ID ranges, full
+in-neighbourhoods with halo nodes), SDT-GNN (``halo_features``: replicated halo feature rows)
+and Armada (Waleffe et al., 2025: edge buckets per ``(owner(src), owner(dst))``); layout,
+meta.json and the passes: docs/store.md#how-it-is-written-bounded-memory. Memory: O(V) numpy
+state plus bounded buffers (one edge chunk, the external sort's cap, one feature block); no
+large file is streamed through a memory map. Passes 1 and 2 are in
+:mod:`shoal.store._structure`, pass 3 in :mod:`shoal.store._features`. Temporary files go to a
+private directory inside ``Config.scratch_dir``, else beside the output (never the system temp
+dir); the store is written to a temporary sibling of the output and renamed into place.
 """
 
 from __future__ import annotations
@@ -101,15 +70,10 @@ class Config:
             removed afterwards; None = beside the output directory (default None; never the
             system temp dir, which is often RAM-backed).
         node_order: order of the core nodes inside each part (:data:`NODE_ORDERS`): ``"id"``,
-            ascending original ID (DistDGL's order; a one-part store numbers nodes as the
-            graph does), or ``"degree"``, descending in-degree (ties in original ID), so that
-            the rows mini-batches read most often sit together at the start of each part's
-            feature file and the static cache of hot rows is one contiguous range; it costs
-            one more streaming pass over the edges and one more write and read of the
-            features. Default ``"id"``: out of core, degree order did not make the epochs
-            faster on the benchmark: the rows an epoch needs are still spread over most of
-            each part's pages, and shorter runs read slower
-            (docs/measurements.md#node-order-in-the-store).
+            ascending original ID (DistDGL's order), or ``"degree"``, descending in-degree
+            (ties in original ID; one more pass over the edges and one more write and read of
+            the features). Default ``"id"``: docs/store.md#id-spaces and
+            docs/measurements.md#node-order-in-the-store.
     """
 
     halo_features: bool = False
