@@ -1,23 +1,12 @@
-"""The graph directory: shoal's single on-disk input format (specified in ``docs/format.md``).
-
-A graph directory holds::
-
-    meta.json           format_version, counts, dtypes, per-file checksums, provenance
-    edges.bin           raw (E, 2) row-major src,dst pairs; int32 when ids fit, else int64
-    features.npy        (N, F) float32 or float16                              (optional)
-    labels.npy          (N,) int64; -1 = unlabelled                             (optional)
-    train_idx.npy, val_idx.npy, test_idx.npy   sorted int64 node ids         (optional)
-    csr_in/{indptr,indices}.npy    in-edges grouped by destination           (optional)
-    csr_out/{indptr,indices}.npy   out-edges grouped by source               (optional)
+"""The graph directory: shoal's single on-disk input format (files, meta.json, checksums:
+docs/format.md#files).
 
 :class:`GraphDir` opens one (everything memory-mapped, nothing loaded), :class:`GraphWriter`
 writes one from streamed chunks into a temporary sibling directory and renames it into place
-only when it is complete and valid.
-
-This module is the format's public face: the names and constants live in
-:mod:`shoal.data.layout`, the reader in :mod:`shoal.data.graphdir`, the writer in
-:mod:`shoal.data.writer` (node data checks in :mod:`shoal.data.nodedata`); import them from
-here.
+only when it is complete and valid. This module is the format's public face: the names and
+constants live in :mod:`shoal.data.layout`, the reader in :mod:`shoal.data.graphdir`, the
+writer in :mod:`shoal.data.writer` (node data checks in :mod:`shoal.data.nodedata`); import
+them from here.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
-"""Typed graphs: node types, canonical edge types and one global id space (``docs/format.md``).
+"""Typed graphs: node types, canonical edge types and one global id space
+(docs/format.md#typed-graphs-format_version-2).
 
-A heterogeneous graph (DGL's ``DGLHeteroGraph``, PyG's ``HeteroData``) has several node
-types, each with its own count and features of its own width, and edges of several
-*canonical edge types* ``(src_type, relation, dst_type)``. shoal keeps **one contiguous id
-space** per graph: the nodes of type ``t`` are ids ``offset[t] .. offset[t] + count[t] - 1``,
-types in the order they were declared (DistDGL's per-type ``node_map`` ranges, here fixed
-before partitioning). The edge list stays one ``(E, 2)`` file of global ids, so the streaming
-partitioners, the external sort, the CSR views and the stores read a typed graph as they read
-any other; a parallel file gives each edge its relation. Only what needs the types (per-type
-features, balance per type, typed sampling, relational models) reads the schema.
-
+The nodes of type ``t`` are ids ``offset[t] .. offset[t] + count[t] - 1``, types in declaration
+order (DistDGL's per-type ``node_map`` ranges, fixed before partitioning); the edge list stays
+one ``(E, 2)`` file of global ids and a parallel file gives each edge its relation.
 :class:`HeteroSchema` holds the types and answers the id arithmetic: a global id's type
-(:meth:`HeteroSchema.type_of`, one ``searchsorted`` over the offsets: no per-node array),
-local ↔ global ids, the relation index of a canonical edge type, and the reverse relations
-that DGL's ``dgl.add_reverse_edges`` and PyG's ``ToUndirected`` add.
+(:meth:`HeteroSchema.type_of`, one ``searchsorted`` over the offsets), local <-> global ids,
+the relation index of a canonical edge type, and the reverse relations that DGL's
+``dgl.add_reverse_edges`` and PyG's ``ToUndirected`` add.
 """
 
 from __future__ import annotations

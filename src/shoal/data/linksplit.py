@@ -13,17 +13,9 @@ Fractions are therefore expected values (binomial counts); the counts drawn are 
 An undirected graph's held-out pairs are stored once (``src < dst``); a directed graph's as
 given. This is PyG's ``RandomLinkSplit`` and OGB's edge splits without the in-memory shuffle.
 
-**Typed graphs** (``format_version`` 2, :mod:`shoal.data.hetero`): the link task predicts one
-*target relation* (GraphStorm's ``target_etype``; ``EdgeSplitConfig.target_relation``, the
-default when the graph has one relation). Only its edges are split; the rows of its declared
-reverse relation (``rev_<relation>``, :meth:`~shoal.data.hetero.HeteroSchema.reverse_index`)
-whose pair is held out leave the message-passing graph with them (the same pair hash decides
-both); every other relation stays whole. The output is again a typed graph directory (the
-schema, every node type's features copied in blocks, labels and splits) with the held-out
-positives in global ids, plus ``link_val_neg.npy`` / ``link_test_neg.npy``: ``(k, K)`` int64
-evaluation negatives per held-out positive, uniform over the **destination type's** global
-ids (a typed negative), and ``meta.json``'s ``link_split`` names the ``target_relation`` and
-the ``negatives``' node type and id range.
+**Typed graphs**: only the edges of one *target relation* (GraphStorm's ``target_etype``;
+``EdgeSplitConfig.target_relation``) are split, its reverse's held-out pairs leave with them,
+and typed evaluation negatives are written beside the positives: docs/linkpred.md#typed-graphs.
 """
 
 from __future__ import annotations

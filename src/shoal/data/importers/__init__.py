@@ -1,29 +1,14 @@
-"""Importers: turn a graph in a foreign layout into a graph directory (``docs/format.md``).
+"""Importers: turn a graph in a foreign layout into a graph directory
+(sources, options and memory: docs/format.md#importers).
 
 Every importer streams its edges into a :class:`~shoal.data.format.GraphWriter` in bounded
-chunks, so the writer's options (``--num-nodes``, ``--undirected``, ``--dedup``,
-``--drop-self-loops``; the last three done by the writer with an external sort) behave the same
-whatever the source. Every importer validates its input and raises
-:class:`~shoal.errors.ShoalInputError` naming the file, the offending row/field and a fix; the
-output is written to a temporary sibling directory and renamed into place only when complete,
-so a failed import leaves nothing behind.
-
-Sources:
-
-- ``graph.npz`` in the ``shared/data`` layout (:func:`import_npz`);
-- plain edge lists: whitespace / CSV text, optionally gzipped (:func:`import_text`), and
-  ``.npy`` arrays of shape (2, E) or (E, 2) (:func:`import_npy`);
-- the raw layout of OGB node-property datasets (:func:`import_ogb`), without the ``ogb``
-  package;
-- Python objects: a PyG ``Data`` (:func:`from_pyg`) or a scipy sparse matrix
-  (:func:`from_scipy`), for small graphs.
-
-:func:`import_graph` picks the importer from the path (``format="auto"``).
-
-Modules: :mod:`~shoal.data.importers.common` (:class:`ImportConfig`, shared checks),
-:mod:`~shoal.data.importers.npz`, :mod:`~shoal.data.importers.text`,
-:mod:`~shoal.data.importers.npy`, :mod:`~shoal.data.importers.ogb`,
-:mod:`~shoal.data.importers.objects`; every public name is importable from here.
+chunks, so the writer's options behave the same whatever the source, and raises
+:class:`~shoal.errors.ShoalInputError` naming the file, the offending row/field and a fix; a
+failed import leaves nothing behind (docs/format.md#checksums-atomic-writes-errors).
+:func:`import_graph` picks the importer from the path (``format="auto"``). Modules:
+:mod:`~shoal.data.importers.common` (:class:`ImportConfig`, shared checks), ``npz``, ``text``,
+``npy``, ``ogb``, ``objects`` (:func:`from_pyg`, :func:`from_scipy`); every public name is
+importable from here.
 """
 
 from __future__ import annotations

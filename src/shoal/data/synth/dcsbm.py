@@ -13,15 +13,7 @@ blocks (balanced), node features are ``x_i = mu_{y_i} + N(0, I)`` with class cen
 ``mu_c ~ N(0, feature_signal^2 / F * I)``, and train/val/test splits are uniform random.
 
 Why a GNN beats an MLP on the defaults (``homophily=0.5``, ``feature_signal=1.5``, 10
-classes): the features alone are weak (two class centroids lie about
-``feature_signal * sqrt(2) = 2.1`` noise standard deviations apart), so a per-node classifier
-confuses the classes often, while half of a node's in-neighbours share its class and the other
-half spread over the 9 other classes: averaging over them keeps ``0.5 - 0.5 / 9 = 0.44`` of the
-centroid separation and divides the noise by about the square root of the degree, so a GCN
-classifies far better. Lower ``homophily`` towards ``1 / classes`` and the GNN's advantage
-disappears; raise ``feature_signal`` well above its default and the MLP catches up; with a
-high ``homophily`` the GCN saturates. The measured accuracies are in
-docs/format.md#synthetic-graphs.
+classes), and the measured accuracies: docs/format.md#synthetic-graphs.
 """
 
 from __future__ import annotations

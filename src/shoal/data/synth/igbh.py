@@ -21,15 +21,7 @@ a journal or a conference "means" another class than the paper's).
 
 Features: every type has features of the same width ``features`` (IGBH: 1024 for all),
 ``x_v = signal[type(v)] * mu_{class(v)} + N(0, I)`` with class centroids ``mu_c`` shared by
-all types. Hence the planted signal, and what each model can read of it:
-
-- the papers' own features are weak (``signal['paper']`` small): an MLP on them is poor;
-- a relational model (R-GCN, R-GAT) aggregates each relation apart and can undo each
-  ``perm_r``: the authors (same class), the fields, journals and conferences (permuted
-  classes), and two hops out the institutes, all point at the paper's class;
-- a homogeneous model on the flattened graph mixes the neighbours of all relations into one
-  mean: a field of class ``perm_topic(c)`` looks exactly like a cited paper of that class, so
-  the permuted relations blur the class instead of revealing it.
+all types. What each model can read of it: docs/format.md#shoal-data-synth-igbh.
 """
 
 from __future__ import annotations

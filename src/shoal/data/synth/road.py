@@ -1,16 +1,12 @@
 """Road-like graphs (:func:`generate_road`): a 2-D lattice with missing streets and short
-shortcuts, streamed to disk in blocks.
+shortcuts, streamed to disk in blocks (the model: docs/format.md#synthetic-graphs).
 
-The model, kept small on purpose (a benchmark family for the partitioners, not a road
-simulator): nodes are the cells of a ``width x height`` grid; each lattice edge (to the right
-and downwards) is kept with probability ``keep``, so the mean degree is about ``4 * keep``
-(road networks: 2.5-3, e.g. SNAP roadNet-CA 2.8); each node also gets, with probability
-``shortcuts``, one extra edge to a random cell at most ``reach`` cells away in each direction
-(ramps, diagonal streets): the graph stays nearly planar, with a large diameter and no hubs,
-unlike the power-law generators. A shortcut that lands on its own cell is dropped. As in the
-R-MAT generator, node ids are scrambled by a seeded permutation (default), so that ids say
-nothing of the position. Nodes are generated in blocks of :data:`GEN_BLOCK` cells, each from
-its own random stream: the graph depends only on the configuration and the seed.
+Each lattice edge (to the right and downwards) is kept with probability ``keep``; each node
+gets, with probability ``shortcuts``, one extra edge to a random cell at most ``reach`` cells
+away in each direction; a shortcut that lands on its own cell is dropped. Node ids are
+scrambled by a seeded permutation (default). Nodes are generated in blocks of
+:data:`GEN_BLOCK` cells, each from its own random stream: the graph depends only on the
+configuration and the seed.
 """
 
 from __future__ import annotations
