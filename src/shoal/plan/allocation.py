@@ -1,26 +1,9 @@
-"""Workload allocation of SDT-GNN (the seed paper summarised in DESIGN.md: "p from memory
-budget", p = ceil(S / (M - T)), cyclic assignment when p > workers).
-
-Given ``Q`` workers with ``M`` bytes of memory each, of which ``T`` are reserved for everything
-that is not graph data (runtime, model, optimizer state, sampler and batch buffers), and a data
-size ``S`` (features + structure of the graph or store):
-
-- ``p = Q`` when a ``Q``-th of the data fits in the budget, ``S / Q <= M - T``;
-- otherwise ``p = ceil(S / (M - T))`` parts of roughly equal size, so that each part fits;
-- parts are assigned cyclically: part ``j`` goes to worker ``j mod Q``; a worker with several
-  parts trains them in turn (one resident at a time).
-
-With ``--store`` the number of parts is the store's: the plan checks that its largest part fits
-the budget and that every worker gets a part (``p >= Q``), and assigns parts cyclically. With
-``--graph`` it recommends ``p`` for ``shoal partition --parts``.
-
-Default reserve ``T``: 2/3 of ``M`` on accelerators (SDT-GNN's setting: activations, the
-CUDA context and caching allocator dominate), and on CPU ``max(512 MiB, M / 4)``: importing
-torch and PyG costs a few hundred MB of resident memory per process, the model, its Adam state
-and the sampler's buffers a few MB to tens of MB, and one mini-batch of a 2-layer model with
-fan-outs (25, 10) and 1024 seeds touches up to ~250k nodes (128 MB of 128-d float32 features
-plus activations and gradients of the same order), so a quarter of the memory, at least
-512 MiB, is kept free.
+"""Workload allocation of SDT-GNN ("p from memory budget"): ``p = Q`` when ``S / Q <= M - T``,
+else ``p = ceil(S / (M - T))``; part ``j`` goes to worker ``j mod Q``. ``S`` data bytes, ``M``
+memory per worker, ``T`` the reserve (default 2/3 of ``M`` on accelerators, ``max(512 MiB,
+M / 4)`` on CPU). With ``--store`` the number of parts is the store's (its largest part must
+fit, ``p >= Q``); with ``--graph`` it recommends ``p`` for ``shoal partition --parts``. The
+rule, the reserve's reasons and the plan's JSON: docs/store.md#planner-shoal-plan-shoalplan.
 """
 
 from __future__ import annotations
