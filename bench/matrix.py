@@ -290,7 +290,9 @@ def cap_run(store: Path, engine: str, tag: str, limit: int | None, a: argparse.N
     out = WORK / "matrix" / "cap" / f"{engine}-{tag}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    cmd = [*SHOAL, "-v", "train", "--store", str(store), "--engine", engine, "--model", "rgcn"]
+    # -vv: every epoch's line and the evaluations' budgets (DEBUG between epochs) in the
+    # stderr, so that a run killed by its cgroup shows the phase it died in (issue 53)
+    cmd = [*SHOAL, "-vv", "train", "--store", str(store), "--engine", engine, "--model", "rgcn"]
     cmd += ["--fanouts", "5,5", "--batch-size", "256", "--hidden", "64"]
     cmd += ["--epochs", str(a.cap_epochs), "--eval-every", str(a.cap_epochs), "--threads", "1"]
     cmd += ["--no-progress", "--seed", "0", "--json", str(out)]
