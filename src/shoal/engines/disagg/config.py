@@ -44,9 +44,8 @@ class DisaggConfig(EngineConfig):
             all workers), so sampling them or loading their rows needs no request to their
             owner: nodes (an int) or a share of the nodes (``"1%"``); 0 = off, the ablation.
             Used by remote sampling only. The paper gives no size and its runs (Sec. 6.1)
-            replicate nothing: default 0 (``REPLICATE_TOP``); replicating the nodes of highest
-            in-degree saved little traffic between batch workers and no clear time
-            (docs/distributed.md#disagg-armada).
+            replicate nothing: default 0 (``REPLICATE_TOP``; measured:
+            docs/distributed.md#disagg-armada).
         swapped_neighbours: a frontier node whose part is swapped out at its batch worker:
             ``"read"`` samples it from the store's files of that part (the same draws as
             when resident), ``"skip"`` gives it no neighbours (the paper's footnote 1:
@@ -56,9 +55,8 @@ class DisaggConfig(EngineConfig):
             threads, each a replica sharing the weights, torch's intra-op threads split
             between them, gradients summed in replica order) or ``"sequential"`` (one after
             the other); the same gradients either way without dropout (with dropout the
-            threads draw masks from one generator in thread order: not reproducible bit for
-            bit). Default ``"sequential"`` (``REPLICA_EXEC``) for that reason, although
-            threads take less time per epoch (docs/distributed.md#disagg-armada).
+            threads draw masks in thread order: not reproducible bit for bit). Default
+            ``"sequential"`` (``REPLICA_EXEC``; measured: docs/distributed.md#disagg-armada).
     """
 
     engine: ClassVar[str] = "disagg"

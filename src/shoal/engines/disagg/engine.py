@@ -5,71 +5,45 @@ Networks" (2025), Sections 3, 5 and 6.1. One torchrun job, two roles
 (:class:`~shoal.engines.disagg.plan.Roles`): ranks ``0 .. C-1`` are **compute workers**
 (forward, backward, optimizer; gradients all-reduced among them only), ranks ``C .. W-1`` are
 **batch workers** (:class:`~shoal.engines.disagg.worker.BatchWorker`: part loading from
-the edge buckets, sampling, feature loading; CPU only). ``--batch-workers B`` sets the split,
-so the two layers scale independently (the paper's Figure 8).
-
-Every epoch:
+the edge buckets, sampling, feature loading; CPU only). Every epoch:
 
 1. the coordinator (the first batch worker) splits the parts randomly over the batch workers
    (Section 5) and broadcasts the mapping;
-2. every batch worker announces its phases (parts that fit its memory together, then one per
-   swap) and their seeds; every rank derives the same schedule
-   (:func:`~shoal.engines.disagg.plan.epoch_schedule`): each compute worker gets the same
-   number of iterations, each a global batch of ``G`` mini-batches (``--replicas``);
-3. batch workers push global batches ahead through a bounded queue; a compute worker receives
-   them in the schedule's order, fills the rows its LRU cache holds
-   (:class:`~shoal.engines.disagg.rowcache.ComputeCache`), sends the cache update to its batch
-   workers, runs its ``G`` replicas (on CPU: one model, ``G`` forward/backward passes) and
-   all-reduces the gradients. The loss of an iteration is the mean over every compute
-   worker's seeds of that iteration (weights as one global batch). ``replica_exec="threads"``
-   runs the ``G`` replicas in parallel (Section 3: "compute workers ... perform the GNN
-   forward/backward pass on received batches in parallel"): ``G`` threads, each a replica
-   whose parameters are views of the one set of weights (no copies), torch's intra-op threads
-   split between them, each replica's gradients kept apart and summed in replica order --
-   the sum the sequential passes accumulate;
+2. every rank derives the same schedule from the batch workers' phases
+   (:func:`~shoal.engines.disagg.plan.epoch_schedule`);
+3. batch workers push global batches of ``G`` mini-batches (``--replicas``) through a bounded
+   queue; a compute worker fills the rows its LRU cache holds
+   (:class:`~shoal.engines.disagg.rowcache.ComputeCache`), sends the cache update back, runs
+   its ``G`` replicas (in turn, or in threads on views of one set of weights, gradients
+   summed in replica order: ``replica_exec``) and all-reduces the gradients; the loss of an
+   iteration is the mean over every compute worker's seeds of that iteration;
 4. the compute workers' weights are broadcast to the batch workers, so that every rank holds
-   the model the shared epoch loop evaluates and checkpoints (evaluation runs on every rank,
-   parts spread over the batch workers).
+   the model the shared epoch loop evaluates and checkpoints.
 
-A typed store (node types, relations) trains in the same engine: batch workers draw each
-hop's fanout per relation (:class:`~shoal.engines.disagg.sampling.BatchSampler` with the
-schema), read every type's rows padded to the widest type (:func:`~shoal.rows.parts.part_rows`)
-and send each global batch with its nodes' types and original ids and its edges' relations
-(:mod:`~shoal.engines.disagg.msg`); the compute workers run the relational model
-(:meth:`~shoal.engines.base.Engine.build_model`) on those typed blocks. A relation absent from
-a batch leaves weights without a gradient: the all-reduce sends zeros for them.
+Typed stores, options and measurements: docs/distributed.md#disagg-armada.
 
-The link task (``--task link``, :mod:`shoal.engines.linktask`) runs on the same two layers;
-the paper describes node classification only, so this is shoal's use of its mechanism, not
-the paper's:
+The link task (``--task link``, :mod:`shoal.engines.linktask`) runs on the same two layers
+(the paper describes node classification only):
 
-- a batch worker draws the link steps of the positives of its own parts (the evaluation's
-  parts, ``rank_of_parts``: part ``p`` to batch worker ``p mod B``, every epoch;
-  :class:`~shoal.engines.linktask.DistLinkTask` gives every rank the same number of steps),
-  ``G`` consecutive steps per global batch; it samples each step's end nodes
-  (``step.nodes``: positives' ends and negatives, anywhere in the graph, so ``link_scope``
-  stays ``"graph"``) with the batch workers' distributed sampler, which skips the step's
-  positive edges and their reverses at every hop (``step.exclude``) wherever a node is drawn:
-  a resident part, a swapped-out part read from the store, or the owner instead of the
-  replica for a replicated node with an excluded in-edge
-  (:class:`~shoal.engines.disagg.sampling.BatchSampler`); the positives and negatives travel
-  with the global batch (:mod:`~shoal.engines.disagg.msg`);
-- the epoch's part assignment and phases (steps 1-2) still decide which batch worker samples
-  which node and which parts are in memory, the phases spread evenly over the worker's
-  batches (:func:`~shoal.engines.disagg.plan.link_schedule`: a link batch's nodes lie in
-  every part, no phase holds them); a worker with more batches in the rounds than steps
-  sends empty ones;
-- a compute worker scores each replica's rows, which are the mini-batch's seeds in the order
-  of ``step.nodes``, with the model's attached scorer (``self.link.loss``), sums the loss over
-  the positives, and the all-reduce carries the iteration's positives with the gradients: the
-  update is the mean over every compute worker's positives of the iteration (an empty step's
-  zero still reaches every weight). Evaluation is the seam's (exact, on every rank).
+- a batch worker draws the link steps of the positives of its own parts (part ``p`` to batch
+  worker ``p mod B``, :meth:`DisaggEngine.rank_of_parts`), ``G`` consecutive steps per global
+  batch, and samples each step's end nodes (anywhere in the graph: ``link_scope`` stays
+  ``"graph"``) with its positive edges and their reverses excluded at every hop wherever a
+  node is drawn (:class:`~shoal.engines.disagg.sampling.BatchSampler`); the positives and
+  negatives travel with the global batch (:mod:`~shoal.engines.disagg.msg`);
+- the epoch's part assignment and phases still decide which worker samples which node and
+  which parts are in memory, the phases spread evenly over the worker's batches
+  (:func:`~shoal.engines.disagg.plan.link_schedule`); a worker with more batches in the rounds
+  than steps sends empty ones;
+- a compute worker scores each replica's seeds (``step.nodes``' order) with the model's
+  scorer, sums the loss over the positives, and the all-reduce carries the iteration's
+  positives with the gradients: the update is the mean over every compute worker's
+  positives of the iteration.
 
-Named deviations of the link task: ``--local-sampling`` is refused (a worker would sample only
-its resident parts, and a link batch's nodes lie in every part), and so is ``--embedding-dim``
-(batch workers send the store's feature rows; learned rows train on ``--engine minibatch``);
-a swapped-out part's rows with an excluded edge are read whole from the store (not only the
-drawn entries), to draw what a resident part draws.
+Named deviations of the link task: ``--local-sampling`` is refused (a link batch's nodes lie
+in every part), and so is ``--embedding-dim`` (batch workers send the store's rows); a
+swapped-out part's rows with an excluded edge are read whole from the store, to draw what a
+resident part draws.
 """
 
 from __future__ import annotations
@@ -365,12 +339,10 @@ class DisaggEngine(Engine):
                 total = max(sched.iteration_seeds(i), 1)
                 self.optimizer.zero_grad(set_to_none=True)
                 if self._pool is not None:
-                    grads = self._link_grads if link else self._replica_grads
-                    loss_sum, correct, seen = self._replicas_in_threads(gb, x_all, total, grads)
+                    loss_sum, correct, seen = self._replicas_in_threads(gb, x_all, total)
                 else:
-                    step = self._link_step if link else self._replica_step
                     for g in range(len(gb.minibatches)):
-                        ls, c, n = step(gb, g, x_all, total)
+                        ls, c, n = self._replica_step(gb, g, x_all, total)
                         loss_sum, correct, seen = loss_sum + ls, correct + c, seen + n
             with meter.time("allreduce"):
                 self._all_reduce(seen if link else None)
@@ -406,9 +378,15 @@ class DisaggEngine(Engine):
 
     def _replica_step(self, gb, g: int, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
         """One replica's forward and backward; the loss is scaled so that the all-reduced
-        mean over compute workers is the mean over the iteration's seeds."""
+        mean over compute workers is the mean over the iteration's seeds (a link step's is
+        summed over its positives: :meth:`_all_reduce` divides by the iteration's)."""
         x, y, blocks, seeds = self._replica_inputs(gb, g, x_all)
         out = self.model(x, blocks)
+        if self.link is not None:
+            step = self._link_of(gb, g)
+            loss = self.link.loss(self.model, out, step)
+            (loss * len(step)).backward()
+            return float(loss.detach()) * len(step), 0, len(step)
         if seeds:
             loss = F.cross_entropy(out, y, reduction="sum")
             (loss * self.roles.compute_workers / total).backward()
@@ -417,25 +395,32 @@ class DisaggEngine(Engine):
         return 0.0, 0, 0
 
     def _replica_grads(self, gb, g: int, x_all: np.ndarray, total: int):
-        """Replica ``g`` in its thread, on its own module object: its parameters are views
-        of the weights (shared storage, its own autograd leaves), so its gradients stay its
-        own."""
-        names = [n for n, _ in self.model.named_parameters()]
+        """Replica ``g``'s :meth:`_replica_step` (a link step's encoder and scorer in one
+        functional call) in its thread, on its own module object: its
+        parameters are views of the weights (shared storage, its own autograd leaves), so
+        its gradients stay its own; returns ``(loss, correct, seen, gradients)``."""
         params = {n: p.detach().requires_grad_(True) for n, p in self.model.named_parameters()}
+        leaves = list(params.values())
         x, y, blocks, seeds = self._replica_inputs(gb, g, x_all)
         module = self._modules[g]
         module.train(self.model.training)
-        out = torch.func.functional_call(module, params, (x, blocks))
-        leaves = [params[n] for n in names]
-        if not seeds:
-            return 0.0, 0, 0, [torch.zeros_like(p) for p in leaves]
-        loss = F.cross_entropy(out, y, reduction="sum")
-        grads = torch.autograd.grad(
-            loss * self.roles.compute_workers / total, leaves, allow_unused=True
-        )
-        grads = [torch.zeros_like(p) if gr is None else gr for p, gr in zip(leaves, grads)]
-        correct = int((out.detach().argmax(1) == y).sum())
-        return float(loss.detach()), correct, seeds, grads
+        if self.link is not None:
+            step = self._link_of(gb, g)
+            wrapped = {f"model.{n}": p for n, p in params.items()}
+            loss = torch.func.functional_call(
+                _LinkLoss(module, self.link), wrapped, (x, blocks, step)
+            )
+            scaled = loss * len(step)
+            sums = (float(loss.detach()) * len(step), 0, len(step))
+        else:
+            out = torch.func.functional_call(module, params, (x, blocks))
+            if not seeds:
+                return 0.0, 0, 0, [torch.zeros_like(p) for p in leaves]
+            loss = F.cross_entropy(out, y, reduction="sum")
+            scaled = loss * self.roles.compute_workers / total
+            sums = (float(loss.detach()), int((out.detach().argmax(1) == y).sum()), seeds)
+        grads = torch.autograd.grad(scaled, leaves, allow_unused=True)
+        return *sums, [torch.zeros_like(p) if gr is None else gr for p, gr in zip(leaves, grads)]
 
     # ---------------------------------------------------------------- the link task
     def _check_link(self) -> None:
@@ -453,39 +438,11 @@ class DisaggEngine(Engine):
         seeds, pos, _ = gb.minibatches[g]
         return LinkStep(*gb.links[g], gb.ids[pos[:seeds]], 0)
 
-    def _link_step(self, gb, g: int, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
-        """One replica's link forward and backward; the loss is summed over its positives
-        (:meth:`_all_reduce` divides by the iteration's positives)."""
-        x, _, blocks, _ = self._replica_inputs(gb, g, x_all)
-        step = self._link_of(gb, g)
-        loss = self.link.loss(self.model, self.model(x, blocks), step)
-        (loss * len(step)).backward()
-        return float(loss.detach()) * len(step), 0, len(step)
-
-    def _link_grads(self, gb, g: int, x_all: np.ndarray, total: int):
-        """:meth:`_link_step` in its thread, on its own module object (as
-        :meth:`_replica_grads`): the encoder and the scorer run in one functional call."""
-        names = [n for n, _ in self.model.named_parameters()]
-        params = {n: p.detach().requires_grad_(True) for n, p in self.model.named_parameters()}
-        x, _, blocks, _ = self._replica_inputs(gb, g, x_all)
-        step = self._link_of(gb, g)
-        module = self._modules[g]
-        module.train(self.model.training)
-        wrapped = {f"model.{n}": p for n, p in params.items()}
-        loss = torch.func.functional_call(_LinkLoss(module, self.link), wrapped, (x, blocks, step))
-        leaves = [params[n] for n in names]
-        grads = torch.autograd.grad(loss * len(step), leaves, allow_unused=True)
-        grads = [torch.zeros_like(p) if gr is None else gr for p, gr in zip(leaves, grads)]
-        return float(loss.detach()) * len(step), 0, len(step), grads
-
-    def _replicas_in_threads(
-        self, gb, x_all: np.ndarray, total: int, grads=None
-    ) -> tuple[float, int, int]:
-        """The ``G`` replicas at once (replica 0 in this thread), torch's intra-op threads
-        split between them; gradients summed in replica order into the weights' ``grad``.
-        ``grads``: a replica's ``(loss, correct, seen, gradients)`` (default
-        :meth:`_replica_grads`)."""
-        grads = grads or self._replica_grads
+    def _replicas_in_threads(self, gb, x_all: np.ndarray, total: int) -> tuple[float, int, int]:
+        """The ``G`` replicas at once (:meth:`_replica_grads`; replica 0 in this thread),
+        torch's intra-op threads split between them; gradients summed in replica order into
+        the weights' ``grad``."""
+        grads = self._replica_grads
         G = len(gb.minibatches)
         threads = torch.get_num_threads()
         torch.set_num_threads(max(1, threads // G))

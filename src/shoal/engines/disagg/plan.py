@@ -1,29 +1,18 @@
 """Roles, part assignment and the per-epoch schedule of the ``disagg`` engine (Armada).
 
 Waleffe et al., "Armada: Memory-Efficient Distributed Training of Large-Scale Graph Neural
-Networks" (2025). Section 3: a mini-batch preparation layer of CPU-only **batch workers** feeds
-a compute layer of **compute workers**; each batch worker pushes its batches to one compute
-worker fixed in advance. Section 5, "Partition Assignment to Batch Construction Workers": every
-epoch a **coordinator** splits the partitions randomly into disjoint subsets, one per batch
-worker (only the mapping moves); a worker loads as many of its partitions as fit in memory and
-swaps the rest in one at a time in random order, so every partition is read once per epoch.
+Networks" (2025), Section 3 (batch workers feed compute workers, each a fixed one) and
+Section 5, "Partition Assignment to Batch Construction Workers" (every epoch a coordinator
+splits the partitions randomly over the batch workers; a worker loads as many as fit and swaps
+the rest in one at a time in random order). Layout here: ranks ``0 .. C-1`` compute,
+``C .. W-1`` batch workers (at least ``C``); batch worker ``j`` feeds compute worker
+``j mod C``; the coordinator is the first batch worker.
 
-Layout here: ranks ``0 .. C-1`` compute, ``C .. W-1`` batch workers (``B = W - C``, at least
-``C``: every compute worker is fed); batch worker ``j`` feeds compute worker ``j mod C``; the
-coordinator is the first batch worker.
-
-The schedule (:func:`epoch_schedule`) is computed the same way on every rank from what every
-batch worker announces (its **phases**: the parts resident together, then one per swap, and
-their training seeds), so no rank waits for another to learn it:
-
-- batch worker ``b`` prepares ``n_b`` **global batches** (``G`` mini-batches each, one phase
-  each); every compute worker gets the same number of them per epoch (so the compute
-  workers' all-reduces stay in step), in rounds in which each of its feeders supplies its
-  turn, and every phase with seeds gets one at least; a feeder's seeds are split evenly over
-  its batches;
-- batch workers step in lock step (remote sampling is collective), one round per step, and
-  all compute workers consume a round at the same iterations (see :func:`epoch_schedule`
-  for why this cannot deadlock with a bounded queue).
+Every rank computes the same schedule (:func:`epoch_schedule`) from what every batch worker
+announces (its **phases**: the parts resident together, then one per swap, and their training
+seeds), so no rank waits for another to learn it: every compute worker gets the same number of
+global batches per epoch, in rounds in which each of its feeders supplies its turn
+(docs/distributed.md#disagg-armada, "Equal iterations").
 """
 
 from __future__ import annotations

@@ -8,56 +8,33 @@ in a special partition that is assigned to, and kept in memory, on *all* workers
 :class:`Replica` is that special partition: the ``N`` nodes of highest in-degree (ties to the
 lower id), with their in-neighbour lists (global ids) and feature rows, read once from the
 store when a batch worker starts. Unlike the paper's layout the nodes also stay in their own
-parts (their owner samples them for its own frontier as before); only the *other* batch
-workers use the copy.
+parts; only the *other* batch workers use the copy.
 
-:class:`BatchSampler` extends :class:`~shoal.distributed.DistNeighborSampler` (DistDGL's
-"sample where the data lives") in two ways:
+:class:`BatchSampler` extends :class:`~shoal.distributed.DistNeighborSampler`: a frontier node
+held by another batch worker but present in the replica is sampled here, from the replica
+(the same kernel and distribution, another stream); a node of a part that is **swapped out**
+at its owner is sampled from the store's files of that part (the rows' offsets, then only the
+drawn entries, planned reads: :func:`shoal.rows.open_rows`), keyed as for a resident part, so
+the batches are the same whether the part is resident or not (tested). ``swapped="skip"``
+keeps the paper's footnote 1 instead (no neighbours; counted as ``unavailable``). A typed
+store draws per relation on every path (docs/distributed.md#disagg-armada).
 
-- a frontier node held by another batch worker but present in the replica is sampled here,
-  from the replica, instead of being sent to its owner (counted: ``replica_sampled`` and the
-  request bytes it saves, ``replica_saved_bytes``); the others are requested as before
-  (``remote_requests``). The draws are uniform without replacement, the same kernel, so the
-  sampling distribution is unchanged (the individual draws come from another stream);
-- a node of a part its owner holds but that is **swapped out** at that moment (the epoch's
-  other phases, Section 5) is sampled from the store's files of that part: the rows' offsets
-  (``indptr``), then only the drawn entries of ``indices`` and the halo ids they name, with
-  planned reads (:func:`shoal.rows.open_rows`, the reader of ``--structure disk``). A part
-  loaded from the edge buckets orders each row's neighbours as the store part does
-  (:mod:`~shoal.engines.disagg.bucketparts`), and the draws are keyed by the part and the
-  node's position in the request exactly as for a resident part, so the sampled batches are
-  the same whether the part is resident or not (tested). ``swapped="skip"`` keeps the
-  paper's footnote 1 instead (sampling covers only the subgraph in the layer's memory:
-  such nodes get no neighbours); the nodes are counted (``unavailable``) and the engine
-  warns after each epoch, naming the fix.
-
-On a typed store (``schema``) every draw is per relation, as
-:class:`~shoal.distributed.DistNeighborSampler`'s: a resident part's rows are grouped by
-relation (:mod:`~shoal.engines.disagg.bucketparts`), the replica keeps the relation of each of
-its entries and the type of each of its nodes, and a swapped-out part's rows are drawn from
-their relations read from the store (``edge_types.npy``: the whole rows' relations, then only
-the drawn entries of ``indices``), with the resident part's streams; the blocks carry their
-edges' relations and their sources' types.
-
-Link prediction's exclusions (``sample(..., exclude=)``: a batch's positive edges and their
-reverses, skipped at every hop) are honoured on every path, with the draws a resident part
-gives: a resident part skips them as :class:`~shoal.distributed.DistNeighborSampler` does; a
-swapped-out part's requested rows are then read whole from the store (not only the drawn
-entries) and drawn with the same exclusion kernel over them; a replicated frontier node with
-an excluded in-edge is drawn by its owner (which holds the exclusions), not from the replica.
+Link prediction's exclusions (``sample(..., exclude=)``) are honoured on every path, with the
+draws a resident part gives: a swapped-out part's requested rows are then read whole from the
+store, and a replicated frontier node with an excluded in-edge is drawn by its owner, not from
+the replica.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from shoal.data.hetero import HeteroSchema
-from shoal.distributed.comm import CommStats, exchange
+from shoal.distributed.comm import exchange
 from shoal.distributed.feature_store import owner_of
-from shoal.distributed.sampler import DistNeighborSampler
+from shoal.distributed.sampler import DistNeighborSampler, _scatter_segments, _segment_sums
 from shoal.graph.blocks import MiniBatch
 from shoal.rows import open_rows
 from shoal.rows.gather import read_rows
@@ -277,38 +254,11 @@ class BatchSampler(DistNeighborSampler):
     """
 
     def __init__(
-        self,
-        *,
-        store: Store,
-        replica: Replica | None,
-        swapped: str,
-        parts: Sequence,
-        part_offsets: np.ndarray,
-        part_to_rank: np.ndarray,
-        rank: int,
-        world_size: int,
-        fanouts: Sequence[int] | str,
-        degrees: np.ndarray,
-        stats: CommStats | None = None,
-        group=None,
-        schema: HeteroSchema | None = None,
-        type_of: Callable[[np.ndarray], np.ndarray] | None = None,
+        self, *, store: Store, replica: Replica | None, swapped: str, **kwargs: Any
     ) -> None:
         if swapped not in ("read", "skip"):
             raise ValueError(f"swapped must be 'read' or 'skip', got {swapped!r}")
-        super().__init__(
-            parts=parts,
-            part_offsets=part_offsets,
-            part_to_rank=part_to_rank,
-            rank=rank,
-            world_size=world_size,
-            fanouts=fanouts,
-            degrees=degrees,
-            stats=stats,
-            group=group,
-            schema=schema,
-            type_of=type_of,
-        )
+        super().__init__(**kwargs)
         self.store, self.replica, self.swapped = store, replica, swapped
         self._excluded_dst: np.ndarray | None = None  # the batch's excluded edges' ends
         self._files: dict[int, _PartFiles] = {}
@@ -386,7 +336,7 @@ class BatchSampler(DistNeighborSampler):
         np.cumsum(counts, out=rowptr[1:])
         out = np.empty(int(rowptr[-1]), np.int64)
         for sel, c, picked in pieces:
-            _scatter(out, rowptr, sel, c, picked)
+            _scatter_segments(out, rowptr, sel, c, picked)
         return counts, out
 
     def _from_store(
@@ -501,29 +451,9 @@ class BatchSampler(DistNeighborSampler):
             counts[remote] = rc
         rowptr = hop_rowptr(counts, n)
         picked = np.empty(int(rowptr[-1]), np.int64)
-        _scatter(picked, rowptr, local, lc, lp)
-        _scatter(picked, rowptr, rep, ec, ep)
+        _scatter_segments(picked, rowptr, local, lc, lp)
+        _scatter_segments(picked, rowptr, rep, ec, ep)
         if len(remote):
-            _scatter(picked, rowptr, remote, rc, rp)
+            _scatter_segments(picked, rowptr, remote, rc, rp)
         dst = np.repeat(np.arange(n, dtype=np.int64), counts)
         return rowptr, picked, dst
-
-
-def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Sum of ``values`` over consecutive segments of lengths ``counts``."""
-    c = np.concatenate([[0], np.cumsum(values)])
-    ends = np.cumsum(counts)
-    return (c[ends] - c[ends - counts]).astype(np.int64)
-
-
-def _scatter(
-    out: np.ndarray, rowptr: np.ndarray, positions: np.ndarray, counts: np.ndarray, data
-) -> None:
-    """Consecutive segments of ``data`` (lengths ``counts``) to rows ``positions`` of
-    ``out`` (row ``r`` spans ``rowptr[r]:rowptr[r + 1]``)."""
-    data = np.asarray(data)
-    if data.shape[0] == 0:
-        return
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    where = np.repeat(rowptr[positions] - starts, counts) + np.arange(data.shape[0])
-    out[where] = data

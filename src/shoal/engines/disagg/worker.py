@@ -3,29 +3,16 @@
 Armada (Waleffe et al., 2025), Section 3 "Mini Batch Preparation Layer" and Section 5: a batch
 worker loads the partitions the coordinator gives it (:mod:`~shoal.engines.disagg.bucketparts`:
 as many as fit, the rest swapped in one at a time), samples mini-batches of the training nodes
-it holds, loads their feature rows, and pushes them to its compute worker as grouped global
-batches (:mod:`~shoal.engines.disagg.msg`), omitting the rows its view of the compute
-worker's cache holds (:mod:`~shoal.engines.disagg.rowcache`).
+it holds (or its link steps' end nodes), loads their feature rows, and pushes them to its
+compute worker as grouped global batches (:mod:`~shoal.engines.disagg.msg`), omitting the rows
+its view of the compute worker's cache holds (:mod:`~shoal.engines.disagg.rowcache`).
 
 Sampling, the paper's two modes: **distributed** (default) -- a frontier node in a part another
-batch worker holds is sampled by that worker (:class:`~shoal.distributed.DistNeighborSampler`
-over the batch workers' group, the same kernel and fanouts as ``minibatch``); its rows are
-pulled from it too. The highest-degree nodes are replicated on every batch worker
-(``replicate_top``, Sections 3 and 5): they are sampled and their rows loaded locally. A node
-whose part is swapped out at that moment at the worker it is assigned to (the graph does not
-fit the batch workers' memory) is sampled by that worker from the store's files of the part,
-the same draws as when resident, and its feature row is read from the store too
-(:class:`~shoal.engines.disagg.sampling.BatchSampler`; ``swapped="skip"`` keeps the paper's
-footnote 1 instead). **Local** (``local_sampling``): only edges among the worker's resident
-parts; no traffic between batch workers at all.
-
-The link task (``--task link``): the worker's seeds are its link steps' end nodes instead of
-its phases' training nodes, sampled with each step's positive edges excluded at every hop, and
-each mini-batch's positives and negatives travel with the global batch
-(:meth:`BatchWorker.run_epoch`'s ``steps``; the engine's module docstring).
-
-Sends are non-blocking and bounded: at most ``queue`` global batches in flight, so the worker
-prepares the next batches while the compute worker trains (sampling is off its critical path).
+batch worker holds is sampled by that worker, and its rows pulled from it, except replicated
+and swapped-out nodes (:class:`~shoal.engines.disagg.sampling.BatchSampler`); **local**
+(``local_sampling``): only edges among the worker's resident parts, no traffic between batch
+workers. Sends are non-blocking and bounded (at most ``queue`` global batches in flight), so
+the worker prepares the next batches while the compute worker trains.
 """
 
 from __future__ import annotations
