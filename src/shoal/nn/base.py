@@ -143,7 +143,8 @@ class BlockGNN(nn.Module):
         In evaluation mode this is convolution + activation, the exact layer-wise output.
         """
         if layer == 0:
-            x = dropout(x, self.dropout, self.training, **self.dropout_site(0, block, x.shape[0]))
+            x = self._layer_input(x, block)
+            x = dropout(x, self._rate(0), self.training, **self.dropout_site(0, block, x.shape[0]))
         h = self.conv(layer, x, block)
         if layer < self.num_layers - 1:
             site = self.dropout_site(layer + 1, block, block.num_dst)
@@ -153,10 +154,18 @@ class BlockGNN(nn.Module):
                 h = dropout(self.activation(h), self.dropout, self.training, **site)
         return h
 
+    def _rate(self, slot: int) -> float:
+        """The dropout probability of layer ``slot``'s input."""
+        return self.dropout
+
+    def _layer_input(self, x: torch.Tensor, block: Block) -> torch.Tensor:
+        """Layer 0's input rows before their dropout (``x`` itself)."""
+        return x
+
     def dropout_site(self, slot: int, block: Block, rows: int) -> dict[str, Any]:
         """The keyword arguments of the dropout of layer ``slot``'s input, whose ``rows`` are
         the first ``rows`` sources of ``block``: ``key`` and ``ids`` when keyed, else none."""
-        if self.dropout_key is None or not self.training or self.dropout == 0.0:
+        if self.dropout_key is None or not self.training or self._rate(slot) == 0.0:
             return {}
         if block.node_ids is None:
             raise ValueError(

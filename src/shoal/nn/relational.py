@@ -42,7 +42,6 @@ from torch_geometric.nn import GATConv, RGCNConv
 
 from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN
-from shoal.nn.dropout import dropout, layer_key, relu_dropout
 
 __all__ = ["RGAT", "RGCN", "RelationalGNN", "RelationalInput"]
 
@@ -205,10 +204,10 @@ class RelationalGNN(BlockGNN):
         hidden: int,
         num_layers: int,
         dropout: float,
-        input_dropout: float,
-        given: Sequence[bool] | None,
-        project_inputs: bool,
-        in_dim: int | None,
+        input_dropout: float = 0.0,
+        given: Sequence[bool] | None = None,
+        project_inputs: bool = True,
+        in_dim: int | None = None,
     ) -> None:
         super().__init__(num_layers, dropout)
         if num_relations < 1:
@@ -265,34 +264,19 @@ class RelationalGNN(BlockGNN):
         return self.input(x, block.src_type[: block.num_src], block.node_ids)
 
     # ------------------------------------------------------------------ layers
-    def dropout_site(self, slot: int, block: Block, rows: int) -> dict[str, Any]:
-        """As :meth:`BlockGNN.dropout_site`, slot 0 with probability ``input_dropout``."""
-        p = self.input_dropout if slot == 0 else self.dropout
-        if self.dropout_key is None or not self.training or p == 0.0:
-            return {}
-        if block.node_ids is None:
-            raise ValueError(
-                "keyed dropout needs the node ids of every block (Block.node_ids); "
-                "the engine or trainer that entered keyed_dropout did not set them"
-            )
-        return {"key": layer_key(self.dropout_key, slot), "ids": block.node_ids[:rows]}
+    def _rate(self, slot: int) -> float:
+        return self.input_dropout if slot == 0 else self.dropout
+
+    def _layer_input(self, x: torch.Tensor, block: Block) -> torch.Tensor:
+        # layer_forward checked the block: typed unless an edgeless width probe
+        return self._input_rows(x, block, block.src_type is not None)
 
     def layer_forward(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
-        """Layer ``layer`` on one block; layer 0 maps ``x`` by the input stage first (module
-        docstring's input contract) and drops the result with ``input_dropout``."""
-        typed = self._typed(block)
-        if layer == 0:
-            x = self._input_rows(x, block, typed)
-            site = self.dropout_site(0, block, x.shape[0])
-            x = dropout(x, self.input_dropout, self.training, **site)
-        h = self.conv(layer, x, block)
-        if layer < self.num_layers - 1:
-            site = self.dropout_site(layer + 1, block, block.num_dst)
-            if self.activation is F.relu:
-                h = relu_dropout(h, self.dropout, self.training, **site)
-            else:
-                h = dropout(self.activation(h), self.dropout, self.training, **site)
-        return h
+        """:meth:`BlockGNN.layer_forward` on a checked typed block; layer 0 maps ``x`` by the
+        input stage first (module docstring's input contract) and drops the result with
+        ``input_dropout``."""
+        self._typed(block)
+        return super().layer_forward(layer, x, block)
 
 
 class RGCN(RelationalGNN):
@@ -314,33 +298,14 @@ class RGCN(RelationalGNN):
     def __init__(
         self,
         *,
-        feature_dims: Sequence[int | None],
-        counts: Sequence[int],
-        offsets: Sequence[int],
-        num_relations: int,
         hidden: int,
         out_dim: int,
         num_layers: int = 2,
         dropout: float = 0.5,
         num_bases: int | None = None,
-        input_dropout: float = 0.0,
-        given: Sequence[bool] | None = None,
-        project_inputs: bool = True,
-        in_dim: int | None = None,
+        **common: Any,
     ) -> None:
-        super().__init__(
-            feature_dims=feature_dims,
-            counts=counts,
-            offsets=offsets,
-            num_relations=num_relations,
-            hidden=hidden,
-            num_layers=num_layers,
-            dropout=dropout,
-            input_dropout=input_dropout,
-            given=given,
-            project_inputs=project_inputs,
-            in_dim=in_dim,
-        )
+        super().__init__(hidden=hidden, num_layers=num_layers, dropout=dropout, **common)
         dims = self.dims(self.input.out_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(
             RGCNConv(a, b, self.num_relations, num_bases=num_bases) for a, b in dims
@@ -414,10 +379,6 @@ class RGAT(RelationalGNN):
     def __init__(
         self,
         *,
-        feature_dims: Sequence[int | None],
-        counts: Sequence[int],
-        offsets: Sequence[int],
-        num_relations: int,
         hidden: int,
         out_dim: int,
         num_layers: int = 2,
@@ -429,24 +390,9 @@ class RGAT(RelationalGNN):
         self_loops: Sequence[int] = (),
         final_linear: bool = True,
         attention_dropout: float = 0.0,
-        input_dropout: float = 0.0,
-        given: Sequence[bool] | None = None,
-        project_inputs: bool = True,
-        in_dim: int | None = None,
+        **common: Any,
     ) -> None:
-        super().__init__(
-            feature_dims=feature_dims,
-            counts=counts,
-            offsets=offsets,
-            num_relations=num_relations,
-            hidden=hidden,
-            num_layers=num_layers,
-            dropout=dropout,
-            input_dropout=input_dropout,
-            given=given,
-            project_inputs=project_inputs,
-            in_dim=in_dim,
-        )
+        super().__init__(hidden=hidden, num_layers=num_layers, dropout=dropout, **common)
         if heads < 1 or hidden % heads:
             raise ValueError(f"hidden {hidden} must be a multiple of heads {heads} >= 1")
         R, T = self.num_relations, self.input.num_types
