@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from shoal.data.extsort import DEFAULT_SORT_MEMORY
 from shoal.data.format import GraphWriter
 from shoal.data.writer import graph_bytes
 from shoal.errors import ShoalInputError
@@ -23,6 +24,7 @@ __all__ = [
     "STREAM_FEATURES",
     "STREAM_NODES",
     "ClassSampler",
+    "WriteConfig",
     "block_sizes",
     "check_fractions",
     "check_positive",
@@ -118,9 +120,37 @@ def block_sizes(total: int, size: int) -> Iterator[tuple[int, int]]:
         yield i, min(size, total - s)
 
 
+@dataclass(kw_only=True)
+class WriteConfig:
+    """The write options of the R-MAT, DC-SBM and road generators' configs.
+
+    Attributes:
+        dedup: drop repeated edges by an external sort (default false).
+        drop_self_loops: drop (v, v) edges (default false).
+        sort_memory: external sort memory cap in bytes (default 256 MiB).
+        scratch_dir: where the external sort of ``dedup`` puts its run files (default: beside
+            the output directory; never the system temp dir). Not recorded in meta.json.
+        name: dataset name (default: the output directory's name).
+        overwrite: replace an existing output (default false).
+    """
+
+    dedup: bool = False
+    drop_self_loops: bool = False
+    sort_memory: int = DEFAULT_SORT_MEMORY
+    scratch_dir: str | os.PathLike | None = None
+    name: str | None = None
+    overwrite: bool = False
+
+
+_WRITE_FIELDS = [f.name for f in fields(WriteConfig)]
+
+
 def recorded_config(config: Any) -> dict[str, Any]:
-    """A generator's config as recorded in meta.json (``source.config``)."""
-    return {k: v for k, v in asdict(config).items() if k not in _UNRECORDED}
+    """A generator's config as recorded in meta.json (``source.config``; the write options
+    last)."""
+    d = asdict(config)
+    keys = sorted(d, key=lambda k: k in _WRITE_FIELDS)
+    return {k: d[k] for k in keys if k not in _UNRECORDED}
 
 
 def _synth_bytes(config: Any, symmetrize: bool) -> int | None:

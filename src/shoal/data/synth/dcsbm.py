@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shoal.data.extsort import DEFAULT_SORT_MEMORY
 from shoal.data.format import GraphDir
 from shoal.data.synth.common import (
     GEN_BLOCK,
     STREAM_EDGES,
     STREAM_NODES,
     ClassSampler,
+    WriteConfig,
     block_sizes,
     check_fractions,
     check_positive,
@@ -45,7 +45,7 @@ __all__ = ["DCSBMConfig", "dcsbm_edge_blocks", "generate_dcsbm"]
 
 
 @dataclass(kw_only=True)
-class DCSBMConfig:
+class DCSBMConfig(WriteConfig):
     """Degree-corrected stochastic block model options.
 
     Attributes:
@@ -63,13 +63,7 @@ class DCSBMConfig:
         train_frac, val_frac: split fractions (default 0.1, 0.1; the rest is test).
         seed: random seed (default 0).
         directed: store each generated edge once, as (src, dst) (default false).
-        dedup: drop repeated edges (default false).
-        drop_self_loops: drop (v, v) edges (default false).
-        sort_memory: external sort memory cap in bytes (default 256 MiB).
-        scratch_dir: where the external sort of ``dedup`` puts its run files (default: beside
-            the output directory; never the system temp dir). Not recorded in meta.json.
-        name: dataset name (default: the output directory's name).
-        overwrite: replace an existing output (default false).
+        and the write options of :class:`~shoal.data.synth.common.WriteConfig`.
     """
 
     nodes: int
@@ -84,12 +78,6 @@ class DCSBMConfig:
     val_frac: float = 0.1
     seed: int = 0
     directed: bool = False
-    dedup: bool = False
-    drop_self_loops: bool = False
-    sort_memory: int = DEFAULT_SORT_MEMORY
-    scratch_dir: str | os.PathLike | None = None
-    name: str | None = None
-    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if self.nodes < 2:

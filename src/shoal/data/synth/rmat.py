@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shoal.data.extsort import DEFAULT_SORT_MEMORY
 from shoal.data.format import GraphDir, GraphWriter
 from shoal.data.synth.common import (
     FEAT_BLOCK,
@@ -29,6 +28,7 @@ from shoal.data.synth.common import (
     STREAM_EDGES,
     STREAM_FEATURES,
     STREAM_NODES,
+    WriteConfig,
     block_sizes,
     check_fractions,
     check_positive,
@@ -43,7 +43,7 @@ __all__ = ["RMATConfig", "generate_rmat", "rmat_edge_blocks"]
 
 
 @dataclass(kw_only=True)
-class RMATConfig:
+class RMATConfig(WriteConfig):
     """R-MAT / Kronecker generator options (Graph500 defaults).
 
     Attributes:
@@ -59,13 +59,7 @@ class RMATConfig:
         feature_signal: class-centroid scale (default 1.0; smoke-test signal only).
         train_frac, val_frac: split fractions when ``classes`` > 0 (default 0.1, 0.1).
         undirected: store both directions of every edge (default false).
-        dedup: drop repeated edges by an external sort (default false; R-MAT repeats edges).
-        drop_self_loops: drop (v, v) edges (default false).
-        sort_memory: external sort memory cap in bytes (default 256 MiB).
-        scratch_dir: where the external sort of ``dedup`` puts its run files (default: beside
-            the output directory; never the system temp dir). Not recorded in meta.json.
-        name: dataset name (default: the output directory's name).
-        overwrite: replace an existing output (default false).
+        and the write options of :class:`~shoal.data.synth.common.WriteConfig`.
     """
 
     nodes: int
@@ -82,12 +76,6 @@ class RMATConfig:
     train_frac: float = 0.1
     val_frac: float = 0.1
     undirected: bool = False
-    dedup: bool = False
-    drop_self_loops: bool = False
-    sort_memory: int = DEFAULT_SORT_MEMORY
-    scratch_dir: str | os.PathLike | None = None
-    name: str | None = None
-    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if self.nodes < 2:

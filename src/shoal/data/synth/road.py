@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shoal.data.extsort import DEFAULT_SORT_MEMORY
 from shoal.data.format import GraphDir
 from shoal.data.synth.common import (
     GEN_BLOCK,
     STREAM_EDGES,
     STREAM_NODES,
+    WriteConfig,
     block_sizes,
     check_positive,
     rng_for,
@@ -35,7 +35,7 @@ __all__ = ["RoadConfig", "generate_road", "road_edge_blocks"]
 
 
 @dataclass(kw_only=True)
-class RoadConfig:
+class RoadConfig(WriteConfig):
     """Road-like lattice generator options.
 
     Attributes:
@@ -45,16 +45,10 @@ class RoadConfig:
         reach: a shortcut joins cells at most this many rows and columns apart (default 8).
         seed: random seed (default 0).
         scramble: permute node ids with a seeded permutation (default true).
-        dedup: drop repeated edges by an external sort (default false; a shortcut may
-            repeat a lattice edge).
-        drop_self_loops: drop (v, v) edges (default false; the generator makes none).
-        sort_memory: external sort memory cap in bytes (default 256 MiB).
-        scratch_dir: where the external sort of ``dedup`` puts its run files (default:
-            beside the output directory). Not recorded in meta.json.
-        name: dataset name (default: the output directory's name).
-        overwrite: replace an existing output (default false).
+        and the write options of :class:`~shoal.data.synth.common.WriteConfig`.
 
-    Every edge is stored in both directions (an undirected graph).
+    Every edge is stored in both directions (an undirected graph); a shortcut may repeat a
+    lattice edge (``dedup``), no edge is a self-loop.
     """
 
     width: int
@@ -64,12 +58,6 @@ class RoadConfig:
     reach: int = 8
     seed: int = 0
     scramble: bool = True
-    dedup: bool = False
-    drop_self_loops: bool = False
-    sort_memory: int = DEFAULT_SORT_MEMORY
-    scratch_dir: str | os.PathLike | None = None
-    name: str | None = None
-    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if self.width < 2 or self.height < 2:
