@@ -56,6 +56,14 @@ class NpyAppender:
         a.tofile(self._f)
         self.rows += a.shape[0]
 
+    def write_out(self) -> None:
+        """Write the rows appended so far to storage and drop their pages from the page
+        cache: dirty pages are charged to the process's memory cgroup until written back (a
+        capped rank appending gigabytes of rows)."""
+        self._f.flush()
+        os.fdatasync(self._f.fileno())
+        os.posix_fadvise(self._f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
     def close(self) -> None:
         self._f.close()
         if self.rows != self.shape[0]:

@@ -44,6 +44,9 @@ __all__ = ["GrownPart", "grow_parts"]
 STEP_EDGES = 1 << 20
 #: the most feature rows pulled in one exchange step
 STEP_ROWS = 1 << 15
+#: the most bytes of feature rows pulled in one exchange step (16 MiB: 2048 rows of 8 KiB;
+#: 32768 such rows are 256 MiB of anonymous memory, twice over with the exchange's buffers)
+STEP_BYTES = 16 << 20
 
 
 class GrownPart:
@@ -267,6 +270,7 @@ def _pull_rows(
     if pulls is None:
         return [None] * len(parts)
     dim = int(pulls.feature_dim)
+    step_rows = max(1, min(step_rows, STEP_BYTES // max(dim * np.dtype(dtype).itemsize, 1)))
     steps, writers = [], []
     for k, (p, f) in enumerate(zip(parts, finished, strict=True)):
         grown = f[0][p.num_nodes :]
@@ -280,6 +284,7 @@ def _pull_rows(
         rows = pulls.pull(ids)  # collective
         if k is not None and len(ids):
             writers[k][0].append(rows.numpy())
+            writers[k][0].write_out()  # no dirty pages left in a capped rank's cgroup
     out: list[np.ndarray | None] = []
     for wr, path in writers:
         wr.close()
