@@ -258,10 +258,11 @@ class DistLinkTask:
             )
         if store.schema is not None and "target_relation_index" not in store.link_split:
             raise ShoalInputError(
-                "the typed store's graph was split without a target relation",
+                "the typed store names no target relation (meta.json has no link_split: its "
+                "graph was not split with one, or the store was built before stores kept it)",
                 path=store.path,
-                fix="split it with shoal data split-edges --target-relation NAME, then "
-                "partition and build the store again",
+                fix="build the store again from the split graph (shoal data split-edges "
+                "--target-relation NAME, then shoal store build SPLIT ASSIGNMENT)",
             )
         if store.schema is None and store.feature_dim is None and not self.link.embedding_dim:
             raise ShoalInputError(
