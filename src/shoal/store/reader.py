@@ -54,23 +54,21 @@ def _load(path: Path) -> np.ndarray:
             ) from None
 
 
-class Partition:
-    """One part of a store. Arrays are read-only memory maps (``None`` when absent).
+def _array(name: str, optional: bool = False) -> cached_property:
+    """A part's array file ``name``, memory-mapped on first use (None when ``optional`` and
+    absent)."""
 
-    Attributes:
-        index: the part number ``i``.
-        start, stop: its core nodes' new-ID range ``[start, stop)``.
-        num_core, num_halo: counts; local indices run over core then halo.
-        indptr: int64 ``(num_core + 1,)``; row ``r`` (core node ``start + r``) has in-edges
-            ``indices[indptr[r]:indptr[r + 1]]``, local source indices (sorted per row).
-        indices: int32/int64 ``(num_edges,)`` local source indices over core then halo.
-        halo_ids: int64 ``(num_halo,)`` new IDs of halo nodes, ascending.
-        orig_ids: int64 ``(num_core + num_halo,)`` original IDs in local order.
-        features: ``(num_core, F)`` core feature rows, or None.
-        halo_features: ``(num_halo, F)`` halo feature rows (stores built with
-            ``--halo-features``), or None.
-        labels: int64 ``(num_core,)`` (-1 = unlabelled), or None.
-        train_mask, val_mask, test_mask: bool ``(num_core,)``.
+    def load(part: Partition) -> np.ndarray | None:
+        return part._opt(name) if optional else _load(part.path / name)
+
+    return cached_property(load)
+
+
+class Partition:
+    """One part of a store: the arrays of its folder (shapes and dtypes: docs/store.md#layout)
+    as read-only memory maps, ``None`` when absent (``features``, ``halo_features``,
+    ``labels``). ``start, stop``: its core nodes' new-ID range; local indices run over its
+    ``num_core`` core then ``num_halo`` halo nodes.
     """
 
     def __init__(self, store: Store, index: int) -> None:
@@ -88,45 +86,16 @@ class Partition:
         p = self.path / name
         return _load(p) if p.exists() else None
 
-    @cached_property
-    def indptr(self) -> np.ndarray:
-        return _load(self.path / "indptr.npy")
-
-    @cached_property
-    def indices(self) -> np.ndarray:
-        return _load(self.path / "indices.npy")
-
-    @cached_property
-    def halo_ids(self) -> np.ndarray:
-        return _load(self.path / "halo_ids.npy")
-
-    @cached_property
-    def orig_ids(self) -> np.ndarray:
-        return _load(self.path / "orig_ids.npy")
-
-    @cached_property
-    def features(self) -> np.ndarray | None:
-        return self._opt("features.npy")
-
-    @cached_property
-    def halo_features(self) -> np.ndarray | None:
-        return self._opt("halo_features.npy")
-
-    @cached_property
-    def labels(self) -> np.ndarray | None:
-        return self._opt("labels.npy")
-
-    @cached_property
-    def train_mask(self) -> np.ndarray:
-        return _load(self.path / "train_mask.npy")
-
-    @cached_property
-    def val_mask(self) -> np.ndarray:
-        return _load(self.path / "val_mask.npy")
-
-    @cached_property
-    def test_mask(self) -> np.ndarray:
-        return _load(self.path / "test_mask.npy")
+    indptr = _array("indptr.npy")
+    indices = _array("indices.npy")
+    halo_ids = _array("halo_ids.npy")
+    orig_ids = _array("orig_ids.npy")
+    features = _array("features.npy", optional=True)
+    halo_features = _array("halo_features.npy", optional=True)
+    labels = _array("labels.npy", optional=True)
+    train_mask = _array("train_mask.npy")
+    val_mask = _array("val_mask.npy")
+    test_mask = _array("test_mask.npy")
 
     @property
     def num_nodes(self) -> int:
