@@ -1,13 +1,8 @@
 """Distributed training engines on one Engine interface (``shoal.engines.base``).
 
-``minibatch`` (DistDGL: sync SGD, sampling where the data lives, remote feature pulls),
-``averaging`` (SDT-GNN: local training on parts, weighted model averaging), ``hec``
-(DistGNN-MB: local sampling, historical embedding caches filled by delayed pushes) and
-``fullgraph`` (NeutronStar: full-graph training, remote dependencies communicated or
-recomputed) and ``disagg`` (Armada: batch workers sample and load features for compute
-workers, which cache rows). Each engine is a folder ``shoal/engines/<name>/`` (its step, the distributed pieces only it
-uses, its configuration, flags and cost estimate) registered by one line of
-:mod:`shoal.engines.registry`. Run them with
+``minibatch`` (DistDGL), ``averaging`` (SDT-GNN), ``hec`` (DistGNN-MB), ``fullgraph``
+(NeutronStar) and ``disagg`` (Armada), each a folder ``shoal/engines/<name>/`` registered by
+one line of :mod:`shoal.engines.registry`. Run them with
 ``shoal train --store STORE --engine NAME --nproc N`` or under torchrun with
 ``torchrun ... -m shoal train --store STORE --engine NAME`` (see docs/distributed.md).
 """

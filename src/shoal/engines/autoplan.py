@@ -1,24 +1,18 @@
 """The automatic plan: pick the engine from this machine's probed costs (``--engine auto``,
 ``shoal plan --store S --workers N``).
 
-From :func:`~shoal.engines.probe.probe_machine`'s measurements of one mini-batch on this
-store (sampling, gather, compute), NeutronStar's per-dimension costs ``T_v`` and ``T_e`` and
-the exchange bandwidth and latency, and the store's sizes (its ``meta.json``: part sizes,
-halos, training nodes), :func:`estimate` gives each engine's training-epoch time on ``N``
-workers, split into sampling, gather, compute and communication. Each engine's estimate is its
-own (``shoal.engines.<name>.costs``, registered in its :class:`~shoal.engines.spec.EngineSpec`;
-the shared pieces in :mod:`shoal.engines.costs`): ``minibatch`` (DistDGL), ``averaging``
-(SDT-GNN), ``hec`` (DistGNN-MB), ``disagg`` (Armada), ``fullgraph`` (NeutronStar).
-
-The cheapest engine that can run the configuration is chosen; the estimates and the reasons
-are printed and recorded in the run JSON (``auto_plan``). An epoch is not the same amount of
-training in every engine (``fullgraph`` takes one optimizer step per epoch, ``averaging``
-averages models): ``candidates`` restricts the choice to the engines a user accepts.
+From :func:`~shoal.engines.probe.probe_machine`'s measurements and the store's sizes,
+:func:`estimate` gives each engine's training-epoch time on ``N`` workers, split into phases,
+by the engine's own estimate (``shoal.engines.<name>.costs``, registered in its
+:class:`~shoal.engines.spec.EngineSpec`; the shared pieces in :mod:`shoal.engines.costs`).
+The cheapest engine that can run the configuration is chosen; ``candidates`` restricts the
+choice, as an epoch is not the same amount of training in every engine
+(docs/distributed.md#choosing-an-engine-automatically).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shoal.engines.costs import CostInputs
@@ -43,14 +37,7 @@ class AutoPlan:
     parts_per_worker: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "workers": self.workers,
-            "estimates": self.estimates,
-            "excluded": self.excluded,
-            "costs": self.costs,
-            "parts_per_worker": self.parts_per_worker,
-        }
+        return asdict(self)
 
     def reasons(self) -> list[str]:
         """One line per candidate, cheapest first, then the excluded ones."""
@@ -81,15 +68,20 @@ def estimate(
     """Each engine's estimated training epoch on ``workers`` ranks (its spec's
     ``estimate``); ``memory_per_worker``: the budget deciding whether a rank's rows are
     gathered from memory (None: always with direct reads)."""
-    x = CostInputs(
-        store=store,
-        config=config,
-        costs=costs,
-        workers=workers,
-        params=params,
-        widths=widths,
-        memory_per_worker=memory_per_worker,
+    return _estimates(
+        CostInputs(
+            store=store,
+            config=config,
+            costs=costs,
+            workers=workers,
+            params=params,
+            widths=widths,
+            memory_per_worker=memory_per_worker,
+        )
     )
+
+
+def _estimates(x: CostInputs) -> dict[str, dict[str, float]]:
     out = {}
     for name in auto_candidates():
         e = get_spec(name).estimate(x)
@@ -131,15 +123,6 @@ def choose(
         raise ValueError(
             f"unknown candidate engines {sorted(unknown)}; valid names: {', '.join(every)}"
         )
-    est = estimate(
-        store,
-        config,
-        costs,
-        workers,
-        params=params,
-        widths=widths,
-        memory_per_worker=memory_per_worker,
-    )
     x = CostInputs(
         store=store,
         config=config,
@@ -149,6 +132,7 @@ def choose(
         widths=widths,
         memory_per_worker=memory_per_worker,
     )
+    est = _estimates(x)
     excluded = {k: v for k, v in _excluded(x).items() if k in candidates}
     excluded.update({k: "not among the candidates" for k in every if k not in candidates})
     ok = {k: v for k, v in est.items() if k not in excluded}

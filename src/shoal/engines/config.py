@@ -1,11 +1,7 @@
 """Reading a run's configuration: option values (flags, a TOML table, a run's JSON) -> the
 :class:`~shoal.training.TrainConfig` tree, with the chosen engine's own configuration class
-in ``config.engine``.
-
-This is the one reader: ``shoal train``'s flags, a ``--config`` TOML file and the launcher's
-spec all come through :func:`read_config`. Engine options are found by name in the registered
-engines' configuration classes (:mod:`shoal.engines.registry`), so an engine's options reach
-its config without any other module knowing them.
+in ``config.engine``. The one reader (:func:`read_config`): engine options are found by name in
+the registered engines' configuration classes (:mod:`shoal.engines.registry`).
 """
 
 from __future__ import annotations

@@ -4,18 +4,11 @@
 ``nproc > 1`` (outside torchrun) :func:`run` starts PyTorch's own elastic launcher in-process
 (``torch.distributed.run --standalone``: a free rendezvous port, N workers, all killed if one
 fails, ``--max-restarts``) on this module, which runs :func:`worker` from the spec file. Under
-torchrun (``RANK``/``WORLD_SIZE`` set) :func:`run` is the worker itself, so on a cluster::
-
-    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
-        --rdzv-endpoint HOST:29400 -m shoal train --store STORE --engine minibatch
-
-Each worker opens the process group from torchrun's environment
-(:func:`shoal.distributed.process_group`, always gloo: the engines exchange CPU tensors),
-builds the engine, trains, and rank 0 prints the summary and writes ``json``. A failing rank
-makes the run exit non-zero with that rank's traceback.
-
-Tests inject faults through :attr:`LaunchSpec.hooks` (``"module:function"`` callables run in
-every worker with ``(engine, ctx)`` once the engine is built); the CLI has no such flags.
+torchrun (``RANK``/``WORLD_SIZE`` set) :func:`run` is the worker itself
+(docs/distributed.md#a-cluster-torchrun-on-every-machine). Each worker opens the process group
+(:func:`shoal.distributed.process_group`, always gloo), builds the engine, trains, and rank 0
+prints the summary and writes ``json``; a failing rank makes the run exit non-zero with its
+traceback. Tests inject faults through :attr:`LaunchSpec.hooks`; the CLI has no such flags.
 """
 
 from __future__ import annotations

@@ -2,29 +2,12 @@
 
 As NeutronStar's Algorithm 4 line 1 probes ``T_v``, ``T_e`` and ``T_c`` before splitting the
 dependencies, the automatic plan measures, on the store it will train and with the model it
-will train, what one mini-batch costs and what a byte of exchange costs:
-
-- **sampling**: the sampler on part 0's CSR, ``batch_size`` training seeds, the configured
-  fan-outs (median of ``repeats`` batches); the batches' sampled edges, rows and the share of
-  rows owned by another part (the halo fraction the distributed engines pull);
-- **gather**: the batch's rows read from part 0's feature file with the planned direct reads
-  every engine uses (``O_DIRECT``: not the page cache), and copied from memory (where the
-  engine's budget caches every row a rank reads); and a sequential read of up to
-  64 MiB of it (page cache dropped behind), the rate at which a whole part streams in;
-- **compute**: forward, backward and an Adam step of the configured model on the sampled
-  blocks (random inputs of the store's width);
-- **layers** (full-graph training): every layer of the model, forward and backward, on
-  up to 2048 random core nodes of the part with all their in-edges (NeutronStar's ``T_v``
-  and ``T_e`` together, on the store's own degree distribution and widths);
-- **network**: bandwidth and round-trip latency between ranks 0 and 1, and the time of one
-  all-reduce of the model's parameters over every rank, or a given link rate (``"1gbit"``,
-  ``"10gbit"``) for a cluster.
-
-Ranks that will share a machine's cores and memory also share them while training, so they
-probe at the same time (:func:`probe_in_group`): ranks that contend for the cores compute a
-batch markedly slower each than one rank alone
-(docs/distributed.md#choosing-an-engine-automatically). ``shoal plan`` starts the workers'
-processes on this machine to probe the same way (:func:`spawn_probe`).
+will train, what one mini-batch costs (sampling, the halo share of its rows, their gather with
+direct reads and from memory, forward + backward + Adam), a part's sequential read rate, every
+layer on up to 2048 core nodes with all their in-edges, and the network's bandwidth and round
+trip (or a given link rate). Ranks that will share a machine's cores probe at the same time
+(:func:`probe_in_group`; ``shoal plan`` starts them here: :func:`spawn_probe`), as they will
+contend while training (docs/distributed.md#choosing-an-engine-automatically).
 """
 
 from __future__ import annotations
@@ -325,22 +308,21 @@ def probe_group_network(ctx: Any, nbytes: int = 8 << 20, pings: int = 20) -> tup
     if ctx.world_size > 1 and ctx.rank in (0, 1):
         peer = 1 - ctx.rank
         small, big = torch.zeros(1), torch.zeros(nbytes // 4)
-        t0 = time.perf_counter()
-        for _ in range(pings):
+
+        def there_and_back(x: torch.Tensor) -> None:  # rank 0 sends x, rank 1 answers
             if ctx.rank == 0:
-                dist.send(small, peer)
+                dist.send(x, peer)
                 dist.recv(small, peer)
             else:
-                dist.recv(small, peer)
+                dist.recv(x, peer)
                 dist.send(small, peer)
+
+        t0 = time.perf_counter()
+        for _ in range(pings):
+            there_and_back(small)
         rtt = (time.perf_counter() - t0) / pings
         t0 = time.perf_counter()
-        if ctx.rank == 0:
-            dist.send(big, peer)
-            dist.recv(small, peer)
-        else:
-            dist.recv(big, peer)
-            dist.send(small, peer)
+        there_and_back(big)
         out[:] = torch.tensor([nbytes / (time.perf_counter() - t0), rtt])
     if ctx.world_size > 1:
         dist.broadcast(out, 0)

@@ -1,13 +1,9 @@
 """``EngineSpec``: everything an engine registers, in one object its package exports.
 
 An engine is one folder ``shoal/engines/<name>/`` whose ``__init__.py`` defines ``SPEC``; one
-line of :mod:`shoal.engines.registry` (or of a plugin's entry point) names it. The spec is the
-whole truth about the engine: from it the rest of shoal finds the engine's class (imported on
-use), its configuration class (``Engine.options``), what it supports (tasks, typed stores,
-devices, ``--model-factory`` models: :meth:`EngineSpec.supports`, refused in one place,
-:func:`~shoal.engines.registry.get_engine`), its ``shoal train`` flags (grouped under the
-engine's name in ``--help``), its cost estimate for ``--engine auto``, the fields of its epoch
-records that ``shoal report`` draws, and its step in ``shoal demo``.
+line of :mod:`shoal.engines.registry` (or of a plugin's entry point) names it. From the spec
+the rest of shoal finds everything about the engine (:class:`EngineSpec`'s fields); what it
+does not support is refused in one place (:func:`~shoal.engines.registry.get_engine`).
 """
 
 from __future__ import annotations
