@@ -17,25 +17,18 @@ class AveragingConfig(EngineConfig):
     Args:
         average_every: average the models every k epochs (default 1).
         halo_hops: train each part with its halo nodes' own in-edges too, this many hops
-            from the core, fetched once before training (DGL's ``num_hops``; see
-            :mod:`shoal.engines.averaging.halo_hops`), on an untyped store as on a typed one.
-            1 is SDT-GNN's stored part, whose halo nodes have no in-edges. Default ``"auto"``
-            (:meth:`resolve_halo_hops`): on a typed store ``min(2, layers)``: with their
-            in-edges a part samples the neighbourhoods the evaluation sees, more accurate
-            than the stored part at some more time per epoch
-            (docs/distributed.md#typed-stores-minibatch-averaging); on an untyped store 1,
-            SDT-GNN's stored part.
+            from the core, fetched once before training (DGL's ``num_hops``;
+            :mod:`shoal.engines.averaging.halo_hops`). 1 is SDT-GNN's stored part, whose halo
+            nodes have no in-edges. Default ``"auto"`` (:meth:`resolve_halo_hops`):
+            ``min(2, layers)`` on a typed store, 1 on an untyped one (measured:
+            docs/distributed.md#typed-stores-every-engine).
         part_models: with more parts than ranks: one model per part, each with its own
-            optimizer, all averaged at each round (SDT-GNN Sec. III-C: "trains ... local
-            models independently and sequentially. Once all p local models are trained, they
-            are synchronized and updated via model averaging"; default true). False
+            optimizer, all averaged at each round (SDT-GNN Sec. III-C; default true). False
             (``--no-part-models``) carries one model through a rank's parts in turn, the
-            ablation, within noise of it (docs/distributed.md#averaging-sdt-gnn).
+            ablation (docs/distributed.md#averaging-sdt-gnn).
         average_optimizer: average Adam's moments with the weights (default true; false =
             ``--local-optimizer-state``, the paper, which averages the weights only). A
-            deviation from the paper, by measurement: with each model's own moments the
-            models' sign-like Adam steps partly cancel in the average and it loses accuracy
-            (docs/distributed.md#averaging-sdt-gnn).
+            deviation from the paper, by measurement: docs/distributed.md#averaging-sdt-gnn.
     """
 
     engine: ClassVar[str] = "averaging"

@@ -8,57 +8,30 @@ are averaged, each weighted by the number of training nodes its worker trained o
 
     theta <- sum_r (n_r / sum_s n_s) * theta_r          (one all-reduce of all parameters)
 
-With more parts than workers (``p > N``) a worker trains its parts in turn within each epoch
-(the plan's cyclic assignment). By default (``part_models``, ``--part-models``) every part
-trains its own model and optimizer, as the paper's Section III-C describes ("each GPU ...
-trains floor(p/q) or ceil(p/q) local models independently and sequentially. Once all p local
-models are trained, they are synchronized and updated via model averaging"), and each
-averaging round averages all ``p`` models, weighted by their parts' training nodes (first
-within the rank, then across ranks: the same weighted mean), after which every part restarts
-from it (:class:`~shoal.engines.averaging.average.PartModels`). ``--no-part-models`` carries
-one model through a rank's parts instead (the ablation; docs/distributed.md#averaging-sdt-gnn).
+With more parts than workers a worker trains its parts in turn; by default every part trains
+its own model and optimizer (Section III-C) and each round averages all ``p`` models
+(:class:`~shoal.engines.averaging.average.PartModels`); ``--no-part-models`` carries one model
+through a rank's parts (the ablation). Named deviation: Adam's moments are averaged with the
+same weights at every round (the step counters stay per rank); the paper averages the weights
+only (Sec. III-D), which is ``--local-optimizer-state`` and measured worse. Both:
+docs/distributed.md#averaging-sdt-gnn.
 
-Optimizer state: by default the Adam moments (``exp_avg``, ``exp_avg_sq``) are averaged with
-the same weights at every averaging round, so every part restarts the next local round from
-the same model *and* the same optimizer state (the step counters are left as they are: each
-rank counts its own local steps). The paper averages the weights only (Sec. III-D); that is
-``average_optimizer=False`` (``--local-optimizer-state``), where each model keeps its own
-moments, which measured worse (docs/distributed.md#averaging-sdt-gnn): the ranks' sign-like
-Adam steps partly cancel in the average when their moments disagree. Resetting the
-moments each round would re-run Adam's bias-corrected warm-up after every round, so it is
-not offered.
+With one process and a one-part store the batches equal :class:`shoal.training.Trainer`'s.
+A typed store trains the same way (fanouts per relation, rows padded to the widest type,
+blocks with their sources' original ids, keyed dropout); a relation absent from a part's
+batches leaves its weights without a gradient, so every optimizer holds Adam's state of every
+weight from the start and the averages line up. ``--halo-hops H``
+(:mod:`shoal.engines.averaging.halo_hops`) first grows every part by ``H - 1`` hops of its
+halo's in-edges and rows (docs/distributed.md#typed-stores-every-engine).
 
-With one process and a one-part store the batches equal :class:`shoal.training.Trainer`'s (same
-sampler, shuffling and batch seeds), so the accuracy is the single-process one.
-
-A typed store (node types, relations) trains the same way: each part's sampler draws the
-fanouts per relation (the schema, the type of every local node and the relation of every
-in-edge, ``part.edge_types``; :mod:`shoal.sample.relations`), every node type's rows are one
-source padded to the widest type (:func:`~shoal.rows.parts.part_rows`) under the same
-budgeted store (cache, windows), the blocks carry their sources' original ids (the
-relational model's featureless types are indexed by them) and dropout is keyed by them and
-the step (on one part, the single-process trainer's masks). A relation absent from a part's
-batches leaves its weights without a gradient: every optimizer holds Adam's state of every
-weight from the start, so the averages line up.
-
-``--halo-hops H`` (:mod:`shoal.engines.averaging.halo_hops`; default 1 on an untyped store,
-``min(2, layers)`` on a typed one) first grows every part by its halo nodes' own in-edges
-and rows, ``H - 1`` hops deep, fetched once: a grown part is trained as a stored one, with
-more rows and more halo in-edges.
-
-The link task (``--task link``, :mod:`shoal.engines.linktask`) trains by the same mechanism:
-each part's model learns from the part alone (Sec. III-B/C) and the models are averaged as
-above (Sec. III-D), each weighted by its part's positive edges instead of its training nodes
-(:class:`~shoal.engines.averaging.links.PartLinks`). A part's model computes only the part's
-own nodes (``link_scope = "part"``): its positives are the edges between two of its core
-nodes, its negatives drawn from its core nodes (the task's samplers, per part), every batch
-sampled by the part's local sampler with its positive edges and their reverses excluded from
-message passing at every hop (the structure held in memory for that; the rows read through
-the part's cache, no windows read ahead). The edge scorer is a submodule of the model, so it
-is averaged with the encoder. Named deviation: the edges across parts (the edge cut) pass
-messages but are never positives, and negatives never pair nodes of two parts; evaluation
-is the task's exact one over the whole graph. Learned input rows (``--embedding-dim``) are
-the ``minibatch`` engine's.
+The link task (``--task link``, :mod:`shoal.engines.linktask`): each part's model learns from
+the part alone and the models are averaged as above, each weighted by its part's positive
+edges (:class:`~shoal.engines.averaging.links.PartLinks`); every batch is sampled by the
+part's local sampler with its positive edges and their reverses excluded at every hop (the
+structure in memory; the rows through the part's cache, no windows read ahead). Named
+deviation (``link_scope = "part"``): the positives are the edges between two core nodes of a
+part, negatives from the part; the edge cut passes messages only
+(docs/linkpred.md#across-processes-every-engine).
 """
 
 from __future__ import annotations
@@ -72,7 +45,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.engines.averaging.average import (
     PartModels,
     _init_adam_state,
@@ -83,6 +55,7 @@ from shoal.engines.averaging.average import (
 from shoal.engines.averaging.halo_hops import GrownPart, grow_parts
 from shoal.engines.averaging.links import PartLinks
 from shoal.engines.base import Engine
+from shoal.engines.minibatch.engine import dist_pulls, dist_sampler
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch
 from shoal.nn.base import keyed_dropout
@@ -286,33 +259,11 @@ class AveragingEngine(Engine):
         owners; written to a scratch directory beside the store, or in ``--scratch-dir``,
         removed when training ends)."""
         cfg, store, ctx = self.train_config, self.store, self.ctx
-        typed = store.schema is not None
-        sampler = DistNeighborSampler(
-            parts=self.parts,
-            part_offsets=store.part_offsets,
-            part_to_rank=self.part_to_rank,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            fanouts=[-1],  # one hop, every in-edge (of every relation)
-            degrees=self.tables.degrees,
-            stats=self.stats,
-            schema=store.schema,
-            type_of=store.type_of if typed else None,
-        )
+        sampler = dist_sampler(self, [-1])  # one hop, every in-edge (of every relation)
         threads = cfg.memory.io_threads
         local = {p.index: part_rows(p, threads=threads) for p in self.parts}
         dtype = next((np.dtype(s.dtype) for s in local.values() if s is not None), np.float32)
-        pulls = None
-        if store.feature_dim is not None:
-            pulls = DistFeatureStore(
-                part_offsets=store.part_offsets,
-                part_to_rank=self.part_to_rank,
-                rank=ctx.rank,
-                world_size=ctx.world_size,
-                local_parts=local,
-                feature_dim=int(store.feature_dim),
-                stats=self.stats,
-            )
+        pulls = dist_pulls(self, local) if store.feature_dim is not None else None
         self._scratch = contextlib.ExitStack()
         work = self._scratch.enter_context(
             scratch_space(cfg.memory.scratch_dir, beside=store.path, prefix="shoal-halo")

@@ -1,26 +1,15 @@
 """Deeper halos for local training (``--halo-hops H``): a part's halo nodes' own in-edges,
 fetched once before training.
 
-A stored part is SDT-GNN's (Sec. III-B): every core node with its full in-neighbourhood,
-and the halo nodes it reaches, with their features (``--halo-features``) but none of their
-own in-edges. A model of ``L`` layers trained on the part alone therefore sees a halo node
-without its neighbours from its second layer on, while the evaluation (and the engines that
-sample across ranks) see them: on a typed IGBH-shaped graph that is most of R-GAT's gap
-between ``averaging`` and ``minibatch`` (docs/distributed.md#typed-stores-minibatch-averaging).
-
-With ``halo_hops`` ``H > 1`` (DGL's ``partition_graph(..., num_hops=H)``, done at load time
-here instead of in the stored part), each rank asks the owners, once, for every in-edge
-(of every relation, on a typed store) of its parts' halo nodes, ``H - 1`` hops deep, through
-the distributed sampler with fanout -1, and for the input rows of the nodes those edges
-reach, through the distributed feature store. They are written to the run's scratch
-directory (never held whole in memory), the part's own CSR copied ahead of them, and
-training stays local: nothing is communicated during an epoch. A grown part is a part with
-more rows and more halo in-edges, on an untyped store as on a typed one: its rows are one
-row source (:meth:`GrownPart.rows`: the stored part's core and halo rows, then the grown
-nodes'). With ``H`` at least the model's layers, every neighbourhood sampled from a core
-node is the graph's, as the ``minibatch`` engine's. Costs: one exchange of the grown nodes'
-in-edges and rows before the first epoch, and their bytes on disk and in the sampler's id
-maps.
+A stored part is SDT-GNN's (Sec. III-B): its halo nodes come with their features but none of
+their own in-edges, so a model of ``L`` layers trained on the part alone sees a halo node
+without its neighbours from its second layer on. With ``H > 1`` (DGL's
+``partition_graph(..., num_hops=H)``, done at load time here) each rank asks the owners once
+for every in-edge of its parts' halo nodes, ``H - 1`` hops deep (the distributed sampler with
+fanout -1), and for the rows of the nodes they reach (the distributed feature store), written
+to the run's scratch directory; training stays local, and a grown part is trained as a stored
+one with more rows (one row source: :meth:`GrownPart.rows`) and more halo in-edges. Why and
+at what cost: docs/distributed.md#typed-stores-every-engine.
 """
 
 from __future__ import annotations

@@ -2,15 +2,12 @@
 positives, in batches for the part's local sampler.
 
 The engine trains each part alone (SDT-GNN, Sec. III-B/C), so a part's link steps are drawn
-from the part only (the link task's ``"part"`` scope, :mod:`shoal.engines.linktask`): its
-positives are the edges between two of its core nodes
-(:class:`~shoal.engines.linktask.RankPositives` over the one part, ``within_part``), its
-negatives come from its own core nodes (:meth:`DistLinkTask.negatives
-<shoal.engines.linktask.DistLinkTask.negatives>`), and every end node of a step is a core
-node, whose local id is its global one less the part's first (``part.start``): the step's
-nodes and exclusions are shifted into the local sampler's id space, which keeps their order.
-A part takes ``ceil(positives / batch_size)`` steps an epoch (none without positives): the
-ranks step alone between averaging rounds, so their step counts need not match.
+from the part only (the ``"part"`` scope of :mod:`shoal.engines.linktask`): the edges between
+two of its core nodes, negatives from its core nodes. Every end node of a step is a core node,
+whose local id is its global one less ``part.start``: the step's nodes and exclusions are
+shifted into the local sampler's id space, in order. A part takes
+``ceil(positives / batch_size)`` steps an epoch: the ranks step alone between averaging
+rounds, so their step counts need not match.
 """
 
 from __future__ import annotations

@@ -4,37 +4,22 @@ Vasimuddin et al., "DistGNN-MB: Distributed Large-Scale Graph Neural Network Tra
 via Minibatch Sampling" (2022), Section 3.2 and Algorithms 1-2:
 
 - :class:`HistoricalCache` is one layer's HEC (Sec. 3.2): ``cs`` cache lines, each a *tag*
-  (the node's global id; the paper's ``VID_o``, here the store's id, a bijection of it), an
-  embedding row and an *age*. A line whose age exceeds the life-span ``ls`` is invalid (purged:
-  a lookup misses it, and it is the first to be replaced). ``HECStore`` overwrites the line
-  holding the same tag in place, else takes the oldest line (oldest cache-line first, OCF);
-  ``HECSearch``/``HECLoad`` return the valid lines of the tags asked for.
-
-  *Unit of age*: the paper does not fix it; shoal counts mini-batch steps, as the reference
-  behaviour does. A line stored at step ``t`` has age ``now - t`` at step ``now``: with the
-  paper's ``ls = 2`` and ``d = 1`` a row pushed at step ``k`` is stored at ``k + 1`` and used at
-  steps ``k + 1 .. k + 3``. The step counter runs on across epochs.
-
-  Only this rank's halo nodes can ever be pushed to it, so the cache holds
-  ``min(cs, halo nodes)`` lines (``cs`` = 1M lines per layer in the paper); its rows are
-  allocated zeroed (the pages are touched only when lines are filled).
-
+  (the node's global id), an embedding row and an *age*; a line older than the life-span
+  ``ls`` is invalid. ``HECStore`` overwrites the line holding the same tag in place, else
+  takes the oldest line (OCF); ``HECSearch``/``HECLoad`` return the valid lines of the tags
+  asked for. *Unit of age*: the paper does not fix it; shoal counts mini-batch steps (a row
+  pushed at step ``k`` with ``d = 1`` and ``ls = 2`` is used at steps ``k + 1 .. k + 3``),
+  across epochs. Only this rank's halo nodes can be pushed to it: it holds
+  ``min(cs, halo nodes)`` lines.
 - :func:`halo_database` is Algorithm 1's ``db_halo``: for every other rank ``r``, the local
   solid nodes that are halo nodes on ``r``. The paper broadcasts every rank's halo ids; here
   each rank sends each owner only the halo ids it owns (one all-to-all-v), the same database
   for less traffic.
-
-- :func:`select_push` is Algorithm 2, lines 15-21: the batch's solid nodes in ``db_halo[r]``,
-  at most ``nc`` of them drawn without replacement with probability proportional to their
-  degree (the paper does not say which degree: shoal uses the full in-degree plus one, so
-  nodes without in-edges can be drawn too).
-
-- :class:`DelayedPush` is lines 7-9 and 22-24 (line 24's ``AlltoallAsync``): each step's
-  pushes for every layer are packed into one float32 message per peer and exchanged with two
-  all-to-all-v collectives (the sizes, a few bytes, then the payload) that run on a thread
-  of their own over a gloo group of their own, so the step does not wait for either; the
-  message sent at step ``k`` is waited for and stored at step ``k + d``, so ``d`` steps of
-  compute overlap it.
+- :func:`select_push` is Algorithm 2, lines 15-21: at most ``nc`` of the batch's solid nodes
+  in ``db_halo[r]``, drawn by degree (the paper does not say which: the full in-degree plus
+  one, so nodes without in-edges can be drawn too).
+- :class:`DelayedPush` is lines 7-9 and 22-24 (line 24's ``AlltoallAsync``): the message sent
+  at step ``k`` is waited for and stored at step ``k + d``, so ``d`` steps of compute overlap it.
 """
 
 from __future__ import annotations
@@ -288,12 +273,9 @@ class DelayedPush:
     docstring). ``dims``: row width per layer. A collective object: every rank constructs it
     and calls :meth:`send` and :meth:`receive` at the same steps, in the same order.
 
-    The exchange runs on a thread of its own, over a gloo process group of its own (made
-    here): the step hands the packed message over and goes on. Both all-to-alls of a push
-    (the sizes, then the payload) run there in send order, so neither blocks the step; only
-    :meth:`receive`, ``d`` steps later, waits for what has not arrived yet. (Exchanging the
-    sizes by a blocking all-to-all on the training group would put a barrier in every step;
-    ``bench/hec.py push`` compares the two: docs/distributed.md#hec-distgnn-mb.)
+    The exchange (the sizes, then the payload: two all-to-all-v) runs on a thread and a gloo
+    process group of its own (made here), so neither blocks the step; only :meth:`receive`,
+    ``d`` steps later, waits for what has not arrived yet (docs/distributed.md#hec-distgnn-mb).
     """
 
     def __init__(

@@ -26,13 +26,9 @@ class HecConfig(EngineConfig):
             (``--no-hec-cache``): the same batches are sampled over the whole graph (remote
             frontier nodes by their owners) and every remote input row is pulled from its
             owner, as the ``minibatch`` engine does; nothing is pushed, cached or dropped.
-            Bytes are counted by the same counters both ways (everything but the gradient
-            all-reduce).
 
-    The defaults are the paper's (Sec. 4.4: cs = 1M, nc = 2000, ls = 2, d = 1). nc stays the
-    paper's: it binds only when a batch has more candidates than nc (the paper's 1000-seed
-    batches); with few-seed batches a small nc moves far fewer bytes at the same accuracy
-    (the cache on and off, and nc, measured: docs/distributed.md#hec-distgnn-mb).
+    The defaults are the paper's (Sec. 4.4); the cache on and off, and ``nc``, measured:
+    docs/distributed.md#hec-distgnn-mb.
     """
 
     engine: ClassVar[str] = "hec"

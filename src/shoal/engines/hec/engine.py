@@ -3,86 +3,31 @@
 Vasimuddin et al., "DistGNN-MB: Distributed Large-Scale Graph Neural Network Training on x86
 via Minibatch Sampling" (2022), Sections 3.1-3.2, Algorithms 1-2, Figure 1. Every rank
 
-1. owns the core nodes of its parts (the paper's *solid* vertices; with more parts than ranks
-   a rank's parts form one partition) and sees their in-neighbours on other ranks as *halo*
-   vertices, without features;
-2. samples each mini-batch locally only: halo vertices are leaves, nothing is sampled or
-   pulled remotely (Sec. 3.3, "we choose to sample locally");
+1. owns the core nodes of its parts (the paper's *solid* vertices) and sees their
+   in-neighbours on other ranks as *halo* vertices, without features;
+2. samples each mini-batch locally only: halo vertices are leaves (Sec. 3.3);
 3. keeps one :class:`~shoal.engines.hec.cache.HistoricalCache` per layer (L0: halo vertices'
    input features, L1..: hidden embeddings), filled by the owners' pushes;
 4. per step ``k`` and layer ``l`` (Algorithm 2): stores what was pushed at step ``k - d``
-   (lines 7-9), looks the batch's halo vertices up in the layer-``l`` cache and uses the hits'
-   rows; a miss is *dropped* from the batch: its edges in that layer's block are removed
-   (lines 10-12); aggregates and updates locally; then, while ``k < M - d``, sends every other
-   rank at most ``nc`` of this batch's solid vertices that are halo there, drawn by degree,
-   with their layer-``l`` rows (lines 14-24), to be stored there at step ``k + d``;
-5. all-reduces the gradients every step (the paper's data parallelism, Sec. 4.2).
+   (lines 7-9), uses the cache's hits for the batch's halo vertices and *drops* a miss's
+   edges from that layer's block (lines 10-12), aggregates and updates locally, then, while
+   ``k < M - d``, sends every other rank at most ``nc`` of the batch's solid vertices that
+   are halo there, drawn by degree, with the rows the batch fed to layer ``l`` (lines 14-24);
+5. all-reduces the gradients every step (Sec. 4.2).
 
-The rows pushed at layer ``l`` are those the batch computed for its solid vertices: the input
-features at L0, the previous layer's output (activation and dropout applied, as the next
-layer consumed it) above. Ranks run the same number of steps ``M`` per epoch (the most batches
-of any rank; a rank with fewer training nodes splits them into ``M`` smaller batches, one
-without any runs empty steps), so collectives stay in step.
+Every rank runs the same number of steps ``M`` per epoch (a rank with fewer batches runs
+empty steps), so collectives stay in step. ``hec_cache`` False is the ablation: the
+``minibatch`` engine's sampling and pulls, nothing pushed, cached or dropped. Checkpoints
+hold the caches' clock and lines. Options, typed stores, one process and measurements:
+docs/distributed.md#hec-distgnn-mb.
 
-Options (``TrainConfig``): ``hec_size`` (``cs``, default 1M lines per layer), ``hec_push``
-(``nc``, default 2000; -1 = every candidate), ``hec_lifespan`` (``ls``, default 2 steps),
-``hec_delay`` (``d``, default 1 step): the paper's settings (Sec. 4.4). A cache holds at most
-as many lines as the rank has halo vertices. ``hec_cache`` (default True; ``--no-hec-cache``)
-False is the ablation isolating the caches: the same batches (seeds, batch seeds, steps) are
-sampled over the whole graph with :class:`~shoal.distributed.DistNeighborSampler` (halo
-vertices are no longer leaves: their owners sample their neighbours) and every remote input
-row is pulled with :class:`~shoal.distributed.DistFeatureStore`, as plain distributed
-mini-batch training (the ``minibatch`` engine) does; nothing is pushed, cached or dropped.
-Both modes count their bytes in the same :class:`~shoal.distributed.comm.CommStats`.
-Checkpoints hold the model, the optimizer, the caches' clock and their lines
-(:meth:`HistoricalCache.state`: lines pushed in an epoch's last steps are hit in the next
-epoch's first ones), so a run resumed on the same number of processes equals the uninterrupted
-one; resumed on another number, each rank's halo differs and the caches start empty (a line
-lives at most ``ls`` steps anyway).
-
-With one process there are no halo vertices and the engine is the single-process trainer on
-the part (same shuffling, batch seeds, dropout and model).
-
-Typed stores (node types, relations; issue 53) train with the same mechanism and the
-relational models (``rgcn``, ``rgat``): the rank graph carries every entry's relation and
-every local node's type (:func:`~shoal.distributed.rankgraph.rank_graph`), so the local
-sampler draws each hop's fanout per relation and labels the blocks; the solid nodes' rows
-are every node type's padded to the widest type (:func:`~shoal.rows.parts.part_rows`) under
-the budgeted store; every block carries its sources' original ids (``Block.node_ids``, which
-a featureless type's embedding row is looked up by), and a miss's dropped edges take their
-relations with them. The caches hold what each layer consumes, as on an untyped store: at
-L0 the raw padded input rows (not the per-type input stage's output), above it the hidden
-rows (``layer_widths`` of the relational model: R-GAT's heads concatenated). Layer 0 applies
-its per-type input stage to every source, halo rows from the cache included, with the
-current weights: a hit's L0 row is exactly what its owner fed (the stage is not cached
-with stale weights). A halo node of a featureless type has no input row: its L0 input is
-its embedding row, a parameter every rank holds, so it is never looked up, pushed or
-dropped at L0 (exact, not historical); above L0 it is cached like any other node. Dropout
-is keyed by (seed, epoch, step, rank, original id) as the ``minibatch`` engine's (one
-process: the single-process trainer's masks). The gradients are all-reduced with a
-relation absent from every rank's batch leaving its weights without a gradient (Adam
-skips them, as DistributedDataParallel and one process do); absent on some ranks only,
-those contribute zeros. A ``--model-factory`` model is refused (the engine runs a model
-layer by layer and replaces rows between layers).
-
-The link task (``--task link``, :mod:`shoal.engines.linktask`; issue 53) runs the same
-mechanism with edges as the batch's seeds. A step of :meth:`DistLinkTask.steps
-<shoal.engines.linktask.DistLinkTask.steps>` gives its end nodes (``step.nodes``: the
-positives' ends and their negatives), which are the mini-batch's seeds for the local sampler
-(Sec. 3.3: sampled locally, halo vertices leaves), mapped to solid ids; the step's positive
-edges and their reverses are excluded from message passing at every hop (no leakage). Lookups,
-drops and the delayed pushes (Algorithm 2, lines 7-24) are unchanged: the rows pushed at layer
-``l`` are the batch's solid vertices' layer-``l`` rows as for the node task. The outputs of the
-seeds go to the task's loss through the model's edge scorer (``model.link_scorer``, whose
-gradients are all-reduced with the encoder's); evaluation is the shared exact one (MRR). The
-named deviation: since a rank computes outputs only for its own (solid) vertices
-(``link_scope = "part"``), the positives are the edges between two core nodes of one part,
-with ``uniform``/``owner-local`` negatives drawn from the positive's part; the edges across
-parts (the edge cut) are message-passing edges only, their halo ends served from the caches.
-The paper trains node classification only. The ablation (``hec_cache`` False) samples the same
-steps over the whole graph, global ids and exclusions as they are. The steps per epoch are the
-task's (:attr:`DistLinkTask.num_batches <shoal.engines.linktask.DistLinkTask.num_batches>`,
-the same on every rank); a rank's empty step runs no forward, as the node task's.
+The link task (``--task link``, :mod:`shoal.engines.linktask`) runs the same mechanism with a
+step's end nodes (``step.nodes``) as the batch's seeds, mapped to solid ids, its positive
+edges and their reverses excluded at every hop; the seeds' outputs go to the model's edge
+scorer. The paper trains node classification only. Named deviation (``link_scope =
+"part"``): the positives are the edges between two core nodes of one part, their negatives
+drawn from that part; the edge cut passes messages only, its halo ends served from the
+caches (docs/linkpred.md#across-processes-every-engine).
 """
 
 from __future__ import annotations
@@ -98,7 +43,6 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from shoal.distributed import DistFeatureStore, DistNeighborSampler
 from shoal.distributed.rankgraph import rank_graph
 from shoal.engines.base import Engine
 from shoal.engines.hec.cache import (
@@ -109,6 +53,7 @@ from shoal.engines.hec.cache import (
     select_push,
 )
 from shoal.engines.linktask import LinkStep
+from shoal.engines.minibatch.engine import dist_pulls, dist_sampler
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.nn.base import keyed_dropout, layer_widths
@@ -201,7 +146,7 @@ class HecEngine(Engine):
                 dist.all_reduce(steps, op=dist.ReduceOp.MAX)
             self.num_batches = int(steps.item())
         else:  # the link task's steps: the same number on every rank
-            self.num_batches = self.link.num_batches
+            self.labels, self.num_batches = None, self.link.num_batches
         self.dims = layer_widths(self.model, dim)[:-1]  # every layer's input
         self.caches: list[HistoricalCache] = []
         self.push: DelayedPush | None = None
@@ -223,28 +168,9 @@ class HecEngine(Engine):
             # the ablation: the same batches sampled over the whole graph (remote frontier
             # nodes sampled by their owners) and every remote input row pulled, as the
             # ``minibatch`` engine does; no historical embedding anywhere
-            self.dsampler = DistNeighborSampler(
-                parts=self.parts,
-                part_offsets=store.part_offsets,
-                part_to_rank=self.part_to_rank,
-                rank=ctx.rank,
-                world_size=ctx.world_size,
-                fanouts=cfg.sampling.fanouts,
-                degrees=self.tables.degrees,
-                stats=self.stats,
-                schema=store.schema,  # a typed store: fanouts per relation, typed blocks
-                type_of=store.type_of if self.typed else None,
-            )
-            self.pull = DistFeatureStore(
-                part_offsets=store.part_offsets,
-                part_to_rank=self.part_to_rank,
-                rank=ctx.rank,
-                world_size=ctx.world_size,
-                local_parts={
-                    p.index: part_rows(p) if self.typed else p.features for p in self.parts
-                },
-                feature_dim=dim,
-                stats=self.stats,
+            self.dsampler = dist_sampler(self, cfg.sampling.fanouts)
+            self.pull = dist_pulls(
+                self, {p.index: part_rows(p) if self.typed else p.features for p in self.parts}
             )
         self.now = 0  # mini-batch steps since the start: the caches' clock
         self.optimizer = torch.optim.Adam(
@@ -330,11 +256,7 @@ class HecEngine(Engine):
                         )
                     rows_of.append(h)
                     h = self.model.layer_forward(layer, h, block.to(dev))
-            if isinstance(seeds, LinkStep):
-                loss_v, ok = self._link_backward(h, seeds)
-            else:
-                y = torch.from_numpy(self.labels[mb.seeds].astype(np.int64)).to(dev)
-                loss_v, ok = self._backward(h, y)
+            loss_v, ok = self._backward(h, seeds, self.labels, mb.seeds)
             timer["sampling"] += t1 - t0
             timer["gather"] += t2 - t1
             timer["forward_backward"] += time.perf_counter() - t2
@@ -366,19 +288,18 @@ class HecEngine(Engine):
             raise ValueError("a link step's node is not a core node of this rank")
         return out
 
-    @staticmethod
-    def _backward(h: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
-        """The batch's cross-entropy, backpropagated; returns (loss, correct predictions)."""
+    def _backward(self, h: torch.Tensor, seeds, labels, at: np.ndarray) -> tuple[float, int]:
+        """The batch's loss, backpropagated: a link step's (``seeds``; ``h``: the outputs of
+        ``step.nodes``, in order; the scorer is the model's), else the cross-entropy against
+        ``labels[at]``; returns (loss, correct predictions: 0 for a link step)."""
+        if isinstance(seeds, LinkStep):
+            loss = self.link.loss(self.model, h, seeds)
+            loss.backward()
+            return float(loss.detach()), 0
+        y = torch.from_numpy(labels[at].astype(np.int64)).to(self.device)
         loss = F.cross_entropy(h, y)
         loss.backward()
         return float(loss.detach()), int((h.detach().argmax(1) == y).sum())
-
-    def _link_backward(self, h: torch.Tensor, step: LinkStep) -> tuple[float, int]:
-        """The link step's loss from ``h`` (the outputs of ``step.nodes``, in order; the
-        scorer is the model's), backpropagated; returns (loss, 0)."""
-        loss = self.link.loss(self.model, h, step)
-        loss.backward()
-        return float(loss.detach()), 0
 
     def _blocks(self, mb: MiniBatch, to_global: np.ndarray | None) -> list[Block]:
         """The batch's blocks; on a typed store each with its sources' original ids
@@ -460,11 +381,7 @@ class HecEngine(Engine):
             with self._dropout(epoch, k):
                 for layer, block in enumerate(self._blocks(mb, None)):
                     h = self.model.layer_forward(layer, h, block.to(dev))
-            if isinstance(seeds, LinkStep):
-                loss_v, ok = self._link_backward(h, seeds)
-            else:
-                y = torch.from_numpy(self.tables.labels[mb.seeds].astype(np.int64)).to(dev)
-                loss_v, ok = self._backward(h, y)
+            loss_v, ok = self._backward(h, seeds, self.tables.labels, mb.seeds)
         timer["sampling"] += t1 - t0
         timer["gather"] += t2 - t1
         timer["forward_backward"] += time.perf_counter() - t2

@@ -1,15 +1,9 @@
 """Learnable input rows held by their owners (``--embedding-dim`` of the link task on the
-``minibatch`` engine), for graphs without features.
-
-Each part's rows are one :class:`~shoal.training.embedding.NodeEmbedding` table on the rank
-holding the part (initialised from ``(seed, part)``, so the values do not depend on the number
-of ranks), with its sparse optimizer's state beside it. A batch pulls its rows from their
-owners (DistDGL's ``DistEmbedding``, Zheng et al. IA3 2020, Section 3); after ``backward()``
-the rows' gradients go back to the owners, which sum them over ranks and apply one sparse
-update per row. Updates are applied at the end of every step (synchronous: with the gradients
-divided by the number of ranks, as DDP averages the dense ones, N ranks on N batches update
-exactly as one process on the same batches with the mean loss); DistDGL applies them
-asynchronously.
+``minibatch`` engine), for graphs without features: DistDGL's ``DistEmbedding`` (Zheng et al.
+IA3 2020, Section 3), one table per part, its gradients summed at the owners and applied every
+step (synchronous, where DistDGL applies them asynchronously; with the gradients divided by
+the number of ranks, N ranks update exactly as one process on the same batches with the mean
+loss): docs/linkpred.md#across-processes-every-engine.
 """
 
 from __future__ import annotations

@@ -3,37 +3,25 @@
 Zheng et al., "DistDGL: Distributed Graph Neural Network Training for Billion-Scale Graphs"
 (IA3 2020), Section 3: every trainer
 
-1. owns the training nodes of its parts; a two-level split (Section 3.4, ``node_split`` with
-   ``force_even``) gives every rank the same number of training nodes -- its own first, the
-   surplus of richer ranks moved to poorer ones in ID order -- hence the same number of
-   batches per epoch, so the ranks' all-reduces stay in step;
-2. samples each batch where the data lives (:class:`shoal.distributed.DistNeighborSampler`: frontier
-   nodes owned elsewhere are sampled by their owner);
+1. owns the training nodes of its parts; a two-level split (Section 3.4) gives every rank the
+   same number of training nodes, hence of batches per epoch (:func:`split_training_nodes`,
+   whose rule differs from DistDGL's: docs/distributed.md#minibatch-distdgl);
+2. samples each batch where the data lives (:class:`shoal.distributed.DistNeighborSampler`);
 3. pulls the input features of non-local nodes from their owners
    (:class:`shoal.distributed.DistFeatureStore`, one exchange per step);
-4. runs the model and all-reduces the gradients (``DistributedDataParallel``; dense weights
-   are updated synchronously, Section 3.1).
+4. runs the model and all-reduces the gradients (``DistributedDataParallel``, Section 3.1).
 
-Steps 2 and 3 of the next batches run in a background thread while the training thread
-computes the current step (``--prefetch-batches N``, default
-:data:`~shoal.engines.minibatch.config.DEFAULT_PREFETCH_BATCHES`; Section III-D: sampling
-workers overlap the sampling cost with mini-batch training), their collectives on a gloo
-process group of their own (:class:`~shoal.engines.minibatch.pipeline.BatchPipeline`);
-``--prefetch-batches 0`` (``--no-background-sampling``) runs them inline. The batches, and so
-the model, are the same either way.
+Steps 2 and 3 of the next batches run in a background thread (Section III-D;
+``--prefetch-batches``, :class:`~shoal.engines.minibatch.pipeline.BatchPipeline`); the
+batches, and so the model, are those of inline sampling. With one process and a one-part
+store the batches, initialisation and dropout equal :class:`shoal.training.Trainer`'s.
 
-With one process and a one-part store the batches, initialisation and dropout stream equal
-those of :class:`shoal.training.Trainer` (same shuffling ``default_rng([seed, epoch])`` and batch
-seeds ``batch_seed(seed, epoch, step)``), so the accuracy is the single-process one.
-
-The link task (``--task link``, :mod:`shoal.engines.linktask`) runs the same pipeline with
-edges as seeds: each rank's positives are the in-edges of its parts, the batch's blocks are
-sampled where the data lives with its positive edges and their reverses excluded at every hop
-(at their owners too), its rows are pulled through the same windows and cache, and the edge
-scorer's weights are all-reduced with the encoder's. Graphs without features learn an input
-row per node (``--embedding-dim``: :class:`~shoal.engines.minibatch.embedding.DistEmbedding`,
-DistDGL's ``DistEmbedding`` and sparse optimizers, Section 3), pulled from and updated at
-their owners every step (synchronously, inline: no sampling thread, no windows).
+The link task (``--task link``, :mod:`shoal.engines.linktask`) samples each step's end nodes
+with its positive edges and their reverses excluded at every hop (at their owners too).
+Graphs without features learn an input row per node (``--embedding-dim``:
+:class:`~shoal.engines.minibatch.embedding.DistEmbedding`, DistDGL's ``DistEmbedding``),
+pulled from and updated at their owners every step, inline
+(docs/linkpred.md#across-processes-every-engine).
 """
 
 from __future__ import annotations
@@ -69,7 +57,7 @@ from shoal.training import batch_seed
 from shoal.training.embedding import load_tables, save_tables
 from shoal.training.meter import EpochMeter
 
-__all__ = ["MinibatchEngine", "rank_share", "split_training_nodes"]
+__all__ = ["MinibatchEngine", "dist_pulls", "dist_sampler", "rank_share", "split_training_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +92,41 @@ def rank_share(engine: Engine) -> tuple[np.ndarray, int]:
     return seeds, (max(1, math.ceil(most / bs)) if most else 0)
 
 
+def dist_sampler(engine: Engine, fanouts: Any, group: Any = None) -> DistNeighborSampler:
+    """A sampler of ``engine``'s parts that asks the owners to sample the other nodes (a
+    typed store's: fanouts per relation, typed blocks); ``group``: its collectives' group."""
+    store, ctx = engine.store, engine.ctx
+    return DistNeighborSampler(
+        parts=engine.parts,
+        part_offsets=store.part_offsets,
+        part_to_rank=engine.part_to_rank,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        fanouts=fanouts,
+        degrees=engine.tables.degrees,
+        stats=engine.stats,
+        group=group,
+        schema=store.schema,
+        type_of=store.type_of if store.schema is not None else None,
+    )
+
+
+def dist_pulls(engine: Engine, local_parts: dict, **kwargs: Any) -> DistFeatureStore:
+    """Rows pulled from their owners, ``engine``'s own served from ``local_parts``
+    (``kwargs``: :class:`~shoal.distributed.DistFeatureStore`'s others)."""
+    store, ctx = engine.store, engine.ctx
+    return DistFeatureStore(
+        part_offsets=store.part_offsets,
+        part_to_rank=engine.part_to_rank,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        local_parts=local_parts,
+        feature_dim=int(store.feature_dim),
+        stats=engine.stats,
+        **kwargs,
+    )
+
+
 class MinibatchEngine(Engine):
     """DistDGL-style synchronous mini-batch training (see the module docstring)."""
 
@@ -134,19 +157,7 @@ class MinibatchEngine(Engine):
         if self.prefetch and ctx.world_size > 1:
             timeout = datetime.timedelta(seconds=float(self.options.dist_timeout))
             self.sample_group = dist.new_group(backend="gloo", timeout=timeout)
-        self.sampler = DistNeighborSampler(
-            parts=self.parts,
-            part_offsets=store.part_offsets,
-            part_to_rank=self.part_to_rank,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            fanouts=cfg.sampling.fanouts,
-            degrees=self.tables.degrees,
-            stats=self.stats,
-            group=self.sample_group,
-            schema=store.schema,  # a typed store: fanouts per relation, typed blocks
-            type_of=store.type_of if store.schema is not None else None,
-        )
+        self.sampler = dist_sampler(self, cfg.sampling.fanouts, self.sample_group)
         if emb_dim:
             self._open_embedding(emb_dim)
         else:
@@ -216,14 +227,9 @@ class MinibatchEngine(Engine):
             scratch_dir=cfg.memory.scratch_dir,
             group=self.sample_group,
         )
-        self.features = DistFeatureStore(
-            part_offsets=store.part_offsets,
-            part_to_rank=self.part_to_rank,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            local_parts={p.index: part_rows(p) if typed else p.features for p in self.parts},
-            feature_dim=dim,
-            stats=self.stats,
+        self.features = dist_pulls(
+            self,
+            {p.index: part_rows(p) if typed else p.features for p in self.parts},
             serve=self.windows.serve,
             group=self.sample_group,
         )
@@ -354,18 +360,14 @@ class MinibatchEngine(Engine):
 
     def _samples(self, epoch: int, timer: dict[str, float]):
         """This rank's sampled batches of ``epoch``, in step order (collective)."""
-        cfg = self.train_config
-        if self.link is not None:  # a link batch's own edges excluded from message passing
-            for st in self.link.steps(epoch):
-                t0 = time.perf_counter()
-                mb = self.sampler.sample(st.nodes, st.seed, exclude=st.exclude)
-                timer["sampling"] += time.perf_counter() - t0
-                yield mb
-            return
-        for step, seeds in enumerate(self.epoch_batches(epoch)):
+        seed = self.train_config.run.seed
+        batches = self.link.steps(epoch) if self.link is not None else self.epoch_batches(epoch)
+        for step, b in enumerate(batches):
             t0 = time.perf_counter()
-            # the batch seed depends on the rank too, so ranks draw different samples
-            mb = self.sampler.sample(seeds, batch_seed(cfg.run.seed, epoch, step) + self.ctx.rank)
+            if self.link is not None:  # a link batch's own edges excluded from message passing
+                mb = self.sampler.sample(b.nodes, b.seed, exclude=b.exclude)
+            else:  # the batch seed depends on the rank too, so ranks draw different samples
+                mb = self.sampler.sample(b, batch_seed(seed, epoch, step) + self.ctx.rank)
             timer["sampling"] += time.perf_counter() - t0
             yield mb
 

@@ -1,23 +1,14 @@
 """Batches prepared in a background thread while the training thread computes (DistDGL).
 
-DistDGL (Zheng et al., IA3 2020, Sec. III-D, "Distributed Sampler") creates sampling workers
-for each trainer; "by issuing sampling requests to the sampling workers, trainers overlap the
-sampling cost with mini-batch training". :class:`BatchPipeline` is that overlap inside one
-rank: a thread runs the rank's batch iterator (distributed sampling and the pull of the input
-rows, both collective) up to ``depth`` batches ahead of the step, through a bounded queue.
-
-The thread's collectives run on a process group of their own (``group``, made by every rank
-in the same order), never on the group of the training thread's gradient all-reduce: two
-threads issuing collectives on one group would interleave them differently on each rank.
-Every rank's thread must issue the same collectives in the same order, so:
-
-- every rank's iterator yields the same number of batches (the two-level split gives every
-  rank the same number of steps);
-- before each batch the threads agree to go on (an all-reduce of one flag on ``group``): when
-  any rank stops its pipeline (an epoch ended early, an exception in its training step), every
-  rank's thread stops at the same batch, so the group stays in step and no thread is left
-  waiting in a collective. A rank whose peer stopped first gets :class:`PeerStopped` after the
-  batches already queued.
+DistDGL (Zheng et al., IA3 2020, Sec. III-D, "Distributed Sampler"): "by issuing sampling
+requests to the sampling workers, trainers overlap the sampling cost with mini-batch
+training". :class:`BatchPipeline` is that overlap inside one rank: a thread runs the rank's
+batch iterator (distributed sampling and the pull of the input rows, both collective) up to
+``depth`` batches ahead of the step, through a bounded queue. Its collectives run on a
+process group of their own, and before each batch the ranks' threads agree to go on, so when
+any rank stops its pipeline every rank's thread stops at the same batch
+(docs/distributed.md#minibatch-distdgl, "Background sampling"); a rank whose peer stopped
+first gets :class:`PeerStopped` after the batches already queued.
 
 One failure cannot be cleaned up from inside: when one rank stops while a peer's training
 thread waits for it in the gradient all-reduce, that peer's sampling thread waits behind its
