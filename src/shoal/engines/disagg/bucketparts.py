@@ -1,33 +1,17 @@
 """A batch worker's resident parts, loaded from the store's edge buckets (Armada, Section 3).
 
 Armada's storage layer keeps, for every pair of partitions ``(i, j)``, the edges from nodes of
-``i`` to nodes of ``j`` sequentially in **edge bucket** ``(i, j)``, so a worker holding a set
-of partitions reads the edges it needs with sequential reads only. shoal's store writes these
-buckets (``docs/store.md``); :class:`ResidentParts` is the engine side that reads them:
-
-- **remote sampling** (default): part ``j`` is loaded with the buckets ``(*, j)`` -- every
-  in-edge of its nodes, the full neighbourhoods other batch workers ask it to sample;
-- **local sampling** (``local=True``): only the buckets ``(i, j)`` with ``i`` and ``j`` both
-  resident -- the subgraph held in this worker's memory; swapping a part in adds its buckets
-  to and from the resident parts, swapping one out removes them.
+``i`` to nodes of ``j`` sequentially in **edge bucket** ``(i, j)`` (shoal's store writes them:
+``docs/store.md``). :class:`ResidentParts` loads part ``j`` with the buckets ``(*, j)`` --
+every in-edge of its nodes -- or, with local sampling, only the buckets among resident parts.
 
 A loaded part has the attributes :class:`~shoal.distributed.DistNeighborSampler` reads from a
-store :class:`~shoal.store.Partition` (``index``, ``start``, ``num_core``, ``indptr``,
-``indices`` over core then halo rows, ``halo_ids``) plus its core feature rows, read in one
-sequential pass. Neighbours of a row are sorted by source (new ID), as in a store part
-(``docs/store.md``; local indices: core rows, then halo nodes in ascending new ID), so with remote
-sampling a loaded part's CSR equals the store part's entry for entry: a swapped-out part can
-be sampled from the store's files with the same draws
-(:class:`~shoal.engines.disagg.sampling.BatchSampler`).
-
-A typed store's buckets hold ``(src, dst)`` as an untyped store's do; an edge's relation is
-its endpoints' types' (the schema has one relation per ordered pair of types:
-:meth:`~shoal.data.hetero.HeteroSchema.pair_relations`, as the typed samplers require). A
-loaded part of a typed store then orders each row's neighbours as the store part does (grouped
-by relation in relation order, sources by new id inside a relation: ``docs/store.md``, "Typed
-stores") and has the part's ``edge_types`` and ``type_bounds``, so the typed sampler draws
-each relation's fanout from it as from the store part; its rows are every type's, padded to
-the widest type (:func:`~shoal.rows.parts.part_rows`).
+store :class:`~shoal.store.Partition` plus its core feature rows, read in one sequential pass.
+Its rows' neighbours are in the store part's order (sources by new id; on a typed store
+grouped by relation first, an edge's relation being its endpoints' types' pair:
+:meth:`~shoal.data.hetero.HeteroSchema.pair_relations`), so with remote sampling a loaded
+part's CSR equals the store part's entry for entry and a swapped-out part can be sampled from
+the store's files with the same draws (:class:`~shoal.engines.disagg.sampling.BatchSampler`).
 """
 
 from __future__ import annotations

@@ -83,7 +83,11 @@ class DisaggConfig(EngineConfig):
             raise ValueError(
                 f"replica_exec must be one of {REPLICA_EXECS}, got {self.replica_exec!r}"
             )
-        _check_replicate(self.replicate_top)
+        _check_count(
+            "replicate_top",
+            self.replicate_top,
+            "nodes (e.g. 2000) or a share of the nodes (e.g. 1%)",
+        )
         for key in ("replicas", "batch_queue"):
             if int(getattr(self, key)) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
@@ -91,37 +95,25 @@ class DisaggConfig(EngineConfig):
             v = getattr(self, key)
             if v is not None and int(v) < 1:
                 raise ValueError(f"{key} must be >= 1 (or None), got {v}")
-        _check_cache(self.disagg_cache)
+        _check_count(
+            "disagg_cache",
+            self.disagg_cache,
+            "rows (e.g. 10000), a share of the nodes (e.g. 5%) or a size (e.g. 64MiB)",
+            sizes=True,
+        )
 
 
-def _check_cache(spec: str | int) -> None:
-    """``disagg_cache``: rows >= 0, a percentage in [0, 100] or a size."""
+def _check_count(key: str, spec: str | int, what: str, sizes: bool = False) -> None:
+    """``spec``: a count >= 0, a percentage in [0, 100] or (``sizes``) a size."""
     text = str(spec).strip()
     try:
-        if isinstance(spec, int) or text.isdigit():
-            ok = int(text) >= 0
-        elif text.endswith("%"):
+        if text.endswith("%"):
             ok = 0.0 <= float(text[:-1]) <= 100.0
+        elif isinstance(spec, int) or text.isdigit() or not sizes:
+            ok = int(text) >= 0
         else:
             ok = parse_size(text) >= 0
     except ValueError:
         ok = False
     if not ok:
-        raise ValueError(
-            f"disagg_cache must be rows (e.g. 10000), a share of the nodes (e.g. 5%) or a size "
-            f"(e.g. 64MiB), got {spec!r}"
-        )
-
-
-def _check_replicate(spec: str | int) -> None:
-    """``replicate_top``: nodes >= 0 or a percentage in [0, 100]."""
-    text = str(spec).strip()
-    try:
-        ok = 0.0 <= float(text[:-1]) <= 100.0 if text.endswith("%") else int(text) >= 0
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"replicate_top must be nodes (e.g. 2000) or a share of the nodes (e.g. 1%), "
-            f"got {spec!r}"
-        )
+        raise ValueError(f"{key} must be {what}, got {spec!r}")

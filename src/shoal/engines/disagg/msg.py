@@ -1,27 +1,17 @@
 """Messages between the ``disagg`` engine's batch and compute workers (Armada, Section 5).
 
 A **global batch** carries the ``G`` mini-batches of one compute iteration ("mini batch
-grouping": the mini-batches destined for the ``G`` model replicas of one compute worker travel
-together, and the feature rows of the union of their nodes are sent once). It travels as three
+grouping": the feature rows of the union of their nodes are sent once; without grouping, an
+ablation, the union is the concatenation of the mini-batches' nodes). It travels as three
 point-to-point messages (gloo ``isend``/``recv``): a fixed header (acknowledged cache update,
 lengths), one int64 array (per mini-batch: seeds, its nodes as positions in the union, its
 blocks; the union's ids; the positions whose rows are sent) and one float32 array (the sent
-rows, in position order). Without grouping (an ablation) the union is the concatenation of
-the mini-batches' nodes, duplicates included.
-
-A typed store's global batch (both sides know it from the store) also carries, in the int64
-array, the node type and the original id of every node of the union (after the positions
-sent) and the relation of every edge of each block (after its ``rowptr``), so the compute
-worker's blocks have the sampler's ``edge_type``, ``src_type`` and their sources' original
-``node_ids`` (which a relational model's per-type input stage reads).
-
-A link-prediction batch (``--task link``) also carries, at the end of the int64 array, each
-mini-batch's link step: its positives ``(B, 2)`` and negative destinations ``(B, K)`` (after
-``B`` and ``K``); the mini-batch's seeds are the step's end nodes, sorted
-(:class:`~shoal.engines.linktask.LinkStep`), so the compute worker scores its rows in order.
-
-A cache **update** (compute -> batch worker) is a header ``(version, inserted, evicted)`` and
-the ids.
+rows, in position order). A typed store's int64 array also carries every node's type and
+original id (after the positions sent) and every block's edges' relations (after its
+``rowptr``); a link batch's, at its end, each mini-batch's positives ``(B, 2)`` and negative
+destinations ``(B, K)`` (after ``B`` and ``K``), its seeds being the step's sorted end nodes
+(:class:`~shoal.engines.linktask.LinkStep`). A cache **update** (compute -> batch worker) is a
+header ``(version, inserted, evicted)`` and the ids.
 """
 
 from __future__ import annotations
@@ -89,13 +79,11 @@ class GlobalBatch:
 
 def group_union(mbs: list[MiniBatch], grouping: bool) -> tuple[np.ndarray, list[np.ndarray]]:
     """The global batch's nodes and each mini-batch's positions among them."""
-    if not grouping:
-        ids = np.concatenate([mb.n_id for mb in mbs]) if mbs else np.zeros(0, np.int64)
-        offs = np.cumsum([0] + [len(mb.n_id) for mb in mbs])
-        return ids, [np.arange(offs[i], offs[i + 1]) for i in range(len(mbs))]
     allids = np.concatenate([mb.n_id for mb in mbs]) if mbs else np.zeros(0, np.int64)
-    ids, inv = np.unique(allids, return_inverse=True)
     offs = np.cumsum([0] + [len(mb.n_id) for mb in mbs])
+    if not grouping:
+        return allids, [np.arange(offs[i], offs[i + 1]) for i in range(len(mbs))]
+    ids, inv = np.unique(allids, return_inverse=True)
     return ids, [inv[offs[i] : offs[i + 1]].astype(np.int64) for i in range(len(mbs))]
 
 

@@ -1,29 +1,16 @@
 """The compute worker's feature cache and the batch workers' view of it (Armada, Section 5).
 
-"Compute Worker Feature Caching": compute workers keep frequently accessed feature rows in
-their own memory, so a batch worker sends only the rows that are not cached; batch workers are
-kept informed of the cache contents by listening to and acknowledging messages from the compute
-worker that describe its updates; the policy is LRU.
-
-The protocol here, and why it never loses a row:
-
-- :class:`ComputeCache` (compute worker): after each global batch it touches the batch's rows,
-  inserts the rows that came with it, evicts the least recently used rows beyond ``capacity``
-  and numbers the change as **update** ``v`` (inserted ids, evicted ids), sent to every batch
-  worker that feeds it. An evicted row is kept (**pending**) until every feeder has
-  acknowledged ``v``: a batch prepared before its worker learnt of the eviction may still
-  count on it. Every global batch carries its worker's acknowledgement (the last update it
-  applied) in its header, and batches and updates travel in order, so once a worker's ack
-  reaches ``v`` no batch of it that relies on the row is still coming. At the end of an epoch
-  every batch has been consumed and all pending rows are freed.
-- :class:`CacheView` (batch worker): the set of rows it believes cached. The rows of a batch
-  it prepares are added at once (the compute worker inserts or revives every row of a batch);
-  the updates, applied in order (inserts, then evictions), correct the rest -- except an
-  eviction announced before the update one of its own later batches causes, which that batch
-  undoes. It omits exactly the rows in its view. With one batch worker per compute worker the
-  view holds every live row, so a row that is cached is never sent again; with several, a row
-  another worker's batch inserted is sent until the update arrives (counted as
-  ``redundant``).
+"Compute Worker Feature Caching": compute workers keep frequently accessed feature rows (LRU),
+so a batch worker sends only the rows that are not cached, kept informed of the cache by the
+compute worker's updates, which it acknowledges. :class:`ComputeCache` numbers each batch's
+change as **update** ``v`` and keeps an evicted row (**pending**) until every feeder has
+acknowledged ``v``, so a batch prepared before its worker learnt of the eviction still finds
+it (docs/distributed.md#disagg-armada, "Compute-worker cache"). :class:`CacheView` is the set
+of rows a batch worker believes cached: the rows of a batch it prepares join it at once (the
+compute worker inserts or revives every row of a batch), and the updates, applied in order,
+correct the rest -- except an eviction announced before the update one of its own later
+batches causes, which that batch undoes. With several feeders, a row another worker's batch
+inserted is sent until the update arrives (counted as ``redundant``).
 """
 
 from __future__ import annotations

@@ -393,15 +393,16 @@ class BatchWorker:
         self._sources.clear()
 
     # ---------------------------------------------------------------- cache updates
-    def _poll_updates(self, rec: dict) -> None:
-        """Apply the updates that have arrived, without waiting."""
+    def _poll_updates(self, rec: dict, wait: bool = False) -> None:
+        """Apply the updates that have arrived, without waiting (``wait``: every update of
+        the epoch, waiting for each)."""
         while self.view.enabled and self.view.version < self.expected:
             if self._update_head is None:
                 head = torch.empty(3, dtype=torch.int64)
                 src = self.roles.compute_ranks[self.dst]
                 self._update_head = (dist.irecv(head, src, tag=TAG_UPDATE), head)
             work, head = self._update_head
-            if not work.is_completed():
+            if not wait and not work.is_completed():
                 return
             work.wait()
             self._update_head = None
@@ -419,12 +420,4 @@ class BatchWorker:
             for w in self.queue.popleft()[0]:
                 w.wait()
         rec["send_wait"] += time.perf_counter() - t
-        while self.view.enabled and self.view.version < self.expected:
-            if self._update_head is None:
-                head = torch.empty(3, dtype=torch.int64)
-                dist.recv(head, self.roles.compute_ranks[self.dst], tag=TAG_UPDATE)
-            else:
-                work, head = self._update_head
-                work.wait()
-                self._update_head = None
-            self._apply(head, rec)
+        self._poll_updates(rec, wait=True)
