@@ -1,25 +1,18 @@
-"""Bounded-memory external sort of an edge file, and CSR views built from it.
+"""Bounded-memory external sort of an edge file, and CSR views built from it
+(docs/format.md#csr-views).
 
-The classic two-phase external merge sort:
+A two-phase external merge sort of ``uint64`` keys ``primary << 32 | secondary``: sorted runs
+of ``R = cap / 40`` edges (optionally without duplicates) written to a private scratch folder
+(``scratch_dir``, default beside the output; never the system temp dir), then a merge that
+keeps one block of ``B = cap / (24 k)`` keys per run and repeatedly emits, sorted, the keys
+not larger than the smallest "last loaded key" among unfinished runs (no later key can be
+smaller), refilling the blocks that ran dry; the merged slice is decoded for the sink in
+pieces of 1 Mi keys. Memory is ``O(R + k * B)`` keys plus the sink's O(V) state, whatever
+the number of edges. Node ids must be < 2**32.
 
-1. **Runs.** Read the edge stream in runs of ``R`` edges (``R`` derived from the memory cap),
-   pack each edge into one ``uint64`` key ``primary << 32 | secondary`` (primary = the sort
-   column), sort in place, optionally drop duplicates, and write the run to a file in a
-   private scratch folder (``scratch_dir``, default beside the output; never the system temp
-   dir, often RAM-backed), removed when the sort ends.
-2. **Merge.** Keep one block of ``B`` keys per run in memory. Repeatedly take, from every block,
-   the keys not larger than the smallest "last loaded key" among unfinished runs (all of them
-   are final: no later key of any run can be smaller), sort that slice, emit it, refill the
-   blocks that ran dry.
-
-Memory is ``O(R + k * B)`` keys plus the sink's O(V) state, whatever the number of edges, so a
-cap of 256 MB holds for billion-edge files: runs take ~40 bytes per edge (``R = cap / 40``), the
-merge holds ``k`` blocks of ``B = cap / (24 k)`` keys plus the merged slice, sorted in place, and
-decodes it for the sink in pieces of 1 Mi keys. Node ids must be < 2**32.
-
-:func:`build_csr_files` uses it to write the ``indptr``/``indices`` views of a graph directory:
-``in`` = in-edges grouped by destination (``indices`` are sources), ``out`` = out-edges grouped
-by source (``indices`` are destinations). Neighbour lists come out sorted.
+:func:`build_csr_files` writes the ``indptr``/``indices`` views: ``in`` = in-edges grouped by
+destination (``indices`` are sources), ``out`` = out-edges grouped by source; neighbour lists
+come out sorted.
 """
 
 from __future__ import annotations

@@ -24,15 +24,9 @@ __all__ = ["HeteroGraphWriter"]
 
 
 class HeteroGraphWriter(GraphWriter):
-    """Write a typed graph directory; atomic, as :class:`GraphWriter`::
-
-        schema = HeteroSchema.of({"paper": 3, "author": 2},
-                                 [("author", "writes", "paper")], target="paper")
-        with HeteroGraphWriter(out, schema, add_reverse=True) as w:
-            w.add_relation(("author", "writes", "paper"), [[0, 0], [1, 2]])  # local ids
-            w.write_node_features("paper", x_paper)    # (3, F_paper)
-            w.write_labels(y_paper)                      # the target type's labels
-            w.write_split("train", [0, 1])               # target-type ids
+    """Write a typed graph directory; atomic, as :class:`GraphWriter` (an example:
+    docs/format.md#typed-graphs-format_version-2; ``add_relation`` takes ids local to each
+    type, ``write_labels`` and ``write_split`` the target type's).
 
     Args:
         out: the graph directory to create.

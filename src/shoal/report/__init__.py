@@ -7,11 +7,8 @@
     runs = load_runs(["single.json", "minibatch.json"])   # RunResult JSONs (shoal train --json)
     write_report(runs, "report/", ReportConfig(store="store/cora-4"))
 
-A report compares its runs on shared axes: loss and validation metric per epoch, the epoch
-time split, bytes per epoch, cache hit rates, and the parts of the store trained on (sizes and
-halo fractions, from its ``meta.json``). A run lacking a figure's fields is left out of that
-figure, with a note in ``report.md``. matplotlib (the ``report`` extra) is imported only when
-figures are drawn.
+The figures (shared axes, a note for each run a figure leaves out): README.md, "5. Report".
+matplotlib (the ``report`` extra) is imported only when figures are drawn.
 """
 
 from shoal.report.build import REPORT_FILE, ReportConfig, write_report
