@@ -4,6 +4,7 @@ fix, and nothing left behind (no output directory, no ``.NAME.tmp-*`` sibling)."
 import gzip
 
 import numpy as np
+import pytest
 
 from shoal.data.format import GraphDir
 from tests.data.test_importers import make_ogb, write_text
@@ -24,24 +25,20 @@ def run_bad(run_cli, tmp_path, src, *extra, must=()):
 
 
 # ---------------------------------------------------------------- text
-def test_text_negative_id(run_cli, tmp_path):
-    src = write_text(tmp_path / "e.txt", "# header\n0 1\n\n2 -1\n")
-    run_bad(run_cli, tmp_path, src, must=("line 4", "negative"))
-
-
-def test_text_id_out_of_range(run_cli, tmp_path):
-    src = write_text(tmp_path / "e.txt", "0 1\n1 2\n2 7\n")
-    run_bad(run_cli, tmp_path, src, "--num-nodes", "5", must=("line 3", "7", "--num-nodes"))
-
-
-def test_text_string_in_row(run_cli, tmp_path):
-    src = write_text(tmp_path / "e.csv", "src,dst\n0,1\n")
-    run_bad(run_cli, tmp_path, src, must=("line 1", "'src'", "comment"))
-
-
-def test_text_fractional_id(run_cli, tmp_path):
-    src = write_text(tmp_path / "e.txt", "0 1\n1 2\n% c\n2 1.5\n")
-    run_bad(run_cli, tmp_path, src, must=("line 4, column 2", "'1.5'"))
+@pytest.mark.parametrize(
+    "name, text, extra, must",
+    [
+        ("e.txt", "# header\n0 1\n\n2 -1\n", (), ("line 4", "negative")),
+        ("e.txt", "0 1\n1 2\n2 7\n", ("--num-nodes", "5"), ("line 3", "7", "--num-nodes")),
+        ("e.csv", "src,dst\n0,1\n", (), ("line 1", "'src'", "comment")),
+        ("e.txt", "0 1\n1 2\n% c\n2 1.5\n", (), ("line 4, column 2", "'1.5'")),
+        ("e.txt", "0 1\n5\n", (), ("line 2", "expected 2")),
+        ("e.txt", "# nothing here\n\n", (), ("empty",)),
+    ],
+    ids=["negative", "out-of-range", "string", "fractional", "missing-column", "empty"],
+)
+def test_text_bad_row(run_cli, tmp_path, name, text, extra, must):
+    run_bad(run_cli, tmp_path, write_text(tmp_path / name, text), *extra, must=must)
 
 
 def test_text_third_column(run_cli, tmp_path):
@@ -51,16 +48,6 @@ def test_text_third_column(run_cli, tmp_path):
     code, _, err = run_cli("data", "import", src, "--out", out, "--ignore-extra-columns")
     assert code == 0, err
     assert GraphDir.open(out).edge_stream().memmap().tolist() == [[0, 1], [1, 2], [2, 0]]
-
-
-def test_text_missing_column(run_cli, tmp_path):
-    src = write_text(tmp_path / "e.txt", "0 1\n5\n")
-    run_bad(run_cli, tmp_path, src, must=("line 2", "expected 2"))
-
-
-def test_text_empty_graph(run_cli, tmp_path):
-    src = write_text(tmp_path / "e.txt", "# nothing here\n\n")
-    run_bad(run_cli, tmp_path, src, must=("empty",))
 
 
 def test_truncated_gzip(run_cli, tmp_path):
@@ -78,25 +65,19 @@ def test_npy_truncated(run_cli, tmp_path):
     run_bad(run_cli, tmp_path, p, must=("truncated", "(2, 100)"))
 
 
-def test_npy_fractional_float(run_cli, tmp_path):
-    a = np.array([[0, 1], [1, 2], [2, 0.5]])
+@pytest.mark.parametrize(
+    "a, must",
+    [
+        (np.array([[0, 1], [1, 2], [2, 0.5]]), ("edge 2", "not an integer")),
+        (np.zeros((3, 4), np.int64), ("(3, 4)", "(2, E)")),
+        (np.array([[0, 1, 2], [1, -2, 0]]), ("edge 1", "negative")),
+        (np.array([["a", "b"], ["c", "d"], ["e", "f"]]), ("dtype",)),
+    ],
+    ids=["fractional-float", "wrong-shape", "negative", "string-dtype"],
+)
+def test_npy_bad_array(run_cli, tmp_path, a, must):
     np.save(tmp_path / "e.npy", a)
-    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=("edge 2", "not an integer"))
-
-
-def test_npy_wrong_shape(run_cli, tmp_path):
-    np.save(tmp_path / "e.npy", np.zeros((3, 4), np.int64))
-    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=("(3, 4)", "(2, E)"))
-
-
-def test_npy_negative(run_cli, tmp_path):
-    np.save(tmp_path / "e.npy", np.array([[0, 1, 2], [1, -2, 0]]))
-    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=("edge 1", "negative"))
-
-
-def test_npy_string_dtype(run_cli, tmp_path):
-    np.save(tmp_path / "e.npy", np.array([["a", "b"], ["c", "d"], ["e", "f"]]))
-    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=("dtype",))
+    run_bad(run_cli, tmp_path, tmp_path / "e.npy", must=must)
 
 
 # ---------------------------------------------------------------- npz
@@ -117,50 +98,39 @@ def npz(tmp_path, **over):
     return p
 
 
-def test_npz_feature_rows(run_cli, tmp_path):
-    p = npz(tmp_path, x=np.ones((3, 2), np.float32))
-    run_bad(run_cli, tmp_path, p, must=("'x'", "3 rows", "num_nodes=4"))
-
-
-def test_npz_nan_feature(run_cli, tmp_path):
+def _x_with(row, col, value):
     x = np.ones((4, 2), np.float32)
-    x[2, 1] = np.nan
-    run_bad(run_cli, tmp_path, npz(tmp_path, x=x), must=("row 2, column 1", "nan"))
+    x[row, col] = value
+    return x
 
 
-def test_npz_inf_feature(run_cli, tmp_path):
-    x = np.ones((4, 2), np.float32)
-    x[3, 0] = np.inf
-    run_bad(run_cli, tmp_path, npz(tmp_path, x=x), must=("row 3, column 0", "inf"))
-
-
-def test_npz_label_out_of_range(run_cli, tmp_path):
-    p = npz(tmp_path, y=np.array([0, 1, 5, 1]))
-    run_bad(run_cli, tmp_path, p, "--num-classes", "2", must=("'y'", "row 2", "label 5"))
-
-
-def test_npz_negative_label(run_cli, tmp_path):
-    run_bad(run_cli, tmp_path, npz(tmp_path, y=np.array([0, -3, 0, 1])), must=("row 1", "-3"))
-
-
-def test_npz_id_out_of_range(run_cli, tmp_path):
-    p = npz(tmp_path, edge_index=np.array([[0, 1, 9], [1, 2, 3]]))
-    run_bad(run_cli, tmp_path, p, must=("column 2", "9", "num_nodes=4"))
-
-
-def test_npz_overlapping_splits(run_cli, tmp_path):
-    p = npz(tmp_path, val_mask=np.array([1, 1, 0, 0], bool))
-    run_bad(run_cli, tmp_path, p, must=("overlap", "node 0", "disjoint"))
-
-
-def test_npz_mask_wrong_length(run_cli, tmp_path):
-    p = npz(tmp_path, test_mask=np.array([0, 0, 1], bool))
-    run_bad(run_cli, tmp_path, p, must=("test_mask", "(3,)"))
-
-
-def test_npz_missing_edge_index(run_cli, tmp_path):
-    p = npz(tmp_path, edge_index=None, ei=np.zeros((2, 2), np.int64))
-    run_bad(run_cli, tmp_path, p, must=("edge_index",))
+@pytest.mark.parametrize(
+    "over, extra, must",
+    [
+        ({"x": np.ones((3, 2), np.float32)}, (), ("'x'", "3 rows", "num_nodes=4")),
+        ({"x": _x_with(2, 1, np.nan)}, (), ("row 2, column 1", "nan")),
+        ({"x": _x_with(3, 0, np.inf)}, (), ("row 3, column 0", "inf")),
+        ({"y": np.array([0, 1, 5, 1])}, ("--num-classes", "2"), ("'y'", "row 2", "label 5")),
+        ({"y": np.array([0, -3, 0, 1])}, (), ("row 1", "-3")),
+        ({"edge_index": np.array([[0, 1, 9], [1, 2, 3]])}, (), ("column 2", "9", "num_nodes=4")),
+        ({"val_mask": np.array([1, 1, 0, 0], bool)}, (), ("overlap", "node 0", "disjoint")),
+        ({"test_mask": np.array([0, 0, 1], bool)}, (), ("test_mask", "(3,)")),
+        ({"edge_index": None, "ei": np.zeros((2, 2), np.int64)}, (), ("edge_index",)),
+    ],
+    ids=[
+        "feature-rows",
+        "nan-feature",
+        "inf-feature",
+        "label-out-of-range",
+        "negative-label",
+        "id-out-of-range",
+        "overlapping-splits",
+        "mask-wrong-length",
+        "missing-edge-index",
+    ],
+)
+def test_npz_bad_member(run_cli, tmp_path, over, extra, must):
+    run_bad(run_cli, tmp_path, npz(tmp_path, **over), *extra, must=must)
 
 
 def test_npz_truncated(run_cli, tmp_path):
@@ -203,24 +173,18 @@ def test_ogb_split_overlap(run_cli, tmp_path):
     run_bad(run_cli, tmp_path, d, must=("overlap", "node 1"))
 
 
-def test_ogb_feature_rows(run_cli, tmp_path):
-    d = make_ogb(tmp_path / "ogb", feats="1,2\n3,4\n5,6\n")
-    run_bad(run_cli, tmp_path, d, must=("node-feat.csv.gz", "3 rows", "num_nodes=4"))
-
-
-def test_ogb_feature_nan(run_cli, tmp_path):
-    d = make_ogb(tmp_path / "ogb", feats="1,2\n3,4\n5,nan\n7,8\n")
-    run_bad(run_cli, tmp_path, d, must=("node-feat.csv.gz", "row 2, column 1"))
-
-
-def test_ogb_bad_label(run_cli, tmp_path):
-    d = make_ogb(tmp_path / "ogb", labels="0\n1\nx\n1\n")
-    run_bad(run_cli, tmp_path, d, must=("node-label.csv.gz", "line 3", "'x'"))
-
-
-def test_ogb_edge_out_of_range(run_cli, tmp_path):
-    d = make_ogb(tmp_path / "ogb", edges="0,1\n1,4\n")
-    run_bad(run_cli, tmp_path, d, must=("edge.csv.gz", "line 2", "num_nodes=4"))
+@pytest.mark.parametrize(
+    "files, must",
+    [
+        ({"feats": "1,2\n3,4\n5,6\n"}, ("node-feat.csv.gz", "3 rows", "num_nodes=4")),
+        ({"feats": "1,2\n3,4\n5,nan\n7,8\n"}, ("node-feat.csv.gz", "row 2, column 1")),
+        ({"labels": "0\n1\nx\n1\n"}, ("node-label.csv.gz", "line 3", "'x'")),
+        ({"edges": "0,1\n1,4\n"}, ("edge.csv.gz", "line 2", "num_nodes=4")),
+    ],
+    ids=["feature-rows", "feature-nan", "bad-label", "edge-out-of-range"],
+)
+def test_ogb_bad_file(run_cli, tmp_path, files, must):
+    run_bad(run_cli, tmp_path, make_ogb(tmp_path / "ogb", **files), must=must)
 
 
 def test_ogb_missing_edges(run_cli, tmp_path):
