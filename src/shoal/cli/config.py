@@ -1,8 +1,23 @@
-"""One TOML file for every stage: ``--config FILE`` on any command, and ``shoal config show``
-(README.md, "4. Train": the sections and an example).
+"""One TOML file for every stage: ``--config FILE`` on any command, and ``shoal config show``.
 
 A section per stage holds that command's options under their flag names (dashes or
-underscores; ``[train]`` by TrainConfig.FLAT names, ``[link]`` the LinkConfig options).
+underscores), e.g.::
+
+    [partition]
+    algo = "spring"
+    parts = 8
+    option = { representative = "richest" }   # the --option KEY=VALUE pairs
+
+    [store]
+    halo-features = true
+
+    [train]            # every option of shoal train by its flat name (TrainConfig.FLAT)
+    model = "sage"
+    fanouts = [15, 10, 5]
+
+    [link]             # the link-prediction options (TrainConfig.link, LinkConfig)
+    scorer = "mlp"
+
 Sections: ``import``, ``synth.rmat``, ``synth.dcsbm``, ``split-edges``, ``partition``,
 ``store``, ``plan``, ``train`` (and ``link``), ``embed``, ``report``. Flags given on the
 command line win over the file; the file wins over the defaults. A key that is not an option

@@ -62,24 +62,10 @@ class DemoStep:
 def _gcn(epochs: int) -> list[str]:
     """The accuracy benchmark's Cora GCN settings (``bench/accuracy.py``), one thread per
     process: two processes with two threads each on two cores run several times slower."""
-    return [
-        "--model",
-        "gcn",
-        "--fanouts",
-        "all,all",
-        "--hidden",
-        "64",
-        "--lr",
-        "0.01",
-        "--weight-decay",
-        "5e-4",
-        "--normalize-features",
-        "--epochs",
-        str(epochs),
-        "--threads",
-        "1",
-        "--no-progress",
-    ]
+    return (
+        "--model gcn --fanouts all,all --hidden 64 --lr 0.01 --weight-decay 5e-4 "
+        f"--normalize-features --epochs {epochs} --threads 1 --no-progress"
+    ).split()
 
 
 def _prepare(cora: Path, g: Path, a: Path, s: Path, parts: int) -> list[DemoStep]:

@@ -1,7 +1,15 @@
-"""``shoal report``: ``report.md`` and PNG plots of one or more runs' result JSONs
-(``shoal train ... --json RUN.json``), written into --out; what the report holds: README.md,
-"5. Report". ``shoal train ... --report DIR`` writes the report of the run when it ends.
-Needs matplotlib: pip install 'shoal[report]'.
+"""``shoal report``: ``report.md`` and PNG plots of one or more runs.
+
+Reads the result JSON of each run (``shoal train ... --json RUN.json``) and writes into --out:
+report.md (a table of the runs: engine, model, data, processes, epochs, best validation and
+test metric, median epoch time, total time; the settings that differ; the figures) and one
+PNG per figure: training loss and validation metric (accuracy, or MRR for link prediction)
+per epoch, the epoch time split by phase, bytes per epoch (sent, all-reduced, read from disk),
+cache hit rates, and the parts of the store trained on (core and halo nodes, in-edges, halo
+fraction: from --store, or the store the runs recorded). Several runs share the axes of each
+figure (e.g. engines compared on one store); a run lacking a figure's fields is left out of
+it, with a note in report.md. ``shoal train ... --report DIR`` writes the report of the run
+when it ends. Needs matplotlib: pip install 'shoal[report]'.
 """
 
 from __future__ import annotations
