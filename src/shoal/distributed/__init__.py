@@ -12,7 +12,6 @@ from shoal.distributed.runtime import (
     Rank0Filter,
     env_world,
     process_group,
-    rank0_print,
 )
 from shoal.distributed.sampler import DistNeighborSampler
 from shoal.distributed.tables import NodeTables, NodeValues, parts_of_rank
@@ -33,5 +32,4 @@ __all__ = [
     "owner_of",
     "parts_of_rank",
     "process_group",
-    "rank0_print",
 ]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numba
 
+from shoal.training._kernels import _range_ids
+
 
 @numba.njit(cache=True, nogil=True)
 def _served_index(u, num_core, me_base, halo_served):
@@ -67,25 +69,14 @@ def _bucket_served(
 def _number_buckets(ptr, off, mark, req_ptr, req):
     """For every bucket ``b`` (edges ``ptr[b]:ptr[b + 1]``): its distinct offsets, in
     increasing order, appended to ``req`` (``req_ptr[b]:req_ptr[b + 1]``), and each edge's
-    ``off`` replaced by its offset's position among them. ``mark`` (one entry per offset of a
-    range) must be all -1 and is left so. Returns the number of requests."""
+    ``off`` replaced by its offset's position among them (:func:`~shoal.training._kernels.
+    _range_ids`). ``mark`` (one entry per offset of a range) must be all -1 and is left so.
+    Returns the number of requests."""
     k = 0
     for b in range(ptr.shape[0] - 1):
         req_ptr[b] = k
         lo, hi = ptr[b], ptr[b + 1]
-        if hi == lo:
-            continue
-        for e in range(lo, hi):
-            mark[off[e]] = 0
-        first = k
-        for u in range(mark.shape[0]):
-            if mark[u] == 0:
-                mark[u] = k - first
-                req[k] = u
-                k += 1
-        for e in range(lo, hi):
-            off[e] = mark[off[e]]
-        for i in range(first, k):
-            mark[req[i]] = -1
+        if hi > lo:
+            k += _range_ids(off[lo:hi], 0, mark, req[k:], off[lo:hi])
     req_ptr[ptr.shape[0] - 1] = k
     return k

@@ -6,21 +6,15 @@ the rows no longer fit in memory. When every layer is a sum of per-source messag
 (:class:`shoal.nn.SumLayer`), a layer is computed instead as in DistGNN's full-graph layer
 (Md et al., SC 2021, Sec. 3: a layer's aggregation runs over the local part, and the partial
 results of the replicated (halo) nodes are exchanged between layers) combined with the
-single-process blocked scheme (:mod:`shoal.training.blocked`):
+single-process blocked scheme (:mod:`shoal.training.blocked`). A block's halo sources reach it
+as messages from their owners' sweeps (:mod:`shoal.distributed.served`, the default), or from
+halo rows stored on this rank (:func:`exchange_halos` pulls them into a scratch file, chunk by
+chunk within the budget; a store built with ``--halo-features`` holds layer 0's), swept per
+block with the part's core rows as one stacked input.
 
-1. **halo exchange** (collective): each rank pulls its parts' halo rows of the layer's input
-   from their owners (:class:`~shoal.distributed.DistFeatureStore`, chunk by chunk within the
-   budget; every owner answers with planned reads of sorted rows,
-   :class:`~shoal.rows.direct.RowReader`) and writes them, in halo order, to a scratch file.
-   Layer 0 of a store built with ``--halo-features`` needs none: the part holds them;
-2. **local layer**: each part's core rows of the layer are computed by
-   :func:`~shoal.training.blocked.blocked_layer` over the part's in-neighbour CSR, reading its
-   core rows and its halo rows as one stacked input (source ranges in file order), and written
-   to a scratch file: the next layer's input, and what this rank serves in the next exchange.
-
-The last layer is computed for the evaluation targets only and compared with their labels, so
-no per-node output of the last layer is kept (:func:`blocked_dist_outputs` hands the rows to a
-callback instead: the link task keeps them). Memory is the budget plus ``O(local nodes)``.
+The last layer is computed for the evaluation targets only, its rows handed to a callback
+(:func:`blocked_dist_counts` compares them with their labels; the link task keeps them), so
+no per-node output of the last layer is kept. Memory is the budget plus ``O(local nodes)``.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ import torch.distributed as dist
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.distributed.runtime import DistContext
-from shoal.distributed.served import ServedLayout, served_layer
+from shoal.distributed.served import ServedLayout, reduced, served_layer
 from shoal.distributed.tables import NodeTables
 from shoal.nn.base import SumLayer
 from shoal.rows.direct import RowFile
@@ -99,13 +93,6 @@ class PlannedGather:
         self.readers.clear()
 
 
-def _max_over_ranks(ctx: DistContext, value: int) -> int:
-    t = torch.tensor([value], dtype=torch.int64)
-    if ctx.world_size > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
-
-
 def exchange_halos(
     store: Store,
     parts: list[Partition],
@@ -149,7 +136,7 @@ def exchange_halos(
     ]
     writers = {p.index: RowWriter(outs[p.index]) for p in parts}
     try:
-        for k in range(_max_over_ranks(ctx, len(jobs))):
+        for k in range(reduced(len(jobs), ctx.world_size, dist.ReduceOp.MAX)):
             if k >= len(jobs):
                 fs.pull(np.empty(0, np.int64))
                 continue
@@ -246,16 +233,10 @@ def blocked_dist_counts(
     ctx: DistContext,
     tables: NodeTables,
     splits: tuple[str, ...],
-    *,
-    scratch,
-    budget: int,
-    normalize: bool = False,
-    stats: CommStats | None = None,
-    threads: int = 8,
-    halo: str = "served",
+    **kwargs,
 ) -> tuple[np.ndarray, np.ndarray]:
     """This rank's ``(correct, total)`` per split of the model ``layers`` (module docstring;
-    ``halo``: :func:`blocked_dist_outputs`); collective. ``scratch.array(rows, cols)`` makes the layers' arrays."""
+    ``kwargs``: :func:`blocked_dist_outputs`'s); collective."""
     correct = np.zeros(len(splits), np.float64)
     total = np.zeros(len(splits), np.float64)
     targets, counters = {}, {}
@@ -273,12 +254,7 @@ def blocked_dist_counts(
         tables,
         targets,
         counters,
-        scratch=scratch,
-        budget=budget,
-        normalize=normalize,
-        stats=stats,
-        threads=threads,
-        halo=halo,
+        **kwargs,
     )
     return correct, total
 
@@ -304,12 +280,10 @@ def blocked_dist_outputs(
 ) -> None:
     """Run the model ``layers`` for the sorted core positions ``targets[part]`` of this rank's
     parts; the last layer's rows are handed to ``on_output[part](pos, h, todo)`` (``h`` the
-    outputs of the core positions ``todo[pos]``). Collective. ``inputs``: layer-0 rows per
+    outputs of the core positions ``todo[pos]``). Collective. ``scratch.array(rows, cols)``
+    makes the layers' arrays; ``inputs``: layer-0 rows per
     part (default the store's features; halo rows are then pulled from the owners).
-    ``halo`` (default ``"served"``): how a block's halo sources reach it: ``"served"``, as
-    messages from their owners' sweeps (:mod:`shoal.distributed.served`: each rank reads its
-    own rows only); ``"stored"``, from halo rows on this rank's disk (the store's halo
-    features for layer 0, pulled into a scratch file for later layers), swept per block."""
+    ``halo``: how a block's halo sources reach it (:data:`HALO_MODES`, module docstring)."""
     if halo not in HALO_MODES:
         raise ValueError(f"halo must be one of {', '.join(HALO_MODES)}, got {halo!r}")
     mode = halo
@@ -331,25 +305,23 @@ def blocked_dist_outputs(
         dim = int(store.feature_dim)
     else:
         halos, dim = None, int(next(iter(inputs.values())).shape[1]) if inputs else 0
-        dim = _max_over_ranks(ctx, dim)
+        dim = reduced(dim, ctx.world_size, dist.ReduceOp.MAX)
     norm, pre = normalize, layers[0].pre if layers else None
     if mode == "served":
         layout = ServedLayout(store.part_offsets, part_to_rank, ctx.world_size)
         served = {p.index: layout.served_of(p.halo_ids) for p in parts}
     for li, sl in enumerate(layers):
         last = li == len(layers) - 1
+        nxt = None if last else layers[li + 1].pre
+        width = output_width(sl, width_of(pre, dim), nxt)
+        outs = {} if last else {p.index: scratch.array(p.num_core, width) for p in parts}
+        emits = None
+        if last:
+            emits = {
+                p.index: (lambda pos, h, c=on_output[p.index], t=core[li][p.index]: c(pos, h, t))
+                for p in parts
+            }
         if mode == "served":
-            nxt = None if last else layers[li + 1].pre
-            width = output_width(sl, width_of(pre, dim), nxt)
-            outs = {} if last else {p.index: scratch.array(p.num_core, width) for p in parts}
-            emits = None
-            if last:
-                emits = {
-                    p.index: (
-                        lambda pos, h, c=on_output[p.index], t=core[li][p.index]: c(pos, h, t)
-                    )
-                    for p in parts
-                }
             served_layer(
                 sl,
                 inputs,
@@ -385,24 +357,16 @@ def blocked_dist_outputs(
                 threads=threads,
                 needed=need_halo[li],
             )
-        nxt = None if last else layers[li + 1].pre
-        width = output_width(sl, width_of(pre, dim), nxt)
-        outs: dict[int, np.ndarray] = {}
         for p in parts:
-            todo = core[li][p.index]
             halo = halos[p.index]
             src = [inputs[p.index]] + ([halo] if halo is not None and p.num_halo else [])
-            count = on_output[p.index]
-            emit = (lambda pos, h, c=count, t=todo: c(pos, h, t)) if last else None
-            if not last:
-                outs[p.index] = scratch.array(p.num_core, width)
             blocked_layer(
                 sl,
                 src,
                 graphs[p.index],
-                todo,
+                core[li][p.index],
                 out=outs.get(p.index),
-                on_output=emit,
+                on_output=None if emits is None else emits[p.index],
                 pre=pre,
                 nxt=nxt,
                 budget=budget,

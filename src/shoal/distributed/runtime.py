@@ -41,7 +41,6 @@ __all__ = [
     "Rank0Filter",
     "env_world",
     "process_group",
-    "rank0_print",
 ]
 
 log = logging.getLogger(__name__)
@@ -186,12 +185,6 @@ class Rank0Filter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.rank == 0 or record.levelno >= logging.WARNING
-
-
-def rank0_print(*args: object, **kwargs: object) -> None:
-    """``print`` on rank 0 only (every rank prints when no group is initialised)."""
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        print(*args, **kwargs)  # noqa: T201
 
 
 @contextmanager

@@ -94,9 +94,7 @@ class DistNeighborSampler(BlockSampler):
         type_of: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.group = group
-        self.parts = {p.index: p for p in parts}
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
-        self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
         self.rank = rank
         self.world_size = world_size
         super().__init__(fanouts, int(self.part_offsets[-1]), id_map="hashed")
@@ -104,20 +102,17 @@ class DistNeighborSampler(BlockSampler):
             degrees if isinstance(degrees, NodeValues) else np.asarray(degrees, np.float32)
         )
         self.stats = stats if stats is not None else CommStats()
-        # halo local index -> global id, per part, loaded once (O(halo))
-        self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
         self.unavailable = 0
         # local tables: each pick carries its degree (the batch's, by local id, in _bdeg)
         self._bdeg = np.empty(0, np.float32)
         self._hop_deg = np.empty(0, np.float32)
-        self._local_degrees()
         self.relations = None
         if schema is not None:
             if type_of is None:
                 raise ValueError("a typed sampler needs the node type of new ids (type_of)")
             self.relations = RelationDraws(schema, self.fanouts, relation_fanouts)
             self.type_of = type_of
-        self._part_types()
+        self.set_parts(parts, part_to_rank)
 
     def _part_types(self) -> None:
         """Per resident part of a typed store drawn per relation: every core row's type and
@@ -170,6 +165,7 @@ class DistNeighborSampler(BlockSampler):
         """Replace the resident parts and the part -> rank map (a new epoch's assignment)."""
         self.parts = {p.index: p for p in parts}
         self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
+        # halo local index -> global id, per part, loaded once (O(halo))
         self._l2g_halo = {i: np.asarray(p.halo_ids, dtype=np.int64) for i, p in self.parts.items()}
         self._local_degrees()
         self._part_types()
@@ -253,11 +249,7 @@ class DistNeighborSampler(BlockSampler):
         np.cumsum(counts, out=rowptr_all[1:])
         out = np.empty((int(rowptr_all[-1]),) + self._empty_picks().shape[1:], dtype=np.int64)
         for sel, rowptr, picked in pieces:
-            c = np.diff(rowptr)
-            where = np.repeat(rowptr_all[sel], c) + (
-                np.arange(picked.shape[0]) - np.repeat(rowptr[:-1], c)
-            )
-            out[where] = picked
+            _scatter_segments(out, rowptr_all, sel, np.diff(rowptr), picked)
         return counts, out
 
     def _count_rows(

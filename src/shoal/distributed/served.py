@@ -1,38 +1,32 @@
 """Distributed blocked layers whose halo rows are served by their owners' sweeps.
 
-In :mod:`shoal.distributed.blocked` a rank computes a block of its targets by sweeping the
-rows of its part *and of its halo* (a copy of other ranks' rows, stored with the part or
-pulled into a scratch file). When the rows do not fit in memory every block costs a sweep of
-both, and on a graph without locality the halo is about as large as the part (10M-node
-graph, 2 ranks: 4.5M halo rows beside 5.5M own rows): half of every block's reads are rows
-another rank is reading at the same moment for its own block.
+In :mod:`shoal.distributed.blocked`'s stored-halo path a rank sweeps the rows of its part *and
+of its halo* for every block; on a graph without locality the halo is about as large as the
+part (10M-node graph, 2 ranks: 4.5M halo rows beside 5.5M own rows), so half of every block's
+reads are rows another rank is reading at the same moment for its own block.
 
-Here the ranks sweep together instead. A layer runs in *rounds*: in each, every rank takes
-one block of its targets (an empty one when it has none left) and tells each owner which of
-its rows the block needs (one exchange of ids). Every rank then sweeps **its own rows only**
-in steps of ``R`` rows (the same ``R`` everywhere): at step ``s`` it reads, with one planned
-pass, the rows of its range ``s`` that any rank asked for, turns them into messages
-(``pre``, then :attr:`SumLayer.message <shoal.nn.SumLayer>` with the owner's degrees),
-keeps its own and sends every other rank the messages it asked for (one all-to-all per
-step); each rank adds the messages it receives into its block's accumulators. Then the block
-is finished as in :func:`~shoal.training.blocked.blocked_layer`. Each rank's disk thus reads
-its own rows once per round, and only the messages a peer's block needs cross the network
-(a quarter of the halo per block on that graph, and ``width`` columns instead of the row's
-``dim``). It is the exchange of DistGNN's full-graph layer (Md et al., SC 2021, Sec. 3),
-where owners compute for their own nodes and send to replicas, applied per block of targets
-under a memory budget (MariusGNN's partition buffer, Waleffe et al., EuroSys 2023, Sec. 4).
+Here the ranks sweep together. A layer runs in *rounds*: in each, every rank takes one block
+of its targets (an empty one when it has none left) and tells each owner which of its rows the
+block needs (one exchange of ids). Every rank then sweeps **its own rows only** in steps of
+``R`` rows (the same ``R`` everywhere): at step ``s`` it reads, in one planned pass, the rows
+of its range ``s`` that any rank asked for, turns them into messages (``pre``, then
+:attr:`SumLayer.message <shoal.nn.SumLayer>` with the owner's degrees), keeps its own and
+sends each peer the messages it asked for (one all-to-all per step), adding what it receives
+into its block's accumulators; the block is then finished as in
+:func:`~shoal.training.blocked.blocked_layer`. Only the messages a peer's block needs cross
+the network (``width`` columns instead of the row's ``dim``). It is the exchange of DistGNN's
+full-graph layer (Md et al., SC 2021, Sec. 3) applied per block of targets under a memory
+budget (MariusGNN's partition buffer, Waleffe et al., EuroSys 2023, Sec. 4).
 
-Ranks, not parts, own rows here: a rank's parts are its rows in part order (a *served
-index* numbers every rank's rows, rank after rank), so a part's sources in the rank's
-other parts are served by the rank itself in the same sweep. Same outputs as the stored-halo
-path for the same weights, within float tolerance (messages are summed in another order).
+Ranks, not parts, own rows here: a rank's parts are its rows in part order (a *served index*
+numbers every rank's rows, rank after rank). Same outputs as the stored-halo path for the same
+weights, within float tolerance (messages are summed in another order).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -55,7 +49,6 @@ from shoal.training.blocked import (
     _blocks,
     _in_edges,
     _read_ahead,
-    _read_pre,
     id_dtype,
 )
 from shoal.utils.mapped import file_of
@@ -183,6 +176,14 @@ def _all_to_all(send: np.ndarray, recv: np.ndarray, send_counts, recv_counts) ->
     )
 
 
+def reduced(value: int, world: int, op) -> int:
+    """``value`` reduced over the ranks by ``op`` (collective; as is in a world of one)."""
+    t = torch.tensor([value], dtype=torch.int64)
+    if world > 1:
+        dist.all_reduce(t, op=op)
+    return int(t.item())
+
+
 def _tally(stats: CommStats | None, sent: int, received: int, row_bytes: int) -> None:
     if stats is not None:
         stats.rounds += 1
@@ -220,11 +221,7 @@ def served_layer(
     todo, rows)``."""
     W = ctx.world_size
     width_in = dim if pre is None else int(pre(torch.zeros(1, dim)).shape[1])
-    R = sweep_rows(budget, dim, sl.width, W)
-    if W > 1:
-        t = torch.tensor([R], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
-        R = int(t.item())
+    R = reduced(sweep_rows(budget, dim, sl.width, W), W, dist.ReduceOp.MIN)
     steps = int(max(-(-int(n) // R) for n in layout.rank_rows)) if len(layout.rank_rows) else 0
     held = held_bytes(R, dim, max(sl.width, width_in), W, budget)
     free = max(budget - held, 1)
@@ -241,11 +238,7 @@ def served_layer(
         ids = np.asarray(todo[p.index])
         for a, b in _blocks(graphs[p.index][0], ids, per_target, free, per_edge):
             blocks.append((p, a, ids[a:b]))
-    rounds = len(blocks)
-    if W > 1:
-        t = torch.tensor([rounds], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        rounds = int(t.item())
+    rounds = reduced(len(blocks), W, dist.ReduceOp.MAX)
     log.info(
         "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
         "ranks; each round sweeps this rank's %d rows in %d steps of %d rows (%.0f MiB of "
@@ -421,7 +414,7 @@ def _gather(
             ids = np.empty(0, np.int64) if union is None else union.astype(np.int64) + s * R
             yield ids, s, union, lists
 
-    for (ids, s, union, lists), h in _read_deep(
+    for (ids, s, union, lists), h in _read_ahead(
         sweep.pool, _Rows(sources), pre, items(), sweep.range_bufs
     ):
         t0 = clock.add("read wait", t0)
@@ -476,22 +469,6 @@ class _Clock:
 
     def __str__(self) -> str:
         return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
-
-
-def _read_deep(pool: ThreadPoolExecutor, rows, pre, items, bufs: list):
-    """``(item, the rows of item[0])`` for each of ``items``, read by ``pool`` (one thread)
-    up to ``len(bufs) - 1`` items ahead of the caller, each into the next of the reused
-    buffers ``bufs`` (refilled only once the caller has moved past its item)."""
-    pending: deque = deque()
-    depth = len(bufs) - 1
-    for k, item in enumerate(items):
-        pending.append((item, pool.submit(_read_pre, rows, item[0], pre, bufs[k % len(bufs)])))
-        if len(pending) > depth:
-            item0, fut = pending.popleft()
-            yield item0, fut.result()
-    while pending:
-        item0, fut = pending.popleft()
-        yield item0, fut.result()
 
 
 class _Rows:

@@ -60,6 +60,21 @@ TABLE_CHUNK = 1 << 20
 SCOPES = ("global", "local")
 
 
+def _own_values(parts: list[Partition], size: int, at) -> tuple[np.ndarray, ...]:
+    """``(degrees, labels, train)`` over ``size`` nodes (0, -1, False where unset) with the
+    values of ``parts``' core nodes, part ``p``'s from position ``at(p)``."""
+    deg, lab, tr = np.zeros(size, np.float32), np.full(size, -1, np.int32), np.zeros(size, bool)
+    for p in parts:
+        if not p.num_core:
+            continue
+        sl = slice(at(p), at(p) + p.num_core)
+        deg[sl] = np.diff(np.asarray(p.indptr))
+        if p.labels is not None:
+            lab[sl] = np.asarray(p.labels)
+        tr[sl] = np.asarray(p.train_mask)
+    return deg, lab, tr
+
+
 class LocalIndex:
     """Positions of global node ids among a rank's nodes: the id ranges of its parts' core
     nodes (the store numbers each part's core nodes contiguously), then ``extra`` (sorted
@@ -175,15 +190,7 @@ class NodeTables:
     @staticmethod
     def _dense(store: Store, parts: list[Partition], distributed: bool):
         n = store.num_nodes
-        degrees = np.zeros(n, np.float32)
-        labels = np.full(n, -1, np.int32)
-        train = np.zeros(n, np.bool_)
-        for part in parts:
-            sl = slice(part.start, part.stop)
-            degrees[sl] = np.diff(np.asarray(part.indptr))
-            if part.labels is not None:
-                labels[sl] = np.asarray(part.labels)
-            train[sl] = np.asarray(part.train_mask)
+        degrees, labels, train = _own_values(parts, n, lambda p: p.start)
         if not distributed:
             return degrees, labels, train
         for a in range(0, n, TABLE_CHUNK):
@@ -205,16 +212,9 @@ class NodeTables:
         extra = np.unique(np.concatenate(halo)) if halo else np.empty(0, np.int64)
         extra = extra[~own.owned(extra)]
         index = LocalIndex(ranges, extra)
-        deg = np.zeros(index.size, np.float32)
-        lab = np.full(index.size, -1, np.int32)
-        tr = np.zeros(index.size, np.bool_)
-        for p in parts:
-            at = int(index.positions(np.array([p.start]))[0]) if p.num_core else 0
-            sl = slice(at, at + p.num_core)
-            deg[sl] = np.diff(np.asarray(p.indptr))[: p.num_core]
-            if p.labels is not None:
-                lab[sl] = np.asarray(p.labels)
-            tr[sl] = np.asarray(p.train_mask)
+        deg, lab, tr = _own_values(
+            parts, index.size, lambda p: int(index.positions(np.array([p.start]))[0])
+        )
         if len(extra) and not distributed:
             raise ValueError(
                 "local node tables of a subset of the parts need a process group to ask the "

@@ -51,7 +51,7 @@ import torch.distributed as dist
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.graph.blocks import MiniBatch
-from shoal.rows.featstore import DiskFeatures, Window
+from shoal.rows.featstore import DiskFeatures, FeatureStats, Window
 from shoal.rows.packing import Packs
 from shoal.utils.idset import IdSet
 
@@ -395,16 +395,7 @@ class DistWindows:
         epoch of ``batches`` and ``sample(e)`` samples epoch ``e``'s batches again
         (collective). Collective: every rank iterates to the end."""
         ahead = None
-        self.io = {
-            "requested": 0,
-            "hits": 0,
-            "rows_read": 0,
-            "bytes_read": 0,
-            "read_seconds": 0.0,
-            "windows": 0,
-            "io_wait": 0.0,
-            "unique_rows": 0,
-        }
+        self.io = {**FeatureStats().snapshot(), "io_wait": 0.0, "unique_rows": 0}
         packed0 = self.packs.stats.snapshot()
         if sample is not None:
             self._pack(epoch, sample)
@@ -455,15 +446,8 @@ class DistWindows:
 
     def _finish(self) -> None:
         """Count the window just trained on in :attr:`io` (the epoch's record)."""
-        w = self.current
-        if w is not None:
-            io = self.io
-            io["requested"] += w.requested
-            io["hits"] += w.hits
-            io["rows_read"] += len(w.cold)
-            io["bytes_read"] += w.bytes_read
-            io["read_seconds"] += w.read_seconds
-            io["windows"] += 1
+        if self.current is not None:
+            self.current.add_to(self.io)
         self.current = None
 
     def _ready(self, item) -> tuple[list[MiniBatch], Window]:

@@ -7,6 +7,12 @@ one relation (:meth:`~shoal.data.hetero.HeteroSchema.pair_relations`), that run 
 relation's neighbour list, and a relation's fanout is drawn from it as the untyped sampler
 draws from a whole row (:func:`shoal.sample._kernels._floyd`, selection sampling above
 ``_FLOYD_MAX``), from a stream keyed by (hop, frontier position, relation).
+
+A link batch's own edges (and their reverses) must not carry messages: the excluded ``(src,
+dst)`` edges are sorted keys ``dst * n_ids + src`` (the untyped sampler's,
+:mod:`shoal.sample._exclude_kernels`; none: an empty array). A relation's run without
+excluded entries draws as above; one with some draws its fanout among the remaining entries,
+from the same stream, so the other in-neighbours still fill the fanout.
 """
 
 from __future__ import annotations
@@ -72,95 +78,6 @@ def _draw_relation(indices, s, d, k, key, i, r, picked, dst, at):
     _draw_run(indices, s, d, k, state, picked, at, False)
 
 
-def _count_py(indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, counts):
-    """counts[i] = sum over the relations into ``nodes[i]``'s type of min(fanout, run)."""
-    rows = indptr.shape[0] - 1
-    for i in prange(n):
-        v = nodes[i]
-        c = 0
-        if v < rows:
-            b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-            t = range_index(offsets, v)
-            for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
-                r = by_dst[q]
-                c += _relation_draw(indices, b, e, offsets, src_type[r], fan[r])[2]
-        counts[i] = c
-
-
-def _fill_py(
-    indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, rowptr, key, picked, dst
-):
-    """Draw each relation's fanout of ``nodes[i]``'s in-neighbours into ``picked[rowptr[i]:]``
-    (global ids), relation after relation in the schema's order; ``dst`` gets ``i``."""
-    rows = indptr.shape[0] - 1
-    for i in prange(n):
-        v = nodes[i]
-        at = rowptr[i]
-        if v >= rows or rowptr[i + 1] == at:
-            continue
-        b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-        t = range_index(offsets, v)
-        for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
-            r = by_dst[q]
-            s, d, k = _relation_draw(indices, b, e, offsets, src_type[r], fan[r])
-            _draw_relation(indices, s, d, k, key, i, r, picked, dst, at)
-            at += k
-
-
-def _count_rel_py(indptr, etypes, rows, n, row_type, by_dst_ptr, by_dst, fan, counts):
-    """The typed store's :func:`_count_py`: row ``rows[i]`` of a part's CSR, whose in-edges
-    are grouped by relation (``etypes``); ``row_type``: the node type of every local row
-    (at least the CSR's rows). A local index past the CSR's rows (a halo node) draws
-    nothing."""
-    last = indptr.shape[0] - 1
-    for i in prange(n):
-        v = rows[i]
-        c = 0
-        if v >= last:  # a halo node: its in-edges are its owner's
-            counts[i] = 0
-            continue
-        b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-        t = row_type[v]
-        for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
-            r = by_dst[q]
-            c += _run_draw(etypes, b, e, r, r + 1, fan[r])[2]
-        counts[i] = c
-
-
-def _fill_rel_py(
-    indptr, indices, etypes, rows, n, row_type, by_dst_ptr, by_dst, fan, rowptr, key, picked, dst
-):
-    """The typed store's :func:`_fill_py`: each relation's run is found in ``etypes``;
-    ``picked`` gets local source indices. The draws equal :func:`_fill_py`'s on the same
-    runs (same stream per (position, relation))."""
-    for i in prange(n):
-        v = rows[i]
-        at = rowptr[i]
-        if rowptr[i + 1] == at:  # no draws (a halo node among them)
-            continue
-        b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-        t = row_type[v]
-        for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
-            r = by_dst[q]
-            s, d, k = _run_draw(etypes, b, e, r, r + 1, fan[r])
-            _draw_relation(indices, s, d, k, key, i, r, picked, dst, at)
-            at += k
-
-
-_count = numba.njit(cache=True, parallel=True, nogil=True)(_count_py)
-_fill = numba.njit(cache=True, parallel=True, nogil=True)(_fill_py)
-_count_rel = numba.njit(cache=True, parallel=True, nogil=True)(_count_rel_py)
-_fill_rel = numba.njit(cache=True, parallel=True, nogil=True)(_fill_rel_py)
-
-
-# ----------------------------------------------------------------------------- exclusions
-# A link batch's own edges (and their reverses) must not carry messages: the excluded
-# ``(src, dst)`` edges are sorted keys ``dst * n_ids + src`` (the untyped sampler's,
-# :mod:`shoal.sample._exclude_kernels`). A relation's run without excluded entries draws
-# exactly as above; one with some draws its fanout among the remaining entries, from the same
-# stream, so the other in-neighbours still fill the fanout.
-
-
 @numba.njit(cache=True, inline="always")
 def _excluded_in(indices, s, d, ex_keys, lo, hi, base):
     """Entries of ``indices[s:s + d]`` whose key ``base + entry`` is in ``ex_keys[lo:hi]``."""
@@ -198,10 +115,11 @@ def _capped(d, fanout):
     return d if (fanout < 0 or d <= fanout) else fanout
 
 
-def _count_excl_py(
+def _count_py(
     indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, ex_keys, n_ids, counts
 ):
-    """:func:`_count_py` without the excluded edges."""
+    """counts[i] = sum over the relations into ``nodes[i]``'s type of min(fanout, run less
+    its excluded entries)."""
     rows = indptr.shape[0] - 1
     for i in prange(n):
         v = nodes[i]
@@ -219,7 +137,7 @@ def _count_excl_py(
         counts[i] = c
 
 
-def _fill_excl_py(
+def _fill_py(
     indptr,
     indices,
     nodes,
@@ -236,7 +154,8 @@ def _fill_excl_py(
     ex_keys,
     n_ids,
 ):
-    """:func:`_fill_py` without the excluded edges."""
+    """Draw each relation's fanout of ``nodes[i]``'s in-neighbours into ``picked[rowptr[i]:]``
+    (global ids), relation after relation in the schema's order; ``dst`` gets ``i``."""
     rows = indptr.shape[0] - 1
     for i in prange(n):
         v = nodes[i]
@@ -257,10 +176,13 @@ def _fill_excl_py(
             at += k
 
 
-def _count_rel_excl_py(
+def _count_rel_py(
     indptr, indices, etypes, rows, n, row_type, by_dst_ptr, by_dst, fan, ex_keys, n_ids, counts
 ):
-    """:func:`_count_rel_py` without the excluded edges (keys over local ids)."""
+    """The typed store's :func:`_count_py`: row ``rows[i]`` of a part's CSR, whose in-edges
+    are grouped by relation (``etypes``); ``row_type``: the node type of every local row
+    (at least the CSR's rows); keys over local ids. A local index past the CSR's rows (a
+    halo node) draws nothing."""
     last = indptr.shape[0] - 1
     for i in prange(n):
         v = rows[i]
@@ -278,7 +200,7 @@ def _count_rel_excl_py(
         counts[i] = c
 
 
-def _fill_rel_excl_py(
+def _fill_rel_py(
     indptr,
     indices,
     etypes,
@@ -295,7 +217,9 @@ def _fill_rel_excl_py(
     ex_keys,
     n_ids,
 ):
-    """:func:`_fill_rel_py` without the excluded edges (keys over local ids)."""
+    """The typed store's :func:`_fill_py`: each relation's run is found in ``etypes``;
+    ``picked`` gets local source indices. The draws equal :func:`_fill_py`'s on the same
+    runs (same stream per (position, relation))."""
     for i in prange(n):
         v = rows[i]
         at = rowptr[i]
@@ -315,7 +239,7 @@ def _fill_rel_excl_py(
             at += k
 
 
-_count_excl = numba.njit(cache=True, parallel=True, nogil=True)(_count_excl_py)
-_fill_excl = numba.njit(cache=True, parallel=True, nogil=True)(_fill_excl_py)
-_count_rel_excl = numba.njit(cache=True, parallel=True, nogil=True)(_count_rel_excl_py)
-_fill_rel_excl = numba.njit(cache=True, parallel=True, nogil=True)(_fill_rel_excl_py)
+_count = numba.njit(cache=True, parallel=True, nogil=True)(_count_py)
+_fill = numba.njit(cache=True, parallel=True, nogil=True)(_fill_py)
+_count_rel = numba.njit(cache=True, parallel=True, nogil=True)(_count_rel_py)
+_fill_rel = numba.njit(cache=True, parallel=True, nogil=True)(_fill_rel_py)

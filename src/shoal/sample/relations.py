@@ -6,23 +6,14 @@ local CSR, :class:`~shoal.distributed.sampler.DistNeighborSampler` across ranks)
 optional :class:`~shoal.data.hetero.HeteroSchema` and then draws as DGL's ``sample_neighbors``
 and PyG's ``NeighborLoader`` do on a heterogeneous graph: each hop's fanout *per relation*
 (a paper gets up to ``k`` citing papers and up to ``k`` authors, not ``k`` neighbours of any
-kind). :class:`RelationDraws` holds what those draws need and runs the per-relation kernels
-(:mod:`shoal.sample._typed_kernels`) in the two layouts a row can have:
-
-- a graph's in-CSR over global ids (``by_range``): node types are consecutive id ranges and a
-  row's neighbours are sorted, so a source type's neighbours are one run of the row, found
-  by two binary searches; where each (source type, destination type) pair has one relation
-  (ogbn-mag, IGBH, most typed graphs; :meth:`~shoal.data.hetero.HeteroSchema.pair_relations`)
-  that run is the relation's neighbour list;
-- a typed store part's local CSR (``by_edge_type``): each row's in-edges are grouped by
-  relation (``edge_types.npy``), so a relation's run is found in the row's edge types.
-
-Both draw the same runs from the same stream per (hop, frontier position, relation), so a
+kind). :class:`RelationDraws` runs the per-relation kernels (:mod:`shoal.sample._typed_kernels`)
+on a graph's in-CSR over global ids (``by_range``: a source type's neighbours are one run of
+the sorted row) or on a typed store part's local CSR (``by_edge_type``: each row's in-edges
+grouped by relation, ``edge_types.npy``); both draw the same runs from the same stream, so a
 one-part store samples as its graph does. A schema with a single relation takes the untyped
-kernels (the same random streams as an untyped graph's: its batches are bit-identical) and
-only labels the blocks. :meth:`RelationDraws.label` gives every block its edges' relations and
-its sources' node types (:class:`~shoal.graph.blocks.Block` ``edge_type`` / ``src_type``),
-what a relational layer reads beside ``edge_index``, as PyG's ``RGCNConv`` does.
+kernels (its batches are bit-identical to an untyped graph's) and only labels the blocks with
+their edges' relations and sources' node types (:meth:`RelationDraws.label`), what a
+relational layer reads beside ``edge_index``, as PyG's ``RGCNConv`` does.
 """
 
 from __future__ import annotations
@@ -39,6 +30,9 @@ from shoal.sample import _typed_kernels as TK
 from shoal.sample.base import parse_fanouts
 
 __all__ = ["RelationDraws", "RelationTables", "label_blocks", "row_types"]
+
+#: no excluded edges: no keys (the kernels then draw every run whole)
+_NO_EX = (np.empty(0, np.int64), np.int64(1))
 
 
 @dataclass
@@ -135,20 +129,14 @@ class RelationDraws:
     def count_by_range(self, indptr, indices, nodes, n: int, counts, ex=None) -> None:
         """``counts[i]``: draws of ``nodes[i]`` (global ids) from a graph's in-CSR; ``ex``:
         ``(sorted dst * n_ids + src keys, n_ids)`` of edges to skip, or None."""
-        if ex is None:
-            TK._count(indptr, indices, nodes, n, self.offsets, *self._rel(), counts)
-        else:
-            TK._count_excl(indptr, indices, nodes, n, self.offsets, *self._rel(), *ex, counts)
+        TK._count(indptr, indices, nodes, n, self.offsets, *self._rel(), *(ex or _NO_EX), counts)
 
     def fill_by_range(
         self, indptr, indices, nodes, n: int, rowptr, key, picked, dst, ex=None
     ) -> None:
         """Each relation's draws of ``nodes[i]`` into ``picked[rowptr[i]:]`` (global ids)."""
         args = (indptr, indices, nodes, n, self.offsets, *self._rel(), rowptr, key, picked, dst)
-        if ex is None:
-            TK._fill(*args)
-        else:
-            TK._fill_excl(*args, *ex)
+        TK._fill(*args, *(ex or _NO_EX))
 
     def count_by_edge_type(
         self, indptr, etypes, row_type, rows, n: int, counts, ex=None, indices=None
@@ -157,10 +145,10 @@ class RelationDraws:
         relation, ``etypes``; ``row_type`` the type of every local row; keys over local ids;
         ``indices``, the rows' entries, needed with ``ex``)."""
         b, d, _, f = self._rel()
-        if ex is None:
-            TK._count_rel(indptr, etypes, rows, n, row_type, b, d, f, counts)
-        else:
-            TK._count_rel_excl(indptr, indices, etypes, rows, n, row_type, b, d, f, *ex, counts)
+        if indices is None:  # (read only for excluded entries)
+            indices = _NO_EX[0]
+        args = (indptr, indices, etypes, rows, n, row_type, b, d, f)
+        TK._count_rel(*args, *(ex or _NO_EX), counts)
 
     def fill_by_edge_type(
         self, indptr, indices, etypes, row_type, rows, n: int, rowptr, key, picked, dst, ex=None
@@ -168,10 +156,7 @@ class RelationDraws:
         """:meth:`fill_by_range` of a part's local rows (``picked`` gets local indices)."""
         b, d, _, f = self._rel()
         args = (indptr, indices, etypes, rows, n, row_type, b, d, f, rowptr, key, picked, dst)
-        if ex is None:
-            TK._fill_rel(*args)
-        else:
-            TK._fill_rel_excl(*args, *ex)
+        TK._fill_rel(*args, *(ex or _NO_EX))
 
     def label(self, mb: MiniBatch, node_type: np.ndarray) -> MiniBatch:
         """:func:`label_blocks` of ``mb`` whose nodes have the types ``node_type``."""

@@ -1,21 +1,12 @@
-"""Uniform neighbour sampling on CSR arrays, producing per-layer bipartite blocks.
+"""Uniform neighbour sampling on an in-neighbour CSR (:class:`NeighborSampler`).
 
-The sampler implements the layer-wise node-wise sampling of GraphSAGE (W. Hamilton, R. Ying,
-J. Leskovec, "Inductive representation learning on large graphs", NeurIPS 2017, Algorithm 2,
-lines 1-7: starting from the seeds, sample a fixed number of neighbours per node, hop by hop,
-without replacement). It works on any in-neighbour CSR: row ``v`` of ``(indptr, indices)``
-lists the nodes whose messages ``v`` receives (PyG's ``source -> target`` convention). That is
-``GraphDir.csr("in")`` for a graph directory, or a store part's local CSR (core nodes with
-their full in-neighbourhoods; ids beyond the CSR rows, e.g. halo nodes, have no neighbours).
-:class:`NeighborSampler` supplies one hop's draws from that CSR (``_draw_hop``); the fanouts,
-the hop loop, the relabelling and the blocks are :class:`shoal.sample.base.BlockSampler`'s,
-shared with :class:`shoal.distributed.sampler.DistNeighborSampler`.
-
-Output (:class:`MiniBatch`): ``n_id`` the global ids of every node the batch touches, seeds
-first; ``blocks`` one :class:`Block` per GNN layer, input layer first. A block's destination
-nodes are the first ``num_dst`` of its source nodes, and the destination nodes of block ``l``
-are exactly the source nodes of block ``l + 1``, so a model runs
-``x = layer_l((x, x[:num_dst]), block_l)`` from the gathered features ``x = X[n_id]``.
+Row ``v`` of ``(indptr, indices)`` lists the nodes whose messages ``v`` receives (PyG's
+``source -> target`` convention): ``GraphDir.csr("in")`` for a graph directory, or a store
+part's local CSR (core nodes with their full in-neighbourhoods; ids beyond the CSR rows, e.g.
+halo nodes, have no neighbours). The sampler supplies one hop's draws from that CSR; the hop
+loop (GraphSAGE's Algorithm 2), the relabelling and the blocks are
+:class:`shoal.sample.base.BlockSampler`'s: a model runs ``x = layer_l((x, x[:num_dst]),
+block_l)`` from the gathered features ``x = X[n_id]``.
 """
 
 from __future__ import annotations
@@ -55,29 +46,23 @@ class NeighborSampler(BlockSampler):
     Args:
         indptr: ``(R + 1,)`` row offsets (any integer dtype; memory maps are fine).
         indices: ``(nnz,)`` in-neighbour ids, each ``< num_nodes``.
-        fanouts: neighbours sampled per hop, hop 1 (the seeds' neighbours, i.e. the *last*
-            GNN layer) first, as in PyG's ``num_neighbors``; -1 takes all neighbours.
+        fanouts: neighbours sampled per hop (:class:`~shoal.sample.base.BlockSampler`).
         num_nodes: size of the id space (default ``R``). Ids ``>= R`` (e.g. a store part's halo
             nodes) are valid sources with no in-neighbours of their own.
         degrees: full in-degree of every node (default the CSR's row lengths; give it for a
             store part so halo nodes' degrees are known). Used only by degree-normalised layers.
         direct_indices: ``indices`` is a memory map of a file larger than the memory budget:
-            each hop first draws the *positions* of the sampled neighbours (the same draws),
-            then reads just those entries with planned direct reads
-            (:class:`~shoal.rows.direct.RowReader`: sorted, widened to pages, merged,
-            ``O_DIRECT``), never through page faults of the map (default false: ``indices``
-            is read where it is, in memory). ``indptr`` is indexed as given (``O(V)``: keep it
-            in memory).
+            each hop draws the *positions* of the sampled neighbours (the same draws), then
+            reads just those entries with planned direct reads
+            (:class:`~shoal.rows.direct.RowReader`), never through page faults of the map
+            (default false). ``indptr`` is indexed as given (``O(V)``: keep it in memory).
         io_threads: concurrent reads of ``indices`` with ``direct_indices`` (default 8).
         neighbor_cache_bytes: with ``direct_indices``, entries are read by blocks through a
             CLOCK cache of this many bytes (:class:`~shoal.rows.blockcache.BlockCache`;
             default 0: no cache, each hop reads the pages of its drawn entries).
-        schema: a typed graph's node types and relations (default None: untyped, one node
-            type and one relation). Each hop then draws ``fanouts`` per relation and the
-            blocks carry their edges' relations and sources' types
-            (:mod:`shoal.sample.relations`). Over a graph's in-CSR (global ids, sorted rows)
-            types are the schema's id ranges; over a store part's local CSR give
-            ``node_type`` and ``edge_types``.
+        schema: a typed graph's node types and relations (default None: untyped). Each hop
+            then draws ``fanouts`` per relation (:mod:`shoal.sample.relations`); over a store
+            part's local CSR give ``node_type`` and ``edge_types``.
         relation_fanouts: per relation name, its own per-hop fanouts (default none).
         node_type: ``(num_nodes,)`` node type of every local id (a typed store part: core
             rows, then halo nodes; default None: the schema's id ranges).
@@ -85,8 +70,7 @@ class NeighborSampler(BlockSampler):
             relation (a typed store part's ``edge_types``; needed with ``node_type``).
 
     ``sample(seeds, seed)`` is deterministic for a ``seed`` whatever the number of numba
-    threads. Buffers (an ``O(num_nodes)`` int32 id map, the batch's ids and the edge buffers)
-    are kept between calls; a sampler is therefore not safe to share between threads.
+    threads; buffers are kept between calls (not safe to share between threads).
     """
 
     def __init__(

@@ -49,10 +49,6 @@ class Timer:
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
-    def since(self, before: dict[str, float]) -> dict[str, float]:
-        """Seconds per phase accumulated since the snapshot ``before`` (``dict(self.seconds)``)."""
-        return {k: v - before.get(k, 0.0) for k, v in self.seconds.items()}
-
 
 class BatchLoader:
     """Yields an epoch's mini-batches: shuffled seeds, sampling, feature gather (timed).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -261,18 +262,19 @@ def _read_pre(rows: LayerRows, ids: np.ndarray, pre, out: np.ndarray) -> torch.T
 
 def _read_ahead(pool: ThreadPoolExecutor, rows: LayerRows, pre, items: Iterator[tuple], bufs: list):
     """``(item, the rows of item[0])`` for each ``item`` of ``items`` (a tuple whose first
-    entry is sorted ids), the next item's rows read by ``pool`` (one thread) while the caller
-    computes with the current ones: reading overlaps compute, and only that thread reads.
-    Items take turns in the two reused buffers ``bufs`` (no page of a fresh array faulted
-    in per read): the buffer of an item is refilled only after the caller is done with it."""
-    pending = None
+    entry is sorted ids), read by ``pool`` (one thread) up to ``len(bufs) - 1`` items ahead
+    of the caller: reading overlaps compute, and only that thread reads. Items take turns in
+    the reused buffers ``bufs`` (no page of a fresh array faulted in per read): the buffer of
+    an item is refilled only after the caller has moved past it."""
+    pending: deque = deque()
     for k, item in enumerate(items):
-        fut = pool.submit(_read_pre, rows, item[0], pre, bufs[k % 2])
-        if pending is not None:
-            yield pending[0], pending[1].result()
-        pending = (item, fut)
-    if pending is not None:
-        yield pending[0], pending[1].result()
+        pending.append((item, pool.submit(_read_pre, rows, item[0], pre, bufs[k % len(bufs)])))
+        if len(pending) == len(bufs):
+            item0, fut = pending.popleft()
+            yield item0, fut.result()
+    while pending:
+        item0, fut = pending.popleft()
+        yield item0, fut.result()
 
 
 def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads):

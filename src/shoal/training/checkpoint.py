@@ -15,10 +15,7 @@ Every checkpoint records the run's *identity* (engine, model, widths, dataset sh
 
 The number of processes is not part of the identity: ``last.json`` records the world size
 (and the engine's ``meta``, e.g. the global batch), and a run resumed on another number of
-processes is *resharded* (:meth:`Checkpointer.load`): every rank continues from saved rank
-0's state (the model and optimizer of a synchronous engine are the same on every rank that
-trains; rank 0 always trains), with every saved rank's state at hand (``peers``), so an engine can give each
-part's state to whichever rank holds that part now (``docs/distributed.md``, "Resuming on
+processes is *resharded* (:meth:`Checkpointer.load`; ``docs/distributed.md``, "Resuming on
 another number of processes").
 """
 
@@ -162,8 +159,11 @@ class Checkpointer:
         return self._resharded(epoch, saved)
 
     def _resharded(self, epoch: int, saved: int) -> dict[str, Any]:
-        """This rank's state when the run was saved by ``saved`` processes: saved rank 0's,
-        with ``peers`` (every saved rank's state, in rank order) and ``resharded_from``."""
+        """This rank's state when the run was saved by ``saved`` processes: saved rank 0's (the
+        model and optimizer of a synchronous engine are the same on every rank that trains;
+        rank 0 always trains), with ``peers`` (every saved rank's state, in rank order: an
+        engine gives each part's state to whichever rank holds it now) and
+        ``resharded_from``."""
         peers = [load_checkpoint(self._file(epoch, r)) for r in range(saved)]
         state = dict(peers[0])
         state.update(peers=peers, resharded_from=saved)

@@ -2,12 +2,9 @@
 ``JobConfig`` shape), and the flat option names the command line and TOML files use.
 
 The tree's top level holds the task, the hyper-parameter preset and one section per
-component: ``model`` (:class:`ModelConfig`), ``optim`` (:class:`OptimConfig`), ``sampling``
-(:class:`SamplingConfig`), ``eval`` (:class:`EvalConfig`), ``memory`` (:class:`MemoryConfig`),
-``checkpoint`` (:class:`CheckpointConfig`), ``run`` (:class:`RunConfig`), ``engine`` (the
-distributed engine's :class:`~shoal.training.engine_config.EngineConfig`) and ``link``
-(:class:`~shoal.training.link_config.LinkConfig`). Each section validates its own values once;
-the tree fills the values left unset from the preset.
+component (:data:`SECTIONS`, ``engine``: :class:`~shoal.training.engine_config.EngineConfig`,
+``link``: :class:`~shoal.training.link_config.LinkConfig`). Each section validates its own
+values once; the tree fills the values left unset from the preset.
 
 Every option also has a flat name (the ``shoal train`` flag without its dashes, the key of a
 TOML ``[train]`` table): :data:`FLAT` says where each lives in the tree.
@@ -19,7 +16,7 @@ reader the CLI, TOML files and the launcher go through.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shoal.errors import ShoalInputError
@@ -114,16 +111,11 @@ class TrainConfig:
     Args:
         task: ``"node"`` (node classification, default) or ``"link"`` (link prediction on a
             graph split by ``shoal data split-edges``; its options: ``link``).
-        preset: where the hyper-parameters left unset (``None``: the model's ``hidden``,
-            ``heads``, ``dropout``, ``normalize_features``; the optimiser's ``epochs``,
-            ``min_steps``, ``lr``, ``weight_decay``; the sampling's ``fanouts`` and
-            ``batch_size``) come from: ``"paper"`` (default): the model's paper (GCN: hidden
-            64, dropout 0.5, lr 0.01, L2 5e-4, 200 epochs, row-normalised features; GAT: 8
-            heads x 8, dropout 0.6, lr 0.005, L2 5e-4; SAGE: hidden 256, lr 0.01, 10 epochs;
-            GIN: hidden 64, lr 0.01; SGC: lr 0.2, 100 epochs), 2 layers sampled (25, 10) as
-            GraphSAGE's paper; ``"large"``: for large graphs, every model with 3 sampled hops
-            (15, 10, 5), hidden 256, lr 0.003, dropout 0.5, 20 epochs
-            (:func:`preset_defaults`; the resolved values are what the run records).
+        preset: where the hyper-parameters left unset (``None``) come from: ``"paper"``
+            (default): the model's paper, 2 layers sampled (25, 10) as GraphSAGE's paper;
+            ``"large"``: for large graphs, every model with 3 sampled hops (15, 10, 5), hidden
+            256, lr 0.003, dropout 0.5, 20 epochs (:mod:`shoal.training.presets`; the resolved
+            values are what the run records).
         model, optim, sampling, eval, memory, checkpoint, run: the sections (their classes
             list their options and defaults; default: each section's defaults).
         engine: the distributed engine and its options (``shoal train --store``; ignored by
@@ -234,10 +226,6 @@ class TrainConfig:
     def from_dict(cls, d: dict[str, Any], *, origin: str = "config") -> TrainConfig:
         """Build from :meth:`to_dict`'s nested dicts or from flat option names."""
         return cls.from_options(origin=origin, **d)
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
 
 
 def _is_value(x: Any) -> bool:

@@ -26,8 +26,23 @@ def structure_on_disk(indices: np.ndarray) -> bool:
     return bool(indices.size) and RowFile.of(indices.reshape(-1, 1)) is not None
 
 
+class FeatureShape:
+    """``num_rows`` and ``feature_dim`` of a dataclass's ``features`` (an array or any
+    :class:`~shoal.rows.source.RowSource`; 0 without)."""
+
+    @property
+    def num_rows(self) -> int:
+        x = self.features
+        return 0 if x is None else int(x.num_rows if isinstance(x, RowSource) else x.shape[0])
+
+    @property
+    def feature_dim(self) -> int:
+        x = self.features
+        return 0 if x is None else int(x.dim if isinstance(x, RowSource) else x.shape[1])
+
+
 @dataclass
-class TrainData:
+class TrainData(FeatureShape):
     """What a trainer reads. Arrays may be memory maps; nothing here is copied whole.
 
     ``indptr``/``indices``: in-neighbour CSR over ids ``[0, num_nodes)`` (rows may stop
@@ -102,17 +117,6 @@ class TrainData:
             path=str(g.path),
             schema=g.schema,
         )
-
-    @property
-    def feature_dim(self) -> int:
-        x = self.features
-        return int(x.dim if isinstance(x, RowSource) else x.shape[1])
-
-    @property
-    def num_rows(self) -> int:
-        """Rows of ``features``."""
-        x = self.features
-        return int(x.num_rows if isinstance(x, RowSource) else x.shape[0])
 
     def split(self, name: str) -> np.ndarray:
         return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]

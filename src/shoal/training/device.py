@@ -2,22 +2,19 @@
 
 :class:`DeviceFeed` takes the host batches a loader produces and yields them on the device.
 On a GPU each batch's feature rows are staged in one of two reused page-locked (pinned) host
-buffers and copied with ``non_blocking=True`` on a side CUDA stream, and the copy of batch
-``k + 1`` is issued before batch ``k`` is handed to the model, so the transfer overlaps the
-model's compute (the usual double buffering, as in PyTorch's pinned ``DataLoader`` and DGL's
-``DataLoader(use_uva/use_prefetch_thread)``). The compute stream waits on each batch's copy
-event before using it, and a staging buffer is reused only after its last copy finished.
-On the CPU the feed passes batches through untouched (no copy, no read-ahead), so a CPU run
-is the same with or without it.
+buffers and copied with ``non_blocking=True`` on a side CUDA stream, the copy of batch ``k +
+1`` issued before batch ``k`` is handed to the model (double buffering, as PyTorch's pinned
+``DataLoader`` and DGL's ``DataLoader(use_uva/use_prefetch_thread)``); the compute stream
+waits on each batch's copy event, and a staging buffer is reused only after its last copy
+finished. On the CPU the feed passes batches through untouched.
 
 With ``background=True`` (the single-process trainer's choice on a GPU) the host's work on a
-batch (sampling, gathering, staging into the pinned buffer and issuing the copy) runs in a
-background thread (:func:`shoal.utils.background.ahead`), a batch ahead of the step. Without
-it a GPU step is short next to the host's sampling and gathering, and the GPU waits for the
-host most of the epoch; with it the epoch is about the host's work alone
-(docs/measurements.md#gpu-runs). Each batch's features are copied into pinned
-memory before the next batch is produced, so the loader's reused buffers stay safe. Batches
-whose production communicates collectively (the distributed engines') must not use it.
+batch (sampling, gathering, staging into the pinned buffer, issuing the copy) runs in a
+background thread (:func:`shoal.utils.background.ahead`) a batch ahead of the step: without it
+the GPU waits for the host most of the epoch (docs/measurements.md#gpu-runs). Each batch's
+features are copied out before the next batch is produced, so the loader's reused buffers stay
+safe. Batches whose production communicates collectively (the distributed engines') must not
+use it.
 """
 
 from __future__ import annotations

@@ -13,18 +13,11 @@ optimizers keep their state the same way, in files of the same shape beside it:
   with sparse Adagrad).
 
 A batch gathers its rows as a leaf tensor (:meth:`NodeEmbedding.gather`); after
-``backward()`` the optimizer's ``step(ids, grad)`` updates those rows in place. Rows of
-repeated ids are summed first.
-
-Checkpoints copy the table and the optimizer's state files (:func:`save_tables`, into the
-checkpoint directory, atomically) and a resume copies them back (:func:`load_tables`), so a
-resumed run continues from exactly the checkpointed rows (the copy costs one sequential pass
-over the files per checkpoint).
-
-A typed graph's featureless node types may keep their embeddings in such tables
-(``--type-embeddings disk``): :class:`TypeTables` writes their rows into a batch's ``x`` for
-the relational model's ``given`` types and steps them sparsely; :class:`TableRows` reads them
-as layer-0 rows for exact evaluation and ``shoal embed``.
+``backward()`` the optimizer's ``step(ids, grad)`` updates those rows in place (the gradients
+of repeated ids summed first). Checkpoints copy the table and the optimizer's state files
+(:func:`save_tables`, atomically; one sequential pass over them) and a resume copies them back
+(:func:`load_tables`). A typed graph's featureless node types may keep their embeddings in
+such tables (:class:`TypeTables`, ``--type-embeddings disk``).
 
 Not yet: rows go through the memory map (page faults), not the planned direct reads and
 writes of the budgeted feature store; tables larger than memory work but rely on the page
@@ -258,16 +251,10 @@ class TypeTables:
     ``--type-embeddings disk`` each such type ``t`` has a :class:`NodeEmbedding` table instead
     (``count_t`` rows of ``dim`` = the model's hidden width) and the model takes the type as
     ``given`` (:class:`~shoal.nn.relational.RelationalInput`): its rows come in ``x``'s first
-    ``dim`` columns, so ``x`` is at least ``dim`` wide (:meth:`width`).
-
-    Training: :meth:`embed` writes the tables' rows of a batch's nodes of those types into its
-    ``x`` (widened when narrower), each table's rows one leaf tensor that requires grad;
-    after ``backward()``, :meth:`step` updates those rows by the table's :class:`SparseAdam`.
-    Evaluation and ``shoal embed``: :class:`TableRows` reads the tables' rows in place of the
-    types' (zero) feature rows. Checkpoints: :meth:`save`/:meth:`load` copy the tables and their
-    Adam state into ``<checkpoint>/embedding_<type>/``; :meth:`keep_best` keeps a copy beside
-    each table (``best/``) and in ``<checkpoint>/embedding_<type>_best/`` (what ``shoal embed``
-    reads with the best weights), :meth:`restore_best` brings it back.
+    ``dim`` columns, so ``x`` is at least ``dim`` wide (:meth:`width`). Training writes them
+    into each batch (:meth:`embed`) and steps them by sparse Adam (:meth:`step`); evaluation
+    and ``shoal embed`` read them through :class:`TableRows`; checkpoints copy them
+    (:meth:`save`, :meth:`keep_best`).
 
     Args:
         schema: the graph's :class:`~shoal.data.hetero.HeteroSchema`.
@@ -319,12 +306,6 @@ class TypeTables:
                     fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
                 )
         return TablePlan(config, schema, root, bare)
-
-    @classmethod
-    def for_run(cls, config, schema, graph_path: str | os.PathLike | None) -> TypeTables | None:
-        """:meth:`planned`, the tables opened (None: in the model)."""
-        plan = cls.planned(config, schema, graph_path)
-        return None if plan is None else plan.open()
 
     @classmethod
     def saved(cls, schema, directory: str | os.PathLike, dim: int, *, best: bool) -> TypeTables:

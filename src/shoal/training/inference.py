@@ -382,17 +382,16 @@ def layerwise_inference(
     layers = sum_layers(model)
     if layers is not None:
         return _blocked_inference(
-            model,
             layers,
             data,
             nodes,
-            features,
-            normalize_features,
-            memory_budget,
-            show_progress,
-            scratch_dir,
             predict,
-            alloc if new_output is not None else None,
+            new_output,
+            features=features,
+            normalize_features=normalize_features,
+            memory_budget=memory_budget,
+            show_progress=show_progress,
+            scratch_dir=scratch_dir,
         )
     seg = Segment(
         key=0,
@@ -430,19 +429,7 @@ def _as_predictions(logits: np.ndarray, n: int) -> np.ndarray:
     return logits.argmax(1).astype(np.int32) if n and logits.size else np.empty(n, np.int32)
 
 
-def _blocked_inference(
-    model,
-    layers,
-    data,
-    nodes,
-    features,
-    normalize,
-    budget,
-    show,
-    scratch_dir,
-    predict=False,
-    alloc=None,
-):
+def _blocked_inference(layers, data, nodes, predict, alloc, **kwargs) -> np.ndarray:
     uniq, inverse = np.unique(nodes, return_inverse=True)
     res: np.ndarray | None = None
 
@@ -454,14 +441,27 @@ def _blocked_inference(
             res = (alloc or np.empty)(shape, dtype)
         res[pos] = h.argmax(1) if predict else h
 
-    _run_blocked(layers, data, uniq, keep, features, normalize, budget, show, scratch_dir)
+    _run_blocked(layers, data, uniq, keep, **kwargs)
     if res is None:
         return np.empty(len(nodes), np.int32) if predict else np.empty((len(nodes), 0), np.float32)
     return res if alloc is not None else res[inverse]  # alloc: nodes are sorted and unique
 
 
-def _run_blocked(layers, data, targets, on_output, features, normalize, budget, show, scratch_dir):
-    """:func:`blocked_layers` over ``data`` for the sorted unique ``targets``."""
+def _run_blocked(
+    layers,
+    data,
+    targets,
+    on_output,
+    *,
+    features=None,
+    normalize_features=False,
+    memory_budget=None,
+    show_progress=None,
+    scratch_dir=None,
+    **_,
+) -> None:
+    """:func:`blocked_layers` over ``data`` for the sorted unique ``targets`` (the other
+    arguments: :func:`layerwise_inference`'s)."""
     n = data.num_nodes
     if data.degrees is None:
         deg = np.zeros(n, np.float32)
@@ -470,7 +470,7 @@ def _run_blocked(layers, data, targets, on_output, features, normalize, budget, 
         deg = np.asarray(data.degrees, np.float32)
     beside = data.path if data.path is not None else Path.cwd() / "data"
     src = features if features is not None else data.features
-    norm = normalize and features is None  # a DiskFeatures normalises itself
+    norm = normalize_features and features is None  # a DiskFeatures normalises itself
     with Scratch(scratch_dir, beside=beside) as scratch:
         blocked_layers(
             layers,
@@ -481,9 +481,9 @@ def _run_blocked(layers, data, targets, on_output, features, normalize, budget, 
             targets,
             on_output,
             new_array=scratch.array,
-            budget=budget or BLOCKED_BUDGET,
+            budget=memory_budget or BLOCKED_BUDGET,
             normalize=norm,
-            show_progress=show,
+            show_progress=show_progress,
         )
 
 
@@ -566,17 +566,7 @@ def _counted_evaluation(model, data, splits, ids, **kwargs) -> dict[str, float] 
             correct[b] += int(np.count_nonzero(ok & ((f >> b) & 1).astype(np.bool_)))
 
     model.eval()
-    _run_blocked(
-        layers,
-        data,
-        uniq,
-        count,
-        kwargs.get("features"),
-        kwargs.get("normalize_features", False),
-        kwargs.get("memory_budget"),
-        kwargs.get("show_progress"),
-        kwargs.get("scratch_dir"),
-    )
+    _run_blocked(layers, data, uniq, count, **kwargs)
     release_pages(labels)  # a mapped label file's pages leave this process
     return {
         s: float(correct[b] / len(a)) if len(a) else float("nan")

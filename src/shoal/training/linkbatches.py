@@ -15,14 +15,10 @@ corrupt the second end, so a fixed orientation would let only the smaller id of 
 anchor negatives (and make training depend on the node numbering: one process's original ids
 against a store's part order). The order and orientation depend only on ``(seed, epoch)``.
 
-Negative samplers (``negatives``):
-
-- ``uniform`` (default): ``w`` uniform over all nodes (PyG's and OGB's default; may hit a
-  true edge with probability ``degree / N``, as theirs does);
-- ``in-batch``: ``w`` is the destination of another positive of the same batch (cheap: no new
-  nodes to sample; needs batches of at least 2 positives);
-- ``owner-local``: ``w`` uniform over the nodes of the rank's own parts (the distributed
-  engines: their rows are local); in one process every node is local, so it is ``uniform``.
+Negatives (``negatives``): ``uniform`` (default; over all nodes, as PyG and OGB: may hit a
+true edge with probability ``degree / N``), ``in-batch`` (the destination of another positive
+of the batch: no new nodes to sample; batches of at least 2 positives) or ``owner-local`` (the
+distributed engines: uniform over the rank's own parts' nodes; in one process, ``uniform``).
 """
 
 from __future__ import annotations

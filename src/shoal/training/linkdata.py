@@ -22,15 +22,14 @@ from torch import nn
 from shoal.data.format import GraphDir
 from shoal.data.hetero import HeteroSchema
 from shoal.errors import ShoalInputError
-from shoal.rows.gather import source_rows
 from shoal.rows.source import RowSource
 from shoal.rows.typed import open_typed_rows
+from shoal.training.data import FeatureShape
 
 __all__ = [
     "EVAL_CHUNK",
     "EVAL_SCORE_BYTES",
     "LinkData",
-    "SourceGatherer",
     "eval_negative_chunk",
     "eval_negatives",
     "score_held_out",
@@ -38,7 +37,7 @@ __all__ = [
 
 
 @dataclass
-class LinkData:
+class LinkData(FeatureShape):
     """A split graph: the message-passing graph's CSR, edges and features, and the held-out
     positives. Arrays are memory maps; nothing is copied whole.
 
@@ -65,21 +64,6 @@ class LinkData:
     target: int | None = None
     neg_range: tuple[int, int] | None = None
     eval_neg: dict[str, np.ndarray] | None = None
-
-    @property
-    def num_rows(self) -> int:
-        """Rows of ``features`` (0 without)."""
-        x = self.features
-        if x is None:
-            return 0
-        return int(x.num_rows if isinstance(x, RowSource) else x.shape[0])
-
-    @property
-    def feature_dim(self) -> int:
-        x = self.features
-        if x is None:
-            return 0
-        return int(x.dim if isinstance(x, RowSource) else x.shape[1])
 
     @classmethod
     def from_graph_dir(cls, graph: GraphDir | str | os.PathLike) -> LinkData:
@@ -154,17 +138,6 @@ def eval_negatives(seed: int, split: str, num_pos: int, num_nodes: int, k: int) 
         for c, s in enumerate(range(0, num_pos, EVAL_CHUNK))
     ]
     return np.concatenate(blocks) if blocks else np.empty((0, k), np.int64)
-
-
-class SourceGatherer:
-    """Rows of a batch's nodes from a row source (a typed graph's padded rows), by one
-    planned read of their sorted ids; row-normalised with ``normalize``."""
-
-    def __init__(self, src: RowSource, *, normalize: bool = False) -> None:
-        self.src, self.normalize = src, bool(normalize)
-
-    def gather(self, ids: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(source_rows(self.src, np.asarray(ids), normalize=self.normalize))
 
 
 def score_held_out(

@@ -1,12 +1,8 @@
 """The one epoch loop, shared by the single-process trainer and every engine.
 
 A training *target* (the trainer, or an engine on one rank) supplies only what is specific to
-it, through a small interface (:class:`Trainable`): ``train_epoch(epoch)`` trains one epoch and
-returns its record, ``evaluate(splits)`` returns exact accuracies (collective in a distributed
-run: every rank gets the same numbers), ``state()``/``load_state()`` carry its optimizer and
-random streams through checkpoints, and ``model`` is the module whose weights are selected.
-
-:class:`EpochLoop` does the rest, once for everybody: evaluate every ``eval_every`` epochs (and
+it (:class:`Trainable`; ``evaluate`` is collective in a distributed run: every rank gets the
+same numbers). :class:`EpochLoop` does the rest, once for everybody: evaluate every ``eval_every`` epochs (and
 after the last), keep the best-validation weights, stop early after ``patience`` evaluations
 without improvement (every rank sees the same accuracy, so all stop together), write one JSON
 line per epoch to ``metrics_file`` (rank 0), checkpoint every epoch and resume exactly

@@ -76,11 +76,7 @@ class EpochMeter:
     def step(self, loss: float, correct: int, n: int) -> None:
         """One batch trained: ``loss`` (the batch's mean), ``correct`` predictions of ``n``
         seeds."""
-        self.loss_sum += loss * n
-        self.correct += correct
-        self.seen += n
-        self.steps += 1
-        self.bar.update(1)
+        self.step_sums(loss * n, correct, n)
         if self._postfix:
             self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
 

@@ -100,19 +100,6 @@ def relational_model(
             f"a typed graph trains a relational model, not {m.name!r}",
             fix=f"use --model {' or '.join(TYPED_MODELS)} (the default on a typed graph)",
         )
-    dims = [t.feature_dim for t in schema.node_types]
-    kw = dict(
-        feature_dims=dims,
-        counts=[t.count for t in schema.node_types],
-        offsets=schema.offsets,
-        num_relations=len(schema.edge_types),
-        hidden=int(m.hidden),
-        out_dim=int(out_dim),
-        num_layers=cfg.num_layers,
-        dropout=float(m.dropout),
-        in_dim=in_dim,
-        given=given,
-    )
     if m.factory:
         return typed_factory_model(
             m.factory,
@@ -123,6 +110,18 @@ def relational_model(
             dropout=float(m.dropout or 0.0),
             given=given,
         )
+    kw = dict(
+        feature_dims=[t.feature_dim for t in schema.node_types],
+        counts=[t.count for t in schema.node_types],
+        offsets=schema.offsets,
+        num_relations=len(schema.edge_types),
+        hidden=int(m.hidden),
+        out_dim=int(out_dim),
+        num_layers=cfg.num_layers,
+        dropout=float(m.dropout),
+        in_dim=in_dim,
+        given=given,
+    )
     if m.name == "rgcn":
         return RGCN(**kw)
     names = schema.type_names
@@ -146,33 +145,20 @@ def model_from_config(
     single-process trainer's stream). ``schema``: a typed graph's, and ``given`` its types whose
     rows come in ``x`` (:func:`relational_model`)."""
     torch.manual_seed(cfg.run.seed)
-    if schema is not None:
-        model = relational_model(cfg, schema, out_dim=out_dim, in_dim=in_dim, given=given)
-        if rank:
-            torch.manual_seed(cfg.run.seed + rank)
-        return model
-    if cfg.model.factory:
-        model = factory_model(
-            cfg.model.factory,
-            in_dim=int(in_dim),
-            hidden=cfg.model.hidden,
-            out_dim=int(out_dim),
-            num_layers=cfg.num_layers,
-            dropout=cfg.model.dropout,
-        )
-        if rank:
-            torch.manual_seed(cfg.run.seed + rank)
-        return model
-    extra = {"heads": cfg.model.heads} if cfg.model.name == "gat" else {}
-    model = build_model(
-        cfg.model.name,
+    dims = dict(
         in_dim=int(in_dim),
         hidden=cfg.model.hidden,
         out_dim=int(out_dim),
         num_layers=cfg.num_layers,
         dropout=cfg.model.dropout,
-        **extra,
     )
+    if schema is not None:
+        model = relational_model(cfg, schema, out_dim=out_dim, in_dim=in_dim, given=given)
+    elif cfg.model.factory:
+        model = factory_model(cfg.model.factory, **dims)
+    else:
+        extra = {"heads": cfg.model.heads} if cfg.model.name == "gat" else {}
+        model = build_model(cfg.model.name, **dims, **extra)
     if rank:
         torch.manual_seed(cfg.run.seed + rank)
     return model

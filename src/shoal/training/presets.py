@@ -28,7 +28,6 @@ __all__ = [
     "AUTO_NORMALIZE_MAX_NNZ",
     "LINK_PRESET",
     "PRESETS",
-    "PRESET_FIELDS",
     "auto_normalize",
     "preset_defaults",
     "resolve_for_data",
@@ -38,20 +37,6 @@ log = logging.getLogger(__name__)
 
 #: ``TrainConfig.preset``: each model's paper settings, or one setting for large graphs
 PRESETS = ("paper", "large")
-
-#: the hyper-parameters a preset decides (``None`` in a TrainConfig: "the preset's")
-PRESET_FIELDS = (
-    "fanouts",
-    "hidden",
-    "heads",
-    "epochs",
-    "lr",
-    "dropout",
-    "weight_decay",
-    "normalize_features",
-    "min_steps",
-    "batch_size",
-)
 
 #: ``normalize_features="auto"`` row-normalises features that are non-negative with at most
 #: this many non-zeros per row on average (sparse bag-of-words, the Planetoid features Kipf &
@@ -153,8 +138,8 @@ LINK_PRESET: dict[str, Any] = dict(
 
 
 def preset_defaults(model: str, preset: str, task: str = "node") -> dict[str, Any]:
-    """The hyper-parameters ``preset`` gives ``model`` for ``task`` (:data:`PRESET_FIELDS`):
-    the model's paper, then :data:`LINK_PRESET` for ``task="link"``, then the large-graph
+    """The hyper-parameters ``preset`` gives ``model`` for ``task`` (the fields a
+    ``TrainConfig`` leaves ``None``): the model's paper, then :data:`LINK_PRESET` for ``task="link"``, then the large-graph
     setting for ``preset="large"`` (its batches: 1024 seeds; 512 edges for links)."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")

@@ -165,11 +165,10 @@ class EvalConfig:
 
     Args:
         every: evaluate on the validation set every this many epochs, or ``"auto"``
-            (default): every ``k = ceil(4 r)`` epochs, ``r`` the work of one exact evaluation
-            over one epoch's estimated from the graph's sizes and the fanouts
-            (:func:`~shoal.training.loop.eval_work_ratio`), so evaluation takes about a fifth
-            of the run or less; deterministic; the last epoch is always evaluated; ``k`` is
-            recorded (``eval_every_chosen``) (flag ``--eval-every``).
+            (default): a cadence from the graph's sizes and the fanouts so that evaluation
+            takes about a fifth of the run or less (:func:`~shoal.training.loop.
+            eval_work_ratio`), recorded as ``eval_every_chosen``; the last epoch is always
+            evaluated (flag ``--eval-every``).
         test: also measure the test accuracy at every evaluation, recorded in the epoch's
             record (``test_accuracy``) to follow convergence, as DistGNN-MB's "epochs to
             reach the target" does; the best-validation weights are still chosen on
@@ -178,13 +177,10 @@ class EvalConfig:
             the rows of all their in-neighbours, so this bounds its memory
             (``--eval-batch-size``; default 1024).
         halo: how the distributed exact evaluation's blocks of targets get the rows of other
-            ranks' nodes (``--eval-halo``; default ``"served"``): ``"served"``, every rank
-            sweeps only its own rows and sends each peer the messages its block needs
-            (:mod:`shoal.distributed.served`); ``"stored"``, every rank sweeps its part and
-            its halo rows (stored with the part, or pulled into a scratch file) per block,
-            the ablation: a block then sweeps the halo's rows beside the rank's own, which on
-            a graph without locality about doubles what it reads
-            (docs/distributed.md#minibatch-distdgl).
+            ranks' nodes (``--eval-halo``): ``"served"`` (default) by their owners' sweeps, or
+            ``"stored"`` halo rows swept beside the rank's own, the ablation that about
+            doubles the reads on a graph without locality (:mod:`shoal.distributed.blocked`;
+            docs/distributed.md#minibatch-distdgl).
     """
 
     every: int | str = "auto"

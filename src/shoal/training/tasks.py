@@ -2,24 +2,19 @@
 
 A task says what its seeds are, how a batch's output becomes a loss, and how evaluation
 scores (GraphBolt keeps a task's items apart from its sampler the same way; GraphStorm runs
-node and link tasks on one training infrastructure). The :class:`~shoal.training.trainer.
-Trainer` owns everything else, once for every task and every graph: the model on its device,
-the budgeted feature store under ``--memory``, the sampler (a typed graph's draws per
-relation), checkpoints, the epoch loop and its books.
+node and link tasks on one training infrastructure); the
+:class:`~shoal.training.trainer.Trainer` owns everything else, once for every task and graph.
 
-- :class:`NodeTask` (``--task node``): seeds are the training nodes (the target type's on a
-  typed graph) in shuffled batches (:class:`~shoal.training.batches.BatchLoader`, its windows
-  read ahead), the loss is the cross entropy of the seeds' logits, evaluation the exact
-  layer-wise accuracy.
+- :class:`NodeTask` (``--task node``): seeds are the training nodes in shuffled batches
+  (:class:`~shoal.training.batches.BatchLoader`), the loss the seeds' cross entropy,
+  evaluation the exact layer-wise accuracy.
 - :class:`LinkTask` (``--task link``, a graph split by ``shoal data split-edges``): seeds are
-  positive edges and their negatives, each batch sampled with its own edges excluded from
-  message passing (:class:`~shoal.training.linkbatches.LinkBatchLoader`); an edge scorer
-  (:mod:`shoal.nn.linkpred`) trained beside the encoder turns pairs of embeddings into
-  logits for a link loss; evaluation ranks every held-out positive against its negatives
-  from exact layer-wise embeddings (OGB's MRR and Hits@K, :mod:`shoal.training.linkmetrics`);
-  after the run a heuristic baseline is scored on the same test edges. Input rows are the
-  graph's features or learnable rows (``--embedding-dim``: a table on disk updated by a
-  sparse optimizer). On a typed graph the task predicts one target relation.
+  positive edges and their negatives (:class:`~shoal.training.linkbatches.LinkBatchLoader`);
+  an edge scorer (:mod:`shoal.nn.linkpred`) trained beside the encoder gives the link loss;
+  evaluation ranks each held-out positive against its negatives from exact layer-wise
+  embeddings (OGB's MRR and Hits@K, :mod:`shoal.training.linkmetrics`), and a heuristic
+  baseline is scored after the run. Input rows are the graph's features or learnable rows
+  (``--embedding-dim``); on a typed graph the task predicts one target relation.
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +182,7 @@ class NodeTask(Task):
         normalize = self.config.model.normalize_features
         if trainer.tables is not None:  # layer 0 reads the tables' rows (as they are now)
             rows = TableRows(data.features, trainer.tables, normalize=bool(normalize))
-            data, features, normalize = _with_features(data, rows), None, False
+            data, features, normalize = replace(data, features=rows), None, False
         return evaluate(
             on_device(trainer.model, trainer.device),
             data,
@@ -210,12 +206,6 @@ class NodeTask(Task):
 
     def identity(self) -> dict[str, Any]:
         return {"num_classes": self.data.num_classes}
-
-
-def _with_features(data: Any, rows: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(data, features=rows)
 
 
 class LinkTask(Task):

@@ -2,16 +2,9 @@
 
 The trainer supplies the :class:`~shoal.training.loop.Trainable` interface (one epoch of
 mini-batches, exact evaluation, its optimizer and random state) and runs the shared
-:class:`~shoal.training.loop.EpochLoop`, exactly as every engine does.
-
-On a typed graph whose featureless node types keep their embeddings on disk
-(``--type-embeddings disk``, or ``auto`` when they would take over a quarter of the memory
-limit: :class:`~shoal.training.embedding.TypeTables`), the model takes those types as
-``given``: each batch's rows of them are the tables' (written into its ``x``, widened to the
-hidden width when narrower), a sparse Adam step updates them after the dense one, exact
-evaluation reads them as layer-0 rows (:class:`~shoal.training.embedding.TableRows`), and
-checkpoints, the best epoch and a resume carry them (``embedding_<type>/``,
-``embedding_<type>_best/`` beside the checkpoint).
+:class:`~shoal.training.loop.EpochLoop`, exactly as every engine does. A typed graph's featureless node types may keep their
+embeddings on disk (:class:`~shoal.training.embedding.TypeTables`: the batches', the
+evaluation's and the checkpoints' side of them).
 """
 
 from __future__ import annotations
@@ -52,21 +45,14 @@ __all__ = ["Trainer"]
 log = logging.getLogger(__name__)
 
 
-def _typed_identity(schema, tables: TypeTables | None) -> dict[str, Any]:
-    """A typed graph's part of a run's identity (what a resumed run must match)."""
+def _typed(schema, tables: TypeTables | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A typed graph's part of a run's identity (what a resumed run must match) and of its
+    recorded settings."""
     if schema is None:
-        return {}
+        return {}, {}
     disk = {} if tables is None else {"embeddings_on_disk": tables.names}
-    return {"relations": len(schema.edge_types), **disk}
-
-
-def _typed_settings(schema, tables: TypeTables | None) -> dict[str, Any]:
-    if schema is None:
-        return {}
-    typed = {"node_types": len(schema.node_types), "relations": len(schema.edge_types)}
-    if tables is not None:
-        typed["embeddings_on_disk"] = tables.names
-    return {"typed": typed}
+    typed = {"node_types": len(schema.node_types), "relations": len(schema.edge_types), **disk}
+    return {"relations": len(schema.edge_types), **disk}, {"typed": typed}
 
 
 class Trainer:
@@ -175,6 +161,7 @@ class Trainer:
                 log.info("features: %s", fit.describe())
         log.info("%s", self.budget.describe())
         self.num_batches = len(self.loader) if hasattr(self.loader, "__len__") else 0
+        typed_identity, typed_settings = _typed(data.schema, self.tables)
         self.loop = EpochLoop(
             self,
             config,
@@ -186,12 +173,12 @@ class Trainer:
                 "num_nodes": data.num_nodes,
                 "feature_dim": data.feature_dim,
                 **task.identity(),
-                **_typed_identity(data.schema, self.tables),
+                **typed_identity,
             },
             settings={
                 "memory_plan": self.budget.to_dict(),
                 **task.settings(),
-                **_typed_settings(data.schema, self.tables),
+                **typed_settings,
             },
         )
         if self.tables is not None:
