@@ -30,6 +30,7 @@ __all__ = [
     "run_style",
     "save_png",
     "stacked",
+    "top_label",
 ]
 
 MATPLOTLIB_FIX = "install the report extra: pip install 'shoal[report]' (or matplotlib>=3.7)"
@@ -147,3 +148,16 @@ def stacked(
     pad = 0.5 + max(0.0, (3 - len(tops)) * 0.4)  # one or two bars: not as wide as the axes
     ax.set_xlim(-pad, len(tops) - 1 + pad)
     return tops
+
+
+def top_label(ax: Any, text: str, x: float, top: float, fontsize: int = 8) -> None:
+    """``text`` centred just above the bar of ``x`` whose top is ``top``."""
+    ax.annotate(
+        text,
+        (x, top),
+        ha="center",
+        va="bottom",
+        fontsize=fontsize,
+        xytext=(0, 2),
+        textcoords="offset points",
+    )

@@ -17,6 +17,7 @@ from shoal.report.figures import (
     new_figure,
     run_style,
     stacked,
+    top_label,
 )
 from shoal.report.load import Run, number
 
@@ -100,15 +101,7 @@ def plot_bytes(runs: Sequence[Run]) -> Plot:
     ]
     tops = stacked(right, [(kind, ms, st) for (kind, ms), st in zip(means, styles, strict=True)])
     for x, top in enumerate(tops):
-        right.annotate(
-            f"{top:.3g} {unit}",
-            (x, top),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-            xytext=(0, 2),
-            textcoords="offset points",
-        )
+        top_label(right, f"{top:.3g} {unit}", x, top)
     right.set_ylim(0, max(tops) * 1.15)
     right.set_xticks(range(len(have)), bar_labels([run for _, run, _ in have]))
     right.set_ylabel(f"{unit} per epoch (mean)")

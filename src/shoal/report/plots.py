@@ -19,6 +19,7 @@ from shoal.report.figures import (
     new_figure,
     run_style,
     stacked,
+    top_label,
 )
 from shoal.report.load import Run, number
 from shoal.report.phases import OTHER, PHASE_NAMES, EpochBars, epoch_bars, phase_order
@@ -141,15 +142,7 @@ def _draw_background(ax: Any, have: list[tuple[Run, EpochBars]], colours: dict) 
     tops = stacked(ax, layers, **_BACKGROUND_BAR)
     for x, top in enumerate(tops):
         if top > 0:
-            ax.annotate(
-                f"{top:.3g} s",
-                (x + _BACKGROUND_BAR["offset"], top),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                xytext=(0, 2),
-                textcoords="offset points",
-            )
+            top_label(ax, f"{top:.3g} s", x + _BACKGROUND_BAR["offset"], top, fontsize=7)
     return tops
 
 
@@ -199,15 +192,7 @@ def plot_time_split(runs: Sequence[Run]) -> Plot:
         if b.epoch_seconds is not None:
             label = "measured epoch (mean)" if x == 0 else None
             secs.hlines(b.epoch_seconds, xc - half, xc + half, colors="black", label=label)
-        secs.annotate(
-            f"{top:.3g} s\n({b.epochs})",
-            (xc, top),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-            xytext=(0, 2),
-            textcoords="offset points",
-        )
+        top_label(secs, f"{top:.3g} s\n({b.epochs})", xc, top)
     highest = max(tops)
     if beside:
         highest = max(highest, *_draw_background(secs, have, colours))
