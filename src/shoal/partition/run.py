@@ -144,20 +144,6 @@ def _post_passes(
     return node_part, moved_balance, moves
 
 
-def _quality(
-    graph: GraphDir, a: Assignment, cfg: PartitionConfig, train_mask: np.ndarray | None
-) -> dict[str, Any]:
-    """The streaming metrics (:func:`partition_metrics`) of the final assignment."""
-    return partition_metrics(
-        graph,
-        a.node_part,
-        cfg.num_parts,
-        edge_part=a.edge_part,
-        train_mask=train_mask,
-        chunk_edges=cfg.chunk_edges,
-    )
-
-
 def run_partition(
     graph: GraphDir | str | os.PathLike,
     name: str,
@@ -229,7 +215,16 @@ def run_partition(
     }
     if metrics:
         t0 = time.perf_counter()
-        m.update(_quality(graph, a, cfg, train_mask))
+        m.update(
+            partition_metrics(
+                graph,
+                a.node_part,
+                cfg.num_parts,
+                edge_part=a.edge_part,
+                train_mask=train_mask,
+                chunk_edges=cfg.chunk_edges,
+            )
+        )
         seconds["metrics"] = time.perf_counter() - t0
     m["seconds"] = total
     m["seconds_per_phase"] = seconds
