@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from shoal.cli.data_options import add_scratch_option
 from shoal.errors import ShoalInputError
-from shoal.utils.io import parse_size, write_json_atomic
+from shoal.utils.io import parse_size, write_json_output
 
 __all__ = ["parse_options", "register"]
 
@@ -167,10 +167,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         m["out"] = str(args.out)
     if args.json != "-":
         print(_table(m))
-    if args.json == "-":
-        print(json.dumps(m, indent=2))
-    elif args.json:
-        write_json_atomic(args.json, m)
+    write_json_output(args.json, m)
     return 0
 
 
@@ -228,13 +225,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="algorithm option, repeatable (e.g. window=0.01 refine=false for grem; "
         "tau_factor=0.1 beta=1.05 for spring)",
     )
-    p.add_argument(
-        "--scratch-dir",
-        metavar="DIR",
-        default=None,
-        help="directory for large temporary files (the edge->part file of vertex-cut "
-        "algorithms, KaMinPar's graph file), removed afterwards (default: the directory that "
-        "will hold --out, else the one holding GRAPH_DIR; never the system temp dir)",
+    add_scratch_option(
+        p,
+        "the edge->part file of vertex-cut algorithms and KaMinPar's graph file",
+        "the directory that will hold --out, else the one holding GRAPH_DIR",
     )
     p.add_argument("--json", metavar="FILE", help="write the metrics as JSON ('-' = stdout)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")

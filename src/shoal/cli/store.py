@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from shoal.cli._common import human
+from shoal.cli.data_options import add_scratch_option
 from shoal.utils.io import parse_size, write_json_output
 
 __all__ = ["register"]
@@ -125,14 +126,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--sort-memory", default="32MiB", help="memory cap of the external sort (default 32MiB)"
     )
-    b.add_argument(
-        "--scratch-dir",
-        metavar="DIR",
-        default=None,
-        help="directory for the temporary files (per-part in-edge files and sort runs, about "
-        "the size of the edge file; feature buckets with --node-order degree, the size of the "
-        "features), removed afterwards (default: the directory that will "
-        "hold STORE; never the system temp dir)",
+    add_scratch_option(
+        b,
+        "the build (per-part in-edge files and sort runs, about the size of the edge file; "
+        "feature buckets with --node-order degree, the size of the features)",
+        "the directory that will hold STORE",
     )
     b.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE")
     b.set_defaults(func=_build)
