@@ -96,6 +96,15 @@ class Window:
         self.hits += self.store.stats.hits - before
         return x
 
+    def add_to(self, rec: dict) -> None:
+        """Count this window in an epoch's record (the keys of :meth:`FeatureStats.snapshot`)."""
+        rec["requested"] += self.requested
+        rec["hits"] += self.hits
+        rec["rows_read"] += len(self.cold)
+        rec["bytes_read"] += self.bytes_read
+        rec["read_seconds"] += self.read_seconds
+        rec["windows"] += 1
+
 
 #: cache policies: ``presample`` (rows by how many batches of a sampled epoch need them) and
 #: ``degree`` (by in-degree alone)

@@ -9,8 +9,8 @@ import os
 import numpy as np
 
 from shoal.rows import _kernels as K
+from shoal.rows.direct import RowFile
 from shoal.rows.source import RowSource
-from shoal.utils.mapped import FilePlace, file_of
 
 __all__ = ["gather_rows", "read_rows", "source_rows"]
 
@@ -45,16 +45,6 @@ def gather_rows(
     return out
 
 
-def _file_rows(src: np.ndarray) -> FilePlace | None:
-    """``(file, offset of row 0, row stride)`` of a memory-mapped array whose rows are
-    contiguous in its file, or None (an in-memory array, or columns not contiguous)."""
-    if src.ndim != 2:
-        return None
-    if src.strides[1] != src.itemsize or src.strides[0] < src.shape[1] * src.itemsize:
-        return None
-    return file_of(src)
-
-
 def read_rows(
     src: np.ndarray,
     ids: np.ndarray,
@@ -74,7 +64,7 @@ def read_rows(
     """
     ids = np.asarray(ids, dtype=np.int64)
     n = ids.shape[0]
-    where = _file_rows(src) if src.dtype == np.float32 else None
+    where = RowFile.of(src) if src.dtype == np.float32 else None
     if where is None:
         if at is None:
             return gather_rows(src, ids, out, normalize=normalize)
@@ -89,7 +79,7 @@ def read_rows(
         raise ValueError("out must be C-contiguous")
     if n and (ids.min() < 0 or ids.max() >= src.shape[0]):
         raise ValueError(f"row ids must be in [0, {src.shape[0]})")
-    name, first, stride = where
+    name, first, stride = where.path, where.offset, where.stride
     row_bytes = src.shape[1] * 4
     fd = os.open(name, os.O_RDONLY)
     try:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from shoal.graph.blocks import Batch
-from shoal.rows.featstore import CACHE_POLICIES, DiskFeatures, presampled_priority
+from shoal.rows.featstore import CACHE_POLICIES, DiskFeatures, FeatureStats, presampled_priority
 from shoal.rows.packing import Packs
 from shoal.rows.readahead import END, Stop, Stream
 from shoal.rows.spool import SampleSpool
@@ -414,14 +414,7 @@ class WindowPrefetcher:
     def _consume(self, epoch: int, items, st: Stream | None) -> Iterator:
         ld, fs = self.loader, self.features
         io0 = read_bytes_of_process()
-        rec = {
-            "requested": 0,
-            "hits": 0,
-            "rows_read": 0,
-            "bytes_read": 0,
-            "read_seconds": 0.0,
-            "windows": 0,
-        }
+        rec = FeatureStats().snapshot()
         buf = np.empty((0, fs.dim), np.float32)
         while True:
             t0 = time.perf_counter()
@@ -443,12 +436,7 @@ class WindowPrefetcher:
                 y = torch.from_numpy(ld.labels_of(mb.seeds))
                 ld.timer.add("gather", time.perf_counter() - t0)
                 yield Batch(mb, x, y)
-            rec["requested"] += w.requested
-            rec["hits"] += w.hits
-            rec["rows_read"] += len(w.cold)
-            rec["bytes_read"] += w.bytes_read
-            rec["read_seconds"] += w.read_seconds
-            rec["windows"] += 1
+            w.add_to(rec)
             nbytes = w.nbytes
             del w, mbs  # gone before the reading thread may take their memory
             if st is not None:

@@ -21,6 +21,7 @@ reads its cache, its windows and its epoch packs' sweeps through it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -43,6 +44,13 @@ class ReadStats:
         self.bytes += nbytes
         self.requests += requests
         self.calls += 1
+
+    @classmethod
+    def total(cls, sources: Iterable[Any]) -> ReadStats:
+        """The counters of ``sources`` (None skipped) summed."""
+        stats = [s.stats for s in sources if s is not None]
+        names = ("rows", "bytes", "requests", "calls")
+        return cls(*(sum(getattr(st, k) for st in stats) for k in names))
 
 
 @runtime_checkable

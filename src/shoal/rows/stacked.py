@@ -41,14 +41,7 @@ class StackedReader(FileShape):
 
     @property
     def stats(self) -> ReadStats:
-        s = ReadStats()
-        for r in self.readers:
-            st = r.stats
-            s.rows += st.rows
-            s.bytes += st.bytes
-            s.requests += st.requests
-            s.calls += st.calls
-        return s
+        return ReadStats.total(self.readers)
 
     def read(
         self,

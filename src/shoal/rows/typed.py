@@ -191,15 +191,7 @@ class TypedRows:
     def stats(self) -> ReadStats:
         """The members' reads summed (rows read, bytes really read: never padding nor a
         featureless row; requests; calls, one per member read)."""
-        s = ReadStats()
-        for m in self.members:
-            if m is not None:
-                st = m.stats
-                s.rows += st.rows
-                s.bytes += st.bytes
-                s.requests += st.requests
-                s.calls += st.calls
-        return s
+        return ReadStats.total(self.members)
 
     def bytes_for(self, ids: np.ndarray) -> int:
         """Bytes a read of the rows ``ids`` delivers into ``out`` (padded rows: ``len(ids) *
