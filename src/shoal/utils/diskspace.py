@@ -1,12 +1,10 @@
 """A full disk, reported in one line: which path, which filesystem, its free bytes, the need.
 
-Every writer in shoal goes through a few doors: :func:`shoal.utils.io.atomic_output_dir`
-(output directories), :func:`shoal.utils.io.scratch_space` (intermediate files), the atomic
-file writers and the memory-mapped outputs (:func:`open_output_memmap`). Each door turns a
-write that failed for lack of space into a :class:`~shoal.errors.ShoalDiskFullError` naming the
-output, its filesystem (mount point and type), the bytes free there once the partial output is
-removed and, where the command knows it up front, the bytes it needs. The CLI prints that one
-line (exit 1); ``-v`` adds the traceback.
+Every writer goes through :func:`shoal.utils.io.atomic_output_dir`,
+:func:`shoal.utils.io.scratch_space`, the atomic file writers or :func:`open_output_memmap`;
+each turns a write that failed for lack of space into a
+:class:`~shoal.errors.ShoalDiskFullError`: the one line of README.md's "The pipeline, command
+by command" (exit 1; ``-v`` adds the traceback).
 
 Three ways a write runs out of space, all caught:
 

@@ -1,12 +1,9 @@
 """Typed academic graphs shaped like IGBH (:func:`generate_igbh`), streamed to disk.
 
-IGBH, the heterogeneous graph of the Illinois Graph Benchmark (Khatua et al., KDD 2023), is
-the MLPerf Training GNN benchmark's dataset: six node types (paper, author, institute, fos
-= field of study, journal, conference) and six relations (paper cites paper, paper
-written_by author, author affiliated_to institute, paper topic fos, paper published journal,
-paper venue conference), plus their reverses; papers carry the labels. Its node counts per
-size are public (:data:`IGBH_NODE_COUNTS`); ``scale`` multiplies them (0.01 of tiny: 1,000
-papers, for tests).
+IGBH (Khatua et al., KDD 2023), the MLPerf Training GNN benchmark's dataset: its six node
+types and six relations (plus reverses; papers carry the labels) are listed in
+docs/format.md#shoal-data-synth-igbh; its public node counts per size
+(:data:`IGBH_NODE_COUNTS`) times ``scale`` (0.01 of tiny: 1,000 papers, for tests).
 
 The model, per relation ``(S, r, D)`` with ``degree[r]`` edges per node of ``S`` on average:
 every node of every type has a latent class (uniform over ``classes``; the papers' classes are

@@ -1,14 +1,12 @@
 """R-MAT / Kronecker graphs (:func:`generate_rmat`), streamed to disk in blocks.
 
 The model: Chakrabarti, Zhan & Faloutsos, "R-MAT: A Recursive Model for Graph Mining", SIAM
-SDM 2004, section 3: each edge descends
-``scale = ceil(log2 N)`` levels of the adjacency matrix, choosing the quadrant (a, b, c, d) at
-every level. Defaults are the Graph500 parameters a=0.57, b=0.19, c=0.19, d=0.05 (Graph500
-benchmark specification, "Kronecker generator" section; https://graph500.org/), and as in the
-Graph500 reference generator each level draws the source bit with P(1) = c + d and then the
-destination bit with P(1) = d / (c + d) or b / (a + b) given the source bit, vectorised here
-over a whole block of edges. Also as in Graph500, vertex ids are scrambled by a seeded random
-permutation, so that the high-degree vertices are not the small ids. When N is not a power of
+SDM 2004, section 3: each edge descends ``scale = ceil(log2 N)`` levels of the adjacency
+matrix, choosing the quadrant (a, b, c, d) at every level; defaults and the seeded vertex
+scrambling are Graph500's (benchmark specification, "Kronecker generator" section;
+docs/format.md#synthetic-graphs). As in the Graph500 reference generator each level draws the
+source bit with P(1) = c + d and then the destination bit with P(1) = d / (c + d) or
+b / (a + b) given the source bit, vectorised over a block of edges. When N is not a power of
 two, edges with an endpoint >= N (before scrambling) are redrawn.
 """
 
