@@ -23,13 +23,23 @@ from shoal.utils.io import scratch_space
 from shoal.utils.progress import progress
 
 
-def _check_parts(graph: GraphDir, num_parts: int) -> None:
+def _check_inputs(
+    graph: GraphDir, num_parts: int, train_mask: np.ndarray | None
+) -> np.ndarray | None:
+    """Refuse more parts than nodes; ``train_mask`` as a checked bool (N,) array (or None)."""
     if graph.num_nodes > 0 and num_parts > graph.num_nodes:
         raise ShoalInputError(
             f"num_parts={num_parts} is larger than the number of nodes ({graph.num_nodes})",
             path=graph.path,
             fix=f"use --parts <= {graph.num_nodes}",
         )
+    if train_mask is None:
+        return None
+    n = graph.num_nodes
+    t = np.asarray(train_mask, dtype=bool)
+    if t.shape != (n,):
+        raise ShoalInputError(f"train mask has shape {t.shape}, expected ({n},)", path="train_mask")
+    return t
 
 
 def _part_dtype(num_parts: int) -> np.dtype:
@@ -128,15 +138,6 @@ def _vertex_cut(
     node_part = owners_from_edge_parts(graph, edge_part, cfg.num_parts, chunk_edges=cfg.chunk_edges)
     seconds = {**seconds, "owners": time.perf_counter() - t}
     return partitioner.assignment(node_part, seconds, edge_part=edge_part)
-
-
-def _train_array(train_mask: np.ndarray | None, n: int) -> np.ndarray | None:
-    if train_mask is None:
-        return None
-    t = np.asarray(train_mask, dtype=bool)
-    if t.shape != (n,):
-        raise ShoalInputError(f"train mask has shape {t.shape}, expected ({n},)", path="train_mask")
-    return t
 
 
 def _edge_pass(graph: GraphDir, chunk_edges: int, desc: str):

@@ -26,10 +26,9 @@ from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition._streaming import (
     _assign_edges,
-    _check_parts,
+    _check_inputs,
     _degrees,
     _mix,
-    _train_array,
     _vertex_cut,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
@@ -75,8 +74,7 @@ class DBH(Partitioner):
     def partition(self, graph: GraphDir, train_mask: np.ndarray | None = None) -> Assignment:
         cfg = self.config
         p = cfg.num_parts
-        _check_parts(graph, p)
-        _train_array(train_mask, graph.num_nodes)
+        _check_inputs(graph, p, train_mask)
         t0 = time.perf_counter()
         deg = _degrees(graph, cfg.chunk_edges)
         t1 = time.perf_counter()

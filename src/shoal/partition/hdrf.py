@@ -32,8 +32,7 @@ from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition._streaming import (
     _assign_edges,
-    _check_parts,
-    _train_array,
+    _check_inputs,
     _vertex_cut,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
@@ -194,8 +193,7 @@ class HDRF(Partitioner):
     def partition(self, graph: GraphDir, train_mask: np.ndarray | None = None) -> Assignment:
         cfg = self.config
         p = cfg.num_parts
-        _check_parts(graph, p)
-        _train_array(train_mask, graph.num_nodes)
+        _check_inputs(graph, p, train_mask)
         n = graph.num_nodes
         t0 = time.perf_counter()
         packed = p <= 32

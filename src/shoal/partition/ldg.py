@@ -33,8 +33,7 @@ from numba import njit
 
 from shoal.data.format import GraphDir
 from shoal.partition._streaming import (
-    _check_parts,
-    _train_array,
+    _check_inputs,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
 from shoal.partition.refine import _zip_blocks
@@ -149,8 +148,7 @@ def _run_vertex_stream(
     stream: ``(node_part, seconds of the csr and of the pass)``."""
     cfg = partitioner.config
     n, p = graph.num_nodes, cfg.num_parts
-    _check_parts(graph, p)
-    train = _train_array(train_mask, n)
+    train = _check_inputs(graph, p, train_mask)
     t = time.perf_counter()
     graph.csr("out")
     if graph.directed:

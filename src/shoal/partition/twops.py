@@ -41,12 +41,11 @@ from numba import njit
 from shoal.data.format import GraphDir
 from shoal.errors import ShoalInputError
 from shoal.partition._streaming import (
-    _check_parts,
+    _check_inputs,
     _degrees,
     _edge_pass,
     _EdgePartFile,
     _mix,
-    _train_array,
     _vertex_cut,
 )
 from shoal.partition.base import Assignment, PartitionConfig, Partitioner
@@ -199,8 +198,7 @@ class TwoPSL(Partitioner):
     def partition(self, graph: GraphDir, train_mask: np.ndarray | None = None) -> Assignment:
         cfg = self.config
         p = cfg.num_parts
-        _check_parts(graph, p)
-        _train_array(train_mask, graph.num_nodes)
+        _check_inputs(graph, p, train_mask)
         n, m = graph.num_nodes, graph.num_edges
         secs: dict[str, float] = {}
         t = time.perf_counter()
