@@ -16,8 +16,7 @@ has a learned embedding row, ``node_ids - offsets[t]``; or, for a type marked ``
 rows are taken as they are from columns ``[:hidden]`` (embedding tables kept outside the
 model, e.g. on disk, by the trainer). ``F`` may be 0 when no type has features.
 
-- :class:`RelationalInput`: the per-type input stage, ``Linear(F_t, hidden)`` of a type's
-  features or ``Embedding(count_t, hidden)`` of a featureless type; layer 0 applies it.
+- :class:`RelationalInput`: the per-type input stage that layer 0 applies.
 - :class:`RGCN`: Schlichtkrull et al., "Modeling relational data with graph convolutional
   networks" (ESWC 2018), eq. (2) with the basis decomposition of eq. (3), PyG ``RGCNConv``.
 - :class:`RGAT`: the R-GAT of the MLPerf Training GNN benchmark (mlcommons/training,
@@ -67,15 +66,12 @@ def _check_types(
 
 
 class RelationalInput(nn.Module):
-    """The per-type input stage: each node type's rows of ``x`` mapped to ``out_dim``.
-
-    Type ``t`` with ``feature_dims[t] = F_t`` (an int > 0): ``Linear(F_t, out_dim)`` of the
-    columns ``x[:, :F_t]``. A featureless type (None or 0): ``Embedding(counts[t], out_dim)``,
-    row ``node_id - offsets[t]`` of each node (its original id minus its type's first id); or,
-    with ``given[t]`` true, its rows are ``x[:, :out_dim]`` as they come (embedding tables
-    held outside the module). ``project=False`` maps nothing: every type must have features
-    of one width ``F`` and the stage returns ``x[:, :F]`` (the MLPerf reference feeds IGBH's
-    1024 features of every type straight to its first ``GATConv``).
+    """The per-type input stage (module docstring's input contract): each node type's rows of
+    ``x`` mapped to ``out_dim``: ``Linear(F_t, out_dim)`` of a type with ``F_t > 0`` features,
+    ``Embedding(counts[t], out_dim)`` of a featureless one (None or 0), its rows as they come
+    with ``given[t]``. ``project=False`` maps nothing: every type must have features of one
+    width ``F`` and the stage returns ``x[:, :F]`` (the MLPerf reference feeds IGBH's 1024
+    features of every type straight to its first ``GATConv``).
 
     ``forward(x, node_type, node_ids)``: ``x`` ``(n, >= in_width)``, ``node_type`` ``(n,)``
     int64, ``node_ids`` ``(n,)`` original ids (needed when a type has an embedding).
