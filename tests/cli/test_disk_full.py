@@ -63,20 +63,8 @@ def pipeline(tmp_path_factory):
 
 def test_synth_is_refused_up_front(small_fs, run_cli):
     fs = small_fs("64k")
-    code, _, err = run_cli(
-        "data",
-        "synth",
-        "dcsbm",
-        "--nodes",
-        NODES,
-        "--edges",
-        EDGES,
-        "--features",
-        FEATURES,
-        "--out",
-        fs / "g",
-        "-q",
-    )
+    synth = f"data synth dcsbm --nodes {NODES} --edges {EDGES} --features {FEATURES}".split()
+    code, _, err = run_cli(*synth, "--out", fs / "g", "-q")
     assert code == 1
     line = _one_line(err, fs, need=True)
     assert line.startswith(f"shoal: error: {fs / 'g'}: not enough space, nothing written")
@@ -157,21 +145,8 @@ def test_split_edges(small_fs, run_cli, pipeline):
 
 def test_train_checkpoint(small_fs, run_cli, pipeline):
     fs = small_fs("4k")
-    code, _, err = run_cli(
-        "train",
-        "--graph",
-        pipeline["graph"],
-        "--epochs",
-        1,
-        "--hidden",
-        16,
-        "--fanouts",
-        "5,5",
-        "--checkpoint-dir",
-        fs / "ck",
-        "--no-progress",
-        "-q",
-    )
+    train = ["train", "--graph", pipeline["graph"], *"--epochs 1 --hidden 16 --fanouts 5,5".split()]
+    code, _, err = run_cli(*train, "--checkpoint-dir", fs / "ck", "--no-progress", "-q")
     assert code == 1
     assert "--checkpoint-dir" in _one_line(err, fs)
     assert [p.name for p in (fs / "ck").iterdir()] == []  # no partial checkpoint
@@ -179,16 +154,8 @@ def test_train_checkpoint(small_fs, run_cli, pipeline):
 
 def test_embed(small_fs, run_cli, pipeline):
     fs = small_fs("16k")
-    code, _, err = run_cli(
-        "embed",
-        "--graph",
-        pipeline["graph"],
-        "--checkpoint-dir",
-        pipeline["checkpoint"],
-        "--out",
-        fs / "e.npy",
-        "-q",
-    )
+    g, ck, out = pipeline["graph"], pipeline["checkpoint"], fs / "e.npy"
+    code, _, err = run_cli("embed", "--graph", g, "--checkpoint-dir", ck, "--out", out, "-q")
     assert code == 1
     _one_line(err, fs, need=True)  # every node's logits: known when the output is created
     assert _empty(fs)
