@@ -334,21 +334,9 @@ def test_typed_cli(tmp_path, run_cli):
     g = _typed_graph(tmp_path / "g")
     code, _, err = run_cli("data", "split-edges", g.path, "--out", tmp_path / "s")
     assert code == 2 and "author__writes__paper (" in err and "--target-relation" in err
-    code, out, err = run_cli(
-        "data",
-        "split-edges",
-        g.path,
-        "--out",
-        tmp_path / "s",
-        "--target-relation",
-        "author__writes__paper",
-        "--eval-negatives",
-        "5",
-        "--val",
-        "0.2",
-        "--json",
-        tmp_path / "s.json",
-    )
+    cmd = ["data", "split-edges", g.path, "--target-relation"]
+    opts = "author__writes__paper --eval-negatives 5 --val 0.2".split()
+    code, out, err = run_cli(*cmd, *opts, "--out", tmp_path / "s", "--json", tmp_path / "s.json")
     assert code == 0, err
     assert "author__writes__paper" in out and "node type paper" in out
     s = json.loads((tmp_path / "s.json").read_text())
@@ -356,17 +344,7 @@ def test_typed_cli(tmp_path, run_cli):
     split = GraphDir.open(tmp_path / "s", verify=True)
     assert np.load(split.path / "link_test_neg.npy").shape == (s["test_edges"], 5)
     assert np.array_equal(split.node_features("author"), g.node_features("author"))
-    code, _, err = run_cli(
-        "data",
-        "split-edges",
-        g.path,
-        "--out",
-        tmp_path / "t",
-        "--target-relation",
-        "writes",
-        "--eval-negatives",
-        "0",
-    )
+    code, _, err = run_cli(*cmd, "writes", "--eval-negatives", "0", "--out", tmp_path / "t")
     assert code == 2 and "--eval-negatives must be >= 1" in err
 
 

@@ -144,52 +144,15 @@ def test_dcsbm_gcn_beats_mlp(tmp_path):
 
 
 def test_synth_cli(run_cli, tmp_path):
+    rmat = "data synth rmat --nodes 300 --edges 900".split()
     code, out, err = run_cli(
-        "data",
-        "synth",
-        "rmat",
-        "--nodes",
-        "300",
-        "--edges",
-        "900",
-        "--out",
-        tmp_path / "r",
-        "--seed",
-        "2",
-        "--undirected",
-        "--json",
-        tmp_path / "r.json",
+        *rmat, "--out", tmp_path / "r", "--seed", "2", "--undirected", "--json", tmp_path / "r.json"
     )
     assert code == 0, err
     s = json.loads((tmp_path / "r.json").read_text())
     assert s["num_edges"] == 1800 and s["num_nodes"] == 300 and not s["directed"]
-    code, out, err = run_cli(
-        "data",
-        "synth",
-        "dcsbm",
-        "--nodes",
-        "300",
-        "--edges",
-        "900",
-        "--classes",
-        "3",
-        "--features",
-        "4",
-        "--out",
-        tmp_path / "s",
-    )
+    dcsbm = "data synth dcsbm --nodes 300 --edges 900".split()
+    code, out, err = run_cli(*dcsbm, "--classes", "3", "--features", "4", "--out", tmp_path / "s")
     assert code == 0, err and "dcsbm" in out
-    code, out, err = run_cli(
-        "data",
-        "synth",
-        "dcsbm",
-        "--nodes",
-        "300",
-        "--edges",
-        "900",
-        "--homophily",
-        "2",
-        "--out",
-        tmp_path / "bad",
-    )
+    code, out, err = run_cli(*dcsbm, "--homophily", "2", "--out", tmp_path / "bad")
     assert code == 2 and "--homophily" in err and not (tmp_path / "bad").exists()

@@ -68,19 +68,8 @@ def test_cli_defaults_agree_and_it_writes_the_graph(run_cli, tmp_path):
 
     d = RoadConfig(width=2, height=2)
     assert ROAD_DEFAULTS == (d.keep, d.shortcuts, d.reach)
-    code, out, err = run_cli(
-        "data",
-        "synth",
-        "road",
-        "--width",
-        "12",
-        "--height",
-        "9",
-        "--seed",
-        "3",
-        "--out",
-        tmp_path / "r",
-    )
+    road = "data synth road --width 12 --height 9 --seed 3".split()
+    code, out, err = run_cli(*road, "--out", tmp_path / "r")
     assert code == 0, err
     assert "road ->" in out and "108 nodes" in out
     api = generate_road(tmp_path / "api", RoadConfig(width=12, height=9, seed=3))
