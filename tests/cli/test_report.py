@@ -64,24 +64,8 @@ def test_without_matplotlib_exit_2_says_what_to_install(tmp_path, run_cli, monke
 @needs_matplotlib
 def test_train_report_single_process_on_cora(tmp_path, run_cli):
     g = import_graph(CORA, tmp_path / "cora")
-    code, _, err = run_cli(
-        "train",
-        "--graph",
-        g.path,
-        "--model",
-        "gcn",
-        "--fanouts",
-        "all,all",
-        "--hidden",
-        "16",
-        "--epochs",
-        "2",
-        "--threads",
-        "1",
-        "--no-progress",
-        "--report",
-        tmp_path / "rep",
-    )
+    opts = "--model gcn --fanouts all,all --hidden 16 --epochs 2 --threads 1 --no-progress"
+    code, _, err = run_cli("train", "--graph", g.path, *opts.split(), "--report", tmp_path / "rep")
     assert code == 0, err
     rep = tmp_path / "rep"
     assert "report of the run" in err
@@ -97,28 +81,9 @@ def test_train_report_single_process_on_cora(tmp_path, run_cli):
 @needs_matplotlib
 def test_train_report_with_an_engine(tmp_path, run_cli, make_store):
     store = make_store(parts=2)
-    code, _, err = run_cli(
-        "train",
-        "--store",
-        store,
-        "--engine",
-        "minibatch",
-        "--nproc",
-        "1",
-        "--fanouts",
-        "3,3",
-        "--hidden",
-        "8",
-        "--epochs",
-        "2",
-        "--threads",
-        "1",
-        "--no-progress",
-        "--json",
-        tmp_path / "mb.json",
-        "--report",
-        tmp_path / "rep",
-    )
+    opts = "--engine minibatch --nproc 1 --fanouts 3,3 --hidden 8 --epochs 2 --threads 1".split()
+    out = ["--no-progress", "--json", tmp_path / "mb.json", "--report", tmp_path / "rep"]
+    code, _, err = run_cli("train", "--store", store, *opts, *out)
     assert code == 0, err
     rep = tmp_path / "rep"
     assert not (rep / "run.json").exists()  # the run's JSON is --json's file

@@ -109,23 +109,9 @@ def test_engines_run_factory_models_or_refuse(make_store):
 
 def test_cli_model_factory(cora, tmp_path, run_cli):
     out = tmp_path / "r.json"
+    opts = "--fanouts 5,5 --hidden 16 --epochs 2 --threads 1 --no-progress".split()
     code, _, err = run_cli(
-        "train",
-        "--graph",
-        cora.path,
-        "--model-factory",
-        FACTORY,
-        "--fanouts",
-        "5,5",
-        "--hidden",
-        "16",
-        "--epochs",
-        "2",
-        "--threads",
-        "1",
-        "--no-progress",
-        "--json",
-        out,
+        "train", "--graph", cora.path, "--model-factory", FACTORY, *opts, "--json", out
     )
     assert code == 0, err
     code, _, err = run_cli("train", "--graph", cora.path, "--model-factory", "nowhere:f")

@@ -77,19 +77,8 @@ def store(graph, tmp_path):
 
 
 def test_store_plan_more_parts_than_workers(store, run_cli, tmp_path):
-    code, out, err = run_cli(
-        "plan",
-        "--store",
-        store,
-        "--workers",
-        "2",
-        "--memory-per-worker",
-        "4GB",
-        "--reserve",
-        "1GB",
-        "--out",
-        tmp_path / "plan.json",
-    )
+    opts = "--workers 2 --memory-per-worker 4GB --reserve 1GB".split()
+    code, out, err = run_cli("plan", "--store", store, *opts, "--out", tmp_path / "plan.json")
     assert code == 0, err
     assert "worker 0: parts [0, 2, 4]" in out and "worker 1: parts [1, 3]" in out
     plan = json.loads((tmp_path / "plan.json").read_text())
@@ -100,48 +89,21 @@ def test_store_plan_more_parts_than_workers(store, run_cli, tmp_path):
 
 
 def test_store_plan_fewer_parts_than_workers_is_an_error(store, run_cli, tmp_path):
-    code, _, err = run_cli(
-        "plan",
-        "--store",
-        store,
-        "--workers",
-        "8",
-        "--memory-per-worker",
-        "4GB",
-        "--out",
-        tmp_path / "plan.json",
-    )
+    opts = "--workers 8 --memory-per-worker 4GB".split()
+    code, _, err = run_cli("plan", "--store", store, *opts, "--out", tmp_path / "plan.json")
     assert code == 2 and "5 parts but 8 workers" in err
     assert not (tmp_path / "plan.json").exists()
 
 
 def test_store_plan_part_too_big(store, run_cli):
-    code, out, _ = run_cli(
-        "plan",
-        "--store",
-        store,
-        "--workers",
-        "2",
-        "--memory-per-worker",
-        "1000",
-        "--reserve",
-        "0",
-    )
+    opts = "--workers 2 --memory-per-worker 1000 --reserve 0".split()
+    code, out, _ = run_cli("plan", "--store", store, *opts)
     assert code == 3 and "exceeds the budget" in out
 
 
 def test_graph_plan_cli_json(graph, run_cli):
-    code, out, err = run_cli(
-        "plan",
-        "--graph",
-        graph.path,
-        "--workers",
-        "2",
-        "--memory-per-worker",
-        "2GiB",
-        "--json",
-        "-",
-    )
+    opts = "--workers 2 --memory-per-worker 2GiB --json -".split()
+    code, out, err = run_cli("plan", "--graph", graph.path, *opts)
     assert code == 0, err
     plan = json.loads(out)
     assert plan["num_parts"] == 2 and plan["format"] == "shoal-plan"
