@@ -36,29 +36,13 @@ def test_embed_node_logits_and_link_embeddings(tmp_path, run_cli):
         TrainData.from_graph_dir(g),
     )
     tr.fit()  # leaves the best-validation weights in tr.model
-    code, out, err = run_cli(
-        "embed",
-        "--graph",
-        g.path,
-        "--checkpoint-dir",
-        tmp_path / "ck",
-        "--out",
-        tmp_path / "logits.npy",
-    )
+    embed = ["embed", "--graph", g.path, "--checkpoint-dir", tmp_path / "ck", "--out"]
+    code, out, err = run_cli(*embed, tmp_path / "logits.npy")
     assert code == 0, err
     got = np.load(tmp_path / "logits.npy")
     want = layerwise_inference(tr.model, tr.data, np.arange(g.num_nodes))
     assert got.shape == (g.num_nodes, 7) and np.allclose(got, want, atol=1e-5)
-    code, _, err = run_cli(
-        "embed",
-        "--graph",
-        g.path,
-        "--checkpoint-dir",
-        tmp_path / "ck",
-        "--out",
-        tmp_path / "cls.npy",
-        "--predict",
-    )
+    code, _, err = run_cli(*embed, tmp_path / "cls.npy", "--predict")
     assert code == 0 and np.array_equal(np.load(tmp_path / "cls.npy"), want.argmax(1))
 
     s = split_edges(g, tmp_path / "link", EdgeSplitConfig())
@@ -68,15 +52,8 @@ def test_embed_node_logits_and_link_embeddings(tmp_path, run_cli):
         LinkData.from_graph_dir(s),
     )
     lt.fit()
-    code, _, err = run_cli(
-        "embed",
-        "--graph",
-        s.path,
-        "--checkpoint-dir",
-        tmp_path / "lk",
-        "--out",
-        tmp_path / "emb.npy",
-    )
+    embed = ["embed", "--graph", s.path, "--checkpoint-dir", tmp_path / "lk", "--out"]
+    code, _, err = run_cli(*embed, tmp_path / "emb.npy")
     assert code == 0, err
     with torch.no_grad():
         want = layerwise_inference(lt.model, lt.data, np.arange(s.num_nodes))
