@@ -25,9 +25,6 @@ from shoal.sample._exclude_kernels import _is_excluded
 from shoal.sample._kernels import _draw_run, _mix64
 from shoal.utils.ranges import range_index
 
-# the typed store's kernels (``_count_rel``, ``_fill_rel``) find a relation's run in the
-# row's ``edge_types`` instead (rows grouped by relation: ``docs/store.md``, "Typed stores")
-
 
 @numba.njit(cache=True, inline="always")
 def _run(indices, b, e, lo, hi):
@@ -58,13 +55,6 @@ def _run_draw(keys, b, e, lo, hi, fanout):
     s, u = _run(keys, b, e, lo, hi)
     d = u - s
     return s, d, (d if (fanout < 0 or d <= fanout) else fanout)
-
-
-@numba.njit(cache=True, inline="always")
-def _relation_draw(indices, b, e, offsets, st, fanout):
-    """:func:`_run_draw` of the relation whose sources are of type ``st`` in the row
-    ``indices[b:e]`` (global ids, sorted)."""
-    return _run_draw(indices, b, e, offsets[st], offsets[st + 1], fanout)
 
 
 @numba.njit(cache=True, inline="always")
@@ -116,23 +106,42 @@ def _capped(d, fanout):
 
 
 def _count_py(
-    indptr, indices, nodes, n, offsets, by_dst_ptr, by_dst, src_type, fan, ex_keys, n_ids, counts
+    indptr,
+    indices,
+    keys,
+    nodes,
+    n,
+    offsets,
+    row_type,
+    by_dst_ptr,
+    by_dst,
+    rel_lo,
+    rel_hi,
+    fan,
+    ex_keys,
+    n_ids,
+    counts,
 ):
     """counts[i] = sum over the relations into ``nodes[i]``'s type of min(fanout, run less
-    its excluded entries)."""
-    rows = indptr.shape[0] - 1
+    its excluded entries). Relation ``r``'s run in a row is its entries whose ``keys`` lie in
+    ``[rel_lo[r], rel_hi[r])``: a graph's in-CSR over global ids gives ``keys = indices`` and
+    its source type's id range, with ``row_type`` empty (a node's type from ``offsets``); a
+    typed store part's CSR gives ``keys = etypes`` (each row grouped by relation) and ``[r,
+    r + 1)``, with ``row_type`` the type of every local row (keys over local ids). A node
+    past the CSR's rows (a halo node) draws nothing."""
+    last = indptr.shape[0] - 1
     for i in prange(n):
         v = nodes[i]
         c = 0
-        if v < rows:
+        if v < last:
             b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-            t = range_index(offsets, v)
+            t = row_type[v] if row_type.shape[0] else range_index(offsets, v)
             base = np.int64(v) * n_ids
             lo = np.searchsorted(ex_keys, base)
             hi = np.searchsorted(ex_keys, base + n_ids)
             for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
                 r = by_dst[q]
-                s, d, _ = _relation_draw(indices, b, e, offsets, src_type[r], fan[r])
+                s, d, _ = _run_draw(keys, b, e, rel_lo[r], rel_hi[r], fan[r])
                 c += _capped(d - _excluded_in(indices, s, d, ex_keys, lo, hi, base), fan[r])
         counts[i] = c
 
@@ -140,75 +149,15 @@ def _count_py(
 def _fill_py(
     indptr,
     indices,
+    keys,
     nodes,
     n,
     offsets,
-    by_dst_ptr,
-    by_dst,
-    src_type,
-    fan,
-    rowptr,
-    key,
-    picked,
-    dst,
-    ex_keys,
-    n_ids,
-):
-    """Draw each relation's fanout of ``nodes[i]``'s in-neighbours into ``picked[rowptr[i]:]``
-    (global ids), relation after relation in the schema's order; ``dst`` gets ``i``."""
-    rows = indptr.shape[0] - 1
-    for i in prange(n):
-        v = nodes[i]
-        at = rowptr[i]
-        if v >= rows or rowptr[i + 1] == at:
-            continue
-        b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-        t = range_index(offsets, v)
-        base = np.int64(v) * n_ids
-        lo = np.searchsorted(ex_keys, base)
-        hi = np.searchsorted(ex_keys, base + n_ids)
-        for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
-            r = by_dst[q]
-            s, d, _ = _relation_draw(indices, b, e, offsets, src_type[r], fan[r])
-            x = _excluded_in(indices, s, d, ex_keys, lo, hi, base)
-            k = _capped(d - x, fan[r])
-            _draw_kept(indices, s, d, x, k, ex_keys, lo, hi, base, key, i, r, picked, dst, at)
-            at += k
-
-
-def _count_rel_py(
-    indptr, indices, etypes, rows, n, row_type, by_dst_ptr, by_dst, fan, ex_keys, n_ids, counts
-):
-    """The typed store's :func:`_count_py`: row ``rows[i]`` of a part's CSR, whose in-edges
-    are grouped by relation (``etypes``); ``row_type``: the node type of every local row
-    (at least the CSR's rows); keys over local ids. A local index past the CSR's rows (a
-    halo node) draws nothing."""
-    last = indptr.shape[0] - 1
-    for i in prange(n):
-        v = rows[i]
-        c = 0
-        if v < last:
-            b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-            t = row_type[v]
-            base = np.int64(v) * n_ids
-            lo = np.searchsorted(ex_keys, base)
-            hi = np.searchsorted(ex_keys, base + n_ids)
-            for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
-                r = by_dst[q]
-                s, d, _ = _run_draw(etypes, b, e, r, r + 1, fan[r])
-                c += _capped(d - _excluded_in(indices, s, d, ex_keys, lo, hi, base), fan[r])
-        counts[i] = c
-
-
-def _fill_rel_py(
-    indptr,
-    indices,
-    etypes,
-    rows,
-    n,
     row_type,
     by_dst_ptr,
     by_dst,
+    rel_lo,
+    rel_hi,
     fan,
     rowptr,
     key,
@@ -217,22 +166,23 @@ def _fill_rel_py(
     ex_keys,
     n_ids,
 ):
-    """The typed store's :func:`_fill_py`: each relation's run is found in ``etypes``;
-    ``picked`` gets local source indices. The draws equal :func:`_fill_py`'s on the same
-    runs (same stream per (position, relation))."""
+    """Draw each relation's fanout of ``nodes[i]``'s in-neighbours (the runs of
+    :func:`_count_py`) into ``picked[rowptr[i]:]`` (entries of ``indices``), relation after
+    relation in the schema's order; ``dst`` gets ``i``."""
+    last = indptr.shape[0] - 1
     for i in prange(n):
-        v = rows[i]
+        v = nodes[i]
         at = rowptr[i]
-        if rowptr[i + 1] == at:
+        if v >= last or rowptr[i + 1] == at:
             continue
         b, e = np.int64(indptr[v]), np.int64(indptr[v + 1])
-        t = row_type[v]
+        t = row_type[v] if row_type.shape[0] else range_index(offsets, v)
         base = np.int64(v) * n_ids
         lo = np.searchsorted(ex_keys, base)
         hi = np.searchsorted(ex_keys, base + n_ids)
         for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
             r = by_dst[q]
-            s, d, _ = _run_draw(etypes, b, e, r, r + 1, fan[r])
+            s, d, _ = _run_draw(keys, b, e, rel_lo[r], rel_hi[r], fan[r])
             x = _excluded_in(indices, s, d, ex_keys, lo, hi, base)
             k = _capped(d - x, fan[r])
             _draw_kept(indices, s, d, x, k, ex_keys, lo, hi, base, key, i, r, picked, dst, at)
@@ -241,5 +191,3 @@ def _fill_rel_py(
 
 _count = numba.njit(cache=True, parallel=True, nogil=True)(_count_py)
 _fill = numba.njit(cache=True, parallel=True, nogil=True)(_fill_py)
-_count_rel = numba.njit(cache=True, parallel=True, nogil=True)(_count_rel_py)
-_fill_rel = numba.njit(cache=True, parallel=True, nogil=True)(_fill_rel_py)

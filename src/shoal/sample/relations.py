@@ -33,6 +33,8 @@ __all__ = ["RelationDraws", "RelationTables", "label_blocks", "row_types"]
 
 #: no excluded edges: no keys (the kernels then draw every run whole)
 _NO_EX = (np.empty(0, np.int64), np.int64(1))
+#: no node type per row: a graph's in-CSR, whose node types are the schema's id ranges
+_NO_TYPES = np.empty(0, np.int32)
 
 
 @dataclass
@@ -121,22 +123,29 @@ class RelationDraws:
         self.tables = RelationTables.of(schema, fanouts, relation_fanouts)
         self.per_relation = len(schema.edge_types) > 1 or bool(relation_fanouts)
         self.hop = 0
+        st, r = self.tables.src_type, np.arange(len(schema.edge_types), dtype=np.int64)
+        # each relation's run: its source type's id range, or its own edge type
+        self._by_range = (self.offsets[st], self.offsets[st + 1])
+        self._by_edge_type = (r, r + 1)
 
-    def _rel(self) -> tuple:
+    def _rel(self, bounds: tuple) -> tuple:
         t = self.tables
-        return (t.by_dst_ptr, t.by_dst, t.src_type, t.fanouts[self.hop])
+        return (t.by_dst_ptr, t.by_dst, *bounds, t.fanouts[self.hop])
 
     def count_by_range(self, indptr, indices, nodes, n: int, counts, ex=None) -> None:
         """``counts[i]``: draws of ``nodes[i]`` (global ids) from a graph's in-CSR; ``ex``:
         ``(sorted dst * n_ids + src keys, n_ids)`` of edges to skip, or None."""
-        TK._count(indptr, indices, nodes, n, self.offsets, *self._rel(), *(ex or _NO_EX), counts)
+        rel = self._rel(self._by_range)
+        args = (indptr, indices, indices, nodes, n, self.offsets, _NO_TYPES, *rel)
+        TK._count(*args, *(ex or _NO_EX), counts)
 
     def fill_by_range(
         self, indptr, indices, nodes, n: int, rowptr, key, picked, dst, ex=None
     ) -> None:
         """Each relation's draws of ``nodes[i]`` into ``picked[rowptr[i]:]`` (global ids)."""
-        args = (indptr, indices, nodes, n, self.offsets, *self._rel(), rowptr, key, picked, dst)
-        TK._fill(*args, *(ex or _NO_EX))
+        rel = self._rel(self._by_range)
+        args = (indptr, indices, indices, nodes, n, self.offsets, _NO_TYPES, *rel)
+        TK._fill(*args, rowptr, key, picked, dst, *(ex or _NO_EX))
 
     def count_by_edge_type(
         self, indptr, etypes, row_type, rows, n: int, counts, ex=None, indices=None
@@ -144,19 +153,19 @@ class RelationDraws:
         """:meth:`count_by_range` of a part's local rows ``rows`` (in-edges grouped by
         relation, ``etypes``; ``row_type`` the type of every local row; keys over local ids;
         ``indices``, the rows' entries, needed with ``ex``)."""
-        b, d, _, f = self._rel()
         if indices is None:  # (read only for excluded entries)
             indices = _NO_EX[0]
-        args = (indptr, indices, etypes, rows, n, row_type, b, d, f)
-        TK._count_rel(*args, *(ex or _NO_EX), counts)
+        rel = self._rel(self._by_edge_type)
+        args = (indptr, indices, etypes, rows, n, self.offsets, row_type, *rel)
+        TK._count(*args, *(ex or _NO_EX), counts)
 
     def fill_by_edge_type(
         self, indptr, indices, etypes, row_type, rows, n: int, rowptr, key, picked, dst, ex=None
     ) -> None:
         """:meth:`fill_by_range` of a part's local rows (``picked`` gets local indices)."""
-        b, d, _, f = self._rel()
-        args = (indptr, indices, etypes, rows, n, row_type, b, d, f, rowptr, key, picked, dst)
-        TK._fill_rel(*args, *(ex or _NO_EX))
+        rel = self._rel(self._by_edge_type)
+        args = (indptr, indices, etypes, rows, n, self.offsets, row_type, *rel)
+        TK._fill(*args, rowptr, key, picked, dst, *(ex or _NO_EX))
 
     def label(self, mb: MiniBatch, node_type: np.ndarray) -> MiniBatch:
         """:func:`label_blocks` of ``mb`` whose nodes have the types ``node_type``."""
