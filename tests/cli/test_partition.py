@@ -9,18 +9,11 @@ import pytest
 
 from shoal.partition.io import read_assignment
 
-KEYS = (
-    "algorithm",
-    "num_parts",
-    "num_nodes",
-    "num_edges",
-    "replication_factor",
-    "edge_cut",
-    "node_balance",
-    "edge_balance",
-    "train_balance",
-    "seconds",
-    "peak_rss_bytes",
+KEYS = tuple(
+    (
+        "algorithm num_parts num_nodes num_edges replication_factor edge_cut node_balance "
+        "edge_balance train_balance seconds peak_rss_bytes"
+    ).split()
 )
 
 

@@ -75,15 +75,8 @@ def test_the_cli_adds_reverse_relations_with_undirected(tmp_path):
     assert main(["data", "import", str(d), "--out", str(tmp_path / "g"), "--undirected"]) == 0
     g = GraphDir.open(tmp_path / "g", verify=True)
     rels = [e.relation for e in g.schema.edge_types]
-    assert rels == [
-        "affiliated_with",
-        "writes",
-        "cites",
-        "has_topic",
-        "rev_affiliated_with",
-        "rev_writes",
-        "rev_has_topic",
-    ]
+    want = "affiliated_with writes cites has_topic rev_affiliated_with rev_writes rev_has_topic"
+    assert rels == want.split()
     assert g.num_edges == 2 * sum(len(e) for e in RELS.values()) and not g.directed
 
 

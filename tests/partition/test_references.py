@@ -69,18 +69,7 @@ def test_hash_and_random_are_seeded(make_graph):
 
 
 def test_registry_lists_every_algorithm():
-    assert set(REGISTRY) == {
-        "spring",
-        "grem",
-        "hdrf",
-        "dbh",
-        "greedy",
-        "2ps-l",
-        "ldg",
-        "fennel",
-        "hash",
-        "random",
-        "metis",
-        "kaminpar",
-    }
+    assert set(REGISTRY) == set(
+        "spring grem hdrf dbh greedy 2ps-l ldg fennel hash random metis kaminpar".split()
+    )
     assert {"spring", "grem", "hash", "random", "metis"} <= set(available())
