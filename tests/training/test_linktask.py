@@ -142,8 +142,6 @@ def test_cli_task_link_and_toml(cora_link, tmp_path, run_cli):
     assert r["config"]["link_eval_negatives"] == 20 and "test_hits@10" in r and "test_mrr" in r
     assert r["epochs"] == 2 and "test_mrr" in err
     assert "baseline adamic-adar: test_mrr=" in err and 0 < r["baseline_test_mrr"] < 1
-    code, _, err = run_cli("train", "--store", tmp_path, "--task", "link", "--engine", "hec")
-    assert code == 2 and "does not support --task link" in err and "--engine minibatch" in err
     bad = tmp_path / "bad.toml"
     bad.write_text('task = "link"\n[link]\nscorr = "dot"\n')
     code, _, err = run_cli("train", "--graph", cora_link.path, "--config", bad)
