@@ -24,46 +24,14 @@ from shoal.utils.device import check_device_spec
 __all__ = ["CONFIG_FLAGS", "add_train_arguments", "config_from_args"]
 
 #: Flag destinations that map one-to-one onto TrainConfig fields.
-CONFIG_FLAGS = (
-    "model",
-    "model_factory",
-    "type_embeddings",
-    "task",
-    "preset",
-    "fanouts",
-    "fanouts_order",
-    "batch_size",
-    "hidden",
-    "epochs",
-    "min_steps",
-    "lr",
-    "dropout",
-    "weight_decay",
-    "patience",
-    "eval_every",
-    "eval_test",
-    "eval_batch_size",
-    "eval_halo",
-    "seed",
-    "threads",
-    "device",
-    "normalize_features",
-    "heads",
-    "checkpoint_dir",
-    "resume",
-    "metrics_file",
-    "scratch_dir",
-    "engine",
-    "nproc",
-    "plan",
-    "dist_timeout",
-    "max_restarts",
-    "memory",
-    "io_threads",
-    "pack_epochs",
-    "cache_policy",
-    "structure",
-    "rows_backend",
+CONFIG_FLAGS = tuple(
+    (
+        "model model_factory type_embeddings task preset fanouts fanouts_order batch_size hidden "
+        "epochs min_steps lr dropout weight_decay patience eval_every eval_test eval_batch_size "
+        "eval_halo seed threads device normalize_features heads checkpoint_dir resume metrics_file "
+        "scratch_dir engine nproc plan dist_timeout max_restarts memory io_threads pack_epochs "
+        "cache_policy structure rows_backend"
+    ).split()
 )
 
 

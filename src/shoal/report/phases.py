@@ -47,21 +47,11 @@ BACKGROUND_PHASES: tuple[str, ...] = ("read", "pack")
 READ_AHEAD_PHASES: tuple[str, ...] = ("sampling",)
 
 #: Phases of the stack in their order, bottom up (others follow, sorted; :data:`OTHER` last).
-PHASE_ORDER = (
-    "sampling",
-    "gather",
-    "io_wait",
-    "receive_wait",
-    "assemble",
-    "local_compute",
-    "cached_compute",
-    "forward_backward",
-    "backward",
-    "communication",
-    "allreduce",
-    "averaging",
-    "read",
-    "pack",
+PHASE_ORDER = tuple(
+    (
+        "sampling gather io_wait receive_wait assemble local_compute cached_compute "
+        "forward_backward backward communication allreduce averaging read pack"
+    ).split()
 )
 #: Names of phases in figures (others: the key with spaces).
 PHASE_NAMES = {
