@@ -150,9 +150,7 @@ def test_excluded_edges_carry_no_message_and_the_rest_fill_the_fanout(igbh, fan)
         for r, e in enumerate(s.edge_types):
             if e.dst != "paper":
                 continue
-            deg = sum(
-                stored[(u, int(v))][r] for u in nbrs if (u, int(v)) not in banned
-            )
+            deg = sum(stored[(u, int(v))][r] for u in nbrs if (u, int(v)) not in banned)
             k = fan[0]
             got = int(((dst == v) & (et == r)).sum())
             assert got == (deg if k < 0 else min(k, deg)), (v, e.relation)
