@@ -304,9 +304,15 @@ def cap_run(store: Path, engine: str, tag: str, limit: int | None, a: argparse.N
     err = out.with_suffix(".stderr")
     with open(err, "w") as f:
         ranks = run_capped_each(
-            cmds, limit, name=f"matrix_{os.getpid()}", evict_paths=[store], cwd=ROOT,
-            timeout=a.cap_timeout, stderr=f, stdout=f,
-        )  # fmt: skip
+            cmds,
+            limit,
+            name=f"matrix_{os.getpid()}",
+            evict_paths=[store],
+            cwd=ROOT,
+            timeout=a.cap_timeout,
+            stderr=f,
+            stdout=f,
+        )
     rcs = [r["returncode"] for r in ranks]
     rc = next((c for c in rcs if c > 0), next((c for c in rcs if c != 0), 0))
     o = _short(outcome(rc, err.read_text(), timed_out=any(r["timed_out"] for r in ranks)))
@@ -424,8 +430,9 @@ def _cap_rows(cap: dict) -> list[str]:
                 cap_s += f"; features {feats / r['cap']:.1f}x it"
         if run is None:
             why = r.get("reason", "").replace("|", "\\|")
-            lines.append(f"| {r['engine']} | {r['tag']} | {cap_s} | {r['status']}: {why} |"
-                         + " - |" * 7)  # fmt: skip
+            lines.append(
+                f"| {r['engine']} | {r['tag']} | {cap_s} | {r['status']}: {why} |" + " - |" * 7
+            )
             continue
         ep = epoch_summary(run)["median_epoch_seconds"]
         ev = run.get("eval_seconds")
@@ -499,8 +506,9 @@ def render(res: dict) -> str:
     ]
     for c in res.get("cells", []):
         st, m, sec, ev, why = _cell_text(c)
-        lines.append(f"| {c['runner']} | {c['task']} | {c['graph']} | {st} | {m} | {sec} | "
-                     f"{ev} | {why} |")  # fmt: skip
+        lines.append(
+            f"| {c['runner']} | {c['task']} | {c['graph']} | {st} | {m} | {sec} | {ev} | {why} |"
+        )
     cells = res.get("cells", [])
     n_ok = sum(c["status"] == "trained" for c in cells)
     counts: dict[str, int] = {}
@@ -570,21 +578,35 @@ def main() -> int:
     bench_args(ap, out="bench/results/matrix")
     ap.add_argument("--epochs", type=int, default=2, help="epochs per cell (default 2)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per cell (default 300)")
-    ap.add_argument("--typed-scale", type=float, default=0.01, help="typed graph's IGBH-tiny "
-                    "scale (default 0.01: about 5,600 nodes)")  # fmt: skip
+    ap.add_argument(
+        "--typed-scale",
+        type=float,
+        default=0.01,
+        help="typed graph's IGBH-tiny scale (default 0.01: about 5,600 nodes)",
+    )
     ap.add_argument("--typed-features", type=int, default=32, help="typed graph's features (32)")
-    ap.add_argument("--target-relation", default="cites",
-                    help="the typed link split's relation (default cites)")  # fmt: skip
+    ap.add_argument(
+        "--target-relation", default="cites", help="the typed link split's relation (default cites)"
+    )
     ap.add_argument("--cap", default="fraction:8", help="per-rank cap (default fraction:8)")
-    ap.add_argument("--cap-scale", type=float, default=0.5, help="the cap part's IGBH-tiny "
-                    "scale (default 0.5)")  # fmt: skip
-    ap.add_argument("--cap-features", type=int, default=512,
-                    help="the cap part's feature width (default 512)")  # fmt: skip
+    ap.add_argument(
+        "--cap-scale", type=float, default=0.5, help="the cap part's IGBH-tiny scale (default 0.5)"
+    )
+    ap.add_argument(
+        "--cap-features", type=int, default=512, help="the cap part's feature width (default 512)"
+    )
     ap.add_argument("--cap-epochs", type=int, default=3, help="the cap part's epochs (3)")
-    ap.add_argument("--cap-engines", default="minibatch,averaging",
-                    help="engines of the cap part (default minibatch,averaging)")  # fmt: skip
-    ap.add_argument("--cap-timeout", type=float, default=300,
-                    help="seconds per run of the cap part (default 300)")  # fmt: skip
+    ap.add_argument(
+        "--cap-engines",
+        default="minibatch,averaging",
+        help="engines of the cap part (default minibatch,averaging)",
+    )
+    ap.add_argument(
+        "--cap-timeout",
+        type=float,
+        default=300,
+        help="seconds per run of the cap part (default 300)",
+    )
     ap.add_argument(
         "--cells",
         default=None,
@@ -640,8 +662,11 @@ def main() -> int:
         res["cells"].append(c)
         save()
         what = f"{c.get('test', 0):.4f}" if c["status"] == "trained" else c.get("reason", "")
-        print(f"[{i}/{len(cells)}] {runner} {task} {kind}: {c['status']} {what} "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+        print(
+            f"[{i}/{len(cells)}] {runner} {task} {kind}: {c['status']} {what} "
+            f"({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
     if not a.no_cap:
         cap_part(a, prep, res, save)
     save()
