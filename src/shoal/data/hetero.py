@@ -21,13 +21,7 @@ import numpy as np
 
 from shoal.errors import ShoalInputError
 
-__all__ = [
-    "REVERSE_PREFIX",
-    "EdgeType",
-    "HeteroSchema",
-    "NodeType",
-    "relation_dtype",
-]
+__all__ = ["REVERSE_PREFIX", "EdgeType", "HeteroSchema", "NodeType", "relation_dtype"]
 
 #: the prefix of a reverse relation's name (``writes`` -> ``rev_writes``), as DGL and PyG
 REVERSE_PREFIX = "rev_"

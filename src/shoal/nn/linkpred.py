@@ -24,15 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = [
-    "LOSSES",
-    "SCORERS",
-    "DotScorer",
-    "LinkNet",
-    "MLPScorer",
-    "build_scorer",
-    "link_loss",
-]
+__all__ = ["LOSSES", "SCORERS", "DotScorer", "LinkNet", "MLPScorer", "build_scorer", "link_loss"]
 
 
 class DotScorer(nn.Module):

@@ -173,10 +173,7 @@ REGISTRY: dict[str, str] = {
 #: name -> the optional packages (import names) the algorithm needs.
 #: Only these may be missing: :func:`available` leaves the algorithm out; any other missing
 #: module is a broken installation and raises.
-OPTIONAL_IMPORTS: dict[str, tuple[str, ...]] = {
-    "metis": ("pymetis",),
-    "kaminpar": ("kaminpar",),
-}
+OPTIONAL_IMPORTS: dict[str, tuple[str, ...]] = {"metis": ("pymetis",), "kaminpar": ("kaminpar",)}
 
 
 def available() -> list[str]:

@@ -17,14 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "NpyAppender",
-    "gather_rows",
-    "meta_checksum",
-    "npy_info",
-    "read_rows",
-    "write_meta",
-]
+__all__ = ["NpyAppender", "gather_rows", "meta_checksum", "npy_info", "read_rows", "write_meta"]
 
 _CHECKSUM_PLACEHOLDER = "sha256:" + "0" * 64
 _CHECKSUM_RE = re.compile(rb'"checksum": "sha256:[0-9a-f]{64}"\n}\s*$')

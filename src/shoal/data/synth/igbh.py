@@ -49,13 +49,7 @@ from shoal.data.synth.common import (
 from shoal.errors import ShoalInputError
 from shoal.utils.progress import progress
 
-__all__ = [
-    "IGBH_NODE_COUNTS",
-    "IGBH_RELATIONS",
-    "IGBHConfig",
-    "generate_igbh",
-    "igbh_schema",
-]
+__all__ = ["IGBH_NODE_COUNTS", "IGBH_RELATIONS", "IGBHConfig", "generate_igbh", "igbh_schema"]
 
 #: IGBH's node counts per size (the IGB datasets' public tables, as the MLPerf GNN
 #: reference lists them); ``large`` and ``full`` are far beyond a synthetic run's use
