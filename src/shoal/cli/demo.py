@@ -106,9 +106,7 @@ def demo_steps(work: Path, parts: int = 4, epochs: int = 50) -> list[DemoStep]:
         argv = ["train", "--store", str(s), "--engine", name, "--nproc", str(NPROC)]
         steps.append(
             DemoStep(
-                f"engine {name}: {what}",
-                [*argv, *gcn, *flags, "--json", str(out)],
-                result=out,
+                f"engine {name}: {what}", [*argv, *gcn, *flags, "--json", str(out)], result=out
             )
         )
     results = [str(st.result) for st in steps if st.result is not None]

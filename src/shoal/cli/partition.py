@@ -135,11 +135,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     if args.algo is None:
         opts = {**DEFAULT_OPTIONS, **opts}
     cfg_kwargs: dict[str, Any] = dict(
-        num_parts=args.parts,
-        seed=args.seed,
-        balance=args.balance,
-        refine_passes=passes,
-        **opts,
+        num_parts=args.parts, seed=args.seed, balance=args.balance, refine_passes=passes, **opts
     )
     if args.chunk is not None:
         cfg_kwargs["chunk_edges"] = parse_size(args.chunk)

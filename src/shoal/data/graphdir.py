@@ -243,9 +243,7 @@ class GraphDir:
         the type's local id order), or None when the type has none."""
         if self.schema is None:
             raise ShoalInputError(
-                "an untyped graph has no per-type features",
-                path=self.path,
-                fix="use features()",
+                "an untyped graph has no per-type features", path=self.path, fix="use features()"
             )
         self.schema.node_type(node_type)  # a clear error for an unknown type
         return self._npy(type_feature_file(node_type))

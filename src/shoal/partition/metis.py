@@ -92,10 +92,7 @@ class Metis(Partitioner):
                     vw = np.concatenate([np.stack(cols, axis=1).reshape(-1), np.zeros(k, np.int64)])
             opts = pymetis.Options(seed=int(cfg.seed), ufactor=int(cfg.ufactor))
             _, parts = pymetis.part_graph(
-                p,
-                pymetis.CSRAdjacency(indptr, indices),
-                vweights=vw,
-                options=opts,
+                p, pymetis.CSRAdjacency(indptr, indices), vweights=vw, options=opts
             )
             part = np.asarray(parts, dtype=np.int32)
         seconds["metis"] = time.perf_counter() - t0

@@ -138,11 +138,7 @@ def generate_dcsbm(
     st = _sbm_state(cfg)
     with synth_writer(out, cfg, generator="dcsbm", symmetrize=not cfg.directed) as w:
         write_edge_blocks(
-            w,
-            dcsbm_edge_blocks(cfg, st),
-            cfg.edges,
-            generator="dcsbm",
-            show_progress=show_progress,
+            w, dcsbm_edge_blocks(cfg, st), cfg.edges, generator="dcsbm", show_progress=show_progress
         )
         class_node_data(
             w,
