@@ -191,19 +191,10 @@ def test_a_relation_only_a_batch_mate_has_adds_nothing_to_a_node(kind):
         alone = m.layer_forward(
             0, x[[0, 2, 3]], _block([1, 2], [0, 0], 3, 1, et=[0, 0], st=[0, 0, 0], ids=[0, 2, 3])
         )
-        both = m.layer_forward(
-            0,
-            x[[0, 1, 2, 3, 4]],
-            _block(
-                [2, 3, 4],
-                [0, 0, 1],
-                5,
-                2,
-                et=[0, 0, 1],
-                st=[0, 0, 0, 0, 1],
-                ids=[0, 1, 2, 3, 6],
-            ),
+        blk = _block(
+            [2, 3, 4], [0, 0, 1], 5, 2, et=[0, 0, 1], st=[0, 0, 0, 0, 1], ids=[0, 1, 2, 3, 6]
         )
+        both = m.layer_forward(0, x[[0, 1, 2, 3, 4]], blk)
     torch.testing.assert_close(both[0], alone[0], atol=1e-6, rtol=1e-6)
 
 

@@ -320,11 +320,7 @@ def test_halo_features_without_features(make_graph, tmp_path, run_cli):
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    n=st.integers(1, 12),
-    p=st.integers(1, 4),
-    data=st.data(),
-)
+@given(n=st.integers(1, 12), p=st.integers(1, 4), data=st.data())
 def test_property_round_trip(n, p, data):
     import tempfile
 
