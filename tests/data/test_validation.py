@@ -146,16 +146,8 @@ def test_npz_split_index_out_of_range(run_cli, tmp_path):
 
 
 def test_npz_empty_graph(run_cli, tmp_path):
-    p = npz(
-        tmp_path,
-        edge_index=np.zeros((2, 0), np.int64),
-        num_nodes=np.int64(0),
-        x=None,
-        y=None,
-        train_mask=None,
-        val_mask=None,
-        test_mask=None,
-    )
+    absent = dict.fromkeys(["x", "y", "train_mask", "val_mask", "test_mask"])
+    p = npz(tmp_path, edge_index=np.zeros((2, 0), np.int64), num_nodes=np.int64(0), **absent)
     run_bad(run_cli, tmp_path, p, must=("empty",))
 
 
