@@ -14,6 +14,16 @@ __all__ = ["ROAD_DEFAULTS", "register_synth"]
 _F = argparse.RawDescriptionHelpFormatter
 
 
+def _report(args: argparse.Namespace, g, t0: float, what: str, rss: bool = False, **extra) -> int:
+    """Print ``GENERATOR -> DIR: N nodes, E edges`` + ``what`` + the seconds (and the peak
+    RSS), write the ``--json`` summary (with ``extra``); exit code 0."""
+    s = {**graph_summary(g, t0), **extra}
+    peak = f", peak RSS {s['peak_rss_bytes'] / 2**20:.0f} MiB" if rss else ""
+    print(f"{args.synth_command} -> {g.path}: {what} in {s['seconds']:.1f}s{peak}")
+    write_json_output(args.json, s)
+    return 0
+
+
 def _cmd_synth_rmat(args: argparse.Namespace) -> int:
     from shoal.data.synth import RMATConfig, generate_rmat
 
@@ -34,14 +44,8 @@ def _cmd_synth_rmat(args: argparse.Namespace) -> int:
         **write_options(args),
     )
     g = generate_rmat(args.out, cfg)
-    s = graph_summary(g, t0)
-    print(
-        f"rmat -> {g.path}: {g.num_nodes:,} nodes, {g.num_edges:,} edges (scale {cfg.scale}, "
-        f"a,b,c,d = {a},{b},{c},{d}, seed {cfg.seed}) in {s['seconds']:.1f}s, "
-        f"peak RSS {s['peak_rss_bytes'] / 2**20:.0f} MiB"
-    )
-    write_json_output(args.json, s)
-    return 0
+    what = f"{g.num_nodes:,} nodes, {g.num_edges:,} edges (scale {cfg.scale}, "
+    return _report(args, g, t0, f"{what}a,b,c,d = {a},{b},{c},{d}, seed {cfg.seed})", rss=True)
 
 
 def _cmd_synth_dcsbm(args: argparse.Namespace) -> int:
@@ -63,14 +67,10 @@ def _cmd_synth_dcsbm(args: argparse.Namespace) -> int:
         **write_options(args),
     )
     g = generate_dcsbm(args.out, cfg)
-    s = graph_summary(g, t0)
-    print(
-        f"dcsbm -> {g.path}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, {cfg.classes} "
-        f"classes, {cfg.features} features, homophily {cfg.homophily}, seed {cfg.seed} "
-        f"in {s['seconds']:.1f}s"
+    what = f"{g.num_nodes:,} nodes, {g.num_edges:,} edges, {cfg.classes} classes, "
+    return _report(
+        args, g, t0, f"{what}{cfg.features} features, homophily {cfg.homophily}, seed {cfg.seed}"
     )
-    write_json_output(args.json, s)
-    return 0
 
 
 def _cmd_synth_road(args: argparse.Namespace) -> int:
@@ -88,14 +88,10 @@ def _cmd_synth_road(args: argparse.Namespace) -> int:
         **write_options(args),
     )
     g = generate_road(args.out, cfg)
-    s = graph_summary(g, t0)
-    print(
-        f"road -> {g.path}: {g.num_nodes:,} nodes, {g.num_edges:,} edges ({cfg.width} x "
-        f"{cfg.height} lattice, keep {cfg.keep}, shortcuts {cfg.shortcuts}, seed {cfg.seed}) "
-        f"in {s['seconds']:.1f}s"
+    what = f"{g.num_nodes:,} nodes, {g.num_edges:,} edges ({cfg.width} x {cfg.height} lattice, "
+    return _report(
+        args, g, t0, f"{what}keep {cfg.keep}, shortcuts {cfg.shortcuts}, seed {cfg.seed})"
     )
-    write_json_output(args.json, s)
-    return 0
 
 
 def _register_rmat(ssub: argparse._SubParsersAction) -> None:
@@ -243,17 +239,17 @@ def _cmd_synth_igbh(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     g = generate_igbh(args.out, cfg)
-    s = graph_summary(g, t0)
-    s["node_types"] = {t.name: t.count for t in g.schema.node_types}
-    s["edge_types"] = {f"{e.src}__{e.relation}__{e.dst}": e.count for e in g.schema.edge_types}
-    types = ", ".join(f"{t.count:,} {t.name}" for t in g.schema.node_types)
-    print(
-        f"igbh -> {g.path}: {g.num_nodes:,} nodes ({types}), {g.num_edges:,} edges in "
-        f"{len(g.schema.edge_types)} relations, {cfg.classes} classes, {cfg.features} features, "
-        f"seed {cfg.seed} in {s['seconds']:.1f}s"
+    nts, ets = g.schema.node_types, g.schema.edge_types
+    types = ", ".join(f"{t.count:,} {t.name}" for t in nts)
+    what = f"{g.num_nodes:,} nodes ({types}), {g.num_edges:,} edges in {len(ets)} relations, "
+    return _report(
+        args,
+        g,
+        t0,
+        f"{what}{cfg.classes} classes, {cfg.features} features, seed {cfg.seed}",
+        node_types={t.name: t.count for t in nts},
+        edge_types={f"{e.src}__{e.relation}__{e.dst}": e.count for e in ets},
     )
-    write_json_output(args.json, s)
-    return 0
 
 
 def _register_igbh(ssub: argparse._SubParsersAction) -> None:
