@@ -83,11 +83,8 @@ class Run:
     def legend(self) -> str:
         """The run's name in plots: label, engine and processes."""
         procs = f"{self.world_size} proc" if self.world_size > 1 else "1 process"
-        return (
-            f"{self.label} ({procs})"
-            if self.label == self.engine
-            else (f"{self.label} ({self.engine}, {procs})")
-        )
+        engine = "" if self.label == self.engine else f"{self.engine}, "
+        return f"{self.label} ({engine}{procs})"
 
     def final(self, split: str) -> float | None:
         """The best-validation weights' ``split`` (``val``/``test``) metric."""
