@@ -1,19 +1,12 @@
 """Exact distributed evaluation: the one layer loop of :mod:`shoal.training.inference`, with
-remote rows pulled from their owners.
+remote rows pulled from their owners (docs/distributed.md#evaluation-every-engine).
 
-Each rank computes layer ``l`` for the core nodes of its parts from all their in-neighbours'
-layer ``l - 1`` rows. A part's halo rows are the remote rows: :class:`PullRows` fetches them
-batch by batch from the ranks that own them (a :class:`~shoal.distributed.DistFeatureStore`
-over that layer's inputs, one collective pull per batch; ranks with fewer batches pull nothing
-until every rank is done), so memory is O(batch + one layer's output of the rank's parts) and
-never a whole part's input features, whatever the part size. Accuracy counts are summed over
-ranks with one all-reduce, so every rank returns the same numbers.
-
-A typed store's batch is sized by the memory budget (:func:`budgeted_batch_size`): a batch
-of ``batch_size`` targets holds every in-neighbour of every relation at the padded input
-width: on an IGBH-shaped store (279k nodes, 2048 features, 2 parts) a batch of 1024 core
-nodes with a hub held 39k rows of 8 KiB (323 MB), and an evaluation given 400 MiB grew the
-rank's anonymous memory by 650-750 MiB: past its budget, under a memory cap (issue 53).
+:class:`PullRows` fetches a batch's halo rows from the ranks that own them (one collective pull
+per batch; ranks with fewer batches pull nothing until every rank is done), so memory is
+O(batch + one layer's output of the rank's parts). Accuracy counts are all-reduced: every rank
+returns the same numbers. A typed store's batch is sized by the memory budget
+(:func:`budgeted_batch_size`): a batch holds every in-neighbour of every relation at the padded
+input width (on an IGBH-shaped store a batch of 1024 with a hub held 323 MB; issue 53).
 """
 
 from __future__ import annotations

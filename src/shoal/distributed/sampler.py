@@ -1,27 +1,18 @@
 """Distributed neighbour sampling: each frontier node is sampled by the rank that owns it.
 
-DistDGL (Zheng et al., IA3 2020, Section 3.2, "sampling where the data lives"): a trainer
-samples the in-neighbours of frontier nodes it owns from its own parts' CSR, and sends the
-others to their owners, which sample them and send back the picked neighbours (as global,
-relabelled IDs). Hop by hop (GraphSAGE, Hamilton et al. NeurIPS 2017, Algorithm 2, lines 1-7)
-the result is the same :class:`shoal.sample.MiniBatch` the single-process sampler produces:
-``n_id`` global IDs, seeds first; one :class:`~shoal.sample.Block` per layer.
-
-:class:`DistNeighborSampler` supplies one hop's draws (``_draw_hop``: its own rows, and the
-exchanges with the owners of the others); the fanouts, the hop loop, the relabelling and the
-blocks are :class:`shoal.sample.base.BlockSampler`'s, shared with the single-process sampler.
-The per-row sampling is shoal's numba kernel (``shoal.sample._kernels``: Floyd / selection
-sampling keyed by ``(batch seed, hop, row position)``), so with one rank the batches equal
+DistDGL (Zheng et al., IA3 2020, Section 3.2, "sampling where the data lives"): a rank samples
+the in-neighbours of the frontier nodes it owns from its parts' CSR and sends the others to
+their owners, which sample them and send back the picks (global ids). Hop by hop (GraphSAGE,
+Hamilton et al. NeurIPS 2017, Algorithm 2, lines 1-7) the result is the single-process
+sampler's :class:`shoal.sample.MiniBatch`: :class:`DistNeighborSampler` supplies one hop's
+draws (``_draw_hop``), :class:`shoal.sample.base.BlockSampler` the hop loop, relabelling and
+blocks, and shoal's numba kernels (``shoal.sample._kernels``: Floyd / selection sampling keyed
+by ``(batch seed, hop, row position)``) each row's draws, so with one rank the batches equal
 :class:`shoal.sample.NeighborSampler`'s on the same CSR. :meth:`DistNeighborSampler.sample` is
-collective: every rank calls it once per step (three all-to-all-v exchanges per hop: requested
-IDs, per-node counts, picked neighbours; entered even with empty payloads, to keep ranks in
-step).
-
-Link prediction passes ``exclude``: the batch's own positive edges (and reverses), which message
-passing must not use (DGL's ``exclude``). Each excluded edge goes to the rank owning its
-destination (one more exchange per batch), and an owner skips a requester's excluded edges
-only when it samples for that requester, so a rank's batch never loses edges to another
-rank's exclusions.
+collective: every rank calls it once per step (three all-to-all-v exchanges per hop, entered
+even when empty). Link prediction's ``exclude`` (the batch's positive edges and reverses, DGL's
+``exclude``) goes to the owners of the edges' destinations (one more exchange per batch), which
+skip a requester's excluded edges only when they sample for it.
 """
 
 from __future__ import annotations

@@ -1,40 +1,22 @@
 """Windows of feature rows for distributed mini-batch training under a memory budget.
 
 Ginex's window (Park et al., VLDB 2022, Sec. 4-5: sample a window of batches first, then read
-the union of their rows in one sorted pass) made distributed: a rank's rows are read not only
-for its own batches but for the rows the other ranks will pull from it
-(:class:`~shoal.distributed.DistFeatureStore`). So, for a window of steps, every rank
-
-1. samples its batches (collective, :class:`~shoal.distributed.DistNeighborSampler`) and cuts
-   the window when some owner's uncached rows would exceed ``window_rows`` (the counts are
-   all-reduced, so every rank cuts at the same step);
-2. sends each owner the sorted unique rows its window needs from it (one all-to-all-v of ids
-   per window) and gets the rows others need from it;
-3. has its :class:`~shoal.rows.featstore.DiskFeatures` read the union of its own and the
-   requested uncached rows in one planned pass.
-
-By default (:data:`READ_AHEAD` false) a window takes both window slots of the budget and is
-read before it is trained on: a window's rows, whatever their number, are spread over the
-whole feature file, so every window costs a sweep of it, and one sweep without overlap (read,
-then train) beats two half-size windows read while the previous trains: half-size windows
-mean twice the sweeps (docs/measurements.md#distributed-windows-and-the-served-sweep). With
-``read_ahead=True`` windows take one slot each
-and the next is read in a background thread while the current one is trained on (two
-windows alive at most), which pays when the compute per window exceeds a sweep.
-
-The rows each step pulls are then served from the window (or the static cache): the batches,
-and so the model, are exactly those of training with every row in memory.
-
-With ``pack_epochs`` = K >= 2 (:mod:`shoal.rows.packing`, DiskGNN-style packing), the first
-epoch of every K samples the next K epochs once more (collectively, keeping only their rows),
-exchanges each epoch's requests window by window as above (the windows cut as they will be
-cut when trained), and has every rank read the union of what it serves in those epochs with
-one sweep of its rows into one pack segment per window, in the order the windows come; each
-window then reads its own segment, contiguous, and nothing else. (With one pack file per
-epoch, sorted by row, each window's rows would be spread over the whole pack, and every window
-would read all of it: docs/measurements.md#epoch-packs-and-spooled-samples.) The epochs
-planned are the same on every rank (they depend on K and the epoch only); a rank whose
-scratch disk lacks the room reads its windows from its rows as before.
+the union of their rows in one sorted pass) made distributed: a rank reads its rows for its own
+batches and for those the other ranks will pull from it
+(:class:`~shoal.distributed.DistFeatureStore`). For a window of steps every rank (1) samples its
+batches (collective) and cuts the window when some owner's uncached rows would exceed
+``window_rows`` (the counts all-reduced: every rank cuts at the same step), (2) sends each owner
+the sorted unique rows its window needs from it (one all-to-all-v of ids) and (3) has its
+:class:`~shoal.rows.featstore.DiskFeatures` read the union of its own and the requested uncached
+rows in one planned pass. The batches, and so the model, are exactly those of training with
+every row in memory. By default (:data:`READ_AHEAD` false) a window takes both window slots and
+is read before it trains: every window costs a sweep, and one sweep without overlap beats two
+half-size windows (docs/measurements.md#distributed-windows-and-the-served-sweep). With
+``pack_epochs`` = K >= 2 (:mod:`shoal.rows.packing`, DiskGNN-style) the first epoch of every K
+samples the next K once more (collectively), exchanges their requests window by window, and
+reads what the rank serves with one sweep into one pack segment per window, in window order
+(docs/distributed.md#minibatch-distdgl); the epochs planned are the same on every rank, and a
+rank whose scratch disk lacks the room reads its windows from its rows.
 """
 
 from __future__ import annotations

@@ -1,27 +1,18 @@
 """``BudgetedStore``: the one builder of the budgeted feature store.
 
-Given a :class:`~shoal.rows.budget.BudgetPlan` (made by the caller: the single-process trainer
-from the graph directory, :func:`shoal.training.data.open_features`; an engine from its parts,
-``Engine.plan_memory``), a set of rows gets, in this order:
-
-1. **the static cache** (:class:`~shoal.rows.featstore.DiskFeatures`): ``plan.cache`` bytes
-   (times ``share``, the rows' share of the plan when several sets share it: a rank's parts)
-   of the rows of highest ``degrees`` first. When the cache holds every row, that is all;
-2. otherwise **windows read ahead** (:meth:`BudgetedStore.read_ahead`: a
-   :class:`~shoal.rows.prefetch.WindowPrefetcher` on a batch loader, with window slots of
-   ``plan.window * share`` bytes), its cache not read yet (``defer_cache``): the first
-   sampled epoch sizes cache and windows (:func:`~shoal.rows.windowfit.fit_windows`, on
-   ``plan.pool * share`` bytes), and the cache is read with the first window;
-3. **epoch packs** (:mod:`shoal.rows.packing`): ``pack_epochs`` epochs' rows gathered by one
-   sweep (:func:`~shoal.rows.packing.default_pack_epochs`); when the structure is on disk,
-   the packed epochs' samples are kept on the scratch disk
-   (:class:`~shoal.rows.spool.SampleSpool`), so each epoch is sampled once.
-
-A distributed engine whose windows also serve its peers' pulls builds steps 2-3 itself
-(``shoal.distributed.windows.DistWindows``, a layer above this one) on the store of step 1,
-sized by :attr:`BudgetedStore.windows`. Options a caller does not pass keep
-:class:`~shoal.rows.featstore.DiskFeatures`' defaults, so every caller keeps its own
-behaviour.
+Given a :class:`~shoal.rows.budget.BudgetPlan` (made by the caller: the trainer,
+:func:`shoal.training.data.open_features`, or an engine, ``Engine.plan_memory``), a set of rows
+gets (1) a static cache (:class:`~shoal.rows.featstore.DiskFeatures`) of ``plan.cache`` bytes
+(times ``share``, the rows' share of the plan) of the rows of highest ``degrees`` first, and
+when it lacks rows (2) windows read ahead (:meth:`BudgetedStore.read_ahead`: a
+:class:`~shoal.rows.prefetch.WindowPrefetcher` with slots of ``plan.window * share`` bytes; the
+first sampled epoch sizes cache and windows on ``plan.pool * share`` bytes,
+:func:`~shoal.rows.windowfit.fit_windows`, and the cache is read with the first window) and (3)
+epoch packs (:func:`~shoal.rows.packing.default_pack_epochs`; with the structure on disk the
+packed epochs' samples are spooled, :class:`~shoal.rows.spool.SampleSpool`). A distributed
+engine whose windows also serve its peers builds (2)-(3) itself
+(``shoal.distributed.windows.DistWindows``). Options a caller does not pass keep
+:class:`~shoal.rows.featstore.DiskFeatures`' defaults.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """Planned reads of rows of a file-backed ``(N, F)`` array: sorted, coalesced, direct.
 
-Reading a row through a memory map costs a page fault that maps (and reads ahead) far more
-than the row; reading it with one ``pread`` costs a system call and a 4 KiB page of the page
-cache per 512-byte row. Both collapse when the file does not fit in memory. A
-:class:`RowReader` instead takes a whole *set* of rows at once (Ginex, Park et al., VLDB 2022,
-Sec. 4: the rows of a window of batches are known before they are used), sorts them, widens
-each to whole pages, merges extents that lie within ``merge_gap`` bytes of each other into one
-run (reading a short gap is cheaper than another request), and reads each run with one
-``pread`` into a page-aligned staging buffer opened with ``O_DIRECT`` (the page cache is
-bypassed: no 4 KiB page per short row, nothing charged to the process's memory), several runs
-at once from ``threads`` threads. A dense set of rows thus becomes a sequential sweep, a sparse
-one a batch of parallel small reads. DGL GraphBolt's ``DiskBasedFeature`` makes the same choice
-(batched direct reads instead of the page cache).
-
-Direct reads beat buffered ones both sequentially and for random 4 KiB pages, and one random
-request costs about as much as a few tens of KiB of sequential transfer, hence the default
-``merge_gap`` of 32 KiB (docs/measurements.md#reading-rows-from-disk; ``python bench/disk.py``
-measures a disk).
-
-This module holds the file layout of rows (:class:`RowFile`), the reader (:class:`RowReader`,
-a :class:`~shoal.rows.source.RowSource`) and :func:`load_array`, which copies a mapped array
-into memory with sequential reads whose page cache is dropped as it goes.
+A :class:`RowReader` takes a whole *set* of rows at once (Ginex, Park et al., VLDB 2022, Sec. 4:
+the rows of a window of batches are known before they are used), sorts them, widens each to
+whole pages, merges extents within ``merge_gap`` bytes of each other into one run, and reads
+each run with one ``pread`` into a page-aligned staging buffer opened with ``O_DIRECT`` (no page
+cache, nothing charged to the process's memory), several runs at once from ``threads`` threads:
+a dense set becomes a sequential sweep, a sparse one a batch of parallel small reads (DGL
+GraphBolt's ``DiskBasedFeature`` makes the same choice). One random request costs about as much
+as a few tens of KiB of sequential transfer, hence the default ``merge_gap`` of 32 KiB
+(docs/measurements.md#reading-rows-from-disk; ``python bench/disk.py`` measures a disk). Also
+here: the rows' file layout (:class:`RowFile`) and :func:`load_array`.
 """
 
 from __future__ import annotations

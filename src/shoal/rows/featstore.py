@@ -1,26 +1,15 @@
 """``DiskFeatures``: feature rows under a memory budget, without the page cache.
 
-The design follows Ginex (Park et al., VLDB 2022, Sec. 4-5): the sampler runs a *window* of
-batches ahead, the union of the rows they need is deduplicated, sorted and read in one planned
-pass (:class:`~shoal.rows.direct.RowReader`: coalesced ``O_DIRECT`` reads), and batches are
-assembled from memory. Rows are served from two places:
-
-- a **static cache** of the hottest rows, chosen once by a priority order (by default the
-  in-degree: in neighbour sampling a node is picked with probability growing with its
-  degree) and loaded by one sequential sweep. A dynamic policy such as S3-FIFO (Yang et al.,
-  SOSP 2023) hits more often in a small cache (CLOCK-LRU does not;
-  docs/measurements.md#static-cache-and-windows), but here the hit rate does not set the
-  I/O: an epoch's uncached rows touch most pages of the file (merged into runs, the whole
-  file), so a window costs one sequential sweep whatever the hit rate, which only sets how
-  much memory the window needs (hence :mod:`shoal.rows.packing`: one sweep gathers several
-  epochs' rows into pack files, and each window reads its epoch's pack:
-  :meth:`DiskFeatures.sweep`, ``window(..., source=pack)``). The static cache costs nothing
-  per access and never changes while reader threads use it; the window itself is the dynamic
-  part (within a window each row is read once: Belady's policy over known future accesses, as
-  in Ginex);
-- the **window**: the rows of the window's batches that the cache lacks.
-
-An in-memory array (not a file) is served as is, entirely "cached".
+Ginex (Park et al., VLDB 2022, Sec. 4-5): the sampler runs a *window* of batches ahead, the
+union of the rows they need is read in one planned pass (:class:`~shoal.rows.direct.RowReader`),
+and batches are assembled from memory: from a **static cache** of the hottest rows (chosen once
+by a priority order, by default the in-degree; loaded by one sequential sweep; never changed
+while reader threads use it) and the **window**, the rows of its batches that the cache lacks
+(each read once: Belady's policy over known future accesses, as in Ginex). A dynamic policy
+such as S3-FIFO (Yang et al., SOSP 2023) hits more often in a small cache, but the hit rate
+does not set the I/O: a window costs about one sweep of the file whatever it holds
+(docs/measurements.md#static-cache-and-windows; hence :mod:`shoal.rows.packing`). An in-memory
+array is served as is, entirely "cached".
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """Epoch packs: the uncached rows of several future epochs gathered by one sweep.
 
-A window of batches read from the feature file costs about one sweep of it whatever its size:
-an epoch's uncached rows are a small share of the rows spread over most of the file's pages,
-so the sequential pass reads many times the bytes it keeps
-(docs/measurements.md#epoch-packs-and-spooled-samples). DiskGNN (Liu et al., VLDB
-2025, Sec. 3-4: "offline sampling" then "feature packing") breaks that by sampling ahead and
-writing the features each batch group needs contiguously, so that training reads only them.
-This module does the same per *epoch*: the rows of ``K`` future epochs (known in advance: the
-batches depend only on ``(seed, epoch, step)``) are read by **one** sweep of the file, and
-each epoch's rows are written to the scratch directory **in first-use order**, one segment per
-window of the epoch (DiskGNN's batch groups; the windows are planned when the epoch is
-sampled, :meth:`~shoal.rows.prefetch.WindowPrefetcher._windows`), each segment's rows sorted
-by id. A window then reads its own segment: one contiguous run, exactly its rows. A row that
-two windows of an epoch need is written to both segments (DiskGNN duplicates it the same
-way): the disk moves ``sweep / K + 2 * (the windows' rows)`` bytes per epoch, against one
-sweep per window without packs and one pass over the whole pack per window if an epoch's pack
-were one id-sorted file (docs/measurements.md#epoch-packs-and-spooled-samples).
-An epoch given as one set of rows (not a list of windows) is one segment. Deviation from
-DiskGNN: packs hold rows, not the sampled blocks (the batches are sampled again: sampling is
-cheap next to the I/O).
-
-Pack files are written with ``O_DIRECT`` from page-aligned staging buffers (nothing charged to
-the process's page cache; buffered writes where the file system refuses it) and removed once
-their epoch is read.
+A window read from the feature file costs about one sweep of it whatever its size
+(docs/measurements.md#epoch-packs-and-spooled-samples). DiskGNN (Liu et al., VLDB 2025,
+Sec. 3-4: "offline sampling" then "feature packing") samples ahead and writes the features each
+batch group needs contiguously; this module does it per *epoch*: the rows of ``K`` future
+epochs (their batches depend only on ``(seed, epoch, step)``) are read by **one** sweep, and
+each epoch's rows are written to the scratch directory in first-use order, one segment per
+window (DiskGNN's batch groups: :meth:`~shoal.rows.prefetch.WindowPrefetcher._windows`), each
+sorted by id: a window reads its own segment, one contiguous run. A row two windows need is
+written to both (as in DiskGNN); an epoch given as one set of rows is one segment. Deviation
+from DiskGNN: packs hold rows, not the sampled blocks (the batches are sampled again: sampling
+is cheap next to the I/O). Files are written with ``O_DIRECT`` from page-aligned staging
+buffers (buffered where refused) and removed once their epoch is read.
 """
 
 from __future__ import annotations

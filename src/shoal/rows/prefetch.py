@@ -1,26 +1,17 @@
 """Windows of batches sampled ahead and read in the background (Ginex's pipeline).
 
-A background thread samples the batches of epoch after epoch in order, groups consecutive
-batches into windows whose rows (those the cache lacks) fit ``window_bytes``, and has the
-:class:`~shoal.rows.featstore.DiskFeatures` read each window's rows in one planned pass.
-The training thread assembles each batch's input rows from memory and trains while the thread
-reads the next window, across epoch boundaries too: I/O overlaps compute. At most two
-windows exist at a time (the one trained on and the one read), so the memory is
-``2 * window_bytes``. :meth:`WindowPrefetcher.pause` stops new reads (during evaluation, which
-needs the memory and the disk) and says how many bytes the prefetched windows hold.
-
-With ``pack_epochs`` = K >= 2 (:mod:`shoal.rows.packing`, DiskGNN's packing per epoch),
-the thread samples the next K epochs once to learn their uncached rows, reads them all with
-one sweep of the feature file into one pack file per epoch, and reads each window from its
-epoch's pack: the sweep is paid once per K epochs, not once per window.
-
-When two epochs' samples do not fit beside a window that holds an epoch
-(:attr:`WindowPrefetcher.resample`, chosen by :func:`~shoal.rows.windowfit.fit_windows`), the
-thread samples each epoch once to plan its window, keeping only the rows, and samples the
-batches again after reading it, a few ahead of training.
-
-Batches are exactly those of :class:`~shoal.training.batches.BatchLoader` (same seeds, same
-order, same samples): windows change when rows are read, never what is trained.
+A background thread (:mod:`shoal.rows.readahead`) samples the batches of epoch after epoch,
+groups consecutive batches into windows whose uncached rows fit ``window_bytes``
+(:meth:`WindowPrefetcher._windows`) and has the :class:`~shoal.rows.featstore.DiskFeatures`
+read each window's rows in one planned pass while the training thread trains on the previous
+one, across epochs too: at most two windows exist at a time (``2 * window_bytes``).
+:meth:`WindowPrefetcher.pause` stops new reads (evaluation). With ``pack_epochs`` = K >= 2 one
+sweep packs the next K epochs' rows (:mod:`shoal.rows.packing`, DiskGNN's packing) and each
+window reads its epoch's pack. When two epochs' samples do not fit beside a window
+(:attr:`WindowPrefetcher.resample`, chosen by :func:`~shoal.rows.windowfit.fit_windows`), an
+epoch is sampled once to plan its window and again after it is read. Batches are exactly those
+of :class:`~shoal.training.batches.BatchLoader` (same seeds, order and samples): windows change
+when rows are read, never what is trained.
 """
 
 from __future__ import annotations

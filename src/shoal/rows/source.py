@@ -1,22 +1,13 @@
 """``RowSource``: the interface of everything rows are read from, and its counters.
 
 A row source holds ``num_rows`` rows of ``dim`` items of one ``dtype`` and copies any set of
-them, named by sorted unique ids, into a caller's buffer in one call (:meth:`RowSource.read`):
-the caller knows the whole set first (a window of batches, a block of neighbour entries), so
-a source may plan the reads (sort, coalesce, read in parallel). Three implement it:
-
-- :class:`~shoal.rows.direct.RowReader`: the rows of a file, read with planned, coalesced
-  ``O_DIRECT`` reads;
-- :class:`~shoal.rows.memory.MemoryRows`: the rows of an in-memory array (nothing is read);
-- :class:`~shoal.rows.stacked.StackedReader`: several sources stacked one after another (a
-  store part's core rows, then its halo rows).
-
-:func:`~shoal.rows.opener.open_rows` picks one for an array (or a list of arrays) and returns
-any object that implements this protocol as it is, so another backend (a remote store, a
-compressed file, a test's counting source) plugs in by implementing these members; nothing
-outside its module changes. The budgeted feature store
-(:class:`~shoal.rows.featstore.DiskFeatures`, built by :class:`~shoal.rows.budgeted.BudgetedStore`)
-reads its cache, its windows and its epoch packs' sweeps through it.
+them, named by sorted unique ids, into a caller's buffer in one call (:meth:`RowSource.read`),
+so it may plan the reads (sort, coalesce, read in parallel). shoal's are a file's rows
+(:class:`~shoal.rows.direct.RowReader`), an in-memory array
+(:class:`~shoal.rows.memory.MemoryRows`) and several stacked
+(:class:`~shoal.rows.stacked.StackedReader`); :func:`~shoal.rows.opener.open_rows` picks one,
+and takes any object that implements this protocol as it is: another backend (a remote store,
+a compressed file, a test's counting source) plugs in by implementing these members.
 """
 
 from __future__ import annotations

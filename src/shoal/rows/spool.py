@@ -1,19 +1,13 @@
 """Sampled mini-batches kept on the scratch disk until they are trained (DiskGNN's offline
 sampling).
 
-Packing epochs (:mod:`shoal.rows.packing`) samples each future epoch once to learn its rows,
-and the batches are sampled again when they are trained. With the graph structure in memory
-that second pass is cheap; with the structure on disk (``--structure disk``, or a budget that
-cannot hold it) every pass reads the sampled neighbour lists again (gigabytes of neighbour
-blocks per epoch on a large graph: docs/measurements.md#epoch-packs-and-spooled-samples), which
-without this spool makes packing cost more than it saves there. DiskGNN (Liu et al.,
-VLDB 2025, Sec. 3: "offline sampling") samples once and stores the samples next to the packed
-features; :class:`SampleSpool` does the same per epoch: the first pass over an epoch writes
-each mini-batch (its ids and its blocks' index arrays, a few hundred KB to a few MB) to a
-file of its own in the scratch directory, and the later passes read them back in order or by
-step, so the structure is read once per epoch. Files are written and read through the page
-cache and dropped from it as they go (written ones every :data:`SYNC_BYTES`, after an
-``fdatasync``); an epoch's file is removed once its batches are trained.
+Packing epochs (:mod:`shoal.rows.packing`) samples each future epoch once to learn its rows;
+with the structure on disk every later pass reads the sampled neighbour lists again
+(docs/measurements.md#epoch-packs-and-spooled-samples). DiskGNN (Liu et al., VLDB 2025, Sec. 3:
+"offline sampling") samples once and stores the samples; :class:`SampleSpool` does it per epoch:
+each mini-batch is written to the epoch's file on its first pass and read back in order or by
+step. Files go through the page cache and are dropped from it as they go (written ones every
+:data:`SYNC_BYTES`, after an ``fdatasync``); an epoch's file is removed once it is trained.
 """
 
 from __future__ import annotations

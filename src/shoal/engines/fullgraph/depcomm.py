@@ -2,27 +2,15 @@
 
 Each rank owns (is the master of) its core nodes; a remote in-neighbour that a rank fetches is
 a mirror there. Forward (``GetFromDepNbr``): every owner sends each peer one packed chunk with
-the rows of the peer's mirrors (the peer asked for them once, at set-up). Backward
-(``PostToDepNbr``): every rank sends each owner one chunk with its mirrors' gradients, and the
-owner sums them into its rows' gradients. Chunks travel with non-blocking ``isend``/``irecv``
-in **time slots** (:func:`slot_peers`):
-
-- **ring** (Sec. 4.3, Figure 8): ``world - 1`` slots; in slot ``s`` rank ``r`` sends to
-  ``(r + s) mod p`` and receives from ``(r - s) mod p`` (so no two ranks send to the same
-  destination in a slot, and the peer ``r`` sends to receives from ``r`` in the same slot).
-  A slot is posted only once the previous one has completed (:meth:`Transfer.finish`): at most
-  one chunk in flight per direction, as in NeutronStar's ring;
-- **no ring** (``ring=False``, the ablation): one slot, every chunk posted at once in rank
-  order.
-
-Every rank posts every slot of every level's exchange it takes part in, with or without rows
-for a peer (an empty chunk is simply not sent, and its peer, which knows the count from
-set-up, does not receive it), so sends and receives always pair: nothing depends on whether
-autograd happens to visit a level on one rank (issue 37: a rank that pulls no rows at a level
-still posts the gradient receive its peers' sends are posted to, or the run hangs).
-
-Between slots the caller computes what the slots so far allow (the engine's overlap, see
-:mod:`shoal.engines.fullgraph.engine`).
+the rows of the peer's mirrors (asked for once, at set-up). Backward (``PostToDepNbr``): every
+rank sends each owner one chunk with its mirrors' gradients, which the owner sums. Chunks travel
+with non-blocking ``isend``/``irecv`` in time slots (:func:`slot_peers`): the ring's ``world -
+1`` slots (Sec. 4.3, Figure 8; each posted once the previous one has completed,
+:meth:`Transfer.finish`: one chunk in flight per direction), or one slot with every chunk in
+rank order (``ring=False``, the ablation). Every rank posts every slot of every level's
+exchange it takes part in, rows or not (an empty chunk is neither sent nor received), so sends
+and receives always pair (issue 37); between slots the caller computes what the slots so far
+allow (the engine's overlap). More: docs/distributed.md#fullgraph-neutronstar.
 """
 
 from __future__ import annotations

@@ -2,21 +2,12 @@
 
 Q. Wang et al., "NeutronStar: Distributed GNN Training with Hybrid Dependency Management"
 (SIGMOD 2022), Sections 2.2-3. Rank ``i`` owns ``V_i`` (its parts' core nodes, the paper's
-masters) and their in-edges ``E_i``. To compute layer ``l`` for ``V_i`` it needs the layer
-``l-1`` representations of its remote in-neighbours ``D_i^l`` (the halo ``H``, the same set for
-every layer). Each of them is either
-
-- **communicated** (DepComm, Algorithm 3): fetched from its owner every epoch, its gradient
-  sent back in the backward pass; or
-- **cached** (DepCache, Algorithm 2): computed again on this rank from its subtree of remote
-  in-neighbours down to the input features, which are replicated once.
-
-A level is a layer's input: level ``k`` holds the representations ``h^(k)`` (level 0: the
-features). :class:`DepSets` lists, per level ``k``, the remote nodes computed here (``rep[k]``,
-the replicated set: every cached dependency, itself and its remote in-neighbours one level
-down, recursively) and the remote nodes fetched (``com[k]``). ``rep[k+1]`` is a prefix of
-``rep[k]`` (a node computed at level ``k+1`` is needed at level ``k`` too: every layer here
-uses the target's own row), so a layer's targets come first among its sources.
+masters) and their in-edges ``E_i``; layer ``l`` needs the layer ``l-1`` representations of its
+remote in-neighbours ``D_i^l`` (the halo ``H``, the same set for every layer), each either
+**communicated** (DepComm, Algorithm 3: fetched from its owner every epoch, its gradient sent
+back) or **cached** (DepCache, Algorithm 2: computed again here from its subtree of remote
+in-neighbours down to the input features, which are replicated once). A level is a layer's
+input (level 0: the features); :class:`DepSets` lists each level's replicated and fetched nodes.
 
 :func:`split_dependencies` is Algorithm 4: per layer, the cost of caching ``u`` is Eq. 1,
 ``t_r^l(u) = sum_{k=1}^{l-1} (|V^k(u)| T_v + |E^k(u)| T_e) d^(k)`` over the nodes and edges of
@@ -109,9 +100,11 @@ class Costs:
 @dataclass
 class DepSets:
     """Per level ``k = 0..L``: ``rep[k]`` the remote nodes computed (level 0: whose features are
-    replicated), ``rep[k+1]`` a prefix of ``rep[k]``; ``com[k]`` the remote nodes fetched at
-    level ``k`` (``k < L``), sorted. ``cached[l]``/``communicated[l]`` (``l = 1..L``, index
-    ``l - 1``): the split of the halo for layer ``l`` (``R_i^l``, ``C_i^l``)."""
+    replicated: every cached dependency and, recursively, its remote in-neighbours one level
+    down), ``rep[k+1]`` a prefix of ``rep[k]`` (a node computed at level ``k+1`` is needed at
+    level ``k`` too: a layer's targets come first among its sources); ``com[k]`` the remote
+    nodes fetched at level ``k`` (``k < L``), sorted. ``cached[l]``/``communicated[l]`` (``l =
+    1..L``, index ``l - 1``): the split of the halo for layer ``l`` (``R_i^l``, ``C_i^l``)."""
 
     rep: list[np.ndarray]
     com: list[np.ndarray]

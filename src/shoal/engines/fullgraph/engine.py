@@ -2,69 +2,30 @@
 
 Q. Wang et al., "NeutronStar: Distributed GNN Training with Hybrid Dependency Management"
 (SIGMOD 2022), Sections 2.2-4. Every epoch computes every layer for every core node of every
-part, exactly (full neighbourhoods; ``fanouts`` only give the number of layers), then takes
-one optimizer step on the gradients summed over ranks (Algorithm 1; the loss is the mean over
-every training node of the graph, so the step is the single-process full-graph step).
+part with full neighbourhoods (``fanouts`` only give the number of layers), then takes one
+optimizer step on the gradients summed over ranks (Algorithm 1; the loss is the mean over every
+training node of the graph: the single-process full-graph step). A rank's remote
+in-neighbours are handled per ``--deps`` (:mod:`shoal.engines.fullgraph.deps`): ``comm``
+(DepComm, Algorithm 3: fetched every layer, their gradients summed by the owners,
+:mod:`shoal.engines.fullgraph.depcomm`), ``cache`` (DepCache, Algorithm 2: subtrees replicated
+once, recomputed every epoch) or ``hybrid`` (default: Algorithm 4's split by Eq. 1-2, with
+``T_v``, ``T_e``, ``T_c`` probed at start-up or given, ``dep_costs``, under the memory limit
+``S``, ``dep_memory``). Each layer exchanges its level's rows in ring time slots (``ring``;
+Sec. 4.3, Figure 8) and, with ``overlap``, computes while they are in flight
+(:meth:`FullGraphEngine.forward`, :meth:`FullGraphEngine.backward`). Every rank posts every
+slot of every level's exchange, rows or not, so every send has its receive (issue 37).
 
-Rank ``i`` owns ``V_i`` (its parts' core nodes) and their in-edges. Its remote in-neighbours
-(the halo) are handled per ``--deps`` (:mod:`shoal.engines.fullgraph.deps`):
-
-- ``comm`` (DepComm, Algorithm 3): per layer, their rows are fetched from the owners (one
-  packed chunk per peer, master-mirror), and in backward their gradients go back to the owners,
-  which sum them (:mod:`shoal.engines.fullgraph.depcomm`);
-- ``cache`` (DepCache, Algorithm 2): their subtrees down to the input features are replicated
-  here once and computed again every epoch; no representation traffic;
-- ``hybrid`` (default): Algorithm 4 splits them per layer by Eq. 1-2 with the costs ``T_v``,
-  ``T_e``, ``T_c`` probed on this machine at start-up (or given: ``dep_costs``) under the memory
-  limit ``S`` (``dep_memory``); the split and the costs are logged and recorded.
-
-Each layer posts the exchange of the level's rows in ring time slots (``ring``; Sec. 4.3,
-Figure 8) and, with ``overlap``, computes the cached dependencies' rows and the local targets
-whose in-neighbours are all here while the first chunk is in flight, then after each slot the
-targets it completes while the next one is in flight (:meth:`FullGraphEngine.forward`).
-Backward goes layer by layer (:meth:`FullGraphEngine.backward`): the targets' groups in reverse
-slot order, each slot of mirrors' gradients posted once final, the push waited for only when
-the owner needs its rows' gradients. Every rank posts every slot of every level's exchange,
-rows or not, so every send has its receive (issue 37: a rank that pulls no rows at a level,
-because it caches every dependency there or a directed graph gives it none, must still post
-the gradient receives its peers post sends for, or the run hangs).
-
-The weights' gradients of a replicated computation flow back through the replica only (its
-owner computes the node for its own consumers), so their sum over ranks is the full-graph
-gradient: the tests check it against single-process full-graph training. Dropout is keyed by
-(seed, epoch, layer, original node id) (:func:`shoal.nn.base.keyed_dropout`): a replica
-draws its owner's mask, so every ``deps`` mode, every number of processes and the
-single-process trainer train the same model for a seed, with dropout on (up to the order of
-floating-point sums).
-
-A typed store (node types, relations) trains in the same engine with the relational models
-(``rgcn``, ``rgat``), whose layers read each edge's relation and each source's type: the rank
-graph carries every entry's relation (the parts' ``edge_types``) and every local node's type
-(:func:`~shoal.distributed.rankgraph.rank_graph`), so every local group's block has its edges'
-relations, its sources' types and original ids (a featureless type's embedding row); a
-replicated dependency's in-edges (fetched as global ids) take their relation from their
-endpoints' types (one relation per ordered pair of types, as the typed samplers require). The
-solid rows are every node type's padded to the widest type (:func:`~shoal.rows.parts.part_rows`),
-and level 0 exchanges and replicates those raw rows: layer 0's per-type input stage runs where
-the layer is computed, with the current weights. The cost probe times typed blocks.
-
-The link task (``--task link``, :mod:`shoal.engines.linktask`) is trained full-batch, as
-full-graph link prediction is (Kipf and Welling's graph auto-encoder, PyG's GAE): the same
-epoch (Algorithm 1: the forward of every layer with its DepCache / DepComm / Hybrid
-dependencies, Sec. 3-4, and the layer-by-layer backward) computes the model's outputs (the
-hidden width) for every core node, and one optimizer step takes the link loss of every positive
-of the epoch (:meth:`FullGraphEngine.link_step`, :meth:`FullGraphEngine.link_loss`): the rank's
-positives with their negatives, scored by the model's ``link_scorer`` from the output rows of
-their ends, each rank's mean loss weighted by its share of every rank's positives, so the
-gradients summed over ranks are those of the mean over the graph's positives (a rank without
-positives adds a zero that still runs the backward and the all-reduce). Two named deviations
-from the sampled engines' link task: (1) no edge is excluded from message passing (the
-positives stay in the graph the encoder reads, as in GAE: one forward serves every positive of
-the epoch); (2) the engine computes only its own core nodes' outputs (``link_scope =
-"part"``), so its positives are the edges between two core nodes of one part and their
-``uniform`` / ``owner-local`` negatives come from the positive's part; the edges across parts
-are message-passing edges only. Evaluation is the seam's exact one (every node's embedding,
-MRR and Hits@K against the single-process trainer's negatives).
+A replicated computation's weight gradients flow back through the replica only (its owner
+computes the node for its own consumers), so their sum over ranks is the full-graph gradient;
+dropout is keyed by (seed, epoch, layer, original node id)
+(:func:`shoal.nn.base.keyed_dropout`), so every mode and number of processes trains the
+single-process model. A typed store trains the relational models on every type's rows padded
+to the widest (:func:`~shoal.rows.parts.part_rows`). The link task is trained full-batch, as
+Kipf and Welling's graph auto-encoder is: the same epoch (Sec. 3-4), one step over every
+positive inside the rank's parts (:meth:`FullGraphEngine.link_step`,
+:meth:`FullGraphEngine.link_loss`; ``link_scope = "part"``), the positives kept in message
+passing. The rest: docs/distributed.md#fullgraph-neutronstar and
+docs/linkpred.md#across-processes-every-engine.
 """
 
 from __future__ import annotations
@@ -172,10 +133,7 @@ class FullGraphEngine(Engine):
 
     # ---------------------------------------------------------------- set-up
     def _local(self, ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(ids, np.int64)
-        if not len(ids):
-            return np.zeros(0, bool)
-        return self.part_to_rank[self.store.owner(ids)] == self.ctx.rank
+        return self._owner_rank(ids) == self.ctx.rank
 
     def _owner_rank(self, ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, np.int64)
