@@ -1,40 +1,14 @@
 """The link task on an engine's ranks (``--task link``): what every engine trains by it.
 
-The engines differ in how a batch's node outputs are computed (sampled where the data lives,
-from a historical cache, by a full-graph pass, by disaggregated workers); the link task is the
-same for all of them, as the node task is (:class:`~shoal.training.tasks.LinkTask` is its
-single-process twin, whose seeds, losses and metric it follows):
-
-1. **Positives** (:class:`RankPositives`): a rank's positives are the in-edges ``(u, v)`` of
-   its parts' core nodes ``v`` (the store keeps every in-edge once, in the part of its
-   destination, so the ranks' positives together are the graph's edges, each once); an
-   undirected graph's pairs once (``u < v``), each oriented at random every epoch,
-   self-loops skipped; on a typed store only the target relation's edges (``shoal data
-   split-edges --target-relation``). An epoch visits them block-shuffled, in exactly
-   :attr:`DistLinkTask.num_batches` batches: a rank with fewer positives takes smaller
-   batches, so every rank runs the same number of steps (collectives stay paired).
-2. **Negatives** per positive (``--num-neg``): ``uniform`` over every node (a typed target's
-   destination type), ``in-batch``, or ``owner-local`` (uniform over the rank's own core
-   nodes of that type: their rows need no exchange) (:class:`NegativeRanges`).
-
-   An engine whose step computes outputs only for the nodes of the part it trains
-   (``link_scope = "part"``: averaging's local models, hec's local sampling, fullgraph's
-   core nodes) trains on the edges between two core nodes of one part, with ``uniform`` and
-   ``owner-local`` negatives drawn from the positive's part: the edges across parts (the
-   edge cut) are message-passing edges only, the named deviation of such an engine.
-3. **A step** (:class:`LinkStep`): the sorted end nodes whose outputs the engine computes
-   (``nodes``), the batch's positive edges and their reverses, which the engine's sampler
-   excludes from message passing at every hop (``exclude``: no leakage), and :meth:`loss`,
-   which scores the pairs with the edge scorer (:mod:`shoal.nn.linkpred`) and takes the link
-   loss. The scorer is a submodule of the model (``model.link_scorer``,
-   :func:`attach_scorer`), so every engine's gradient all-reduce, model averaging and
-   checkpoint carry it with the encoder's weights.
-4. **Evaluation** (:meth:`DistLinkTask.evaluate`, exact and collective): every rank embeds
-   its core nodes layer by layer (:func:`dist_node_embeddings`: halo exchanges for a model
-   whose layers sum messages, batches of targets with rows pulled from their owners for the
-   others, relational models included), then the owner of each held-out positive's source
-   ranks it against the single-process trainer's negatives (OGB's MRR and Hits@K): for the
-   same weights the same numbers as one process.
+The engines differ in how a batch's node outputs are computed; the link task is the same for
+all of them (:class:`~shoal.training.tasks.LinkTask` is its single-process twin, whose seeds,
+losses and metric it follows): positives (:class:`RankPositives`), negatives
+(:class:`NegativeRanges`), a step (:class:`LinkStep`: its positive edges and their reverses
+excluded at every hop; the scorer is the model's submodule ``link_scorer``,
+:func:`attach_scorer`) and the exact, collective evaluation
+(:meth:`DistLinkTask.evaluate`, :func:`dist_node_embeddings`). An engine computing only its
+parts' nodes (``link_scope = "part"``) trains on the edges between two core nodes of one part,
+negatives from that part. All of it: docs/linkpred.md#across-processes-every-engine.
 """
 
 from __future__ import annotations
@@ -81,7 +55,7 @@ SCORER = "link_scorer"
 
 
 def attach_scorer(model: nn.Module, scorer: nn.Module) -> nn.Module:
-    """``model`` with ``scorer`` as its submodule ``link_scorer`` (module docstring, 3)."""
+    """``model`` with ``scorer`` as its submodule ``link_scorer`` (the module docstring)."""
     model.add_module(SCORER, scorer)
     return model
 
@@ -95,7 +69,7 @@ def _global_sources(part: Partition, halo: np.ndarray, local: np.ndarray) -> np.
 
 
 class RankPositives:
-    """The positive edges of a rank's parts (module docstring, 1).
+    """The positive edges of a rank's parts (docs/linkpred.md#across-processes-every-engine).
 
     Args:
         parts: the parts the rank holds; directed: whether the graph is directed;

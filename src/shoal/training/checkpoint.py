@@ -1,22 +1,12 @@
 """Checkpoints: atomic save/load of state dicts, and per-epoch checkpoints of a run with exact
 resume, shared by the single-process trainer and every engine.
 
-Layout of ``checkpoint_dir``:
-
-- one process (the trainer): ``last.pt`` (rewritten atomically every epoch) and ``best.pt``;
-- ``N`` processes (an engine): every rank writes its own ``epoch{E}-rank{R}.pt``; after a
-  barrier rank 0 commits the epoch by rewriting ``last.json`` atomically, then every rank
-  deletes its previous epoch's file. A crash at any point leaves ``last.json`` naming an epoch
-  whose files are all complete. Rank 0 writes ``best.pt`` when validation improves.
-
-Every checkpoint records the run's *identity* (engine, model, widths, dataset shape);
-``resume`` refuses a checkpoint whose identity differs, naming the checkpoint and the option
-(exit 2 from the CLI), instead of loading weights of another model or dataset.
-
-The number of processes is not part of the identity: ``last.json`` records the world size
-(and the engine's ``meta``, e.g. the global batch), and a run resumed on another number of
-processes is *resharded* (:meth:`Checkpointer.load`; ``docs/distributed.md``, "Resuming on
-another number of processes").
+One process (the trainer) writes ``last.pt`` (rewritten atomically every epoch) and
+``best.pt``; ``N`` processes (an engine) write ``epoch{E}-rank{R}.pt`` each, committed by
+rank 0's ``last.json`` (layout, crash safety, the identity ``resume`` checks, exit 2 on a
+mismatch: docs/distributed.md#checkpoints-resuming-restarts). A run resumed on another number
+of processes is *resharded* (:meth:`Checkpointer.load`;
+docs/distributed.md#resuming-on-another-number-of-processes).
 """
 
 from __future__ import annotations
@@ -103,7 +93,7 @@ def committed_run(directory: str | os.PathLike | None) -> dict[str, Any] | None:
 
 
 class Checkpointer:
-    """Per-epoch checkpoints of one run in ``directory`` (layout in the module docstring).
+    """Per-epoch checkpoints of one run in ``directory`` (layout: the module docstring).
 
     Args:
         directory: the checkpoint directory (created).

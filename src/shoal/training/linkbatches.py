@@ -1,24 +1,14 @@
 """Link-prediction mini-batches: seeds are edges (:class:`LinkBatchLoader`).
 
-A batch takes ``batch_size`` positive edges ``(u, v)`` of the message-passing graph, draws
-``num_neg`` negative destinations ``w`` per positive (``(u, w)`` are the negatives), and
-samples the blocks of the union of every end node, as PyG's ``LinkNeighborLoader`` and DGL's
-``as_edge_prediction_sampler`` do. The batch's own positive edges and their reverses are
-**excluded from message passing** at every hop (DGL's ``exclude="reverse_id"``): a model
-never sees the edge it is asked to predict.
-
-Positives are read **out of core**: the edge file is visited in chunks of ``chunk_edges``
-rows in a random order, each chunk shuffled (a block shuffle: memory is one chunk, not a
-permutation of all edges); self-loops are skipped, and an undirected graph's pairs are taken
-once (``src < dst`` in the file), each **oriented at random** every epoch: the negatives
-corrupt the second end, so a fixed orientation would let only the smaller id of every pair
-anchor negatives (and make training depend on the node numbering: one process's original ids
-against a store's part order). The order and orientation depend only on ``(seed, epoch)``.
-
-Negatives (``negatives``): ``uniform`` (default; over all nodes, as PyG and OGB: may hit a
-true edge with probability ``degree / N``), ``in-batch`` (the destination of another positive
-of the batch: no new nodes to sample; batches of at least 2 positives) or ``owner-local`` (the
-distributed engines: uniform over the rank's own parts' nodes; in one process, ``uniform``).
+A batch takes ``batch_size`` positive edges ``(u, v)``, draws ``num_neg`` negative
+destinations ``w`` per positive, and samples the blocks of the union of every end node with
+the batch's positive edges and their reverses excluded at every hop (DGL's
+``exclude="reverse_id"``), as PyG's ``LinkNeighborLoader`` and DGL's
+``as_edge_prediction_sampler`` do. Positives are block-shuffled out of core (memory: one
+chunk of ``chunk_edges``), self-loops skipped, an undirected graph's pairs once, each
+oriented at random every epoch; the order and orientation depend only on ``(seed, epoch)``.
+Negatives: ``uniform`` (default), ``in-batch`` (batches of at least 2 positives) or
+``owner-local`` (in one process, ``uniform``). Why: docs/linkpred.md#the-pieces.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """What a run learns, as a seam of the one trainer: node classification and link prediction.
 
 A task says what its seeds are, how a batch's output becomes a loss, and how evaluation
-scores (GraphBolt keeps a task's items apart from its sampler the same way; GraphStorm runs
-node and link tasks on one training infrastructure); the
-:class:`~shoal.training.trainer.Trainer` owns everything else, once for every task and graph.
-
-- :class:`NodeTask` (``--task node``): seeds are the training nodes in shuffled batches
-  (:class:`~shoal.training.batches.BatchLoader`), the loss the seeds' cross entropy,
-  evaluation the exact layer-wise accuracy.
-- :class:`LinkTask` (``--task link``, a graph split by ``shoal data split-edges``): seeds are
-  positive edges and their negatives (:class:`~shoal.training.linkbatches.LinkBatchLoader`);
-  an edge scorer (:mod:`shoal.nn.linkpred`) trained beside the encoder gives the link loss;
-  evaluation ranks each held-out positive against its negatives from exact layer-wise
-  embeddings (OGB's MRR and Hits@K, :mod:`shoal.training.linkmetrics`), and a heuristic
-  baseline is scored after the run. Input rows are the graph's features or learnable rows
-  (``--embedding-dim``); on a typed graph the task predicts one target relation.
+scores (as GraphBolt and GraphStorm keep tasks apart from their training infrastructure); the
+:class:`~shoal.training.trainer.Trainer` owns everything else. :class:`NodeTask` (``--task
+node``): the training nodes' cross entropy, exact layer-wise accuracy. :class:`LinkTask`
+(``--task link``, a graph split by ``shoal data split-edges``): positive edges and their
+negatives (:class:`~shoal.training.linkbatches.LinkBatchLoader`), an edge scorer trained
+beside the encoder, OGB's MRR and Hits@K, a heuristic baseline after the run
+(docs/linkpred.md#the-pieces).
 """
 
 from __future__ import annotations

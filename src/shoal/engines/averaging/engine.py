@@ -1,37 +1,25 @@
 """``averaging``: local training on parts + weighted model averaging (SDT-GNN).
 
 SDT-GNN (the seed paper's Section on "sub-graph data-parallel training"): every worker trains
-its own copy of the model on its parts *alone* -- core nodes with their full in-neighbourhoods
-and the halo nodes' features replicated in the part (a store built with ``--halo-features``),
-so nothing is communicated during an epoch. Every ``k`` epochs (``average_every``) the models
-are averaged, each weighted by the number of training nodes its worker trained on::
+its own copy of the model on its parts *alone* (a store built with ``--halo-features``), and
+every ``k`` epochs (``average_every``) the models are averaged, each weighted by the number
+of training nodes its worker trained on::
 
     theta <- sum_r (n_r / sum_s n_s) * theta_r          (one all-reduce of all parameters)
 
-With more parts than workers a worker trains its parts in turn; by default every part trains
-its own model and optimizer (Section III-C) and each round averages all ``p`` models
-(:class:`~shoal.engines.averaging.average.PartModels`); ``--no-part-models`` carries one model
-through a rank's parts (the ablation). Named deviation: Adam's moments are averaged with the
-same weights at every round (the step counters stay per rank); the paper averages the weights
-only (Sec. III-D), which is ``--local-optimizer-state`` and measured worse. Both:
-docs/distributed.md#averaging-sdt-gnn.
+By default every part trains its own model and optimizer (Section III-C,
+:class:`~shoal.engines.averaging.average.PartModels`; ``--no-part-models``: the ablation).
+Named deviation: Adam's moments are averaged too (the paper averages the weights only, Sec.
+III-D: ``--local-optimizer-state``). Both, and the measurements:
+docs/distributed.md#averaging-sdt-gnn. With one process and a one-part store the batches
+equal :class:`shoal.training.Trainer`'s. Typed stores and ``--halo-hops H``
+(:mod:`shoal.engines.averaging.halo_hops`): docs/distributed.md#typed-stores-every-engine.
 
-With one process and a one-part store the batches equal :class:`shoal.training.Trainer`'s.
-A typed store trains the same way (fanouts per relation, rows padded to the widest type,
-blocks with their sources' original ids, keyed dropout); a relation absent from a part's
-batches leaves its weights without a gradient, so every optimizer holds Adam's state of every
-weight from the start and the averages line up. ``--halo-hops H``
-(:mod:`shoal.engines.averaging.halo_hops`) first grows every part by ``H - 1`` hops of its
-halo's in-edges and rows (docs/distributed.md#typed-stores-every-engine).
-
-The link task (``--task link``, :mod:`shoal.engines.linktask`): each part's model learns from
-the part alone and the models are averaged as above, each weighted by its part's positive
-edges (:class:`~shoal.engines.averaging.links.PartLinks`); every batch is sampled by the
-part's local sampler with its positive edges and their reverses excluded at every hop (the
-structure in memory; the rows through the part's cache, no windows read ahead). Named
-deviation (``link_scope = "part"``): the positives are the edges between two core nodes of a
-part, negatives from the part; the edge cut passes messages only
-(docs/linkpred.md#across-processes-every-engine).
+The link task (``--task link``): each part's model learns from the part alone, the models
+averaged weighted by the parts' positive edges
+(:class:`~shoal.engines.averaging.links.PartLinks`), sampled by the part's local sampler
+(the structure in memory, the rows through the part's cache, no windows read ahead); the named
+deviation (``link_scope = "part"``): docs/linkpred.md#across-processes-every-engine.
 """
 
 from __future__ import annotations

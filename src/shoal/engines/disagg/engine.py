@@ -2,43 +2,18 @@
 
 Waleffe et al., "Armada: Memory-Efficient Distributed Training of Large-Scale Graph Neural
 Networks" (2025), Sections 3, 5 and 6.1. One torchrun job, two roles
-(:class:`~shoal.engines.disagg.plan.Roles`): ranks ``0 .. C-1`` are **compute workers**
-(forward, backward, optimizer; gradients all-reduced among them only), ranks ``C .. W-1`` are
-**batch workers** (:class:`~shoal.engines.disagg.worker.BatchWorker`: part loading from
-the edge buckets, sampling, feature loading; CPU only). Every epoch:
+(:class:`~shoal.engines.disagg.plan.Roles`): ranks ``0 .. C-1`` are compute workers, ranks
+``C .. W-1`` batch workers (:class:`~shoal.engines.disagg.worker.BatchWorker`, CPU only).
+The epoch (coordinator, schedule, global batches, cache, weights broadcast), typed stores,
+options and measurements: docs/distributed.md#disagg-armada.
 
-1. the coordinator (the first batch worker) splits the parts randomly over the batch workers
-   (Section 5) and broadcasts the mapping;
-2. every rank derives the same schedule from the batch workers' phases
-   (:func:`~shoal.engines.disagg.plan.epoch_schedule`);
-3. batch workers push global batches of ``G`` mini-batches (``--replicas``) through a bounded
-   queue; a compute worker fills the rows its LRU cache holds
-   (:class:`~shoal.engines.disagg.rowcache.ComputeCache`), sends the cache update back, runs
-   its ``G`` replicas (in turn, or in threads on views of one set of weights, gradients
-   summed in replica order: ``replica_exec``) and all-reduces the gradients; the loss of an
-   iteration is the mean over every compute worker's seeds of that iteration;
-4. the compute workers' weights are broadcast to the batch workers, so that every rank holds
-   the model the shared epoch loop evaluates and checkpoints.
-
-Typed stores, options and measurements: docs/distributed.md#disagg-armada.
-
-The link task (``--task link``, :mod:`shoal.engines.linktask`) runs on the same two layers
-(the paper describes node classification only):
-
-- a batch worker draws the link steps of the positives of its own parts (part ``p`` to batch
-  worker ``p mod B``, :meth:`DisaggEngine.rank_of_parts`), ``G`` consecutive steps per global
-  batch, and samples each step's end nodes (anywhere in the graph: ``link_scope`` stays
-  ``"graph"``) with its positive edges and their reverses excluded at every hop wherever a
-  node is drawn (:class:`~shoal.engines.disagg.sampling.BatchSampler`); the positives and
-  negatives travel with the global batch (:mod:`~shoal.engines.disagg.msg`);
-- the epoch's part assignment and phases still decide which worker samples which node and
-  which parts are in memory, the phases spread evenly over the worker's batches
-  (:func:`~shoal.engines.disagg.plan.link_schedule`); a worker with more batches in the rounds
-  than steps sends empty ones;
-- a compute worker scores each replica's seeds (``step.nodes``' order) with the model's
-  scorer, sums the loss over the positives, and the all-reduce carries the iteration's
-  positives with the gradients: the update is the mean over every compute worker's
-  positives of the iteration.
+The link task (``--task link``, :mod:`shoal.engines.linktask`; the paper describes node
+classification only): a batch worker draws the link steps of its own parts' positives (part
+``p`` to batch worker ``p mod B``), ``G`` consecutive steps per global batch, excluding their
+edges and reverses at every hop (``link_scope`` stays ``"graph"``); the phases spread evenly
+over its batches (:func:`~shoal.engines.disagg.plan.link_schedule`; a worker with more
+batches than steps sends empty ones); the update is the mean over every compute worker's
+positives of the iteration (docs/linkpred.md#across-processes-every-engine).
 
 Named deviations of the link task: ``--local-sampling`` is refused (a link batch's nodes lie
 in every part), and so is ``--embedding-dim`` (batch workers send the store's rows); a

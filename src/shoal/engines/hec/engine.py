@@ -2,32 +2,19 @@
 
 Vasimuddin et al., "DistGNN-MB: Distributed Large-Scale Graph Neural Network Training on x86
 via Minibatch Sampling" (2022), Sections 3.1-3.2, Algorithms 1-2, Figure 1. Every rank
+samples locally only (halo vertices are leaves, Sec. 3.3), keeps one
+:class:`~shoal.engines.hec.cache.HistoricalCache` per layer and, per step ``k`` and layer
+``l`` (Algorithm 2), stores what was pushed at step ``k - d`` (lines 7-9), drops a miss's
+edges (lines 10-12) and, while ``k < M - d``, pushes at most ``nc`` solid vertices to each
+peer (lines 14-24); gradients are all-reduced every step (Sec. 4.2). Every rank runs the same
+number of steps ``M`` per epoch. ``hec_cache`` False is the ablation (``minibatch``'s sampling
+and pulls). Checkpoints hold the caches' clock and lines. The mechanism, options, typed
+stores, one process and measurements: docs/distributed.md#hec-distgnn-mb.
 
-1. owns the core nodes of its parts (the paper's *solid* vertices) and sees their
-   in-neighbours on other ranks as *halo* vertices, without features;
-2. samples each mini-batch locally only: halo vertices are leaves (Sec. 3.3);
-3. keeps one :class:`~shoal.engines.hec.cache.HistoricalCache` per layer (L0: halo vertices'
-   input features, L1..: hidden embeddings), filled by the owners' pushes;
-4. per step ``k`` and layer ``l`` (Algorithm 2): stores what was pushed at step ``k - d``
-   (lines 7-9), uses the cache's hits for the batch's halo vertices and *drops* a miss's
-   edges from that layer's block (lines 10-12), aggregates and updates locally, then, while
-   ``k < M - d``, sends every other rank at most ``nc`` of the batch's solid vertices that
-   are halo there, drawn by degree, with the rows the batch fed to layer ``l`` (lines 14-24);
-5. all-reduces the gradients every step (Sec. 4.2).
-
-Every rank runs the same number of steps ``M`` per epoch (a rank with fewer batches runs
-empty steps), so collectives stay in step. ``hec_cache`` False is the ablation: the
-``minibatch`` engine's sampling and pulls, nothing pushed, cached or dropped. Checkpoints
-hold the caches' clock and lines. Options, typed stores, one process and measurements:
-docs/distributed.md#hec-distgnn-mb.
-
-The link task (``--task link``, :mod:`shoal.engines.linktask`) runs the same mechanism with a
-step's end nodes (``step.nodes``) as the batch's seeds, mapped to solid ids, its positive
-edges and their reverses excluded at every hop; the seeds' outputs go to the model's edge
-scorer. The paper trains node classification only. Named deviation (``link_scope =
-"part"``): the positives are the edges between two core nodes of one part, their negatives
-drawn from that part; the edge cut passes messages only, its halo ends served from the
-caches (docs/linkpred.md#across-processes-every-engine).
+The link task (``--task link``): a step's end nodes (``step.nodes``) are the batch's seeds,
+mapped to solid ids, its positive edges and their reverses excluded at every hop (the paper
+trains node classification only); the named deviation (``link_scope = "part"``, the edge
+cut's halo ends served from the caches): docs/linkpred.md#across-processes-every-engine.
 """
 
 from __future__ import annotations

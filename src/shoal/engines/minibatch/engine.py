@@ -1,27 +1,18 @@
 """``minibatch``: synchronous mini-batch SGD over a partitioned store (DistDGL).
 
 Zheng et al., "DistDGL: Distributed Graph Neural Network Training for Billion-Scale Graphs"
-(IA3 2020), Section 3: every trainer
+(IA3 2020), Section 3: every trainer owns the training nodes of its parts, split two-level
+(Section 3.4, :func:`split_training_nodes`, whose rule differs from DistDGL's), samples each
+batch where the data lives (:class:`shoal.distributed.DistNeighborSampler`), pulls the
+non-local input rows from their owners (:class:`shoal.distributed.DistFeatureStore`) and
+all-reduces the gradients (``DistributedDataParallel``, Section 3.1). The next batches are
+sampled and pulled in a background thread (Section III-D, ``--prefetch-batches``,
+:class:`~shoal.engines.minibatch.pipeline.BatchPipeline`), with the batches of inline
+sampling. All of it: docs/distributed.md#minibatch-distdgl.
 
-1. owns the training nodes of its parts; a two-level split (Section 3.4) gives every rank the
-   same number of training nodes, hence of batches per epoch (:func:`split_training_nodes`,
-   whose rule differs from DistDGL's: docs/distributed.md#minibatch-distdgl);
-2. samples each batch where the data lives (:class:`shoal.distributed.DistNeighborSampler`);
-3. pulls the input features of non-local nodes from their owners
-   (:class:`shoal.distributed.DistFeatureStore`, one exchange per step);
-4. runs the model and all-reduces the gradients (``DistributedDataParallel``, Section 3.1).
-
-Steps 2 and 3 of the next batches run in a background thread (Section III-D;
-``--prefetch-batches``, :class:`~shoal.engines.minibatch.pipeline.BatchPipeline`); the
-batches, and so the model, are those of inline sampling. With one process and a one-part
-store the batches, initialisation and dropout equal :class:`shoal.training.Trainer`'s.
-
-The link task (``--task link``, :mod:`shoal.engines.linktask`) samples each step's end nodes
-with its positive edges and their reverses excluded at every hop (at their owners too).
-Graphs without features learn an input row per node (``--embedding-dim``:
-:class:`~shoal.engines.minibatch.embedding.DistEmbedding`, DistDGL's ``DistEmbedding``),
-pulled from and updated at their owners every step, inline
-(docs/linkpred.md#across-processes-every-engine).
+The link task (``--task link``) and learned input rows (``--embedding-dim``,
+:class:`~shoal.engines.minibatch.embedding.DistEmbedding`, DistDGL's ``DistEmbedding``):
+docs/linkpred.md#across-processes-every-engine.
 """
 
 from __future__ import annotations
