@@ -1,16 +1,14 @@
 """Exact distributed evaluation under a memory budget: halo exchange, then local blocked layers.
 
-The per-batch distributed loop (:mod:`shoal.distributed.evaluate`) pulls, for every batch of
-targets, the rows of their in-neighbours: one random read per edge on the owner's side once
-the rows no longer fit in memory. When every layer is a sum of per-source messages
-(:class:`shoal.nn.SumLayer`), a layer is computed instead as in DistGNN's full-graph layer
-(Md et al., SC 2021, Sec. 3: a layer's aggregation runs over the local part, and the partial
-results of the replicated (halo) nodes are exchanged between layers) combined with the
-single-process blocked scheme (:mod:`shoal.training.blocked`). A block's halo sources reach it
-as messages from their owners' sweeps (:mod:`shoal.distributed.served`, the default), or from
-halo rows stored on this rank (:func:`exchange_halos` pulls them into a scratch file, chunk by
-chunk within the budget; a store built with ``--halo-features`` holds layer 0's), swept per
-block with the part's core rows as one stacked input.
+When every layer is a sum of per-source messages (:class:`shoal.nn.SumLayer`), a layer is
+computed as in DistGNN's full-graph layer (Md et al., SC 2021, Sec. 3: a layer's aggregation
+runs over the local part, and the partial results of the halo nodes are exchanged between
+layers) combined with the single-process blocked scheme (:mod:`shoal.training.blocked`). A
+block's halo sources reach it as messages from their owners' sweeps
+(:mod:`shoal.distributed.served`, the default), or from halo rows stored on this rank
+(:func:`exchange_halos`, chunk by chunk within the budget; a store built with
+``--halo-features`` holds layer 0's), swept with the part's core rows as one stacked input
+(docs/distributed.md#evaluation-every-engine).
 
 The last layer is computed for the evaluation targets only, its rows handed to a callback
 (:func:`blocked_dist_counts` compares them with their labels; the link task keeps them), so

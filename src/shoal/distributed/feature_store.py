@@ -1,15 +1,10 @@
 """Distributed feature store: each rank serves its parts' rows; remote rows are pulled.
 
 As in DistDGL's KVStore (Zheng et al., "DistDGL: Distributed Graph Neural Network Training for
-Billion-Scale Graphs", IA3 2020, Section 3.3), node IDs are relabelled so that each part's core
-nodes form one contiguous range; the owner of an ID is found by binary search over
-``part_offsets`` (no per-node owner table). Each rank holds the memory-mapped core feature
-files of the parts the plan gives it and answers requests for them.
-
-:meth:`DistFeatureStore.pull` is collective: IDs owned by this rank are gathered straight from
-the memory maps (they never leave the process); the others are grouped per owner rank and
-exchanged with :func:`shoal.distributed.comm.exchange` (an all-to-all-v of IDs, then an all-to-all-v
-of rows) -- one round per call, i.e. one per step and layer.
+Billion-Scale Graphs", IA3 2020, Section 3.3), each part's core nodes form one contiguous id
+range, so an id's owner is a binary search over ``part_offsets``. :meth:`DistFeatureStore.pull`
+is collective: local ids are gathered from the memory maps, the others pulled from their
+owners with :func:`shoal.distributed.comm.exchange`, one round per call (per step and layer).
 """
 
 from __future__ import annotations

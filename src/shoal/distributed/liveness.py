@@ -1,22 +1,14 @@
 """Which peer was lost: heartbeats through the rendezvous store, and one line when a
 collective fails.
 
-A collective that fails because a peer is gone (its process killed, its machine down, the
-network cut) raises deep inside gloo: ``Connection closed by peer [10.0.0.2]:41231`` at once,
-or ``Timed out waiting 60000ms for send operation to complete`` after ``--dist-timeout``; the
-message names neither the rank nor the machine, nor what to do.
-
-Every rank of a world of several processes runs a :class:`Heartbeat`: a daemon thread that
-increments the rank's counter in the rendezvous store (the TCP store at ``MASTER_ADDR:
-MASTER_PORT`` that torchrun's agent, or rank 0, hosts; keys under ``shoal/alive/<restart>/``)
-every ``interval`` seconds, over a connection of its own with a short timeout. A rank that has
-not reached that host for :data:`UNREACHABLE` seconds says so at once, naming it (its own
-launcher, which talks to the same host, may stop the process before any collective fails). When a
+Every rank of a world of several processes runs a :class:`Heartbeat` (a daemon thread
+incrementing the rank's counter in the rendezvous store, keys under
+``shoal/alive/<restart>/``, every ``interval`` seconds over a connection of its own); a rank
+that has not reached that host for :data:`UNREACHABLE` seconds says so at once. When a
 collective fails, :func:`describe_failure` reads every counter twice, ``2.5 x interval``
-apart: the ranks whose counters stood still are the lost ones, named with their host (every
-rank's host name is gathered once at start). When the store itself cannot be reached, the
-machine that hosts it (``MASTER_ADDR``, rank 0's) is the one lost. The line also names the
-operation (the innermost ``torch.distributed`` call) and the fix.
+apart, and names the ranks whose counters stood still, their hosts, the operation and the
+fix (the store unreachable: its host, ``MASTER_ADDR``). Why and how:
+docs/distributed.md#a-lost-peer.
 """
 
 from __future__ import annotations

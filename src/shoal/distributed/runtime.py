@@ -1,15 +1,11 @@
 """Process-group runtime shared by every distributed engine.
 
-Processes are started by ``torchrun`` (or by :func:`shoal.distributed.launch.launch_local`, which runs
-PyTorch's own elastic launcher in-process); this module reads the environment torchrun sets
-(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and opens a
-process group with ``init_method="env://"``: gloo on CPU, nccl when CUDA is present. Every
-collective has a finite timeout, and :func:`process_group` destroys the group on every exit path
-(normal return, exception, ``KeyboardInterrupt``).
-
-Without torchrun's variables (a plain ``python`` process), :func:`process_group` opens a
-one-process group over an in-memory store, so single-process code paths run the same engine
-code unchanged.
+Reads the environment ``torchrun`` sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``; :func:`shoal.distributed.launch.launch_local` runs its
+launcher in-process) and opens a process group with ``init_method="env://"``: gloo on CPU,
+nccl when CUDA is present, every collective with a finite timeout. Without those variables
+:func:`process_group` opens a one-process group over an in-memory store; it destroys the group
+on every exit path (docs/distributed.md#runtime-pieces-shoaldistributed).
 """
 
 from __future__ import annotations

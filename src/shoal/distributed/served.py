@@ -1,22 +1,14 @@
 """Distributed blocked layers whose halo rows are served by their owners' sweeps.
 
-In :mod:`shoal.distributed.blocked`'s stored-halo path a rank sweeps the rows of its part *and
-of its halo* for every block; on a graph without locality the halo is about as large as the
-part (10M-node graph, 2 ranks: 4.5M halo rows beside 5.5M own rows), so half of every block's
-reads are rows another rank is reading at the same moment for its own block.
-
-Here the ranks sweep together. A layer runs in *rounds*: in each, every rank takes one block
-of its targets (an empty one when it has none left) and tells each owner which of its rows the
-block needs (one exchange of ids). Every rank then sweeps **its own rows only** in steps of
-``R`` rows (the same ``R`` everywhere): at step ``s`` it reads, in one planned pass, the rows
-of its range ``s`` that any rank asked for, turns them into messages (``pre``, then
-:attr:`SumLayer.message <shoal.nn.SumLayer>` with the owner's degrees), keeps its own and
-sends each peer the messages it asked for (one all-to-all per step), adding what it receives
-into its block's accumulators; the block is then finished as in
-:func:`~shoal.training.blocked.blocked_layer`. Only the messages a peer's block needs cross
-the network (``width`` columns instead of the row's ``dim``). It is the exchange of DistGNN's
-full-graph layer (Md et al., SC 2021, Sec. 3) applied per block of targets under a memory
-budget (MariusGNN's partition buffer, Waleffe et al., EuroSys 2023, Sec. 4).
+A layer runs in *rounds*: each rank takes one block of its targets and tells each owner which
+of its rows the block needs; every rank then sweeps **its own rows only** in steps of ``R``
+rows (the same ``R`` everywhere), turns the rows asked for into messages (``pre``, then
+:attr:`SumLayer.message <shoal.nn.SumLayer>` with the owner's degrees) and sends each peer
+those it asked for (one all-to-all per step); the block is then finished as in
+:func:`~shoal.training.blocked.blocked_layer`. It is the exchange of DistGNN's full-graph
+layer (Md et al., SC 2021, Sec. 3) applied per block of targets under a memory budget
+(MariusGNN's partition buffer, Waleffe et al., EuroSys 2023, Sec. 4); why and how it compares
+with the stored halo: docs/distributed.md#evaluation-every-engine.
 
 Ranks, not parts, own rows here: a rank's parts are its rows in part order (a *served index*
 numbers every rank's rows, rank after rank). Same outputs as the stored-halo path for the same
