@@ -32,8 +32,8 @@ def features(tmp_path):
     return x, np.load(tmp_path / "x.npy", mmap_mode="r")
 
 
-def _windows(mm, tmp_path, pack_epochs: int) -> DistWindows:
-    fs = DiskFeatures(mm, cache_bytes=0, threads=2)
+def _one_rank(fs: DiskFeatures, **kw) -> DistWindows:
+    """``fs``'s windows of 150 rows on one rank holding one part."""
     return DistWindows(
         fs,
         part_offsets=np.array([0, N]),
@@ -41,10 +41,13 @@ def _windows(mm, tmp_path, pack_epochs: int) -> DistWindows:
         rank=0,
         world_size=1,
         window_rows=150,
-        pack_epochs=pack_epochs,
-        last_epoch=2,
-        scratch_dir=str(tmp_path),
+        **kw,
     )
+
+
+def _windows(mm, tmp_path, pack_epochs: int) -> DistWindows:
+    fs = DiskFeatures(mm, cache_bytes=0, threads=2)
+    return _one_rank(fs, pack_epochs=pack_epochs, last_epoch=2, scratch_dir=str(tmp_path))
 
 
 @pytest.mark.parametrize("pack_epochs", [0, 3])
@@ -80,29 +83,13 @@ def test_the_degree_rule_classifies_rows_as_the_cache_does(features):
     _, mm = features
     deg = np.random.default_rng(1).integers(0, 6, N).astype(np.float32)
     fs = DiskFeatures(mm, cache_bytes=700 * DIM * 4, priority=np.argsort(-deg, kind="stable"))
-    dw = DistWindows(
-        fs,
-        part_offsets=np.array([0, N]),
-        part_to_rank=np.array([0]),
-        rank=0,
-        world_size=1,
-        window_rows=150,
-        degrees=deg,
-    )
+    dw = _one_rank(fs, degrees=deg)
     assert dw._rules is not None and dw._rules[0, 0] == 2
     ids = np.arange(N)
     np.testing.assert_array_equal(dw._uncached_by_rule(ids, deg[ids]), dw._uncached(ids))
     assert 0 < len(dw._uncached(ids)) < N
     dw.close()
     other = DiskFeatures(mm, cache_bytes=700 * DIM * 4)  # the first rows, whatever their degree
-    dw = DistWindows(
-        other,
-        part_offsets=np.array([0, N]),
-        part_to_rank=np.array([0]),
-        rank=0,
-        world_size=1,
-        window_rows=150,
-        degrees=deg,
-    )
+    dw = _one_rank(other, degrees=deg)
     assert dw._rules is None
     dw.close()

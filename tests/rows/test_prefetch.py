@@ -45,6 +45,16 @@ def graph(make_graph):
     return _graph(make_graph)
 
 
+def _features(data, cache_rows: int = 0, order=None, **kw) -> DiskFeatures:
+    """``data``'s rows in a store caching ``cache_rows`` rows of ``order`` (default: a random
+    order) first."""
+    if order is None:
+        order = np.random.default_rng(0).permutation(data.num_nodes)
+    return DiskFeatures(
+        data.features, cache_bytes=cache_rows * 256, threads=2, priority=order, **kw
+    )
+
+
 def _loader(data, gatherer):
     s = NeighborSampler(data.indptr, data.indices, (5, 5), num_nodes=data.num_nodes)
     return BatchLoader(s, gatherer, data.labels, data.train_idx, batch_size=64, seed=7)
@@ -55,12 +65,7 @@ def _loader(data, gatherer):
 def test_windowed_batches_equal_plain_batches(graph, background, cache_rows):
     data = TrainData.from_graph_dir(graph)
     plain = _loader(data, FeatureGatherer(data.features))
-    fs = DiskFeatures(
-        data.features,
-        cache_bytes=cache_rows * 256,
-        threads=2,
-        priority=np.random.default_rng(0).permutation(data.num_nodes),
-    )
+    fs = _features(data, cache_rows)
     win = _loader(data, None)
     win.use_windows(fs, window_bytes=60_000, background=background)  # several windows
     for epoch in (0, 1):
@@ -344,13 +349,7 @@ def test_packed_epochs_give_the_same_batches(graph, tmp_path, last_epoch, backgr
     the last epoch alone is not packed; the packs and their directory go on close."""
     data = TrainData.from_graph_dir(graph)
     plain = _loader(data, FeatureGatherer(data.features))
-    fs = DiskFeatures(
-        data.features,
-        cache_bytes=500 * 256,
-        threads=2,
-        defer_cache=True,
-        priority=np.random.default_rng(0).permutation(data.num_nodes),
-    )
+    fs = _features(data, 500, defer_cache=True)
     win = _loader(data, None)
     win.use_windows(
         fs,
@@ -388,13 +387,7 @@ def test_packing_without_room_reads_the_feature_file(graph, tmp_path, monkeypatc
     monkeypatch.setattr(packing_mod, "free_bytes", lambda d: 0)
     data = TrainData.from_graph_dir(graph)
     plain = _loader(data, FeatureGatherer(data.features))
-    fs = DiskFeatures(
-        data.features,
-        cache_bytes=500 * 256,
-        threads=2,
-        defer_cache=True,
-        priority=np.arange(data.num_nodes),
-    )
+    fs = _features(data, 500, np.arange(data.num_nodes), defer_cache=True)
     win = _loader(data, None)
     win.use_windows(fs, window_bytes=60_000, pack_epochs=4, scratch_dir=str(tmp_path))
     with caplog.at_level("WARNING", logger="shoal.rows.packing"):
@@ -417,12 +410,7 @@ def test_spooled_samples_sample_each_epoch_once(graph, tmp_path, resample):
     plain = _loader(data, FeatureGatherer(data.features))
     calls = {}
     for spool in (False, True):
-        fs = DiskFeatures(
-            data.features,
-            threads=2,
-            defer_cache=True,
-            priority=np.random.default_rng(0).permutation(data.num_nodes),
-        )
+        fs = _features(data, defer_cache=True)
         win = _loader(data, None)
         real = win.sampler.sample
         count = []

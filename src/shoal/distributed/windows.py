@@ -37,17 +37,13 @@ from shoal.rows.featstore import DiskFeatures, FeatureStats, Window
 from shoal.rows.packing import Packs
 from shoal.utils.idset import IdSet
 
-__all__ = ["READ_AHEAD", "DistWindows", "sample_bytes"]
+__all__ = ["READ_AHEAD", "DistWindows"]
 
 log = logging.getLogger(__name__)
 
 #: read the next window while training on the current one (default false: module docstring).
 READ_AHEAD = False
-
-
-def sample_bytes(mb: MiniBatch) -> int:
-    """Bytes a sampled mini-batch holds (its ids and blocks: :attr:`MiniBatch.nbytes`)."""
-    return mb.nbytes
+MIN, MAX = dist.ReduceOp.MIN, dist.ReduceOp.MAX
 
 
 class DistWindows:
@@ -138,30 +134,29 @@ class DistWindows:
         """Every owner's window size, and the smallest sample limit (collective): windows
         must be cut at the same step on every rank, whatever each rank's budget."""
         none = 1 << 62
-        vec = torch.zeros(self.world_size, dtype=torch.int64)
+        vec = np.zeros(self.world_size, np.int64)
         vec[self.rank] = rows
-        lim = torch.tensor([-(none if sample_bytes is None else int(sample_bytes))])
-        if self.world_size > 1:
-            dist.all_reduce(vec, group=self.group)
-            # max of -limit: the smallest limit
-            dist.all_reduce(lim, op=dist.ReduceOp.MAX, group=self.group)
-        limit = -int(lim.item())
+        vec = self._reduce(vec)
+        # max of -limit: the smallest limit
+        limit = -int(self._reduce([-(none if sample_bytes is None else int(sample_bytes))], MAX))
         return vec.numpy().copy(), (None if limit >= none else limit)
+
+    def _reduce(self, values, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        """``values`` as int64 reduced over the ranks by ``op`` (collective)."""
+        t = torch.as_tensor(values, dtype=torch.int64)
+        if self.world_size > 1:
+            dist.all_reduce(t, op=op, group=self.group)
+        return t
 
     def _agree_packing(self, k: int) -> int:
         """The smallest ``pack_epochs`` of all ranks (collective): packing is planned
         collectively, and the default depends on each rank's budget."""
-        t = torch.tensor([k], dtype=torch.int64)
-        if self.world_size > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
-        return int(t.item())
+        return int(self._reduce([k], MIN))
 
     def _every_rank_cached(self) -> bool:
         """Whether every rank's rows are all in its static cache (collective)."""
-        t = torch.tensor([int(self._own_cached is None or bool(self._own_cached.all()))])
-        if self.world_size > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
-        return bool(t.item())
+        mine = self._own_cached is None or bool(self._own_cached.all())
+        return bool(self._reduce([int(mine)], MIN))
 
     def _cache_rules(self, degrees: np.ndarray | None) -> np.ndarray | None:
         """``(world, 3)`` int64 per rank: kind (0 none cached, 1 all, 2 threshold), the last
@@ -184,13 +179,11 @@ class DistWindows:
                 want = (deg > t) | ((deg == t) & (pos <= last))
                 ok = bool(np.array_equal(self._own_cached, want))
         t = torch.from_numpy(rule).reshape(1, 3)
-        flag = torch.tensor([int(ok)])
         if self.world_size > 1:
             every = [torch.zeros(1, 3, dtype=torch.int64) for _ in range(self.world_size)]
             dist.all_gather(every, t, group=self.group)
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
             t = torch.cat(every)
-        if not int(flag.item()):
+        if not int(self._reduce([int(ok)], MIN)):
             return None
         # each part's first row in its owner's stacked rows
         sizes = np.diff(self.part_offsets)
@@ -260,30 +253,19 @@ class DistWindows:
             new = self._uncached_by_rule(mb.n_id[fresh], deg[fresh])
         else:
             new = self._uncached(mb.n_id[fresh])
-        counts = torch.from_numpy(
-            np.bincount(self.owner_rank(new), minlength=self.world_size).astype(np.int64)
-        )
-        if self.world_size > 1:
-            dist.all_reduce(counts, group=self.group)
-        return new, counts.numpy()
+        counts = np.bincount(self.owner_rank(new), minlength=self.world_size).astype(np.int64)
+        return new, self._reduce(counts).numpy()
 
     def _too_many_samples(self, held: int) -> bool:
         """Whether some rank's window samples reach ``sample_bytes`` (collective)."""
         if self.sample_bytes is None:
             return False
-        t = torch.tensor([held], dtype=torch.int64)
-        if self.world_size > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        return int(t.item()) >= self.sample_bytes
+        return int(self._reduce([held], MAX)) >= self.sample_bytes
 
     def _needed(self) -> np.ndarray:
         """Stacked local positions (sorted) of the uncached rows this rank reads for the
-        window: its own batches' and those the others ask for (collective). The window's
-        uncached rows are the marked ones (:meth:`windows`); the marks are cleared.
-
-        The window's rows are gathered in an :class:`~shoal.utils.idset.IdSet` as its
-        batches come (distinct ids, no table over every node), and only those distinct ids
-        are sorted here."""
+        window: its own batches' (gathered in an :class:`~shoal.utils.idset.IdSet` as they
+        come, :meth:`_cuts`; cleared here) and those the others ask for (collective)."""
         ids = np.sort(self._window.members())  # distinct, uncached by their owner
         self._window.clear()
         own = self.owner_rank(ids)
@@ -355,7 +337,7 @@ class DistWindows:
                 self._count_unique(mb)
             pending.append(mb)
             acc += counts
-            held += sample_bytes(mb)
+            held += mb.nbytes
         if pending:
             yield pending
 

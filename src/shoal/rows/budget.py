@@ -1,21 +1,15 @@
 """The memory budget of a training process: how much it may use, and how that is shared.
 
-``--memory`` (``TrainConfig.memory``) is the memory one training process may use in all,
-page cache of what it reads included. By default it is what the process may use on this
-machine: the limit of its memory cgroup (v1 ``hierarchical_memory_limit`` or v2
-``memory.max`` of its group and every ancestor; a container's limit is one of these) or, when
-it is lower, the machine's ``MemAvailable`` when training starts (shared equally by the
-processes started on one machine). :func:`plan_budget` splits it into a reserve
-measured on the process (:func:`reserve_for`: its anonymous resident memory once the libraries
-are imported and the model built, plus the model's gradients and optimizer state and one
-batch's activations from the batch shape), the graph structure (held in memory when it fits;
-else only its ``O(V)`` row index), the feature windows and the cache of hot feature rows: two
-window slots (one trained on, one being read) and the cache get a third each of what is left
-until :func:`~shoal.rows.windowfit.fit_windows` resizes them from a sampled epoch. Every
-window costs about one sweep of the feature file (its rows are spread over the whole file;
-unless the epochs are packed, :mod:`shoal.rows.packing`, when a window reads its epoch's
-pack), so a window large enough for an epoch's uncached rows matters more than a larger cache
-(docs/measurements.md#static-cache-and-windows).
+``--memory`` (``TrainConfig.memory``) is the memory one training process may use in all, page
+cache of what it reads included; by default what it may use on this machine
+(:func:`memory_limit`: the limit of its memory cgroup, v1 ``hierarchical_memory_limit`` or v2
+``memory.max`` of its group and every ancestor, or when lower the machine's ``MemAvailable``
+when training starts, shared equally by the processes started on one machine).
+:func:`plan_budget` splits it into a reserve measured on the process (:func:`reserve_for`), the
+graph structure (held in memory when it fits; else only its ``O(V)`` row index), and the
+feature windows and cache: two window slots (one trained on, one being read) and the cache get
+a third each of what is left until :func:`~shoal.rows.windowfit.fit_windows` resizes them from
+a sampled epoch (docs/measurements.md#the-memory-plan and #static-cache-and-windows).
 """
 
 from __future__ import annotations

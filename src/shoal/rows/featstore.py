@@ -44,14 +44,7 @@ class FeatureStats:
     extra: dict = field(default_factory=dict)
 
     def snapshot(self) -> dict:
-        return {
-            "requested": self.requested,
-            "hits": self.hits,
-            "rows_read": self.rows_read,
-            "bytes_read": self.bytes_read,
-            "read_seconds": self.read_seconds,
-            "windows": self.windows,
-        }
+        return {k: v for k, v in self.__dict__.items() if k != "extra"}
 
 
 class Window:

@@ -1,12 +1,5 @@
-"""``open_rows``: the row source of an array, a list of arrays stacked row-wise, or a source.
-
-The one place that decides how rows are read: a memory-mapped array is read from its file
-through the process's row backend (:mod:`shoal.rows.backends`; by default
-:class:`~shoal.rows.direct.RowReader`: planned direct reads), an in-memory member of a stack
-is copied (:class:`~shoal.rows.memory.MemoryRows`), several members are read as one
-(:class:`~shoal.rows.stacked.StackedReader`), and any object that already implements
-:class:`~shoal.rows.source.RowSource` (another backend) is used as it is.
-"""
+"""``open_rows``: the row source of an array, a list of arrays stacked row-wise, or a source;
+the one place that decides how rows are read."""
 
 from __future__ import annotations
 

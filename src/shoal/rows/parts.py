@@ -1,12 +1,6 @@
-"""The input rows of store parts as one row source, whatever the graph.
-
-Every layer that reads a part's rows (a rank's budgeted store, the pulls it serves, the exact
-evaluation's layer 0) asks :func:`part_rows`: an untyped part's ``features`` (then its
-``halo_features``) read from their files (:func:`~shoal.rows.opener.open_rows`), a typed
-part's every node type's rows padded to the widest type (:func:`~shoal.rows.typed.open_part_rows`).
-Parts are duck-typed :class:`~shoal.store.reader.Partition` objects (``rows`` sits below
-``store``'s users, not below ``store``: it imports nothing of it).
-"""
+"""The input rows of store parts as one row source, whatever the graph (:func:`part_rows`),
+asked by every layer that reads a part's rows. Parts are duck-typed
+:class:`~shoal.store.reader.Partition` objects (``rows`` imports nothing of ``store``)."""
 
 from __future__ import annotations
 

@@ -1,27 +1,19 @@
 """``TypedRows``: a typed graph's feature rows as one :class:`~shoal.rows.source.RowSource`.
 
 A typed graph (:mod:`shoal.data.hetero`) gives each node type ``t`` its own feature file of
-width ``F_t``, or none (a featureless type). Read as one source, its rows are ``F = max_t
-F_t`` wide: a row of type ``t`` holds its ``F_t`` features in columns ``[:F_t]`` and zeros
-beyond; a featureless type's rows are all zeros and cost no I/O. Every mechanism written
-against the row-source interface (the budgeted store's static cache and windows, windows read
-ahead, epoch packs, the distributed feature store's windows) then serves a typed graph as it
-serves an untyped one; the models slice each type's columns.
+width ``F_t``, or none. Read as one source, its rows are ``F = max_t F_t`` wide: a row of type
+``t`` holds its features in columns ``[:F_t]`` and zeros beyond (a featureless type's rows are
+all zeros and cost no I/O), so every mechanism written against the row-source interface serves
+a typed graph as it serves an untyped one; the models slice each type's columns.
 
-The stack's rows are a list of :class:`Segment` s, one after another. A segment holds
-``counts[t]`` rows of each type, either **contiguous** (type 0's rows, then type 1's, ...: a
-graph's original id space, or a store part's core rows, type-contiguous per part) or
-**mixed** (a per-row type array: a store part's halo rows, in halo order). Each type has one
-*member* source (None: featureless) whose rows are that type's rows of every segment, in
-segment order: row ``k`` of a segment that is the ``j``-th of its type there is row ``base +
-j`` of the type's member, ``base`` the type's rows in earlier segments (a part's
-``features/<t>.npy`` then ``halo_features/<t>.npy``, stacked by
-:class:`~shoal.rows.stacked.StackedReader`). A :meth:`TypedRows.read` of sorted ids reads each
-member once, its ids sorted.
-
-Openers: :func:`open_typed_rows` (a typed graph directory, in original-id order) and
-:func:`open_part_rows` (one or several parts of a typed store: each part's core rows, then
-its halo rows; the parts are duck-typed, as the store layer sits below this one).
+The rows are a list of :class:`Segment` s, each ``counts[t]`` rows of each type,
+**contiguous** (type 0's rows, then type 1's, ...: a graph's id space, a store part's core
+rows) or **mixed** (a type per row: a part's halo rows, in halo order). Each type has one
+*member* source (None: featureless) holding that type's rows of every segment, in segment order
+(a part's ``features/<t>.npy`` then ``halo_features/<t>.npy``, stacked); a
+:meth:`TypedRows.read` of sorted ids reads each member once, its ids sorted. Openers:
+:func:`open_typed_rows` (a typed graph directory) and :func:`open_part_rows` (parts of a
+typed store).
 """
 
 from __future__ import annotations

@@ -101,13 +101,9 @@ def fit_windows(
     split_cache_share: float = SPLIT_CACHE_SHARE,
 ) -> WindowFit:
     """Share ``pool`` bytes between a static cache (the first rows of ``priority``) and two
-    window slots so that an epoch costs as few sweeps of the feature file as possible.
-
-    Every window costs about one sweep of the file, whatever its size (its rows are spread
-    over the whole file), so the number of windows per epoch, not the cache hit rate, sets
-    the I/O: with the default thirds a rank can read several windows per epoch although one
-    epoch's uncached rows would fit the two slots
-    (docs/measurements.md#static-cache-and-windows). From one sampled epoch (``needed``:
+    window slots so that an epoch costs as few sweeps of the feature file as possible (every
+    window costs about one sweep, whatever its size:
+    docs/measurements.md#static-cache-and-windows). From one sampled epoch (``needed``:
     whether each row is used, ``sample_bytes``: what its sampled batches hold), with ``U(k)``
     the rows needed beyond a cache of ``k`` rows, this takes a cache such that
 

@@ -29,20 +29,14 @@ class FullGraphConfig(EngineConfig):
             its own part (default None).
         dep_costs: ``(T_v, T_e, T_c)`` seconds per dimension instead of probing them (for
             ablations and tests; default None = probe).
-        ring: exchange a level's chunks in ring time slots (Sec. 4.3, Figure 8): in slot
-            ``s = 1 .. p-1`` rank ``r`` sends to ``(r + s) mod p`` and receives from
-            ``(r - s) mod p``, the next slot posted once this one is in; false posts every
-            chunk at once in rank order (the ablation; default true, the paper's algorithm:
-            it pays where the network bounds the epoch,
-            docs/distributed.md#fullgraph-neutronstar).
-        overlap: compute while chunks are in flight (Sec. 4.3): the replicated dependencies
-            and the targets whose in-neighbours are all here before any chunk is in, the
-            targets each slot completes while the next one is in flight, and an asynchronous
-            gradient push in backward (waited for only when the owner needs its rows'
-            gradients); false waits for every chunk first (the ablation; default true, the
-            paper's algorithm: it needs a core free to compute on while the chunks travel,
-            which processes that fill the machine's cores lack,
-            docs/distributed.md#fullgraph-neutronstar).
+        ring: exchange a level's chunks in ring time slots (Sec. 4.3, Figure 8; in slot ``s``
+            rank ``r`` sends to ``(r + s) mod p`` and receives from ``(r - s) mod p``); false
+            posts every chunk at once in rank order (the ablation; default true, the paper's
+            algorithm: docs/distributed.md#fullgraph-neutronstar).
+        overlap: compute while chunks are in flight (Sec. 4.3), and push gradients
+            asynchronously in backward; false waits for every chunk first (the ablation;
+            default true, the paper's algorithm: it needs a core free while the chunks
+            travel, docs/distributed.md#fullgraph-neutronstar).
     """
 
     engine: ClassVar[str] = "fullgraph"

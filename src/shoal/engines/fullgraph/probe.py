@@ -73,7 +73,8 @@ def probe_costs(
     or its first when it has one, on synthetic blocks without and with ``degree`` in-edges per
     node) and ``T_c`` (a row exchange with every peer, forward and back, of ``nodes`` rows but
     at least ``_PROBE_FLOATS`` values, so that it measures the per-row cost the split trades,
-    the bandwidth, not one message's latency), per output dimension; medians of ``repeats``, averaged over ranks (a collective). ``schema``: a typed store's (typed blocks, module
+    the bandwidth, not one message's latency), per output dimension; medians of ``repeats``,
+    averaged over ranks (a collective). ``schema``: a typed store's (typed blocks, module
     docstring)."""
     layer = 1 if model.num_layers > 1 else 0
     d_in, d_out = widths[layer], widths[layer + 1]
