@@ -48,10 +48,8 @@ class GraphWriter:
             w.write_features(x)             # array or iterator of row blocks
             w.write_labels(y); w.write_split("train", idx)
 
-    On leaving the block without error, edges are post-processed (``dedup`` by an external
-    sort; downcast to int32 when ids fit), node data are checked against ``num_nodes``,
-    checksums are computed, ``meta.json`` is written and the directory is renamed into place.
-    On error nothing is left behind.
+    Leaving the block without error finishes the directory (module docstring); an error leaves
+    nothing behind.
 
     Args:
         out: the graph directory to create.

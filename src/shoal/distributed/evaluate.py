@@ -101,11 +101,9 @@ def _batch_rows(seg: Segment, batch_size: int, last: bool) -> int:
 def budgeted_batch_size(
     segments: list[Segment], batch_size: int, budget: int | None, row_bytes: int, layers: int
 ) -> int:
-    """The largest ``batch_size / 2**k`` whose layer-0 batches' input rows (each row with
-    :data:`EVAL_ROW_COPIES` copies of ``row_bytes``) fit in ``budget`` bytes in every segment
-    (each batch's nodes and all their in-neighbours: :func:`_batch_rows`; layer 0's batches
-    are every core row's, or the targets' when it is the only layer; later layers' rows are
-    a hidden layer wide), at least 1; ``batch_size`` without a budget."""
+    """The largest ``batch_size / 2**k`` (at least 1) whose layer-0 batches' input rows
+    (:func:`_batch_rows`, :data:`EVAL_ROW_COPIES` copies of ``row_bytes`` each) fit in
+    ``budget`` bytes in every segment; ``batch_size`` without a budget."""
     if not budget or batch_size <= 1 or not segments:
         return batch_size
     most = max(1, int(budget) // (EVAL_ROW_COPIES * max(int(row_bytes), 1)))
@@ -166,13 +164,10 @@ def dist_evaluate(
     """Exact accuracy on ``splits`` by distributed layer-wise inference. Collective.
 
     Same numbers as :func:`shoal.training.inference.evaluate` on the unpartitioned graph for
-    the same weights (a layer's inputs are the same rows, whichever rank holds them).
-    Temporary arrays go to ``scratch_dir`` (default: beside the store). A model whose layers
-    are sums (:func:`~shoal.training.blocked.sum_layers`: SAGE, GCN, GIN, SGC) is evaluated
-    layer by layer with halo exchanges and source ranges read in file order
-    (:mod:`shoal.distributed.blocked`) within ``memory_budget`` bytes (default 1 GiB); other
-    models (GAT) by batches of ``batch_size`` targets. ``halo`` (default ``"served"``): how
-    the blocked layers get other ranks' rows (:func:`~shoal.distributed.blocked.blocked_dist_outputs`).
+    the same weights. Temporary arrays go to ``scratch_dir`` (default: beside the store). Sum
+    layers (:func:`~shoal.training.blocked.sum_layers`) run blocked
+    (:mod:`shoal.distributed.blocked`; ``memory_budget`` default 1 GiB, ``halo`` default
+    ``"served"``), other models (GAT) by batches of ``batch_size`` targets.
     """
     model.eval()
     if store.feature_dim is None:

@@ -9,14 +9,10 @@ batches (collective) and cuts the window when some owner's uncached rows would e
 the sorted unique rows its window needs from it (one all-to-all-v of ids) and (3) has its
 :class:`~shoal.rows.featstore.DiskFeatures` read the union of its own and the requested uncached
 rows in one planned pass. The batches, and so the model, are exactly those of training with
-every row in memory. By default (:data:`READ_AHEAD` false) a window takes both window slots and
-is read before it trains: every window costs a sweep, and one sweep without overlap beats two
-half-size windows (docs/measurements.md#distributed-windows-and-the-served-sweep). With
-``pack_epochs`` = K >= 2 (:mod:`shoal.rows.packing`, DiskGNN-style) the first epoch of every K
-samples the next K once more (collectively), exchanges their requests window by window, and
-reads what the rank serves with one sweep into one pack segment per window, in window order
-(docs/distributed.md#minibatch-distdgl); the epochs planned are the same on every rank, and a
-rank whose scratch disk lacks the room reads its windows from its rows.
+every row in memory. By default (:data:`READ_AHEAD` false) a window takes both slots and is read
+before it trains (docs/measurements.md#distributed-windows-and-the-served-sweep). With
+``pack_epochs`` = K >= 2 one sweep packs what the rank serves in the next K epochs, one segment
+per window (:mod:`shoal.rows.packing`, DiskGNN-style; docs/distributed.md#minibatch-distdgl).
 """
 
 from __future__ import annotations
@@ -316,11 +312,8 @@ class DistWindows:
 
     def _cuts(self, batches: Iterator[MiniBatch], count: bool = False) -> Iterator[list[MiniBatch]]:
         """``batches`` grouped into windows (collective: every rank cuts at the same step),
-        each yielded with its uncached rows marked; the caller takes them with
-        :meth:`_needed` before the next window is grouped. The packing sweep cuts an epoch's
-        batches, sampled again, as its windows will cut them, so that each window's rows are
-        one contiguous segment of the epoch's pack. ``count``: count each window's distinct
-        rows in :attr:`io` (the epoch trained, not a packing sweep)."""
+        each yielded with its uncached rows marked for :meth:`_needed` (packing cuts the same
+        windows). ``count``: count each window's distinct rows in :attr:`io`."""
         pending: list[MiniBatch] = []
         acc = np.zeros(self.world_size, np.int64)
         held = 0

@@ -202,18 +202,10 @@ class WindowPrefetcher:
     def _windows(
         self, items: Iterator[tuple[object, np.ndarray]]
     ) -> Iterator[tuple[list, int, np.ndarray]]:
-        """Group an epoch's batches into windows: ``items`` are ``(batch, its uncached
-        rows)`` in order; yields ``(batches, slots, cold)``. The grouping depends only on the
-        uncached rows, so packing (:meth:`_pack`) and reading (:meth:`_plan`) cut the same
-        windows.
-
-        Batches are taken until the union of their uncached rows exceeds two windows. An
-        epoch that stays below is read as *one* window using both slots: without packs each
-        window costs about a sweep of the feature file, and one sweep plus the epoch's
-        compute beats two sweeps of which one overlaps compute whenever reading dominates.
-        Otherwise windows of ``window_rows`` follow, one slot each, read while the previous
-        one is trained on.
-        """
+        """Group ``items`` (``(batch, its uncached rows)`` in order) into ``(batches, slots,
+        cold)``; it looks only at the uncached rows, so :meth:`_pack` and :meth:`_plan` cut the
+        same windows. An epoch whose uncached rows fit two windows is one window on both slots
+        (each window costs about a sweep); else windows of ``window_rows``, one slot each."""
         mark = self._mark
         # (batch, its uncached rows not yet in the window, all its uncached rows)
         pending: list = []
@@ -246,16 +238,11 @@ class WindowPrefetcher:
         min_window: int = 1,
         cache_policy: str = "presample",
     ) -> WindowFit:
-        """Size the cache and the windows from ``epoch``'s batches (sampled here once, then
-        again when trained: the same batches): :func:`~shoal.rows.windowfit.fit_windows`
-        shares ``pool`` bytes (or ``pool(rows)``, given the most input rows of a sampled
-        batch) so that an epoch is one window when it can be, read while the previous epoch
-        trains when two fit. ``cache_policy`` (:data:`~shoal.rows.featstore.CACHE_POLICIES`):
-        ``"presample"`` caches the rows the most of the epoch's batches need
-        (:func:`~shoal.rows.featstore.presampled_priority`, ties by the features' priority),
-        ``"degree"`` keeps the features' priority (default ``"presample"``). Call before the
-        first window is read (the features' cache must not be loaded yet); returns the fit
-        (also :attr:`fit`)."""
+        """Size the cache and the windows by :func:`~shoal.rows.windowfit.fit_windows` of
+        ``pool`` bytes (or ``pool(rows)``, ``rows`` the most input rows of a batch) from
+        ``epoch``'s batches, sampled here once. ``cache_policy``: ``"presample"`` (default:
+        :func:`~shoal.rows.featstore.presampled_priority`) or ``"degree"`` (the features'
+        priority). Call before the cache is read; returns the fit (also :attr:`fit`)."""
         fs, seen = self.features, self._seen
         if fs.cache_loaded or fs.priority is None:
             raise RuntimeError(

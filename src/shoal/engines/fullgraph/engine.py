@@ -364,13 +364,9 @@ class FullGraphEngine(Engine):
 
     # ---------------------------------------------------------------- training
     def forward(self, timer: dict[str, float] | None = None) -> torch.Tensor:
-        """Every layer for the local nodes (and the replicas); the local nodes' logits (a leaf:
-        :meth:`backward` takes the gradient from there, layer by layer).
-
-        Per layer (Sec. 4.3, Figure 8): post the first slot of the level's exchange; with
-        ``overlap``, compute the cached dependencies (replicas) and the targets whose
-        in-neighbours are all here while it is in flight, then after each slot the targets it
-        completes while the next one is in flight; without, wait for every slot first."""
+        """Every layer for the local nodes and the replicas, overlapped with the ring slots
+        (Sec. 4.3, Figure 8; docs/distributed.md#fullgraph-neutronstar); the local nodes'
+        logits (a leaf: :meth:`backward` takes the gradient from there, layer by layer)."""
         timer = timer if timer is not None else {}
         s, dev = self.graph.num_solid, self.x0.device
         h, h_rep = self.x0[:s], self.x0[s:]
@@ -428,17 +424,11 @@ class FullGraphEngine(Engine):
         return h
 
     def backward(self, loss: torch.Tensor) -> None:
-        """The weights' gradients of ``loss`` (of :meth:`forward`'s logits), layer by layer.
-
-        Layer ``k`` (Sec. 4.3: in backward, compute first, then communicate): its targets'
-        groups in reverse slot order; after the group of forward slot ``s``, the gradients of
-        the mirrors of that slot's owner are final and the backward slot ``world - s`` posts
-        them (the previous one waited for first). The push is asynchronous (``overlap``): the
-        targets that need no mirror run while its last slot is in flight, and layer ``k - 1``'s
-        cached dependencies (replicas, which need only their own gradients) before it is
-        waited for, when the owner needs its rows' gradients. Without ``overlap`` the push
-        is posted and waited for at once. Every rank posts every slot of every level but the
-        input features', rows or not, so every gradient send has its receive."""
+        """The weights' gradients of ``loss`` (of :meth:`forward`'s logits), layer by layer
+        (Sec. 4.3: compute, then communicate; docs/distributed.md#fullgraph-neutronstar): the
+        groups in reverse slot order, after the group of forward slot ``s`` the backward slot
+        ``world - s`` posts its owner's mirror gradients. Every rank posts every slot of every
+        level but the features', rows or not, so every gradient send has its receive."""
         loss.backward()  # the logits' gradient
         overlap = self.options.overlap
         pending: tuple[Transfer, torch.Tensor, torch.Tensor] | None = None
