@@ -277,18 +277,16 @@ class RelationalGNN(BlockGNN):
 
 class RGCN(RelationalGNN):
     """R-GCN (Schlichtkrull et al., ESWC 2018), eq. (2):
-    ``h_i' = W_0 h_i + sum_r sum_{j in N_i^r} W_r h_j / |N_i^r| + b``, with ``|N_i^r|`` the
-    target's (sampled) in-neighbours of relation ``r``; with ``num_bases`` the basis
-    decomposition of eq. (3), ``W_r = sum_b a_rb V_b``. PyG ``RGCNConv`` (``aggr="mean"``)
-    per layer, ReLU and dropout between layers, after the per-type input stage.
+    ``h_i' = W_0 h_i + sum_r sum_{j in N_i^r} W_r h_j / |N_i^r| + b`` over the (sampled)
+    in-neighbours of relation ``r``; ``num_bases``: eq. (3)'s ``W_r = sum_b a_rb V_b``. PyG
+    ``RGCNConv`` (``aggr="mean"``) per layer, ReLU and dropout between layers.
 
     Args (keyword-only): feature_dims (per node type, None: featureless), counts (nodes per
     type), offsets (type ``t``'s ids ``[offsets[t], offsets[t + 1])``), num_relations,
-    hidden, out_dim, num_layers (default 2), dropout (between layers, default 0.5),
-    num_bases (None: a full matrix per relation; default None), input_dropout (on the input
-    stage's output, default 0.0), given (featureless types whose rows come in ``x``, default
-    none), project_inputs (default True: :class:`RelationalInput`'s ``project``), in_dim
-    (``x``'s width when known, checked; default None).
+    hidden, out_dim, num_layers (default 2), dropout (default 0.5), num_bases (default None:
+    a full matrix per relation), input_dropout (default 0.0), given (default none),
+    project_inputs (default True), in_dim (``x``'s width, checked; default None): as
+    :class:`RelationalGNN` and :class:`RelationalInput`.
     """
 
     def __init__(
@@ -331,25 +329,20 @@ class RGAT(RelationalGNN):
     Here layer ``l`` for target ``i`` of type ``t`` is
     ``sum_r GAT_r(i) + sum_{r: relation_dst[r] = t} b_r`` (``GAT_r(i)``: eq. (4)/(5) over
     ``i``'s in-edges of relation ``r``, zero without any), exactly the reference's sum when
-    ``relation_dst`` is given. The bias: a ``GATConv`` adds its bias to every target it is
-    called on, and the reference calls each relation's on every node of its destination type
-    (PyG's heterogeneous loaders give every relation an ``edge_index``, empty or not;
-    checked against a transcription of ``rgnn.py`` in ``tests/nn/test_relational.py``);
-    calling it only on the targets of a
-    block that has edges of the relation would make a node's output depend on its batch
-    mates, so each relation's bias ``b_r`` is a parameter beside its ``GATConv``
-    (``biases[l][r]``, ``GATConv(bias=False)``) added by target type: a node's output
-    depends on its own neighbourhood only.
+    ``relation_dst`` is given: the reference calls each relation's ``GATConv`` (and so adds
+    its bias) on every node of its destination type (checked against a transcription of
+    ``rgnn.py`` in ``tests/nn/test_relational.py``); here ``b_r`` is a parameter beside a
+    ``GATConv(bias=False)`` (``biases[l][r]``) added by target type, so that a node's output
+    never depends on which relations its batch mates' block has edges of.
 
     Args (keyword-only): feature_dims, counts, offsets, num_relations, hidden, out_dim (as
     :class:`RGCN`); num_layers (default 2, the reference class's; its benchmark runs 3);
     dropout (default 0.2); heads (default 4, every layer). Options, each a deviation from
     the reference when changed, defaults reproducing it:
 
-    - ``relation_dst`` (default None): each relation's destination node type. Given, a
-      relation's bias goes to every target of that type (the reference). None: every
-      relation's bias goes to every target (one shared bias per layer, ``sum_r b_r``;
-      pass it to match the reference's per-type biases).
+    - ``relation_dst`` (default None): each relation's destination node type, whose every
+      target gets the relation's bias (the reference's). None: every target gets every
+      relation's bias (one shared bias per layer, ``sum_r b_r``).
     - ``relation_bias`` (default True): a bias per relation. False: one bias per layer for
       every target (shoal's earlier R-GAT).
     - ``root`` (default False): add ``Linear(in, width, bias=False)`` of the target's own row

@@ -98,11 +98,8 @@ class GremConfig(PartitionConfig):
             (overrides ``window``; default None). This bounds the window by O(V) memory
             whatever the number of edges.
         max_window_edges: if set, no window holds more edges than this (default None: the
-            paper's windows, a fraction of |E|). A deviation from Armada Sec. 4.1, whose
-            chunks are a fraction of |E| (1% at ogbn-papers100M scale, Sec. 6.2): with a cap
-            the window and the METIS seed on it cost a fixed amount of memory, independent
-            of N and E. The default partitioner sets ``2**21`` (see
-            :data:`shoal.partition.run.DEFAULT_OPTIONS`).
+            paper's windows, Armada Sec. 4.1: a fraction of |E|, 1% at ogbn-papers100M scale,
+            Sec. 6.2); a named deviation (module docstring).
     """
 
     window: float = 0.1

@@ -48,16 +48,9 @@ PACKED_CACHE_SHARE = 0.6
 
 @dataclass
 class WindowFit:
-    """How :func:`fit_windows` shares a pool between the static cache and the windows.
-
-    ``mode``: ``"overlap"`` (an epoch's uncached rows fit one window slot: the next epoch's
-    window is read while this one trains), ``"one"`` (they fit both slots: one window per
-    epoch, read before it trains) or ``"split"`` (several windows per epoch, each a sweep of
-    the file: the default thirds of :func:`plan_budget`). Sizes in bytes; ``window_bytes`` is
-    one slot's rows; rows counted on the sampled epoch. ``resample``: the batches are sampled
-    once to plan the window and again, in the reading thread, when trained (their samples are
-    not held while the window is planned and read).
-    """
+    """How :func:`fit_windows` shares a pool between the static cache and the windows:
+    ``mode`` and ``resample`` as it explains them; sizes in bytes (``window_bytes``: one
+    slot's), rows counted on the sampled epoch."""
 
     mode: str
     cache_bytes: int
@@ -115,20 +108,16 @@ def fit_windows(
     3. they fit both slots next to :data:`RESAMPLE_BATCHES` batches of ``batch_bytes``
        (the largest sampled batch): mode ``"one"`` with ``resample``: the epoch is sampled
        once to plan its window, its samples are dropped, and the reading thread samples the
-       batches again (the same ones: sampling is seeded per batch) as they are trained. That
-       costs a second sampling pass per epoch, in the background, instead of the memory of
-       two epochs' samples, which a capped rank may not have (without this mode it falls
-       back to several windows per epoch); else
+       same batches again (seeded per batch) as they are trained: a second sampling pass in
+       the background instead of two epochs' samples in memory; else
     4. ``split_cache_share`` of the pool to the cache (default :data:`SPLIT_CACHE_SHARE`, a
        third; :data:`PACKED_CACHE_SHARE` when epochs are packed), the rest to two window
        slots: mode ``"split"``.
 
     Among the caches that reach the best mode it takes the largest one within a third of the
-    pool (what the thirds give the cache), else the smallest: beyond that, a larger cache
-    barely changes what a window reads (the window still sweeps the file) but takes memory
-    from exact evaluation between epochs, which runs in what the cache leaves and slows
-    down with a larger one (docs/measurements.md#static-cache-and-windows). ``k`` is
-    searched on ``steps`` evenly spaced cache sizes (and 0).
+    pool, else the smallest (a larger cache slows evaluation down more than it saves:
+    docs/measurements.md#static-cache-and-windows). ``k`` is searched on ``steps`` evenly
+    spaced cache sizes (and 0).
     """
     n = len(needed)
     rb = max(int(row_bytes), 1)

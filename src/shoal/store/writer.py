@@ -64,11 +64,9 @@ class Config:
         overwrite: replace an existing output directory (default false).
         show_progress: progress bars on stderr; None = only on a terminal (default None).
         command: the creation command recorded in meta.json (default: ``sys.argv``).
-        scratch_dir: directory for the temporary files (per-part in-edge files, external sort
-            runs; about the size of the edge file; with ``node_order="degree"`` also the
-            feature buckets, the size of the feature matrix), in a private subdirectory
-            removed afterwards; None = beside the output directory (default None; never the
-            system temp dir, which is often RAM-backed).
+        scratch_dir: where a private directory holds the temporary files (per-part in-edge
+            files and sort runs, about the edge file's size; with ``node_order="degree"`` the
+            feature buckets too, the feature matrix's; default None: beside the output).
         node_order: order of the core nodes inside each part (:data:`NODE_ORDERS`): ``"id"``,
             ascending original ID (DistDGL's order), or ``"degree"``, descending in-degree
             (ties in original ID; one more pass over the edges and one more write and read of
@@ -329,9 +327,8 @@ def build_store(
 ) -> dict[str, Any]:
     """Write the partitioned store of ``graph`` under ``assignment_dir`` to ``out``.
 
-    ``options`` are :class:`Config` fields (e.g. ``halo_features=True``) when ``config`` is not
-    given. The store is written to a temporary sibling and renamed into place; on any error
-    nothing is left behind. Returns a summary (counts, bytes, seconds, peak RSS).
+    ``options`` are :class:`Config` fields when ``config`` is not given. Atomic (temporary
+    sibling, renamed). Returns a summary (counts, bytes, seconds, peak RSS).
 
     Raises:
         ShoalInputError: the assignment is malformed (length != N, part ids out of range) or

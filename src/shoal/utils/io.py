@@ -142,15 +142,13 @@ def atomic_output_dir(
 ) -> Iterator[Path]:
     """Yield a temporary sibling directory of ``out``; rename it to ``out`` on success.
 
-    On any exception the temporary directory is removed and ``out`` is untouched; a write
-    that ran out of space becomes a :class:`~shoal.errors.ShoalDiskFullError` naming ``out``,
-    its filesystem and the free bytes left once the temporary directory is gone. ``need``
-    (bytes, when the caller knows its output's size) is checked against the free space
-    before anything is created. If ``out``
-    exists it is an error unless ``overwrite`` is true (the old directory is then replaced only
-    after the new one is complete). A killed writer cannot clean up: the temporary directory
-    records its writer (in ``.NAME.tmp-XXXX.owner`` beside it), and the next writer of the same ``out`` removes
-    siblings whose writer is gone (:func:`remove_stale_siblings`, logged).
+    On any exception the temporary directory is removed and ``out`` is untouched; running out
+    of space raises :class:`~shoal.errors.ShoalDiskFullError` (``out``, its filesystem, the
+    free bytes left). ``need``: bytes checked against the free space before anything is
+    created. An existing ``out`` is an error unless ``overwrite`` (then replaced once the new
+    one is complete). The temporary directory records its writer (``.NAME.tmp-XXXX.owner``),
+    so the next writer of ``out`` removes it if its writer was killed
+    (:func:`remove_stale_siblings`).
     """
     out = Path(out)
     if out.exists() and not overwrite:
