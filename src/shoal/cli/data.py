@@ -11,6 +11,7 @@ from shoal.cli.data_link import register_split_edges
 from shoal.cli.data_options import (
     add_scratch_option,
     add_write_options,
+    args_of,
     graph_summary,
     write_options,
 )
@@ -29,11 +30,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     cfg = ImportConfig(
-        num_nodes=args.num_nodes,
-        undirected=args.undirected,
-        num_classes=args.num_classes,
-        split_index=args.split_index,
-        split_scheme=args.split_scheme,
+        **args_of(args, "num_nodes undirected num_classes split_index split_scheme"),
         **write_options(args),
         extra_columns="ignore" if args.ignore_extra_columns else "error",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from shoal.cli.data_options import args_of
 from shoal.utils.io import write_json_output
 from shoal.utils.memory import peak_rss_bytes
 
@@ -15,14 +16,8 @@ def _cmd_split_edges(args: argparse.Namespace) -> int:
     from shoal.data.linksplit import EdgeSplitConfig, split_edges
 
     t0 = time.perf_counter()
-    cfg = EdgeSplitConfig(
-        val=args.val,
-        test=args.test,
-        seed=args.seed,
-        overwrite=args.overwrite,
-        target_relation=args.target_relation,
-        eval_negatives=args.eval_negatives,
-    )
+    names = "val test seed overwrite target_relation eval_negatives"
+    cfg = EdgeSplitConfig(**args_of(args, names))
     g = split_edges(args.graph, args.out, cfg)
     ls = g.meta["link_split"]
     s = {

@@ -10,7 +10,12 @@ from typing import Any
 from shoal.utils.io import parse_size
 from shoal.utils.memory import peak_rss_bytes
 
-__all__ = ["add_scratch_option", "add_write_options", "graph_summary", "write_options"]
+__all__ = ["add_scratch_option", "add_write_options", "args_of", "graph_summary", "write_options"]
+
+
+def args_of(args: argparse.Namespace, names: str) -> dict[str, Any]:
+    """``args``' values of the space-separated ``names``, by name (a config's fields)."""
+    return {n: getattr(args, n) for n in names.split()}
 
 
 def graph_summary(g, t0: float) -> dict[str, Any]:
@@ -53,14 +58,8 @@ def add_write_options(p: argparse.ArgumentParser, *, undirected: bool = True) ->
 
 def write_options(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields of :func:`add_write_options`' flags (all but ``--undirected``)."""
-    return {
-        "dedup": args.dedup,
-        "drop_self_loops": args.drop_self_loops,
-        "sort_memory": parse_size(args.sort_memory),
-        "scratch_dir": args.scratch_dir,
-        "name": args.name,
-        "overwrite": args.overwrite,
-    }
+    values = args_of(args, "dedup drop_self_loops scratch_dir name overwrite")
+    return {**values, "sort_memory": parse_size(args.sort_memory)}
 
 
 def add_scratch_option(p: argparse.ArgumentParser, what: str, default: str) -> None:

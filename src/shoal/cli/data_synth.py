@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from shoal.cli.data_options import add_write_options, graph_summary, write_options
+from shoal.cli.data_options import add_write_options, args_of, graph_summary, write_options
 from shoal.utils.io import write_json_output
 
 __all__ = ["ROAD_DEFAULTS", "register_synth"]
@@ -30,17 +30,9 @@ def _cmd_synth_rmat(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     a, b, c, d = args.abcd
     cfg = RMATConfig(
-        nodes=args.nodes,
-        edges=args.edges,
-        a=a,
-        b=b,
-        c=c,
-        d=d,
-        seed=args.seed,
+        **args_of(args, "nodes edges seed features classes undirected"),
+        **dict(zip("abcd", args.abcd, strict=True)),
         scramble=not args.no_scramble,
-        features=args.features,
-        classes=args.classes,
-        undirected=args.undirected,
         **write_options(args),
     )
     g = generate_rmat(args.out, cfg)
@@ -52,18 +44,9 @@ def _cmd_synth_dcsbm(args: argparse.Namespace) -> int:
     from shoal.data.synth import DCSBMConfig, generate_dcsbm
 
     t0 = time.perf_counter()
+    names = "nodes edges classes features homophily feature_signal degree_exponent train_frac"
     cfg = DCSBMConfig(
-        nodes=args.nodes,
-        edges=args.edges,
-        classes=args.classes,
-        features=args.features,
-        homophily=args.homophily,
-        feature_signal=args.feature_signal,
-        degree_exponent=args.degree_exponent,
-        train_frac=args.train_frac,
-        val_frac=args.val_frac,
-        seed=args.seed,
-        directed=args.directed,
+        **args_of(args, f"{names} val_frac seed directed"),
         **write_options(args),
     )
     g = generate_dcsbm(args.out, cfg)
@@ -78,12 +61,7 @@ def _cmd_synth_road(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     cfg = RoadConfig(
-        width=args.width,
-        height=args.height,
-        keep=args.keep,
-        shortcuts=args.shortcuts,
-        reach=args.reach,
-        seed=args.seed,
+        **args_of(args, "width height keep shortcuts reach seed"),
         scramble=not args.no_scramble,
         **write_options(args),
     )
@@ -221,22 +199,14 @@ def _cmd_synth_igbh(args: argparse.Namespace) -> int:
     from shoal.data.synth.igbh import IGBHConfig, generate_igbh
 
     t0 = time.perf_counter()
+    names = "size scale classes features degree_exponent train_frac val_frac seed name overwrite"
     cfg = IGBHConfig(
-        size=args.size,
-        scale=args.scale,
-        classes=args.classes,
-        features=args.features,
+        **args_of(args, names),
         degree=_pairs(args.degree, "degree"),
         homophily=_pairs(args.homophily, "homophily"),
         signal=_pairs(args.signal, "signal"),
         featureless=tuple(args.featureless or ()),
         add_reverse=not args.no_reverse,
-        degree_exponent=args.degree_exponent,
-        train_frac=args.train_frac,
-        val_frac=args.val_frac,
-        seed=args.seed,
-        name=args.name,
-        overwrite=args.overwrite,
     )
     g = generate_igbh(args.out, cfg)
     nts, ets = g.schema.node_types, g.schema.edge_types

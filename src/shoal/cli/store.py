@@ -8,7 +8,7 @@ import shlex
 import sys
 
 from shoal.cli._common import human
-from shoal.cli.data_options import add_scratch_option
+from shoal.cli.data_options import add_scratch_option, args_of
 from shoal.utils.io import parse_size, write_json_output
 
 __all__ = ["register"]
@@ -21,12 +21,8 @@ def _build(args: argparse.Namespace) -> int:
     from shoal.store.writer import Config, build_store
 
     cfg = Config(
-        halo_features=args.halo_features,
-        overwrite=args.overwrite,
-        chunk_edges=args.chunk_edges,
+        **args_of(args, "halo_features overwrite chunk_edges scratch_dir node_order"),
         sort_memory=parse_size(args.sort_memory),
-        scratch_dir=args.scratch_dir,
-        node_order=args.node_order,
         command="shoal " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
     )
     res = build_store(args.graph, args.assignment, args.out, config=cfg)
