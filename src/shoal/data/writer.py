@@ -23,7 +23,10 @@ from shoal.data.stream import EdgeStream
 from shoal.errors import ShoalInputError
 from shoal.utils.io import atomic_output_dir, file_checksum, write_json_atomic
 
-__all__ = ["GraphWriter", "graph_bytes"]
+__all__ = ["WRITE_FIELDS", "GraphWriter", "graph_bytes"]
+
+#: the :class:`GraphWriter` options that importers' and generators' configs have, by name
+WRITE_FIELDS = ("dedup", "drop_self_loops", "sort_memory", "scratch_dir", "name", "overwrite")
 
 
 def graph_bytes(

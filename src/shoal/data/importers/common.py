@@ -13,6 +13,7 @@ import numpy as np
 from shoal.data.extsort import DEFAULT_SORT_MEMORY
 from shoal.data.format import GraphWriter
 from shoal.data.stream import DEFAULT_CHUNK_EDGES
+from shoal.data.writer import WRITE_FIELDS
 from shoal.errors import ShoalInputError
 
 __all__ = [
@@ -102,13 +103,8 @@ def make_writer(
         out,
         num_nodes=cfg.num_nodes,
         symmetrize=cfg.undirected,
-        dedup=cfg.dedup,
-        drop_self_loops=cfg.drop_self_loops,
-        sort_memory=cfg.sort_memory,
-        scratch_dir=cfg.scratch_dir,
-        name=cfg.name,
+        **{k: getattr(cfg, k) for k in WRITE_FIELDS},
         source={**source, "options": options},
-        overwrite=cfg.overwrite,
         need=need,
     )
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from shoal.data.extsort import DEFAULT_SORT_MEMORY
 from shoal.data.format import GraphWriter
-from shoal.data.writer import graph_bytes
+from shoal.data.writer import WRITE_FIELDS, graph_bytes
 from shoal.errors import ShoalInputError
 from shoal.utils.progress import progress
 
@@ -176,14 +176,9 @@ def synth_writer(
         out,
         num_nodes=config.nodes,
         symmetrize=symmetrize,
-        dedup=config.dedup,
-        drop_self_loops=config.drop_self_loops,
-        sort_memory=config.sort_memory,
-        scratch_dir=config.scratch_dir,
-        name=config.name,
+        **{k: getattr(config, k) for k in WRITE_FIELDS},
         source={"generator": generator, "config": recorded_config(config)},
         need=_synth_bytes(config, symmetrize),
-        overwrite=config.overwrite,
     )
 
 
