@@ -45,15 +45,12 @@ class PartitionConfig:
         chunk_edges: edges per streamed chunk (default 2**20).
         balance: bound on max/mean of nodes and of training nodes per part (default 1.10).
         refine_passes: restreaming refinement passes after the algorithm (default 0).
-        edge_balance: if set, also bound max/mean in-edges per part (the edges each part
-            stores, hence its sampling work) by this, as DistDGL's multi-constraint METIS
-            balances nodes, edges and training nodes: honoured by GREM's streaming placement
-            and by the refinement passes (default None: not bounded; the default partitioner
-            sets it, see :data:`shoal.partition.run.DEFAULT_OPTIONS`).
-        scratch_dir: directory for large temporary files (the edge->part file of vertex-cut
-            algorithms, KaMinPar's graph file), in a private subdirectory removed afterwards;
-            None = beside the graph directory (default None; never the system temp dir,
-            which is often RAM-backed). ``shoal partition`` defaults it to beside ``--out``.
+        edge_balance: if set, also bound max/mean in-edges per part (its sampling work) by
+            this, as DistDGL's multi-constraint METIS: honoured by GREM and the refinement
+            passes (default None; :data:`shoal.partition.run.DEFAULT_OPTIONS` sets it).
+        scratch_dir: where a private directory holds large temporary files (vertex-cut
+            algorithms' edge->part file, KaMinPar's graph file); default None: beside the
+            graph directory (``shoal partition``: beside ``--out``).
     """
 
     num_parts: int

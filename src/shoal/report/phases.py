@@ -3,12 +3,10 @@ the measured epoch, and the phases measured beside it on a reading thread, drawn
 
 An epoch record's ``time_split`` holds seconds per phase. Most phases are timed on the
 training thread one after the other, so they add up to (at most) the epoch's ``seconds``; the
-rest of the epoch is time no phase covers (:data:`OTHER`). The window prefetcher
-(:mod:`shoal.rows.prefetch`, its thread :mod:`shoal.rows.readahead`) also times work
-done on its reading thread while the training thread trains: those seconds overlap the
-epoch, and stacking them on top of it draws an epoch longer than the one measured (up to
-twice as long when the reading thread is busy the whole epoch). :data:`BACKGROUND_PHASES`
-names them; :func:`epoch_bars` splits a run's records accordingly.
+rest of the epoch is time no phase covers (:data:`OTHER`). The window prefetcher's reading
+thread (:mod:`shoal.rows.readahead`) times its work while the training thread trains: those
+seconds (:data:`BACKGROUND_PHASES`) overlap the epoch, so :func:`epoch_bars` draws them apart
+instead of stacking them into an epoch longer than the one measured.
 """
 
 from __future__ import annotations
@@ -86,11 +84,9 @@ class EpochBars:
     Attributes:
         epoch_seconds: mean measured seconds of the epochs used (the slowest rank's); None
             when the records do not all have ``seconds``.
-        stacked: mean seconds per epoch of each phase of the training thread, plus
-            :data:`OTHER` for the time none covers; they add up to ``epoch_seconds``, unless
-            the phases alone exceed it (then no :data:`OTHER`).
-        background: mean seconds per epoch of each phase measured on a reading thread,
-            overlapping the epoch (not part of ``stacked``).
+        stacked, background: mean seconds per epoch of each phase of the training thread
+            (with :data:`OTHER` unless they exceed ``epoch_seconds``) and of the reading
+            thread's (module docstring).
         epochs: which epochs the means are over (``"epochs 2-5"``).
     """
 
