@@ -1,19 +1,15 @@
 """A typed graph's relations as a sampler sees them: a fanout per relation, typed blocks.
 
-An untyped graph is the case of one node type and one relation; every sampler of shoal
-(:class:`~shoal.sample.sampler.NeighborSampler` on a CSR in memory or on disk, a store part's
-local CSR, :class:`~shoal.distributed.sampler.DistNeighborSampler` across ranks) takes an
-optional :class:`~shoal.data.hetero.HeteroSchema` and then draws as DGL's ``sample_neighbors``
-and PyG's ``NeighborLoader`` do on a heterogeneous graph: each hop's fanout *per relation*
-(a paper gets up to ``k`` citing papers and up to ``k`` authors, not ``k`` neighbours of any
-kind). :class:`RelationDraws` runs the per-relation kernels (:mod:`shoal.sample._typed_kernels`)
-on a graph's in-CSR over global ids (``by_range``: a source type's neighbours are one run of
-the sorted row) or on a typed store part's local CSR (``by_edge_type``: each row's in-edges
-grouped by relation, ``edge_types.npy``); both draw the same runs from the same stream, so a
-one-part store samples as its graph does. A schema with a single relation takes the untyped
-kernels (its batches are bit-identical to an untyped graph's) and only labels the blocks with
-their edges' relations and sources' node types (:meth:`RelationDraws.label`), what a
-relational layer reads beside ``edge_index``, as PyG's ``RGCNConv`` does.
+Every sampler of shoal takes an optional :class:`~shoal.data.hetero.HeteroSchema` and then
+draws each hop's fanout *per relation*, as DGL's ``sample_neighbors`` and PyG's
+``NeighborLoader`` do on a heterogeneous graph. :class:`RelationDraws` runs the per-relation
+kernels (:mod:`shoal.sample._typed_kernels`) on a graph's in-CSR over global ids
+(``by_range``) or on a typed store part's local CSR (``by_edge_type``, each row's in-edges
+grouped by relation); both draw the same runs from the same stream, so a one-part store
+samples as its graph does. A schema with a single relation takes the untyped kernels
+(bit-identical batches) and only labels the blocks with their edges' relations and sources'
+node types (:meth:`RelationDraws.label`), as PyG's ``RGCNConv`` reads them
+(docs/distributed.md#typed-stores-every-engine).
 """
 
 from __future__ import annotations

@@ -1,27 +1,18 @@
 """Learnable node embeddings kept on disk, updated sparsely (graphs without features).
 
 :class:`NodeEmbedding` is an ``(N, D)`` float32 table in a file, read and written by rows
-through a memory map (the rows of a batch, never the whole table), initialised in blocks from
-a seed (uniform in ``[-1/sqrt(D), 1/sqrt(D)]``, as DGL's ``NodeEmbedding`` examples). Its
-optimizers keep their state the same way, in files of the same shape beside it:
+through a memory map, initialised in blocks from a seed (uniform in ``[-1/sqrt(D),
+1/sqrt(D)]``, as DGL's ``NodeEmbedding`` examples); its optimizers keep their state in files
+of the same shape beside it: :class:`SparseAdam` (per-row step counts for the bias
+correction, DGL's ``dgl.optim.SparseAdam``; ``torch.optim.SparseAdam`` where every row is
+updated every step) and :class:`SparseAdagrad` (DistDGL, Section 3). A batch gathers its rows
+as a leaf tensor (:meth:`NodeEmbedding.gather`); after ``backward()``, ``step(ids, grad)``
+updates them in place (repeated ids' gradients summed first). Checkpoints copy the files
+(:func:`save_tables`, :func:`load_tables`; docs/linkpred.md#the-pieces). A typed graph's
+featureless node types may keep their embeddings in such tables (:class:`TypeTables`,
+``--type-embeddings disk``).
 
-- :class:`SparseAdam`: Adam applied only to the rows a batch touched, with a **per-row step
-  count** for the bias correction (DGL's ``dgl.optim.SparseAdam``: a row updated rarely is
-  corrected for its own updates, not for the run's global step; where every row is updated
-  every step this is exactly ``torch.optim.SparseAdam``);
-- :class:`SparseAdagrad`: Adagrad on the touched rows (DistDGL, Section 3: sparse embeddings
-  with sparse Adagrad).
-
-A batch gathers its rows as a leaf tensor (:meth:`NodeEmbedding.gather`); after
-``backward()`` the optimizer's ``step(ids, grad)`` updates those rows in place (the gradients
-of repeated ids summed first). Checkpoints copy the table and the optimizer's state files
-(:func:`save_tables`, atomically; one sequential pass over them) and a resume copies them back
-(:func:`load_tables`). A typed graph's featureless node types may keep their embeddings in
-such tables (:class:`TypeTables`, ``--type-embeddings disk``).
-
-Not yet: rows go through the memory map (page faults), not the planned direct reads and
-writes of the budgeted feature store; tables larger than memory work but rely on the page
-cache for speed.
+Not yet: rows go through the memory map (page faults), not the budgeted store's planned reads.
 """
 
 from __future__ import annotations

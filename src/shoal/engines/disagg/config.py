@@ -40,23 +40,18 @@ class DisaggConfig(EngineConfig):
         resident_parts: most parts a batch worker holds together (the rest are swapped in
             one at a time); None = as many as half its memory budget holds (default None).
         replicate_top: nodes of highest in-degree whose neighbour lists and feature rows
-            every batch worker keeps (Sec. 3 and 5: the "special partition" kept in memory on
-            all workers), so sampling them or loading their rows needs no request to their
-            owner: nodes (an int) or a share of the nodes (``"1%"``); 0 = off, the ablation.
-            Used by remote sampling only. The paper gives no size and its runs (Sec. 6.1)
-            replicate nothing: default 0 (``REPLICATE_TOP``; measured:
-            docs/distributed.md#disagg-armada).
+            every batch worker keeps (Sec. 3 and 5: the "special partition"), so remote
+            sampling needs no request for them: nodes (an int) or a share (``"1%"``); 0 =
+            off (default 0, ``REPLICATE_TOP``: the paper's runs, Sec. 6.1, replicate nothing).
         swapped_neighbours: a frontier node whose part is swapped out at its batch worker:
-            ``"read"`` samples it from the store's files of that part (the same draws as
-            when resident), ``"skip"`` gives it no neighbours (the paper's footnote 1:
-            sampling covers the subgraph in memory) and warns with the count (default
-            ``"read"``).
-        replica_exec: how a compute worker runs its ``G`` replicas: ``"threads"`` (``G``
-            threads, each a replica sharing the weights, torch's intra-op threads split
-            between them, gradients summed in replica order) or ``"sequential"`` (one after
-            the other); the same gradients either way without dropout (with dropout the
-            threads draw masks in thread order: not reproducible bit for bit). Default
-            ``"sequential"`` (``REPLICA_EXEC``; measured: docs/distributed.md#disagg-armada).
+            ``"read"`` samples it from the store's files (the draws of a resident part),
+            ``"skip"`` gives it no neighbours (the paper's footnote 1) and warns with the
+            count (default ``"read"``).
+        replica_exec: how a compute worker runs its ``G`` replicas: ``"threads"`` (weights
+            shared, gradients summed in replica order; with dropout not reproducible bit for
+            bit) or ``"sequential"`` (default, ``REPLICA_EXEC``).
+
+    Each option, and the measurements behind the defaults: docs/distributed.md#disagg-armada.
     """
 
     engine: ClassVar[str] = "disagg"

@@ -2,16 +2,11 @@
 
 Waleffe et al., "Armada: Memory-Efficient Distributed Training of Large-Scale Graph Neural
 Networks" (2025), Section 3 (batch workers feed compute workers, each a fixed one) and
-Section 5, "Partition Assignment to Batch Construction Workers" (every epoch a coordinator
-splits the partitions randomly over the batch workers; a worker loads as many as fit and swaps
-the rest in one at a time in random order). Layout here: ranks ``0 .. C-1`` compute,
-``C .. W-1`` batch workers (at least ``C``); batch worker ``j`` feeds compute worker
-``j mod C``; the coordinator is the first batch worker.
-
-Every rank computes the same schedule (:func:`epoch_schedule`) from what every batch worker
-announces (its **phases**: the parts resident together, then one per swap, and their training
-seeds), so no rank waits for another to learn it: every compute worker gets the same number of
-global batches per epoch, in rounds in which each of its feeders supplies its turn
+Section 5, "Partition Assignment to Batch Construction Workers". Ranks ``0 .. C-1`` compute,
+``C .. W-1`` are batch workers (at least ``C``); batch worker ``j`` feeds compute worker
+``j mod C``; the coordinator is the first batch worker. Every rank computes the same schedule
+(:func:`epoch_schedule`) from what every batch worker announces (its **phases**: the parts
+resident together, then one per swap, and their training seeds)
 (docs/distributed.md#disagg-armada, "Equal iterations").
 """
 

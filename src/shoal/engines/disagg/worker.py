@@ -1,18 +1,13 @@
 """The ``disagg`` engine's batch worker: parts in, sampled and loaded global batches out.
 
 Armada (Waleffe et al., 2025), Section 3 "Mini Batch Preparation Layer" and Section 5: a batch
-worker loads the partitions the coordinator gives it (:mod:`~shoal.engines.disagg.bucketparts`:
-as many as fit, the rest swapped in one at a time), samples mini-batches of the training nodes
-it holds (or its link steps' end nodes), loads their feature rows, and pushes them to its
-compute worker as grouped global batches (:mod:`~shoal.engines.disagg.msg`), omitting the rows
-its view of the compute worker's cache holds (:mod:`~shoal.engines.disagg.rowcache`).
-
-Sampling, the paper's two modes: **distributed** (default) -- a frontier node in a part another
-batch worker holds is sampled by that worker, and its rows pulled from it, except replicated
-and swapped-out nodes (:class:`~shoal.engines.disagg.sampling.BatchSampler`); **local**
-(``local_sampling``): only edges among the worker's resident parts, no traffic between batch
-workers. Sends are non-blocking and bounded (at most ``queue`` global batches in flight), so
-the worker prepares the next batches while the compute worker trains.
+worker loads the partitions the coordinator gives it (:mod:`~shoal.engines.disagg.bucketparts`),
+samples mini-batches of the training nodes it holds (or its link steps' end nodes), loads
+their feature rows, and pushes them to its compute worker as grouped global batches
+(:mod:`~shoal.engines.disagg.msg`), omitting the rows its view of the compute worker's cache
+holds (:mod:`~shoal.engines.disagg.rowcache`). Distributed sampling (default,
+:class:`~shoal.engines.disagg.sampling.BatchSampler`) or local (``local_sampling``); at most
+``queue`` global batches in flight (docs/distributed.md#disagg-armada).
 """
 
 from __future__ import annotations
