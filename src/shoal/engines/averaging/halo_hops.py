@@ -1,15 +1,12 @@
 """Deeper halos for local training (``--halo-hops H``): a part's halo nodes' own in-edges,
 fetched once before training.
 
-A stored part is SDT-GNN's (Sec. III-B): its halo nodes come with their features but none of
-their own in-edges, so a model of ``L`` layers trained on the part alone sees a halo node
-without its neighbours from its second layer on. With ``H > 1`` (DGL's
-``partition_graph(..., num_hops=H)``, done at load time here) each rank asks the owners once
-for every in-edge of its parts' halo nodes, ``H - 1`` hops deep (the distributed sampler with
-fanout -1), and for the rows of the nodes they reach (the distributed feature store), written
-to the run's scratch directory; training stays local, and a grown part is trained as a stored
-one with more rows (one row source: :meth:`GrownPart.rows`) and more halo in-edges. Why and
-at what cost: docs/distributed.md#typed-stores-every-engine.
+A stored part is SDT-GNN's (Sec. III-B): its halo nodes come without their own in-edges. With
+``H > 1`` (DGL's ``partition_graph(..., num_hops=H)``, done at load time here) each rank asks
+the owners once for every in-edge of its parts' halo nodes, ``H - 1`` hops deep, and for the
+rows of the nodes they reach, written to the run's scratch directory; a grown part is trained
+as a stored one with more rows (:meth:`GrownPart.rows`) and more halo in-edges. Why and at
+what cost: docs/distributed.md#typed-stores-every-engine.
 """
 
 from __future__ import annotations

@@ -6,18 +6,13 @@ construction "supports replicating high degree nodes on each worker") and Sectio
 in a special partition that is assigned to, and kept in memory, on *all* workers").
 
 :class:`Replica` is that special partition: the ``N`` nodes of highest in-degree (ties to the
-lower id), with their in-neighbour lists (global ids) and feature rows, read once from the
-store when a batch worker starts. Unlike the paper's layout the nodes also stay in their own
-parts; only the *other* batch workers use the copy.
-
-:class:`BatchSampler` extends :class:`~shoal.distributed.DistNeighborSampler`: a frontier node
-held by another batch worker but present in the replica is sampled here, from the replica
-(the same kernel and distribution, another stream); a node of a part that is **swapped out**
-at its owner is sampled from the store's files of that part (the rows' offsets, then only the
-drawn entries, planned reads: :func:`shoal.rows.open_rows`), keyed as for a resident part, so
-the batches are the same whether the part is resident or not (tested). ``swapped="skip"``
-keeps the paper's footnote 1 instead (no neighbours; counted as ``unavailable``). A typed
-store draws per relation on every path (docs/distributed.md#disagg-armada).
+lower id); unlike the paper's layout the nodes also stay in their own parts, and only the
+*other* batch workers use the copy. :class:`BatchSampler` extends
+:class:`~shoal.distributed.DistNeighborSampler`: it samples replicated nodes from the replica
+(the same kernel and distribution, another stream) and a swapped-out part's nodes from the
+store's files (:func:`shoal.rows.open_rows`; the draws of a resident part), or with
+``swapped="skip"`` gives them no neighbours (counted as ``unavailable``)
+(docs/distributed.md#disagg-armada).
 
 Link prediction's exclusions (``sample(..., exclude=)``) are honoured on every path, with the
 draws a resident part gives: a swapped-out part's requested rows are then read whole from the

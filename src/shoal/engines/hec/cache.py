@@ -3,14 +3,11 @@
 Vasimuddin et al., "DistGNN-MB: Distributed Large-Scale Graph Neural Network Training on x86
 via Minibatch Sampling" (2022), Section 3.2 and Algorithms 1-2:
 
-- :class:`HistoricalCache` is one layer's HEC (Sec. 3.2): ``cs`` cache lines, each a *tag*
-  (the node's global id), an embedding row and an *age*; a line older than the life-span
-  ``ls`` is invalid. ``HECStore`` overwrites the line holding the same tag in place, else
-  takes the oldest line (OCF); ``HECSearch``/``HECLoad`` return the valid lines of the tags
-  asked for. *Unit of age*: the paper does not fix it; shoal counts mini-batch steps (a row
-  pushed at step ``k`` with ``d = 1`` and ``ls = 2`` is used at steps ``k + 1 .. k + 3``),
-  across epochs. Only this rank's halo nodes can be pushed to it: it holds
-  ``min(cs, halo nodes)`` lines.
+- :class:`HistoricalCache` is one layer's HEC (Sec. 3.2; ``HECStore``, ``HECSearch``,
+  ``HECLoad``): ``cs`` lines of a tag, a row and an age in mini-batch steps (the paper does
+  not fix the unit; a row pushed at step ``k`` with ``d = 1`` and ``ls = 2`` is used at steps
+  ``k + 1 .. k + 3``), at most ``min(cs, halo nodes)`` lines
+  (docs/distributed.md#hec-distgnn-mb).
 - :func:`halo_database` is Algorithm 1's ``db_halo``: for every other rank ``r``, the local
   solid nodes that are halo nodes on ``r``. The paper broadcasts every rank's halo ids; here
   each rank sends each owner only the halo ids it owns (one all-to-all-v), the same database
