@@ -62,7 +62,7 @@ class BatchWorker:
         replicate: nodes of highest degree to replicate (remote sampling only; 0 = none).
         swapped: ``"read"`` or ``"skip"`` (:class:`~shoal.engines.disagg.sampling.BatchSampler`).
         cache: whether the compute worker caches rows (the view is kept only then).
-        local_sampling, grouping, queue: options (module docstring).
+        local_sampling, grouping, queue: :class:`~shoal.engines.disagg.config.DisaggConfig`'s.
         group: the batch workers' process group (distributed sampling).
     """
 

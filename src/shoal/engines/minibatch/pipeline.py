@@ -2,13 +2,10 @@
 
 DistDGL (Zheng et al., IA3 2020, Sec. III-D, "Distributed Sampler"): "by issuing sampling
 requests to the sampling workers, trainers overlap the sampling cost with mini-batch
-training". :class:`BatchPipeline` is that overlap inside one rank: a thread runs the rank's
-batch iterator (distributed sampling and the pull of the input rows, both collective) up to
-``depth`` batches ahead of the step, through a bounded queue. Its collectives run on a
-process group of their own, and before each batch the ranks' threads agree to go on, so when
-any rank stops its pipeline every rank's thread stops at the same batch
-(docs/distributed.md#minibatch-distdgl, "Background sampling"); a rank whose peer stopped
-first gets :class:`PeerStopped` after the batches already queued.
+training". :class:`BatchPipeline` runs the rank's batch iterator (collective) in a thread up
+to ``depth`` batches ahead, on a process group of its own, the ranks' threads agreeing before
+each batch to go on (docs/distributed.md#minibatch-distdgl, "Background sampling"); a rank
+whose peer stopped first gets :class:`PeerStopped` after the batches already queued.
 
 One failure cannot be cleaned up from inside: when one rank stops while a peer's training
 thread waits for it in the gradient all-reduce, that peer's sampling thread waits behind its
