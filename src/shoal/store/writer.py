@@ -217,87 +217,6 @@ def _map_rows(src: np.ndarray, path: Path, node_map: np.ndarray, chunk: int) -> 
     del dst
 
 
-def _meta(
-    g: GraphDir,
-    adir: Path,
-    ameta: dict[str, Any],
-    cfg: Config,
-    *,
-    splits: dict[str, np.ndarray | None],
-    counts: np.ndarray,
-    offsets: np.ndarray,
-    parts: list[dict[str, Any]],
-    metrics: dict[str, Any],
-    files: dict[str, Any],
-    edge_dtype: str,
-    feature_dim: int | None,
-    feature_dtype: str | None,
-    link: dict[str, int] | None = None,
-) -> dict[str, Any]:
-    """The store's meta.json (fields in docs/store.md) from the values the passes computed."""
-    return {
-        "format": STORE_FORMAT,
-        "format_version": STORE_FORMAT_VERSION,
-        "num_parts": int(counts.shape[0]),
-        "num_nodes": g.num_nodes,
-        "num_edges": g.num_edges,
-        "directed": g.directed,
-        "id_dtype": "int64",
-        "edge_dtype": edge_dtype,
-        "feature_dim": feature_dim,
-        "feature_dtype": feature_dtype,
-        "num_classes": g.num_classes,
-        "has_labels": (g.path / "labels.npy").exists(),
-        "halo_features": bool(cfg.halo_features and feature_dim is not None),
-        "node_order": cfg.node_order,
-        "link_edges": link,
-        "link_split": _split_meta(g) or None,
-        "splits": {s: 0 if splits[s] is None else int(splits[s].shape[0]) for s in SPLITS},
-        "part_offsets": [int(x) for x in offsets],
-        "parts": parts,
-        "buckets": {
-            "layout": "buckets/edges_{src_part}_{dst_part}.bin: raw (k, 2) row-major "
-            "(new src id, new dst id), in the graph's edge order",
-            "counts": counts.tolist(),
-        },
-        "metrics": metrics,
-        "partition": {
-            "algorithm": ameta.get("algorithm"),
-            "params": ameta.get("params", {}),
-            "metrics": ameta.get("metrics", {}),
-            "seconds": ameta.get("seconds", {}),
-            "path": str(adir.resolve()),
-            "command": ameta.get("command"),
-        },
-        "graph": {
-            "name": g.name,
-            "path": str(g.path.resolve()),
-            "num_nodes": g.num_nodes,
-            "num_edges": g.num_edges,
-            "edges_checksum": g.meta.get("files", {})
-            .get(g.meta.get("edge_file", "edges.bin"), {})
-            .get("checksum"),
-        },
-        "command": cfg.command or " ".join(sys.argv),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "files": files,
-    }
-
-
-def _typed_meta(
-    layout: TypedLayout, bounds: np.ndarray, dims: dict[str, int], halo: bool
-) -> dict[str, Any]:
-    """The fields a typed store adds to meta.json (docs/store.md, "Typed stores")."""
-    return {
-        "format_version": STORE_TYPED_FORMAT_VERSION,
-        "schema": layout.schema.to_meta(),
-        "type_bounds": bounds.tolist(),
-        "relation_dtype": layout.relation_dtype.name,
-        "type_feature_dims": dims,
-        "halo_features": bool(halo and dims),
-    }
-
-
 def store_bytes(
     g: GraphDir, ameta: dict[str, Any], *, halo_features: bool, edge_dtype: np.dtype
 ) -> int:
@@ -419,24 +338,62 @@ def build_store(
         with phase("meta"):
             files, total_bytes = _file_table(tmp)
             metrics = _metrics(parts_meta, counts, offsets, n, m)
-        meta = _meta(
-            g,
-            adir,
-            ameta,
-            cfg,
-            splits=splits,
-            counts=counts,
-            offsets=offsets,
-            parts=parts_meta,
-            metrics=metrics,
-            files=files,
-            edge_dtype=edtype.name,
-            feature_dim=feature_dim,
-            feature_dtype=feature_dtype,
-            link=link,
-        )
+        meta = {  # the fields: docs/store.md
+            "format": STORE_FORMAT,
+            "format_version": STORE_FORMAT_VERSION,
+            "num_parts": int(counts.shape[0]),
+            "num_nodes": g.num_nodes,
+            "num_edges": g.num_edges,
+            "directed": g.directed,
+            "id_dtype": "int64",
+            "edge_dtype": edtype.name,
+            "feature_dim": feature_dim,
+            "feature_dtype": feature_dtype,
+            "num_classes": g.num_classes,
+            "has_labels": (g.path / "labels.npy").exists(),
+            "halo_features": bool(cfg.halo_features and feature_dim is not None),
+            "node_order": cfg.node_order,
+            "link_edges": link,
+            "link_split": _split_meta(g) or None,
+            "splits": {s: 0 if splits[s] is None else int(splits[s].shape[0]) for s in SPLITS},
+            "part_offsets": [int(x) for x in offsets],
+            "parts": parts_meta,
+            "buckets": {
+                "layout": "buckets/edges_{src_part}_{dst_part}.bin: raw (k, 2) row-major "
+                "(new src id, new dst id), in the graph's edge order",
+                "counts": counts.tolist(),
+            },
+            "metrics": metrics,
+            "partition": {
+                "algorithm": ameta.get("algorithm"),
+                "params": ameta.get("params", {}),
+                "metrics": ameta.get("metrics", {}),
+                "seconds": ameta.get("seconds", {}),
+                "path": str(adir.resolve()),
+                "command": ameta.get("command"),
+            },
+            "graph": {
+                "name": g.name,
+                "path": str(g.path.resolve()),
+                "num_nodes": g.num_nodes,
+                "num_edges": g.num_edges,
+                "edges_checksum": g.meta.get("files", {})
+                .get(g.meta.get("edge_file", "edges.bin"), {})
+                .get("checksum"),
+            },
+            "command": cfg.command or " ".join(sys.argv),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "files": files,
+        }
         if layout is not None:
-            meta.update(_typed_meta(layout, bounds, type_dims, cfg.halo_features))
+            meta.update(
+                format_version=STORE_TYPED_FORMAT_VERSION,
+                schema=layout.schema.to_meta(),
+                type_bounds=bounds.tolist(),
+                relation_dtype=layout.relation_dtype.name,
+                type_feature_dims=type_dims,
+                halo_features=bool(cfg.halo_features and type_dims),
+            )
         write_meta(tmp / "meta.json", meta)
 
     return {
