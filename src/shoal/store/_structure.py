@@ -60,51 +60,6 @@ def make_layout(tmp: Path, work: Path, p: int) -> None:
             (tmp / "buckets" / f"edges_{i}_{j}.bin").touch()
 
 
-def _append_chunk(
-    chunk: np.ndarray,
-    tmp: Path,
-    work: Path,
-    node_part: np.ndarray,
-    node_map: np.ndarray,
-    offsets: np.ndarray,
-    edtype: np.dtype,
-    bucket_counts: np.ndarray,
-    typed: tuple[np.ndarray, int, np.dtype] | None = None,
-) -> None:
-    """Append one chunk of edges to its buckets and to its destinations' in-edge files.
-    ``typed``: ``(slot of each edge, rin, in-edge dtype)`` of a typed graph, whose in-edge
-    rows are ``(new src, local dst * rin + slot)`` (:mod:`shoal.store._typed`)."""
-    p = offsets.shape[0] - 1
-    s_old = chunk[:, 0]
-    d_old = chunk[:, 1]
-    ps = node_part[s_old].astype(np.int64)
-    pd = node_part[d_old].astype(np.int64)
-    key = pd * p + ps  # grouped by destination part, then source part
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    rows = np.empty((order.shape[0], 2), dtype=edtype)
-    rows[:, 0] = node_map[s_old[order]]
-    rows[:, 1] = node_map[d_old[order]]
-    bounds = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True])
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        dp, sp = divmod(int(key[a]), p)
-        with open(tmp / "buckets" / f"edges_{sp}_{dp}.bin", "ab") as f:
-            rows[a:b].tofile(f)
-        bucket_counts[sp * p + dp] += b - a
-    dbounds = np.flatnonzero(np.r_[True, (key[1:] // p) != (key[:-1] // p), True])
-    slots = None if typed is None else typed[0][order]
-    for a, b in zip(dbounds[:-1], dbounds[1:]):
-        dp = int(key[a]) // p
-        if typed is None:
-            local = rows[a:b].copy()
-            local[:, 1] -= offsets[dp]
-        else:
-            local = rows[a:b].astype(typed[2])
-            local[:, 1] = (local[:, 1] - offsets[dp]) * typed[1] + slots[a:b]
-        with open(work / f"in_{dp}.bin", "ab") as f:
-            local.tofile(f)
-
-
 def write_edges(
     g: GraphDir,
     tmp: Path,
@@ -120,93 +75,44 @@ def write_edges(
 ) -> np.ndarray:
     """Pass 1: the edge buckets (in ``tmp/buckets``) and the per-part in-edge files (in
     ``work``). Returns the bucket counts, int64 ``(p, p)`` indexed ``[src_part, dst_part]``.
-    ``layout``: a typed graph's relation encoding (its in-edge files carry the relation)."""
+    ``layout``: a typed graph's relation encoding: its in-edge rows are ``(new src, local dst
+    * rin + slot)`` (:mod:`shoal.store._typed`)."""
     p = offsets.shape[0] - 1
     bucket_counts = np.zeros(p * p, dtype=np.int64)  # index src_part * p + dst_part
     stream = g.edge_stream(chunk_edges)
     at = 0
     for chunk in progress(stream, total=len(stream), desc="store: edges", enable=show):
-        typed = None
+        s_old = chunk[:, 0]
+        d_old = chunk[:, 1]
+        ps = node_part[s_old].astype(np.int64)
+        pd = node_part[d_old].astype(np.int64)
+        key = pd * p + ps  # grouped by destination part, then source part
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        rows = np.empty((order.shape[0], 2), dtype=edtype)
+        rows[:, 0] = node_map[s_old[order]]
+        rows[:, 1] = node_map[d_old[order]]
+        bounds = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True])
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            dp, sp = divmod(int(key[a]), p)
+            with open(tmp / "buckets" / f"edges_{sp}_{dp}.bin", "ab") as f:
+                rows[a:b].tofile(f)
+            bucket_counts[sp * p + dp] += b - a
         if layout is not None:
-            slots = layout.slot_of[layout.relations(at, chunk.shape[0])]
-            typed = (slots, layout.rin, layout.in_dtype)
+            slots = layout.slot_of[layout.relations(at, chunk.shape[0])][order]
             at += chunk.shape[0]
-        _append_chunk(chunk, tmp, work, node_part, node_map, offsets, edtype, bucket_counts, typed)
+        dbounds = np.flatnonzero(np.r_[True, (key[1:] // p) != (key[:-1] // p), True])
+        for a, b in zip(dbounds[:-1], dbounds[1:]):
+            dp = int(key[a]) // p
+            if layout is None:
+                local = rows[a:b].copy()
+                local[:, 1] -= offsets[dp]
+            else:
+                local = rows[a:b].astype(layout.in_dtype)
+                local[:, 1] = (local[:, 1] - offsets[dp]) * layout.rin + slots[a:b]
+            with open(work / f"in_{dp}.bin", "ab") as f:
+                local.tofile(f)
     return bucket_counts.reshape(p, p)
-
-
-def _write_csr(
-    i: int,
-    pdir: Path,
-    work: Path,
-    lo: int,
-    hi: int,
-    num_edges: int,
-    edtype: np.dtype,
-    mark: np.ndarray,
-    *,
-    chunk_edges: int,
-    sort_memory: int,
-    typed: tuple[TypedLayout, np.ndarray] | None = None,
-) -> np.ndarray:
-    """A part's local CSR (``indptr``, ``indices``) and ``halo_ids``; returns the halo ids.
-    ``mark`` is an all-false bool (N,) scratch array, left all false. ``typed``: a typed
-    graph's ``(layout, the part's type bounds in new ids)``: rows sorted by relation, and
-    ``edge_types.npy`` beside the CSR."""
-    n_i = hi - lo
-    csr_dir = work / f"csr_{i}"
-    if typed is None:
-        build_csr_files(
-            EdgeStream(work / f"in_{i}.bin", num_edges, edtype),
-            n_i,
-            csr_dir,
-            kind="in",
-            memory_bytes=sort_memory,
-            indices_dtype=edtype,
-        )  # its sort runs stay in ``work``, beside its input and output
-    else:
-        layout, bounds = typed
-        build_typed_csr(
-            work / f"in_{i}.bin",
-            num_edges,
-            bounds - lo,
-            layout,
-            csr_dir,
-            edtype=edtype,
-            sort_memory=sort_memory,
-        )
-        os.replace(csr_dir / "edge_types.npy", pdir / "edge_types.npy")
-    (work / f"in_{i}.bin").unlink()
-    os.replace(csr_dir / "indptr.npy", pdir / "indptr.npy")
-    gidx = csr_dir / "indices.npy"
-    step = chunk_edges
-    for s in range(0, num_edges, step):
-        ids = read_rows(gidx, s, s + step)
-        mark[ids[(ids < lo) | (ids >= hi)]] = True
-    halo = np.flatnonzero(mark).astype(np.int64)
-    mark[halo] = False
-    np.save(pdir / "halo_ids.npy", halo)
-    with NpyAppender(pdir / "indices.npy", edtype, (num_edges,)) as w:
-        for s in range(0, num_edges, step):
-            ids = read_rows(gidx, s, s + step).astype(np.int64)
-            core = (ids >= lo) & (ids < hi)
-            w.append(np.where(core, ids - lo, n_i + np.searchsorted(halo, ids)))
-    shutil.rmtree(csr_dir)
-    return halo
-
-
-def _write_node_data(
-    pdir: Path, core_old: np.ndarray, labels_path: Path | None, splits: dict[str, Any]
-) -> dict[str, int]:
-    """A part's labels and split masks; returns the number of nodes of each split."""
-    if labels_path is not None:
-        np.save(pdir / "labels.npy", gather_rows(labels_path, core_old).astype(np.int64))
-    split_counts = {}
-    for s in SPLITS:
-        mk = _in_sorted(core_old, splits[s])
-        np.save(pdir / f"{s}_mask.npy", mk)
-        split_counts[s] = int(mk.sum())
-    return split_counts
 
 
 def write_parts(
@@ -224,9 +130,9 @@ def write_parts(
     show: bool | None,
     typed: tuple[TypedLayout, np.ndarray] | None = None,
 ) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
-    """Pass 2: every part's CSR, halo, ``orig_ids``, labels and masks from its in-edge file.
-    Returns (per-part meta, per-part halo ids). ``typed``: a typed graph's ``(layout, (p,
-    T + 1) type bounds)``."""
+    """Pass 2: every part's local CSR (``indptr``, ``indices``), ``halo_ids``, ``orig_ids``,
+    labels and masks from its in-edge file. Returns (per-part meta, per-part halo ids).
+    ``typed``: a typed graph's ``(layout, (p, T + 1) type bounds)``."""
     p = offsets.shape[0] - 1
     in_edges = bucket_counts.sum(axis=0)
     labels_path = g.path / "labels.npy"
@@ -238,22 +144,51 @@ def write_parts(
         lo, hi = int(offsets[i]), int(offsets[i + 1])
         e_i = int(in_edges[i])
         pdir = tmp / f"part_{i}"
-        halo = _write_csr(
-            i,
-            pdir,
-            work,
-            lo,
-            hi,
-            e_i,
-            edtype,
-            mark,
-            chunk_edges=chunk_edges,
-            sort_memory=sort_memory,
-            typed=None if typed is None else (typed[0], typed[1][i]),
-        )
+        n_i, csr_dir = hi - lo, work / f"csr_{i}"
+        if typed is None:
+            build_csr_files(
+                EdgeStream(work / f"in_{i}.bin", e_i, edtype),
+                n_i,
+                csr_dir,
+                kind="in",
+                memory_bytes=sort_memory,
+                indices_dtype=edtype,
+            )  # its sort runs stay in ``work``, beside its input and output
+        else:  # rows sorted by relation, and edge_types.npy beside the CSR
+            build_typed_csr(
+                work / f"in_{i}.bin",
+                e_i,
+                typed[1][i] - lo,
+                typed[0],
+                csr_dir,
+                edtype=edtype,
+                sort_memory=sort_memory,
+            )
+            os.replace(csr_dir / "edge_types.npy", pdir / "edge_types.npy")
+        (work / f"in_{i}.bin").unlink()
+        os.replace(csr_dir / "indptr.npy", pdir / "indptr.npy")
+        gidx = csr_dir / "indices.npy"
+        for s in range(0, e_i, chunk_edges):
+            ids = read_rows(gidx, s, s + chunk_edges)
+            mark[ids[(ids < lo) | (ids >= hi)]] = True
+        halo = np.flatnonzero(mark).astype(np.int64)
+        mark[halo] = False  # an all-false (N,) scratch array again
+        np.save(pdir / "halo_ids.npy", halo)
+        with NpyAppender(pdir / "indices.npy", edtype, (e_i,)) as w:
+            for s in range(0, e_i, chunk_edges):
+                ids = read_rows(gidx, s, s + chunk_edges).astype(np.int64)
+                core = (ids >= lo) & (ids < hi)
+                w.append(np.where(core, ids - lo, n_i + np.searchsorted(halo, ids)))
+        shutil.rmtree(csr_dir)
         core_old = inv[lo:hi]
         np.save(pdir / "orig_ids.npy", np.concatenate([core_old, inv[halo]]))
-        split_counts = _write_node_data(pdir, core_old, labels, splits)
+        if labels is not None:
+            np.save(pdir / "labels.npy", gather_rows(labels, core_old).astype(np.int64))
+        split_counts = {}
+        for s in SPLITS:
+            mk = _in_sorted(core_old, splits[s])
+            np.save(pdir / f"{s}_mask.npy", mk)
+            split_counts[s] = int(mk.sum())
         halo_lists.append(halo)
         parts_meta.append(
             {"num_core": hi - lo, "num_halo": int(halo.shape[0]), "num_edges": e_i, **split_counts}
