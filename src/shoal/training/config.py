@@ -50,46 +50,23 @@ __all__ = [
     "preset_defaults",
 ]
 
+#: per section, its options' flat names (``flat=field`` where the field is named otherwise)
+_FLAT_NAMES = {
+    "model": "model=name model_factory=factory type_embeddings hidden heads dropout "
+    "normalize_features",
+    "optim": "epochs min_steps lr weight_decay patience",
+    "sampling": "fanouts fanouts_order batch_size",
+    "eval": "eval_every=every eval_test=test eval_batch_size=batch_size eval_halo=halo",
+    "memory": "memory=limit io_threads pack_epochs cache_policy structure scratch_dir rows_backend",
+    "checkpoint": "checkpoint_dir=dir resume",
+    "run": "seed device threads progress metrics_file",
+    "engine": "engine=name nproc plan dist_timeout max_restarts",
+}
 #: flat option name -> (section, field) of the tree
 FLAT: dict[str, tuple[str, str]] = {
-    "model": ("model", "name"),
-    "model_factory": ("model", "factory"),
-    "type_embeddings": ("model", "type_embeddings"),
-    "hidden": ("model", "hidden"),
-    "heads": ("model", "heads"),
-    "dropout": ("model", "dropout"),
-    "normalize_features": ("model", "normalize_features"),
-    "epochs": ("optim", "epochs"),
-    "min_steps": ("optim", "min_steps"),
-    "lr": ("optim", "lr"),
-    "weight_decay": ("optim", "weight_decay"),
-    "patience": ("optim", "patience"),
-    "fanouts": ("sampling", "fanouts"),
-    "fanouts_order": ("sampling", "fanouts_order"),
-    "batch_size": ("sampling", "batch_size"),
-    "eval_every": ("eval", "every"),
-    "eval_test": ("eval", "test"),
-    "eval_batch_size": ("eval", "batch_size"),
-    "eval_halo": ("eval", "halo"),
-    "memory": ("memory", "limit"),
-    "io_threads": ("memory", "io_threads"),
-    "pack_epochs": ("memory", "pack_epochs"),
-    "cache_policy": ("memory", "cache_policy"),
-    "structure": ("memory", "structure"),
-    "scratch_dir": ("memory", "scratch_dir"),
-    "rows_backend": ("memory", "rows_backend"),
-    "checkpoint_dir": ("checkpoint", "dir"),
-    "resume": ("checkpoint", "resume"),
-    "seed": ("run", "seed"),
-    "device": ("run", "device"),
-    "threads": ("run", "threads"),
-    "progress": ("run", "progress"),
-    "metrics_file": ("run", "metrics_file"),
-    "engine": ("engine", "name"),
-    "nproc": ("engine", "nproc"),
-    "plan": ("engine", "plan"),
-    "dist_timeout": ("engine", "dist_timeout"),
-    "max_restarts": ("engine", "max_restarts"),
+    name: (section, key or name)
+    for section, names in _FLAT_NAMES.items()
+    for name, _, key in (n.partition("=") for n in names.split())
 }
 
 #: section name -> its class (the ``engine`` and ``link`` sections excepted)
