@@ -168,7 +168,25 @@ def _check_part(
         src = np.where(loc < nc, loc + lo, halo[np.maximum(loc - nc, 0)] if nh else 0)
         _edge_hash_accumulate(src, dst, acc)
         if schema is not None:
-            et = _check_relations(store, i, et_path, pos, src, dst, row_start, ends)
+            # in range, ascending within each row, joining the types ends[rel]
+            et = read_rows(et_path, s, s + pos.shape[0]).astype(np.int64)
+            if et.min() < 0 or et.max() >= r:
+                _fail(f"part {i}: a relation id out of range [0, {r})", et_path)
+            prev = read_rows(et_path, s - 1, s).astype(np.int64) if s else np.array([-1])
+            drop = (np.diff(np.concatenate([prev, et])) < 0) & ~row_start[pos]
+            if drop.any():
+                _fail(
+                    f"part {i}: in-edge {int(pos[drop][0])} breaks its row's relation order",
+                    et_path,
+                )
+            bad = (store.type_of(src) != ends[et, 0]) | (store.type_of(dst) != ends[et, 1])
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                _fail(
+                    f"part {i}: in-edge {int(pos[k])} has relation "
+                    f"{schema.edge_types[int(et[k])]}, which does not join its endpoints' types",
+                    et_path,
+                )
             _edge_hash_accumulate(src * r + et, dst, acc_rel)
     if nh and not used.all():
         k = int(np.flatnonzero(~used)[0])
@@ -177,37 +195,6 @@ def _check_part(
             pdir / "halo_ids.npy",
         )
     return ne
-
-
-def _check_relations(
-    store: Store,
-    i: int,
-    path: Path,
-    pos: np.ndarray,
-    src: np.ndarray,
-    dst: np.ndarray,
-    row_start: np.ndarray,
-    ends: np.ndarray,
-) -> np.ndarray:
-    """The relations of part ``i``'s in-edges ``pos`` (new ids ``src -> dst``): in range,
-    ascending within each row, joining the types ``ends[rel]``. Returns them."""
-    s, r = int(pos[0]), ends.shape[0]
-    et = read_rows(path, s, s + pos.shape[0]).astype(np.int64)
-    if et.min() < 0 or et.max() >= r:
-        _fail(f"part {i}: a relation id out of range [0, {r})", path)
-    prev = read_rows(path, s - 1, s).astype(np.int64) if s else np.array([-1])
-    drop = (np.diff(np.concatenate([prev, et])) < 0) & ~row_start[pos]
-    if drop.any():
-        _fail(f"part {i}: in-edge {int(pos[drop][0])} breaks its row's relation order", path)
-    bad = (store.type_of(src) != ends[et, 0]) | (store.type_of(dst) != ends[et, 1])
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        _fail(
-            f"part {i}: in-edge {int(pos[k])} has relation "
-            f"{store.schema.edge_types[int(et[k])]}, which does not join its endpoints' types",
-            path,
-        )
-    return et
 
 
 def _bucket_hashes(store: Store, chunk_edges: int, checks: list[str]) -> np.ndarray:
@@ -235,71 +222,6 @@ def _bucket_hashes(store: Store, chunk_edges: int, checks: list[str]) -> np.ndar
                 _edge_hash_accumulate(s_, d_, acc)
     checks.append("edge buckets: owners and counts")
     return acc
-
-
-def _check_source(
-    store: Store,
-    g: GraphDir,
-    node_map: np.ndarray,
-    inv: np.ndarray,
-    acc_store: np.ndarray,
-    acc_bucket: np.ndarray,
-    acc_rel: np.ndarray,
-    checks: list[str],
-    *,
-    chunk_edges: int,
-    show: bool | None,
-) -> None:
-    """The parts' and the buckets' in-edges equal the source graph's; then node data."""
-    path, n, m = store.path, store.num_nodes, store.num_edges
-    gmeta = store.meta.get("graph", {})
-    ck = g.meta.get("files", {}).get(g.meta.get("edge_file", "edges.bin"), {}).get("checksum")
-    if (
-        g.num_nodes != n
-        or g.num_edges != m
-        or (gmeta.get("edges_checksum") and ck != gmeta.get("edges_checksum"))
-        or (g.schema is None) != (store.schema is None)
-    ):
-        _fail(f"the source graph {g.path} changed since the store was built", path / "meta.json")
-    acc_src, ref_rel = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
-    rel, r, at = g.relations(), len(store.schema.edge_types) if store.schema else 1, 0
-    stream = g.edge_stream(chunk_edges)
-    for chunk in progress(stream, total=len(stream), desc="verify: source", enable=show):
-        s_, d_ = node_map[chunk[:, 0]], node_map[chunk[:, 1]]
-        _edge_hash_accumulate(s_, d_, acc_src)
-        if rel is not None:
-            et = np.asarray(rel[at : at + chunk.shape[0]], np.int64)
-            _edge_hash_accumulate(s_ * r + et, d_, ref_rel)
-            at += chunk.shape[0]
-    if not np.array_equal(acc_src, acc_store):
-        v = int(np.flatnonzero(acc_src != acc_store)[0])
-        i = int(store.owner([v])[0])
-        _fail(
-            f"core node {int(inv[v])} (new id {v}) of part {i}: its in-edges differ from "
-            "the source graph's",
-            path / f"part_{i}" / "indices.npy",
-        )
-    checks.append("each core node's in-edge multiset equals the source graph's")
-    if not np.array_equal(acc_bucket, acc_src):
-        v = int(np.flatnonzero(acc_bucket != acc_src)[0])
-        i = int(store.owner([v])[0])
-        _fail(
-            f"node {int(inv[v])} (new id {v}): the edge buckets (*_{i}.bin) hold other "
-            "in-edges than the source graph",
-            path / "buckets",
-        )
-    checks.append("edge buckets hold exactly the source graph's edges")
-    if rel is not None:
-        if not np.array_equal(acc_rel, ref_rel):
-            v = int(np.flatnonzero(acc_rel != ref_rel)[0])
-            i = int(store.owner([v])[0])
-            _fail(
-                f"core node {int(inv[v])} (new id {v}) of part {i}: its in-edges' relations "
-                "differ from the source graph's",
-                path / f"part_{i}" / "edge_types.npy",
-            )
-        checks.append("each core node's in-edges with their relations equal the source graph's")
-    _check_node_data(store, g, inv, checks)
 
 
 def verify_store(
@@ -356,19 +278,60 @@ def verify_store(
         skipped.append("source graph comparison (disabled)")
     elif not has_source:
         skipped.append(f"source graph {gpath} not found: in-edges/features not compared")
-    else:
-        _check_source(
-            store,
-            GraphDir.open(gpath),
-            node_map,
-            inv,
-            acc_store,
-            acc_bucket,
-            acc_rel,
-            checks,
-            chunk_edges=chunk_edges,
-            show=show_progress,
-        )
+    else:  # the parts' and the buckets' in-edges equal the source graph's; then node data
+        g, n, m = GraphDir.open(gpath), store.num_nodes, store.num_edges
+        gmeta = store.meta.get("graph", {})
+        ck = g.meta.get("files", {}).get(g.meta.get("edge_file", "edges.bin"), {}).get("checksum")
+        if (
+            g.num_nodes != n
+            or g.num_edges != m
+            or (gmeta.get("edges_checksum") and ck != gmeta.get("edges_checksum"))
+            or (g.schema is None) != (store.schema is None)
+        ):
+            _fail(
+                f"the source graph {g.path} changed since the store was built", path / "meta.json"
+            )
+        acc_src, ref_rel = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+        rel, r, at = g.relations(), len(store.schema.edge_types) if store.schema else 1, 0
+        stream = g.edge_stream(chunk_edges)
+        for chunk in progress(
+            stream, total=len(stream), desc="verify: source", enable=show_progress
+        ):
+            s_, d_ = node_map[chunk[:, 0]], node_map[chunk[:, 1]]
+            _edge_hash_accumulate(s_, d_, acc_src)
+            if rel is not None:
+                et = np.asarray(rel[at : at + chunk.shape[0]], np.int64)
+                _edge_hash_accumulate(s_ * r + et, d_, ref_rel)
+                at += chunk.shape[0]
+        if not np.array_equal(acc_src, acc_store):
+            v = int(np.flatnonzero(acc_src != acc_store)[0])
+            i = int(store.owner([v])[0])
+            _fail(
+                f"core node {int(inv[v])} (new id {v}) of part {i}: its in-edges differ from "
+                "the source graph's",
+                path / f"part_{i}" / "indices.npy",
+            )
+        checks.append("each core node's in-edge multiset equals the source graph's")
+        if not np.array_equal(acc_bucket, acc_src):
+            v = int(np.flatnonzero(acc_bucket != acc_src)[0])
+            i = int(store.owner([v])[0])
+            _fail(
+                f"node {int(inv[v])} (new id {v}): the edge buckets (*_{i}.bin) hold other "
+                "in-edges than the source graph",
+                path / "buckets",
+            )
+        checks.append("edge buckets hold exactly the source graph's edges")
+        if rel is not None:
+            if not np.array_equal(acc_rel, ref_rel):
+                v = int(np.flatnonzero(acc_rel != ref_rel)[0])
+                i = int(store.owner([v])[0])
+                _fail(
+                    f"core node {int(inv[v])} (new id {v}) of part {i}: its in-edges' relations "
+                    "differ from the source graph's",
+                    path / f"part_{i}" / "edge_types.npy",
+                )
+            checks.append("each core node's in-edges with their relations equal the source graph's")
+        _check_node_data(store, g, inv, checks)
     return {"ok": True, "store": str(path), "files": nfiles, "checks": checks, "skipped": skipped}
 
 
@@ -448,9 +411,7 @@ def inspect_store(path: str | os.PathLike) -> dict[str, Any]:
                 "nodes": info["num_core"],
                 "halo": info["num_halo"],
                 "edges": info["num_edges"],
-                "train": info.get("train", 0),
-                "val": info.get("val", 0),
-                "test": info.get("test", 0),
+                **{k: info.get(k, 0) for k in SPLITS},
                 "bytes": nbytes,
             }
         )
