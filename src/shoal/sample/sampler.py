@@ -177,19 +177,10 @@ class NeighborSampler(BlockSampler):
         if self._per_relation:
             return self._draw_relations(n, key, exclude)
         counts = self._grow("_counts", n)
+        csr = (self.indptr, self.indices, self._nodes, n)
         if exclude is not None:
             n_ex = self._grow("_n_ex", n)
-            KX._count_excl(
-                self.indptr,
-                self.indices,
-                self._nodes,
-                n,
-                fanout,
-                exclude,
-                self.num_nodes,
-                counts,
-                n_ex,
-            )
+            KX._count_excl(*csr, fanout, exclude, self.num_nodes, counts, n_ex)
         else:
             K._count(self.indptr, self._nodes, n, fanout, counts)
         rowptr = hop_rowptr(counts, n)
@@ -197,21 +188,9 @@ class NeighborSampler(BlockSampler):
         picked = self._grow("_picked", m)
         dst = self._grow("_dst", m)
         if exclude is not None:
-            KX._fill_excl(
-                self.indptr,
-                self.indices,
-                self._nodes,
-                n,
-                rowptr,
-                key,
-                picked,
-                dst,
-                exclude,
-                self.num_nodes,
-                n_ex,
-            )
+            KX._fill_excl(*csr, rowptr, key, picked, dst, exclude, self.num_nodes, n_ex)
         elif self._reader is None:
-            K._fill(self.indptr, self.indices, self._nodes, n, rowptr, key, picked, dst)
+            K._fill(*csr, rowptr, key, picked, dst)
         else:
             K._fill(self.indptr, _NO_INDICES, self._nodes, n, rowptr, key, picked, dst, True)
             self._read_picked(picked, m)
