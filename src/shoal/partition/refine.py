@@ -93,25 +93,8 @@ def csr_row_blocks(
 
 
 @numba.njit(cache=True)
-def _refine_block(
-    r0,
-    r1,
-    ptr_a,
-    idx_a,
-    ptr_b,
-    idx_b,
-    use_b,
-    part,
-    is_train,
-    sizes,
-    tsizes,
-    cap_n,
-    cap_t,
-    cnt,
-    ties,
-    esizes,
-    cap_e,
-):
+def _refine_block(r0, r1, ptr_a, idx_a, ptr_b, idx_b, use_b, state):
+    part, is_train, sizes, tsizes, cap_n, cap_t, cnt, ties, esizes, cap_e = state
     p = sizes.shape[0]
     moved = 0
     for v in range(r0, r1):
@@ -265,6 +248,7 @@ def refine_assignment(
     cnt = np.zeros(num_parts, dtype=np.int64)
     empty_ptr = np.zeros(1, dtype=np.int64)
     empty_idx = np.zeros(0, dtype=np.int64)
+    state = (part, is_train, sizes, tsizes, cap_n, cap_t, cnt, ties, esizes, cap_e)
     moves: list[int] = []
     for it in range(passes):
         moved = 0
@@ -273,25 +257,8 @@ def refine_assignment(
         )
         for r0, r1, pa, ia, pb, ib in _zip_blocks(graph, block_edges):
             use_b = pb is not None
-            moved += _refine_block(
-                r0,
-                r1,
-                pa,
-                ia,
-                pb if use_b else empty_ptr,
-                ib if use_b else empty_idx.astype(ia.dtype),
-                use_b,
-                part,
-                is_train,
-                sizes,
-                tsizes,
-                cap_n,
-                cap_t,
-                cnt,
-                ties,
-                esizes,
-                cap_e,
-            )
+            ptr_b, idx_b = (pb, ib) if use_b else (empty_ptr, empty_idx.astype(ia.dtype))
+            moved += _refine_block(r0, r1, pa, ia, ptr_b, idx_b, use_b, state)
             bar.update(r1 - r0)
         bar.close()
         moves.append(int(moved))
