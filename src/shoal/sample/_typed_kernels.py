@@ -44,28 +44,7 @@ def _run(indices, b, e, lo, hi):
             x = m + 1
         else:
             y = m
-    t = x
-    return s, t
-
-
-@numba.njit(cache=True, inline="always")
-def _run_draw(keys, b, e, lo, hi, fanout):
-    """``(start, run length, draws)`` of the run of ``keys[b:e]`` (sorted) in ``[lo, hi)``,
-    and ``min(fanout, run)`` (all of it for a negative fanout)."""
-    s, u = _run(keys, b, e, lo, hi)
-    d = u - s
-    return s, d, (d if (fanout < 0 or d <= fanout) else fanout)
-
-
-@numba.njit(cache=True, inline="always")
-def _draw_relation(indices, s, d, k, key, i, r, picked, dst, at):
-    """Frontier position ``i``'s draws of relation ``r`` (``k`` of the run ``indices[s:s +
-    d]``) into ``picked[at:]``, from the stream of (hop key, position, relation); ``dst``
-    gets ``i``."""
-    for j in range(k):
-        dst[at + j] = i
-    state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
-    _draw_run(indices, s, d, k, state, picked, at, False)
+    return s, x
 
 
 @numba.njit(cache=True, inline="always")
@@ -82,9 +61,13 @@ def _excluded_in(indices, s, d, ex_keys, lo, hi, base):
 @numba.njit(cache=True, inline="always")
 def _draw_kept(indices, s, d, x, k, ex_keys, lo, hi, base, key, i, r, picked, dst, at):
     """Frontier position ``i``'s ``k`` draws of relation ``r`` among the ``d - x`` entries
-    of ``indices[s:s + d]`` not excluded (the stream of :func:`_draw_relation`)."""
+    of ``indices[s:s + d]`` not excluded (``x == 0``: of the whole run) into ``picked[at:]``,
+    from the stream of (hop key, position, relation); ``dst`` gets ``i``."""
+    for j in range(k):
+        dst[at + j] = i
+    state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
     if x == 0:
-        _draw_relation(indices, s, d, k, key, i, r, picked, dst, at)
+        _draw_run(indices, s, d, k, state, picked, at, False)
         return
     keep = np.empty(d - x, dtype=np.int64)
     c = 0
@@ -92,9 +75,6 @@ def _draw_kept(indices, s, d, x, k, ex_keys, lo, hi, base, key, i, r, picked, ds
         if not _is_excluded(ex_keys, lo, hi, base + np.int64(indices[o])):
             keep[c] = o
             c += 1
-    for j in range(k):
-        dst[at + j] = i
-    state = _mix64(key ^ np.uint64(i) ^ _mix64(np.uint64(r + 1)))
     _draw_run(keep, 0, c, k, state, picked, at, False)
     for j in range(k):
         picked[at + j] = indices[picked[at + j]]
@@ -141,8 +121,8 @@ def _count_py(
             hi = np.searchsorted(ex_keys, base + n_ids)
             for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
                 r = by_dst[q]
-                s, d, _ = _run_draw(keys, b, e, rel_lo[r], rel_hi[r], fan[r])
-                c += _capped(d - _excluded_in(indices, s, d, ex_keys, lo, hi, base), fan[r])
+                s, u = _run(keys, b, e, rel_lo[r], rel_hi[r])
+                c += _capped(u - s - _excluded_in(indices, s, u - s, ex_keys, lo, hi, base), fan[r])
         counts[i] = c
 
 
@@ -182,7 +162,8 @@ def _fill_py(
         hi = np.searchsorted(ex_keys, base + n_ids)
         for q in range(by_dst_ptr[t], by_dst_ptr[t + 1]):
             r = by_dst[q]
-            s, d, _ = _run_draw(keys, b, e, rel_lo[r], rel_hi[r], fan[r])
+            s, u = _run(keys, b, e, rel_lo[r], rel_hi[r])
+            d = u - s
             x = _excluded_in(indices, s, d, ex_keys, lo, hi, base)
             k = _capped(d - x, fan[r])
             _draw_kept(indices, s, d, x, k, ex_keys, lo, hi, base, key, i, r, picked, dst, at)
