@@ -198,25 +198,7 @@ def seed_history(nodes, nloc, indptr, indices, grp, kparts, side, hdiff, per_par
 
 # long: one loop over the window's nodes implementing Alg. 2 (cnt_nbrs, assign, fix_sizes)
 @numba.njit(cache=True)
-def greedy_window(
-    nodes,
-    nloc,
-    indptr,
-    indices,
-    grp,
-    kparts,
-    side,
-    hdiff,
-    size,
-    cap,
-    refine,
-    use_hist,
-    deg,
-    esize,
-    ecap,
-    per_part,
-    paper_assign=False,
-):
+def greedy_window(nodes, nloc, indptr, indices, refine, use_hist, state, paper_assign=False):
     """Alg. 2 on one window (local CSR over ``nodes[:nloc]``); returns moves of old nodes.
 
     The two history scores of Alg. 1 line 2 (``nbr_counts``, averaged ``h <- (h + c) / 2``)
@@ -225,6 +207,7 @@ def greedy_window(
     the two scores (``s0 > s1``, ``s0 == s1``), and ``w0*s0 - w1*s1`` averages the same way,
     ``(hdiff + w0*c0 - w1*c1) / 2``, so the decisions are the paper's with 4 bytes per node
     instead of 8. A node has been seen (has a history) exactly when it has a side."""
+    grp, kparts, side, hdiff, size, cap, deg, esize, ecap, per_part = state
     moved = 0
     for a in range(nloc):
         v = nodes[a]

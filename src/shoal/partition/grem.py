@@ -216,24 +216,9 @@ class _State:
 
 def _process_window(edges, st: _State, refine, use_hist) -> int:
     nloc, indptr, indices = st.local(edges)
+    state = (st.grp, st.kparts, st.side, st.hdiff, st.size, st.cap, st.deg, st.esize, st.ecap)
     moved = K.greedy_window(
-        st.nodes,
-        nloc,
-        indptr,
-        indices,
-        st.grp,
-        st.kparts,
-        st.side,
-        st.hdiff,
-        st.size,
-        st.cap,
-        refine,
-        use_hist,
-        st.deg,
-        st.esize,
-        st.ecap,
-        st.per_part,
-        st.paper_assign,
+        st.nodes, nloc, indptr, indices, refine, use_hist, (*state, st.per_part), st.paper_assign
     )
     return int(moved)
 
