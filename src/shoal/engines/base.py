@@ -335,18 +335,9 @@ class Engine(ABC):
         """The epoch's feature I/O summed over this rank's loaders and over ranks
         (collective): rows requested and served by the cache, rows and bytes read, seconds."""
         keys = (
-            "requested",
-            "hits",
-            "rows_read",
-            "bytes_read",
-            "unique_rows",
-            "unique_bytes",
-            "windows",
-            "process_read_bytes",
-            "read_seconds",
-            "bytes_written",
-            "pack_bytes_read",
-        )
+            "requested hits rows_read bytes_read unique_rows unique_bytes windows "
+            "process_read_bytes read_seconds bytes_written pack_bytes_read"
+        ).split()
         t = torch.tensor(
             [float(sum(r.get(k) or 0 for r in records)) for k in keys], dtype=torch.float64
         )
@@ -383,6 +374,11 @@ class Engine(ABC):
         if isinstance(opts, options_class):
             return opts
         return options_class(**{**opts.shared(), "name": cls.name})
+
+    def adam(self, module: nn.Module) -> torch.optim.Optimizer:
+        """Adam over ``module``'s parameters at the run's learning rate and weight decay."""
+        o = self.train_config.optim
+        return torch.optim.Adam(module.parameters(), lr=o.lr, weight_decay=o.weight_decay)
 
     def build_model(
         self, *, in_dim: int | None = None, out_dim: int | None = None, rank: int | None = None

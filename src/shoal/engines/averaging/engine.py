@@ -109,9 +109,7 @@ class AveragingEngine(Engine):
         #: the hops of halo the parts are grown by (``--halo-hops``, "auto" resolved)
         self.halo_hops = self.options.resolve_halo_hops(typed=typed, num_layers=cfg.num_layers)
         self.model = self.build_model()
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-        )
+        self.optimizer = self.adam(self.model)
         self.timer = Timer()
         self._scratch: contextlib.ExitStack | None = None
         #: per part, the part grown by ``halo_hops - 1`` hops (None: the stored part)
@@ -231,9 +229,7 @@ class AveragingEngine(Engine):
             self.optimizer,
             len(self.loaders),
             per_part=self.options.part_models,
-            make_optimizer=lambda m: torch.optim.Adam(
-                m.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-            ),
+            make_optimizer=self.adam,
         )
         if typed:  # a relation absent from every batch of a part leaves weights without a
             # gradient, and Adam without their state: every state from the start (Adam's

@@ -58,26 +58,11 @@ __all__ = ["DisaggEngine", "cache_rows", "default_batch_workers"]
 
 log = logging.getLogger(__name__)
 
-COUNTERS = (
-    "batches",
-    "rows_sent",
-    "rows_omitted",
-    "batch_bytes",
-    "update_bytes",
-    "hits",
-    "redundant",
-    "peak_pending",
-    "unavailable",
-    "bytes_read",
-    "sample_bytes",
-    "pull_bytes",
-    "remote_requests",
-    "replica_sampled",
-    "replica_saved_bytes",
-    "replica_rows",
-    "replica_bytes",
-    "disk_sampled",
-    "disk_bytes",
+COUNTERS = tuple(
+    "batches rows_sent rows_omitted batch_bytes update_bytes hits redundant "
+    "peak_pending unavailable bytes_read sample_bytes pull_bytes remote_requests "
+    "replica_sampled replica_saved_bytes replica_rows replica_bytes disk_sampled "
+    "disk_bytes".split()
 )
 
 
@@ -130,9 +115,7 @@ class DisaggEngine(Engine):
             self.device = torch.device("cpu")
             self.feed = DeviceFeed(self.device)
         self.model = self.build_model()
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-        )
+        self.optimizer = self.adam(self.model)
         # every rank creates every group, in the same order
         self.compute_group = dist.new_group(roles.compute_ranks)
         self.batch_group = dist.new_group(roles.batch_ranks)

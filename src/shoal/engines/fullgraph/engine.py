@@ -112,9 +112,7 @@ class FullGraphEngine(Engine):
         self.sets = self._split(plan)
         self.split_seconds = time.perf_counter() - t0
         self._build(plan)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-        )
+        self.optimizer = self.adam(self.model)
         self.num_batches = 1
         if ctx.is_rank0:
             log.info(

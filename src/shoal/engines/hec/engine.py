@@ -160,9 +160,7 @@ class HecEngine(Engine):
                 self, {p.index: part_rows(p) if self.typed else p.features for p in self.parts}
             )
         self.now = 0  # mini-batch steps since the start: the caches' clock
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-        )
+        self.optimizer = self.adam(self.model)
         self.param_bytes = 4 * sum(p.numel() for p in self.model.parameters())
         if ctx.is_rank0:
             log.info(

@@ -161,9 +161,7 @@ class MinibatchEngine(Engine):
             # a relation absent from a rank's batch leaves its weights without a gradient
             find_unused_parameters=store.schema is not None,
         )
-        self.optimizer = torch.optim.Adam(
-            self.ddp.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-        )
+        self.optimizer = self.adam(self.ddp)
         self.param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
 
     def _open_features(self) -> None:
