@@ -207,22 +207,27 @@ def load_tables(tables: dict[str, np.ndarray], src: str | os.PathLike) -> None:
         t.flush()
 
 
-class TablePlan:
+class _TypedWidth:
+    """What the model sees of the tables of ``types`` (sorted), ``dim`` wide."""
+
+    @property
+    def given(self) -> list[bool]:
+        """Per node type, whether its rows come from a table (the model's ``given``)."""
+        mine = set(self.types)
+        return [t in mine for t in range(len(self.schema.node_types))]
+
+    def width(self, feature_dim: int) -> int:
+        """The rows' width with the tables' rows in them: at least :attr:`dim`."""
+        return max(int(feature_dim), self.dim)
+
+
+class TablePlan(_TypedWidth):
     """Which featureless node types keep their tables on disk, and where (``root/<type>``):
     :meth:`TypeTables.planned`; :meth:`open` makes (or, resuming, reopens) the tables."""
 
     def __init__(self, config, schema, root: Path, types: list[int]) -> None:
         self.config, self.schema, self.root, self.types = config, schema, root, types
         self.dim = int(config.model.hidden)
-
-    @property
-    def given(self) -> list[bool]:
-        """Per node type, whether its rows come from a table (the model's ``given``)."""
-        return [t in self.types for t in range(len(self.schema.node_types))]
-
-    def width(self, feature_dim: int) -> int:
-        """The rows' width with the tables' rows in them: at least the hidden width."""
-        return max(int(feature_dim), self.dim)
 
     def open(self) -> TypeTables:
         cfg, out = self.config, []
@@ -235,7 +240,7 @@ class TablePlan:
         return TypeTables(self.schema, out)
 
 
-class TypeTables:
+class TypeTables(_TypedWidth):
     """The featureless node types of a typed graph whose embedding rows live on disk.
 
     A relational model reads a featureless type's rows from its own ``nn.Embedding``; with
@@ -326,16 +331,6 @@ class TypeTables:
     @property
     def names(self) -> list[str]:
         return [self.schema.node_types[t].name for t in self.types]
-
-    @property
-    def given(self) -> list[bool]:
-        """Per node type, whether its rows come from a table (the model's ``given``)."""
-        mine = set(self.types)
-        return [t in mine for t in range(len(self.schema.node_types))]
-
-    def width(self, feature_dim: int) -> int:
-        """The rows' width with the tables' rows in them: at least :attr:`dim`."""
-        return max(int(feature_dim), self.dim)
 
     # ------------------------------------------------------------------ training
     def embed(self, batch: Batch) -> Batch:
