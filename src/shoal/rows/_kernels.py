@@ -110,28 +110,16 @@ def _plan_runs(ids, offset, stride, row_bytes, page, gap, max_run, run_start, ru
 
 
 @numba.njit(cache=True, nogil=True)
-def _read_runs(
-    fd,
-    run_start,
-    run_end,
-    row_ptr,
-    r0,
-    r1,
-    ids,
-    dest,
-    offset,
-    stride,
-    row_bytes,
-    staging,
-    out,
-    out2,
-):
-    """Read runs ``r0:r1`` (see :func:`_plan_runs`) into ``staging`` (page-aligned, at least
-    the longest run) with one ``pread`` each, and copy their rows: the row of ``ids[i]`` goes
-    to bytes ``[dest[i] * row_bytes, + row_bytes)`` of ``out`` (1-D uint8), or, when
-    ``dest[i] < 0``, to row ``-1 - dest[i]`` of ``out2``. Serial and
-    GIL-free: callers run several in threads. Returns bytes read, or ``-1 - i`` when run ``i``
-    ended before its last row (a truncated file)."""
+def _read_runs(fd, runs, r0, r1, ids, dest, layout, staging, out, out2):
+    """Read runs ``r0:r1`` of ``runs = (run_start, run_end, row_ptr)`` (see :func:`_plan_runs`;
+    ``layout = (offset, stride, row_bytes)`` of the file) into ``staging`` (page-aligned, at
+    least the longest run) with one ``pread`` each, and copy their rows: the row of ``ids[i]``
+    goes to bytes ``[dest[i] * row_bytes, + row_bytes)`` of ``out`` (1-D uint8), or, when
+    ``dest[i] < 0``, to row ``-1 - dest[i]`` of ``out2``. Serial and GIL-free: callers run
+    several in threads. Returns bytes read, or ``-1 - i`` when run ``i`` ended before its
+    last row (a truncated file)."""
+    run_start, run_end, row_ptr = runs
+    offset, stride, row_bytes = layout
     sbase = staging.ctypes.data
     total = np.int64(0)
     for r in range(r0, r1):

@@ -158,28 +158,14 @@ class RowReader(FileShape):
         tasks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
         need = max(int((end[:nr] - start[:nr]).max()), MAX_RUN)
         staging = self._staging
+        runs, layout = (start, end, ptr), (f.offset, f.stride, f.row_bytes)
 
         def work(span: tuple[int, int]) -> int:
             buf = getattr(staging, "buf", None)
             if buf is None or buf.shape[0] < need:
                 buf = staging.buf = _aligned(need)
             a, b = span
-            return K._read_runs(
-                self._fd,
-                start,
-                end,
-                ptr,
-                a,
-                b,
-                ids,
-                dest,
-                f.offset,
-                f.stride,
-                f.row_bytes,
-                buf,
-                flat,
-                flat2,
-            )
+            return K._read_runs(self._fd, runs, a, b, ids, dest, layout, buf, flat, flat2)
 
         got = list(self._pool.map(work, tasks))
         bad = [g for g in got if g < 0]
