@@ -150,12 +150,6 @@ class RowProvider:
         return np.empty((0, self.dim), np.float32)
 
 
-def _read(src: np.ndarray, ids: np.ndarray, buf: np.ndarray, normalize: bool) -> np.ndarray:
-    """``src[ids]`` into ``buf`` (row-normalised when asked): positioned reads for a mapped
-    file (:func:`~shoal.rows.gather.read_rows`), so its pages never join this process."""
-    return read_rows(src, ids, buf, normalize=normalize)[: len(ids)]
-
-
 def _buffer(bufs: dict[str, np.ndarray], name: str, rows: int, cols: int) -> np.ndarray:
     b = bufs.get(name)
     if b is None or b.shape[0] < rows or b.shape[1] != cols:
@@ -165,13 +159,14 @@ def _buffer(bufs: dict[str, np.ndarray], name: str, rows: int, cols: int) -> np.
 
 def _stage(pre, width: int, seg: Segment, src, normalize: bool, batch_size: int, scratch):
     """The node-wise part ``pre`` (output ``width``) of a layer on every core row of ``seg``
-    into a new array."""
+    into a new array (the rows read by :func:`~shoal.rows.gather.read_rows`: positioned reads
+    of a mapped file, whose pages never join this process)."""
     dim = src.shape[1]
     out = scratch.array(seg.num_core, width)
     bufs: dict[str, np.ndarray] = {}
     for start in range(0, seg.num_core, batch_size):
         ids = np.arange(start, min(start + batch_size, seg.num_core), dtype=np.int64)
-        x = _read(src, ids, _buffer(bufs, "x", len(ids), dim), normalize)
+        x = read_rows(src, ids, _buffer(bufs, "x", len(ids), dim), normalize=normalize)[: len(ids)]
         out[start : start + len(ids)] = pre(torch.from_numpy(x)).numpy()
         release_pages(out)
     return out

@@ -50,25 +50,16 @@ class LinkConfig:
 
     def __post_init__(self) -> None:
         for name, valid in (
-            ("scorer", SCORERS),
-            ("loss", LOSSES),
-            ("negatives", NEGATIVE_SAMPLERS),
+            ("scorer", sorted(SCORERS)),
+            ("loss", sorted(LOSSES)),
+            ("negatives", sorted(NEGATIVE_SAMPLERS)),
+            ("baseline", (*HEURISTICS, "none")),
+            ("embedding_optimizer", ("adagrad", "adam")),
         ):
             if getattr(self, name) not in valid:
                 raise ValueError(
-                    f"unknown {name} {getattr(self, name)!r}; valid names: "
-                    f"{', '.join(sorted(valid))}"
+                    f"unknown {name} {getattr(self, name)!r}; valid names: {', '.join(valid)}"
                 )
-        if self.baseline not in (*HEURISTICS, "none"):
-            raise ValueError(
-                f"unknown baseline {self.baseline!r}; valid names: "
-                f"{', '.join((*HEURISTICS, 'none'))}"
-            )
-        if self.embedding_optimizer not in ("adam", "adagrad"):
-            raise ValueError(
-                f"unknown embedding_optimizer {self.embedding_optimizer!r}; "
-                "valid names: adagrad, adam"
-            )
         if self.embedding_dim < 0:
             raise ValueError(f"embedding_dim must be >= 0, got {self.embedding_dim}")
         for name in ("num_neg", "eval_negatives", "hits_k"):

@@ -258,15 +258,11 @@ class MemoryConfig:
         _at_least_one(self, "io_threads")
         if self.pack_epochs is not None and self.pack_epochs < 0:
             raise ValueError(f"pack_epochs must be >= 0 (0 = off), got {self.pack_epochs}")
-        if self.cache_policy not in CACHE_POLICIES:
-            raise ValueError(
-                f"cache_policy must be one of {', '.join(CACHE_POLICIES)}, "
-                f"got {self.cache_policy!r}"
-            )
-        if self.structure not in STRUCTURE_MODES:
-            raise ValueError(
-                f"structure must be one of {', '.join(STRUCTURE_MODES)}, got {self.structure!r}"
-            )
+        for name, valid in (("cache_policy", CACHE_POLICIES), ("structure", STRUCTURE_MODES)):
+            if getattr(self, name) not in valid:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(valid)}, got {getattr(self, name)!r}"
+                )
 
     @property
     def limit_bytes(self) -> int | None:
