@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from shoal.distributed.comm import CommStats, exchange
-from shoal.distributed.feature_store import DistFeatureStore, owner_of
+from shoal.distributed.feature_store import DistFeatureStore, owner_of, placement
 from shoal.distributed.runtime import DistContext
 from shoal.distributed.served import ServedLayout, reduced, served_layer
 from shoal.distributed.tables import NodeTables
@@ -111,10 +111,7 @@ def exchange_halos(
     Collective: every rank takes the same number of pulls (the most any rank needs)."""
     gather = PlannedGather(threads)
     fs = DistFeatureStore(
-        part_offsets=store.part_offsets,
-        part_to_rank=part_to_rank,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        **placement(store, part_to_rank, ctx),
         local_parts=inputs,
         feature_dim=dim,
         stats=stats,

@@ -21,7 +21,7 @@ from torch import nn
 
 from shoal.distributed.blocked import blocked_dist_counts
 from shoal.distributed.comm import CommStats
-from shoal.distributed.feature_store import DistFeatureStore
+from shoal.distributed.feature_store import DistFeatureStore, placement
 from shoal.distributed.runtime import DistContext
 from shoal.distributed.sampled_eval import sampled_dist_counts
 from shoal.distributed.tables import NodeTables
@@ -55,10 +55,7 @@ class PullRows(RowProvider):
     def set_layer(self, inputs: dict[int, np.ndarray], dim: int) -> None:
         self.dim = dim
         self.fs = DistFeatureStore(
-            part_offsets=self.store.part_offsets,
-            part_to_rank=self.part_to_rank,
-            rank=self.ctx.rank,
-            world_size=self.ctx.world_size,
+            **placement(self.store, self.part_to_rank, self.ctx),
             local_parts=inputs,
             feature_dim=dim,
             stats=self.stats,

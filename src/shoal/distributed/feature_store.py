@@ -10,6 +10,7 @@ owners with :func:`shoal.distributed.comm.exchange`, one round per call (per ste
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,12 +20,23 @@ from shoal.distributed.comm import CommStats, exchange
 from shoal.rows.gather import gather_rows, source_rows
 from shoal.rows.source import RowSource
 
-__all__ = ["DistFeatureStore", "owner_of"]
+__all__ = ["DistFeatureStore", "owner_of", "placement"]
 
 
 def owner_of(part_offsets: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Part owning each relabelled ID (binary search over ``part_offsets``, length p + 1)."""
     return np.searchsorted(part_offsets, ids, side="right").astype(np.int64) - 1
+
+
+def placement(store: Any, part_to_rank: np.ndarray, ctx: Any) -> dict[str, Any]:
+    """Where the parts of ``store`` lie: the ``part_offsets``, ``part_to_rank``, ``rank`` and
+    ``world_size`` keywords of the distributed row stores, samplers and windows."""
+    return {
+        "part_offsets": store.part_offsets,
+        "part_to_rank": part_to_rank,
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+    }
 
 
 class DistFeatureStore:

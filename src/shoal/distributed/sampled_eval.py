@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from shoal.distributed.comm import CommStats
-from shoal.distributed.feature_store import DistFeatureStore
+from shoal.distributed.feature_store import DistFeatureStore, placement
 from shoal.distributed.runtime import DistContext
 from shoal.distributed.sampler import DistNeighborSampler
 from shoal.distributed.tables import NodeTables
@@ -49,10 +49,7 @@ def sampled_dist_counts(
     stats = stats if stats is not None else CommStats()
     sampler = DistNeighborSampler(
         parts=parts,
-        part_offsets=store.part_offsets,
-        part_to_rank=part_to_rank,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        **placement(store, part_to_rank, ctx),
         fanouts=(-1,) * num_layers,
         degrees=tables.degrees,
         stats=stats,
@@ -61,10 +58,7 @@ def sampled_dist_counts(
     )
     typed = store.schema is not None
     features = DistFeatureStore(
-        part_offsets=store.part_offsets,
-        part_to_rank=part_to_rank,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        **placement(store, part_to_rank, ctx),
         local_parts={p.index: part_rows(p) if typed else p.features for p in parts},
         feature_dim=int(store.feature_dim),
         stats=stats,

@@ -26,7 +26,7 @@ from torch import nn
 from shoal.distributed.blocked import blocked_dist_outputs
 from shoal.distributed.comm import CommStats
 from shoal.distributed.evaluate import PullRows, target_segment
-from shoal.distributed.feature_store import DistFeatureStore, owner_of
+from shoal.distributed.feature_store import DistFeatureStore, owner_of, placement
 from shoal.errors import ShoalInputError
 from shoal.nn.linkpred import build_scorer, link_loss
 from shoal.nn.ondevice import on_device
@@ -500,10 +500,7 @@ def dist_link_metrics(
             "the store from the split graph",
         )
     rows = DistFeatureStore(
-        part_offsets=store.part_offsets,
-        part_to_rank=part_to_rank,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        **placement(store, part_to_rank, ctx),
         local_parts=emb,
         feature_dim=width,
         stats=stats,

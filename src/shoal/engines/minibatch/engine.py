@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from shoal.distributed import DistFeatureStore, DistNeighborSampler
+from shoal.distributed.feature_store import placement
 from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
 from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES
@@ -89,10 +90,7 @@ def dist_sampler(engine: Engine, fanouts: Any, group: Any = None) -> DistNeighbo
     store, ctx = engine.store, engine.ctx
     return DistNeighborSampler(
         parts=engine.parts,
-        part_offsets=store.part_offsets,
-        part_to_rank=engine.part_to_rank,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        **placement(store, engine.part_to_rank, ctx),
         fanouts=fanouts,
         degrees=engine.tables.degrees,
         stats=engine.stats,
@@ -107,10 +105,7 @@ def dist_pulls(engine: Engine, local_parts: dict, **kwargs: Any) -> DistFeatureS
     (``kwargs``: :class:`~shoal.distributed.DistFeatureStore`'s others)."""
     store, ctx = engine.store, engine.ctx
     return DistFeatureStore(
-        part_offsets=store.part_offsets,
-        part_to_rank=engine.part_to_rank,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
+        **placement(store, engine.part_to_rank, ctx),
         local_parts=local_parts,
         feature_dim=int(store.feature_dim),
         stats=engine.stats,
@@ -199,10 +194,7 @@ class MinibatchEngine(Engine):
         self.local, windows = budgeted.features, budgeted.windows
         self.windows = DistWindows(
             self.local,
-            part_offsets=store.part_offsets,
-            part_to_rank=self.part_to_rank,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
+            **placement(store, self.part_to_rank, ctx),
             stats=self.stats,
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
@@ -237,10 +229,7 @@ class MinibatchEngine(Engine):
         self.embedding = DistEmbedding(
             where,
             parts=self.parts,
-            part_offsets=store.part_offsets,
-            part_to_rank=self.part_to_rank,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
+            **placement(store, self.part_to_rank, ctx),
             dim=dim,
             seed=cfg.run.seed,
             optimizer=cfg.link.embedding_optimizer,
