@@ -105,13 +105,8 @@ def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple
     kernel takes back: :func:`~shoal.rows.budget.mapped_data_bytes`), the evaluation's
     per-node ``book``, its readers' staging buffers (``io_threads``) and
     :data:`~shoal.rows.budget.FOOTPRINT_SLACK`; ``(0, -1)`` when the footprint cannot be
-    read. No training step runs meanwhile: the plan's reserve held room for a step's
-    activations and for what only a step uses (one batch's rows pulled from peers, gloo's
-    and DDP's buffers), and the evaluation's memory is given back before the next step.
-    Much of what a capped rank holds as the evaluation begins is the store's mapped arrays
-    (neighbour lists touched by sampling, the node map, labels), which the kernel can take
-    back, so the measurement leaves the evaluation more than the plan's shares did
-    (docs/distributed.md#minibatch-distdgl)."""
+    read. Why that leaves the evaluation more than the plan's shares (no training step runs
+    meanwhile; the kernel takes back mapped pages): docs/distributed.md#minibatch-distdgl."""
     gc.collect()
     return_freed_memory()
     trim_freed_memory()

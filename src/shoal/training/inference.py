@@ -60,14 +60,14 @@ INFERENCE_MEMMAP_BYTES = 16 << 20
 BLOCKED_BUDGET = 1 << 30
 
 
-class Scratch:
+class Scratch(contextlib.ExitStack):
     """Arrays of one inference: in memory when small, memory maps in a scratch directory (made
     on first use inside ``scratch_dir``, else beside ``beside``) when large; removed on close."""
 
     def __init__(self, scratch_dir: str | os.PathLike | None, *, beside: str | os.PathLike):
+        super().__init__()
         self.scratch_dir = scratch_dir
         self.beside = beside
-        self._stack = contextlib.ExitStack()
         self._dir: Path | None = None
         self._count = 0
 
@@ -76,21 +76,12 @@ class Scratch:
         if rows * cols * 4 <= INFERENCE_MEMMAP_BYTES:
             return np.empty((rows, cols), np.float32)
         if self._dir is None:
-            self._dir = self._stack.enter_context(
+            self._dir = self.enter_context(
                 scratch_space(self.scratch_dir, beside=self.beside, prefix="shoal-infer")
             )
         self._count += 1
         path = self._dir / f"a{self._count}.npy"
         return open_output_memmap(path, np.float32, (rows, cols))
-
-    def close(self) -> None:
-        self._stack.close()
-
-    def __enter__(self) -> Scratch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass
