@@ -176,11 +176,9 @@ class EvalConfig:
         batch_size: target nodes per batch of the exact layer-wise inference; a batch reads
             the rows of all their in-neighbours, so this bounds its memory
             (``--eval-batch-size``; default 1024).
-        halo: how the distributed exact evaluation's blocks of targets get the rows of other
-            ranks' nodes (``--eval-halo``): ``"served"`` (default) by their owners' sweeps, or
-            ``"stored"`` halo rows swept beside the rank's own, the ablation that about
-            doubles the reads on a graph without locality (:mod:`shoal.distributed.blocked`;
-            docs/distributed.md#minibatch-distdgl).
+        halo: how the distributed exact evaluation's blocks get other ranks' rows
+            (``--eval-halo``): ``"served"`` (default) or ``"stored"``, the ablation
+            (docs/distributed.md#minibatch-distdgl).
     """
 
     every: int | str = "auto"
@@ -215,14 +213,11 @@ class MemoryConfig:
             90% of the memory cgroup limit or of the memory available at the start, whichever
             is lower (flag ``--memory``; default None).
         io_threads: concurrent read requests of the feature reader (default 8).
-        pack_epochs: when feature rows are read in windows, one sweep of the feature file
-            reads the uncached rows of this many epochs into a pack file per epoch in the
-            scratch directory, and each epoch's windows read its pack (DiskGNN-style packing,
-            ``shoal.sample.packing``); 0 or 1 = off, every window reads the feature file;
-            None = 4 (default None; the single-process trainer, ``minibatch`` and
-            ``averaging``; when the structure is read from disk, the packed epochs' samples
-            are kept in the scratch directory so each epoch is sampled once; ``minibatch``
-            does not keep them and samples a packed epoch twice).
+        pack_epochs: with windows, one sweep of the feature file packs the uncached rows of
+            this many epochs into the scratch directory (DiskGNN-style, ``shoal.rows.packing``;
+            packs and spooled samples: docs/measurements.md#epoch-packs-and-spooled-samples;
+            ``minibatch`` samples a packed epoch twice); 0 or 1 = off; None = 4 (default None;
+            the trainer, ``minibatch``, ``averaging``).
         cache_policy: which rows the static cache holds when the features do not fit:
             ``"presample"``, the rows the most batches of the first sampled epoch need
             (GNNLab's pre-sampling policy, ``shoal.rows.featstore.presampled_priority``), or
