@@ -84,12 +84,8 @@ def check_identity(saved: dict[str, Any] | None, current: dict[str, Any], path: 
 def committed_run(directory: str | os.PathLike | None) -> dict[str, Any] | None:
     """``last.json`` of a multi-process run in ``directory`` (its world size, epoch, identity
     and engine meta), or None when there is none yet."""
-    if not directory:
-        return None
-    last = Path(directory) / "last.json"
-    if not last.exists():
-        return None
-    return read_json(last)
+    last = Path(directory) / "last.json" if directory else None
+    return read_json(last) if last is not None and last.exists() else None
 
 
 class Checkpointer:

@@ -100,7 +100,7 @@ class TrainData(FeatureShape):
                     path=g.path,
                     fix="import the dataset with train/val/test splits",
                 )
-            splits[s] = np.asarray(idx, dtype=np.int64)
+            splits[f"{s}_idx"] = np.asarray(idx, dtype=np.int64)
         csr = g.csr("in")
         num_classes = g.num_classes or int(np.max(y)) + 1
         return cls(
@@ -108,9 +108,7 @@ class TrainData(FeatureShape):
             indices=csr.indices,
             features=x,
             labels=y,
-            train_idx=splits["train"],
-            val_idx=splits["val"],
-            test_idx=splits["test"],
+            **splits,
             num_classes=int(num_classes),
             num_nodes=g.num_nodes,
             name=g.name,
