@@ -91,18 +91,14 @@ class LayerRows:
 
     def __init__(self, src, *, normalize: bool = False, threads: int = 8) -> None:
         self.normalize = normalize
-        self.reader = None
         if not isinstance(src, DiskFeatures | np.ndarray):  # a list stacked row-wise
             src = [a for a in src if a.shape[0] > 0] or list(src)[:1]
-            self.reader = open_rows(src, threads=threads)
-            self.dtype, self.dim = src[0].dtype, int(src[0].shape[1])
-            if self.reader is None:
-                src = np.concatenate(src)
-        elif isinstance(src, np.ndarray):
-            self.reader = open_rows(src, threads=threads)
-        if isinstance(src, DiskFeatures | np.ndarray):
-            self.dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
-            self.dtype = np.dtype(np.float32) if isinstance(src, DiskFeatures) else src.dtype
+        self.reader = None if isinstance(src, DiskFeatures) else open_rows(src, threads=threads)
+        if isinstance(src, list) and self.reader is None:
+            src = np.concatenate(src)
+        first = src[0] if isinstance(src, list) else src
+        self.dim = int(first.dim if isinstance(first, DiskFeatures) else first.shape[1])
+        self.dtype = np.dtype(np.float32) if isinstance(first, DiskFeatures) else first.dtype
         self.src = src
 
     def read(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
