@@ -332,16 +332,14 @@ def layerwise_inference(
     predict: bool = False,
     new_output: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Exact outputs (logits) of ``model`` for ``nodes`` of a graph, in one process.
-
-    Every layer but the last is computed for all nodes into a temporary array that becomes
-    the next layer's input; the last layer only for ``nodes``. When every layer is a sum of
-    messages (:func:`~shoal.training.blocked.sum_layers`), layers run block by block within
-    ``memory_budget`` bytes (default :data:`BLOCKED_BUDGET`), reading each source range once
-    per block (:mod:`shoal.training.blocked`), and layer 0 reads its rows through
-    ``features`` (a budgeted store; default ``data.features``). Other models run in batches
-    of ``batch_size`` targets with their full in-neighbourhoods; models without
-    ``layer_forward`` on full L-hop neighbourhoods sampled with fanout -1.
+    """Exact outputs (logits) of ``model`` for ``nodes`` of a graph, in one process (the layer
+    loop of the module docstring). When every layer is a sum of messages
+    (:func:`~shoal.training.blocked.sum_layers`), layers run block by block
+    (:mod:`shoal.training.blocked`) within ``memory_budget`` bytes (default
+    :data:`BLOCKED_BUDGET`), and layer 0 reads its rows through ``features`` (a budgeted
+    store; default ``data.features``). Other models run in batches of ``batch_size`` targets
+    with their full in-neighbourhoods; models without ``layer_forward`` on full L-hop
+    neighbourhoods sampled with fanout -1.
     ``predict=True`` returns each node's predicted class instead (argmax taken block by block).
     ``new_output(shape, dtype)`` creates the result (e.g. a memory-mapped ``.npy`` of every
     node, written block by block, returned as is; ``nodes`` strictly increasing).

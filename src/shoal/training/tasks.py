@@ -259,11 +259,7 @@ class LinkTask(Task):
             )
         emb = NodeEmbedding(where, data.num_nodes, link.embedding_dim, seed=config.run.seed)
         lr = link.embedding_lr or config.optim.lr
-        opt = (
-            SparseAdam(emb, lr=lr)
-            if link.embedding_optimizer == "adam"
-            else SparseAdagrad(emb, lr=lr)
-        )
+        opt = (SparseAdam if link.embedding_optimizer == "adam" else SparseAdagrad)(emb, lr=lr)
         data.features = emb.weight
         return emb, opt
 
