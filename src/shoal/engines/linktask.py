@@ -30,7 +30,7 @@ from shoal.distributed.feature_store import DistFeatureStore, owner_of, placemen
 from shoal.errors import ShoalInputError
 from shoal.nn.linkpred import build_scorer, link_loss
 from shoal.nn.ondevice import on_device
-from shoal.store.reader import Partition, Store
+from shoal.store.reader import Partition
 from shoal.training import batch_seed
 from shoal.training.blocked import sum_layers
 from shoal.training.inference import BLOCKED_BUDGET, Scratch, run_layers
@@ -338,35 +338,16 @@ class DistLinkTask:
         out: dict[str, float] = {}
         with Scratch(cfg.memory.scratch_dir, beside=self.store.path) as scratch:
             emb = dist_node_embeddings(
+                self,
                 model,
-                self.store,
-                self.parts,
-                self.part_to_rank,
-                self.ctx,
                 tables,
-                width=cfg.model.hidden,
                 scratch=scratch,
                 budget=budget or BLOCKED_BUDGET,
                 inputs=inputs,
-                normalize=bool(cfg.model.normalize_features) and inputs is None,
-                batch_size=cfg.eval.batch_size,
                 stats=stats,
-                threads=cfg.memory.io_threads,
             )
             for s in splits:
-                mrr, hits = dist_link_metrics(
-                    scorer,
-                    emb,
-                    self.store,
-                    self.part_to_rank,
-                    self.ctx,
-                    split=s,
-                    seed=cfg.run.seed,
-                    num_neg=self.link.eval_negatives,
-                    hits_k=self.link.hits_k,
-                    width=cfg.model.hidden,
-                    stats=stats,
-                )
+                mrr, hits = dist_link_metrics(self, scorer, emb, s, stats=stats)
                 out[s], out[f"{s}_hits@{self.link.hits_k}"] = mrr, hits
         return out
 
@@ -386,29 +367,27 @@ class DistLinkTask:
 
 @torch.no_grad()
 def dist_node_embeddings(
+    task: DistLinkTask,
     model: nn.Module,
-    store: Store,
-    parts: list[Partition],
-    part_to_rank: np.ndarray,
-    ctx: Any,
     tables: Any,
     *,
-    width: int,
     scratch: Scratch,
     budget: int,
     inputs: dict[int, np.ndarray] | None = None,
-    normalize: bool = False,
-    batch_size: int = 1024,
     stats: CommStats | None = None,
-    threads: int = 8,
 ) -> dict[int, np.ndarray]:
-    """Part -> ``(num_core, width)`` exact model outputs of its core nodes (collective; the
-    same rows as :func:`shoal.training.inference.layerwise_inference` on the unpartitioned
-    graph). A model whose layers sum messages runs the blocked layer-wise inference with halo
+    """Part -> ``(num_core, hidden)`` exact outputs of ``model`` for the core nodes of
+    ``task``'s parts (its store, placement and run's options; collective; the same rows as
+    :func:`shoal.training.inference.layerwise_inference` on the unpartitioned graph). A model whose layers sum messages runs the blocked layer-wise inference with halo
     exchanges (:func:`~shoal.distributed.blocked.blocked_dist_outputs`); any other model with
     ``layer_forward`` (GAT, the relational models) the layer loop over batches of targets,
     remote rows pulled from their owners (:func:`~shoal.training.inference.run_layers`).
-    ``inputs``: layer-0 rows per part (default the store's features)."""
+    ``inputs``: layer-0 rows per part (default the store's features, normalized as
+    configured)."""
+    store, parts, part_to_rank, ctx = task.store, task.parts, task.part_to_rank, task.ctx
+    cfg = task.config
+    width, threads = cfg.model.hidden, cfg.memory.io_threads
+    normalize = bool(cfg.model.normalize_features) and inputs is None
     if not hasattr(model, "layer_forward"):
         raise ShoalInputError(
             "distributed link evaluation runs the model layer by layer (layer_forward)",
@@ -462,7 +441,7 @@ def dist_node_embeddings(
         put,
         provider=provider,
         normalize_features=normalize,
-        batch_size=batch_size,
+        batch_size=cfg.eval.batch_size,
         scratch=scratch,
         show_progress=False,
     )
@@ -471,26 +450,23 @@ def dist_node_embeddings(
 
 @torch.no_grad()
 def dist_link_metrics(
+    task: DistLinkTask,
     scorer: nn.Module,
     emb: dict[int, np.ndarray],
-    store: Store,
-    part_to_rank: np.ndarray,
-    ctx: Any,
-    *,
     split: str,
-    seed: int,
-    num_neg: int,
-    hits_k: int,
-    width: int,
+    *,
     stats: CommStats | None = None,
 ) -> tuple[float, float]:
-    """(MRR, Hits@K) of ``split``'s held-out positives (collective). The positives are read
+    """(MRR, Hits@K) of ``split``'s held-out positives (collective; ``task``'s store,
+    placement, seed and evaluation negatives). The positives are read
     in blocks of :data:`~shoal.training.linkdata.EVAL_CHUNK`; each block's negatives are a
     typed split's fixed ones (``link_<split>_neg.npy``), else the single-process trainer's
     (:func:`~shoal.training.linkdata.eval_negative_chunk`, drawn in original ids and mapped
     to new ones). The owner of a positive's source scores it, pulling the other rows from
     their owners (one collective pull per block; every rank reads every block, so the pulls
     stay paired). Reciprocal-rank and hit sums are all-reduced."""
+    store, part_to_rank, ctx = task.store, task.part_to_rank, task.ctx
+    seed, num_neg, hits_k = task.config.run.seed, task.link.eval_negatives, task.link.hits_k
     edges, fixed = store.link_edges(split), store.link_negatives(split)
     if edges is None:
         raise ShoalInputError(
@@ -502,7 +478,7 @@ def dist_link_metrics(
     rows = DistFeatureStore(
         **placement(store, part_to_rank, ctx),
         local_parts=emb,
-        feature_dim=width,
+        feature_dim=task.config.model.hidden,
         stats=stats,
     )
     sums = np.zeros(3, np.float64)  # reciprocal ranks, hits, positives

@@ -134,25 +134,7 @@ class DisaggEngine(Engine):
         if self.is_batch:
             total = cfg.memory.limit_bytes or memory_limit(peers[0], cgroup_processes=peers[1])[0]
             self.worker = BatchWorker(
-                store,
-                roles=roles,
-                rank=ctx.rank,
-                degrees=self.tables.degrees,
-                train=self.tables.train,
-                fanouts=cfg.sampling.fanouts,
-                batch_size=cfg.sampling.batch_size,
-                replicas=self.options.replicas,
-                seed=cfg.run.seed,
-                budget=max((total - reserve_for(ENGINE_RESERVE)) // 2, 0),
-                max_parts=self.options.resident_parts,
-                cache=self.capacity > 0,
-                local_sampling=self.options.local_sampling,
-                grouping=self.options.grouping,
-                queue=self.options.batch_queue,
-                group=self.batch_group,
-                stats=self.stats,
-                replicate=replica_count(self.options.replicate_top, store.num_nodes),
-                swapped=self.options.swapped_neighbours,
+                self, budget=max((total - reserve_for(ENGINE_RESERVE)) // 2, 0)
             )
         else:
             feeders = roles.feeders(ctx.rank)

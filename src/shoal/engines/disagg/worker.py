@@ -16,12 +16,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from shoal.distributed.comm import CommStats
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
 from shoal.engines.disagg.bucketparts import ResidentParts, part_bytes
 from shoal.engines.disagg.msg import (
@@ -33,14 +33,13 @@ from shoal.engines.disagg.msg import (
     pack_batch,
     recv_update,
 )
-from shoal.engines.disagg.plan import EpochSchedule, Roles, parts_in_order, phases
+from shoal.engines.disagg.plan import EpochSchedule, parts_in_order, phases
 from shoal.engines.disagg.rowcache import CacheView
-from shoal.engines.disagg.sampling import BatchSampler, Replica
+from shoal.engines.disagg.sampling import BatchSampler, Replica, replica_count
 from shoal.engines.linktask import LinkStep
 from shoal.rows.gather import read_rows, source_rows
 from shoal.rows.parts import part_rows
 from shoal.rows.source import RowSource
-from shoal.store.reader import Store
 from shoal.training.batches import batch_seed
 
 __all__ = ["BatchWorker"]
@@ -52,52 +51,26 @@ NO_STEP = LinkStep(np.zeros((0, 2), np.int64), np.zeros((0, 0), np.int64), np.ze
 
 
 class BatchWorker:
-    """One batch worker (rank ``rank`` of ``roles``); see the module docstring.
-
-    Args:
-        store, degrees, train: the store and the global in-degree / training-mask tables.
-        fanouts, batch_size, replicas (``G``), seed: sampling.
-        budget: bytes of parts (and the replica) it may hold together; ``max_parts`` caps
-            the parts.
-        replicate: nodes of highest degree to replicate (remote sampling only; 0 = none).
-        swapped: ``"read"`` or ``"skip"`` (:class:`~shoal.engines.disagg.sampling.BatchSampler`).
-        cache: whether the compute worker caches rows (the view is kept only then).
-        local_sampling, grouping, queue: :class:`~shoal.engines.disagg.config.DisaggConfig`'s.
-        group: the batch workers' process group (distributed sampling).
+    """One batch worker of ``engine`` (a :class:`~shoal.engines.disagg.engine.DisaggEngine`:
+    its store, roles, rank, per-node tables, sampling options, the batch workers' group, the
+    counters and :class:`~shoal.engines.disagg.config.DisaggConfig`'s options); see the module
+    docstring. ``budget``: bytes of parts (and the replica of the ``replicate_top`` nodes,
+    remote sampling only) it may hold together; ``resident_parts`` caps the parts.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        roles: Roles,
-        rank: int,
-        degrees: np.ndarray,
-        train: np.ndarray,
-        fanouts: tuple[int, ...],
-        batch_size: int,
-        replicas: int,
-        seed: int,
-        budget: int,
-        max_parts: int | None,
-        cache: bool,
-        local_sampling: bool,
-        grouping: bool,
-        queue: int,
-        group: dist.ProcessGroup | None,
-        stats: CommStats,
-        replicate: int = 0,
-        swapped: str = "read",
-    ) -> None:
-        self.store, self.roles, self.rank = store, roles, rank
-        self.b = roles.batch_index(rank)
+    def __init__(self, engine: Any, *, budget: int) -> None:
+        cfg, opts, store, roles = engine.train_config, engine.options, engine.store, engine.roles
+        local_sampling, degrees = opts.local_sampling, engine.tables.degrees
+        self.store, self.roles, self.rank = store, roles, engine.ctx.rank
+        self.b = roles.batch_index(self.rank)
         self.dst = roles.compute_of(self.b)
-        self.train = train
-        self.G, self.batch_size, self.seed = replicas, batch_size, seed
+        self.train = engine.tables.train
+        self.G, self.batch_size, self.seed = opts.replicas, cfg.sampling.batch_size, cfg.run.seed
+        replicate = replica_count(opts.replicate_top, store.num_nodes)
         self.replica = (
             Replica.build(store, degrees, replicate) if replicate and not local_sampling else None
         )
-        self.budget, self.max_parts = budget, max_parts
+        self.budget, self.max_parts = budget, opts.resident_parts
         if self.replica is not None:  # kept in memory all epoch: the parts get the rest
             self.budget = max(budget - self.replica.nbytes, 0)
             log.debug(
@@ -107,26 +80,26 @@ class BatchWorker:
                 self.replica.nbytes,
                 self.replica.bytes_read,
             )
-        self.local, self.grouping, self.queue_len = local_sampling, grouping, queue
-        self.group, self.stats = group, stats
+        self.local, self.grouping, self.queue_len = local_sampling, opts.grouping, opts.batch_queue
+        self.group, self.stats = engine.batch_group, engine.stats
         self.offsets = np.asarray(store.part_offsets, np.int64)
         self.part_bytes = part_bytes(store, local=local_sampling)
         self.resident = ResidentParts(store, local=local_sampling)
-        self.view = CacheView(store.num_nodes, cache)
+        self.view = CacheView(store.num_nodes, engine.capacity > 0)
         world = 1 if local_sampling else roles.batch_workers
         self.sampler = BatchSampler(
             store=store,
             replica=self.replica,
-            swapped=swapped,
+            swapped=opts.swapped_neighbours,
             parts=[],
             part_offsets=self.offsets,
             part_to_rank=np.zeros(store.num_parts, np.int64),
             rank=0 if local_sampling else self.b,
             world_size=world,
-            fanouts=fanouts,
+            fanouts=cfg.sampling.fanouts,
             degrees=degrees,
-            stats=stats,
-            group=None if local_sampling else group,
+            stats=self.stats,
+            group=None if local_sampling else self.group,
             # a typed store: fanouts per relation, blocks with their relations and types
             schema=store.schema,
             type_of=store.type_of if store.schema is not None else None,
