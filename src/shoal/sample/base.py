@@ -250,10 +250,7 @@ class BlockSampler(ABC):
                 self._room(n + m)
                 n_new = ids.relabel(picked, m, self._nodes, n, col)
                 self._after_relabel(col, m, n_new)
-                ei = np.empty((2, m), dtype=np.int64)
-                ei[0] = col[:m]
-                ei[1] = dst[:m]
-                hops.append((ei, rowptr, n_new, n))
+                hops.append((np.stack([col[:m], dst[:m]]), rowptr, n_new, n))
                 n = n_new
             n_id = self._nodes[:n].copy()
         finally:

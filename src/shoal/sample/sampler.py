@@ -134,10 +134,8 @@ class NeighborSampler(BlockSampler):
             self._edge_types = np.asarray(edge_types)
             if self._node_type.shape != (self.num_nodes,):
                 raise ValueError(f"node_type must have shape ({self.num_nodes},)")
-        self._counts = np.empty(0, dtype=np.int64)
-        self._n_ex = np.empty(0, dtype=np.int64)
-        self._picked = np.empty(0, dtype=np.int64)
-        self._dst = np.empty(0, dtype=np.int64)
+        for name in ("_counts", "_n_ex", "_picked", "_dst"):  # the hops' buffers (_grow)
+            setattr(self, name, np.empty(0, dtype=np.int64))
 
     def sample(
         self,
