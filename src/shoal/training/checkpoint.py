@@ -126,16 +126,13 @@ class Checkpointer:
 
     def load(self) -> dict[str, Any] | None:
         """This rank's state of the last committed epoch (None when there is none)."""
+        last = self.dir / ("last.pt" if self.single else "last.json")
+        if not last.exists():
+            return None
         if self.single:
-            last = self.dir / "last.pt"
-            if not last.exists():
-                return None
             state = load_checkpoint(last)
             check_identity(state.get("identity"), self.identity, last)
             return state
-        last = self.dir / "last.json"
-        if not last.exists():
-            return None
         meta = read_json(last)
         check_identity(meta.get("identity", meta), self.identity, last)
         epoch = int(meta["epoch"])

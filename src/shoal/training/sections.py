@@ -52,10 +52,8 @@ class ModelConfig:
         dropout: dropout probability on every layer's input (default: the preset's).
         normalize_features: divide each feature row by its sum when it is read, as Kipf &
             Welling do for bag-of-words features; ``"auto"``: when the rows are non-negative
-            with at most 64 non-zeros on average (sparse bag-of-words; denser rows divided by
-            their sum leave GCN far behind, e.g. Amazon-Photo)
-            (:func:`~shoal.training.presets.resolve_for_data`; default: the preset's, "auto"
-            for GCN, GAT and SGC).
+            with at most 64 non-zeros on average (why: :data:`~shoal.training.presets.
+            AUTO_NORMALIZE_MAX_NNZ`; default: the preset's, "auto" for GCN, GAT and SGC).
         type_embeddings: where a typed graph's featureless node types keep their learned
             embeddings: ``"memory"`` (an ``nn.Embedding`` per type, dense Adam), ``"disk"``
             (a table per type on disk, in ``--embedding-dir`` or ``<graph>.emb/<type>``,
