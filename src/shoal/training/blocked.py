@@ -296,10 +296,8 @@ def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads
     def ranges(src: np.ndarray) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
         for r in np.flatnonzero(np.diff(ptr)):
             s_src = src[ptr[r] : ptr[r + 1]]
-            ids, pos = (
-                np.empty(min(range_rows, len(s_src)), np.int64),
-                np.empty_like(s_src, np.int64),
-            )
+            ids = np.empty(min(range_rows, len(s_src)), np.int64)
+            pos = np.empty_like(s_src, np.int64)
             k = BK._range_ids(s_src, 0, mark, ids, pos)
             yield ids[:k] + r * range_rows, int(r), pos
 
