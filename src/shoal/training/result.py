@@ -61,10 +61,8 @@ class RunResult:
             d[f"test_{self.metric}"] = d.pop("test_accuracy")
             d[f"val_{self.metric}"] = d.pop("val_accuracy")
             d.update(self.metrics)
-        d["sampling_seconds_per_epoch"] = self.time_split.get("sampling", 0.0)
-        d["gather_seconds_per_epoch"] = self.time_split.get("gather", 0.0)
-        d["forward_backward_seconds_per_epoch"] = self.time_split.get("forward_backward", 0.0)
-        d["bytes_per_epoch"] = self.comm_per_epoch.get("bytes_sent", 0.0) + self.comm_per_epoch.get(
-            "allreduce_bytes", 0.0
-        )
+        for phase in ("sampling", "gather", "forward_backward"):
+            d[f"{phase}_seconds_per_epoch"] = self.time_split.get(phase, 0.0)
+        comm = self.comm_per_epoch
+        d["bytes_per_epoch"] = comm.get("bytes_sent", 0.0) + comm.get("allreduce_bytes", 0.0)
         return d
