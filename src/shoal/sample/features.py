@@ -41,17 +41,21 @@ class FeatureGatherer:
     def dim(self) -> int:
         return int(self.features.shape[1])
 
-    def gather(self, ids: np.ndarray) -> torch.Tensor:
-        n = int(len(ids))
+    def _rows(self, n: int) -> np.ndarray:
+        """The buffer's first ``n`` rows (grown by a quarter or more when too small)."""
         if self._buf.shape[0] < n:
             self._buf = np.empty((max(n, int(self._buf.shape[0] * 1.25)), self.dim), np.float32)
-        gather_rows(self.features, ids, self._buf, normalize=self.normalize)
-        return torch.from_numpy(self._buf[:n])
+        return self._buf[:n]
+
+    def gather(self, ids: np.ndarray) -> torch.Tensor:
+        out = self._rows(int(len(ids)))
+        gather_rows(self.features, ids, out, normalize=self.normalize)
+        return torch.from_numpy(out)
 
 
-class PartGatherer:
-    """Gathers rows of a part's local index space (core rows, then halo rows) into a reused
-    float32 buffer: the ``gather`` interface of :class:`shoal.sample.FeatureGatherer`."""
+class PartGatherer(FeatureGatherer):
+    """Gathers rows of a part's local index space (core rows, then halo rows, ``features``
+    and ``halo``) into a reused float32 buffer, as :class:`FeatureGatherer` does."""
 
     def __init__(self, part: Partition, *, normalize: bool = False) -> None:
         if part.features is None or (part.num_halo and part.halo_features is None):
@@ -60,25 +64,17 @@ class PartGatherer:
                 path=part.path,
                 fix="rebuild the store with `shoal store build ... --halo-features`",
             )
-        self.core = part.features
+        super().__init__(part.features, normalize=normalize)
         self.halo = part.halo_features
         self.num_core = part.num_core
-        self.normalize = normalize
-        self._buf = np.empty((0, self.core.shape[1]), dtype=np.float32)
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
         ids = np.asarray(ids, dtype=np.int64)
-        n = ids.shape[0]
-        if self._buf.shape[0] < n:
-            self._buf = np.empty(
-                (max(n, int(self._buf.shape[0] * 1.25)), self.core.shape[1]), np.float32
-            )
-        out = self._buf[:n]
         h = ids >= self.num_core
-        if h.any():
-            ci, hi = np.flatnonzero(~h), np.flatnonzero(h)
-            out[ci] = gather_rows(self.core, ids[ci], normalize=self.normalize)
-            out[hi] = gather_rows(self.halo, ids[hi] - self.num_core, normalize=self.normalize)
-        else:
-            gather_rows(self.core, ids, out, normalize=self.normalize)
+        if not h.any():
+            return super().gather(ids)
+        out = self._rows(ids.shape[0])
+        ci, hi = np.flatnonzero(~h), np.flatnonzero(h)
+        out[ci] = gather_rows(self.features, ids[ci], normalize=self.normalize)
+        out[hi] = gather_rows(self.halo, ids[hi] - self.num_core, normalize=self.normalize)
         return torch.from_numpy(out)

@@ -135,9 +135,7 @@ class TrainConfig:
             section, key = FLAT[name]
             if getattr(getattr(self, section), key) is None:
                 setattr(getattr(self, section), key, value)
-        s = self.sampling
-        if s.fanouts_order == "input-first":  # no fanouts given: the preset's are hop-first
-            s.fanouts_order = "hop-first"
+        self.sampling.fanouts_order = "hop-first"  # given fanouts are; the preset's too
 
     @property
     def num_layers(self) -> int:
