@@ -8,15 +8,14 @@ loss): docs/linkpred.md#across-processes-every-engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from shoal.distributed.comm import CommStats, exchange
+from shoal.distributed.comm import exchange
 from shoal.distributed.feature_store import DistFeatureStore, owner_of
-from shoal.store.reader import Partition
 from shoal.training.embedding import NodeEmbedding, SparseAdagrad, SparseAdam, _unique_grad
 
 __all__ = ["DistEmbedding"]
@@ -27,44 +26,31 @@ class DistEmbedding:
 
     Args:
         directory: where the tables live (``part_<i>/`` per part held here).
-        parts: the parts this rank holds; part_offsets, part_to_rank, rank, world_size: the
-            layout of every part; dim: row width; seed: initialisation seed;
-        optimizer: ``adam`` or ``adagrad``; lr: its learning rate; stats: counters.
+        engine: the engine (its parts, their layout, the counters, the run's seed and
+            ``--embedding-optimizer`` with ``--embedding-lr``, default ``--lr``); dim: row width.
     """
 
-    def __init__(
-        self,
-        directory: str | Path,
-        *,
-        parts: Sequence[Partition],
-        part_offsets: np.ndarray,
-        part_to_rank: np.ndarray,
-        rank: int,
-        world_size: int,
-        dim: int,
-        seed: int,
-        optimizer: str = "adam",
-        lr: float = 0.01,
-        stats: CommStats | None = None,
-    ) -> None:
-        self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
-        self.part_to_rank = np.asarray(part_to_rank, dtype=np.int64)
-        self.rank, self.world_size, self.dim = rank, world_size, dim
-        self.stats = stats if stats is not None else CommStats()
-        root = Path(directory)
+    def __init__(self, directory: str | Path, engine: Any, *, dim: int) -> None:
+        cfg, ctx = engine.train_config, engine.ctx
+        self.part_offsets = np.asarray(engine.store.part_offsets, dtype=np.int64)
+        self.part_to_rank = np.asarray(engine.part_to_rank, dtype=np.int64)
+        self.rank, self.world_size, self.dim = ctx.rank, ctx.world_size, dim
+        self.stats = engine.stats
+        root, seed = Path(directory), cfg.run.seed
         self.tables = {
             p.index: NodeEmbedding(
                 root / f"part_{p.index}", p.num_core, dim, seed=seed, stream=p.index + 1
             )
-            for p in parts
+            for p in engine.parts
         }
-        opt = SparseAdam if optimizer == "adam" else SparseAdagrad
+        opt = SparseAdam if cfg.link.embedding_optimizer == "adam" else SparseAdagrad
+        lr = cfg.link.embedding_lr or cfg.optim.lr
         self.optimizers = {i: opt(t, lr=lr) for i, t in self.tables.items()}
         self.rows = DistFeatureStore(
             part_offsets=self.part_offsets,
             part_to_rank=self.part_to_rank,
-            rank=rank,
-            world_size=world_size,
+            rank=self.rank,
+            world_size=self.world_size,
             local_parts={i: t.weight for i, t in self.tables.items()},
             feature_dim=dim,
             stats=self.stats,

@@ -218,7 +218,7 @@ class MinibatchEngine(Engine):
     def _open_embedding(self, dim: int) -> None:
         """Learned input rows held by their owners instead of the store's features (no
         memory plan for features, no windows)."""
-        cfg, store, ctx = self.train_config, self.store, self.ctx
+        cfg, store = self.train_config, self.store
         where = Path(cfg.link.embedding_dir or f"{store.path}.emb")
         if cfg.link.embedding_dir is None and not cfg.checkpoint.resume and where.exists():
             raise ShoalInputError(
@@ -226,16 +226,7 @@ class MinibatchEngine(Engine):
                 path=where,
                 fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
             )
-        self.embedding = DistEmbedding(
-            where,
-            parts=self.parts,
-            **placement(store, self.part_to_rank, ctx),
-            dim=dim,
-            seed=cfg.run.seed,
-            optimizer=cfg.link.embedding_optimizer,
-            lr=cfg.link.embedding_lr or cfg.optim.lr,
-            stats=self.stats,
-        )
+        self.embedding = DistEmbedding(where, self, dim=dim)
         self.local = self.windows = self.features = None
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
