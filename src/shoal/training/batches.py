@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -86,33 +86,15 @@ class BatchLoader:
         self.timer = timer or Timer()
         self.prefetcher = None
 
-    def use_windows(
-        self,
-        features,
-        *,
-        window_bytes: int,
-        last_epoch: int | None = None,
-        background: bool = True,
-        pack_epochs: int = 0,
-        scratch_dir: str | None = None,
-        spool_samples: bool = False,
-    ) -> None:
+    def use_windows(self, features, **options: Any) -> None:
         """Produce batches from windows of ``features`` (a budgeted
-        :class:`~shoal.rows.featstore.DiskFeatures`) read ahead in a background thread,
-        ``pack_epochs`` epochs' rows packed by one sweep into ``scratch_dir``, the samples of
-        packed epochs kept there too when ``spool_samples``
-        (:class:`~shoal.rows.prefetch.WindowPrefetcher`); the batches do not change."""
+        :class:`~shoal.rows.featstore.DiskFeatures`) read ahead in a background thread, by a
+        :class:`~shoal.rows.prefetch.WindowPrefetcher` of ``options`` (``window_bytes``;
+        ``last_epoch``, ``background``, ``pack_epochs`` epochs' rows packed by one sweep into
+        ``scratch_dir``, the samples of packed epochs kept there too when ``spool_samples``);
+        the batches do not change."""
         self.gatherer = features
-        self.prefetcher = WindowPrefetcher(
-            self,
-            features,
-            window_bytes=window_bytes,
-            last_epoch=last_epoch,
-            background=background,
-            pack_epochs=pack_epochs,
-            scratch_dir=scratch_dir,
-            spool_samples=spool_samples,
-        )
+        self.prefetcher = WindowPrefetcher(self, features, **options)
 
     def labels_of(self, seeds: np.ndarray) -> np.ndarray:
         """int64 labels of ``seeds`` (training seeds: from memory; others from ``labels``)."""
