@@ -305,6 +305,5 @@ class RunConfig:
     metrics_file: str | None = None
 
     def __post_init__(self) -> None:
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        _at_least_one(self, "threads")
         check_device_spec(self.device)
