@@ -187,22 +187,17 @@ def _inputs_of_batch(seg, mb, src, provider, normalize, bufs) -> torch.Tensor:
     ids = mb.n_id
     x = _buffer(bufs, "in", len(ids), width_of(src))[: len(ids)]
     is_core = ids < seg.num_core
+    core, far = np.flatnonzero(is_core), np.flatnonzero(~is_core)
     if isinstance(src, RowSource):  # one planned read of the batch's sorted core rows
-        core = np.flatnonzero(is_core)
         order = core[np.argsort(ids[core], kind="stable")]
         src.read(np.ascontiguousarray(ids[order]), x, dest=order)
-        far = np.flatnonzero(~is_core)
-        got = provider.fetch(seg.remote[ids[far] - seg.num_core] if len(far) else far)
-        if len(far):
-            x[far] = got
-    elif is_core.all():
-        read_rows(src, ids, x)
-        provider.fetch(np.empty(0, np.int64))
-    else:
-        core = np.flatnonzero(is_core)
-        far = np.flatnonzero(~is_core)
+    elif len(far):
         read_rows(src, ids[core], x, at=core)
-        x[far] = provider.fetch(seg.remote[ids[far] - seg.num_core])
+    else:
+        read_rows(src, ids, x)
+    got = provider.fetch(seg.remote[ids[far] - seg.num_core] if len(far) else far)
+    if len(far):
+        x[far] = got
     if normalize:
         K._row_normalize(x, len(ids))
     return torch.from_numpy(x)
