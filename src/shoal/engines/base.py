@@ -45,6 +45,7 @@ from shoal.rows.budget import (
     bytes_freed_by,
     plan_budget,
 )
+from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.direct import load_array
 from shoal.rows.parts import part_rows
 from shoal.store.reader import Store
@@ -273,6 +274,22 @@ class Engine(ABC):
                 p.indices = load_array(p.indices)
         self.budget = plan
         return plan
+
+    def cached_rows(self, plan: BudgetPlan, *, show_progress: bool = False) -> Any:
+        """This rank's parts' feature rows (a typed store's every node type in one source,
+        padded to the widest type), read when needed through a cache of ``plan``, no windows."""
+        tc, dim = self.train_config, int(self.store.feature_dim)
+        arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
+        if self.store.schema is not None:
+            arrays = part_rows(self.parts, threads=tc.memory.io_threads) or arrays
+        return BudgetedStore(
+            arrays,
+            plan,
+            threads=tc.memory.io_threads,
+            normalize=tc.model.normalize_features,
+            show_progress=show_progress,
+            read_ahead=False,
+        ).features
 
     def reserve_bytes(self, num_rows: int) -> int:
         """What this rank needs beside its data, measured now

@@ -57,8 +57,6 @@ from shoal.engines.fullgraph.probe import block_from_csr, probe_costs
 from shoal.engines.linktask import LinkStep
 from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
-from shoal.rows.budgeted import BudgetedStore
-from shoal.rows.parts import part_rows
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
 from shoal.utils.io import parse_size
@@ -186,19 +184,9 @@ class FullGraphEngine(Engine):
 
     def _build(self, plan) -> None:
         """Features, exchanges and blocks of every layer."""
-        cfg, g, ctx, sets = self.train_config, self.graph, self.ctx, self.sets
+        g, ctx, sets = self.graph, self.ctx, self.sets
         dim = int(self.store.feature_dim)
-        arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
-        if self.typed:  # every node type's rows in one source, padded to the widest type
-            arrays = part_rows(self.parts, threads=cfg.memory.io_threads) or arrays
-        self.features = BudgetedStore(  # rows read when needed: a cache, no windows
-            arrays,
-            plan,
-            threads=cfg.memory.io_threads,
-            normalize=cfg.model.normalize_features,
-            show_progress=False,
-            read_ahead=False,
-        ).features
+        self.features = self.cached_rows(plan)
         # level 0 never changes: [local rows; replicated rows] in one buffer, read once
         self.x0 = torch.empty((g.num_solid + len(sets.rep[0]), dim), dtype=torch.float32)
         self._read_rows(np.arange(g.num_solid), out=self.x0[: g.num_solid])

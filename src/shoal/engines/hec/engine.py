@@ -44,7 +44,6 @@ from shoal.engines.minibatch.engine import dist_pulls, dist_sampler
 from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.nn.base import keyed_dropout, layer_widths
-from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.parts import part_rows
 from shoal.sample.sampler import NeighborSampler
 from shoal.training import batch_seed
@@ -99,23 +98,15 @@ class HecEngine(Engine):
             edge_types=g.edge_types,
         )
         dim = int(store.feature_dim)
-        arrays = [p.features for p in self.parts] or [np.empty((0, dim), np.float32)]
-        if self.typed:  # every node type's rows in one source, padded to the widest type
-            arrays = part_rows(self.parts, threads=cfg.memory.io_threads) or arrays
         #: per local id, whether its layer-0 input is a row (False: a featureless type's
         #: embedding row, held by the model: never looked up, pushed or dropped at L0)
         self.has_row: np.ndarray | None = None
         if self.typed:
             featured = np.array([bool(t.feature_dim) for t in store.schema.node_types])
             self.has_row = featured[g.node_type]
-        self.features = BudgetedStore(  # rows read when needed: a cache, no windows
-            arrays,
-            plan,
-            threads=cfg.memory.io_threads,
-            normalize=cfg.model.normalize_features,
-            show_progress=cfg.run.progress if ctx.is_rank0 else False,
-            read_ahead=False,
-        ).features
+        self.features = self.cached_rows(
+            plan, show_progress=cfg.run.progress if ctx.is_rank0 else False
+        )
         if self.link is None:
             train = np.concatenate(
                 [
