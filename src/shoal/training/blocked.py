@@ -216,17 +216,17 @@ def _blocks(
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-def _spans(indptr: np.ndarray, nodes: np.ndarray, max_entries: int) -> list[tuple[int, int]]:
-    """Consecutive ranges ``[a, b)`` of the sorted ``nodes`` whose neighbour lists lie within
-    ``max_entries`` consecutive entries of ``indices`` (at least one node each)."""
+def _spans(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray) -> Iterator[tuple]:
+    """``(a, b, lo, span)`` per consecutive range ``[a, b)`` of the sorted ``nodes`` whose
+    neighbour lists lie within :data:`SPAN_BYTES` of ``indices`` (at least one node each):
+    their entries from ``lo`` on, read by :func:`~shoal.utils.mapped.read_span`."""
     lo = np.asarray(indptr[nodes], np.int64)
     hi = np.asarray(indptr[nodes + 1], np.int64)
-    out, a = [], 0
+    max_entries, a = max(SPAN_BYTES // indices.itemsize, 1), 0
     while a < len(nodes):
-        b = int(np.searchsorted(hi, lo[a] + max_entries, side="right"))
-        out.append((a, max(b, a + 1)))
-        a = out[-1][1]
-    return out
+        b = max(int(np.searchsorted(hi, lo[a] + max_entries, side="right")), a + 1)
+        yield a, b, int(lo[a]), read_span(indices, int(lo[a]), int(hi[b - 1]))
+        a = b
 
 
 def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray):
@@ -240,9 +240,7 @@ def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray):
     ptr = np.zeros(len(nodes) + 1, np.int64)
     np.cumsum(deg, out=ptr[1:])
     src = np.empty(int(ptr[-1]), indices.dtype)
-    for a, b in _spans(indptr, nodes, max(SPAN_BYTES // indices.itemsize, 1)):
-        lo, hi = int(indptr[nodes[a]]), int(indptr[nodes[b - 1] + 1])
-        span = read_span(indices, lo, hi)
+    for a, b, lo, span in _spans(indptr, indices, nodes):
         starts = np.asarray(indptr[nodes[a:b]], np.int64) - lo
         lens = deg[a:b]
         # positions in the span of every in-edge of nodes[a:b], in order
@@ -363,10 +361,8 @@ def needed_nodes(
         if not on_disk:
             BK._mark_in_neighbours(indptr, indices, rows, mark)
         else:  # span by span, read from the file (one pass at most)
-            for a, b in _spans(indptr, rows, max(SPAN_BYTES // indices.itemsize, 1)):
-                lo, hi = int(indptr[rows[a]]), int(indptr[rows[b - 1] + 1])
+            for a, b, lo, part in _spans(indptr, indices, rows):
                 local = np.asarray(indptr[rows[a] : rows[b - 1] + 2], np.int64) - lo
-                part = read_span(indices, lo, hi)
                 BK._mark_in_neighbours(local, part, rows[a:b] - rows[a], mark)
         cur = nonzero_ids(mark)
         out[li] = cur

@@ -86,9 +86,7 @@ class Trainer:
         set_threads(config.run.threads)
         self.device = use_device(config.run.device)
         # a typed graph's featureless types with their embeddings on disk (None: in the model)
-        disk = (
-            TypeTables.planned(config, data.schema, data.path) if data.schema is not None else None
-        )
+        disk = None if data.schema is None else TypeTables.planned(config, data.schema, data.path)
         # the model's input width: the tables' rows come in x (at least hidden wide)
         in_dim = task.in_dim() or data.feature_dim
         in_dim = in_dim if disk is None else disk.width(in_dim)
