@@ -440,8 +440,7 @@ class TableRows:
         dest = np.arange(n, dtype=np.int64) if dest is None else np.asarray(dest, np.int64)
         if n == 0:
             return 0
-        staged = self.normalize or self.base.dim != self.dim
-        if staged:
+        if self.normalize or self.base.dim != self.dim:  # staged
             buf = np.empty((n, self.base.dim), self.dtype)
             got = self.base.read(ids, buf)
             if self.normalize:

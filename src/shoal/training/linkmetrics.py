@@ -21,9 +21,7 @@ __all__ = ["hits_at_k_global", "link_ranks", "mrr_hits"]
 
 
 def _as_numpy(a: np.ndarray | torch.Tensor) -> np.ndarray:
-    if isinstance(a, torch.Tensor):
-        return a.detach().cpu().numpy()
-    return np.asarray(a)
+    return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
 
 
 def link_ranks(pos: np.ndarray | torch.Tensor, neg: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -53,10 +51,7 @@ def mrr_hits(
     r = link_ranks(pos, neg)
     if r.size == 0:
         return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in ks}}
-    out = {"mrr": float(np.mean(1.0 / r))}
-    for k in ks:
-        out[f"hits@{k}"] = float(np.mean(r <= k))
-    return out
+    return {"mrr": float(np.mean(1.0 / r)), **{f"hits@{k}": float(np.mean(r <= k)) for k in ks}}
 
 
 def hits_at_k_global(
