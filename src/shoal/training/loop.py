@@ -194,9 +194,7 @@ class EpochLoop:
         if val > st.best_val:
             st.best_val, st.best_epoch, st.bad_evals = val, st.epoch, 0
             st.best_model = copy.deepcopy(self._selected().state_dict())
-            keep = getattr(self.target, "keep_best", None)
-            if keep is not None:  # what the target keeps outside its module (tables on disk)
-                keep()
+            getattr(self.target, "keep_best", lambda: None)()  # what it keeps outside its module
             return True
         st.bad_evals += 1
         return False
@@ -291,12 +289,8 @@ class EpochLoop:
         model = self.target.model
         if st.best_model is not None:
             self._selected().load_state_dict(st.best_model)
-            restore = getattr(self.target, "restore_best", None)
-            if restore is not None:
-                restore()
-        end = getattr(self.target, "end_training", None)
-        if end is not None:  # its training memory may go to the evaluation
-            end()
+            getattr(self.target, "restore_best", lambda: None)()
+        getattr(self.target, "end_training", lambda: None)()  # its memory may go to evaluation
         t0, read0 = time.perf_counter(), read_bytes_of_process()
         final = self.target.evaluate(("val", "test"))
         self.eval_seconds += time.perf_counter() - t0
