@@ -1,14 +1,6 @@
-"""The Engine interface: what a distributed training strategy supplies, and nothing more.
-
-An engine trains a model on a partitioned store across the ranks of a process group
-(``shoal.distributed.process_group``). It supplies only its own step -- ``train_epoch(epoch)``
-and its ``state()``/``load_state()`` -- and inherits the rest: which parts the rank holds
-(:func:`~shoal.distributed.parts_of_rank`), the per-node tables
-(:class:`~shoal.distributed.NodeTables`), the model built from the config, exact distributed
-evaluation (:func:`~shoal.distributed.dist_evaluate`), the epoch record reduced over ranks, and
-:meth:`Engine.fit`, which runs the shared :class:`~shoal.training.loop.EpochLoop` (evaluation,
-best weights, early stopping, metrics, checkpoints, the result) exactly as the single-process
-trainer does.
+"""The Engine interface: what a distributed training strategy supplies (its step, its state)
+and what it inherits (its parts, per-node tables, model, exact evaluation, the shared epoch
+loop): docs/architecture.md#adding-an-engine.
 """
 
 from __future__ import annotations
@@ -316,8 +308,7 @@ class Engine(ABC):
         return int(self.store.feature_dim) * item
 
     def pause_io(self) -> int:
-        """Stop reading ahead (evaluation needs the memory and the disk); returns the bytes
-        the windows read ahead hold (override; default none)."""
+        """Stop reading ahead while evaluating; the bytes read ahead held (override; 0)."""
         return 0
 
     def resume_io(self) -> None:
@@ -329,9 +320,8 @@ class Engine(ABC):
         return None
 
     def feature_stores(self) -> list:
-        """This rank's budgeted feature stores (:class:`~shoal.rows.featstore.DiskFeatures`),
-        whose caches :meth:`end_training` lends to the final evaluation (override; default
-        none)."""
+        """This rank's budgeted feature stores, whose caches :meth:`end_training` lends to
+        the final evaluation (override; default none)."""
         return []
 
     def end_training(self) -> None:
@@ -369,7 +359,7 @@ class Engine(ABC):
 
     @property
     def metric(self) -> str:
-        """The selection metric: the node task's accuracy, the link task's MRR."""
+        """The selection metric: accuracy, or the link task's MRR."""
         return self.link.metric if self.link is not None else "accuracy"
 
     @property
@@ -433,55 +423,23 @@ class Engine(ABC):
     def evaluate(
         self, splits: tuple[str, ...] = ("val", "test"), *, model: nn.Module | None = None
     ) -> dict[str, float]:
-        """Exact accuracy of ``model`` (default: the engine's) on ``splits``. Collective;
-        its communication is not counted in the epoch's."""
+        """The task's exact metric of ``model`` (default: the engine's) on ``splits``:
+        accuracy, or the link task's MRR and Hits@K (:meth:`DistLinkTask.evaluate`).
+        Collective; its communication is not counted in the epoch's."""
         tc = self.train_config
-        if self.link is not None:
-            return self.evaluate_links(splits, model=model)
         held = self.pause_io()
-        budget = None
-        if self.budget is not None:
-            # per core node: its id as a target (int32), a byte per split mask, a block's
-            # labels and predictions (12 B); per local node and layer, the ids of the nodes
-            # each layer computes and pulls (int32), its degree (float32) and a mark
-            local = sum(p.num_core + p.num_halo for p in self.parts)
-            core = sum(p.num_core for p in self.parts)
-            ids = id_dtype(max((p.num_nodes for p in self.parts), default=0)).itemsize
-            layers = max(self.train_config.num_layers, 1)
-            book = 12 * core + local * (ids * layers + 5)
-            if tc.eval.halo == "served":  # no halo sets or degrees kept; a served index each
-                halo = local - core
-                book -= halo * (ids * layers + 4)
-                book += halo * id_dtype(int(self.store.num_nodes)).itemsize
-            # no training step runs while evaluating: its activations' memory is free (the
-            # last step's tensors are gone); after the last epoch the caches' memory too
-            free = self.budget.transient + self.budget.activations
-            if self._ended:
-                free += self._lent
-            planned = max(free - held - book, self.budget.window)
-            measured, self._eval_footprint = measured_eval_budget(
-                self.budget.total, book, io_threads=tc.memory.io_threads
-            )
-            budget = max(planned, measured)
-            mib = 1 << 20
-            log.log(  # the final evaluation at INFO, those between epochs at DEBUG
-                logging.INFO if self._ended else logging.DEBUG,
-                "rank %d evaluating %s: %.0f MiB of working memory (the budget %.0f MiB less "
-                "the footprint measured now %.0f beside mapped data, per-node books %.0f, "
-                "staging and slack; planned: %.0f)",
-                self.ctx.rank,
-                "+".join(splits),
-                budget / mib,
-                self.budget.total / mib,
-                self._eval_footprint / mib,
-                book / mib,
-                planned / mib,
-            )
+        budget = self._eval_budget(splits, held) if self.budget is not None else None
+        model = model if model is not None else self.model
         peak = PeakFootprint()
         try:
             with peak:
+                if self.link is not None:
+                    inputs, dev = self.learned_inputs(), self.device
+                    return self.link.evaluate(
+                        model, self.tables, splits, device=dev, budget=budget, inputs=inputs
+                    )
                 return dist_evaluate(
-                    on_device(model if model is not None else self.model, self.device),
+                    on_device(model, self.device),
                     self.store,
                     self.parts,
                     self.part_to_rank,
@@ -509,26 +467,52 @@ class Engine(ABC):
             trim_freed_memory()  # the evaluation's buffers leave before training resumes
             self.resume_io()
 
-    def evaluate_links(
-        self, splits: tuple[str, ...], *, model: nn.Module | None = None
-    ) -> dict[str, float]:
-        """The link task's evaluation (:meth:`DistLinkTask.evaluate`: MRR and Hits@K per
-        split) of ``model`` (default the engine's); an engine with learned input rows
-        overrides it. Collective."""
-        held = self.pause_io()
-        try:
-            return self.link.evaluate(
-                model if model is not None else self.model,
-                self.tables,
-                splits,
-                device=self.device,
-                budget=self.budget.window + self.budget.transient + held
-                if self.budget is not None
-                else None,
-            )
-        finally:
-            trim_freed_memory()
-            self.resume_io()
+    def _eval_budget(self, splits: tuple[str, ...], held: int) -> int:
+        """An evaluation's working memory: what training's step and (after the last epoch)
+        caches free, less what the windows hold (``held``) and the per-node books, or the
+        budget less the footprint measured now when that is more."""
+        tc = self.train_config
+        # per core node: its id as a target (int32), a byte per split mask, a block's
+        # labels and predictions (12 B); per local node and layer, the ids of the nodes
+        # each layer computes and pulls (int32), its degree (float32) and a mark
+        local = sum(p.num_core + p.num_halo for p in self.parts)
+        core = sum(p.num_core for p in self.parts)
+        ids = id_dtype(max((p.num_nodes for p in self.parts), default=0)).itemsize
+        layers = max(tc.num_layers, 1)
+        book = 12 * core + local * (ids * layers + 5)
+        if tc.eval.halo == "served":  # no halo sets or degrees kept; a served index each
+            halo = local - core
+            book -= halo * (ids * layers + 4)
+            book += halo * id_dtype(int(self.store.num_nodes)).itemsize
+        # no training step runs while evaluating: its activations' memory is free (the
+        # last step's tensors are gone); after the last epoch the caches' memory too
+        free = self.budget.transient + self.budget.activations
+        if self._ended:
+            free += self._lent
+        planned = max(free - held - book, self.budget.window)
+        measured, self._eval_footprint = measured_eval_budget(
+            self.budget.total, book, io_threads=tc.memory.io_threads
+        )
+        budget = max(planned, measured)
+        mib = 1 << 20
+        log.log(  # the final evaluation at INFO, those between epochs at DEBUG
+            logging.INFO if self._ended else logging.DEBUG,
+            "rank %d evaluating %s: %.0f MiB of working memory (the budget %.0f MiB less "
+            "the footprint measured now %.0f beside mapped data, per-node books %.0f, "
+            "staging and slack; planned: %.0f)",
+            self.ctx.rank,
+            "+".join(splits),
+            budget / mib,
+            self.budget.total / mib,
+            self._eval_footprint / mib,
+            book / mib,
+            planned / mib,
+        )
+        return budget
+
+    def learned_inputs(self) -> dict[int, np.ndarray] | None:
+        """The link task's learned layer-0 rows per part (override; None: the features)."""
+        return None
 
     def state(self) -> dict[str, Any]:
         """This rank's model, optimizer and torch RNG (a checkpoint)."""

@@ -60,14 +60,6 @@ def attach_scorer(model: nn.Module, scorer: nn.Module) -> nn.Module:
     return model
 
 
-def _global_sources(part: Partition, halo: np.ndarray, local: np.ndarray) -> np.ndarray:
-    src = np.asarray(local, dtype=np.int64)
-    out = src + part.start
-    h = src >= part.num_core
-    out[h] = halo[src[h] - part.num_core]
-    return out
-
-
 class RankPositives:
     """The positive edges of a rank's parts (docs/linkpred.md#across-processes-every-engine).
 
@@ -106,8 +98,9 @@ class RankPositives:
         p = self.parts[k]
         indptr = np.asarray(p.indptr)
         dst = np.searchsorted(indptr, np.arange(s, e), side="right") - 1 + p.start
-        local = np.asarray(p.indices[s:e])
-        src = _global_sources(p, self._halo[k], local)
+        local = np.asarray(p.indices[s:e], dtype=np.int64)
+        src, halo = local + p.start, local >= p.num_core  # local index -> global id
+        src[halo] = self._halo[k][local[halo] - p.num_core]
         keep = src < dst if not self.directed else src != dst
         if self.within_part:
             keep &= local < p.num_core
@@ -152,8 +145,6 @@ class NegativeRanges:
                 fix="use --negatives uniform, or fewer processes",
             )
         j = rng.integers(0, self.total, size=shape, dtype=np.int64)
-        if len(self.starts) == 1:
-            return self.starts[0] + j
         which = np.searchsorted(self.ends, j, side="right")
         return self.starts[which] + j - (self.ends - self.sizes)[which]
 
@@ -178,8 +169,7 @@ class LinkStep:
 
 
 class DistLinkTask:
-    """The link task of an engine (module docstring). Built by the engine after its parts
-    are known (collective: every rank's positives are counted)."""
+    """The link task of an engine (module docstring; built collectively by ``Engine``)."""
 
     name = "link"
     metric = "mrr"
@@ -192,12 +182,12 @@ class DistLinkTask:
         split = store.link_split
         self.target: int | None = None
         self.dst_type: int | None = None
+        directed = bool(store.meta["directed"])
         if store.schema is not None:
             self.target = int(split["target_relation_index"])
             names = [t.name for t in store.schema.node_types]
             self.dst_type = names.index(store.schema.edge_types[self.target].dst)
-        directed = bool(store.meta["directed"])
-        if store.schema is not None:  # a relation holding both directions: pairs once
+            # a relation holding both directions of its pairs: each pair once
             directed = not str(split.get("pairs", "")).startswith("unordered")
         #: "graph" (default): any positive and negative; "part": an engine whose step computes
         #: only its own part's nodes (``Engine.link_scope``) trains on the edges inside each
@@ -246,8 +236,7 @@ class DistLinkTask:
             )
 
     def _ranges(self, parts: Any) -> NegativeRanges:
-        """The id ranges negatives are drawn from within ``parts``: their nodes (their core
-        nodes of the target's destination type on a typed store)."""
+        """The ids negatives are drawn from in ``parts`` (a typed target's destination type)."""
         parts = list(parts)
         off = np.asarray(self.store.part_offsets, dtype=np.int64)
         if self.dst_type is None:
@@ -258,8 +247,7 @@ class DistLinkTask:
         return NegativeRanges(starts, np.asarray(ends) - np.asarray(starts))
 
     def head(self) -> nn.Module:
-        """The edge scorer trained beside the encoder (built after it, from the same seed on
-        every rank)."""
+        """The edge scorer (built after the encoder from the same seed on every rank)."""
         cfg = self.config
         return build_scorer(self.link.scorer, cfg.model.hidden, dropout=cfg.model.dropout)
 
@@ -288,15 +276,13 @@ class DistLinkTask:
             yield self.step(pos, batch_seed(seed0, epoch, step) + rank)
 
     def step(self, pos: np.ndarray, seed: int) -> LinkStep:
-        """The step of the positives ``pos`` with batch seed ``seed`` (its negatives drawn
-        from it): one of :meth:`steps`, for an engine that batches positives itself."""
+        """The step of positives ``pos`` and batch seed ``seed`` (its negatives drawn)."""
         neg = self.negatives(pos, np.random.default_rng(seed))
         nodes = unique_sorted(np.concatenate([pos.ravel(), neg.ravel()]))
         return LinkStep(pos, neg, nodes, seed)
 
     def part_positives(self, part: Partition) -> RankPositives:
-        """The positives of one of the rank's parts, shuffled by a stream of the part's own
-        (an engine training its parts apart: averaging's per-part models)."""
+        """One part's positives, shuffled by the part's own stream (a per-part model)."""
         return RankPositives(
             [part],
             directed=self.positives.directed,
@@ -327,33 +313,25 @@ class DistLinkTask:
         device: torch.device | None = None,
         budget: int | None = None,
         inputs: dict[int, np.ndarray] | None = None,
-        stats: CommStats | None = None,
     ) -> dict[str, float]:
         """MRR per split (and ``<split>_hits@K``) from exact distributed embeddings of
-        ``model`` computed on ``device`` (default the host; collective). ``inputs``: learned
+        ``model`` computed on ``device`` (default the host; collective) within ``budget``
+        bytes (default :data:`~shoal.training.inference.BLOCKED_BUDGET`). ``inputs``: learned
         layer-0 rows per part (default the store's)."""
-        cfg, device = self.config, device or torch.device("cpu")
+        device = device or torch.device("cpu")
         scorer = on_device(getattr(model, SCORER), device)
-        model = on_device(model, device)
         out: dict[str, float] = {}
-        with Scratch(cfg.memory.scratch_dir, beside=self.store.path) as scratch:
-            emb = dist_node_embeddings(
-                self,
-                model,
-                tables,
-                scratch=scratch,
-                budget=budget or BLOCKED_BUDGET,
-                inputs=inputs,
-                stats=stats,
-            )
+        with Scratch(self.config.memory.scratch_dir, beside=self.store.path) as scratch:
+            budget = budget or BLOCKED_BUDGET
+            model = on_device(model, device)
+            emb = dist_node_embeddings(self, model, tables, scratch, budget, inputs=inputs)
             for s in splits:
-                mrr, hits = dist_link_metrics(self, scorer, emb, s, stats=stats)
+                mrr, hits = dist_link_metrics(self, scorer, emb, s)
                 out[s], out[f"{s}_hits@{self.link.hits_k}"] = mrr, hits
         return out
 
     def eval_work_ratio(self) -> float:
-        """An exact evaluation's work over an epoch's, whose seeds are every positive's ends
-        and negatives."""
+        """An exact evaluation's work over an epoch's (seeds: every positive's ends, negatives)."""
         return eval_work_ratio(
             num_nodes=self.store.num_nodes,
             num_edges=self.store.num_edges,
@@ -370,9 +348,9 @@ def dist_node_embeddings(
     task: DistLinkTask,
     model: nn.Module,
     tables: Any,
-    *,
     scratch: Scratch,
     budget: int,
+    *,
     inputs: dict[int, np.ndarray] | None = None,
     stats: CommStats | None = None,
 ) -> dict[int, np.ndarray]:

@@ -39,9 +39,23 @@ __all__ = [
     "TypeTables",
     "load_tables",
     "save_tables",
+    "table_dir",
 ]
 
 _BLOCK_ROWS = 1 << 16
+
+
+def table_dir(given: str | None, beside: str | os.PathLike, *, resume: bool) -> Path:
+    """Where the link task's learned rows live (``--embedding-dir``: ``given``, default
+    ``<beside>.emb``); a table another run left there is refused unless ``resume``."""
+    where = Path(given or f"{beside}.emb")
+    if not resume and where.is_dir() and any(where.iterdir()):
+        raise ShoalInputError(
+            "an embedding table from another run is there",
+            path=where,
+            fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
+        )
+    return where
 
 
 def _table(path: Path, rows: int, dim: int, dtype=np.float32, fill: float | None = 0.0):

@@ -35,6 +35,7 @@ from shoal.training.embedding import (
     TableRows,
     load_tables,
     save_tables,
+    table_dir,
 )
 from shoal.training.inference import evaluate, layerwise_inference
 from shoal.training.link_config import LinkConfig
@@ -250,13 +251,7 @@ class LinkTask(Task):
                     fix="learn an embedding per node instead: --embedding-dim 64",
                 )
             return None, None
-        where = Path(link.embedding_dir or f"{data.path}.emb")
-        if (where / "embedding.npy").exists() and not config.checkpoint.resume:
-            raise ShoalInputError(
-                "an embedding table from another run is there",
-                path=where,
-                fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
-            )
+        where = table_dir(link.embedding_dir, data.path, resume=config.checkpoint.resume)
         emb = NodeEmbedding(where, data.num_nodes, link.embedding_dim, seed=config.run.seed)
         lr = link.embedding_lr or config.optim.lr
         opt = (SparseAdam if link.embedding_optimizer == "adam" else SparseAdagrad)(emb, lr=lr)

@@ -38,7 +38,6 @@ from shoal.engines.base import Engine
 from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES
 from shoal.engines.minibatch.embedding import DistEmbedding
 from shoal.engines.minibatch.pipeline import BatchPipeline
-from shoal.errors import ShoalInputError
 from shoal.graph.blocks import Batch
 from shoal.nn.base import keyed_dropout
 from shoal.rows.budget import batch_rows
@@ -46,7 +45,7 @@ from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.packing import default_pack_epochs
 from shoal.rows.parts import part_rows
 from shoal.training import batch_seed
-from shoal.training.embedding import load_tables, save_tables
+from shoal.training.embedding import load_tables, save_tables, table_dir
 from shoal.training.meter import EpochMeter
 
 __all__ = ["MinibatchEngine", "dist_pulls", "dist_sampler", "rank_share", "split_training_nodes"]
@@ -218,14 +217,9 @@ class MinibatchEngine(Engine):
     def _open_embedding(self, dim: int) -> None:
         """Learned input rows held by their owners instead of the store's features (no
         memory plan for features, no windows)."""
-        cfg, store = self.train_config, self.store
-        where = Path(cfg.link.embedding_dir or f"{store.path}.emb")
-        if cfg.link.embedding_dir is None and not cfg.checkpoint.resume and where.exists():
-            raise ShoalInputError(
-                "an embedding table from another run is there",
-                path=where,
-                fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
-            )
+        cfg = self.train_config
+        resume = cfg.checkpoint.resume
+        where = table_dir(cfg.link.embedding_dir, self.store.path, resume=resume)
         self.embedding = DistEmbedding(where, self, dim=dim)
         self.local = self.windows = self.features = None
 
@@ -350,20 +344,11 @@ class MinibatchEngine(Engine):
     def feature_stores(self) -> list:
         return [self.local] if self.local is not None else []
 
-    def evaluate_links(
-        self, splits: tuple[str, ...], *, model: torch.nn.Module | None = None
-    ) -> dict[str, float]:
-        """As the base's; learned rows are the evaluation's layer-0 inputs."""
+    def learned_inputs(self) -> dict[int, np.ndarray] | None:
         if self.embedding is None:
-            return super().evaluate_links(splits, model=model)
+            return None
         self.embedding.flush()
-        return self.link.evaluate(
-            model if model is not None else self.model,
-            self.tables,
-            splits,
-            device=self.device,
-            inputs=self.embedding.weights,
-        )
+        return self.embedding.weights
 
     def state(self) -> dict[str, Any]:
         """The base state; learned rows and their optimizer state are copied into the
