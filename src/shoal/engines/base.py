@@ -468,9 +468,8 @@ class Engine(ABC):
             self.resume_io()
 
     def _eval_budget(self, splits: tuple[str, ...], held: int) -> int:
-        """An evaluation's working memory: what training's step and (after the last epoch)
-        caches free, less what the windows hold (``held``) and the per-node books, or the
-        budget less the footprint measured now when that is more."""
+        """An evaluation's working memory: what training frees less ``held`` (read ahead) and
+        the per-node books, or the budget less the footprint measured now when more."""
         tc = self.train_config
         # per core node: its id as a target (int32), a byte per split mask, a block's
         # labels and predictions (12 B); per local node and layer, the ids of the nodes

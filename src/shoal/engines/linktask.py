@@ -109,8 +109,7 @@ class RankPositives:
         return np.stack([src[keep], dst[keep]], axis=1)
 
     def epoch(self, seed: int, epoch: int, num_batches: int) -> Iterator[np.ndarray]:
-        """Exactly ``num_batches`` ``(B, 2)`` batches of ``ceil(count / num_batches)``
-        positives (the last ones smaller, maybe empty)."""
+        """Exactly ``num_batches`` ``(B, 2)`` batches (the last ones smaller, maybe empty)."""
         size = max(1, math.ceil(self.count / max(num_batches, 1)))
         rng = np.random.default_rng([seed, epoch, 0x11C, self.rank])
         buf, done = np.zeros((0, 2), np.int64), 0
@@ -128,8 +127,7 @@ class RankPositives:
 
 
 class NegativeRanges:
-    """Uniform draws over a union of id ranges ``[starts[i], starts[i] + sizes[i])``: every
-    node, a type's nodes in every part, or the rank's own core nodes (of that type)."""
+    """Uniform draws over the union of id ranges ``[starts[i], starts[i] + sizes[i])``."""
 
     def __init__(self, starts: np.ndarray, sizes: np.ndarray) -> None:
         self.starts = np.asarray(starts, dtype=np.int64)
@@ -151,8 +149,7 @@ class NegativeRanges:
 
 @dataclass
 class LinkStep:
-    """One rank's batch of a step: positives ``(B, 2)``, negative destinations ``(B, K)``
-    (global new ids), the sorted end nodes whose outputs the loss reads, the batch seed."""
+    """A rank's batch: positives, negative destinations, the end nodes (sorted), its seed."""
 
     pos: np.ndarray
     neg: np.ndarray
@@ -269,8 +266,7 @@ class DistLinkTask:
         return ranges.draw((len(pos), k), rng)
 
     def steps(self, epoch: int) -> Iterator[LinkStep]:
-        """This rank's :attr:`num_batches` steps of ``epoch`` (deterministic for a seed:
-        an engine may draw an epoch twice, to read its rows ahead)."""
+        """This rank's :attr:`num_batches` steps of ``epoch`` (the same when drawn again)."""
         seed0, rank = self.config.run.seed, self.ctx.rank
         for step, pos in enumerate(self.positives.epoch(seed0, epoch, self.num_batches)):
             yield self.step(pos, batch_seed(seed0, epoch, step) + rank)

@@ -45,16 +45,20 @@ __all__ = [
 _BLOCK_ROWS = 1 << 16
 
 
-def table_dir(given: str | None, beside: str | os.PathLike, *, resume: bool) -> Path:
+def table_dir(
+    given: str | None, beside: str | os.PathLike, *, resume: bool, own: tuple[str, ...] = ("",)
+) -> Path:
     """Where the link task's learned rows live (``--embedding-dir``: ``given``, default
-    ``<beside>.emb``); a table another run left there is refused unless ``resume``."""
+    ``<beside>.emb``); a table another run left in this process's own sub-directories
+    (``own``; a rank's parts, which no other rank writes) is refused unless ``resume``."""
     where = Path(given or f"{beside}.emb")
-    if not resume and where.is_dir() and any(where.iterdir()):
-        raise ShoalInputError(
-            "an embedding table from another run is there",
-            path=where,
-            fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
-        )
+    for d in (where / sub for sub in own):
+        if not resume and d.is_dir() and any(d.iterdir()):
+            raise ShoalInputError(
+                "an embedding table from another run is there",
+                path=d,
+                fix="remove it, pass --embedding-dir elsewhere, or --resume to continue it",
+            )
     return where
 
 

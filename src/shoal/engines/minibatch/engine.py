@@ -218,8 +218,9 @@ class MinibatchEngine(Engine):
         """Learned input rows held by their owners instead of the store's features (no
         memory plan for features, no windows)."""
         cfg = self.train_config
+        own = tuple(f"part_{p.index}" for p in self.parts)  # each rank its own tables
         resume = cfg.checkpoint.resume
-        where = table_dir(cfg.link.embedding_dir, self.store.path, resume=resume)
+        where = table_dir(cfg.link.embedding_dir, self.store.path, resume=resume, own=own)
         self.embedding = DistEmbedding(where, self, dim=dim)
         self.local = self.windows = self.features = None
 
