@@ -25,6 +25,7 @@ traceback; a run that does not finish within ``timeout`` is killed and fails too
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import tempfile
@@ -114,6 +115,10 @@ def _child(
     import numba
 
     numba.set_num_threads(1)
+    # a crash in native code (exit -11) leaves no traceback: have faulthandler write every
+    # thread's Python stack to a file the parent reads back into the failure's message
+    crash_log = open(Path(out_dir) / f"rank{rank}.crash", "w")  # noqa: SIM115 (lives as long as the process)
+    faulthandler.enable(crash_log, all_threads=True)
     path = Path(out_dir) / f"rank{rank}.pkl"
     failure: tuple[str, float] | None = None
     try:
@@ -153,6 +158,13 @@ def _root_cause(bad: list[int], out_dir: Path) -> int:
         if payload[0] == "error":
             stamped.append((payload[2], int(path.stem[4:])))
     return min(stamped)[1] if stamped else bad[0]
+
+
+def _crash(code: int | None, out_dir: Path, rank: int) -> str:
+    """What a rank that wrote no result left: its exit code and faulthandler's stacks."""
+    log = out_dir / f"rank{rank}.crash"
+    stacks = log.read_text(errors="replace").strip() if log.exists() else ""
+    return f"exit code {code}, no output" + (f"; faulthandler:\n{stacks}" if stacks else "")
 
 
 def run_world(
@@ -223,7 +235,7 @@ def run_world(
             payload = pickle.loads(path.read_bytes()) if path.exists() else None
             if failed is not None:
                 if r == failed:
-                    err = payload[1] if payload else f"exit code {procs[r].exitcode}, no output"
+                    err = payload[1] if payload else _crash(procs[r].exitcode, Path(out_dir), r)
                     raise WorldFailed(
                         f"rank {r} of {world_size} failed:\n{err}", rank=r, error=str(err)
                     )

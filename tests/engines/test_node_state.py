@@ -64,7 +64,9 @@ def _state(rank: int, world: int, store: str, engine: str, scope: str | None) ->
     eng = cls(Store.open(store), tc, ctx)
     eng.train_epoch(0)
     held = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
+    # no tracemalloc.stop(): on CPython < 3.12.9 stopping races with threads that allocate
+    # (the heartbeat, numpy in background threads) and can crash the rank (gh-128679); the
+    # tracing ends with the process
     return held, eng.tables.nbytes, eng.tables.scope
 
 
