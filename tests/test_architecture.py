@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -241,23 +241,45 @@ def test_no_package_import_cycle():
     )
 
 
-IMPORT_ALL = """
-import importlib, sys, traceback
-for name in sys.argv[1:]:
-    try:
-        importlib.import_module(name)
-    except BaseException:
-        print(f"importing {name}:", file=sys.stderr)
-        traceback.print_exc()
-        sys.exit(1)
+#: one interpreter that imports shoal's third-party dependencies once, then forks a child per
+#: batch of modules (argv: a JSON list of batches) and prints each child's exit code and
+#: stderr as JSON: every child is fresh as to shoal, and none pays torch's import again
+IMPORT_FORKED = """
+import importlib, json, os, sys, tempfile, traceback
+import numpy, numba, scipy.sparse, torch, torch.distributed, torch_geometric  # the heavy ones
+out = []
+for names in json.loads(sys.argv[1]):
+    with tempfile.TemporaryFile("w+") as err:
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(err.fileno(), 2)
+            code = 0
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                except BaseException:
+                    print(f"importing {name}:", file=sys.stderr)
+                    traceback.print_exc()
+                    code = 1
+                    break
+            sys.stderr.flush()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        err.seek(0)
+        out.append([names, os.waitstatus_to_exitcode(status), err.read()])
+print(json.dumps(out))
 """
 
 
-def _import_fresh(names: list[str]) -> tuple[list[str], int, str]:
+def _import_forked(batches: list[list[str]]) -> list[tuple[list[str], int, str]]:
     proc = subprocess.run(
-        [sys.executable, "-c", IMPORT_ALL, *names], capture_output=True, text=True, cwd=REPO
+        [sys.executable, "-c", IMPORT_FORKED, json.dumps(batches)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
-    return names, proc.returncode, proc.stderr
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [tuple(r) for r in json.loads(proc.stdout)]
 
 
 def leaves_first(names: list[str], graph: dict[str, set[str]]) -> list[str]:
@@ -286,16 +308,17 @@ def test_every_module_imports_in_a_fresh_interpreter():
 
     One interpreter per module would be the strictest check, but it costs a torch import
     (~3 s of CPU) per module: about 100 interpreters took 270 s on the 2-core machine, two at a
-    time. So each top-level package gets one fresh interpreter (two run at a time) that
-    imports all its modules, leaf modules first: each module is imported by its own statement
-    after the package's modules it depends on and before those that depend on it, so when a
-    module runs, the modules of its package already loaded are mostly ones it imports anyway
-    (the state a fresh ``import`` of it would give), a module the package ``__init__`` does not
-    load (lazily imported ones) is still imported, and a failure names the module that has it.
-    Python always runs the parent packages' ``__init__`` first, so no order could make every
-    module the entry point; import cycles are caught statically by
+    time. So each top-level package gets one process, forked from an interpreter that imported
+    shoal's third-party dependencies (numpy, numba, scipy, torch, PyG) and nothing of shoal, which
+    imports all the package's modules, leaf modules first: each module is imported by its own
+    statement after the package's modules it depends on and before those that depend on it,
+    so when a module runs, the modules of its package already loaded are mostly ones it imports
+    anyway (the state a fresh ``import`` of it would give), a module the package ``__init__``
+    does not load (lazily imported ones) is still imported, and a failure names the module
+    that has it. Python always runs the parent packages' ``__init__`` first, so no order could
+    make every module the entry point; import cycles are caught statically by
     :func:`test_no_module_import_cycle`. The first failing module of a package stops its
-    interpreter (later imports would run in a broken state).
+    process (later imports would run in a broken state).
     """
     import pkgutil
 
@@ -316,10 +339,9 @@ def test_every_module_imports_in_a_fresh_interpreter():
         groups.setdefault(package_of(name), []).append(name)
     batches = [leaves_first(group, graph) for _, group in sorted(groups.items())]
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_import_fresh, batches))
+    results = _import_forked(batches)
     seconds = time.perf_counter() - t0
-    print(f"{len(names)} modules in {len(batches)} fresh interpreters: {seconds:.1f} s")
+    print(f"{len(names)} modules in {len(batches)} forked interpreters: {seconds:.1f} s")
     bad = [f"{' '.join(batch)} (exit {rc}):\n{err.strip()}" for batch, rc, err in results if rc]
     assert not bad, "modules failing to import in a fresh interpreter:\n" + "\n\n".join(bad)
 

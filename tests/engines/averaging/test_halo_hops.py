@@ -204,7 +204,7 @@ def _check_grown(g: GraphDir, gp: dict, hops: int) -> None:
         assert gp["edges"][0] < gp["ref_edges"][0]
 
 
-@pytest.mark.parametrize("hops", [1, 2, 3])
+@pytest.mark.parametrize("hops", [1, 3])  # 2 hops: test_a_rank_without_parts_joins_every_exchange
 def test_grown_typed_parts_hold_the_graphs_in_edges_and_rows_hops_deep(typed, tmp_path, hops):
     g, stores = typed
     # 3 parts on 2 ranks: rank 0 grows two parts, rank 1 one; exchange steps of 50 edges
