@@ -156,3 +156,21 @@ def test_synth_cli(run_cli, tmp_path):
     assert code == 0, err and "dcsbm" in out
     code, out, err = run_cli(*dcsbm, "--homophily", "2", "--out", tmp_path / "bad")
     assert code == 2 and "--homophily" in err and not (tmp_path / "bad").exists()
+
+
+def test_a_test_fraction_leaves_the_other_nodes_in_no_split(tmp_path, run_cli):
+    """papers100M's shape: 1.1% train, 0.11% val, 0.19% test, every other node in no split;
+    the train and val splits are those of the same seed without a test fraction."""
+    base = dict(nodes=3000, edges=9000, classes=3, features=4, train_frac=0.011, val_frac=0.0011)
+    full = generate_dcsbm(tmp_path / "full", DCSBMConfig(**base))
+    part = generate_dcsbm(tmp_path / "part", DCSBMConfig(**base, test_frac=0.0019))
+    assert [len(part.split(s)) for s in ("train", "val", "test")] == [33, 3, 6]
+    for s in ("train", "val"):
+        assert np.array_equal(part.split(s), full.split(s))
+    assert set(part.split("test").tolist()) < set(full.split("test").tolist())
+    assert len(full.split("test")) == 3000 - 36
+    with pytest.raises(ShoalInputError, match="sum to <= 1"):
+        DCSBMConfig(**{**base, "test_frac": 0.99})
+    cmd = "data synth dcsbm --nodes 300 --edges 900 --train-frac 0.5 --test-frac 0.6".split()
+    code, _, err = run_cli(*cmd, "--out", tmp_path / "bad")
+    assert code == 2 and "no split" in err and not (tmp_path / "bad").exists()

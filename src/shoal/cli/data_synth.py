@@ -46,7 +46,7 @@ def _cmd_synth_dcsbm(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     names = "nodes edges classes features homophily feature_signal degree_exponent train_frac"
     cfg = DCSBMConfig(
-        **args_of(args, f"{names} val_frac seed directed"),
+        **args_of(args, f"{names} val_frac test_frac seed directed"),
         **write_options(args),
     )
     g = generate_dcsbm(args.out, cfg)
@@ -169,12 +169,25 @@ example: shoal data synth dcsbm --nodes 100000 --edges 1000000 --out /tmp/sbm"""
     s.add_argument(
         "--degree-exponent", type=float, default=2.5, help="power-law exponent (default 2.5)"
     )
-    s.add_argument("--train-frac", type=float, default=0.1, help="train fraction (default 0.1)")
-    s.add_argument("--val-frac", type=float, default=0.1, help="val fraction (default 0.1)")
+    _split_options(s, train=0.1, val=0.1)
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     s.add_argument("--directed", action="store_true", help="store each edge once")
     add_write_options(s, undirected=False)
     s.set_defaults(func=_cmd_synth_dcsbm)
+
+
+def _split_options(s: argparse.ArgumentParser, *, train: float, val: float) -> None:
+    s.add_argument(
+        "--train-frac", type=float, default=train, help=f"train fraction (default {train})"
+    )
+    s.add_argument("--val-frac", type=float, default=val, help=f"val fraction (default {val})")
+    s.add_argument(
+        "--test-frac",
+        type=float,
+        default=None,
+        help="test fraction (default: every node in neither train nor val; with a fraction, "
+        "the rest are in no split, as most of ogbn-papers100M's nodes)",
+    )
 
 
 def _pairs(values: list[str] | None, what: str, convert=float) -> dict:
@@ -199,9 +212,9 @@ def _cmd_synth_igbh(args: argparse.Namespace) -> int:
     from shoal.data.synth.igbh import IGBHConfig, generate_igbh
 
     t0 = time.perf_counter()
-    names = "size scale classes features degree_exponent train_frac val_frac seed name overwrite"
+    names = "size scale classes features degree_exponent train_frac val_frac test_frac seed name"
     cfg = IGBHConfig(
-        **args_of(args, names),
+        **args_of(args, f"{names} overwrite"),
         degree=_pairs(args.degree, "degree"),
         homophily=_pairs(args.homophily, "homophily"),
         signal=_pairs(args.signal, "signal"),
@@ -270,8 +283,7 @@ example: shoal data synth igbh --size tiny --scale 0.1 --out /tmp/igbh""",
     s.add_argument(
         "--degree-exponent", type=float, default=2.5, help="power-law exponent (default 2.5)"
     )
-    s.add_argument("--train-frac", type=float, default=0.6, help="train fraction (default 0.6)")
-    s.add_argument("--val-frac", type=float, default=0.2, help="val fraction (default 0.2)")
+    _split_options(s, train=0.6, val=0.2)
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     s.add_argument("--name", help="dataset name stored in meta.json (default: DIR's name)")
     s.add_argument("--overwrite", action="store_true", help="replace an existing DIR")

@@ -60,7 +60,9 @@ class DCSBMConfig(WriteConfig):
         degree_exponent: power-law exponent of the degree propensities theta (default 2.5).
         max_theta: cap on theta relative to its minimum (default 1000), i.e. on the ratio of
             the largest to the smallest expected degree.
-        train_frac, val_frac: split fractions (default 0.1, 0.1; the rest is test).
+        train_frac, val_frac: split fractions (default 0.1, 0.1).
+        test_frac: test fraction (default None: the rest; a fraction leaves the others in
+            no split, as most of ogbn-papers100M's nodes).
         seed: random seed (default 0).
         directed: store each generated edge once, as (src, dst) (default false).
         and the write options of :class:`~shoal.data.synth.common.WriteConfig`.
@@ -76,6 +78,7 @@ class DCSBMConfig(WriteConfig):
     max_theta: float = 1000.0
     train_frac: float = 0.1
     val_frac: float = 0.1
+    test_frac: float | None = None
     seed: int = 0
     directed: bool = False
 
@@ -95,7 +98,7 @@ class DCSBMConfig(WriteConfig):
         if self.max_theta < 1:
             raise ShoalInputError(f"--max-theta must be >= 1, got {self.max_theta}")
         check_positive("--feature-signal", self.feature_signal, allow_zero=True)
-        check_fractions(self.train_frac, self.val_frac)
+        check_fractions(self.train_frac, self.val_frac, self.test_frac)
 
 
 def _sbm_state(cfg: DCSBMConfig) -> ClassSampler:
@@ -147,8 +150,7 @@ def generate_dcsbm(
             cfg.features,
             cfg.feature_signal,
             st.labels,
-            cfg.train_frac,
-            cfg.val_frac,
+            (cfg.train_frac, cfg.val_frac, cfg.test_frac),
             cfg.seed,
         )
     return GraphDir.open(out)

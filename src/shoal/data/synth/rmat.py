@@ -56,6 +56,8 @@ class RMATConfig(WriteConfig):
             signal: use the DC-SBM for accuracy experiments.
         feature_signal: class-centroid scale (default 1.0; smoke-test signal only).
         train_frac, val_frac: split fractions when ``classes`` > 0 (default 0.1, 0.1).
+        test_frac: test fraction (default None: the rest; a fraction leaves the others in
+            no split).
         undirected: store both directions of every edge (default false).
         and the write options of :class:`~shoal.data.synth.common.WriteConfig`.
     """
@@ -73,6 +75,7 @@ class RMATConfig(WriteConfig):
     feature_signal: float = 1.0
     train_frac: float = 0.1
     val_frac: float = 0.1
+    test_frac: float | None = None
     undirected: bool = False
 
     def __post_init__(self) -> None:
@@ -94,7 +97,7 @@ class RMATConfig(WriteConfig):
         check_positive("--classes", self.classes, allow_zero=True)
         if self.classes == 1:
             raise ShoalInputError("--classes must be 0 (no labels) or >= 2")
-        check_fractions(self.train_frac, self.val_frac)
+        check_fractions(self.train_frac, self.val_frac, self.test_frac)
 
     @property
     def scale(self) -> int:
@@ -171,8 +174,7 @@ def generate_rmat(
                 cfg.features,
                 cfg.feature_signal,
                 None,
-                cfg.train_frac,
-                cfg.val_frac,
+                (cfg.train_frac, cfg.val_frac, cfg.test_frac),
                 cfg.seed,
             )
         elif cfg.features:
