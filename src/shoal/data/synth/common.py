@@ -26,6 +26,8 @@ __all__ = [
     "ClassSampler",
     "WriteConfig",
     "block_sizes",
+    "FEATURE_DTYPES",
+    "check_feature_dtype",
     "check_fractions",
     "write_random_splits",
     "check_positive",
@@ -77,6 +79,18 @@ def write_random_splits(
     w.write_split("train", order[:a])
     w.write_split("val", order[a:b])
     w.write_split("test", order[b:] if test is None else order[b : b + int(round(test * n))])
+
+
+#: the dtypes ``--feature-dtype`` writes (the model computes in float32 after the gather)
+FEATURE_DTYPES = ("float32", "float16")
+
+
+def check_feature_dtype(v: str) -> None:
+    if v not in FEATURE_DTYPES:
+        raise ShoalInputError(
+            f"feature_dtype {v!r} is not one of {', '.join(FEATURE_DTYPES)}",
+            fix="float16 halves the features' bytes (and the out-of-core reads)",
+        )
 
 
 def rng_for(seed: int, stream: int, block: int = 0) -> np.random.Generator:
@@ -228,8 +242,10 @@ def class_node_data(
     labels: np.ndarray | None,
     fractions: tuple[float, float, float | None],
     seed: int,
+    feature_dtype: str = "float32",
 ) -> None:
-    """Labels (given or uniform), class-correlated features and random splits."""
+    """Labels (given or uniform), class-correlated features (generated in float32, stored
+    as ``feature_dtype``) and random splits."""
     rng = rng_for(seed, STREAM_NODES, 1)
     if labels is None:
         labels = rng.integers(0, classes, n)
@@ -250,6 +266,6 @@ def class_node_data(
                 noise += centroids[labels[s : s + k]]
                 yield noise
 
-        w.write_features(rows(), origin="synthetic features")
+        w.write_features(rows(), origin="synthetic features", dtype=feature_dtype)
     w.write_labels(labels, origin="synthetic labels", num_classes=classes)
     write_random_splits(w, n, fractions, seed)
