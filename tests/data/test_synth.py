@@ -156,3 +156,43 @@ def test_synth_cli(run_cli, tmp_path):
     assert code == 0, err and "dcsbm" in out
     code, out, err = run_cli(*dcsbm, "--homophily", "2", "--out", tmp_path / "bad")
     assert code == 2 and "--homophily" in err and not (tmp_path / "bad").exists()
+
+
+def test_a_test_fraction_leaves_the_other_nodes_in_no_split(tmp_path, run_cli):
+    """papers100M's shape: 1.1% train, 0.11% val, 0.19% test, every other node in no split;
+    the train and val splits are those of the same seed without a test fraction."""
+    base = dict(nodes=3000, edges=9000, classes=3, features=4, train_frac=0.011, val_frac=0.0011)
+    full = generate_dcsbm(tmp_path / "full", DCSBMConfig(**base))
+    part = generate_dcsbm(tmp_path / "part", DCSBMConfig(**base, test_frac=0.0019))
+    assert [len(part.split(s)) for s in ("train", "val", "test")] == [33, 3, 6]
+    for s in ("train", "val"):
+        assert np.array_equal(part.split(s), full.split(s))
+    assert set(part.split("test").tolist()) < set(full.split("test").tolist())
+    assert len(full.split("test")) == 3000 - 36
+    with pytest.raises(ShoalInputError, match="sum to <= 1"):
+        DCSBMConfig(**{**base, "test_frac": 0.99})
+    cmd = "data synth dcsbm --nodes 300 --edges 900 --train-frac 0.5 --test-frac 0.6".split()
+    code, _, err = run_cli(*cmd, "--out", tmp_path / "bad")
+    assert code == 2 and "no split" in err and not (tmp_path / "bad").exists()
+
+
+def test_float16_features_are_the_float32_ones_rounded(tmp_path, run_cli):
+    """``feature_dtype="float16"``: half the bytes, each value the float32 one rounded (the
+    same random streams); the CLI takes it and refuses a dtype it cannot write."""
+    base = dict(nodes=400, edges=1200, classes=3, features=8)
+    x32 = generate_dcsbm(tmp_path / "a", DCSBMConfig(**base)).features()
+    x16 = generate_dcsbm(tmp_path / "b", DCSBMConfig(**base, feature_dtype="float16")).features()
+    assert x16.dtype == np.float16 and x32.dtype == np.float32
+    assert np.array_equal(np.asarray(x16), np.asarray(x32).astype(np.float16))
+    r = generate_rmat(
+        tmp_path / "r", RMATConfig(nodes=64, edges=128, features=4, feature_dtype="float16")
+    )
+    assert r.features().dtype == np.float16
+    with pytest.raises(ShoalInputError, match="feature_dtype"):
+        DCSBMConfig(**base, feature_dtype="int8")
+    cmd = "data synth dcsbm --nodes 300 --edges 900 --feature-dtype float16".split()
+    code, _, err = run_cli(*cmd, "--out", tmp_path / "c")
+    assert code == 0, err
+    with pytest.raises(SystemExit) as e:  # argparse's choices: exit 2 with the valid ones
+        run_cli(*cmd[:-1], "bfloat17", "--out", tmp_path / "d")
+    assert e.value.code == 2

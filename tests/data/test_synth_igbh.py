@@ -100,6 +100,8 @@ def test_options_are_checked():
 def test_the_cli_writes_a_typed_graph(tmp_path, capsys):
     out = tmp_path / "g"
     opts = "--scale 0.005 --features 4 --featureless institute --homophily cites=0.9"
+    opts += " --val-frac 0.1 --test-frac 0.05"  # 300 train, 50 val, 25 test of 500 papers
+    opts += " --feature-dtype float16"
     rc = main(
         ["data", "synth", "igbh", "--out", str(out), *opts.split(), "--no-reverse"]
         + ["--json", "-"]
@@ -109,6 +111,8 @@ def test_the_cli_writes_a_typed_graph(tmp_path, capsys):
     assert s["node_types"]["paper"] == 500 and len(s["edge_types"]) == 6
     g = GraphDir.open(out)
     assert g.node_features("institute") is None and g.directed
+    assert [len(g.split(n)) for n in ("train", "val", "test")] == [300, 50, 25]
+    assert g.node_features("paper").dtype == np.float16
     assert g.meta["source"]["config"]["homophily"]["cites"] == 0.9
     assert main(["data", "synth", "igbh", "--out", str(tmp_path / "h"), "--degree", "x"]) == 2
     capsys.readouterr()  # the synth's messages

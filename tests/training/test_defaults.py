@@ -224,6 +224,40 @@ def test_auto_cadence_follows_the_estimated_evaluation_work(ratio, k):
     assert fixed.evaluated[:-1] == [2, 4, 5]
 
 
+class _Scored(_Stub):
+    """A target whose weights are the epoch that trained them, scored ``vals[epoch - 1]`` on
+    validation and the epoch's number on test (so the result tells which weights it saw)."""
+
+    def __init__(self, vals: list[float]) -> None:
+        super().__init__(None)
+        self.vals, self.calls = vals, []
+
+    def train_epoch(self, epoch: int):
+        with torch.no_grad():
+            self.model.weight.fill_(epoch + 1)
+        return super().train_epoch(epoch)
+
+    def evaluate(self, splits):
+        e = int(self.model.weight.item())
+        self.calls.append((e, splits))
+        return {s: self.vals[e - 1] if s == "val" else float(e) for s in splits}
+
+
+def test_the_last_epochs_evaluation_is_the_final_one_when_it_is_the_best():
+    """One exact pass, not two: the last epoch's validation takes the test split too, and when
+    that epoch is the best the result is that evaluation (no evaluation after the loop)."""
+    t = _Scored([0.1, 0.2, 0.3])
+    r = EpochLoop(t, TrainConfig.from_options(epochs=3, hidden=4, eval_every=1)).fit()
+    assert t.calls == [(1, ("val",)), (2, ("val",)), (3, ("val", "test"))]
+    assert (r.best_epoch, r.val_accuracy, r.test_accuracy) == (3, 0.3, 3.0)
+    assert all("test_accuracy" not in h for h in r.history)  # without --eval-test
+    # an earlier epoch is the best: its weights come back and are evaluated after the loop
+    t = _Scored([0.1, 0.3, 0.2])
+    r = EpochLoop(t, TrainConfig.from_options(epochs=3, hidden=4, eval_every=1)).fit()
+    assert t.calls[2:] == [(3, ("val", "test")), (2, ("val", "test"))]
+    assert (r.best_epoch, r.val_accuracy, r.test_accuracy) == (2, 0.3, 2.0)
+
+
 def test_work_ratio_of_a_hand_sized_graph():
     # N = 100, E = 400 (d = 4), fanouts (10, 2): per seed min(10, 4) + 4 * min(2, 4) = 12
     # sampled edges; 50 seeds -> 3 * 50 * 12 = 1800; evaluation 2 * (400 + 100) = 1000

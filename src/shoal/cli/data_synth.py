@@ -30,7 +30,7 @@ def _cmd_synth_rmat(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     a, b, c, d = args.abcd
     cfg = RMATConfig(
-        **args_of(args, "nodes edges seed features classes undirected"),
+        **args_of(args, "nodes edges seed features feature_dtype classes undirected"),
         **dict(zip("abcd", args.abcd, strict=True)),
         scramble=not args.no_scramble,
         **write_options(args),
@@ -46,7 +46,7 @@ def _cmd_synth_dcsbm(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     names = "nodes edges classes features homophily feature_signal degree_exponent train_frac"
     cfg = DCSBMConfig(
-        **args_of(args, f"{names} val_frac seed directed"),
+        **args_of(args, f"{names} val_frac test_frac feature_dtype seed directed"),
         **write_options(args),
     )
     g = generate_dcsbm(args.out, cfg)
@@ -97,6 +97,7 @@ example: shoal data synth rmat --nodes 1000000 --edges 20000000 --out /tmp/r""",
     )
     r.add_argument("--no-scramble", action="store_true", help="keep the Kronecker vertex order")
     r.add_argument("--features", type=int, default=0, help="feature dimension (default 0)")
+    _dtype_option(r)
     r.add_argument(
         "--classes", type=int, default=0, help="random class labels + splits (default 0: none)"
     )
@@ -160,6 +161,7 @@ example: shoal data synth dcsbm --nodes 100000 --edges 1000000 --out /tmp/sbm"""
     s.add_argument("--out", required=True, help="graph directory to create")
     s.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
     s.add_argument("--features", type=int, default=64, help="feature dimension (default 64)")
+    _dtype_option(s)
     s.add_argument(
         "--homophily", type=float, default=0.5, help="P(edge inside its class) (default 0.5)"
     )
@@ -169,12 +171,34 @@ example: shoal data synth dcsbm --nodes 100000 --edges 1000000 --out /tmp/sbm"""
     s.add_argument(
         "--degree-exponent", type=float, default=2.5, help="power-law exponent (default 2.5)"
     )
-    s.add_argument("--train-frac", type=float, default=0.1, help="train fraction (default 0.1)")
-    s.add_argument("--val-frac", type=float, default=0.1, help="val fraction (default 0.1)")
+    _split_options(s, train=0.1, val=0.1)
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     s.add_argument("--directed", action="store_true", help="store each edge once")
     add_write_options(s, undirected=False)
     s.set_defaults(func=_cmd_synth_dcsbm)
+
+
+def _dtype_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--feature-dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="stored features' dtype (default float32; float16 halves their bytes)",
+    )
+
+
+def _split_options(s: argparse.ArgumentParser, *, train: float, val: float) -> None:
+    s.add_argument(
+        "--train-frac", type=float, default=train, help=f"train fraction (default {train})"
+    )
+    s.add_argument("--val-frac", type=float, default=val, help=f"val fraction (default {val})")
+    s.add_argument(
+        "--test-frac",
+        type=float,
+        default=None,
+        help="test fraction (default: every node in neither train nor val; with a fraction, "
+        "the rest are in no split, as most of ogbn-papers100M's nodes)",
+    )
 
 
 def _pairs(values: list[str] | None, what: str, convert=float) -> dict:
@@ -199,9 +223,9 @@ def _cmd_synth_igbh(args: argparse.Namespace) -> int:
     from shoal.data.synth.igbh import IGBHConfig, generate_igbh
 
     t0 = time.perf_counter()
-    names = "size scale classes features degree_exponent train_frac val_frac seed name overwrite"
+    names = "size scale classes features degree_exponent train_frac val_frac test_frac seed name"
     cfg = IGBHConfig(
-        **args_of(args, names),
+        **args_of(args, f"{names} feature_dtype overwrite"),
         degree=_pairs(args.degree, "degree"),
         homophily=_pairs(args.homophily, "homophily"),
         signal=_pairs(args.signal, "signal"),
@@ -249,6 +273,7 @@ example: shoal data synth igbh --size tiny --scale 0.1 --out /tmp/igbh""",
     s.add_argument(
         "--features", type=int, default=128, help="feature width of every type (default 128)"
     )
+    _dtype_option(s)
     for opt, what in (
         ("degree", "mean edges per source node of a relation, e.g. cites=6"),
         ("homophily", "P(an edge keeps its source's class) per relation, e.g. topic=0.6"),
@@ -270,8 +295,7 @@ example: shoal data synth igbh --size tiny --scale 0.1 --out /tmp/igbh""",
     s.add_argument(
         "--degree-exponent", type=float, default=2.5, help="power-law exponent (default 2.5)"
     )
-    s.add_argument("--train-frac", type=float, default=0.6, help="train fraction (default 0.6)")
-    s.add_argument("--val-frac", type=float, default=0.2, help="val fraction (default 0.2)")
+    _split_options(s, train=0.6, val=0.2)
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     s.add_argument("--name", help="dataset name stored in meta.json (default: DIR's name)")
     s.add_argument("--overwrite", action="store_true", help="replace an existing DIR")

@@ -7,7 +7,9 @@ after the last), keep the best-validation weights, stop early after ``patience``
 without improvement (every rank sees the same accuracy, so all stop together), write one JSON
 line per epoch to ``metrics_file`` (rank 0), checkpoint every epoch and resume exactly
 (:class:`~shoal.training.checkpoint.Checkpointer`), log progress (rank 0), test the best
-weights at the end and return one :class:`~shoal.training.result.RunResult`.
+weights at the end and return one :class:`~shoal.training.result.RunResult`. The last epoch's
+evaluation takes the test split too, after ``end_training``: when that epoch is the best, it
+is the final evaluation (one exact pass at the end, not two).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class Trainable(Protocol):
     ``train_accuracy``, ``seconds`` and ``time_split`` (a dict of seconds per phase); optional
     ``comm`` (communication counters) and ``evaluable`` (False: the weights are mid-round and
     must not be evaluated, e.g. between two averaging rounds). An optional ``end_training()``
-    is called before the final evaluation: no training step follows it.
+    is called before the last epoch's evaluation and the final one (once or twice: it must
+    be a no-op the second time): no training step follows it.
     """
 
     model: nn.Module
@@ -72,6 +75,13 @@ def eval_work_ratio(
         per_seed += width
     train = 3.0 * max(num_seeds, 1) * max(per_seed, 1.0)
     return len(fanouts) * (num_edges + num_nodes) / train
+
+
+def _read_since(read0: int) -> int:
+    """Bytes this process read from storage since ``read0`` (a large negative number when it
+    cannot tell, so that a sum over ranks stays negative)."""
+    read1 = read_bytes_of_process()
+    return read1 - read0 if min(read0, read1) >= 0 else -(1 << 50)
 
 
 class Group(Protocol):
@@ -156,6 +166,9 @@ class EpochLoop:
         self.identity = {"engine": engine, **(identity or {})}
         self.state = LoopState()
         self.eval_seconds = 0.0
+        # the last epoch's validation, evaluated with the test split, and the bytes it read:
+        # the final evaluation when that epoch is the best (one exact pass, not two)
+        self._last: tuple[dict[str, float], int] | None = None
 
     @property
     def metric(self) -> str:
@@ -180,17 +193,24 @@ class EpochLoop:
         if self.is_rank0:
             log.info("resumed from %s after epoch %d", ckpt.dir, self.state.epoch)
 
-    def _evaluate_val(self, rec: dict[str, Any]) -> bool:
+    def _evaluate_val(self, rec: dict[str, Any], last: bool = False) -> bool:
         """Validation accuracy (and the test accuracy with ``eval_test``) into ``rec``; keeps
-        the best weights. True when improved."""
+        the best weights. True when improved. The ``last`` epoch's evaluation takes the test
+        split too (kept for :meth:`_finish`, not recorded without ``eval_test``)."""
         st = self.state
-        t0 = time.perf_counter()
-        acc = self.target.evaluate(("val", "test") if self.config.eval.test else ("val",))
+        t0, read0 = time.perf_counter(), read_bytes_of_process()
+        with_test = self.config.eval.test or last
+        acc = self.target.evaluate(("val", "test") if with_test else ("val",))
         self.eval_seconds += time.perf_counter() - t0
+        if last:
+            self._last = (acc, _read_since(read0))
         val = rec[f"val_{self.metric}"] = acc["val"]
-        if "test" in acc:
+        if self.config.eval.test:
             rec[f"test_{self.metric}"] = acc["test"]
-        rec.update({k: v for k, v in acc.items() if k not in ("val", "test")})
+        extra = {k: v for k, v in acc.items() if k not in ("val", "test")}
+        if not self.config.eval.test:  # the last epoch's test metrics are the result's
+            extra = {k: v for k, v in extra.items() if not k.startswith("test_")}
+        rec.update(extra)
         if val > st.best_val:
             st.best_val, st.best_epoch, st.bad_evals = val, st.epoch, 0
             st.best_model = copy.deepcopy(self._selected().state_dict())
@@ -275,7 +295,10 @@ class EpochLoop:
             st.epoch = done
             improved = False
             if self._due(st.epoch) and rec.get("evaluable", True):
-                improved = self._evaluate_val(rec)
+                last = st.epoch == cfg.optim.epochs
+                if last:  # no step follows: the evaluation gets training's memory
+                    getattr(self.target, "end_training", lambda: None)()
+                improved = self._evaluate_val(rec, last=last)
             st.history.append(rec)
             stop = cfg.optim.patience > 0 and st.bad_evals >= cfg.optim.patience
             self._log_epoch(rec, stop)
@@ -290,18 +313,21 @@ class EpochLoop:
         if st.best_model is not None:
             self._selected().load_state_dict(st.best_model)
             getattr(self.target, "restore_best", lambda: None)()
-        getattr(self.target, "end_training", lambda: None)()  # its memory may go to evaluation
-        t0, read0 = time.perf_counter(), read_bytes_of_process()
-        final = self.target.evaluate(("val", "test"))
-        self.eval_seconds += time.perf_counter() - t0
-        read1 = read_bytes_of_process()
+        getattr(self.target, "end_training", lambda: None)()  # (once: a no-op the second time)
+        if self._last is not None and st.best_epoch == st.epoch:  # evaluated with these weights
+            final, read_final = self._last
+        else:
+            t0, read0 = time.perf_counter(), read_bytes_of_process()
+            final = self.target.evaluate(("val", "test"))
+            self.eval_seconds += time.perf_counter() - t0
+            read_final = _read_since(read0)
         hist = st.history
         n = max(len(hist), 1)
         keys = sorted({k for r in hist for k in r["time_split"]})
         comm_keys = sorted({k for r in hist for k in r.get("comm", {})})
         rss = torch.tensor([peak_rss_bytes()], dtype=torch.float64)
         # bytes the final evaluation read, summed over ranks (-1 on a rank that cannot tell)
-        read = torch.tensor([read1 - read0 if min(read0, read1) >= 0 else -(1 << 50)])
+        read = torch.tensor([read_final])
         if self.group.world_size > 1:
             dist.all_reduce(rss, op=dist.ReduceOp.MAX)
             dist.all_reduce(read)

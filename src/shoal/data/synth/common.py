@@ -26,7 +26,10 @@ __all__ = [
     "ClassSampler",
     "WriteConfig",
     "block_sizes",
+    "FEATURE_DTYPES",
+    "check_feature_dtype",
     "check_fractions",
+    "write_random_splits",
     "check_positive",
     "class_node_data",
     "recorded_config",
@@ -51,11 +54,42 @@ def check_positive(name: str, v: float, allow_zero: bool = False) -> None:
         raise ShoalInputError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {v}")
 
 
-def check_fractions(train: float, val: float) -> None:
-    if not (0 <= train <= 1 and 0 <= val <= 1 and train + val <= 1):
+def check_fractions(train: float, val: float, test: float | None = None) -> None:
+    """Split fractions in [0, 1] summing to at most 1 (``test`` None: the rest)."""
+    parts = (train, val, 0.0 if test is None else test)
+    if not (all(0 <= f <= 1 for f in parts) and sum(parts) <= 1):
+        given = "/".join(str(f) for f in (train, val, test) if f is not None)
         raise ShoalInputError(
-            f"train/val fractions {train}/{val} must lie in [0, 1] and sum to <= 1",
-            fix="the rest of the nodes form the test split",
+            f"split fractions {given} must lie in [0, 1] and sum to <= 1",
+            fix="without a test fraction the rest of the nodes form the test split; with one, "
+            "the nodes in no split are unlabelled for training and evaluation",
+        )
+
+
+def write_random_splits(
+    w: GraphWriter, n: int, fractions: tuple[float, float, float | None], seed: int
+) -> None:
+    """Uniform random train/val/test splits of ``n`` nodes; a ``None`` test fraction takes
+    every node the other two leave (with a fraction, the rest are in no split, as most of
+    ogbn-papers100M's nodes)."""
+    train, val, test = fractions
+    order = rng_for(seed, STREAM_NODES, 3).permutation(n)
+    a = int(round(train * n))
+    b = a + int(round(val * n))
+    w.write_split("train", order[:a])
+    w.write_split("val", order[a:b])
+    w.write_split("test", order[b:] if test is None else order[b : b + int(round(test * n))])
+
+
+#: the dtypes ``--feature-dtype`` writes (the model computes in float32 after the gather)
+FEATURE_DTYPES = ("float32", "float16")
+
+
+def check_feature_dtype(v: str) -> None:
+    if v not in FEATURE_DTYPES:
+        raise ShoalInputError(
+            f"feature_dtype {v!r} is not one of {', '.join(FEATURE_DTYPES)}",
+            fix="float16 halves the features' bytes (and the out-of-core reads)",
         )
 
 
@@ -206,11 +240,12 @@ def class_node_data(
     features: int,
     signal: float,
     labels: np.ndarray | None,
-    train: float,
-    val: float,
+    fractions: tuple[float, float, float | None],
     seed: int,
+    feature_dtype: str = "float32",
 ) -> None:
-    """Labels (given or uniform), class-correlated features and random splits."""
+    """Labels (given or uniform), class-correlated features (generated in float32, stored
+    as ``feature_dtype``) and random splits."""
     rng = rng_for(seed, STREAM_NODES, 1)
     if labels is None:
         labels = rng.integers(0, classes, n)
@@ -231,10 +266,6 @@ def class_node_data(
                 noise += centroids[labels[s : s + k]]
                 yield noise
 
-        w.write_features(rows(), origin="synthetic features")
+        w.write_features(rows(), origin="synthetic features", dtype=feature_dtype)
     w.write_labels(labels, origin="synthetic labels", num_classes=classes)
-    order = rng_for(seed, STREAM_NODES, 3).permutation(n)
-    n_train, n_val = int(round(train * n)), int(round(val * n))
-    w.write_split("train", order[:n_train])
-    w.write_split("val", order[n_train : n_train + n_val])
-    w.write_split("test", order[n_train + n_val :])
+    write_random_splits(w, n, fractions, seed)

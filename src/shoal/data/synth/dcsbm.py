@@ -32,6 +32,7 @@ from shoal.data.synth.common import (
     ClassSampler,
     WriteConfig,
     block_sizes,
+    check_feature_dtype,
     check_fractions,
     check_positive,
     class_node_data,
@@ -60,7 +61,11 @@ class DCSBMConfig(WriteConfig):
         degree_exponent: power-law exponent of the degree propensities theta (default 2.5).
         max_theta: cap on theta relative to its minimum (default 1000), i.e. on the ratio of
             the largest to the smallest expected degree.
-        train_frac, val_frac: split fractions (default 0.1, 0.1; the rest is test).
+        train_frac, val_frac: split fractions (default 0.1, 0.1).
+        test_frac: test fraction (default None: the rest; a fraction leaves the others in
+            no split, as most of ogbn-papers100M's nodes).
+        feature_dtype: the stored features' dtype, ``float32`` or ``float16`` (default
+            float32; generated in float32 either way).
         seed: random seed (default 0).
         directed: store each generated edge once, as (src, dst) (default false).
         and the write options of :class:`~shoal.data.synth.common.WriteConfig`.
@@ -76,6 +81,8 @@ class DCSBMConfig(WriteConfig):
     max_theta: float = 1000.0
     train_frac: float = 0.1
     val_frac: float = 0.1
+    test_frac: float | None = None
+    feature_dtype: str = "float32"
     seed: int = 0
     directed: bool = False
 
@@ -95,7 +102,8 @@ class DCSBMConfig(WriteConfig):
         if self.max_theta < 1:
             raise ShoalInputError(f"--max-theta must be >= 1, got {self.max_theta}")
         check_positive("--feature-signal", self.feature_signal, allow_zero=True)
-        check_fractions(self.train_frac, self.val_frac)
+        check_fractions(self.train_frac, self.val_frac, self.test_frac)
+        check_feature_dtype(self.feature_dtype)
 
 
 def _sbm_state(cfg: DCSBMConfig) -> ClassSampler:
@@ -147,8 +155,8 @@ def generate_dcsbm(
             cfg.features,
             cfg.feature_signal,
             st.labels,
-            cfg.train_frac,
-            cfg.val_frac,
+            (cfg.train_frac, cfg.val_frac, cfg.test_frac),
             cfg.seed,
+            cfg.feature_dtype,
         )
     return GraphDir.open(out)

@@ -41,10 +41,12 @@ from shoal.data.synth.common import (
     STREAM_NODES,
     ClassSampler,
     block_sizes,
+    check_feature_dtype,
     check_fractions,
     check_positive,
     recorded_config,
     rng_for,
+    write_random_splits,
 )
 from shoal.errors import ShoalInputError
 from shoal.utils.progress import progress
@@ -144,6 +146,10 @@ class IGBHConfig:
         degree_exponent: power-law exponent of ``theta`` (default 2.5).
         max_theta: cap on ``theta`` relative to its minimum (default 1000).
         train_frac, val_frac: split fractions of the papers (default 0.6, 0.2).
+        test_frac: the test split's fraction of the papers (default None: every paper not in
+            train or val; a fraction leaves the others in no split).
+        feature_dtype: the stored features' dtype, ``float32`` or ``float16`` (default
+            float32, as MLPerf's ``--use_fp16`` stores IGBH's in float16).
         seed: random seed (default 0).
         name: dataset name (default: the output directory's name).
         overwrite: replace an existing output (default false).
@@ -162,6 +168,8 @@ class IGBHConfig:
     max_theta: float = 1000.0
     train_frac: float = 0.6
     val_frac: float = 0.2
+    test_frac: float | None = None
+    feature_dtype: str = "float32"
     seed: int = 0
     name: str | None = None
     overwrite: bool = False
@@ -206,7 +214,8 @@ class IGBHConfig:
             )
         if self.max_theta < 1:
             raise ShoalInputError(f"--max-theta must be >= 1, got {self.max_theta}")
-        check_fractions(self.train_frac, self.val_frac)
+        check_fractions(self.train_frac, self.val_frac, self.test_frac)
+        check_feature_dtype(self.feature_dtype)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -312,13 +321,10 @@ def generate_igbh(
             for ti, t in enumerate(cfg.counts):
                 if t not in cfg.featureless:
                     labels = ty.samplers[t].labels
-                    w.write_node_features(t, _feature_rows(cfg, t, ti, labels), origin=f"{t}")
+                    rows = _feature_rows(cfg, t, ti, labels)
+                    w.write_node_features(t, rows, origin=f"{t}", dtype=cfg.feature_dtype)
         papers = ty.samplers["paper"].labels
         w.write_labels(papers, origin="synthetic labels", num_classes=cfg.classes)
-        n = len(papers)
-        order = rng_for(cfg.seed, STREAM_NODES, 3).permutation(n)
-        n_train, n_val = int(round(cfg.train_frac * n)), int(round(cfg.val_frac * n))
-        w.write_split("train", order[:n_train])
-        w.write_split("val", order[n_train : n_train + n_val])
-        w.write_split("test", order[n_train + n_val :])
+        fractions = (cfg.train_frac, cfg.val_frac, cfg.test_frac)
+        write_random_splits(w, len(papers), fractions, cfg.seed)
     return GraphDir.open(out)

@@ -28,6 +28,7 @@ from shoal.data.synth.common import (
     STREAM_NODES,
     WriteConfig,
     block_sizes,
+    check_feature_dtype,
     check_fractions,
     check_positive,
     class_node_data,
@@ -56,6 +57,10 @@ class RMATConfig(WriteConfig):
             signal: use the DC-SBM for accuracy experiments.
         feature_signal: class-centroid scale (default 1.0; smoke-test signal only).
         train_frac, val_frac: split fractions when ``classes`` > 0 (default 0.1, 0.1).
+        test_frac: test fraction (default None: the rest; a fraction leaves the others in
+            no split).
+        feature_dtype: the stored features' dtype, ``float32`` or ``float16`` (default
+            float32; generated in float32 either way).
         undirected: store both directions of every edge (default false).
         and the write options of :class:`~shoal.data.synth.common.WriteConfig`.
     """
@@ -73,6 +78,8 @@ class RMATConfig(WriteConfig):
     feature_signal: float = 1.0
     train_frac: float = 0.1
     val_frac: float = 0.1
+    test_frac: float | None = None
+    feature_dtype: str = "float32"
     undirected: bool = False
 
     def __post_init__(self) -> None:
@@ -94,7 +101,8 @@ class RMATConfig(WriteConfig):
         check_positive("--classes", self.classes, allow_zero=True)
         if self.classes == 1:
             raise ShoalInputError("--classes must be 0 (no labels) or >= 2")
-        check_fractions(self.train_frac, self.val_frac)
+        check_fractions(self.train_frac, self.val_frac, self.test_frac)
+        check_feature_dtype(self.feature_dtype)
 
     @property
     def scale(self) -> int:
@@ -151,7 +159,7 @@ def _random_features(w: GraphWriter, cfg: RMATConfig) -> None:
                 (k, cfg.features), dtype=np.float32
             )
 
-    w.write_features(rows(), origin="synthetic features")
+    w.write_features(rows(), origin="synthetic features", dtype=cfg.feature_dtype)
 
 
 def generate_rmat(
@@ -171,9 +179,9 @@ def generate_rmat(
                 cfg.features,
                 cfg.feature_signal,
                 None,
-                cfg.train_frac,
-                cfg.val_frac,
+                (cfg.train_frac, cfg.val_frac, cfg.test_frac),
                 cfg.seed,
+                cfg.feature_dtype,
             )
         elif cfg.features:
             _random_features(w, cfg)
