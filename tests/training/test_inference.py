@@ -112,3 +112,55 @@ def test_evaluation_bytes_grow_with_targets_and_nodes():
     assert evaluation_bytes(0, 0) == 0
     assert evaluation_bytes(10, 0) < evaluation_bytes(20, 0)
     assert evaluation_bytes(0, 10) < evaluation_bytes(0, 20)
+
+
+def _path(n=60, dim=5):
+    """The directed path 0 -> 1 -> ... -> n-1: node i's only in-neighbour is i - 1."""
+    indptr = np.concatenate([[0, 0], np.arange(1, n, dtype=np.int64)])
+    rng = np.random.default_rng(1)
+    return TrainData(
+        indptr=indptr,
+        indices=np.arange(n - 1, dtype=np.int32),
+        features=rng.random((n, dim)).astype(np.float32),
+        labels=rng.integers(0, 3, n),
+        train_idx=np.arange(10),
+        val_idx=np.array([30]),
+        test_idx=np.array([45, 50]),
+        num_classes=3,
+        num_nodes=n,
+    )
+
+
+def test_receptive_field_of_a_path():
+    """Layer l of a 2-layer model reads the nodes within 2 - l hops of the targets."""
+    data = _path()
+    field = inference.receptive_field(data.indptr, data.indices, 60, np.array([50, 30]), 2)
+    assert [f.tolist() for f in field] == [[28, 29, 30, 48, 49, 50], [29, 30, 49, 50], [30, 50]]
+    every = np.arange(60)
+    assert inference.receptive_field(data.indptr, data.indices, 60, every, 2) is None
+
+
+@pytest.mark.parametrize("name", ["gat", "sage"])
+def test_the_layer_loop_computes_only_the_receptive_field(monkeypatch, name):
+    """A non-sum model's (GAT's) layers run over the targets' receptive field only (2 nodes at
+    layer 0 for one target on a path, not all 60) and give the full forward's logits; a sum
+    model's blocked layers restrict the same way."""
+    data = _path()
+    torch.manual_seed(0)
+    model = build_model(name, in_dim=5, hidden=8, out_dim=3, num_layers=2, dropout=0.0).eval()
+    computed: list[int] = []
+    real = model.layer_forward
+
+    def counting(layer, x, block):
+        computed.append(int(block.num_dst)) if layer == 0 else None
+        return real(layer, x, block)
+
+    monkeypatch.setattr(model, "layer_forward", counting)
+    got = inference.layerwise_inference(model, data, np.array([50]), batch_size=4)
+    computed = computed[1:] if name == "gat" else computed  # (a dry run sizes the output)
+    fb = full_graph_block(data.indptr, data.indices)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(data.features), [fb, fb])[50:51].numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    if name == "gat":
+        assert computed[:1] == [2]

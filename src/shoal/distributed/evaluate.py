@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from shoal.distributed.blocked import blocked_dist_counts
+from shoal.distributed.blocked import blocked_dist_counts, needed_nodes_dist
 from shoal.distributed.comm import CommStats
 from shoal.distributed.feature_store import DistFeatureStore, placement
 from shoal.distributed.runtime import DistContext
@@ -205,6 +205,7 @@ def dist_evaluate(
         return _reduce(ctx, splits, correct, total)
     masks = {p.index: [np.asarray(p.mask(s)) for s in splits] for p in parts}
     segments = [target_segment(p, tables, _wanted(masks[p.index]), threads) for p in parts]
+    _restrict(segments, parts, store, part_to_rank, ctx, int(model.num_layers), stats)
     correct = np.zeros(len(splits), dtype=np.float64)
     total = np.zeros(len(splits), dtype=np.float64)
     starts = {p.index: p.start for p in parts}
@@ -235,6 +236,19 @@ def dist_evaluate(
             show_progress=False,
         )
     return _reduce(ctx, splits, correct, total)
+
+
+def _restrict(segments, parts, store, part_to_rank, ctx, num_layers: int, stats) -> None:
+    """Each segment's receptive field (:attr:`Segment.needed`), the other ranks' asks
+    included (:func:`~shoal.distributed.blocked.needed_nodes_dist` over ``num_layers + 1``
+    levels: the last the targets, the first the rows whose inputs layer 0 reads). Collective."""
+    targets = {s.key: np.asarray(s.targets, np.int64) for s in segments}
+    stats = stats if stats is not None else CommStats()
+    core, _ = needed_nodes_dist(
+        store, parts, part_to_rank, ctx, targets, num_layers + 1, stats, keep_halo=False
+    )
+    for seg in segments:
+        seg.needed = [core[li][seg.key] for li in range(num_layers + 1)]
 
 
 def _wanted(masks: list[np.ndarray]) -> np.ndarray:

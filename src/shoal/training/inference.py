@@ -36,7 +36,7 @@ from shoal.rows.featstore import DiskFeatures
 from shoal.rows.gather import gather_rows, read_rows, source_rows
 from shoal.rows.source import RowSource
 from shoal.sample.sampler import NeighborSampler
-from shoal.training.blocked import blocked_layers, id_dtype, sum_layers
+from shoal.training.blocked import blocked_layers, id_dtype, needed_nodes, sum_layers
 from shoal.training.data import TrainData
 from shoal.utils.diskspace import open_output_memmap
 from shoal.utils.io import release_pages, scratch_space
@@ -51,6 +51,7 @@ __all__ = [
     "evaluate",
     "evaluation_bytes",
     "layerwise_inference",
+    "receptive_field",
     "run_layers",
 ]
 
@@ -99,6 +100,10 @@ class Segment:
         original: local ids -> the graph's original ids, which a typed graph's blocks carry
             (``Block.node_ids``: a featureless type's embedding rows); None: local ids are
             the original ones (a graph directory).
+        needed: the receptive field of ``targets``: ``needed[l]`` (sorted core ids) are the
+            nodes whose layer-``l`` inputs some computation reads, so layer ``l`` computes
+            ``needed[l + 1]`` (the last layer ``targets``; :func:`receptive_field`); None:
+            every core id at every layer (default).
     """
 
     key: int
@@ -108,6 +113,13 @@ class Segment:
     remote: np.ndarray
     targets: np.ndarray
     original: Callable[[np.ndarray], np.ndarray] | None = None
+    needed: list[np.ndarray] | None = None
+
+    def rows(self, layer: int) -> np.ndarray:
+        """The core ids whose layer-``layer`` inputs are read (a layer's staged rows)."""
+        if self.needed is None:
+            return np.arange(self.num_core, dtype=np.int64)
+        return np.asarray(self.needed[layer], np.int64)
 
     def first_block(self, mb: MiniBatch) -> Block:
         """``mb``'s first block, with its sources' original ids on a typed graph."""
@@ -141,6 +153,20 @@ class RowProvider:
         return np.empty((0, self.dim), np.float32)
 
 
+def receptive_field(
+    indptr: np.ndarray, indices: np.ndarray, size: int, targets: np.ndarray, num_layers: int
+) -> list[np.ndarray] | None:
+    """:attr:`Segment.needed` of ``targets`` in the in-neighbour CSR ``(indptr, indices)`` of
+    ``size`` core nodes: ``num_layers + 1`` sorted id arrays, the last the targets, each
+    earlier one the next plus its in-neighbours (:func:`~shoal.training.blocked.
+    needed_nodes`; layer ``l`` only needs the nodes within ``L - l`` hops of the evaluated
+    ones). None when the targets are every node (``shoal embed``): the full pass."""
+    targets = np.unique(np.asarray(targets, np.int64))
+    if len(targets) >= size:
+        return None
+    return needed_nodes(indptr, indices, size, targets, num_layers + 1)
+
+
 def _buffer(bufs: dict[str, np.ndarray], name: str, rows: int, cols: int) -> np.ndarray:
     b = bufs.get(name)
     if b is None or b.shape[0] < rows or b.shape[1] != cols:
@@ -148,17 +174,18 @@ def _buffer(bufs: dict[str, np.ndarray], name: str, rows: int, cols: int) -> np.
     return b
 
 
-def _stage(pre, width: int, seg: Segment, src, normalize: bool, batch_size: int, scratch):
-    """The node-wise part ``pre`` (output ``width``) of a layer on every core row of ``seg``
-    into a new array (the rows read by :func:`~shoal.rows.gather.read_rows`: positioned reads
+def _stage(pre, width: int, seg: Segment, layer: int, src, normalize, batch_size, scratch):
+    """The node-wise part ``pre`` (output ``width``) of ``layer`` on the core rows of ``seg``
+    whose inputs are read (:meth:`Segment.rows`) into a new array (the rows read by :func:`~shoal.rows.gather.read_rows`: positioned reads
     of a mapped file, whose pages never join this process)."""
     dim = src.shape[1]
     out = scratch.array(seg.num_core, width)
     bufs: dict[str, np.ndarray] = {}
-    for start in range(0, seg.num_core, batch_size):
-        ids = np.arange(start, min(start + batch_size, seg.num_core), dtype=np.int64)
+    rows = seg.rows(layer)
+    for start in range(0, len(rows), batch_size):
+        ids = rows[start : start + batch_size]
         x = read_rows(src, ids, _buffer(bufs, "x", len(ids), dim), normalize=normalize)[: len(ids)]
-        out[start : start + len(ids)] = pre(torch.from_numpy(x)).numpy()
+        out[ids] = pre(torch.from_numpy(x)).numpy()
         release_pages(out)
     return out
 
@@ -169,9 +196,9 @@ def _out_dim(post, in_dim: int) -> int:
     return int(post(torch.zeros(1, in_dim), blk).shape[1])
 
 
-def _steps(segments: list[Segment], last: bool, batch_size: int) -> Iterator[tuple]:
+def _steps(segments: list[Segment], layer: int, last: bool, batch_size: int) -> Iterator[tuple]:
     for seg in segments:
-        rows = seg.targets if last else np.arange(seg.num_core, dtype=np.int64)
+        rows = seg.targets if last else seg.rows(layer + 1)
         for start in range(0, len(rows), batch_size):
             yield seg, start, rows[start : start + batch_size]
 
@@ -236,7 +263,7 @@ def run_layers(
         normalize = normalize_features and layer == 0
         if pre is not None:
             prev = {
-                s.key: _stage(pre, width, s, prev[s.key], normalize, batch_size, scratch)
+                s.key: _stage(pre, width, s, layer, prev[s.key], normalize, batch_size, scratch)
                 for s in segments
             }
             dim, normalize = width, False
@@ -244,7 +271,7 @@ def run_layers(
         last = layer == num_layers - 1
         out_dim = _out_dim(post, dim)
         outs = {} if last else {s.key: scratch.array(s.num_core, out_dim) for s in segments}
-        local = list(_steps(segments, last, batch_size))
+        local = list(_steps(segments, layer, last, batch_size))
         total = provider.num_steps(len(local))
         bar = progress(
             total=total, desc=f"inference layer {layer}", unit="batch", enable=show_progress
@@ -261,7 +288,7 @@ def run_layers(
             if last:
                 on_output(seg, np.arange(start, start + len(rows)), h)
             else:
-                outs[seg.key][start : start + len(rows)] = h
+                outs[seg.key][rows] = h
                 release_pages(outs[seg.key])
             release_pages(seg.sampler.indptr)  # the part's CSR, read through its memory map
             release_pages(seg.sampler.indices)
@@ -372,6 +399,7 @@ def layerwise_inference(
             show_progress=show_progress,
             scratch_dir=scratch_dir,
         )
+    layers = int(model.num_layers)
     seg = Segment(
         key=0,
         sampler=sampler,
@@ -379,6 +407,7 @@ def layerwise_inference(
         inputs=data.features,
         remote=np.empty(0, np.int64),
         targets=nodes,
+        needed=receptive_field(data.indptr, data.indices, data.num_nodes, nodes, layers),
     )
     result: np.ndarray | None = None
 
