@@ -227,6 +227,16 @@ def test_help_explains_the_fanout_order(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "hop 1 first" in out and "DGL [5, 10, 15] is --fanouts 15,10,5" in out
     assert "--fanouts-order" in out
+    assert "--eval-fanouts" in out and "the final evaluation stays exact" in out
+
+
+def test_a_bad_eval_fanout_is_refused_by_the_cli(tmp_path, capsys):
+    from shoal.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--graph", str(tmp_path), "--eval-fanouts", "5,0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--eval-fanouts" in err and "positive integer or -1" in err
 
 
 def test_cli_errors(tmp_path, run_cli):
@@ -398,3 +408,44 @@ def test_the_final_evaluation_reports_the_bytes_it_read(tiny, monkeypatch, reads
     monkeypatch.setattr(loop, "read_bytes_of_process", lambda: next(seq))
     r = tr.fit()
     assert r.eval_read_bytes == want and r.to_json()["eval_read_bytes"] == want
+
+
+def test_eval_fanouts_sample_the_validation_during_training_and_keep_the_final_exact(
+    tiny, monkeypatch
+):
+    """--eval-fanouts: the evaluations before the last epoch are sampled (the same draws each
+    time), the last epoch's and the final one exact; with every neighbour (-1) the sampled
+    accuracy is the exact one."""
+    import shoal.training.tasks as tasks
+
+    calls: list[tuple] = []
+    real = tasks.sampled_evaluate
+
+    def spy(model, data, splits, **kw):
+        calls.append((splits, kw["fanouts"]))
+        return real(model, data, splits, **kw)
+
+    monkeypatch.setattr(tasks, "sampled_evaluate", spy)
+    r = Trainer(cfg(epochs=4, eval_every=1, eval_fanouts=(2, 2), lr=0.05), tiny).fit()
+    assert [h["evaluation"] for h in r.history] == ["sampled"] * 3 + ["exact"]
+    assert calls == [(("val",), (2, 2))] * 3
+    assert r.config["eval"]["fanouts"] == [2, 2]
+    tr = Trainer(cfg(epochs=1, eval_fanouts=(-1, -1)), tiny)
+    tr.fit()
+    exact = tr.evaluate(("val", "test"))
+    tr2 = Trainer(cfg(epochs=1, eval_fanouts=(-1, -1)), tiny)  # a trainer whose sampler lives
+    tr2.model.load_state_dict(tr.model.state_dict())
+    assert tr2.evaluate(("val", "test"), fanouts=(-1, -1)) == exact
+    once = tr2.evaluate(("val",), fanouts=(1, 1))
+    assert tr2.evaluate(("val",), fanouts=(1, 1)) == once  # fixed draws
+
+
+def test_eval_fanouts_are_checked_against_the_layers_and_the_task():
+    with pytest.raises(ValueError, match="one fanout per layer: 3 given for 2 layers"):
+        cfg(eval_fanouts=(2, 2, 2))
+    with pytest.raises(ValueError, match="link task"):
+        TrainConfig.from_options(task="link", fanouts=(3, 3), eval_fanouts=(2, 2))
+    c = cfg(eval_fanouts="5,all")
+    assert c.eval.fanouts == (5, -1)
+    assert TrainConfig.from_options(**c.flat()).eval.fanouts == (5, -1)
+    assert cfg(eval_every="auto", eval_fanouts=(2, 2)).eval.every == "auto"

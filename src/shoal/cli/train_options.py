@@ -28,7 +28,7 @@ CONFIG_FLAGS = tuple(
     (
         "model model_factory type_embeddings task preset fanouts fanouts_order batch_size hidden "
         "epochs min_steps lr dropout weight_decay patience eval_every eval_test eval_batch_size "
-        "eval_halo seed threads device normalize_features heads checkpoint_dir resume metrics_file "
+        "eval_halo eval_fanouts seed threads device normalize_features heads checkpoint_dir resume metrics_file "
         "scratch_dir engine nproc plan dist_timeout max_restarts memory io_threads pack_epochs "
         "cache_policy structure rows_backend"
     ).split()
@@ -112,6 +112,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     )
     add_link_arguments(groups["link"])
     _add_run_arguments(groups["run"], d)
+    _add_eval_fanouts(groups["run"])
     g = groups["output"]
     g.add_argument("--checkpoint-dir", metavar="DIR", help="write last.pt / best.pt there")
     g.add_argument("--resume", action="store_true", default=None, help="continue from DIR/last.pt")
@@ -233,6 +234,16 @@ def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "only its own rows and sends its peers the messages their blocks need; stored, each "
         f"rank reads its part's halo rows from its own disk for every block (default "
         f"{d.eval.halo})",
+    )
+
+
+def _add_eval_fanouts(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
+        "--eval-fanouts",
+        type=_fanouts,
+        help="sampled validation during training: neighbours per hop (hop 1 first, one per "
+        "layer, as --fanouts), each evaluation on the same fixed draws (GraphStorm's "
+        "eval_fanout); the final evaluation stays exact (default: every evaluation exact)",
     )
 
 

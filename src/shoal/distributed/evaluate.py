@@ -157,8 +157,13 @@ def dist_evaluate(
     memory_budget: int | None = None,
     threads: int = 8,
     halo: str = "served",
+    fanouts: tuple[int, ...] | None = None,
+    seed: int = 0,
 ) -> dict[str, float]:
     """Exact accuracy on ``splits`` by distributed layer-wise inference. Collective.
+    With ``fanouts`` (one per layer), the accuracy on neighbourhoods sampled from the
+    streams of ``seed`` instead (:func:`~shoal.distributed.sampled_eval.sampled_dist_counts`:
+    the same draws at every call; a sampled validation during training).
 
     Same numbers as :func:`shoal.training.inference.evaluate` on the unpartitioned graph for
     the same weights. Temporary arrays go to ``scratch_dir`` (default: beside the store). Sum
@@ -169,7 +174,7 @@ def dist_evaluate(
     model.eval()
     if store.feature_dim is None:
         raise ShoalInputError("the store has no features", path=store.path)
-    if not hasattr(model, "layer_forward"):  # any model(x, blocks): full L-hop batches
+    if fanouts is not None or not hasattr(model, "layer_forward"):  # model(x, blocks)
         correct, total = sampled_dist_counts(
             model,
             store,
@@ -182,6 +187,8 @@ def dist_evaluate(
             batch_size=batch_size,
             normalize=normalize_features,
             stats=stats,
+            fanouts=fanouts,
+            seed=seed,
         )
         return _reduce(ctx, splits, correct, total)
     layers = sum_layers(model)

@@ -8,6 +8,10 @@ randomness), pulls the input rows (:class:`~shoal.distributed.feature_store.Dist
 and runs the model; every rank takes the same number of steps (the most any rank needs), so
 the collectives stay paired. Cost: the L-hop expansion of each batch (the layer-wise path of
 shoal's own models computes each node once per layer instead).
+
+With fanouts (``--eval-fanouts``) the same loop is the sampled validation of any model during
+training (GraphStorm's mini-batch inference): each batch's neighbourhoods drawn from fixed
+streams, so that every evaluation of a run sees the same ones.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from shoal.distributed.sampler import DistNeighborSampler
 from shoal.distributed.tables import NodeTables
 from shoal.rows.parts import part_rows
 from shoal.store.reader import Partition, Store
+from shoal.training.batches import batch_seed
+from shoal.training.inference import EVAL_EPOCH
 
 __all__ = ["sampled_dist_counts"]
 
@@ -44,13 +50,18 @@ def sampled_dist_counts(
     batch_size: int,
     normalize: bool,
     stats: CommStats | None,
+    fanouts: tuple[int, ...] | None = None,
+    seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(correct, total) per split on this rank's core nodes (module docstring). Collective."""
+    """(correct, total) per split on this rank's core nodes (module docstring). Collective.
+    ``fanouts`` (default None: every neighbour) samples the neighbourhoods instead, step
+    ``i`` from the stream ``batch_seed(seed, EVAL_EPOCH, i)`` (a sampled validation: the
+    same draws at every call)."""
     stats = stats if stats is not None else CommStats()
     sampler = DistNeighborSampler(
         parts=parts,
         **placement(store, part_to_rank, ctx),
-        fanouts=(-1,) * num_layers,
+        fanouts=tuple(fanouts) if fanouts is not None else (-1,) * num_layers,
         degrees=tables.degrees,
         stats=stats,
         schema=store.schema,
@@ -78,7 +89,7 @@ def sampled_dist_counts(
     model.eval()
     for step in range(int(steps)):
         sel = slice(step * batch_size, (step + 1) * batch_size)
-        mb = sampler.sample(targets[sel], 0)
+        mb = sampler.sample(targets[sel], batch_seed(seed, EVAL_EPOCH, step))
         x = features.pull(mb.n_id).clone()
         if normalize:
             s = x.sum(1, keepdim=True)

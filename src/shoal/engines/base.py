@@ -48,6 +48,7 @@ from shoal.training.device import DeviceFeed
 from shoal.training.engine_config import EngineConfig
 from shoal.training.footprint import (
     StepShape,
+    eval_working_memory,
     measured_eval_budget,
     step_activations,
     training_reserve,
@@ -421,10 +422,15 @@ class Engine(ABC):
         """Train one epoch (``epoch`` counts from 0); return :meth:`epoch_record`'s record."""
 
     def evaluate(
-        self, splits: tuple[str, ...] = ("val", "test"), *, model: nn.Module | None = None
+        self,
+        splits: tuple[str, ...] = ("val", "test"),
+        *,
+        model: nn.Module | None = None,
+        fanouts: tuple[int, ...] | None = None,
     ) -> dict[str, float]:
         """The task's exact metric of ``model`` (default: the engine's) on ``splits``:
-        accuracy, or the link task's MRR and Hits@K (:meth:`DistLinkTask.evaluate`).
+        accuracy, or the link task's MRR and Hits@K (:meth:`DistLinkTask.evaluate`); the
+        accuracy on sampled neighbourhoods with ``fanouts`` (``--eval-fanouts``).
         Collective; its communication is not counted in the epoch's."""
         tc = self.train_config
         held = self.pause_io()
@@ -452,6 +458,8 @@ class Engine(ABC):
                     memory_budget=budget,
                     threads=tc.memory.io_threads,
                     halo=tc.eval.halo,
+                    fanouts=fanouts,
+                    seed=tc.run.seed,
                 )
         finally:
             if self.budget is not None and peak.peak >= 0:
@@ -488,11 +496,11 @@ class Engine(ABC):
         free = self.budget.transient + self.budget.activations
         if self._ended:
             free += self._lent
-        planned = max(free - held - book, self.budget.window)
+        planned = free - held - book
         measured, self._eval_footprint = measured_eval_budget(
             self.budget.total, book, io_threads=tc.memory.io_threads
         )
-        budget = max(planned, measured)
+        budget = eval_working_memory(planned, measured, self._eval_footprint, self.budget.window)
         mib = 1 << 20
         log.log(  # the final evaluation at INFO, those between epochs at DEBUG
             logging.INFO if self._ended else logging.DEBUG,

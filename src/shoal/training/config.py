@@ -56,7 +56,8 @@ _FLAT_NAMES = {
     "normalize_features",
     "optim": "epochs min_steps lr weight_decay patience",
     "sampling": "fanouts fanouts_order batch_size",
-    "eval": "eval_every=every eval_test=test eval_batch_size=batch_size eval_halo=halo",
+    "eval": "eval_every=every eval_test=test eval_batch_size=batch_size eval_halo=halo "
+    "eval_fanouts=fanouts",
     "memory": "memory=limit io_threads pack_epochs cache_policy structure scratch_dir rows_backend",
     "checkpoint": "checkpoint_dir=dir resume",
     "run": "seed device threads progress metrics_file",
@@ -126,6 +127,22 @@ class TrainConfig:
             # with another tree
             setattr(self, name, copy.copy(getattr(self, name)))
         self._resolve_preset()
+        self._check_eval_fanouts()
+
+    def _check_eval_fanouts(self) -> None:
+        ev = self.eval.fanouts
+        if ev is None:
+            return
+        if self.task != "node":
+            raise ValueError(
+                "eval_fanouts is for node classification; the link task's evaluation ranks "
+                "candidates with exact embeddings (drop --eval-fanouts)"
+            )
+        if self.sampling.fanouts is not None and len(ev) != self.num_layers:
+            raise ValueError(
+                f"eval_fanouts needs one fanout per layer: {len(ev)} given for "
+                f"{self.num_layers} layers (fanouts {','.join(map(str, self.sampling.fanouts))})"
+            )
 
     def _resolve_preset(self) -> None:
         """Fill the hyper-parameters left ``None`` from the preset."""
@@ -150,6 +167,8 @@ class TrainConfig:
         """The tree as nested dicts (JSON-serialisable; :meth:`from_dict` reads it back)."""
         d = asdict(self)
         d["sampling"]["fanouts"] = list(self.sampling.fanouts)
+        if self.eval.fanouts is not None:
+            d["eval"]["fanouts"] = list(self.eval.fanouts)
         d["engine"] = self.engine.to_dict()
         return d
 

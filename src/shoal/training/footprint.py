@@ -12,6 +12,7 @@ from its largest possible shape (:func:`~shoal.rows.budget.batch_rows`, times
 from __future__ import annotations
 
 import gc
+import logging
 from dataclasses import dataclass
 
 from torch import nn
@@ -28,9 +29,12 @@ from shoal.rows.budget import (
 from shoal.training.config import TrainConfig
 from shoal.utils.memory import return_freed_memory, trim_freed_memory
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "OPTIMIZER_STATES",
     "StepShape",
+    "eval_working_memory",
     "measured_eval_budget",
     "step_activations",
     "training_reserve",
@@ -116,3 +120,21 @@ def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple
     now -= mapped_data_bytes()
     work = int(total) - now - int(book) - staging_bytes(io_threads) - FOOTPRINT_SLACK
     return max(work, 0), now
+
+
+def eval_working_memory(planned: int, measured: int, footprint: int, floor: int) -> int:
+    """An evaluation's working memory: the ``measured`` headroom (:func:`measured_eval_budget`)
+    whenever the footprint could be read, so that the footprint plus the working memory
+    never exceeds the budget, even when the process holds more than its plan (a small
+    headroom only makes more blocks, each a pass over its sources); else the ``planned``
+    shares, at least ``floor`` bytes."""
+    if footprint >= 0:
+        if measured < floor:
+            log.warning(
+                "the evaluation has %.0f MiB of working memory beside a footprint of %.0f MiB: "
+                "its layers run in many small blocks (raise --memory to make it faster)",
+                measured / (1 << 20),
+                footprint / (1 << 20),
+            )
+        return int(measured)
+    return max(int(planned), int(floor))

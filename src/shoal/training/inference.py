@@ -36,6 +36,7 @@ from shoal.rows.featstore import DiskFeatures
 from shoal.rows.gather import gather_rows, read_rows, source_rows
 from shoal.rows.source import RowSource
 from shoal.sample.sampler import NeighborSampler
+from shoal.training.batches import batch_seed
 from shoal.training.blocked import blocked_layers, id_dtype, needed_nodes, sum_layers
 from shoal.training.data import TrainData
 from shoal.utils.diskspace import open_output_memmap
@@ -44,6 +45,7 @@ from shoal.utils.progress import progress
 
 __all__ = [
     "BLOCKED_BUDGET",
+    "EVAL_EPOCH",
     "INFERENCE_MEMMAP_BYTES",
     "RowProvider",
     "Scratch",
@@ -53,8 +55,12 @@ __all__ = [
     "layerwise_inference",
     "receptive_field",
     "run_layers",
+    "sampled_evaluate",
 ]
 
+#: the "epoch" of a sampled evaluation's sampling streams (:func:`~shoal.training.batches.
+#: batch_seed`): one no training epoch reaches, so its draws are not a training batch's
+EVAL_EPOCH = 2**31 - 1
 #: A layer's output array larger than this goes to a memory map in the scratch directory.
 INFERENCE_MEMMAP_BYTES = 16 << 20
 #: working memory of the blocked layer loop when no budget is given (default 1 GiB).
@@ -299,17 +305,20 @@ def run_layers(
 
 
 def _sampled_inference(
-    model, data, nodes, sampler, normalize, batch_size, memory_budget=None
+    model, data, nodes, sampler, normalize, batch_size, memory_budget=None, fanouts=None, seed=0
 ) -> np.ndarray:
     """Models without ``layer_forward``: full L-hop neighbourhoods of each batch of nodes
     (every neighbour of every relation on a typed graph, its blocks with their sources' ids),
     their rows read from an array or a row source. With ``memory_budget``, a batch whose
     neighbourhood holds more rows than the budget's share (each row with a few layers'
     activations) is sampled again at half its nodes: on a power-law graph a fixed count of
-    nodes can hold most of the graph two hops out."""
+    nodes can hold most of the graph two hops out. ``fanouts`` (one per layer) samples the
+    neighbourhoods instead (a sampled evaluation), the batch from position ``i`` drawn from
+    the stream ``batch_seed(seed, EVAL_EPOCH, i)`` (the same draws at every call)."""
     num_layers = int(getattr(model, "num_layers", 0))
     if not num_layers:
         raise ValueError("a model without layer_forward must define num_layers")
+    fanouts = tuple(fanouts) if fanouts is not None else (-1,) * num_layers
     dim = data.feature_dim
     max_rows = max(1, int(memory_budget) // (16 * max(dim, 1) * num_layers)) if memory_budget else 0
     out = None
@@ -317,7 +326,7 @@ def _sampled_inference(
     start, k = 0, batch_size
     while start < len(nodes):
         seeds = nodes[start : start + k]
-        mb = sampler.sample(seeds, 0, fanouts=(-1,) * num_layers)
+        mb = sampler.sample(seeds, batch_seed(seed, EVAL_EPOCH, start), fanouts=fanouts)
         if max_rows and len(mb.n_id) > max_rows and len(seeds) > 1:
             k = max(1, len(seeds) // 2)  # sampled again, halved
             continue
@@ -521,6 +530,12 @@ def evaluate(
         return counted
     nodes = np.concatenate(ids) if ids else np.empty(0, np.int64)
     pred = layerwise_inference(model, data, nodes, predict=True, **kwargs)
+    return _accuracies(data, splits, ids, nodes, pred)
+
+
+def _accuracies(data, splits, ids, nodes, pred) -> dict[str, float]:
+    """Accuracy per split of the predictions ``pred`` of ``nodes`` (the splits' ``ids``
+    concatenated)."""
     y = np.asarray(data.labels[nodes]) if len(nodes) else np.empty(0, np.int64)
     release_pages(data.labels)  # a mapped label file's pages leave this process
     out, pos = {}, 0
@@ -529,6 +544,41 @@ def evaluate(
         out[s] = float((pred[pos : pos + n] == y[pos : pos + n]).mean()) if n else float("nan")
         pos += n
     return out
+
+
+@torch.no_grad()
+def sampled_evaluate(
+    model: nn.Module,
+    data: TrainData,
+    splits: tuple[str, ...],
+    *,
+    sampler: NeighborSampler,
+    fanouts: tuple[int, ...],
+    seed: int = 0,
+    normalize_features: bool = False,
+    batch_size: int = 1024,
+    memory_budget: int | None = None,
+) -> dict[str, float]:
+    """Accuracy on each split from sampled neighbourhoods (``fanouts``, one per layer, hop 1
+    first): GraphStorm's mini-batch validation during training, far cheaper than the exact
+    pass when the split is small; the draws are fixed by ``seed`` (batch ``i`` of the
+    splits' concatenated nodes from a stream of ``seed`` and ``i``), so successive evaluations of
+    a run compare weights on the same neighbourhoods."""
+    model.eval()
+    ids = [np.asarray(data.split(s), dtype=np.int64) for s in splits]
+    nodes = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    logits = _sampled_inference(
+        model,
+        data,
+        nodes,
+        sampler,
+        normalize_features,
+        batch_size,
+        memory_budget,
+        fanouts=fanouts,
+        seed=seed,
+    )
+    return _accuracies(data, splits, ids, nodes, _as_predictions(logits, len(nodes)))
 
 
 def _union_flags(

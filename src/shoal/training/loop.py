@@ -53,7 +53,9 @@ class Trainable(Protocol):
 
     def train_epoch(self, epoch: int) -> dict[str, Any]: ...
 
-    def evaluate(self, splits: tuple[str, ...]) -> dict[str, float]: ...
+    def evaluate(
+        self, splits: tuple[str, ...], *, fanouts: tuple[int, ...] | None = None
+    ) -> dict[str, float]: ...
 
     def state(self) -> dict[str, Any]: ...
 
@@ -200,7 +202,13 @@ class EpochLoop:
         st = self.state
         t0, read0 = time.perf_counter(), read_bytes_of_process()
         with_test = self.config.eval.test or last
-        acc = self.target.evaluate(("val", "test") if with_test else ("val",))
+        splits = ("val", "test") if with_test else ("val",)
+        fanouts = None if last else self.config.eval.fanouts  # the last one exact (final)
+        if fanouts is None:
+            acc = self.target.evaluate(splits)
+        else:  # a sampled validation
+            acc = self.target.evaluate(splits, fanouts=fanouts)
+        rec["evaluation"] = "exact" if fanouts is None else "sampled"
         self.eval_seconds += time.perf_counter() - t0
         if last:
             self._last = (acc, _read_since(read0))
@@ -252,10 +260,13 @@ class EpochLoop:
         """``eval_every``, or under "auto" ``ceil(4 r)`` with ``r`` the target's estimated
         work of one exact evaluation over one epoch's (``target.eval_work_ratio()``, from the
         graph's sizes: the same on every rank and in every run with the same data), so that
-        evaluation takes about a fifth of the run or less."""
+        evaluation takes about a fifth of the run or less; every epoch under "auto" with
+        ``eval_fanouts`` (a sampled validation)."""
         cfg = self.config
         if cfg.eval.every != "auto":
             return int(cfg.eval.every)
+        if cfg.eval.fanouts is not None:  # a sampled validation costs a fraction of an epoch
+            return 1
         ratio = getattr(self.target, "eval_work_ratio", None)
         k = max(1, math.ceil(4.0 * ratio())) if ratio is not None else 1
         if self.is_rank0:

@@ -165,8 +165,9 @@ class EvalConfig:
         every: evaluate on the validation set every this many epochs, or ``"auto"``
             (default): a cadence from the graph's sizes and the fanouts so that evaluation
             takes about a fifth of the run or less (:func:`~shoal.training.loop.
-            eval_work_ratio`), recorded as ``eval_every_chosen``; the last epoch is always
-            evaluated (flag ``--eval-every``).
+            eval_work_ratio`), recorded as ``eval_every_chosen``, or every epoch with
+            ``fanouts`` (a sampled validation); the last epoch is always evaluated, exactly
+            (flag ``--eval-every``).
         test: also measure the test accuracy at every evaluation, recorded in the epoch's
             record (``test_accuracy``) to follow convergence, as DistGNN-MB's "epochs to
             reach the target" does; the best-validation weights are still chosen on
@@ -177,12 +178,19 @@ class EvalConfig:
         halo: how the distributed exact evaluation's blocks get other ranks' rows
             (``--eval-halo``): ``"served"`` (default) or ``"stored"``, the ablation
             (docs/distributed.md#minibatch-distdgl).
+        fanouts: neighbours sampled per hop (hop 1 first, as ``fanouts``; one per layer) for
+            the evaluations *during* training: a sampled validation (GraphStorm's
+            ``eval_fanout``), each batch drawn from a fixed stream so that every evaluation
+            sees the same neighbourhoods; the final evaluation (and the last epoch's) stays
+            exact (``--eval-fanouts``; default None: every evaluation exact; node
+            classification).
     """
 
     every: int | str = "auto"
     test: bool = False
     batch_size: int = 1024
     halo: str = "served"
+    fanouts: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.every != "auto":
@@ -198,6 +206,8 @@ class EvalConfig:
             raise ValueError(f"eval_batch_size must be >= 1, got {self.batch_size}")
         if self.halo not in ("served", "stored"):
             raise ValueError(f"eval_halo must be 'served' or 'stored', got {self.halo!r}")
+        if self.fanouts is not None:
+            self.fanouts = parse_fanouts(self.fanouts)
 
 
 @dataclass(kw_only=True)

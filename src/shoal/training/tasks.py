@@ -37,7 +37,7 @@ from shoal.training.embedding import (
     save_tables,
     table_dir,
 )
-from shoal.training.inference import evaluate, layerwise_inference
+from shoal.training.inference import evaluate, layerwise_inference, sampled_evaluate
 from shoal.training.link_config import LinkConfig
 from shoal.training.linkbatches import LinkBatchLoader
 from shoal.training.linkdata import LinkData, eval_negatives, score_held_out
@@ -102,8 +102,15 @@ class Task(ABC):
         """Nodes an evaluation of ``splits`` holds per-target books for."""
 
     @abstractmethod
-    def evaluate(self, trainer: Trainer, splits: tuple[str, ...], budget: int) -> dict[str, float]:
-        """The metric on ``splits`` within ``budget`` bytes of working memory."""
+    def evaluate(
+        self,
+        trainer: Trainer,
+        splits: tuple[str, ...],
+        budget: int,
+        fanouts: tuple[int, ...] | None = None,
+    ) -> dict[str, float]:
+        """The metric on ``splits`` within ``budget`` bytes of working memory; sampled with
+        ``fanouts`` (``--eval-fanouts``) where the task supports it, else exact."""
 
     @abstractmethod
     def eval_work_ratio(self) -> float:
@@ -171,12 +178,30 @@ class NodeTask(Task):
     def num_targets(self, splits: tuple[str, ...]) -> int:
         return sum(len(self.data.split(s)) for s in splits)
 
-    def evaluate(self, trainer: Trainer, splits: tuple[str, ...], budget: int) -> dict[str, float]:
+    def evaluate(
+        self,
+        trainer: Trainer,
+        splits: tuple[str, ...],
+        budget: int,
+        fanouts: tuple[int, ...] | None = None,
+    ) -> dict[str, float]:
         data, features = self.data, trainer.features
         normalize = self.config.model.normalize_features
         if trainer.tables is not None:  # layer 0 reads the tables' rows (as they are now)
             rows = TableRows(data.features, trainer.tables, normalize=bool(normalize))
             data, features, normalize = replace(data, features=rows), None, False
+        if fanouts is not None and trainer.sampler is not None:
+            return sampled_evaluate(
+                on_device(trainer.model, trainer.device),
+                data,
+                splits,
+                sampler=trainer.sampler,
+                fanouts=fanouts,
+                seed=self.config.run.seed,
+                normalize_features=bool(normalize),
+                batch_size=self.config.eval.batch_size,
+                memory_budget=budget,
+            )
         return evaluate(
             on_device(trainer.model, trainer.device),
             data,
@@ -333,7 +358,13 @@ class LinkTask(Task):
             )
         return self._eval_neg[split]
 
-    def evaluate(self, trainer: Trainer, splits: tuple[str, ...], budget: int) -> dict[str, float]:
+    def evaluate(
+        self,
+        trainer: Trainer,
+        splits: tuple[str, ...],
+        budget: int,
+        fanouts: tuple[int, ...] | None = None,
+    ) -> dict[str, float]:
         """MRR per split (and ``<split>_hits@K``) from exact layer-wise embeddings."""
         out: dict[str, float] = {}
         for s, (sp, sq) in self.scores(trainer, splits).items():

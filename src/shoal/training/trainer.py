@@ -24,6 +24,7 @@ from shoal.training.device import DeviceFeed
 from shoal.training.embedding import TypeTables
 from shoal.training.footprint import (
     StepShape,
+    eval_working_memory,
     measured_eval_budget,
     step_activations,
     training_reserve,
@@ -283,9 +284,12 @@ class Trainer:
         rec["cache_hit_rate"] = rec.get("hits", 0) / req if req else None
         return rec
 
-    def evaluate(self, splits: tuple[str, ...] = ("val",)) -> dict[str, float]:
+    def evaluate(
+        self, splits: tuple[str, ...] = ("val",), *, fanouts: tuple[int, ...] | None = None
+    ) -> dict[str, float]:
         """Exact accuracy on ``splits``, within what the windows read ahead leave free (and,
-        after :meth:`end_training`, the feature cache)."""
+        after :meth:`end_training`, the feature cache); sampled with ``fanouts`` (one per
+        layer; :func:`~shoal.training.inference.sampled_evaluate`) while training runs."""
         pf = self._prefetcher
         held = pf.pause() if pf is not None else 0
         n = self.task.num_targets(splits)
@@ -298,7 +302,7 @@ class Trainer:
             measured, footprint = measured_eval_budget(
                 self.budget.total, book, io_threads=self.config.memory.io_threads
             )
-            work = max(planned, measured)
+            work = eval_working_memory(planned, measured, footprint, self.budget.window)
             level = logging.INFO if self._lent else logging.DEBUG  # the final one at INFO
             log.log(
                 level,
@@ -307,7 +311,7 @@ class Trainer:
                 "and slack; planned: %.0f%s)",
                 "+".join(splits),
                 n,
-                max(work, self.budget.window) / (1 << 20),
+                work / (1 << 20),
                 self.budget.total / (1 << 20),
                 footprint / (1 << 20),
                 book / (1 << 20),
@@ -315,7 +319,7 @@ class Trainer:
                 f", {self._lent / (1 << 20):.0f} MiB lent by training" if self._lent else "",
             )
             with PeakFootprint() as peak:
-                result = self._evaluate(splits, work)
+                result = self._evaluate(splits, work, fanouts)
             if peak.peak >= 0:
                 log.log(
                     level,
@@ -348,8 +352,8 @@ class Trainer:
         self.loader = self.sampler = None  # (the prefetcher and the loader refer to each other)
         return cache
 
-    def _evaluate(self, splits: tuple[str, ...], budget: int) -> dict[str, float]:
-        return self.task.evaluate(self, splits, max(budget, self.budget.window))
+    def _evaluate(self, splits: tuple[str, ...], budget: int, fanouts=None) -> dict[str, float]:
+        return self.task.evaluate(self, splits, budget, fanouts)
 
     @property
     def metric(self) -> str:
