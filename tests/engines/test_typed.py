@@ -43,8 +43,11 @@ def test_one_process_on_one_part_trains_as_the_single_process_trainer(typed):
 
 def test_two_processes_on_three_parts_learn_the_relational_signal(typed):
     _, stores = typed
-    out = run_world(_fit, 2, stores[3], "minibatch", {"epochs": 8}, timeout=300)
+    kw = {"epochs": 8, "eval_every": 2, "eval_fanouts": (5, 5)}  # a sampled validation
+    out = run_world(_fit, 2, stores[3], "minibatch", kw, timeout=300)
     assert out[0]["test_accuracy"] == out[1]["test_accuracy"]  # one result, every rank
+    kinds = [h.get("evaluation") for h in out[0]["history"]]
+    assert kinds == [None, "sampled"] * 3 + [None, "exact"]
     # 4 classes: chance 0.25, the papers' own features alone about 0.35 (tests/training)
     assert out[0]["test_accuracy"] > 0.6, out[0]["test_accuracy"]
     assert out[0]["engine"] == "minibatch" and out[0]["num_parts"] == 3

@@ -319,6 +319,8 @@ def _sampled_inference(
     if not num_layers:
         raise ValueError("a model without layer_forward must define num_layers")
     fanouts = tuple(fanouts) if fanouts is not None else (-1,) * num_layers
+    # the sampler's own fanouts are drawn as it draws them (a typed one: per relation)
+    override = None if tuple(sampler.fanouts) == fanouts else fanouts
     dim = data.feature_dim
     max_rows = max(1, int(memory_budget) // (16 * max(dim, 1) * num_layers)) if memory_budget else 0
     out = None
@@ -326,7 +328,7 @@ def _sampled_inference(
     start, k = 0, batch_size
     while start < len(nodes):
         seeds = nodes[start : start + k]
-        mb = sampler.sample(seeds, batch_seed(seed, EVAL_EPOCH, start), fanouts=fanouts)
+        mb = sampler.sample(seeds, batch_seed(seed, EVAL_EPOCH, start), fanouts=override)
         if max_rows and len(mb.n_id) > max_rows and len(seeds) > 1:
             k = max(1, len(seeds) // 2)  # sampled again, halved
             continue

@@ -190,12 +190,13 @@ class NodeTask(Task):
         if trainer.tables is not None:  # layer 0 reads the tables' rows (as they are now)
             rows = TableRows(data.features, trainer.tables, normalize=bool(normalize))
             data, features, normalize = replace(data, features=rows), None, False
-        if fanouts is not None and trainer.sampler is not None:
+        sampler = trainer.eval_sampler(fanouts) if fanouts is not None else None
+        if sampler is not None:
             return sampled_evaluate(
                 on_device(trainer.model, trainer.device),
                 data,
                 splits,
-                sampler=trainer.sampler,
+                sampler=sampler,
                 fanouts=fanouts,
                 seed=self.config.run.seed,
                 normalize_features=bool(normalize),

@@ -344,11 +344,36 @@ class Trainer:
         if self.loader is not None:
             self._lent += bytes_freed_by(self._drop_training_state)
 
+    def eval_sampler(self, fanouts: tuple[int, ...]) -> NeighborSampler | None:
+        """The sampler of a sampled evaluation with ``fanouts``: the training sampler, whose
+        draws take any fanouts, or on a typed graph (whose draws are per relation) one over
+        the same structure with ``fanouts`` for every relation (kept for the next
+        evaluation); None after :meth:`end_training`."""
+        s = self.sampler
+        if s is None or s.relations is None or not s.relations.per_relation:
+            return s
+        if getattr(self, "_eval_sampler", (None, None))[0] != fanouts:
+            sampler = NeighborSampler(
+                s.indptr,
+                s.indices,
+                fanouts,
+                num_nodes=s.num_nodes,
+                degrees=s.degrees,
+                direct_indices=s._reader is not None,
+                io_threads=self.config.memory.io_threads,
+                schema=self.data.schema,
+            )
+            self._eval_sampler = (fanouts, sampler)
+        return self._eval_sampler[1]
+
     def _drop_training_state(self) -> int:
         if self._prefetcher is not None:
             self._prefetcher.close()
         cache = self.features.release_cache()
         self.sampler.close()
+        if getattr(self, "_eval_sampler", None) is not None:
+            self._eval_sampler[1].close()
+            self._eval_sampler = None
         self.loader = self.sampler = None  # (the prefetcher and the loader refer to each other)
         return cache
 
