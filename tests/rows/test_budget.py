@@ -173,3 +173,18 @@ def test_the_peak_sampler_sees_a_peak_that_is_gone_when_it_ends():
     assert peak.peak_anon - start >= 90 << 20
     assert peak.peak >= peak.peak_anon  # the footprint counts the anonymous memory too
     assert budget.anonymous_bytes() < peak.peak_anon - (64 << 20)
+
+
+def test_the_structure_is_held_whenever_it_fits_beside_the_two_smallest_windows():
+    """``auto`` holds the CSR before any feature cache: here it takes most of what the
+    reserve leaves (the features get two windows of the smallest size and what is over), one
+    window less and it stays on disk (its row index and a block cache held)."""
+    mib = 1 << 20
+    kw = dict(feature_bytes=4096 * mib, reserve=512 * mib, min_window=16 * mib, index_bytes=8 * mib)
+    held = budget.plan_budget(1024 * mib, structure_bytes=400 * mib, **kw)
+    assert held.structure_in_memory and held.held_structure == 400 * mib
+    assert held.pool == 1024 * mib - 512 * mib - 400 * mib >= 2 * 16 * mib
+    assert held.neighbor_cache == 0
+    disk = budget.plan_budget(1024 * mib, structure_bytes=512 * mib - 31 * mib, **kw)
+    assert not disk.structure_in_memory
+    assert disk.held_structure == 8 * mib + disk.neighbor_cache and disk.neighbor_cache > 0

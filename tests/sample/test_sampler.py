@@ -307,3 +307,49 @@ def test_exclusion_changes_nothing_elsewhere_and_is_uniform():
     assert np.all(np.abs(others - 300) < 70), hits
     with pytest.raises(ValueError, match="excluded edge ids"):
         s.sample(np.array([0]), 0, exclude=np.array([[0, 99]]))
+
+
+@pytest.mark.parametrize("fanouts", [(4, 3), (-1, 2), (3, 2, 2)])
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_group_sampled_from_disk_is_the_same_batches_read_in_one_pass_per_hop(
+    tmp_path, fanouts, cached
+):
+    """``sample_group`` over a CSR on disk: the very batches of the in-memory CSR, in order
+    (a hub, isolated nodes, an empty batch), with or without a block cache beside it; each
+    hop of the group is one sorted pass reading at most the file (a counter, not a timing),
+    far less in all than the pages that batches sampled one by one read."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    hub = np.stack([rng.integers(0, n, 500), np.zeros(500, np.int64)], 1)
+    e = np.concatenate([rng.integers(0, n - 30, (20000, 2)), hub])
+    indptr, indices = csr_from_edges(e, n)
+    indices = indices.astype(np.int32)
+    mem = NeighborSampler(indptr, indices, fanouts)
+    on_disk = _on_disk(tmp_path, indices)
+    kw = dict(direct_indices=True, io_threads=2, neighbor_cache_bytes=4096 if cached else 0)
+    group = NeighborSampler(indptr, on_disk, fanouts, **kw, group_bytes=1 << 30)
+    one = NeighborSampler(indptr, on_disk, fanouts, **kw)
+    batches = [(rng.permutation(n)[:40], step) for step in range(12)]
+    batches.insert(5, (np.array([], np.int64), 99))
+    assert group.group_size(40) > len(batches) and one.group_size(40) == 1
+    got = list(group.sample_group(batches))
+    assert len(got) == len(batches)
+    for (seeds, seed), b in zip(batches, got, strict=True):
+        a = mem.sample(seeds, seed)
+        c = one.sample(seeds, seed)
+        assert np.array_equal(a.n_id, b.n_id) and np.array_equal(a.n_id, c.n_id)
+        for x, y in zip(a.blocks, b.blocks, strict=True):
+            assert np.array_equal(x.edge_index.numpy(), y.edge_index.numpy())
+            assert np.array_equal(x.rowptr.numpy(), y.rowptr.numpy())
+    r = group.group_reads
+    assert r.passes == len(fanouts)  # one pass per hop for the whole group
+    assert 0 < r.largest <= -(-indices.nbytes // 4096) * 4096  # a pass reads the file at most
+    assert group.structure_bytes_read == r.bytes
+    if not cached:  # a page per drawn list, batch by batch
+        assert one.structure_bytes_read > 2 * r.bytes
+    # a sampler in memory, or a group of one, samples batch by batch
+    assert [m.n_id.tolist() for m in mem.sample_group(batches[:2])] == [
+        m.n_id.tolist() for m in got[:2]
+    ]
+    group.close()
+    one.close()

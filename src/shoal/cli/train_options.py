@@ -295,10 +295,12 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument(
         "--structure",
         choices=STRUCTURE_MODES,
-        help="where the graph's CSR lives while training: auto = in memory when it fits half "
-        "of the budget left after the reserve, else on disk (its row index in memory, sampled "
-        "neighbour entries read with planned direct reads, no page cache); memory / disk force "
-        f"it (default {d.memory.structure}; single-process trainer and averaging engine)",
+        help="where the graph's CSR lives while training: auto = in the process's memory, "
+        "counted in the budget, whenever it fits beside the two smallest feature windows, else "
+        "on disk (its row index in memory, sampled neighbour entries read with planned direct "
+        "reads, a group of batches' in one sorted pass per hop, no page cache); memory / disk "
+        f"force it (default {d.memory.structure}; single-process trainer and averaging "
+        "engine; minibatch and hec always hold it in memory)",
     )
 
 

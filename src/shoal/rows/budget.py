@@ -6,10 +6,17 @@ cache of what it reads included; by default what it may use on this machine
 ``memory.max`` of its group and every ancestor, or when lower the machine's ``MemAvailable``
 when training starts, shared equally by the processes started on one machine).
 :func:`plan_budget` splits it into a reserve measured on the process (:func:`reserve_for`), the
-graph structure (held in memory when it fits; else only its ``O(V)`` row index), and the
-feature windows and cache: two window slots (one trained on, one being read) and the cache get
-a third each of what is left until :func:`~shoal.rows.windowfit.fit_windows` resizes them from
-a sampled epoch (docs/measurements.md#the-memory-plan and #static-cache-and-windows).
+graph structure (held in memory, read into the process's own memory, whenever it fits next to
+the two smallest feature windows; else only its ``O(V)`` row index), and the feature windows
+and cache: two window slots (one trained on, one being read) and the cache get a third each of
+what is left until :func:`~shoal.rows.windowfit.fit_windows` resizes them from a sampled epoch
+(docs/measurements.md#the-memory-plan and #static-cache-and-windows).
+
+The structure comes before the feature cache: a neighbour list sampled from disk costs a
+page read, and epochs sampled ahead (to pack their rows) read many times the CSR that way
+(on the 10m graph at an eighth of its features: 31 GB of neighbour lists for four epochs of a
+0.48 GB CSR), while each byte the cache gives up costs at most that byte once per epoch in
+pack reads (docs/measurements.md#the-memory-plan).
 """
 
 from __future__ import annotations
@@ -401,9 +408,10 @@ def plan_budget(
 ) -> BudgetPlan:
     """Share ``memory`` (None: :func:`memory_limit`) between the ``reserve`` (give
     :func:`reserve_for`, measured on this process; default the fixed :data:`RESERVE`), the graph
-    structure (``structure_bytes``; kept on disk when it does not fit in half of what is left,
-    except its ``index_bytes``: the ``O(V)`` row index, held in any case, and a cache of its
-    neighbour-list blocks of an eighth of what is left), two feature windows
+    structure (``structure_bytes``: held in memory whenever it fits next to two windows of
+    ``min_window``, before any feature cache; else kept on disk except its ``index_bytes``:
+    the ``O(V)`` row index, held in any case, and a cache of its neighbour-list blocks of an
+    eighth of what is left), two feature windows
     (one in use, one being read) and the cache of hot rows. When the whole feature matrix
     fits next to one window, it is cached whole and windows are not needed.
 
@@ -434,9 +442,8 @@ def plan_budget(
         )
     if structure not in STRUCTURE_MODES:
         raise ValueError(f"structure must be one of {STRUCTURE_MODES}, got {structure!r}")
-    in_mem = structure == "memory" or (
-        structure == "auto" and structure_bytes <= (left - need) // 2
-    )
+    # auto: held whenever it fits beside the two smallest windows (module docstring)
+    in_mem = structure == "memory" or (structure == "auto" and structure_bytes <= left - need)
     left -= structure_bytes if in_mem else index_bytes
     # on disk: an eighth of what is left (at most the lists) caches blocks of neighbour lists
     lists = 0 if in_mem else max(0, min(structure_bytes - index_bytes, (left - need) // 8))

@@ -11,7 +11,9 @@ block_l)`` from the gathered features ``x = X[n_id]``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -26,9 +28,47 @@ from shoal.sample.base import BlockSampler, hop_rowptr, parse_fanouts
 from shoal.sample.relations import RelationDraws
 from shoal.utils.arrays import unique_sorted
 
-__all__ = ["NeighborSampler", "parse_fanouts"]
+__all__ = ["GROUP_ENTRY_BYTES", "GroupReads", "NeighborSampler", "parse_fanouts"]
 
 _NO_INDICES = np.empty(0, dtype=np.int64)  # the kernels' indices when only positions are drawn
+#: memory per drawn entry of a group of batches sampled together from a structure on disk
+#: (:meth:`NeighborSampler.sample_group`): its position as drawn and in the hop's sorted set
+#: (8 B each) and the entry read (up to 8 B); what :meth:`NeighborSampler.group_size` divides
+#: the group's budget by
+GROUP_ENTRY_BYTES = 24
+
+
+@dataclass
+class GroupReads:
+    """What :meth:`NeighborSampler.sample_group` read: ``passes`` (one per hop of each group
+    of batches: one sorted, coalesced read of the entries the group's batches drew at that
+    hop), their ``bytes`` and the ``largest`` pass's bytes (never more than the file of
+    ``indices``: the positions of a pass are distinct and sorted, each page read once)."""
+
+    passes: int = 0
+    bytes: int = 0
+    largest: int = 0
+
+
+class _Drawn:
+    """The entries of ``indices`` one hop of a group drew: sorted distinct positions and the
+    entries there, read from disk in one pass."""
+
+    def __init__(self, pos: np.ndarray, values: np.ndarray) -> None:
+        self.pos, self.values = pos, values
+
+    def take(self, picked: np.ndarray) -> np.ndarray:
+        return self.values[np.searchsorted(self.pos, picked)]
+
+
+class _Group:
+    """The state of :meth:`NeighborSampler.sample_group`: per hop, the entries read (hops
+    already read) or the positions drawn so far (the hop being collected)."""
+
+    def __init__(self) -> None:
+        self.drawn: dict[int, _Drawn] = {}
+        self.collecting = -1
+        self.positions: list[np.ndarray] = []
 
 
 def _as_index_array(a: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
@@ -60,6 +100,9 @@ class NeighborSampler(BlockSampler):
         neighbor_cache_bytes: with ``direct_indices``, entries are read by blocks through a
             CLOCK cache of this many bytes (:class:`~shoal.rows.blockcache.BlockCache`;
             default 0: no cache, each hop reads the pages of its drawn entries).
+        group_bytes: with ``direct_indices``, the memory of a group of batches sampled
+            together by :meth:`sample_group` (each hop's entries of the whole group read in
+            one sorted pass; default 0: groups of one batch).
         schema: a typed graph's node types and relations (default None: untyped). Each hop
             then draws ``fanouts`` per relation (:mod:`shoal.sample.relations`); over a store
             part's local CSR give ``node_type`` and ``edge_types``.
@@ -84,6 +127,7 @@ class NeighborSampler(BlockSampler):
         direct_indices: bool = False,
         io_threads: int = 8,
         neighbor_cache_bytes: int = 0,
+        group_bytes: int = 0,
         schema: HeteroSchema | None = None,
         relation_fanouts: Mapping[str, Sequence[int] | str] | None = None,
         node_type: np.ndarray | None = None,
@@ -93,6 +137,10 @@ class NeighborSampler(BlockSampler):
         self.indices = _as_index_array(indices, "indices")
         self._reader = None
         self._blocks: BlockCache | None = None
+        self.group_bytes = int(group_bytes)
+        self._local = threading.local()  # the group being sampled, by the thread sampling it
+        #: the passes of :meth:`sample_group` over ``indices`` on disk
+        self.group_reads = GroupReads()
         if direct_indices:
             mapped = indices if isinstance(indices, np.ndarray) else self.indices
             src = mapped.reshape(-1, 1)
@@ -240,8 +288,17 @@ class NeighborSampler(BlockSampler):
 
     def _read_picked(self, picked: np.ndarray, m: int) -> None:
         """Replace the positions ``picked[:m]`` by the entries of ``indices`` there, read from
-        disk in one planned pass over their sorted distinct positions."""
+        disk in one planned pass over their sorted distinct positions (in a group,
+        :meth:`sample_group`: taken from the hop's pass, or noted for it)."""
         if m == 0:
+            return
+        g = getattr(self._local, "group", None)
+        if g is not None:
+            if self._hop == g.collecting:  # noted for the hop's pass; this draw is dropped
+                g.positions.append(unique_sorted(picked[:m]))
+                picked[:m] = 0
+            else:
+                picked[:m] = g.drawn[self._hop].take(picked[:m])
             return
         if self._blocks is not None:
             picked[:m] = self._blocks.take(picked[:m])
@@ -252,11 +309,74 @@ class NeighborSampler(BlockSampler):
         picked[:m] = vals[inv, 0]
 
     @property
+    def reads_from_disk(self) -> bool:
+        """Whether sampled entries are read from ``indices`` on disk (``direct_indices``)."""
+        return self._reader is not None
+
+    def group_size(self, batch_size: int) -> int:
+        """Batches of ``batch_size`` seeds :meth:`sample_group` takes together within
+        :attr:`group_bytes` (at least 1): a batch draws at most ``batch_size`` times the
+        fanouts' products summed over the hops (an unbounded hop counted as 64), each entry
+        taking :data:`GROUP_ENTRY_BYTES`."""
+        entries, per_seed = 0, 1
+        for f in self.fanouts:
+            per_seed *= f if f > 0 else 64
+            entries += per_seed
+        return max(1, self.group_bytes // max(GROUP_ENTRY_BYTES * entries * batch_size, 1))
+
+    def sample_group(self, batches: Sequence[tuple[np.ndarray, int]]) -> Iterator[MiniBatch]:
+        """``sample(seeds, seed)`` of each ``(seeds, seed)`` of ``batches``, in order, the
+        same batches; with ``indices`` on disk (:attr:`reads_from_disk`) sampled together
+        hop by hop: the positions every batch draws at hop ``h`` (the draws need only
+        ``indptr``) are read in one sorted, coalesced pass over ``indices``
+        (:class:`~shoal.rows.direct.RowReader`), then each batch is drawn again up to hop
+        ``h + 1`` from what was read (the draws are keyed by seed and hop). A group reads
+        at most the file once per hop, where sampling its batches one by one reads a page
+        per neighbour list drawn, tens of times the file per epoch of a large graph
+        (DiskGNN's offline sampling reads the structure in sorted passes too: Liu et al.,
+        VLDB 2025, Sec. 3). Counted in :attr:`group_reads`. Untyped draws only (a typed
+        graph's batches are sampled one by one)."""
+        if self._reader is None or self._per_relation_draws() or len(batches) < 2:
+            for seeds, seed in batches:
+                yield self.sample(seeds, seed)
+            return
+        g = _Group()
+        for hop in range(self.num_layers):
+            g.collecting, g.positions = hop, []
+            for seeds, seed in batches:
+                self._in_group(g, seeds, seed, self.fanouts[: hop + 1])
+            pos = unique_sorted(np.concatenate(g.positions)) if g.positions else _NO_INDICES
+            g.positions = []
+            vals = np.empty((len(pos), 1), dtype=self.indices.dtype)
+            nbytes = self._reader.read(pos, vals) if len(pos) else 0
+            g.drawn[hop] = _Drawn(pos, vals[:, 0])
+            r = self.group_reads
+            r.passes, r.bytes, r.largest = r.passes + 1, r.bytes + nbytes, max(r.largest, nbytes)
+        g.collecting = -1
+        for seeds, seed in batches:
+            # (the group is set only while its own batch is drawn: a caller may sample other
+            # batches between two of its batches, as a reading thread sampling again does)
+            yield self._in_group(g, seeds, seed, None)
+
+    def _in_group(self, g: _Group, seeds: np.ndarray, seed: int, fanouts) -> MiniBatch:
+        """``sample(seeds, seed, fanouts=fanouts)`` drawing ``indices`` through ``g``."""
+        self._local.group = g
+        try:
+            return self.sample(seeds, seed, fanouts=fanouts)
+        finally:
+            self._local.group = None
+
+    def _per_relation_draws(self) -> bool:
+        rel = self.relations
+        return rel is not None and rel.per_relation
+
+    @property
     def structure_bytes_read(self) -> int:
-        """Bytes of ``indices`` read from disk so far (``direct_indices``; 0 otherwise)."""
+        """Bytes of ``indices`` read from disk so far (``direct_indices``; 0 otherwise): by
+        the block cache and by :meth:`sample_group`'s passes."""
         if self._blocks is not None:
-            return self._blocks.bytes_read
-        return self._reader.stats.bytes if self._reader is not None else 0
+            return self._blocks.bytes_read + self.group_reads.bytes
+        return self._reader.stats.bytes if self._reader is not None else 0  # (groups' too)
 
     def close(self) -> None:
         """Close the reader of ``indices`` (``direct_indices``)."""

@@ -114,17 +114,31 @@ class BatchLoader:
 
     def samples(self, epoch: int, steps: list[int] | None = None) -> Iterator[MiniBatch]:
         """The sampled blocks of ``epoch``'s batches, in order (phase ``sampling``); only
-        those of ``steps`` (batch indices, in the order given) when given."""
+        those of ``steps`` (batch indices, in the order given) when given. A sampler reading
+        its neighbour lists from disk samples them in groups
+        (:meth:`~shoal.sample.sampler.NeighborSampler.sample_group`: each hop's entries of a
+        group read in one sorted pass), the same batches."""
         order = np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
         seeds = self.seeds[order]
         bs = self.batch_size
-        for step in range(len(self)) if steps is None else steps:
+        todo = list(range(len(self)) if steps is None else steps)
+        size = 1
+        if getattr(self.sampler, "reads_from_disk", False):
+            size = self.sampler.group_size(bs)
+        for a in range(0, len(todo), size):
+            group = [
+                (seeds[step * bs : (step + 1) * bs], batch_seed(self.seed, epoch, step))
+                for step in todo[a : a + size]
+            ]
             t0 = time.perf_counter()
-            mb = self.sampler.sample(
-                seeds[step * bs : (step + 1) * bs], batch_seed(self.seed, epoch, step)
-            )
-            self.timer.add("sampling", time.perf_counter() - t0)
-            yield mb
+            for mb in (
+                self.sampler.sample_group(group)
+                if size > 1
+                else (self.sampler.sample(*b) for b in group)
+            ):
+                self.timer.add("sampling", time.perf_counter() - t0)
+                yield mb
+                t0 = time.perf_counter()
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         if self.prefetcher is not None:

@@ -232,11 +232,14 @@ class MemoryConfig:
             ``"degree"``, the highest in-degrees (default ``"presample"``; the single-process
             trainer and ``averaging``; ``minibatch`` caches by degree; the pre-sampled cache
             reads fewer bytes per epoch: docs/measurements.md#static-cache-and-windows).
-        structure: where the graph's CSR lives while training: ``"auto"`` (in memory when it
-            fits half of the budget left after the reserve, else on disk: its row index in
-            memory, the sampled neighbour entries read with planned direct reads), or
-            ``"memory"`` / ``"disk"`` forced (default ``"auto"``; the single-process trainer
-            and the ``averaging`` engine; ``minibatch`` always uses ``"auto"``).
+        structure: where the graph's CSR lives while training: ``"auto"`` (read into the
+            process's own memory, counted in the plan, whenever it fits next to the two
+            smallest feature windows; else on disk: its row index in memory, the sampled
+            neighbour entries read with planned direct reads, a group of batches' entries in
+            one sorted pass per hop), or ``"memory"`` / ``"disk"`` forced (default
+            ``"auto"``; the single-process trainer and the ``averaging`` engine;
+            ``minibatch`` and ``hec`` always hold it in memory:
+            docs/measurements.md#the-memory-plan).
         scratch_dir: directory for large temporary files (inference arrays, packs); None =
             beside the input graph or store, never the system temp dir (default None).
         rows_backend: what files of rows are read through, by name (:mod:`shoal.rows.backends`:

@@ -140,9 +140,14 @@ class Trainer:
             degrees=data.degrees,
             direct_indices=not self.budget.structure_in_memory and structure_on_disk(data.indices),
             io_threads=config.memory.io_threads,
-            neighbor_cache_bytes=self.budget.neighbor_cache,
+            # the plan's neighbour-list memory: half a block cache, half a group's passes
+            neighbor_cache_bytes=self.budget.neighbor_cache // 2,
+            group_bytes=self.budget.neighbor_cache // 2,
             schema=data.schema,
         )
+        #: neighbour-list bytes read from disk already counted in a record (epochs, and
+        #: evaluations, whose reads no epoch record counts)
+        self._structure_counted = 0
         self._lent = 0  # bytes of the feature cache lent to evaluation (end_training)
         self.timer = Timer()
         self.loader = task.loader(self)
@@ -248,7 +253,6 @@ class Trainer:
             raise RuntimeError("end_training() was called: this trainer only evaluates now")
         epoch = self.epoch if epoch is None else epoch
         stats0 = self.features.stats.snapshot()
-        structure0 = self.sampler.structure_bytes_read
         meter = EpochMeter(
             epoch,
             self.num_batches or None,
@@ -262,15 +266,23 @@ class Trainer:
         rec = meter.record()
         if self.task.metric != "accuracy":  # (no class predictions to count)
             rec["train_accuracy"] = None
+        structure = self._structure_read() - self._structure_counted
+        self._structure_counted += structure
         return {
             "epoch": epoch + 1,
             **rec,
             "io": {
                 **self._io_record(stats0),
-                # neighbour lists read from disk (sampled ahead: counted when trained)
-                "structure_bytes_read": self.sampler.structure_bytes_read - structure0,
+                # neighbour lists read from disk since the last record: the run's start
+                # (sampling the first epochs ahead) in the first, a sweep sampling epochs
+                # ahead in the epoch it runs beside; never an evaluation's
+                "structure_bytes_read": structure,
             },
         }
+
+    def _structure_read(self) -> int:
+        """Neighbour-list bytes the sampler has read from disk (0 once it is gone)."""
+        return 0 if self.sampler is None else self.sampler.structure_bytes_read
 
     def _io_record(self, before: dict[str, Any]) -> dict[str, Any]:
         """The epoch's feature I/O: rows asked for and served by the cache, bytes read."""
@@ -293,6 +305,7 @@ class Trainer:
         pf = self._prefetcher
         held = pf.pause() if pf is not None else 0
         n = self.task.num_targets(splits)
+        structure0 = self._structure_read()
         try:
             # no training step runs: its activations are free, and so is a lent cache; what
             # the process holds now, measured, may leave more
@@ -330,6 +343,7 @@ class Trainer:
                 )
             return result
         finally:
+            self._structure_counted += self._structure_read() - structure0  # not an epoch's
             trim_freed_memory()  # the evaluation's buffers leave before training resumes
             if pf is not None:
                 pf.resume()

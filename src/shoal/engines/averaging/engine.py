@@ -160,7 +160,9 @@ class AveragingEngine(Engine):
                 degrees=deg,
                 direct_indices=direct,
                 io_threads=cfg.memory.io_threads,
-                neighbor_cache_bytes=int(plan.neighbor_cache * share),
+                # the plan's neighbour-list memory: half a block cache, half a group's passes
+                neighbor_cache_bytes=int(plan.neighbor_cache * share) // 2,
+                group_bytes=int(plan.neighbor_cache * share) // 2,
                 # a typed part: every local node's type, every in-edge's relation
                 schema=store.schema,
                 node_type=store.type_of(local_ids) if typed else None,

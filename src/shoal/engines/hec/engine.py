@@ -77,8 +77,17 @@ class HecEngine(Engine):
         self.model = self.build_model()
         self.require_block_model("replaces halo rows between layers")
         s_rows = sum(p.num_core for p in self.parts)
+        # its sampler draws from the rank's CSR in memory (it reads no entries from disk): the
+        # parts' CSRs are held in the process's own memory and counted, and so is the rank's
+        # merged copy of several parts (int64 entries and row offsets), or the budget is refused
+        merged = 0
+        if len(self.parts) > 1:
+            merged = sum(8 * (len(p.indices) + p.num_core) for p in self.parts)
         plan = self.plan_memory(
-            feature_bytes=s_rows * self.row_bytes, num_rows=max(s_rows, 1), extra_bytes=16 * s_rows
+            feature_bytes=s_rows * self.row_bytes,
+            num_rows=max(s_rows, 1),
+            extra_bytes=16 * s_rows + merged,
+            structure="memory",
         )
         g = rank_graph(self.parts, self.part_to_rank, ctx.rank, store.owner, store)
         self.graph = g

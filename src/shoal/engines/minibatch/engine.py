@@ -170,8 +170,13 @@ class MinibatchEngine(Engine):
         extra = 5 * rows
         fanouts, bs = tuple(cfg.sampling.fanouts), cfg.sampling.batch_size
         extra += self.prefetch * batch_rows(fanouts, bs, max(rows, 1)) * self.row_bytes
+        # its sampler draws from the parts' CSRs in memory (it reads no entries from disk):
+        # they are held in the process's own memory and counted, or the budget is refused
         plan = self.plan_memory(
-            feature_bytes=rows * self.row_bytes, num_rows=max(rows, 1), extra_bytes=extra
+            feature_bytes=rows * self.row_bytes,
+            num_rows=max(rows, 1),
+            extra_bytes=extra,
+            structure="memory",
         )
         if ctx.is_rank0:
             log.info("rank 0 %s", plan.describe())
