@@ -189,7 +189,7 @@ def test_float16_features_are_the_float32_ones_rounded(tmp_path, run_cli):
     )
     assert r.features().dtype == np.float16
     with pytest.raises(ShoalInputError, match="feature_dtype"):
-        DCSBMConfig(**base, feature_dtype="int8")
+        DCSBMConfig(**base, feature_dtype="float8")
     cmd = "data synth dcsbm --nodes 300 --edges 900 --feature-dtype float16".split()
     code, _, err = run_cli(*cmd, "--out", tmp_path / "c")
     assert code == 0, err

@@ -9,6 +9,7 @@ from typing import Any
 
 from shoal.cli.data_link import register_split_edges
 from shoal.cli.data_options import (
+    add_feature_dtype_option,
     add_scratch_option,
     add_write_options,
     args_of,
@@ -30,7 +31,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     cfg = ImportConfig(
-        **args_of(args, "num_nodes undirected num_classes split_index split_scheme"),
+        **args_of(args, "num_nodes undirected num_classes split_index split_scheme feature_dtype"),
         **write_options(args),
         extra_columns="ignore" if args.ignore_extra_columns else "error",
     )
@@ -161,6 +162,7 @@ example: shoal data import ../shared/data/cora/graph.npz --out /tmp/cora""",
         help="text edge lists: read only src and dst of lines with more columns (weights, "
         "timestamps) instead of refusing them (default: refuse with exit 2, naming the line)",
     )
+    add_feature_dtype_option(p, default=None, keep="float16 input stays float16, else float32")
     add_write_options(p)
     p.set_defaults(func=_cmd_import)
 

@@ -7,6 +7,7 @@ import argparse
 import time
 from typing import Any
 
+from shoal.utils.featdtype import FEATURE_DTYPES
 from shoal.utils.io import parse_size
 from shoal.utils.memory import peak_rss_bytes
 
@@ -60,6 +61,20 @@ def write_options(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields of :func:`add_write_options`' flags (all but ``--undirected``)."""
     values = args_of(args, "dedup drop_self_loops scratch_dir name overwrite")
     return {**values, "sort_memory": parse_size(args.sort_memory)}
+
+
+def add_feature_dtype_option(p: argparse.ArgumentParser, *, default: str | None, keep: str) -> None:
+    """``--feature-dtype NAME``: the stored features' dtype (``default``; None: ``keep`` says
+    what is kept)."""
+    p.add_argument(
+        "--feature-dtype",
+        choices=FEATURE_DTYPES,
+        default=default,
+        metavar="{" + ",".join(FEATURE_DTYPES) + "}",
+        help=f"stored features' dtype (default {default or keep}): float16 and bfloat16 halve "
+        "their bytes, int8 (a float32 scale per row) quarters them; the model computes in "
+        "float32 (docs/format.md#feature-dtypes)",
+    )
 
 
 def add_scratch_option(p: argparse.ArgumentParser, what: str, default: str) -> None:

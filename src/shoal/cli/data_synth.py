@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from shoal.cli.data_options import add_write_options, args_of, graph_summary, write_options
+from shoal.cli.data_options import (
+    add_feature_dtype_option,
+    add_write_options,
+    args_of,
+    graph_summary,
+    write_options,
+)
 from shoal.utils.io import write_json_output
 
 __all__ = ["ROAD_DEFAULTS", "register_synth"]
@@ -179,12 +185,7 @@ example: shoal data synth dcsbm --nodes 100000 --edges 1000000 --out /tmp/sbm"""
 
 
 def _dtype_option(s: argparse.ArgumentParser) -> None:
-    s.add_argument(
-        "--feature-dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="stored features' dtype (default float32; float16 halves their bytes)",
-    )
+    add_feature_dtype_option(s, default="float32", keep="float32")
 
 
 def _split_options(s: argparse.ArgumentParser, *, train: float, val: float) -> None:

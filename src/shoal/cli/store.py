@@ -8,7 +8,7 @@ import shlex
 import sys
 
 from shoal.cli._common import human
-from shoal.cli.data_options import add_scratch_option, args_of
+from shoal.cli.data_options import add_feature_dtype_option, add_scratch_option, args_of
 from shoal.utils.io import parse_size, write_json_output
 
 __all__ = ["register"]
@@ -21,7 +21,7 @@ def _build(args: argparse.Namespace) -> int:
     from shoal.store.writer import Config, build_store
 
     cfg = Config(
-        **args_of(args, "halo_features overwrite chunk_edges scratch_dir node_order"),
+        **args_of(args, "halo_features overwrite chunk_edges scratch_dir node_order feature_dtype"),
         sort_memory=parse_size(args.sort_memory),
         command="shoal " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
     )
@@ -115,6 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "features; out of core not faster on the benchmark, see docs/measurements.md) "
         "(default id)",
     )
+    add_feature_dtype_option(b, default=None, keep="the graph's")
     b.add_argument("--overwrite", action="store_true", help="replace an existing STORE")
     b.add_argument(
         "--chunk-edges", type=int, default=1 << 18, help="edges per streamed chunk (default 2**18)"

@@ -22,6 +22,7 @@ from shoal.data.layout import (
 )
 from shoal.data.stream import DEFAULT_CHUNK_EDGES, EdgeStream
 from shoal.errors import ShoalInputError
+from shoal.utils.featdtype import FeatureDtype, feature_dtype
 from shoal.utils.io import atomic_output_dir, file_checksum, read_meta, write_json_atomic
 
 __all__ = ["CSR", "GraphDir"]
@@ -82,6 +83,7 @@ class GraphDir:
             fix="create one with `shoal data import` or `shoal data synth`",
         )
         g = cls(path, meta)
+        feature_dtype(meta.get("feature_dtype"), path=path / "meta.json")  # one it can decode
         if verify:
             g.verify()
         return g
@@ -129,6 +131,11 @@ class GraphDir:
     @property
     def feature_dim(self) -> int | None:
         return self.meta.get("feature_dim")
+
+    @property
+    def feature_dtype(self) -> FeatureDtype:
+        """The stored features' dtype (:mod:`shoal.utils.featdtype`; float32 when none)."""
+        return feature_dtype(self.meta.get("feature_dtype"))
 
     @property
     def num_classes(self) -> int | None:

@@ -152,6 +152,12 @@ class HeteroGraphWriter(GraphWriter):
         origin = origin or f"features of node type {node_type!r}"
         path = self.tmp / type_feature_file(node_type)
         path.parent.mkdir(exist_ok=True)
+        if dtype is not None and str(getattr(dtype, "name", dtype)) == "int8":
+            raise ShoalInputError(
+                "int8 features of a typed graph are not supported yet",
+                path=origin,
+                fix="store a typed graph's features as float32, float16 or bfloat16",
+            )
         dim, dt = nodedata.write_features(path, x, int(t.count), origin=origin, dtype=dtype)
         at = self.schema.type_index(node_type)
         self.schema.node_types[at] = NodeType(t.name, t.count, t.offset, dim, dt)

@@ -15,6 +15,7 @@ import numpy as np
 from shoal.data.layout import SPLITS
 from shoal.errors import ShoalInputError
 from shoal.utils.diskspace import open_output_memmap
+from shoal.utils.featdtype import FeatureDtype, encode, feature_dtype, scales_path
 
 __all__ = ["check_labels", "check_split", "check_splits_disjoint", "write_features"]
 
@@ -23,12 +24,21 @@ _FEATURE_BLOCK_BYTES = 64 * 2**20
 _ROWS_FIX = "give one feature row per node (or pass --num-nodes to match)"
 
 
+def _target(dtype: np.dtype | str | None, given: np.dtype | None, origin: str) -> FeatureDtype:
+    """The stored dtype: ``dtype`` (a feature dtype name or numpy dtype), else float16 for a
+    float16 array, else float32."""
+    if dtype is None:
+        return feature_dtype("float16" if given == np.float16 else "float32")
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    return feature_dtype(name, path=origin)
+
+
 def _feature_blocks(
     x: Any, n: int, origin: str, dtype: np.dtype | str | None
-) -> tuple[Any, int | None, np.dtype]:
-    """(iterator of row blocks, column count if known, output dtype) of a feature source."""
+) -> tuple[Any, int | None, FeatureDtype]:
+    """(iterator of row blocks, column count if known, stored dtype) of a feature source."""
     if not (hasattr(x, "ndim") and hasattr(x, "shape")):
-        return iter(x), None, np.dtype(dtype) if dtype is not None else np.dtype(np.float32)
+        return iter(x), None, _target(dtype, None, origin)
     if x.ndim != 2:
         raise ShoalInputError(
             f"features must be 2-D (N, F), got shape {x.shape}",
@@ -41,11 +51,7 @@ def _feature_blocks(
             path=origin,
             fix=_ROWS_FIX,
         )
-    out_dtype = (
-        np.dtype(dtype)
-        if dtype is not None
-        else (np.dtype(np.float16) if x.dtype == np.float16 else np.dtype(np.float32))
-    )
+    out_dtype = _target(dtype, np.dtype(x.dtype), origin)
     block = max(1, _FEATURE_BLOCK_BYTES // max(1, x.shape[1] * 4))
     return (x[s : min(n, s + block)] for s in range(0, n, block)), int(x.shape[1]), out_dtype
 
@@ -94,37 +100,54 @@ def write_features(
     """Write the (n, F) feature matrix ``x`` to the ``.npy`` file ``path`` in row blocks.
 
     ``x`` is an array (dense, scipy sparse or memory map), read in blocks of about 64 MiB, or an
-    iterable of consecutive 2-D row blocks, never held whole. float16 stays float16 (for an
-    array input), anything else becomes float32 unless ``dtype`` says otherwise. The file is
-    written with plain writes (no memory map), so resident memory stays at one block. Returns
-    ``(F, dtype name)``; on error the partial file is removed (by the caller's atomic output).
+    iterable of consecutive 2-D row blocks, never held whole. ``dtype`` is the stored feature
+    dtype (a name of :data:`~shoal.utils.featdtype.FEATURE_DTYPES` or a numpy dtype); by
+    default float16 stays float16 (for an array input) and anything else becomes float32.
+    Each block is encoded as it is written (int8: its per-row scales go to
+    ``X.scales.npy`` beside ``path``). The files are written with plain writes (no memory
+    map), so resident memory stays at one block. Returns ``(F, dtype name)``; on error the
+    partial files are removed (by the caller's atomic output).
     """
-    blocks, num_cols, out_dtype = _feature_blocks(x, n, origin, dtype)
+    blocks, num_cols, target = _feature_blocks(x, n, origin, dtype)
     written = 0
-    f = None
+    f = fs = None
     try:
         for raw in blocks:
             rows = _check_feature_block(raw, written, n, num_cols, origin)
             if f is None:
                 num_cols = int(rows.shape[1])
-                hdr = open_output_memmap(path, out_dtype, (n, num_cols))
-                offset = hdr.offset
-                del hdr
-                f = open(path, "r+b")
-                f.seek(offset)
-            np.ascontiguousarray(rows, dtype=out_dtype).tofile(f)
+                f = _open_npy(path, target.stored, (n, num_cols))
+                if target.scaled:
+                    fs = _open_npy(scales_path(path), np.dtype(np.float32), (n,))
+            stored, scales = encode(rows, target)
+            stored.tofile(f)
+            if fs is not None:
+                scales.tofile(fs)
             written += rows.shape[0]
     finally:
-        if f is not None:
-            f.close()
+        for h in (f, fs):
+            if h is not None:
+                h.close()
     if written != n:
         path.unlink(missing_ok=True)
+        scales_path(path).unlink(missing_ok=True)
         raise ShoalInputError(
             f"features have {written} rows but the graph has num_nodes={n}",
             path=origin,
             fix=_ROWS_FIX,
         )
-    return int(num_cols or 0), out_dtype.name
+    return int(num_cols or 0), target.name
+
+
+def _open_npy(path: Path, dtype: np.dtype, shape: tuple[int, ...]):
+    """``path`` created as a ``.npy`` of ``shape`` (its disk space checked), open for writing
+    its data from the start."""
+    hdr = open_output_memmap(path, dtype, shape)
+    offset = hdr.offset
+    del hdr
+    f = open(path, "r+b")  # noqa: SIM115 - closed by the caller
+    f.seek(offset)
+    return f
 
 
 def check_labels(

@@ -21,6 +21,7 @@ from shoal.data.extsort import DEFAULT_SORT_MEMORY, sort_edges_to_file
 from shoal.data.layout import EDGE_FILE, FORMAT_NAME, FORMAT_VERSION, SPLITS, edge_dtype_for
 from shoal.data.stream import EdgeStream
 from shoal.errors import ShoalInputError
+from shoal.utils.featdtype import feature_dtype as feature_dtype_of
 from shoal.utils.io import atomic_output_dir, file_checksum, write_json_atomic
 
 __all__ = ["WRITE_FIELDS", "GraphWriter", "graph_bytes"]
@@ -71,6 +72,9 @@ class GraphWriter:
         overwrite: replace an existing ``out`` (default false).
         need: bytes the directory will take at least (:func:`graph_bytes`), refused up
             front when its filesystem has fewer free (default None: not checked).
+        feature_dtype: the stored features' dtype, a name of
+            :data:`~shoal.utils.featdtype.FEATURE_DTYPES` (default None: float16 input stays
+            float16, anything else float32); :meth:`write_features`' ``dtype`` overrides it.
     """
 
     def __init__(
@@ -88,7 +92,10 @@ class GraphWriter:
         source: dict[str, Any] | None = None,
         overwrite: bool = False,
         need: int | None = None,
+        feature_dtype: str | None = None,
     ) -> None:
+        if feature_dtype is not None:
+            feature_dtype_of(feature_dtype)  # refused before anything is written
         if num_nodes is not None and num_nodes < 0:
             raise ShoalInputError(f"num_nodes must be >= 0, got {num_nodes}")
         self.out = Path(out)
@@ -103,6 +110,7 @@ class GraphWriter:
         self.source = dict(source or {})
         self.overwrite = overwrite
         self.need = need
+        self.feature_dtype = feature_dtype
         self.extra_meta: dict[str, Any] = {}
         self._ctx = None
         self.tmp: Path | None = None
@@ -208,14 +216,19 @@ class GraphWriter:
 
         ``x`` is either an array (dense, scipy sparse or memory map), read in blocks of about
         64 MiB, or an iterable of consecutive 2-D row blocks (e.g. parsed from a text file),
-        which is never held whole. float16 stays float16 (for an array input), anything else
-        becomes float32 unless ``dtype`` says otherwise. Rejects NaN/inf, non-numeric values and
+        which is never held whole. Stored as ``dtype`` (a feature dtype name), else as the
+        writer's ``feature_dtype``, else float16 stays float16 (for an array input) and anything
+        else becomes float32. Rejects NaN/inf, non-numeric values and
         a row count different from num_nodes. The file is written with plain writes (no memory
         map), so resident memory stays at one block whatever the matrix size.
         """
         n = self._resolve_num_nodes()
         self._feature_dim, self._feature_dtype = nodedata.write_features(
-            self.tmp / "features.npy", x, n, origin=origin, dtype=dtype
+            self.tmp / "features.npy",
+            x,
+            n,
+            origin=origin,
+            dtype=dtype if dtype is not None else self.feature_dtype,
         )
 
     def write_labels(

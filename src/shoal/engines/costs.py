@@ -18,6 +18,7 @@ import numpy as np
 from shoal.engines.probe import MachineCosts
 from shoal.store.reader import Store
 from shoal.training import TrainConfig
+from shoal.utils.featdtype import feature_dtype
 
 __all__ = [
     "CACHE_SHARE",
@@ -57,9 +58,9 @@ def split(steps: float, **parts: float) -> dict[str, float]:
 def store_bytes(store: Store) -> int:
     """The store's feature rows and neighbour lists (what the disagg engine's batch workers
     read once per epoch, every part resident in turn)."""
-    item = np.dtype(store.meta.get("feature_dtype") or "float32").itemsize
+    row = feature_dtype(store.meta.get("feature_dtype")).row_bytes(int(store.feature_dim or 0))
     edge = np.dtype(store.meta.get("edge_dtype") or "int64").itemsize
-    return store.num_nodes * int(store.feature_dim or 0) * item + store.num_edges * edge
+    return store.num_nodes * (row if store.feature_dim else 0) + store.num_edges * edge
 
 
 @dataclass(kw_only=True)

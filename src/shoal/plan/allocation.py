@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import ShoalInputError
+from shoal.utils.featdtype import feature_dtype
 
 __all__ = ["Config", "Plan", "default_reserve", "graph_data_bytes", "make_plan"]
 
@@ -97,8 +98,7 @@ def graph_data_bytes(graph_path: str | os.PathLike) -> int:
     n, m = g.num_nodes, g.num_edges
     s = (n + 1) * 8 + m * g.edge_dtype.itemsize
     if g.feature_dim:
-        item = 2 if g.meta.get("feature_dtype") == "float16" else 4
-        s += n * int(g.feature_dim) * item
+        s += n * feature_dtype(g.meta.get("feature_dtype")).row_bytes(int(g.feature_dim))
     if (g.path / "labels.npy").exists():
         s += n * 8
     s += 3 * n  # split masks

@@ -195,3 +195,133 @@ def _clock_victims(ref, hand, k, out):
         if hand == n:
             hand = 0
     return hand
+
+
+# ------------------------------------------------------------------ decoding compact rows
+# Rows stored as float16 or bfloat16 (uint16 bits) or int8 (one float32 scale per row) are
+# decoded straight into the caller's float32 buffer (docs/format.md#feature-dtypes): the
+# 16-bit kernels write the float32 bits into ``out`` viewed as uint32 (numba has no float16).
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _half_bits(h):
+    """The float32 bits of the IEEE half whose bits are ``h`` (exact: subnormals, inf, NaN)."""
+    h = np.uint32(h)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    e = (h >> np.uint32(10)) & np.uint32(0x1F)
+    m = h & np.uint32(0x3FF)
+    if e == 0x1F:
+        return sign | np.uint32(0x7F800000) | (m << np.uint32(13))
+    if e != 0:
+        return sign | ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13))
+    if m == 0:
+        return sign
+    e2 = np.uint32(113)
+    while (m & np.uint32(0x400)) == 0:  # a subnormal: normalise the mantissa
+        m = m << np.uint32(1)
+        e2 -= np.uint32(1)
+    return sign | (e2 << np.uint32(23)) | ((m & np.uint32(0x3FF)) << np.uint32(13))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put16(src, r, bits, i, half):
+    """Row ``r`` of 16-bit rows (float16 when ``half``, else bfloat16) into ``bits[i]``."""
+    if half:
+        for j in range(bits.shape[1]):
+            bits[i, j] = _half_bits(src[r, j])
+    else:
+        for j in range(bits.shape[1]):
+            bits[i, j] = np.uint32(src[r, j]) << np.uint32(16)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put8(src, r, out, i, scale):
+    """Row ``r`` of int8 rows times ``scale`` into ``out[i]``."""
+    s = np.float32(scale)
+    for j in range(out.shape[1]):
+        out[i, j] = np.float32(src[r, j]) * s
+
+
+def _gather16_py(src, ids, bits, half):
+    for i in prange(ids.shape[0]):
+        _put16(src, ids[i], bits, i, half)
+
+
+def _gather8_py(src, ids, out, scales):
+    for i in prange(ids.shape[0]):
+        r = ids[i]
+        _put8(src, r, out, i, scales[r])
+
+
+_gather16_par = numba.njit(cache=True, parallel=True, nogil=True)(_gather16_py)
+_gather16_ser = numba.njit(cache=True, nogil=True)(_gather16_py)
+_gather8_par = numba.njit(cache=True, parallel=True, nogil=True)(_gather8_py)
+_gather8_ser = numba.njit(cache=True, nogil=True)(_gather8_py)
+
+
+def _gather16(src, ids, bits, half):
+    """``bits[i]`` = the float32 bits of 16-bit row ``src[ids[i]]`` (float16 or bfloat16)."""
+    (_gather16_par if ids.shape[0] >= PARALLEL_MIN else _gather16_ser)(src, ids, bits, half)
+
+
+def _gather8(src, ids, out, scales):
+    """``out[i] = src[ids[i]] * scales[ids[i]]`` of int8 rows."""
+    (_gather8_par if ids.shape[0] >= PARALLEL_MIN else _gather8_ser)(src, ids, out, scales)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _find(ids, slot, cold, i):
+    """(where row ``ids[i]`` is: 0 cached, 1 in the window, -1 neither; its row there)."""
+    v = ids[i]
+    s = slot[v]
+    if s >= 0:
+        return 0, s
+    p = np.searchsorted(cold, v)
+    if p >= cold.shape[0] or cold[p] != v:
+        return -1, 0
+    return 1, p
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_hits(hit):
+    hits = 0
+    for i in range(hit.shape[0]):
+        if hit[i] < 0:
+            return -1 - i
+        hits += hit[i]
+    return hits
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def _gather_cached16(ids, slot, cache, cold, rows, bits, half):
+    """:func:`_gather_cached` of 16-bit rows (float16 when ``half``, else bfloat16), decoded
+    into ``bits`` (the float32 output viewed as uint32)."""
+    n = ids.shape[0]
+    hit = np.zeros(n, np.int8)
+    for i in prange(n):
+        where, r = _find(ids, slot, cold, i)
+        if where == 0:
+            hit[i] = 1
+            _put16(cache, r, bits, i, half)
+        elif where == 1:
+            _put16(rows, r, bits, i, half)
+        else:
+            hit[i] = -1
+    return _count_hits(hit)
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def _gather_cached8(ids, slot, cache, cold, rows, out, scales):
+    """:func:`_gather_cached` of int8 rows, row ``v`` times ``scales[v]``."""
+    n = ids.shape[0]
+    hit = np.zeros(n, np.int8)
+    for i in prange(n):
+        where, r = _find(ids, slot, cold, i)
+        if where == 0:
+            hit[i] = 1
+            _put8(cache, r, out, i, scales[ids[i]])
+        elif where == 1:
+            _put8(rows, r, out, i, scales[ids[i]])
+        else:
+            hit[i] = -1
+    return _count_hits(hit)

@@ -18,12 +18,13 @@ import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from shoal.rows import _kernels as K
 from shoal.rows.source import FileShape, ReadStats, check_read
+from shoal.utils.featdtype import scales_of
 from shoal.utils.mapped import file_of
 
 __all__ = ["MAX_RUN", "MERGE_GAP", "PAGE", "RowFile", "RowReader", "load_array"]
@@ -38,7 +39,8 @@ MAX_RUN = 4 << 20
 @dataclass(frozen=True)
 class RowFile:
     """Where the rows of a 2-D array live in a file: row ``v`` is ``row_bytes`` bytes at
-    ``offset + v * stride``."""
+    ``offset + v * stride``; int8 rows carry their per-row float32 ``scales`` (in memory or
+    mapped: 4 bytes a row, read with the row ids, never in a cache or window)."""
 
     path: str
     offset: int
@@ -47,6 +49,7 @@ class RowFile:
     num_rows: int
     dim: int
     dtype: np.dtype
+    scales: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, arr: np.ndarray) -> RowFile | None:
@@ -67,7 +70,13 @@ class RowFile:
             num_rows=int(arr.shape[0]),
             dim=int(arr.shape[1]),
             dtype=arr.dtype,
+            scales=_loaded(scales_of(arr)),
         )
+
+
+def _loaded(scales: np.ndarray | None) -> np.ndarray | None:
+    """Scales in memory (4 bytes a row: read once, not page by page as rows are gathered)."""
+    return None if scales is None else np.ascontiguousarray(scales, dtype=np.float32)
 
 
 def _aligned(nbytes: int) -> np.ndarray:

@@ -9,7 +9,10 @@ while reader threads use it) and the **window**, the rows of its batches that th
 such as S3-FIFO (Yang et al., SOSP 2023) hits more often in a small cache, but the hit rate
 does not set the I/O: a window costs about one sweep of the file whatever it holds
 (docs/measurements.md#static-cache-and-windows; hence :mod:`shoal.rows.packing`). An in-memory
-array is served as is, entirely "cached".
+array is served as is, entirely "cached". Cache and windows hold the rows as stored (a
+compact dtype holds twice or four times the rows in the same bytes); they are decoded into
+float32 as batches are assembled (:mod:`shoal.rows.decode`; int8 scales are kept for every
+row, 4 bytes each).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import numpy as np
 import torch
 
 from shoal.rows import _kernels as K
+from shoal.rows.decode import decode_cached, decode_rows, source_scales
 from shoal.rows.gather import gather_rows
 from shoal.rows.opener import open_rows
 from shoal.rows.source import RowSource
 from shoal.utils.arrays import unique_sorted
+from shoal.utils.featdtype import scales_of
 from shoal.utils.progress import progress
 
 __all__ = ["CACHE_POLICIES", "DiskFeatures", "FeatureStats", "Window", "presampled_priority"]
@@ -144,6 +149,7 @@ class DiskFeatures:
             self.dtype = np.dtype(features.dtype)
             self.num_rows = int(features.num_rows)
             self.dim = int(features.dim)
+            self.scales = source_scales(features)
         else:
             self._open_arrays(features, threads, merge_gap)
         self.normalize = normalize
@@ -170,6 +176,13 @@ class DiskFeatures:
         if self.reader is None and single is None:
             self.features = np.concatenate(members)
         self.dtype = members[0].dtype
+        self.scales = None
+        if self.dtype == np.int8:  # every row's scale, in memory (4 bytes a row)
+            self.scales = (
+                source_scales(self.reader)
+                if self.reader is not None
+                else np.concatenate([np.asarray(scales_of(a), np.float32) for a in members])
+            )
         self.num_rows = int(sum(a.shape[0] for a in members))
         self.dim = int(members[0].shape[1])
 
@@ -313,10 +326,11 @@ class DiskFeatures:
         t0 = time.perf_counter()
         if self.dtype == np.float32:
             nbytes = self.reader.read(ids, out) if n else 0
-        else:
+        else:  # read as stored (compact), decoded into out
             raw = np.empty((n, self.dim), self.dtype)
             nbytes = self.reader.read(ids, raw) if n else 0
-            out[:] = raw
+            scales = None if self.scales is None else self.scales[ids]
+            decode_rows(raw, np.arange(n, dtype=np.int64), out, scales=scales)
         s = self.stats
         s.read_seconds += time.perf_counter() - t0
         s.requested += n
@@ -372,14 +386,10 @@ class DiskFeatures:
         if out is None:
             out = np.empty((n, self.dim), np.float32)
         if self.slot is None:
-            gather_rows(self.features, ids, out)
+            gather_rows(self.features, ids, out, scales=self.scales)
             hits = n
-        elif self.cache.dtype in (np.float32, np.float64):
-            hits = K._gather_cached(ids, self.slot, self.cache, cold, rows, out)
-        else:  # float16 and others: numba lacks them; convert through float32 copies
-            hits = K._gather_cached(
-                ids, self.slot, self.cache.astype(np.float32), cold, rows.astype(np.float32), out
-            )
+        else:
+            hits = decode_cached(ids, self.slot, self.cache, cold, rows, out, scales=self.scales)
         if hits < 0:
             raise KeyError(f"row {int(ids[-1 - hits])} is neither cached nor in the window")
         self.stats.requested += n
@@ -397,7 +407,7 @@ class DiskFeatures:
             self._buf = np.empty((max(n, int(self._buf.shape[0] * 1.25)), self.dim), np.float32)
         w = self.window([ids]) if self.reader is not None else None
         cold = w.cold if w is not None else np.empty(0, np.int64)
-        rows = w.rows if w is not None else np.empty((0, self.dim), np.float32)
+        rows = w.rows if w is not None else np.empty((0, self.dim), self.dtype)
         return torch.from_numpy(self._assemble(ids, cold, rows, self._buf[:n]))
 
     def close(self) -> None:

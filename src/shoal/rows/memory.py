@@ -7,6 +7,7 @@ import numpy as np
 
 from shoal.rows.direct import RowFile
 from shoal.rows.source import FileShape, ReadStats
+from shoal.utils.featdtype import scales_of
 
 __all__ = ["MappedRows", "MemoryRows"]
 
@@ -16,8 +17,10 @@ class MemoryRows(FileShape):
     stacked member that is small enough to live in memory); nothing is read from disk, so
     :meth:`read` returns 0 and :attr:`stats` stays at zero."""
 
-    def __init__(self, arr: np.ndarray) -> None:
+    def __init__(self, arr: np.ndarray, scales: np.ndarray | None = None) -> None:
         self.arr = arr
+        if scales is None and arr.dtype == np.int8:
+            scales = scales_of(arr)
         self.file = RowFile(
             path="<memory>",
             offset=0,
@@ -26,6 +29,7 @@ class MemoryRows(FileShape):
             num_rows=arr.shape[0],
             dim=arr.shape[1],
             dtype=arr.dtype,
+            scales=None if scales is None else np.ascontiguousarray(scales, np.float32),
         )
         self.direct = True
         self.stats = ReadStats()
@@ -57,7 +61,7 @@ class MappedRows(MemoryRows):
             offset=rows.offset,
             shape=(rows.num_rows, rows.stride // np.dtype(rows.dtype).itemsize),
         )[:, : rows.dim]
-        super().__init__(arr)
+        super().__init__(arr, rows.scales)
         self.file = rows
         self.direct = False
 

@@ -13,6 +13,7 @@ from shoal.rows.memory import MemoryRows
 from shoal.rows.opener import open_rows
 from shoal.rows.source import RowSource
 from shoal.rows.typed import open_part_rows
+from shoal.utils.featdtype import scales_of
 
 __all__ = ["part_rows"]
 
@@ -37,5 +38,9 @@ def part_rows(
             arrays.append(p.halo_features)
     src = open_rows(arrays, threads=threads)
     if src is None:  # every row in memory already
-        return MemoryRows(np.concatenate([np.asarray(a) for a in arrays]))
+        scales = [scales_of(a) for a in arrays]
+        return MemoryRows(
+            np.concatenate([np.asarray(a) for a in arrays]),
+            None if scales[0] is None else np.concatenate(scales),
+        )
     return src

@@ -63,7 +63,9 @@ class RowSource(Protocol):
 
     @property
     def dtype(self) -> np.dtype:
-        """The dtype of a row's items (that of ``out``)."""
+        """The dtype of a row's items as stored (that of ``out``): a feature dtype of
+        :mod:`shoal.utils.featdtype` (``uint16`` is bfloat16; int8 rows are decoded with the
+        source's ``scales``, an optional member: :func:`~shoal.rows.decode.source_scales`)."""
         ...
 
     @property
@@ -132,6 +134,11 @@ class FileShape:
     @property
     def path(self) -> str:
         return self.file.path
+
+    @property
+    def scales(self) -> np.ndarray | None:
+        """The per-row float32 scales of int8 rows (indexed by row id), else None."""
+        return self.file.scales
 
     def bytes_for(self, ids: np.ndarray) -> int:
         """Bytes the rows ``ids`` (sorted, unique) occupy (what a read of them delivers)."""

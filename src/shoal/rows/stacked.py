@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from shoal.rows.decode import source_scales
 from shoal.rows.direct import RowFile
 from shoal.rows.source import FileShape, ReadStats, RowSource
 
 __all__ = ["StackedReader"]
+
+
+def _stacked_scales(readers: list[RowSource]) -> np.ndarray | None:
+    """The members' int8 scales one after another (None unless int8)."""
+    if np.dtype(readers[0].dtype) != np.int8:
+        return None
+    return np.concatenate([np.asarray(source_scales(r), np.float32) for r in readers])
 
 
 class StackedReader(FileShape):
@@ -36,6 +44,7 @@ class StackedReader(FileShape):
             num_rows=int(self.starts[-1]),
             dim=r0.dim,
             dtype=r0.dtype,
+            scales=_stacked_scales(readers),
         )
         self.direct = all(getattr(r, "direct", False) for r in readers)
 

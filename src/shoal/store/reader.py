@@ -24,6 +24,7 @@ from shoal.store.format import (
     STORE_FORMAT_VERSION,
     STORE_TYPED_FORMAT_VERSION,
 )
+from shoal.utils.featdtype import feature_dtype
 from shoal.utils.io import read_meta
 
 __all__ = ["Partition", "Store"]
@@ -342,12 +343,13 @@ class Store:
     # ------------------------------------------------------------------ node data
     def features(self, ids: Any, out: np.ndarray | None = None) -> np.ndarray:
         """Feature rows of new global ``ids`` (core nodes of any part), gathered from the
-        owners' memory-mapped files into ``out`` (allocated when None)."""
+        owners' memory-mapped files into ``out`` (allocated when None), as stored
+        (:mod:`shoal.utils.featdtype`: ``uint16`` bfloat16 bits, int8 without its scales)."""
         if self.feature_dim is None:
             raise ShoalInputError("the store has no features", path=self.path)
         ids = np.asarray(ids, dtype=np.int64)
         if out is None:
-            out = np.empty((ids.shape[0], self.feature_dim), dtype=self.meta["feature_dtype"])
+            out = np.empty((ids.shape[0], self.feature_dim), dtype=feature_dtype(self.meta["feature_dtype"]).stored)
         elif out.shape[0] < ids.shape[0] or out.shape[1:] != (self.feature_dim,):
             raise ValueError(
                 f"out has shape {out.shape}, need ({ids.shape[0]}, {self.feature_dim})"

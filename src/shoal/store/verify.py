@@ -20,6 +20,7 @@ from shoal.errors import ShoalInputError
 from shoal.store._io import gather_rows, meta_checksum, read_rows
 from shoal.store._kernels import _edge_hash_accumulate
 from shoal.store.reader import Store
+from shoal.utils.featdtype import convert_block, feature_dtype, scales_path
 from shoal.utils.io import file_checksum
 from shoal.utils.progress import progress
 
@@ -337,7 +338,22 @@ def verify_store(
 
 def _check_node_data(store: Store, g: GraphDir, inv: np.ndarray, checks: list[str]) -> None:
     """Labels, masks and every node type's core (and halo) feature rows equal the source's;
-    an untyped store is one type, ``features.npy``, with the parts' core ranges."""
+    an untyped store is one type, ``features.npy``, with the parts' core ranges. A store of
+    another feature dtype than the graph's holds the source rows converted (int8: with their
+    scales, ``X.scales.npy``)."""
+    source = feature_dtype(g.meta.get("feature_dtype"), path=g.path / "meta.json")
+    target = source if store.schema is not None else feature_dtype(store.meta.get("feature_dtype"))
+
+    def source_rows(src: Path, ids: np.ndarray) -> bytes:
+        x = gather_rows(src, ids)
+        sc = gather_rows(scales_path(src), ids) if source.scaled else None
+        x, sc = convert_block(x, sc, source, target)
+        return x.tobytes() + (b"" if sc is None else sc.tobytes())
+
+    def stored_rows(f: Path, s: int, e: int) -> bytes:
+        sc = read_rows(scales_path(f), s, e).tobytes() if target.scaled else b""
+        return read_rows(f, s, e).tobytes() + sc
+
     labels_path = g.path / "labels.npy"
     masks = {s: g.mask(s) for s in SPLITS}
     schema, block = store.schema, 1 << 14
@@ -373,10 +389,7 @@ def _check_node_data(store: Store, g: GraphDir, inv: np.ndarray, checks: list[st
             lo, hi = (int(v) for v in bounds[i, t : t + 2])
             for s in range(lo, hi, block):
                 e = min(hi, s + block)
-                if (
-                    read_rows(f, s - lo, e - lo).tobytes()
-                    != gather_rows(src, inv[s:e] - offset).tobytes()
-                ):
+                if stored_rows(f, s - lo, e - lo) != source_rows(src, inv[s:e] - offset):
                     _fail(
                         f"part {i}: {what}feature rows {s - lo}..{e - lo - 1} differ from the "
                         "source rows",
@@ -384,9 +397,8 @@ def _check_node_data(store: Store, g: GraphDir, inv: np.ndarray, checks: list[st
                     )
             h = halo if schema is None else halo[store.type_of(halo) == t]
             for s in range(0, h.shape[0] if store.halo_features else 0, block):
-                if (
-                    read_rows(hf, s, s + block).tobytes()
-                    != gather_rows(src, inv[h[s : s + block]] - offset).tobytes()
+                if stored_rows(hf, s, min(s + block, h.shape[0])) != source_rows(
+                    src, inv[h[s : s + block]] - offset
                 ):
                     _fail(
                         f"part {i}: {what}halo feature rows {s}.. differ from the source rows", hf

@@ -35,6 +35,7 @@ from shoal.store._structure import make_layout, relabel, write_edges, write_part
 from shoal.store._typed import TypedLayout, type_bounds, write_typed_features
 from shoal.store.format import STORE_FORMAT, STORE_FORMAT_VERSION, STORE_TYPED_FORMAT_VERSION
 from shoal.utils.diskspace import open_output_memmap
+from shoal.utils.featdtype import feature_dtype
 from shoal.utils.io import atomic_output_dir, file_checksum, scratch_space
 from shoal.utils.memory import peak_rss_bytes
 
@@ -72,6 +73,9 @@ class Config:
             (ties in original ID; one more pass over the edges and one more write and read of
             the features). Default ``"id"``: docs/store.md#id-spaces and
             docs/measurements.md#node-order-in-the-store.
+        feature_dtype: the parts' stored feature dtype, a name of
+            :data:`~shoal.utils.featdtype.FEATURE_DTYPES` (default None: the graph's); another
+            than the graph's converts the rows block by block first (docs/format.md#feature-dtypes).
     """
 
     halo_features: bool = False
@@ -83,8 +87,11 @@ class Config:
     command: str | None = None
     scratch_dir: str | None = None
     node_order: str = "id"
+    feature_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        if self.feature_dtype is not None:
+            feature_dtype(self.feature_dtype)
         if self.node_order not in NODE_ORDERS:
             raise ShoalInputError(
                 f"node_order must be one of {', '.join(NODE_ORDERS)}, got {self.node_order!r}"
@@ -131,6 +138,13 @@ def _read_inputs(g: GraphDir, adir: Path, cfg: Config) -> tuple[np.ndarray, int,
     has_features = (g.path / "features.npy").exists() or (
         g.schema is not None and (g.path / "features").is_dir()
     )
+    if g.schema is not None and cfg.feature_dtype is not None:
+        raise ShoalInputError(
+            "--feature-dtype is not supported for a typed graph yet: its parts keep the "
+            "graph's dtype",
+            path=g.path,
+            fix="drop --feature-dtype, or give the typed graph that dtype when it is written",
+        )
     if g.schema is not None and cfg.node_order != "id":
         raise ShoalInputError(
             f"node_order {cfg.node_order!r} is not supported for a typed graph: its parts keep "
@@ -334,6 +348,8 @@ def build_store(
                     block_bytes=cfg.feature_block_bytes,
                     show=show,
                     work=work if cfg.node_order != "id" else None,
+                    scratch=work,
+                    dtype=cfg.feature_dtype,
                 )
         with phase("meta"):
             files, total_bytes = _file_table(tmp)

@@ -29,10 +29,13 @@ import torch
 
 from shoal.nn.base import SumLayer
 from shoal.rows import _kernels as K
+from shoal.rows.decode import decode_rows, source_scales
 from shoal.rows.direct import RowFile
 from shoal.rows.featstore import DiskFeatures
+from shoal.rows.gather import gather_rows
 from shoal.rows.opener import open_rows
 from shoal.training import _kernels as BK
+from shoal.utils.featdtype import scales_of
 from shoal.utils.mapped import file_of, read_span
 from shoal.utils.progress import progress
 
@@ -84,6 +87,10 @@ def sum_layers(model: torch.nn.Module) -> list[SumLayer] | None:
     return None if any(sl is None for sl in layers) else layers
 
 
+def _first(src):
+    return src[0] if isinstance(src, list) else src
+
+
 class LayerRows:
     """Float32 rows of a layer's input for sorted unique ids: a :class:`DiskFeatures` (cache +
     planned reads), a file-backed array (planned reads), an in-memory array, or a list of
@@ -94,6 +101,13 @@ class LayerRows:
         if not isinstance(src, DiskFeatures | np.ndarray):  # a list stacked row-wise
             src = [a for a in src if a.shape[0] > 0] or list(src)[:1]
         self.reader = None if isinstance(src, DiskFeatures) else open_rows(src, threads=threads)
+        #: int8 rows' scales (compact rows are decoded into float32: shoal.rows.decode)
+        self.scales = None
+        if self.reader is not None:
+            self.scales = source_scales(self.reader)
+        elif not isinstance(src, DiskFeatures) and np.dtype(_first(src).dtype) == np.int8:
+            members = src if isinstance(src, list) else [src]
+            self.scales = np.concatenate([np.asarray(scales_of(a), np.float32) for a in members])
         if isinstance(src, list) and self.reader is None:
             src = np.concatenate(src)
         first = src[0] if isinstance(src, list) else src
@@ -112,12 +126,13 @@ class LayerRows:
             return self.src.window([ids]).gather(ids, out)
         if self.reader is not None and self.dtype == np.float32:
             self.reader.read(ids, out)
-        elif self.reader is not None:
+        elif self.reader is not None:  # read as stored, decoded into out
             raw = np.empty((n, self.dim), dtype=self.dtype)
             self.reader.read(ids, raw)
-            out[:] = raw
+            scales = None if self.scales is None else self.scales[ids]
+            decode_rows(raw, np.arange(n, dtype=np.int64), out, scales=scales)
         else:
-            out[:] = self.src[ids]
+            gather_rows(self.src, ids, out, scales=self.scales)
         if self.normalize:
             K._row_normalize(out, n)
         return out

@@ -12,6 +12,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from shoal.rows.gather import gather_rows, source_rows
+
 
 class _DataChoices(Protocol):
     """The fields of a ``TrainConfig`` that :func:`resolve_for_data` reads (a protocol, so
@@ -173,11 +175,9 @@ def _sample_rows(features: Any) -> np.ndarray:
     idx = np.unique(np.linspace(0, max(n - 1, 0), min(n, AUTO_NORMALIZE_SAMPLE)).astype(np.int64))
     if not n:
         return np.empty((0, 0), np.float32)
-    if hasattr(features, "read"):
-        out = np.empty((len(idx), features.dim), features.dtype)
-        features.read(idx, out)
-        return out
-    return np.asarray(features[idx])
+    if hasattr(features, "read"):  # decoded into float32 (compact rows: shoal.rows.decode)
+        return source_rows(features, idx)
+    return gather_rows(features, idx)
 
 
 def resolve_for_data(

@@ -15,6 +15,7 @@ from shoal.data.format import GraphWriter
 from shoal.data.stream import DEFAULT_CHUNK_EDGES
 from shoal.data.writer import WRITE_FIELDS
 from shoal.errors import ShoalInputError
+from shoal.utils.featdtype import feature_dtype
 
 __all__ = [
     "ImportConfig",
@@ -57,6 +58,9 @@ class ImportConfig:
         extra_columns: what a text edge list's columns beyond ``src dst`` (weights,
             timestamps, as in many SNAP and Matrix Market files) do: ``"error"`` (default:
             refuse, naming the line) or ``"ignore"`` (import the first two columns only).
+        feature_dtype: the stored features' dtype, a name of
+            :data:`~shoal.utils.featdtype.FEATURE_DTYPES` (default None: a float16 input stays
+            float16, anything else becomes float32); converted block by block as written.
     """
 
     num_nodes: int | None = None
@@ -72,8 +76,11 @@ class ImportConfig:
     sort_memory: int = DEFAULT_SORT_MEMORY
     scratch_dir: str | os.PathLike | None = None
     extra_columns: str = "error"
+    feature_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        if self.feature_dtype is not None:
+            feature_dtype(self.feature_dtype)
         if self.extra_columns not in ("error", "ignore"):
             raise ShoalInputError(
                 f"extra_columns must be 'error' or 'ignore', got {self.extra_columns!r}"
@@ -106,6 +113,7 @@ def make_writer(
         **{k: getattr(cfg, k) for k in WRITE_FIELDS},
         source={**source, "options": options},
         need=need,
+        feature_dtype=cfg.feature_dtype,
     )
 
 

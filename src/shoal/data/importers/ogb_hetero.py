@@ -148,7 +148,9 @@ def import_ogb_hetero(
         for t, n in counts.items():
             fp = _ogb_file(d, f"raw/node-feat/{t}/node-feat.csv.gz", required=False)
             if fp is not None:
-                w.write_node_features(t, _ogb_float_blocks(fp, n), origin=str(fp))
+                w.write_node_features(
+                    t, _ogb_float_blocks(fp, n), origin=str(fp), dtype=cfg.feature_dtype
+                )
         if target is not None:
             lp = _ogb_file(d, f"raw/node-label/{target}/node-label.csv.gz", required=False)
             if lp is not None:

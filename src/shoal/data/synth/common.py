@@ -15,6 +15,7 @@ from shoal.data.extsort import DEFAULT_SORT_MEMORY
 from shoal.data.format import GraphWriter
 from shoal.data.writer import WRITE_FIELDS, graph_bytes
 from shoal.errors import ShoalInputError
+from shoal.utils.featdtype import FEATURE_DTYPES
 from shoal.utils.progress import progress
 
 __all__ = [
@@ -81,15 +82,13 @@ def write_random_splits(
     w.write_split("test", order[b:] if test is None else order[b : b + int(round(test * n))])
 
 
-#: the dtypes ``--feature-dtype`` writes (the model computes in float32 after the gather)
-FEATURE_DTYPES = ("float32", "float16")
-
-
 def check_feature_dtype(v: str) -> None:
+    """Refuse a feature dtype that is not one of :data:`FEATURE_DTYPES`."""
     if v not in FEATURE_DTYPES:
         raise ShoalInputError(
             f"feature_dtype {v!r} is not one of {', '.join(FEATURE_DTYPES)}",
-            fix="float16 halves the features' bytes (and the out-of-core reads)",
+            fix="float16 or bfloat16 halve the features' bytes (and the out-of-core reads), "
+            "int8 quarters them",
         )
 
 

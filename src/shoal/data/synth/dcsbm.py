@@ -64,7 +64,8 @@ class DCSBMConfig(WriteConfig):
         train_frac, val_frac: split fractions (default 0.1, 0.1).
         test_frac: test fraction (default None: the rest; a fraction leaves the others in
             no split, as most of ogbn-papers100M's nodes).
-        feature_dtype: the stored features' dtype, ``float32`` or ``float16`` (default
+        feature_dtype: the stored features' dtype, one of
+            :data:`~shoal.utils.featdtype.FEATURE_DTYPES` (default
             float32; generated in float32 either way).
         seed: random seed (default 0).
         directed: store each generated edge once, as (src, dst) (default false).

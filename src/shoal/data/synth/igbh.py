@@ -148,7 +148,8 @@ class IGBHConfig:
         train_frac, val_frac: split fractions of the papers (default 0.6, 0.2).
         test_frac: the test split's fraction of the papers (default None: every paper not in
             train or val; a fraction leaves the others in no split).
-        feature_dtype: the stored features' dtype, ``float32`` or ``float16`` (default
+        feature_dtype: the stored features' dtype, one of
+            :data:`~shoal.utils.featdtype.FEATURE_DTYPES` (default
             float32, as MLPerf's ``--use_fp16`` stores IGBH's in float16).
         seed: random seed (default 0).
         name: dataset name (default: the output directory's name).

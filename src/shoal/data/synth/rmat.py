@@ -59,7 +59,8 @@ class RMATConfig(WriteConfig):
         train_frac, val_frac: split fractions when ``classes`` > 0 (default 0.1, 0.1).
         test_frac: test fraction (default None: the rest; a fraction leaves the others in
             no split).
-        feature_dtype: the stored features' dtype, ``float32`` or ``float16`` (default
+        feature_dtype: the stored features' dtype, one of
+            :data:`~shoal.utils.featdtype.FEATURE_DTYPES` (default
             float32; generated in float32 either way).
         undirected: store both directions of every edge (default false).
         and the write options of :class:`~shoal.data.synth.common.WriteConfig`.

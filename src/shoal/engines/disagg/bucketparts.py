@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from shoal.rows.decode import decode_rows
 from shoal.rows.direct import load_array
 from shoal.rows.parts import part_rows
 from shoal.store.reader import Store
+from shoal.utils.featdtype import scales_of
 
 __all__ = ["LoadedPart", "ResidentParts", "part_bytes"]
 
@@ -135,8 +137,13 @@ class ResidentParts:
         core = int(s.part_offsets[j + 1]) - start
         if s.schema is None:
             feats = s.part(j).features
-            f = np.array(load_array(feats), np.float32, copy=False)[:core]
-            self.bytes_read += int(f.nbytes)
+            raw = load_array(feats)[:core]  # as stored, then decoded into float32
+            f = raw if raw.dtype == np.float32 else np.empty((core, raw.shape[1]), np.float32)
+            if f is not raw:
+                scales = scales_of(feats)
+                scales = None if scales is None else np.asarray(scales[:core], np.float32)
+                decode_rows(raw, np.arange(core, dtype=np.int64), f, scales=scales)
+            self.bytes_read += int(raw.nbytes)
             part = LoadedPart(j, start, core, f)
         else:  # every type's rows, padded to the widest type, in one planned read
             src = part_rows(s.part(j))
@@ -189,5 +196,5 @@ class ResidentParts:
         for j in np.unique(owner):
             sel = np.flatnonzero(owner == j)
             p = self.parts[int(j)]
-            out[sel] = p.features[ids[sel] - p.start]
+            out[sel] = p.features[ids[sel] - p.start]  # decoded when the part was loaded
         return out[: len(ids)]
