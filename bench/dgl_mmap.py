@@ -163,6 +163,13 @@ def _row(r: dict) -> str:
     )
 
 
+TABLE = (
+    "| run | cap | wall s | start s | epoch seconds | median | sampling | gather "
+    "| forward + backward | read GB / peak GiB |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
 def render(res: dict) -> str:
     lines = header(
         "DGL + mmap: the out-of-core baseline",
@@ -184,13 +191,7 @@ def render(res: dict) -> str:
         if s.get("skipped"):
             lines += [f"Skipped: {s['skipped']}.", ""]
             continue
-        lines += [
-            "| run | cap | wall s | start s | epoch seconds | median | sampling | gather "
-            "| forward + backward | read GB / peak GiB |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-            *[_row(r) for r in s["runs"]],
-            "",
-        ]
+        lines += [TABLE, *[_row(r) for r in s["runs"]], ""]
     return "\n".join(lines)
 
 

@@ -198,6 +198,37 @@ def section(name: str, s: dict) -> list[str]:
             f"{statistics.mean(e['read']):.2f} GB of feature rows; "
             f"same accuracy: {t['test_accuracy'] == base['train']['test_accuracy']}."
         )
+    return lines + [""] + dgl_lines(name, runs)
+
+
+def dgl_lines(name: str, runs: list[dict]) -> list[str]:
+    """DGL + mmap on the same graph (``bench/results/dgl_mmap.json``, ``bench/dgl_mmap.py``)
+    and shoal's median epoch against DGL's at each cap both ran."""
+    import dgl_mmap
+
+    s = load_json(ROOT / "bench/results/dgl_mmap.json", {"graphs": {}})["graphs"].get(name)
+    if not s or s.get("skipped"):
+        return []
+    lines = [
+        f"DGL + mmap on the same graph and model (`{s['command']}`, {s['date']}; DGL "
+        f"{s.get('dgl')}, torch {s.get('torch')}: the structure in a `DGLGraph`, the features "
+        "memory-mapped, [dgl_mmap.md](dgl_mmap.md)):",
+        "",
+        dgl_mmap.TABLE,
+        *[dgl_mmap._row(r) for r in s["runs"]],
+        "",
+    ]
+    for d in s["runs"]:
+        ours = next((r for r in runs if r["tag"] == d["tag"] and "train" in r), None)
+        hist = (d.get("dgl") or {}).get("history") or []
+        if ours is None or not hist:
+            continue
+        mine = statistics.median(_epochs(ours["train"])["seconds"])
+        theirs = statistics.median(h["seconds"] for h in hist)
+        lines.append(
+            f"- {d['tag']}: DGL + mmap's median epoch {theirs:.1f} s against shoal's "
+            f"{mine:.1f} s: shoal **{theirs / mine:.1f}x** faster."
+        )
     return lines + [""]
 
 

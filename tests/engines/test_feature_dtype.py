@@ -40,14 +40,15 @@ def _train(rank: int, world: int, store: str, small: bool, epochs: int) -> dict:
     make = get_engine("minibatch")
     base.Engine.reserve_bytes = lambda self, num_rows: 13 * st.num_nodes
     eng = make(st, TrainConfig.from_options(**cfg, memory="8GiB"), ctx)
-    if small:  # the same plan, its pool a third cache and two windows (structure on disk)
+    if small:  # the same plan, its pool a third cache and two windows; the CSR held (the
+        # minibatch sampler draws from it in memory), no block cache
         p = eng.budget
         eng.close_io()
         budget.MIN_WINDOW = 1024
         rows = sum(q.num_core for q in eng.parts)
         mw = budget.batch_window(cfg["fanouts"], cfg["batch_size"], rows, eng.row_bytes)
         pool = max(3 * mw + 3, p.features // 2)
-        memory = p.reserve + p.index_bytes + (8 * pool + 7) // 7 + 64
+        memory = p.reserve + p.structure + pool + 64
         eng = make(st, TrainConfig.from_options(**cfg, memory=memory), ctx)
     records = [eng.train_epoch(e) for e in range(epochs)]
     acc = eng.evaluate(("val", "test"))

@@ -56,3 +56,16 @@ def test_the_evaluation_budget_grows_when_memory_is_freed():
     del block
     freed, _ = fp.measured_eval_budget(8 << 30, 0)
     assert freed - held >= 56 << 20
+
+
+def test_the_evaluations_working_memory_is_the_measured_headroom():
+    """Measured: the headroom, even below the plan (the footprint plus the work stays within
+    the budget), but at least EVAL_MIN_WORK; unmeasured: the plan, at least its floor."""
+    from shoal.training.footprint import EVAL_MIN_WORK, eval_working_memory
+
+    mib = 1 << 20
+    assert eval_working_memory(900 * mib, 300 * mib, 700 * mib, 64 * mib) == 300 * mib
+    assert eval_working_memory(100 * mib, 300 * mib, 700 * mib, 64 * mib) == 300 * mib
+    assert eval_working_memory(900 * mib, 0, 2000 * mib, 64 * mib) == EVAL_MIN_WORK
+    assert eval_working_memory(900 * mib, 0, -1, 64 * mib) == 900 * mib
+    assert eval_working_memory(10 * mib, 0, -1, 64 * mib) == 64 * mib

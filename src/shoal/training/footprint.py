@@ -32,6 +32,7 @@ from shoal.utils.memory import return_freed_memory, trim_freed_memory
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EVAL_MIN_WORK",
     "OPTIMIZER_STATES",
     "StepShape",
     "eval_working_memory",
@@ -122,19 +123,27 @@ def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple
     return max(work, 0), now
 
 
+#: the least working memory an evaluation is given (default 32 MiB): below it, its layers'
+#: blocks of targets would be so small that each pass over their sources served a handful
+EVAL_MIN_WORK = 32 << 20
+
+
 def eval_working_memory(planned: int, measured: int, footprint: int, floor: int) -> int:
     """An evaluation's working memory: the ``measured`` headroom (:func:`measured_eval_budget`)
     whenever the footprint could be read, so that the footprint plus the working memory
-    never exceeds the budget, even when the process holds more than its plan (a small
-    headroom only makes more blocks, each a pass over its sources); else the ``planned``
-    shares, at least ``floor`` bytes."""
+    stays within the budget even when the process holds more than its plan (a small headroom
+    only makes more blocks, each a pass over its sources), but at least
+    :data:`EVAL_MIN_WORK` (with a warning: the process already holds about its whole
+    budget); else the ``planned`` shares, at least ``floor`` bytes."""
     if footprint >= 0:
-        if measured < floor:
+        if measured < EVAL_MIN_WORK:
             log.warning(
-                "the evaluation has %.0f MiB of working memory beside a footprint of %.0f MiB: "
-                "its layers run in many small blocks (raise --memory to make it faster)",
+                "the evaluation has %.0f MiB of working memory left beside a footprint of "
+                "%.0f MiB: it takes %.0f MiB, and its layers run in many small blocks (raise "
+                "--memory to make it faster)",
                 measured / (1 << 20),
                 footprint / (1 << 20),
+                EVAL_MIN_WORK / (1 << 20),
             )
-        return int(measured)
+        return max(int(measured), EVAL_MIN_WORK)
     return max(int(planned), int(floor))
