@@ -349,7 +349,10 @@ class Store:
             raise ShoalInputError("the store has no features", path=self.path)
         ids = np.asarray(ids, dtype=np.int64)
         if out is None:
-            out = np.empty((ids.shape[0], self.feature_dim), dtype=feature_dtype(self.meta["feature_dtype"]).stored)
+            out = np.empty(
+                (ids.shape[0], self.feature_dim),
+                dtype=feature_dtype(self.meta["feature_dtype"]).stored,
+            )
         elif out.shape[0] < ids.shape[0] or out.shape[1:] != (self.feature_dim,):
             raise ValueError(
                 f"out has shape {out.shape}, need ({ids.shape[0]}, {self.feature_dim})"
