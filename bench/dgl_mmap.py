@@ -4,8 +4,9 @@
     python bench/dgl_mmap.py --graph 10m --epochs 3 --caps fraction:8
     python bench/dgl_mmap.py --report-only
 
-The baseline of the Ginex and DiskGNN papers, done as a new DGL user would: the graph's edges
-loaded into a ``DGLGraph`` (in memory: DGL has no out-of-core structure), the features
+The baseline of the Ginex and DiskGNN papers, done as a careful DGL user would: the graph's
+in-edge CSR (``csr_in``, else its edge list) loaded into a ``DGLGraph`` restricted to the CSC
+format neighbour sampling reads (in memory: DGL has no out-of-core structure), the features
 ``np.load(mmap_mode="r")`` from the graph's ``features.npy`` and gathered as
 ``feat[input_nodes]`` (page faults on the rows a batch touches), then DGL 2.1's
 ``NeighborSampler`` and a GraphSAGE of ``SAGEConv(mean)`` layers: the model of
@@ -33,6 +34,7 @@ from common import (
     BENCH,
     GRAPHS,
     ROOT,
+    WORK,
     bench_args,
     cap_bytes,
     caps_available,
@@ -65,12 +67,17 @@ def dgl_epochs(graph: Path, epochs: int, threads: int, out: Path) -> None:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     meta = json.loads((graph / "meta.json").read_text())
-    e = np.fromfile(graph / "edges.bin", dtype=meta["edge_dtype"]).reshape(-1, 2)
-    g = dgl.graph(
-        (torch.from_numpy(e[:, 0].astype(np.int64)), torch.from_numpy(e[:, 1].astype(np.int64))),
-        num_nodes=meta["num_nodes"],
-    )
-    del e
+    if (graph / "csr_in" / "indptr.npy").exists():  # the lean graph: its in-edge CSC only
+        indptr = torch.from_numpy(np.load(graph / "csr_in" / "indptr.npy").astype(np.int64))
+        indices = torch.from_numpy(np.load(graph / "csr_in" / "indices.npy").astype(np.int64))
+        g = dgl.graph(("csc", (indptr, indices, torch.empty(0, dtype=torch.int64))))
+        del indptr, indices
+    else:
+        e = np.fromfile(graph / "edges.bin", dtype=meta["edge_dtype"]).reshape(-1, 2)
+        src, dst = (torch.from_numpy(e[:, k].astype(np.int64)) for k in (0, 1))
+        g = dgl.graph((src, dst), num_nodes=meta["num_nodes"])
+        del e, src, dst
+    g = g.formats("csc")  # the one format in-neighbour sampling reads: no COO/CSR copies
     feat = np.load(graph / "features.npy", mmap_mode="r")  # the page cache's to keep
     labels = torch.from_numpy(np.load(graph / "labels.npy").astype(np.int64))
     train = torch.from_numpy(np.load(graph / "train_idx.npy").astype(np.int64))
@@ -118,8 +125,11 @@ def dgl_ready() -> bool:
     return probe.returncode == 0
 
 
-def run(graph: Path, tag: str, cap: int | None, epochs: int, work: Path) -> dict:
-    """One DGL run (uncapped when ``cap`` is None) in a fresh memory group."""
+def run(
+    graph: Path, tag: str, cap: int | None, epochs: int, work: Path, timeout: float | None
+) -> dict:
+    """One DGL run (uncapped when ``cap`` is None) in a fresh memory group, stopped after
+    ``timeout`` seconds (None: ``epochs`` half-hours and one more)."""
     out = work / f"{graph.name}-{tag.replace(' ', '-').replace(':', '')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
@@ -133,7 +143,7 @@ def run(graph: Path, tag: str, cap: int | None, epochs: int, work: Path) -> dict
         evict_paths=[graph],
         cwd=ROOT,
         env=env,
-        timeout=epochs * 1800 + 1800,
+        timeout=timeout or epochs * 1800 + 1800,
     )
     res.update(tag=tag, cap=cap)
     if out.exists():
@@ -147,10 +157,13 @@ def _row(r: dict) -> str:
     hist = d.get("history") or []
     cg = r.get("cgroup") or {}
     cap = "none" if not r["cap"] else f"{r['cap'] / GiB:.2f} GiB"
-    if r["returncode"] != 0:
+    if r.get("timed_out"):
+        cap += f" (stopped at the {r['seconds']:.0f} s timeout, {len(hist)} epochs done)"
+    elif r["returncode"] != 0:
         cap += f" (rc {r['returncode']}, OOM kills {cg.get('oom_kill')}, {len(hist)} epochs done)"
-    if not hist:
-        return f"| {r['tag']} | {cap} | {r['seconds']:.0f} | - | - | - | - | - | - |"
+    if not hist:  # stopped before its first epoch ended: what it had read by then
+        read = f"{r.get('read_bytes', 0) / 1e9:.1f} / -"
+        return f"| {r['tag']} | {cap} | {r['seconds']:.0f} | - | none | - | - | - | - | {read} |"
     med = statistics.median
     secs = [h["seconds"] for h in hist]
     split = {k: med([h["time_split"][k] for h in hist]) for k in PHASES}
@@ -201,6 +214,14 @@ def main() -> None:
     ap.add_argument("--graph", choices=("2m", "10m"), default="2m")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--caps", default="1.5GiB", help="comma-separated caps (sizes or fraction:K)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="stop each run after this many seconds, recorded as timed out (default: the "
+        "epochs' half-hours and one more); a run stopped before its first epoch shows the "
+        "bytes it had read",
+    )
     ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     ap.add_argument("--dgl-worker", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -236,12 +257,13 @@ def main() -> None:
         ),
         None,
     )
-    work = prefix.parent / "dgl_mmap_runs"
+    work = (WORK / "smoke" if a.smoke else WORK) / "dgl_mmap"
     s["graph"] = {"name": name, **GRAPHS[name]}
-    s["runs"] = [run(g, "uncapped", None, epochs, work)]
+    s["runs"] = [run(g, "uncapped", None, epochs, work, a.timeout)]
     for spec in ("2GiB" if a.smoke else a.caps).split(","):
         cap = cap_bytes(spec, features, base) if capped else None
-        s["runs"].append({**run(g, f"capped {spec}", cap, epochs, work), "cap_spec": spec})
+        capped_run = run(g, f"capped {spec}", cap, epochs, work, a.timeout)
+        s["runs"].append({**capped_run, "cap_spec": spec})
     got = next((r["dgl"] for r in s["runs"] if r.get("dgl")), {})
     s.update(dgl=got.get("dgl"), torch=got.get("torch"))
     write_results(prefix, res, render)
