@@ -164,3 +164,25 @@ def test_the_layer_loop_computes_only_the_receptive_field(monkeypatch, name):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     if name == "gat":
         assert computed[:1] == [2]
+
+
+def test_a_blocked_layers_output_holds_the_rows_the_next_layer_needs_only(monkeypatch):
+    """Sum layers: layer 0's stored output for one target on a path is 2 rows (the target
+    and its in-neighbour), not one row per node of the graph, and the logits are exact."""
+    data = _path()
+    torch.manual_seed(0)
+    model = build_model("sage", in_dim=5, hidden=8, out_dim=3, num_layers=2, dropout=0.0).eval()
+    shapes: list[tuple[int, int]] = []
+    real = inference.Scratch.array
+
+    def recording(self, rows, cols):
+        shapes.append((rows, cols))
+        return real(self, rows, cols)
+
+    monkeypatch.setattr(inference.Scratch, "array", recording)
+    got = inference.layerwise_inference(model, data, np.array([50]))
+    assert [r for r, _ in shapes] == [2]
+    fb = full_graph_block(data.indptr, data.indices)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(data.features), [fb, fb])[50:51].numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)

@@ -96,8 +96,11 @@ class LayerRows:
     planned reads), a file-backed array (planned reads), an in-memory array, or a list of
     arrays stacked row-wise (a part's core rows, then its halo rows)."""
 
-    def __init__(self, src, *, normalize: bool = False, threads: int = 8) -> None:
+    def __init__(self, src, *, normalize: bool = False, threads: int = 8, row_ids=None) -> None:
         self.normalize = normalize
+        #: the sorted ids whose rows ``src`` holds in order (a compact layer output); None:
+        #: row ``i`` is id ``i``
+        self.row_ids = None if row_ids is None else np.asarray(row_ids)
         if not isinstance(src, DiskFeatures | np.ndarray):  # a list stacked row-wise
             src = [a for a in src if a.shape[0] > 0] or list(src)[:1]
         self.reader = None if isinstance(src, DiskFeatures) else open_rows(src, threads=threads)
@@ -120,6 +123,8 @@ class LayerRows:
         least ``len(ids)`` rows) when given; returns them."""
         n = len(ids)
         out = np.empty((n, self.dim), np.float32) if out is None else out[:n]
+        if self.row_ids is not None:  # ids -> their rows' positions (sorted, as the ids)
+            ids = np.searchsorted(self.row_ids, ids).astype(np.int64, copy=False)
         if isinstance(self.src, DiskFeatures):  # normalises when the store does
             if self.src.cached_rows == 0 and self.src.reader is not None:
                 return self.src.read_rows(ids, out)  # nothing cached: straight into out
@@ -406,13 +411,18 @@ def blocked_layer(
     normalize: bool = False,
     threads: int = 8,
     progress_bar=None,
+    src_ids: np.ndarray | None = None,
+    compact: bool = False,
 ) -> None:
     """One layer for the targets ``todo`` (sorted, unique) from the rows of ``src`` (anything
     :class:`LayerRows` reads): ``graph = (indptr, indices, deg)`` with ``deg`` a float32
     tensor of full in-degrees over ``src``'s rows; ``pre`` projects source rows first (the
     first layer's projection), ``nxt`` the output before it is stored. Outputs go to rows
-    ``todo`` of ``out`` (positioned writes) or to ``on_output(positions in todo, rows)``."""
-    rows = LayerRows(src, normalize=normalize, threads=threads)
+    ``todo`` of ``out`` (positioned writes; with ``compact``, to rows ``0..len(todo)``: ``out``
+    holds the outputs of ``todo`` in order) or to ``on_output(positions in todo, rows)``.
+    ``src_ids``: the sorted ids whose rows ``src`` holds in order (the compact output of the
+    layer before); None: row ``i`` is id ``i``."""
+    rows = LayerRows(src, normalize=normalize, threads=threads, row_ids=src_ids)
     in_dim = width_of(pre, rows.dim)
     indptr, indices = graph[0], graph[1]
     reads = _Reads(budget, rows.dim, max(in_dim, sl.width))
@@ -442,7 +452,8 @@ def blocked_layer(
                 if writer is None:
                     on_output(np.arange(at, at + len(h)), h.numpy())
                 else:
-                    writer.write(block[i : i + len(h)], (nxt(h) if nxt else h).numpy())
+                    at_rows = np.arange(at, at + len(h)) if compact else block[i : i + len(h)]
+                    writer.write(at_rows, (nxt(h) if nxt else h).numpy())
             if progress_bar is not None:
                 progress_bar.update(b - a)
     finally:
@@ -470,22 +481,24 @@ def blocked_layers(
     """Run ``layers`` over the graph ``(indptr, indices)`` (in-neighbour CSR of all
     ``len(deg)`` nodes; ``deg`` float32 full in-degrees) from ``inputs`` (a
     :class:`DiskFeatures`, a memory map or an array). Every layer but the last is computed for
-    the nodes the next needs (:func:`needed_nodes`) into ``new_array(rows, cols)`` (other rows
-    are left unset); the last for ``targets`` (sorted, unique) only,
+    the nodes the next needs (:func:`needed_nodes`) into ``new_array(rows, cols)``, one row
+    per such node in id order (not an array over every node: the next layer reads a dense
+    file, not the scattered rows of a sparse one); the last for ``targets`` (sorted, unique) only,
     handed to ``on_output(target positions, rows)`` block by block. ``budget``: bytes of
     working memory (accumulators, edges, the rows being read)."""
     n = len(deg)
     graph = (indptr, indices, torch.from_numpy(np.asarray(deg, np.float32)))
     src, norm, pre = inputs, normalize, layers[0].pre if layers else None
     todos = needed_nodes(indptr, indices, n, targets, len(layers))
+    src_ids = None  # the input's rows are the graph's ids; then a layer's compact output
     for li, sl in enumerate(layers):
         last = li == len(layers) - 1
         todo = todos[li]
         nxt = None if last else layers[li + 1].pre  # stored by this layer, not recomputed
         out = None
-        if not last:
+        if not last:  # the rows of todo only, in order: no sparse array over every node
             dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
-            out = new_array(n, output_width(sl, width_of(pre, dim), nxt))
+            out = new_array(len(todo), output_width(sl, width_of(pre, dim), nxt))
         bar = progress(
             total=len(todo), desc=f"inference layer {li}", unit="node", enable=show_progress
         )
@@ -502,9 +515,11 @@ def blocked_layers(
             normalize=norm,
             threads=threads,
             progress_bar=bar,
+            src_ids=src_ids,
+            compact=True,
         )
         bar.close()
-        src, norm, pre = out, False, None
+        src, norm, pre, src_ids = out, False, None, todo
 
 
 def width_of(fn, dim: int) -> int:
