@@ -61,7 +61,9 @@ def _train(rank: int, world: int, store: str, small: bool, epochs: int) -> dict:
     }
 
 
-@pytest.mark.parametrize("name", ["bfloat16", "int8"])
+# int8: the dtype with scales (bfloat16's and float16's decoding is the same gather path,
+# each bit pattern tested in tests/rows/test_decode.py; two runs on 2 processes each cost 15 s)
+@pytest.mark.parametrize("name", ["int8"])
 def test_minibatch_trains_compact_rows_out_of_core_as_in_memory(make_graph, tmp_path, name):
     g = community_graph(make_graph, n=400)
     noise = np.random.default_rng(2).normal(0, 1, (400, 28)).astype(np.float32)
