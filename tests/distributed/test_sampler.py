@@ -4,6 +4,7 @@ one part draws what the single-process sampler draws."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from shoal.distributed.sampler import DistNeighborSampler
 from shoal.sample.base import BlockSampler
@@ -122,3 +123,96 @@ def test_local_tables_give_the_global_tables_batches(make_graph, make_store):
     for glob, loc in run_world(_local_vs_global, 2, store):
         assert glob == loc
         assert len(glob[0][0]) > 20
+
+
+def _disk_vs_memory(rank: int, world: int, store: str, disk_ranks: tuple[int, ...]) -> dict:
+    from shoal.distributed import DistNeighborSampler, parts_of_rank
+    from shoal.sample.sampler import group_batches
+    from shoal.store import Store
+
+    st = Store.open(store)
+    owner = parts_of_rank(st.num_parts, world)
+    fanouts, bs = (3, 2), 5
+
+    def make(on_disk: bool) -> DistNeighborSampler:  # (a store's parts are cached: one each)
+        parts = [p for p in Store.open(store).parts() if owner[p.index] == rank]
+        for p in parts:
+            if not on_disk:
+                p.indices = np.array(p.indices)  # read into memory
+        return DistNeighborSampler(
+            parts=parts,
+            part_offsets=st.part_offsets,
+            part_to_rank=owner,
+            rank=rank,
+            world_size=world,
+            fanouts=fanouts,
+            degrees=np.ones(st.num_nodes, np.float32),
+        )
+
+    own = np.concatenate([np.arange(p.start, p.stop) for p in st.parts() if owner[p.index] == rank])
+    batches = [(own[i * bs : (i + 1) * bs], 7 + i) for i in range(7)]
+    ref = make(False)
+    want = [ref.sample(s, k) for s, k in batches]
+    s = make(rank in disk_ranks)
+    # groups of 3 batches (3 groups, the last of one), the same figure on every rank
+    read = s.read_from_disk(io_threads=2, group_bytes=2 * 3 * 24 * (3 + 6) * bs)
+    assert s.group_size(bs) == 3 == group_batches(fanouts, 3 * 24 * (3 + 6) * bs, bs)
+    got = []
+    for a in range(0, len(batches), 3):
+        got += list(s.sample_group(batches[a : a + 3]))
+    one = s.sample(*batches[0])  # one batch alone: entries read directly
+    same = [
+        np.array_equal(a.n_id, b.n_id)
+        and all(x.edge_index.equal(y.edge_index) for x, y in zip(a.blocks, b.blocks, strict=True))
+        for a, b in zip(want + want[:1], got + [one], strict=True)
+    ]
+    out = {"same": same, "read": read, "passes": s.group_reads.passes, "bytes": s.group_reads.bytes}
+    out["largest"], out["file"] = (
+        s.group_reads.largest,
+        max((p.indices.nbytes for p in s.parts.values()), default=0),
+    )
+    out["structure_bytes_read"] = s.structure_bytes_read
+    s.close()
+    return out
+
+
+@pytest.mark.parametrize("disk_ranks", [(0, 1), (0,)])
+def test_neighbour_lists_on_disk_give_the_same_batches(make_graph, make_store, disk_ranks):
+    """Positions drawn from ``indptr`` and their entries read from disk, a group of batches
+    hop by hop in one sorted pass per part (collective: a rank whose lists are in memory takes
+    part in its peers' passes): every batch equals the in-memory sampler's, over groups of 3,
+    a group of one and a batch sampled alone."""
+    g = community_graph(make_graph, n=120)
+    store = str(make_store(parts=3, graph=g))
+    res = run_world(_disk_vs_memory, 2, store, disk_ranks)
+    for rank, r in enumerate(res):
+        assert all(r["same"]), r["same"]
+        on_disk = rank in disk_ranks
+        assert bool(r["read"]) == on_disk
+        # two groups of 3 read a pass per hop and per part (a group of one reads directly)
+        assert r["passes"] == (2 * 2 * len(r["read"]) if on_disk else 0)
+        assert (r["bytes"] > 0) == on_disk and r["largest"] <= max(r["file"], 4096)
+        assert r["structure_bytes_read"] >= r["bytes"]
+
+
+def test_exclusions_and_typed_stores_need_the_lists_in_memory(make_store):
+    """Link prediction's exclusions and a typed store's draws per relation read the entries
+    themselves: refused with the lists on disk (the engines keep them in memory)."""
+    store = Store.open(make_store(np.zeros(48, np.int64)))
+    s = DistNeighborSampler(
+        parts=[store.part(0)],
+        part_offsets=store.part_offsets,
+        part_to_rank=np.zeros(1, np.int64),
+        rank=0,
+        world_size=1,
+        fanouts=(2,),
+        degrees=np.ones(store.num_nodes, np.float32),
+    )
+    assert s.read_from_disk() == [0] and s.reads_from_disk
+    with pytest.raises(ValueError, match="in memory"):
+        s.sample(np.arange(3), 0, exclude=np.array([[1, 0]], np.int64))
+    s.close()
+    assert not s.reads_from_disk
+    s.relations = object()  # as a typed store's sampler
+    with pytest.raises(ValueError, match="typed"):
+        s.read_from_disk()

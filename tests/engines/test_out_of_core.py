@@ -19,6 +19,7 @@ def _train(
     epochs: int,
     read_ahead: bool = False,
     no_room: int | None = None,
+    disk_ranks: tuple[int, ...] = (),
 ) -> dict:
     import shoal.distributed.windows as windows
     import shoal.engines.base as base
@@ -67,6 +68,8 @@ def _train(
             index += sum(p.indices.nbytes for p in st.parts() if p.index % world == rank)
         memory = 13 * st.num_nodes + extra + index + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    if rank in disk_ranks:  # this rank's plan leaves its parts' neighbour lists on disk
+        cfg["structure"] = "disk"
     eng = get_engine(engine)(st, TrainConfig.from_options(**cfg, memory=memory), ctx)
     # minibatch: the owners' caches described by in-degree rules (no per-batch exchange)
     rules = getattr(getattr(eng, "windows", None), "_rules", None) is not None
@@ -89,6 +92,7 @@ def _train(
         "csr_on_disk": not eng.budget.structure_in_memory,
         "rules": rules,
         "direct_samplers": [ld.sampler._reader is not None for ld in getattr(eng, "loaders", [])],
+        "group_passes": getattr(getattr(eng, "sampler", None), "group_reads", None),
     }
 
 
@@ -200,3 +204,28 @@ def test_minibatch_rank_without_parts_under_a_small_budget(make_graph, make_stor
     # the small budget splits epochs into windows (summed over the 3 ranks) read from disk
     assert min(small[0]["windows"]) > max(big[0]["windows"]) and min(small[0]["read"]) > 0
     assert 0.0 < big[0]["acc"]["test"] < 1.0
+
+
+@pytest.mark.parametrize("disk_ranks", [(0, 1), (1,)])
+def test_minibatch_with_neighbour_lists_on_disk_trains_the_same_model(
+    make_graph, make_store, disk_ranks
+):
+    """A rank whose plan leaves its parts' neighbour lists on disk draws the positions of its
+    picks and reads the entries with direct reads, the batches of a group read in one sorted
+    pass per hop (the group's passes collective: a rank holding its lists in memory takes
+    part in them); the same batches, so the same model, as with every list in memory; the
+    bytes read are in the epoch records."""
+    g = community_graph(make_graph, n=400)
+    store = str(make_store(parts=2, graph=g, halo_features=True))
+    mem = run_world(_train, 2, store, "minibatch", False, 2)
+    disk = run_world(_train, 2, store, "minibatch", False, 2, False, None, disk_ranks)
+    for rank, (m, d) in enumerate(zip(mem, disk, strict=True)):
+        assert m["loss"] == d["loss"] and m["acc"] == d["acc"]
+        for p, q in zip(m["params"], d["params"], strict=True):
+            np.testing.assert_array_equal(p, q)
+        assert not m["csr_on_disk"] and d["csr_on_disk"] == (rank in disk_ranks)
+        assert all(r["structure_bytes_read"] == 0 for r in m["io"])
+        # records are summed over ranks: every epoch read neighbour lists
+        assert all(r["structure_bytes_read"] > 0 for r in d["io"])
+        if rank in disk_ranks:  # one pass per hop of each group (the epoch is one group)
+            assert d["group_passes"].passes >= 2 * 2

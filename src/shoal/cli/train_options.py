@@ -299,8 +299,9 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "counted in the budget, whenever it fits beside the two smallest feature windows, else "
         "on disk (its row index in memory, sampled neighbour entries read with planned direct "
         "reads, a group of batches' in one sorted pass per hop, no page cache); memory / disk "
-        f"force it (default {d.memory.structure}; single-process trainer and averaging "
-        "engine; minibatch and hec always hold it in memory)",
+        f"force it (default {d.memory.structure}; single-process trainer, averaging and "
+        "minibatch engines; hec, and minibatch on a typed store or the link task, always hold "
+        "it in memory)",
     )
 
 

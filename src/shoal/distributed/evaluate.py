@@ -159,6 +159,7 @@ def dist_evaluate(
     halo: str = "served",
     fanouts: tuple[int, ...] | None = None,
     seed: int = 0,
+    structure_group: int | None = None,
 ) -> dict[str, float]:
     """Exact accuracy on ``splits`` by distributed layer-wise inference. Collective.
     With ``fanouts`` (one per layer), the accuracy on neighbourhoods sampled from the
@@ -169,7 +170,9 @@ def dist_evaluate(
     the same weights. Temporary arrays go to ``scratch_dir`` (default: beside the store). Sum
     layers (:func:`~shoal.training.blocked.sum_layers`) run blocked
     (:mod:`shoal.distributed.blocked`; ``memory_budget`` default 1 GiB, ``halo`` default
-    ``"served"``), other models (GAT) by batches of ``batch_size`` targets.
+    ``"served"``), other models (GAT) by batches of ``batch_size`` targets, sampled in
+    groups read from disk when ``structure_group`` is given (the parts' neighbour lists on
+    disk: :func:`~shoal.distributed.sampled_eval.sampled_dist_counts`).
     """
     model.eval()
     if store.feature_dim is None:
@@ -189,6 +192,8 @@ def dist_evaluate(
             stats=stats,
             fanouts=fanouts,
             seed=seed,
+            structure_group=structure_group,
+            threads=threads,
         )
         return _reduce(ctx, splits, correct, total)
     layers = sum_layers(model)

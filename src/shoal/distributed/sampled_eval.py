@@ -52,11 +52,16 @@ def sampled_dist_counts(
     stats: CommStats | None,
     fanouts: tuple[int, ...] | None = None,
     seed: int = 0,
+    structure_group: int | None = None,
+    threads: int = 8,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(correct, total) per split on this rank's core nodes (module docstring). Collective.
     ``fanouts`` (default None: every neighbour) samples the neighbourhoods instead, step
     ``i`` from the stream ``batch_seed(seed, EVAL_EPOCH, i)`` (a sampled validation: the
-    same draws at every call)."""
+    same draws at every call). ``structure_group``: the parts' neighbour lists are read
+    from disk (an untyped store whose memory plan left them there), the batches sampled in
+    groups of this many bytes (:meth:`DistNeighborSampler.sample_group`; the same on every
+    rank; default None: in memory), with ``threads`` concurrent reads."""
     stats = stats if stats is not None else CommStats()
     sampler = DistNeighborSampler(
         parts=parts,
@@ -68,6 +73,8 @@ def sampled_dist_counts(
         type_of=store.type_of if store.schema is not None else None,
     )
     typed = store.schema is not None
+    if structure_group is not None and not typed:
+        sampler.read_from_disk(io_threads=threads, group_bytes=structure_group)
     features = DistFeatureStore(
         **placement(store, part_to_rank, ctx),
         local_parts={p.index: part_rows(p) if typed else p.features for p in parts},
@@ -86,21 +93,35 @@ def sampled_dist_counts(
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
     correct = np.zeros(len(splits), np.float64)
     total = np.zeros(len(splits), np.float64)
-    model.eval()
-    for step in range(int(steps)):
-        sel = slice(step * batch_size, (step + 1) * batch_size)
-        mb = sampler.sample(targets[sel], batch_seed(seed, EVAL_EPOCH, step))
-        x = features.pull(mb.n_id).clone()
-        if normalize:
-            s = x.sum(1, keepdim=True)
-            x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
-        if mb.num_seeds == 0:
-            continue
-        blocks = mb.with_node_ids(store.to_orig(mb.n_id)) if typed else mb.blocks
-        pred = model(x, blocks).argmax(1).numpy()
-        y = tables.labels[targets[sel]]
-        for k, w in enumerate(which):
-            m = w[sel]
-            correct[k] += float((pred[m] == y[m]).sum())
-            total[k] += float(m.sum())
+    try:
+        model.eval()
+        for step, mb in enumerate(_sampled(sampler, targets, int(steps), batch_size, seed)):
+            sel = slice(step * batch_size, (step + 1) * batch_size)
+            x = features.pull(mb.n_id).clone()
+            if normalize:
+                s = x.sum(1, keepdim=True)
+                x = torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
+            if mb.num_seeds == 0:
+                continue
+            blocks = mb.with_node_ids(store.to_orig(mb.n_id)) if typed else mb.blocks
+            pred = model(x, blocks).argmax(1).numpy()
+            y = tables.labels[targets[sel]]
+            for k, w in enumerate(which):
+                m = w[sel]
+                correct[k] += float((pred[m] == y[m]).sum())
+                total[k] += float(m.sum())
+    finally:
+        sampler.close()
     return correct, total
+
+
+def _sampled(sampler: DistNeighborSampler, targets: np.ndarray, steps: int, bs: int, seed: int):
+    """The ``steps`` batches of ``targets``, in order, sampled in groups when the sampler
+    reads its neighbour lists from disk (collective: every rank the same group sizes)."""
+    size = sampler.group_size(bs)
+    for a in range(0, steps, size):
+        group = [
+            (targets[i * bs : (i + 1) * bs], batch_seed(seed, EVAL_EPOCH, i))
+            for i in range(a, min(a + size, steps))
+        ]
+        yield from sampler.sample_group(group)

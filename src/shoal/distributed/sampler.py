@@ -17,7 +17,8 @@ skip a requester's excluded edges only when they sample for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -28,14 +29,30 @@ from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.distributed.tables import NodeValues
 from shoal.graph.blocks import MiniBatch
+from shoal.rows.direct import RowFile
+from shoal.rows.opener import open_rows
 from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.base import BlockSampler, hop_rowptr
 from shoal.sample.relations import RelationDraws, row_types
+from shoal.sample.sampler import DrawnEntries, GroupReads, group_batches
 from shoal.store.reader import Partition
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["DistNeighborSampler"]
+
+_NO_INDICES = np.empty(0, dtype=np.int64)  # the kernels' indices when only positions are drawn
+
+
+class _DistGroup:
+    """The state of :meth:`DistNeighborSampler.sample_group` on this rank: per (hop, part),
+    the entries read, or, for the hop being collected, the positions drawn so far (this
+    rank's own rows and the rows it serves for the others)."""
+
+    def __init__(self) -> None:
+        self.drawn: dict[tuple[int, int], DrawnEntries] = {}
+        self.collecting = -1
+        self.positions: dict[int, list[np.ndarray]] = {}
 
 
 class DistNeighborSampler(BlockSampler):
@@ -66,6 +83,13 @@ class DistNeighborSampler(BlockSampler):
     A part that ``part_to_rank`` gives to this rank but that is not in ``parts`` (not
     resident: the ``disagg`` engine's swapped-out parts) has no neighbours to give: its
     frontier nodes get none, and :attr:`unavailable` counts them.
+
+    Neighbour lists on disk (:meth:`read_from_disk`, an untyped store sampled without
+    exclusions): an owner draws the *positions* of its rows' picks from the part's ``indptr``
+    (the same draws) and reads the entries there with planned direct reads, never through
+    page faults of the memory map; :meth:`sample_group` samples several batches together,
+    each hop's entries of a group read in one sorted pass per part (the single-process
+    :meth:`~shoal.sample.NeighborSampler.sample_group`'s scheme, collective here).
     """
 
     def __init__(
@@ -94,6 +118,14 @@ class DistNeighborSampler(BlockSampler):
         )
         self.stats = stats if stats is not None else CommStats()
         self.unavailable = 0
+        #: per resident part whose neighbour lists are read from disk, its reader
+        self._readers: dict[int, object] = {}
+        #: the memory of a group of batches sampled together (:meth:`sample_group`; 0: the
+        #: batches are sampled one by one); the same on every rank
+        self.group_bytes = 0
+        #: the passes of :meth:`sample_group` over the parts' neighbour lists on disk
+        self.group_reads = GroupReads()
+        self._local = threading.local()  # the group being sampled, by the thread sampling it
         # local tables: each pick carries its degree (the batch's, by local id, in _bdeg)
         self._bdeg = np.empty(0, np.float32)
         self._hop_deg = np.empty(0, np.float32)
@@ -219,6 +251,9 @@ class DistNeighborSampler(BlockSampler):
                     part.num_nodes,
                     n_ex,
                 )
+            elif int(i) in self._readers:  # positions drawn, their entries read
+                K._fill(part.indptr, _NO_INDICES, rows, k, rowptr, pkey, picked, dst, True)
+                self._read_picked(int(i), picked)
             else:
                 self._fill_rows(part, rows, rowptr, pkey, picked, dst)
             # local source index -> global id (and its degree, read at the local index)
@@ -328,17 +363,134 @@ class DistNeighborSampler(BlockSampler):
         return (np.concatenate([c for c, _ in pieces]), np.concatenate([p for _, p in pieces]))
 
     def sample(
-        self, seeds: np.ndarray, seed: int = 0, *, exclude: np.ndarray | None = None
+        self,
+        seeds: np.ndarray,
+        seed: int = 0,
+        *,
+        exclude: np.ndarray | None = None,
+        fanouts: Sequence[int] | None = None,
     ) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global IDs). Collective.
 
         ``exclude``: ``(m, 2)`` global edges ``(src, dst)`` message passing must not use at any
-        hop (module docstring); every rank passes an array (maybe empty) or every rank None."""
+        hop (module docstring); every rank passes an array (maybe empty) or every rank None.
+        ``fanouts``: the first hops' fanouts only (:meth:`sample_group`'s passes; default
+        the sampler's)."""
+        if exclude is not None and self._readers:
+            raise ValueError(
+                "excluding edges needs the parts' neighbour lists in memory; this sampler "
+                "reads them from disk"
+            )
         ex = None if exclude is None else self._exclusions(exclude)
-        mb = self._sample_hops(np.asarray(seeds, dtype=np.int64), self.fanouts, seed, ex)
+        fan = self.fanouts if fanouts is None else list(fanouts)
+        mb = self._sample_hops(np.asarray(seeds, dtype=np.int64), fan, seed, ex)
         if self.relations is None:
             return mb
         return self.relations.label(mb, self.type_of(np.asarray(mb.n_id)))
+
+    # ------------------------------------------------------------ neighbour lists on disk
+    def read_from_disk(self, *, io_threads: int = 8, group_bytes: int = 0) -> list[int]:
+        """Read the neighbour lists of the resident parts whose ``indices`` are memory maps
+        of a file (the memory plan left them on disk) with planned direct reads
+        (:class:`~shoal.rows.direct.RowReader`, ``io_threads`` concurrent reads) instead of
+        page faults; ``group_bytes``: the memory of a group of batches sampled together by
+        :meth:`sample_group` (give every rank the same figure: the group's passes are
+        collective). Untyped stores only (a typed part's draws per relation read its
+        entries). Returns the parts read from disk."""
+        if self.relations is not None:
+            raise ValueError("a typed store's parts are sampled from memory")
+        self.close()
+        for i, p in self.parts.items():
+            src = p.indices.reshape(-1, 1)
+            if p.indices.size and RowFile.of(src) is not None:
+                self._readers[i] = open_rows(src, threads=io_threads)
+        self.group_bytes = int(group_bytes)
+        return sorted(self._readers)
+
+    @property
+    def reads_from_disk(self) -> bool:
+        """Whether this rank reads some part's neighbour lists from disk."""
+        return bool(self._readers)
+
+    @property
+    def structure_bytes_read(self) -> int:
+        """Bytes of the parts' neighbour lists read from disk so far (0: all in memory)."""
+        return sum(int(r.stats.bytes) for r in self._readers.values())
+
+    def group_size(self, batch_size: int) -> int:
+        """Batches of ``batch_size`` seeds :meth:`sample_group` takes together within
+        :attr:`group_bytes` (1: one by one), counting each batch's draws twice: a rank draws
+        its own rows' neighbours and those of the rows the others ask it for."""
+        if self.group_bytes <= 0:
+            return 1
+        return group_batches(self.fanouts, self.group_bytes // 2, batch_size)
+
+    def sample_group(self, batches: Sequence[tuple[np.ndarray, int]]) -> Iterator[MiniBatch]:
+        """``sample(seeds, seed)`` of each ``(seeds, seed)`` of ``batches``, in order, the
+        same batches; collective (every rank passes as many batches). With
+        :attr:`group_bytes` set, sampled together hop by hop: every batch is drawn up to hop
+        ``h`` (the draws are keyed by batch seed, hop and row, so drawing again gives the same
+        picks), each owner noting the positions its rows draw at hop ``h``, own and served;
+        each part's noted positions are then read in one sorted, coalesced pass, and the
+        batches drawn to the end from what was read. A group reads at most each part's file
+        once per hop (DiskGNN's sorted passes over the structure: Liu et al., VLDB 2025,
+        Sec. 3); counted in :attr:`group_reads`. The cost: hop ``h``'s exchanges run ``L - h
+        + 1`` times instead of once."""
+        if self.group_bytes <= 0 or len(batches) < 2:
+            for seeds, seed in batches:
+                yield self.sample(seeds, seed)
+            return
+        g = _DistGroup()
+        for hop in range(self.num_layers):
+            g.collecting, g.positions = hop, {}
+            for seeds, seed in batches:
+                self._in_group(g, seeds, seed, self.fanouts[: hop + 1])
+            for i, reader in self._readers.items():
+                got = g.positions.get(i)
+                pos = unique_sorted(np.concatenate(got)) if got else _NO_INDICES
+                vals = np.empty((len(pos), 1), dtype=self.parts[i].indices.dtype)
+                nbytes = reader.read(pos, vals) if len(pos) else 0
+                g.drawn[(hop, i)] = DrawnEntries(pos, vals[:, 0])
+                r = self.group_reads
+                r.passes, r.bytes = r.passes + 1, r.bytes + int(nbytes)
+                r.largest = max(r.largest, int(nbytes))
+            g.positions = {}
+        g.collecting = -1
+        for seeds, seed in batches:
+            yield self._in_group(g, seeds, seed, None)
+
+    def _in_group(self, g: _DistGroup, seeds: np.ndarray, seed: int, fanouts) -> MiniBatch:
+        self._local.group = g
+        try:
+            return self.sample(seeds, seed, fanouts=fanouts)
+        finally:
+            self._local.group = None
+
+    def _read_picked(self, i: int, picked: np.ndarray) -> None:
+        """Replace the positions ``picked`` of part ``i``'s ``indices`` by the entries there:
+        read now (one planned pass over their sorted distinct positions), or, in a group,
+        taken from the hop's pass (or noted for it: the draws of the hop being collected are
+        placeholders, the last hop of a pass that is dropped)."""
+        if len(picked) == 0:
+            return
+        g = getattr(self._local, "group", None)
+        if g is not None and self._hop == g.collecting:
+            g.positions.setdefault(i, []).append(unique_sorted(picked))
+            picked[:] = 0
+            return
+        if g is not None and (self._hop, i) in g.drawn:
+            picked[:] = g.drawn[(self._hop, i)].take(picked)
+            return
+        pos, inv = np.unique(picked, return_inverse=True)
+        vals = np.empty((len(pos), 1), dtype=self.parts[i].indices.dtype)
+        self._readers[i].read(pos, vals)
+        picked[:] = vals[inv, 0]
+
+    def close(self) -> None:
+        """Close the readers of neighbour lists on disk (:meth:`read_from_disk`)."""
+        for r in self._readers.values():
+            r.close()
+        self._readers = {}
 
     def _draw_hop(
         self, n: int, fanout: int, key: np.uint64, exclude: list[dict[int, np.ndarray]] | None

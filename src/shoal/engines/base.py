@@ -119,6 +119,10 @@ class Engine(ABC):
     #: size is kept when the run resumes on another number of processes
     #: (:meth:`_keep_global_batch`); an engine whose ranks step alone keeps the per-rank batch
     global_batch: bool = False
+    #: with the parts' neighbour lists on disk on some rank, the memory of a group of batches
+    #: sampled together (the same on every rank; the evaluations' samplers read from disk
+    #: too); None: every rank holds them in memory
+    structure_group: int | None = None
 
     def __init__(self, store: Store, config: TrainConfig, ctx: DistContext):
         self.task = config.task
@@ -344,7 +348,7 @@ class Engine(ABC):
         (collective): rows requested and served by the cache, rows and bytes read, seconds."""
         keys = (
             "requested hits rows_read bytes_read unique_rows unique_bytes windows "
-            "process_read_bytes read_seconds bytes_written pack_bytes_read"
+            "process_read_bytes read_seconds bytes_written pack_bytes_read structure_bytes_read"
         ).split()
         t = torch.tensor(
             [float(sum(r.get(k) or 0 for r in records)) for k in keys], dtype=torch.float64
@@ -460,6 +464,7 @@ class Engine(ABC):
                     halo=tc.eval.halo,
                     fanouts=fanouts,
                     seed=tc.run.seed,
+                    structure_group=self.structure_group,
                 )
         finally:
             if self.budget is not None and peak.peak >= 0:

@@ -28,7 +28,14 @@ from shoal.sample.base import BlockSampler, hop_rowptr, parse_fanouts
 from shoal.sample.relations import RelationDraws
 from shoal.utils.arrays import unique_sorted
 
-__all__ = ["GROUP_ENTRY_BYTES", "GroupReads", "NeighborSampler", "parse_fanouts"]
+__all__ = [
+    "GROUP_ENTRY_BYTES",
+    "DrawnEntries",
+    "GroupReads",
+    "NeighborSampler",
+    "group_batches",
+    "parse_fanouts",
+]
 
 _NO_INDICES = np.empty(0, dtype=np.int64)  # the kernels' indices when only positions are drawn
 #: memory per drawn entry of a group of batches sampled together from a structure on disk
@@ -50,7 +57,7 @@ class GroupReads:
     largest: int = 0
 
 
-class _Drawn:
+class DrawnEntries:
     """The entries of ``indices`` one hop of a group drew: sorted distinct positions and the
     entries there, read from disk in one pass."""
 
@@ -66,9 +73,20 @@ class _Group:
     already read) or the positions drawn so far (the hop being collected)."""
 
     def __init__(self) -> None:
-        self.drawn: dict[int, _Drawn] = {}
+        self.drawn: dict[int, DrawnEntries] = {}
         self.collecting = -1
         self.positions: list[np.ndarray] = []
+
+
+def group_batches(fanouts: Sequence[int], group_bytes: int, batch_size: int) -> int:
+    """Batches of ``batch_size`` seeds sampled together within ``group_bytes`` (at least 1):
+    a batch draws at most ``batch_size`` times the fanouts' products summed over the hops (an
+    unbounded hop counted as 64), each entry taking :data:`GROUP_ENTRY_BYTES`."""
+    entries, per_seed = 0, 1
+    for f in fanouts:
+        per_seed *= f if f > 0 else 64
+        entries += per_seed
+    return max(1, int(group_bytes) // max(GROUP_ENTRY_BYTES * entries * batch_size, 1))
 
 
 def _as_index_array(a: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
@@ -318,11 +336,7 @@ class NeighborSampler(BlockSampler):
         :attr:`group_bytes` (at least 1): a batch draws at most ``batch_size`` times the
         fanouts' products summed over the hops (an unbounded hop counted as 64), each entry
         taking :data:`GROUP_ENTRY_BYTES`."""
-        entries, per_seed = 0, 1
-        for f in self.fanouts:
-            per_seed *= f if f > 0 else 64
-            entries += per_seed
-        return max(1, self.group_bytes // max(GROUP_ENTRY_BYTES * entries * batch_size, 1))
+        return group_batches(self.fanouts, self.group_bytes, batch_size)
 
     def sample_group(self, batches: Sequence[tuple[np.ndarray, int]]) -> Iterator[MiniBatch]:
         """``sample(seeds, seed)`` of each ``(seeds, seed)`` of ``batches``, in order, the
@@ -349,7 +363,7 @@ class NeighborSampler(BlockSampler):
             g.positions = []
             vals = np.empty((len(pos), 1), dtype=self.indices.dtype)
             nbytes = self._reader.read(pos, vals) if len(pos) else 0
-            g.drawn[hop] = _Drawn(pos, vals[:, 0])
+            g.drawn[hop] = DrawnEntries(pos, vals[:, 0])
             r = self.group_reads
             r.passes, r.bytes, r.largest = r.passes + 1, r.bytes + nbytes, max(r.largest, nbytes)
         g.collecting = -1

@@ -237,8 +237,10 @@ class MemoryConfig:
             smallest feature windows; else on disk: its row index in memory, the sampled
             neighbour entries read with planned direct reads, a group of batches' entries in
             one sorted pass per hop), or ``"memory"`` / ``"disk"`` forced (default
-            ``"auto"``; the single-process trainer and the ``averaging`` engine;
-            ``minibatch`` and ``hec`` always hold it in memory:
+            ``"auto"``; the single-process trainer and the ``averaging`` and ``minibatch``
+            engines: minibatch's ranks then sample in groups together, each owner reading
+            its parts' entries in one sorted pass per hop; a typed store or the link task
+            under ``minibatch``, and ``hec``, hold it in memory:
             docs/measurements.md#the-memory-plan).
         scratch_dir: directory for large temporary files (inference arrays, packs); None =
             beside the input graph or store, never the system temp dir (default None).

@@ -143,6 +143,7 @@ class MinibatchEngine(Engine):
             timeout = datetime.timedelta(seconds=float(self.options.dist_timeout))
             self.sample_group = dist.new_group(backend="gloo", timeout=timeout)
         self.sampler = dist_sampler(self, cfg.sampling.fanouts, self.sample_group)
+        self._structure_counted = 0  # neighbour-list bytes read already in a record
         if emb_dim:
             self._open_embedding(emb_dim)
         else:
@@ -170,14 +171,13 @@ class MinibatchEngine(Engine):
         extra = 5 * rows
         fanouts, bs = tuple(cfg.sampling.fanouts), cfg.sampling.batch_size
         extra += self.prefetch * batch_rows(fanouts, bs, max(rows, 1)) * self.row_bytes
-        # its sampler draws from the parts' CSRs in memory (it reads no entries from disk):
-        # they are held in the process's own memory and counted, or the budget is refused
         plan = self.plan_memory(
             feature_bytes=rows * self.row_bytes,
             num_rows=max(rows, 1),
             extra_bytes=extra,
-            structure="memory",
+            structure=self._structure_mode(),
         )
+        on_disk = self._sample_from_disk(plan)
         if ctx.is_rank0:
             log.info("rank 0 %s", plan.describe())
         dim = int(store.feature_dim)
@@ -203,10 +203,10 @@ class MinibatchEngine(Engine):
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
             window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
             sample_bytes=plan.window // 4 if windows else None,
-            # packing samples each epoch twice (with the structure on disk: its neighbour
-            # blocks read twice), still far less than a sweep of the rank's rows per window
-            # (docs/distributed.md#minibatch-distdgl)
-            pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, structure_in_memory=True),
+            # packing samples each epoch twice, still far less than a sweep of the rank's
+            # rows per window (docs/distributed.md#minibatch-distdgl); not with the
+            # neighbour lists on disk (each sampling reads them again)
+            pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, not on_disk),
             last_epoch=cfg.optim.epochs - 1,
             degrees=deg,
             scratch_dir=cfg.memory.scratch_dir,
@@ -218,6 +218,46 @@ class MinibatchEngine(Engine):
             serve=self.windows.serve,
             group=self.sample_group,
         )
+
+    def _structure_mode(self) -> str:
+        """Where the plan keeps the parts' neighbour lists: ``--structure`` (default
+        ``"auto"``: in memory whenever they fit beside two windows); in memory for a typed
+        store (its draws per relation) and the link task (its exclusions), which read the
+        entries themselves."""
+        mode = self.train_config.memory.structure
+        if self.store.schema is None and self.link is None:
+            return mode
+        if mode == "disk":
+            raise ValueError(
+                "--structure disk: a typed store's or the link task's sampler reads the "
+                "parts' neighbour lists in memory; use --structure auto or memory"
+            )
+        return "memory"
+
+    def _sample_from_disk(self, plan: Any) -> bool:
+        """Whether some rank's plan left its parts' neighbour lists on disk (collective):
+        then every rank samples in groups of the smallest group memory of those ranks
+        (:meth:`~shoal.distributed.DistNeighborSampler.sample_group`: each hop's entries of
+        a group read in one sorted pass per part; the group's passes are collective, so
+        every rank takes part), the ranks on disk reading their entries with direct reads."""
+        mine = not plan.structure_in_memory
+        flag = torch.tensor([int(mine)], dtype=torch.int64)
+        group = torch.tensor([plan.neighbor_cache if mine else 1 << 62], dtype=torch.int64)
+        if self.ctx.world_size > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            dist.all_reduce(group, op=dist.ReduceOp.MIN)
+        if not int(flag):
+            return False
+        self.structure_group = max(int(group), 1)
+        io_threads = self.train_config.memory.io_threads
+        parts = self.sampler.read_from_disk(io_threads=io_threads, group_bytes=self.structure_group)
+        log.info(
+            "rank %d samples its parts' neighbour lists %s, in groups of %d batches",
+            self.ctx.rank,
+            f"from disk (parts {parts})" if parts else "from memory",
+            self.sampler.group_size(self.train_config.sampling.batch_size),
+        )
+        return True
 
     def _open_embedding(self, dim: int) -> None:
         """Learned input rows held by their owners instead of the store's features (no
@@ -260,6 +300,9 @@ class MinibatchEngine(Engine):
             pipe.close(timeout_s=float(self.options.dist_timeout))
         io = [self.windows.io] if self.windows is not None else []
         meter.phases["io_wait"] = sum(r.get("io_wait", 0.0) for r in io)
+        read = self.sampler.structure_bytes_read  # neighbour lists, since the last record
+        io.append({"structure_bytes_read": read - self._structure_counted})
+        self._structure_counted = read
         if self.embedding is not None:
             self.embedding.flush()
         return self.epoch_record(**meter.close(), io=self.io_record(io))
@@ -330,15 +373,27 @@ class MinibatchEngine(Engine):
     def _samples(self, epoch: int, timer: dict[str, float]):
         """This rank's sampled batches of ``epoch``, in step order (collective)."""
         seed = self.train_config.run.seed
-        batches = self.link.steps(epoch) if self.link is not None else self.epoch_batches(epoch)
-        for step, b in enumerate(batches):
-            t0 = time.perf_counter()
-            if self.link is not None:  # a link batch's own edges excluded from message passing
+        if self.link is not None:
+            for b in self.link.steps(epoch):
+                t0 = time.perf_counter()  # a link batch's own edges excluded from message passing
                 mb = self.sampler.sample(b.nodes, b.seed, exclude=b.exclude)
-            else:  # the batch seed depends on the rank too, so ranks draw different samples
-                mb = self.sampler.sample(b, batch_seed(seed, epoch, step) + self.ctx.rank)
-            timer["sampling"] += time.perf_counter() - t0
-            yield mb
+                timer["sampling"] += time.perf_counter() - t0
+                yield mb
+            return
+        # the batch seed depends on the rank too, so ranks draw different samples; with the
+        # neighbour lists on disk, sampled in groups (the same batches)
+        steps = list(self.epoch_batches(epoch))
+        size = self.sampler.group_size(self.train_config.sampling.batch_size)
+        for a in range(0, len(steps), size):
+            group = [
+                (b, batch_seed(seed, epoch, a + j) + self.ctx.rank)
+                for j, b in enumerate(steps[a : a + size])
+            ]
+            t0 = time.perf_counter()
+            for mb in self.sampler.sample_group(group):
+                timer["sampling"] += time.perf_counter() - t0
+                yield mb
+                t0 = time.perf_counter()
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "prefetch_batches": self.prefetch}
