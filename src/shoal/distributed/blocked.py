@@ -309,7 +309,13 @@ def blocked_dist_outputs(
         last = li == len(layers) - 1
         nxt = None if last else layers[li + 1].pre
         width = output_width(sl, width_of(pre, dim), nxt)
-        outs = {} if last else {p.index: scratch.array(p.num_core, width) for p in parts}
+        # served: the rows the next layer needs only, in order (not an array over every core
+        # row, of which a validation pass writes a few percent, read back scattered)
+        outs = {}
+        if not last:
+            for p in parts:
+                rows = len(core[li][p.index]) if mode == "served" else p.num_core
+                outs[p.index] = scratch.array(rows, width)
         emits = None
         if last:
             emits = {
@@ -335,6 +341,7 @@ def blocked_dist_outputs(
                 normalize=norm,
                 threads=threads,
                 stats=stats,
+                input_rows=None if li == 0 else {p.index: core[li - 1][p.index] for p in parts},
             )
             inputs, dim, norm, pre = outs, width, False, None
             continue

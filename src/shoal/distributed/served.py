@@ -203,14 +203,17 @@ def served_layer(
     normalize: bool = False,
     threads: int = 8,
     stats: CommStats | None = None,
+    input_rows: dict[int, np.ndarray] | None = None,
 ) -> None:
     """One layer for the sorted core positions ``todo[part]`` of this rank's ``parts``
     (module docstring); collective. ``inputs[part]``: the layer's input rows of the part's
-    core (``dim`` columns); ``graphs[part] = (indptr, indices, deg)`` over the part's local
-    ids (core, then halo), ``deg`` float32 full in-degrees; ``halo_served[part]``: the
-    served index of each halo node (:meth:`ServedLayout.served_of`). Outputs go to rows
-    ``todo`` of ``outs[part]`` (``nxt`` applied first) or to ``on_output[part](positions in
-    todo, rows)``."""
+    core (``dim`` columns), or, with ``input_rows``, of the sorted core positions
+    ``input_rows[part]`` only, in order (the compact output of the layer before);
+    ``graphs[part] = (indptr, indices, deg)`` over the part's local ids (core, then halo),
+    ``deg`` float32 full in-degrees; ``halo_served[part]``: the served index of each halo
+    node (:meth:`ServedLayout.served_of`). Outputs go to ``outs[part]``, one row per position
+    of ``todo[part]`` in order (``nxt`` applied first: a compact array, not one over every
+    core row), or to ``on_output[part](positions in todo, rows)``."""
     W = ctx.world_size
     width_in = dim if pre is None else int(pre(torch.zeros(1, dim)).shape[1])
     R = reduced(sweep_rows(budget, dim, sl.width, W), W, dist.ReduceOp.MIN)
@@ -247,9 +250,18 @@ def served_layer(
         held / 2**20,
     )
     sources = None
-    if parts:
-        rows = [inputs[p.index] for p in parts]
-        sources = LayerRows(rows, normalize=normalize, threads=threads)
+    if parts:  # in served order (parts by their first row among the rank's)
+        order = sorted(parts, key=lambda p: int(layout.part_base[p.index]))
+        rows = [inputs[p.index] for p in order]
+        ids = None
+        if input_rows is not None:  # the served rows the compact inputs hold, in order
+            ids = np.concatenate(
+                [
+                    np.asarray(input_rows[p.index], np.int64) + layout.part_base[p.index]
+                    for p in order
+                ]
+            )
+        sources = LayerRows(rows, normalize=normalize, threads=threads, row_ids=ids)
     core_deg = _core_degrees(parts, graphs)
     sweep = _Sweep(budget, dim, max(sl.width, width_in), R)
     writers = {p.index: RowWriter(outs[p.index]) for p in parts} if outs is not None else {}
@@ -485,7 +497,7 @@ def _finish(sl, p, a, block, acc, graphs, layout, sources, sweep, pre, nxt, writ
         ids = block[i : i + k]
         d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
         h = sl.finish(torch.from_numpy(acc[i : i + k]), h_dst, d)
-        if writer is not None:
-            writer.write(ids, (nxt(h) if nxt else h).numpy())
+        if writer is not None:  # rows a + i.. of the compact output
+            writer.write(np.arange(a + i, a + i + len(h)), (nxt(h) if nxt else h).numpy())
         else:
             emit(np.arange(a + i, a + i + len(h)), h.numpy())
