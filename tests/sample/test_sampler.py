@@ -353,3 +353,39 @@ def test_a_group_sampled_from_disk_is_the_same_batches_read_in_one_pass_per_hop(
     ]
     group.close()
     one.close()
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_held_lists_of_the_seeds_give_the_same_batches_without_reading_them_again(
+    tmp_path, grouped
+):
+    """The training seeds' neighbour lists held in memory (a hub, an isolated seed, rows
+    past the CSR's): every batch equals the in-memory sampler's, alone or in a group; hop 0
+    of seeds that are all held reads nothing from disk, and the lists are read once."""
+    rng = np.random.default_rng(4)
+    n = 1500
+    hub = np.stack([rng.integers(0, n, 400), np.zeros(400, np.int64)], 1)
+    e = np.concatenate([rng.integers(1, n - 20, (12000, 2)), hub])
+    indptr, indices = csr_from_edges(e, n)
+    indices = indices.astype(np.int32)
+    mem = NeighborSampler(indptr, indices, (4, 3))
+    kw = dict(direct_indices=True, io_threads=2, group_bytes=(1 << 30) if grouped else 0)
+    s = NeighborSampler(indptr, _on_disk(tmp_path, indices), (4, 3), **kw)
+    seeds = np.concatenate([[0, n - 1], rng.permutation(np.arange(1, n - 1))[:200]])
+    assert not s.hold_rows(seeds, max_bytes=100)  # too small: nothing held
+    assert s.hold_rows(seeds, max_bytes=1 << 30)
+    held = s.structure_bytes_read
+    lens = np.diff(indptr)[seeds]
+    assert held >= lens.sum() * 4 and s._held.values.shape == (lens.sum(),)
+    batches = [(rng.permutation(seeds)[:30], step) for step in range(6)]
+    got = list(s.sample_group(batches)) if grouped else [s.sample(*b) for b in batches]
+    for (b, seed), mb in zip(batches, got, strict=True):
+        a = mem.sample(b, seed)
+        assert np.array_equal(a.n_id, mb.n_id)
+        for x, y in zip(a.blocks, mb.blocks, strict=True):
+            assert np.array_equal(x.edge_index.numpy(), y.edge_index.numpy())
+    before = s.structure_bytes_read
+    one_hop = s.sample(batches[0][0], 0, fanouts=(4,))  # hop 0 only: from the held lists
+    assert s.structure_bytes_read == before
+    assert np.array_equal(one_hop.n_id, mem.sample(batches[0][0], 0, fanouts=(4,)).n_id)
+    s.close()

@@ -32,6 +32,7 @@ __all__ = [
     "GROUP_ENTRY_BYTES",
     "DrawnEntries",
     "GroupReads",
+    "HeldLists",
     "NeighborSampler",
     "group_batches",
     "parse_fanouts",
@@ -66,6 +67,54 @@ class DrawnEntries:
 
     def take(self, picked: np.ndarray) -> np.ndarray:
         return self.values[np.searchsorted(self.pos, picked)]
+
+
+class HeldLists:
+    """Some rows' neighbour lists held in memory (a structure otherwise on disk): the rows
+    every batch starts from (the training seeds, whose lists hop 0 draws from in every batch
+    of every epoch), read once in one sorted pass. :meth:`take` resolves the positions of
+    ``indices`` that fall inside a held row."""
+
+    def __init__(self, indptr: np.ndarray, rows: np.ndarray, read, dtype) -> None:
+        """``rows``: sorted distinct row ids; ``read(pos, out)``: the entries at the sorted
+        positions ``pos`` into ``out`` (``(len(pos), 1)`` of ``dtype``, the entries' type);
+        returns the bytes read."""
+        starts = np.asarray(indptr[rows], np.int64)
+        ends = np.asarray(indptr[rows + 1], np.int64)
+        keep = ends > starts  # rows without entries hold nothing
+        self.starts, self.ends = starts[keep], ends[keep]
+        lens = self.ends - self.starts
+        self.local = np.zeros(len(lens), np.int64)
+        np.cumsum(lens[:-1], out=self.local[1:])
+        total = int(lens.sum())
+        pos = np.repeat(self.starts - self.local, lens) + np.arange(total, dtype=np.int64)
+        vals = np.empty((total, 1), dtype)
+        self.bytes_read = int(read(pos, vals)) if total else 0
+        del pos
+        self.values = vals[:, 0]
+
+    @staticmethod
+    def nbytes(indptr: np.ndarray, rows: np.ndarray) -> int:
+        """Memory :class:`HeldLists` takes for ``rows`` at most: while they are read, each
+        entry's position (8 B) and the entry (at most 8 B); then 24 B of offsets per row."""
+        rows = np.asarray(rows, np.int64)
+        lens = np.asarray(indptr[rows + 1], np.int64) - np.asarray(indptr[rows], np.int64)
+        return int(lens.sum()) * 16 + 24 * len(rows)
+
+    @property
+    def held_bytes(self) -> int:
+        return int(self.values.nbytes + self.starts.nbytes + self.ends.nbytes + self.local.nbytes)
+
+    def take(self, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(inside, values)``: which positions ``picked`` fall in a held row, and the
+        entries there (0 elsewhere)."""
+        j = np.searchsorted(self.starts, picked, side="right") - 1
+        jj = np.maximum(j, 0)
+        inside = (j >= 0) & (picked < self.ends[jj]) if len(self.starts) else j >= 0
+        vals = np.zeros(len(picked), np.int64)
+        at = jj[inside]
+        vals[inside] = self.values[self.local[at] + picked[inside] - self.starts[at]]
+        return inside, vals
 
 
 class _Group:
@@ -155,6 +204,7 @@ class NeighborSampler(BlockSampler):
         self.indices = _as_index_array(indices, "indices")
         self._reader = None
         self._blocks: BlockCache | None = None
+        self._held: HeldLists | None = None  # rows whose lists are in memory (hold_rows)
         self.group_bytes = int(group_bytes)
         self._local = threading.local()  # the group being sampled, by the thread sampling it
         #: the passes of :meth:`sample_group` over ``indices`` on disk
@@ -304,10 +354,38 @@ class NeighborSampler(BlockSampler):
             raise ValueError(f"excluded edge ids must lie in [0, {self.num_nodes})")
         return unique_sorted(e[:, 1] * np.int64(self.num_nodes) + e[:, 0])
 
+    def hold_rows(self, rows: np.ndarray, max_bytes: int) -> bool:
+        """Hold the neighbour lists of ``rows`` in memory (:class:`HeldLists`; with
+        ``indices`` on disk) when they take at most ``max_bytes``: the draws from them never
+        read the disk again (the training seeds' lists: hop 0 of every batch). Returns
+        whether they are held."""
+        if self._reader is None:
+            return False
+        rows = np.asarray(rows, np.int64)
+        rows = unique_sorted(rows[(rows >= 0) & (rows < self.indptr.shape[0] - 1)])
+        if HeldLists.nbytes(self.indptr, rows) > max_bytes:
+            return False
+        self._held = HeldLists(self.indptr, rows, self._reader.read, self.indices.dtype)
+        return True
+
     def _read_picked(self, picked: np.ndarray, m: int) -> None:
-        """Replace the positions ``picked[:m]`` by the entries of ``indices`` there, read from
-        disk in one planned pass over their sorted distinct positions (in a group,
-        :meth:`sample_group`: taken from the hop's pass, or noted for it)."""
+        """Replace the positions ``picked[:m]`` by the entries of ``indices`` there: those of
+        held rows (:meth:`hold_rows`) from memory, the others read from disk in one planned
+        pass over their sorted distinct positions (in a group, :meth:`sample_group`: taken
+        from the hop's pass, or noted for it)."""
+        if m == 0 or self._held is None:
+            self._read_positions(picked, m)
+            return
+        inside, vals = self._held.take(picked[:m])
+        out = picked[:m]
+        if not inside.all():
+            rest = np.ascontiguousarray(out[~inside])
+            self._read_positions(rest, len(rest))
+            vals[~inside] = rest
+        out[:] = vals
+
+    def _read_positions(self, picked: np.ndarray, m: int) -> None:
+        """:meth:`_read_picked` of positions outside the held rows."""
         if m == 0:
             return
         g = getattr(self._local, "group", None)
@@ -389,7 +467,8 @@ class NeighborSampler(BlockSampler):
         """Bytes of ``indices`` read from disk so far (``direct_indices``; 0 otherwise): by
         the block cache and by :meth:`sample_group`'s passes."""
         if self._blocks is not None:
-            return self._blocks.bytes_read + self.group_reads.bytes
+            held = self._held.bytes_read if self._held is not None else 0
+            return self._blocks.bytes_read + self.group_reads.bytes + held
         return self._reader.stats.bytes if self._reader is not None else 0  # (groups' too)
 
     def close(self) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from shoal.rows.budget import PeakFootprint, bytes_freed_by
-from shoal.sample.sampler import NeighborSampler
+from shoal.sample.sampler import HeldLists, NeighborSampler
 from shoal.training.batches import BatchLoader, Timer
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
@@ -132,19 +133,25 @@ class Trainer:
         self.tables: TypeTables | None = None if disk is None else disk.open()
         # the activations in the reserve: refitted to the sampled batches, free in evaluation
         self.budget.activations, self.budget.activation_row_bytes = step_activations(shape)
+        direct = not self.budget.structure_in_memory and structure_on_disk(data.indices)
+        half = self.budget.neighbor_cache // 2
+        held = _held_rows(config, data, half) if direct else None
         self.sampler = NeighborSampler(
             data.indptr,
             data.indices,
             config.sampling.fanouts,
             num_nodes=data.num_nodes,
             degrees=data.degrees,
-            direct_indices=not self.budget.structure_in_memory and structure_on_disk(data.indices),
+            direct_indices=direct,
             io_threads=config.memory.io_threads,
-            # the plan's neighbour-list memory: half a block cache, half a group's passes
-            neighbor_cache_bytes=self.budget.neighbor_cache // 2,
-            group_bytes=self.budget.neighbor_cache // 2,
+            # the plan's neighbour-list memory: half a group's passes, half the training
+            # seeds' lists held (every batch's hop 0) or else a block cache
+            neighbor_cache_bytes=half if held is None else 0,
+            group_bytes=half,
             schema=data.schema,
         )
+        if held is not None:
+            self.sampler.hold_rows(held, half)
         #: neighbour-list bytes read from disk already counted in a record (epochs, and
         #: evaluations, whose reads no epoch record counts)
         self._structure_counted = 0
@@ -415,3 +422,13 @@ class Trainer:
                 self._prefetcher.close()
             if self.tables is not None:
                 self.tables.flush()
+
+
+def _held_rows(config: TrainConfig, data: Any, max_bytes: int) -> np.ndarray | None:
+    """The rows whose neighbour lists a sampler reading them from disk holds in memory
+    (:meth:`~shoal.sample.NeighborSampler.hold_rows`): the node task's training seeds on an
+    untyped graph, when their lists fit ``max_bytes``; else None (a block cache instead)."""
+    if config.task != "node" or data.schema is not None or getattr(data, "train_idx", None) is None:
+        return None
+    rows = np.asarray(data.train_idx, np.int64)
+    return rows if HeldLists.nbytes(data.indptr, rows) <= max_bytes else None
