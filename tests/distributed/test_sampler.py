@@ -155,7 +155,12 @@ def _disk_vs_memory(rank: int, world: int, store: str, disk_ranks: tuple[int, ..
     want = [ref.sample(s, k) for s, k in batches]
     s = make(rank in disk_ranks)
     # groups of 3 batches (3 groups, the last of one), the same figure on every rank
-    read = s.read_from_disk(io_threads=2, group_bytes=2 * 3 * 24 * (3 + 6) * bs)
+    # the lists of every other own row held in memory (the engine holds the training seeds')
+    hold = {p.index: np.arange(0, p.num_core, 2) for p in s.parts.values()}
+    read = s.read_from_disk(
+        io_threads=2, group_bytes=2 * 3 * 24 * (3 + 6) * bs, hold=hold, hold_bytes=1 << 30
+    )
+    held = {i: len(h.starts) for i, h in s._held.items()}
     assert s.group_size(bs) == 3 == group_batches(fanouts, 3 * 24 * (3 + 6) * bs, bs)
     got = []
     for a in range(0, len(batches), 3):
@@ -172,6 +177,7 @@ def _disk_vs_memory(rank: int, world: int, store: str, disk_ranks: tuple[int, ..
         max((p.indices.nbytes for p in s.parts.values()), default=0),
     )
     out["structure_bytes_read"] = s.structure_bytes_read
+    out["held"] = held
     s.close()
     return out
 
@@ -193,6 +199,7 @@ def test_neighbour_lists_on_disk_give_the_same_batches(make_graph, make_store, d
         assert r["passes"] == (2 * 2 * len(r["read"]) if on_disk else 0)
         assert (r["bytes"] > 0) == on_disk and r["largest"] <= max(r["file"], 4096)
         assert r["structure_bytes_read"] >= r["bytes"]
+        assert (len(r["held"]) > 0 and all(v > 0 for v in r["held"].values())) == on_disk
 
 
 def test_exclusions_and_typed_stores_need_the_lists_in_memory(make_store):

@@ -35,7 +35,7 @@ from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.base import BlockSampler, hop_rowptr
 from shoal.sample.relations import RelationDraws, row_types
-from shoal.sample.sampler import DrawnEntries, GroupReads, group_batches
+from shoal.sample.sampler import DrawnEntries, GroupReads, HeldLists, group_batches
 from shoal.store.reader import Partition
 from shoal.utils.arrays import unique_sorted
 
@@ -120,6 +120,8 @@ class DistNeighborSampler(BlockSampler):
         self.unavailable = 0
         #: per resident part whose neighbour lists are read from disk, its reader
         self._readers: dict[int, object] = {}
+        #: per part read from disk, the rows whose lists are held in memory (read_from_disk)
+        self._held: dict[int, HeldLists] = {}
         #: the memory of a group of batches sampled together (:meth:`sample_group`; 0: the
         #: batches are sampled one by one); the same on every rank
         self.group_bytes = 0
@@ -389,14 +391,23 @@ class DistNeighborSampler(BlockSampler):
         return self.relations.label(mb, self.type_of(np.asarray(mb.n_id)))
 
     # ------------------------------------------------------------ neighbour lists on disk
-    def read_from_disk(self, *, io_threads: int = 8, group_bytes: int = 0) -> list[int]:
+    def read_from_disk(
+        self,
+        *,
+        io_threads: int = 8,
+        group_bytes: int = 0,
+        hold: Mapping[int, np.ndarray] | None = None,
+        hold_bytes: int = 0,
+    ) -> list[int]:
         """Read the neighbour lists of the resident parts whose ``indices`` are memory maps
         of a file (the memory plan left them on disk) with planned direct reads
         (:class:`~shoal.rows.direct.RowReader`, ``io_threads`` concurrent reads) instead of
         page faults; ``group_bytes``: the memory of a group of batches sampled together by
         :meth:`sample_group` (give every rank the same figure: the group's passes are
-        collective). Untyped stores only (a typed part's draws per relation read its
-        entries). Returns the parts read from disk."""
+        collective). ``hold[part]``: core rows whose lists are read once and held in memory
+        (:class:`~shoal.sample.sampler.HeldLists`: the training seeds, hop 0 of every batch),
+        when all of them fit ``hold_bytes``. Untyped stores only (a typed part's draws per
+        relation read its entries). Returns the parts read from disk."""
         if self.relations is not None:
             raise ValueError("a typed store's parts are sampled from memory")
         self.close()
@@ -405,6 +416,12 @@ class DistNeighborSampler(BlockSampler):
             if p.indices.size and RowFile.of(src) is not None:
                 self._readers[i] = open_rows(src, threads=io_threads)
         self.group_bytes = int(group_bytes)
+        rows = {i: np.asarray((hold or {}).get(i, _NO_INDICES), np.int64) for i in self._readers}
+        need = sum(HeldLists.nbytes(self.parts[i].indptr, r) for i, r in rows.items())
+        if hold and need <= hold_bytes:
+            for i, r in rows.items():
+                p = self.parts[i]
+                self._held[i] = HeldLists(p.indptr, r, self._readers[i].read, p.indices.dtype)
         return sorted(self._readers)
 
     @property
@@ -414,7 +431,8 @@ class DistNeighborSampler(BlockSampler):
 
     @property
     def structure_bytes_read(self) -> int:
-        """Bytes of the parts' neighbour lists read from disk so far (0: all in memory)."""
+        """Bytes of the parts' neighbour lists read from disk so far (0: all in memory), the
+        held rows' included."""
         return sum(int(r.stats.bytes) for r in self._readers.values())
 
     def group_size(self, batch_size: int) -> int:
@@ -471,6 +489,19 @@ class DistNeighborSampler(BlockSampler):
         read now (one planned pass over their sorted distinct positions), or, in a group,
         taken from the hop's pass (or noted for it: the draws of the hop being collected are
         placeholders, the last hop of a pass that is dropped)."""
+        held = self._held.get(i)
+        if held is not None and len(picked):  # the held rows' entries from memory
+            inside, vals = held.take(picked)
+            if not inside.all():
+                rest = np.ascontiguousarray(picked[~inside])
+                self._read_picked_disk(i, rest)
+                vals[~inside] = rest
+            picked[:] = vals
+            return
+        self._read_picked_disk(i, picked)
+
+    def _read_picked_disk(self, i: int, picked: np.ndarray) -> None:
+        """:meth:`_read_picked` of positions outside the held rows."""
         if len(picked) == 0:
             return
         g = getattr(self._local, "group", None)
@@ -490,7 +521,7 @@ class DistNeighborSampler(BlockSampler):
         """Close the readers of neighbour lists on disk (:meth:`read_from_disk`)."""
         for r in self._readers.values():
             r.close()
-        self._readers = {}
+        self._readers, self._held = {}, {}
 
     def _draw_hop(
         self, n: int, fanout: int, key: np.uint64, exclude: list[dict[int, np.ndarray]] | None

@@ -248,9 +248,17 @@ class MinibatchEngine(Engine):
             dist.all_reduce(group, op=dist.ReduceOp.MIN)
         if not int(flag):
             return False
-        self.structure_group = max(int(group), 1)
+        # half the plan's neighbour-list memory for a group's passes, half for the lists of
+        # the rank's training seeds in its parts (hop 0 of its batches), held when they fit
+        self.structure_group = max(int(group) // 2, 1)
         io_threads = self.train_config.memory.io_threads
-        parts = self.sampler.read_from_disk(io_threads=io_threads, group_bytes=self.structure_group)
+        hold = {p.index: np.flatnonzero(np.asarray(p.mask("train"))) for p in self.parts}
+        parts = self.sampler.read_from_disk(
+            io_threads=io_threads,
+            group_bytes=self.structure_group,
+            hold=hold,
+            hold_bytes=plan.neighbor_cache // 2 if mine else 0,
+        )
         log.info(
             "rank %d samples its parts' neighbour lists %s, in groups of %d batches",
             self.ctx.rank,
