@@ -359,9 +359,9 @@ class Trainer:
         """No training step follows (the loop's final evaluation comes next; the trainer
         only evaluates from now on): the read-ahead stops and its windows, packs and spooled
         samples go, and so do the sampler (its per-node arrays and neighbour-block cache) and
-        the feature cache, whose memory, measured, is lent to the evaluation (its blocks read
-        every row they need once per block: the cache would save a few of those rows for the
-        memory of many targets)."""
+        a feature cache of some rows, whose memory, measured, is lent to the evaluation (its
+        blocks read every row they need once per block: the cache would save a few of those
+        rows for the memory of many targets); a cache of every row stays (nothing to read)."""
         if self.loader is not None:
             self._lent += bytes_freed_by(self._drop_training_state)
 
@@ -390,7 +390,11 @@ class Trainer:
     def _drop_training_state(self) -> int:
         if self._prefetcher is not None:
             self._prefetcher.close()
-        cache = self.features.release_cache()
+        # a cache of every row stays (the evaluation then reads nothing); a partial one is
+        # lent: the rows it lacks are spread over the file, whose pages a block reads anyway
+        f = self.features
+        whole = getattr(f, "cached_rows", 0) >= getattr(f, "num_rows", 1) > 0
+        cache = 0 if whole else f.release_cache()
         self.sampler.close()
         if getattr(self, "_eval_sampler", None) is not None:
             self._eval_sampler[1].close()
