@@ -212,10 +212,11 @@ def edge_bytes(indices: np.ndarray) -> int:
     return EDGE_BYTES + (indices.dtype.itemsize if file_of(indices) is not None else 0)
 
 
-def target_bytes(sl: SumLayer, indices: np.ndarray) -> int:
-    """Working bytes per target of a block beside its in-edges: its float32 accumulator,
-    and, when ``indices`` is file-backed, its entry in the block's in-edge index."""
-    return 4 * sl.width + (8 if file_of(indices) is not None else 0)
+def target_bytes(sl: SumLayer, indices: np.ndarray, in_width: int = 0) -> int:
+    """Working bytes per target of a block beside its in-edges: its float32 accumulator, its
+    own input row of ``in_width`` columns (kept from the sweep of the sources) and, when
+    ``indices`` is file-backed, its entry in the block's in-edge index."""
+    return 4 * (sl.width + in_width) + (8 if file_of(indices) is not None else 0)
 
 
 def _blocks(
@@ -293,9 +294,10 @@ def _read_ahead(pool: ThreadPoolExecutor, rows: LayerRows, pre, items: Iterator[
 
 def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads):
     """One block of targets: sweep the source ranges its in-edges need (each range's needed
-    rows read in one planned pass, the next range's while this one's messages are added),
-    then finish the targets in slices: yields ``(offset in block, output rows)`` per
-    slice."""
+    rows read in one planned pass, the next range's while this one's messages are added;
+    the targets' own rows read in the same pass and kept, so the file is swept once per
+    block, not once for the sources and again for the targets), then finish the targets in
+    slices: yields ``(offset in block, output rows)`` per slice."""
     indptr, indices, deg_t = graph
     range_rows, pool = reads.range_rows, reads.pool
     n_ranges = -(-len(deg_t) // range_rows)
@@ -309,25 +311,35 @@ def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads
     BK._bucket_by_range(edges[0], edges[1], at, range_rows, ptr, src, dst)
     del compact, edges
     acc = np.zeros((len(block), sl.width), np.float32)
+    own = None  # the targets' own input rows (pre applied), kept as the sweep passes them
     mark = np.full(range_rows, -1, np.int64)
+    # the targets of each range: block[tcut[r]:tcut[r + 1]] (block is sorted)
+    tcut = np.searchsorted(block, np.arange(n_ranges + 1, dtype=np.int64) * range_rows)
+    todo = np.union1d(np.flatnonzero(np.diff(ptr)), np.flatnonzero(np.diff(tcut)))
 
-    def ranges(src: np.ndarray) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
-        for r in np.flatnonzero(np.diff(ptr)):
+    def ranges(src: np.ndarray) -> Iterator[tuple]:
+        for r in todo:
             s_src = src[ptr[r] : ptr[r + 1]]
-            ids = np.empty(min(range_rows, len(s_src)), np.int64)
-            pos = np.empty_like(s_src, np.int64)
-            k = BK._range_ids(s_src, 0, mark, ids, pos)
-            yield ids[:k] + r * range_rows, int(r), pos
+            mine = (block[tcut[r] : tcut[r + 1]] - r * range_rows).astype(s_src.dtype)
+            both = np.concatenate([s_src, mine])
+            ids = np.empty(min(range_rows, len(both)), np.int64)
+            pos = np.empty_like(both, np.int64)
+            k = BK._range_ids(both, 0, mark, ids, pos)
+            yield ids[:k] + r * range_rows, int(r), pos[: len(s_src)], pos[len(s_src) :]
 
-    for (ids, r, pos), h in _read_ahead(pool, rows, pre, ranges(src), reads.range_bufs):
-        msg = sl.message(h, deg_t[torch.from_numpy(ids)].unsqueeze(1)).contiguous().numpy()
-        BK._scatter_add(acc, msg, dst[ptr[r] : ptr[r + 1]], pos)
+    for (ids, r, pos, at_own), h in _read_ahead(pool, rows, pre, ranges(src), reads.range_bufs):
+        if len(pos):
+            msg = sl.message(h, deg_t[torch.from_numpy(ids)].unsqueeze(1)).contiguous().numpy()
+            BK._scatter_add(acc, msg, dst[ptr[r] : ptr[r + 1]], pos)
+        if len(at_own):
+            if own is None:
+                own = np.empty((len(block), h.shape[1]), np.float32)
+            own[tcut[r] : tcut[r + 1]] = h[torch.from_numpy(at_own)].numpy()
     del src, dst
     k = reads.slice_rows
-    slices = ((block[a : a + k], a) for a in range(0, len(block), k))
-    for (ids, a), h_dst in _read_ahead(pool, rows, pre, slices, reads.slice_bufs):
-        d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
-        yield a, sl.finish(torch.from_numpy(acc[a : a + k]), h_dst, d)
+    for a in range(0, len(block), k):
+        d = deg_t[torch.from_numpy(block[a : a + k])].unsqueeze(1)
+        yield a, sl.finish(torch.from_numpy(acc[a : a + k]), torch.from_numpy(own[a : a + k]), d)
 
 
 class _Reads:
@@ -429,7 +441,7 @@ def blocked_layer(
     blocks = _blocks(
         indptr,
         todo,
-        target_bytes(sl, indices),
+        target_bytes(sl, indices, in_dim),
         max(budget - reads.held, 1),
         edge_bytes(indices),
     )
