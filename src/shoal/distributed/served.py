@@ -226,7 +226,7 @@ def served_layer(
         indices = graphs[p.index][1]
         # while a block's in-edges are bucketed (read from the file, when on disk, beside
         # their buckets) its accumulators are not allocated yet: the larger phase counts
-        per_target = 4 * sl.width
+        per_target = 4 * (sl.width + width_in)  # its accumulator and its own input row
         per_edge = SERVED_EDGE_BYTES
         if file_of(indices) is not None:
             per_edge = max(per_edge, indices.dtype.itemsize + 8)
@@ -269,7 +269,7 @@ def served_layer(
     try:
         for k in range(rounds):
             p, a, block = blocks[k] if k < len(blocks) else (None, 0, np.empty(0, np.int64))
-            acc = _gather(
+            acc, own = _gather(
                 sl,
                 p,
                 np.asarray(block, np.int64),
@@ -295,11 +295,9 @@ def served_layer(
                 a,
                 np.asarray(block, np.int64),
                 acc,
+                own,
                 graphs,
-                layout,
-                sources,
                 sweep,
-                pre,
                 nxt,
                 writers.get(p.index),
                 emit,
@@ -373,7 +371,9 @@ def _gather(
     stats,
     clock,
 ):
-    """One round's sweep (module docstring): returns the block's accumulators."""
+    """One round's sweep (module docstring): returns the block's accumulators and its
+    targets' own input rows (``pre`` applied), read in the same sweep (a target is a row of
+    this rank: the step holding it reads it with the rows asked for)."""
     W, me, R = ctx.world_size, ctx.rank, sweep.R
     nb = steps * W
     t0 = time.perf_counter()
@@ -404,6 +404,11 @@ def _gather(
     t0 = clock.add("ask", t0)
     peer_ptr = [np.concatenate([[0], np.cumsum(asked[r])]) for r in range(W)]
     acc = np.zeros((len(block), sl.width), np.float32)
+    own = None  # the targets' own rows, kept as their steps pass
+    # the block's targets by step: served rows base + block, block[tcut[s]:tcut[s + 1]]
+    base = int(layout.part_base[p.index]) if p is not None else 0
+    mine = np.asarray(block, np.int64) + base
+    tcut = np.searchsorted(mine, np.arange(steps + 1, dtype=np.int64) * R)
 
     def items():
         for s in range(steps):
@@ -414,14 +419,21 @@ def _gather(
                 else peer[r][peer_ptr[r][s] : peer_ptr[r][s + 1]]
                 for r in range(W)
             ]
-            union = np.unique(np.concatenate(lists)) if any(len(x) for x in lists) else None
+            tg = (mine[tcut[s] : tcut[s + 1]] - s * R).astype(OFF)
+            union = None
+            if any(len(x) for x in lists) or len(tg):
+                union = np.unique(np.concatenate([*lists, tg]))
             ids = np.empty(0, np.int64) if union is None else union.astype(np.int64) + s * R
-            yield ids, s, union, lists
+            yield ids, s, union, lists, tg
 
-    for (ids, s, union, lists), h in _read_ahead(
+    for (ids, s, union, lists, tg), h in _read_ahead(
         sweep.pool, _Rows(sources), pre, items(), sweep.range_bufs
     ):
         t0 = clock.add("read wait", t0)
+        if len(tg):  # the targets' own rows of this step
+            if own is None:
+                own = np.empty((len(block), h.shape[1]), np.float32)
+            own[tcut[s] : tcut[s + 1]] = h[torch.from_numpy(np.searchsorted(union, tg))].numpy()
         msg = None
         if len(ids):
             d = core_deg[torch.from_numpy(ids)].unsqueeze(1)
@@ -456,7 +468,7 @@ def _gather(
             pos = np.searchsorted(union, lists[me])[off[e]]
             BK._scatter_add(acc, msg, dst[e], pos)
         t0 = clock.add("add", t0)
-    return acc
+    return acc, own
 
 
 class _Clock:
@@ -487,16 +499,14 @@ class _Rows:
         return self.rows.read(ids, out)
 
 
-def _finish(sl, p, a, block, acc, graphs, layout, sources, sweep, pre, nxt, writer, emit):
-    """Finish a block's targets slice by slice (their own rows read ahead)."""
+def _finish(sl, p, a, block, acc, own, graphs, sweep, nxt, writer, emit):
+    """Finish a block's targets slice by slice (their own rows kept from the sweep)."""
     deg_t = graphs[p.index][2]
-    base = int(layout.part_base[p.index])
     k = sweep.slice_rows
-    slices = ((block[i : i + k] + base, i) for i in range(0, len(block), k))
-    for (_, i), h_dst in _read_ahead(sweep.pool, sources, pre, slices, sweep.slice_bufs):
+    for i in range(0, len(block), k):
         ids = block[i : i + k]
         d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
-        h = sl.finish(torch.from_numpy(acc[i : i + k]), h_dst, d)
+        h = sl.finish(torch.from_numpy(acc[i : i + k]), torch.from_numpy(own[i : i + k]), d)
         if writer is not None:  # rows a + i.. of the compact output
             writer.write(np.arange(a + i, a + i + len(h)), (nxt(h) if nxt else h).numpy())
         else:
