@@ -127,14 +127,17 @@ class _Group:
         self.positions: list[np.ndarray] = []
 
 
-def group_batches(fanouts: Sequence[int], group_bytes: int, batch_size: int) -> int:
+def group_batches(
+    fanouts: Sequence[int], group_bytes: int, batch_size: int, *, first_held: bool = False
+) -> int:
     """Batches of ``batch_size`` seeds sampled together within ``group_bytes`` (at least 1):
     a batch draws at most ``batch_size`` times the fanouts' products summed over the hops (an
-    unbounded hop counted as 64), each entry taking :data:`GROUP_ENTRY_BYTES`."""
+    unbounded hop counted as 64; not hop 0 with ``first_held``: the seeds' lists are held,
+    their draws never collected), each entry taking :data:`GROUP_ENTRY_BYTES`."""
     entries, per_seed = 0, 1
-    for f in fanouts:
+    for h, f in enumerate(fanouts):
         per_seed *= f if f > 0 else 64
-        entries += per_seed
+        entries += per_seed if h or not first_held else 0
     return max(1, int(group_bytes) // max(GROUP_ENTRY_BYTES * entries * batch_size, 1))
 
 
@@ -368,6 +371,11 @@ class NeighborSampler(BlockSampler):
         self._held = HeldLists(self.indptr, rows, self._reader.read, self.indices.dtype)
         return True
 
+    @property
+    def held_bytes(self) -> int:
+        """Memory of the lists held by :meth:`hold_rows` (0: none)."""
+        return 0 if self._held is None else self._held.held_bytes
+
     def _read_picked(self, picked: np.ndarray, m: int) -> None:
         """Replace the positions ``picked[:m]`` by the entries of ``indices`` there: those of
         held rows (:meth:`hold_rows`) from memory, the others read from disk in one planned
@@ -414,7 +422,9 @@ class NeighborSampler(BlockSampler):
         :attr:`group_bytes` (at least 1): a batch draws at most ``batch_size`` times the
         fanouts' products summed over the hops (an unbounded hop counted as 64), each entry
         taking :data:`GROUP_ENTRY_BYTES`."""
-        return group_batches(self.fanouts, self.group_bytes, batch_size)
+        return group_batches(
+            self.fanouts, self.group_bytes, batch_size, first_held=self._held is not None
+        )
 
     def sample_group(self, batches: Sequence[tuple[np.ndarray, int]]) -> Iterator[MiniBatch]:
         """``sample(seeds, seed)`` of each ``(seeds, seed)`` of ``batches``, in order, the

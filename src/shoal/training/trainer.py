@@ -150,8 +150,9 @@ class Trainer:
             group_bytes=half,
             schema=data.schema,
         )
-        if held is not None:
-            self.sampler.hold_rows(held, half)
+        if held is not None and self.sampler.hold_rows(held, half):
+            # the group's passes get what the held lists leave of the plan's memory
+            self.sampler.group_bytes = self.budget.neighbor_cache - self.sampler.held_bytes
         #: neighbour-list bytes read from disk already counted in a record (epochs, and
         #: evaluations, whose reads no epoch record counts)
         self._structure_counted = 0
