@@ -23,12 +23,19 @@ def test_working_memory_counts_gradients_optimizer_state_and_activations():
 
 
 def test_the_reserve_grows_with_the_process(monkeypatch):
-    monkeypatch.setattr(budget, "process_footprint", lambda: 300 << 20)
+    """The reserve is the footprint without the clean pages of the store's memory maps
+    (the kernel takes them back), plus the working memory, staging buffers and slack."""
+    monkeypatch.setattr(fp, "process_footprint", lambda: 300 << 20)
+    monkeypatch.setattr(fp, "mapped_data_bytes", lambda: 0)
     small = training_reserve(None, SHAPE)
     extra = budget.staging_bytes() + budget.FOOTPRINT_SLACK
     assert small == (300 << 20) + working_bytes(None, SHAPE) + extra
-    monkeypatch.setattr(budget, "process_footprint", lambda: 500 << 20)
+    monkeypatch.setattr(fp, "process_footprint", lambda: 500 << 20)
     assert training_reserve(None, SHAPE) - small == 200 << 20
+    monkeypatch.setattr(fp, "mapped_data_bytes", lambda: 120 << 20)
+    assert training_reserve(None, SHAPE) - small == 80 << 20
+    monkeypatch.setattr(fp, "process_footprint", lambda: -1)  # unreadable: the fixed reserve
+    assert training_reserve(None, SHAPE) == budget.RESERVE
 
 
 def test_the_evaluation_budget_is_measured_beside_mapped_data(monkeypatch):

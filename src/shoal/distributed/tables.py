@@ -14,6 +14,7 @@ from shoal.distributed.feature_store import owner_of
 from shoal.errors import ShoalInputError
 from shoal.store.reader import Partition, Store
 from shoal.utils.io import read_json
+from shoal.utils.memory import trim_freed_memory
 
 __all__ = ["SCOPES", "LocalIndex", "NodeTables", "NodeValues", "parts_of_rank"]
 
@@ -226,11 +227,14 @@ class NodeTables:
             vals = self._ask_owners(extra, np.asarray(part_to_rank), own, (deg, lab, tr))
             self.part_to_rank = np.asarray(part_to_rank)
             o = index.num_owned
-            deg[o:], lab[o:], tr[o:] = vals[:, 0], vals[:, 1] - 1, vals[:, 2] > 0
+            deg[o:], lab[o:], tr[o:] = vals
+            del vals
         self.index = index
         self.degrees = NodeValues(index, deg)
         self.labels = NodeValues(index, lab)
         self.train = NodeValues(index, tr)
+        del halo, extra, own
+        trim_freed_memory()  # the temporaries' heap pages back to the system
 
     def train_ids_by_rank(self, part_to_rank: np.ndarray) -> list[np.ndarray]:
         """The sorted global training node ids each rank owns (collective under the local
@@ -275,19 +279,37 @@ class NodeTables:
         at_old = index.positions(old.extra)
         at_new = index.positions(new)
         o = old.num_owned
-        for table, col in ((self.degrees, 0), (self.labels, 1), (self.train, 2)):
+        for table, got in zip((self.degrees, self.labels, self.train), vals, strict=True):
             v = np.empty(index.size, table.values.dtype)
             v[:o] = table.values[:o]
             v[at_old] = table.values[o:]
-            got = vals[:, col] - (1 if col == 1 else 0)
-            v[at_new] = got > 0 if col == 2 else got
+            v[at_new] = got
             table.values, table.index = v, index
         self.index = index
+        del old, at_old, at_new, vals
+        trim_freed_memory()  # the old tables' heap pages back to the system
 
-    def _ask_owners(self, ids, part_to_rank, own: LocalIndex, values) -> np.ndarray:
-        """``(len(ids), 3)`` int64 (degree, label + 1, train) of ``ids`` (none owned here)
-        from their owners' ``values`` (over ``own``, whose first positions are the owned
-        nodes): one exchange of ids, one of values (collective)."""
+    def _ask_owners(self, ids, part_to_rank, own: LocalIndex, values) -> tuple[np.ndarray, ...]:
+        """``(degrees float32, labels int32, train bool)`` of ``ids`` (none owned here) from
+        their owners' ``values`` (over ``own``, whose first positions are the owned nodes),
+        in rounds of :data:`TABLE_CHUNK` ids (collective: every rank runs as many rounds),
+        so the exchanges hold a chunk's ids and answers at a time, not the halo's (a quarter
+        of papers100M in two parts has 14M halo nodes per rank: 0.7 GB of int64 answers)."""
+        n = len(ids)
+        deg = np.empty(n, np.float32)
+        lab = np.empty(n, np.int32)
+        tr = np.empty(n, np.bool_)
+        rounds = torch.tensor([-(-n // TABLE_CHUNK)], dtype=torch.int64)
+        dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
+        for r in range(int(rounds.item())):
+            a, b = min(r * TABLE_CHUNK, n), min((r + 1) * TABLE_CHUNK, n)
+            got = self._ask_round(ids[a:b], part_to_rank, own, values)
+            deg[a:b], lab[a:b], tr[a:b] = got[:, 0], got[:, 1] - 1, got[:, 2] > 0
+        return deg, lab, tr
+
+    def _ask_round(self, ids, part_to_rank, own: LocalIndex, values) -> np.ndarray:
+        """``(len(ids), 3)`` int64 (degree, label + 1, train) of ``ids``: one exchange of
+        ids, one of values (collective)."""
         world = dist.get_world_size()
         owners = part_to_rank[owner_of(self.store.part_offsets, ids)] if len(ids) else ids
         order = np.argsort(owners, kind="stable")

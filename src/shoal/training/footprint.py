@@ -19,6 +19,7 @@ from torch import nn
 
 from shoal.rows.budget import (
     FOOTPRINT_SLACK,
+    RESERVE,
     activation_bytes,
     batch_rows,
     mapped_data_bytes,
@@ -98,9 +99,19 @@ def working_bytes(
 def training_reserve(model: nn.Module | None, shape: StepShape, *, io_threads: int = 8) -> int:
     """The reserve of this process's memory plan: its footprint now plus
     :func:`working_bytes` and the staging buffers of direct readers of ``io_threads`` threads
-    (:func:`~shoal.rows.budget.reserve_for`). Call it after the model and the optimizer are
-    built and before any feature row is read."""
-    return reserve_for(working_bytes(model, shape), io_threads=io_threads)
+    (:func:`~shoal.rows.budget.reserve_for`). The footprint is measured once freed heap
+    memory is given back (``malloc_trim``: building the per-node tables frees hundreds of
+    MiB that glibc otherwise keeps) and without the clean pages of the store's memory maps
+    (:func:`~shoal.rows.budget.mapped_data_bytes`: the kernel takes them back). Call it after
+    the model and the optimizer are built and before any feature row is read."""
+    gc.collect()
+    return_freed_memory()
+    trim_freed_memory()
+    now = process_footprint()
+    if now < 0:  # unreadable: the fixed reserve
+        return RESERVE
+    footprint = now - mapped_data_bytes()
+    return reserve_for(working_bytes(model, shape), footprint=footprint, io_threads=io_threads)
 
 
 def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple[int, int]:
