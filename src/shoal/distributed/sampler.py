@@ -491,12 +491,7 @@ class DistNeighborSampler(BlockSampler):
         placeholders, the last hop of a pass that is dropped)."""
         held = self._held.get(i)
         if held is not None and len(picked):  # the held rows' entries from memory
-            inside, vals = held.take(picked)
-            if not inside.all():
-                rest = np.ascontiguousarray(picked[~inside])
-                self._read_picked_disk(i, rest)
-                vals[~inside] = rest
-            picked[:] = vals
+            held.resolve(picked, lambda rest: self._read_picked_disk(i, rest))
             return
         self._read_picked_disk(i, picked)
 

@@ -105,6 +105,16 @@ class HeldLists:
     def held_bytes(self) -> int:
         return int(self.values.nbytes + self.starts.nbytes + self.ends.nbytes + self.local.nbytes)
 
+    def resolve(self, picked: np.ndarray, read_rest) -> None:
+        """Replace the positions ``picked`` by their entries in place: those inside a held
+        row from memory, the others by ``read_rest(rest)`` (in place too)."""
+        inside, vals = self.take(picked)
+        if not inside.all():
+            rest = np.ascontiguousarray(picked[~inside])
+            read_rest(rest)
+            vals[~inside] = rest
+        picked[:] = vals
+
     def take(self, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(inside, values)``: which positions ``picked`` fall in a held row, and the
         entries there (0 elsewhere)."""
@@ -384,13 +394,7 @@ class NeighborSampler(BlockSampler):
         if m == 0 or self._held is None:
             self._read_positions(picked, m)
             return
-        inside, vals = self._held.take(picked[:m])
-        out = picked[:m]
-        if not inside.all():
-            rest = np.ascontiguousarray(out[~inside])
-            self._read_positions(rest, len(rest))
-            vals[~inside] = rest
-        out[:] = vals
+        self._held.resolve(picked[:m], lambda rest: self._read_positions(rest, len(rest)))
 
     def _read_positions(self, picked: np.ndarray, m: int) -> None:
         """:meth:`_read_picked` of positions outside the held rows."""
