@@ -1,7 +1,8 @@
 """Compact feature storage (issue 54): accuracy and out-of-core bytes of each feature dtype.
 
     python bench/feature_dtype.py --part accuracy [--seeds 0,1,2] [--threads 1]
-    python bench/feature_dtype.py --part io [--graph 200k] [--epochs 3] [--fraction 4]
+    python bench/feature_dtype.py --part io [--graph 200k] [--epochs 3] [--fraction 4] [--seeds 0,1,2]
+        [--discard-graphs]
     python bench/feature_dtype.py --report-only
 
 ``accuracy``: Cora and Amazon-Photo imported once per dtype (``shoal data import
@@ -11,7 +12,8 @@ epoch (exact inference), mean ± std over the seeds, and each dtype's difference
 
 ``io``: the DC-SBM graph ``common.GRAPHS[--graph]`` generated once per dtype (``shoal data
 synth dcsbm --feature-dtype D``: the same float32 features, stored rounded or quantised), then
-trained out of core, each dtype under the *same* budget: the footprint the uncapped float32
+trained uncapped once per seed (the accuracy of each dtype against float32's, and the in-memory
+epoch), and out of core with the first seed, each dtype under the *same* budget: the footprint the uncapped float32
 run measured plus 8 MiB, two windows of 16 MiB and a K-th (``--fraction``) of the float32 features, 90% of
 a memory cgroup's limit (``common.run_capped``, shoal's default budget in a cgroup; the graph's
 page cache dropped first; where no cgroup can be made, ``--memory`` of that size): the
@@ -26,6 +28,7 @@ the other's). ``--smoke``: the bundled Cora and the smoke graph, 2 epochs, one s
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -150,57 +153,80 @@ def run_accuracy(args: argparse.Namespace) -> dict:
 def run_io(args: argparse.Namespace) -> dict:
     name = "smoke" if args.smoke else args.graph
     epochs = 2 if args.smoke else args.epochs
+    seeds = [0] if args.smoke else [int(s) for s in args.seeds.split(",")]
     capped = common.caps_available(args.smoke)
     runs: dict[str, Any] = {}
-    base = None
+    budget = None
     for dtype in SMOKE_DTYPES if args.smoke else DTYPES:
         g = graph(name, dtype)
         f32 = common.GRAPHS[name]["nodes"] * common.GRAPHS[name]["features"] * 4
-        if base is None:  # the uncapped float32 run: its footprint sizes the budget
-            base = _train(g, f"{dtype} uncapped", None, epochs, [])
-            fp = common.footprint(base.get("train"))
+        # uncapped, every seed: the accuracy and the in-memory epoch of each dtype
+        # (the smoke run: float32's uncapped and int8's capped only)
+        free = [
+            _train(g, f"{dtype} uncapped", None, epochs, [], seed)
+            for seed in seeds
+            if not (args.smoke and dtype != "float32")
+        ]
+        if budget is None:  # the uncapped float32 run's footprint sizes the one budget
+            fp = common.footprint(free[0].get("train"))
             if fp is None:
                 raise SystemExit("the uncapped run recorded no memory plan")
             budget = fp + MARGIN + 2 * WINDOW + f32 // args.fraction
-        if args.smoke and dtype == "float32":  # the smoke's capped run: int8's only
+        if args.smoke and dtype == "float32":
             continue
-        # capped: shoal's budget is 90% of the cgroup's limit (bench/out_of_core.py's runs)
+        # capped (the first seed): shoal's budget is 90% of the cgroup's limit
+        # (bench/out_of_core.py's runs)
         extra = [] if capped else ["--memory", str(budget)]
-        r = _train(g, dtype, -(-budget * 10 // 9) + 4096 if capped else None, epochs, extra)
-        hist = (r.get("train") or {}).get("history") or []
-        io = [h.get("io") or {} for h in hist]
+        cap = -(-budget * 10 // 9) + 4096 if capped else None
+        r = _train(g, dtype, cap, epochs, extra, seeds[0])
         runs[dtype] = {
             "feature_bytes": (g / "features.npy").stat().st_size,
             "budget": budget,
             "capped": capped,
-            "returncode": r["returncode"],
-            "bytes_read": [i.get("bytes_read", 0) for i in io],
-            "rows_read": [i.get("rows_read", 0) for i in io],
-            "hit_rate": [i.get("cache_hit_rate") or 0 for i in io],
-            "seconds": [h["seconds"] for h in hist],
-            "test_accuracy": (r.get("train") or {}).get("test_accuracy"),
+            **_io_record(r),
+            "uncapped": [{"seed": s, **_io_record(u)} for s, u in zip(seeds, free)],
         }
+        if args.discard_graphs and not args.smoke:  # room for the next dtype's copy
+            shutil.rmtree(g)
     return {
         "graph": name,
         "spec": common.GRAPHS[name],
         "epochs": epochs,
         "fraction": args.fraction,
+        "seeds": seeds,
         "runs": runs,
         "command": common.command_line("feature_dtype.py"),
         "machine": common.machine_line(threads=2),
     }
 
 
-def _train(g: Path, tag: str, cap: int | None, epochs: int, extra: list[str]) -> dict:
-    out = common.WORK / "feature_dtype" / "io" / f"{g.name}-{tag.replace(' ', '-')}.json"
+def _io_record(r: dict) -> dict:
+    """One run's return code, per-epoch reads and seconds, and test accuracy."""
+    hist = (r.get("train") or {}).get("history") or []
+    io = [h.get("io") or {} for h in hist]
+    return {
+        "returncode": r["returncode"],
+        "bytes_read": [i.get("bytes_read", 0) for i in io],
+        "rows_read": [i.get("rows_read", 0) for i in io],
+        "hit_rate": [i.get("cache_hit_rate") or 0 for i in io],
+        "seconds": [h["seconds"] for h in hist],
+        "test_accuracy": (r.get("train") or {}).get("test_accuracy"),
+    }
+
+
+def _train(
+    g: Path, tag: str, cap: int | None, epochs: int, extra: list[str], seed: int
+) -> dict:
+    out = common.WORK / "feature_dtype" / "io" / f"{g.name}-{tag.replace(' ', '-')}-{seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     cmd = [*common.SHOAL, "train", "--graph", str(g), *MODEL, "--epochs", str(epochs)]
-    cmd += ["--eval-every", str(epochs), "--no-progress", "--json", str(out), *extra]
+    cmd += ["--eval-every", str(epochs), "--seed", str(seed), "--no-progress", "--json", str(out)]
+    cmd += extra
     res = common.run_capped(cmd, cap, name="feature_dtype", evict_paths=[g], cwd=common.ROOT)
     if res["returncode"] == 0 and out.exists():
         res["train"] = common.load_json(out)
-    print(f"[{tag}] rc={res['returncode']} {res['seconds']:.0f} s", flush=True)
+    print(f"[{tag} seed {seed}] rc={res['returncode']} {res['seconds']:.0f} s", flush=True)
     return res
 
 
@@ -267,21 +293,40 @@ def render(res: dict) -> str:
                 else " (`--memory`, no cgroup)."
             ),
             "",
-            "| dtype | feature bytes | bytes read / epoch | rows read / epoch | cache hit rate | "
-            "epoch seconds (median) | test accuracy |",
-            "|---|---|---|---|---|---|---|",
+            "Uncapped: test accuracy (mean ± std over the seeds "
+            f"{','.join(str(x) for x in io.get('seeds', [0]))}; Δ: the difference of the means "
+            "to float32 in points) and the median epoch. Capped (the first seed): the feature "
+            "bytes read per epoch (mean over the epochs; ×: against float32's), the rows read, "
+            "the cache's hit rate and the median epoch.",
+            "",
+            "| dtype | feature bytes | test accuracy | Δ vs float32 (points) | epoch s uncapped | "
+            "bytes read / epoch capped | × float32 | rows read / epoch | cache hit rate | "
+            "epoch s capped | test accuracy capped |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
+        ref = io["runs"].get("float32") or {}
+        ref_acc = [u["test_accuracy"] for u in ref.get("uncapped", []) if u["returncode"] == 0]
+        ref_read = statistics.mean(ref["bytes_read"]) if ref.get("bytes_read") else None
         for dtype, r in io["runs"].items():
+            free = [u for u in r.get("uncapped", []) if u["returncode"] == 0 and u["seconds"]]
+            if free:
+                m, sd = _mean_sd([u["test_accuracy"] for u in free])
+                d = f"{(m - statistics.mean(ref_acc)) * 100:+.2f}" if ref_acc else "-"
+                acc = f"{m:.4f} ± {sd:.4f} | {d} | "
+                acc += f"{common.median([common.median(u['seconds']) for u in free]):.2f}"
+            else:
+                acc = "- | - | -"
             if r["returncode"] != 0 or not r["bytes_read"]:
-                lines.append(
-                    f"| {dtype} | {r['feature_bytes']:,} | failed (rc {r['returncode']}) |||||"
+                cap = f"failed (rc {r['returncode']}) | | | | |"
+            else:
+                read = statistics.mean(r["bytes_read"])
+                x = f"{read / ref_read:.2f}x" if ref_read else "-"
+                cap = (
+                    f"{read:,.0f} | {x} | {statistics.mean(r['rows_read']):,.0f} | "
+                    f"{statistics.mean(r['hit_rate']):.3f} | {common.median(r['seconds']):.2f} | "
+                    f"{r['test_accuracy']:.4f}"
                 )
-                continue
-            lines.append(
-                f"| {dtype} | {r['feature_bytes']:,} | {statistics.mean(r['bytes_read']):,.0f} | "
-                f"{statistics.mean(r['rows_read']):,.0f} | {statistics.mean(r['hit_rate']):.3f} | "
-                f"{common.median(r['seconds']):.2f} | {r['test_accuracy']:.4f} |"
-            )
+            lines.append(f"| {dtype} | {r['feature_bytes']:,} | {acc} | {cap} |")
         lines += [""]
     return "\n".join(lines) + "\n"
 
@@ -294,6 +339,12 @@ def main() -> int:
     ap.add_argument("--graph", default="200k", help="io: a graph of common.GRAPHS (default 200k)")
     ap.add_argument("--epochs", type=int, default=3, help="io: epochs per run (default 3)")
     ap.add_argument("--fraction", type=int, default=4, help="io: budget K (default 4)")
+    ap.add_argument(
+        "--discard-graphs",
+        action="store_true",
+        help="io: delete each dtype's graph after its runs (the 10m graph's four copies "
+        "need about 20 GB of disk at once; default: keep them for reruns)",
+    )
     ap.add_argument("--report-only", action="store_true", help="re-render the .md from the .json")
     common.bench_args(ap, out="bench/results/feature_dtype")
     args = ap.parse_args()
