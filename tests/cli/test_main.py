@@ -1,4 +1,5 @@
 import argparse
+import os
 
 import pytest
 
@@ -73,3 +74,15 @@ def test_quiet_and_log_level_through_main(tmp_path, capsys, monkeypatch):
     assert logging.getLogger().getEffectiveLevel() == logging.DEBUG
     assert os.environ.get("SHOAL_LOG_LEVEL") == "DEBUG"
     logging.getLogger().setLevel(logging.WARNING)
+
+
+def test_openmp_threads_sleep_unless_the_user_chose(monkeypatch, capsys):
+    """``OMP_WAIT_POLICY`` defaults to PASSIVE for what the command starts (threads that
+    sample and read ahead share the cores with the step); a value already set is kept."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    main([])
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    main([])
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    capsys.readouterr()

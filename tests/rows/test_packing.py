@@ -125,6 +125,14 @@ def test_a_stopped_sweep_leaves_no_file(tmp_path, stacked):
     assert len(calls) == 3 and not list(tmp_path.glob("*.rows"))
 
 
+def test_a_sweep_counts_its_writing_time(tmp_path, stacked):
+    x, mms = stacked
+    stats = PackStats()
+    fs = DiskFeatures(mms, threads=2)
+    pack_epochs(fs, {0: np.arange(len(x))}, tmp_path, stats=stats, stage_bytes=PAGE)
+    assert stats.bytes_written >= x.nbytes and 0 < stats.write_seconds <= stats.seconds
+
+
 def test_pack_sizes_stay_within_a_share_of_the_pool():
     assert pack_sizes(10 << 30, 4) == (16 << 20, 1 << 20)
     chunk, stage = pack_sizes(1 << 20, 4)  # four segments written at once

@@ -122,6 +122,9 @@ def test_training_learns_and_reports(tiny, tmp_path):
     assert len(lines) == 30 and lines[-1]["loss"] < lines[0]["loss"]
     assert {"sampling", "gather", "forward_backward"} <= set(r.time_split)
     assert r.val_accuracy == max(x["val_accuracy"] for x in lines)
+    # every row cached: the cache's load (before the first epoch) is the first record's start
+    starts = [x["io"].get("start_seconds") for x in lines]
+    assert starts[0] is not None and starts[0] > 0 and not any(starts[1:])
 
 
 def test_checkpoint_round_trip_gives_identical_next_step(tiny, tmp_path):

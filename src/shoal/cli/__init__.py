@@ -141,7 +141,15 @@ def _parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace
     return parser, args
 
 
+#: OpenMP threads sleep when a parallel region ends instead of spinning (``OMP_WAIT_POLICY``,
+#: set before torch's and numba's OpenMP runtimes load; a value in the environment wins): a
+#: training step shares the cores with the threads that sample and read ahead, which spinning
+#: threads starve (docs/measurements.md#openmp-threads-beside-the-reading-thread)
+OMP_WAIT_POLICY = "PASSIVE"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     if argv is None:
         argv = sys.argv[1:]
     try:

@@ -64,6 +64,8 @@ class PackStats:
     bytes_read: int = 0
     bytes_written: int = 0
     seconds: float = 0.0
+    #: of :attr:`seconds`, those spent writing the packs (the rest reads and routes rows)
+    write_seconds: float = 0.0
     sweeps: int = 0
 
     def snapshot(self) -> dict:
@@ -115,6 +117,7 @@ class _Writer:
         self.buf = _aligned(stage)
         self.used = 0
         self.written = 0
+        self.seconds = 0.0  # spent in write calls
 
     def append(self, rows: np.ndarray) -> None:
         data = rows.reshape(-1).view(np.uint8)
@@ -128,6 +131,7 @@ class _Writer:
                 self._flush(self.stage)
 
     def _flush(self, nbytes: int) -> None:
+        t0 = time.perf_counter()
         view = memoryview(self.buf)[:nbytes]
         done = 0
         while done < nbytes:
@@ -137,6 +141,7 @@ class _Writer:
             done += k
         self.written += nbytes
         self.used = 0
+        self.seconds += time.perf_counter() - t0
 
     def finish(self) -> None:
         if self.used:
@@ -300,6 +305,7 @@ def pack_epochs(
         raise
     stats.bytes_read += nbytes
     stats.bytes_written += sum(w.written for w in writers)
+    stats.write_seconds += sum(w.seconds for w in writers)
     stats.seconds += time.perf_counter() - t0
     stats.sweeps += 1
     threads = getattr(features.reader, "threads", 8)
@@ -391,12 +397,16 @@ class Packs:
         )
         now = self.stats.snapshot()
         log.info(
-            "packed epochs %d-%d: read %.2f GB, wrote %.2f GB in %.1f s",
+            "packed epochs %d-%d: read %.2f GB, wrote %.2f GB in %.1f s (%.1f s writing, "
+            "%d segments, %d KiB writes)",
             min(sets),
             max(sets),
             (now["bytes_read"] - before["bytes_read"]) / 1e9,
             (now["bytes_written"] - before["bytes_written"]) / 1e9,
             now["seconds"] - before["seconds"],
+            now["write_seconds"] - before["write_seconds"],
+            len(segs),
+            stage >> 10,
         )
         return True
 

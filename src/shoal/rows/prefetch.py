@@ -427,6 +427,7 @@ class WindowPrefetcher:
         rec["pack_bytes_read"] = now["bytes_read"] - was["bytes_read"]
         rec["bytes_written"] = now["bytes_written"] - was["bytes_written"]
         rec["pack_seconds"] = now["seconds"] - was["seconds"]
+        rec["pack_write_seconds"] = now["write_seconds"] - was["write_seconds"]
         rec["bytes_read"] += rec["pack_bytes_read"]
         rec["start_seconds"], self._start_seconds = self._start_seconds, 0.0
         rec["unique_bytes"] = rec["unique_rows"] * fs.row_bytes

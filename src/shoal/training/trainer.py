@@ -156,6 +156,8 @@ class Trainer:
         #: neighbour-list bytes read from disk already counted in a record (epochs, and
         #: evaluations, whose reads no epoch record counts)
         self._structure_counted = 0
+        #: whether an epoch record holds the cache's load yet (every row cached, no windows)
+        self._start_counted = False
         self._lent = 0  # bytes of the feature cache lent to evaluation (end_training)
         self.timer = Timer()
         self.loader = task.loader(self)
@@ -300,6 +302,11 @@ class Trainer:
         else:
             now = self.features.stats.snapshot()
             rec = {k: now[k] - before[k] for k in now}
+            # the cache read when the store opened, in the first record (as the prefetcher's
+            # start: the run's reading before its first epoch, for "all reads included" means)
+            if not self._start_counted:
+                rec["start_seconds"] = float(getattr(self.features, "cache_load_seconds", 0.0))
+                self._start_counted = True
         req = rec.get("requested", 0)
         rec["cache_hit_rate"] = rec.get("hits", 0) / req if req else None
         return rec
