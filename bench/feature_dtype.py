@@ -214,9 +214,7 @@ def _io_record(r: dict) -> dict:
     }
 
 
-def _train(
-    g: Path, tag: str, cap: int | None, epochs: int, extra: list[str], seed: int
-) -> dict:
+def _train(g: Path, tag: str, cap: int | None, epochs: int, extra: list[str], seed: int) -> dict:
     out = common.WORK / "feature_dtype" / "io" / f"{g.name}-{tag.replace(' ', '-')}-{seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
