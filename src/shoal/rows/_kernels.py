@@ -203,34 +203,36 @@ def _clock_victims(ref, hand, k, out):
 # 16-bit kernels write the float32 bits into ``out`` viewed as uint32 (numba has no float16).
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _half_bits(h):
-    """The float32 bits of the IEEE half whose bits are ``h`` (exact: subnormals, inf, NaN)."""
-    h = np.uint32(h)
-    sign = (h & np.uint32(0x8000)) << np.uint32(16)
-    e = (h >> np.uint32(10)) & np.uint32(0x1F)
-    m = h & np.uint32(0x3FF)
-    if e == 0x1F:
-        return sign | np.uint32(0x7F800000) | (m << np.uint32(13))
-    if e != 0:
-        return sign | ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13))
-    if m == 0:
-        return sign
-    e2 = np.uint32(113)
-    while (m & np.uint32(0x400)) == 0:  # a subnormal: normalise the mantissa
-        m = m << np.uint32(1)
-        e2 -= np.uint32(1)
-    return sign | (e2 << np.uint32(23)) | ((m & np.uint32(0x3FF)) << np.uint32(13))
+#: 2**112: a half's exponent and mantissa bits, shifted into a float32 (exponent bias 15),
+#: times this are the half's value (bias 127), subnormals included
+_HALF_SCALE = np.float32(2.0**112)
+#: the smallest such product of an infinite or NaN half (exponent 31): 2**16
+_HALF_INF = np.float32(65536.0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _put16(src, r, bits, i, half):
-    """Row ``r`` of 16-bit rows (float16 when ``half``, else bfloat16) into ``bits[i]``."""
+    """Row ``r`` of 16-bit rows (float16 when ``half``, else bfloat16) into ``bits[i]``.
+
+    A half is decoded without branches per value (so the loops vectorise; exact for every
+    half, subnormals, infinities and NaN payloads included): its exponent and mantissa bits
+    shifted into place read as a float32 ``2**-112`` times the value, so one multiply by
+    ``2**112`` rescales it; a product of at least ``2**16`` was an infinity or NaN (exponent
+    31), whose float32 exponent is then all ones; the sign bit goes back last."""
+    n = bits.shape[1]
     if half:
-        for j in range(bits.shape[1]):
-            bits[i, j] = _half_bits(src[r, j])
+        out = bits[i].view(np.float32)
+        for j in range(n):
+            bits[i, j] = (np.uint32(src[r, j]) & np.uint32(0x7FFF)) << np.uint32(13)
+        for j in range(n):
+            out[j] *= _HALF_SCALE
+        for j in range(n):
+            b = bits[i, j]
+            if out[j] >= _HALF_INF:
+                b |= np.uint32(0x7F800000)
+            bits[i, j] = b | ((np.uint32(src[r, j]) & np.uint32(0x8000)) << np.uint32(16))
     else:
-        for j in range(bits.shape[1]):
+        for j in range(n):
             bits[i, j] = np.uint32(src[r, j]) << np.uint32(16)
 
 
