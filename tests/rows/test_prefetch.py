@@ -451,6 +451,54 @@ def test_spooled_samples_sample_each_epoch_once(graph, tmp_path, resample):
     assert calls[False] == 5 * n + (2 * n if resample else 0)
 
 
+def test_epochs_sampled_ahead_from_disk_take_the_windows_memory(graph, tmp_path):
+    """Neighbour lists on disk, samples spooled: every epoch sampled ahead (epoch 0 when the
+    windows are sized, epoch 1 in the start's round, epochs 2-3 in the reading thread's round
+    once no window is alive) is sampled in groups within the sampler's group memory plus the
+    two window slots: groups larger than that memory alone allows (fewer passes over the
+    lists), each epoch once, the same batches; the sampler's memory is restored after."""
+    data = TrainData.from_graph_dir(graph)
+    plain = _loader(data, FeatureGatherer(data.features))
+    alone = 100_000  # two batches of 64 seeds at fanouts 5,5 (46 KB each)
+    s = NeighborSampler(
+        data.indptr,
+        data.indices,
+        (5, 5),
+        num_nodes=data.num_nodes,
+        direct_indices=True,
+        io_threads=2,
+        group_bytes=alone,
+    )
+    assert s.reads_from_disk and s.group_size(64) == 2
+    win = BatchLoader(s, None, data.labels, data.train_idx, batch_size=64, seed=7)
+    groups = []
+    real = s.sample_group
+
+    def sample_group(batches):
+        groups.append((len(batches), s.group_bytes))
+        return real(batches)
+
+    s.sample_group = sample_group
+    fs = _features(data, defer_cache=True)
+    win.use_windows(
+        fs,
+        window_bytes=60_000,
+        last_epoch=3,
+        pack_epochs=2,
+        scratch_dir=str(tmp_path / "s"),
+        spool_samples=True,
+    )
+    pf = win.prefetcher
+    pf.calibrate(300 * 256, min_window=4096)
+    for epoch in range(4):
+        _compare_epoch(plain, win, epoch)
+    pf.close()
+    assert s.group_bytes == alone
+    assert sum(n for n, _ in groups) == 4 * len(plain)  # each epoch sampled once
+    assert all(room > alone for _, room in groups)
+    assert max(n for n, _ in groups) > 2
+
+
 def test_a_spooled_minibatch_reads_back_equal(graph, tmp_path):
     from shoal.rows.spool import SampleSpool, decode, encode
 

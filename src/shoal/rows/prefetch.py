@@ -16,6 +16,7 @@ when rows are read, never what is trained.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -143,6 +144,44 @@ class WindowPrefetcher:
         return batch, w
 
     # ----------------------------------------------------------------- packing
+    @contextlib.contextmanager
+    def _sampling_room(self) -> Iterator[None]:
+        """Sample epochs ahead (to spool and pack them) in the memory of the two window slots
+        too, when the sampler reads its neighbour lists from disk: its groups of batches
+        (:meth:`~shoal.sample.sampler.NeighborSampler.sample_group`, one sorted pass over the
+        lists per hop and group) then take an epoch or more instead of a few batches, and a
+        round reads the lists a few times instead of tens of times (the 10m graph at
+        ``fraction:8``: docs/measurements.md#sampling-ahead-in-the-windows-memory). In the
+        reading thread it first waits until no window is alive (the training thread has
+        trained every window read) and evaluation allows reading, and holds the reading
+        lock meanwhile (:meth:`pause` waits for the round's sampling to end); before the
+        thread starts (the run's start, :meth:`calibrate`), no window exists yet."""
+        sampler = getattr(self.loader, "sampler", None)
+        if self.spool is None or not getattr(sampler, "reads_from_disk", False):
+            yield
+            return
+        st = self._stream
+        mine = st is not None and threading.current_thread() is st.thread
+        extra = 2 * self.window_rows * self.features.row_bytes
+        taken = 0
+        lock = contextlib.ExitStack()
+        try:
+            if mine:
+                for _ in range(2):
+                    st._wait(st.slots)
+                    taken += 1
+                st._wait(st.may_read)
+                lock.enter_context(st.reading)
+            sampler.group_bytes += extra
+            try:
+                yield
+            finally:
+                sampler.group_bytes -= extra
+        finally:
+            lock.close()
+            for _ in range(taken):
+                st.slots.release()
+
     def _pack(self, epoch: int, stop: threading.Event) -> None:
         """Pack the uncached rows of the epochs one sweep packs from ``epoch`` on
         (:meth:`~shoal.rows.packing.Packs.round`), sampling each once to learn them: each
@@ -153,15 +192,16 @@ class WindowPrefetcher:
             return
         fs = self.features
         sets = {}
-        for e in epochs:
+        with self._sampling_room():
+            for e in epochs:
 
-            def items(e: int = e) -> Iterator[tuple[None, np.ndarray]]:
-                for mb in self._samples(e, record=True):
-                    if stop.is_set():
-                        raise Stop
-                    yield None, fs.cold_of(mb.n_id)
+                def items(e: int = e) -> Iterator[tuple[None, np.ndarray]]:
+                    for mb in self._samples(e, record=True):
+                        if stop.is_set():
+                            raise Stop
+                        yield None, fs.cold_of(mb.n_id)
 
-            sets[e] = [cold for _, _, cold in self._windows(items())]
+                sets[e] = [cold for _, _, cold in self._windows(items())]
 
         def between() -> None:
             if stop.is_set():
@@ -256,13 +296,14 @@ class WindowPrefetcher:
         seen[:] = False
         counts = np.zeros(len(seen), np.uint16) if cache_policy == "presample" else None
         held = largest = rows = 0
-        for step, mb in enumerate(self._samples(epoch, record=self.packs.epochs >= 2)):
-            seen[mb.n_id] = True
-            if counts is not None and step < np.iinfo(np.uint16).max:
-                counts[mb.n_id] += 1  # n_id has no repeats
-            held += mb.nbytes
-            largest = max(largest, mb.nbytes)
-            rows = max(rows, len(mb.n_id))
+        with self._sampling_room():
+            for step, mb in enumerate(self._samples(epoch, record=self.packs.epochs >= 2)):
+                seen[mb.n_id] = True
+                if counts is not None and step < np.iinfo(np.uint16).max:
+                    counts[mb.n_id] += 1  # n_id has no repeats
+                held += mb.nbytes
+                largest = max(largest, mb.nbytes)
+                rows = max(rows, len(mb.n_id))
         if callable(pool):
             pool = int(pool(rows))
         self.packs.pool = pool  # sizes the sweep's buffers
