@@ -451,6 +451,33 @@ def test_spooled_samples_sample_each_epoch_once(graph, tmp_path, resample):
     assert calls[False] == 5 * n + (2 * n if resample else 0)
 
 
+def test_sizing_the_windows_counts_in_the_start(graph):
+    """The epoch :meth:`calibrate` samples before the first is part of the run's start: its
+    seconds are in the first epoch record's ``start_seconds`` (with prime's), not lost."""
+    data = TrainData.from_graph_dir(graph)
+    win = _loader(data, None)
+    real, calls = win.sampler.sample, []
+
+    def sample(seeds, seed):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.5)  # only while calibrating
+        return real(seeds, seed)
+
+    win.sampler.sample = sample
+    win.use_windows(_features(data, defer_cache=True), window_bytes=60_000, last_epoch=1)
+    pf = win.prefetcher
+    pf.calibrate(300 * 256, min_window=4096)
+    assert len(calls) == len(win)
+    for _ in win.epoch(0):
+        pass
+    first = pf.last_epoch_io["start_seconds"]
+    for _ in win.epoch(1):
+        pass
+    assert first >= 0.5 and pf.last_epoch_io["start_seconds"] == 0.0
+    pf.close()
+
+
 def test_epochs_sampled_ahead_from_disk_take_the_windows_memory(graph, tmp_path):
     """Neighbour lists on disk, samples spooled: every epoch sampled ahead (epoch 0 when the
     windows are sized, epoch 1 in the start's round, epochs 2-3 in the reading thread's round

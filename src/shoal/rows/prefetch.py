@@ -102,7 +102,7 @@ class WindowPrefetcher:
         #: sample each batch twice (to plan its window, then when trained) instead of holding
         #: an epoch's samples while its window is read (set by :meth:`calibrate`)
         self.resample = False
-        self._start_seconds = 0.0  # spent in prime() since the last epoch record
+        self._start_seconds = 0.0  # in calibrate() and prime() since the last epoch record
         # epochs packed by one sweep; its buffers sized from two windows (calibrate: the pool)
         self.packs = Packs(
             features,
@@ -282,7 +282,10 @@ class WindowPrefetcher:
         ``pool`` bytes (or ``pool(rows)``, ``rows`` the most input rows of a batch) from
         ``epoch``'s batches, sampled here once. ``cache_policy``: ``"presample"`` (default:
         :func:`~shoal.rows.featstore.presampled_priority`) or ``"degree"`` (the features'
-        priority). Call before the cache is read; returns the fit (also :attr:`fit`)."""
+        priority). Call before the cache is read; returns the fit (also :attr:`fit`). Its
+        seconds (an epoch sampled before the first) go to the next epoch record's
+        ``start_seconds``, with :meth:`prime`'s."""
+        t_start = time.perf_counter()
         fs, seen = self.features, self._seen
         if fs.cache_loaded or fs.priority is None:
             raise RuntimeError(
@@ -324,6 +327,7 @@ class WindowPrefetcher:
         self.window_rows = max(1, fit.window_bytes // max(fs.row_bytes, 1))
         self.resample = fit.resample and self.background
         self.fit = fit
+        self._start_seconds += time.perf_counter() - t_start
         return fit
 
     def _clear(self, pending: list) -> np.ndarray:
