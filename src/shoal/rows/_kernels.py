@@ -214,8 +214,8 @@ _HALF_INF = np.float32(65536.0)
 def _put16(src, r, bits, i, half):
     """Row ``r`` of 16-bit rows (float16 when ``half``, else bfloat16) into ``bits[i]``.
 
-    A half is decoded without branches per value (so the loops vectorise; exact for every
-    half, subnormals, infinities and NaN payloads included): its exponent and mantissa bits
+    A half is decoded without a branch per kind of value or a loop for subnormals (exact for
+    every half, subnormals, infinities and NaN payloads included): its exponent and mantissa bits
     shifted into place read as a float32 ``2**-112`` times the value, so one multiply by
     ``2**112`` rescales it; a product of at least ``2**16`` was an infinity or NaN (exponent
     31), whose float32 exponent is then all ones; the sign bit goes back last."""

@@ -161,26 +161,17 @@ class WindowPrefetcher:
             yield
             return
         st = self._stream
-        mine = st is not None and threading.current_thread() is st.thread
         extra = 2 * self.window_rows * self.features.row_bytes
-        taken = 0
-        lock = contextlib.ExitStack()
-        try:
-            if mine:
+        with contextlib.ExitStack() as held:  # undone in reverse: memory, lock, slots
+            if st is not None and threading.current_thread() is st.thread:
                 for _ in range(2):
                     st._wait(st.slots)
-                    taken += 1
+                    held.callback(st.slots.release)
                 st._wait(st.may_read)
-                lock.enter_context(st.reading)
+                held.enter_context(st.reading)
             sampler.group_bytes += extra
-            try:
-                yield
-            finally:
-                sampler.group_bytes -= extra
-        finally:
-            lock.close()
-            for _ in range(taken):
-                st.slots.release()
+            held.callback(setattr, sampler, "group_bytes", sampler.group_bytes - extra)
+            yield
 
     def _pack(self, epoch: int, stop: threading.Event) -> None:
         """Pack the uncached rows of the epochs one sweep packs from ``epoch`` on
