@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import shoal.rows.packing as packing_mod
 from shoal.rows.direct import PAGE
 from shoal.rows.featstore import DiskFeatures
 from shoal.rows.packing import (
     PACK_EPOCHS,
+    SCRATCH_MARGIN,
+    Packs,
     PackStats,
     default_pack_epochs,
     pack_epochs,
@@ -141,9 +144,34 @@ def test_pack_sizes_stay_within_a_share_of_the_pool():
 
 
 def test_packing_is_on_by_default_only_with_the_structure_in_memory():
-    assert default_pack_epochs(None, True) == PACK_EPOCHS == 4
+    assert default_pack_epochs(None, True) == PACK_EPOCHS == 8
     assert default_pack_epochs(None, False) == 0  # sampling twice would read the CSR twice
     assert default_pack_epochs(2, False) == 2 and default_pack_epochs(0, True) == 0
     assert TrainConfig.from_options(pack_epochs=None).memory.pack_epochs is None
     with pytest.raises(ValueError, match="pack_epochs must be >= 0"):
         TrainConfig.from_options(pack_epochs=-1)
+
+
+def test_a_round_packs_the_epochs_the_scratch_disk_holds(tmp_path, stacked, monkeypatch, caplog):
+    """Room for two of three epochs' packs: the first two are packed (a warning names what
+    was left out and why), packing stays on for a later round; room for none: off."""
+    x, mms = stacked
+    fs = DiskFeatures(mms, threads=2)
+    sets = {3: np.arange(0, 1000), 4: np.arange(500, 1500), 5: np.arange(1000, 2000)}
+    room = [SCRATCH_MARGIN + 2000 * 96 + 50]  # two epochs of 1000 rows of 96 B
+    monkeypatch.setattr(packing_mod, "free_bytes", lambda d: room[0])
+    (tmp_path / "scratch").mkdir()
+    packs = Packs(fs, epochs=3, scratch_dir=str(tmp_path / "scratch"), pool=1 << 20)
+    with caplog.at_level("WARNING", logger="shoal.rows.packing"):
+        assert packs.pack(sets, None)
+    assert "packing epochs 3-4, not 3-5" in caplog.text and "--scratch-dir" in caplog.text
+    assert packs.get(5) is None and packs.epochs == 3 and packs.stats.sweeps == 1
+    for e in (3, 4):
+        got = np.empty((1000, 24), np.float32)
+        packs.get(e).read(sets[e], got)
+        assert np.array_equal(got, x[sets[e]])
+    assert packs.round(5, 5) == [] and packs.round(5, None) == [5, 6, 7]
+    room[0] = SCRATCH_MARGIN + 999 * 96
+    assert not packs.pack({5: sets[5]}, None) and packs.epochs == 0
+    packs.drop()
+    assert list((tmp_path / "scratch").iterdir()) == []

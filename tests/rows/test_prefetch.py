@@ -29,11 +29,11 @@ def _fixed_reserve(monkeypatch):
     monkeypatch.setattr(trainer_mod, "step_activations", lambda *a, **k: (0, 0))
 
 
-def _graph(make_graph, dim: int = 64):
+def _graph(make_graph, dim: int = 64, edges: int = 30000):
     rng = np.random.default_rng(3)
     n = 3000
-    src = rng.zipf(1.8, 30000) % n  # skewed degrees, some isolated nodes
-    dst = rng.integers(0, n, 30000)
+    src = rng.zipf(1.8, edges) % n  # skewed degrees, some isolated nodes
+    dst = rng.integers(0, n, edges)
     e = np.stack([src, dst], 1)
     y = rng.integers(0, 4, n)
     x = rng.normal(size=(n, dim)).astype(np.float32) + y[:, None]
@@ -320,10 +320,13 @@ def test_trainer_with_the_structure_on_disk_trains_the_same_model(graph, monkeyp
         TrainConfig.from_options(**cfg, memory=memory, structure="disk"),
         TrainData.from_graph_dir(graph),
     )
-    assert not disk.budget.structure_in_memory and disk.sampler._reader is not None
+    # (the reader and block cache: until the start's sampling ahead ends they may be
+    # swapped out for the lists read whole)
+    reader, blocks = disk.sampler._on_disk
+    assert not disk.budget.structure_in_memory and reader is not None
     plan = disk.budget  # the row index and a cache of neighbour-list blocks are held
     assert plan.held_structure == plan.index_bytes + plan.neighbor_cache <= plan.structure
-    assert plan.neighbor_cache > 0 and disk.sampler._blocks is not None
+    assert plan.neighbor_cache > 0 and blocks is not None
     assert isinstance(disk.data.indices, np.memmap) and not isinstance(disk.data.indptr, np.memmap)
     read = []
     for e in range(2):
@@ -332,11 +335,20 @@ def test_trainer_with_the_structure_on_disk_trains_the_same_model(graph, monkeyp
         read.append(b["io"]["structure_bytes_read"])
     assert read[0] > 0  # the first epoch reads neighbour lists (the run's start included)
     assert sum(read) == disk.sampler.structure_bytes_read  # every read is in an epoch's record
-    # training's batches are sampled in groups, one sorted pass per hop of a group, each at
-    # most the file; the block cache (half the plan's neighbour memory) serves the rest
-    r, blocks = disk.sampler.group_reads, disk.sampler._blocks
-    assert r.passes > 0 and 0 < r.largest <= -(-disk.data.indices.nbytes // 4096) * 4096
+    r = disk.sampler.group_reads
+    assert disk.sampler._blocks is blocks and disk.sampler._reader is reader
+    if disk._prefetcher is None:
+        # training's batches are sampled in groups, one sorted pass per hop of a group, each
+        # at most the file; the block cache (half the plan's neighbour memory) serves the rest
+        assert r.passes > 0 and 0 < r.largest <= -(-disk.data.indices.nbytes // 4096) * 4096
+        assert disk.sampler.loaded_bytes == 0
+    else:
+        # windows: both epochs are sampled ahead at the start, before the cache is read, in
+        # the pool's memory, which holds the lists: they are read whole, once
+        assert disk.sampler.loaded_bytes == disk.data.indices.nbytes and r.passes == 0
+        assert sum(read) == disk.data.indices.nbytes + blocks.bytes_read
     assert blocks.data.nbytes <= plan.neighbor_cache // 2
+    assert disk.sampler.reads_from_disk and mapping_of(disk.sampler.indices) is not None
     assert disk.evaluate(("val", "test")) == big.evaluate(("val", "test"))
 
 
@@ -478,15 +490,13 @@ def test_sizing_the_windows_counts_in_the_start(graph):
     pf.close()
 
 
-def test_epochs_sampled_ahead_from_disk_take_the_windows_memory(graph, tmp_path):
-    """Neighbour lists on disk, samples spooled: every epoch sampled ahead (epoch 0 when the
-    windows are sized, epoch 1 in the start's round, epochs 2-3 in the reading thread's round
-    once no window is alive) is sampled in groups within the sampler's group memory plus the
-    two window slots: groups larger than that memory alone allows (fewer passes over the
-    lists), each epoch once, the same batches; the sampler's memory is restored after."""
+def _disk_sampled(make_graph, tmp_path, group_bytes: int, start_room: int = 0):
+    """A graph whose 400 KB of neighbour lists are on disk, its windowed loader (samples
+    spooled, 2 epochs a sweep, 4 epochs) and the plain loader, and the sampler's groups as
+    ``(batches, group memory)`` as they are sampled."""
+    graph = _graph(make_graph, edges=100_000)
     data = TrainData.from_graph_dir(graph)
     plain = _loader(data, FeatureGatherer(data.features))
-    alone = 100_000  # two batches of 64 seeds at fanouts 5,5 (46 KB each)
     s = NeighborSampler(
         data.indptr,
         data.indices,
@@ -494,9 +504,9 @@ def test_epochs_sampled_ahead_from_disk_take_the_windows_memory(graph, tmp_path)
         num_nodes=data.num_nodes,
         direct_indices=True,
         io_threads=2,
-        group_bytes=alone,
+        group_bytes=group_bytes,
     )
-    assert s.reads_from_disk and s.group_size(64) == 2
+    assert s.reads_from_disk and data.indices.nbytes == 400_000
     win = BatchLoader(s, None, data.labels, data.train_idx, batch_size=64, seed=7)
     groups = []
     real = s.sample_group
@@ -506,24 +516,52 @@ def test_epochs_sampled_ahead_from_disk_take_the_windows_memory(graph, tmp_path)
         return real(batches)
 
     s.sample_group = sample_group
-    fs = _features(data, defer_cache=True)
     win.use_windows(
-        fs,
+        _features(data, defer_cache=True),
         window_bytes=60_000,
         last_epoch=3,
         pack_epochs=2,
         scratch_dir=str(tmp_path / "s"),
         spool_samples=True,
+        start_room=start_room,
     )
-    pf = win.prefetcher
-    pf.calibrate(300 * 256, min_window=4096)
+    win.prefetcher.calibrate(300 * 256, min_window=4096)
+    return plain, win, s, groups
+
+
+def test_epochs_sampled_ahead_from_disk_take_the_windows_memory(make_graph, tmp_path):
+    """Neighbour lists on disk, samples spooled: every epoch sampled ahead (epoch 0 when the
+    windows are sized, epoch 1 in the start's round, epochs 2-3 in the reading thread's round
+    once no window is alive) is sampled in groups within the sampler's group memory plus the
+    two window slots: groups larger than that memory alone allows (fewer passes over the
+    lists), each epoch once, the same batches; the sampler's memory is restored after."""
+    alone = 100_000  # two batches of 64 seeds at fanouts 5,5 (46 KB each)
+    plain, win, s, groups = _disk_sampled(make_graph, tmp_path, alone)
+    assert s.group_size(64) == 2
     for epoch in range(4):
         _compare_epoch(plain, win, epoch)
-    pf.close()
-    assert s.group_bytes == alone
+    win.prefetcher.close()
+    assert s.group_bytes == alone and s.loaded_bytes == 0  # (the room is under the lists')
     assert sum(n for n, _ in groups) == 4 * len(plain)  # each epoch sampled once
-    assert all(room > alone for _, room in groups)
+    assert all(room > alone for _, room in groups), (groups, win.prefetcher.resample)
     assert max(n for n, _ in groups) > 2
+
+
+def test_the_start_reads_the_lists_whole_when_its_room_holds_them(make_graph, tmp_path):
+    """Before the cache is read, the pool it will share with the windows is free: when it
+    holds the neighbour lists (400 KB), the start's sampling ahead (epoch 0 sizing the
+    windows, epoch 1 in the first round) reads them whole, once, and draws from memory;
+    the reading thread's round (epochs 2-3: the cache read, two window slots of room) samples
+    in groups from disk again. The same batches; the lists read whole are freed."""
+    plain, win, s, groups = _disk_sampled(make_graph, tmp_path, 100_000, start_room=1 << 20)
+    assert s.loaded_bytes == 400_000 and not s.reads_from_disk  # held since calibrate
+    for epoch in range(4):
+        _compare_epoch(plain, win, epoch)
+    win.prefetcher.close()
+    assert s.reads_from_disk and s.loaded_bytes == 400_000  # read whole once
+    assert sum(n for n, _ in groups) == 2 * len(plain)  # epochs 2-3 only
+    assert s.group_bytes == 100_000
+    assert s.structure_bytes_read >= 400_000 + s.group_reads.bytes  # (+ batches alone)
 
 
 def test_a_spooled_minibatch_reads_back_equal(graph, tmp_path):

@@ -279,8 +279,8 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         help="when the features do not fit the memory budget: read the uncached rows of K "
         "epochs with one sweep of the feature file into a pack file per epoch in the scratch "
         "directory (--scratch-dir), so each epoch reads only its own rows (DiskGNN-style "
-        "packing; 0 = off, every window sweeps the feature file; default 4; with the graph "
-        "structure on disk the packed epochs' samples are kept in the scratch directory "
+        "packing; 0 = off, every window sweeps the feature file; default 8, fewer when the "
+        "scratch disk lacks the room; with the graph structure on disk the packed epochs' samples are kept in the scratch directory "
         "(minibatch samples a packed epoch twice instead); "
         "single-process trainer, minibatch and averaging engines)",
     )

@@ -125,6 +125,7 @@ class BudgetedStore:
             pack_epochs=self.pack_epochs(pack_epochs, spooled=spool),
             scratch_dir=scratch_dir,
             spool_samples=spool,
+            start_room=self.pool,  # free until the cache is read: sampling ahead may use it
         )
         self.fit = loader.prefetcher.calibrate(
             lambda rows: self._part(self.plan.fit_activations(rows)),

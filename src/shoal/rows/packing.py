@@ -17,6 +17,7 @@ buffers (buffered where refused) and removed once their epoch is read.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import shutil
@@ -47,8 +48,10 @@ __all__ = [
     "pack_sizes",
 ]
 
-#: epochs gathered by one sweep (default 4; ``--pack-epochs``, 0 or 1 = off).
-PACK_EPOCHS = 4
+#: epochs gathered by one sweep (default 8; ``--pack-epochs``, 0 or 1 = off): each sweep reads
+#: the whole feature file, so fewer sweeps read less, and the start's round samples with the
+#: most memory free (docs/measurements.md#epoch-packs-and-spooled-samples)
+PACK_EPOCHS = 8
 #: rows read per step of the sweep (bytes; default 16 MiB) before they are routed to the packs.
 PACK_CHUNK = 16 << 20
 #: free space kept on the scratch file system when packing (bytes; default 1 GiB).
@@ -366,22 +369,42 @@ class Packs:
         between: Callable[[], None] | None,
     ) -> bool:
         """Pack ``sets`` (epoch -> sorted uncached rows, or those of each of its windows in
-        order) with one sweep; False, with a warning and packing turned off, when the scratch
-        file system lacks the room."""
+        order) with one sweep: the first epochs whose packs fit the scratch file system
+        (with :data:`SCRATCH_MARGIN` free), with a warning when not all do (the others are
+        packed by a later round); False, with a warning and packing turned off, when not even
+        the first fits."""
         directory = self.directory()
-        segs = [s for v in sets.values() for s in _segments(v)]
-        need = sum(len(s) for s in segs) * self.features.row_bytes
-        if free_bytes(directory) < need + SCRATCH_MARGIN:
+        rb = self.features.row_bytes
+        need = {e: sum(len(s) for s in _segments(v)) * rb for e, v in sorted(sets.items())}
+        room = free_bytes(directory) - SCRATCH_MARGIN
+        fits = list(itertools.accumulate(need.values()))
+        k = sum(1 for total in fits if total <= room)  # the epochs in order that fit
+        if k == 0:
             log.warning(
                 "not packing epochs %d-%d: %s has less than %.1f GiB free; windows are "
                 "read from the feature file (--scratch-dir names another disk)",
                 min(sets),
                 max(sets),
                 directory.parent,
-                (need + SCRATCH_MARGIN) / 2**30,
+                (fits[0] + SCRATCH_MARGIN) / 2**30,
             )
             self.epochs = 0
             return False
+        if k < len(need):
+            kept = list(need)[:k]
+            log.warning(
+                "packing epochs %d-%d, not %d-%d: %s has %.1f GiB free, %.1f GiB needed "
+                "(the others are packed by the next sweep; --scratch-dir names another disk)",
+                kept[0],
+                kept[-1],
+                min(sets),
+                max(sets),
+                directory.parent,
+                (room + SCRATCH_MARGIN) / 2**30,
+                (fits[-1] + SCRATCH_MARGIN) / 2**30,
+            )
+            sets = {e: sets[e] for e in kept}
+        segs = [s for v in sets.values() for s in _segments(v)]
         chunk, stage = pack_sizes(self.pool, len(segs))
         before = self.stats.snapshot()
         self._packs.update(

@@ -74,6 +74,9 @@ class WindowPrefetcher:
             feature file) and read them back when training, instead
             of sampling them again (:class:`~shoal.rows.spool.SampleSpool`; default false:
             for a structure on disk).
+        start_room: bytes free for sampling ahead until the cache is read (the pool the
+            cache and the windows will share, which nothing uses yet; default 0: the two
+            window slots only), see :meth:`_sampling_room`.
     """
 
     def __init__(
@@ -87,12 +90,15 @@ class WindowPrefetcher:
         pack_epochs: int = 0,
         scratch_dir: str | None = None,
         spool_samples: bool = False,
+        start_room: int = 0,
     ) -> None:
         self.loader = loader
         self.features = features
         self.window_rows = max(1, int(window_bytes) // max(features.row_bytes, 1))
         self.last_epoch = last_epoch
         self.background = background
+        self.start_room = int(start_room)
+        self._start_lists: contextlib.ExitStack | None = None  # _sampling_room
         self._seen = np.zeros(features.num_rows, dtype=np.bool_)  # rows of this epoch
         self._mark = np.zeros(features.num_rows, dtype=np.bool_)  # rows of this window
         self._unique: dict[int, int] = {}
@@ -146,14 +152,18 @@ class WindowPrefetcher:
     # ----------------------------------------------------------------- packing
     @contextlib.contextmanager
     def _sampling_room(self) -> Iterator[None]:
-        """Sample epochs ahead (to spool and pack them) in the memory of the two window slots
-        too, when the sampler reads its neighbour lists from disk: its groups of batches
-        (:meth:`~shoal.sample.sampler.NeighborSampler.sample_group`, one sorted pass over the
-        lists per hop and group) then take an epoch or more instead of a few batches, and a
-        round reads the lists a few times instead of tens of times (the 10m graph at
-        ``fraction:8``: docs/measurements.md#sampling-ahead-in-the-windows-memory). In the
-        reading thread it first waits until no window is alive (the training thread has
-        trained every window read) and evaluation allows reading, and holds the reading
+        """Sample epochs ahead (to spool and pack them) in memory nothing else uses
+        meanwhile, when the sampler reads its neighbour lists from disk: the two window slots,
+        and before the cache is read (the run's start: :meth:`calibrate` and the first
+        round's sampling) the whole :attr:`start_room`. When the lists fit that room with the
+        sampler's group memory they are read whole, once, and the epochs drawn from memory
+        (:meth:`~shoal.sample.sampler.NeighborSampler.lists_in_memory`); otherwise its groups
+        of batches (:meth:`~shoal.sample.sampler.NeighborSampler.sample_group`, one sorted
+        pass over the lists per hop and group) take the room too: an epoch or more instead of
+        a few batches, and a round reads the lists a few times instead of tens of times (the
+        10m graph at ``fraction:8``: docs/measurements.md#sampling-ahead-in-the-windows-memory).
+        In the reading thread it first waits until no window is alive (the training thread
+        has trained every window read) and evaluation allows reading, and holds the reading
         lock meanwhile (:meth:`pause` waits for the round's sampling to end); before the
         thread starts (the run's start, :meth:`calibrate`), no window exists yet."""
         sampler = getattr(self.loader, "sampler", None)
@@ -162,6 +172,9 @@ class WindowPrefetcher:
             return
         st = self._stream
         extra = 2 * self.window_rows * self.features.row_bytes
+        start = not self.features.cache_loaded
+        if start:
+            extra = max(extra, self.start_room)
         with contextlib.ExitStack() as held:  # undone in reverse: memory, lock, slots
             if st is not None and threading.current_thread() is st.thread:
                 for _ in range(2):
@@ -169,9 +182,34 @@ class WindowPrefetcher:
                     held.callback(st.slots.release)
                 st._wait(st.may_read)
                 held.enter_context(st.reading)
-            sampler.group_bytes += extra
-            held.callback(setattr, sampler, "group_bytes", sampler.group_bytes - extra)
+            room = sampler.group_bytes + extra
+            if not self._lists_whole(sampler, room, start, held):
+                sampler.group_bytes += extra
+                held.callback(setattr, sampler, "group_bytes", sampler.group_bytes - extra)
             yield
+
+    def _lists_whole(self, sampler, room: int, start: bool, held: contextlib.ExitStack) -> bool:
+        """Whether the sampler draws from its neighbour lists read whole into memory: they
+        are already (the start's), or they fit ``room`` and are read now, held by ``held``
+        or, at the ``start``, until the cache is read (:meth:`_drop_start_lists`)."""
+        if start and self._start_lists is not None:
+            return True
+        whole = getattr(sampler, "lists_in_memory", None)
+        if whole is None:
+            return False
+        stack = contextlib.ExitStack() if start else held
+        if not stack.enter_context(whole(room)):
+            return False
+        if start:
+            self._start_lists = stack
+        return True
+
+    def _drop_start_lists(self) -> None:
+        """Free the neighbour lists read whole for the start's sampling (before the cache
+        and the windows take their memory)."""
+        if self._start_lists is not None:
+            stack, self._start_lists = self._start_lists, None
+            stack.close()
 
     def _pack(self, epoch: int, stop: threading.Event) -> None:
         """Pack the uncached rows of the epochs one sweep packs from ``epoch`` on
@@ -193,6 +231,7 @@ class WindowPrefetcher:
                         yield None, fs.cold_of(mb.n_id)
 
                 sets[e] = [cold for _, _, cold in self._windows(items())]
+        self._drop_start_lists()  # the sweep reads the cache
 
         def between() -> None:
             if stop.is_set():
@@ -211,6 +250,7 @@ class WindowPrefetcher:
         ``batches`` are the sampled minibatches, or their steps when they are sampled again
         (:attr:`resample`). Packs the epoch first when a sweep is due (:meth:`_pack`)."""
         self._pack(epoch, stop)
+        self._drop_start_lists()  # the windows take the memory now
         fs, seen = self.features, self._seen
         seen[:] = False
         unique = [0]
@@ -395,12 +435,14 @@ class WindowPrefetcher:
 
     def close(self, *, keep_samples: bool = False) -> None:
         """Stop reading ahead and remove the packs and (unless ``keep_samples``) the spooled
-        samples."""
+        samples and the start's neighbour lists read whole."""
         if self._stream is not None:
             self._stream.close()
             self._stream = None
-        if self.spool is not None and not keep_samples:
-            self.spool.drop()
+        if not keep_samples:  # (kept by prime: the start's round may still sample)
+            self._drop_start_lists()
+            if self.spool is not None:
+                self.spool.drop()
         self.packs.drop()
 
     # ----------------------------------------------------------------- consuming

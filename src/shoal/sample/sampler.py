@@ -11,6 +11,7 @@ block_l)`` from the gathered features ``x = X[n_id]``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import torch
 from shoal.data.hetero import HeteroSchema
 from shoal.graph.blocks import MiniBatch
 from shoal.rows.blockcache import BlockCache
+from shoal.rows.direct import load_array
 from shoal.rows.opener import open_rows
 from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
@@ -222,6 +224,8 @@ class NeighborSampler(BlockSampler):
         self._local = threading.local()  # the group being sampled, by the thread sampling it
         #: the passes of :meth:`sample_group` over ``indices`` on disk
         self.group_reads = GroupReads()
+        #: bytes of ``indices`` read whole by :meth:`lists_in_memory`
+        self.loaded_bytes = 0
         if direct_indices:
             mapped = indices if isinstance(indices, np.ndarray) else self.indices
             src = mapped.reshape(-1, 1)
@@ -230,6 +234,7 @@ class NeighborSampler(BlockSampler):
                 raise ValueError("direct_indices needs indices memory-mapped from a file")
             if self._reader is not None and neighbor_cache_bytes > 0:
                 self._blocks = BlockCache(mapped, neighbor_cache_bytes, threads=io_threads)
+        self._on_disk = (self._reader, self._blocks)
         if self.indptr.shape[0] < 1:
             raise ValueError("indptr must have at least one entry")
         rows = self.indptr.shape[0] - 1
@@ -416,6 +421,31 @@ class NeighborSampler(BlockSampler):
         self._reader.read(pos, vals)
         picked[:m] = vals[inv, 0]
 
+    @contextlib.contextmanager
+    def lists_in_memory(self, max_bytes: int) -> Iterator[bool]:
+        """While the block runs, draw from every neighbour list in memory when ``indices`` is
+        on disk (:attr:`reads_from_disk`) and takes at most ``max_bytes``: the file is read
+        once, sequentially, its page cache dropped as it goes
+        (:func:`~shoal.rows.direct.load_array`), and freed when the block ends. Yields
+        whether the lists were read (false: nothing changes). For a caller with that much
+        memory free for a while, e.g. while epochs are sampled ahead before a feature cache
+        is read: one pass over the file instead of a sorted pass per hop and group of
+        batches (:meth:`sample_group`). Only the thread sampling meanwhile may use the
+        sampler."""
+        reader = self._reader
+        if reader is None or self.indices.nbytes > int(max_bytes):
+            yield False
+            return
+        saved = (self.indices, self._reader, self._blocks)
+        loaded = load_array(self.indices)
+        self.loaded_bytes += loaded.nbytes
+        self.indices, self._reader, self._blocks = loaded, None, None
+        try:
+            yield True
+        finally:
+            self.indices, self._reader, self._blocks = saved
+            del loaded
+
     @property
     def reads_from_disk(self) -> bool:
         """Whether sampled entries are read from ``indices`` on disk (``direct_indices``)."""
@@ -480,17 +510,20 @@ class NeighborSampler(BlockSampler):
     def structure_bytes_read(self) -> int:
         """Bytes of ``indices`` read from disk so far (``direct_indices``; 0 otherwise): by
         the block cache and by :meth:`sample_group`'s passes."""
-        if self._blocks is not None:
+        reader, blocks = self._on_disk  # (not those lists_in_memory swaps out)
+        loaded = self.loaded_bytes
+        if blocks is not None:
             held = self._held.bytes_read if self._held is not None else 0
-            return self._blocks.bytes_read + self.group_reads.bytes + held
-        return self._reader.stats.bytes if self._reader is not None else 0  # (groups' too)
+            return blocks.bytes_read + self.group_reads.bytes + held + loaded
+        return (reader.stats.bytes if reader is not None else 0) + loaded
 
     def close(self) -> None:
         """Close the reader of ``indices`` (``direct_indices``)."""
-        if self._reader is not None:
-            self._reader.close()
-        if self._blocks is not None:
-            self._blocks.close()
+        reader, blocks = self._on_disk
+        if reader is not None:
+            reader.close()
+        if blocks is not None:
+            blocks.close()
 
     def full(self, nodes: np.ndarray | torch.Tensor) -> MiniBatch:
         """One block holding *all* in-neighbours of ``nodes`` (for layer-wise inference)."""
