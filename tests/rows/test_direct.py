@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from shoal.rows import _kernels as K
-from shoal.rows.direct import PAGE, RowFile, RowReader, load_array
+from shoal.rows.direct import (
+    PAGE,
+    RowFile,
+    RowReader,
+    aligned_empty,
+    load_array,
+    read_file_into,
+)
 
 
 def _mm(tmp_path, arr, name="x.npy"):
@@ -80,3 +87,32 @@ def test_load_array_copies_and_keeps_in_memory(tmp_path):
     assert np.array_equal(out, a)
     plain = np.ones(3)
     assert load_array(plain) is plain
+
+
+@pytest.mark.parametrize("rows", [1, 8, 1000, 1001])
+def test_a_file_read_into_an_aligned_array_without_staging(tmp_path, rows):
+    """Whole pages straight into the array, the last partial page through one page; the
+    same bytes as the file's start (the file may be longer: a pack padded to a page)."""
+    rng = np.random.default_rng(rows)
+    x = rng.random((rows, 24)).astype(np.float32)  # 96 B rows: pages split rows
+    path = tmp_path / "seg.rows"
+    path.write_bytes(x.tobytes() + b"\0" * (-x.nbytes % PAGE))
+    out = aligned_empty(x.shape, np.float32)
+    assert out.ctypes.data % PAGE == 0 and out.flags.c_contiguous
+    got = read_file_into(path, out, chunk=2 * PAGE)
+    if got is None:  # this file system refuses O_DIRECT: nothing read
+        pytest.skip("no O_DIRECT here")
+    assert got == -(-x.nbytes // PAGE) * PAGE and np.array_equal(out, x)
+
+
+def test_read_file_into_declines_what_it_cannot_read_directly(tmp_path):
+    x = np.arange(4096, dtype=np.float32).reshape(-1, 8)
+    path = tmp_path / "seg.rows"
+    path.write_bytes(x.tobytes())
+    unaligned = aligned_empty((x.size + 1,), np.float32)[1:].reshape(x.shape)
+    assert read_file_into(path, unaligned) is None  # not on a page: the caller reads
+    assert read_file_into(path, aligned_empty((0, 8), np.float32)) is None
+    short = aligned_empty((len(x) + 1000, 8), np.float32)
+    if read_file_into(path, aligned_empty(x.shape, np.float32)) is not None:
+        with pytest.raises(OSError, match="file ends"):
+            read_file_into(path, short)

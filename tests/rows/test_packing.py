@@ -175,3 +175,29 @@ def test_a_round_packs_the_epochs_the_scratch_disk_holds(tmp_path, stacked, monk
     assert not packs.pack({5: sets[5]}, None) and packs.epochs == 0
     packs.drop()
     assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_a_window_reads_its_whole_segment_without_staging(tmp_path, stacked, monkeypatch):
+    """A window asking for its whole segment reads the file straight into the window's
+    (page-aligned) rows; a part of a segment goes through the row reader: the same rows."""
+    x, mms = stacked
+    fs = DiskFeatures(mms, threads=2)
+    sets = {0: [np.arange(0, 700), np.arange(650, 4100, 3)]}
+    packs = pack_epochs(fs, sets, tmp_path, stage_bytes=PAGE)
+    direct = []
+    real = packing_mod.read_file_into
+
+    def spy(path, out, **kw):
+        got = real(path, out, **kw)
+        direct.append(got)
+        return got
+
+    monkeypatch.setattr(packing_mod, "read_file_into", spy)
+    for seg in sets[0]:
+        w = fs.window([], cold=seg, source=packs[0])
+        assert np.array_equal(w.rows, x[seg]) and w.rows.ctypes.data % PAGE == 0
+    assert len(direct) == 2
+    part = sets[0][1][5:50]
+    w = fs.window([], cold=part, source=packs[0])
+    assert np.array_equal(w.rows, x[part]) and len(direct) == 2
+    packs[0].close()

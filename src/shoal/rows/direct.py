@@ -27,7 +27,16 @@ from shoal.rows.source import FileShape, ReadStats, check_read
 from shoal.utils.featdtype import scales_of
 from shoal.utils.mapped import file_of
 
-__all__ = ["MAX_RUN", "MERGE_GAP", "PAGE", "RowFile", "RowReader", "load_array"]
+__all__ = [
+    "MAX_RUN",
+    "MERGE_GAP",
+    "PAGE",
+    "RowFile",
+    "RowReader",
+    "aligned_empty",
+    "load_array",
+    "read_file_into",
+]
 
 PAGE = 4096
 #: extents closer than this are read as one run (default 32 KiB; see the module docstring).
@@ -197,6 +206,61 @@ class RowReader(FileShape):
             self.close()
         except Exception:
             pass
+
+
+def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on a page (:func:`_aligned`), so
+    that :func:`read_file_into` can read into it without a staging copy."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    return _aligned(count * dtype.itemsize)[: count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def read_file_into(path: str | os.PathLike, out: np.ndarray, *, chunk: int = 8 << 20) -> int | None:
+    """The first ``out.nbytes`` bytes of the file ``path`` into ``out`` with ``O_DIRECT``
+    reads of ``chunk`` bytes straight into it, in order (one thread: this disk streams at
+    its full rate from one queue of large direct reads), the last partial page through a
+    one-page buffer; returns the bytes read (whole pages), or None when ``out`` is not a
+    page-aligned C-contiguous array (:func:`aligned_empty`) or the file system refuses
+    ``O_DIRECT``: the caller reads otherwise. A staging buffer per read costs a copy of every
+    byte, and that copy, not the read, is what slows the training beside it
+    (docs/measurements.md#reading-packs-without-a-copy). Raises OSError when the file is
+    shorter than ``out``."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag or not out.flags.c_contiguous or out.nbytes == 0:
+        return None
+    flat = out.reshape(-1).view(np.uint8)
+    if flat.ctypes.data % PAGE:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | flag)
+    except OSError:
+        return None
+    n = flat.shape[0]
+    head = n // PAGE * PAGE
+    step = max(PAGE, chunk // PAGE * PAGE)
+    pos = 0
+    try:
+        while pos < head:
+            try:
+                k = os.preadv(fd, [memoryview(flat[pos : min(pos + step, head)])], pos)
+            except OSError:
+                if pos == 0:  # direct reads refused here: the caller reads otherwise
+                    return None
+                raise
+            if k <= 0:
+                raise OSError(f"{path}: file ends after {pos} of {n} bytes")
+            pos += k
+        if head < n:
+            page = _aligned(PAGE)
+            k = os.preadv(fd, [memoryview(page)], head)
+            if k < n - head:
+                raise OSError(f"{path}: file ends after {head + max(k, 0)} of {n} bytes")
+            flat[head:] = page[: n - head]
+            pos += PAGE
+    finally:
+        os.close(fd)
+    return pos
 
 
 def load_array(arr: np.ndarray, *, chunk: int = 64 << 20) -> np.ndarray:

@@ -25,6 +25,7 @@ import torch
 
 from shoal.rows import _kernels as K
 from shoal.rows.decode import decode_cached, decode_rows, source_scales
+from shoal.rows.direct import aligned_empty
 from shoal.rows.gather import gather_rows
 from shoal.rows.opener import open_rows
 from shoal.rows.source import RowSource
@@ -366,7 +367,8 @@ class DiskFeatures:
         if cold is None:
             parts = [self.cold_of(a) for a in id_arrays]
             cold = unique_sorted(np.concatenate(parts)) if parts else np.empty(0, np.int64)
-        rows = np.empty((len(cold), self.dim), dtype=self.dtype)
+        # page-aligned: a pack's segment is read into it directly (EpochPack.read)
+        rows = aligned_empty((len(cold), self.dim), self.dtype)
         t0 = time.perf_counter()
         reader = self.reader if source is None else source
         nbytes = reader.read(cold, rows) if len(cold) else 0

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shoal.rows.direct import PAGE, RowFile, _aligned
+from shoal.rows.direct import PAGE, RowFile, _aligned, read_file_into
 from shoal.rows.opener import open_file
 from shoal.utils.arrays import unique_sorted
 from shoal.utils.io import scratch_space
@@ -233,6 +233,11 @@ class EpochPack:
             pos = g.positions(cold)
             if pos is None:
                 continue
+            self._next = (j + 1) % n
+            if len(pos) == len(g.ids):  # the whole segment (a window's rows): no staging copy
+                nbytes = read_file_into(g.path, out)
+                if nbytes is not None:
+                    return nbytes
             rb = self.dim * self.dtype.itemsize
             f = RowFile(str(g.path), 0, rb, rb, len(g.ids), self.dim, self.dtype)
             reader = open_file(f, threads=self.threads)
@@ -243,7 +248,6 @@ class EpochPack:
                 # memory, not in RssAnon) until it closes: one left open per window would
                 # grow the process window after window (docs/measurements.md#the-memory-plan)
                 reader.close()
-            self._next = (j + 1) % n
             return nbytes
         raise KeyError(
             f"{self.segments[0].path.parent}: a window asked for rows its epoch's pack lacks"
