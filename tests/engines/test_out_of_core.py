@@ -64,13 +64,23 @@ def _train(
             extra += depth * budget.batch_rows(cfg["fanouts"], cfg["batch_size"], rows) * row_bytes
         # the parts' row index (indptr) is held in memory even when the CSR stays on disk
         index = sum(p.indptr.nbytes for p in st.parts() if p.index % world == rank)
-        if engine == "minibatch":  # its sampler draws from the CSR in memory: held, counted
+        if engine == "minibatch" and rank not in disk_ranks:  # its CSR in memory: counted
             index += sum(p.indices.nbytes for p in st.parts() if p.index % world == rank)
         memory = 13 * st.num_nodes + extra + index + (2 + 3 * rank) * window + rows * row_bytes // 4
     ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
     if rank in disk_ranks:  # this rank's plan leaves its parts' neighbour lists on disk
         cfg["structure"] = "disk"
     eng = get_engine(engine)(st, TrainConfig.from_options(**cfg, memory=memory), ctx)
+    sampled = [0]  # batches the engine's sampler drew (minibatch: in groups)
+    if engine == "minibatch":
+        real = eng.sampler.sample_group
+
+        def sample_group(batches):
+            sampled[0] += len(batches)
+            return real(batches)
+
+        eng.sampler.sample_group = sample_group
+    spool = getattr(getattr(eng, "windows", None), "spool", None)
     # minibatch: the owners' caches described by in-degree rules (no per-batch exchange)
     rules = getattr(getattr(eng, "windows", None), "_rules", None) is not None
     records = [eng.train_epoch(e) for e in range(epochs)]
@@ -93,6 +103,10 @@ def _train(
         "rules": rules,
         "direct_samplers": [ld.sampler._reader is not None for ld in getattr(eng, "loaders", [])],
         "group_passes": getattr(getattr(eng, "sampler", None), "group_reads", None),
+        "sampled": sampled[0],
+        "batches": getattr(eng, "num_batches", 0),
+        "spooled": None if spool is None else (spool.bytes_written, spool.bytes_read),
+        "spool_left": None if spool is None else spool._path,
     }
 
 
@@ -228,3 +242,23 @@ def test_minibatch_with_neighbour_lists_on_disk_trains_the_same_model(make_graph
         assert all(r["structure_bytes_read"] > 0 for r in d["io"])
         if rank in disk_ranks:  # one pass per hop of each group (the epoch is one group)
             assert d["group_passes"].passes >= 2 * 2
+
+
+def test_minibatch_packs_with_lists_on_disk_samples_each_epoch_once(make_graph, make_store):
+    """Both ranks' neighbour lists on disk and windows of their rows: the packing round
+    samples its epochs once, spools the samples, and each epoch trains from them (no second
+    sampling, no collective issued for it); the same model as with everything in memory;
+    the spool's files are gone once the run closes."""
+    g = community_graph(make_graph, n=400)
+    store = str(make_store(parts=2, graph=g, halo_features=True))
+    big = run_world(_train, 2, store, "minibatch", False, 3)
+    disk = run_world(_train, 2, store, "minibatch", True, 3, False, None, (0, 1))
+    for b, d in zip(big, disk, strict=True):
+        assert b["loss"] == d["loss"] and b["acc"] == d["acc"]
+        for p, q in zip(b["params"], d["params"], strict=True):
+            np.testing.assert_array_equal(p, q)
+        assert d["csr_on_disk"] and max(d["windows"]) >= 2
+        assert d["io"][0]["bytes_written"] > 0  # one sweep packed the three epochs
+        assert d["sampled"] == 3 * d["batches"]  # each epoch sampled once (twice unspooled)
+        written, read = d["spooled"]
+        assert written > 0 and read == written and d["spool_left"] is None

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ from shoal.distributed.feature_store import owner_of
 from shoal.graph.blocks import MiniBatch
 from shoal.rows.featstore import DiskFeatures, FeatureStats, Window
 from shoal.rows.packing import Packs
+from shoal.rows.spool import SampleSpool
 from shoal.utils.idset import IdSet
 
 __all__ = ["READ_AHEAD", "DistWindows"]
@@ -60,6 +62,11 @@ class DistWindows:
             read when needed).
         pack_epochs, last_epoch, scratch_dir: epochs packed by one sweep (default 0: off),
             the run's last epoch (a round stops there), where the packs go (module docstring).
+        spool_samples: keep the samples of the epochs a round samples to pack them in a
+            private directory of ``scratch_dir`` (:class:`~shoal.rows.spool.SampleSpool`) and
+            train each epoch from them instead of sampling it again (default false: for
+            neighbour lists on disk, where every sampling reads them; the same on every
+            rank: an epoch read back samples nothing, collectively).
         degrees: the full in-degrees of this rank's rows (stacked; default None). When every
             rank's static cache is the top of its rows by in-degree (ties by position, as
             :class:`~shoal.rows.budgeted.BudgetedStore` chooses it), each rank publishes its
@@ -88,6 +95,7 @@ class DistWindows:
         scratch_dir: str | None = None,
         degrees: np.ndarray | None = None,
         group: dist.ProcessGroup | None = None,
+        spool_samples: bool = False,
     ) -> None:
         self.group = group
         self.features = features
@@ -125,6 +133,11 @@ class DistWindows:
         )
         self._planned: set[int] = set()  # epochs packed (or planned to be), the same everywhere
         self._epoch: int | None = None
+        self.spool: SampleSpool | None = None
+        if spool_samples and self.pack_epochs >= 2:
+            reader = features.reader
+            beside = Path(reader.path).parent if reader is not None else Path.cwd()
+            self.spool = SampleSpool(scratch_dir, beside=beside)
 
     def _agree(self, rows: int, sample_bytes: int | None) -> tuple[np.ndarray, int | None]:
         """Every owner's window size, and the smallest sample limit (collective): windows
@@ -303,7 +316,10 @@ class DistWindows:
         self._planned.update(epochs)
         sets: dict[int, list[np.ndarray]] = {}
         for e in epochs:  # the windows of epoch e, cut as windows() will cut them
-            sets[e] = [self._needed() for _ in self._cuts(sample(e))]
+            batches = sample(e)
+            if self.spool is not None and not self.spool.has(e):
+                batches = self.spool.record(e, batches)
+            sets[e] = [self._needed() for _ in self._cuts(batches)]
         # packs gather rows read from a row source (none when every row is in memory)
         if self.features.reader is not None and any(len(v) for v in sets.values()):
             t0 = time.perf_counter()
@@ -356,6 +372,12 @@ class DistWindows:
         packed0 = self.packs.stats.snapshot()
         if sample is not None:
             self._pack(epoch, sample)
+        spooled = self.spool is not None and epoch is not None and self.spool.has(epoch)
+        if spooled:  # sampled by its round (on every rank): read back, not sampled again
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()  # (never started: no collective was issued)
+            batches = self.spool.read(epoch)
         self._epoch = epoch
         self._seen.clear()
         if self.all_cached:  # every row of every rank is cached: nothing to plan or read
@@ -382,6 +404,8 @@ class DistWindows:
                 yield self._ready(ahead)
             self._finish()
             self.packs.drop(epoch)  # its windows are read
+            if spooled:
+                self.spool.drop(epoch)
             self._count_packing(packed0)
         finally:
             self.current = None
@@ -420,3 +444,5 @@ class DistWindows:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         self.packs.drop()
+        if self.spool is not None:
+            self.spool.drop()
