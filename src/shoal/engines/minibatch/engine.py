@@ -119,9 +119,6 @@ class MinibatchEngine(Engine):
     global_batch = True  # synchronous SGD: the step's batch is every rank's
     tables_scope = "local"  # own and halo nodes; the sampler asks owners for other degrees
     learned_rows = True  # --embedding-dim: DistEmbedding
-    #: bytes every rank's sampling may add to its group memory while a packing round samples
-    #: epochs ahead (the two window slots, free then; 0: the lists are in memory)
-    pack_room = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -208,8 +205,10 @@ class MinibatchEngine(Engine):
             sample_bytes=plan.window // 4 if windows else None,
             # packing samples each epoch ahead, far less than a sweep of the rank's rows
             # per window (docs/distributed.md#minibatch-distdgl); with the neighbour lists
-            # on disk the samples are spooled, so each epoch is sampled once
-            pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, not on_disk, on_disk),
+            # on disk only when asked for (--pack-epochs): its samples are then spooled, so
+            # each epoch is sampled once, but at a quarter of papers100M in 4 GiB the round's
+            # memory took the ranks over their cgroup (docs/measurements.md, issue 54)
+            pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, not on_disk),
             spool_samples=on_disk,
             last_epoch=cfg.optim.epochs - 1,
             degrees=deg,
@@ -246,20 +245,15 @@ class MinibatchEngine(Engine):
         every rank takes part), the ranks on disk reading their entries with direct reads."""
         mine = not plan.structure_in_memory
         flag = torch.tensor([int(mine)], dtype=torch.int64)
-        # the group's memory; and the two window slots', free while a round samples epochs
-        # ahead to pack them (no window alive then): the smallest of every rank's
-        group = torch.tensor(
-            [plan.neighbor_cache if mine else 1 << 62, 2 * plan.window], dtype=torch.int64
-        )
+        group = torch.tensor([plan.neighbor_cache if mine else 1 << 62], dtype=torch.int64)
         if self.ctx.world_size > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             dist.all_reduce(group, op=dist.ReduceOp.MIN)
         if not int(flag):
             return False
-        self.pack_room = int(group[1])
         # half the plan's neighbour-list memory for a group's passes, half for the lists of
         # the rank's training seeds in its parts (hop 0 of its batches), held when they fit
-        self.structure_group = max(int(group[0]) // 2, 1)
+        self.structure_group = max(int(group) // 2, 1)
         io_threads = self.train_config.memory.io_threads
         hold = {p.index: np.flatnonzero(np.asarray(p.mask("train"))) for p in self.parts}
         parts = self.sampler.read_from_disk(
@@ -359,8 +353,7 @@ class MinibatchEngine(Engine):
     def _batches(self, epoch: int, timer: dict[str, float]) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and
         normalised) rows, labels (collective)."""
-        # future epochs, to pack them: sampled while no window is alive, in its memory too
-        again = lambda e: self._samples(e, timer, room=self.pack_room)  # noqa: E731
+        again = lambda e: self._samples(e, timer)  # noqa: E731 - future epochs, to pack them
         samples = self._samples(epoch, timer)
         if self.windows is None:  # learned rows: no windows
             groups: Iterable = (([mb], None) for mb in samples)
@@ -388,10 +381,8 @@ class MinibatchEngine(Engine):
             return torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
         return x.clone() if self.prefetch else x  # the pull's buffer is reused by the next
 
-    def _samples(self, epoch: int, timer: dict[str, float], room: int = 0):
-        """This rank's sampled batches of ``epoch``, in step order (collective); with the
-        neighbour lists on disk in groups within the sampler's group memory plus ``room``
-        bytes (the same on every rank)."""
+    def _samples(self, epoch: int, timer: dict[str, float]):
+        """This rank's sampled batches of ``epoch``, in step order (collective)."""
         seed = self.train_config.run.seed
         if self.link is not None:
             for b in self.link.steps(epoch):
@@ -403,7 +394,7 @@ class MinibatchEngine(Engine):
         # the batch seed depends on the rank too, so ranks draw different samples; with the
         # neighbour lists on disk, sampled in groups (the same batches)
         steps = list(self.epoch_batches(epoch))
-        size = self.sampler.group_size(self.train_config.sampling.batch_size, room)
+        size = self.sampler.group_size(self.train_config.sampling.batch_size)
         for a in range(0, len(steps), size):
             group = [
                 (b, batch_seed(seed, epoch, a + j) + self.ctx.rank)
