@@ -111,15 +111,19 @@ def _train(
 
 
 @pytest.mark.parametrize(
-    ("engine", "read_ahead"), [("averaging", False), ("minibatch", False), ("minibatch", True)]
+    ("engine", "read_ahead", "disk"),
+    [("averaging", False, False), ("minibatch", False, False), ("minibatch", True, True)],
 )
 def test_engine_under_a_small_budget_trains_the_same_model(
-    make_graph, make_store, engine, read_ahead
+    make_graph, make_store, engine, read_ahead, disk
 ):
+    """``disk``: both ranks' neighbour lists on disk too (minibatch): the packing round
+    samples its epochs once, spools the samples, and each epoch trains from them (no second
+    sampling, no collective issued for it); the spool's files are gone once the run closes."""
     g = community_graph(make_graph, n=400)
     store = str(make_store(parts=2, graph=g, halo_features=True))
     big = run_world(_train, 2, store, engine, False, 3)
-    small = run_world(_train, 2, store, engine, True, 3, read_ahead)
+    small = run_world(_train, 2, store, engine, True, 3, read_ahead, None, (0, 1) if disk else ())
     for b, s in zip(big, small, strict=True):
         assert b["loss"] == s["loss"]
         for p, q in zip(b["params"], s["params"], strict=True):
@@ -130,7 +134,11 @@ def test_engine_under_a_small_budget_trains_the_same_model(
         assert max(s["windows"]) >= 2  # epochs split into windows read ahead
         assert not b["csr_on_disk"]
         # the small budget leaves it on disk where the sampler reads it there (averaging)
-        assert s["csr_on_disk"] == (engine == "averaging")
+        assert s["csr_on_disk"] == (engine == "averaging" or disk)
+        if disk:
+            assert s["sampled"] == 3 * s["batches"]  # each epoch once (twice unspooled)
+            written, read = s["spooled"]
+            assert written > 0 and read == written and s["spool_left"] is None
         if engine == "minibatch":
             assert s["rules"]
         if engine == "averaging":  # whose samplers read the sampled entries directly
@@ -242,23 +250,3 @@ def test_minibatch_with_neighbour_lists_on_disk_trains_the_same_model(make_graph
         assert all(r["structure_bytes_read"] > 0 for r in d["io"])
         if rank in disk_ranks:  # one pass per hop of each group (the epoch is one group)
             assert d["group_passes"].passes >= 2 * 2
-
-
-def test_minibatch_packs_with_lists_on_disk_samples_each_epoch_once(make_graph, make_store):
-    """Both ranks' neighbour lists on disk and windows of their rows: the packing round
-    samples its epochs once, spools the samples, and each epoch trains from them (no second
-    sampling, no collective issued for it); the same model as with everything in memory;
-    the spool's files are gone once the run closes."""
-    g = community_graph(make_graph, n=400)
-    store = str(make_store(parts=2, graph=g, halo_features=True))
-    big = run_world(_train, 2, store, "minibatch", False, 3)
-    disk = run_world(_train, 2, store, "minibatch", True, 3, False, None, (0, 1))
-    for b, d in zip(big, disk, strict=True):
-        assert b["loss"] == d["loss"] and b["acc"] == d["acc"]
-        for p, q in zip(b["params"], d["params"], strict=True):
-            np.testing.assert_array_equal(p, q)
-        assert d["csr_on_disk"] and max(d["windows"]) >= 2
-        assert d["io"][0]["bytes_written"] > 0  # one sweep packed the three epochs
-        assert d["sampled"] == 3 * d["batches"]  # each epoch sampled once (twice unspooled)
-        written, read = d["spooled"]
-        assert written > 0 and read == written and d["spool_left"] is None
