@@ -280,9 +280,9 @@ def _add_memory_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "epochs with one sweep of the feature file into a pack file per epoch in the scratch "
         "directory (--scratch-dir), so each epoch reads only its own rows (DiskGNN-style "
         "packing; 0 = off, every window sweeps the feature file; default 8, fewer when the "
-        "scratch disk lacks the room; with the graph structure on disk the packed epochs' samples are kept in the scratch directory "
-        "(minibatch samples a packed epoch twice instead); "
-        "single-process trainer, minibatch and averaging engines)",
+        "scratch disk lacks the room; with the graph structure on disk the packed epochs' "
+        "samples are kept in the scratch directory, and minibatch packs only when K is "
+        "given; single-process trainer, minibatch and averaging engines)",
     )
     g.add_argument(
         "--cache-policy",

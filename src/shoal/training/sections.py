@@ -224,8 +224,9 @@ class MemoryConfig:
         pack_epochs: with windows, one sweep of the feature file packs the uncached rows of
             this many epochs into the scratch directory (DiskGNN-style, ``shoal.rows.packing``;
             packs and spooled samples: docs/measurements.md#epoch-packs-and-spooled-samples;
-            ``minibatch`` samples a packed epoch twice); 0 or 1 = off; None = 8 (default None;
-            the trainer, ``minibatch``, ``averaging``).
+            ``minibatch`` samples a packed epoch twice unless its lists are on disk, where
+            it packs only when given); 0 or 1 = off; None = 8 (default None; the trainer,
+            ``minibatch``, ``averaging``).
         cache_policy: which rows the static cache holds when the features do not fit:
             ``"presample"``, the rows the most batches of the first sampled epoch need
             (GNNLab's pre-sampling policy, ``shoal.rows.featstore.presampled_priority``), or
