@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -135,9 +134,7 @@ class DistWindows:
         self._epoch: int | None = None
         self.spool: SampleSpool | None = None
         if spool_samples and self.pack_epochs >= 2:
-            reader = features.reader
-            beside = Path(reader.path).parent if reader is not None else Path.cwd()
-            self.spool = SampleSpool(scratch_dir, beside=beside)
+            self.spool = SampleSpool.beside_features(features, scratch_dir)
 
     def _agree(self, rows: int, sample_bytes: int | None) -> tuple[np.ndarray, int | None]:
         """Every owner's window size, and the smallest sample limit (collective): windows

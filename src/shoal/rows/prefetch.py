@@ -120,9 +120,7 @@ class WindowPrefetcher:
         #: the samples of epochs sampled ahead, kept in a scratch directory of their own until trained
         self.spool = None
         if spool_samples:
-            reader = features.reader
-            beside = Path(reader.path).parent if reader is not None else Path.cwd()
-            self.spool = SampleSpool(scratch_dir, beside=beside)
+            self.spool = SampleSpool.beside_features(features, scratch_dir)
 
     # ----------------------------------------------------------------- planning / reading
     def _samples(

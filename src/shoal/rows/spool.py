@@ -107,6 +107,16 @@ class SampleSpool:
         self.bytes_written = 0
         self.bytes_read = 0
 
+    @classmethod
+    def beside_features(cls, features, scratch_dir: str | os.PathLike | None) -> SampleSpool:
+        """A spool in ``scratch_dir``, by default beside the directory of ``features``'s
+        file (a :class:`~shoal.rows.featstore.DiskFeatures`; the working directory when its
+        rows are in memory)."""
+        reader = features.reader
+        return cls(
+            scratch_dir, beside=Path(reader.path).parent if reader is not None else Path.cwd()
+        )
+
     def has(self, epoch: int) -> bool:
         return epoch in self._epochs
 
