@@ -27,8 +27,12 @@ def _graph(n=300, m=2500, seed=0):
 
 @pytest.mark.parametrize("name", ["sage", "gcn", "gin", "sgc"])
 @pytest.mark.parametrize("budget", [20_000, 10**9])
-@pytest.mark.parametrize("source", ["array", "memmap", "store"])
-def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source):
+@pytest.mark.parametrize("source", ["array", "memmap", "store", "store-all"])
+@pytest.mark.parametrize("kept", [True, False])
+def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source, kept):
+    """Sources in memory (an array, a store caching every row) are pulled, others swept in
+    ranges; a hidden layer's output is kept in memory when it fits (then pulled), else
+    written to a scratch array (then swept)."""
     indptr, indices, deg = _graph()
     n = len(deg)
     x = np.random.default_rng(1).random((n, 12)).astype(np.float32)
@@ -45,8 +49,19 @@ def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source
         "array": x,
         "memmap": mm,
         "store": DiskFeatures(mm, cache_bytes=40 * 48, priority=np.arange(n)[::-1]),
+        "store-all": DiskFeatures(mm, cache_bytes=n * 48),
     }[source]
+    if not kept:
+        monkeypatch.setattr(blocked, "KEEP_SHARE", 0.0)
     count = [0]
+    pulled = [0]
+    pull = blocked.pull_sum
+
+    def counted_pull(*args):
+        pulled[0] += 1
+        pull(*args)
+
+    monkeypatch.setattr(blocked, "pull_sum", counted_pull)
 
     def new_array(rows, cols):
         count[0] += 1
@@ -73,7 +88,16 @@ def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source
         threads=2,
     )
     assert np.allclose(got, ref[targets], atol=1e-5)
-    assert count[0] == 2  # one scratch array per hidden layer
+    # a hidden layer's output (up to 19 KB) is kept when it fits half the budget, unless
+    # told not to; else it goes to a scratch array
+    if not kept:
+        assert count[0] == 2
+    elif budget > 10**6:
+        assert count[0] == 0
+    # the first layer pulls from inputs held in memory (SGC's projects them first: no pull),
+    # the later ones from kept outputs
+    first = source in ("array", "store-all") and name != "sgc"
+    assert (pulled[0] > 0) == (first or count[0] < 2)
 
 
 def test_blocks_respect_the_budget():
@@ -235,3 +259,69 @@ def test_a_block_reads_its_sources_and_targets_rows_once(tmp_path, monkeypatch, 
     sources = np.concatenate([indices[indptr[t] : indptr[t + 1]] for t in targets])
     if budget > 10**6:  # one block
         assert store.stats.rows_read == len(np.union1d(sources, targets))
+
+
+def _reference_pull(indptr, indices, targets, rows, weights, width):
+    acc = np.zeros((len(targets), width), np.float64)
+    for i, t in enumerate(targets):
+        for u in indices[indptr[t] : indptr[t + 1]]:
+            acc[i] += (1.0 if weights is None else weights[u]) * rows[u, :width]
+    return acc
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("n_targets", [4, 600])  # one thread; targets in parallel
+@pytest.mark.parametrize("weighted", [False, True])
+def test_pull_sums_each_targets_stored_rows(dtype, n_targets, weighted):
+    """Hand-made lists: node 0 has no in-edge, node 1 a self-loop, node 2 one edge twice; the
+    sum of the decoded rows (first 5 of 6 columns, weighted per source) for any order of
+    targets, equal to a float64 reference within float32 rounding."""
+    rng = np.random.default_rng(3)
+    n = 700
+    lists = [[], [1, 5], [4, 4, 6]] + [
+        list(rng.integers(0, n, rng.integers(0, 9))) for _ in range(n - 3)
+    ]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum([len(a) for a in lists], out=indptr[1:])
+    indices = np.concatenate([np.asarray(a, np.int32) for a in lists])
+    values = rng.standard_normal((n, 6)).astype(np.float32)
+    scales = None
+    if dtype == "float32":
+        rows, decoded = values, values
+    elif dtype == "float16":
+        rows = values.astype(np.float16)
+        decoded = rows.astype(np.float32)
+    elif dtype == "bfloat16":  # the top half of the float32 bits
+        rows = (values.view(np.uint32) >> 16).astype(np.uint16)
+        decoded = (rows.astype(np.uint32) << 16).view(np.float32)
+    else:
+        rows = rng.integers(-127, 128, (n, 6)).astype(np.int8)
+        scales = rng.random(n).astype(np.float32)
+        decoded = rows.astype(np.float32) * scales[:, None]
+    weights = rng.random(n).astype(np.float32) if weighted else None
+    targets = np.concatenate([[2, 0, 1], rng.permutation(n)[: n_targets - 3]])
+    acc = np.zeros((len(targets), 5), np.float32)
+    blocked.pull_sum(indptr, indices, targets, (rows, scales), weights, acc)
+    ref = _reference_pull(indptr, indices, targets, decoded.astype(np.float64), weights, 5)
+    np.testing.assert_allclose(acc, ref, rtol=1e-5, atol=1e-5)
+    assert (acc[1] == 0).all()  # no in-edge
+    w = np.ones(n) if weights is None else weights
+    np.testing.assert_allclose(acc[0], 2 * w[4] * decoded[4, :5] + w[6] * decoded[6, :5], rtol=1e-5)
+
+
+def test_pull_rejects_what_it_cannot_fill():
+    indptr, indices = np.array([0, 1]), np.array([0], np.int32)
+    rows = np.ones((1, 3), np.float32)
+    with pytest.raises(ValueError, match="cannot fill"):
+        blocked.pull_sum(
+            indptr, indices, np.array([0]), (rows, None), None, np.zeros((1, 4), np.float32)
+        )
+    with pytest.raises(ValueError, match="int8 rows need their scales"):
+        blocked.pull_sum(
+            indptr,
+            indices,
+            np.array([0]),
+            (rows.astype(np.int8), None),
+            None,
+            np.zeros((1, 3), np.float32),
+        )

@@ -10,7 +10,7 @@ from shoal.graph import full_graph_block
 from shoal.nn import build_model
 from shoal.nn.ondevice import on_device
 from shoal.rows.featstore import DiskFeatures
-from shoal.training import inference
+from shoal.training import blocked, inference
 from shoal.training.data import TrainData
 from shoal.training.inference import _union_flags, evaluate, evaluation_bytes
 
@@ -180,6 +180,7 @@ def test_a_blocked_layers_output_holds_the_rows_the_next_layer_needs_only(monkey
         return real(self, rows, cols)
 
     monkeypatch.setattr(inference.Scratch, "array", recording)
+    monkeypatch.setattr(blocked, "KEEP_SHARE", 0.0)  # stored, not kept in memory
     got = inference.layerwise_inference(model, data, np.array([50]))
     assert [r for r, _ in shapes] == [2]
     fb = full_graph_block(data.indptr, data.indices)

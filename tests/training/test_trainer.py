@@ -310,7 +310,7 @@ def test_resume_refuses_a_checkpoint_of_another_dataset(tiny, make_graph, tmp_pa
 def test_inference_arrays_go_to_the_scratch_dir_not_the_system_temp(tiny, tmp_path, monkeypatch):
     import tempfile
 
-    from shoal.training import inference
+    from shoal.training import blocked, inference
 
     systmp = tmp_path / "systmp"
     systmp.mkdir()
@@ -319,6 +319,7 @@ def test_inference_arrays_go_to_the_scratch_dir_not_the_system_temp(tiny, tmp_pa
     nodes = np.arange(tiny.num_nodes)
     in_memory = layerwise_inference(tr.model, tiny, nodes)
     monkeypatch.setattr(inference, "INFERENCE_MEMMAP_BYTES", 0)  # every layer to a file
+    monkeypatch.setattr(blocked, "KEEP_SHARE", 0.0)  # (none kept in the working memory)
     seen: list[Path] = []
     array = inference.Scratch.array
 

@@ -100,12 +100,20 @@ class SumLayer:
     ``pre`` narrows the rows once per node (e.g. GraphSAGE's ``[x W_l | x W_r]`` when the
     layer shrinks them), so the previous layer can store ``pre`` of its output instead.
     GraphSAGE-mean, GCN, GIN and SGC layers are of this form; attention (GAT) is not.
+
+    ``linear`` says more: ``message(h, d)`` is ``h[:, :width]`` times ``scale(d)`` row by row
+    (1 when ``scale`` is None), so a target can sum its sources' rows as they are stored
+    (:mod:`shoal.training.blocked`'s pull) instead of materialising messages.
     """
 
     message: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     finish: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
     width: int
     pre: Callable[[torch.Tensor], torch.Tensor] | None = None
+    #: the message is the first ``width`` columns times ``scale(d)`` (default false: opaque)
+    linear: bool = False
+    #: per-source factor of a linear message, from its ``(n, 1)`` degrees (default None: 1)
+    scale: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 class BlockGNN(nn.Module):

@@ -26,8 +26,11 @@ def gcn_sum_layer(lin, bias, finish_act, project: bool, width: int) -> SumLayer:
     ``finish_act``; ``h = lin(x)`` stored per node (``pre``) when ``project``, else ``lin`` is
     applied after the propagation."""
 
+    def scale(d: torch.Tensor) -> torch.Tensor:
+        return (d + 1.0).rsqrt()
+
     def message(h: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        return h * (d + 1.0).rsqrt()
+        return h * scale(d)
 
     def finish(agg: torch.Tensor, h_dst: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
         h = agg * (d + 1.0).rsqrt() + h_dst / (d + 1.0)
@@ -35,7 +38,7 @@ def gcn_sum_layer(lin, bias, finish_act, project: bool, width: int) -> SumLayer:
             h = lin(h)
         return finish_act(h + bias if bias is not None else h)
 
-    return SumLayer(message, finish, width, pre=lin if project else None)
+    return SumLayer(message, finish, width, pre=lin if project else None, linear=True, scale=scale)
 
 
 class GCN(BlockGNN):

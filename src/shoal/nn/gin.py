@@ -50,4 +50,4 @@ class GIN(BlockGNN):
         def finish(agg: torch.Tensor, x_dst: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
             return self._finish(layer, c.nn((1 + c.eps) * x_dst + agg))
 
-        return SumLayer(lambda x, d: x, finish, c.nn[0].in_features)
+        return SumLayer(lambda x, d: x, finish, c.nn[0].in_features, linear=True)

@@ -86,6 +86,8 @@ def _host_sum_layer(sl: SumLayer | None, device: torch.device) -> SumLayer | Non
         finish=_host(sl.finish, device),
         width=sl.width,
         pre=_host(sl.pre, device),
+        linear=sl.linear,
+        scale=sl.scale,  # elementwise on the host's degrees: no parameter on the device
     )
 
 

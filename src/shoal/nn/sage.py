@@ -74,11 +74,11 @@ class GraphSAGE(BlockGNN):
                 h = agg / d.clamp(min=1.0) + h_dst[:, o:]
                 return self._finish(layer, h + b if b is not None else h)
 
-            return SumLayer(lambda h, d: h[:, :o], finish_p, o, pre=lambda x: x @ w)
+            return SumLayer(lambda h, d: h[:, :o], finish_p, o, pre=lambda x: x @ w, linear=True)
 
         def finish(agg: torch.Tensor, x_dst: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
             h = (agg / d.clamp(min=1.0)) @ c.lin_l.weight.t()
             h = h + b if b is not None else h
             return self._finish(layer, torch.addmm(h, x_dst, c.lin_r.weight.t()))
 
-        return SumLayer(lambda x, d: x, finish, c.in_channels)
+        return SumLayer(lambda x, d: x, finish, c.in_channels, linear=True)

@@ -31,6 +31,7 @@ from shoal.rows.opener import open_rows
 from shoal.rows.source import RowSource
 from shoal.utils.arrays import unique_sorted
 from shoal.utils.featdtype import scales_of
+from shoal.utils.memory import huge_empty
 from shoal.utils.progress import progress
 
 __all__ = ["CACHE_POLICIES", "DiskFeatures", "FeatureStats", "Window", "presampled_priority"]
@@ -213,7 +214,7 @@ class DiskFeatures:
             hot = np.sort(np.asarray(order[:k], dtype=np.int64))
         self.slot = np.full(n, -1, dtype=np.int32 if k < 2**31 else np.int64)
         self.slot[hot] = np.arange(k, dtype=self.slot.dtype)
-        self.cache = np.empty((k, self.dim), dtype=self.dtype)
+        self.cache = huge_empty((k, self.dim), self.dtype)  # read at random rows
         self.cached_rows = k
         self._hot = hot
 

@@ -35,8 +35,9 @@ from shoal.rows.featstore import DiskFeatures
 from shoal.rows.gather import gather_rows
 from shoal.rows.opener import open_rows
 from shoal.training import _kernels as BK
-from shoal.utils.featdtype import scales_of
+from shoal.utils.featdtype import of_stored, scales_of
 from shoal.utils.mapped import file_of, read_span
+from shoal.utils.memory import huge_empty
 from shoal.utils.progress import progress
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "blocked_layer",
     "blocked_layers",
     "needed_nodes",
+    "pull_sum",
     "output_width",
     "width_of",
     "sum_layers",
@@ -75,6 +77,11 @@ SLICE_BYTES = 4 << 20
 SLICE_COPIES = 8
 #: layer outputs are flushed to disk and dropped from the page cache every this many bytes.
 FLUSH_BYTES = 64 << 20
+#: a layer's output stays in memory (the next layer pulls from it) when it and the layer's
+#: input kept there take at most this share of the working memory (default 0.5)
+KEEP_SHARE = 0.5
+#: targets below which a pull runs on one thread (default 256)
+PULL_PARALLEL_MIN = 256
 
 
 def sum_layers(model: torch.nn.Module) -> list[SumLayer] | None:
@@ -142,6 +149,26 @@ class LayerRows:
             K._row_normalize(out, n)
         return out
 
+    def in_memory(self) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """``(stored rows, scales)`` when every row is in memory as stored, row ``u`` for id
+        ``u`` (an in-memory array, or a :class:`DiskFeatures` caching every row, in id
+        order; with :attr:`row_ids`, row ``i`` for id ``row_ids[i]``), int8 rows times
+        ``scales[u]``; None when rows come from a file or are normalised."""
+        src = self.src
+        if self.normalize:
+            return None
+        if isinstance(src, DiskFeatures):
+            if src.normalize:
+                return None
+            if src.reader is None:
+                return src.features, src.scales
+            if src.cache_loaded and src.cached_rows == src.num_rows:  # row u is cache[u]
+                return src.cache, src.scales
+            return None
+        if self.reader is not None or not isinstance(src, np.ndarray):
+            return None
+        return src, self.scales
+
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
@@ -181,7 +208,10 @@ class RowWriter:
     def write(self, ids: np.ndarray, h: np.ndarray) -> None:
         """``arr[ids] = h`` (``ids`` sorted)."""
         if self.fd < 0:
-            self.arr[ids] = h
+            if len(ids) and int(ids[-1]) - int(ids[0]) + 1 == len(ids):  # consecutive
+                self.arr[int(ids[0]) : int(ids[-1]) + 1] = h
+            else:
+                self.arr[ids] = h
             return
         f = self.file
         h = np.ascontiguousarray(h, dtype=self.arr.dtype)
@@ -250,17 +280,21 @@ def _spans(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray) -> Iterat
         a = b
 
 
-def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray):
+def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, always: bool = False):
     """``(ptr, sources)``: the in-edges of the sorted ``nodes`` as a compact CSR over their
     positions, read from a file-backed ``indices`` span by span (:data:`SPAN_BYTES` at a
     time, :func:`~shoal.utils.mapped.read_span`: no page of the map is touched); None when
-    ``indices`` is in memory (use it as is)."""
-    if file_of(indices) is None:
+    ``indices`` is in memory (use it as is), unless ``always`` (then copied)."""
+    on_disk = file_of(indices) is not None
+    if not on_disk and not always:
         return None
     deg = np.asarray(indptr[nodes + 1], np.int64) - np.asarray(indptr[nodes], np.int64)
     ptr = np.zeros(len(nodes) + 1, np.int64)
     np.cumsum(deg, out=ptr[1:])
     src = np.empty(int(ptr[-1]), indices.dtype)
+    if not on_disk:
+        BK._copy_lists(indptr, indices, np.asarray(nodes, np.int64), ptr, src)
+        return ptr, src
     for a, b, lo, span in _spans(indptr, indices, nodes):
         starts = np.asarray(indptr[nodes[a:b]], np.int64) - lo
         lens = deg[a:b]
@@ -340,6 +374,67 @@ def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads
     for a in range(0, len(block), k):
         d = deg_t[torch.from_numpy(block[a : a + k])].unsqueeze(1)
         yield a, sl.finish(torch.from_numpy(acc[a : a + k]), torch.from_numpy(own[a : a + k]), d)
+
+
+def pull_sum(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    targets: np.ndarray,
+    held: tuple,
+    weights: np.ndarray | None,
+    acc: np.ndarray,
+) -> None:
+    """``acc[i] += sum_u weights[u] * row(u)[:acc.shape[1]]`` over the in-edges ``u -> t`` of
+    ``t = targets[i]`` (CSR ``indptr``/``indices``, in memory), the rows ``held`` in memory
+    as stored (:meth:`LayerRows.in_memory`: row ``u`` is source ``u``) and decoded on the fly;
+    ``weights`` float32 by source id (None: 1). Targets in parallel, each summing into its
+    own row, the rows of the next edges prefetched."""
+    x, scales = held
+    if acc.dtype != np.float32 or acc.ndim != 2 or acc.shape[0] < len(targets):
+        raise ValueError(f"acc must be float32 with >= {len(targets)} rows")
+    if acc.shape[1] > x.shape[1]:
+        raise ValueError(f"rows of {x.shape[1]} columns cannot fill {acc.shape[1]}")
+    if not x.flags.c_contiguous:
+        raise ValueError("the held rows must be C-contiguous")
+    targets = np.ascontiguousarray(targets, np.int64)
+    w = np.empty((0, 1), np.float32)
+    if weights is not None:
+        w = np.ascontiguousarray(weights, np.float32).reshape(-1, 1)
+    par = len(targets) >= PULL_PARALLEL_MIN
+    kind = of_stored(x.dtype)
+    if kind.code == 0:
+        (BK._pull32_par if par else BK._pull32_ser)(indptr, indices, targets, x, w, acc)
+    elif kind.scaled:
+        if scales is None:
+            raise ValueError("int8 rows need their scales")
+        sc = np.asarray(scales, np.float32)
+        (BK._pull8_par if par else BK._pull8_ser)(indptr, indices, targets, x, w, sc, acc)
+    else:
+        half = kind.code == 1
+        fn = BK._pull16_par if par else BK._pull16_ser
+        fn(indptr, indices, targets, x.view(np.uint16), w, acc, half)
+
+
+def _pull_block(sl: SumLayer, rows: LayerRows, held: tuple, graph, block, reads: _Reads, w):
+    """One block of targets whose sources are all in memory (:func:`pull_sum`): each target
+    sums its in-neighbours' stored rows, then the targets are finished in slices; yields
+    ``(offset in block, output rows)`` per slice, as :func:`_layer_block`."""
+    indptr, indices, deg_t = graph
+    edges, at = (indptr, indices), block
+    compact = _in_edges(indptr, indices, block, always=rows.row_ids is not None)
+    if compact is not None:  # the block's in-edges read from the file into memory
+        edges, at = compact, np.arange(len(block), dtype=np.int64)
+    if rows.row_ids is not None:  # ids -> their rows in a compact layer output
+        edges = (edges[0], np.searchsorted(rows.row_ids, edges[1]))
+    acc = np.zeros((len(block), sl.width), np.float32)
+    pull_sum(edges[0], edges[1], at, held, w, acc)
+    del compact, edges
+    k = reads.slice_rows
+    for a in range(0, len(block), k):
+        ids = block[a : a + k]
+        own = torch.from_numpy(rows.read(ids, reads.slice_bufs[0]))
+        d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
+        yield a, sl.finish(torch.from_numpy(acc[a : a + k]), own, d)
 
 
 class _Reads:
@@ -438,20 +533,30 @@ def blocked_layer(
     in_dim = width_of(pre, rows.dim)
     indptr, indices = graph[0], graph[1]
     reads = _Reads(budget, rows.dim, max(in_dim, sl.width))
-    blocks = _blocks(
-        indptr,
-        todo,
-        target_bytes(sl, indices, in_dim),
-        max(budget - reads.held, 1),
-        edge_bytes(indices),
-    )
+    held = rows.in_memory() if sl.linear and pre is None else None
+    w = None
+    if held is not None and sl.scale is not None:  # a message weight per source
+        w = sl.scale(graph[2].unsqueeze(1)).reshape(-1).contiguous().numpy()
+        if src_ids is not None:  # by row of the compact input, as the pulled edges
+            w = w[np.asarray(src_ids, np.int64)]
+    room = max(budget - reads.held - (0 if w is None else w.nbytes), 1)
+    if held is not None:  # no bucketed edge, no own row kept: accumulators (and copied edges)
+        copied = file_of(indices) is not None or src_ids is not None
+        per_edge = indices.dtype.itemsize + (8 if src_ids is not None else 0) if copied else 0
+        blocks = _blocks(indptr, todo, 4 * sl.width + (8 if copied else 0), room, per_edge)
+    else:
+        per_target = target_bytes(sl, indices, in_dim)
+        blocks = _blocks(indptr, todo, per_target, room, edge_bytes(indices))
     log.info(
-        "layer of width %d: %d targets in %d block(s) of at most %d, each a pass over the "
-        "sources it needs (%.0f MiB of working memory, %.0f MiB of it read buffers)",
+        "layer of width %d: %d targets in %d block(s) of at most %d, %s (%.0f MiB of working "
+        "memory, %.0f MiB of it read buffers)",
         sl.width,
         len(todo),
         len(blocks),
         max((b - a for a, b in blocks), default=0),
+        "each pulling its sources' rows from memory"
+        if held is not None
+        else "each a pass over the sources it needs",
         budget / 2**20,
         reads.held / 2**20,
     )
@@ -459,7 +564,11 @@ def blocked_layer(
     try:
         for a, b in blocks:
             block = np.asarray(todo[a:b], np.int64)
-            for i, h in _layer_block(sl, rows, pre, graph, block, reads):
+            if held is not None:
+                parts = _pull_block(sl, rows, held, graph, block, reads, w)
+            else:
+                parts = _layer_block(sl, rows, pre, graph, block, reads)
+            for i, h in parts:
                 at = a + i
                 if writer is None:
                     on_output(np.arange(at, at + len(h)), h.numpy())
@@ -497,20 +606,28 @@ def blocked_layers(
     per such node in id order (not an array over every node: the next layer reads a dense
     file, not the scattered rows of a sparse one); the last for ``targets`` (sorted, unique) only,
     handed to ``on_output(target positions, rows)`` block by block. ``budget``: bytes of
-    working memory (accumulators, edges, the rows being read)."""
+    working memory (accumulators, edges, the rows being read, and a layer's output when it
+    fits :data:`KEEP_SHARE` of it: kept in memory instead of a scratch file)."""
     n = len(deg)
     graph = (indptr, indices, torch.from_numpy(np.asarray(deg, np.float32)))
     src, norm, pre = inputs, normalize, layers[0].pre if layers else None
     todos = needed_nodes(indptr, indices, n, targets, len(layers))
     src_ids = None  # the input's rows are the graph's ids; then a layer's compact output
+    kept = 0  # bytes of the input held in memory (a layer output kept there)
     for li, sl in enumerate(layers):
         last = li == len(layers) - 1
         todo = todos[li]
         nxt = None if last else layers[li + 1].pre  # stored by this layer, not recomputed
-        out = None
+        out, held = None, kept
         if not last:  # the rows of todo only, in order: no sparse array over every node
             dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
-            out = new_array(len(todo), output_width(sl, width_of(pre, dim), nxt))
+            width = output_width(sl, width_of(pre, dim), nxt)
+            nbytes = 4 * len(todo) * width
+            if kept + nbytes <= budget * KEEP_SHARE:  # the next layer pulls it from memory
+                out = huge_empty((len(todo), width), np.float32)
+                held += nbytes
+            else:
+                out = new_array(len(todo), width)
         bar = progress(
             total=len(todo), desc=f"inference layer {li}", unit="node", enable=show_progress
         )
@@ -523,7 +640,7 @@ def blocked_layers(
             on_output=on_output if last else None,
             pre=pre,
             nxt=nxt,
-            budget=budget,
+            budget=max(budget - held, 1),
             normalize=norm,
             threads=threads,
             progress_bar=bar,
@@ -532,6 +649,7 @@ def blocked_layers(
         )
         bar.close()
         src, norm, pre, src_ids = out, False, None, todo
+        kept = held - kept  # this layer's output, if in memory; its input goes
 
 
 def width_of(fn, dim: int) -> int:

@@ -14,7 +14,9 @@ A model's ``inference_split(l)`` (:class:`shoal.nn.BlockGNN`) splits a layer int
 part (e.g. a projection of wide inputs), run once per core node, and an aggregation part;
 remote rows are then exchanged already projected. Layer outputs above
 :data:`INFERENCE_MEMMAP_BYTES` go to memory maps in a scratch directory (``--scratch-dir``;
-default beside the input, never the system temp dir), released after every batch.
+default beside the input, never the system temp dir), released after every batch; the
+blocked layers keep an output in their working memory instead when it fits there
+(:data:`shoal.training.blocked.KEEP_SHARE`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,20 @@
-"""Peak resident memory of this process (for benchmarks and ``--json`` outputs)."""
+"""Process memory: peak resident memory (for benchmarks and ``--json`` outputs), giving freed
+memory back, and large arrays on huge pages."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import resource
 import sys
 
-__all__ = ["peak_rss_bytes", "return_freed_memory", "trim_freed_memory"]
+import numpy as np
+
+__all__ = ["huge_empty", "peak_rss_bytes", "return_freed_memory", "trim_freed_memory"]
+
+#: arrays at least this large (default 64 MiB) ask for transparent huge pages
+HUGE_MIN_BYTES = 64 << 20
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -52,3 +59,25 @@ def peak_rss_bytes() -> int:
     """Peak RSS of the current process in bytes (``ru_maxrss``)."""
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(r if sys.platform == "darwin" else r * 1024)
+
+
+def huge_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)``, on transparent huge pages when it is at least
+    :data:`HUGE_MIN_BYTES` and the kernel offers them (``madvise(MADV_HUGEPAGE)``: kernels
+    whose THP setting is ``madvise``, the common default, give them only when asked).
+
+    An array read at random rows (a feature cache: an epoch's gathers, an evaluation's
+    in-neighbours) on 4 KiB pages misses the TLB on almost every row, and each miss walks the
+    page tables; on 2 MiB pages one entry covers 512 times the memory
+    (docs/measurements.md#pulling-rows-held-in-memory). The memory is an anonymous map of
+    its own, returned to the system when the array goes."""
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes < HUGE_MIN_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return np.empty(shape, dt)
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # THP compiled out or disabled: ordinary pages
+        pass
+    return np.frombuffer(buf, dt).reshape(shape)
