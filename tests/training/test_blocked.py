@@ -43,6 +43,7 @@ def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source
         ref = model(torch.from_numpy(x), [fb, fb, fb]).numpy()
     monkeypatch.setattr(blocked, "CHUNK_BYTES", 7 * 12 * 4)  # several source ranges per block
     monkeypatch.setattr(blocked, "SLICE_BYTES", 5 * 16 * 4)  # and finishing slices
+    monkeypatch.setattr(blocked, "PULL_CHUNK_BYTES", 23 * 2 * 4 * 16)  # chunked pulls: many
     np.save(tmp_path / "x.npy", x)
     mm = np.load(tmp_path / "x.npy", mmap_mode="r")
     src = {
@@ -325,3 +326,48 @@ def test_pull_rejects_what_it_cannot_fill():
             None,
             np.zeros((1, 3), np.float32),
         )
+
+
+@pytest.mark.parametrize("budget", [6_000, 20_000, 10**6])
+def test_a_chunked_plan_stays_within_its_budget(tmp_path, budget):
+    """Sources on disk: the largest block (accumulators, own rows, cursors per target), the
+    chunk buffers and the finishing slices together fit the budget."""
+    indptr, indices, deg = _graph()
+    n = len(deg)
+    np.save(tmp_path / "x.npy", np.ones((n, 12), np.float16))
+    src = np.load(tmp_path / "x.npy", mmap_mode="r")
+    torch.manual_seed(0)
+    model = build_model("gcn", in_dim=12, hidden=16, out_dim=5, num_layers=2, dropout=0.0).eval()
+    sl = sum_layers(model)[0]
+    rows = blocked.LayerRows(src)
+    graph = (indptr, indices, torch.from_numpy(deg))
+    todo = np.arange(n)
+    plan = blocked._plan_layer(sl, rows, None, graph, todo, budget, None)
+    rows.close()
+    assert plan.chunk_rows > 0 and plan.held is None  # chunked: sources read from disk
+    per_target = 4 * sl.width + 2 * 12 + 24  # accumulator, own float16 row, cursors
+    largest = max(blocked._block_cost(indptr, todo[a:b], per_target, 0) for a, b in plan.blocks)
+    used = largest + plan.chunk_rows * blocked._Chunks.bytes_per_row(12) + plan.read_bytes
+    used += plan.weights.nbytes  # GCN's weight per source
+    assert used <= budget or max(b - a for a, b in plan.blocks) == 1
+    assert [b for _, b in plan.blocks][-1] == n
+
+
+def test_an_output_is_kept_only_when_it_costs_the_layer_no_pass(monkeypatch):
+    """Keeping a hidden layer's output in memory must not split the layer into more blocks
+    (each a pass over its input): with room for one block only without the output, it goes
+    to a scratch array."""
+    indptr, indices, deg = _graph()
+    n = len(deg)
+    x = np.random.default_rng(1).random((n, 12)).astype(np.float32)
+    torch.manual_seed(0)
+    model = build_model("gin", in_dim=12, hidden=16, out_dim=5, num_layers=2, dropout=0.0).eval()
+    sl = sum_layers(model)[0]
+    graph = (indptr, indices, torch.from_numpy(deg))
+    todo = np.arange(n)
+    nbytes = 4 * n * 16
+    one = n * 4 * 12 + 10_000  # every accumulator, and the finishing slices' buffers
+    monkeypatch.setattr(blocked, "KEEP_SHARE", 1.0)
+    assert blocked.layer_blocks(sl, x, graph, todo, pre=None, budget=one) == 1
+    assert not blocked._keeps(sl, x, graph, todo, None, one, 0, nbytes, None, False)
+    assert blocked._keeps(sl, x, graph, todo, None, one + nbytes, 0, nbytes, None, False)

@@ -10,6 +10,8 @@ import numba
 import numpy as np
 from numba import prange
 
+from shoal.utils._intrinsics import bfloat_to_float, half_to_float
+
 #: Below this many rows a gather runs serially: waking threads costs more (the sampler's
 #: kernels use the same threshold, ``shoal.sample._kernels.PARALLEL_MIN``).
 PARALLEL_MIN = 512
@@ -199,41 +201,21 @@ def _clock_victims(ref, hand, k, out):
 
 # ------------------------------------------------------------------ decoding compact rows
 # Rows stored as float16 or bfloat16 (uint16 bits) or int8 (one float32 scale per row) are
-# decoded straight into the caller's float32 buffer (docs/format.md#feature-dtypes): the
-# 16-bit kernels write the float32 bits into ``out`` viewed as uint32 (numba has no float16).
-
-
-#: 2**112: a half's exponent and mantissa bits, shifted into a float32 (exponent bias 15),
-#: times this are the half's value (bias 127), subnormals included
-_HALF_SCALE = np.float32(2.0**112)
-#: the smallest such product of an infinite or NaN half (exponent 31): 2**16
-_HALF_INF = np.float32(65536.0)
+# decoded straight into the caller's float32 buffer (docs/format.md#feature-dtypes); numba
+# has no float16, so 16-bit values are converted by LLVM intrinsics (the CPU's vector
+# half-to-float conversion; bfloat16 bits shifted up): exact for every value.
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _put16(src, r, bits, i, half):
-    """Row ``r`` of 16-bit rows (float16 when ``half``, else bfloat16) into ``bits[i]``.
-
-    A half is decoded without a branch per kind of value or a loop for subnormals (exact for
-    every half, subnormals, infinities and NaN payloads included): its exponent and mantissa bits
-    shifted into place read as a float32 ``2**-112`` times the value, so one multiply by
-    ``2**112`` rescales it; a product of at least ``2**16`` was an infinity or NaN (exponent
-    31), whose float32 exponent is then all ones; the sign bit goes back last."""
-    n = bits.shape[1]
+def _put16(src, r, out, i, half):
+    """Row ``r`` of 16-bit rows (float16 when ``half``, else bfloat16) into ``out[i]``."""
+    n = out.shape[1]
     if half:
-        out = bits[i].view(np.float32)
         for j in range(n):
-            bits[i, j] = (np.uint32(src[r, j]) & np.uint32(0x7FFF)) << np.uint32(13)
-        for j in range(n):
-            out[j] *= _HALF_SCALE
-        for j in range(n):
-            b = bits[i, j]
-            if out[j] >= _HALF_INF:
-                b |= np.uint32(0x7F800000)
-            bits[i, j] = b | ((np.uint32(src[r, j]) & np.uint32(0x8000)) << np.uint32(16))
+            out[i, j] = half_to_float(src[r, j])
     else:
         for j in range(n):
-            bits[i, j] = np.uint32(src[r, j]) << np.uint32(16)
+            out[i, j] = bfloat_to_float(src[r, j])
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -244,9 +226,9 @@ def _put8(src, r, out, i, scale):
         out[i, j] = np.float32(src[r, j]) * s
 
 
-def _gather16_py(src, ids, bits, half):
+def _gather16_py(src, ids, out, half):
     for i in prange(ids.shape[0]):
-        _put16(src, ids[i], bits, i, half)
+        _put16(src, ids[i], out, i, half)
 
 
 def _gather8_py(src, ids, out, scales):
@@ -261,9 +243,9 @@ _gather8_par = numba.njit(cache=True, parallel=True, nogil=True)(_gather8_py)
 _gather8_ser = numba.njit(cache=True, nogil=True)(_gather8_py)
 
 
-def _gather16(src, ids, bits, half):
-    """``bits[i]`` = the float32 bits of 16-bit row ``src[ids[i]]`` (float16 or bfloat16)."""
-    (_gather16_par if ids.shape[0] >= PARALLEL_MIN else _gather16_ser)(src, ids, bits, half)
+def _gather16(src, ids, out, half):
+    """``out[i]`` = 16-bit row ``src[ids[i]]`` (float16 or bfloat16) as float32."""
+    (_gather16_par if ids.shape[0] >= PARALLEL_MIN else _gather16_ser)(src, ids, out, half)
 
 
 def _gather8(src, ids, out, scales):
@@ -295,18 +277,18 @@ def _count_hits(hit):
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
-def _gather_cached16(ids, slot, cache, cold, rows, bits, half):
+def _gather_cached16(ids, slot, cache, cold, rows, out, half):
     """:func:`_gather_cached` of 16-bit rows (float16 when ``half``, else bfloat16), decoded
-    into ``bits`` (the float32 output viewed as uint32)."""
+    into the float32 ``out``."""
     n = ids.shape[0]
     hit = np.zeros(n, np.int8)
     for i in prange(n):
         where, r = _find(ids, slot, cold, i)
         if where == 0:
             hit[i] = 1
-            _put16(cache, r, bits, i, half)
+            _put16(cache, r, out, i, half)
         elif where == 1:
-            _put16(rows, r, bits, i, half)
+            _put16(rows, r, out, i, half)
         else:
             hit[i] = -1
     return _count_hits(hit)

@@ -39,7 +39,7 @@ def decode_rows(
             raise ValueError("int8 rows need their scales")
         K._gather8(src, ids, out, np.asarray(scales, np.float32))
     else:
-        K._gather16(src.view(np.uint16), ids, out.view(np.uint32), kind.code == 1)
+        K._gather16(src.view(np.uint16), ids, out, kind.code == 1)
     return out
 
 
@@ -63,9 +63,8 @@ def decode_cached(
         if scales is None:
             raise ValueError("int8 rows need their scales")
         return int(K._gather_cached8(ids, slot, cache, cold, rows, out, scales))
-    bits = out.view(np.uint32)
     c16, r16 = cache.view(np.uint16), rows.view(np.uint16)
-    return int(K._gather_cached16(ids, slot, c16, cold, r16, bits, kind.code == 1))
+    return int(K._gather_cached16(ids, slot, c16, cold, r16, out, kind.code == 1))
 
 
 def source_scales(source: object) -> np.ndarray | None:

@@ -9,7 +9,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from shoal.utils._intrinsics import bfloat_to_float, half_to_float, prefetch_row
+from shoal.utils._intrinsics import bfloat_to_float, half_to_float, prefetch_at, prefetch_row
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -112,6 +112,8 @@ def _mark_in_neighbours(indptr, indices, nodes, mark):
 
 #: edges ahead whose source rows are prefetched (4-32 measured alike; default 8)
 PULL_AHEAD = 8
+#: targets ahead whose list positions and first rows a chunked pull prefetches (default 8)
+VISIT_AHEAD = 8
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -201,3 +203,96 @@ _pull16_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull16_py)
 _pull16_ser = numba.njit(cache=True, nogil=True)(_pull16_py)
 _pull8_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull8_py)
 _pull8_ser = numba.njit(cache=True, nogil=True)(_pull8_py)
+
+
+# ------------------------------------------------------------------ pulling chunk by chunk
+# Sources on disk are read in chunks of ids, in order; each target's (sorted) in-neighbour
+# list is consumed chunk by chunk through a cursor: ``cur[i]`` is target i's next entry,
+# ``end[i]`` its list's end in ``indices``. A chunk's needed ids are marked first (a second
+# cursor, running one chunk ahead, so the next chunk is read while this one is summed).
+
+
+@numba.njit(cache=True, nogil=True)
+def _lists_sorted(cur, end, indices):
+    """Whether every list ``indices[cur[i]:end[i]]`` is non-decreasing."""
+    for i in range(cur.shape[0]):
+        for e in range(cur[i] + 1, end[i]):
+            if indices[e] < indices[e - 1]:
+                return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_lists(ptr, indices):
+    """Sort each list ``indices[ptr[i]:ptr[i + 1]]`` in place."""
+    for i in range(ptr.shape[0] - 1):
+        indices[ptr[i] : ptr[i + 1]].sort()
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_chunk(cur, end, indices, lo, hi, mark):
+    """``mark[u - lo] = True`` for the entries ``u < hi`` from each cursor on; the cursors
+    move past them. Returns the number of entries marked."""
+    m = 0
+    n = cur.shape[0]
+    for i in range(n):
+        if i + VISIT_AHEAD < n:  # the list position of a target a few visits on
+            prefetch_at(indices, cur[i + VISIT_AHEAD])
+        e = cur[i]
+        stop = end[i]
+        while e < stop and indices[e] < hi:
+            mark[indices[e] - lo] = True
+            e += 1
+        m += e - cur[i]
+        cur[i] = e
+    return m
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _chunk_ahead(cur, end, indices, hi, b, i, e, lo, slot, buf, acc):
+    """Move the look-ahead cursor ``(i, e)`` one entry on within the chunk (entries below
+    ``hi``; targets after ``i`` still sit at their chunk's first entry), prefetching that
+    entry's row and, on reaching a new target, its accumulator row."""
+    e += 1
+    if e >= end[i] or indices[e] >= hi:
+        i += 1
+        while i < b and (cur[i] >= end[i] or indices[cur[i]] >= hi):
+            i += 1
+        if i < b:
+            e = cur[i]
+            prefetch_row(acc, i)
+    if i < b:
+        prefetch_row(buf, slot[indices[e] - lo])
+    return i, e
+
+
+def _pull_chunk_py(cur, end, indices, lo, hi, slot, buf, w, acc):
+    n = cur.shape[0]
+    f = acc.shape[1]
+    parts = min(n, 64)
+    for p in prange(parts):
+        a, b = n * p // parts, n * (p + 1) // parts
+        # the look-ahead cursor, PULL_AHEAD entries of this chunk in front
+        ci, ce = a, (cur[a] - 1 if a < b else 0)
+        if a < b and (cur[a] >= end[a] or indices[cur[a]] >= hi):
+            ce = end[a]  # target a has nothing here: the first step moves on
+        for _ in range(PULL_AHEAD):
+            if ci < b:
+                ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
+        for i in range(a, b):
+            e = cur[i]
+            stop = end[i]
+            while e < stop and indices[e] < hi:
+                if ci < b:
+                    ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
+                u = indices[e]
+                c = w[u, 0] if w.shape[0] else np.float32(1.0)
+                r = slot[u - lo]
+                for j in range(f):
+                    acc[i, j] += c * buf[r, j]
+                e += 1
+            cur[i] = e
+
+
+_pull_chunk_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull_chunk_py)
+_pull_chunk_ser = numba.njit(cache=True, nogil=True)(_pull_chunk_py)

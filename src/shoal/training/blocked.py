@@ -23,6 +23,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -80,6 +81,11 @@ FLUSH_BYTES = 64 << 20
 #: a layer's output stays in memory (the next layer pulls from it) when it and the layer's
 #: input kept there take at most this share of the working memory (default 0.5)
 KEEP_SHARE = 0.5
+#: the most bytes of a chunked pull's two read buffers (default 1 GiB: 128-column float32
+#: rows of 1M ids each, 28 chunks per pass over the quarter of papers100M; every chunk costs
+#: a visit of every target of the block, a cache miss each, so chunks are made as large as
+#: the memory the block leaves allows)
+PULL_CHUNK_BYTES = 1 << 30
 #: targets below which a pull runs on one thread (default 256)
 PULL_PARALLEL_MIN = 256
 
@@ -123,6 +129,8 @@ class LayerRows:
         first = src[0] if isinstance(src, list) else src
         self.dim = int(first.dim if isinstance(first, DiskFeatures) else first.shape[1])
         self.dtype = np.dtype(np.float32) if isinstance(first, DiskFeatures) else first.dtype
+        #: the dtype rows are stored in (a store's too)
+        self.stored = np.dtype(first.dtype)
         self.src = src
 
     def read(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -437,19 +445,204 @@ def _pull_block(sl: SumLayer, rows: LayerRows, held: tuple, graph, block, reads:
         yield a, sl.finish(torch.from_numpy(acc[a : a + k]), own, d)
 
 
+def _own_kind(rows: LayerRows) -> tuple[np.dtype, Callable, Callable]:
+    """How a chunked block keeps its targets' own rows: ``(dtype, encode, decode)``, in the
+    16 bits they are stored in when that is exact (float16, bfloat16 rows not normalised),
+    else as the float32 rows read."""
+    if not rows.normalize and rows.stored == np.float16:
+        return np.dtype(np.float16), lambda h: h.astype(np.float16), lambda o: o.astype(np.float32)
+    if not rows.normalize and rows.stored == np.uint16:  # bfloat16: the top 16 bits
+        return (
+            np.dtype(np.uint16),
+            lambda h: (h.view(np.uint32) >> 16).astype(np.uint16),
+            lambda o: (o.astype(np.uint32) << 16).view(np.float32),
+        )
+    return np.dtype(np.float32), lambda h: h, lambda o: o
+
+
+class _Chunks:
+    """The reused memory of chunked pulls: two read buffers of ``rows`` ids' float32 rows
+    (one filled while the other is summed), a chunk's marks and its ids' slots."""
+
+    def __init__(self, rows: int, dim: int) -> None:
+        self.rows = rows
+        self.bufs = [np.empty((rows, dim), np.float32) for _ in range(2)]
+        self.mark = np.zeros(rows, np.bool_)
+        self.slot = np.zeros(rows, np.int64)
+
+    @staticmethod
+    def bytes_per_row(dim: int) -> int:
+        return 2 * 4 * dim + 1 + 8
+
+
+def _chunk_edges(indptr, indices, block):
+    """``(cur, end, entries)`` of the block's in-edges for chunked pulls, each list sorted:
+    cursors into the CSR when it is in memory and sorted, else into a copy (read from the
+    file, sorted where it was not)."""
+    compact = _in_edges(indptr, indices, block)
+    if compact is None:
+        cur = np.asarray(indptr[block], np.int64)
+        end = np.asarray(indptr[block + 1], np.int64)
+        if BK._lists_sorted(cur, end, indices):
+            return cur, end, indices
+        compact = _in_edges(indptr, indices, block, always=True)
+    ptr, src = compact
+    cur, end = ptr[:-1].copy(), ptr[1:]
+    if not BK._lists_sorted(cur, end, src):
+        BK._sort_lists(ptr, src)
+    return cur, end, src
+
+
+def _chunked_block(sl: SumLayer, rows: LayerRows, graph, block, reads: _Reads, chunks, w):
+    """One block of targets whose sources are read from disk: the source ids are taken in
+    chunks of ``chunks.rows``, in order (one pass over the layer's input per block); each
+    chunk's needed rows (its sources' and the block's own) are read in one planned pass,
+    the next chunk's while this one's are summed, and every target pulls the entries of its
+    sorted in-neighbour list that fall in the chunk (a cursor per target: no edge bucketed,
+    no message materialised); the own rows are kept as stored. Then the targets are
+    finished in slices: yields ``(offset in block, output rows)`` as :func:`_layer_block`."""
+    indptr, indices, deg_t = graph
+    n = len(deg_t)
+    cur, end, entries = _chunk_edges(indptr, indices, block)
+    ahead = cur.copy()  # the marking cursors, one chunk ahead of the summing ones
+    acc = np.zeros((len(block), sl.width), np.float32)
+    own_dtype, encode, decode = _own_kind(rows)
+    own = np.empty((len(block), rows.dim), own_dtype)
+    mark, slot, size = chunks.mark, chunks.slot, chunks.rows
+    ww = np.empty((0, 1), np.float32) if w is None else w.reshape(-1, 1)
+    pull = BK._pull_chunk_par if len(block) >= PULL_PARALLEL_MIN else BK._pull_chunk_ser
+
+    def marked() -> Iterator[tuple]:
+        for lo in range(0, n, size):
+            hi = min(lo + size, n)
+            BK._mark_chunk(ahead, end, entries, lo, hi, mark)
+            ta, tb = np.searchsorted(block, [lo, hi])
+            mark[block[ta:tb] - lo] = True
+            ids = np.flatnonzero(mark[: hi - lo])
+            mark[ids] = False
+            if len(ids):
+                yield ids + lo, lo, hi, int(ta), int(tb)
+
+    for (ids, lo, hi, ta, tb), h in _read_ahead(reads.pool, rows, None, marked(), chunks.bufs):
+        x = h.numpy()
+        slot[ids - lo] = np.arange(len(ids))
+        pull(cur, end, entries, lo, hi, slot, x, ww, acc)
+        if tb > ta:
+            own[ta:tb] = encode(x[slot[block[ta:tb] - lo]])
+    if not np.array_equal(cur, end):  # every entry must have been summed
+        raise RuntimeError("in-neighbour ids outside the layer's input: cannot sum them")
+    k = reads.slice_rows
+    for a in range(0, len(block), k):
+        d = deg_t[torch.from_numpy(block[a : a + k])].unsqueeze(1)
+        h = torch.from_numpy(np.ascontiguousarray(decode(own[a : a + k])))
+        yield a, sl.finish(torch.from_numpy(acc[a : a + k]), h, d)
+
+
+@dataclass
+class _LayerPlan:
+    """How a layer runs: its ``blocks`` of targets, the ids of a chunked pull's chunk
+    (0: not chunked), the message weights by source and a phrase for the log."""
+
+    blocks: list
+    chunk_rows: int
+    weights: np.ndarray | None
+    how: str
+    held: object = None
+    #: bytes of the read buffers the plan counted (slices, and a sweep's ranges)
+    read_bytes: int = 0
+
+
+def _plan_layer(sl: SumLayer, rows: LayerRows, pre, graph, todo, budget: int, src_ids):
+    """The :class:`_LayerPlan` of a layer within ``budget`` bytes: a pull from memory when
+    its sources are all there (accumulators only, and the in-edges when copied), a chunked
+    pull when they are read (accumulators, own rows as stored and cursors per target; the
+    in-edges when copied; the chunk buffers take what the largest block leaves, up to
+    :data:`PULL_CHUNK_BYTES`, at least an eighth), else a sweep of bucketed ranges."""
+    indptr, indices = graph[0], graph[1]
+    in_dim = width_of(pre, rows.dim)
+    linear = sl.linear and pre is None  # sources summed as stored: pulled
+    # the sweep's range buffers are made only when a sweep runs
+    held_reads = _Reads.held_bytes(budget, rows.dim, max(in_dim, sl.width), ranges=not linear)
+    held = rows.in_memory() if linear else None
+    w = None
+    if linear and sl.scale is not None:  # a message weight per source
+        w = sl.scale(graph[2].unsqueeze(1)).reshape(-1).contiguous().numpy()
+        if held is not None and src_ids is not None:  # by row of the compact input
+            w = w[np.asarray(src_ids, np.int64)]
+    room = max(budget - held_reads - (0 if w is None else w.nbytes), 1)
+    disk = file_of(indices) is not None
+    if held is not None:  # no bucketed edge, no own row kept: accumulators (and copied edges)
+        copied = disk or src_ids is not None
+        per_edge = indices.dtype.itemsize + (8 if src_ids is not None else 0) if copied else 0
+        blocks = _blocks(indptr, todo, 4 * sl.width + (8 if copied else 0), room, per_edge)
+        how = "each pulling its sources' rows from memory"
+        return _LayerPlan(blocks, 0, w, how, held, held_reads)
+    if linear:  # sources from disk, chunk by chunk; accumulators, own rows, cursors
+        per_row = _Chunks.bytes_per_row(rows.dim)
+        least = max(per_row, min(PULL_CHUNK_BYTES, room // 8))
+        own = _own_kind(rows)[0].itemsize * rows.dim
+        per_target = 4 * sl.width + own + 24 + (8 if disk else 0)
+        per_edge = indices.dtype.itemsize if disk else 0
+        blocks = _blocks(indptr, todo, per_target, max(room - least, 1), per_edge)
+        largest = max(
+            (_block_cost(indptr, todo[a:b], per_target, per_edge) for a, b in blocks), default=0
+        )
+        size = max(least, min(PULL_CHUNK_BYTES, room - largest)) // per_row
+        how = f"each a pass over its sources in chunks of {size} ids"
+        return _LayerPlan(blocks, size, w, how, None, held_reads)
+    per_target = target_bytes(sl, indices, in_dim)
+    blocks = _blocks(indptr, todo, per_target, room, edge_bytes(indices))
+    return _LayerPlan(blocks, 0, None, "each a pass over the sources it needs", None, held_reads)
+
+
+def _block_cost(indptr, targets, per_target: int, per_edge: int) -> int:
+    d = np.asarray(indptr[targets + 1], np.int64) - np.asarray(indptr[targets], np.int64)
+    return int(d.sum()) * per_edge + len(targets) * per_target
+
+
+def layer_blocks(
+    sl: SumLayer, src, graph, todo, *, pre, budget: int, src_ids=None, normalize=False
+) -> int:
+    """The number of blocks (passes over its input) a layer would take within ``budget``."""
+    rows = LayerRows(src, normalize=normalize, threads=1, row_ids=src_ids)
+    try:
+        return len(_plan_layer(sl, rows, pre, graph, todo, budget, src_ids).blocks)
+    finally:
+        rows.close()
+
+
 class _Reads:
     """How a layer reads: source ranges of ``range_rows`` ids and finishing slices of
     ``slice_rows`` targets, each into two reused buffers, by one reading thread."""
 
     def __init__(self, budget: int, dim: int, width: int) -> None:
-        chunk = min(CHUNK_BYTES, budget // (8 * RANGE_COPIES))  # an eighth for the ranges
-        piece = min(SLICE_BYTES, budget // (8 * SLICE_COPIES))  # and one for the slices
+        chunk, piece = self._sizes(budget)
         self.range_rows = max(1, chunk // (4 * max(dim, 1)))
         self.slice_rows = max(1, piece // (4 * max(dim, width, 1)))
-        self.range_bufs = [np.empty((self.range_rows, dim), np.float32) for _ in range(2)]
+        self._dim = dim
+        self._range_bufs: list | None = None  # made on first use (a sweep's)
         self.slice_bufs = [np.empty((self.slice_rows, dim), np.float32) for _ in range(2)]
-        self.held = RANGE_COPIES * chunk + SLICE_COPIES * piece
+        self.held = self.held_bytes(budget, dim, width)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="shoal-infer-read")
+
+    @staticmethod
+    def _sizes(budget: int) -> tuple[int, int]:
+        chunk = min(CHUNK_BYTES, budget // (8 * RANGE_COPIES))  # an eighth for the ranges
+        piece = min(SLICE_BYTES, budget // (8 * SLICE_COPIES))  # and one for the slices
+        return chunk, piece
+
+    @staticmethod
+    def held_bytes(budget: int, dim: int, width: int, ranges: bool = True) -> int:
+        """The bytes of the finishing slices and, with ``ranges``, a sweep's ranges."""
+        chunk, piece = _Reads._sizes(budget)
+        return (RANGE_COPIES * chunk if ranges else 0) + SLICE_COPIES * piece
+
+    @property
+    def range_bufs(self) -> list:
+        if self._range_bufs is None:
+            shape = (self.range_rows, self._dim)
+            self._range_bufs = [np.empty(shape, np.float32) for _ in range(2)]
+        return self._range_bufs
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -530,23 +723,11 @@ def blocked_layer(
     ``src_ids``: the sorted ids whose rows ``src`` holds in order (the compact output of the
     layer before); None: row ``i`` is id ``i``."""
     rows = LayerRows(src, normalize=normalize, threads=threads, row_ids=src_ids)
-    in_dim = width_of(pre, rows.dim)
-    indptr, indices = graph[0], graph[1]
-    reads = _Reads(budget, rows.dim, max(in_dim, sl.width))
-    held = rows.in_memory() if sl.linear and pre is None else None
-    w = None
-    if held is not None and sl.scale is not None:  # a message weight per source
-        w = sl.scale(graph[2].unsqueeze(1)).reshape(-1).contiguous().numpy()
-        if src_ids is not None:  # by row of the compact input, as the pulled edges
-            w = w[np.asarray(src_ids, np.int64)]
-    room = max(budget - reads.held - (0 if w is None else w.nbytes), 1)
-    if held is not None:  # no bucketed edge, no own row kept: accumulators (and copied edges)
-        copied = file_of(indices) is not None or src_ids is not None
-        per_edge = indices.dtype.itemsize + (8 if src_ids is not None else 0) if copied else 0
-        blocks = _blocks(indptr, todo, 4 * sl.width + (8 if copied else 0), room, per_edge)
-    else:
-        per_target = target_bytes(sl, indices, in_dim)
-        blocks = _blocks(indptr, todo, per_target, room, edge_bytes(indices))
+    plan = _plan_layer(sl, rows, pre, graph, todo, budget, src_ids)
+    blocks, chunks, how, w = plan.blocks, None, plan.how, plan.weights
+    reads = _Reads(budget, rows.dim, max(width_of(pre, rows.dim), sl.width))
+    if plan.chunk_rows:
+        chunks = _Chunks(plan.chunk_rows, rows.dim)
     log.info(
         "layer of width %d: %d targets in %d block(s) of at most %d, %s (%.0f MiB of working "
         "memory, %.0f MiB of it read buffers)",
@@ -554,18 +735,18 @@ def blocked_layer(
         len(todo),
         len(blocks),
         max((b - a for a, b in blocks), default=0),
-        "each pulling its sources' rows from memory"
-        if held is not None
-        else "each a pass over the sources it needs",
+        how,
         budget / 2**20,
-        reads.held / 2**20,
+        (plan.read_bytes + (0 if chunks is None else 2 * chunks.bufs[0].nbytes)) / 2**20,
     )
     writer = RowWriter(out) if out is not None else None
     try:
         for a, b in blocks:
             block = np.asarray(todo[a:b], np.int64)
-            if held is not None:
-                parts = _pull_block(sl, rows, held, graph, block, reads, w)
+            if plan.held is not None:
+                parts = _pull_block(sl, rows, plan.held, graph, block, reads, w)
+            elif chunks is not None:
+                parts = _chunked_block(sl, rows, graph, block, reads, chunks, w)
             else:
                 parts = _layer_block(sl, rows, pre, graph, block, reads)
             for i, h in parts:
@@ -623,8 +804,8 @@ def blocked_layers(
             dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
             width = output_width(sl, width_of(pre, dim), nxt)
             nbytes = 4 * len(todo) * width
-            if kept + nbytes <= budget * KEEP_SHARE:  # the next layer pulls it from memory
-                out = huge_empty((len(todo), width), np.float32)
+            if _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, norm):
+                out = huge_empty((len(todo), width), np.float32)  # the next layer pulls it
                 held += nbytes
             else:
                 out = new_array(len(todo), width)
@@ -650,6 +831,17 @@ def blocked_layers(
         bar.close()
         src, norm, pre, src_ids = out, False, None, todo
         kept = held - kept  # this layer's output, if in memory; its input goes
+
+
+def _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, normalize) -> bool:
+    """Whether a layer keeps its output (``nbytes``) in the working memory: it fits
+    :data:`KEEP_SHARE` of it beside the input kept there (``kept``) and takes no block
+    from the layer (a block more would be a pass more over the layer's input)."""
+    if kept + nbytes > budget * KEEP_SHARE:
+        return False
+    kw = {"pre": pre, "src_ids": src_ids, "normalize": normalize}
+    with_out = layer_blocks(sl, src, graph, todo, budget=max(budget - kept - nbytes, 1), **kw)
+    return with_out <= layer_blocks(sl, src, graph, todo, budget=max(budget - kept, 1), **kw)
 
 
 def width_of(fn, dim: int) -> int:

@@ -5,8 +5,9 @@
   arrive while earlier edges are added, instead of each edge waiting for memory in turn
   (docs/measurements.md#pulling-rows-held-in-memory).
 - :func:`half_to_float` / :func:`bfloat_to_float`: a float16 / bfloat16 (its ``uint16`` bits)
-  as a float32, exactly (IEEE conversion: subnormals, infinities and NaN included); numba has no
-  float16 type, and these compile to the CPU's vector conversions in a loop.
+  as a float32, exactly (IEEE conversion: subnormals and infinities included; a signalling NaN
+  comes out quiet); numba has no float16 type, and these compile to the CPU's vector
+  conversions in a loop.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["bfloat_to_float", "half_to_float", "prefetch_row"]
+__all__ = ["bfloat_to_float", "half_to_float", "prefetch_at", "prefetch_row"]
 
 #: the intrinsic's name: LLVM 15 on has opaque pointers (``p0``), LLVM 14 typed ones
 _NAME = "llvm.prefetch.p0" if llvm.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
@@ -57,6 +58,35 @@ def prefetch_row(typingctx, arr, row):
                 # read (0), highest locality (3), data cache (1)
                 args3 = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
                 builder.call(fn, [builder.gep(base, [off]), *args3])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch_at(typingctx, arr, i):
+    """Prefetch the cache line holding item ``i`` of the 1-D array ``arr`` (no bounds
+    check)."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(i, types.Integer):
+        return None
+    sig = types.void(arr, i)
+
+    def codegen(context, builder, signature, args):
+        aryty, ity = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        shape = cgutils.unpack_tuple(builder, ary.shape)
+        strides = cgutils.unpack_tuple(builder, ary.strides)
+        k = context.cast(builder, args[1], ity, types.intp)
+        ptr = cgutils.get_item_pointer2(
+            context, builder, ary.data, shape, strides, aryty.layout, [k], wraparound=False
+        )
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), _NAME
+        )
+        args3 = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+        builder.call(fn, [builder.bitcast(ptr, i8p), *args3])
         return context.get_dummy_value()
 
     return sig, codegen
