@@ -11,7 +11,13 @@ import sys
 
 import numpy as np
 
-__all__ = ["huge_empty", "peak_rss_bytes", "return_freed_memory", "trim_freed_memory"]
+__all__ = [
+    "huge_empty",
+    "huge_zeros",
+    "peak_rss_bytes",
+    "return_freed_memory",
+    "trim_freed_memory",
+]
 
 #: arrays at least this large (default 64 MiB) ask for transparent huge pages
 HUGE_MIN_BYTES = 64 << 20
@@ -81,3 +87,15 @@ def huge_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     except OSError:  # THP compiled out or disabled: ordinary pages
         pass
     return np.frombuffer(buf, dt).reshape(shape)
+
+
+def huge_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """``np.zeros(shape, dtype)`` as :func:`huge_empty` (an anonymous map is zero already):
+    an accumulator written at every row faults it in 2 MiB at a time, not 4 KiB (on this
+    project's virtual machines a 4 KiB fault of fresh memory costs far more than zeroing it:
+    docs/measurements.md#pulling-rows-held-in-memory)."""
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes < HUGE_MIN_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return np.zeros(shape, dt)
+    return huge_empty(shape, dt)
