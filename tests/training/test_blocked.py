@@ -353,10 +353,10 @@ def test_a_chunked_plan_stays_within_its_budget(tmp_path, budget):
     assert [b for _, b in plan.blocks][-1] == n
 
 
-def test_an_output_is_kept_only_when_it_costs_the_layer_no_pass(monkeypatch):
-    """Keeping a hidden layer's output in memory must not split the layer into more blocks
-    (each a pass over its input): with room for one block only without the output, it goes
-    to a scratch array."""
+def test_an_output_is_kept_only_when_the_layer_still_runs_in_one_block(monkeypatch):
+    """Keeping a hidden layer's output in memory must not split the layer into blocks (each
+    a pass over its input): with room for one block only without the output, it goes to a
+    scratch array."""
     indptr, indices, deg = _graph()
     n = len(deg)
     x = np.random.default_rng(1).random((n, 12)).astype(np.float32)

@@ -848,13 +848,14 @@ def blocked_layers(
 
 def _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, normalize) -> bool:
     """Whether a layer keeps its output (``nbytes``) in the working memory: it fits
-    :data:`KEEP_SHARE` of it beside the input kept there (``kept``) and takes no block
-    from the layer (a block more would be a pass more over the layer's input)."""
+    :data:`KEEP_SHARE` of it beside the input kept there (``kept``) and the layer still runs
+    in one block. A layer that needs several blocks (a pass over its input each) is short
+    of memory: what the output would take serves it better as larger chunks (fewer visits
+    of every target; docs/measurements.md#pulling-rows-held-in-memory)."""
     if kept + nbytes > budget * KEEP_SHARE:
         return False
     kw = {"pre": pre, "src_ids": src_ids, "normalize": normalize}
-    with_out = layer_blocks(sl, src, graph, todo, budget=max(budget - kept - nbytes, 1), **kw)
-    return with_out <= layer_blocks(sl, src, graph, todo, budget=max(budget - kept, 1), **kw)
+    return layer_blocks(sl, src, graph, todo, budget=max(budget - kept - nbytes, 1), **kw) == 1
 
 
 def width_of(fn, dim: int) -> int:
