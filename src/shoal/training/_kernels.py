@@ -142,6 +142,12 @@ def _start(indptr, indices, targets, a, b, x, w):
     return i, e
 
 
+# One kernel per stored kind, not one with the decoding chosen inside the row loop: a single
+# kernel branching per value (an overload per dtype, the float16/bfloat16 choice and the int8
+# scale tested inside) kept LLVM from vectorising the row and ran 3x slower (156 against
+# 50 ns an edge).
+
+
 def _pull32_py(indptr, indices, targets, x, w, acc):
     n = targets.shape[0]
     f = acc.shape[1]
