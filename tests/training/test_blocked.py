@@ -345,7 +345,9 @@ def test_a_chunked_plan_stays_within_its_budget(tmp_path, budget):
     plan = blocked._plan_layer(sl, rows, None, graph, todo, budget, None)
     rows.close()
     assert plan.chunk_rows > 0 and plan.held is None  # chunked: sources read from disk
-    per_target = 4 * sl.width + 2 * 12 + 24  # accumulator, own float16 row, cursors
+    # accumulator, own float16 row, cursors (int32 here)
+    per_target = 4 * sl.width + 2 * 12 + blocked.cursor_bytes(len(indices))
+    assert blocked.cursor_bytes(len(indices)) == 3 * 4 + 8
     largest = max(blocked._block_cost(indptr, todo[a:b], per_target, 0) for a, b in plan.blocks)
     used = largest + plan.chunk_rows * blocked._Chunks.bytes_per_row(12) + plan.read_bytes
     used += plan.weights.nbytes  # GCN's weight per source
@@ -369,5 +371,70 @@ def test_an_output_is_kept_only_when_the_layer_still_runs_in_one_block(monkeypat
     one = n * 4 * 12 + 10_000  # every accumulator, and the finishing slices' buffers
     monkeypatch.setattr(blocked, "KEEP_SHARE", 1.0)
     assert blocked.layer_blocks(sl, x, graph, todo, pre=None, budget=one) == 1
-    assert not blocked._keeps(sl, x, graph, todo, None, one, 0, nbytes, None, False)
-    assert blocked._keeps(sl, x, graph, todo, None, one + nbytes, 0, nbytes, None, False)
+    assert not blocked._keeps(sl, x, graph, todo, None, one, 0, nbytes, None, False, None)
+    assert blocked._keeps(sl, x, graph, todo, None, one + nbytes, 0, nbytes, None, False, None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_own_rows_spill_to_scratch_when_that_saves_a_pass(tmp_path, monkeypatch, dtype):
+    """A chunked pull whose targets' own rows would cost it blocks (a pass over the input
+    each) writes them to a scratch file as the chunks pass and reads them back to finish:
+    fewer blocks, the same outputs as the full forward pass, every dtype's own rows."""
+    from shoal.utils.featdtype import encode
+
+    indptr, indices, deg = _graph()
+    n = len(deg)
+    x = np.random.default_rng(1).random((n, 12)).astype(np.float32)
+    stored = encode(x, dtype)[0]
+    np.save(tmp_path / "x.npy", stored)
+    src = np.load(tmp_path / "x.npy", mmap_mode="r")
+    exact = blocked.LayerRows(src).read(np.arange(n))  # the rows as stored, decoded
+    torch.manual_seed(0)
+    model = build_model("sage", in_dim=12, hidden=16, out_dim=5, num_layers=2, dropout=0.0)
+    model.eval()
+    fb = full_graph_block(indptr, indices)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(exact), [fb, fb]).numpy()
+    sl = sum_layers(model)[0]
+    graph = (indptr, indices, torch.from_numpy(deg))
+    targets = np.arange(0, n, 7)
+    todo = blocked.needed_nodes(indptr, indices, n, targets, 2)[0]  # the first layer's
+    rows = blocked.LayerRows(src)
+    saved = []
+    for budget in (9_000, 12_000, 16_000, 24_000):
+        kept = blocked._plan_layer(sl, rows, None, graph, todo, budget, None)
+        spilt = blocked._plan_layer(sl, rows, None, graph, todo, budget, None, spill=True)
+        assert not kept.spill and len(spilt.blocks) <= len(kept.blocks)
+        assert spilt.spill == (len(spilt.blocks) < len(kept.blocks))
+        if spilt.spill:
+            saved.append(budget)
+    rows.close()
+    assert saved, "no budget where spilling own rows saves a block"
+    made = []
+
+    def spill(r, c, dt):
+        made.append(np.dtype(dt))
+        p = tmp_path / f"own{len(made)}.npy"
+        return np.lib.format.open_memmap(p, mode="w+", dtype=dt, shape=(r, c))
+
+    got = np.full((len(targets), 5), np.nan, np.float32)
+
+    def keep(pos, h):
+        got[pos] = h
+
+    monkeypatch.setattr(blocked, "KEEP_SHARE", 0.0)  # the first layer's budget: all of it
+    blocked_layers(
+        sum_layers(model),
+        src,
+        indptr,
+        indices,
+        deg,
+        targets,
+        keep,
+        new_array=lambda r, c: np.zeros((r, c), np.float32),
+        budget=saved[0],
+        threads=2,
+        spill=spill,
+    )
+    assert made and made[0].itemsize == (4 if dtype == "float32" else 2)
+    assert np.allclose(got, ref[targets], atol=1e-5)

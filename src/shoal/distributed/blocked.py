@@ -374,5 +374,6 @@ def blocked_dist_outputs(
                 budget=budget,
                 normalize=norm,
                 threads=threads,
+                spill=scratch.spill,
             )
         inputs, halos, dim, norm, pre = outs, None, width, False, None

@@ -490,36 +490,57 @@ class _Chunks:
 def _chunk_edges(indptr, indices, block):
     """``(cur, end, entries)`` of the block's in-edges for chunked pulls, each list sorted:
     cursors into the CSR when it is in memory and sorted, else into a copy (read from the
-    file, sorted where it was not)."""
+    file, sorted where it was not); the cursors are int32 when the entries allow
+    (:func:`cursor_bytes`)."""
     compact = _in_edges(indptr, indices, block)
     if compact is None:
+        dt = id_dtype(len(indices) + 1)
         cur = np.asarray(indptr[block], np.int64)
         end = np.asarray(indptr[block + 1], np.int64)
         if BK._lists_sorted(cur, end, indices):
-            return cur, end, indices
+            return cur.astype(dt), end.astype(dt), indices
         compact = _in_edges(indptr, indices, block, always=True)
     ptr, src = compact
-    cur, end = ptr[:-1].copy(), ptr[1:]
-    if not BK._lists_sorted(cur, end, src):
+    if not BK._lists_sorted(ptr[:-1], ptr[1:], src):
         BK._sort_lists(ptr, src)
-    return cur, end, src
+    dt = id_dtype(len(src) + 1)
+    return ptr[:-1].astype(dt), ptr[1:].astype(dt), src
 
 
-def _chunked_block(sl: SumLayer, rows: LayerRows, graph, block, reads: _Reads, chunks, w):
+def cursor_bytes(entries: int) -> int:
+    """Bytes per target of a chunked pull's cursors over ``entries`` in-edges: the summing
+    and the marking cursors and each list's end, int32 when the entries allow, plus the
+    int64 offsets they are made from (freed before the block's accumulators exist, but
+    counted: the peak of building them)."""
+    return 3 * id_dtype(entries + 1).itemsize + 8
+
+
+def _chunked_block(
+    sl: SumLayer, rows: LayerRows, graph, block, reads: _Reads, chunks, w, spill=None
+):
     """One block of targets whose sources are read from disk: the source ids are taken in
     chunks of ``chunks.rows``, in order (one pass over the layer's input per block); each
     chunk's needed rows (its sources' and the block's own) are read in one planned pass,
     the next chunk's while this one's are summed, and every target pulls the entries of its
     sorted in-neighbour list that fall in the chunk (a cursor per target: no edge bucketed,
-    no message materialised); the own rows are kept as stored. Then the targets are
-    finished in slices: yields ``(offset in block, output rows)`` as :func:`_layer_block`."""
+    no message materialised); the own rows are kept as stored, in memory or, with
+    ``spill`` (``spill(rows, cols, dtype)``: a file-backed scratch array), written to a
+    scratch file in block order as the chunks pass them and read back in order to finish
+    (:func:`_plan_layer` spills them when that saves a pass over the input). Then the
+    targets are finished in slices: yields ``(offset in block, output rows)`` as
+    :func:`_layer_block`."""
     indptr, indices, deg_t = graph
     n = len(deg_t)
     cur, end, entries = _chunk_edges(indptr, indices, block)
     ahead = cur.copy()  # the marking cursors, one chunk ahead of the summing ones
     acc = huge_zeros((len(block), sl.width), np.float32)
     own_dtype, encode, decode = _own_kind(rows)
-    own = np.empty((len(block), rows.dim), own_dtype)
+    if spill is None:
+        own = np.empty((len(block), rows.dim), own_dtype)
+        writer = None
+    else:
+        own = spill(len(block), rows.dim, own_dtype)
+        writer = RowWriter(own)
     mark, slot, size = chunks.mark, chunks.slot, chunks.rows
     ww = np.empty((0, 1), np.float32) if w is None else w.reshape(-1, 1)
     pull = BK._pull_chunk_par if len(block) >= PULL_PARALLEL_MIN else BK._pull_chunk_ser
@@ -540,15 +561,39 @@ def _chunked_block(sl: SumLayer, rows: LayerRows, graph, block, reads: _Reads, c
         x = h.numpy()
         slot[ids - lo] = np.arange(len(ids))
         pull(cur, ro_end, ro_entries, lo, hi, ro_slot, _read_only(x), ww, acc)
-        if tb > ta:
+        if tb > ta and writer is None:
             own[ta:tb] = encode(x[slot[block[ta:tb] - lo]])
+        elif tb > ta:
+            writer.write(np.arange(ta, tb), encode(x[slot[block[ta:tb] - lo]]))
     if not np.array_equal(cur, end):  # every entry must have been summed
         raise RuntimeError("in-neighbour ids outside the layer's input: cannot sum them")
     k = reads.slice_rows
+    if writer is not None:
+        writer.close()
+        yield from _finish_spilled(sl, acc, own, deg_t, block, reads)
+        return
     for a in range(0, len(block), k):
         d = deg_t[torch.from_numpy(block[a : a + k])].unsqueeze(1)
         h = torch.from_numpy(np.ascontiguousarray(decode(own[a : a + k])))
         yield a, sl.finish(torch.from_numpy(acc[a : a + k]), h, d)
+
+
+def _finish_spilled(sl: SumLayer, acc, own, deg_t, block, reads: _Reads):
+    """Finish a chunked block whose own rows were spilled to the scratch array ``own``:
+    slice by slice, each slice's own rows read (planned reads, decoded into float32) by the
+    reading thread while the slice before is finished."""
+    k = reads.slice_rows
+    spilled = LayerRows(own, threads=1)
+    try:
+        slices = (
+            (np.arange(a, min(a + k, len(block)), dtype=np.int64),) for a in range(0, len(block), k)
+        )
+        for (at,), h in _read_ahead(reads.pool, spilled, None, slices, reads.slice_bufs):
+            a = int(at[0])
+            d = deg_t[torch.from_numpy(block[a : a + len(at)])].unsqueeze(1)
+            yield a, sl.finish(torch.from_numpy(acc[a : a + len(at)]), h, d)
+    finally:
+        spilled.close()
 
 
 @dataclass
@@ -563,14 +608,21 @@ class _LayerPlan:
     held: object = None
     #: bytes of the read buffers the plan counted (slices, and a sweep's ranges)
     read_bytes: int = 0
+    #: a chunked pull writes its targets' own rows to a scratch file (they would cost a block)
+    spill: bool = False
 
 
-def _plan_layer(sl: SumLayer, rows: LayerRows, pre, graph, todo, budget: int, src_ids):
+def _plan_layer(
+    sl: SumLayer, rows: LayerRows, pre, graph, todo, budget: int, src_ids, spill: bool = False
+):
     """The :class:`_LayerPlan` of a layer within ``budget`` bytes: a pull from memory when
     its sources are all there (accumulators only, and the in-edges when copied), a chunked
     pull when they are read (accumulators, own rows as stored and cursors per target; the
     in-edges when copied; the chunk buffers take what the largest block leaves, up to
-    :data:`PULL_CHUNK_BYTES`, at least an eighth), else a sweep of bucketed ranges."""
+    :data:`PULL_CHUNK_BYTES`, at least an eighth), else a sweep of bucketed ranges. With
+    ``spill`` (a scratch directory exists) a chunked pull whose own rows would take more
+    blocks in memory writes them to a scratch file instead: twice their bytes of disk
+    traffic against a pass over the whole input per block saved."""
     indptr, indices = graph[0], graph[1]
     in_dim = width_of(pre, rows.dim)
     linear = sl.linear and pre is None  # sources summed as stored: pulled
@@ -594,15 +646,24 @@ def _plan_layer(sl: SumLayer, rows: LayerRows, pre, graph, todo, budget: int, sr
         per_row = _Chunks.bytes_per_row(rows.dim)
         least = max(per_row, min(PULL_CHUNK_BYTES, room // 8))
         own = _own_kind(rows)[0].itemsize * rows.dim
-        per_target = 4 * sl.width + own + 24 + (8 if disk else 0)
+        edges = int(np.asarray(indptr[todo + 1], np.int64).sum()) if len(todo) else 0
+        edges -= int(np.asarray(indptr[todo], np.int64).sum()) if len(todo) else 0
+        per_target = 4 * sl.width + own + cursor_bytes(edges if disk else len(indices))
         per_edge = indices.dtype.itemsize if disk else 0
         blocks = _blocks(indptr, todo, per_target, max(room - least, 1), per_edge)
+        spilled = False
+        if spill and len(blocks) > 1:  # own rows on disk: fewer passes over the input?
+            fewer = _blocks(indptr, todo, per_target - own, max(room - least, 1), per_edge)
+            if len(fewer) < len(blocks):
+                blocks, per_target, spilled = fewer, per_target - own, True
         largest = max(
             (_block_cost(indptr, todo[a:b], per_target, per_edge) for a, b in blocks), default=0
         )
         size = max(least, min(PULL_CHUNK_BYTES, room - largest)) // per_row
-        how = f"each a pass over its sources in chunks of {size} ids"
-        return _LayerPlan(blocks, size, w, how, None, held_reads)
+        how = f"each a pass over its sources in chunks of {size} ids" + (
+            ", own rows spilled to a scratch file" if spilled else ""
+        )
+        return _LayerPlan(blocks, size, w, how, None, held_reads, spilled)
     per_target = target_bytes(sl, indices, in_dim)
     blocks = _blocks(indptr, todo, per_target, room, edge_bytes(indices))
     return _LayerPlan(blocks, 0, None, "each a pass over the sources it needs", None, held_reads)
@@ -614,12 +675,12 @@ def _block_cost(indptr, targets, per_target: int, per_edge: int) -> int:
 
 
 def layer_blocks(
-    sl: SumLayer, src, graph, todo, *, pre, budget: int, src_ids=None, normalize=False
+    sl: SumLayer, src, graph, todo, *, pre, budget: int, src_ids=None, normalize=False, spill=False
 ) -> int:
     """The number of blocks (passes over its input) a layer would take within ``budget``."""
     rows = LayerRows(src, normalize=normalize, threads=1, row_ids=src_ids)
     try:
-        return len(_plan_layer(sl, rows, pre, graph, todo, budget, src_ids).blocks)
+        return len(_plan_layer(sl, rows, pre, graph, todo, budget, src_ids, spill).blocks)
     finally:
         rows.close()
 
@@ -726,6 +787,7 @@ def blocked_layer(
     progress_bar=None,
     src_ids: np.ndarray | None = None,
     compact: bool = False,
+    spill: Callable[[int, int, np.dtype], np.ndarray] | None = None,
 ) -> None:
     """One layer for the targets ``todo`` (sorted, unique) from the rows of ``src`` (anything
     :class:`LayerRows` reads): ``graph = (indptr, indices, deg)`` with ``deg`` a float32
@@ -734,9 +796,11 @@ def blocked_layer(
     ``todo`` of ``out`` (positioned writes; with ``compact``, to rows ``0..len(todo)``: ``out``
     holds the outputs of ``todo`` in order) or to ``on_output(positions in todo, rows)``.
     ``src_ids``: the sorted ids whose rows ``src`` holds in order (the compact output of the
-    layer before); None: row ``i`` is id ``i``."""
+    layer before); None: row ``i`` is id ``i``. ``spill(rows, cols, dtype)``: a file-backed
+    scratch array, for a chunked pull's own rows when keeping them would cost a block (None:
+    always kept in memory)."""
     rows = LayerRows(src, normalize=normalize, threads=threads, row_ids=src_ids)
-    plan = _plan_layer(sl, rows, pre, graph, todo, budget, src_ids)
+    plan = _plan_layer(sl, rows, pre, graph, todo, budget, src_ids, spill is not None)
     blocks, chunks, how, w = plan.blocks, None, plan.how, plan.weights
     reads = _Reads(budget, rows.dim, max(width_of(pre, rows.dim), sl.width))
     if plan.chunk_rows:
@@ -759,7 +823,8 @@ def blocked_layer(
             if plan.held is not None:
                 parts = _pull_block(sl, rows, plan.held, graph, block, reads, w)
             elif chunks is not None:
-                parts = _chunked_block(sl, rows, graph, block, reads, chunks, w)
+                how_own = spill if plan.spill else None
+                parts = _chunked_block(sl, rows, graph, block, reads, chunks, w, how_own)
             else:
                 parts = _layer_block(sl, rows, pre, graph, block, reads)
             for i, h in parts:
@@ -792,6 +857,7 @@ def blocked_layers(
     normalize: bool = False,
     threads: int = 8,
     show_progress: bool | None = None,
+    spill: Callable[[int, int, np.dtype], np.ndarray] | None = None,
 ) -> None:
     """Run ``layers`` over the graph ``(indptr, indices)`` (in-neighbour CSR of all
     ``len(deg)`` nodes; ``deg`` float32 full in-degrees) from ``inputs`` (a
@@ -801,7 +867,8 @@ def blocked_layers(
     file, not the scattered rows of a sparse one); the last for ``targets`` (sorted, unique) only,
     handed to ``on_output(target positions, rows)`` block by block. ``budget``: bytes of
     working memory (accumulators, edges, the rows being read, and a layer's output when it
-    fits :data:`KEEP_SHARE` of it: kept in memory instead of a scratch file)."""
+    fits :data:`KEEP_SHARE` of it: kept in memory instead of a scratch file); ``spill``: as
+    :func:`blocked_layer`'s."""
     n = len(deg)
     graph = (indptr, indices, torch.from_numpy(np.asarray(deg, np.float32)))
     src, norm, pre = inputs, normalize, layers[0].pre if layers else None
@@ -817,7 +884,7 @@ def blocked_layers(
             dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
             width = output_width(sl, width_of(pre, dim), nxt)
             nbytes = 4 * len(todo) * width
-            if _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, norm):
+            if _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, norm, spill):
                 out = huge_empty((len(todo), width), np.float32)  # the next layer pulls it
                 held += nbytes
             else:
@@ -840,13 +907,14 @@ def blocked_layers(
             progress_bar=bar,
             src_ids=src_ids,
             compact=True,
+            spill=spill,
         )
         bar.close()
         src, norm, pre, src_ids = out, False, None, todo
         kept = held - kept  # this layer's output, if in memory; its input goes
 
 
-def _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, normalize) -> bool:
+def _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, normalize, spill) -> bool:
     """Whether a layer keeps its output (``nbytes``) in the working memory: it fits
     :data:`KEEP_SHARE` of it beside the input kept there (``kept``) and the layer still runs
     in one block. A layer that needs several blocks (a pass over its input each) is short
@@ -854,7 +922,7 @@ def _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, normalize) 
     of every target; docs/measurements.md#pulling-rows-held-in-memory)."""
     if kept + nbytes > budget * KEEP_SHARE:
         return False
-    kw = {"pre": pre, "src_ids": src_ids, "normalize": normalize}
+    kw = {"pre": pre, "src_ids": src_ids, "normalize": normalize, "spill": spill is not None}
     return layer_blocks(sl, src, graph, todo, budget=max(budget - kept - nbytes, 1), **kw) == 1
 
 

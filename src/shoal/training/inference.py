@@ -84,13 +84,18 @@ class Scratch(contextlib.ExitStack):
         """A float32 ``(rows, cols)`` array (contents undefined)."""
         if rows * cols * 4 <= INFERENCE_MEMMAP_BYTES:
             return np.empty((rows, cols), np.float32)
+        return self.spill(rows, cols, np.float32)
+
+    def spill(self, rows: int, cols: int, dtype: np.dtype | type = np.float32) -> np.ndarray:
+        """A ``(rows, cols)`` array of ``dtype`` in the scratch directory, whatever its size
+        (a memory map, written and read with positioned I/O: memory a plan gave up)."""
         if self._dir is None:
             self._dir = self.enter_context(
                 scratch_space(self.scratch_dir, beside=self.beside, prefix="shoal-infer")
             )
         self._count += 1
         path = self._dir / f"a{self._count}.npy"
-        return open_output_memmap(path, np.float32, (rows, cols))
+        return open_output_memmap(path, dtype, (rows, cols))
 
 
 @dataclass
@@ -502,6 +507,7 @@ def _run_blocked(
             targets,
             on_output,
             new_array=scratch.array,
+            spill=scratch.spill,
             budget=memory_budget or BLOCKED_BUDGET,
             normalize=norm,
             show_progress=show_progress,
