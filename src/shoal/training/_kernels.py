@@ -263,10 +263,14 @@ def _chunk_ahead(cur, end, indices, hi, b, i, e, lo, slot, buf, acc):
     if e >= end[i] or indices[e] >= hi:
         i += 1
         while i < b and (cur[i] >= end[i] or indices[cur[i]] >= hi):
+            if i + VISIT_AHEAD < b:  # the list position of a target a few visits on
+                prefetch_at(indices, cur[i + VISIT_AHEAD])
             i += 1
         if i < b:
             e = cur[i]
             prefetch_row(acc, i)
+            if i + VISIT_AHEAD < b:
+                prefetch_at(indices, cur[i + VISIT_AHEAD])
     if i < b:
         prefetch_row(buf, slot[indices[e] - lo])
     return i, e

@@ -18,8 +18,10 @@ mapped into the process), and are read back the same planned way by the next lay
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -299,7 +301,7 @@ def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, always
     deg = np.asarray(indptr[nodes + 1], np.int64) - np.asarray(indptr[nodes], np.int64)
     ptr = np.zeros(len(nodes) + 1, np.int64)
     np.cumsum(deg, out=ptr[1:])
-    src = np.empty(int(ptr[-1]), indices.dtype)
+    src = huge_empty((int(ptr[-1]),), indices.dtype)
     if not on_disk:
         BK._copy_lists(indptr, indices, np.asarray(nodes, np.int64), ptr, src)
         return ptr, src
@@ -478,7 +480,7 @@ class _Chunks:
 
     def __init__(self, rows: int, dim: int) -> None:
         self.rows = rows
-        self.bufs = [np.empty((rows, dim), np.float32) for _ in range(2)]
+        self.bufs = [huge_empty((rows, dim), np.float32) for _ in range(2)]
         self.mark = np.zeros(rows, np.bool_)
         self.slot = np.zeros(rows, np.int64)
 
@@ -490,29 +492,24 @@ class _Chunks:
 def _chunk_edges(indptr, indices, block):
     """``(cur, end, entries)`` of the block's in-edges for chunked pulls, each list sorted:
     cursors into the CSR when it is in memory and sorted, else into a copy (read from the
-    file, sorted where it was not); the cursors are int32 when the entries allow
-    (:func:`cursor_bytes`)."""
+    file, sorted where it was not)."""
     compact = _in_edges(indptr, indices, block)
     if compact is None:
-        dt = id_dtype(len(indices) + 1)
         cur = np.asarray(indptr[block], np.int64)
         end = np.asarray(indptr[block + 1], np.int64)
         if BK._lists_sorted(cur, end, indices):
-            return cur.astype(dt), end.astype(dt), indices
+            return cur, end, indices
         compact = _in_edges(indptr, indices, block, always=True)
     ptr, src = compact
     if not BK._lists_sorted(ptr[:-1], ptr[1:], src):
         BK._sort_lists(ptr, src)
-    dt = id_dtype(len(src) + 1)
-    return ptr[:-1].astype(dt), ptr[1:].astype(dt), src
+    return ptr[:-1].copy(), ptr[1:], src
 
 
-def cursor_bytes(entries: int) -> int:
-    """Bytes per target of a chunked pull's cursors over ``entries`` in-edges: the summing
-    and the marking cursors and each list's end, int32 when the entries allow, plus the
-    int64 offsets they are made from (freed before the block's accumulators exist, but
-    counted: the peak of building them)."""
-    return 3 * id_dtype(entries + 1).itemsize + 8
+#: bytes per target of a chunked pull's cursors: the summing and the marking cursors and
+#: the in-edge offsets (int64: int32 cursors made the pull kernel twice as slow,
+#: docs/measurements.md#pulling-rows-held-in-memory)
+CURSOR_BYTES = 24
 
 
 def _chunked_block(
@@ -531,7 +528,9 @@ def _chunked_block(
     :func:`_layer_block`."""
     indptr, indices, deg_t = graph
     n = len(deg_t)
-    cur, end, entries = _chunk_edges(indptr, indices, block)
+    t = _Timer()
+    with t("in-edges"):
+        cur, end, entries = _chunk_edges(indptr, indices, block)
     ahead = cur.copy()  # the marking cursors, one chunk ahead of the summing ones
     acc = huge_zeros((len(block), sl.width), np.float32)
     own_dtype, encode, decode = _own_kind(rows)
@@ -548,34 +547,64 @@ def _chunked_block(
     def marked() -> Iterator[tuple]:
         for lo in range(0, n, size):
             hi = min(lo + size, n)
-            BK._mark_chunk(ahead, end, entries, lo, hi, mark)
-            ta, tb = np.searchsorted(block, [lo, hi])
-            mark[block[ta:tb] - lo] = True
-            ids = np.flatnonzero(mark[: hi - lo])
-            mark[ids] = False
+            with t("marking"):
+                BK._mark_chunk(ahead, end, entries, lo, hi, mark)
+                ta, tb = np.searchsorted(block, [lo, hi])
+                mark[block[ta:tb] - lo] = True
+                ids = np.flatnonzero(mark[: hi - lo])
+                mark[ids] = False
             if len(ids):
                 yield ids + lo, lo, hi, int(ta), int(tb)
 
     ro_end, ro_entries, ro_slot, ww = (_read_only(a) for a in (end, entries, slot, ww))
-    for (ids, lo, hi, ta, tb), h in _read_ahead(reads.pool, rows, None, marked(), chunks.bufs):
+    chunked = _read_ahead(reads.pool, rows, None, marked(), chunks.bufs)
+    while True:
+        with t("read wait"):
+            got = next(chunked, None)
+        if got is None:
+            break
+        (ids, lo, hi, ta, tb), h = got
         x = h.numpy()
-        slot[ids - lo] = np.arange(len(ids))
-        pull(cur, ro_end, ro_entries, lo, hi, ro_slot, _read_only(x), ww, acc)
-        if tb > ta and writer is None:
-            own[ta:tb] = encode(x[slot[block[ta:tb] - lo]])
-        elif tb > ta:
-            writer.write(np.arange(ta, tb), encode(x[slot[block[ta:tb] - lo]]))
+        with t("pull"):
+            slot[ids - lo] = np.arange(len(ids))
+            pull(cur, ro_end, ro_entries, lo, hi, ro_slot, _read_only(x), ww, acc)
+        with t("own rows"):
+            if tb > ta and writer is None:
+                own[ta:tb] = encode(x[slot[block[ta:tb] - lo]])
+            elif tb > ta:
+                writer.write(np.arange(ta, tb), encode(x[slot[block[ta:tb] - lo]]))
     if not np.array_equal(cur, end):  # every entry must have been summed
         raise RuntimeError("in-neighbour ids outside the layer's input: cannot sum them")
     k = reads.slice_rows
     if writer is not None:
-        writer.close()
+        with t("own rows"):
+            writer.close()
+    log.info("a block of %d targets summed: %s (the read wait counts the marking)", len(block), t)
+    if writer is not None:
         yield from _finish_spilled(sl, acc, own, deg_t, block, reads)
         return
     for a in range(0, len(block), k):
         d = deg_t[torch.from_numpy(block[a : a + k])].unsqueeze(1)
         h = torch.from_numpy(np.ascontiguousarray(decode(own[a : a + k])))
         yield a, sl.finish(torch.from_numpy(acc[a : a + k]), h, d)
+
+
+class _Timer:
+    """Seconds spent per named phase: ``with timer("pull"): ...``; prints them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
 
 
 def _finish_spilled(sl: SumLayer, acc, own, deg_t, block, reads: _Reads):
@@ -646,9 +675,7 @@ def _plan_layer(
         per_row = _Chunks.bytes_per_row(rows.dim)
         least = max(per_row, min(PULL_CHUNK_BYTES, room // 8))
         own = _own_kind(rows)[0].itemsize * rows.dim
-        edges = int(np.asarray(indptr[todo + 1], np.int64).sum()) if len(todo) else 0
-        edges -= int(np.asarray(indptr[todo], np.int64).sum()) if len(todo) else 0
-        per_target = 4 * sl.width + own + cursor_bytes(edges if disk else len(indices))
+        per_target = 4 * sl.width + own + CURSOR_BYTES + (8 if disk else 0)
         per_edge = indices.dtype.itemsize if disk else 0
         blocks = _blocks(indptr, todo, per_target, max(room - least, 1), per_edge)
         spilled = False
