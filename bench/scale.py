@@ -366,8 +366,16 @@ def section(name: str, s: dict) -> list[str]:
         p = s["stages"].get(stage)
         if p:
             lines += [_row(stage, r) for r in (p["uncapped"], p["capped"]) if r is not None]
-    lines += ["", *[f"Stage {k} run {v}." for k, v in s.get("dates", {}).items()], ""]
+    machines = s.get("machines", {})
+    lines += ["", *[_dated(k, v, machines.get(k)) for k, v in s.get("dates", {}).items()], ""]
     return lines + checks(s) + [""]
+
+
+def _dated(stage: str, date: str, machine: str | None) -> str:
+    """A stage's date line, with the machine it ran on (stages rerun in later sessions may
+    have run on another host than the header's: compare a stage's rows with each other)."""
+    cpu = f" on {machine.split(',')[1].strip()}" if machine and "," in machine else ""
+    return f"Stage {stage} run {date}{cpu}."
 
 
 def render(res: dict) -> str:
@@ -382,7 +390,8 @@ def render(res: dict) -> str:
         "and mean epoch with the reading done at the start; the evaluation is the exact val + "
         "test pass after the last epoch (the final one when that epoch is the best); features / "
         "CSR read per epoch: the rows read from disk, and the neighbour lists when the "
-        "structure is on disk.",
+        "structure is on disk. Each stage's uncapped and capped runs ran back to back on one "
+        "machine; stages rerun later may have run on another (named beside their date).",
     )
     for name, s in res["graphs"].items():
         lines += section(name, s)
@@ -425,6 +434,7 @@ def main() -> None:
         if stage not in stages:
             continue
         s["dates"][stage] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        s.setdefault("machines", {})[stage] = res["machine"]
         s["stages"][stage] = run_pair(stage, name, d, cap, epochs)
         if (d / "graph" / "meta.json").exists():
             s["graph"] = graph_info(d / "graph")
