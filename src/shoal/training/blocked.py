@@ -18,10 +18,8 @@ mapped into the process), and are read back the same planned way by the next lay
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +36,7 @@ from shoal.rows.featstore import DiskFeatures
 from shoal.rows.gather import gather_rows
 from shoal.rows.opener import open_rows
 from shoal.training import _kernels as BK
+from shoal.training.batches import Timer
 from shoal.utils.featdtype import of_stored, scales_of
 from shoal.utils.mapped import file_of, read_span
 from shoal.utils.memory import huge_empty, huge_zeros
@@ -528,8 +527,8 @@ def _chunked_block(
     :func:`_layer_block`."""
     indptr, indices, deg_t = graph
     n = len(deg_t)
-    t = _Timer()
-    with t("in-edges"):
+    t = Timer()
+    with t.phase("in-edges"):
         cur, end, entries = _chunk_edges(indptr, indices, block)
     ahead = cur.copy()  # the marking cursors, one chunk ahead of the summing ones
     acc = huge_zeros((len(block), sl.width), np.float32)
@@ -547,7 +546,7 @@ def _chunked_block(
     def marked() -> Iterator[tuple]:
         for lo in range(0, n, size):
             hi = min(lo + size, n)
-            with t("marking"):
+            with t.phase("marking"):
                 BK._mark_chunk(ahead, end, entries, lo, hi, mark)
                 ta, tb = np.searchsorted(block, [lo, hi])
                 mark[block[ta:tb] - lo] = True
@@ -559,16 +558,16 @@ def _chunked_block(
     ro_end, ro_entries, ro_slot, ww = (_read_only(a) for a in (end, entries, slot, ww))
     chunked = _read_ahead(reads.pool, rows, None, marked(), chunks.bufs)
     while True:
-        with t("read wait"):
+        with t.phase("read wait"):
             got = next(chunked, None)
         if got is None:
             break
         (ids, lo, hi, ta, tb), h = got
         x = h.numpy()
-        with t("pull"):
+        with t.phase("pull"):
             slot[ids - lo] = np.arange(len(ids))
             pull(cur, ro_end, ro_entries, lo, hi, ro_slot, _read_only(x), ww, acc)
-        with t("own rows"):
+        with t.phase("own rows"):
             if tb > ta and writer is None:
                 own[ta:tb] = encode(x[slot[block[ta:tb] - lo]])
             elif tb > ta:
@@ -577,7 +576,7 @@ def _chunked_block(
         raise RuntimeError("in-neighbour ids outside the layer's input: cannot sum them")
     k = reads.slice_rows
     if writer is not None:
-        with t("own rows"):
+        with t.phase("own rows"):
             writer.close()
     log.info("a block of %d targets summed: %s (the read wait counts the marking)", len(block), t)
     if writer is not None:
@@ -587,24 +586,6 @@ def _chunked_block(
         d = deg_t[torch.from_numpy(block[a : a + k])].unsqueeze(1)
         h = torch.from_numpy(np.ascontiguousarray(decode(own[a : a + k])))
         yield a, sl.finish(torch.from_numpy(acc[a : a + k]), h, d)
-
-
-class _Timer:
-    """Seconds spent per named phase: ``with timer("pull"): ...``; prints them."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-
-    def __str__(self) -> str:
-        return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
 
 
 def _finish_spilled(sl: SumLayer, acc, own, deg_t, block, reads: _Reads):
