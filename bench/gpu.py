@@ -12,12 +12,15 @@ budget below the device's working set is retried at the floor it names plus 256 
 
 - In memory, ``common.GRAPHS["200k"]`` (the training-speed benchmark's graph, issue 5);
   GraphSAGE-mean, 3 layers, hidden 256, dropout 0.5, batch 1024, fanouts 15,10,5, Adam lr
-  0.003: ``cuda`` / ``cpu`` (shoal's model), ``cuda-pyg`` (PyG's
-  ``torch_geometric.nn.models.GraphSAGE`` through ``--model-factory``, called as
-  ``model(x, edge_index)`` on shoal's blocks).
+  0.003: ``cuda-host`` (batches sampled and gathered on the host, copied: ``--sample-on
+  host``), ``cuda`` (sampled and gathered on the GPU: ``--sample-on device``, issue 56),
+  ``cpu`` (shoal's model), ``cuda-pyg`` (PyG's ``torch_geometric.nn.models.GraphSAGE``
+  through ``--model-factory``, called as ``model(x, edge_index)`` on shoal's blocks).
 - Out of core, ``common.GRAPHS["2m"]`` (issue 33's graph, 2.05 GB of features); GraphSAGE 2
   layers, hidden 128, fanouts 10,5, ``--memory 2GiB`` (below the feature matrix, process
-  included): ``cuda-ooc`` / ``cpu-ooc``.
+  included): ``cuda-ooc-host`` / ``cuda-ooc`` (every row cached on the GPU) /
+  ``cuda-ooc-cache`` (``--device-memory 512MiB``: the rows of highest in-degree on the GPU,
+  the others from the host's store) / ``cpu-ooc``.
 
 The share of an epoch the GPU waits for batches is ``1 - forward_backward / epoch``: the step
 (forward, loss, backward, optimizer, and the wait for the batch's host-to-device copy) against
@@ -64,6 +67,9 @@ MODEL += ["--dropout", "0.5", "--lr", "0.003"]
 #: the out-of-core workload's model (issue 33's)
 OOC_MODEL = ["--model", "sage", "--fanouts", "10,5", "--hidden", "128"]
 OOC_MEMORY = "2GiB"
+#: ``cuda-ooc-cache``'s device memory: the 2m graph's CSR copy (96 MB) and about a fifth of
+#: its 2.05 GB of rows
+DEVICE_CACHE = "512MiB"
 
 
 def graph(name: str, work: Path | None) -> Path:
@@ -186,9 +192,9 @@ def markdown(res: dict) -> str:
     info, runs = res["device"], {r["name"]: r for r in res["runs"]}
     s = {k: summary(r) for k, r in runs.items()}
     gpu = info.get("gpu") or "no GPU (a rehearsal on the CPU)"
-    in_memory = bool({"cuda", "cpu", "cuda-pyg"} & runs.keys())
+    in_memory = bool({"cuda", "cuda-host", "cpu", "cuda-pyg"} & runs.keys())
     lines = header(
-        "GraphSAGE on a GPU against the same machine's CPU cores (issue 35)",
+        "GraphSAGE on a GPU against the same machine's CPU cores (issues 35, 56)",
         res,
         f"Device: **{gpu}** ({info.get('nvidia_smi') or ''}); torch {info['torch']}, "
         f"CUDA {info.get('cuda')}",
@@ -222,10 +228,26 @@ def markdown(res: dict) -> str:
         if a in s and b in s and "error" not in runs[a] and "error" not in runs[b]:
             lines.append(f"- {label}: {s[a]['epoch_seconds'] / s[b]['epoch_seconds']:.2f}x")
 
+    ratio(
+        "cuda",
+        "cuda-host",
+        "GPU epoch, batches made on the device / made on the host "
+        "and copied, features in memory (issue 56: at most 0.6x)",
+    )
+    ratio(
+        "cuda-ooc",
+        "cuda-ooc-host",
+        "GPU epoch, batches made on the device / on the host, out of core (issue 56: below 1x)",
+    )
+    ratio(
+        "cuda-ooc-cache",
+        "cuda-ooc-host",
+        "GPU epoch, a partial device cache / batches made on the host, out of core",
+    )
     ratio("cpu", "cuda", "CPU epoch / GPU epoch, features in memory")
     ratio("cpu-ooc", "cuda-ooc", "CPU epoch / GPU epoch, out of core")
     ratio("cuda-pyg", "cuda", "PyG GraphSAGE epoch / shoal SAGE epoch, both on the GPU")
-    for name in ("cuda", "cuda-pyg", "cuda-ooc"):
+    for name in ("cuda-host", "cuda", "cuda-pyg", "cuda-ooc-host", "cuda-ooc", "cuda-ooc-cache"):
         if name in s and "error" not in runs[name]:
             x = s[name]
             lines.append(
@@ -280,6 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out")
     ap.add_argument("--ooc-memory", default=OOC_MEMORY, help=f"default {OOC_MEMORY}")
     ap.add_argument(
+        "--device-cache",
+        default=DEVICE_CACHE,
+        help=f"cuda-ooc-cache's --device-memory: the CSR and a part of the rows (default "
+        f"{DEVICE_CACHE})",
+    )
+    ap.add_argument(
         "--command",
         help="the command to record (default: this script's command line; bench/gpu.sh "
         "passes its own)",
@@ -302,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         write_results(out / "gpu", res, markdown)
         return 0
     if args.smoke:
-        args.rehearse, args.epochs, args.skip = True, 1, "cuda,cpu,cuda-ooc"
+        skip = "cuda-host,cuda,cpu,cuda-ooc-host,cuda-ooc,cuda-ooc-cache"
+        args.rehearse, args.epochs, args.skip = True, 1, skip
     args.work.mkdir(parents=True, exist_ok=True)
     small, big = ("smoke", "smoke") if args.rehearse else ("200k", "2m")
     gwork = None if args.smoke else args.work  # smoke: the smoke graph every script shares
@@ -346,14 +375,19 @@ def main(argv: list[str] | None = None) -> int:
         write_results(out / "gpu", res, markdown)
 
     write_results(out / "gpu", res, markdown)
-    run("cuda", g, gpu, MODEL)
+    host, dev = ["--sample-on", "host"], ["--sample-on", "device"]
+    run("cuda-host", g, gpu, [*MODEL, *host])
+    run("cuda", g, gpu, [*MODEL, *dev])
     run("cpu", g, "cpu", MODEL)
-    run("cuda-pyg", g, gpu, [*MODEL, "--model-factory", PYG_FACTORY])
-    if not {"cuda-ooc", "cpu-ooc"} <= skip:
+    run("cuda-pyg", g, gpu, [*MODEL, *dev, "--model-factory", PYG_FACTORY])
+    if not {"cuda-ooc-host", "cuda-ooc", "cuda-ooc-cache", "cpu-ooc"} <= skip:
         ooc = graph(big, gwork)
         res["feature_bytes"] = (ooc / "features.npy").stat().st_size
         mem = ["--memory", args.ooc_memory, "--scratch-dir", str(args.work / "scratch")]
-        run("cuda-ooc", ooc, gpu, [*OOC_MODEL, *mem])
+        run("cuda-ooc-host", ooc, gpu, [*OOC_MODEL, *mem, *host])
+        run("cuda-ooc", ooc, gpu, [*OOC_MODEL, *mem, *dev])
+        cache = ["--device-memory", args.device_cache]
+        run("cuda-ooc-cache", ooc, gpu, [*OOC_MODEL, *mem, *dev, *cache])
         run("cpu-ooc", ooc, "cpu", [*OOC_MODEL, *mem])
     write_results(out / "gpu", res, markdown)
     print((out / "gpu.md").read_text())

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU run of issue 35, prepared to run in one go on a lent GPU machine (its image has
+# The GPU run of issues 35 and 56, prepared to run in one go on a lent GPU machine (its image has
 # torch with CUDA, torch-geometric, numba, numpy, scipy, psutil, tqdm, pytest and
 # pytest-xdist, and reaches no package index):
 #
@@ -36,6 +36,9 @@ $PY -c "import torch, shoal; print('torch', torch.__version__, 'cuda', torch.cud
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 
 TESTS=(
+    tests/sample/test_device.py
+    tests/training/test_devicebatches.py
+    tests/training/test_meter.py
     tests/nn/test_ondevice.py
     tests/training/test_device.py
     tests/training/test_inference.py

@@ -120,13 +120,16 @@ def test_cuda_training_with_keyed_dropout_matches_the_cpu(tiny):  # noqa: F811
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-def test_cuda_out_of_core_training_matches_in_memory_cpu(make_graph, monkeypatch):
+@pytest.mark.parametrize("sample_on", ["host", "device"])
+def test_cuda_out_of_core_training_matches_in_memory_cpu(make_graph, monkeypatch, sample_on):
     """Features read ahead from disk in windows under a small budget, then staged through
-    pinned buffers to the GPU: the same losses and evaluation as the whole matrix in memory
-    on the CPU."""
+    pinned buffers to the GPU (``host``), or sampled on the GPU with a third of the rows
+    cached there and the others gathered by the host's budgeted store (``device``): the same
+    losses and evaluation as the whole matrix in memory on the CPU."""
     import shoal.rows.budget as budget_mod
     import shoal.training.trainer as trainer_mod
     from shoal.rows.budget import RESERVE
+    from shoal.sample.device import DeviceSampler
     from shoal.training import TrainData
     from tests.rows.test_prefetch import _graph
 
@@ -138,15 +141,31 @@ def test_cuda_out_of_core_training_matches_in_memory_cpu(make_graph, monkeypatch
         model="sage", fanouts=(5, 5), batch_size=8, hidden=8, epochs=2, threads=1, progress=False
     )
     big = Trainer(TrainConfig.from_options(**base, memory="8GiB"), TrainData.from_graph_dir(graph))
+    data = TrainData.from_graph_dir(graph)
+    nodes = data.num_nodes
+    structure = DeviceSampler.nbytes(nodes, len(data.indices), nodes)
+    device_memory = structure + (nodes // 3) * (4 * data.feature_dim + 4)
     small = Trainer(
-        TrainConfig.from_options(**base, memory=RESERVE + 250_000, device="cuda"),
-        TrainData.from_graph_dir(graph),
+        TrainConfig.from_options(
+            **base,
+            memory=RESERVE + 250_000,
+            device="cuda",
+            sample_on=sample_on,
+            device_memory=device_memory,
+        ),
+        data,
     )
-    assert small.loader.prefetcher is not None and big.loader.prefetcher is None
+    assert big.loader.prefetcher is None
+    if sample_on == "host":
+        assert small.loader.prefetcher is not None and small.device_batches is None
+    else:
+        assert small.device_batches.rows.cached == nodes // 3
     for e in range(2):
         a, b = big.train_epoch(e), small.train_epoch(e)
         assert abs(a["loss"] - b["loss"]) < 1e-4
         assert b["io"]["bytes_read"] > 0
+        if sample_on == "device":
+            assert b["io"]["rows_host"] > 0 and b["io"]["rows_device"] > 0
     for p, q in zip(big.model.parameters(), small.model.parameters(), strict=True):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().cpu().numpy(), atol=1e-4)
     small.end_training()

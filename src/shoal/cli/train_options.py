@@ -19,6 +19,7 @@ from shoal.sample.sampler import parse_fanouts
 from shoal.training import TrainConfig
 from shoal.training.config import PRESETS
 from shoal.training.presets import LINK_PRESET
+from shoal.training.sections import SAMPLE_ON
 from shoal.utils.device import check_device_spec
 
 __all__ = ["CONFIG_FLAGS", "add_train_arguments", "config_from_args"]
@@ -30,7 +31,7 @@ CONFIG_FLAGS = tuple(
         "epochs min_steps lr dropout weight_decay patience eval_every eval_test eval_batch_size "
         "eval_halo eval_fanouts seed threads device normalize_features heads checkpoint_dir resume metrics_file "
         "scratch_dir engine nproc plan dist_timeout max_restarts memory io_threads pack_epochs "
-        "cache_policy structure rows_backend"
+        "cache_policy structure rows_backend sample_on device_memory"
     ).split()
 )
 
@@ -206,7 +207,22 @@ def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
         "--device",
         type=_device,
         help="where the model computes: cpu, cuda (each process its local rank's "
-        "GPU) or cuda:i; sampling and feature reads stay on the host (default cpu)",
+        "GPU) or cuda:i; see --sample-on for where batches are produced (default cpu)",
+    )
+    g.add_argument(
+        "--sample-on",
+        choices=SAMPLE_ON,
+        help="where one process produces its batches: host (numba sampler, host store, "
+        "batches copied), device (sampled by torch on the model's device over a copy of the "
+        "CSR, rows from a device cache in front of the host store; the same batches), auto: "
+        "device on a GPU for an untyped graph's node task when the CSR fits --device-memory "
+        f"(default {d.run.sample_on})",
+    )
+    g.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        help="device memory for the CSR's copy and the cached rows with --sample-on device "
+        "(default: half the GPU's free memory; on the CPU 0, no rows cached)",
     )
     g.add_argument(
         "--eval-every",

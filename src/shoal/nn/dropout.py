@@ -24,13 +24,16 @@ import torch
 from torch.nn import functional as F
 
 from shoal.nn import _kernels as K
+from shoal.utils.splitmix import GOLDEN as _GOLDEN
+from shoal.utils.splitmix import M1 as _M1
+from shoal.utils.splitmix import M2 as _M2
+from shoal.utils.splitmix import lsr as _lsr
+from shoal.utils.splitmix import mix64 as _mix64_t
+from shoal.utils.splitmix import signed as _signed
 
 __all__ = ["dropout", "dropout_key", "keyed_mask", "layer_key", "relu_dropout"]
 
 _MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-_M1 = 0xBF58476D1CE4E5B9
-_M2 = 0x94D049BB133111EB
 
 
 def _mix64(z: int) -> int:
@@ -51,21 +54,6 @@ def layer_key(key: int, slot: int) -> int:
     """The key of one dropout site of a step: ``slot`` = the layer whose input is dropped
     (0: the input features; ``l``: layer ``l - 1``'s output)."""
     return _mix64((int(key) ^ _mix64((int(slot) + _GOLDEN) & _MASK64)) & _MASK64)
-
-
-def _signed(v: int) -> int:
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def _lsr(z: torch.Tensor, s: int) -> torch.Tensor:
-    """Logical right shift of int64 tensors holding uint64 bits."""
-    return (z >> s) & ((1 << (64 - s)) - 1)
-
-
-def _mix64_t(z: torch.Tensor) -> torch.Tensor:
-    z = (z ^ _lsr(z, 30)) * _signed(_M1)
-    z = (z ^ _lsr(z, 27)) * _signed(_M2)
-    return z ^ _lsr(z, 31)
 
 
 def _threshold(p: float) -> int:

@@ -9,8 +9,10 @@ minimise cross-entropy with Adam (Kingma & Ba, ICLR 2015).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -26,7 +28,16 @@ from shoal.rows.prefetch import WindowPrefetcher
 from shoal.sample.sampler import NeighborSampler
 from shoal.utils.io import release_pages
 
-__all__ = ["Batch", "BatchLoader", "Gatherer", "Timer", "batch_seed", "train_step"]
+__all__ = [
+    "Batch",
+    "BatchLoader",
+    "EventClock",
+    "Gatherer",
+    "Timer",
+    "batch_seed",
+    "event_device",
+    "train_step",
+]
 
 
 class Gatherer(Protocol):
@@ -41,25 +52,127 @@ def batch_seed(seed: int, epoch: int, step: int) -> int:
     return int(ss.generate_state(1, np.uint64)[0])
 
 
-class Timer:
-    """Accumulates wall time per phase name."""
+def event_device(device: torch.device | str | None) -> torch.device | None:
+    """``device`` as a :class:`torch.device` when phases on it are timed with CUDA events: a
+    ``cuda`` device on a machine where :func:`torch.cuda.is_available`; None otherwise (the
+    phases stay on the wall clock)."""
+    if device is None:
+        return None
+    d = torch.device(device)
+    if d.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return d
 
-    def __init__(self) -> None:
+
+class EventClock:
+    """Times blocks with pairs of CUDA events on the current stream of ``device``, without a
+    synchronisation per block.
+
+    :meth:`time` records a start event before the block and an end event after it; the pair
+    waits until :meth:`seconds` synchronises (once, on the last end event) and turns every
+    pair into ``start.elapsed_time(end) / 1000`` seconds, summed per phase. To keep the
+    pending pairs bounded over a long epoch, pairs the device has already finished (in the
+    order they were recorded) are summed as more are recorded, again without a sync. What a
+    pair measures is the device's time between the two events on that stream: the kernels
+    the block queued there plus any wait inside the block; work the block queues on other
+    streams is not in it.
+    """
+
+    _DRAIN_AT = 512  # pending pairs from which the finished ones are summed as we go
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._pending: collections.deque[tuple[str, Any, Any]] = collections.deque()
+        self._done: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def pending(self) -> int:
+        """Pairs recorded and not yet summed."""
+        return len(self._pending)
+
+    @contextlib.contextmanager
+    def time(self, name: str) -> Iterator[None]:
+        """Times the ``with`` block as ``name`` (also when it raises)."""
+        stream = torch.cuda.current_stream(self.device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        try:
+            yield
+        finally:
+            end.record(stream)
+            with self._lock:
+                self._pending.append((name, start, end))
+                if len(self._pending) >= self._DRAIN_AT:
+                    self._drain()
+
+    def _drain(self) -> None:
+        # the lock is held; sums the finished pairs at the front, in the order recorded
+        q, done = self._pending, self._done
+        while q and q[0][2].query():
+            name, start, end = q.popleft()
+            done[name] = done.get(name, 0.0) + start.elapsed_time(end) / 1000.0
+
+    def seconds(self) -> dict[str, float]:
+        """Waits for the pending pairs and returns the seconds per phase of every pair since
+        the last call (then starts from zero again); ``{}`` when nothing was timed."""
+        with self._lock:
+            q = self._pending
+            if q:
+                q[-1][2].synchronize()
+                for _, _, end in q:  # a pair on another stream may still be running
+                    if not end.query():
+                        end.synchronize()
+                self._drain()
+            out, self._done = self._done, {}
+        return out
+
+
+class Timer:
+    """Accumulates seconds per phase name.
+
+    Args:
+        device: the device the timed phases run on (keyword; default None: the wall clock).
+            On a CUDA device (when :func:`torch.cuda.is_available`) :meth:`phase` times its
+            block with CUDA events on the current stream (see :class:`EventClock`): the
+            device's time between them, the kernels the block queued plus any wait inside it,
+            measured without a sync per block. Those seconds reach :attr:`seconds` at
+            :meth:`flush`. Any other device: the wall clock, as with None.
+    """
+
+    def __init__(self, *, device: torch.device | str | None = None) -> None:
         self.seconds: dict[str, float] = {}
+        dev = event_device(device)
+        self._events = EventClock(dev) if dev is not None else None
 
     def add(self, name: str, seconds: float) -> None:
+        """Adds ``seconds`` (wall seconds, on any device) to ``name``."""
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Times the ``with`` block as ``name``."""
+        """Times the ``with`` block as ``name`` (also when it raises): its wall time, or on a
+        CUDA device the device's time between events around it (added at :meth:`flush`)."""
+        if self._events is not None:
+            with self._events.time(name):
+                yield
+            return
         t0 = time.perf_counter()
         try:
             yield
         finally:
             self.add(name, time.perf_counter() - t0)
 
+    def flush(self) -> None:
+        """Waits for the device to finish the phases timed with events and adds their seconds
+        to :attr:`seconds` (a no-op on the wall clock, or when none are pending)."""
+        if self._events is not None:
+            for name, s in self._events.seconds().items():
+                self.add(name, s)
+
     def __str__(self) -> str:
+        self.flush()
         return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
 
 
@@ -125,24 +238,29 @@ class BatchLoader:
     def __len__(self) -> int:
         return max(1, math.ceil(len(self.seeds) / self.batch_size)) if len(self.seeds) else 0
 
+    def steps(self, epoch: int, steps: list[int] | None = None) -> Iterator[tuple[np.ndarray, int]]:
+        """``(seeds, batch seed)`` of ``epoch``'s batches in order (only those of ``steps``
+        when given): the seeds shuffled by ``(seed, epoch)``, each batch's sampling seed
+        :func:`batch_seed` ``(seed, epoch, step)``; what every producer of the batches follows."""
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
+        seeds = self.seeds[order]
+        bs = self.batch_size
+        for step in range(len(self)) if steps is None else steps:
+            yield seeds[step * bs : (step + 1) * bs], batch_seed(self.seed, epoch, step)
+
     def samples(self, epoch: int, steps: list[int] | None = None) -> Iterator[MiniBatch]:
         """The sampled blocks of ``epoch``'s batches, in order (phase ``sampling``); only
         those of ``steps`` (batch indices, in the order given) when given. A sampler reading
         its neighbour lists from disk samples them in groups
         (:meth:`~shoal.sample.sampler.NeighborSampler.sample_group`: each hop's entries of a
         group read in one sorted pass), the same batches."""
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))
-        seeds = self.seeds[order]
-        bs = self.batch_size
         todo = list(range(len(self)) if steps is None else steps)
         size = 1
         if getattr(self.sampler, "reads_from_disk", False):
-            size = self.sampler.group_size(bs)
+            size = self.sampler.group_size(self.batch_size)
+        made = self.steps(epoch, todo)
         for a in range(0, len(todo), size):
-            group = [
-                (seeds[step * bs : (step + 1) * bs], batch_seed(self.seed, epoch, step))
-                for step in todo[a : a + size]
-            ]
+            group = [next(made) for _ in todo[a : a + size]]
             t0 = time.perf_counter()
             for mb in (
                 self.sampler.sample_group(group)
@@ -171,8 +289,13 @@ def train_step(
     batch: Batch,
     *,
     dropout_key: tuple[int, int, int] | None = None,
-) -> tuple[float, int]:
+    lazy: bool = False,
+) -> tuple[float, int] | tuple[torch.Tensor, torch.Tensor]:
     """One optimisation step on a batch; returns (loss, number of correct predictions).
+
+    ``lazy``: return them as 0-d tensors on the model's device instead of numbers, so the
+    step does not wait for the device to finish it (default False; the trainer's choice on
+    a GPU, whose meter sums them there).
 
     ``dropout_key``: (run seed, epoch, step) to key the dropout masks by node id
     (:func:`shoal.nn.base.keyed_dropout`; ``batch.mb.n_id`` must be original node ids), or
@@ -188,4 +311,7 @@ def train_step(
     loss = F.cross_entropy(out, batch.y)
     loss.backward()
     optimizer.step()
-    return float(loss.detach()), int((out.detach().argmax(1) == batch.y).sum())
+    correct = (out.detach().argmax(1) == batch.y).sum()
+    if lazy:
+        return loss.detach(), correct
+    return float(loss.detach()), int(correct)

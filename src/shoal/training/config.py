@@ -60,7 +60,7 @@ _FLAT_NAMES = {
     "eval_fanouts=fanouts",
     "memory": "memory=limit io_threads pack_epochs cache_policy structure scratch_dir rows_backend",
     "checkpoint": "checkpoint_dir=dir resume",
-    "run": "seed device threads progress metrics_file",
+    "run": "seed device threads progress metrics_file sample_on device_memory",
     "engine": "engine=name nproc plan dist_timeout max_restarts",
 }
 #: flat option name -> (section, field) of the tree

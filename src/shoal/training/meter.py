@@ -15,10 +15,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from shoal.training.batches import Timer
+import torch
+
+from shoal.training.batches import EventClock, Timer, event_device
 from shoal.utils.progress import progress
 
-__all__ = ["EpochMeter"]
+__all__ = ["POSTFIX_EVERY", "EpochMeter"]
+
+#: steps between two readings of a lazy loss for the progress bar (each one waits for the
+#: device)
+POSTFIX_EVERY = 16
 
 
 class EpochMeter:
@@ -34,6 +40,16 @@ class EpochMeter:
             accumulates from now on (default: a fresh one).
         phases: phases reported even when nothing was added to them (as 0.0; default none).
         postfix: show the last batch's loss on the bar (default false).
+        device: the device the epoch's steps run on (keyword; default None: the wall clock).
+            On a CUDA device (when :func:`torch.cuda.is_available`) the phases timed with
+            :meth:`time` are the device's time between a pair of CUDA events recorded on the
+            current stream around the block (the kernels the block queued, plus any wait
+            inside the block), measured without a sync per step: the pairs wait until
+            :meth:`close`, which synchronises once and adds their seconds to the timer (and
+            flushes the timer's own event-timed phases, see
+            :meth:`~shoal.training.batches.Timer.flush`). So until then :attr:`phases` holds
+            only the wall seconds added with :meth:`add`. Any other device: the wall clock,
+            exactly as with None.
     """
 
     def __init__(
@@ -45,8 +61,12 @@ class EpochMeter:
         timer: Timer | None = None,
         phases: tuple[str, ...] = (),
         postfix: bool = False,
+        device: torch.device | str | None = None,
     ) -> None:
         self.timer = timer if timer is not None else Timer()
+        dev = event_device(device)
+        self._events = EventClock(dev) if dev is not None else None
+        self.timer.flush()  # what was timed before this epoch is not this epoch's
         self._before = dict(self.timer.seconds)
         for name in phases:
             self.timer.seconds.setdefault(name, 0.0)
@@ -62,23 +82,33 @@ class EpochMeter:
         return self.timer.seconds
 
     def add(self, phase: str, seconds: float) -> None:
+        """Add ``seconds`` (wall seconds, on any device) to ``phase``."""
         self.timer.add(phase, seconds)
 
     @contextmanager
     def time(self, phase: str) -> Iterator[None]:
-        """Add the block's wall time to ``phase``."""
+        """Add the block's time to ``phase`` (also when it raises): its wall time, or on a
+        CUDA device the device's time between CUDA events around it, added at :meth:`close`
+        (see the class's ``device``)."""
+        if self._events is not None:
+            with self._events.time(phase):
+                yield
+            return
         t0 = time.perf_counter()
         try:
             yield
         finally:
             self.timer.add(phase, time.perf_counter() - t0)
 
-    def step(self, loss: float, correct: int, n: int) -> None:
+    def step(self, loss: float | torch.Tensor, correct: int | torch.Tensor, n: int) -> None:
         """One batch trained: ``loss`` (the batch's mean), ``correct`` predictions of ``n``
-        seeds."""
+        seeds; as numbers, or as 0-d tensors on the model's device, summed there and read
+        once at :meth:`close` (a step then never waits for the device; the bar's loss is
+        read every :data:`POSTFIX_EVERY` steps)."""
         self.step_sums(loss * n, correct, n)
-        if self._postfix:
-            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        lazy = isinstance(loss, torch.Tensor)
+        if self._postfix and (not lazy or self.steps % POSTFIX_EVERY == 1):
+            self.bar.set_postfix(loss=f"{float(loss):.4f}", refresh=False)
 
     def step_sums(self, loss_sum: float, correct: int, n: int) -> None:
         """One batch trained, its loss already summed over its ``n`` seeds (or edges)."""
@@ -90,12 +120,17 @@ class EpochMeter:
 
     def close(self) -> dict[str, Any]:
         """The epoch's books: ``loss_sum``, ``correct``, ``seen``, ``seconds`` (wall time since
-        the meter was made) and ``time_split`` (seconds per phase this epoch)."""
+        the meter was made) and ``time_split`` (seconds per phase this epoch). On a CUDA
+        device it first waits for the phases timed with events (one sync) and adds them."""
         self.bar.close()
+        if self._events is not None:
+            for name, s in self._events.seconds().items():
+                self.timer.add(name, s)
+        self.timer.flush()
         before = self._before
         return {
-            "loss_sum": self.loss_sum,
-            "correct": self.correct,
+            "loss_sum": float(self.loss_sum),
+            "correct": int(self.correct),
             "seen": self.seen,
             "seconds": time.perf_counter() - self._t0,
             "time_split": {k: v - before.get(k, 0.0) for k, v in self.timer.seconds.items()},

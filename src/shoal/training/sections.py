@@ -18,6 +18,9 @@ from shoal.sample.sampler import parse_fanouts
 from shoal.utils.device import check_device_spec
 from shoal.utils.io import parse_size
 
+#: where the single-process trainer produces its batches (``RunConfig.sample_on``)
+SAMPLE_ON = ("auto", "host", "device")
+
 __all__ = [
     "CheckpointConfig",
     "EvalConfig",
@@ -25,6 +28,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "RunConfig",
+    "SAMPLE_ON",
     "SamplingConfig",
 ]
 
@@ -312,6 +316,16 @@ class RunConfig:
             several processes, torch's current setting).
         progress: show tqdm bars; None = only when stderr is a terminal (default None).
         metrics_file: append one JSON line per epoch to this file (default None).
+        sample_on: where the single-process trainer produces its batches: ``"host"`` (the
+            numba sampler and the budgeted store; batches copied to the device),
+            ``"device"`` (sampled by torch operations on the model's device over a copy of
+            the CSR there, rows gathered from a device cache in front of the host's store:
+            :mod:`shoal.training.devicebatches`; the same batches) or ``"auto"``: the device
+            on a GPU when the graph is untyped, the task is node classification and the CSR
+            fits ``device_memory`` (default ``"auto"``; the engines sample on the host).
+        device_memory: bytes the device's copy of the CSR and its cached rows may take, a
+            number or a size such as ``"8GiB"`` (default None: half the GPU's free memory
+            at the start; on the CPU, 0: no rows cached beside the host's store).
     """
 
     seed: int = 0
@@ -319,7 +333,18 @@ class RunConfig:
     threads: int | None = None
     progress: bool | None = None
     metrics_file: str | None = None
+    sample_on: str = "auto"
+    device_memory: str | int | None = None
 
     def __post_init__(self) -> None:
         _at_least_one(self, "threads")
         check_device_spec(self.device)
+        if self.sample_on not in SAMPLE_ON:
+            raise ValueError(f"sample_on must be one of {SAMPLE_ON}, got {self.sample_on!r}")
+        if self.device_memory is not None:
+            parse_size(self.device_memory)
+
+    @property
+    def device_memory_bytes(self) -> int | None:
+        """``device_memory`` in bytes (None: from the device's free memory)."""
+        return None if self.device_memory is None else parse_size(self.device_memory)

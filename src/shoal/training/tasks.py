@@ -160,7 +160,8 @@ class NodeTask(Task):
 
     def train_epoch(self, trainer: Trainer, epoch: int, meter: EpochMeter) -> None:
         key, tables = self.config.run.seed, trainer.tables
-        for step, batch in enumerate(trainer.feed.iterate(trainer.loader.epoch(epoch))):
+        lazy = trainer.device.type == "cuda"  # (the loss read at the epoch's end: no waits)
+        for step, batch in enumerate(trainer.batches(epoch)):
             # masks keyed by (seed, epoch, step, node): one batch per epoch is full-graph
             # training, the same model as the fullgraph engine's on any number of processes
             if tables is not None:
@@ -168,7 +169,11 @@ class NodeTask(Task):
                     batch = tables.embed(batch)
             with meter.time("forward_backward"):
                 loss, ok = train_step(
-                    trainer.model, trainer.optimizer, batch, dropout_key=(key, epoch, step)
+                    trainer.model,
+                    trainer.optimizer,
+                    batch,
+                    dropout_key=(key, epoch, step),
+                    lazy=lazy,
                 )
             if tables is not None:
                 with meter.time("embedding"):

@@ -10,18 +10,22 @@ evaluation's and the checkpoints' side of them).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from shoal.graph.blocks import Batch
 from shoal.rows.budget import PeakFootprint, bytes_freed_by
+from shoal.sample.device import DeviceSampler
 from shoal.sample.sampler import HeldLists, NeighborSampler
 from shoal.training.batches import BatchLoader, Timer
 from shoal.training.config import TrainConfig
 from shoal.training.data import TrainData, open_features, structure_on_disk
 from shoal.training.device import DeviceFeed
+from shoal.training.devicebatches import DeviceBatches, DeviceRows, device_memory_budget
 from shoal.training.embedding import TypeTables
 from shoal.training.footprint import (
     StepShape,
@@ -161,7 +165,9 @@ class Trainer:
         self._lent = 0  # bytes of the feature cache lent to evaluation (end_training)
         self.timer = Timer()
         self.loader = task.loader(self)
-        if isinstance(self.loader, BatchLoader):
+        #: batches sampled and gathered on the model's device (None: on the host)
+        self.device_batches = self._device_batches(config, data)
+        if isinstance(self.loader, BatchLoader) and self.device_batches is None:
             # windows when the cache lacks rows: cache and windows sized from the first epoch
             fit = self.store.read_ahead(
                 self.loader,
@@ -201,6 +207,64 @@ class Trainer:
                 ", ".join(self.tables.names),
                 self.tables.tables[0][1].dir.parent,
             )
+
+    def _device_batches(self, config: TrainConfig, data: Any) -> DeviceBatches | None:
+        """The device's batch producer when ``--sample-on`` puts it there (``auto``: on a GPU,
+        for an untyped graph's node task whose CSR fits the device memory budget)."""
+        mode = config.run.sample_on
+        eligible = type(self.loader) is BatchLoader and data.schema is None
+        if mode == "host" or (mode == "auto" and self.device.type != "cuda"):
+            return None
+        if not eligible:
+            if mode == "device":
+                raise ValueError(
+                    "--sample-on device takes an untyped graph's node classification: use "
+                    "--sample-on host (or auto) for typed graphs and link prediction"
+                )
+            return None
+        budget = device_memory_budget(self.device, config.run.device_memory_bytes)
+        structure = DeviceSampler.nbytes(len(data.indptr) - 1, len(data.indices), data.num_nodes)
+        if mode == "auto" and structure > budget:
+            log.info(
+                "batches sampled on the host: the CSR's device copy (%.1f MiB) exceeds the "
+                "device memory budget (%.1f MiB; --device-memory)",
+                structure / 2**20,
+                budget / 2**20,
+            )
+            return None
+        sampler = DeviceSampler(
+            data.indptr,
+            data.indices,
+            config.sampling.fanouts,
+            num_nodes=data.num_nodes,
+            degrees=data.degrees,
+            device=self.device,
+        )
+        rows = DeviceRows(
+            self.features,
+            num_rows=data.num_nodes,
+            dim=data.feature_dim,
+            degrees=sampler.degrees.cpu().numpy(),  # (data.degrees may be None: not read)
+            device=self.device,
+            budget=max(budget - structure, 0),
+        )
+        log.info(
+            "batches sampled and gathered on %s: the CSR's copy %.1f MiB, %d of %d rows "
+            "cached there (%.1f MiB; the rest from the host's store)",
+            self.device,
+            structure / 2**20,
+            rows.cached,
+            data.num_nodes,
+            rows.nbytes / 2**20,
+        )
+        return DeviceBatches(self.loader, sampler, rows, timer=self.timer)
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        """``epoch``'s training batches on the model's device: produced there
+        (:attr:`device_batches`) or by the host loader and copied (:attr:`feed`)."""
+        if self.device_batches is not None:
+            return self.device_batches.epoch(epoch)
+        return self.feed.iterate(self.loader.epoch(epoch))
 
     @property
     def _prefetcher(self) -> Any:
@@ -263,12 +327,14 @@ class Trainer:
             raise RuntimeError("end_training() was called: this trainer only evaluates now")
         epoch = self.epoch if epoch is None else epoch
         stats0 = self.features.stats.snapshot()
+        dev0 = {} if self.device_batches is None else self.device_batches.stats()
         meter = EpochMeter(
             epoch,
             self.num_batches or None,
             enable=self.config.run.progress,
             timer=self.timer,
             postfix=True,
+            device=self.device,  # (on a GPU the step's phases are the device's time)
         )
         self.task.train_epoch(self, epoch, meter)
         self.num_batches = self.num_batches or meter.steps
@@ -278,11 +344,14 @@ class Trainer:
             rec["train_accuracy"] = None
         structure = self._structure_read() - self._structure_counted
         self._structure_counted += structure
+        # batches made on the device: rows served there and from the host's store
+        dev = {} if self.device_batches is None else self.device_batches.stats()
         return {
             "epoch": epoch + 1,
             **rec,
             "io": {
                 **self._io_record(stats0),
+                **{k: v - dev0.get(k, 0) for k, v in dev.items()},
                 # neighbour lists read from disk since the last record: the run's start
                 # (sampling the first epochs ahead) in the first, a sweep sampling epochs
                 # ahead in the epoch it runs beside; never an evaluation's
@@ -408,6 +477,7 @@ class Trainer:
             self._eval_sampler[1].close()
             self._eval_sampler = None
         self.loader = self.sampler = None  # (the prefetcher and the loader refer to each other)
+        self.device_batches = None  # (its device copies go with it)
         return cache
 
     def _evaluate(self, splits: tuple[str, ...], budget: int, fanouts=None) -> dict[str, float]:
