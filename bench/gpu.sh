@@ -49,8 +49,8 @@ TESTS=(
 )
 PAR=()
 $PY -c "import xdist" 2>/dev/null && PAR=(-n 8)
-TEST_CMD="pytest -q -rfEs ${PAR[*]} ${TESTS[*]}"
-timeout 200 $PY -m pytest -q -rfEs "${PAR[@]}" -p no:cacheprovider --junitxml="$OUT/tests.xml" \
+TEST_CMD="SHOAL_TEST_START=spawn pytest -q -rfEs ${PAR[*]} ${TESTS[*]}"
+SHOAL_TEST_START=spawn timeout 200 $PY -m pytest -q -rfEs "${PAR[@]}" -p no:cacheprovider --junitxml="$OUT/tests.xml" \
     "${TESTS[@]}" 2>&1 | tee "$OUT/tests.log"
 SUMMARY=$(grep -E "passed|failed" "$OUT/tests.log" | tail -1)
 echo "tests done after $(($(date +%s) - t0)) s: $SUMMARY"

@@ -50,10 +50,8 @@ def _to_device(a: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch
     by slice (never a whole host copy in another dtype)."""
     out = torch.empty(len(a), dtype=dtype, device=device)
     for lo in range(0, len(a), _COPY_ENTRIES):
-        part = np.asarray(a[lo : lo + _COPY_ENTRIES])
-        out[lo : lo + len(part)] = torch.from_numpy(part.astype(np.int64, copy=False)).to(
-            device=device, dtype=dtype
-        )
+        part = np.array(a[lo : lo + _COPY_ENTRIES], dtype=np.int64)  # (a writable copy)
+        out[lo : lo + len(part)] = torch.from_numpy(part).to(device=device, dtype=dtype)
     return out
 
 
@@ -166,34 +164,76 @@ class DeviceSampler:
         m = int(rowptr[-1])  # (the hop's size: one wait for the device)
         frontier_pos = torch.arange(n, dtype=torch.int64, device=dev)
         dst = torch.repeat_interleave(frontier_pos, counts, output_size=m)
-        # every row's entries in CSR order (the rows taking all of them keep these)
-        pos = torch.arange(m, dtype=torch.int64, device=dev) + (begin - rowptr[:-1])[dst]
-        if fanout >= 0:
-            drawn = torch.nonzero(deg > fanout).squeeze(1)
-            if drawn.numel():
-                offsets = self._draw_rows(drawn, deg[drawn], fanout, key)
-                slots = rowptr[drawn].unsqueeze(1) + torch.arange(fanout, device=dev)
-                pos[slots.reshape(-1)] = (begin[drawn].unsqueeze(1) + offsets).reshape(-1)
-        picked = self.indices[pos].to(torch.int64)
+        q = torch.arange(m, dtype=torch.int64, device=dev) - rowptr[:-1][dst]  # in its row
+        if 0 <= fanout <= K._FLOYD_MAX:
+            # every row drawn (no wait to find the rows with more than ``fanout``); a row
+            # with fewer keeps its entries in CSR order
+            drawn = deg > fanout
+            offsets = self._draw_floyd(frontier_pos, deg, drawn, fanout, key)
+            q = torch.where(drawn[dst], offsets[dst, torch.clamp(q, max=fanout - 1)], q)
+        elif fanout > K._FLOYD_MAX:
+            rows = torch.nonzero(deg > fanout).squeeze(1)
+            if rows.numel():
+                offsets = _selection(_row_states(rows, key), deg[rows], fanout)
+                slots = rowptr[rows].unsqueeze(1) + torch.arange(fanout, device=dev)
+                q[slots.reshape(-1)] = offsets.reshape(-1)
+        picked = self.indices[begin[dst] + q].to(torch.int64)
         return rowptr, picked, dst
 
-    def _draw_rows(self, rows: torch.Tensor, d: torch.Tensor, k: int, key: int) -> torch.Tensor:
-        """``(len(rows), k)`` distinct offsets in ``[0, d)`` of frontier rows ``rows`` (whose
-        ``d > k``), as the host kernel's ``_draw_run`` draws them (module docstring)."""
+    def _draw_floyd(
+        self, rows: torch.Tensor, d: torch.Tensor, drawn: torch.Tensor, k: int, key: int
+    ) -> torch.Tensor:
+        """``(len(rows), k)`` offsets: Floyd's ``k`` distinct ones in ``[0, d)`` for the rows
+        ``drawn`` (those with ``d > k``), as the host kernel's ``_draw_run`` draws them
+        (module docstring); ``0..k-1`` for the others."""
         dev = self.device
-        state = mix64(rows ^ signed(key))
         steps = torch.arange(1, k + 1, dtype=torch.int64, device=dev) * signed(GOLDEN)
-        if k <= K._FLOYD_MAX:
-            bits = mix64(state.unsqueeze(1) + steps.unsqueeze(0))  # (rows, k): draw q
-            j = d.unsqueeze(1) - k + torch.arange(k, dtype=torch.int64, device=dev)
-            t = below(bits, j + 1)
-            out = torch.empty_like(t)
-            out[:, 0] = t[:, 0]
-            for q in range(1, k):
-                taken = (out[:, :q] == t[:, q : q + 1]).any(1)
-                out[:, q] = torch.where(taken, j[:, q], t[:, q])
-            return out
-        return _selection(state, d, k)
+        bits = mix64(_row_states(rows, key).unsqueeze(1) + steps.unsqueeze(0))  # draw q
+        grid = torch.arange(k, dtype=torch.int64, device=dev).expand(len(rows), k)
+        j = d.unsqueeze(1) - k + grid
+        keep = drawn.unsqueeze(1)
+        t = torch.where(keep, below(bits, torch.clamp(j + 1, min=1)), grid)
+        return _floyd(t, torch.where(keep, j, grid))
+
+
+def _row_states(rows: torch.Tensor, key: int) -> torch.Tensor:
+    """The SplitMix64 state of frontier positions ``rows`` in the hop keyed ``key``."""
+    return mix64(rows ^ signed(key))
+
+
+#: Floyd's draws of at most this many per row resolve their collisions all at once
+#: (:func:`_floyd`); above, one draw at a time
+_FLOYD_AT_ONCE = 32
+
+
+def _floyd(t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """Floyd's picks from the draws ``t`` and the fall-backs ``j`` (``(rows, k)``): pick ``q``
+    is ``t[q]`` unless an earlier pick of the row took it, then ``j[q]``.
+
+    Up to :data:`_FLOYD_AT_ONCE` draws a row, every pick is computed at once from the
+    previous estimate, ``out[q] = j[q] if t[q] in out[:q] else t[q]``, until nothing
+    changes: after ``i`` rounds the first ``i`` picks equal the sequential ones, so the fixed
+    point is Floyd's result, and since collisions are rare (``k * k / 2d`` a row) it comes
+    after a round or two, a few kernels each instead of a few per draw."""
+    k = t.shape[1]
+    if k > _FLOYD_AT_ONCE:
+        out = torch.empty_like(t)
+        out[:, 0] = t[:, 0]
+        for q in range(1, k):
+            taken = (out[:, :q] == t[:, q : q + 1]).any(1)
+            out[:, q] = torch.where(taken, j[:, q], t[:, q])
+        return out
+    earlier = torch.ones((k, k), dtype=torch.bool, device=t.device).tril(-1)  # p < q
+    out = t
+    for r in range(1, k + 1):
+        taken = ((out.unsqueeze(1) == t.unsqueeze(2)) & earlier).any(2)
+        new = torch.where(taken, j, t)
+        # converged after k rounds at the latest; checked (a wait for the device) after
+        # rounds 2, 4, 8, ... only
+        if r == k or (r >= 2 and r & (r - 1) == 0 and torch.equal(new, out)):
+            return new
+        out = new
+    return out
 
 
 def _selection(state: torch.Tensor, d: torch.Tensor, k: int) -> torch.Tensor:

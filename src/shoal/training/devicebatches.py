@@ -16,7 +16,8 @@ GPU waited 54% of it). :class:`DeviceBatches` produces each batch where the mode
 
 On a GPU the next batch is produced by a background thread on its own CUDA stream while the
 current step computes: its waits for the device (each hop's size, ``torch.unique``) wait for
-that stream only, and the step's stream waits for the batch's event before using it.
+that stream only, which has a high priority (its small kernels go before the pending blocks of
+the step's large ones), and the step's stream waits for the batch's event before using it.
 """
 
 from __future__ import annotations
@@ -170,7 +171,9 @@ class DeviceBatches:
         self.background = background and self.cuda
         self._sorted = torch.from_numpy(loader._sorted_seeds).to(self.device)
         self._labels = torch.from_numpy(loader._seed_labels).to(self.device)
-        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        # a high-priority stream: the batch's small kernels, each hop waiting on them, are
+        # scheduled before the pending blocks of the step's large ones
+        self.stream = torch.cuda.Stream(self.device, priority=-1) if self.cuda else None
 
     def __len__(self) -> int:
         return len(self.loader)
