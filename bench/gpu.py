@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         res = json.loads(args.render.read_text())
         if args.command:
             res["command"] = args.command
+        for key in ("tests_command", "tests_summary"):  # when the JSON's run lacked them
+            res[key] = getattr(args, key) or res.get(key, "")
         res["notes"] = [*res.get("notes", []), *args.note]
         write_results(out / "gpu", res, markdown)
         return 0
