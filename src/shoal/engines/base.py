@@ -590,6 +590,7 @@ class Engine(ABC):
             self.num_batches,
             enable=self.train_config.run.progress if self.ctx.is_rank0 else False,
             phases=phases,
+            device=self.device,  # (on a GPU: CUDA events, no wait a step)
         )
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:

@@ -57,6 +57,7 @@ from shoal.sample.sampler import NeighborSampler
 from shoal.store.reader import Partition
 from shoal.training import BatchLoader, Timer, train_step
 from shoal.training.data import structure_on_disk
+from shoal.training.device import DeviceFeed
 from shoal.training.meter import EpochMeter
 from shoal.utils.io import scratch_space
 
@@ -98,6 +99,9 @@ class AveragingEngine(Engine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # a rank trains its parts alone (nothing collective while a batch is made): on a GPU
+        # the next batch is sampled, gathered and staged in a background thread meanwhile
+        self.feed = DeviceFeed(self.device, background=True)
         cfg, store = self.train_config, self.store
         typed = store.schema is not None
         if store.num_parts > 1 and not store.halo_features:
@@ -290,6 +294,7 @@ class AveragingEngine(Engine):
             self.num_batches,
             enable=cfg.run.progress if self.ctx.is_rank0 else False,
             timer=self.timer,
+            device=self.device,  # (on a GPU: CUDA events, no wait a step)
         )
         for i, loader in enumerate(self.loaders):  # p > N: this rank's parts in turn
             if isinstance(loader, PartLinks):
@@ -297,10 +302,11 @@ class AveragingEngine(Engine):
                 continue
             model, optimizer = self.part_models[i]
             orig = self.orig_ids[i]
+            lazy = self.device.type == "cuda"  # (the loss read at the epoch's end)
             for step, batch in enumerate(self.feed.iterate(loader.epoch(epoch))):
                 with meter.time("forward_backward"):
                     if orig is None:
-                        loss, ok = train_step(model, optimizer, batch)
+                        loss, ok = train_step(model, optimizer, batch, lazy=lazy)
                     else:  # a part's steps keyed apart from every other part's
                         key = step * self.store.num_parts + self.parts[i].index
                         loss, ok = self._typed_step(model, optimizer, batch, orig, (epoch, key))

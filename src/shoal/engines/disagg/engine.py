@@ -221,6 +221,7 @@ class DisaggEngine(Engine):
             epoch,
             sched.iterations,
             enable=self.train_config.run.progress if self.ctx.is_rank0 else False,
+            device=self.device,  # (on a GPU: CUDA events, no wait a step)
         )
         if self.is_batch:
             steps = self.link.steps(epoch) if self.link is not None else None

@@ -502,6 +502,7 @@ class FullGraphEngine(Engine):
             1,
             enable=False,
             phases=("cached_compute", "local_compute", "communication", "backward", "allreduce"),
+            device=self.device,  # (on a GPU: CUDA events, no wait a step)
         )
         timer = meter.phases
         self.model.train()

@@ -183,6 +183,7 @@ class HecEngine(Engine):
             self.num_batches,
             enable=cfg.run.progress if self.ctx.is_rank0 else False,
             phases=("sampling", "gather", "forward_backward", "communication"),
+            device=self.device,  # (on a GPU: CUDA events, no wait a step)
         )
         m, d = self.num_batches, self.options.hec_delay
         batches = self.epoch_batches(epoch) if self.link is None else self.link.steps(epoch)

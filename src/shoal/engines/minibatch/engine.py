@@ -292,6 +292,7 @@ class MinibatchEngine(Engine):
             self.num_batches,
             enable=cfg.run.progress if self.ctx.is_rank0 else False,
             phases=phases + (("batch_wait",) if self.prefetch else ()),
+            device=self.device,  # (on a GPU: CUDA events, no wait a step)
         )
         world = self.ctx.world_size
         batches: Any = self._batches(epoch, meter.phases)
