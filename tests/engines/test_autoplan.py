@@ -196,3 +196,62 @@ def test_shoal_plan_prints_the_engine_estimates(make_store, capsys):
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["engine"]["engine"] in auto_candidates()
     assert set(d["engine"]["estimates"]) | set(d["engine"]["excluded"]) == set(auto_candidates())
+
+
+def _costs() -> MachineCosts:
+    return MachineCosts(
+        sample_s=1.0,
+        batch_edges=1.0,
+        batch_rows=1.0,
+        halo_fraction=0.0,
+        remote_scale=1.0,
+        gather_mem_s=1.0,
+        seq_read_bytes_per_s=1.0,
+        gather_s=1.0,
+        compute_s=1.0,
+        layer_s=[1.0],
+        layer_nodes=1,
+        layer_sources=1,
+        net_bytes_per_s=1.0,
+        net_latency_s=1.0,
+        network="x",
+    )
+
+
+@pytest.mark.parametrize(
+    ("errors", "raised"),
+    [
+        (["gloo: Connection reset by peer"], None),
+        (["Connection refused", "Address already in use"], None),
+        (["Connection reset"] * 3, "Connection reset"),
+        (["a probe failed: ValueError"], "a probe failed"),
+    ],
+)
+def test_the_probes_rendezvous_is_tried_again_when_its_connections_fail(
+    monkeypatch, tmp_path, errors, raised
+):
+    """A port found free may be taken before the workers bind it: a failure on the process
+    group's connections is tried again on another port (3 tries in all), any other failure
+    is raised at once."""
+    import torch.multiprocessing as mp
+
+    from shoal.engines.probe import spawn_probe
+
+    left, ports = list(errors), []
+
+    def spawn(fn, args, nprocs, join):
+        ports.append(args[1])
+        if left:
+            raise RuntimeError(left.pop(0))
+        with open(args[4], "w") as f:
+            json.dump(_costs().to_dict(), f)
+
+    monkeypatch.setattr(mp, "spawn", spawn)
+    if raised is None:
+        assert spawn_probe("store", TrainConfig(), 2, str(tmp_path)) == _costs()
+        assert len(ports) == len(errors) + 1
+    else:
+        with pytest.raises(RuntimeError, match=raised):
+            spawn_probe("store", TrainConfig(), 2, str(tmp_path))
+        assert len(ports) == min(len(errors), 3)
+    assert list(tmp_path.iterdir()) == []

@@ -12,6 +12,7 @@ contend while training (docs/distributed.md#choosing-an-engine-automatically).
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import threading
@@ -40,6 +41,13 @@ __all__ = [
     "probe_network",
     "spawn_probe",
 ]
+
+log = logging.getLogger(__name__)
+
+
+#: tries of the probing workers' rendezvous (:func:`spawn_probe`)
+PROBE_ATTEMPTS = 3
+_CONNECTION_ERRORS = ("Connection reset", "Connection refused", "Address already in use")
 
 #: round-trip latency assumed for a given link rate (a switched data-centre network)
 GIVEN_LATENCY = 50e-6
@@ -403,19 +411,33 @@ def spawn_probe(store: str, config: TrainConfig, workers: int, scratch: str) -> 
 
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     fd, out = tempfile.mkstemp(prefix="shoal-probe-", suffix=".json", dir=scratch)
     os.close(fd)
     try:
-        mp.spawn(
-            _spawned,
-            args=(workers, port, str(store), _probe_options(config), out),
-            nprocs=workers,
-            join=True,
-        )
+        for attempt in range(1, PROBE_ATTEMPTS + 1):
+            # a port free now may be taken before the workers bind it (another process on
+            # the machine): a rendezvous that fails on its connections is tried again
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            try:
+                mp.spawn(
+                    _spawned,
+                    args=(workers, port, str(store), _probe_options(config), out),
+                    nprocs=workers,
+                    join=True,
+                )
+                break
+            except Exception as e:  # noqa: BLE001 - re-raised unless the connection failed
+                if attempt == PROBE_ATTEMPTS or not _connection_failed(e):
+                    raise
+                log.warning("probing workers: %s; trying again on another port", e)
         with open(out) as f:
             return MachineCosts(**json.load(f))
     finally:
         os.unlink(out)
+
+
+def _connection_failed(error: BaseException) -> bool:
+    """Whether a worker failed on its process group's connections (not on the probe)."""
+    return any(m in str(error) for m in _CONNECTION_ERRORS)
