@@ -164,3 +164,36 @@ def test_sum_layer_equals_layer_forward(name, dims, graph):
             got = sl.finish(agg, h, deg)
         assert torch.allclose(got, ref, atol=1e-5), (name, layer)
         x = ref
+
+
+def test_sage_projects_before_or_after_the_mean_as_it_costs_less():
+    """A sampled block (many sources, few targets) aggregates first; a full-graph block whose
+    rows shrink projects first; either order gives the same outputs and gradients."""
+    from shoal.graph.blocks import Block
+    from shoal.nn.sage import GraphSAGE, project_first
+
+    rng = np.random.default_rng(3)
+    num_dst, num_src, per = 6, 40, 6
+    dst = np.repeat(np.arange(num_dst), per)
+    src = rng.integers(0, num_src, len(dst))
+    rowptr = torch.arange(0, len(dst) + 1, per)
+    ei = torch.from_numpy(np.stack([src, dst]))
+    sampled = Block(ei, num_src, num_dst, rowptr, torch.ones(num_src))
+    full = Block(ei, num_dst, num_dst, rowptr, torch.ones(num_dst))
+    full.edge_index = torch.from_numpy(np.stack([src % num_dst, dst]))
+    assert not project_first(sampled, 32, 8) and project_first(full, 32, 8)
+    assert not project_first(full, 8, 32)  # widening rows: after
+    torch.manual_seed(0)
+    m = GraphSAGE(in_dim=32, hidden=8, out_dim=3, num_layers=1, dropout=0.0).eval()
+    c = m.convs[0]
+    for block in (sampled, full):
+        x = torch.randn(block.num_src, 32, requires_grad=True)
+        out = m.conv(0, x, block)
+        mean = torch.zeros(block.num_dst, 32).index_add_(
+            0, block.edge_index[1], x[block.edge_index[0]]
+        )
+        ref = c.lin_l(mean / per) + x[: block.num_dst] @ c.lin_r.weight.t()
+        assert torch.allclose(out, ref, atol=1e-5)
+        g = torch.autograd.grad(out.sum(), [x, c.lin_l.weight])
+        gr = torch.autograd.grad(ref.sum(), [x, c.lin_l.weight])
+        assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(g, gr, strict=True))
