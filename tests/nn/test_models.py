@@ -170,7 +170,8 @@ def test_sage_projects_before_or_after_the_mean_as_it_costs_less():
     """A sampled block (many sources, few targets) aggregates first; a full-graph block whose
     rows shrink projects first; either order gives the same outputs and gradients."""
     from shoal.graph.blocks import Block
-    from shoal.nn.sage import GraphSAGE, project_first
+    from shoal.nn.base import project_first
+    from shoal.nn.sage import GraphSAGE
 
     rng = np.random.default_rng(3)
     num_dst, num_src, per = 6, 40, 6
@@ -197,3 +198,29 @@ def test_sage_projects_before_or_after_the_mean_as_it_costs_less():
         g = torch.autograd.grad(out.sum(), [x, c.lin_l.weight])
         gr = torch.autograd.grad(ref.sum(), [x, c.lin_l.weight])
         assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(g, gr, strict=True))
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_either_order_of_weight_and_aggregation_gives_the_same_layer(name, monkeypatch):
+    """The weight applied before or after the (linear) aggregation: the same outputs and
+    gradients on a sampled block, whichever order :func:`project_first` would pick."""
+    import importlib
+
+    from shoal.graph.blocks import Block
+
+    mod = importlib.import_module(f"shoal.nn.{name}")
+    rng = np.random.default_rng(4)
+    dst = np.repeat(np.arange(5), 4)
+    ei = torch.from_numpy(np.stack([rng.integers(0, 30, len(dst)), dst]))
+    deg = torch.from_numpy(rng.integers(1, 9, 30).astype(np.float32))
+    block = Block(ei, 30, 5, torch.arange(0, 21, 4), deg)
+    torch.manual_seed(1)
+    m = build_model(name, in_dim=16, hidden=4, out_dim=3, num_layers=1, dropout=0.0).eval()
+    x = torch.randn(30, 16, requires_grad=True)
+    got = []
+    for first in (True, False):
+        monkeypatch.setattr(mod, "project_first", lambda *a, f=first: f)
+        out = m.conv(0, x, block)
+        got.append((out, *torch.autograd.grad(out.square().sum(), [x, *m.parameters()])))
+    for a, b in zip(*got, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)

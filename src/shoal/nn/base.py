@@ -35,8 +35,21 @@ __all__ = [
     "layer_widths",
     "mean_aggregate",
     "mean_by_counts",
+    "project_first",
     "sum_aggregate",
 ]
+
+
+def project_first(block: Block, in_dim: int, out_dim: int) -> bool:
+    """Whether a layer whose aggregation is linear (a weighted sum of its sources' rows)
+    costs fewer multiply-adds with its weight (``in_dim -> out_dim``) applied to every source
+    row before aggregating (``num_src * in * out + edges * out``) than to every target's
+    aggregate after (``edges * in + num_dst * in * out``): before in a full-graph layer whose
+    rows shrink, after in a sampled block, whose sources outnumber its targets."""
+    e = block.num_edges
+    before = block.num_src * in_dim * out_dim + e * out_dim
+    after = e * in_dim + block.num_dst * in_dim * out_dim
+    return before < after
 
 
 def mean_aggregate(x_src: torch.Tensor, block: Block) -> torch.Tensor:

@@ -9,7 +9,7 @@ from torch import nn
 from torch_geometric.nn import GCNConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN, SumLayer, gcn_adj_t
+from shoal.nn.base import BlockGNN, SumLayer, gcn_adj_t, project_first
 
 __all__ = ["GCN"]
 
@@ -57,7 +57,7 @@ class GCN(BlockGNN):
 
     def conv(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
         c = self.convs[layer]
-        if c.out_channels < c.in_channels:
+        if project_first(block, c.in_channels, c.out_channels):  # (fewer multiply-adds)
             h = gcn_propagate(c.lin(x), block)
         else:
             h = c.lin(gcn_propagate(x, block))

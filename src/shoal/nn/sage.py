@@ -3,7 +3,7 @@
 Layer (Algorithm 1, lines 4-5, with the "mean" aggregator of Sec. 3.3 and separate self and
 neighbour weights as in PyG's ``SAGEConv``): ``h_v = W_r x_v + W_l mean_{u in N(v)} x_u + b``.
 Because the mean is linear, ``W_l`` may be applied before aggregating or after; a block takes
-the order with fewer multiply-adds (:func:`project_first`): before (``num_src * in * out +
+the order with fewer multiply-adds (:func:`shoal.nn.base.project_first`): before (``num_src * in * out +
 edges * out``) when the sources are few beside the edges, as in a full-graph layer whose rows
 shrink; after (``edges * in + num_dst * in * out``) in a sampled block, whose sources outnumber
 its targets (2 layers, fanouts 10,5, 256-d input: a quarter of the first layer's work).
@@ -16,19 +16,9 @@ from torch import nn
 from torch_geometric.nn import SAGEConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.base import BlockGNN, SumLayer, mean_aggregate
+from shoal.nn.base import BlockGNN, SumLayer, mean_aggregate, project_first
 
-__all__ = ["GraphSAGE", "project_first"]
-
-
-def project_first(block: Block, in_dim: int, out_dim: int) -> bool:
-    """Whether ``W_l`` (``in_dim -> out_dim``) costs fewer multiply-adds applied to every
-    source row before the mean (``num_src * in * out`` + ``edges * out``) than to every
-    target's mean after it (``edges * in`` + ``num_dst * in * out``)."""
-    e = block.num_edges
-    before = block.num_src * in_dim * out_dim + e * out_dim
-    after = e * in_dim + block.num_dst * in_dim * out_dim
-    return before < after
+__all__ = ["GraphSAGE"]
 
 
 class GraphSAGE(BlockGNN):
