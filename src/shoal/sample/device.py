@@ -13,7 +13,8 @@ runs and the host neither samples nor copies it (DGL's GraphBolt and its UVA sam
   takes Floyd's sample of ``fanout`` distinct positions (R. W. Floyd's algorithm, J. Bentley,
   CACM 30(9), 1987), its ``fanout`` draws vectorised over the hop's nodes: draw ``q`` of node
   ``i`` is ``below(mix64(state_i + (q + 1) * golden), d - fanout + q + 1)``, replaced by ``d -
-  fanout + q`` when an earlier draw of the node took it; above ``_FLOYD_MAX`` (64) Knuth's
+  fanout + q`` when an earlier pick of the node took it (every pick of every row computed at
+  once, repeated until nothing changes: :func:`_floyd`); above ``_FLOYD_MAX`` (64) Knuth's
   selection sampling (TAOCP vol. 2, 3.4.2, Algorithm S), one step per position over the
   hop's nodes;
 - the picked neighbours get batch-local ids in order of first appearance (seeds first, then
