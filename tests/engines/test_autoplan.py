@@ -198,26 +198,6 @@ def test_shoal_plan_prints_the_engine_estimates(make_store, capsys):
     assert set(d["engine"]["estimates"]) | set(d["engine"]["excluded"]) == set(auto_candidates())
 
 
-def _costs() -> MachineCosts:
-    return MachineCosts(
-        sample_s=1.0,
-        batch_edges=1.0,
-        batch_rows=1.0,
-        halo_fraction=0.0,
-        remote_scale=1.0,
-        gather_mem_s=1.0,
-        seq_read_bytes_per_s=1.0,
-        gather_s=1.0,
-        compute_s=1.0,
-        layer_s=[1.0],
-        layer_nodes=1,
-        layer_sources=1,
-        net_bytes_per_s=1.0,
-        net_latency_s=1.0,
-        network="x",
-    )
-
-
 @pytest.mark.parametrize(
     ("errors", "raised"),
     [
