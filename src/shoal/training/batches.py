@@ -36,6 +36,7 @@ __all__ = [
     "Timer",
     "batch_seed",
     "event_device",
+    "timed",
     "train_step",
 ]
 
@@ -129,6 +130,22 @@ class EventClock:
         return out
 
 
+@contextlib.contextmanager
+def timed(name: str, add, events: EventClock | None) -> Iterator[None]:
+    """Times the ``with`` block as ``name`` (also when it raises): between CUDA events of
+    ``events`` when given (their seconds counted when it is read), else its wall time passed
+    to ``add(name, seconds)``."""
+    if events is not None:
+        with events.time(name):
+            yield
+        return
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        add(name, time.perf_counter() - t0)
+
+
 class Timer:
     """Accumulates seconds per phase name.
 
@@ -154,15 +171,8 @@ class Timer:
     def phase(self, name: str) -> Iterator[None]:
         """Times the ``with`` block as ``name`` (also when it raises): its wall time, or on a
         CUDA device the device's time between events around it (added at :meth:`flush`)."""
-        if self._events is not None:
-            with self._events.time(name):
-                yield
-            return
-        t0 = time.perf_counter()
-        try:
+        with timed(name, self.add, self._events):
             yield
-        finally:
-            self.add(name, time.perf_counter() - t0)
 
     def flush(self) -> None:
         """Waits for the device to finish the phases timed with events and adds their seconds

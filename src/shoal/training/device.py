@@ -26,7 +26,23 @@ import torch
 from shoal.graph.blocks import Batch
 from shoal.utils.background import ahead
 
-__all__ = ["DeviceFeed"]
+__all__ = ["DeviceFeed", "on_current_stream"]
+
+
+def on_current_stream(batch: Batch, event: torch.cuda.Event, device: torch.device) -> Batch:
+    """``batch``, made on a side stream until ``event``, safe to use on ``device``'s current
+    stream: the stream waits for the event, and the batch's tensors (allocated on the side
+    stream, freed on this one) are recorded on it."""
+    current = torch.cuda.current_stream(device)
+    current.wait_event(event)
+    tensors = [batch.x, batch.y]
+    if isinstance(batch.mb.n_id, torch.Tensor):  # (made on the device)
+        tensors.append(batch.mb.n_id)
+    for b in batch.mb.blocks:
+        tensors += [b.edge_index, b.rowptr, b.deg_src]
+    for t in tensors:
+        t.record_stream(current)
+    return batch
 
 
 class DeviceFeed:
@@ -94,14 +110,7 @@ class DeviceFeed:
         """The device batch of :meth:`start`, safe to use on the current stream."""
         if event is None:
             return moved
-        current = torch.cuda.current_stream(self.device)
-        current.wait_event(event)
-        for t in (moved.x, moved.y):  # allocated on the side stream, freed on this one
-            t.record_stream(current)
-        for b in moved.mb.blocks:
-            for t in (b.edge_index, b.rowptr, b.deg_src):
-                t.record_stream(current)
-        return moved
+        return on_current_stream(moved, event, self.device)
 
     def to_device(self, batch: Batch) -> Batch:
         """One batch on the device, synchronously with the compute stream's order."""

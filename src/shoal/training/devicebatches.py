@@ -33,6 +33,7 @@ import torch
 from shoal.graph.blocks import Batch, MiniBatch
 from shoal.sample.device import DeviceSampler
 from shoal.training.batches import BatchLoader, Gatherer, Timer
+from shoal.training.device import on_current_stream
 from shoal.utils.background import ahead
 
 __all__ = ["DeviceBatches", "DeviceRows", "device_memory_budget"]
@@ -198,17 +199,6 @@ class DeviceBatches:
             event.record(self.stream)
         return batch, event
 
-    def _ready(self, batch: Batch, event: Any) -> Batch:
-        """The side stream's ``batch`` safe to use on the current stream."""
-        current = torch.cuda.current_stream(self.device)
-        current.wait_event(event)
-        tensors = [batch.x, batch.y, batch.mb.n_id]
-        for b in batch.mb.blocks:
-            tensors += [b.edge_index, b.rowptr, b.deg_src]
-        for t in tensors:
-            t.record_stream(current)
-        return batch
-
     def epoch(self, epoch: int) -> Iterator[Batch]:
         """``epoch``'s batches, in the host loader's order."""
         steps = self.loader.steps(epoch)
@@ -223,7 +213,7 @@ class DeviceBatches:
             name="shoal-device-batches",
         )
         for batch, event in made:
-            yield self._ready(batch, event)
+            yield on_current_stream(batch, event, self.device)
 
     def stats(self) -> dict[str, int]:
         """Rows served from device memory and from the host, bytes copied to the device."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from shoal.training.batches import EventClock, Timer, event_device
+from shoal.training.batches import EventClock, Timer, event_device, timed
 from shoal.utils.progress import progress
 
 __all__ = ["POSTFIX_EVERY", "EpochMeter"]
@@ -90,15 +90,8 @@ class EpochMeter:
         """Add the block's time to ``phase`` (also when it raises): its wall time, or on a
         CUDA device the device's time between CUDA events around it, added at :meth:`close`
         (see the class's ``device``)."""
-        if self._events is not None:
-            with self._events.time(phase):
-                yield
-            return
-        t0 = time.perf_counter()
-        try:
+        with timed(phase, self.timer.add, self._events):
             yield
-        finally:
-            self.timer.add(phase, time.perf_counter() - t0)
 
     def step(self, loss: float | torch.Tensor, correct: int | torch.Tensor, n: int) -> None:
         """One batch trained: ``loss`` (the batch's mean), ``correct`` predictions of ``n``
