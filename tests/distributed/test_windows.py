@@ -60,11 +60,18 @@ def test_windows_serve_their_batches_rows_and_read_only_their_segment(
         for epoch in range(3):
             seen = []
             for batches, _ in dw.windows(iter(_sample(epoch)), epoch=epoch, sample=_sample):
+                if pack_epochs:  # a round's row sets wait on the scratch disk, not in memory
+                    segs = [g for g in dw.packs.get(epoch).segments if len(g.ids)]
+                    assert segs and all(g.ids.dtype == np.int32 for g in segs)
+                    assert not any(g.ids.flags.owndata for g in segs)  # mapped from a file
+                    spilled = list(tmp_path.glob(f".shoal-pack*/ids-{epoch}-*.npy"))
+                    assert len(spilled) == len(segs)
                 for mb in batches:
                     out = np.empty((len(mb.n_id), DIM), np.float32)
                     np.testing.assert_array_equal(dw.serve(mb.n_id, out), x[mb.n_id])
                     seen.append(mb.n_id)
             assert len(seen) == 25
+            assert not list(tmp_path.glob(f".shoal-pack*/ids-{epoch}-*"))  # gone with the pack
             io = dw.io
             assert io["windows"] >= 4  # window_rows keeps each window to a few batches
             if pack_epochs and epoch > 0:  # packed by the first epoch's sweep
@@ -73,7 +80,26 @@ def test_windows_serve_their_batches_rows_and_read_only_their_segment(
                 assert io["bytes_read"] <= io["rows_read"] * DIM * 4 + io["windows"] * 4096, io
     finally:
         dw.close()
-    assert not list(tmp_path.glob("shoal-pack*/*.rows"))  # the packs are removed
+    assert not list(tmp_path.glob(".shoal-pack*/*"))  # the packs and their row sets removed
+
+
+def test_a_lone_last_epoch_is_packed_when_its_samples_are_spooled(features, tmp_path):
+    """The run's last epoch alone makes a round only when its samples are spooled (the
+    neighbour lists on disk: its sampling then takes the windows' memory), and rounds lend
+    the window slots to sampling only when they pack."""
+    _, mm = features
+    dw = _windows(mm, tmp_path, 2)  # epochs 0-2
+    try:
+        assert dw._round(0) == [0, 1] and dw._round(2) == []
+        assert dw.round_room == int(dw.window_rows.min()) * DIM * 4 > 0
+        dw.spool = object()  # (spooling: only its presence matters to the round)
+        assert dw._round(2) == [2]
+    finally:
+        dw.spool = None
+        dw.close()
+    dw = _windows(mm, tmp_path, 0)
+    assert dw.round_room == 0 and dw._round(0) == []
+    dw.close()
 
 
 def test_the_degree_rule_classifies_rows_as_the_cache_does(features):

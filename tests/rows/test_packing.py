@@ -13,6 +13,7 @@ from shoal.rows.packing import (
     SCRATCH_MARGIN,
     Packs,
     PackStats,
+    compact_ids,
     default_pack_epochs,
     pack_epochs,
     pack_sizes,
@@ -105,6 +106,43 @@ def test_an_epoch_of_windows_is_packed_window_by_window(tmp_path, stacked):
     for p in packs.values():
         p.close()
     assert list(tmp_path.glob("*.rows")) == []
+
+
+def test_compact_sets_pack_the_same_rows(tmp_path, stacked):
+    """A round's sets kept as int32 (:func:`compact_ids`) pack exactly the rows of the int64
+    sets, and the pack keeps them compact."""
+    x, mms = stacked
+    n = len(x)
+    assert compact_ids(np.arange(5), n).dtype == np.int32
+    assert compact_ids(np.arange(5), 2**31).dtype == np.int64  # row ids past int32
+    rng = np.random.default_rng(3)
+    wide = {0: [np.unique(rng.integers(0, n, 700)) for _ in range(3)], 1: np.array([0, n - 1])}
+    narrow = {0: [compact_ids(w, n) for w in wide[0]], 1: compact_ids(wide[1], n)}
+    packs = pack_epochs(DiskFeatures(mms, threads=2), narrow, tmp_path, stage_bytes=PAGE)
+    assert packs[0].segments[0].ids.dtype == np.int32
+    for e, v in wide.items():
+        for w in v if isinstance(v, list) else [v]:
+            got = np.empty((len(w), 24), np.float32)
+            packs[e].read(w, got)  # asked with int64 ids, as windows ask
+            assert np.array_equal(got, x[w])
+    assert np.array_equal(packs[0].ids, np.unique(np.concatenate(wide[0])))
+    assert packs[0].ids.dtype == np.int64
+    for p in packs.values():
+        p.close()
+
+
+@pytest.mark.parametrize("num_rows", [None, 50, 10_000])
+def test_the_union_of_sets_by_marks_or_by_sort(num_rows, monkeypatch):
+    """The sweep's union is the sorted distinct ids, marked per row when the rows are few
+    beside the sets, sorted otherwise, whatever the sets' integer types."""
+    monkeypatch.setattr(packing_mod, "_UNION_SLICE", 7)  # marks turned into ids in slices
+    rng = np.random.default_rng(4)
+    parts = [rng.integers(0, 50, 40).astype(np.int32), np.array([], np.int64), np.array([49, 0])]
+    parts = [np.unique(p) for p in parts]
+    got = packing_mod._union(parts, num_rows)
+    assert np.array_equal(got, np.unique(np.concatenate(parts)))
+    assert got.dtype == (np.int32 if num_rows == 50 else np.int64)  # marks: compact ids
+    assert len(packing_mod._union([], num_rows)) == 0
 
 
 def test_a_stopped_sweep_leaves_no_file(tmp_path, stacked):

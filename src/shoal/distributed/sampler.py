@@ -435,13 +435,14 @@ class DistNeighborSampler(BlockSampler):
         held rows' included."""
         return sum(int(r.stats.bytes) for r in self._readers.values())
 
-    def group_size(self, batch_size: int) -> int:
+    def group_size(self, batch_size: int, room: int = 0) -> int:
         """Batches of ``batch_size`` seeds :meth:`sample_group` takes together within
-        :attr:`group_bytes` (1: one by one), counting each batch's draws twice: a rank draws
-        its own rows' neighbours and those of the rows the others ask it for."""
+        :attr:`group_bytes` and ``room`` more bytes (memory idle meanwhile, the same on every
+        rank; default 0) (1: one by one), counting each batch's draws twice: a rank draws its
+        own rows' neighbours and those of the rows the others ask it for."""
         if self.group_bytes <= 0:
             return 1
-        return group_batches(self.fanouts, self.group_bytes // 2, batch_size)
+        return group_batches(self.fanouts, (self.group_bytes + max(int(room), 0)) // 2, batch_size)
 
     def sample_group(self, batches: Sequence[tuple[np.ndarray, int]]) -> Iterator[MiniBatch]:
         """``sample(seeds, seed)`` of each ``(seeds, seed)`` of ``batches``, in order, the

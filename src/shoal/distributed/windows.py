@@ -30,16 +30,19 @@ from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.graph.blocks import MiniBatch
 from shoal.rows.featstore import DiskFeatures, FeatureStats, Window
-from shoal.rows.packing import Packs
+from shoal.rows.packing import Packs, compact_ids
 from shoal.rows.spool import SampleSpool
 from shoal.utils.idset import IdSet
 
-__all__ = ["READ_AHEAD", "DistWindows"]
+__all__ = ["READ_AHEAD", "ROUND_ROOM", "DistWindows"]
 
 log = logging.getLogger(__name__)
 
 #: read the next window while training on the current one (default false: module docstring).
 READ_AHEAD = False
+#: a round's sampling takes the window slots' memory for its groups of batches (default
+#: true; docs/measurements.md#distributed-windows-and-the-served-sweep).
+ROUND_ROOM = True
 MIN, MAX = dist.ReduceOp.MIN, dist.ReduceOp.MAX
 
 
@@ -129,6 +132,7 @@ class DistWindows:
             epochs=self.pack_epochs,
             scratch_dir=scratch_dir,
             pool=2 * self.window_rows[rank] * max(features.row_bytes, 1),
+            share=4,  # a round's sweep runs while no window is alive: the slots' memory
         )
         self._planned: set[int] = set()  # epochs packed (or planned to be), the same everywhere
         self._epoch: int | None = None
@@ -295,13 +299,25 @@ class DistWindows:
         return f.window([], cold=cold, source=pack)
 
     # ---------------------------------------------------------------- packing
+    @property
+    def round_room(self) -> int:
+        """Bytes a round may lend the sampling of its epochs (the same on every rank): the
+        smallest rank's window slots, idle while a round samples (no window is alive then;
+        :data:`ROUND_ROOM` false: none)."""
+        if not ROUND_ROOM or self.pack_epochs < 2:
+            return 0
+        return int(self.window_rows.min()) * int(self.features.row_bytes)
+
     def _round(self, epoch: int | None) -> list[int]:
         """The epochs one sweep packs from ``epoch`` on: the same on every rank."""
         k = self.pack_epochs
         if epoch is None or k < 2 or epoch in self._planned or self.all_cached:
             return []
         last = epoch + k - 1 if self.last_epoch is None else min(epoch + k - 1, self.last_epoch)
-        return list(range(epoch, last + 1)) if last > epoch else []
+        # a lone epoch (the run's last) is packed too when its samples are spooled: its
+        # sampling then takes the windows' memory for its groups, and its windows read one
+        # segment each instead of sorted passes over the rank's rows
+        return list(range(epoch, last + 1)) if last > epoch or self.spool is not None else []
 
     def _pack(self, epoch: int | None, sample) -> None:
         """Sample the epochs of the round from ``epoch`` on (collective), learn the rows this
@@ -316,7 +332,13 @@ class DistWindows:
             batches = sample(e)
             if self.spool is not None and not self.spool.has(e):
                 batches = self.spool.record(e, batches)
-            sets[e] = [self._needed() for _ in self._cuts(batches)]
+            # each window's rows as int32 positions where they fit, kept on the scratch
+            # disk until the sweep (and by the pack until the window is read)
+            n, spill = self.features.num_rows, self.features.reader is not None
+            sets[e] = [
+                self.packs.spill_ids(e, ids) if spill else ids
+                for ids in (compact_ids(self._needed(), n) for _ in self._cuts(batches))
+            ]
         # packs gather rows read from a row source (none when every row is in memory)
         if self.features.reader is not None and any(len(v) for v in sets.values()):
             t0 = time.perf_counter()

@@ -266,7 +266,9 @@ class DiskFeatures:
         the call only); when the cache is not loaded yet, its rows are read by the same pass.
         ``between()`` is called before each chunk. Returns the bytes read (one pass over the
         file: :mod:`shoal.rows.packing`)."""
-        ids = np.asarray(ids, np.int64)
+        ids = np.asarray(ids)  # int32 ids (a round's union) stay so: made int64 by chunk
+        if not np.issubdtype(ids.dtype, np.integer):
+            ids = ids.astype(np.int64)
         hot = self._hot
         t0 = time.perf_counter()
         if hot is not None and len(hot):
@@ -283,7 +285,7 @@ class DiskFeatures:
         for a in range(0, len(every), len(buf)):
             if between is not None:
                 between()
-            c = every[a : a + len(buf)]
+            c = every[a : a + len(buf)].astype(np.int64, copy=False)
             if is_hot is None:
                 nbytes += self.reader.read(c, buf)
                 sink(c, buf[: len(c)])

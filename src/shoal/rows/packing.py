@@ -42,6 +42,7 @@ __all__ = [
     "EpochPack",
     "PackStats",
     "Packs",
+    "compact_ids",
     "default_pack_epochs",
     "free_bytes",
     "pack_epochs",
@@ -89,13 +90,15 @@ def default_pack_epochs(
     return PACK_EPOCHS if structure_in_memory or spooled else 0
 
 
-def pack_sizes(pool: int, writers: int) -> tuple[int, int]:
+def pack_sizes(pool: int, writers: int, share: int = 16) -> tuple[int, int]:
     """``(chunk_bytes, stage_bytes)`` of a sweep writing ``writers`` pack segments at once
     next to a memory pool of ``pool`` bytes: :data:`PACK_CHUNK` and :data:`PACK_STAGE`,
-    smaller when they would take more than a sixteenth of the pool (the chunk, and the
-    staging buffers together; at least a page each)."""
-    chunk = max(PAGE, min(PACK_CHUNK, pool // 16))
-    stage = max(PAGE, min(PACK_STAGE, pool // (16 * max(writers, 1))) // PAGE * PAGE)
+    smaller when they would take more than ``1/share`` of the pool (the chunk, and the
+    staging buffers together; at least a page each; default a sixteenth: windows may be
+    alive during the sweep; 2 where the pool is idle meanwhile)."""
+    share = max(int(share), 2)
+    chunk = max(PAGE, min(PACK_CHUNK, pool // share))
+    stage = max(PAGE, min(PACK_STAGE, pool // (share * max(writers, 1))) // PAGE * PAGE)
     return chunk, stage
 
 
@@ -199,7 +202,7 @@ class EpochPack:
         dtype: np.dtype,
         threads: int = 8,
     ) -> None:
-        self.segments = [_Segment(Path(p), np.asarray(i, np.int64)) for p, i in segments]
+        self.segments = [_Segment(Path(p), np.asarray(i)) for p, i in segments]
         self.dim = dim
         self.dtype = np.dtype(dtype)
         self.threads = threads
@@ -209,8 +212,8 @@ class EpochPack:
     def ids(self) -> np.ndarray:
         """Every row the pack holds (sorted, unique)."""
         if len(self.segments) == 1:
-            return self.segments[0].ids
-        return unique_sorted(np.concatenate([g.ids for g in self.segments]))
+            return self.segments[0].ids.astype(np.int64, copy=False)
+        return unique_sorted(np.concatenate([g.ids for g in self.segments])).astype(np.int64)
 
     @property
     def nbytes(self) -> int:
@@ -260,10 +263,47 @@ class EpochPack:
 
 
 def _segments(sets: np.ndarray | list[np.ndarray]) -> list[np.ndarray]:
-    """An epoch's windows' rows (one array: one window)."""
+    """An epoch's windows' rows (one array: one window), in the integer type given (a
+    round's sets are int32 where the rows allow: :func:`compact_ids`)."""
     if isinstance(sets, np.ndarray):
-        return [np.asarray(sets, np.int64)]
-    return [np.asarray(s, np.int64) for s in sets]
+        sets = [sets]
+    out = [np.asarray(s) for s in sets]
+    for s in out:
+        if s.size and not np.issubdtype(s.dtype, np.integer):
+            raise TypeError(f"row ids must be integers, got {s.dtype}")
+    return [s if s.size else s.astype(np.int64) for s in out]
+
+
+def compact_ids(ids: np.ndarray, num_rows: int) -> np.ndarray:
+    """``ids`` (row positions below ``num_rows``) as int32 when every row id fits, else
+    int64: the sets a round keeps until its sweep and its packs keep until their windows are
+    read take half the memory (docs/measurements.md#epoch-packs-and-spooled-samples)."""
+    kind = np.int32 if int(num_rows) <= np.iinfo(np.int32).max else np.int64
+    return np.asarray(ids).astype(kind, copy=False)
+
+
+#: rows of the marks turned into ids at a time by :func:`_union` (default 4M)
+_UNION_SLICE = 1 << 22
+
+
+def _union(parts: list[np.ndarray], num_rows: int | None) -> np.ndarray:
+    """The sorted distinct ids of ``parts``: by marking rows (one byte per row of the
+    features; the ids as int32 where they fit, made slice by slice) when that takes less
+    than sorting a concatenated copy, else by one sort (int64)."""
+    total = sum(len(s) for s in parts)
+    if not total:
+        return np.empty(0, np.int64)
+    if num_rows is not None and int(num_rows) <= 16 * total:
+        n = int(num_rows)
+        mark = np.zeros(n, np.bool_)
+        for s in parts:
+            mark[s] = True
+        out = [
+            compact_ids(np.flatnonzero(mark[a : a + _UNION_SLICE]) + a, n)
+            for a in range(0, n, _UNION_SLICE)
+        ]
+        return np.concatenate(out)
+    return unique_sorted(np.concatenate(parts)).astype(np.int64, copy=False)
 
 
 def pack_epochs(
@@ -288,7 +328,7 @@ def pack_epochs(
     keys = sorted(id_sets)
     segs = [(e, j, s) for e in keys for j, s in enumerate(_segments(id_sets[e]))]
     parts = [s for _, _, s in segs]
-    union = unique_sorted(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+    union = _union(parts, getattr(features, "num_rows", None))
     writers = [_Writer(directory / f"epoch-{e}-{j}.rows", stage_bytes) for e, j, _ in segs]
     at = [0] * len(segs)
     try:
@@ -342,15 +382,26 @@ class Packs:
         scratch_dir: where the private directory goes (default None: beside the directory
             of the feature file).
         pool: the memory the windows and cache share, which sizes the sweep's buffers
-            (:func:`pack_sizes`).
+            (:func:`pack_sizes`); share: the part of it they may take (:func:`pack_sizes`'s,
+            default 16: a sixteenth).
     """
 
-    def __init__(self, features, *, epochs: int, scratch_dir: str | None, pool: int) -> None:
+    def __init__(
+        self,
+        features,
+        *,
+        epochs: int,
+        scratch_dir: str | None,
+        pool: int,
+        share: int = 16,
+    ) -> None:
         self.features = features
         self.epochs = int(epochs)
         self.scratch_dir = scratch_dir
         self.stats = PackStats()
         self.pool = pool
+        self.share = share
+        self._id_files: dict[int, list[Path]] = {}
         self._packs: dict[int, EpochPack] = {}
         self._scratch: contextlib.ExitStack | None = None
         self._path: Path | None = None
@@ -407,9 +458,11 @@ class Packs:
                 (room + SCRATCH_MARGIN) / 2**30,
                 (fits[-1] + SCRATCH_MARGIN) / 2**30,
             )
+            for e in set(sets) - set(kept):  # packed by a later round: sampled again
+                self._drop_ids(e)
             sets = {e: sets[e] for e in kept}
         segs = [s for v in sets.values() for s in _segments(v)]
-        chunk, stage = pack_sizes(self.pool, len(segs))
+        chunk, stage = pack_sizes(self.pool, len(segs), self.share)
         before = self.stats.snapshot()
         self._packs.update(
             pack_epochs(
@@ -447,12 +500,36 @@ class Packs:
             )
         return self._path
 
+    def spill_ids(self, epoch: int, ids: np.ndarray) -> np.ndarray:
+        """``ids`` (a window's sorted rows of ``epoch``, :func:`compact_ids`) written to the
+        scratch directory and mapped back read-only: a round's sets wait for their sweep,
+        and a pack's segments keep them, without memory of their own (the sweep and each
+        window read them once, in order). Removed with the epoch's pack (:meth:`drop`)."""
+        files = self._id_files.setdefault(epoch, [])
+        path = self.directory() / f"ids-{epoch}-{len(files)}.npy"
+        ids = np.asarray(ids)
+        if not len(ids):
+            return ids
+        with open(path, "wb") as f:
+            np.save(f, ids)
+            f.flush()
+            os.fdatasync(f.fileno())
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        files.append(path)
+        return np.load(path, mmap_mode="r")
+
+    def _drop_ids(self, epoch: int) -> None:
+        for path in self._id_files.pop(epoch, []):
+            path.unlink(missing_ok=True)
+
     def drop(self, epoch: int | None = None) -> None:
         """Remove ``epoch``'s pack (None: every pack, and the scratch directory)."""
         for e in list(self._packs) if epoch is None else [epoch]:
             pack = self._packs.pop(e, None)
             if pack is not None:
                 pack.close()
+        for e in list(self._id_files) if epoch is None else [epoch]:
+            self._drop_ids(e)
         if epoch is None and self._scratch is not None:
             self._scratch.close()
             self._scratch = self._path = None

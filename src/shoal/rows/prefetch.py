@@ -28,7 +28,7 @@ import torch
 
 from shoal.graph.blocks import Batch
 from shoal.rows.featstore import CACHE_POLICIES, DiskFeatures, FeatureStats, presampled_priority
-from shoal.rows.packing import Packs
+from shoal.rows.packing import Packs, compact_ids
 from shoal.rows.readahead import END, Stop, Stream
 from shoal.rows.spool import SampleSpool
 from shoal.rows.windowfit import (
@@ -226,7 +226,7 @@ class WindowPrefetcher:
                     for mb in self._samples(e, record=True):
                         if stop.is_set():
                             raise Stop
-                        yield None, fs.cold_of(mb.n_id)
+                        yield None, compact_ids(fs.cold_of(mb.n_id), fs.num_rows)
 
                 sets[e] = [cold for _, _, cold in self._windows(items())]
         self._drop_start_lists()  # the sweep reads the cache

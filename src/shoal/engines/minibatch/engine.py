@@ -196,19 +196,20 @@ class MinibatchEngine(Engine):
             show_progress=cfg.run.progress if ctx.is_rank0 else False,
         )
         self.local, windows = budgeted.features, budgeted.windows
+        # packing samples each epoch ahead, far less than a sweep of the rank's rows per
+        # window (docs/distributed.md#minibatch-distdgl); with the neighbour lists on disk
+        # its samples are spooled, so each epoch is sampled once; a round's row sets wait
+        # for their sweep on the scratch disk, not in memory (Packs.spill_ids)
+        pack = default_pack_epochs(cfg.memory.pack_epochs, not on_disk, spooled=on_disk)
+        window = plan.window
         self.windows = DistWindows(
             self.local,
             **placement(store, self.part_to_rank, ctx),
             stats=self.stats,
             # a window's rows take 3/4 of its share of the budget, its sampled batches 1/4
-            window_rows=plan.window * 3 // 4 // self.row_bytes if windows else rows + 1,
-            sample_bytes=plan.window // 4 if windows else None,
-            # packing samples each epoch ahead, far less than a sweep of the rank's rows
-            # per window (docs/distributed.md#minibatch-distdgl); with the neighbour lists
-            # on disk only when asked for (--pack-epochs): its samples are then spooled, so
-            # each epoch is sampled once, but at a quarter of papers100M in 4 GiB the round's
-            # memory took the ranks over their cgroup (docs/measurements.md, issue 54)
-            pack_epochs=default_pack_epochs(cfg.memory.pack_epochs, not on_disk),
+            window_rows=window * 3 // 4 // self.row_bytes if windows else rows + 1,
+            sample_bytes=window // 4 if windows else None,
+            pack_epochs=pack,
             spool_samples=on_disk,
             last_epoch=cfg.optim.epochs - 1,
             degrees=deg,
@@ -327,9 +328,8 @@ class MinibatchEngine(Engine):
             with meter.time("forward_backward"):
                 x, y = batch.x, batch.y
                 self.optimizer.zero_grad(set_to_none=True)
-                # dropout keyed by (seed, epoch, step and rank, original node id): one process
-                # on a one-part store draws the single-process trainer's masks
-                blocks = batch.mb.with_node_ids(self.store.to_orig(batch.mb.n_id))
+                # dropout keyed by (seed, epoch, step and rank, node id: _keyed_ids)
+                blocks = batch.mb.with_node_ids(self._keyed_ids(batch.mb.n_id))
                 with keyed_dropout(self.model, cfg.run.seed, epoch, step * world + rank):
                     out = self.ddp(x, blocks)
                 # DDP averages the ranks' gradients (batches differ in size by at most one
@@ -351,10 +351,23 @@ class MinibatchEngine(Engine):
             ok = int((out.detach().argmax(1) == y).sum()) if n else 0
             meter.step(float(loss.detach()), ok, n)
 
+    def _keyed_ids(self, n_id: np.ndarray) -> np.ndarray:
+        """The node ids a batch's dropout masks are keyed by: on a typed store the original
+        ids (its learned rows are indexed by them); untyped, the store's own ids, as sampled:
+        no lookup in the store's node map, a memory map of 8 bytes per node that a batch
+        reads at random (at a quarter of papers100M in 4 GiB its page faults read 110 GB per
+        rank in one epoch: docs/measurements.md#distributed-windows-and-the-served-sweep).
+        A one-part store in id order (the default) numbers nodes as the graph does, so one
+        process on it still draws the single-process trainer's masks."""
+        if self.store.schema is not None:
+            return self.store.to_orig(n_id)
+        return n_id
+
     def _batches(self, epoch: int, timer: dict[str, float]) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and
         normalised) rows, labels (collective)."""
-        again = lambda e: self._samples(e, timer)  # noqa: E731 - future epochs, to pack them
+        # future epochs, to pack them: their groups also take the windows' idle memory
+        again = lambda e: self._samples(e, timer, room=self.windows.round_room)  # noqa: E731
         samples = self._samples(epoch, timer)
         if self.windows is None:  # learned rows: no windows
             groups: Iterable = (([mb], None) for mb in samples)
@@ -382,8 +395,10 @@ class MinibatchEngine(Engine):
             return torch.where(s != 0, x / torch.where(s != 0, s, 1.0), x)
         return x.clone() if self.prefetch else x  # the pull's buffer is reused by the next
 
-    def _samples(self, epoch: int, timer: dict[str, float]):
-        """This rank's sampled batches of ``epoch``, in step order (collective)."""
+    def _samples(self, epoch: int, timer: dict[str, float], room: int = 0):
+        """This rank's sampled batches of ``epoch``, in step order (collective); ``room``:
+        bytes idle meanwhile that the groups of batches sampled together from neighbour lists
+        on disk may take (the same on every rank)."""
         seed = self.train_config.run.seed
         if self.link is not None:
             for b in self.link.steps(epoch):
@@ -395,7 +410,7 @@ class MinibatchEngine(Engine):
         # the batch seed depends on the rank too, so ranks draw different samples; with the
         # neighbour lists on disk, sampled in groups (the same batches)
         steps = list(self.epoch_batches(epoch))
-        size = self.sampler.group_size(self.train_config.sampling.batch_size)
+        size = self.sampler.group_size(self.train_config.sampling.batch_size, room)
         for a in range(0, len(steps), size):
             group = [
                 (b, batch_seed(seed, epoch, a + j) + self.ctx.rank)
