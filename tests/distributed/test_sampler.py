@@ -162,6 +162,8 @@ def _disk_vs_memory(rank: int, world: int, store: str, disk_ranks: tuple[int, ..
     )
     held = {i: len(h.starts) for i, h in s._held.items()}
     assert s.group_size(bs) == 3 == group_batches(fanouts, 3 * 24 * (3 + 6) * bs, bs)
+    # a round lends idle memory: groups grow by what it adds (counted twice, as above)
+    assert s.group_size(bs, room=2 * 2 * 24 * (3 + 6) * bs) == 5
     got = []
     for a in range(0, len(batches), 3):
         got += list(s.sample_group(batches[a : a + 3]))
