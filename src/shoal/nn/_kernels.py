@@ -44,19 +44,20 @@ def _dropout_apply(x, seed, threshold, scale, ids, out):
     the seed instead of stored). Branch-free inner loop over groups of four columns.
     """
     n, f = x.shape
-    f4 = f - f % 4
+    nb = f // 4
+    f4 = 4 * nb
     zero = np.float32(0.0)
     for i in prange(n):
-        state = _row_state(seed, ids, i)
-        for j in range(0, f4, 4):
-            state = state + _GOLDEN
-            bits = _mix64(state)
+        row = _row_state(seed, ids, i)
+        # block k's state is row + (k + 1) * golden (SplitMix64's k-th step), each computed
+        # on its own so that the loop vectorises (the same bits as stepping the state)
+        for k in range(nb):
+            bits = _mix64(row + np.uint64(k + 1) * _GOLDEN)
             for q in range(4):
                 u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
-                out[i, j + q] = x[i, j + q] * (scale if u >= threshold else zero)
+                out[i, 4 * k + q] = x[i, 4 * k + q] * (scale if u >= threshold else zero)
         if f4 < f:
-            state = state + _GOLDEN
-            bits = _mix64(state)
+            bits = _mix64(row + np.uint64(nb + 1) * _GOLDEN)
             for q in range(f - f4):
                 u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
                 out[i, f4 + q] = x[i, f4 + q] * (scale if u >= threshold else zero)
@@ -66,20 +67,19 @@ def _dropout_apply(x, seed, threshold, scale, ids, out):
 def _relu_dropout(x, seed, threshold, scale, ids, out):
     """out = max(x, 0) * mask * scale (mask as in :func:`_dropout_apply`)."""
     n, f = x.shape
-    f4 = f - f % 4
+    nb = f // 4
+    f4 = 4 * nb
     zero = np.float32(0.0)
     for i in prange(n):
-        state = _row_state(seed, ids, i)
-        for j in range(0, f4, 4):
-            state = state + _GOLDEN
-            bits = _mix64(state)
+        row = _row_state(seed, ids, i)
+        for k in range(nb):  # blocks' states computed on their own (_dropout_apply)
+            bits = _mix64(row + np.uint64(k + 1) * _GOLDEN)
             for q in range(4):
                 u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
-                v = x[i, j + q]
-                out[i, j + q] = v * scale if (u >= threshold and v > zero) else zero
+                v = x[i, 4 * k + q]
+                out[i, 4 * k + q] = v * scale if (u >= threshold and v > zero) else zero
         if f4 < f:
-            state = state + _GOLDEN
-            bits = _mix64(state)
+            bits = _mix64(row + np.uint64(nb + 1) * _GOLDEN)
             for q in range(f - f4):
                 u = (bits >> np.uint64(16 * q)) & np.uint64(0xFFFF)
                 v = x[i, f4 + q]
