@@ -33,7 +33,16 @@ def _graph(make_graph, n: int = 300, seed: int = 5):
     )
 
 
-def _outputs(rank: int, world: int, store: str, part_to_rank, budget: int, hidden: int):
+def _outputs(
+    rank: int,
+    world: int,
+    store: str,
+    part_to_rank,
+    budget: int,
+    hidden: int,
+    normalize: bool = True,
+    halos: tuple[str, ...] = ("served", "stored"),
+):
     from shoal.distributed import DistContext
     from shoal.distributed.blocked import blocked_dist_outputs
     from shoal.distributed.comm import CommStats
@@ -52,7 +61,7 @@ def _outputs(rank: int, world: int, store: str, part_to_rank, budget: int, hidde
     model = GraphSAGE(in_dim=4, hidden=hidden, out_dim=3, num_layers=2).eval()
     layers = sum_layers(model)
     got, rounds = {}, {}
-    for halo in ("served", "stored"):
+    for halo in halos:
         rows: dict[int, np.ndarray] = {}
 
         def keep(start, rows=rows):
@@ -75,7 +84,7 @@ def _outputs(rank: int, world: int, store: str, part_to_rank, budget: int, hidde
                 {p.index: keep(p.start) for p in parts},
                 scratch=scratch,
                 budget=budget,
-                normalize=True,
+                normalize=normalize,
                 stats=stats,
                 halo=halo,
             )
@@ -110,3 +119,55 @@ def test_served_equals_stored(make_graph, make_store, world, part_to_rank, halo_
     b = np.stack([stored[v] for v in sorted(stored)])
     assert np.abs(b).max() > 0.1  # the outputs are not all zero
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_served_rows_sent_as_stored(make_graph, tmp_path, caplog, dtype):
+    """16-bit rows not normalised, a layer whose message is its input row (GraphSAGE that
+    does not shrink): the sweep reads, sends and sums them as stored (the log says so), and
+    every output equals the stored-halo path's, which decodes them to float32 first."""
+    from shoal.partition.base import Assignment
+    from shoal.partition.io import write_assignment
+    from shoal.store import build_store
+
+    g = _graph(make_graph)
+    node_part = np.random.default_rng(1).integers(0, 3, g.num_nodes).astype(np.int32)
+    adir = tmp_path / "assign"
+    write_assignment(adir, Assignment(node_part=node_part, num_parts=3, algorithm="hand"), g)
+    store = tmp_path / "store"
+    build_store(g, adir, store, halo_features=True, feature_dtype=dtype)
+    res = run_world(_outputs, 2, str(store), [0, 1, 0], 6000, 8, False, timeout=240)
+    served, stored = {}, {}
+    for got, rounds in res:
+        served.update(got["served"])
+        stored.update(got["stored"])
+        assert rounds["served"] > 1  # several rounds or steps: the rows were exchanged
+    assert sorted(served) == sorted(stored) == list(range(g.num_nodes))
+    a = np.stack([served[v] for v in sorted(served)])
+    b = np.stack([stored[v] for v in sorted(stored)])
+    assert np.abs(b).max() > 0.1
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_served_raw_mode_agreed(monkeypatch):
+    """Rows go as stored only when the layer's message is the row and every rank with rows
+    stores them in the same 16 bits; a rank without rows agrees with any."""
+    import shoal.distributed.served as S
+    from shoal.nn.sage import GraphSAGE
+    from shoal.training.blocked import sum_layers
+
+    monkeypatch.setattr(S, "reduced", lambda v, w, op: v)  # one rank
+    wide, narrow = (sum_layers(GraphSAGE(in_dim=4, hidden=h, out_dim=3))[0] for h in (8, 2))
+
+    class Rows:
+        def __init__(self, code):
+            self.code = code
+
+        def stored16(self):
+            return self.code
+
+    assert S._raw(wide, None, Rows(1), 4, 1) == np.float16
+    assert S._raw(wide, None, Rows(2), 4, 1) == np.uint16
+    assert S._raw(wide, None, Rows(0), 4, 1) is None  # float32 rows, or normalised
+    assert S._raw(narrow, narrow.pre, Rows(1), 4, 1) is None  # the message is a projection
+    assert S._raw(wide, None, None, 4, 1) is None  # no rows anywhere

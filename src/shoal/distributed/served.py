@@ -96,6 +96,8 @@ MAX_STEP_ROWS = 65535
 SLICE_SHARE = 256
 #: offsets within a step
 OFF = np.uint16
+#: the 16-bit kinds rows may be read and sent as (:func:`_raw`), by numpy dtype character
+_NAMES = {"e": "float16", "H": "bfloat16"}
 #: steps read ahead of the one whose messages are exchanged (default 1: one buffer read
 #: while the other's messages are sent and added). The ranks exchange in lockstep, so deeper
 #: read-ahead might absorb one rank's slower moments; 2 and 3 steps measured no faster than 1
@@ -106,11 +108,14 @@ READ_AHEAD = 1
 
 class _Sweep:
     """The buffers of one layer's sweep: ``R`` rows per step read into two reused buffers
-    (one filled while the other's messages are sent and added), finishing slices likewise."""
+    (one filled while the other's messages are sent and added), finishing slices likewise;
+    ``stored``: the rows' 16-bit dtype when they are read and sent as stored (:func:`_raw`)."""
 
-    def __init__(self, budget: int, dim: int, width: int, R: int) -> None:
+    def __init__(self, budget: int, dim: int, width: int, R: int, stored=None) -> None:
         self.R = R
-        self.range_bufs = [np.empty((R, dim), np.float32) for _ in range(READ_AHEAD + 1)]
+        self.stored = None if stored is None else np.dtype(stored)
+        read = np.float32 if stored is None else stored
+        self.range_bufs = [np.empty((R, dim), read) for _ in range(READ_AHEAD + 1)]
         piece = _slice_bytes(budget, dim, width)
         self.slice_rows = max(1, piece // (4 * max(dim, width, 1)))
         self.slice_bufs = [np.empty((self.slice_rows, dim), np.float32) for _ in range(2)]
@@ -118,11 +123,11 @@ class _Sweep:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="shoal-served-read")
         self.bufs: dict[str, np.ndarray] = {}
 
-    def buffer(self, name: str, rows: int, cols: int) -> np.ndarray:
-        """A reused float32 ``(rows, cols)`` buffer (grown when needed)."""
+    def buffer(self, name: str, rows: int, cols: int, dtype=np.float32) -> np.ndarray:
+        """A reused ``(rows, cols)`` buffer of ``dtype`` (grown when needed)."""
         buf = self.bufs.get(name)
-        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
-            buf = self.bufs[name] = np.empty((max(rows, 1), cols), np.float32)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols or buf.dtype != dtype:
+            buf = self.bufs[name] = np.empty((max(rows, 1), cols), dtype)
         return buf[:rows]
 
     def close(self) -> None:
@@ -135,26 +140,46 @@ def _slice_bytes(budget: int, dim: int, width: int) -> int:
     return min(SLICE_BYTES, max(budget // SLICE_SHARE, 4 * max(dim, width, 1)))
 
 
-def _row_bytes(dim: int, width: int, world: int) -> int:
+def _row_bytes(dim: int, width: int, world: int, itemsize: int = 4) -> int:
     """Bytes per row of a sweep step: its read buffers of ``dim`` columns, and of ``width``
-    columns its messages, those sent and those received (one copy per peer, at most 4)."""
-    return 4 * ((READ_AHEAD + 1) * max(dim, 1) + (2 + min(max(world - 1, 1), 4)) * max(width, 1))
+    columns its messages, those sent and those received (one copy per peer, at most 4);
+    ``itemsize`` bytes a value (2: rows read and sent as stored, :func:`_raw`)."""
+    peers = min(max(world - 1, 1), 4)
+    return itemsize * ((READ_AHEAD + 1) * max(dim, 1) + (2 + peers) * max(width, 1))
 
 
-def sweep_rows(budget: int, dim: int, width: int, world: int) -> int:
+def sweep_rows(budget: int, dim: int, width: int, world: int, itemsize: int = 4) -> int:
     """Rows per step of a sweep (before the ranks agree on the smallest): an eighth of
     ``budget`` (:func:`_row_bytes` per row), a range of at most :data:`CHUNK_BYTES` and
     :data:`MAX_STEP_ROWS` rows."""
-    per_row = _row_bytes(dim, width, world)
-    rows = min(CHUNK_BYTES // (4 * max(dim, 1)), budget // (8 * per_row), MAX_STEP_ROWS)
+    per_row = _row_bytes(dim, width, world, itemsize)
+    rows = min(CHUNK_BYTES // (itemsize * max(dim, 1)), budget // (8 * per_row), MAX_STEP_ROWS)
     return max(1, rows)
 
 
-def held_bytes(R: int, dim: int, width: int, world: int, budget: int) -> int:
+def held_bytes(R: int, dim: int, width: int, world: int, budget: int, itemsize: int = 4) -> int:
     """The sweep's buffers (:func:`sweep_rows`), its marks, and its finishing slices (an
     eighth of ``budget`` at most)."""
     piece = _slice_bytes(budget, dim, width)
-    return R * (_row_bytes(dim, width, world) + 8) + 8 * piece
+    return R * (_row_bytes(dim, width, world, itemsize) + 8) + 8 * piece
+
+
+def _raw(sl: SumLayer, pre, sources, dim: int, world: int) -> np.dtype | None:
+    """The 16-bit dtype the layer's rows are stored in when every rank can read them, send
+    them and sum them as stored, else None (collective). That is when the layer's message is
+    its input row itself (:attr:`SumLayer.linear` without a scale, all ``dim`` columns, no
+    ``pre``) and the rows are stored float16 or bfloat16, not normalised
+    (:meth:`LayerRows.stored16`): the message is exact in 16 bits, so the sweep reads and
+    sends half the bytes and computes no messages; sums stay float32."""
+    code = -1  # a rank without rows agrees with any
+    if sources is not None:
+        ok = sl.linear and sl.scale is None and pre is None and sl.width == dim
+        code = sources.stored16() if ok else 0
+    lo = reduced(code if code >= 0 else 3, world, dist.ReduceOp.MIN)
+    hi = reduced(code, world, dist.ReduceOp.MAX)
+    if lo != hi or lo not in (1, 2):
+        return None
+    return np.dtype(np.float16) if lo == 1 else np.dtype(np.uint16)
 
 
 def _all_to_all(send: np.ndarray, recv: np.ndarray, send_counts, recv_counts) -> None:
@@ -216,39 +241,6 @@ def served_layer(
     core row), or to ``on_output[part](positions in todo, rows)``."""
     W = ctx.world_size
     width_in = dim if pre is None else int(pre(torch.zeros(1, dim)).shape[1])
-    R = reduced(sweep_rows(budget, dim, sl.width, W), W, dist.ReduceOp.MIN)
-    steps = int(max(-(-int(n) // R) for n in layout.rank_rows)) if len(layout.rank_rows) else 0
-    held = held_bytes(R, dim, max(sl.width, width_in), W, budget)
-    free = max(budget - held, 1)
-    # this rank's blocks: (part, block of core positions), the same number of rounds for all
-    blocks = []
-    for p in parts:
-        indices = graphs[p.index][1]
-        # while a block's in-edges are bucketed (read from the file, when on disk, beside
-        # their buckets) its accumulators are not allocated yet: the larger phase counts
-        per_target = 4 * (sl.width + width_in)  # its accumulator and its own input row
-        per_edge = SERVED_EDGE_BYTES
-        if file_of(indices) is not None:
-            per_edge = max(per_edge, indices.dtype.itemsize + 8)
-        ids = np.asarray(todo[p.index])
-        for a, b in _blocks(graphs[p.index][0], ids, per_target, free, per_edge):
-            blocks.append((p, a, ids[a:b]))
-    rounds = reduced(len(blocks), W, dist.ReduceOp.MAX)
-    log.info(
-        "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
-        "ranks; each round sweeps this rank's %d rows in %d steps of %d rows (%.0f MiB of "
-        "working memory, %.0f MiB of it buffers)",
-        sl.width,
-        sum(len(todo[p.index]) for p in parts),
-        len(blocks),
-        max((len(b[2]) for b in blocks), default=0),
-        rounds,
-        int(layout.rank_rows[ctx.rank]) if len(layout.rank_rows) else 0,
-        steps,
-        R,
-        budget / 2**20,
-        held / 2**20,
-    )
     sources = None
     if parts:  # in served order (parts by their first row among the rank's)
         order = sorted(parts, key=lambda p: int(layout.part_base[p.index]))
@@ -262,8 +254,44 @@ def served_layer(
                 ]
             )
         sources = LayerRows(rows, normalize=normalize, threads=threads, row_ids=ids)
+    stored = _raw(sl, pre, sources, dim, W)
+    size = 4 if stored is None else stored.itemsize
+    R = reduced(sweep_rows(budget, dim, sl.width, W, size), W, dist.ReduceOp.MIN)
+    steps = int(max(-(-int(n) // R) for n in layout.rank_rows)) if len(layout.rank_rows) else 0
+    held = held_bytes(R, dim, max(sl.width, width_in), W, budget, size)
+    free = max(budget - held, 1)
+    # this rank's blocks: (part, block of core positions), the same number of rounds for all
+    blocks = []
+    for p in parts:
+        indices = graphs[p.index][1]
+        # while a block's in-edges are bucketed (read from the file, when on disk, beside
+        # their buckets) its accumulators are not allocated yet: the larger phase counts
+        per_target = 4 * sl.width + size * width_in  # its accumulator and own input row
+        per_edge = SERVED_EDGE_BYTES
+        if file_of(indices) is not None:
+            per_edge = max(per_edge, indices.dtype.itemsize + 8)
+        ids = np.asarray(todo[p.index])
+        for a, b in _blocks(graphs[p.index][0], ids, per_target, free, per_edge):
+            blocks.append((p, a, ids[a:b]))
+    rounds = reduced(len(blocks), W, dist.ReduceOp.MAX)
+    log.info(
+        "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
+        "ranks; each round sweeps this rank's %d rows in %d steps of %d rows%s (%.0f MiB of "
+        "working memory, %.0f MiB of it buffers)",
+        sl.width,
+        sum(len(todo[p.index]) for p in parts),
+        len(blocks),
+        max((len(b[2]) for b in blocks), default=0),
+        rounds,
+        int(layout.rank_rows[ctx.rank]) if len(layout.rank_rows) else 0,
+        steps,
+        R,
+        "" if stored is None else f", read and sent as stored {_NAMES[stored.char]}",
+        budget / 2**20,
+        held / 2**20,
+    )
     core_deg = _core_degrees(parts, graphs)
-    sweep = _Sweep(budget, dim, max(sl.width, width_in), R)
+    sweep = _Sweep(budget, dim, max(sl.width, width_in), R, stored)
     writers = {p.index: RowWriter(outs[p.index]) for p in parts} if outs is not None else {}
     clock = _Clock()
     try:
@@ -426,21 +454,28 @@ def _gather(
             ids = np.empty(0, np.int64) if union is None else union.astype(np.int64) + s * R
             yield ids, s, union, lists, tg
 
+    raw = sweep.stored is not None  # rows read, sent and summed as stored (_raw)
+    half = sweep.stored == np.float16
+    mtype = np.uint16 if raw else np.float32
     for (ids, s, union, lists, tg), h in _read_ahead(
-        sweep.pool, _Rows(sources), pre, items(), sweep.range_bufs
+        sweep.pool, _Rows(sources, sweep.stored), pre, items(), sweep.range_bufs
     ):
         t0 = clock.add("read wait", t0)
+        hn = h.numpy().view(np.uint16) if raw else None
         if len(tg):  # the targets' own rows of this step
             if own is None:
-                own = np.empty((len(block), h.shape[1]), np.float32)
-            own[tcut[s] : tcut[s + 1]] = h[torch.from_numpy(np.searchsorted(union, tg))].numpy()
+                own = np.empty((len(block), h.shape[1]), mtype)
+            at_tg = np.searchsorted(union, tg)
+            own[tcut[s] : tcut[s + 1]] = hn[at_tg] if raw else h[torch.from_numpy(at_tg)].numpy()
         msg = None
-        if len(ids):
+        if raw:  # the message is the row as stored
+            msg = hn
+        elif len(ids):
             d = core_deg[torch.from_numpy(ids)].unsqueeze(1)
             msg = np.ascontiguousarray(sl.message(h, d).numpy())
         if W > 1:
             send_n = [0 if r == me else len(lists[r]) for r in range(W)]
-            send = sweep.buffer("send", sum(send_n), sl.width)
+            send = sweep.buffer("send", sum(send_n), sl.width, mtype)
             at = 0
             for r in range(W):  # the rows each peer asked for, in its order
                 if send_n[r]:
@@ -449,26 +484,37 @@ def _gather(
                     )
                     at += send_n[r]
             recv_n = [0 if o == me else int(counts[s, o]) for o in range(W)]
-            got = sweep.buffer("recv", sum(recv_n), sl.width)
+            got = sweep.buffer("recv", sum(recv_n), sl.width, mtype)
             t0 = clock.add("messages", t0)
-            _all_to_all(send, got, send_n, recv_n)
+            if raw:  # as bytes: gloo has no 16-bit unsigned type
+                _all_to_all(send.view(np.uint8), got.view(np.uint8), send_n, recv_n)
+            else:
+                _all_to_all(send, got, send_n, recv_n)
             t0 = clock.add("exchange", t0)
-            _tally(stats, int(sum(send_n)), int(sum(recv_n)), 4 * sl.width)
+            _tally(stats, int(sum(send_n)), int(sum(recv_n)), send.itemsize * sl.width)
             at = 0
             for o in range(W):
                 n = recv_n[o]
                 if n:
                     b = s * W + o
                     e = slice(ptr[b], ptr[b + 1])
-                    BK._scatter_add(acc, got[at : at + n], dst[e], off[e])
+                    _add(acc, got[at : at + n], dst[e], off[e], raw, half)
                     at += n
         b = s * W + me
         if len(lists[me]):  # its own rows: each edge's message found in the union directly
             e = slice(ptr[b], ptr[b + 1])
             pos = np.searchsorted(union, lists[me])[off[e]]
-            BK._scatter_add(acc, msg, dst[e], pos)
+            _add(acc, msg, dst[e], pos, raw, half)
         t0 = clock.add("add", t0)
     return acc, own
+
+
+def _add(acc, msg, dst, pos, raw: bool, half: bool) -> None:
+    """``acc[dst[e]] += msg[pos[e]]``; 16-bit ``msg`` widened as added when ``raw``."""
+    if raw:
+        BK._scatter_add16(acc, msg, dst, pos, half)
+    else:
+        BK._scatter_add(acc, msg, dst, pos)
 
 
 class _Clock:
@@ -488,15 +534,27 @@ class _Clock:
 
 
 class _Rows:
-    """A :class:`LayerRows` that may be absent (a rank without parts is never asked)."""
+    """A :class:`LayerRows` that may be absent (a rank without parts is never asked); with
+    ``stored``, rows are read as stored and handed over as int16 bits (torch has no uint16
+    arithmetic; the kernels view them as uint16)."""
 
-    def __init__(self, rows) -> None:
+    def __init__(self, rows, stored=None) -> None:
         self.rows = rows
+        self.stored = stored
 
     def read(self, ids, out):
         if self.rows is None or not len(ids):
-            return out[:0]
+            return out[:0].view(np.int16) if self.stored is not None else out[:0]
+        if self.stored is not None:
+            return self.rows.read_stored(ids, out).view(np.int16)
         return self.rows.read(ids, out)
+
+
+def _widen(rows: np.ndarray, stored: np.dtype) -> np.ndarray:
+    """float32 values of 16-bit ``rows`` (uint16 bits of ``stored``: float16 or bfloat16)."""
+    if stored == np.float16:
+        return rows.view(np.float16).astype(np.float32)
+    return (rows.astype(np.uint32) << 16).view(np.float32)
 
 
 def _finish(sl, p, a, block, acc, own, graphs, sweep, nxt, writer, emit):
@@ -506,7 +564,10 @@ def _finish(sl, p, a, block, acc, own, graphs, sweep, nxt, writer, emit):
     for i in range(0, len(block), k):
         ids = block[i : i + k]
         d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
-        h = sl.finish(torch.from_numpy(acc[i : i + k]), torch.from_numpy(own[i : i + k]), d)
+        mine = own[i : i + k]
+        if sweep.stored is not None:
+            mine = _widen(mine, sweep.stored)
+        h = sl.finish(torch.from_numpy(acc[i : i + k]), torch.from_numpy(mine), d)
         if writer is not None:  # rows a + i.. of the compact output
             writer.write(np.arange(a + i, a + i + len(h)), (nxt(h) if nxt else h).numpy())
         else:

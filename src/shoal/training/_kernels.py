@@ -34,6 +34,36 @@ def _scatter_add(acc, msg, dst, pos):
                 acc[d, j] += msg[s, j]
 
 
+def _scatter_add16_py(acc, msg, dst, pos, half):
+    """:func:`_scatter_add` of 16-bit rows ``msg`` (uint16 bits: float16 when ``half``,
+    else bfloat16), each widened to float32 as it is added."""
+    m = dst.shape[0]
+    f = acc.shape[1]
+    parts = 8 if m >= 8192 else 1
+    for p in prange(parts):
+        a = m * p // parts
+        b = m * (p + 1) // parts
+        while 0 < a < m and dst[a] == dst[a - 1]:
+            a += 1
+        while 0 < b < m and dst[b] == dst[b - 1]:
+            b += 1
+        if half:  # one loop per kind: a branch inside the row loop keeps it scalar
+            for e in range(a, b):
+                d = dst[e]
+                s = pos[e]
+                for j in range(f):
+                    acc[d, j] += half_to_float(msg[s, j])
+        else:
+            for e in range(a, b):
+                d = dst[e]
+                s = pos[e]
+                for j in range(f):
+                    acc[d, j] += bfloat_to_float(msg[s, j])
+
+
+_scatter_add16 = numba.njit(cache=True, nogil=True, parallel=True)(_scatter_add16_py)
+
+
 @numba.njit(cache=True, nogil=True)
 def _count_by_range(indptr, block, indices, range_rows, ptr):
     """``ptr[r + 1]`` = in-edges of nodes ``block`` whose source lies in range ``r``

@@ -158,6 +158,32 @@ class LayerRows:
             K._row_normalize(out, n)
         return out
 
+    def stored16(self) -> int:
+        """1 when rows can be read as stored float16 rows (:meth:`read_stored`), 2 as stored
+        bfloat16 rows (their top 16 bits), 0 otherwise (another dtype, normalised rows, or a
+        :class:`DiskFeatures` source, which decodes as it gathers)."""
+        if self.normalize or isinstance(self.src, DiskFeatures):
+            return 0
+        if self.stored == np.float16:
+            return 1
+        return 2 if self.stored == np.uint16 else 0
+
+    def read_stored(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Rows of ``ids`` (sorted, unique) as stored, without decoding, into ``out`` (a reused
+        buffer of :attr:`stored` items and at least ``len(ids)`` rows); returns them. Only
+        when :meth:`stored16` is not 0."""
+        n = len(ids)
+        out = out[:n]
+        if self.row_ids is not None:
+            ids = np.searchsorted(self.row_ids, ids).astype(np.int64, copy=False)
+        if not n:
+            return out
+        if self.reader is not None:
+            self.reader.read(np.asarray(ids, np.int64), out)
+        else:
+            np.take(self.src, np.asarray(ids, np.int64), axis=0, out=out)
+        return out
+
     def in_memory(self) -> tuple[np.ndarray, np.ndarray | None] | None:
         """``(stored rows, scales)`` when every row is in memory as stored, row ``u`` for id
         ``u`` (an in-memory array, or a :class:`DiskFeatures` caching every row, in id
