@@ -188,3 +188,47 @@ def test_the_structure_is_held_whenever_it_fits_beside_the_two_smallest_windows(
     disk = budget.plan_budget(1024 * mib, structure_bytes=512 * mib - 31 * mib, **kw)
     assert not disk.structure_in_memory
     assert disk.held_structure == 8 * mib + disk.neighbor_cache and disk.neighbor_cache > 0
+
+
+def test_the_footprint_counts_a_share_of_file_pages_another_process_maps(tmp_path):
+    """File pages (a library's code) are charged once to a memory cgroup: a process counts
+    all of those it alone maps, and half of those a second process maps too."""
+    import mmap
+    import subprocess
+    import sys
+
+    if budget.process_footprint() < 0 or budget._file_share() < 0:
+        pytest.skip("no Pss_File in /proc/self/smaps_rollup on this system")
+    path = tmp_path / "code.bin"
+    path.write_bytes(np.arange(32 << 20, dtype=np.uint8).tobytes())  # 32 MiB
+    touch = "sum(m[i] for i in range(0, len(m), 4096))"
+    with open(path, "rb") as f:
+        before = budget.process_footprint()
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private, as code is mapped
+        sum(m[i] for i in range(0, len(m), 4096))  # every page resident, none written
+        alone = budget.process_footprint() - before
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import mmap, sys\n"
+                f"f = open({str(path)!r}, 'rb')\n"
+                "m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)\n"
+                f"{touch}\n"
+                "print('ready', flush=True)\n"
+                "sys.stdin.read()\n",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            shared = budget.process_footprint() - before
+        finally:
+            child.communicate("", timeout=30)
+        m.close()
+    assert 30 << 20 <= alone <= 36 << 20
+    # half of the 32 MiB now (less a little more: the child maps the interpreter's own
+    # libraries too, so their share shrinks as well)
+    assert 8 << 20 <= shared <= alone - (12 << 20)

@@ -195,15 +195,34 @@ def _rss() -> dict[str, int]:
     return found
 
 
+def _file_share() -> int:
+    """This process's share of its resident file-backed pages (``Pss_File`` of
+    ``/proc/self/smaps_rollup``: a page mapped by ``k`` processes counts ``1/k``), or -1
+    where that cannot be read (kernels before 5.7)."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for ln in f:
+                if ln.startswith("Pss_File:"):
+                    return int(ln.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
 def process_footprint() -> int:
     """Bytes this process holds now that are charged to its memory cgroup and not the page
     cache of data it reads: its anonymous resident memory (``RssAnon`` of
-    ``/proc/self/status``: the interpreter, the model, the arrays it holds) plus its resident
-    file-backed mappings (``RssFile``: the code of torch, numba and the other libraries; their
-    pages are charged to the cgroup that faults them in), or -1
-    where that cannot be read. Call it before data files are mapped and read."""
+    ``/proc/self/status``: the interpreter, the model, the arrays it holds) plus its share of
+    its resident file-backed mappings (the code of torch, numba and the other libraries;
+    their pages are charged once to the cgroup that faults them in, so processes sharing
+    them, a run's ranks and its launcher, each count their proportional share, ``Pss_File``;
+    ``RssFile`` where that cannot be read), or -1 where that cannot be read. Call it before
+    data files are mapped and read."""
     found = _rss()
-    return sum(found.values()) if "RssAnon" in found else -1
+    if "RssAnon" not in found:
+        return -1
+    share = _file_share()
+    return found["RssAnon"] + (share if share >= 0 else found.get("RssFile", 0))
 
 
 def anonymous_bytes() -> int:
@@ -217,7 +236,10 @@ def mapped_data_bytes() -> int:
     opened with ``np.load(mmap_mode="r")``: ``r--s`` in ``/proc/self/smaps``), 0 where that
     cannot be read. They are counted in :func:`process_footprint` but are clean page cache:
     the kernel takes them back when the process needs the memory, so a plan may hand them
-    out (libraries' code is mapped private, never counted here)."""
+    out (libraries' code is mapped private, never counted here). Counted as the footprint
+    counts file pages: this process's share (``Pss``) where the kernel reports file shares,
+    else their resident bytes."""
+    key = "Pss:" if _file_share() >= 0 else "Rss:"
     total, counting = 0, False
     try:
         with open("/proc/self/smaps") as f:
@@ -225,7 +247,7 @@ def mapped_data_bytes() -> int:
                 head = ln.split(maxsplit=6)
                 if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
                     counting = head[1] == "r--s" and len(head) > 5
-                elif counting and ln.startswith("Rss:"):
+                elif counting and ln.startswith(key):
                     total += int(ln.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return 0
@@ -236,7 +258,9 @@ class PeakFootprint:
     """The largest :func:`process_footprint` (``peak``) and :func:`anonymous_bytes`
     (``peak_anon``) seen while the ``with`` block runs, sampled by a thread every
     ``interval`` seconds (default 0.05; a peak shorter than that may be missed); -1 where
-    they cannot be read."""
+    they cannot be read. Samples count resident file pages whole (``RssFile``: reading a
+    process's file share walks every mapping, some 10 ms, too slow to sample), so a peak may
+    exceed the footprint a plan measured by the shares of pages other processes map too."""
 
     def __init__(self, interval: float = 0.05) -> None:
         self.interval = float(interval)
