@@ -191,8 +191,9 @@ def test_the_structure_is_held_whenever_it_fits_beside_the_two_smallest_windows(
 
 
 def test_the_footprint_counts_a_share_of_file_pages_another_process_maps(tmp_path):
-    """File pages (a library's code) are charged once to a memory cgroup: a process counts
-    all of those it alone maps, and half of those a second process maps too."""
+    """File pages (a library's code) are charged once to a memory cgroup: measured by share,
+    a process counts all of those it alone maps and half of those a second process maps too;
+    measured whole, all of them either way."""
     import mmap
     import subprocess
     import sys
@@ -203,10 +204,11 @@ def test_the_footprint_counts_a_share_of_file_pages_another_process_maps(tmp_pat
     path.write_bytes(np.arange(32 << 20, dtype=np.uint8).tobytes())  # 32 MiB
     touch = "sum(m[i] for i in range(0, len(m), 4096))"
     with open(path, "rb") as f:
-        before = budget.process_footprint()
+        before = budget.process_footprint(shared=True)
+        whole = budget.process_footprint()
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private, as code is mapped
         sum(m[i] for i in range(0, len(m), 4096))  # every page resident, none written
-        alone = budget.process_footprint() - before
+        alone = budget.process_footprint(shared=True) - before
         child = subprocess.Popen(
             [
                 sys.executable,
@@ -224,7 +226,8 @@ def test_the_footprint_counts_a_share_of_file_pages_another_process_maps(tmp_pat
         )
         try:
             assert child.stdout.readline().strip() == "ready"
-            shared = budget.process_footprint() - before
+            shared = budget.process_footprint(shared=True) - before
+            both = budget.process_footprint() - whole
         finally:
             child.communicate("", timeout=30)
         m.close()
@@ -232,3 +235,4 @@ def test_the_footprint_counts_a_share_of_file_pages_another_process_maps(tmp_pat
     # half of the 32 MiB now (less a little more: the child maps the interpreter's own
     # libraries too, so their share shrinks as well)
     assert 8 << 20 <= shared <= alone - (12 << 20)
+    assert both >= 30 << 20

@@ -25,16 +25,16 @@ def test_working_memory_counts_gradients_optimizer_state_and_activations():
 def test_the_reserve_grows_with_the_process(monkeypatch):
     """The reserve is the footprint without the clean pages of the store's memory maps
     (the kernel takes them back), plus the working memory, staging buffers and slack."""
-    monkeypatch.setattr(fp, "process_footprint", lambda: 300 << 20)
-    monkeypatch.setattr(fp, "mapped_data_bytes", lambda: 0)
+    monkeypatch.setattr(fp, "process_footprint", lambda **_: 300 << 20)
+    monkeypatch.setattr(fp, "mapped_data_bytes", lambda **_: 0)
     small = training_reserve(None, SHAPE)
     extra = budget.staging_bytes() + budget.FOOTPRINT_SLACK
     assert small == (300 << 20) + working_bytes(None, SHAPE) + extra
-    monkeypatch.setattr(fp, "process_footprint", lambda: 500 << 20)
+    monkeypatch.setattr(fp, "process_footprint", lambda **_: 500 << 20)
     assert training_reserve(None, SHAPE) - small == 200 << 20
-    monkeypatch.setattr(fp, "mapped_data_bytes", lambda: 120 << 20)
+    monkeypatch.setattr(fp, "mapped_data_bytes", lambda **_: 120 << 20)
     assert training_reserve(None, SHAPE) - small == 80 << 20
-    monkeypatch.setattr(fp, "process_footprint", lambda: -1)  # unreadable: the fixed reserve
+    monkeypatch.setattr(fp, "process_footprint", lambda **_: -1)  # unreadable: the fixed reserve
     assert training_reserve(None, SHAPE) == budget.RESERVE
 
 
@@ -42,14 +42,14 @@ def test_the_evaluation_budget_is_measured_beside_mapped_data(monkeypatch):
     """An evaluation gets the budget less what the process holds now, not counting the clean
     pages of the store's memory maps, less its books, staging buffers and the slack."""
     mib = 1 << 20
-    monkeypatch.setattr(fp, "process_footprint", lambda: 900 * mib)
-    monkeypatch.setattr(fp, "mapped_data_bytes", lambda: 300 * mib)
+    monkeypatch.setattr(fp, "process_footprint", lambda **_: 900 * mib)
+    monkeypatch.setattr(fp, "mapped_data_bytes", lambda **_: 300 * mib)
     got, now = fp.measured_eval_budget(2000 * mib, 100 * mib, io_threads=8)
     assert now == 600 * mib
     assert got == (2000 - 600 - 100) * mib - budget.staging_bytes(8) - budget.FOOTPRINT_SLACK
-    monkeypatch.setattr(fp, "process_footprint", lambda: 5000 * mib)  # over: none, not < 0
+    monkeypatch.setattr(fp, "process_footprint", lambda **_: 5000 * mib)  # over: none, not < 0
     assert fp.measured_eval_budget(2000 * mib, 100 * mib)[0] == 0
-    monkeypatch.setattr(fp, "process_footprint", lambda: -1)  # unknown: nothing measured
+    monkeypatch.setattr(fp, "process_footprint", lambda **_: -1)  # unknown: nothing measured
     assert fp.measured_eval_budget(2000 * mib, 100 * mib) == (0, -1)
 
 

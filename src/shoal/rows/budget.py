@@ -209,19 +209,24 @@ def _file_share() -> int:
     return -1
 
 
-def process_footprint() -> int:
+def process_footprint(*, shared: bool = False) -> int:
     """Bytes this process holds now that are charged to its memory cgroup and not the page
     cache of data it reads: its anonymous resident memory (``RssAnon`` of
-    ``/proc/self/status``: the interpreter, the model, the arrays it holds) plus its share of
-    its resident file-backed mappings (the code of torch, numba and the other libraries;
-    their pages are charged once to the cgroup that faults them in, so processes sharing
-    them, a run's ranks and its launcher, each count their proportional share, ``Pss_File``;
-    ``RssFile`` where that cannot be read), or -1 where that cannot be read. Call it before
-    data files are mapped and read."""
+    ``/proc/self/status``: the interpreter, the model, the arrays it holds) plus its resident
+    file-backed mappings (``RssFile``: the code of torch, numba and the other libraries; their
+    pages are charged to the cgroup that faults them in), or -1 where that cannot be read.
+    Call it before data files are mapped and read.
+
+    With ``shared``, file pages count by this process's share (``Pss_File``: a page that
+    ``k`` processes map, a run's ranks and its launcher, counts ``1/k``; it is charged once):
+    what the process holds exactly, for a measurement whose footprint will not grow (an
+    evaluation's). Without, they count whole: a training plan measured at the start keeps
+    the others' shares as a margin for its footprint's growth over the epochs
+    (docs/measurements.md#the-memory-plan)."""
     found = _rss()
     if "RssAnon" not in found:
         return -1
-    share = _file_share()
+    share = _file_share() if shared else -1
     return found["RssAnon"] + (share if share >= 0 else found.get("RssFile", 0))
 
 
@@ -231,15 +236,15 @@ def anonymous_bytes() -> int:
     return _rss().get("RssAnon", -1)
 
 
-def mapped_data_bytes() -> int:
+def mapped_data_bytes(*, shared: bool = False) -> int:
     """Resident bytes of this process's read-only shared file mappings (the store's arrays
     opened with ``np.load(mmap_mode="r")``: ``r--s`` in ``/proc/self/smaps``), 0 where that
     cannot be read. They are counted in :func:`process_footprint` but are clean page cache:
     the kernel takes them back when the process needs the memory, so a plan may hand them
-    out (libraries' code is mapped private, never counted here). Counted as the footprint
-    counts file pages: this process's share (``Pss``) where the kernel reports file shares,
-    else their resident bytes."""
-    key = "Pss:" if _file_share() >= 0 else "Rss:"
+    out (libraries' code is mapped private, never counted here). ``shared``: as
+    :func:`process_footprint` counts them, this process's share (``Pss``) where the kernel
+    reports file shares."""
+    key = "Pss:" if shared and _file_share() >= 0 else "Rss:"
     total, counting = 0, False
     try:
         with open("/proc/self/smaps") as f:
@@ -258,9 +263,8 @@ class PeakFootprint:
     """The largest :func:`process_footprint` (``peak``) and :func:`anonymous_bytes`
     (``peak_anon``) seen while the ``with`` block runs, sampled by a thread every
     ``interval`` seconds (default 0.05; a peak shorter than that may be missed); -1 where
-    they cannot be read. Samples count resident file pages whole (``RssFile``: reading a
-    process's file share walks every mapping, some 10 ms, too slow to sample), so a peak may
-    exceed the footprint a plan measured by the shares of pages other processes map too."""
+    they cannot be read. Samples count resident file pages whole (``RssFile``; reading a
+    process's file share walks every mapping, some 10 ms, too slow to sample)."""
 
     def __init__(self, interval: float = 0.05) -> None:
         self.interval = float(interval)

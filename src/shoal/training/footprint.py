@@ -117,7 +117,8 @@ def training_reserve(model: nn.Module | None, shape: StepShape, *, io_threads: i
 def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple[int, int]:
     """``(working bytes, footprint)`` of an evaluation, measured instead of planned: the
     process's budget ``total`` less what it holds now (:func:`~shoal.rows.budget.
-    process_footprint`, without the clean pages of the store's memory maps, which the
+    process_footprint`, file pages by this process's share: the ranks and their launcher map
+    the same libraries; without the clean pages of the store's memory maps, which the
     kernel takes back: :func:`~shoal.rows.budget.mapped_data_bytes`), the evaluation's
     per-node ``book``, its readers' staging buffers (``io_threads``) and
     :data:`~shoal.rows.budget.FOOTPRINT_SLACK`; ``(0, -1)`` when the footprint cannot be
@@ -126,10 +127,10 @@ def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple
     gc.collect()
     return_freed_memory()
     trim_freed_memory()
-    now = process_footprint()
+    now = process_footprint(shared=True)  # nothing grows after: the exact share
     if now < 0:
         return 0, -1
-    now -= mapped_data_bytes()
+    now -= mapped_data_bytes(shared=True)
     work = int(total) - now - int(book) - staging_bytes(io_threads) - FOOTPRINT_SLACK
     return max(work, 0), now
 
