@@ -75,3 +75,24 @@ def test_a_sampled_evaluation_with_every_neighbour_is_the_exact_one(make_store):
         n = sum(int(np.asarray(p.mask(s)).sum()) for p in st.parts())
         assert abs(every[s] - exact[s]) <= 1.0 / n + 1e-12, s
     assert one == again
+
+
+def test_the_evaluation_books_count_the_evaluated_nodes():
+    """The evaluation's per-target books are sized by the nodes in any evaluated split (each
+    once), not by every core node."""
+    from types import SimpleNamespace
+
+    from shoal.engines.base import Engine
+
+    class Part:
+        def __init__(self, val, test):
+            self.masks = {"val": np.asarray(val, bool), "test": np.asarray(test, bool)}
+
+        def mask(self, s):
+            return self.masks[s]
+
+    parts = [Part([1, 0, 0, 1], [1, 1, 0, 0]), Part([0, 0, 0], [0, 0, 1])]
+    eng = SimpleNamespace(parts=parts, _evaluated_counts={})
+    assert Engine._evaluated(eng, ("val", "test")) == 4  # node 0 of part 0 counted once
+    assert Engine._evaluated(eng, ("val",)) == 2
+    assert Engine._evaluated(eng, ()) == 0

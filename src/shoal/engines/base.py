@@ -163,6 +163,7 @@ class Engine(ABC):
         self.budget: BudgetPlan | None = None
         self._ended = False  # end_training was called
         self._lent = 0  # bytes it freed for the final evaluation
+        self._evaluated_counts: dict[tuple[str, ...], int] = {}  # evaluated nodes per splits
         self._eval_footprint = 0  # the footprint measured as the last evaluation began
         # the same decision on every rank: the global training set, part 0's rows
         seeds = self.tables.num_train if self.task == "node" else int(store.num_edges)
@@ -484,14 +485,19 @@ class Engine(ABC):
         """An evaluation's working memory: what training frees less ``held`` (read ahead) and
         the per-node books, or the budget less the footprint measured now when more."""
         tc = self.train_config
-        # per core node: its id as a target (int32), a byte per split mask, a block's
-        # labels and predictions (12 B); per local node and layer, the ids of the nodes
-        # each layer computes and pulls (int32), its degree (float32) and a mark
+        # per core node a byte per split mask and one for their union; per evaluated node
+        # its id as a target (int32) and its label and prediction (12 B; the link task: per
+        # core node); per local node and layer, the ids of the nodes each layer computes and
+        # pulls (int32), its degree (float32) and a mark
         local = sum(p.num_core + p.num_halo for p in self.parts)
         core = sum(p.num_core for p in self.parts)
         ids = id_dtype(max((p.num_nodes for p in self.parts), default=0)).itemsize
         layers = max(tc.num_layers, 1)
-        book = 12 * core + local * (ids * layers + 5)
+        if self.link is None:
+            per_core = (len(splits) + 1) * core + 12 * self._evaluated(splits)
+        else:
+            per_core = 12 * core
+        book = per_core + local * (ids * layers + 5)
         if tc.eval.halo == "served":  # no halo sets or degrees kept; a served index each
             halo = local - core
             book -= halo * (ids * layers + 4)
@@ -521,6 +527,17 @@ class Engine(ABC):
             planned / mib,
         )
         return budget
+
+    def _evaluated(self, splits: tuple[str, ...]) -> int:
+        """This rank's core nodes in any of ``splits`` (counted once per splits)."""
+        cache = self._evaluated_counts
+        if splits not in cache:
+            cache[splits] = sum(
+                int(np.count_nonzero(np.logical_or.reduce([np.asarray(p.mask(s)) for s in splits])))
+                for p in self.parts
+                if splits
+            )
+        return cache[splits]
 
     def learned_inputs(self) -> dict[int, np.ndarray] | None:
         """The link task's learned layer-0 rows per part (override; None: the features)."""
