@@ -12,6 +12,20 @@ from numba import prange
 from shoal.utils._intrinsics import bfloat_to_float, half_to_float, prefetch_at, prefetch_row
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _target_run(dst, p, parts):
+    """Edges ``[a, b)`` of thread ``p`` of ``parts`` over sorted ``dst``: an equal share with
+    both ends moved forward to target boundaries, so no target is split between threads."""
+    m = dst.shape[0]
+    a = m * p // parts
+    b = m * (p + 1) // parts
+    while 0 < a < m and dst[a] == dst[a - 1]:
+        a += 1
+    while 0 < b < m and dst[b] == dst[b - 1]:
+        b += 1
+    return a, b
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _scatter_add(acc, msg, dst, pos):
     """``acc[dst[e]] += msg[pos[e]]`` for every edge ``e``; ``dst`` must be sorted (edges of
@@ -20,13 +34,7 @@ def _scatter_add(acc, msg, dst, pos):
     f = acc.shape[1]
     parts = 8 if m >= 8192 else 1
     for p in prange(parts):
-        a = m * p // parts
-        b = m * (p + 1) // parts
-        # move both ends forward to target boundaries, so no target is split
-        while 0 < a < m and dst[a] == dst[a - 1]:
-            a += 1
-        while 0 < b < m and dst[b] == dst[b - 1]:
-            b += 1
+        a, b = _target_run(dst, p, parts)
         for e in range(a, b):
             d = dst[e]
             s = pos[e]
@@ -41,12 +49,7 @@ def _scatter_add16_py(acc, msg, dst, pos, half):
     f = acc.shape[1]
     parts = 8 if m >= 8192 else 1
     for p in prange(parts):
-        a = m * p // parts
-        b = m * (p + 1) // parts
-        while 0 < a < m and dst[a] == dst[a - 1]:
-            a += 1
-        while 0 < b < m and dst[b] == dst[b - 1]:
-            b += 1
+        a, b = _target_run(dst, p, parts)
         if half:  # one loop per kind: a branch inside the row loop keeps it scalar
             for e in range(a, b):
                 d = dst[e]
