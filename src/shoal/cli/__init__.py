@@ -149,7 +149,11 @@ OMP_WAIT_POLICY = "PASSIVE"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``shoal`` command; returns its exit code. ``argv`` None: this process's own command
+    line, which ``shoal train --store ... --nproc N`` replaces with its launcher (the launcher's
+    exit code is then the process's)."""
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
+    own_process = argv is None  # this process's command line: a launcher may take its place
     if argv is None:
         argv = sys.argv[1:]
     try:
@@ -174,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    args.own_process = own_process
     try:
         return int(args.func(args) or 0)
     except ShoalInputError as e:

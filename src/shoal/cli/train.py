@@ -103,7 +103,8 @@ def run_train(args: argparse.Namespace) -> int:
 
         if getattr(args, "report", None):
             return run_with_report(spec_from_args(args, config), args.report)
-        return run_distributed(spec_from_args(args, config))
+        own = getattr(args, "own_process", False)  # nothing follows: the launcher replaces it
+        return run_distributed(spec_from_args(args, config), replace_process=own)
     if not args.graph:
         raise ShoalInputError(
             "no input given",
@@ -170,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""Train a GNN on a graph directory with mini-batch neighbour sampling
 (one process), or on a partitioned store with a distributed engine (--store, --engine,
---nproc: N processes on this machine through PyTorch's elastic launcher; on a cluster run
+--nproc: N processes on this machine, started as torchrun would; on a cluster run
 `torchrun --nnodes ... -m shoal train --store ...`, see docs/distributed.md). Each epoch visits the training nodes in shuffled batches; validation accuracy
 is computed exactly (layer-wise full-neighbour inference) and the best-validation model is
 tested at the end. Options come from flags and/or a TOML file (--config; flags win).

@@ -334,7 +334,7 @@ def _add_distributed_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> No
     g.add_argument(
         "--nproc",
         type=int,
-        help="processes to start on this machine through torch.distributed.run (default 1); "
+        help="processes to start on this machine, with torchrun's environment (default 1); "
         "ignored under torchrun, which sets the world itself",
     )
     g.add_argument(

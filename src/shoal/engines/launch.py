@@ -1,9 +1,10 @@
 """Starting distributed training: one :class:`LaunchSpec` -> N worker processes -> one result.
 
 ``shoal train --store STORE --engine NAME --nproc N`` fills a spec and calls :func:`run`. With
-``nproc > 1`` (outside torchrun) :func:`run` starts PyTorch's own elastic launcher in-process
-(``torch.distributed.run --standalone``: a free rendezvous port, N workers, all killed if one
-fails, ``--max-restarts``) on this module, which runs :func:`worker` from the spec file. Under
+``nproc > 1`` (outside torchrun) :func:`run` hands the spec to :mod:`shoal.launcher` (a free
+rendezvous port, N workers with torchrun's environment, all stopped if one fails,
+``--max-restarts``; standard library only, in place of the CLI's process) on this module,
+which runs :func:`worker` from the spec file. Under
 torchrun (``RANK``/``WORLD_SIZE`` set) :func:`run` is the worker itself
 (docs/distributed.md#a-cluster-torchrun-on-every-machine). Each worker opens the process group
 (:func:`shoal.distributed.process_group`, always gloo), builds the engine, trains, and rank 0
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -168,42 +170,40 @@ def worker(spec: LaunchSpec) -> int:
     return 0
 
 
-def _launch_local(spec: LaunchSpec) -> int:
-    """Run ``spec.train.engine.nproc`` workers of this module through torch.distributed.run."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args
-    from torch.distributed.run import run as elastic_run
-
+def _launch_local(spec: LaunchSpec, *, replace_process: bool = False) -> int:
+    """Run ``spec.train.engine.nproc`` workers of this module through :mod:`shoal.launcher`
+    (standard library only), in place of this process with ``replace_process`` (it never
+    returns then: the launcher's exit code is the process's), else as a child process."""
     tc = spec.train
-    with tempfile.TemporaryDirectory(prefix="shoal-launch-") as tmp:  # a few bytes of JSON
-        spec_path = Path(tmp) / "spec.json"
-        spec_path.write_text(json.dumps(spec.to_dict()))
-        launcher = parse_args(
-            [
-                "--standalone",
-                f"--nproc-per-node={tc.engine.nproc}",
-                f"--max-restarts={tc.engine.max_restarts}",
-                "--monitor-interval=0.2",
-                "--module",
-                "shoal.engines.launch",
-                "--worker-spec",
-                str(spec_path),
-            ]
-        )
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        # restarted workers must not find the previous attempt's gloo addresses in a store
-        # shared with the rendezvous (pytorch/pytorch#135712): give each attempt its own
-        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-        try:
-            elastic_run(launcher)
-        except ChildFailedError as e:
-            print(f"shoal: distributed training failed:\n{e.format_msg()}", file=sys.stderr)
-            return 1
-    return 0
+    tmp = tempfile.mkdtemp(prefix="shoal-launch-")  # a few bytes of JSON; the launcher removes it
+    spec_path = Path(tmp) / "spec.json"
+    spec_path.write_text(json.dumps(spec.to_dict()))
+    argv = [
+        sys.executable,
+        "-m",
+        "shoal.launcher",
+        f"--nproc={tc.engine.nproc}",
+        f"--max-restarts={tc.engine.max_restarts}",
+        f"--remove={tmp}",
+        "--",
+        sys.executable,
+        "-m",
+        "shoal.engines.launch",
+        "--worker-spec",
+        str(spec_path),
+    ]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if replace_process:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, argv)
+    return subprocess.run(argv, check=False).returncode
 
 
-def run(spec: LaunchSpec) -> int:
-    """Run distributed training as ``spec`` says; returns the exit code."""
+def run(spec: LaunchSpec, *, replace_process: bool = False) -> int:
+    """Run distributed training as ``spec`` says; returns the exit code. With
+    ``replace_process`` (the CLI, when nothing follows the run) the launcher of ``nproc > 1``
+    workers takes this process's place, so this process's imports leave the workers' memory."""
     from shoal.engines.registry import get_engine
     from shoal.store import Store
 
@@ -223,7 +223,7 @@ def run(spec: LaunchSpec) -> int:
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if under_torchrun or spec.train.engine.nproc == 1:
         return worker(spec)
-    return _launch_local(spec)
+    return _launch_local(spec, replace_process=replace_process)
 
 
 @record
