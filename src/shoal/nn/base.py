@@ -137,7 +137,7 @@ class BlockGNN(nn.Module):
     layer but the last, as in Kipf & Welling's and Veličković et al.'s reference models.
     Inside :func:`keyed_dropout` the masks are keyed by (step key, layer, node id) from the
     blocks' ``node_ids`` (:mod:`shoal.nn.dropout`); otherwise they come from torch's generator.
-    GAT's attention dropout (per edge, inside PyG's layer) is never keyed.
+    GAT's attention dropout (per edge) is never keyed.
     """
 
     #: The step's dropout key while inside :func:`keyed_dropout`, else None.

@@ -2,7 +2,8 @@
 attention over each node's neighbourhood plus itself; hidden heads are concatenated (Eq. 5),
 the output layer averages its heads (Eq. 6). Built from PyG ``GATConv`` on bipartite
 ``(x_src, x_dst)`` pairs (self loops are added for the destination nodes, which are the first
-``num_dst`` sources)."""
+``num_dst`` sources). On the CPU a layer's messages are summed without a row per edge
+(:func:`shoal.nn.attention.attend`: the same numbers, with ``GATConv``'s parameters)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torch.nn import functional as F
 from torch_geometric.nn import GATConv
 
 from shoal.graph.blocks import Block
+from shoal.nn.attention import attend
 from shoal.nn.base import BlockGNN
 
 __all__ = ["GAT"]
@@ -52,4 +54,32 @@ class GAT(BlockGNN):
         self.convs = nn.ModuleList(convs)
 
     def conv(self, layer: int, x: torch.Tensor, block: Block) -> torch.Tensor:
-        return self.convs[layer]((x, x[: block.num_dst]), block.edge_index)
+        c = self.convs[layer]
+        if x.device.type != "cpu" or not _fusable(c):  # PyG's per-edge messages
+            return c((x, x[: block.num_dst]), block.edge_index)
+        heads, ch = c.heads, c.out_channels
+        h = c.lin(x).view(-1, heads, ch)  # the targets' rows are the first sources'
+        a_src = (h * c.att_src).sum(-1)
+        a_dst = (h[: block.num_dst] * c.att_dst).sum(-1)
+        out = attend(
+            h,
+            a_src,
+            a_dst,
+            block,
+            negative_slope=c.negative_slope,
+            dropout=c.dropout,
+            training=self.training,
+        )
+        out = out.reshape(block.num_dst, heads * ch) if c.concat else out.mean(dim=1)
+        return out + c.bias if c.bias is not None else out
+
+
+def _fusable(c: GATConv) -> bool:
+    """Whether :func:`~shoal.nn.attention.attend` computes ``c`` (the GAT's own layers: one
+    shared weight, self loops, no edge features or residual)."""
+    return (
+        getattr(c, "lin", None) is not None
+        and getattr(c, "res", None) is None
+        and getattr(c, "lin_edge", None) is None
+        and c.add_self_loops
+    )

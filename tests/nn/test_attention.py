@@ -1,0 +1,85 @@
+"""GAT's attention summed over the block's CSR (shoal.nn.attention) against PyG's GATConv."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.nn import GATConv
+
+from shoal.graph.blocks import Block
+from shoal.nn.attention import attend, looped_csr
+from shoal.nn.gat import GAT
+
+
+def _block(edges: list[tuple[int, int]], n_src: int, n_dst: int) -> Block:
+    """A block of ``(src, dst)`` local edges, sorted by target (CSR order)."""
+    e = sorted(edges, key=lambda t: t[1])
+    src = torch.tensor([a for a, _ in e], dtype=torch.int64)
+    dst = torch.tensor([b for _, b in e], dtype=torch.int64)
+    ptr = torch.zeros(n_dst + 1, dtype=torch.int64)
+    ptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n_dst), 0)
+    return Block(torch.stack([src, dst]), n_src, n_dst, ptr, torch.ones(n_src))
+
+
+# target 3 has no in-edges, 4 -> 0 is given twice, 0 -> 0 and 1 -> 1 are self loops
+MIXED = _block([(4, 0), (4, 0), (0, 0), (5, 0), (1, 1), (2, 1), (6, 2), (0, 2), (1, 2)], 7, 4)
+
+
+def test_looped_csr_replaces_self_loops_with_one_per_target():
+    rowptr, col, row = looped_csr(MIXED)
+    assert rowptr.tolist() == [0, 4, 6, 10, 11]
+    assert col.tolist() == [4, 4, 5, 0, 2, 1, 6, 0, 1, 2, 3]
+    assert row.tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 3]
+    empty = _block([], 3, 2)
+    rowptr, col, _ = looped_csr(empty)
+    assert rowptr.tolist() == [0, 1, 2] and col.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize(("heads", "concat"), [(3, True), (1, False), (2, False)])
+@pytest.mark.parametrize("block", [MIXED, _block([(1, 0), (2, 0), (2, 1)], 3, 2)])
+def test_attend_equals_gatconv_with_gradients(heads, concat, block):
+    torch.manual_seed(0)
+    c = GATConv(5, 4, heads=heads, concat=concat, dropout=0.0)
+    x = torch.randn(block.num_src, 5, requires_grad=True)
+    ref = c((x, x[: block.num_dst]), block.edge_index)
+    g = torch.randn_like(ref)
+    want = torch.autograd.grad(ref, [x, *c.parameters()], g)
+    h = c.lin(x).view(-1, heads, 4)
+    a_src, a_dst = (h * c.att_src).sum(-1), (h[: block.num_dst] * c.att_dst).sum(-1)
+    out = attend(h, a_src, a_dst, block, negative_slope=c.negative_slope)
+    out = out.reshape(block.num_dst, -1) if concat else out.mean(1)
+    out = out + c.bias
+    got = torch.autograd.grad(out, [x, *c.parameters()], g)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_the_gat_model_equals_its_gatconv_layers():
+    """The model's layers (fused on the CPU) against the same GATConv modules called as PyG
+    does, outputs and every parameter's gradient, with dropout off."""
+    torch.manual_seed(1)
+    model = GAT(in_dim=5, hidden=6, out_dim=3, heads=3, dropout=0.0)
+    blocks = [MIXED, _block([(1, 0), (3, 0), (2, 1), (0, 1)], 4, 2)]
+    x = torch.randn(7, 5)
+    out = model(x, blocks)
+    got = torch.autograd.grad(out.sum(), list(model.parameters()))
+    h = x
+    for i, (conv, blk) in enumerate(zip(model.convs, blocks, strict=True)):
+        h = conv((h, h[: blk.num_dst]), blk.edge_index)
+        h = torch.nn.functional.elu(h) if i == 0 else h
+    want = torch.autograd.grad(h.sum(), list(model.parameters()))
+    torch.testing.assert_close(out, h, atol=1e-5, rtol=1e-5)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_dropout_only_while_training():
+    torch.manual_seed(2)
+    h = torch.randn(7, 2, 3)
+    a_src, a_dst = torch.randn(7, 2), torch.randn(4, 2)
+    off = attend(h, a_src, a_dst, MIXED)
+    assert torch.equal(attend(h, a_src, a_dst, MIXED, dropout=0.5, training=False), off)
+    dropped = attend(h, a_src, a_dst, MIXED, dropout=0.5, training=True)
+    assert not torch.allclose(dropped, off)
+    assert torch.equal(attend(h, a_src, a_dst, MIXED, dropout=1.0, training=True), 0 * off)
