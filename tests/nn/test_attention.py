@@ -7,7 +7,7 @@ import torch
 from torch_geometric.nn import GATConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.attention import attend, looped_csr
+from shoal.nn.attention import attend, edge_softmax, looped_csr, weighted_sum
 from shoal.nn.gat import GAT
 
 
@@ -82,4 +82,23 @@ def test_attention_dropout_only_while_training():
     assert torch.equal(attend(h, a_src, a_dst, MIXED, dropout=0.5, training=False), off)
     dropped = attend(h, a_src, a_dst, MIXED, dropout=0.5, training=True)
     assert not torch.allclose(dropped, off)
-    assert torch.equal(attend(h, a_src, a_dst, MIXED, dropout=1.0, training=True), 0 * off)
+    with pytest.raises(ValueError, match="dropout"):
+        attend(h, a_src, a_dst, MIXED, dropout=1.0, training=True)
+
+
+def test_the_kernels_equal_the_torch_path_of_other_devices_and_dtypes():
+    """float64 inputs take the torch operations (the path of a GPU); float32 the kernels."""
+    torch.manual_seed(3)
+    rowptr, col, row = looped_csr(MIXED)
+    a_src = torch.randn(7, 2, dtype=torch.float64, requires_grad=True)
+    a_dst = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(7, 2, 3, dtype=torch.float64, requires_grad=True)
+    ref = weighted_sum(edge_softmax(a_src, a_dst, rowptr, col, row), h, rowptr, col, row)
+    g = torch.randn_like(ref)
+    want = torch.autograd.grad(ref, [a_src, a_dst, h], g)
+    f32 = [t.detach().float().requires_grad_() for t in (a_src, a_dst, h)]
+    out = weighted_sum(edge_softmax(f32[0], f32[1], rowptr, col, row), f32[2], rowptr, col, row)
+    got = torch.autograd.grad(out, f32, g.float())
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)

@@ -1,26 +1,26 @@
 """Attention over a block's CSR without a row per edge: GAT's softmax-weighted sum of messages
-(Veličković et al., ICLR 2018, Eqs. 1-4) as one sparse-dense product.
+(Veličković et al., ICLR 2018, Eqs. 1-4).
 
 PyG's ``GATConv`` gathers each edge's source row, scales it by its attention coefficient and
 scatters it to the target: an ``(edges, heads, channels)`` tensor forward and again backward.
 :func:`attend` keeps the per-edge work to ``(edges, heads)`` scalars (scores, softmax,
-dropout) and sums the messages with one ``torch.sparse.mm`` over a block-diagonal CSR whose
-row ``v * heads + k`` holds target ``v``'s attention coefficients of head ``k`` (DGL's fused
-``u_mul_e_sum``), whose backward gives the coefficients' gradients as a sampled product
-(SDDMM) and the sources' rows' as the transposed product. Same numbers as ``GATConv`` within
-float tolerance (the sums are taken in another order).
+dropout) and sums the messages with numba kernels over the CSR (DGL's fused ``u_mul_e_sum``,
+:func:`weighted_sum`): forward, each target's row; backward, the coefficients' gradients as
+a dot product per entry (SDDMM) and the sources' rows' over the CSR by column. Same numbers as
+``GATConv`` within float tolerance (the sums are taken in another order).
 """
 
 from __future__ import annotations
 
-import warnings
-
+import numpy as np
 import torch
 from torch.nn import functional as F
 
 from shoal.graph.blocks import Block
+from shoal.nn import _attention_kernels as K
+from shoal.nn.dropout import dropout as drop
 
-__all__ = ["attend", "looped_csr"]
+__all__ = ["attend", "edge_softmax", "looped_csr", "weighted_sum"]
 
 
 def looped_csr(block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -53,56 +53,108 @@ def looped_csr(block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return out
 
 
-def _head_csr(rowptr: torch.Tensor, col: torch.Tensor, heads: int, num_src: int):
-    """The block-diagonal CSR's ``(rowptr, col, order)`` for ``heads`` heads: row
-    ``v * heads + k`` holds target ``v``'s entries for head ``k``, its columns
-    ``u * heads + k``; ``order`` picks its values out of the ``(entries, heads)`` coefficients
-    flattened row-major."""
-    n = rowptr.numel() - 1
-    deg = rowptr[1:] - rowptr[:-1]
-    hptr = torch.zeros(n * heads + 1, dtype=torch.int64, device=rowptr.device)
-    hptr[1:] = torch.cumsum(deg.repeat_interleave(heads), 0)
-    k = torch.arange(heads, dtype=torch.int64, device=rowptr.device)
-    # entry e of row v, head k sits at heads * rowptr[v] + k * deg[v] + (e - rowptr[v])
-    row = torch.repeat_interleave(torch.arange(n, device=rowptr.device), deg)
-    local = torch.arange(col.numel(), device=rowptr.device) - rowptr[row]
-    at = (heads * rowptr[row] + local).unsqueeze(1) + k.unsqueeze(0) * deg[row].unsqueeze(1)
-    order = torch.empty(col.numel() * heads, dtype=torch.int64, device=rowptr.device)
-    order[at.reshape(-1)] = torch.arange(col.numel() * heads, device=rowptr.device)
-    hcol = (col.unsqueeze(1) * heads + k.unsqueeze(0)).reshape(-1)[order]
-    return hptr, hcol, order
-
-
-def _csr(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size) -> torch.Tensor:
-    with warnings.catch_warnings():  # "sparse CSR support is in beta"
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(rowptr, col, values, size=size, check_invariants=False)
-
-
 class _WeightedSum(torch.autograd.Function):
-    """``A @ x`` for the CSR ``A`` of ``(rowptr, col, values)``, differentiable in ``values``
-    and ``x``; a row may hold a column twice (a sampled block's duplicate edges), whose entries
-    each get their own gradient (torch's own backward through a CSR's values coalesces them
-    and fails). Backward: ``A^T @ grad`` (CSC) and the sampled product ``grad @ x^T`` at
-    ``A``'s entries (SDDMM, ``torch.sparse.sampled_addmm``)."""
+    """``out[v, k] = sum_e alpha[e, k] h[col[e], k]`` over the CSR's row ``v`` (numba kernels,
+    :mod:`shoal.nn._attention_kernels`), differentiable in ``alpha`` and ``h``; a row may hold
+    a column twice (a sampled block's duplicate edges), each entry its own gradient."""
 
     @staticmethod
-    def forward(ctx, values, rowptr, col, size, x):  # noqa: D102
-        ctx.save_for_backward(values, rowptr, col, x)
-        ctx.size = size
-        return torch.sparse.mm(_csr(rowptr, col, values.detach(), size), x)
+    def forward(ctx, alpha, h, rowptr, col):  # noqa: D102
+        ctx.save_for_backward(alpha, h, rowptr, col)
+        out = torch.empty((rowptr.numel() - 1, h.shape[1], h.shape[2]), dtype=h.dtype)
+        K._wsum(
+            rowptr.numpy(), col.numpy(), alpha.detach().numpy(), h.detach().numpy(), out.numpy()
+        )
+        return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        values, rowptr, col, x = ctx.saved_tensors
-        g_values = g_x = None
-        grad = grad.contiguous()
+        alpha, h, rowptr, col = ctx.saved_tensors
+        g = grad.contiguous().numpy()
+        rp, cl = rowptr.numpy(), col.numpy()
+        g_alpha = g_h = None
         if ctx.needs_input_grad[0]:
-            pattern = _csr(rowptr, col, torch.zeros_like(values), ctx.size)
-            g_values = torch.sparse.sampled_addmm(pattern, grad, x.t(), beta=0.0).values()
-        if ctx.needs_input_grad[4]:
-            g_x = torch.sparse.mm(_csr(rowptr, col, values, ctx.size).t(), grad)
-        return g_values, None, None, None, g_x
+            g_alpha = torch.empty_like(alpha)
+            K._wsum_grad_alpha(rp, cl, h.detach().numpy(), g, g_alpha.numpy())
+        if ctx.needs_input_grad[1]:
+            g_h = torch.empty_like(h)
+            tptr, entry, row = K._transpose(rp, cl, h.shape[0])
+            K._wsum_grad_h(tptr, entry, row, alpha.detach().numpy(), g, g_h.numpy())
+        return g_alpha, g_h, None, None
+
+
+class _EdgeSoftmax(torch.autograd.Function):
+    """:func:`edge_softmax` by numba kernels, differentiable in ``a_src`` and ``a_dst``."""
+
+    @staticmethod
+    def forward(ctx, a_src, a_dst, rowptr, col, slope):  # noqa: D102
+        alpha = torch.empty((col.numel(), a_dst.shape[1]), dtype=torch.float32)
+        K._edge_softmax(
+            rowptr.numpy(),
+            col.numpy(),
+            a_src.detach().numpy(),
+            a_dst.detach().numpy(),
+            np.float32(slope),
+            alpha.numpy(),
+        )
+        ctx.save_for_backward(a_src, a_dst, rowptr, col, alpha)
+        ctx.slope = slope
+        return alpha
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        a_src, a_dst, rowptr, col, alpha = ctx.saved_tensors
+        g_raw = torch.empty_like(alpha)
+        g_dst = torch.empty_like(a_dst)
+        K._edge_softmax_grad(
+            rowptr.numpy(),
+            col.numpy(),
+            a_src.detach().numpy(),
+            a_dst.detach().numpy(),
+            np.float32(ctx.slope),
+            alpha.numpy(),
+            grad.contiguous().numpy(),
+            g_raw.numpy(),
+            g_dst.numpy(),
+        )
+        g_src = torch.zeros_like(a_src).index_add_(0, col, g_raw)
+        return g_src, g_dst, None, None, None
+
+
+def edge_softmax(
+    a_src: torch.Tensor,
+    a_dst: torch.Tensor,
+    rowptr: torch.Tensor,
+    col: torch.Tensor,
+    row: torch.Tensor,
+    negative_slope: float = 0.2,
+) -> torch.Tensor:
+    """``(entries, heads)`` attention coefficients (GAT Eqs. 1-3): over each row's entries, the
+    softmax of ``leaky_relu(a_src[col[e]] + a_dst[row[e]], negative_slope)``. On the CPU in
+    float32 by numba kernels (:class:`_EdgeSoftmax`), elsewhere by torch's scatter ops."""
+    if a_src.device.type == "cpu" and a_src.dtype == a_dst.dtype == torch.float32:
+        return _EdgeSoftmax.apply(
+            a_src.contiguous(), a_dst.contiguous(), rowptr, col, negative_slope
+        )
+    e = F.leaky_relu(a_src[col] + a_dst[row], negative_slope)
+    top = torch.full(a_dst.shape, float("-inf"), dtype=e.dtype, device=e.device)
+    top = top.scatter_reduce(0, row.unsqueeze(1).expand_as(e), e.detach(), "amax")
+    ex = (e - top[row]).exp()
+    total = torch.zeros_like(top).index_add_(0, row, ex)
+    return ex / (total[row] + 1e-16)
+
+
+def weighted_sum(
+    alpha: torch.Tensor, h: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor, row: torch.Tensor
+) -> torch.Tensor:
+    """``(n_dst, heads, channels)``: each row's entries' source rows ``h[col[e]]`` weighted by
+    ``alpha[e]`` per head and summed (DGL's ``u_mul_e_sum``). On the CPU in float32 without a
+    row per entry (:class:`_WeightedSum`); elsewhere by gathering them (``row``: each entry's
+    row)."""
+    if h.device.type == "cpu" and h.dtype == torch.float32 and alpha.dtype == torch.float32:
+        return _WeightedSum.apply(alpha.contiguous(), h.contiguous(), rowptr, col)
+    out = h.new_zeros((rowptr.numel() - 1, h.shape[1], h.shape[2]))
+    return out.index_add(0, row, alpha.unsqueeze(-1) * h[col])
 
 
 def attend(
@@ -121,21 +173,9 @@ def attend(
     coefficients dropped out with probability ``dropout`` while ``training`` (default 0.0,
     False). ``h``: ``(num_src, heads, channels)``; ``a_src``: ``(num_src, heads)``; ``a_dst``:
     ``(num_dst, heads)``. Returns ``(num_dst, heads, channels)``."""
-    n_src, heads, ch = h.shape
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     rowptr, col, row = looped_csr(block)
-    e = F.leaky_relu(a_src[col] + a_dst[row], negative_slope)  # (entries, heads)
-    top = torch.full((block.num_dst, heads), float("-inf"), dtype=e.dtype, device=e.device)
-    top = top.scatter_reduce(0, row.unsqueeze(1).expand_as(e), e.detach(), "amax")
-    ex = (e - top[row]).exp()
-    total = torch.zeros_like(top).index_add_(0, row, ex)
-    alpha = ex / (total[row] + 1e-16)
-    alpha = F.dropout(alpha, p=dropout, training=training)
-    key = ("head_csr", heads)
-    hc = block.cache.get(key)
-    if hc is None:
-        hc = block.cache[key] = _head_csr(rowptr, col, heads, n_src)
-    hptr, hcol, order = hc
-    size = (block.num_dst * heads, n_src * heads)
-    flat = alpha.reshape(-1)[order]
-    out = _WeightedSum.apply(flat, hptr, hcol, size, h.reshape(n_src * heads, ch))
-    return out.view(block.num_dst, heads, ch)
+    alpha = edge_softmax(a_src, a_dst, rowptr, col, row, negative_slope)
+    alpha = drop(alpha, dropout, training)
+    return weighted_sum(alpha, h, rowptr, col, row)

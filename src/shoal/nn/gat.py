@@ -59,8 +59,14 @@ class GAT(BlockGNN):
             return c((x, x[: block.num_dst]), block.edge_index)
         heads, ch = c.heads, c.out_channels
         h = c.lin(x).view(-1, heads, ch)  # the targets' rows are the first sources'
-        a_src = (h * c.att_src).sum(-1)
-        a_dst = (h[: block.num_dst] * c.att_dst).sum(-1)
+        # the scores <x W_k, a_k> as x <W_k, a_k>: the attention vectors folded into the
+        # weight, (in, 2 heads) instead of a product and a sum over every row's channels
+        w = c.lin.weight.view(heads, ch, -1)
+        folded = torch.cat(
+            [(w * c.att_src.view(heads, ch, 1)).sum(1), (w * c.att_dst.view(heads, ch, 1)).sum(1)]
+        )
+        a = x @ folded.t()
+        a_src, a_dst = a[:, :heads], a[: block.num_dst, heads:]
         out = attend(
             h,
             a_src,
