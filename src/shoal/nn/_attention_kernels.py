@@ -15,7 +15,9 @@ from numba import prange
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _wsum(rowptr, col, alpha, h, out):
-    """``out[v, k] = sum_e alpha[e, k] * h[col[e], k]`` over row ``v``'s entries ``e``."""
+    """``out[v, k] = sum_e alpha[e, k] * h[col[e], k]`` over row ``v``'s entries ``e``; on the
+    CSR by column (:func:`_transpose`) with the coefficients in its order, the gradient of
+    ``h`` given the output's."""
     heads, ch = h.shape[1], h.shape[2]
     for v in prange(rowptr.shape[0] - 1):
         for k in range(heads):
@@ -62,23 +64,6 @@ def _transpose(rowptr, col, n_src):
             entry[at], row[at] = e, v
             fill[col[e]] = at + 1
     return tptr, entry, row
-
-
-@numba.njit(cache=True, parallel=True, fastmath=True)
-def _wsum_grad_h(tptr, entry, row, alpha, g, out):
-    """``out[u, k] = sum alpha[e, k] * g[v, k]`` over the entries ``e`` (of rows ``v``) whose
-    column is ``u``, from the CSR by column (:func:`_transpose`); sources in parallel."""
-    heads, ch = g.shape[1], g.shape[2]
-    for u in prange(tptr.shape[0] - 1):
-        for k in range(heads):
-            for c in range(ch):
-                out[u, k, c] = 0.0
-        for i in range(tptr[u], tptr[u + 1]):
-            e, v = entry[i], row[i]
-            for k in range(heads):
-                a = alpha[e, k]
-                for c in range(ch):
-                    out[u, k, c] += a * g[v, k, c]
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)

@@ -79,7 +79,8 @@ class _WeightedSum(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             g_h = torch.empty_like(h)
             tptr, entry, row = K._transpose(rp, cl, h.shape[0])
-            K._wsum_grad_h(tptr, entry, row, alpha.detach().numpy(), g, g_h.numpy())
+            a_t = np.ascontiguousarray(alpha.detach().numpy()[entry])  # in the by-column order
+            K._wsum(tptr, row, a_t, g, g_h.numpy())
         return g_alpha, g_h, None, None
 
 
