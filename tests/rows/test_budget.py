@@ -236,3 +236,24 @@ def test_the_footprint_counts_a_share_of_file_pages_another_process_maps(tmp_pat
     # libraries too, so their share shrinks as well)
     assert 8 << 20 <= shared <= alone - (12 << 20)
     assert both >= 30 << 20
+
+
+@pytest.mark.parametrize(
+    ("features", "structure", "kept"),
+    [
+        (1 * GiB, "memory", 300 << 20),  # every row and list in memory: the activations
+        (8 * GiB, "memory", 0),  # rows read in windows: returned at once
+        (1 * GiB, "disk", 0),  # neighbour lists read from disk: returned at once
+    ],
+)
+def test_a_step_keeps_freed_memory_only_when_everything_is_in_memory(features, structure, kept):
+    plan = budget.plan_budget(
+        4 * GiB,
+        feature_bytes=features,
+        structure_bytes=64 << 20,
+        index_bytes=8 << 20,
+        reserve=600 << 20,
+        structure=structure,
+    )
+    plan.activations = 300 << 20
+    assert plan.kept_step_memory == kept

@@ -273,6 +273,16 @@ class Engine(ABC):
         self.budget = plan
         return plan
 
+    @property
+    def kept_step_memory(self) -> int:
+        """Freed memory the allocator keeps between this rank's training steps (bytes; the
+        loop's ``Trainable.kept_step_memory``): the plan's
+        :attr:`~shoal.rows.budget.BudgetPlan.kept_step_memory` for steps on the host; 0 on a
+        GPU or without a plan."""
+        if self.budget is None or self.device.type != "cpu":
+            return 0
+        return self.budget.kept_step_memory
+
     def cached_rows(self, plan: BudgetPlan, *, show_progress: bool = False) -> Any:
         """This rank's parts' feature rows (a typed store's every node type in one source,
         padded to the widest type), read when needed through a cache of ``plan``, no windows."""

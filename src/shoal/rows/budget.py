@@ -372,6 +372,18 @@ class BudgetPlan:
         windows while training, the working memory of inference between epochs."""
         return max(self.total - self.reserve - self.held_structure - self.cache, 2 * self.window)
 
+    @property
+    def kept_step_memory(self) -> int:
+        """Freed memory the allocator may keep from one training step to the next (bytes;
+        :func:`~shoal.utils.memory.keeping_freed_memory`): the step's activations, which the
+        reserve counts already, when every feature row and neighbour list is held in memory;
+        0 when rows or lists are read from disk (windows and block caches are sized on that
+        memory being returned). Without it a step's tensors of 8 MiB or more are mapped and
+        page-faulted in afresh every step (:func:`~shoal.utils.memory.return_freed_memory`)."""
+        if not self.structure_in_memory or self.cache < self.features:
+            return 0
+        return self.activations
+
     def fit_activations(self, rows: int, margin: float = 1.25) -> int:
         """Size the activations in the reserve for batches of at most ``rows`` input rows (the
         largest sampled, times ``margin``) instead of the largest shape the fanouts allow;

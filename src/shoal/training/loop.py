@@ -31,7 +31,12 @@ from shoal.rows.prefetch import read_bytes_of_process
 from shoal.training.checkpoint import Checkpointer
 from shoal.training.config import TrainConfig
 from shoal.training.result import RunResult
-from shoal.utils.memory import peak_rss_bytes
+from shoal.utils.memory import (
+    keep_freed_memory,
+    peak_rss_bytes,
+    return_freed_memory,
+    trim_freed_memory,
+)
 
 __all__ = ["EpochLoop", "Group", "LocalGroup", "LoopState", "Trainable", "eval_work_ratio"]
 
@@ -46,7 +51,10 @@ class Trainable(Protocol):
     ``comm`` (communication counters) and ``evaluable`` (False: the weights are mid-round and
     must not be evaluated, e.g. between two averaging rounds). An optional ``end_training()``
     is called before the last epoch's evaluation and the final one (once or twice: it must
-    be a no-op the second time): no training step follows it.
+    be a no-op the second time): no training step follows it. An optional
+    ``kept_step_memory`` (bytes, default 0) is what the allocator may keep of the freed
+    memory from one step to the next during ``train_epoch``
+    (:attr:`~shoal.rows.budget.BudgetPlan.kept_step_memory`).
     """
 
     model: nn.Module
@@ -171,6 +179,7 @@ class EpochLoop:
         # the last epoch's validation, evaluated with the test split, and the bytes it read:
         # the final evaluation when that epoch is the best (one exact pass, not two)
         self._last: tuple[dict[str, float], int] | None = None
+        self._kept = 0  # freed memory the allocator keeps between steps now (bytes)
 
     @property
     def metric(self) -> str:
@@ -300,12 +309,39 @@ class EpochLoop:
         if not st.eval_every:  # a resumed run keeps its cadence
             st.eval_every = self._cadence()
         stop = cfg.optim.patience > 0 and st.bad_evals >= cfg.optim.patience
+        try:
+            self._train(ckpt, stop)
+        finally:
+            self._return_step_memory()
+        return self._finish()
+
+    def _keep_step_memory(self) -> None:
+        """Let the allocator keep the training steps' freed tensors for the next step, up to
+        the target's ``kept_step_memory`` (the plan's activations: counted already), instead
+        of mapping and page-faulting them in afresh every step; read again each epoch (the
+        activations are refitted once batches are sampled)."""
+        self._kept = int(getattr(self.target, "kept_step_memory", 0))
+        if self._kept > 0:
+            keep_freed_memory(self._kept)
+
+    def _return_step_memory(self) -> None:
+        """Give what :meth:`_keep_step_memory` kept back to the system: before an evaluation
+        (whose working memory includes the activations) and when training ends."""
+        if self._kept > 0:
+            return_freed_memory()
+            trim_freed_memory()
+            self._kept = 0
+
+    def _train(self, ckpt: Checkpointer | None, stop: bool) -> None:
+        cfg, st = self.config, self.state
         while st.epoch < cfg.optim.epochs and not stop:
             done = st.epoch + 1
+            self._keep_step_memory()
             rec = {"epoch": done, **self.target.train_epoch(st.epoch)}
             st.epoch = done
             improved = False
             if self._due(st.epoch) and rec.get("evaluable", True):
+                self._return_step_memory()
                 last = st.epoch == cfg.optim.epochs
                 if last:  # no step follows: the evaluation gets training's memory
                     getattr(self.target, "end_training", lambda: None)()
@@ -316,7 +352,6 @@ class EpochLoop:
             if ckpt is not None:
                 state = {**self.target.state(), **st.to_dict(), "config": cfg.to_dict()}
                 ckpt.save(st.epoch, state, st.best_model if improved else None)
-        return self._finish()
 
     def _finish(self) -> RunResult:
         st = self.state

@@ -432,6 +432,13 @@ class Trainer:
             if pf is not None:
                 pf.resume()
 
+    @property
+    def kept_step_memory(self) -> int:
+        """Freed memory the allocator keeps between training steps (bytes; the loop's
+        ``Trainable.kept_step_memory``): :attr:`~shoal.rows.budget.BudgetPlan.kept_step_memory`
+        for steps on the host, 0 on a GPU (its activations are not the host's)."""
+        return self.budget.kept_step_memory if self.device.type == "cpu" else 0
+
     def end_training(self) -> None:
         """No training step follows (the loop's final evaluation comes next; the trainer
         only evaluates from now on): the read-ahead stops and its windows, packs and spooled

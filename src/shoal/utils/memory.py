@@ -14,6 +14,7 @@ import numpy as np
 __all__ = [
     "huge_empty",
     "huge_zeros",
+    "keep_freed_memory",
     "peak_rss_bytes",
     "return_freed_memory",
     "trim_freed_memory",
@@ -23,7 +24,12 @@ __all__ = [
 HUGE_MIN_BYTES = 64 << 20
 
 _M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
+#: glibc's default top pad (``DEFAULT_TOP_PAD``)
+DEFAULT_TOP_PAD = 128 << 10
+#: the largest mmap threshold glibc accepts on 64-bit systems (``HEAP_MAX_SIZE / 2``)
+MAX_MMAP_THRESHOLD = 32 << 20
 
 
 def return_freed_memory(threshold: int = 8 << 20) -> bool:
@@ -41,7 +47,30 @@ def return_freed_memory(threshold: int = 8 << 20) -> bool:
     try:
         libc = ctypes.CDLL(name)
         ok = libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)) == 1
+        ok = libc.mallopt(_M_TOP_PAD, DEFAULT_TOP_PAD) == 1 and ok  # (keep_freed_memory's)
         return bool(libc.mallopt(_M_TRIM_THRESHOLD, int(threshold)) == 1 and ok)
+    except (OSError, AttributeError):
+        return False
+
+
+def keep_freed_memory(nbytes: int) -> bool:
+    """Let glibc's heap keep up to ``nbytes`` of freed memory for the next allocations
+    instead of returning it at once (``mallopt``: top pad and trim threshold ``nbytes``, mmap
+    threshold ``min(nbytes, 32 MiB)``): a training step's tensors, freed at the end of one
+    step and allocated again in the next, then reuse the same pages instead of mapping and
+    page-faulting them in afresh every step. Give it memory the budget already counts (a
+    step's activations) and undo it with :func:`return_freed_memory` before that memory is
+    used otherwise. ``nbytes <= 8 MiB`` is :func:`return_freed_memory`'s setting. Returns false
+    where there is no glibc (a no-op)."""
+    nbytes = max(int(nbytes), 8 << 20)
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, min(nbytes, MAX_MMAP_THRESHOLD)) == 1
+        ok = libc.mallopt(_M_TRIM_THRESHOLD, nbytes) == 1 and ok
+        return bool(libc.mallopt(_M_TOP_PAD, nbytes) == 1 and ok)
     except (OSError, AttributeError):
         return False
 
