@@ -7,7 +7,13 @@ import torch
 from torch_geometric.nn import GATConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.attention import attend, edge_softmax, looped_csr, weighted_sum
+from shoal.nn.attention import (
+    attend,
+    attend_projected,
+    edge_softmax,
+    looped_csr,
+    weighted_sum,
+)
 from shoal.nn.gat import GAT
 
 
@@ -102,3 +108,51 @@ def test_the_kernels_equal_the_torch_path_of_other_devices_and_dtypes():
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
+
+
+def _split(y: torch.Tensor, heads: int, ch: int, num_dst: int) -> tuple:
+    hc = heads * ch
+    return y[:, :hc].reshape(-1, heads, ch), y[:, hc : hc + heads], y[:num_dst, hc + heads :]
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize(
+    "block",
+    [MIXED, _block([(1, 0)], 5, 2)],  # (sources 2-4 without an edge: zero gradients)
+)
+def test_attend_projected_equals_attend_on_its_column_blocks(block, training):
+    """One autograd function over ``y``'s blocks against :func:`attend` on views of them
+    (autograd assembling ``y``'s gradient), the same attention dropout mask (one seed drawn
+    from torch's generator by either)."""
+    heads, ch = 2, 3
+    y = torch.randn(block.num_src, heads * ch + 2 * heads, requires_grad=True)
+    torch.manual_seed(4)
+    ref = attend(*_split(y, heads, ch, block.num_dst), block, dropout=0.5, training=training)
+    g = torch.randn_like(ref)
+    (want,) = torch.autograd.grad(ref, [y], g)
+    torch.manual_seed(4)
+    out = attend_projected(y, heads, ch, block, dropout=0.5, training=training)
+    (got,) = torch.autograd.grad(out, [y], g)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert got[block.num_dst :, heads * ch + heads :].abs().sum() == 0  # a_dst: targets only
+
+
+def test_attend_projected_in_float64_takes_the_torch_path_with_the_same_numbers():
+    torch.manual_seed(5)
+    y = torch.randn(7, 2 * 3 + 4, dtype=torch.float64, requires_grad=True)
+    ref = attend_projected(y, 2, 3, MIXED, negative_slope=0.1)
+    g = torch.randn_like(ref)
+    (want,) = torch.autograd.grad(ref, [y], g)
+    y32 = y.detach().float().requires_grad_()
+    out = attend_projected(y32, 2, 3, MIXED, negative_slope=0.1)
+    (got,) = torch.autograd.grad(out, [y32], g.float())
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_attend_projected_refuses_a_projection_of_the_wrong_width():
+    with pytest.raises(ValueError, match=r"heads \* channels \+ 2 \* heads"):
+        attend_projected(torch.randn(7, 9), 2, 3, MIXED)
+    with pytest.raises(ValueError, match="dropout"):
+        attend_projected(torch.randn(7, 10), 2, 3, MIXED, dropout=1.0, training=True)

@@ -8,6 +8,11 @@ dropout) and sums the messages with numba kernels over the CSR (DGL's fused ``u_
 :func:`weighted_sum`): forward, each target's row; backward, the coefficients' gradients as
 a dot product per entry (SDDMM) and the sources' rows' over the CSR by column. Same numbers as
 ``GATConv`` within float tolerance (the sums are taken in another order).
+
+:func:`attend_projected` takes the rows and both scores as column blocks of one product
+``y = x [W | W a_src | W a_dst]`` (one pass over ``x`` forward and for the weight's gradient,
+instead of three) and runs softmax, dropout and sum in one autograd function, whose backward
+writes ``y``'s gradient block by block into one tensor.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from torch.nn import functional as F
 from shoal.graph.blocks import Block
 from shoal.nn import _attention_kernels as K
 from shoal.nn.dropout import dropout as drop
+from shoal.nn.dropout import dropout_into, dropout_seed
 
-__all__ = ["attend", "edge_softmax", "looped_csr", "weighted_sum"]
+__all__ = ["attend", "attend_projected", "edge_softmax", "looped_csr", "weighted_sum"]
 
 
 def looped_csr(block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -61,26 +67,27 @@ class _WeightedSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, alpha, h, rowptr, col):  # noqa: D102
         ctx.save_for_backward(alpha, h, rowptr, col)
-        out = torch.empty((rowptr.numel() - 1, h.shape[1], h.shape[2]), dtype=h.dtype)
-        K._wsum(
-            rowptr.numpy(), col.numpy(), alpha.detach().numpy(), h.detach().numpy(), out.numpy()
-        )
+        n, heads, ch = h.shape
+        out = torch.empty((rowptr.numel() - 1, heads, ch), dtype=h.dtype)
+        hn = h.detach().numpy().reshape(n, heads * ch)
+        K._wsum(rowptr.numpy(), col.numpy(), alpha.detach().numpy(), hn, 0, ch, _flat(out))
         return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         alpha, h, rowptr, col = ctx.saved_tensors
-        g = grad.contiguous().numpy()
+        g = _flat(grad.contiguous())
         rp, cl = rowptr.numpy(), col.numpy()
+        ch = h.shape[2]
         g_alpha = g_h = None
         if ctx.needs_input_grad[0]:
             g_alpha = torch.empty_like(alpha)
-            K._wsum_grad_alpha(rp, cl, h.detach().numpy(), g, g_alpha.numpy())
+            K._wsum_grad_alpha(rp, cl, _flat(h.detach()), 0, ch, g, g_alpha.numpy())
         if ctx.needs_input_grad[1]:
             g_h = torch.empty_like(h)
             tptr, entry, row = K._transpose(rp, cl, h.shape[0])
             a_t = np.ascontiguousarray(alpha.detach().numpy()[entry])  # in the by-column order
-            K._wsum(tptr, row, a_t, g, g_h.numpy())
+            K._wsum(tptr, row, a_t, g, 0, ch, _flat(g_h))
         return g_alpha, g_h, None, None
 
 
@@ -94,7 +101,9 @@ class _EdgeSoftmax(torch.autograd.Function):
             rowptr.numpy(),
             col.numpy(),
             a_src.detach().numpy(),
+            0,
             a_dst.detach().numpy(),
+            0,
             np.float32(slope),
             alpha.numpy(),
         )
@@ -111,15 +120,81 @@ class _EdgeSoftmax(torch.autograd.Function):
             rowptr.numpy(),
             col.numpy(),
             a_src.detach().numpy(),
+            0,
             a_dst.detach().numpy(),
+            0,
             np.float32(ctx.slope),
             alpha.numpy(),
             grad.contiguous().numpy(),
             g_raw.numpy(),
             g_dst.numpy(),
+            0,
         )
         g_src = torch.zeros_like(a_src).index_add_(0, col, g_raw)
         return g_src, g_dst, None, None, None
+
+
+class _ProjectedAttention(torch.autograd.Function):
+    """:func:`attend_projected` on the CPU in float32: ``y``'s column blocks read in place,
+    the softmax, dropout and weighted sum by numba kernels, ``y``'s gradient written block by
+    block into one tensor."""
+
+    @staticmethod
+    def forward(ctx, y, rowptr, col, heads, ch, num_dst, slope, p, seed):  # noqa: D102
+        yn, hc = y.detach().numpy(), heads * ch
+        rp, cl = rowptr.numpy(), col.numpy()
+        alpha = np.empty((cl.shape[0], heads), np.float32)
+        K._edge_softmax(rp, cl, yn, hc, yn, hc + heads, np.float32(slope), alpha)
+        kept = alpha
+        if p > 0.0:
+            kept = np.empty_like(alpha)
+            dropout_into(alpha, p, seed, kept)
+        out = torch.empty((num_dst, heads, ch), dtype=torch.float32)
+        K._wsum(rp, cl, kept, yn, 0, ch, _flat(out))
+        ctx.save_for_backward(y, rowptr, col)
+        ctx.alpha, ctx.kept = alpha, kept
+        ctx.args = (heads, ch, num_dst, slope, p, seed)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        y, rowptr, col = ctx.saved_tensors
+        heads, ch, num_dst, slope, p, seed = ctx.args
+        yn, hc = y.detach().numpy(), heads * ch
+        rp, cl = rowptr.numpy(), col.numpy()
+        g = _flat(grad.contiguous())
+        g_kept = np.empty_like(ctx.alpha)  # the coefficients' gradient after dropout
+        K._wsum_grad_alpha(rp, cl, yn, 0, ch, g, g_kept)
+        g_alpha = g_kept
+        if p > 0.0:
+            g_alpha = np.empty_like(g_kept)
+            dropout_into(g_kept, p, seed, g_alpha)
+        g_y = torch.empty_like(y)
+        gy = g_y.numpy()
+        gy[num_dst:, hc + heads :] = 0.0  # (a_dst is read from the targets' rows only)
+        g_raw = np.empty_like(g_alpha)
+        K._edge_softmax_grad(
+            rp,
+            cl,
+            yn,
+            hc,
+            yn,
+            hc + heads,
+            np.float32(slope),
+            ctx.alpha,
+            g_alpha,
+            g_raw,
+            gy,
+            hc + heads,
+        )
+        tptr, entry, row = K._transpose(rp, cl, y.shape[0])
+        K._attend_grad_src(tptr, entry, row, ctx.kept, g_raw, g, ch, gy, 0, hc)
+        return g_y, None, None, None, None, None, None, None, None
+
+
+def _flat(t: torch.Tensor) -> np.ndarray:
+    """A contiguous tensor's rows as a 2-D numpy view (trailing dimensions flattened)."""
+    return t.numpy().reshape(t.shape[0], -1)
 
 
 def edge_softmax(
@@ -180,3 +255,48 @@ def attend(
     alpha = edge_softmax(a_src, a_dst, rowptr, col, row, negative_slope)
     alpha = drop(alpha, dropout, training)
     return weighted_sum(alpha, h, rowptr, col, row)
+
+
+def attend_projected(
+    y: torch.Tensor,
+    heads: int,
+    channels: int,
+    block: Block,
+    *,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """:func:`attend` over the column blocks of one projection of the sources' rows:
+    ``y = [h | a_src | a_dst]``, ``(num_src, heads * channels + 2 * heads)``, with ``h``'s
+    ``(heads, channels)`` per row and ``a_dst`` read from the first ``num_dst`` rows (the
+    targets). A layer computes ``y`` as one product of its rows with its weight and the
+    attention vectors folded into it (:class:`~shoal.nn.gat.GAT`). On the CPU in float32 one
+    autograd function (:class:`_ProjectedAttention`); elsewhere :func:`attend` on views of the
+    blocks. Returns ``(num_dst, heads, channels)``."""
+    hc = heads * channels
+    if y.dim() != 2 or y.shape[1] != hc + 2 * heads:
+        raise ValueError(
+            f"y must be (num_src, heads * channels + 2 * heads) = (*, {hc + 2 * heads}), "
+            f"got {tuple(y.shape)}"
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if y.device.type != "cpu" or y.dtype != torch.float32:
+        h = y[:, :hc].reshape(-1, heads, channels)
+        a_src, a_dst = y[:, hc : hc + heads], y[: block.num_dst, hc + heads :]
+        return attend(
+            h,
+            a_src,
+            a_dst,
+            block,
+            negative_slope=negative_slope,
+            dropout=dropout,
+            training=training,
+        )
+    rowptr, col, _ = looped_csr(block)
+    p = dropout if training else 0.0
+    seed = dropout_seed() if p > 0.0 else 0
+    return _ProjectedAttention.apply(
+        y.contiguous(), rowptr, col, heads, channels, block.num_dst, negative_slope, p, seed
+    )

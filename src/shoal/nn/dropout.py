@@ -31,7 +31,15 @@ from shoal.utils.splitmix import lsr as _lsr
 from shoal.utils.splitmix import mix64 as _mix64_t
 from shoal.utils.splitmix import signed as _signed
 
-__all__ = ["dropout", "dropout_key", "keyed_mask", "layer_key", "relu_dropout"]
+__all__ = [
+    "dropout",
+    "dropout_into",
+    "dropout_key",
+    "dropout_seed",
+    "keyed_mask",
+    "layer_key",
+    "relu_dropout",
+]
 
 _MASK64 = (1 << 64) - 1
 
@@ -130,6 +138,19 @@ def _torch_keyed(x: torch.Tensor, p: float, key: int, ids) -> torch.Tensor:
     t = ids if isinstance(ids, torch.Tensor) else torch.from_numpy(_ids_array(ids))
     mask = keyed_mask(t.to(x.device), key, x.shape[1], p)
     return x * mask.to(x.dtype) * (1.0 / (1.0 - p))
+
+
+def dropout_seed() -> int:
+    """A seed for :func:`dropout_into`, drawn from torch's default generator as
+    :func:`dropout`'s unkeyed mask draws its own."""
+    return _stream(None, None)[0]
+
+
+def dropout_into(x: np.ndarray, p: float, seed: int, out: np.ndarray) -> None:
+    """``out = x * mask / (1 - p)`` for a float32 numpy matrix with :func:`dropout`'s
+    unkeyed mask of ``seed`` (row ``i``'s key is ``i``); the same call on the gradient of
+    ``out`` gives ``x``'s. For kernels that drop out inside their own autograd function."""
+    K._dropout_apply(x, *_kernel_args(p, seed), _NO_IDS, out)
 
 
 def dropout(

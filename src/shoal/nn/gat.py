@@ -2,8 +2,10 @@
 attention over each node's neighbourhood plus itself; hidden heads are concatenated (Eq. 5),
 the output layer averages its heads (Eq. 6). Built from PyG ``GATConv`` on bipartite
 ``(x_src, x_dst)`` pairs (self loops are added for the destination nodes, which are the first
-``num_dst`` sources). On the CPU a layer's messages are summed without a row per edge
-(:func:`shoal.nn.attention.attend`: the same numbers, with ``GATConv``'s parameters)."""
+``num_dst`` sources). On the CPU a layer's messages are summed without a row per edge, its
+rows and both attention scores from one product with the attention vectors folded into the
+weight (:func:`shoal.nn.attention.attend_projected`: the same numbers, with ``GATConv``'s
+parameters)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from torch.nn import functional as F
 from torch_geometric.nn import GATConv
 
 from shoal.graph.blocks import Block
-from shoal.nn.attention import attend
+from shoal.nn.attention import attend_projected
 from shoal.nn.base import BlockGNN
 
 __all__ = ["GAT"]
@@ -58,19 +60,17 @@ class GAT(BlockGNN):
         if x.device.type != "cpu" or not _fusable(c):  # PyG's per-edge messages
             return c((x, x[: block.num_dst]), block.edge_index)
         heads, ch = c.heads, c.out_channels
-        h = c.lin(x).view(-1, heads, ch)  # the targets' rows are the first sources'
-        # the scores <x W_k, a_k> as x <W_k, a_k>: the attention vectors folded into the
-        # weight, (in, 2 heads) instead of a product and a sum over every row's channels
+        # one product gives the rows and both scores: <x W_k, a_k> as x <W_k, a_k>, the
+        # attention vectors folded into the weight (2 heads more columns, not a product and a
+        # sum over every row's channels)
         w = c.lin.weight.view(heads, ch, -1)
-        folded = torch.cat(
-            [(w * c.att_src.view(heads, ch, 1)).sum(1), (w * c.att_dst.view(heads, ch, 1)).sum(1)]
-        )
-        a = x @ folded.t()
-        a_src, a_dst = a[:, :heads], a[: block.num_dst, heads:]
-        out = attend(
-            h,
-            a_src,
-            a_dst,
+        fold_src = (w * c.att_src.view(heads, ch, 1)).sum(1)
+        fold_dst = (w * c.att_dst.view(heads, ch, 1)).sum(1)
+        y = x @ torch.cat([c.lin.weight, fold_src, fold_dst]).t()
+        out = attend_projected(
+            y,
+            heads,
+            ch,
             block,
             negative_slope=c.negative_slope,
             dropout=c.dropout,
@@ -81,7 +81,7 @@ class GAT(BlockGNN):
 
 
 def _fusable(c: GATConv) -> bool:
-    """Whether :func:`~shoal.nn.attention.attend` computes ``c`` (the GAT's own layers: one
+    """Whether :func:`~shoal.nn.attention.attend_projected` computes ``c`` (the GAT's own layers: one
     shared weight, self loops, no edge features or residual)."""
     return (
         getattr(c, "lin", None) is not None
