@@ -17,13 +17,19 @@ back in one process on the same sampled batches:
   shoal computes it (``torch.sparse.mm`` on the block's CSR, ``reduce="mean"``) and as PyG's
   message passing does (gather one message per edge, ``torch_geometric.utils.scatter``).
 
+- **shapes**: every shape of ``bench/train.py`` (``SHAPES``: SAGE, GAT, GCN), shoal's model
+  step on its own sampled batches at 1 and 2 threads (torch's intra-op threads and numba's
+  together), the allocator keeping the step's memory as the epoch loop lets it
+  (``BudgetPlan.kept_step_memory``), and ``torch.profiler``'s operators of one step at the
+  shape's thread count (per step, over the timed steps).
+
 A custom worker, not ``shoal train``: the three models must see the same batches in one process
 and be profiled per step. Its trainers are configured with ``TrainConfig.from_options``, as the
 CLI's flags are read.
 
 Usage::
 
-    python bench/train_profile.py [--steps 5] [--threads 1]
+    python bench/train_profile.py [--steps 5] [--threads 1] [--shapes a,b,c,d]
     python bench/train_profile.py --report-only     # re-render the .md from the .json
 """
 
@@ -35,7 +41,7 @@ import time
 from pathlib import Path
 
 import common
-from train import FANOUTS  # bench/train.py: the workload
+from train import BATCH, DROPOUT, FANOUTS, LR, SHAPES  # bench/train.py: the workloads
 
 VARIANTS = ("shoal", "torch-dropout", "pyg-graphsage")
 
@@ -56,6 +62,66 @@ def _trainer(graph: Path, threads: int, model=None):
         progress=False,
     )
     return Trainer(cfg, TrainData.from_graph_dir(graph), model=model)
+
+
+def _shape_trainer(graph: Path, shape: dict):
+    from shoal.training import TrainConfig, TrainData, Trainer
+
+    cfg = TrainConfig.from_options(
+        model=shape["model"],
+        fanouts=tuple(shape["fanouts"]),
+        batch_size=BATCH,
+        hidden=shape["hidden"],
+        epochs=1,
+        lr=LR,
+        dropout=DROPOUT,
+        seed=0,
+        threads=shape["threads"],
+        progress=False,
+        normalize_features=False,
+        weight_decay=0.0,
+        **({"heads": shape["heads"]} if "heads" in shape else {}),
+    )
+    return Trainer(cfg, TrainData.from_graph_dir(graph))
+
+
+def _set_threads(n: int) -> None:
+    import numba
+    import torch
+
+    torch.set_num_threads(n)
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def _shape(key: str, shape: dict, steps: int, smoke: bool) -> dict:
+    """One shape of ``bench/train.py``: median step at 1 and 2 threads, the profile of one step
+    at the shape's own thread count."""
+    from itertools import chain, count, islice
+
+    from shoal.utils.memory import keep_freed_memory, return_freed_memory
+
+    if shape["graph"] == "cora":
+        graph = common.dataset_graph("cora")
+    else:
+        graph = common.synth_graph("smoke" if smoke else shape["graph"])
+    t = _shape_trainer(graph, shape)
+    epochs = chain.from_iterable(t.loader.epoch(e) for e in count())
+    batches = list(islice(epochs, steps + 1))
+    keep_freed_memory(t.kept_step_memory)  # as the epoch loop does
+    try:
+        out = {"graph": common.rel(graph), "shape": shape, "steps": {}}
+        for n in (1, 2):
+            _set_threads(n)
+            out["steps"][str(n)] = _step_times(t, batches)
+        _set_threads(shape["threads"])
+        out["profile"] = _profile(t, batches[1:], top=10)
+    finally:
+        return_freed_memory()
+    out["batch"] = {
+        "nodes": int(len(batches[-1].mb.n_id)),
+        "edges_per_block": [b.num_edges for b in batches[-1].mb.blocks],
+    }
+    return out
 
 
 def _pyg_model(in_dim: int, out_dim: int):
@@ -101,19 +167,23 @@ def _step_times(trainer, batches) -> list[float]:
 
 
 def _profile(trainer, batch, top: int = 8) -> list[dict]:
+    """``torch.profiler``'s operators of one step on ``batch`` (or of every step on a list of
+    batches, per step)."""
     import torch
 
     from shoal.training import train_step
 
+    batches = batch if isinstance(batch, list) else [batch]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        train_step(trainer.model, trainer.optimizer, batch)
+        for b in batches:
+            train_step(trainer.model, trainer.optimizer, b)
     rows = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in rows)
     rows.sort(key=lambda e: -e.self_cpu_time_total)
     return [
         {
             "op": e.key,
-            "self_ms": e.self_cpu_time_total / 1e3,
+            "self_ms": e.self_cpu_time_total / 1e3 / len(batches),
             "share": e.self_cpu_time_total / total,
         }
         for e in rows[:top]
@@ -185,6 +255,13 @@ def measure(args: argparse.Namespace) -> dict:
         "nodes": int(len(batches[-1].mb.n_id)),
         "edges_per_block": [b.num_edges for b in batches[-1].mb.blocks],
     }
+    res["shapes"] = {}
+    for key in args.shapes.split(","):
+        if key not in SHAPES:
+            raise SystemExit(f"--shapes: unknown {key!r}; valid: {', '.join(SHAPES)}")
+        print(f"[train_profile] shape {key}", flush=True)
+        res["shapes"][key] = _shape(key, SHAPES[key], args.steps, args.smoke)
+    _set_threads(args.threads)
     return res
 
 
@@ -232,13 +309,57 @@ def render(res: dict) -> str:
         f"{a['pyg_scatter_seconds']:.3f} s "
         f"({a['pyg_scatter_seconds'] / a['csr_sparse_mm_seconds']:.1f}x).",
     ]
+    if res.get("shapes"):
+        md += _render_shapes(res["shapes"])
     return "\n".join(md) + "\n"
+
+
+def _render_shapes(shapes: dict) -> list[str]:
+    md = [
+        "",
+        "## The shapes of `bench/train.py`: threads and operators",
+        "",
+        "shoal's model step (forward, loss, backward, Adam) on each shape's own sampled "
+        "batches, median over the same batches at 1 and 2 threads (torch's and numba's "
+        "together), the step's freed memory kept by the allocator as the epoch loop keeps it.",
+        "",
+        "| shape | batch nodes | edges per block | step at 1 thread (s) | at 2 threads (s) | "
+        "2 threads / 1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, r in shapes.items():
+        one, two = (statistics.median(r["steps"][n]) for n in ("1", "2"))
+        sh = r["shape"]
+        what = f"{key}: {sh['model']} hidden {sh['hidden']}, fanouts {sh['fanouts']}"
+        md.append(
+            f"| {what} | {r['batch']['nodes']:,} | "
+            f"{', '.join(f'{e:,}' for e in r['batch']['edges_per_block'])} | {one:.4f} | "
+            f"{two:.4f} | {two / one:.2f} |"
+        )
+    for key, r in shapes.items():
+        md += [
+            "",
+            f"### torch.profiler, shape {key} ({r['shape']['threads']} threads, per step over "
+            f"the timed steps)",
+            "",
+            "| operator | self CPU (ms) | share of the step |",
+            "|---|---|---|",
+        ]
+        md += [
+            f"| `{p['op']}` | {p['self_ms']:.2f} | {100 * p['share']:.1f}% |" for p in r["profile"]
+        ]
+    return md
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=5, help="timed steps per variant")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help="bench/train.py's shapes to profile besides (default all)",
+    )
     ap.add_argument("--report-only", action="store_true", help="re-render the .md from the .json")
     common.bench_args(ap, out="bench/results/train_profile")
     args = ap.parse_args()

@@ -202,7 +202,12 @@ def _add_factory_argument(g: argparse._ArgumentGroup) -> None:
 
 def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument("--seed", type=int, help=f"random seed (default {d.run.seed})")
-    g.add_argument("--threads", type=int, help="torch/numba threads (default: all)")
+    g.add_argument(
+        "--threads",
+        type=int,
+        help="torch/numba threads (default: all cores: a model step on every shape of "
+        "bench/train.py is fastest so, bench/results/train_profile.md)",
+    )
     g.add_argument(
         "--device",
         type=_device,
