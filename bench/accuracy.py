@@ -218,8 +218,9 @@ def main() -> int:
         old = res["runs"].get(key)
         if old and old.get("config") == cfg:  # same settings, other seeds: kept
             mine = {r["seed"] for r in rows}
-            rows = sorted([r for r in old["seeds"] if r["seed"] not in mine] + rows,
-                          key=lambda r: r["seed"])  # fmt: skip
+            rows = sorted(
+                [r for r in old["seeds"] if r["seed"] not in mine] + rows, key=lambda r: r["seed"]
+            )
         res["runs"][key] = {"dataset": RUNS[key][0], "config": cfg, "seeds": rows}
         every = [
             r.get("command", res.get("command")) for v in res["runs"].values() for r in v["seeds"]

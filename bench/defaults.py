@@ -45,8 +45,19 @@ PAPER_RULES = {
 def run_one(dataset: str, model: str, seed: int, *extra: str) -> dict:
     g = common.dataset_graph(dataset)
     out = common.WORK / "defaults" / f"{dataset}-{model}-{seed}{''.join(extra)}.json"
-    r = common.train("--graph", g, "--model", model, "--seed", seed, *extra, "--threads", 1,
-                     "--no-progress", out=out)  # fmt: skip
+    r = common.train(
+        "--graph",
+        g,
+        "--model",
+        model,
+        "--seed",
+        seed,
+        *extra,
+        "--threads",
+        1,
+        "--no-progress",
+        out=out,
+    )
     c = r["config"]
     seconds = sum(h["seconds"] for h in r["history"]) + r["eval_seconds"]
     return {
@@ -137,8 +148,9 @@ def render(res: dict) -> str:
         "share*: the part of them spent in exact evaluation (target: under ~20%); *tuned*: "
         "`bench/accuracy.py`'s hand-set hyper-parameters on the same split, mean test accuracy "
         "copied from `bench/results/accuracy.json` by this command (written by "
-        + ", ".join(f"`{c}`" for c in tuned.get("commands", [])) + ")."
-    ]  # fmt: skip
+        + ", ".join(f"`{c}`" for c in tuned.get("commands", []))
+        + ")."
+    ]
     every = [*res["runs"].values(), *res.get("ablation", {}).values()]
     old = sorted({r["commit"] for r in every if "commit" in r})
     if old:  # runs of an earlier version of this script

@@ -92,9 +92,13 @@ def train(graph: Path, work: Path, name: str, device: str, epochs: int, extra: l
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])  # tests.loader
     t0 = time.perf_counter()
     p = subprocess.run(
-        cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
+        cmd,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path},
         timeout=900,
-    )  # fmt: skip
+    )
     (work / f"{name}.stderr").write_text(p.stderr)
     res: dict[str, Any] = {"name": name, "device": device, "extra": extra}
     res |= {"wall_seconds": time.perf_counter() - t0, "returncode": p.returncode}

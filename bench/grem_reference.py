@@ -993,7 +993,7 @@ def render(data: dict[str, Any]) -> str:
         + (f", last run {meta['updated']}" if meta.get("updated") else "")
         + f"; 1-minute load average at the end of the last run: {_fmt(load, '.1f')} (the "
         "seconds columns depend on the machine's load, the cuts do not).",
-    )  # fmt: skip
+    )
     if variants:
         _choice_section(L, R, graphs, parts, variants)
         _family_section(L, R, graphs, parts, variants)

@@ -75,8 +75,17 @@ def train(split: Path, seed: int, epochs: int, embedding: bool, nproc: int) -> d
     hp = {**HP, "batch_size": HP["batch_size"] // nproc, "epochs": epochs, "seed": seed}
     flags = [f"--fanouts={hp.pop('fanouts')}"]
     flags += [a for k, v in hp.items() for a in (f"--{k.replace('_', '-')}", v)]
-    d = common.train(*where, "--task", "link", *flags, "--threads", 1, "--no-progress", *emb,
-                     out=common.WORK / "linkpred" / f"run-{tag}.json")  # fmt: skip
+    d = common.train(
+        *where,
+        "--task",
+        "link",
+        *flags,
+        "--threads",
+        1,
+        "--no-progress",
+        *emb,
+        out=common.WORK / "linkpred" / f"run-{tag}.json",
+    )
     return {
         "test_mrr": d["test_mrr"],
         "val_mrr": d["val_mrr"],

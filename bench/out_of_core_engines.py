@@ -73,8 +73,19 @@ def build_store(g: Path, order: str) -> Path:
     if not (a / "meta.json").exists():
         shoal("partition", g, "--parts", 2, "--out", a, "--overwrite", "-q")
     if not (s / "meta.json").exists():
-        shoal("store", "build", g, a, "--out", s, "--halo-features", "--node-order", order,
-              "--overwrite", "-q")  # fmt: skip
+        shoal(
+            "store",
+            "build",
+            g,
+            a,
+            "--out",
+            s,
+            "--halo-features",
+            "--node-order",
+            order,
+            "--overwrite",
+            "-q",
+        )
     return s
 
 
@@ -153,9 +164,14 @@ def train(
     err = out.with_suffix(".stderr")
     with open(err, "w") as f:  # both ranks' messages: a refusal, the evaluation's memory
         ranks = run_capped_each(
-            cmds, cap, name=f"ooc_engines_{os.getpid()}", evict_paths=[store], cwd=ROOT,
-            timeout=3600, stderr=f,
-        )  # fmt: skip
+            cmds,
+            cap,
+            name=f"ooc_engines_{os.getpid()}",
+            evict_paths=[store],
+            cwd=ROOT,
+            timeout=3600,
+            stderr=f,
+        )
     log = err.read_text()
     res = {
         "tag": tag,

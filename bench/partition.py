@@ -399,10 +399,11 @@ def _reference_section(L: list[str], idx: dict, ref: list[str], meta: dict) -> N
     L += [
         "## Means over the reference graphs",
         "",
-        f"Graphs: {', '.join(ref)}" + (f" (missing: {', '.join(missing)})" if missing else "")
+        f"Graphs: {', '.join(ref)}"
+        + (f" (missing: {', '.join(missing)})" if missing else "")
         + ". A mean is shown only when the variant ran on all of them.",
         "",
-    ]  # fmt: skip
+    ]
 
     def mean_of(key: str, spec: str):
         return lambda c, p: _fmt(_mean_over(idx, ref, c, p, key), spec)

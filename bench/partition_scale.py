@@ -463,7 +463,7 @@ def render(res: dict) -> str:
         "blocks read by the process (`ru_inblock`). With `--reuse`, a run recorded earlier "
         "under `--work` by the same code (same commit of `src/shoal/partition` and "
         "`src/shoal/data`, clean) is reused (marked below with its date).",
-    ]  # fmt: skip
+    ]
     lines = common.header(f"Partitioning at papers100M shape {cap}", h, *paras)
     lines += [
         *_run_rows(runs),
