@@ -81,8 +81,8 @@ class GAT(BlockGNN):
 
 
 def _fusable(c: GATConv) -> bool:
-    """Whether :func:`~shoal.nn.attention.attend_projected` computes ``c`` (the GAT's own layers: one
-    shared weight, self loops, no edge features or residual)."""
+    """Whether :func:`~shoal.nn.attention.attend_projected` computes ``c`` (the GAT's own
+    layers: one shared weight, self loops, no edge features or residual)."""
     return (
         getattr(c, "lin", None) is not None
         and getattr(c, "res", None) is None

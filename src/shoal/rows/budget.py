@@ -375,7 +375,7 @@ class BudgetPlan:
     @property
     def kept_step_memory(self) -> int:
         """Freed memory the allocator may keep from one training step to the next (bytes;
-        :func:`~shoal.utils.memory.keeping_freed_memory`): the step's activations, which the
+        :func:`~shoal.utils.memory.keep_freed_memory`): the step's activations, which the
         reserve counts already, when every feature row and neighbour list is held in memory;
         0 when rows or lists are read from disk (windows and block caches are sized on that
         memory being returned). Without it a step's tensors of 8 MiB or more are mapped and

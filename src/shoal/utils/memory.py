@@ -41,37 +41,43 @@ def return_freed_memory(threshold: int = 8 << 20) -> bool:
     to the resident set (docs/measurements.md#the-memory-plan). Fixing
     the mmap and trim thresholds at ``threshold`` bytes keeps a memory budget honest. Returns
     false where there is no glibc (the call is then a no-op)."""
-    name = ctypes.util.find_library("c")
-    if not name or not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)) == 1
-        ok = libc.mallopt(_M_TOP_PAD, DEFAULT_TOP_PAD) == 1 and ok  # (keep_freed_memory's)
-        return bool(libc.mallopt(_M_TRIM_THRESHOLD, int(threshold)) == 1 and ok)
-    except (OSError, AttributeError):
-        return False
+    t = int(threshold)
+    return _set_thresholds(mmap=t, trim=t, top_pad=DEFAULT_TOP_PAD)
 
 
 def keep_freed_memory(nbytes: int) -> bool:
-    """Let glibc's heap keep up to ``nbytes`` of freed memory for the next allocations
-    instead of returning it at once (``mallopt``: top pad and trim threshold ``nbytes``, mmap
-    threshold ``min(nbytes, 32 MiB)``): a training step's tensors, freed at the end of one
-    step and allocated again in the next, then reuse the same pages instead of mapping and
-    page-faulting them in afresh every step. Give it memory the budget already counts (a
-    step's activations) and undo it with :func:`return_freed_memory` before that memory is
-    used otherwise. ``nbytes <= 8 MiB`` is :func:`return_freed_memory`'s setting. Returns false
-    where there is no glibc (a no-op)."""
-    nbytes = max(int(nbytes), 8 << 20)
+    """Let glibc's heap keep up to ``nbytes`` (at least 8 MiB) of freed memory for the next
+    allocations instead of returning it at once (``mallopt``: top pad and trim threshold
+    ``nbytes``, mmap threshold ``min(nbytes, 32 MiB)``): a training step's tensors, freed at the
+    end of one step and allocated again in the next, then reuse the same pages instead of
+    mapping and page-faulting them in afresh every step. Give it memory the budget already
+    counts (a step's activations) and undo it with :func:`return_freed_memory` before that
+    memory is used otherwise. Returns false where there is no glibc (a no-op)."""
+    n = max(int(nbytes), 8 << 20)
+    return _set_thresholds(mmap=min(n, MAX_MMAP_THRESHOLD), trim=n, top_pad=n)
+
+
+def _libc() -> ctypes.CDLL | None:
+    """glibc, or None elsewhere."""
     name = ctypes.util.find_library("c")
     if not name or not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
+def _set_thresholds(*, mmap: int, trim: int, top_pad: int) -> bool:
+    """glibc's mmap threshold, trim threshold and top pad (bytes); false without glibc."""
+    libc = _libc()
+    if libc is None:
         return False
     try:
-        libc = ctypes.CDLL(name)
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, min(nbytes, MAX_MMAP_THRESHOLD)) == 1
-        ok = libc.mallopt(_M_TRIM_THRESHOLD, nbytes) == 1 and ok
-        return bool(libc.mallopt(_M_TOP_PAD, nbytes) == 1 and ok)
-    except (OSError, AttributeError):
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, mmap) == 1
+        ok = libc.mallopt(_M_TRIM_THRESHOLD, trim) == 1 and ok
+        return bool(libc.mallopt(_M_TOP_PAD, top_pad) == 1 and ok)
+    except AttributeError:
         return False
 
 
@@ -80,13 +86,13 @@ def trim_freed_memory() -> bool:
     blocks freed below the trim threshold, or in the middle of a heap, otherwise stay
     resident), so that memory just released is free for others and a footprint measured next
     sees it gone. Returns false where there is no glibc (a no-op)."""
-    name = ctypes.util.find_library("c")
-    if not name or not sys.platform.startswith("linux"):
+    libc = _libc()
+    if libc is None:
         return False
     try:
-        ctypes.CDLL(name).malloc_trim(0)
+        libc.malloc_trim(0)
         return True
-    except (OSError, AttributeError):
+    except AttributeError:
         return False
 
 
