@@ -5,6 +5,8 @@ must compute)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numba
 import numpy as np
 from numba import prange
@@ -175,73 +177,62 @@ def _start(indptr, indices, targets, a, b, x, w):
     return i, e
 
 
-# One kernel per stored kind, not one with the decoding chosen inside the row loop: a single
-# kernel branching per value (an overload per dtype, the float16/bfloat16 choice and the int8
-# scale tested inside) kept LLVM from vectorising the row and ran 3x slower (156 against
-# 50 ns an edge).
+# One kernel per stored kind and weighting, not one choosing either inside the edge loop: a
+# single kernel branching per value (an overload per dtype, the float16/bfloat16 choice and
+# the int8 scale tested inside) kept LLVM from vectorising the row and ran 3x slower (156
+# against 50 ns an edge); a kernel testing at each edge whether there are weights, over int32
+# neighbour lists, 3.4x slower (272 against 80 ns an edge on the quarter graph's evaluation;
+# docs/measurements.md#pulling-rows-held-in-memory). :func:`pull_kernel` builds each variant
+# from one loop, its choices constants of the closure (folded away when compiled).
 
 
-def _pull32_py(indptr, indices, targets, x, w, acc):
-    n = targets.shape[0]
-    f = acc.shape[1]
-    parts = min(n, 64)
-    for p in prange(parts):
-        a, b = n * p // parts, n * (p + 1) // parts
-        ci, ce = _start(indptr, indices, targets, a, b, x, w)
-        for i in range(a, b):
-            t = targets[i]
-            for e in range(indptr[t], indptr[t + 1]):
-                ci, ce = _ahead(indptr, indices, targets, b, ci, ce, x, w)
-                u = indices[e]
-                c = w[u, 0] if w.shape[0] else np.float32(1.0)
-                for j in range(f):
-                    acc[i, j] += c * x[u, j]
+@numba.njit(cache=True, nogil=True, inline="always")
+def _as_float(v):
+    return np.float32(v)
 
 
-def _pull16_py(indptr, indices, targets, x, w, acc, half):
-    n = targets.shape[0]
-    f = acc.shape[1]
-    parts = min(n, 64)
-    for p in prange(parts):
-        a, b = n * p // parts, n * (p + 1) // parts
-        ci, ce = _start(indptr, indices, targets, a, b, x, w)
-        for i in range(a, b):
-            t = targets[i]
-            for e in range(indptr[t], indptr[t + 1]):
-                ci, ce = _ahead(indptr, indices, targets, b, ci, ce, x, w)
-                u = indices[e]
-                c = w[u, 0] if w.shape[0] else np.float32(1.0)
-                if half:
+#: how each stored kind's values become float32 (``FeatureDtype.code``: float32, float16,
+#: bfloat16 as uint16 bits, int8 times a scale per row)
+_DECODE = {0: _as_float, 1: half_to_float, 2: bfloat_to_float, 3: _as_float}
+
+
+def _pull_loop(decode, weighted: bool, scaled: bool):
+    def pull(indptr, indices, targets, x, w, scales, acc):
+        n = targets.shape[0]
+        f = acc.shape[1]
+        parts = min(n, 64)
+        for p in prange(parts):
+            a, b = n * p // parts, n * (p + 1) // parts
+            ci, ce = _start(indptr, indices, targets, a, b, x, w)
+            for i in range(a, b):
+                t = targets[i]
+                for e in range(indptr[t], indptr[t + 1]):
+                    ci, ce = _ahead(indptr, indices, targets, b, ci, ce, x, w)
+                    u = indices[e]
+                    c = w[u, 0] if weighted else np.float32(1.0)
+                    if scaled:
+                        c = c * scales[u]
                     for j in range(f):
-                        acc[i, j] += c * half_to_float(x[u, j])
-                else:
-                    for j in range(f):
-                        acc[i, j] += c * bfloat_to_float(x[u, j])
+                        acc[i, j] += c * decode(x[u, j])
+
+    return pull
 
 
-def _pull8_py(indptr, indices, targets, x, w, scales, acc):
-    n = targets.shape[0]
-    f = acc.shape[1]
-    parts = min(n, 64)
-    for p in prange(parts):
-        a, b = n * p // parts, n * (p + 1) // parts
-        ci, ce = _start(indptr, indices, targets, a, b, x, w)
-        for i in range(a, b):
-            t = targets[i]
-            for e in range(indptr[t], indptr[t + 1]):
-                ci, ce = _ahead(indptr, indices, targets, b, ci, ce, x, w)
-                u = indices[e]
-                c = (w[u, 0] if w.shape[0] else np.float32(1.0)) * scales[u]
-                for j in range(f):
-                    acc[i, j] += c * np.float32(x[u, j])
+_PULLS: dict[tuple, Callable] = {}
 
 
-_pull32_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull32_py)
-_pull32_ser = numba.njit(cache=True, nogil=True)(_pull32_py)
-_pull16_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull16_py)
-_pull16_ser = numba.njit(cache=True, nogil=True)(_pull16_py)
-_pull8_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull8_py)
-_pull8_ser = numba.njit(cache=True, nogil=True)(_pull8_py)
+def pull_kernel(code: int, weighted: bool, parallel: bool) -> Callable:
+    """The compiled pull ``(indptr, indices, targets, x, w, scales, acc)`` for rows stored as
+    ``code`` (``FeatureDtype.code``; 16-bit kinds as uint16 bits, int8 rows times
+    ``scales[u]``), ``weighted`` (``w[u, 0]`` per source; else ``w`` is empty and only steers
+    the prefetching), targets in parallel or not: ``acc[i] += sum_u c_u * row(u)`` over the
+    in-edges ``u -> targets[i]``."""
+    key = (code, bool(weighted), bool(parallel))
+    fn = _PULLS.get(key)
+    if fn is None:
+        py = _pull_loop(_DECODE[code], bool(weighted), code == 3)
+        fn = _PULLS[key] = numba.njit(cache=True, nogil=True, parallel=bool(parallel))(py)
+    return fn
 
 
 # ------------------------------------------------------------------ pulling chunk by chunk
@@ -309,33 +300,48 @@ def _chunk_ahead(cur, end, indices, hi, b, i, e, lo, slot, buf, acc):
     return i, e
 
 
-def _pull_chunk_py(cur, end, indices, lo, hi, slot, buf, w, acc):
-    n = cur.shape[0]
-    f = acc.shape[1]
-    parts = min(n, 64)
-    for p in prange(parts):
-        a, b = n * p // parts, n * (p + 1) // parts
-        # the look-ahead cursor, PULL_AHEAD entries of this chunk in front
-        ci, ce = a, (cur[a] - 1 if a < b else 0)
-        if a < b and (cur[a] >= end[a] or indices[cur[a]] >= hi):
-            ce = end[a]  # target a has nothing here: the first step moves on
-        for _ in range(PULL_AHEAD):
-            if ci < b:
-                ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
-        for i in range(a, b):
-            e = cur[i]
-            stop = end[i]
-            while e < stop and indices[e] < hi:
+def _chunk_loop(weighted: bool):
+    def pull_chunk(cur, end, indices, lo, hi, slot, buf, w, acc):
+        n = cur.shape[0]
+        f = acc.shape[1]
+        parts = min(n, 64)
+        for p in prange(parts):
+            a, b = n * p // parts, n * (p + 1) // parts
+            # the look-ahead cursor, PULL_AHEAD entries of this chunk in front
+            ci, ce = a, (cur[a] - 1 if a < b else 0)
+            if a < b and (cur[a] >= end[a] or indices[cur[a]] >= hi):
+                ce = end[a]  # target a has nothing here: the first step moves on
+            for _ in range(PULL_AHEAD):
                 if ci < b:
                     ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
-                u = indices[e]
-                c = w[u, 0] if w.shape[0] else np.float32(1.0)
-                r = slot[u - lo]
-                for j in range(f):
-                    acc[i, j] += c * buf[r, j]
-                e += 1
-            cur[i] = e
+            for i in range(a, b):
+                e = cur[i]
+                stop = end[i]
+                while e < stop and indices[e] < hi:
+                    if ci < b:
+                        ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
+                    u = indices[e]
+                    c = w[u, 0] if weighted else np.float32(1.0)
+                    r = slot[u - lo]
+                    for j in range(f):
+                        acc[i, j] += c * buf[r, j]
+                    e += 1
+                cur[i] = e
+
+    return pull_chunk
 
 
-_pull_chunk_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull_chunk_py)
-_pull_chunk_ser = numba.njit(cache=True, nogil=True)(_pull_chunk_py)
+_CHUNK_PULLS: dict[tuple, Callable] = {}
+
+
+def pull_chunk_kernel(weighted: bool, parallel: bool) -> Callable:
+    """The compiled chunked pull ``(cur, end, indices, lo, hi, slot, buf, w, acc)``: each
+    target ``i`` sums the float32 rows ``buf[slot[u - lo]]`` (times ``w[u, 0]`` when
+    ``weighted``) of its list's entries ``u`` below ``hi`` from its cursor on, moving the
+    cursor past them (the chunk's ids ``[lo, hi)`` read into ``buf``)."""
+    key = (bool(weighted), bool(parallel))
+    fn = _CHUNK_PULLS.get(key)
+    if fn is None:
+        py = _chunk_loop(bool(weighted))
+        fn = _CHUNK_PULLS[key] = numba.njit(cache=True, nogil=True, parallel=bool(parallel))(py)
+    return fn

@@ -447,19 +447,14 @@ def pull_sum(
     # read-only views: numba then knows the accumulators alias none of them, and the
     # kernel keeps its loads out of the loops (a writable list array made it 3x slower)
     indptr, indices, targets, x, w = (_read_only(a) for a in (indptr, indices, targets, x, w))
-    par = len(targets) >= PULL_PARALLEL_MIN
     kind = of_stored(x.dtype)
-    if kind.code == 0:
-        (BK._pull32_par if par else BK._pull32_ser)(indptr, indices, targets, x, w, acc)
-    elif kind.scaled:
-        if scales is None:
-            raise ValueError("int8 rows need their scales")
-        sc = np.asarray(scales, np.float32)
-        (BK._pull8_par if par else BK._pull8_ser)(indptr, indices, targets, x, w, sc, acc)
-    else:
-        half = kind.code == 1
-        fn = BK._pull16_par if par else BK._pull16_ser
-        fn(indptr, indices, targets, x.view(np.uint16), w, acc, half)
+    if kind.scaled and scales is None:
+        raise ValueError("int8 rows need their scales")
+    sc = np.empty(0, np.float32) if scales is None else np.asarray(scales, np.float32)
+    if kind.itemsize == 2:
+        x = x.view(np.uint16)  # float16 and bfloat16 decoded from their bits
+    pull = BK.pull_kernel(kind.code, weights is not None, len(targets) >= PULL_PARALLEL_MIN)
+    pull(indptr, indices, targets, x, w, _read_only(sc), acc)
 
 
 def _pull_block(sl: SumLayer, rows: LayerRows, held: tuple, graph, block, reads: _Reads, w):
@@ -567,7 +562,7 @@ def _chunked_block(
         writer = RowWriter(own)
     mark, slot, size = chunks.mark, chunks.slot, chunks.rows
     ww = np.empty((0, 1), np.float32) if w is None else w.reshape(-1, 1)
-    pull = BK._pull_chunk_par if len(block) >= PULL_PARALLEL_MIN else BK._pull_chunk_ser
+    pull = BK.pull_chunk_kernel(w is not None, len(block) >= PULL_PARALLEL_MIN)
 
     def marked() -> Iterator[tuple]:
         for lo in range(0, n, size):
