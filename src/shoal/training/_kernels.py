@@ -183,20 +183,11 @@ def _start(indptr, indices, targets, a, b, x, w):
 # against 50 ns an edge); a kernel testing at each edge whether there are weights, over int32
 # neighbour lists, 3.4x slower (272 against 80 ns an edge on the quarter graph's evaluation;
 # docs/measurements.md#pulling-rows-held-in-memory). :func:`pull_kernel` builds each variant
-# from one loop, its choices constants of the closure (folded away when compiled).
+# from one loop, its choices integer constants of the closure (branches on them pruned when
+# compiled; numba caches a closure over such constants, not one over another function).
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _as_float(v):
-    return np.float32(v)
-
-
-#: how each stored kind's values become float32 (``FeatureDtype.code``: float32, float16,
-#: bfloat16 as uint16 bits, int8 times a scale per row)
-_DECODE = {0: _as_float, 1: half_to_float, 2: bfloat_to_float, 3: _as_float}
-
-
-def _pull_loop(decode, weighted: bool, scaled: bool):
+def _pull_loop(code: int, weighted: bool):
     def pull(indptr, indices, targets, x, w, scales, acc):
         n = targets.shape[0]
         f = acc.shape[1]
@@ -210,10 +201,17 @@ def _pull_loop(decode, weighted: bool, scaled: bool):
                     ci, ce = _ahead(indptr, indices, targets, b, ci, ce, x, w)
                     u = indices[e]
                     c = w[u, 0] if weighted else np.float32(1.0)
-                    if scaled:
+                    if code == 3:  # int8 times its row's scale
                         c = c * scales[u]
-                    for j in range(f):
-                        acc[i, j] += c * decode(x[u, j])
+                    if code == 1:
+                        for j in range(f):
+                            acc[i, j] += c * half_to_float(x[u, j])
+                    elif code == 2:
+                        for j in range(f):
+                            acc[i, j] += c * bfloat_to_float(x[u, j])
+                    else:
+                        for j in range(f):
+                            acc[i, j] += c * np.float32(x[u, j])
 
     return pull
 
@@ -230,7 +228,7 @@ def pull_kernel(code: int, weighted: bool, parallel: bool) -> Callable:
     key = (code, bool(weighted), bool(parallel))
     fn = _PULLS.get(key)
     if fn is None:
-        py = _pull_loop(_DECODE[code], bool(weighted), code == 3)
+        py = _pull_loop(int(code), bool(weighted))
         fn = _PULLS[key] = numba.njit(cache=True, nogil=True, parallel=bool(parallel))(py)
     return fn
 
