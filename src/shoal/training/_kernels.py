@@ -298,48 +298,33 @@ def _chunk_ahead(cur, end, indices, hi, b, i, e, lo, slot, buf, acc):
     return i, e
 
 
-def _chunk_loop(weighted: bool):
-    def pull_chunk(cur, end, indices, lo, hi, slot, buf, w, acc):
-        n = cur.shape[0]
-        f = acc.shape[1]
-        parts = min(n, 64)
-        for p in prange(parts):
-            a, b = n * p // parts, n * (p + 1) // parts
-            # the look-ahead cursor, PULL_AHEAD entries of this chunk in front
-            ci, ce = a, (cur[a] - 1 if a < b else 0)
-            if a < b and (cur[a] >= end[a] or indices[cur[a]] >= hi):
-                ce = end[a]  # target a has nothing here: the first step moves on
-            for _ in range(PULL_AHEAD):
+def _pull_chunk_py(cur, end, indices, lo, hi, slot, buf, w, acc):
+    n = cur.shape[0]
+    f = acc.shape[1]
+    parts = min(n, 64)
+    for p in prange(parts):
+        a, b = n * p // parts, n * (p + 1) // parts
+        # the look-ahead cursor, PULL_AHEAD entries of this chunk in front
+        ci, ce = a, (cur[a] - 1 if a < b else 0)
+        if a < b and (cur[a] >= end[a] or indices[cur[a]] >= hi):
+            ce = end[a]  # target a has nothing here: the first step moves on
+        for _ in range(PULL_AHEAD):
+            if ci < b:
+                ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
+        for i in range(a, b):
+            e = cur[i]
+            stop = end[i]
+            while e < stop and indices[e] < hi:
                 if ci < b:
                     ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
-            for i in range(a, b):
-                e = cur[i]
-                stop = end[i]
-                while e < stop and indices[e] < hi:
-                    if ci < b:
-                        ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
-                    u = indices[e]
-                    c = w[u, 0] if weighted else np.float32(1.0)
-                    r = slot[u - lo]
-                    for j in range(f):
-                        acc[i, j] += c * buf[r, j]
-                    e += 1
-                cur[i] = e
-
-    return pull_chunk
+                u = indices[e]
+                c = w[u, 0] if w.shape[0] else np.float32(1.0)
+                r = slot[u - lo]
+                for j in range(f):
+                    acc[i, j] += c * buf[r, j]
+                e += 1
+            cur[i] = e
 
 
-_CHUNK_PULLS: dict[tuple, Callable] = {}
-
-
-def pull_chunk_kernel(weighted: bool, parallel: bool) -> Callable:
-    """The compiled chunked pull ``(cur, end, indices, lo, hi, slot, buf, w, acc)``: each
-    target ``i`` sums the float32 rows ``buf[slot[u - lo]]`` (times ``w[u, 0]`` when
-    ``weighted``) of its list's entries ``u`` below ``hi`` from its cursor on, moving the
-    cursor past them (the chunk's ids ``[lo, hi)`` read into ``buf``)."""
-    key = (bool(weighted), bool(parallel))
-    fn = _CHUNK_PULLS.get(key)
-    if fn is None:
-        py = _chunk_loop(bool(weighted))
-        fn = _CHUNK_PULLS[key] = numba.njit(cache=True, nogil=True, parallel=bool(parallel))(py)
-    return fn
+_pull_chunk_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull_chunk_py)
+_pull_chunk_ser = numba.njit(cache=True, nogil=True)(_pull_chunk_py)

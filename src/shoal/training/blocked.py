@@ -562,7 +562,7 @@ def _chunked_block(
         writer = RowWriter(own)
     mark, slot, size = chunks.mark, chunks.slot, chunks.rows
     ww = np.empty((0, 1), np.float32) if w is None else w.reshape(-1, 1)
-    pull = BK.pull_chunk_kernel(w is not None, len(block) >= PULL_PARALLEL_MIN)
+    pull = BK._pull_chunk_par if len(block) >= PULL_PARALLEL_MIN else BK._pull_chunk_ser
 
     def marked() -> Iterator[tuple]:
         for lo in range(0, n, size):
