@@ -101,6 +101,61 @@ def test_blocked_equals_full_forward(tmp_path, monkeypatch, name, budget, source
     assert (pulled[0] > 0) == (first or count[0] < 2)
 
 
+@pytest.mark.parametrize(
+    ("name", "hidden", "expected"),
+    [
+        ("gin", 6, [True, True]),  # outputs narrower than the accumulators (12, then 6)
+        ("sage", 12, [True, True]),  # as wide (12; then 10: layer 2's projection stored)
+        ("gcn", 12, [True, True]),
+        # layer 0 projects its inputs first (no pull); layer 1 stores layer 2's projection,
+        # wider (10) than its accumulators (6): neither is packed
+        ("sage", 6, [False, False]),
+    ],
+)
+def test_a_kept_output_is_packed_into_its_accumulators(monkeypatch, name, hidden, expected):
+    """A hidden layer pulled from memory in one block writes its kept output over its own
+    accumulators (rows packed from their start, each slice after it was finished, in small
+    slices) when the output is no wider: the outputs equal the full forward pass."""
+    indptr, indices, deg = _graph()
+    n = len(deg)
+    x = np.random.default_rng(2).random((n, 12)).astype(np.float32)
+    torch.manual_seed(1)
+    model = build_model(name, in_dim=12, hidden=hidden, out_dim=5, num_layers=3, dropout=0.0)
+    model = model.eval()
+    fb = full_graph_block(indptr, indices)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x), [fb, fb, fb]).numpy()
+    monkeypatch.setattr(blocked, "SLICE_BYTES", 5 * 16 * 4)  # many finishing slices
+    accs, kept = [], []
+    zeros, layer = blocked.huge_zeros, blocked.blocked_layer
+
+    def recorded_zeros(shape, dtype):
+        accs.append(zeros(shape, dtype))
+        return accs[-1]
+
+    def recorded_layer(*args, **kwargs):
+        out = layer(*args, **kwargs)
+        if out is not None:
+            kept.append(out)
+        return out
+
+    monkeypatch.setattr(blocked, "huge_zeros", recorded_zeros)
+    monkeypatch.setattr(blocked, "blocked_layer", recorded_layer)
+    targets = np.arange(0, n, 7)
+    got = np.full((len(targets), 5), np.nan, np.float32)
+
+    def keep(pos, h):
+        got[pos] = h
+
+    blocked_layers(
+        sum_layers(model), x, indptr, indices, deg, targets, keep, new_array=None, budget=10**9
+    )
+    assert np.allclose(got, ref[targets], atol=1e-5)
+    assert len(kept) == 2  # both hidden layers kept in memory
+    packed = [any(np.shares_memory(k, a) for a in accs) for k in kept]
+    assert packed == expected
+
+
 def test_blocks_respect_the_budget():
     indptr, _, deg = _graph()
     t = np.arange(len(deg))

@@ -11,6 +11,7 @@ import numpy as np
 from numba import prange
 
 from shoal.utils._intrinsics import bfloat_to_float, half_to_float
+from shoal.utils.jit import parallel_and_serial
 
 #: Below this many rows a gather runs serially: waking threads costs more (the sampler's
 #: kernels use the same threshold, ``shoal.sample._kernels.PARALLEL_MIN``).
@@ -26,8 +27,7 @@ def _gather_rows_py(src, ids, out):
             out[i, j] = src[r, j]
 
 
-_gather_rows_par = numba.njit(cache=True, parallel=True, nogil=True)(_gather_rows_py)
-_gather_rows_ser = numba.njit(cache=True, nogil=True)(_gather_rows_py)
+_gather_rows_par, _gather_rows_ser = parallel_and_serial(_gather_rows_py, nogil=True)
 
 
 def _gather_rows(src, ids, out):
@@ -237,10 +237,8 @@ def _gather8_py(src, ids, out, scales):
         _put8(src, r, out, i, scales[r])
 
 
-_gather16_par = numba.njit(cache=True, parallel=True, nogil=True)(_gather16_py)
-_gather16_ser = numba.njit(cache=True, nogil=True)(_gather16_py)
-_gather8_par = numba.njit(cache=True, parallel=True, nogil=True)(_gather8_py)
-_gather8_ser = numba.njit(cache=True, nogil=True)(_gather8_py)
+_gather16_par, _gather16_ser = parallel_and_serial(_gather16_py, nogil=True)
+_gather8_par, _gather8_ser = parallel_and_serial(_gather8_py, nogil=True)
 
 
 def _gather16(src, ids, out, half):

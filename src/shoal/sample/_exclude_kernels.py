@@ -9,6 +9,7 @@ import numpy as np
 from numba import prange
 
 from shoal.sample._kernels import PARALLEL_MIN, _fill_row, _floyd, _mix64
+from shoal.utils.jit import parallel_and_serial
 
 __all__: list[str] = []
 
@@ -80,10 +81,8 @@ def _fill_excl_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, ex_ke
             picked[start + q] = indices[keep[picked[start + q]]]
 
 
-_count_excl_par = numba.njit(cache=True, parallel=True)(_count_excl_py)
-_count_excl_ser = numba.njit(cache=True)(_count_excl_py)
-_fill_excl_par = numba.njit(cache=True, parallel=True)(_fill_excl_py)
-_fill_excl_ser = numba.njit(cache=True)(_fill_excl_py)
+_count_excl_par, _count_excl_ser = parallel_and_serial(_count_excl_py)
+_fill_excl_par, _fill_excl_ser = parallel_and_serial(_fill_excl_py)
 
 
 def _count_excl(indptr, indices, nodes, n_dst, fanout, ex_keys, n_ids, counts, n_ex):

@@ -17,6 +17,7 @@ import numpy as np
 from numba import prange
 
 from shoal.utils.idset import probe_slot
+from shoal.utils.jit import parallel_and_serial
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -131,10 +132,8 @@ def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets):
 #: while the training thread launches the device's kernels (``DeviceFeed(background=True)``).
 PARALLEL_MIN = 512
 
-_count_par = numba.njit(cache=True, parallel=True, nogil=True)(_count_py)
-_count_ser = numba.njit(cache=True, nogil=True)(_count_py)
-_fill_par = numba.njit(cache=True, parallel=True, nogil=True)(_fill_py)
-_fill_ser = numba.njit(cache=True, nogil=True)(_fill_py)
+_count_par, _count_ser = parallel_and_serial(_count_py, nogil=True)
+_fill_par, _fill_ser = parallel_and_serial(_fill_py, nogil=True)
 
 
 def _count(indptr, nodes, n_dst, fanout, counts):

@@ -12,6 +12,7 @@ import numpy as np
 from numba import prange
 
 from shoal.utils._intrinsics import bfloat_to_float, half_to_float, prefetch_at, prefetch_row
+from shoal.utils.jit import parallel_and_serial, renamed
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -228,7 +229,8 @@ def pull_kernel(code: int, weighted: bool, parallel: bool) -> Callable:
     key = (code, bool(weighted), bool(parallel))
     fn = _PULLS.get(key)
     if fn is None:
-        py = _pull_loop(int(code), bool(weighted))
+        # each its own cache entries (shoal.utils.jit: numba's cache ignores the options)
+        py = renamed(_pull_loop(int(code), bool(weighted)), "parallel" if parallel else "serial")
         fn = _PULLS[key] = numba.njit(cache=True, nogil=True, parallel=bool(parallel))(py)
     return fn
 
@@ -326,5 +328,4 @@ def _pull_chunk_py(cur, end, indices, lo, hi, slot, buf, w, acc):
             cur[i] = e
 
 
-_pull_chunk_par = numba.njit(cache=True, parallel=True, nogil=True)(_pull_chunk_py)
-_pull_chunk_ser = numba.njit(cache=True, nogil=True)(_pull_chunk_py)
+_pull_chunk_par, _pull_chunk_ser = parallel_and_serial(_pull_chunk_py, nogil=True)

@@ -457,10 +457,13 @@ def pull_sum(
     pull(indptr, indices, targets, x, w, _read_only(sc), acc)
 
 
-def _pull_block(sl: SumLayer, rows: LayerRows, held: tuple, graph, block, reads: _Reads, w):
+def _pull_block(
+    sl: SumLayer, rows: LayerRows, held: tuple, graph, block, reads: _Reads, w, acc=None
+):
     """One block of targets whose sources are all in memory (:func:`pull_sum`): each target
     sums its in-neighbours' stored rows, then the targets are finished in slices; yields
-    ``(offset in block, output rows)`` per slice, as :func:`_layer_block`."""
+    ``(offset in block, output rows)`` per slice, as :func:`_layer_block`. ``acc``: the
+    zeroed accumulators to use (default: new ones)."""
     indptr, indices, deg_t = graph
     edges, at = (indptr, indices), block
     compact = _in_edges(indptr, indices, block, always=rows.row_ids is not None)
@@ -468,7 +471,8 @@ def _pull_block(sl: SumLayer, rows: LayerRows, held: tuple, graph, block, reads:
         edges, at = compact, np.arange(len(block), dtype=np.int64)
     if rows.row_ids is not None:  # ids -> their rows in a compact layer output
         edges = (edges[0], np.searchsorted(rows.row_ids, edges[1]))
-    acc = huge_zeros((len(block), sl.width), np.float32)
+    if acc is None:
+        acc = huge_zeros((len(block), sl.width), np.float32)
     pull_sum(edges[0], edges[1], at, held, w, acc)
     del compact, edges
     k = reads.slice_rows
@@ -817,7 +821,8 @@ def blocked_layer(
     src_ids: np.ndarray | None = None,
     compact: bool = False,
     spill: Callable[[int, int, np.dtype], np.ndarray] | None = None,
-) -> None:
+    keep_width: int = 0,
+) -> np.ndarray | None:
     """One layer for the targets ``todo`` (sorted, unique) from the rows of ``src`` (anything
     :class:`LayerRows` reads): ``graph = (indptr, indices, deg)`` with ``deg`` a float32
     tensor of full in-degrees over ``src``'s rows; ``pre`` projects source rows first (the
@@ -827,10 +832,21 @@ def blocked_layer(
     ``src_ids``: the sorted ids whose rows ``src`` holds in order (the compact output of the
     layer before); None: row ``i`` is id ``i``. ``spill(rows, cols, dtype)``: a file-backed
     scratch array, for a chunked pull's own rows when keeping them would cost a block (None:
-    always kept in memory)."""
+    always kept in memory). ``keep_width`` (with ``out`` None): the outputs, ``keep_width``
+    columns in ``todo``'s order, are kept in memory and returned; a pull from memory in one
+    block writes them over its own accumulators (:func:`_packed`: no second array's pages
+    faulted in)."""
     rows = LayerRows(src, normalize=normalize, threads=threads, row_ids=src_ids)
     plan = _plan_layer(sl, rows, pre, graph, todo, budget, src_ids, spill is not None)
     blocks, chunks, how, w = plan.blocks, None, plan.how, plan.weights
+    acc = None  # a one-block pull's accumulators, when the kept output is packed into them
+    if keep_width:
+        compact = True
+        if plan.held is not None and len(blocks) == 1 and keep_width <= sl.width:
+            acc = huge_zeros((len(todo), sl.width), np.float32)
+            out = _packed(acc, keep_width)
+        else:
+            out = huge_empty((len(todo), keep_width), np.float32)
     reads = _Reads(budget, rows.dim, max(width_of(pre, rows.dim), sl.width))
     if plan.chunk_rows:
         chunks = _Chunks(plan.chunk_rows, rows.dim)
@@ -850,7 +866,7 @@ def blocked_layer(
         for a, b in blocks:
             block = np.asarray(todo[a:b], np.int64)
             if plan.held is not None:
-                parts = _pull_block(sl, rows, plan.held, graph, block, reads, w)
+                parts = _pull_block(sl, rows, plan.held, graph, block, reads, w, acc)
             elif chunks is not None:
                 how_own = spill if plan.spill else None
                 parts = _chunked_block(sl, rows, graph, block, reads, chunks, w, how_own)
@@ -862,7 +878,10 @@ def blocked_layer(
                     on_output(np.arange(at, at + len(h)), h.numpy())
                 else:
                     at_rows = np.arange(at, at + len(h)) if compact else block[i : i + len(h)]
-                    writer.write(at_rows, (nxt(h) if nxt else h).numpy())
+                    h = (nxt(h) if nxt else h).numpy()
+                    if acc is not None and np.may_share_memory(h, acc):
+                        h = h.copy()  # a finish that returns its accumulators as they are
+                    writer.write(at_rows, h)
             if progress_bar is not None:
                 progress_bar.update(b - a)
     finally:
@@ -870,6 +889,16 @@ def blocked_layer(
         rows.close()
         if writer is not None:
             writer.close()
+    return out if keep_width else None
+
+
+def _packed(acc: np.ndarray, width: int) -> np.ndarray:
+    """The rows of ``width <= acc.shape[1]`` columns packed from the start of ``acc``'s
+    memory: output row ``i`` ends at float ``(i + 1) * width``, within accumulator rows ``<=
+    i``, so outputs written in order, each slice after its accumulators were finished, never
+    overwrite an accumulator still to be read."""
+    n = acc.shape[0]
+    return acc.reshape(-1)[: n * width].reshape(n, width)
 
 
 def blocked_layers(
@@ -908,20 +937,20 @@ def blocked_layers(
         last = li == len(layers) - 1
         todo = todos[li]
         nxt = None if last else layers[li + 1].pre  # stored by this layer, not recomputed
-        out, held = None, kept
+        out, held, keep_width = None, kept, 0
         if not last:  # the rows of todo only, in order: no sparse array over every node
             dim = int(src.dim if isinstance(src, DiskFeatures) else src.shape[1])
             width = output_width(sl, width_of(pre, dim), nxt)
             nbytes = 4 * len(todo) * width
             if _keeps(sl, src, graph, todo, pre, budget, kept, nbytes, src_ids, norm, spill):
-                out = huge_empty((len(todo), width), np.float32)  # the next layer pulls it
+                keep_width = width  # kept in memory: the next layer pulls it
                 held += nbytes
             else:
                 out = new_array(len(todo), width)
         bar = progress(
             total=len(todo), desc=f"inference layer {li}", unit="node", enable=show_progress
         )
-        blocked_layer(
+        kept_out = blocked_layer(
             sl,
             src,
             graph,
@@ -937,9 +966,10 @@ def blocked_layers(
             src_ids=src_ids,
             compact=True,
             spill=spill,
+            keep_width=keep_width,
         )
         bar.close()
-        src, norm, pre, src_ids = out, False, None, todo
+        src, norm, pre, src_ids = out if kept_out is None else kept_out, False, None, todo
         kept = held - kept  # this layer's output, if in memory; its input goes
 
 
