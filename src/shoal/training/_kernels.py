@@ -181,11 +181,10 @@ def _start(indptr, indices, targets, a, b, x, w):
 # One kernel per stored kind and weighting, not one choosing either inside the edge loop: a
 # single kernel branching per value (an overload per dtype, the float16/bfloat16 choice and
 # the int8 scale tested inside) kept LLVM from vectorising the row and ran 3x slower (156
-# against 50 ns an edge); a kernel testing at each edge whether there are weights, over int32
-# neighbour lists, 3.4x slower (272 against 80 ns an edge on the quarter graph's evaluation;
-# docs/measurements.md#pulling-rows-held-in-memory). :func:`pull_kernel` builds each variant
-# from one loop, its choices integer constants of the closure (branches on them pruned when
-# compiled; numba caches a closure over such constants, not one over another function).
+# against 50 ns an edge). :func:`pull_kernel` builds each variant from one loop, its choices
+# integer constants of the closure (branches on them pruned when compiled; numba caches a
+# closure over such constants, not one over another function), the parallel and the serial
+# compilation under names of their own (:mod:`shoal.utils.jit`).
 
 
 def _pull_loop(code: int, weighted: bool):

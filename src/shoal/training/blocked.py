@@ -531,7 +531,8 @@ def _chunk_edges(indptr, indices, block):
 
 
 #: bytes per target of a chunked pull's cursors: the summing and the marking cursors and
-#: the in-edge offsets (int64: int32 cursors made the pull kernel twice as slow,
+#: the in-edge offsets (int64: int32 cursors measured twice as slow, but while the parallel
+#: and serial pulls shared a numba cache entry: not measured since,
 #: docs/measurements.md#pulling-rows-held-in-memory)
 CURSOR_BYTES = 24
 
