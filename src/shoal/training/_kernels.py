@@ -12,7 +12,7 @@ import numpy as np
 from numba import prange
 
 from shoal.utils._intrinsics import bfloat_to_float, half_to_float, prefetch_at, prefetch_row
-from shoal.utils.jit import parallel_and_serial, renamed
+from shoal.utils.jit import parallel_and_serial
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -216,7 +216,7 @@ def _pull_loop(code: int, weighted: bool):
     return pull
 
 
-_PULLS: dict[tuple, Callable] = {}
+_PULLS: dict[tuple, tuple[Callable, Callable]] = {}
 
 
 def pull_kernel(code: int, weighted: bool, parallel: bool) -> Callable:
@@ -225,13 +225,11 @@ def pull_kernel(code: int, weighted: bool, parallel: bool) -> Callable:
     ``scales[u]``), ``weighted`` (``w[u, 0]`` per source; else ``w`` is empty and only steers
     the prefetching), targets in parallel or not: ``acc[i] += sum_u c_u * row(u)`` over the
     in-edges ``u -> targets[i]``."""
-    key = (code, bool(weighted), bool(parallel))
-    fn = _PULLS.get(key)
-    if fn is None:
-        # each its own cache entries (shoal.utils.jit: numba's cache ignores the options)
-        py = renamed(_pull_loop(int(code), bool(weighted)), "parallel" if parallel else "serial")
-        fn = _PULLS[key] = numba.njit(cache=True, nogil=True, parallel=bool(parallel))(py)
-    return fn
+    key = (int(code), bool(weighted))
+    pair = _PULLS.get(key)
+    if pair is None:  # compiled when first called, each into cache entries of its own
+        pair = _PULLS[key] = parallel_and_serial(_pull_loop(*key), nogil=True)
+    return pair[0] if parallel else pair[1]
 
 
 # ------------------------------------------------------------------ pulling chunk by chunk

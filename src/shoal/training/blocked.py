@@ -970,7 +970,7 @@ def blocked_layers(
             keep_width=keep_width,
         )
         bar.close()
-        src, norm, pre, src_ids = out if kept_out is None else kept_out, False, None, todo
+        src, norm, pre, src_ids = kept_out if keep_width else out, False, None, todo
         kept = held - kept  # this layer's output, if in memory; its input goes
 
 
