@@ -389,3 +389,25 @@ def test_held_lists_of_the_seeds_give_the_same_batches_without_reading_them_agai
     assert s.structure_bytes_read == before
     assert np.array_equal(one_hop.n_id, mem.sample(batches[0][0], 0, fanouts=(4,)).n_id)
     s.close()
+
+
+@pytest.mark.parametrize("n", [1, 2, 17, 5000])
+def test_drawn_entries_take_the_entry_at_each_position(n):
+    from shoal.sample.sampler import DrawnEntries
+
+    rng = np.random.default_rng(n)
+    pos = np.unique(rng.integers(0, 10 * n + 3, 3 * n))  # dense and sparse runs, any size
+    vals = rng.integers(0, 1 << 30, len(pos)).astype(np.int32)
+    entries = DrawnEntries(pos, vals)
+    picked = pos[rng.integers(0, len(pos), 4 * n)]
+    want = {int(p): int(v) for p, v in zip(pos, vals)}
+    got = entries.take(picked)
+    assert got.dtype == np.int32
+    assert [int(v) for v in got] == [want[int(p)] for p in picked]
+    assert len(entries.take(picked[:0])) == 0
+    absent = np.setdiff1d(np.arange(int(pos[-1]) + 1), pos)
+    if len(absent):
+        with pytest.raises(ValueError, match="not among those the group read"):
+            entries.take(absent[:1])
+    with pytest.raises(ValueError, match="outside"):
+        entries.take(np.array([int(pos[-1]) + 1]))

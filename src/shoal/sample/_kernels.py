@@ -232,3 +232,29 @@ def _h_insert_all(nodes, n, keys, vals, shift):
         h = probe_slot(keys, nodes[i], shift)
         keys[h] = nodes[i]
         vals[h] = i
+
+
+@numba.njit(cache=True, nogil=True)
+def _take_drawn(pos, starts, shift, values, picked, out):
+    """``out[i] = values[j]`` with ``pos[j] == picked[i]`` (``pos`` sorted distinct, every
+    ``picked`` in it): the bucket ``picked >> shift`` narrows the search to
+    ``pos[starts[b]:starts[b + 1]]`` (a few entries, one or two cache lines) where a binary
+    search over all of ``pos`` misses the cache at most of its ~24 levels. Returns how many
+    were not found (their ``out`` left unset)."""
+    missing = 0
+    for i in range(picked.shape[0]):
+        p = picked[i]
+        b = p >> shift
+        lo = starts[b]
+        hi = starts[b + 1]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if pos[mid] < p:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < pos.shape[0] and pos[lo] == p:
+            out[i] = values[lo]
+        else:
+            missing += 1
+    return missing

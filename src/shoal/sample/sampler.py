@@ -46,6 +46,8 @@ _NO_INDICES = np.empty(0, dtype=np.int64)  # the kernels' indices when only posi
 #: (8 B each) and the entry read (up to 8 B); what :meth:`NeighborSampler.group_size` divides
 #: the group's budget by
 GROUP_ENTRY_BYTES = 24
+#: drawn positions per bucket of :class:`DrawnEntries`'s directory, on average (default 16)
+DRAWN_BUCKET = 16
 
 
 @dataclass
@@ -62,13 +64,34 @@ class GroupReads:
 
 class DrawnEntries:
     """The entries of ``indices`` one hop of a group drew: sorted distinct positions and the
-    entries there, read from disk in one pass."""
+    entries there, read from disk in one pass.
+
+    :meth:`take` finds each drawn position through a directory of buckets of
+    :data:`DRAWN_BUCKET` positions on average (half a byte an entry): a binary search over
+    millions of positions misses the cache at most of its levels, and a group's batches look
+    up every entry they drew (docs/measurements.md, "Looking up a group's drawn entries")."""
 
     def __init__(self, pos: np.ndarray, values: np.ndarray) -> None:
-        self.pos, self.values = pos, values
+        self.pos = np.ascontiguousarray(pos, np.int64)
+        self.values = values
+        top = int(self.pos[-1]) if len(self.pos) else 0
+        buckets = max(1, len(self.pos) // DRAWN_BUCKET)
+        self.shift = max(0, (top // buckets).bit_length())
+        edges = np.arange((top >> self.shift) + 2, dtype=np.int64) << self.shift
+        self.starts = np.searchsorted(self.pos, edges)
 
     def take(self, picked: np.ndarray) -> np.ndarray:
-        return self.values[np.searchsorted(self.pos, picked)]
+        """The entries at the positions ``picked`` (each one of those read)."""
+        picked = np.ascontiguousarray(picked, np.int64)
+        out = np.empty(len(picked), self.values.dtype)
+        if not len(picked):
+            return out
+        if picked.min() < 0 or picked.max() > (int(self.pos[-1]) if len(self.pos) else -1):
+            raise ValueError("a drawn position outside those the group read")
+        missing = K._take_drawn(self.pos, self.starts, self.shift, self.values, picked, out)
+        if missing:
+            raise ValueError(f"{missing} drawn positions were not among those the group read")
+        return out
 
 
 class HeldLists:
