@@ -177,7 +177,7 @@ def test_a_sweep_counts_its_writing_time(tmp_path, stacked):
 def test_pack_sizes_stay_within_a_share_of_the_pool():
     assert pack_sizes(10 << 30, 4) == (16 << 20, 1 << 20)
     chunk, stage = pack_sizes(1 << 20, 4)  # four segments written at once
-    assert chunk == 64 << 10 and stage == 16 << 10 and stage % PAGE == 0
+    assert chunk == 32 << 10 and stage == 16 << 10 and stage % PAGE == 0  # two chunks
     assert pack_sizes(0, 4) == (PAGE, PAGE)
 
 

@@ -18,6 +18,7 @@ row, 4 bytes each).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -264,8 +265,10 @@ class DiskFeatures:
         """Read the rows ``ids`` (sorted, unique, none cached) in id order, ``chunk_rows`` at a
         time, handing each chunk to ``sink(chunk_ids, chunk_rows)`` (the rows are valid during
         the call only); when the cache is not loaded yet, its rows are read by the same pass.
-        ``between()`` is called before each chunk. Returns the bytes read (one pass over the
-        file: :mod:`shoal.rows.packing`)."""
+        ``between()`` is called before each chunk. The next chunk is read (by another thread,
+        into a second buffer) while ``sink`` handles this one: a sink that writes, as
+        :mod:`shoal.rows.packing`'s, overlaps its writes with the reads. Returns the bytes
+        read (one pass over the file)."""
         ids = np.asarray(ids)  # int32 ids (a round's union) stay so: made int64 by chunk
         if not np.issubdtype(ids.dtype, np.integer):
             ids = ids.astype(np.int64)
@@ -277,28 +280,42 @@ class DiskFeatures:
             every, is_hot = every[order], order < len(hot)
         else:
             every, is_hot = ids, None
-        buf = np.empty((min(max(1, chunk_rows), max(len(every), 1)), self.dim), self.dtype)
+        step = min(max(1, chunk_rows), max(len(every), 1))
+        bufs = [np.empty((step, self.dim), self.dtype) for _ in range(2)]
         bar = progress(
             total=len(every), desc="reading ahead", unit="row", enable=self.show_progress
         )
-        nbytes = 0
-        for a in range(0, len(every), len(buf)):
-            if between is not None:
-                between()
-            c = every[a : a + len(buf)].astype(np.int64, copy=False)
+
+        def read(a: int, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+            """Chunk ``a``'s ids that go to ``sink``, their rows and the bytes read."""
+            c = every[a : a + step].astype(np.int64, copy=False)
             if is_hot is None:
-                nbytes += self.reader.read(c, buf)
-                sink(c, buf[: len(c)])
-            else:
-                h = is_hot[a : a + len(buf)]
-                dest = np.empty(len(c), np.int64)
-                dest[h] = self.slot[c[h]]
-                n_cold = len(c) - int(h.sum())
-                dest[~h] = -1 - np.arange(n_cold)
-                nbytes += self.reader.read(c, self.cache, dest, buf)
-                if n_cold:
-                    sink(c[~h], buf[:n_cold])
-            bar.update(len(c))
+                return c, buf[: len(c)], self.reader.read(c, buf)
+            h = is_hot[a : a + step]
+            dest = np.empty(len(c), np.int64)
+            dest[h] = self.slot[c[h]]
+            n_cold = len(c) - int(h.sum())
+            dest[~h] = -1 - np.arange(n_cold)
+            nbytes = self.reader.read(c, self.cache, dest, buf)
+            return c[~h], buf[:n_cold], nbytes
+
+        nbytes = 0
+        starts = range(0, len(every), step)
+        with ThreadPoolExecutor(1, thread_name_prefix="shoal-sweep") as pool:
+            pending = None
+            for k, a in enumerate(starts):
+                if between is not None:
+                    between()
+                if pending is None:
+                    pending = pool.submit(read, a, bufs[k % 2])
+                cold, rows, got = pending.result()
+                nbytes += got
+                nxt = a + step
+                # the next chunk is read while this one is handed over (the other buffer)
+                pending = pool.submit(read, nxt, bufs[(k + 1) % 2]) if nxt < len(every) else None
+                if len(cold):
+                    sink(cold, rows)
+                bar.update(min(step, len(every) - a))
         bar.close()
         if hot is not None:
             self.cache_load_seconds = time.perf_counter() - t0
@@ -319,6 +336,25 @@ class DiskFeatures:
         self._hot = None  # nothing left to load
         self.priority = None
         return freed
+
+    def read_stored(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Rows of ``ids`` (sorted, unique) as stored, read from the file straight into
+        ``out`` (at least ``len(ids)`` rows of the stored dtype), not decoded, not normalised;
+        only while nothing is cached (:meth:`release_cache`, or a store that caches
+        nothing). Returns them."""
+        if self.reader is None or self.cached_rows:
+            raise ValueError("read_stored reads from the file of a store that caches nothing")
+        n = len(ids)
+        out = out[:n]
+        t0 = time.perf_counter()
+        nbytes = self.reader.read(ids, out) if n else 0
+        s = self.stats
+        s.read_seconds += time.perf_counter() - t0
+        s.requested += n
+        s.rows_read += n
+        s.bytes_read += nbytes
+        s.windows += 1
+        return out
 
     def read_rows(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
         """float32 rows of ``ids`` (sorted, unique) read from the file straight into ``out``

@@ -53,7 +53,8 @@ __all__ = [
 #: the whole feature file, so fewer sweeps read less, and the start's round samples with the
 #: most memory free (docs/measurements.md#epoch-packs-and-spooled-samples)
 PACK_EPOCHS = 8
-#: rows read per step of the sweep (bytes; default 16 MiB) before they are routed to the packs.
+#: rows read per step of the sweep (bytes; default 16 MiB) before they are routed to the packs
+#: (two such buffers: the next step is read while this one is written).
 PACK_CHUNK = 16 << 20
 #: free space kept on the scratch file system when packing (bytes; default 1 GiB).
 SCRATCH_MARGIN = 1 << 30
@@ -93,11 +94,12 @@ def default_pack_epochs(
 def pack_sizes(pool: int, writers: int, share: int = 16) -> tuple[int, int]:
     """``(chunk_bytes, stage_bytes)`` of a sweep writing ``writers`` pack segments at once
     next to a memory pool of ``pool`` bytes: :data:`PACK_CHUNK` and :data:`PACK_STAGE`,
-    smaller when they would take more than ``1/share`` of the pool (the chunk, and the
-    staging buffers together; at least a page each; default a sixteenth: windows may be
-    alive during the sweep; 2 where the pool is idle meanwhile)."""
+    smaller when they would take more than ``1/share`` of the pool (the sweep's two chunk
+    buffers, one read while the other is written, and the staging buffers together; at
+    least a page each; default a sixteenth: windows may be alive during the sweep; 2 where
+    the pool is idle meanwhile)."""
     share = max(int(share), 2)
-    chunk = max(PAGE, min(PACK_CHUNK, pool // share))
+    chunk = max(PAGE, min(PACK_CHUNK, pool // (2 * share)))
     stage = max(PAGE, min(PACK_STAGE, pool // (share * max(writers, 1))) // PAGE * PAGE)
     return chunk, stage
 

@@ -16,6 +16,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from shoal.utils._intrinsics import prefetch_at
 from shoal.utils.idset import probe_slot
 from shoal.utils.jit import parallel_and_serial
 
@@ -234,6 +235,10 @@ def _h_insert_all(nodes, n, keys, vals, shift):
         vals[h] = i
 
 
+#: lookups ahead whose bucket is prefetched by :func:`_take_drawn` (its bounds twice as far)
+TAKE_AHEAD = 8
+
+
 @numba.njit(cache=True, nogil=True)
 def _take_drawn(pos, starts, shift, values, picked, out):
     """``out[i] = values[j]`` with ``pos[j] == picked[i]`` (``pos`` sorted distinct, every
@@ -242,7 +247,15 @@ def _take_drawn(pos, starts, shift, values, picked, out):
     search over all of ``pos`` misses the cache at most of its ~24 levels. Returns how many
     were not found (their ``out`` left unset)."""
     missing = 0
-    for i in range(picked.shape[0]):
+    n = picked.shape[0]
+    for i in range(n):
+        # two stages ahead: the bucket's bounds, then the bucket's first positions and entries
+        if i + 2 * TAKE_AHEAD < n:
+            prefetch_at(starts, picked[i + 2 * TAKE_AHEAD] >> shift)
+        if i + TAKE_AHEAD < n:
+            at = starts[picked[i + TAKE_AHEAD] >> shift]
+            prefetch_at(pos, at)
+            prefetch_at(values, at)
         p = picked[i]
         b = p >> shift
         lo = starts[b]

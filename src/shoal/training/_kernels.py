@@ -297,32 +297,57 @@ def _chunk_ahead(cur, end, indices, hi, b, i, e, lo, slot, buf, acc):
     return i, e
 
 
-def _pull_chunk_py(cur, end, indices, lo, hi, slot, buf, w, acc):
-    n = cur.shape[0]
-    f = acc.shape[1]
-    parts = min(n, 64)
-    for p in prange(parts):
-        a, b = n * p // parts, n * (p + 1) // parts
-        # the look-ahead cursor, PULL_AHEAD entries of this chunk in front
-        ci, ce = a, (cur[a] - 1 if a < b else 0)
-        if a < b and (cur[a] >= end[a] or indices[cur[a]] >= hi):
-            ce = end[a]  # target a has nothing here: the first step moves on
-        for _ in range(PULL_AHEAD):
-            if ci < b:
-                ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
-        for i in range(a, b):
-            e = cur[i]
-            stop = end[i]
-            while e < stop and indices[e] < hi:
+def _pull_chunk_loop(code: int):
+    def pull_chunk(cur, end, indices, lo, hi, slot, buf, w, acc):
+        n = cur.shape[0]
+        f = acc.shape[1]
+        parts = min(n, 64)
+        for p in prange(parts):
+            a, b = n * p // parts, n * (p + 1) // parts
+            # the look-ahead cursor, PULL_AHEAD entries of this chunk in front
+            ci, ce = a, (cur[a] - 1 if a < b else 0)
+            if a < b and (cur[a] >= end[a] or indices[cur[a]] >= hi):
+                ce = end[a]  # target a has nothing here: the first step moves on
+            for _ in range(PULL_AHEAD):
                 if ci < b:
                     ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
-                u = indices[e]
-                c = w[u, 0] if w.shape[0] else np.float32(1.0)
-                r = slot[u - lo]
-                for j in range(f):
-                    acc[i, j] += c * buf[r, j]
-                e += 1
-            cur[i] = e
+            for i in range(a, b):
+                e = cur[i]
+                stop = end[i]
+                while e < stop and indices[e] < hi:
+                    if ci < b:
+                        ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
+                    u = indices[e]
+                    c = w[u, 0] if w.shape[0] else np.float32(1.0)
+                    r = slot[u - lo]
+                    if code == 1:
+                        for j in range(f):
+                            acc[i, j] += c * half_to_float(buf[r, j])
+                    elif code == 2:
+                        for j in range(f):
+                            acc[i, j] += c * bfloat_to_float(buf[r, j])
+                    else:
+                        for j in range(f):
+                            acc[i, j] += c * buf[r, j]
+                    e += 1
+                cur[i] = e
+
+    return pull_chunk
 
 
-_pull_chunk_par, _pull_chunk_ser = parallel_and_serial(_pull_chunk_py, nogil=True)
+_PULL_CHUNKS: dict[int, tuple[Callable, Callable]] = {}
+
+
+def pull_chunk_kernel(code: int, parallel: bool) -> Callable:
+    """The compiled chunked pull ``(cur, end, indices, lo, hi, slot, buf, w, acc)``: every
+    target ``i`` adds the rows ``buf[slot[u - lo]]`` of its entries ``u`` in ``[lo, hi)``
+    from its cursor ``cur[i]`` on (times ``w[u, 0]`` when ``w`` is not empty) to
+    ``acc[i]``, its cursor moved past them; ``buf`` float32 rows (``code`` 0) or the uint16
+    bits of float16 (1) or bfloat16 (2) rows as stored: half the bytes of a chunk, twice
+    the ids in its memory, half the visits of every target per pass."""
+    pair = _PULL_CHUNKS.get(int(code))
+    if pair is None:
+        pair = _PULL_CHUNKS[int(code)] = parallel_and_serial(
+            _pull_chunk_loop(int(code)), nogil=True
+        )
+    return pair[0] if parallel else pair[1]

@@ -161,8 +161,13 @@ class LayerRows:
     def stored16(self) -> int:
         """1 when rows can be read as stored float16 rows (:meth:`read_stored`), 2 as stored
         bfloat16 rows (their top 16 bits), 0 otherwise (another dtype, normalised rows, or a
-        :class:`DiskFeatures` source, which decodes as it gathers)."""
-        if self.normalize or isinstance(self.src, DiskFeatures):
+        :class:`DiskFeatures` source that caches rows: it decodes as it gathers)."""
+        if self.normalize:
+            return 0
+        src = self.src
+        if isinstance(src, DiskFeatures) and (
+            src.normalize or src.reader is None or src.cached_rows or self.row_ids is not None
+        ):
             return 0
         if self.stored == np.float16:
             return 1
@@ -178,7 +183,9 @@ class LayerRows:
             ids = np.searchsorted(self.row_ids, ids).astype(np.int64, copy=False)
         if not n:
             return out
-        if self.reader is not None:
+        if isinstance(self.src, DiskFeatures):
+            self.src.read_stored(np.asarray(ids, np.int64), out)
+        elif self.reader is not None:
             self.reader.read(np.asarray(ids, np.int64), out)
         else:
             np.take(self.src, np.asarray(ids, np.int64), axis=0, out=out)
@@ -499,18 +506,39 @@ def _own_kind(rows: LayerRows) -> tuple[np.dtype, Callable, Callable]:
 
 
 class _Chunks:
-    """The reused memory of chunked pulls: two read buffers of ``rows`` ids' float32 rows
-    (one filled while the other is summed), a chunk's marks and its ids' slots."""
+    """The reused memory of chunked pulls: two read buffers of ``rows`` ids' rows (one
+    filled while the other is summed), a chunk's marks and its ids' slots. ``code``: the
+    rows are read as float32 (0) or as stored float16 (1) or bfloat16 (2) bits
+    (:meth:`LayerRows.stored16`), half the bytes."""
 
-    def __init__(self, rows: int, dim: int) -> None:
+    def __init__(self, rows: int, dim: int, code: int = 0) -> None:
         self.rows = rows
-        self.bufs = [huge_empty((rows, dim), np.float32) for _ in range(2)]
+        self.code = code
+        dtype = np.int16 if code else np.float32
+        self.bufs = [huge_empty((rows, dim), dtype) for _ in range(2)]
         self.mark = np.zeros(rows, np.bool_)
         self.slot = np.zeros(rows, np.int64)
 
     @staticmethod
-    def bytes_per_row(dim: int) -> int:
-        return 2 * 4 * dim + 1 + 8
+    def bytes_per_row(dim: int, code: int = 0) -> int:
+        return 2 * (2 if code else 4) * dim + 1 + 8
+
+
+class _StoredRows:
+    """:class:`LayerRows` read as stored 16-bit rows (int16 bits: torch has no uint16
+    arithmetic; the kernels view them as uint16), for :func:`_read_ahead`."""
+
+    def __init__(self, rows: LayerRows) -> None:
+        self.rows = rows
+
+    def read(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        return self.rows.read_stored(ids, out.view(self.rows.stored)).view(np.int16)
+
+
+def _chunk_code(rows: LayerRows) -> int:
+    """How a chunked pull reads its chunks (:class:`_Chunks`): as stored 16-bit rows when
+    they can be (:meth:`LayerRows.stored16`), else as float32."""
+    return rows.stored16()
 
 
 def _chunk_edges(indptr, indices, block):
@@ -567,7 +595,11 @@ def _chunked_block(
         writer = RowWriter(own)
     mark, slot, size = chunks.mark, chunks.slot, chunks.rows
     ww = np.empty((0, 1), np.float32) if w is None else w.reshape(-1, 1)
-    pull = BK._pull_chunk_par if len(block) >= PULL_PARALLEL_MIN else BK._pull_chunk_ser
+    pull = BK.pull_chunk_kernel(chunks.code, len(block) >= PULL_PARALLEL_MIN)
+    if chunks.code:  # rows as stored: the own rows are kept as read
+        source, encode = _StoredRows(rows), lambda h: h.view(own_dtype)
+    else:
+        source = rows
 
     def marked() -> Iterator[tuple]:
         for lo in range(0, n, size):
@@ -582,7 +614,7 @@ def _chunked_block(
                 yield ids + lo, lo, hi, int(ta), int(tb)
 
     ro_end, ro_entries, ro_slot, ww = (_read_only(a) for a in (end, entries, slot, ww))
-    chunked = _read_ahead(reads.pool, rows, None, marked(), chunks.bufs)
+    chunked = _read_ahead(reads.pool, source, None, marked(), chunks.bufs)
     while True:
         with t.phase("read wait"):
             got = next(chunked, None)
@@ -590,6 +622,8 @@ def _chunked_block(
             break
         (ids, lo, hi, ta, tb), h = got
         x = h.numpy()
+        if chunks.code:
+            x = x.view(np.uint16)
         with t.phase("pull"):
             slot[ids - lo] = np.arange(len(ids))
             pull(cur, ro_end, ro_entries, lo, hi, ro_slot, _read_only(x), ww, acc)
@@ -679,7 +713,7 @@ def _plan_layer(
         how = "each pulling its sources' rows from memory"
         return _LayerPlan(blocks, 0, w, how, held, held_reads)
     if linear:  # sources from disk, chunk by chunk; accumulators, own rows, cursors
-        per_row = _Chunks.bytes_per_row(rows.dim)
+        per_row = _Chunks.bytes_per_row(rows.dim, _chunk_code(rows))
         least = max(per_row, min(PULL_CHUNK_BYTES, room // 8))
         own = _own_kind(rows)[0].itemsize * rows.dim
         per_target = 4 * sl.width + own + CURSOR_BYTES + (8 if disk else 0)
@@ -850,7 +884,7 @@ def blocked_layer(
             out = huge_empty((len(todo), keep_width), np.float32)
     reads = _Reads(budget, rows.dim, max(width_of(pre, rows.dim), sl.width))
     if plan.chunk_rows:
-        chunks = _Chunks(plan.chunk_rows, rows.dim)
+        chunks = _Chunks(plan.chunk_rows, rows.dim, _chunk_code(rows))
     log.info(
         "layer of width %d: %d targets in %d block(s) of at most %d, %s (%.0f MiB of working "
         "memory, %.0f MiB of it read buffers)",
