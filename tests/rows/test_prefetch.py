@@ -616,3 +616,25 @@ def test_the_presampled_cache_holds_the_rows_most_batches_need(make_graph, monke
     assert b["io"]["rows_read"] <= a["io"]["rows_read"]
     for p, q in zip(ta.model.parameters(), tb.model.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_the_start_samples_its_round_in_groups_across_epochs(make_graph, tmp_path, monkeypatch):
+    """When the start's room holds a group larger than an epoch but not the lists whole,
+    the first round's epochs (0-1) are sampled together before the windows are sized: one
+    group spanning both, so each hop's lists are read once for the round instead of once
+    per epoch; the same batches, each epoch sampled once."""
+    import shoal.sample.sampler as sampler_mod
+
+    # (a drawn entry's memory made small: a group of this tiny graph's batches larger than an
+    # epoch, as at scale, within a room smaller than its lists)
+    monkeypatch.setattr(sampler_mod, "GROUP_ENTRY_BYTES", 4)
+    plain, win, s, groups = _disk_sampled(make_graph, tmp_path, 100_000, start_room=200_000)
+    n = len(plain)
+    assert s.group_bytes + 200_000 < 400_000  # (the room is under the lists')
+    assert 2 * n <= groups[0][0] and s.loaded_bytes == 0, (groups, n)  # epochs 0-1 in one
+    passes = s.group_reads.passes
+    assert passes == 2  # one per hop, for both epochs
+    for epoch in range(4):
+        _compare_epoch(plain, win, epoch)
+    win.prefetcher.close()
+    assert sum(k for k, _ in groups) == 4 * n  # each epoch sampled once

@@ -17,6 +17,7 @@ when rows are read, never what is trained.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -202,6 +203,25 @@ class WindowPrefetcher:
             self._start_lists = stack
         return True
 
+    def _presample(self, epochs: list[int]) -> None:
+        """Sample ``epochs`` (the first round a sweep packs) into the spool now, grouped
+        across the epochs (:meth:`~shoal.training.batches.BatchLoader.samples_of`), when the
+        sampler reads its neighbour lists from disk in groups: each hop's lists are read
+        once for the round instead of once per epoch (the start's calibration and packing
+        then read the batches back from the spool). Inside :meth:`_sampling_room`."""
+        sp, sampler = self.spool, getattr(self.loader, "sampler", None)
+        samples_of = getattr(self.loader, "samples_of", None)
+        todo = [e for e in epochs if sp is not None and not sp.has(e)]
+        if len(todo) < 2 or samples_of is None or not getattr(sampler, "reads_from_disk", 0):
+            return
+        if sampler.group_size(self.loader.batch_size) <= len(self.loader):
+            return  # a group holds an epoch or less: nothing shared between epochs
+        made = samples_of(todo)
+        per_epoch = len(self.loader)
+        for e in todo:
+            for _ in sp.record(e, (mb for _, mb in itertools.islice(made, per_epoch))):
+                pass
+
     def _drop_start_lists(self) -> None:
         """Free the neighbour lists read whole for the start's sampling (before the cache
         and the windows take their memory)."""
@@ -329,6 +349,7 @@ class WindowPrefetcher:
         counts = np.zeros(len(seen), np.uint16) if cache_policy == "presample" else None
         held = largest = rows = 0
         with self._sampling_room():
+            self._presample(self.packs.round(epoch, self.last_epoch))
             for step, mb in enumerate(self._samples(epoch, record=self.packs.epochs >= 2)):
                 seen[mb.n_id] = True
                 if counts is not None and step < np.iinfo(np.uint16).max:

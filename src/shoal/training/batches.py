@@ -265,20 +265,33 @@ class BatchLoader:
         (:meth:`~shoal.sample.sampler.NeighborSampler.sample_group`: each hop's entries of a
         group read in one sorted pass), the same batches."""
         todo = list(range(len(self)) if steps is None else steps)
+        for _, mb in self._sampled(((epoch, b) for b in self.steps(epoch, todo)), len(todo)):
+            yield mb
+
+    def samples_of(self, epochs: list[int]) -> Iterator[tuple[int, MiniBatch]]:
+        """``(epoch, blocks)`` of every batch of ``epochs``, epoch by epoch in order: the
+        batches :meth:`samples` gives, with a sampler reading from disk grouped across the
+        epochs' boundaries (a group of several epochs reads the lists once per hop instead
+        of once per hop and epoch)."""
+        pairs = ((e, b) for e in epochs for b in self.steps(e))
+        yield from self._sampled(pairs, len(self) * len(epochs))
+
+    def _sampled(self, pairs: Iterator[tuple], count: int) -> Iterator[tuple[int, MiniBatch]]:
+        """``(epoch, blocks)`` of the ``count`` ``(epoch, (seeds, seed))`` of ``pairs``."""
         size = 1
         if getattr(self.sampler, "reads_from_disk", False):
             size = self.sampler.group_size(self.batch_size)
-        made = self.steps(epoch, todo)
-        for a in range(0, len(todo), size):
-            group = [next(made) for _ in todo[a : a + size]]
+        for a in range(0, count, size):
+            group = [next(pairs) for _ in range(a, min(a + size, count))]
             t0 = time.perf_counter()
-            for mb in (
-                self.sampler.sample_group(group)
+            made = (
+                self.sampler.sample_group([b for _, b in group])
                 if size > 1
-                else (self.sampler.sample(*b) for b in group)
-            ):
+                else (self.sampler.sample(*b) for _, b in group)
+            )
+            for (e, _), mb in zip(group, made, strict=True):
                 self.timer.add("sampling", time.perf_counter() - t0)
-                yield mb
+                yield e, mb
                 t0 = time.perf_counter()
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
