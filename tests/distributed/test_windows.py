@@ -119,3 +119,36 @@ def test_the_degree_rule_classifies_rows_as_the_cache_does(features):
     dw = _one_rank(other, degrees=deg)
     assert dw._rules is None
     dw.close()
+
+
+def test_a_round_sampled_together_packs_the_same_rows(features, tmp_path):
+    """``rounds(epochs)`` samples a round's epochs in one sequence (groups spanning their
+    boundaries): called once for the round, never ``sample`` for its epochs, and every
+    window serves the same rows as packing epoch by epoch."""
+    x, mm = features
+    calls = []
+
+    def rounds(epochs):
+        calls.append(list(epochs))
+        return ((e, mb) for e in epochs for mb in _sample(e))
+
+    def sample(epoch):
+        raise AssertionError("a round sampled together samples no epoch alone")
+
+    dw = _windows(mm, tmp_path, 3)
+    try:
+        for epoch in range(3):
+            seen = 0
+            for batches, _ in dw.windows(
+                iter(_sample(epoch)), epoch=epoch, sample=sample, rounds=rounds
+            ):
+                for mb in batches:
+                    out = np.empty((len(mb.n_id), DIM), np.float32)
+                    np.testing.assert_array_equal(dw.serve(mb.n_id, out), x[mb.n_id])
+                    seen += 1
+            assert seen == 25
+            if epoch > 0:  # read from the round's packs: each window its own segment
+                assert dw.io["pack_bytes_read"] == 0 and dw.io["bytes_written"] == 0
+        assert calls == [[0, 1, 2]]
+    finally:
+        dw.close()

@@ -17,7 +17,9 @@ per window (:mod:`shoal.rows.packing`, DiskGNN-style; docs/distributed.md#miniba
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -319,17 +321,22 @@ class DistWindows:
         # segment each instead of sorted passes over the rank's rows
         return list(range(epoch, last + 1)) if last > epoch or self.spool is not None else []
 
-    def _pack(self, epoch: int | None, sample) -> None:
-        """Sample the epochs of the round from ``epoch`` on (collective), learn the rows this
-        rank serves in each (its own and those the others ask for: :meth:`_needed`), and read
-        them with one sweep into a pack per epoch (local)."""
+    def _pack(self, epoch: int | None, sample, rounds=None) -> None:
+        """Sample the epochs of the round from ``epoch`` on (collective: with ``rounds``,
+        together), learn the rows this rank serves in each (its own and those the others
+        ask for: :meth:`_needed`), and read them with one sweep into a pack per epoch
+        (local)."""
         epochs = self._round(epoch)
         if not epochs:
             return
         self._planned.update(epochs)
         sets: dict[int, list[np.ndarray]] = {}
-        for e in epochs:  # the windows of epoch e, cut as windows() will cut them
-            batches = sample(e)
+        if rounds is not None and len(epochs) > 1:
+            made = itertools.groupby(rounds(epochs), key=operator.itemgetter(0))
+            by_epoch = ((e, (mb for _, mb in pairs)) for e, pairs in made)
+        else:
+            by_epoch = ((e, sample(e)) for e in epochs)
+        for e, batches in by_epoch:  # the windows of epoch e, cut as windows() will cut them
             if self.spool is not None and not self.spool.has(e):
                 batches = self.spool.record(e, batches)
             # each window's rows as int32 positions where they fit, kept on the scratch
@@ -379,18 +386,25 @@ class DistWindows:
         return pending, self._pool.submit(self._read, cold)
 
     def windows(
-        self, batches: Iterator[MiniBatch], *, epoch: int | None = None, sample=None
+        self,
+        batches: Iterator[MiniBatch],
+        *,
+        epoch: int | None = None,
+        sample=None,
+        rounds=None,
     ) -> Iterator[tuple[list[MiniBatch], Window]]:
         """Group ``batches`` (sampled collectively, in step order) into windows and yield
         ``(batches, window)`` with the window's rows read (with read-ahead, the next window is
         read while the caller trains on the one yielded). With packing, ``epoch`` names the
         epoch of ``batches`` and ``sample(e)`` samples epoch ``e``'s batches again
-        (collective). Collective: every rank iterates to the end."""
+        (collective); ``rounds(epochs)``, when given, samples a round's epochs together as
+        ``(epoch, batches)`` pairs in epoch order (collective; None: epoch by epoch with
+        ``sample``). Collective: every rank iterates to the end."""
         ahead = None
         self.io = {**FeatureStats().snapshot(), "io_wait": 0.0, "unique_rows": 0}
         packed0 = self.packs.stats.snapshot()
         if sample is not None:
-            self._pack(epoch, sample)
+            self._pack(epoch, sample, rounds)
         spooled = self.spool is not None and epoch is not None and self.spool.has(epoch)
         if spooled:  # sampled by its round (on every rank): read back, not sampled again
             close = getattr(batches, "close", None)

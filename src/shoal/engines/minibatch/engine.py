@@ -38,7 +38,7 @@ from shoal.engines.base import Engine
 from shoal.engines.minibatch.config import DEFAULT_PREFETCH_BATCHES
 from shoal.engines.minibatch.embedding import DistEmbedding
 from shoal.engines.minibatch.pipeline import BatchPipeline
-from shoal.graph.blocks import Batch
+from shoal.graph.blocks import Batch, MiniBatch
 from shoal.nn.base import keyed_dropout
 from shoal.rows.budget import batch_rows
 from shoal.rows.budgeted import BudgetedStore
@@ -367,12 +367,14 @@ class MinibatchEngine(Engine):
         """This rank's batches of ``epoch`` on the host: sampled blocks, pulled (and
         normalised) rows, labels (collective)."""
         # future epochs, to pack them: their groups also take the windows' idle memory
-        again = lambda e: self._samples(e, timer, room=self.windows.round_room)  # noqa: E731
+        room = self.windows.round_room if self.windows is not None else 0
+        again = lambda e: self._samples(e, timer, room=room)  # noqa: E731
         samples = self._samples(epoch, timer)
         if self.windows is None:  # learned rows: no windows
             groups: Iterable = (([mb], None) for mb in samples)
         else:
-            groups = self.windows.windows(samples, epoch=epoch, sample=again)
+            rounds = None if self.link is not None else self._round_sampler(timer, room)
+            groups = self.windows.windows(samples, epoch=epoch, sample=again, rounds=rounds)
         steps = self.link.steps(epoch) if self.link is not None else None
         for mbs, _ in groups:
             for mb in mbs:
@@ -399,7 +401,6 @@ class MinibatchEngine(Engine):
         """This rank's sampled batches of ``epoch``, in step order (collective); ``room``:
         bytes idle meanwhile that the groups of batches sampled together from neighbour lists
         on disk may take (the same on every rank)."""
-        seed = self.train_config.run.seed
         if self.link is not None:
             for b in self.link.steps(epoch):
                 t0 = time.perf_counter()  # a link batch's own edges excluded from message passing
@@ -407,20 +408,37 @@ class MinibatchEngine(Engine):
                 timer["sampling"] += time.perf_counter() - t0
                 yield mb
             return
-        # the batch seed depends on the rank too, so ranks draw different samples; with the
-        # neighbour lists on disk, sampled in groups (the same batches)
-        steps = list(self.epoch_batches(epoch))
+        for _, mb in self._samples_of([epoch], timer, room):
+            yield mb
+
+    def _samples_of(
+        self, epochs: list[int], timer: dict[str, float], room: int = 0
+    ) -> Iterator[tuple[int, MiniBatch]]:
+        """``(epoch, blocks)`` of this rank's batches of ``epochs``, epoch by epoch in step
+        order (collective; node task): with the neighbour lists on disk, sampled in groups
+        that may span the epochs' boundaries (a group of several epochs reads each part's
+        lists once per hop instead of once per hop and epoch; the same batches)."""
+        seed, rank = self.train_config.run.seed, self.ctx.rank
+        # the batch seed depends on the rank too, so ranks draw different samples
+        steps = [
+            (e, (b, batch_seed(seed, e, j) + rank))
+            for e in epochs
+            for j, b in enumerate(self.epoch_batches(e))
+        ]
         size = self.sampler.group_size(self.train_config.sampling.batch_size, room)
         for a in range(0, len(steps), size):
-            group = [
-                (b, batch_seed(seed, epoch, a + j) + self.ctx.rank)
-                for j, b in enumerate(steps[a : a + size])
-            ]
+            group = steps[a : a + size]
             t0 = time.perf_counter()
-            for mb in self.sampler.sample_group(group):
+            made = self.sampler.sample_group([b for _, b in group])
+            for (e, _), mb in zip(group, made, strict=True):
                 timer["sampling"] += time.perf_counter() - t0
-                yield mb
+                yield e, mb
                 t0 = time.perf_counter()
+
+    def _round_sampler(self, timer: dict[str, float], room: int):
+        """``rounds(epochs)`` for :meth:`DistWindows.windows`: the epochs a sweep packs,
+        sampled together (:meth:`_samples_of`) in the windows' idle ``room``."""
+        return lambda epochs: self._samples_of(epochs, timer, room)
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "prefetch_batches": self.prefetch}
