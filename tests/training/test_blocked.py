@@ -499,9 +499,10 @@ def test_own_rows_spill_to_scratch_when_that_saves_a_pass(tmp_path, monkeypatch,
 @pytest.mark.parametrize("name", ["sage", "gcn"])
 def test_a_chunked_pull_reads_16_bit_rows_as_stored(tmp_path, monkeypatch, dtype, source, name):
     """Chunks of float16 or bfloat16 sources read from disk are read and summed as stored
-    (half the bytes, twice the ids a chunk): from a file-backed array and from a store that
-    caches nothing, or whose cache was released; the outputs equal the full forward pass
-    over the decoded rows, GCN's per-source weights included."""
+    (half the bytes, twice the ids a chunk), laid out by id (no slot table): from a
+    file-backed array and from a store that caches nothing, or whose cache was released;
+    the outputs equal the full forward pass over the decoded rows, GCN's per-source weights
+    included."""
     from shoal.utils.featdtype import encode
 
     indptr, indices, deg = _graph()
@@ -526,9 +527,17 @@ def test_a_chunked_pull_reads_16_bit_rows_as_stored(tmp_path, monkeypatch, dtype
     codes = []
     kernel = blocked.BK.pull_chunk_kernel
 
+    slots = []
+
     def spied(code, parallel):
         codes.append(code)
-        return kernel(code, parallel)
+        pull = kernel(code, parallel)
+
+        def counted(*args):
+            slots.append(len(args[5]))
+            return pull(*args)
+
+        return counted
 
     monkeypatch.setattr(blocked.BK, "pull_chunk_kernel", spied)
     targets = np.array([0, 3, 9, 150, n - 1])
@@ -552,5 +561,6 @@ def test_a_chunked_pull_reads_16_bit_rows_as_stored(tmp_path, monkeypatch, dtype
     assert np.allclose(got, ref[targets], atol=1e-5)
     if name == "sage":  # GCN's first layer projects its inputs first: swept, not pulled
         assert codes and codes[0] == (1 if dtype == "float16" else 2)
+        assert slots and not any(slots)  # dense chunks: rows found by id, no slot table
     if source != "memmap":
         assert src.stats.bytes_read > 0  # the store's reads are counted

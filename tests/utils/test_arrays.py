@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shoal.utils.arrays import union_sorted, unique_sorted
+from shoal.utils.arrays import descending_order, union_sorted, unique_sorted
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
@@ -26,3 +26,20 @@ def test_input_is_not_modified_and_2d_is_flattened():
     assert unique_sorted(a).tolist() == [1, 2, 3]
     assert np.array_equal(a, before)
     assert unique_sorted([5, 5, -1]).tolist() == [-1, 5]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([3, 1, 3, 0, 7, 1], np.float32),  # whole degrees: 16-bit keys
+        np.array([3, 1, 3, 0, 70000, 1], np.int64),  # beyond 16 bits: compared
+        np.array([2.5, 1, 2.5, -1], np.float64),  # fractions and negatives: compared
+        np.array([5, 65535, 0, 65535], np.uint32),
+        np.array([5, 1 << 33, 0], np.uint64),  # unsigned, past 16 bits: never wrapped
+        np.zeros(0, np.float32),
+    ],
+)
+def test_descending_order_is_a_stable_sort_by_decreasing_value(values):
+    got = descending_order(values)
+    want = sorted(range(len(values)), key=lambda i: (-float(values[i]), i))
+    assert got.tolist() == want

@@ -24,6 +24,7 @@ from shoal.rows.featstore import DiskFeatures
 from shoal.rows.packing import default_pack_epochs
 from shoal.rows.source import RowSource
 from shoal.rows.windowfit import WindowFit
+from shoal.utils.arrays import descending_order
 
 __all__ = ["BudgetedStore"]
 
@@ -68,7 +69,7 @@ class BudgetedStore:
         self.windows = read_ahead and plan.cache < plan.features
         priority = None
         if self.windows and degrees is not None:
-            priority = np.argsort(-degrees, kind="stable")
+            priority = descending_order(degrees)
         self.features = DiskFeatures(
             rows,
             cache_bytes=self._part(plan.cache),

@@ -337,17 +337,20 @@ class DiskFeatures:
         self.priority = None
         return freed
 
-    def read_stored(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def read_stored(
+        self, ids: np.ndarray, out: np.ndarray, dest: np.ndarray | None = None
+    ) -> np.ndarray:
         """Rows of ``ids`` (sorted, unique) as stored, read from the file straight into
-        ``out`` (at least ``len(ids)`` rows of the stored dtype), not decoded, not normalised;
-        only while nothing is cached (:meth:`release_cache`, or a store that caches
-        nothing). Returns them."""
+        ``out`` (at least ``len(ids)`` rows of the stored dtype; with ``dest``, row ``ids[i]``
+        into ``out[dest[i]]``), not decoded, not normalised; only while nothing is cached
+        (:meth:`release_cache`, or a store that caches nothing). Returns them."""
         if self.reader is None or self.cached_rows:
             raise ValueError("read_stored reads from the file of a store that caches nothing")
         n = len(ids)
-        out = out[:n]
+        if dest is None:
+            out = out[:n]
         t0 = time.perf_counter()
-        nbytes = self.reader.read(ids, out) if n else 0
+        nbytes = self.reader.read(ids, out, dest) if n else 0
         s = self.stats
         s.read_seconds += time.perf_counter() - t0
         s.requested += n

@@ -338,7 +338,9 @@ def pack_epochs(
         def sink(ids: np.ndarray, rows: np.ndarray) -> None:
             hi_id = ids[-1]
             for k, s in enumerate(parts):
-                hi = int(np.searchsorted(s, hi_id, side="right"))
+                # (the bound in the segment's own dtype: a wider one makes numpy cast the
+                # whole segment, a copy per chunk and segment, 100x the search)
+                hi = int(np.searchsorted(s, s.dtype.type(hi_id), side="right"))
                 if hi > at[k]:
                     writers[k].append(rows[np.searchsorted(ids, s[at[k] : hi])])
                     at[k] = hi

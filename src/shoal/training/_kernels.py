@@ -276,6 +276,13 @@ def _mark_chunk(cur, end, indices, lo, hi, mark):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _chunk_row(slot, u, lo):
+    """The row of id ``u`` in a chunk's buffer: ``slot[u - lo]`` (the chunk's needed rows
+    packed), or ``u - lo`` with ``slot`` empty (the chunk laid out densely by id)."""
+    return u - lo if slot.shape[0] == 0 else slot[u - lo]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _chunk_ahead(cur, end, indices, hi, b, i, e, lo, slot, buf, acc):
     """Move the look-ahead cursor ``(i, e)`` one entry on within the chunk (entries below
     ``hi``; targets after ``i`` still sit at their chunk's first entry), prefetching that
@@ -293,7 +300,7 @@ def _chunk_ahead(cur, end, indices, hi, b, i, e, lo, slot, buf, acc):
             if i + VISIT_AHEAD < b:
                 prefetch_at(indices, cur[i + VISIT_AHEAD])
     if i < b:
-        prefetch_row(buf, slot[indices[e] - lo])
+        prefetch_row(buf, _chunk_row(slot, indices[e], lo))
     return i, e
 
 
@@ -319,7 +326,7 @@ def _pull_chunk_loop(code: int):
                         ci, ce = _chunk_ahead(cur, end, indices, hi, b, ci, ce, lo, slot, buf, acc)
                     u = indices[e]
                     c = w[u, 0] if w.shape[0] else np.float32(1.0)
-                    r = slot[u - lo]
+                    r = _chunk_row(slot, u, lo)
                     if code == 1:
                         for j in range(f):
                             acc[i, j] += c * half_to_float(buf[r, j])
@@ -340,7 +347,8 @@ _PULL_CHUNKS: dict[int, tuple[Callable, Callable]] = {}
 
 def pull_chunk_kernel(code: int, parallel: bool) -> Callable:
     """The compiled chunked pull ``(cur, end, indices, lo, hi, slot, buf, w, acc)``: every
-    target ``i`` adds the rows ``buf[slot[u - lo]]`` of its entries ``u`` in ``[lo, hi)``
+    target ``i`` adds the rows ``buf[slot[u - lo]]`` (``buf[u - lo]`` with ``slot`` empty: a
+    dense chunk, no lookup an edge) of its entries ``u`` in ``[lo, hi)``
     from its cursor ``cur[i]`` on (times ``w[u, 0]`` when ``w`` is not empty) to
     ``acc[i]``, its cursor moved past them; ``buf`` float32 rows (``code`` 0) or the uint16
     bits of float16 (1) or bfloat16 (2) rows as stored: half the bytes of a chunk, twice

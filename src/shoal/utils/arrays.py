@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["union_sorted", "unique_sorted"]
+__all__ = ["descending_order", "union_sorted", "unique_sorted"]
 
 
 def unique_sorted(a: np.ndarray) -> np.ndarray:
@@ -29,3 +29,20 @@ def unique_sorted(a: np.ndarray) -> np.ndarray:
 def union_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``np.union1d(a, b)``: the sorted distinct values of both."""
     return unique_sorted(np.concatenate([np.asarray(a).ravel(), np.asarray(b).ravel()]))
+
+
+def descending_order(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(-values, kind="stable")``: indices by decreasing value, ties by
+    increasing index. Whole values in ``[0, 65535]`` (node degrees, mostly) are sorted as
+    16-bit keys, which numpy sorts by radix in linear time (a comparison sort of 28M
+    float32 degrees took seconds at the quarter of papers100M's start)."""
+    v = np.asarray(values).ravel()
+    if v.size and (np.issubdtype(v.dtype, np.integer) or np.issubdtype(v.dtype, np.floating)):
+        whole = np.issubdtype(v.dtype, np.integer) or bool(np.all(v == np.floor(v)))
+        if whole and v.min() >= 0 and v.max() <= 65535:
+            key = v.astype(np.uint16)
+            np.subtract(np.uint16(65535), key, out=key)
+            return np.argsort(key, kind="stable")
+    if np.issubdtype(v.dtype, np.unsignedinteger):
+        v = v.astype(np.int64)
+    return np.argsort(-v, kind="stable")
