@@ -328,15 +328,27 @@ def _reference_pull(indptr, indices, targets, rows, weights, width):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
 @pytest.mark.parametrize("n_targets", [4, 600])  # one thread; targets in parallel
 @pytest.mark.parametrize("weighted", [False, True])
-def test_pull_sums_each_targets_stored_rows(dtype, n_targets, weighted):
+@pytest.mark.parametrize("spans", [False, True])
+def test_pull_sums_each_targets_stored_rows(monkeypatch, dtype, n_targets, weighted, spans):
     """Hand-made lists: node 0 has no in-edge, node 1 a self-loop, node 2 one edge twice; the
     sum of the decoded rows (first 5 of 6 columns, weighted per source) for any order of
-    targets, equal to a float64 reference within float32 rounding."""
+    targets, equal to a float64 reference within float32 rounding. With ``spans``, sorted
+    lists over rows larger than two spans are summed span by span of 64 source ids (not
+    int8 rows: pulled whole)."""
     rng = np.random.default_rng(3)
     n = 700
     lists = [[], [1, 5], [4, 4, 6]] + [
         list(rng.integers(0, n, rng.integers(0, 9))) for _ in range(n - 3)
     ]
+    used = []
+    if spans:
+        lists = [sorted(a) for a in lists]
+        itemsize = 1 if dtype == "int8" else (4 if dtype == "float32" else 2)
+        monkeypatch.setattr(blocked, "PULL_SPAN_BYTES", 64 * 6 * itemsize)
+        kernel = blocked.BK.pull_chunk_kernel
+        monkeypatch.setattr(
+            blocked.BK, "pull_chunk_kernel", lambda *a: used.append(a) or kernel(*a)
+        )
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum([len(a) for a in lists], out=indptr[1:])
     indices = np.concatenate([np.asarray(a, np.int32) for a in lists])
@@ -363,6 +375,7 @@ def test_pull_sums_each_targets_stored_rows(dtype, n_targets, weighted):
     assert (acc[1] == 0).all()  # no in-edge
     w = np.ones(n) if weights is None else weights
     np.testing.assert_allclose(acc[0], 2 * w[4] * decoded[4, :5] + w[6] * decoded[6, :5], rtol=1e-5)
+    assert bool(used) == (spans and dtype != "int8")
 
 
 def test_pull_rejects_what_it_cannot_fill():

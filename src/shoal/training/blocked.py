@@ -87,6 +87,12 @@ KEEP_SHARE = 0.5
 #: a visit of every target of the block, a cache miss each, so chunks are made as large as
 #: the memory the block leaves allows)
 PULL_CHUNK_BYTES = 1 << 30
+#: the bytes of held rows a pull from memory sums at once when they are larger (default 512
+#: MiB): every target's sorted list is consumed span by span of source ids, as the chunked
+#: pull does, so the rows read at random lie within a few hundred huge pages (35 against
+#: 71 ns an edge over 7 GB of float16 rows at the quarter of papers100M; spans of 1M-4M ids
+#: alike, docs/measurements.md); 16 bytes of cursors per target
+PULL_SPAN_BYTES = 512 << 20
 #: targets below which a pull runs on one thread (default 256)
 PULL_PARALLEL_MIN = 256
 
@@ -446,7 +452,9 @@ def pull_sum(
     ``t = targets[i]`` (CSR ``indptr``/``indices``, in memory), the rows ``held`` in memory
     as stored (:meth:`LayerRows.in_memory`: row ``u`` is source ``u``) and decoded on the fly;
     ``weights`` float32 by source id (None: 1). Targets in parallel, each summing into its
-    own row, the rows of the next edges prefetched."""
+    own row, the rows of the next edges prefetched; rows of more than twice
+    :data:`PULL_SPAN_BYTES` (not int8) summed span by span of source ids when every list is
+    sorted."""
     x, scales = held
     if acc.dtype != np.float32 or acc.ndim != 2 or acc.shape[0] < len(targets):
         raise ValueError(f"acc must be float32 with >= {len(targets)} rows")
@@ -467,7 +475,21 @@ def pull_sum(
     sc = np.empty(0, np.float32) if scales is None else np.asarray(scales, np.float32)
     if kind.itemsize == 2:
         x = x.view(np.uint16)  # float16 and bfloat16 decoded from their bits
-    pull = BK.pull_kernel(kind.code, weights is not None, len(targets) >= PULL_PARALLEL_MIN)
+    parallel = len(targets) >= PULL_PARALLEL_MIN
+    span = max(1, PULL_SPAN_BYTES // max(x.shape[1] * x.dtype.itemsize, 1))
+    if kind.code <= 2 and x.shape[0] > 2 * span:
+        cur = np.asarray(indptr[targets], np.int64)
+        end = _read_only(np.asarray(indptr[targets + 1], np.int64))
+        if BK._lists_sorted(cur, end, indices):  # span by span, each list's cursor moving on
+            pull = BK.pull_chunk_kernel(kind.code, parallel)
+            none = _read_only(np.empty(0, np.int64))
+            for lo in range(0, x.shape[0], span):
+                hi = min(lo + span, x.shape[0])
+                pull(cur, end, indices, lo, hi, none, _read_only(x[lo:hi]), w, acc)
+            if not np.array_equal(cur, end):
+                raise ValueError("in-neighbour ids beyond the held rows")
+            return
+    pull = BK.pull_kernel(kind.code, weights is not None, parallel)
     pull(indptr, indices, targets, x, w, _read_only(sc), acc)
 
 
@@ -727,8 +749,12 @@ def _plan_layer(
     if held is not None:  # no bucketed edge, no own row kept: accumulators (and copied edges)
         copied = disk or src_ids is not None
         per_edge = indices.dtype.itemsize + (8 if src_ids is not None else 0) if copied else 0
-        blocks = _blocks(indptr, todo, 4 * sl.width + (8 if copied else 0), room, per_edge)
-        how = "each pulling its sources' rows from memory"
+        spans = held[0].nbytes > 2 * PULL_SPAN_BYTES  # a target's cursors (pull_sum)
+        per_target = 4 * sl.width + (8 if copied else 0) + (16 if spans else 0)
+        blocks = _blocks(indptr, todo, per_target, room, per_edge)
+        how = "each pulling its sources' rows from memory" + (
+            f" in spans of {PULL_SPAN_BYTES >> 20} MiB of rows" if spans else ""
+        )
         return _LayerPlan(blocks, 0, w, how, held, held_reads)
     if linear:  # sources from disk, chunk by chunk; accumulators, own rows, cursors
         per_row = _Chunks.bytes_per_row(rows.dim, _chunk_code(rows))
