@@ -69,7 +69,7 @@ class DrawnEntries:
     :meth:`take` finds each drawn position through a directory of buckets of
     :data:`DRAWN_BUCKET` positions on average (half a byte an entry): a binary search over
     millions of positions misses the cache at most of its levels, and a group's batches look
-    up every entry they drew (docs/measurements.md, "Looking up a group's drawn entries")."""
+    up every entry they drew (docs/measurements.md, "Sampling ahead from lists on disk")."""
 
     def __init__(self, pos: np.ndarray, values: np.ndarray) -> None:
         self.pos = np.ascontiguousarray(pos, np.int64)
