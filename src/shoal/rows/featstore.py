@@ -351,13 +351,17 @@ class DiskFeatures:
             out = out[:n]
         t0 = time.perf_counter()
         nbytes = self.reader.read(ids, out, dest) if n else 0
+        self._count_read(n, nbytes, time.perf_counter() - t0)
+        return out
+
+    def _count_read(self, n: int, nbytes: int, seconds: float) -> None:
+        """Count a read of ``n`` rows straight from the file (no cache) in :attr:`stats`."""
         s = self.stats
-        s.read_seconds += time.perf_counter() - t0
+        s.read_seconds += seconds
         s.requested += n
         s.rows_read += n
         s.bytes_read += nbytes
         s.windows += 1
-        return out
 
     def read_rows(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
         """float32 rows of ``ids`` (sorted, unique) read from the file straight into ``out``
@@ -374,12 +378,7 @@ class DiskFeatures:
             nbytes = self.reader.read(ids, raw) if n else 0
             scales = None if self.scales is None else self.scales[ids]
             decode_rows(raw, np.arange(n, dtype=np.int64), out, scales=scales)
-        s = self.stats
-        s.read_seconds += time.perf_counter() - t0
-        s.requested += n
-        s.rows_read += n
-        s.bytes_read += nbytes
-        s.windows += 1
+        self._count_read(n, nbytes, time.perf_counter() - t0)
         if self.normalize:
             K._row_normalize(out, n)
         return out
