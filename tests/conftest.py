@@ -7,13 +7,21 @@
 - ``run_cli(*args)``: runs ``shoal`` in-process, returns ``(exit_code, stdout, stderr)``.
 - ``small_fs(size)``: a fresh size-limited tmpfs (e.g. ``"64k"``) in ``tmp_path``, unmounted
   after the test; skips the test where mounting needs a root this process is not.
+
+Every test runs under a watchdog (``SHOAL_TEST_TIMEOUT`` seconds, default 600): a test still
+running then has every thread's traceback written to the worker's stderr and its process ended,
+so a hang fails that one test (xdist names it and starts a new worker) instead of stalling the
+suite until CI's own limit kills it with nothing to show. faulthandler's timer is a C thread:
+it fires even while a compiled kernel holds the GIL.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +32,48 @@ from tests.engines.conftest import make_store  # noqa: F401  (store fixture shar
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+TEST_TIMEOUT_S = float(os.environ.get("SHOAL_TEST_TIMEOUT", "600"))
+#: where a timed-out test's tracebacks go (an xdist worker's stderr reaches no terminal); the
+#: controlling process prints them in its summary
+WATCHDOG_DIR = REPO / ".pytest_cache" / "watchdog"
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controlling process (or no xdist)
+        shutil.rmtree(WATCHDOG_DIR, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Arms the watchdog for one test (setup, call and teardown); see the module docstring."""
+    if TEST_TIMEOUT_S <= 0:
+        yield
+        return
+    header = f"{item.nodeid} still running after {TEST_TIMEOUT_S:.0f} s (SHOAL_TEST_TIMEOUT)"
+    if not hasattr(item.config, "workerinput"):  # one process: its stderr is the terminal's
+        faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True, file=sys.__stderr__)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        return
+    WATCHDOG_DIR.mkdir(parents=True, exist_ok=True)
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in item.nodeid)
+    with open(WATCHDOG_DIR / f"{name[-150:]}.{os.getpid()}.txt", "w") as log:
+        log.write(f"{header}; every thread's stack:\n")
+        log.flush()
+        faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True, file=log)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+    os.unlink(log.name)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for path in sorted(WATCHDOG_DIR.glob("*.txt")) if WATCHDOG_DIR.is_dir() else []:
+        terminalreporter.write_sep("=", f"watchdog: {path.name}")
+        terminalreporter.write(path.read_text(errors="replace"))
 
 
 @pytest.fixture
