@@ -195,15 +195,19 @@ class RowReader(FileShape):
             self.stats.add(n, total, nr)
         return total
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the reading threads (``wait``: until they have ended) and close the file."""
+        self._pool.shutdown(wait=wait)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def __del__(self) -> None:  # pragma: no cover - best effort
+        # no waiting here: a finalizer runs wherever the garbage collector happens to run,
+        # maybe in a thread that holds a lock the ending threads need. No read is under way
+        # (a read holds a reference), so the idle threads just end when they wake.
         try:
-            self.close()
+            self.close(wait=False)
         except Exception:
             pass
 
