@@ -121,11 +121,15 @@ def test_served_equals_stored(make_graph, make_store, world, part_to_rank, halo_
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("halo_features", [True, False])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_served_rows_sent_as_stored(make_graph, tmp_path, caplog, dtype):
+def test_served_rows_sent_as_stored(make_graph, tmp_path, caplog, dtype, halo_features):
     """16-bit rows not normalised, a layer whose message is its input row (GraphSAGE that
     does not shrink): the sweep reads, sends and sums them as stored (the log says so), and
-    every output equals the stored-halo path's, which decodes them to float32 first."""
+    every output equals the stored-halo path's, which decodes them to float32 first. Without
+    halo rows in the store, the stored-halo path pulls them from their owners and stacks
+    them with the core rows in their 16-bit kind (a float32 halo beside 16-bit core rows
+    was refused as rows of two dtypes)."""
     from shoal.partition.base import Assignment
     from shoal.partition.io import write_assignment
     from shoal.store import build_store
@@ -135,7 +139,7 @@ def test_served_rows_sent_as_stored(make_graph, tmp_path, caplog, dtype):
     adir = tmp_path / "assign"
     write_assignment(adir, Assignment(node_part=node_part, num_parts=3, algorithm="hand"), g)
     store = tmp_path / "store"
-    build_store(g, adir, store, halo_features=True, feature_dtype=dtype)
+    build_store(g, adir, store, halo_features=halo_features, feature_dtype=dtype)
     res = run_world(_outputs, 2, str(store), [0, 1, 0], 6000, 8, False, timeout=240)
     served, stored = {}, {}
     for got, rounds in res:
@@ -147,6 +151,26 @@ def test_served_rows_sent_as_stored(make_graph, tmp_path, caplog, dtype):
     b = np.stack([stored[v] for v in sorted(stored)])
     assert np.abs(b).max() > 0.1
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_stored_halo_refuses_int8_rows_on_every_rank(make_graph, tmp_path):
+    """An int8 store's rows cannot be stacked with halo rows pulled without their scales:
+    every rank (the one without parts too) raises the same error naming the way out,
+    instead of one rank failing while the others wait in the exchange."""
+    from shoal.partition.base import Assignment
+    from shoal.partition.io import write_assignment
+    from shoal.store import build_store
+
+    g = _graph(make_graph)
+    node_part = np.random.default_rng(1).integers(0, 2, g.num_nodes).astype(np.int32)
+    adir = tmp_path / "assign"
+    write_assignment(adir, Assignment(node_part=node_part, num_parts=2, algorithm="hand"), g)
+    store = tmp_path / "store"
+    build_store(g, adir, store, feature_dtype="int8")
+    with pytest.raises(Exception) as err:
+        run_world(_outputs, 2, str(store), [0, 0], 6000, 8, False, ("stored",), timeout=120)
+    text = str(err.value)
+    assert "--eval-halo served" in text and "int8" in text, text
 
 
 def test_served_raw_mode_agreed(monkeypatch):

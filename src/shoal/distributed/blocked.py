@@ -106,7 +106,8 @@ def exchange_halos(
     needed: dict[int, np.ndarray] | None = None,
 ) -> dict[int, np.ndarray]:
     """Each part's halo rows of a layer's input (``inputs``: this rank's parts' core rows,
-    width ``dim``), pulled from their owners into ``new_array(num_halo, dim)``; with
+    width ``dim``), pulled from their owners into ``new_array(num_halo, dim, dtype)`` (the
+    inputs' dtype when every rank's are float16 or bfloat16, else float32); with
     ``needed`` (part -> sorted halo positions) only those rows (the others are left unset).
     Collective: every rank takes the same number of pulls (the most any rank needs)."""
     gather = PlannedGather(threads)
@@ -119,7 +120,10 @@ def exchange_halos(
     )
     # pulled rows, their copy and the rows served to others: a few row copies per id
     chunk = max(1024, budget // (4 * 4 * max(dim, 1)))
-    outs = {p.index: new_array(p.num_halo, dim) for p in parts}
+    # halo rows of 16-bit inputs kept in their kind (the owners' rows were widened exactly):
+    # they are stacked after the core rows, read as one source of one dtype
+    kind = _halo_kind(inputs, ctx)
+    outs = {p.index: new_array(p.num_halo, dim, kind) for p in parts}
     want = {
         p.index: np.arange(p.num_halo, dtype=np.int64) if needed is None else needed[p.index]
         for p in parts
@@ -137,12 +141,44 @@ def exchange_halos(
                 continue
             p, pos = jobs[k]
             rows = fs.pull(np.asarray(p.halo_ids[pos], dtype=np.int64)).numpy()
-            writers[p.index].write(pos, rows)
+            writers[p.index].write(pos, _narrowed(rows, kind))
     finally:
         for w in writers.values():
             w.close()
         gather.close()
     return outs
+
+
+#: a layer input's kind, as agreed over the ranks by :func:`_halo_kind` (3: no rows)
+_KIND_CODES = {np.dtype(np.float16): 1, np.dtype(np.uint16): 2, np.dtype(np.int8): 4}
+
+
+def _halo_kind(inputs: dict[int, np.ndarray], ctx: DistContext) -> np.dtype:
+    """The dtype halo rows are kept in (collective): the inputs' when every rank's rows are
+    float16, or every rank's bfloat16 (``uint16`` bits), so that a part's core and halo rows
+    stack as one source; float32 otherwise. int8 inputs are refused on every rank: their
+    rows need their stored scales, which the pull does not carry."""
+    kinds = {np.dtype(a.dtype) for a in inputs.values()}
+    code = 3 if not kinds else _KIND_CODES.get(kinds.pop(), 0) if len(kinds) == 1 else 0
+    lo = reduced(code, ctx.world_size, dist.ReduceOp.MIN)
+    hi = reduced(-1 if code == 3 else code, ctx.world_size, dist.ReduceOp.MAX)
+    if hi == 4:
+        raise ValueError(
+            "--eval-halo stored cannot stack an int8 store's rows with halo rows pulled from "
+            "their owners (the rows' scales stay with them); use --eval-halo served"
+        )
+    if lo == hi and lo in (1, 2):
+        return np.dtype(np.float16) if lo == 1 else np.dtype(np.uint16)
+    return np.dtype(np.float32)
+
+
+def _narrowed(rows: np.ndarray, kind: np.dtype) -> np.ndarray:
+    """float32 ``rows`` widened from ``kind`` back in ``kind`` (exact)."""
+    if kind == np.float32:
+        return rows
+    if kind == np.float16:
+        return rows.astype(np.float16)
+    return (np.ascontiguousarray(rows, np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def _ask_owners(

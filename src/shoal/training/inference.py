@@ -80,11 +80,11 @@ class Scratch(contextlib.ExitStack):
         self._dir: Path | None = None
         self._count = 0
 
-    def array(self, rows: int, cols: int) -> np.ndarray:
-        """A float32 ``(rows, cols)`` array (contents undefined)."""
-        if rows * cols * 4 <= INFERENCE_MEMMAP_BYTES:
-            return np.empty((rows, cols), np.float32)
-        return self.spill(rows, cols, np.float32)
+    def array(self, rows: int, cols: int, dtype: np.dtype | type = np.float32) -> np.ndarray:
+        """A ``(rows, cols)`` array of ``dtype`` (default float32; contents undefined)."""
+        if rows * cols * np.dtype(dtype).itemsize <= INFERENCE_MEMMAP_BYTES:
+            return np.empty((rows, cols), dtype)
+        return self.spill(rows, cols, dtype)
 
     def spill(self, rows: int, cols: int, dtype: np.dtype | type = np.float32) -> np.ndarray:
         """A ``(rows, cols)`` array of ``dtype`` in the scratch directory, whatever its size
