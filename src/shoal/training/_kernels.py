@@ -29,6 +29,18 @@ def _target_run(dst, p, parts):
     return a, b
 
 
+#: edges ahead whose message row and accumulator row :func:`_scatter_add` prefetches: both
+#: are read at random when a step's sources or a block's targets outgrow the caches
+SCATTER_AHEAD = 8
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _prefetch_edge(acc, msg, dst, pos, e, b):
+    if e + SCATTER_AHEAD < b:
+        prefetch_row(msg, pos[e + SCATTER_AHEAD])
+        prefetch_row(acc, dst[e + SCATTER_AHEAD])
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _scatter_add(acc, msg, dst, pos):
     """``acc[dst[e]] += msg[pos[e]]`` for every edge ``e``; ``dst`` must be sorted (edges of
@@ -39,6 +51,7 @@ def _scatter_add(acc, msg, dst, pos):
     for p in prange(parts):
         a, b = _target_run(dst, p, parts)
         for e in range(a, b):
+            _prefetch_edge(acc, msg, dst, pos, e, b)
             d = dst[e]
             s = pos[e]
             for j in range(f):
@@ -55,12 +68,14 @@ def _scatter_add16_py(acc, msg, dst, pos, half):
         a, b = _target_run(dst, p, parts)
         if half:  # one loop per kind: a branch inside the row loop keeps it scalar
             for e in range(a, b):
+                _prefetch_edge(acc, msg, dst, pos, e, b)
                 d = dst[e]
                 s = pos[e]
                 for j in range(f):
                     acc[d, j] += half_to_float(msg[s, j])
         else:
             for e in range(a, b):
+                _prefetch_edge(acc, msg, dst, pos, e, b)
                 d = dst[e]
                 s = pos[e]
                 for j in range(f):
