@@ -49,25 +49,23 @@ def pytest_runtest_protocol(item, nextitem):
     if TEST_TIMEOUT_S <= 0:
         yield
         return
-    header = f"{item.nodeid} still running after {TEST_TIMEOUT_S:.0f} s (SHOAL_TEST_TIMEOUT)"
-    if not hasattr(item.config, "workerinput"):  # one process: its stderr is the terminal's
-        faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True, file=sys.__stderr__)
-        try:
-            yield
-        finally:
-            faulthandler.cancel_dump_traceback_later()
-        return
-    WATCHDOG_DIR.mkdir(parents=True, exist_ok=True)
-    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in item.nodeid)
-    with open(WATCHDOG_DIR / f"{name[-150:]}.{os.getpid()}.txt", "w") as log:
-        log.write(f"{header}; every thread's stack:\n")
+    worker = hasattr(item.config, "workerinput")  # else one process: stderr is the terminal's
+    log = sys.__stderr__
+    if worker:
+        WATCHDOG_DIR.mkdir(parents=True, exist_ok=True)
+        name = "".join(c if c.isalnum() or c in "._-" else "_" for c in item.nodeid)
+        log = open(WATCHDOG_DIR / f"{name[-150:]}.{os.getpid()}.txt", "w")  # noqa: SIM115
+        log.write(f"{item.nodeid} still running after {TEST_TIMEOUT_S:.0f} s ")
+        log.write("(SHOAL_TEST_TIMEOUT); every thread's stack:\n")
         log.flush()
-        faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True, file=log)
-        try:
-            yield
-        finally:
-            faulthandler.cancel_dump_traceback_later()
-    os.unlink(log.name)
+    faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True, file=log)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        if worker:
+            log.close()
+            os.unlink(log.name)
 
 
 def pytest_terminal_summary(terminalreporter):

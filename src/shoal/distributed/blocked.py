@@ -44,6 +44,7 @@ from shoal.training.blocked import (
     width_of,
 )
 from shoal.utils.arrays import union_sorted
+from shoal.utils.featdtype import FeatureDtype, encode, feature_dtype
 
 __all__ = [
     "HALO_MODES",
@@ -123,7 +124,7 @@ def exchange_halos(
     # halo rows of 16-bit inputs kept in their kind (the owners' rows were widened exactly):
     # they are stacked after the core rows, read as one source of one dtype
     kind = _halo_kind(inputs, ctx)
-    outs = {p.index: new_array(p.num_halo, dim, kind) for p in parts}
+    outs = {p.index: new_array(p.num_halo, dim, kind.stored) for p in parts}
     want = {
         p.index: np.arange(p.num_halo, dtype=np.int64) if needed is None else needed[p.index]
         for p in parts
@@ -141,7 +142,7 @@ def exchange_halos(
                 continue
             p, pos = jobs[k]
             rows = fs.pull(np.asarray(p.halo_ids[pos], dtype=np.int64)).numpy()
-            writers[p.index].write(pos, _narrowed(rows, kind))
+            writers[p.index].write(pos, encode(rows, kind)[0])
     finally:
         for w in writers.values():
             w.close()
@@ -153,13 +154,18 @@ def exchange_halos(
 _KIND_CODES = {np.dtype(np.float16): 1, np.dtype(np.uint16): 2, np.dtype(np.int8): 4}
 
 
-def _halo_kind(inputs: dict[int, np.ndarray], ctx: DistContext) -> np.dtype:
-    """The dtype halo rows are kept in (collective): the inputs' when every rank's rows are
-    float16, or every rank's bfloat16 (``uint16`` bits), so that a part's core and halo rows
-    stack as one source; float32 otherwise. int8 inputs are refused on every rank: their
-    rows need their stored scales, which the pull does not carry."""
+def _halo_kind(inputs: dict[int, np.ndarray], ctx: DistContext) -> FeatureDtype:
+    """The feature dtype halo rows are kept in (collective): the inputs' when every rank's
+    rows are float16, or every rank's bfloat16, so that a part's core and halo rows stack as
+    one source; float32 otherwise. int8 inputs are refused on every rank: their rows need
+    their stored scales, which the pull does not carry."""
     kinds = {np.dtype(a.dtype) for a in inputs.values()}
-    code = 3 if not kinds else _KIND_CODES.get(kinds.pop(), 0) if len(kinds) == 1 else 0
+    if not kinds:
+        code = 3  # a rank without rows agrees with any
+    elif len(kinds) == 1:
+        code = _KIND_CODES.get(kinds.pop(), 0)
+    else:
+        code = 0
     lo = reduced(code, ctx.world_size, dist.ReduceOp.MIN)
     hi = reduced(-1 if code == 3 else code, ctx.world_size, dist.ReduceOp.MAX)
     if hi == 4:
@@ -168,17 +174,8 @@ def _halo_kind(inputs: dict[int, np.ndarray], ctx: DistContext) -> np.dtype:
             "their owners (the rows' scales stay with them); use --eval-halo served"
         )
     if lo == hi and lo in (1, 2):
-        return np.dtype(np.float16) if lo == 1 else np.dtype(np.uint16)
-    return np.dtype(np.float32)
-
-
-def _narrowed(rows: np.ndarray, kind: np.dtype) -> np.ndarray:
-    """float32 ``rows`` widened from ``kind`` back in ``kind`` (exact)."""
-    if kind == np.float32:
-        return rows
-    if kind == np.float16:
-        return rows.astype(np.float16)
-    return (np.ascontiguousarray(rows, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        return feature_dtype("float16" if lo == 1 else "bfloat16")
+    return feature_dtype("float32")
 
 
 def _ask_owners(
