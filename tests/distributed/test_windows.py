@@ -102,6 +102,23 @@ def test_a_lone_last_epoch_is_packed_when_its_samples_are_spooled(features, tmp_
     dw.close()
 
 
+def test_the_first_round_also_takes_the_start_room(features, tmp_path):
+    """Before the run's first round the cache is not read and no step has run: that round
+    lends their memory (``start_room``) to its sampling besides the window slots; later
+    rounds lend the slots only."""
+    _, mm = features
+    fs = DiskFeatures(mm, cache_bytes=0, threads=2)
+    dw = _one_rank(fs, pack_epochs=2, last_epoch=3, scratch_dir=str(tmp_path), start_room=1000)
+    slots = int(dw.window_rows.min()) * DIM * 4
+    try:
+        assert dw.start_room == 1000 and dw.round_room == slots + 1000
+        for _ in dw.windows(iter(_sample(0)), epoch=0, sample=_sample):
+            assert dw.round_room == slots  # planned: the next rounds lend the slots only
+        assert dw.round_room == slots
+    finally:
+        dw.close()
+
+
 def test_the_degree_rule_classifies_rows_as_the_cache_does(features):
     """A cache of the rows of highest in-degree (ties by position, many ties here) is
     described by its last row's (degree, position): the rule classifies every row as the

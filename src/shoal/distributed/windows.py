@@ -66,6 +66,10 @@ class DistWindows:
             read when needed).
         pack_epochs, last_epoch, scratch_dir: epochs packed by one sweep (default 0: off),
             the run's last epoch (a round stops there), where the packs go (module docstring).
+        start_room: bytes idle until the first window is read and the first step runs (the
+            static cache, not read yet, and the step's activations; default 0), lent to the
+            run's first round besides the window slots (:attr:`round_room`); the smallest
+            rank's figure is taken.
         spool_samples: keep the samples of the epochs a round samples to pack them in a
             private directory of ``scratch_dir`` (:class:`~shoal.rows.spool.SampleSpool`) and
             train each epoch from them instead of sampling it again (default false: for
@@ -100,6 +104,7 @@ class DistWindows:
         degrees: np.ndarray | None = None,
         group: dist.ProcessGroup | None = None,
         spool_samples: bool = False,
+        start_room: int = 0,
     ) -> None:
         self.group = group
         self.features = features
@@ -129,6 +134,7 @@ class DistWindows:
         self.current: Window | None = None
         self.io: dict = {}
         self.pack_epochs, self.last_epoch = self._agree_packing(int(pack_epochs)), last_epoch
+        self.start_room = int(self._reduce([max(int(start_room), 0)], MIN))
         self.packs = Packs(
             features,
             epochs=self.pack_epochs,
@@ -305,10 +311,12 @@ class DistWindows:
     def round_room(self) -> int:
         """Bytes a round may lend the sampling of its epochs (the same on every rank): the
         smallest rank's window slots, idle while a round samples (no window is alive then;
-        :data:`ROUND_ROOM` false: none)."""
+        :data:`ROUND_ROOM` false: none), and for the run's first round also
+        :attr:`start_room` (the cache is read and the first step runs after it)."""
         if not ROUND_ROOM or self.pack_epochs < 2:
             return 0
-        return int(self.window_rows.min()) * int(self.features.row_bytes)
+        room = int(self.window_rows.min()) * int(self.features.row_bytes)
+        return room + (self.start_room if not self._planned else 0)
 
     def _round(self, epoch: int | None) -> list[int]:
         """The epochs one sweep packs from ``epoch`` on: the same on every rank."""

@@ -215,6 +215,8 @@ class MinibatchEngine(Engine):
             degrees=deg,
             scratch_dir=cfg.memory.scratch_dir,
             group=self.sample_group,
+            # the run's first round samples before the cache is read and any step runs
+            start_room=plan.cache + plan.activations if windows else 0,
         )
         self.features = dist_pulls(
             self,
