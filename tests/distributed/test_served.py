@@ -195,3 +195,64 @@ def test_served_raw_mode_agreed(monkeypatch):
     assert S._raw(wide, None, Rows(0), 4, 1) is None  # float32 rows, or normalised
     assert S._raw(narrow, narrow.pre, Rows(1), 4, 1) is None  # the message is a projection
     assert S._raw(wide, None, None, 4, 1) is None  # no rows anywhere
+
+
+def _budgets(rank: int, world: int, store: str, id_book: int):
+    """The working memory each served layer is given with ``id_book`` bytes set aside for
+    the layers' node sets, and those sets' bytes."""
+    import shoal.distributed.blocked as B
+    from shoal.distributed import DistContext
+    from shoal.distributed.tables import NodeTables
+    from shoal.nn.sage import GraphSAGE
+    from shoal.store import Store
+    from shoal.training.blocked import sum_layers
+    from shoal.training.inference import Scratch
+
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    st = Store.open(store)
+    p2r = np.array([0, 1], np.int64)
+    parts = [st.part(rank)]
+    tables = NodeTables(st, parts, part_to_rank=p2r, scope="local")
+    seen, sets = [], []
+    served, needed = B.served_layer, B.needed_nodes_dist
+
+    def record(*args, budget, **kw):
+        seen.append(budget)
+        return served(*args, budget=budget, **kw)
+
+    def count(*args, **kw):
+        core, halo = needed(*args, **kw)
+        sets.append(sum(a.nbytes for level in core + halo for a in level.values()))
+        return core, halo
+
+    B.served_layer, B.needed_nodes_dist = record, count
+    layers = sum_layers(GraphSAGE(in_dim=4, hidden=8, out_dim=3, num_layers=2).eval())
+    with Scratch(None, beside=st.path) as scratch:
+        B.blocked_dist_outputs(
+            layers,
+            st,
+            parts,
+            p2r,
+            ctx,
+            tables,
+            {parts[0].index: np.arange(5, dtype=np.int64)},
+            {parts[0].index: lambda pos, h, todo: None},
+            scratch=scratch,
+            budget=6000,
+            id_book=id_book,
+        )
+    return seen, sets
+
+
+def test_unused_node_set_book_goes_to_the_layers(make_graph, make_store):
+    """Bytes set aside for the layers' node sets (every core node at every layer) that the
+    sets, known once computed, do not take are added to the layers' working memory; none
+    are added without a book, or when the sets take it all."""
+    g = _graph(make_graph)
+    node_part = np.random.default_rng(1).integers(0, 2, g.num_nodes)
+    store = str(make_store(node_part, graph=g))
+    for book, extra in ((0, False), (100_000, True), (1, False)):
+        for seen, sets in run_world(_budgets, 2, store, book, timeout=120):
+            assert len(seen) == 2 and len(sets) == 1 and 0 < sets[0] < 100_000
+            want = 6000 + (book - sets[0] if extra else 0)
+            assert seen == [want, want]

@@ -305,13 +305,17 @@ def blocked_dist_outputs(
     threads: int = 8,
     inputs: dict[int, np.ndarray] | None = None,
     halo: str = "served",
+    id_book: int = 0,
 ) -> None:
     """Run the model ``layers`` for the sorted core positions ``targets[part]`` of this rank's
     parts; the last layer's rows are handed to ``on_output[part](pos, h, todo)`` (``h`` the
     outputs of the core positions ``todo[pos]``). Collective. ``scratch.array(rows, cols)``
     makes the layers' arrays; ``inputs``: layer-0 rows per
     part (default the store's features; halo rows are then pulled from the owners).
-    ``halo``: how a block's halo sources reach it (:data:`HALO_MODES`, module docstring)."""
+    ``halo``: how a block's halo sources reach it (:data:`HALO_MODES`, module docstring).
+    ``id_book``: bytes the caller set aside outside ``budget`` for the sets of nodes each
+    layer computes and pulls (default 0); what those sets do not take once known goes to
+    the layers' working memory."""
     if halo not in HALO_MODES:
         raise ValueError(f"halo must be one of {', '.join(HALO_MODES)}, got {halo!r}")
     mode = halo
@@ -327,6 +331,9 @@ def blocked_dist_outputs(
     core, need_halo = needed_nodes_dist(
         store, parts, part_to_rank, ctx, targets, len(layers), stats, keep_halo=mode == "stored"
     )
+    sets = sum(int(np.asarray(a).nbytes) for level in core + need_halo for a in level.values())
+    if id_book > sets:  # the sets are known now: the rest of their book is working memory
+        budget += id_book - sets
     if inputs is None:
         inputs = {p.index: p.features for p in parts}
         halos = {p.index: p.halo_features for p in parts} if store.halo_features else None

@@ -160,6 +160,7 @@ def dist_evaluate(
     fanouts: tuple[int, ...] | None = None,
     seed: int = 0,
     structure_group: int | None = None,
+    id_book: int = 0,
 ) -> dict[str, float]:
     """Exact accuracy on ``splits`` by distributed layer-wise inference. Collective.
     With ``fanouts`` (one per layer), the accuracy on neighbourhoods sampled from the
@@ -172,7 +173,9 @@ def dist_evaluate(
     (:mod:`shoal.distributed.blocked`; ``memory_budget`` default 1 GiB, ``halo`` default
     ``"served"``), other models (GAT) by batches of ``batch_size`` targets, sampled in
     groups read from disk when ``structure_group`` is given (the parts' neighbour lists on
-    disk: :func:`~shoal.distributed.sampled_eval.sampled_dist_counts`).
+    disk: :func:`~shoal.distributed.sampled_eval.sampled_dist_counts`). ``id_book``: bytes
+    set aside beside ``memory_budget`` for the blocked layers' node sets (the unused rest is
+    theirs: :func:`~shoal.distributed.blocked.blocked_dist_outputs`).
     """
     model.eval()
     if store.feature_dim is None:
@@ -213,6 +216,7 @@ def dist_evaluate(
                 stats=stats,
                 threads=threads,
                 halo=halo,
+                id_book=id_book if memory_budget else 0,
             )
         return _reduce(ctx, splits, correct, total)
     masks = {p.index: [np.asarray(p.mask(s)) for s in splits] for p in parts}

@@ -165,6 +165,7 @@ class Engine(ABC):
         self._lent = 0  # bytes it freed for the final evaluation
         self._evaluated_counts: dict[tuple[str, ...], int] = {}  # evaluated nodes per splits
         self._eval_footprint = 0  # the footprint measured as the last evaluation began
+        self._eval_id_book = 0  # bytes of its per-node books for the layers' node sets
         # the same decision on every rank: the global training set, part 0's rows
         seeds = self.tables.num_train if self.task == "node" else int(store.num_edges)
         self.config = resolve_for_data(
@@ -476,6 +477,7 @@ class Engine(ABC):
                     fanouts=fanouts,
                     seed=tc.run.seed,
                     structure_group=self.structure_group,
+                    id_book=self._eval_id_book,
                 )
         finally:
             if self.budget is not None and peak.peak >= 0:
@@ -508,10 +510,14 @@ class Engine(ABC):
         else:
             per_core = 12 * core
         book = per_core + local * (ids * layers + 5)
+        # the layers' node sets at most: what they do not take, known once they are computed,
+        # goes to the layers (dist_evaluate's id_book)
+        self._eval_id_book = local * ids * layers
         if tc.eval.halo == "served":  # no halo sets or degrees kept; a served index each
             halo = local - core
             book -= halo * (ids * layers + 4)
             book += halo * id_dtype(int(self.store.num_nodes)).itemsize
+            self._eval_id_book = core * ids * layers
         # no training step runs while evaluating: its activations' memory is free (the
         # last step's tensors are gone); after the last epoch the caches' memory too
         free = self.budget.transient + self.budget.activations
