@@ -46,7 +46,9 @@ def test_the_evaluation_budget_is_measured_beside_mapped_data(monkeypatch):
     monkeypatch.setattr(fp, "mapped_data_bytes", lambda **_: 300 * mib)
     got, now = fp.measured_eval_budget(2000 * mib, 100 * mib, io_threads=8)
     assert now == 600 * mib
-    assert got == (2000 - 600 - 100) * mib - budget.staging_bytes(8) - budget.FOOTPRINT_SLACK
+    staging = budget.staging_bytes(8, budget.EVAL_READERS)  # its own readers: 2 of 8 threads
+    assert staging == 2 * 8 * budget.MAX_RUN
+    assert got == (2000 - 600 - 100) * mib - staging - budget.FOOTPRINT_SLACK
     monkeypatch.setattr(fp, "process_footprint", lambda **_: 5000 * mib)  # over: none, not < 0
     assert fp.measured_eval_budget(2000 * mib, 100 * mib)[0] == 0
     monkeypatch.setattr(fp, "process_footprint", lambda **_: -1)  # unknown: nothing measured

@@ -89,6 +89,9 @@ class ServedLayout:
 #: a step has at most :data:`MAX_STEP_ROWS` rows) and its target's (int32), and at most one
 #: distinct source asked of an owner and one asked by a peer (uint16 offsets in a range)
 SERVED_EDGE_BYTES = 10
+#: per in-edge of a block while it is bucketed: its source's offset (uint16) and its target
+#: (int32), beside the edge itself when read from a file
+BUCKETED_EDGE_BYTES = 6
 #: rows of one sweep step at most: offsets within a step fit uint16
 MAX_STEP_ROWS = 65535
 #: the finishing slices take this fraction of the budget at most (reused buffers: their rows
@@ -265,11 +268,12 @@ def served_layer(
     for p in parts:
         indices = graphs[p.index][1]
         # while a block's in-edges are bucketed (read from the file, when on disk, beside
-        # their buckets) its accumulators are not allocated yet: the larger phase counts
+        # their offsets and targets; freed before the requests are numbered) its
+        # accumulators are not allocated yet: the larger phase counts
         per_target = 4 * sl.width + size * width_in  # its accumulator and own input row
         per_edge = SERVED_EDGE_BYTES
         if file_of(indices) is not None:
-            per_edge = max(per_edge, indices.dtype.itemsize + 8)
+            per_edge = max(per_edge, indices.dtype.itemsize + BUCKETED_EDGE_BYTES)
         ids = np.asarray(todo[p.index])
         for a, b in _blocks(graphs[p.index][0], ids, per_target, free, per_edge):
             blocks.append((p, a, ids[a:b]))

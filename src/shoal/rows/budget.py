@@ -37,6 +37,7 @@ __all__ = [
     "ACTIVATION_FACTOR",
     "FOOTPRINT_SLACK",
     "STAGING_READERS",
+    "EVAL_READERS",
     "PeakFootprint",
     "STRUCTURE_MODES",
     "BudgetPlan",
@@ -68,6 +69,10 @@ FOOTPRINT_SLACK = 128 << 20
 #: the feature file's (windows, the cache, the packing sweep), the pack segment being read,
 #: and the structure's (sampling with the structure on disk).
 STAGING_READERS = 3
+#: direct readers an evaluation opens besides those training keeps (whose buffers its
+#: measured footprint already holds): the layer's rows, and the rows owners read for the
+#: others (a stored halo's pulls).
+EVAL_READERS = 2
 #: bytes of activations (forward, saved for backward, and gradients) per input row byte of a
 #: batch, for a message-passing layer over a sampled block: the gathered rows, their dropout
 #: copy and mask, the per-edge messages and their gradients (default 4, from the resident
@@ -310,11 +315,11 @@ def bytes_freed_by(release: Callable[[], int]) -> int:
     return max(before - after if before >= 0 and after >= 0 else estimate, 0)
 
 
-def staging_bytes(io_threads: int = 8) -> int:
+def staging_bytes(io_threads: int = 8, readers: int = STAGING_READERS) -> int:
     """The page-aligned staging buffers of the direct readers a training process keeps open
-    at once (:data:`STAGING_READERS` of ``io_threads`` threads with a buffer of
-    :data:`~shoal.rows.direct.MAX_RUN` each; made on their first read)."""
-    return STAGING_READERS * max(int(io_threads), 1) * MAX_RUN
+    at once (``readers``, default :data:`STAGING_READERS`, of ``io_threads`` threads with a
+    buffer of :data:`~shoal.rows.direct.MAX_RUN` each; made on their first read)."""
+    return max(int(readers), 0) * max(int(io_threads), 1) * MAX_RUN
 
 
 def reserve_for(working: int, *, footprint: int | None = None, io_threads: int = 8) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from shoal.rows.budget import (
+    EVAL_READERS,
     FOOTPRINT_SLACK,
     RESERVE,
     activation_bytes,
@@ -120,7 +121,8 @@ def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple
     process_footprint`, file pages by this process's share: the ranks and their launcher map
     the same libraries; without the clean pages of the store's memory maps, which the
     kernel takes back: :func:`~shoal.rows.budget.mapped_data_bytes`), the evaluation's
-    per-node ``book``, its readers' staging buffers (``io_threads``) and
+    per-node ``book``, its own readers' staging buffers (:data:`~shoal.rows.budget.
+    EVAL_READERS` of ``io_threads`` threads; training's are in the footprint) and
     :data:`~shoal.rows.budget.FOOTPRINT_SLACK`; ``(0, -1)`` when the footprint cannot be
     read. Why that leaves the evaluation more than the plan's shares (no training step runs
     meanwhile; the kernel takes back mapped pages): docs/distributed.md#minibatch-distdgl."""
@@ -131,7 +133,8 @@ def measured_eval_budget(total: int, book: int, *, io_threads: int = 8) -> tuple
     if now < 0:
         return 0, -1
     now -= mapped_data_bytes(shared=True)
-    work = int(total) - now - int(book) - staging_bytes(io_threads) - FOOTPRINT_SLACK
+    staging = staging_bytes(io_threads, EVAL_READERS)
+    work = int(total) - now - int(book) - staging - FOOTPRINT_SLACK
     return max(work, 0), now
 
 
