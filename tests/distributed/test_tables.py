@@ -173,3 +173,23 @@ def test_hold_adds_nodes_owned_elsewhere(make_graph, make_store):
         np.testing.assert_array_equal(r["degrees"], deg[r["ask"]])
         np.testing.assert_array_equal(r["own_labels"], lab[r["own"]])
     assert r1["grew"] == 0
+
+
+def test_released_tables_free_their_arrays_and_refuse_reads(make_graph, make_store):
+    """``release`` drops the per-node arrays (their bytes returned, none held after) and
+    keeps ``num_train``; reading a released table raises, naming who released it."""
+    import pytest
+
+    from shoal.distributed import NodeTables
+    from shoal.store import Store
+
+    g = community_graph(make_graph, n=60)
+    st = Store.open(str(make_store(parts=1, graph=g)))
+    t = NodeTables(st, list(st.parts()))
+    held, n = t.nbytes, t.num_train
+    assert held == 9 * st.num_nodes
+    assert t.release("training ended") == held
+    assert t.nbytes == 0 and t.num_train == n
+    for table in (t.degrees, t.labels, t.train):
+        with pytest.raises(RuntimeError, match="released \\(training ended\\)"):
+            table[np.arange(3)]

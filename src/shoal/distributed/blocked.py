@@ -239,11 +239,17 @@ def needed_nodes_dist(
     return core, halo
 
 
-def _counter(part: Partition, tables: NodeTables, masks, correct, total):
+def _counter(part: Partition, masks, correct, total):
+    """Adds a block of targets' hits and counts per split (the part's own labels: no table
+    over every node is read)."""
+
     def count(pos: np.ndarray, logits: np.ndarray, todo: np.ndarray) -> None:
-        local = todo[pos]
+        local = np.asarray(todo[pos], np.int64)
         pred = logits.argmax(1)
-        y = tables.labels[part.start + local]
+        if part.labels is None:
+            y = np.full(len(local), -1, np.int64)
+        else:
+            y = np.asarray(part.labels[local], np.int64)
         for k, m in enumerate(masks):
             sel = m[local]
             correct[k] += float((pred[sel] == y[sel]).sum())
@@ -272,7 +278,7 @@ def blocked_dist_counts(
         masks = [np.asarray(p.mask(s)) for s in splits]
         any_split = np.logical_or.reduce(masks) if masks else np.zeros(p.num_core, np.bool_)
         targets[p.index] = nonzero_ids(any_split)  # int32 below 2**31 nodes
-        counters[p.index] = _counter(p, tables, masks, correct, total)
+        counters[p.index] = _counter(p, masks, correct, total)
     blocked_dist_outputs(
         layers,
         store,
@@ -322,12 +328,13 @@ def blocked_dist_outputs(
     stats = stats if stats is not None else CommStats()
     graphs = {}
     for p in parts:  # served: only the rank's own nodes' degrees are read (by their owner)
-        local = p.core_ids
         if mode == "stored":
             local = np.concatenate([p.core_ids, np.asarray(p.halo_ids, dtype=np.int64)])
-        deg = torch.from_numpy(np.asarray(tables.degrees[local], np.float32))
-        graphs[p.index] = (p.indptr, p.indices, deg)
-        del local
+            deg = np.asarray(tables.degrees[local], np.float32)
+            del local
+        else:  # a part holds its core nodes' whole in-neighbourhoods: no table is read
+            deg = np.diff(np.asarray(p.indptr)).astype(np.float32)
+        graphs[p.index] = (p.indptr, p.indices, torch.from_numpy(deg))
     core, need_halo = needed_nodes_dist(
         store, parts, part_to_rank, ctx, targets, len(layers), stats, keep_halo=mode == "stored"
     )

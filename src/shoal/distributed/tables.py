@@ -146,6 +146,18 @@ class NodeValues:
         return int(self.values.nbytes)
 
 
+class _Released:
+    """Stands for a released per-node table (:meth:`NodeTables.release`): any read raises."""
+
+    nbytes = 0
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __getitem__(self, ids):
+        raise RuntimeError(f"the per-node tables were released ({self.why}); nothing may read them")
+
+
 class NodeTables:
     """Per-node arrays of a rank: ``degrees`` float32 full in-degrees; ``labels`` int32 (-1
     unlabelled; half the memory of int64, which a loss needs only for a batch's seeds);
@@ -327,10 +339,18 @@ class NodeTables:
         out[order] = back.numpy().reshape(-1, 3)
         return out
 
+    def release(self, why: str) -> int:
+        """Drop the per-node arrays (``degrees``, ``labels``, ``train``; ``num_train`` stays)
+        when nothing will read them again (``why`` says what released them); reading one
+        afterwards raises a RuntimeError naming ``why``. Returns the bytes they held."""
+        held = self.nbytes
+        self.degrees = self.labels = self.train = _Released(why)
+        return held
+
     @property
     def nbytes(self) -> int:
         """Bytes the tables hold (their index included)."""
         n = sum(int(t.nbytes) for t in (self.degrees, self.labels, self.train))
-        if self.scope == "local":
+        if self.scope == "local" and not isinstance(self.degrees, _Released):
             n += int(self.index.extra.nbytes)
         return n

@@ -45,6 +45,7 @@ from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.packing import default_pack_epochs
 from shoal.rows.parts import part_rows
 from shoal.training import batch_seed
+from shoal.training.blocked import sum_layers
 from shoal.training.embedding import load_tables, save_tables, table_dir
 from shoal.training.meter import EpochMeter
 
@@ -483,7 +484,20 @@ class MinibatchEngine(Engine):
         # sampler's id map (4 B per node) and neighbour-block cache; the pulls' store holds
         # the windows. Exact evaluation needs none of them.
         self.windows = self.features = self.sampler = None
+        if self._evaluates_without_tables():  # the dense per-node tables (9 B per node)
+            freed += self.tables.release("minibatch: training ended")
         return freed
+
+    def _evaluates_without_tables(self) -> bool:
+        """Whether the exact evaluations left read no per-node table: the node task's
+        blocked layers with served halos read each part's own degrees and labels
+        (:func:`~shoal.distributed.blocked.blocked_dist_counts`); the link task, typed
+        stores, other models and stored halos read the tables."""
+        if self.link is not None or self.store.schema is not None:
+            return False
+        if self.train_config.eval.halo != "served" or not hasattr(self.model, "layer_forward"):
+            return False
+        return sum_layers(self.model) is not None
 
 
 def _waited(batches: Iterable[Batch], timer: dict[str, float]) -> Iterator[Batch]:
