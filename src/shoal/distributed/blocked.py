@@ -333,7 +333,9 @@ def blocked_dist_outputs(
             deg = np.asarray(tables.degrees[local], np.float32)
             del local
         else:  # a part holds its core nodes' whole in-neighbourhoods: no table is read
-            deg = np.diff(np.asarray(p.indptr)).astype(np.float32)
+            ptr = np.asarray(p.indptr)
+            deg = np.empty(len(ptr) - 1, np.float32)  # (cast as computed: no int64 copy)
+            np.subtract(ptr[1:], ptr[:-1], out=deg, casting="unsafe")
         graphs[p.index] = (p.indptr, p.indices, torch.from_numpy(deg))
     core, need_halo = needed_nodes_dist(
         store, parts, part_to_rank, ctx, targets, len(layers), stats, keep_halo=mode == "stored"
