@@ -317,24 +317,26 @@ def served_layer(
                 stats,
                 clock,
             )
-            if p is None or not len(block):
-                continue
-            t0 = time.perf_counter()
-            emit = None if on_output is None else on_output[p.index]
-            _finish(
-                sl,
-                p,
-                a,
-                np.asarray(block, np.int64),
-                acc,
-                own,
-                graphs,
-                sweep,
-                nxt,
-                writers.get(p.index),
-                emit,
-            )
-            clock.add("finish", t0)
+            if p is not None and len(block):
+                t0 = time.perf_counter()
+                emit = None if on_output is None else on_output[p.index]
+                _finish(
+                    sl,
+                    p,
+                    a,
+                    np.asarray(block, np.int64),
+                    acc,
+                    own,
+                    graphs,
+                    sweep,
+                    nxt,
+                    writers.get(p.index),
+                    emit,
+                )
+                clock.add("finish", t0)
+            # freed before the next round buckets its in-edges (the plan counts a block's
+            # accumulators or its bucketing, never both, let alone two blocks')
+            del acc, own
         log.info("layer of width %d done: %s", sl.width, clock)
     finally:
         sweep.close()
