@@ -33,6 +33,19 @@ def _graph(make_graph, n: int = 300, seed: int = 5):
     )
 
 
+def _rank_view(rank: int, world: int, store: str, part_to_rank):
+    """This rank's ``(ctx, store, part_to_rank, parts, local node tables)``."""
+    from shoal.distributed import DistContext
+    from shoal.distributed.tables import NodeTables
+    from shoal.store import Store
+
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
+    st = Store.open(store)
+    p2r = np.asarray(part_to_rank, np.int64)
+    parts = [st.part(int(i)) for i in np.flatnonzero(p2r == rank)]
+    return ctx, st, p2r, parts, NodeTables(st, parts, part_to_rank=p2r, scope="local")
+
+
 def _outputs(
     rank: int,
     world: int,
@@ -43,20 +56,13 @@ def _outputs(
     normalize: bool = True,
     halos: tuple[str, ...] = ("served", "stored"),
 ):
-    from shoal.distributed import DistContext
     from shoal.distributed.blocked import blocked_dist_outputs
     from shoal.distributed.comm import CommStats
-    from shoal.distributed.tables import NodeTables
     from shoal.nn.sage import GraphSAGE
-    from shoal.store import Store
     from shoal.training.blocked import sum_layers
     from shoal.training.inference import Scratch
 
-    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    st = Store.open(store)
-    p2r = np.asarray(part_to_rank, np.int64)
-    parts = [st.part(int(i)) for i in np.flatnonzero(p2r == rank)]
-    tables = NodeTables(st, parts, part_to_rank=p2r, scope="local")
+    ctx, st, p2r, parts, tables = _rank_view(rank, world, store, part_to_rank)
     torch.manual_seed(3)
     model = GraphSAGE(in_dim=4, hidden=hidden, out_dim=3, num_layers=2).eval()
     layers = sum_layers(model)
@@ -201,18 +207,11 @@ def _budgets(rank: int, world: int, store: str, id_book: int):
     """The working memory each served layer is given with ``id_book`` bytes set aside for
     the layers' node sets, and those sets' bytes."""
     import shoal.distributed.blocked as B
-    from shoal.distributed import DistContext
-    from shoal.distributed.tables import NodeTables
     from shoal.nn.sage import GraphSAGE
-    from shoal.store import Store
     from shoal.training.blocked import sum_layers
     from shoal.training.inference import Scratch
 
-    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, backend="gloo", device=None)
-    st = Store.open(store)
-    p2r = np.array([0, 1], np.int64)
-    parts = [st.part(rank)]
-    tables = NodeTables(st, parts, part_to_rank=p2r, scope="local")
+    ctx, st, p2r, parts, tables = _rank_view(rank, world, store, [0, 1])
     seen, sets = [], []
     served, needed = B.served_layer, B.needed_nodes_dist
 

@@ -33,7 +33,14 @@ from shoal.store.reader import Partition, Store
 from shoal.training.blocked import sum_layers
 from shoal.training.inference import BLOCKED_BUDGET, RowProvider, Scratch, Segment, run_layers
 
-__all__ = ["EVAL_ROW_COPIES", "PullRows", "budgeted_batch_size", "dist_evaluate", "target_segment"]
+__all__ = [
+    "EVAL_ROW_COPIES",
+    "PullRows",
+    "budgeted_batch_size",
+    "dist_evaluate",
+    "reads_node_tables",
+    "target_segment",
+]
 
 #: copies of a layer-0 input row a batch of the layer loop holds at once: the batch's rows,
 #: the rows pulled from their owners, the rows read for a peer's pull, the model's per-type
@@ -140,6 +147,18 @@ def target_segment(
     )
 
 
+def _layer_wise(model: nn.Module, fanouts) -> bool:
+    """Whether :func:`dist_evaluate` runs ``model`` layer by layer (exact: no ``fanouts``)."""
+    return fanouts is None and hasattr(model, "layer_forward")
+
+
+def reads_node_tables(model: nn.Module, halo: str) -> bool:
+    """Whether an exact :func:`dist_evaluate` of ``model`` on an untyped store's node task
+    reads the per-node tables: not when its layers are sums with served halos (each part's
+    own degrees and labels), else yes (sampled, stored halos, other models)."""
+    return not (_layer_wise(model, None) and halo == "served" and sum_layers(model) is not None)
+
+
 @torch.no_grad()
 def dist_evaluate(
     model: nn.Module,
@@ -180,7 +199,7 @@ def dist_evaluate(
     model.eval()
     if store.feature_dim is None:
         raise ShoalInputError("the store has no features", path=store.path)
-    if fanouts is not None or not hasattr(model, "layer_forward"):  # model(x, blocks)
+    if not _layer_wise(model, fanouts):  # model(x, blocks)
         correct, total = sampled_dist_counts(
             model,
             store,

@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from shoal.distributed import DistFeatureStore, DistNeighborSampler
+from shoal.distributed.evaluate import reads_node_tables
 from shoal.distributed.feature_store import placement
 from shoal.distributed.windows import DistWindows
 from shoal.engines.base import Engine
@@ -45,7 +46,6 @@ from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.packing import default_pack_epochs
 from shoal.rows.parts import part_rows
 from shoal.training import batch_seed
-from shoal.training.blocked import sum_layers
 from shoal.training.embedding import load_tables, save_tables, table_dir
 from shoal.training.meter import EpochMeter
 
@@ -489,15 +489,12 @@ class MinibatchEngine(Engine):
         return freed
 
     def _evaluates_without_tables(self) -> bool:
-        """Whether the exact evaluations left read no per-node table: the node task's
-        blocked layers with served halos read each part's own degrees and labels
-        (:func:`~shoal.distributed.blocked.blocked_dist_counts`); the link task, typed
-        stores, other models and stored halos read the tables."""
+        """Whether the exact evaluations left read no per-node table
+        (:func:`~shoal.distributed.evaluate.reads_node_tables`; the link task and typed
+        stores read them)."""
         if self.link is not None or self.store.schema is not None:
             return False
-        if self.train_config.eval.halo != "served" or not hasattr(self.model, "layer_forward"):
-            return False
-        return sum_layers(self.model) is not None
+        return not reads_node_tables(self.model, self.train_config.eval.halo)
 
 
 def _waited(batches: Iterable[Batch], timer: dict[str, float]) -> Iterator[Batch]:
