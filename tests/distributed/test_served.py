@@ -55,13 +55,19 @@ def _outputs(
     hidden: int,
     normalize: bool = True,
     halos: tuple[str, ...] = ("served", "stored"),
+    pull: bool = False,
 ):
+    """Every target's last-layer row by each of ``halos``, and the collective rounds each
+    took; served rounds are swept unless ``pull`` (rounds whose sources fit are pulled:
+    tests/distributed/test_pulled.py)."""
+    import shoal.distributed.pulled as P
     from shoal.distributed.blocked import blocked_dist_outputs
     from shoal.distributed.comm import CommStats
     from shoal.nn.sage import GraphSAGE
     from shoal.training.blocked import sum_layers
     from shoal.training.inference import Scratch
 
+    P.PULL_ROUNDS = pull
     ctx, st, p2r, parts, tables = _rank_view(rank, world, store, part_to_rank)
     torch.manual_seed(3)
     model = GraphSAGE(in_dim=4, hidden=hidden, out_dim=3, num_layers=2).eval()

@@ -1,10 +1,12 @@
-"""Numba kernels of the owner-served blocked layers (:mod:`shoal.distributed.served`):
-bucketing a block's in-edges by (sweep step, owner rank) and numbering each bucket's
-distinct sources."""
+"""Numba kernels of the owner-served blocked layers (:mod:`shoal.distributed.served`,
+:mod:`shoal.distributed.pulled`): bucketing a block's in-edges by (sweep step, owner rank)
+and numbering each bucket's distinct sources; marking a block's sources, renumbering its
+in-edges to served indices and finding each list's run per owner."""
 
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 from shoal.training._kernels import _range_ids
 
@@ -80,3 +82,54 @@ def _number_buckets(ptr, off, mark, req_ptr, req):
             k += _range_ids(off[lo:hi], 0, mark, req[k:], off[lo:hi])
     req_ptr[ptr.shape[0] - 1] = k
     return k
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_sources(idx, mark):
+    """``mark[u] = True`` for every source ``u`` in ``idx`` (a block's compact in-edges)."""
+    for e in range(idx.shape[0]):
+        mark[idx[e]] = True
+
+
+@numba.njit(cache=True, nogil=True)
+def _to_served(ids, num_core, me_base, halo_served):
+    """``ids[e]`` (a part's local ids: core, then halo) -> its served index, in place."""
+    for e in range(ids.shape[0]):
+        ids[e] = _served_index(ids[e], num_core, me_base, halo_served)
+
+
+@numba.njit(cache=True, nogil=True)
+def _owner_runs(ptr, ids, rank_offset, cur, end):
+    """Each list ``ids[ptr[i]:ptr[i + 1]]`` (served indices) as runs, one per owner rank:
+    ``cur[o, i]:end[o, i]`` its entries owned by ``o`` (empty when none). False when an
+    owner's entries are not one non-decreasing run (the lists need sorting)."""
+    W = rank_offset.shape[0] - 1
+    seen = np.zeros(W, np.bool_)
+    for i in range(ptr.shape[0] - 1):
+        for o in range(W):
+            cur[o, i] = ptr[i]
+            end[o, i] = ptr[i]
+            seen[o] = False
+        prev = -1
+        for e in range(ptr[i], ptr[i + 1]):
+            o = _owner(ids[e], rank_offset)
+            if o != prev:
+                if seen[o]:
+                    return False
+                seen[o] = True
+                cur[o, i] = e
+                prev = o
+            elif ids[e] < ids[e - 1]:
+                return False
+            end[o, i] = e + 1
+    return True
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _scatter_rows(src, at, out):
+    """``out[at[i]] = src[i]`` (distinct ``at``), rows in parallel."""
+    f = src.shape[1]
+    for i in numba.prange(src.shape[0]):
+        r = at[i]
+        for j in range(f):
+            out[r, j] = src[i, j]

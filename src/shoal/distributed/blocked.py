@@ -23,10 +23,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from shoal.distributed.comm import CommStats, exchange
+from shoal.distributed.comm import CommStats, exchange, reduced
 from shoal.distributed.feature_store import DistFeatureStore, owner_of, placement
 from shoal.distributed.runtime import DistContext
-from shoal.distributed.served import ServedLayout, reduced, served_layer
+from shoal.distributed.served import ServedLayout, served_layer
 from shoal.distributed.tables import NodeTables
 from shoal.nn.base import SumLayer
 from shoal.rows.direct import RowFile

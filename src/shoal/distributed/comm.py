@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-__all__ = ["CommStats", "all_reduce_stats", "exchange"]
+__all__ = ["CommStats", "all_reduce_stats", "all_to_all_rows", "exchange", "reduced"]
 
 
 @dataclass
@@ -38,6 +38,12 @@ class CommStats:
     def reset(self) -> None:
         for f in fields(self):
             setattr(self, f.name, 0)
+
+    def tally(self, sent: int, received: int, row_bytes: int) -> None:
+        """Count one collective round of ``sent`` and ``received`` rows of ``row_bytes``."""
+        self.rounds += 1
+        self.bytes_sent += sent * row_bytes
+        self.bytes_received += received * row_bytes
 
     def as_dict(self) -> dict[str, float]:
         d: dict[str, float] = dict(asdict(self))
@@ -106,3 +112,22 @@ def exchange(
         stats.messages_sent += int(np.count_nonzero(counts))
         stats.messages_received += int(np.count_nonzero(recv_counts))
     return recv, recv_counts
+
+
+def all_to_all_rows(send: np.ndarray, recv: np.ndarray, send_counts, recv_counts) -> None:
+    """All-to-all-v of rows whose counts both sides know: ``send`` grouped by destination
+    rank into ``recv`` grouped by source rank (one collective, no count exchange)."""
+    dist.all_to_all_single(
+        torch.from_numpy(recv),
+        torch.from_numpy(send),
+        output_split_sizes=[int(c) for c in recv_counts],
+        input_split_sizes=[int(c) for c in send_counts],
+    )
+
+
+def reduced(value: int, world: int, op) -> int:
+    """``value`` reduced over the ranks by ``op`` (collective; as is in a world of one)."""
+    t = torch.tensor([value], dtype=torch.int64)
+    if world > 1:
+        dist.all_reduce(t, op=op)
+    return int(t.item())

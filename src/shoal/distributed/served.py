@@ -10,6 +10,10 @@ layer (Md et al., SC 2021, Sec. 3) applied per block of targets under a memory b
 (MariusGNN's partition buffer, Waleffe et al., EuroSys 2023, Sec. 4); why and how it compares
 with the stored halo: docs/distributed.md#evaluation-every-engine.
 
+A layer whose message is its input row is pulled instead (:mod:`shoal.distributed.pulled`:
+the same sweep of every rank's rows, no edge bucketed, each target pulling its sources'
+rows from the step's buffers).
+
 Ranks, not parts, own rows here: a rank's parts are its rows in part order (a *served index*
 numbers every rank's rows, rank after rank). Same outputs as the stored-halo path for the same
 weights, within float tolerance (messages are summed in another order).
@@ -27,8 +31,10 @@ import torch
 import torch.distributed as dist
 
 from shoal.distributed import _served_kernels as SK
-from shoal.distributed.comm import CommStats
+from shoal.distributed._rows import OwnRows
+from shoal.distributed.comm import CommStats, all_to_all_rows, reduced
 from shoal.distributed.feature_store import owner_of
+from shoal.distributed.pulled import pullable, pulled_layer
 from shoal.distributed.runtime import DistContext
 from shoal.nn.base import SumLayer
 from shoal.store.reader import Partition
@@ -185,32 +191,6 @@ def _raw(sl: SumLayer, pre, sources, dim: int, world: int) -> np.dtype | None:
     return np.dtype(np.float16) if lo == 1 else np.dtype(np.uint16)
 
 
-def _all_to_all(send: np.ndarray, recv: np.ndarray, send_counts, recv_counts) -> None:
-    """All-to-all-v of rows: ``send`` grouped by destination rank into ``recv`` grouped by
-    source rank (counts known on both sides)."""
-    dist.all_to_all_single(
-        torch.from_numpy(recv),
-        torch.from_numpy(send),
-        output_split_sizes=[int(c) for c in recv_counts],
-        input_split_sizes=[int(c) for c in send_counts],
-    )
-
-
-def reduced(value: int, world: int, op) -> int:
-    """``value`` reduced over the ranks by ``op`` (collective; as is in a world of one)."""
-    t = torch.tensor([value], dtype=torch.int64)
-    if world > 1:
-        dist.all_reduce(t, op=op)
-    return int(t.item())
-
-
-def _tally(stats: CommStats | None, sent: int, received: int, row_bytes: int) -> None:
-    if stats is not None:
-        stats.rounds += 1
-        stats.bytes_sent += sent * row_bytes
-        stats.bytes_received += received * row_bytes
-
-
 @torch.no_grad()
 def served_layer(
     sl: SumLayer,
@@ -259,6 +239,42 @@ def served_layer(
         sources = LayerRows(rows, normalize=normalize, threads=threads, row_ids=ids)
     stored = _raw(sl, pre, sources, dim, W)
     size = 4 if stored is None else stored.itemsize
+    writers = {p.index: RowWriter(outs[p.index]) for p in parts} if outs is not None else {}
+    clock = _Clock()
+    width = max(sl.width, width_in)
+    slice_rows = max(1, _slice_bytes(budget, dim, width) // (4 * max(dim, width, 1)))
+
+    def finish(p, a: int, block: np.ndarray, acc: np.ndarray, own: np.ndarray) -> None:
+        t0 = time.perf_counter()
+        emit = None if on_output is None else on_output[p.index]
+        writer = writers.get(p.index)
+        _finish(sl, p, a, block, acc, own, graphs, slice_rows, stored, nxt, writer, emit)
+        clock.add("finish", t0)
+
+    if pullable(sl, pre):  # the message is the row: pulled, nothing bucketed
+        try:
+            pulled_layer(
+                sl,
+                parts,
+                graphs,
+                todo,
+                layout,
+                halo_served,
+                ctx,
+                sources,
+                stored,
+                dim=dim,
+                budget=budget,
+                stats=stats,
+                clock=clock,
+                finish=finish,
+            )
+        finally:
+            if sources is not None:
+                sources.close()
+            for w in writers.values():
+                w.close()
+        return
     R = reduced(sweep_rows(budget, dim, sl.width, W, size), W, dist.ReduceOp.MIN)
     steps = int(max(-(-int(n) // R) for n in layout.rank_rows)) if len(layout.rank_rows) else 0
     held = held_bytes(R, dim, max(sl.width, width_in), W, budget, size)
@@ -296,8 +312,6 @@ def served_layer(
     )
     core_deg = _core_degrees(parts, graphs)
     sweep = _Sweep(budget, dim, max(sl.width, width_in), R, stored)
-    writers = {p.index: RowWriter(outs[p.index]) for p in parts} if outs is not None else {}
-    clock = _Clock()
     try:
         for k in range(rounds):
             p, a, block = blocks[k] if k < len(blocks) else (None, 0, np.empty(0, np.int64))
@@ -318,22 +332,7 @@ def served_layer(
                 clock,
             )
             if p is not None and len(block):
-                t0 = time.perf_counter()
-                emit = None if on_output is None else on_output[p.index]
-                _finish(
-                    sl,
-                    p,
-                    a,
-                    np.asarray(block, np.int64),
-                    acc,
-                    own,
-                    graphs,
-                    sweep,
-                    nxt,
-                    writers.get(p.index),
-                    emit,
-                )
-                clock.add("finish", t0)
+                finish(p, a, np.asarray(block, np.int64), acc, own)
             # freed before the next round buckets its in-edges (the plan counts a block's
             # accumulators or its bucketing, never both, let alone two blocks')
             del acc, own
@@ -433,8 +432,9 @@ def _gather(
         got = np.empty(int(asked.sum()), OFF)
         size = OFF().itemsize  # sent as bytes: gloo has no 16-bit unsigned type
         out_ids = _by_owner(req, req_ptr, steps, W, me).view(np.uint8)
-        _all_to_all(out_ids, got.view(np.uint8), send_n * size, asked.sum(1) * size)
-        _tally(stats, int(send_n.sum()), int(asked.sum()), size)
+        all_to_all_rows(out_ids, got.view(np.uint8), send_n * size, asked.sum(1) * size)
+        if stats is not None:
+            stats.tally(int(send_n.sum()), int(asked.sum()), size)
         cut = np.concatenate([[0], np.cumsum(asked.sum(1))])
         peer = [got[cut[r] : cut[r + 1]] for r in range(W)]
     t0 = clock.add("ask", t0)
@@ -466,7 +466,7 @@ def _gather(
     half = sweep.stored == np.float16
     mtype = np.uint16 if raw else np.float32
     for (ids, s, union, lists, tg), h in _read_ahead(
-        sweep.pool, _Rows(sources, sweep.stored), pre, items(), sweep.range_bufs
+        sweep.pool, OwnRows(sources, sweep.stored), pre, items(), sweep.range_bufs
     ):
         t0 = clock.add("read wait", t0)
         hn = h.numpy().view(np.uint16) if raw else None
@@ -495,11 +495,12 @@ def _gather(
             got = sweep.buffer("recv", sum(recv_n), sl.width, mtype)
             t0 = clock.add("messages", t0)
             if raw:  # as bytes: gloo has no 16-bit unsigned type
-                _all_to_all(send.view(np.uint8), got.view(np.uint8), send_n, recv_n)
+                all_to_all_rows(send.view(np.uint8), got.view(np.uint8), send_n, recv_n)
             else:
-                _all_to_all(send, got, send_n, recv_n)
+                all_to_all_rows(send, got, send_n, recv_n)
             t0 = clock.add("exchange", t0)
-            _tally(stats, int(sum(send_n)), int(sum(recv_n)), send.itemsize * sl.width)
+            if stats is not None:
+                stats.tally(int(sum(send_n)), int(sum(recv_n)), send.itemsize * sl.width)
             at = 0
             for o in range(W):
                 n = recv_n[o]
@@ -541,23 +542,6 @@ class _Clock:
         return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
 
 
-class _Rows:
-    """A :class:`LayerRows` that may be absent (a rank without parts is never asked); with
-    ``stored``, rows are read as stored and handed over as int16 bits (torch has no uint16
-    arithmetic; the kernels view them as uint16)."""
-
-    def __init__(self, rows, stored=None) -> None:
-        self.rows = rows
-        self.stored = stored
-
-    def read(self, ids, out):
-        if self.rows is None or not len(ids):
-            return out[:0].view(np.int16) if self.stored is not None else out[:0]
-        if self.stored is not None:
-            return self.rows.read_stored(ids, out).view(np.int16)
-        return self.rows.read(ids, out)
-
-
 def _widen(rows: np.ndarray, stored: np.dtype) -> np.ndarray:
     """float32 values of 16-bit ``rows`` (uint16 bits of ``stored``: float16 or bfloat16)."""
     if stored == np.float16:
@@ -565,16 +549,17 @@ def _widen(rows: np.ndarray, stored: np.dtype) -> np.ndarray:
     return (rows.astype(np.uint32) << 16).view(np.float32)
 
 
-def _finish(sl, p, a, block, acc, own, graphs, sweep, nxt, writer, emit):
-    """Finish a block's targets slice by slice (their own rows kept from the sweep)."""
+def _finish(sl, p, a, block, acc, own, graphs, slice_rows, stored, nxt, writer, emit):
+    """Finish a block's targets ``slice_rows`` at a time (their own rows kept from the sweep,
+    16-bit bits of ``stored`` when not None)."""
     deg_t = graphs[p.index][2]
-    k = sweep.slice_rows
+    k = slice_rows
     for i in range(0, len(block), k):
         ids = block[i : i + k]
         d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
         mine = own[i : i + k]
-        if sweep.stored is not None:
-            mine = _widen(mine, sweep.stored)
+        if stored is not None:
+            mine = _widen(mine, stored)
         h = sl.finish(torch.from_numpy(acc[i : i + k]), torch.from_numpy(mine), d)
         if writer is not None:  # rows a + i.. of the compact output
             writer.write(np.arange(a + i, a + i + len(h)), (nxt(h) if nxt else h).numpy())

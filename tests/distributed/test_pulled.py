@@ -1,0 +1,119 @@
+"""Pulled served layers (shoal.distributed.pulled) against the stored-halo path, whose
+outputs tests/distributed/test_blocked.py checks against single-process evaluation: the same
+last-layer rows for every target on real processes, in one round and step or in many
+(ranks holding several parts, a rank holding none, float32 and 16-bit rows), and the
+kernel that finds each list's run per owner."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.distributed.helpers import run_world
+from tests.distributed.test_served import _graph, _outputs
+
+#: working memory in which every round of the test graph fits a pull
+ROOMY = 1 << 28
+
+
+def _counted(rank: int, world: int, store: str, part_to_rank, budget: int, normalize: bool, pull):
+    """``_outputs`` with the layers pulled (or swept, ``pull`` false), the rounds pulled on
+    this rank and the most steps a pulled round took."""
+    import shoal.distributed.pulled as P
+
+    rounds, steps = [], []
+    one = P._round
+
+    def count(*args, **kw):
+        rounds.append(1)
+        steps.append(kw["steps"])
+        return one(*args, **kw)
+
+    P._round = count
+    try:
+        got, _ = _outputs(rank, world, store, part_to_rank, budget, 8, normalize, pull=pull)
+    finally:
+        P._round = one
+    return got, (len(rounds), max(steps, default=0))
+
+
+def _compare(res, n: int) -> None:
+    """Every node's last-layer row once, pulled as by the stored-halo path."""
+    served, stored = {}, {}
+    for got, _ in res:
+        served.update(got["served"])
+        stored.update(got["stored"])
+    assert sorted(served) == sorted(stored) == list(range(n))  # every node, once
+    a = np.stack([served[v] for v in sorted(served)])
+    b = np.stack([stored[v] for v in sorted(stored)])
+    assert np.abs(b).max() > 0.1  # the outputs are not all zero
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("world", "part_to_rank", "budget"),
+    [
+        (2, [0, 1, 0], ROOMY),  # rank 0 holds two parts: a halo source may be its own row
+        (2, [0, 0], ROOMY),  # rank 1 holds nothing: it serves nothing, asks nothing, steps
+        (3, [2, 0, 1, 0], ROOMY),  # several peers per step
+        (2, [0, 1, 0], 6000),  # many rounds of many steps: cursors move on step by step
+        (3, [2, 0, 1, 0], 6000),
+    ],
+)
+def test_pulled_layers_equal_stored(make_graph, make_store, world, part_to_rank, budget):
+    g = _graph(make_graph)
+    node_part = np.random.default_rng(1).integers(0, len(part_to_rank), g.num_nodes)
+    store = str(make_store(node_part, graph=g))
+    res = run_world(_counted, world, store, part_to_rank, budget, True, True, timeout=240)
+    _compare(res, g.num_nodes)
+    pulled = [r for _, r in res]
+    assert len(set(pulled)) == 1, pulled  # every rank takes part in every round
+    rounds, steps = pulled[0]
+    if budget == ROOMY:  # a round per part of the rank with most, in a step, each layer
+        assert (rounds, steps) == (2 * max(np.bincount(part_to_rank)), 1)
+    else:
+        assert rounds > 6 and steps > 3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pulled_rows_as_stored(make_graph, tmp_path, dtype):
+    """16-bit rows, not normalised: the first layer reads, sends and sums them as stored."""
+    from shoal.partition.base import Assignment
+    from shoal.partition.io import write_assignment
+    from shoal.store import build_store
+
+    g = _graph(make_graph)
+    node_part = np.random.default_rng(1).integers(0, 3, g.num_nodes).astype(np.int32)
+    adir = tmp_path / "assign"
+    write_assignment(adir, Assignment(node_part=node_part, num_parts=3, algorithm="hand"), g)
+    store = tmp_path / "store"
+    build_store(g, adir, store, feature_dtype=dtype)
+    for budget in (ROOMY, 6000):
+        res = run_world(_counted, 2, str(store), [0, 1, 0], budget, False, True, timeout=240)
+        _compare(res, g.num_nodes)
+        assert all(rounds >= 4 for _, (rounds, _) in res)
+
+
+def test_the_ablation_sweeps_every_layer(make_graph, make_store):
+    """``PULL_ROUNDS = False``: no layer is pulled, the outputs are the same."""
+    g = _graph(make_graph)
+    node_part = np.random.default_rng(1).integers(0, 2, g.num_nodes)
+    store = str(make_store(node_part, graph=g))
+    res = run_world(_counted, 2, store, [0, 1], ROOMY, True, False, timeout=240)
+    _compare(res, g.num_nodes)
+    assert [r for _, r in res] == [(0, 0), (0, 0)]
+
+
+def test_owner_runs_of_served_lists():
+    """Each list's entries per owner rank: found when every owner's entries form one
+    non-decreasing run, refused otherwise (the lists are then sorted)."""
+    from shoal.distributed import _served_kernels as SK
+
+    rank_offset = np.array([0, 10, 20])  # rank 0 serves 0-9, rank 1 10-19
+    ptr = np.array([0, 4, 4, 7])
+    ids = np.array([12, 15, 3, 3, 5, 9, 9])  # rank 1's run, then rank 0's; nothing; rank 0's
+    cur, end = np.empty((2, 3), np.int64), np.empty((2, 3), np.int64)
+    assert SK._owner_runs(ptr, ids, rank_offset, cur, end)
+    assert cur.tolist() == [[2, 4, 4], [0, 4, 4]] and end.tolist() == [[4, 4, 7], [2, 4, 4]]
+    assert not SK._owner_runs(ptr, np.array([12, 3, 15, 3, 5, 9, 9]), rank_offset, cur, end)
+    assert not SK._owner_runs(ptr, np.array([15, 12, 3, 3, 5, 9, 9]), rank_offset, cur, end)
