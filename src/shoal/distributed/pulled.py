@@ -53,10 +53,13 @@ log = logging.getLogger(__name__)
 PULL_ROUNDS = True
 #: steps read ahead of the one being pulled (one buffer read while the other is pulled)
 READ_AHEAD = 1
-#: a step's read buffer at most (default 1 GiB; an eighth of the working memory holds every
-#: buffer of a step): fewer steps, fewer visits of every target's cursors (16 MiB steps
-#: pulled 2x slower than 1 GiB ones at 10m: docs/measurements.md)
+#: a step's read buffer at most (default 1 GiB; :data:`STEP_SHARE` bounds all of a step's
+#: buffers): fewer steps, fewer visits of every target's cursors (larger steps
+#: pulled faster: docs/measurements.md#pulled-layers-no-edge-bucketed-session-of-2026-12-01)
 STEP_BYTES = 1 << 30
+#: a step's buffers take at most 1 / STEP_SHARE of the working memory (default 8, the
+#: sweep's; 4 measured alike in 4 GiB at the quarter: docs/measurements.md)
+STEP_SHARE = 8
 #: bytes per needed source while a round is planned: its local id, its served index and
 #: its offset among its owner's rows (at most; 4 bytes each under 2**31 nodes)
 SOURCE_BYTES = 12
@@ -76,9 +79,9 @@ def _row_bytes(dim: int, size: int, world: int) -> int:
 
 
 def step_rows(budget: int, dim: int, size: int, world: int) -> int:
-    """Rows per step (before the ranks agree on the smallest): an eighth of ``budget``, a
-    read buffer of at most :data:`STEP_BYTES`."""
-    rows = budget // (8 * _row_bytes(dim, size, world))
+    """Rows per step (before the ranks agree on the smallest): buffers of ``1 /``
+    :data:`STEP_SHARE` of ``budget``, a read buffer of at most :data:`STEP_BYTES`."""
+    rows = budget // (STEP_SHARE * _row_bytes(dim, size, world))
     return max(1, min(rows, STEP_BYTES // max(size * dim, 1)))
 
 
