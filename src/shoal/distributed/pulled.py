@@ -188,7 +188,7 @@ def _served_edges(p, block, edges, layout, halo_served, me: int, total: int):
 class _DenseRows:
     """This rank's rows of a step's sorted ids, each at its offset in the step's range of
     ``R`` rows (``out[u % R]``: the pull finds a row without a slot lookup, and the rows
-    read lie densely), as stored 16-bit bits (int16, as :class:`OwnRows`) or as float32."""
+    read lie densely), as stored 16-bit bits (int16, as the sweep reads them) or as float32."""
 
     def __init__(self, sources, stored, R: int) -> None:
         self.sources, self.stored, self.R = sources, stored, R

@@ -31,7 +31,6 @@ import torch
 import torch.distributed as dist
 
 from shoal.distributed import _served_kernels as SK
-from shoal.distributed._rows import OwnRows
 from shoal.distributed.comm import CommStats, all_to_all_rows, reduced
 from shoal.distributed.feature_store import owner_of
 from shoal.distributed.pulled import pullable, pulled_layer
@@ -251,6 +250,12 @@ def served_layer(
         _finish(sl, p, a, block, acc, own, graphs, slice_rows, stored, nxt, writer, emit)
         clock.add("finish", t0)
 
+    def close() -> None:
+        if sources is not None:
+            sources.close()
+        for w in writers.values():
+            w.close()
+
     if pullable(sl, pre):  # the message is the row: pulled, nothing bucketed
         try:
             pulled_layer(
@@ -270,10 +275,7 @@ def served_layer(
                 finish=finish,
             )
         finally:
-            if sources is not None:
-                sources.close()
-            for w in writers.values():
-                w.close()
+            close()
         return
     R = reduced(sweep_rows(budget, dim, sl.width, W, size), W, dist.ReduceOp.MIN)
     steps = int(max(-(-int(n) // R) for n in layout.rank_rows)) if len(layout.rank_rows) else 0
@@ -339,10 +341,7 @@ def served_layer(
         log.info("layer of width %d done: %s", sl.width, clock)
     finally:
         sweep.close()
-        if sources is not None:
-            sources.close()
-        for w in writers.values():
-            w.close()
+        close()
 
 
 def _core_degrees(parts: list[Partition], graphs: dict[int, tuple]) -> torch.Tensor:
@@ -466,7 +465,7 @@ def _gather(
     half = sweep.stored == np.float16
     mtype = np.uint16 if raw else np.float32
     for (ids, s, union, lists, tg), h in _read_ahead(
-        sweep.pool, OwnRows(sources, sweep.stored), pre, items(), sweep.range_bufs
+        sweep.pool, _Rows(sources, sweep.stored), pre, items(), sweep.range_bufs
     ):
         t0 = clock.add("read wait", t0)
         hn = h.numpy().view(np.uint16) if raw else None
@@ -540,6 +539,23 @@ class _Clock:
 
     def __str__(self) -> str:
         return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
+
+
+class _Rows:
+    """A :class:`LayerRows` that may be absent (a rank without parts is never asked); with
+    ``stored``, rows are read as stored and handed over as int16 bits (torch has no uint16
+    arithmetic; the kernels view them as uint16)."""
+
+    def __init__(self, rows, stored=None) -> None:
+        self.rows = rows
+        self.stored = stored
+
+    def read(self, ids, out):
+        if self.rows is None or not len(ids):
+            return out[:0].view(np.int16) if self.stored is not None else out[:0]
+        if self.stored is not None:
+            return self.rows.read_stored(ids, out).view(np.int16)
+        return self.rows.read(ids, out)
 
 
 def _widen(rows: np.ndarray, stored: np.dtype) -> np.ndarray:
