@@ -18,10 +18,12 @@ each run), back to back:
 - ``partition``: ``shoal partition G --algo ldg --parts 2`` (streaming, O(V) memory);
 - ``store``: ``shoal store build G A`` (2 parts, their full in-neighbourhoods);
 - ``train``: one process, ``shoal train --graph G --model sage --fanouts 10,5 --hidden 128
-  --epochs 3 --eval-every 3 --threads 2``: exact evaluation of val and test after the third
+  --epochs 3 --eval-every 3``: exact evaluation of val and test after the third
   epoch (reused as the final evaluation when that epoch is the best);
 - ``minibatch``: the same model on 2 ranks (``--store S --engine minibatch --nproc 2``), both
-  ranks in the one group.
+  ranks in the one group. Neither passes ``--threads``: one process takes every core, each
+  rank its share (the runs before 2026-12-02 passed ``--threads 2`` to each rank, four
+  threads on two cores).
 
 A stage that writes data writes its uncapped run beside the capped one's output, records its
 files (sizes, and the metadata without paths and times) and deletes it before the capped run,
@@ -76,7 +78,7 @@ SCALES: dict[str, dict] = {
     "smoke": {"nodes": 3000, "edges": 30000, "features": 16, "classes": 8},
 }
 STAGES = ("synth", "csr", "partition", "store", "train", "minibatch")
-MODEL = ["--model", "sage", "--fanouts", "10,5", "--hidden", "128", "--threads", "2"]
+MODEL = ["--model", "sage", "--fanouts", "10,5", "--hidden", "128"]
 #: the longest a stage's run may take (seconds)
 TIMEOUT = 4 * 3600
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from shoal.cli._common import human
@@ -60,9 +59,9 @@ def _engine_plan(args: argparse.Namespace):
     from shoal.engines.autoplan import plan_engine
     from shoal.store import Store
     from shoal.training import TrainConfig
-    from shoal.utils.threads import set_threads
+    from shoal.utils.threads import set_threads, threads_per_process
 
-    set_threads(args.threads or max(1, (os.cpu_count() or 1) // args.workers))
+    set_threads(args.threads or threads_per_process(args.workers))
     kw = {k: getattr(args, k) for k in ("model", "hidden", "batch_size") if getattr(args, k)}
     if args.fanouts:
         kw["fanouts"] = args.fanouts

@@ -205,8 +205,10 @@ def _add_run_arguments(g: argparse._ArgumentGroup, d: TrainConfig) -> None:
     g.add_argument(
         "--threads",
         type=int,
-        help="torch/numba threads (default: all cores: a model step on every shape of "
-        "bench/train.py is fastest so, bench/results/train_profile.md)",
+        help="torch/numba threads of each process (default: all cores for one process, "
+        "a model step on every shape of bench/train.py is fastest so, "
+        "bench/results/train_profile.md; with --nproc or under torchrun each rank takes its "
+        "share, the cores divided by the ranks on the machine)",
     )
     g.add_argument(
         "--device",

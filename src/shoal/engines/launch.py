@@ -134,12 +134,12 @@ def _auto_engine(store: Any, tc: TrainConfig, ctx: Any) -> tuple[TrainConfig, di
 
 def worker(spec: LaunchSpec) -> int:
     """One rank: open the group, train, report (rank 0). Returns the exit code."""
-    import torch
 
     from shoal.distributed import DistConfig, process_group
+    from shoal.distributed.runtime import local_peers
     from shoal.engines.registry import get_engine
     from shoal.store import Store
-    from shoal.utils.threads import set_threads
+    from shoal.utils.threads import set_threads, threads_per_process
 
     tc = spec.train
     store = Store.open(spec.store)
@@ -147,7 +147,9 @@ def worker(spec: LaunchSpec) -> int:
         DistConfig(backend="gloo", timeout_s=tc.engine.dist_timeout, device=tc.run.device)
     ) as ctx:
         if tc.run.threads is None and ctx.world_size > 1:
-            set_threads(torch.get_num_threads())  # torchrun sets OMP_NUM_THREADS=1
+            # the ranks on this machine share its cores (torchrun's OMP_NUM_THREADS=1 left
+            # all but one idle; --threads per rank oversubscribed them: docs/measurements.md)
+            set_threads(threads_per_process(local_peers(ctx)[0]))
         else:
             set_threads(tc.run.threads)
         auto = None

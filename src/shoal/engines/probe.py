@@ -379,7 +379,7 @@ def _spawned(rank: int, world: int, port: int, store: str, config: dict, out: st
     import os
 
     from shoal.distributed import DistConfig, process_group
-    from shoal.utils.threads import set_threads
+    from shoal.utils.threads import set_threads, threads_per_process
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -388,7 +388,7 @@ def _spawned(rank: int, world: int, port: int, store: str, config: dict, out: st
         WORLD_SIZE=str(world),
         LOCAL_RANK=str(rank),
     )
-    set_threads(max(1, (os.cpu_count() or 1) // world))
+    set_threads(threads_per_process(world))
     with process_group(DistConfig(backend="gloo")) as ctx:
         c = probe_in_group(Store.open(store), TrainConfig.from_dict(config), ctx)
         if rank == 0:

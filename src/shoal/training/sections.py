@@ -312,8 +312,9 @@ class RunConfig:
             and exchanges stay on the host, batches are copied through pinned buffers
             (:class:`~shoal.training.device.DeviceFeed`), gradients of distributed engines
             are all-reduced over NCCL (default ``"cpu"``).
-        threads: torch and numba threads; None keeps the current settings (default None; under
-            several processes, torch's current setting).
+        threads: torch and numba threads of each process; None keeps the current settings
+            in one process and gives each of several ranks its share of the machine's cores
+            (:func:`shoal.utils.threads.threads_per_process`) (default None).
         progress: show tqdm bars; None = only when stderr is a terminal (default None).
         metrics_file: append one JSON line per epoch to this file (default None).
         sample_on: where the single-process trainer produces its batches: ``"host"`` (the

@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-__all__ = ["set_threads"]
+import os
+
+__all__ = ["available_cores", "set_threads", "threads_per_process"]
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or ``taskset``'s
+    share, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_process(processes: int) -> int:
+    """Each of ``processes`` processes sharing this machine's cores: its even share, at least
+    one (so the processes together never run more threads than there are cores)."""
+    return max(1, available_cores() // max(1, processes))
 
 
 def set_threads(threads: int | None) -> None:
