@@ -542,9 +542,9 @@ def test_a_chunked_pull_reads_16_bit_rows_as_stored(tmp_path, monkeypatch, dtype
 
     slots = []
 
-    def spied(code, parallel):
+    def spied(code):
         codes.append(code)
-        pull = kernel(code, parallel)
+        pull = kernel(code)
 
         def counted(*args):
             slots.append(len(args[5]))

@@ -36,7 +36,6 @@ from shoal.nn.base import SumLayer
 from shoal.rows import _kernels as RK
 from shoal.training import _kernels as BK
 from shoal.training.blocked import (
-    PULL_PARALLEL_MIN,
     _in_edges,
     _read_ahead,
     _read_only,
@@ -206,8 +205,8 @@ class _DenseRows:
 class _Pull:
     """Every target adds the rows of one owner's step range to its accumulator."""
 
-    def __init__(self, code: int, n: int, acc: np.ndarray) -> None:
-        self.kernel = BK.pull_chunk_kernel(code, n >= PULL_PARALLEL_MIN)
+    def __init__(self, code: int, acc: np.ndarray) -> None:
+        self.kernel = BK.pull_chunk_kernel(code)
         self.w = _read_only(np.empty((0, 1), np.float32))
         self.acc = acc
 
@@ -258,7 +257,7 @@ def _round(
         own = np.empty((len(block), dim), mtype)
         end = _read_only(end)
         ids = _read_only(ids)
-        pull = _Pull(0 if stored is None else (1 if stored == np.float16 else 2), len(block), acc)
+        pull = _Pull(0 if stored is None else (1 if stored == np.float16 else 2), acc)
     t0 = clock.add("renumber", t0)
     targets = block + (layout.me_base(p, me) - layout.rank_offset[me]) if has else block
     cm, ct = _cuts(plan.mine, steps, R), _cuts(targets, steps, R)

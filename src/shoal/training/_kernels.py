@@ -12,7 +12,7 @@ import numpy as np
 from numba import prange
 
 from shoal.utils._intrinsics import bfloat_to_float, half_to_float, prefetch_at, prefetch_row
-from shoal.utils.jit import parallel_and_serial
+from shoal.utils.jit import renamed
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -198,8 +198,11 @@ def _start(indptr, indices, targets, a, b, x, w):
 # the int8 scale tested inside) kept LLVM from vectorising the row and ran 3x slower (156
 # against 50 ns an edge). :func:`pull_kernel` builds each variant from one loop, its choices
 # integer constants of the closure (branches on them pruned when compiled; numba caches a
-# closure over such constants, not one over another function), the parallel and the serial
-# compilation under names of their own (:mod:`shoal.utils.jit`).
+# closure over such constants, not one over another function). Only the parallel compilation
+# is used, on one thread as on many: LLVM vectorises the row loop in numba's outlined parfor
+# body but not in a plain compilation of the same loop, which ran 2.5-4x slower per edge at
+# every size measured, 10 targets included (docs/measurements.md, "One compilation for every
+# pull").
 
 
 def _pull_loop(code: int, weighted: bool):
@@ -231,20 +234,26 @@ def _pull_loop(code: int, weighted: bool):
     return pull
 
 
-_PULLS: dict[tuple, tuple[Callable, Callable]] = {}
+_PULLS: dict[tuple, Callable] = {}
 
 
-def pull_kernel(code: int, weighted: bool, parallel: bool) -> Callable:
+def _parallel(py_func: Callable) -> Callable:
+    """``py_func`` (a loop over ``numba.prange``) compiled in parallel, cached under a name of
+    its own (:func:`shoal.utils.jit.renamed`: the earlier serial twins' entries stay apart)."""
+    return numba.njit(cache=True, parallel=True, nogil=True)(renamed(py_func, "parallel"))
+
+
+def pull_kernel(code: int, weighted: bool) -> Callable:
     """The compiled pull ``(indptr, indices, targets, x, w, scales, acc)`` for rows stored as
     ``code`` (``FeatureDtype.code``; 16-bit kinds as uint16 bits, int8 rows times
     ``scales[u]``), ``weighted`` (``w[u, 0]`` per source; else ``w`` is empty and only steers
-    the prefetching), targets in parallel or not: ``acc[i] += sum_u c_u * row(u)`` over the
+    the prefetching), targets in parallel: ``acc[i] += sum_u c_u * row(u)`` over the
     in-edges ``u -> targets[i]``."""
     key = (int(code), bool(weighted))
-    pair = _PULLS.get(key)
-    if pair is None:  # compiled when first called, each into cache entries of its own
-        pair = _PULLS[key] = parallel_and_serial(_pull_loop(*key), nogil=True)
-    return pair[0] if parallel else pair[1]
+    kernel = _PULLS.get(key)
+    if kernel is None:  # compiled when first called
+        kernel = _PULLS[key] = _parallel(_pull_loop(*key))
+    return kernel
 
 
 # ------------------------------------------------------------------ pulling chunk by chunk
@@ -357,10 +366,10 @@ def _pull_chunk_loop(code: int):
     return pull_chunk
 
 
-_PULL_CHUNKS: dict[int, tuple[Callable, Callable]] = {}
+_PULL_CHUNKS: dict[int, Callable] = {}
 
 
-def pull_chunk_kernel(code: int, parallel: bool) -> Callable:
+def pull_chunk_kernel(code: int) -> Callable:
     """The compiled chunked pull ``(cur, end, indices, lo, hi, slot, buf, w, acc)``: every
     target ``i`` adds the rows ``buf[slot[u - lo]]`` (``buf[u - lo]`` with ``slot`` empty: a
     dense chunk, no lookup an edge) of its entries ``u`` in ``[lo, hi)``
@@ -368,9 +377,7 @@ def pull_chunk_kernel(code: int, parallel: bool) -> Callable:
     ``acc[i]``, its cursor moved past them; ``buf`` float32 rows (``code`` 0) or the uint16
     bits of float16 (1) or bfloat16 (2) rows as stored: half the bytes of a chunk, twice
     the ids in its memory, half the visits of every target per pass."""
-    pair = _PULL_CHUNKS.get(int(code))
-    if pair is None:
-        pair = _PULL_CHUNKS[int(code)] = parallel_and_serial(
-            _pull_chunk_loop(int(code)), nogil=True
-        )
-    return pair[0] if parallel else pair[1]
+    kernel = _PULL_CHUNKS.get(int(code))
+    if kernel is None:
+        kernel = _PULL_CHUNKS[int(code)] = _parallel(_pull_chunk_loop(int(code)))
+    return kernel

@@ -93,8 +93,6 @@ PULL_CHUNK_BYTES = 1 << 30
 #: 71 ns an edge over 7 GB of float16 rows at the quarter of papers100M; spans of 1M-4M ids
 #: alike, docs/measurements.md); 16 bytes of cursors per target
 PULL_SPAN_BYTES = 512 << 20
-#: targets below which a pull runs on one thread (default 256)
-PULL_PARALLEL_MIN = 256
 
 
 def sum_layers(model: torch.nn.Module) -> list[SumLayer] | None:
@@ -475,13 +473,12 @@ def pull_sum(
     sc = np.empty(0, np.float32) if scales is None else np.asarray(scales, np.float32)
     if kind.itemsize == 2:
         x = x.view(np.uint16)  # float16 and bfloat16 decoded from their bits
-    parallel = len(targets) >= PULL_PARALLEL_MIN
     span = max(1, PULL_SPAN_BYTES // max(x.shape[1] * x.dtype.itemsize, 1))
     if kind.code <= 2 and x.shape[0] > 2 * span:
         cur = np.asarray(indptr[targets], np.int64)
         end = _read_only(np.asarray(indptr[targets + 1], np.int64))
         if BK._lists_sorted(cur, end, indices):  # span by span, each list's cursor moving on
-            pull = BK.pull_chunk_kernel(kind.code, parallel)
+            pull = BK.pull_chunk_kernel(kind.code)
             none = _read_only(np.empty(0, np.int64))
             for lo in range(0, x.shape[0], span):
                 hi = min(lo + span, x.shape[0])
@@ -489,7 +486,7 @@ def pull_sum(
             if not np.array_equal(cur, end):
                 raise ValueError("in-neighbour ids beyond the held rows")
             return
-    pull = BK.pull_kernel(kind.code, weights is not None, parallel)
+    pull = BK.pull_kernel(kind.code, weights is not None)
     pull(indptr, indices, targets, x, w, _read_only(sc), acc)
 
 
@@ -630,7 +627,7 @@ def _chunked_block(
         writer = RowWriter(own)
     mark, slot, size = chunks.mark, chunks.slot, chunks.rows
     ww = np.empty((0, 1), np.float32) if w is None else w.reshape(-1, 1)
-    pull = BK.pull_chunk_kernel(chunks.code, len(block) >= PULL_PARALLEL_MIN)
+    pull = BK.pull_chunk_kernel(chunks.code)
     if chunks.code:  # dense chunks of rows as stored: the own rows are kept as read
         source, encode = _StoredRows(rows, size), lambda h: h.view(own_dtype)
         at_slot = np.empty(0, np.int64)
