@@ -211,10 +211,14 @@ def needed_nodes_dist(
     empty unless ``keep_halo``)."""
     core: list[dict] = [{} for _ in range(num_layers)]
     halo: list[dict] = [{} for _ in range(num_layers)]
+    if not keep_halo:  # every level's halo entry empty, as if marked and dropped
+        halo = [{p.index: np.empty(0, np.int32) for p in parts} for _ in range(num_layers)]
     if num_layers == 0:
         return core, halo
     core[-1] = dict(targets)
-    for li in range(num_layers - 1, -1, -1):
+    # layer 0's in-neighbours only name the halo rows it reads: without keep_halo nothing
+    # below layer 1 is marked (a pass over every list layer 0 computes, for nothing)
+    for li in range(num_layers - 1, -1 if keep_halo else 0, -1):
         asks = []
         below: dict[int, np.ndarray] = {}
         for p in parts:

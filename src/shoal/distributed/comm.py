@@ -114,14 +114,19 @@ def exchange(
     return recv, recv_counts
 
 
-def all_to_all_rows(send: np.ndarray, recv: np.ndarray, send_counts, recv_counts) -> None:
+def all_to_all_rows(
+    send: np.ndarray, recv: np.ndarray, send_counts, recv_counts, *, async_op: bool = False
+):
     """All-to-all-v of rows whose counts both sides know: ``send`` grouped by destination
-    rank into ``recv`` grouped by source rank (one collective, no count exchange)."""
-    dist.all_to_all_single(
+    rank into ``recv`` grouped by source rank (one collective, no count exchange). With
+    ``async_op`` it returns the collective's work handle at once (``wait()`` before ``recv``
+    is read or ``send`` reused); else None once ``recv`` holds the rows."""
+    return dist.all_to_all_single(
         torch.from_numpy(recv),
         torch.from_numpy(send),
         output_split_sizes=[int(c) for c in recv_counts],
         input_split_sizes=[int(c) for c in send_counts],
+        async_op=async_op,
     )
 
 

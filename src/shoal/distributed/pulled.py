@@ -11,7 +11,9 @@ reading in each step only the rows its block needs and those its peers asked for
 once per round, the pull of DistDGL's KVStore, Zheng et al., IA3 2020, Sec. III-C, under
 its owner-compute rule, Sec. III-A), and every target pulls the step's rows of its sources
 from the read and received buffers, moving its cursors on
-(:func:`~shoal.training._kernels.pull_chunk_kernel`, the single-process chunked pull).
+(:func:`~shoal.training._kernels.pull_chunk_kernel`, the single-process chunked pull). A
+step's rows asked by the peers leave before the rank pulls its own (an asynchronous
+all-to-all): the exchange runs while the rank pulls, and the peers' rows are pulled after.
 Per in-edge it holds one id (4 bytes under 2**31 nodes): blocks are larger, rounds fewer.
 
 Same outputs as the sweep within float tolerance (sums run in another order).
@@ -283,27 +285,16 @@ def _round(
         lo = s * R
         if has and ct[s + 1] > ct[s]:
             RK._gather_rows(rows, targets[ct[s] : ct[s + 1]] - lo, own[ct[s] : ct[s + 1]])
-        if has and cm[s + 1] > cm[s]:
+        sent = _send(plan, ca, cw, s, lo, rows, spare, mtype, W, me) if W > 1 else None
+        t0 = clock.add("messages", t0)
+        if has and cm[s + 1] > cm[s]:  # while the peers' rows are on their way
             first = int(layout.rank_offset[me]) + lo
             pull(cur[me], end[me], ids, first, first + R, none, rows)
         t0 = clock.add("pull", t0)
-        if W == 1:
+        if sent is None:
             continue
-        send_n = [0 if r == me else int(ca[r][s + 1] - ca[r][s]) for r in range(W)]
-        recv_n = [0 if o == me else int(cw[o][s + 1] - cw[o][s]) for o in range(W)]
-        send = _buffer(spare, "send", sum(send_n), dim, mtype)
-        k = 0
-        for r in range(W):
-            if send_n[r]:
-                pos = plan.asked[r][ca[r][s] : ca[r][s + 1]] - lo
-                RK._gather_rows(rows, pos, send[k : k + send_n[r]])
-                k += send_n[r]
-        recv = _buffer(spare, "recv", sum(recv_n), dim, mtype)
-        t0 = clock.add("messages", t0)
-        if stored is not None:  # as bytes: gloo has no 16-bit unsigned type
-            all_to_all_rows(send.view(np.uint8), recv.view(np.uint8), send_n, recv_n)
-        else:
-            all_to_all_rows(send, recv, send_n, recv_n)
+        work, recv, send_n, recv_n = sent
+        work.wait()
         t0 = clock.add("exchange", t0)
         if stats is not None:
             stats.tally(sum(send_n), sum(recv_n), dim * np.dtype(mtype).itemsize)
@@ -318,6 +309,31 @@ def _round(
                 k += recv_n[o]
         t0 = clock.add("pull", t0)
     return acc, own
+
+
+def _send(plan: _Plan, ca, cw, s: int, lo: int, rows, spare: dict, mtype, W: int, me: int):
+    """Start step ``s``'s exchange (collective): the rows each peer asked of this step's
+    range gathered from ``rows`` (the step's read buffer, offset ``lo``) and sent while this
+    rank pulls its own (the pulled layer's exchange overlaps its pull); ``(work handle,
+    receive buffer, rows sent and received per rank)``."""
+    dim = rows.shape[1]
+    send_n = [0 if r == me else int(ca[r][s + 1] - ca[r][s]) for r in range(W)]
+    recv_n = [0 if o == me else int(cw[o][s + 1] - cw[o][s]) for o in range(W)]
+    send = _buffer(spare, "send", sum(send_n), dim, mtype)
+    k = 0
+    for r in range(W):
+        if send_n[r]:
+            pos = plan.asked[r][ca[r][s] : ca[r][s + 1]] - lo
+            RK._gather_rows(rows, pos, send[k : k + send_n[r]])
+            k += send_n[r]
+    recv = _buffer(spare, "recv", sum(recv_n), dim, mtype)
+    if mtype != np.float32:  # as bytes: gloo has no 16-bit unsigned type
+        work = all_to_all_rows(
+            send.view(np.uint8), recv.view(np.uint8), send_n, recv_n, async_op=True
+        )
+    else:
+        work = all_to_all_rows(send, recv, send_n, recv_n, async_op=True)
+    return work, recv, send_n, recv_n
 
 
 def _buffer(spare: dict, name: str, rows: int, cols: int, dtype) -> np.ndarray:
