@@ -285,6 +285,7 @@ def _round(
         lo = s * R
         if has and ct[s + 1] > ct[s]:
             RK._gather_rows(rows, targets[ct[s] : ct[s + 1]] - lo, own[ct[s] : ct[s + 1]])
+        t0 = clock.add("own rows", t0)
         sent = _send(plan, ca, cw, s, lo, rows, spare, mtype, W, me) if W > 1 else None
         t0 = clock.add("messages", t0)
         if has and cm[s + 1] > cm[s]:  # while the peers' rows are on their way
@@ -304,6 +305,7 @@ def _round(
                 dense = _buffer(spare, "dense", R, dim, mtype)
                 at = plan.want[o][cw[o][s] : cw[o][s + 1]] - lo
                 SK._scatter_rows(recv[k : k + recv_n[o]], at, dense)
+                t0 = clock.add("place", t0)
                 first = int(layout.rank_offset[o]) + lo
                 pull(cur[o], end[o], ids, first, first + R, none, dense)
                 k += recv_n[o]
