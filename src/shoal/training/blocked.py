@@ -349,11 +349,9 @@ def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, always
         BK._copy_lists(indptr, indices, np.asarray(nodes, np.int64), ptr, src)
         return ptr, src
     for a, b, lo, span in _spans(indptr, indices, nodes):
-        starts = np.asarray(indptr[nodes[a:b]], np.int64) - lo
-        lens = deg[a:b]
-        # positions in the span of every in-edge of nodes[a:b], in order
-        at = np.repeat(starts - (ptr[a:b] - ptr[a]), lens) + np.arange(ptr[b] - ptr[a])
-        src[ptr[a] : ptr[b]] = span[at]
+        starts = np.asarray(indptr[nodes[a:b]], np.int64) - lo  # each list's start in span
+        at = np.arange(b - a, dtype=np.int64)
+        BK._copy_lists(starts, span, at, ptr[a : b + 1] - ptr[a], src[ptr[a] : ptr[b]])
     return ptr, src
 
 
