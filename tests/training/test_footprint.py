@@ -57,14 +57,22 @@ def test_the_evaluation_budget_is_measured_beside_mapped_data(monkeypatch):
 
 def test_the_evaluation_budget_grows_when_memory_is_freed():
     """Measured on this process: freeing 64 MiB raises the evaluation's budget by about
-    that much (the plan's shares would not see it)."""
+    that much (the plan's shares would not see it). The footprint counts shared library
+    pages by this process's share, which moves when other processes (the suite's other
+    workers, a test's ranks) map or unmap the same libraries meanwhile: the best of three
+    tries is compared (a budget blind to freed memory fails all three)."""
     if budget.process_footprint() < 0:
         pytest.skip("no /proc/self/status on this system")
-    block = np.ones(64 << 20, dtype=np.uint8)
-    held, _ = fp.measured_eval_budget(8 << 30, 0)
-    del block
-    freed, _ = fp.measured_eval_budget(8 << 30, 0)
-    assert freed - held >= 56 << 20
+    grown = []
+    for _ in range(3):
+        block = np.ones(64 << 20, dtype=np.uint8)
+        held, _ = fp.measured_eval_budget(8 << 30, 0)
+        del block
+        freed, _ = fp.measured_eval_budget(8 << 30, 0)
+        grown.append(freed - held)
+        if grown[-1] >= 56 << 20:
+            break
+    assert max(grown) >= 56 << 20, grown
 
 
 def test_the_evaluations_working_memory_is_the_measured_headroom():
