@@ -16,24 +16,44 @@ from tests.distributed.test_served import _graph, _outputs
 ROOMY = 1 << 28
 
 
-def _counted(rank: int, world: int, store: str, part_to_rank, budget: int, normalize: bool, pull):
-    """``_outputs`` with the layers pulled (or swept, ``pull`` false), the rounds pulled on
-    this rank and the most steps a pulled round took."""
+def _counted(
+    rank: int,
+    world: int,
+    store: str,
+    part_to_rank,
+    budget: int,
+    normalize: bool,
+    pull,
+    sums: bool = True,
+    chunk: int = 0,
+):
+    """``_outputs`` with the layers pulled (or swept, ``pull`` false; the owners summing,
+    or the rows sent, ``sums`` false), the rounds pulled on this rank and the most steps a
+    pulled round took. ``chunk``: partial sums sent this many targets at a time (0: as
+    set)."""
     import shoal.distributed.pulled as P
+    import shoal.distributed.pulled_sums as PS
 
+    P.PARTIAL_SUMS = sums
+    PS.SUM_CHUNK = chunk or PS.SUM_CHUNK
     rounds, steps = [], []
-    one = P._round
+    kept = {name: getattr(P, name) for name in ("rows_round", "sums_round")}
 
-    def count(*args, **kw):
-        rounds.append(1)
-        steps.append(kw["steps"])
-        return one(*args, **kw)
+    def counted(one):
+        def count(*args, **kw):
+            rounds.append(1)
+            steps.append(kw["steps"])
+            return one(*args, **kw)
 
-    P._round = count
+        return count
+
+    for name, one in kept.items():
+        setattr(P, name, counted(one))
     try:
         got, _ = _outputs(rank, world, store, part_to_rank, budget, 8, normalize, pull=pull)
     finally:
-        P._round = one
+        for name, one in kept.items():
+            setattr(P, name, one)
     return got, (len(rounds), max(steps, default=0))
 
 
@@ -64,15 +84,34 @@ def test_pulled_layers_equal_stored(make_graph, make_store, world, part_to_rank,
     g = _graph(make_graph)
     node_part = np.random.default_rng(1).integers(0, len(part_to_rank), g.num_nodes)
     store = str(make_store(node_part, graph=g))
-    res = run_world(_counted, world, store, part_to_rank, budget, True, True, timeout=240)
+    # partial sums sent back 7 targets at a time: a block in many chunks
+    res = run_world(_counted, world, store, part_to_rank, budget, True, True, True, 7, timeout=240)
     _compare(res, g.num_nodes)
     pulled = [r for _, r in res]
-    assert len(set(pulled)) == 1, pulled  # every rank takes part in every round
-    rounds, steps = pulled[0]
+    assert len({rounds for rounds, _ in pulled}) == 1, pulled  # every rank in every round
+    holds = np.bincount(part_to_rank, minlength=world) > 0
+    rounds = pulled[0][0]
+    steps = max(s for _, s in pulled)
     if budget == ROOMY:  # a round per part of the rank with most, in a step, each layer
-        assert (rounds, steps) == (2 * max(np.bincount(part_to_rank)), 1)
+        assert rounds == 2 * max(np.bincount(part_to_rank))
+        # each rank steps over its own rows alone (owners sum): none without rows
+        assert [s for _, s in pulled] == [int(h) for h in holds]
     else:
         assert rounds > 6 and steps > 3
+
+
+def test_rows_pulled_in_lockstep(make_graph, make_store):
+    """``PARTIAL_SUMS = False`` (the ablation: rows sent to the targets' ranks every step):
+    the same outputs, every rank stepping together, a rank without rows too."""
+    g = _graph(make_graph)
+    for part_to_rank, budget in (([0, 1, 0], 6000), ([0, 0], ROOMY)):
+        node_part = np.random.default_rng(1).integers(0, len(part_to_rank), g.num_nodes)
+        store = str(make_store(node_part, graph=g))
+        res = run_world(_counted, 2, store, part_to_rank, budget, True, True, False, timeout=240)
+        _compare(res, g.num_nodes)
+        pulled = [r for _, r in res]
+        assert len(set(pulled)) == 1, pulled
+        assert pulled[0][1] > (3 if budget < ROOMY else 0)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -117,3 +156,17 @@ def test_owner_runs_of_served_lists():
     assert cur.tolist() == [[2, 4, 4], [0, 4, 4]] and end.tolist() == [[4, 4, 7], [2, 4, 4]]
     assert not SK._owner_runs(ptr, np.array([12, 3, 15, 3, 5, 9, 9]), rank_offset, cur, end)
     assert not SK._owner_runs(ptr, np.array([15, 12, 3, 3, 5, 9, 9]), rank_offset, cur, end)
+
+
+def test_owner_lists_of_runs():
+    """The runs of every owner, owner by owner in the order given, as offsets among the
+    owner's rows; a target with nothing from an owner adds nothing."""
+    from shoal.distributed import _served_kernels as SK
+
+    rank_offset = np.array([0, 10, 20])
+    ids = np.array([12, 15, 3, 3, 5, 9, 9])
+    cur = np.array([[2, 4, 4], [0, 4, 4]])
+    end = np.array([[4, 4, 7], [2, 4, 4]])
+    out = np.full(7, -1, np.int32)
+    SK._owner_lists(ids, cur, end, np.array([1, 0]), rank_offset, out)
+    assert out.tolist() == [2, 5, 3, 3, 5, 9, 9]  # rank 1's (12, 15 - 10), then rank 0's

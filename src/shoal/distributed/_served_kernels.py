@@ -92,6 +92,20 @@ def _mark_sources(idx, mark):
 
 
 @numba.njit(cache=True, nogil=True)
+def _owner_lists(ids, cur, end, order, rank_offset, out):
+    """Each owner's runs ``ids[cur[o, i]:end[o, i]]`` (served indices) as offsets among its
+    rows (``- rank_offset[o]``) into ``out``, owner by owner in ``order``, targets in order."""
+    k = 0
+    for j in range(order.shape[0]):
+        o = order[j]
+        base = rank_offset[o]
+        for i in range(cur.shape[1]):
+            for e in range(cur[o, i], end[o, i]):
+                out[k] = ids[e] - base
+                k += 1
+
+
+@numba.njit(cache=True, nogil=True)
 def _to_served(ids, num_core, me_base, halo_served):
     """``ids[e]`` (a part's local ids: core, then halo) -> its served index, in place."""
     for e in range(ids.shape[0]):

@@ -1,4 +1,4 @@
-"""Served layers whose message is the input row: every target pulls its sources' rows.
+"""Served layers whose message is the input row: sums over the sources' own rows.
 
 The sweep (:mod:`shoal.distributed.served`) buckets every in-edge of a block by (step,
 owner), numbers each bucket's sources, and scatter-adds each edge's message when its step
@@ -6,15 +6,26 @@ comes: ~10 bytes and two passes per in-edge before a row is added. When a layer'
 its input row itself (:attr:`SumLayer.linear` without a ``scale``, no ``pre``, as GraphSAGE's
 and GIN's sums), no message needs computing, so no edge needs bucketing: a block's in-edges
 are renumbered once to their sources' served indices and kept sorted per owner, one cursor
-per target and owner; every rank then sweeps its own rows in steps as the sweep does,
-reading in each step only the rows its block needs and those its peers asked for (asked
-once per round, the pull of DistDGL's KVStore, Zheng et al., IA3 2020, Sec. III-C, under
-its owner-compute rule, Sec. III-A), and every target pulls the step's rows of its sources
-from the read and received buffers, moving its cursors on
-(:func:`~shoal.training._kernels.pull_chunk_kernel`, the single-process chunked pull). A
-step's rows asked by the peers leave before the rank pulls its own (an asynchronous
-all-to-all): the exchange runs while the rank pulls, and the peers' rows are pulled after.
-Per in-edge it holds one id (4 bytes under 2**31 nodes): blocks are larger, rounds fewer.
+per target and owner, and every rank sweeps its own rows in steps, reading in each step
+only the rows some list needs, while every target's cursor moves over the step's rows
+(:func:`~shoal.training._kernels.pull_chunk_kernel`, the single-process chunked pull).
+
+Two ways to bring a target and its sources' rows together (:data:`PARTIAL_SUMS`):
+
+- **owners sum** (default): a round's lists go, owner by owner, to the ranks that own their
+  sources (4 bytes an in-edge, once); each rank pulls every rank's lists over its own rows
+  alone, into an accumulator per target of every block, and sends each peer its targets'
+  partial sums at the end of the round (a float32 row per target and owner), where they are
+  added; NeutronStar's mirrors sum for their master the same way (Wang et al., SIGMOD 2022,
+  Sec. 4.2, Fig. 7: gradients there, a forward sum here). Between a round's two exchanges the
+  ranks do not wait for each other; a step needs no buffers for the peers' rows, so steps
+  are larger and each target's accumulator, loaded and stored once per step with an entry
+  in it, is visited in fewer steps;
+- **rows sent** (the ablation): every step, each rank sends the rows of its step's range
+  that the peers' blocks need (asked once per round: the pull of DistDGL's KVStore, Zheng
+  et al., IA3 2020, Sec. III-C, under its owner-compute rule, Sec. III-A), the ranks
+  stepping together; a step's rows leave before the rank pulls its own (an asynchronous
+  all-to-all) and the peers' rows are pulled after.
 
 Same outputs as the sweep within float tolerance (sums run in another order).
 """
@@ -22,28 +33,20 @@ Same outputs as the sweep within float tolerance (sums run in another order).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from shoal.distributed import _served_kernels as SK
-from shoal.distributed.comm import CommStats, all_to_all_rows, reduced
+from shoal.distributed.comm import CommStats, reduced
+from shoal.distributed.pulled_rows import rows_round
+from shoal.distributed.pulled_sums import SUM_CHUNK, sums_round
 from shoal.distributed.runtime import DistContext
 from shoal.nn.base import SumLayer
-from shoal.rows import _kernels as RK
-from shoal.training import _kernels as BK
-from shoal.training.blocked import (
-    _in_edges,
-    _read_ahead,
-    _read_only,
-    id_dtype,
-)
-from shoal.utils.memory import huge_empty, huge_zeros
+from shoal.training.blocked import id_dtype
+from shoal.utils.memory import huge_empty
 
 __all__ = ["PULL_ROUNDS", "pullable", "pulled_layer", "step_rows"]
 
@@ -52,6 +55,15 @@ log = logging.getLogger(__name__)
 #: whether layers whose message is the row are pulled (default True; False sweeps them as
 #: every other layer: the ablation, and how tests exercise the sweep on such layers)
 PULL_ROUNDS = True
+#: whether each rank sums its own rows for every rank's targets (default True: a round sends
+#: every owner the in-edges of the block whose sources it owns, each rank pulls those over its
+#: own rows alone, and each target's partial sum comes back once a round, as NeutronStar's
+#: mirrors send their partial aggregates to the master, Wang et al., SIGMOD 2022, Sec. 4.2,
+#: Fig. 7; False: the rows a block needs are sent to it every step and pulled there, DistDGL's
+#: pull: the ablation). Partial sums move a row per target and owner, not per source row
+#: asked, and a rank's steps need no buffers for its peers' rows: steps are larger, each
+#: target's accumulator visited in fewer of them
+PARTIAL_SUMS = True
 #: steps read ahead of the one being pulled (one buffer read while the other is pulled)
 READ_AHEAD = 1
 #: a step's read buffer at most (default 1 GiB; :data:`STEP_SHARE` bounds all of a step's
@@ -71,70 +83,22 @@ def pullable(sl: SumLayer, pre) -> bool:
     return PULL_ROUNDS and sl.linear and sl.scale is None and pre is None
 
 
-def _row_bytes(dim: int, size: int, world: int) -> int:
-    """Bytes per row of a step: the read buffers, those sent and received (one range of each
-    peer at most) and a peer's laid out by offset, float32 rows' read before they are laid
-    out (:class:`_DenseRows`), and the step's marks."""
+def _row_bytes(dim: int, size: int, world: int, sums: bool = False) -> int:
+    """Bytes per row of a step: the read buffers, float32 rows' read before they are laid
+    out (:class:`_DenseRows`) and, unless the owners sum (``sums``), those sent and received
+    (one range of each peer at most), a peer's laid out by offset and the step's marks."""
+    if sums:
+        return size * dim * (READ_AHEAD + 1 + (size == 4))
     peers = max(world - 1, 1)
     return size * dim * (READ_AHEAD + 2 + 2 * peers + (size == 4)) + 1
 
 
-def step_rows(budget: int, dim: int, size: int, world: int) -> int:
-    """Rows per step (before the ranks agree on the smallest): buffers of ``1 /``
-    :data:`STEP_SHARE` of ``budget``, a read buffer of at most :data:`STEP_BYTES`."""
-    rows = budget // (STEP_SHARE * _row_bytes(dim, size, world))
+def step_rows(budget: int, dim: int, size: int, world: int, sums: bool = False) -> int:
+    """Rows per step (before the ranks agree on the smallest, unless the owners sum):
+    buffers of ``1 /`` :data:`STEP_SHARE` of ``budget``, a read buffer of at most
+    :data:`STEP_BYTES`."""
+    rows = budget // (STEP_SHARE * _row_bytes(dim, size, world, sums))
     return max(1, min(rows, STEP_BYTES // max(size * dim, 1)))
-
-
-@dataclass
-class _Plan:
-    """A rank's round: its block's sources split into its own rows (served-local, sorted:
-    ``mine``) and the rows it asks each owner for (``want[o]``, the owner's local rows,
-    sorted); ``asked[r]``: the rows rank ``r`` asks of this one."""
-
-    mine: np.ndarray
-    want: list
-    asked: list
-
-
-def _plan(p, block, edges, layout, halo_served, ctx, stats) -> _Plan:
-    """Mark the block's sources, split them by owner and ask the owners (collective)."""
-    W, me = ctx.world_size, ctx.rank
-    off = id_dtype(int(layout.rank_rows.max(initial=1)))  # offsets among a rank's rows
-    empty = np.empty(0, off)
-    want, mine = [empty] * W, empty
-    if p is not None and len(block):
-        hs = halo_served[p.index]
-        mark = np.zeros(p.num_core + len(hs), np.bool_)
-        SK._mark_sources(edges[1], mark)
-        need = _marked(mark, id_dtype(len(mark)))
-        del mark
-        split = int(np.searchsorted(need, p.num_core))
-        core = need[:split].astype(off)
-        core += layout.me_base(p, me) - layout.rank_offset[me]
-        served = hs[need[split:] - p.num_core]
-        del need
-        if len(served) > 1 and bool((served[1:] < served[:-1]).any()):
-            served.sort()  # (already sorted when the halo ids are by one part's rows)
-        cut = np.searchsorted(served, layout.rank_offset)
-        want = [(served[cut[o] : cut[o + 1]] - layout.rank_offset[o]).astype(off) for o in range(W)]
-        del served
-        mine = np.union1d(core, want[me]).astype(off) if len(want[me]) else core
-        want[me] = empty
-    asked = [empty] * W
-    if W > 1:
-        counts = torch.tensor([len(w) for w in want], dtype=torch.int64)
-        got_n = torch.empty_like(counts)
-        dist.all_to_all_single(got_n, counts)
-        recv_n = got_n.tolist()
-        out = np.concatenate(want)
-        got = np.empty(sum(recv_n), off)
-        all_to_all_rows(out, got, [len(w) for w in want], recv_n)
-        if stats is not None:
-            stats.tally(len(out), len(got), got.itemsize)
-        cut = np.concatenate([[0], np.cumsum(recv_n)])
-        asked = [got[cut[r] : cut[r + 1]] for r in range(W)]
-    return _Plan(mine, want, asked)
 
 
 def _two_phase_blocks(indptr, targets, phases, budget: int) -> list:
@@ -150,200 +114,6 @@ def _two_phase_blocks(indptr, targets, phases, budget: int) -> list:
         )
         bounds.append(max(b, a + 1))
     return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-def _marked(mark: np.ndarray, dtype, step: int = 1 << 24) -> np.ndarray:
-    """The positions of ``mark``'s true entries, ascending, as ``dtype`` (found ``step``
-    entries at a time: no int64 array over all of them)."""
-    out = np.empty(int(np.count_nonzero(mark)), dtype)
-    at = 0
-    for a in range(0, len(mark), step):
-        got = np.flatnonzero(mark[a : a + step])
-        out[at : at + len(got)] = got + a
-        at += len(got)
-    return out
-
-
-def _cuts(ids: np.ndarray, steps: int, R: int) -> np.ndarray:
-    """Where each step's range of ``R`` rows starts among the sorted ``ids``."""
-    return np.searchsorted(ids, np.arange(steps + 1, dtype=np.int64) * R)
-
-
-def _served_edges(p, block, edges, layout, halo_served, me: int, total: int):
-    """The block's in-edges renumbered to their sources' served indices, each list sorted
-    within each owner's run, and the runs: ``(ptr, ids, cur, end)`` with ``cur[o][i]`` /
-    ``end[o][i]`` target ``i``'s entries from owner ``o``."""
-    ptr, ids = edges
-    if ids.dtype.itemsize < np.dtype(id_dtype(total)).itemsize:
-        ids = ids.astype(id_dtype(total))
-    SK._to_served(ids, p.num_core, layout.me_base(p, me), halo_served[p.index])
-    W = len(layout.rank_offset) - 1
-    cur = np.empty((W, len(block)), np.int64)
-    end = np.empty((W, len(block)), np.int64)
-    if not SK._owner_runs(ptr, ids, layout.rank_offset, cur, end):
-        BK._sort_lists(ptr, ids)  # (a rank of several parts: halo ids by global id)
-        SK._owner_runs(ptr, ids, layout.rank_offset, cur, end)
-    return ptr, ids, cur, end
-
-
-class _DenseRows:
-    """This rank's rows of a step's sorted ids, each at its offset in the step's range of
-    ``R`` rows (``out[u % R]``: the pull finds a row without a slot lookup, and the rows
-    read lie densely), as stored 16-bit bits (int16, as the sweep reads them) or as float32."""
-
-    def __init__(self, sources, stored, R: int) -> None:
-        self.sources, self.stored, self.R = sources, stored, R
-
-    def read(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
-        if self.sources is None or not len(ids):
-            return out.view(np.int16) if self.stored is not None else out
-        dest = ids - (int(ids[0]) // self.R) * self.R
-        if self.stored is not None:
-            return self.sources.read_stored(ids, out, dest).view(np.int16)
-        out[dest] = self.sources.read(ids)
-        return out
-
-
-class _Pull:
-    """Every target adds the rows of one owner's step range to its accumulator."""
-
-    def __init__(self, code: int, acc: np.ndarray) -> None:
-        self.kernel = BK.pull_chunk_kernel(code)
-        self.w = _read_only(np.empty((0, 1), np.float32))
-        self.acc = acc
-
-    def __call__(self, cur, end, ids, lo: int, hi: int, slot, rows) -> None:
-        self.kernel(cur, end, ids, lo, hi, _read_only(slot), _read_only(rows), self.w, self.acc)
-
-
-def _round(
-    p,
-    block: np.ndarray,
-    graphs,
-    layout,
-    halo_served,
-    ctx: DistContext,
-    sources,
-    stored,
-    bufs: list,
-    spare: dict,
-    pool,
-    *,
-    R: int,
-    steps: int,
-    width: int,
-    stats: CommStats | None,
-    clock,
-):
-    """One round (module docstring); collective. ``bufs``: the reused read buffers of ``R``
-    rows, ``spare`` the reused send and receive buffers by name. Returns the block's
-    accumulators and its targets' own rows (16-bit bits when ``stored``, as the sweep's)."""
-    W, me = ctx.world_size, ctx.rank
-    t0 = time.perf_counter()
-    mtype = np.uint16 if stored is not None else np.float32
-    dim = bufs[0].shape[1]
-    has = p is not None and len(block) > 0
-    edges = None
-    if has:
-        indptr, indices, _ = graphs[p.index]
-        edges = _in_edges(indptr, indices, block, always=True)
-    plan = _plan(p, block, edges, layout, halo_served, ctx, stats)
-    t0 = clock.add("plan", t0)
-    ptr = ids = cur = end = None
-    acc = own = None
-    if has:
-        total = int(layout.rank_offset[-1])
-        ptr, ids, cur, end = _served_edges(p, block, edges, layout, halo_served, me, total)
-        del edges
-        acc = huge_zeros((len(block), width), np.float32)
-        own = np.empty((len(block), dim), mtype)
-        end = _read_only(end)
-        ids = _read_only(ids)
-        pull = _Pull(0 if stored is None else (1 if stored == np.float16 else 2), acc)
-    t0 = clock.add("renumber", t0)
-    targets = block + (layout.me_base(p, me) - layout.rank_offset[me]) if has else block
-    cm, ct = _cuts(plan.mine, steps, R), _cuts(targets, steps, R)
-    ca = [_cuts(plan.asked[r], steps, R) for r in range(W)]
-    cw = [_cuts(plan.want[o], steps, R) for o in range(W)]
-    mark = np.zeros(R, np.bool_)
-
-    def items():  # each step's rows to read, ascending
-        for s in range(steps):
-            lo = s * R
-            pieces = [plan.mine[cm[s] : cm[s + 1]], targets[ct[s] : ct[s + 1]]]
-            pieces += [plan.asked[r][ca[r][s] : ca[r][s + 1]] for r in range(W) if r != me]
-            for x in pieces:  # marks, not a sort: R entries a step
-                mark[x - lo] = True
-            off = np.flatnonzero(mark)
-            mark[off] = False
-            yield off + lo, s
-
-    none = np.empty(0, np.int64)  # no slots: a step's rows lie densely by offset
-    for (_, s), h in _read_ahead(pool, _DenseRows(sources, stored, R), None, items(), bufs):
-        t0 = clock.add("read wait", t0)
-        rows = h.numpy().view(np.uint16) if stored is not None else h.numpy()
-        lo = s * R
-        if has and ct[s + 1] > ct[s]:
-            RK._gather_rows(rows, targets[ct[s] : ct[s + 1]] - lo, own[ct[s] : ct[s + 1]])
-        t0 = clock.add("own rows", t0)
-        sent = _send(plan, ca, cw, s, lo, rows, spare, mtype, W, me) if W > 1 else None
-        t0 = clock.add("messages", t0)
-        if has and cm[s + 1] > cm[s]:  # while the peers' rows are on their way
-            first = int(layout.rank_offset[me]) + lo
-            pull(cur[me], end[me], ids, first, first + R, none, rows)
-        t0 = clock.add("pull", t0)
-        if sent is None:
-            continue
-        work, recv, send_n, recv_n = sent
-        work.wait()
-        t0 = clock.add("exchange", t0)
-        if stats is not None:
-            stats.tally(sum(send_n), sum(recv_n), dim * np.dtype(mtype).itemsize)
-        k = 0
-        for o in range(W):
-            if recv_n[o]:  # laid out densely by offset, as this rank's own
-                dense = _buffer(spare, "dense", R, dim, mtype)
-                at = plan.want[o][cw[o][s] : cw[o][s + 1]] - lo
-                SK._scatter_rows(recv[k : k + recv_n[o]], at, dense)
-                t0 = clock.add("place", t0)
-                first = int(layout.rank_offset[o]) + lo
-                pull(cur[o], end[o], ids, first, first + R, none, dense)
-                k += recv_n[o]
-        t0 = clock.add("pull", t0)
-    return acc, own
-
-
-def _send(plan: _Plan, ca, cw, s: int, lo: int, rows, spare: dict, mtype, W: int, me: int):
-    """Start step ``s``'s exchange (collective): the rows each peer asked of this step's
-    range gathered from ``rows`` (the step's read buffer, offset ``lo``) and sent while this
-    rank pulls its own (the pulled layer's exchange overlaps its pull); ``(work handle,
-    receive buffer, rows sent and received per rank)``."""
-    dim = rows.shape[1]
-    send_n = [0 if r == me else int(ca[r][s + 1] - ca[r][s]) for r in range(W)]
-    recv_n = [0 if o == me else int(cw[o][s + 1] - cw[o][s]) for o in range(W)]
-    send = _buffer(spare, "send", sum(send_n), dim, mtype)
-    k = 0
-    for r in range(W):
-        if send_n[r]:
-            pos = plan.asked[r][ca[r][s] : ca[r][s + 1]] - lo
-            RK._gather_rows(rows, pos, send[k : k + send_n[r]])
-            k += send_n[r]
-    recv = _buffer(spare, "recv", sum(recv_n), dim, mtype)
-    if mtype != np.float32:  # as bytes: gloo has no 16-bit unsigned type
-        work = all_to_all_rows(
-            send.view(np.uint8), recv.view(np.uint8), send_n, recv_n, async_op=True
-        )
-    else:
-        work = all_to_all_rows(send, recv, send_n, recv_n, async_op=True)
-    return work, recv, send_n, recv_n
-
-
-def _buffer(spare: dict, name: str, rows: int, cols: int, dtype) -> np.ndarray:
-    """A reused ``(rows, cols)`` buffer kept in ``spare``, grown when needed."""
-    buf = spare.get(name)
-    if buf is None or buf.shape[0] < rows or buf.shape[1] != cols or buf.dtype != dtype:
-        buf = spare[name] = huge_empty((max(rows, 1), cols), dtype)
-    return buf[:rows]
 
 
 @torch.no_grad()
@@ -370,22 +140,41 @@ def pulled_layer(
     (None: float32); ``finish(p, a, block, acc, own)`` finishes a block's targets."""
     W, me = ctx.world_size, ctx.rank
     size = 4 if stored is None else np.dtype(stored).itemsize
-    R = reduced(step_rows(budget, dim, size, W), W, dist.ReduceOp.MIN)
-    R = max(1, min(R, int(layout.rank_rows.max(initial=1))))
-    steps = int(max(-(-int(n) // R) for n in layout.rank_rows)) if len(layout.rank_rows) else 0
-    held = R * _row_bytes(dim, size, W)
-    # beside the blocks: a round's marks (a byte per local id of a part) and the ids the
-    # peers ask of this rank (every row of it at most)
-    local = max((p.num_core + len(halo_served[p.index]) for p in parts), default=0)
+    sums = PARTIAL_SUMS and W > 1
+    R = step_rows(budget, dim, size, W, sums)
+    if not sums:  # the ranks step together
+        R = reduced(R, W, dist.ReduceOp.MIN)
+    mine = int(layout.rank_rows[me]) if len(layout.rank_rows) else 0
+    R = max(1, min(R, mine if sums else int(layout.rank_rows.max(initial=1))))
+    if sums:  # each rank its own steps
+        steps = -(-mine // R)
+    else:
+        steps = int(max(-(-int(n) // R) for n in layout.rank_rows)) if len(layout.rank_rows) else 0
+    held = R * _row_bytes(dim, size, W, sums)
     off = np.dtype(id_dtype(int(layout.rank_rows.max(initial=1)))).itemsize
-    fixed = local + off * int(layout.rank_rows[me] if parts else 0)
-    free = max(budget - held - fixed, 1)
     edge = np.dtype(id_dtype(int(layout.rank_offset[-1]))).itemsize
-    # while a block is planned (its in-edges, their distinct sources in three arrays at most
-    # at once) and while it is pulled (its in-edges and sources' ids, per target its list
-    # start, cursors, accumulator and own row): each phase within the working memory
-    planned = (8, edge + SOURCE_BYTES)
-    pulling = (8 + 16 * W + 4 * sl.width + size * dim, edge + off)
+    if sums:
+        # beside the blocks: the marks of the rows a round reads (a byte per row of this
+        # rank) and the chunks of partial sums sent and received
+        fixed = mine + 2 * SUM_CHUNK * max(W - 1, 1) * 4 * sl.width
+        # while a block's lists are made (its in-edges as read and renumbered, per target
+        # its list start, runs and counts, then the lists by owner: flat ids, a received
+        # peer's as many) and while it is pulled (per target and rank, the block's and the
+        # peers' as large, a list start, a cursor and an accumulator; its own row; per
+        # in-edge an id, as many of the peers' lists over this rank's rows)
+        planned = (8 + 24 * W, edge + 2 * off)
+        pulling = (W * (16 + 4 * sl.width) + size * dim, 2 * off)
+    else:
+        # beside the blocks: a round's marks (a byte per local id of a part) and the ids the
+        # peers ask of this rank (every row of it at most)
+        local = max((p.num_core + len(halo_served[p.index]) for p in parts), default=0)
+        fixed = local + off * mine
+        # while a block is planned (its in-edges, their distinct sources in three arrays at
+        # most at once) and while it is pulled (its in-edges and sources' ids, per target its
+        # list start, cursors, accumulator and own row): each phase within the working memory
+        planned = (8, edge + SOURCE_BYTES)
+        pulling = (8 + 16 * W + 4 * sl.width + size * dim, edge + off)
+    free = max(budget - held - fixed, 1)
     blocks = []
     for p in parts:
         ids = np.asarray(todo[p.index])
@@ -394,15 +183,16 @@ def pulled_layer(
     rounds = reduced(len(blocks), W, dist.ReduceOp.MAX)
     log.info(
         "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
-        "ranks, each target pulling its sources' rows%s as each round sweeps this rank's %d "
-        "rows in %d steps of %d rows (%.0f MiB of working memory, %.0f MiB of it buffers)",
+        "ranks, each target %s%s as each round sweeps this rank's %d rows in %d steps of %d "
+        "rows (%.0f MiB of working memory, %.0f MiB of it buffers)",
         sl.width,
         sum(len(todo[p.index]) for p in parts),
         len(blocks),
         max((len(b[2]) for b in blocks), default=0),
         rounds,
+        "summed by its sources' owners" if sums else "pulling its sources' rows",
         "" if stored is None else f" as stored {np.dtype(stored).name}",
-        int(layout.rank_rows[me]) if len(layout.rank_rows) else 0,
+        mine,
         steps,
         R,
         budget / 2**20,
@@ -416,7 +206,7 @@ def pulled_layer(
         for k in range(rounds):
             p, a, block = blocks[k] if k < len(blocks) else (None, 0, np.empty(0, np.int64))
             block = np.asarray(block, np.int64)
-            acc, own = _round(
+            acc, own = (sums_round if sums else rows_round)(
                 p,
                 block,
                 graphs,
