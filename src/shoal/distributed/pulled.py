@@ -101,9 +101,9 @@ def step_rows(budget: int, dim: int, size: int, world: int, sums: bool = False) 
     return max(1, min(rows, STEP_BYTES // max(size * dim, 1)))
 
 
-def _two_phase_blocks(indptr, targets, phases, budget: int) -> list:
+def _two_phase_blocks(indptr, targets, phases, budget: int, most: int | None = None) -> list:
     """Consecutive blocks of ``targets`` each of whose ``phases`` ``(per target, per
-    in-edge)`` bytes stay within ``budget`` (at least one target a block)."""
+    in-edge)`` bytes stay within ``budget`` (at least one target a block, at most ``most``)."""
     d = np.asarray(indptr[targets + 1], np.int64) - np.asarray(indptr[targets], np.int64)
     costs = [np.cumsum(d * e + t) for t, e in phases]
     bounds = [0]
@@ -112,8 +112,21 @@ def _two_phase_blocks(indptr, targets, phases, budget: int) -> list:
         b = min(
             int(np.searchsorted(c, (c[a - 1] if a else 0) + budget, side="right")) for c in costs
         )
+        if most is not None:
+            b = min(b, a + most)
         bounds.append(max(b, a + 1))
     return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def _blocks(parts, todo, graphs, phases, free: int, most: int | None = None) -> list:
+    """``(part, first position, targets)`` of every block of this rank's targets
+    (:func:`_two_phase_blocks`), part by part."""
+    blocks = []
+    for p in parts:
+        ids = np.asarray(todo[p.index])
+        for a, b in _two_phase_blocks(graphs[p.index][0], ids, phases, free, most):
+            blocks.append((p, a, ids[a:b]))
+    return blocks
 
 
 @torch.no_grad()
@@ -175,11 +188,12 @@ def pulled_layer(
         planned = (8, edge + SOURCE_BYTES)
         pulling = (8 + 16 * W + 4 * sl.width + size * dim, edge + off)
     free = max(budget - held - fixed, 1)
-    blocks = []
-    for p in parts:
-        ids = np.asarray(todo[p.index])
-        for a, b in _two_phase_blocks(graphs[p.index][0], ids, (planned, pulling), free):
-            blocks.append((p, a, ids[a:b]))
+    blocks = _blocks(parts, todo, graphs, (planned, pulling), free)
+    if sums:  # a peer's block costs this rank its accumulators: none larger than any rank's
+        none = np.iinfo(np.int64).max
+        most = reduced(max((len(b[2]) for b in blocks), default=none), W, dist.ReduceOp.MIN)
+        if any(len(b[2]) > most for b in blocks):
+            blocks = _blocks(parts, todo, graphs, (planned, pulling), free, most)
     rounds = reduced(len(blocks), W, dist.ReduceOp.MAX)
     log.info(
         "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
