@@ -188,12 +188,11 @@ def pulled_layer(
         planned = (8, edge + SOURCE_BYTES)
         pulling = (8 + 16 * W + 4 * sl.width + size * dim, edge + off)
     free = max(budget - held - fixed, 1)
-    blocks = _blocks(parts, todo, graphs, (planned, pulling), free)
-    if sums:  # a peer's block costs this rank its accumulators: none larger than any rank's
-        none = np.iinfo(np.int64).max
-        most = reduced(max((len(b[2]) for b in blocks), default=none), W, dist.ReduceOp.MIN)
-        if any(len(b[2]) > most for b in blocks):
-            blocks = _blocks(parts, todo, graphs, (planned, pulling), free, most)
+    most = None
+    if sums:  # a peer's block costs this rank its accumulators: no block has more targets
+        # than every rank's working memory holds accumulators for
+        most = reduced(max(free // pulling[0], 1), W, dist.ReduceOp.MIN)
+    blocks = _blocks(parts, todo, graphs, (planned, pulling), free, most)
     rounds = reduced(len(blocks), W, dist.ReduceOp.MAX)
     log.info(
         "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
