@@ -73,6 +73,10 @@ STEP_BYTES = 1 << 30
 #: a step's buffers take at most 1 / STEP_SHARE of the working memory (default 8, the
 #: sweep's; 4 measured alike in 4 GiB at the quarter: docs/measurements.md)
 STEP_SHARE = 8
+#: with :data:`PARTIAL_SUMS`, a step's read buffers take at most 1 / SUM_STEP_SHARE of the
+#: working memory (default 4: half the steps of 8, each accumulator visited in fewer; 2
+#: doubles the rounds, each a sweep of the rank's rows: docs/measurements.md)
+SUM_STEP_SHARE = 4
 #: bytes per needed source while a round is planned: its local id, its served index and
 #: its offset among its owner's rows (at most; 4 bytes each under 2**31 nodes)
 SOURCE_BYTES = 12
@@ -95,9 +99,10 @@ def _row_bytes(dim: int, size: int, world: int, sums: bool = False) -> int:
 
 def step_rows(budget: int, dim: int, size: int, world: int, sums: bool = False) -> int:
     """Rows per step (before the ranks agree on the smallest, unless the owners sum):
-    buffers of ``1 /`` :data:`STEP_SHARE` of ``budget``, a read buffer of at most
-    :data:`STEP_BYTES`."""
-    rows = budget // (STEP_SHARE * _row_bytes(dim, size, world, sums))
+    buffers of ``1 /`` :data:`STEP_SHARE` of ``budget`` (:data:`SUM_STEP_SHARE` when the
+    owners sum, ``sums``), a read buffer of at most :data:`STEP_BYTES`."""
+    share = SUM_STEP_SHARE if sums else STEP_SHARE
+    rows = budget // (share * _row_bytes(dim, size, world, sums))
     return max(1, min(rows, STEP_BYTES // max(size * dim, 1)))
 
 
