@@ -26,16 +26,18 @@ def _counted(
     pull,
     sums: bool = True,
     chunk: int = 0,
+    min_steps: int = 0,
 ):
     """``_outputs`` with the layers pulled (or swept, ``pull`` false; the owners summing,
     or the rows sent, ``sums`` false), the rounds pulled on this rank and the most steps a
-    pulled round took. ``chunk``: partial sums sent this many targets at a time (0: as
-    set)."""
+    pulled round took. ``chunk``: partial sums sent this many targets at a time;
+    ``min_steps``: a sweep's fewest steps (0: as set)."""
     import shoal.distributed.pulled as P
     import shoal.distributed.pulled_sums as PS
 
     P.PARTIAL_SUMS = sums
     PS.SUM_CHUNK = chunk or PS.SUM_CHUNK
+    P.MIN_STEPS = min_steps or P.MIN_STEPS
     rounds, steps = [], []
     kept = {name: getattr(P, name) for name in ("rows_round", "sums_round")}
 
@@ -84,8 +86,10 @@ def test_pulled_layers_equal_stored(make_graph, make_store, world, part_to_rank,
     g = _graph(make_graph)
     node_part = np.random.default_rng(1).integers(0, len(part_to_rank), g.num_nodes)
     store = str(make_store(node_part, graph=g))
-    # partial sums sent back 7 targets at a time: a block in many chunks
-    res = run_world(_counted, world, store, part_to_rank, budget, True, True, True, 7, timeout=240)
+    # partial sums sent back 7 targets at a time: a block in many chunks; a sweep in one
+    # step when its rows fit one
+    args = (store, part_to_rank, budget, True, True, True, 7, 1)
+    res = run_world(_counted, world, *args, timeout=240)
     _compare(res, g.num_nodes)
     pulled = [r for _, r in res]
     assert len({rounds for rounds, _ in pulled}) == 1, pulled  # every rank in every round
@@ -112,6 +116,18 @@ def test_rows_pulled_in_lockstep(make_graph, make_store):
         pulled = [r for _, r in res]
         assert len(set(pulled)) == 1, pulled
         assert pulled[0][1] > (3 if budget < ROOMY else 0)
+
+
+@pytest.mark.parametrize("sums", [True, False])
+def test_a_sweep_takes_min_steps(make_graph, make_store, sums):
+    """Rows that would fit one step are swept in ``MIN_STEPS`` (6): the first step's read
+    waits alone, the later ones are read while the step before is pulled."""
+    g = _graph(make_graph)
+    node_part = np.random.default_rng(1).integers(0, 2, g.num_nodes)
+    store = str(make_store(node_part, graph=g))
+    res = run_world(_counted, 2, store, [0, 1], ROOMY, True, True, sums, timeout=240)
+    _compare(res, g.num_nodes)
+    assert [steps for _, (_, steps) in res] == [6, 6]  # ~150 rows a rank: 6 steps of 25
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -48,7 +48,7 @@ from shoal.nn.base import SumLayer
 from shoal.training.blocked import id_dtype
 from shoal.utils.memory import huge_empty
 
-__all__ = ["PULL_ROUNDS", "pullable", "pulled_layer", "step_rows"]
+__all__ = ["MIN_STEPS", "PULL_ROUNDS", "pullable", "pulled_layer", "step_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,11 @@ STEP_SHARE = 8
 #: working memory (default 4: half the steps of 8, each accumulator visited in fewer; 2
 #: doubles the rounds, each a sweep of the rank's rows: docs/measurements.md)
 SUM_STEP_SHARE = 4
+#: a rank's rows are swept in at least this many steps when it has that many rows (default
+#: 6): the first step's read waits alone, each later one is read while the step before it is
+#: pulled, so a sweep in two 1 GiB steps waits for half the rows (10M nodes uncapped, owners
+#: summing: docs/measurements.md#steps-of-a-sixth-at-least-session-of-2026-12-03)
+MIN_STEPS = 6
 #: bytes per needed source while a round is planned: its local id, its served index and
 #: its offset among its owner's rows (at most; 4 bytes each under 2**31 nodes)
 SOURCE_BYTES = 12
@@ -163,7 +168,8 @@ def pulled_layer(
     if not sums:  # the ranks step together
         R = reduced(R, W, dist.ReduceOp.MIN)
     mine = int(layout.rank_rows[me]) if len(layout.rank_rows) else 0
-    R = max(1, min(R, mine if sums else int(layout.rank_rows.max(initial=1))))
+    most_rows = mine if sums else int(layout.rank_rows.max(initial=1))
+    R = max(1, min(R, -(-most_rows // MIN_STEPS)))
     if sums:  # each rank its own steps
         steps = -(-mine // R)
     else:
