@@ -257,6 +257,76 @@ def test_a_structure_on_disk_is_read_span_by_span(tmp_path, monkeypatch, name, b
     assert np.allclose(outs[0], outs[1], atol=1e-6) and not np.isnan(outs[1]).any()
 
 
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("layers_n", [2, 3])
+def test_the_last_layers_lists_are_read_once(tmp_path, monkeypatch, name, layers_n):
+    """The needed-nodes pass reads the targets' lists from the file; the last layer takes
+    them from memory (:class:`blocked.Lists`) instead of reading them again: the same
+    outputs, the file's entries read less by exactly one read of those lists."""
+    indptr, indices, deg = _graph(seed=4)
+    n = len(deg)
+    np.save(tmp_path / "indices.npy", indices)
+    on_disk = np.load(tmp_path / "indices.npy", mmap_mode="r")
+    monkeypatch.setattr(blocked, "SPAN_BYTES", 10 * indices.itemsize)
+    targets = np.array([1, 2, 40, 41, 200, n - 25])
+    read = [0]
+    span = blocked.read_span
+
+    def counted(a, lo, hi):
+        read[0] += hi - lo
+        return span(a, lo, hi)
+
+    monkeypatch.setattr(blocked, "read_span", counted)
+    blocked._in_edges(indptr, on_disk, targets)
+    once = read[0]  # entries one read of the targets' lists takes
+    x = np.random.default_rng(1).random((n, 12)).astype(np.float32)
+    torch.manual_seed(0)
+    model = build_model(name, in_dim=12, hidden=16, out_dim=5, num_layers=layers_n, dropout=0.5)
+    model = model.eval()
+    outs, reads = [], []
+    for share, ind in ((blocked.LISTS_SHARE, on_disk), (0.0, on_disk), (0.0, indices)):
+        monkeypatch.setattr(blocked, "LISTS_SHARE", share)
+        got = np.full((len(targets), 5), np.nan, np.float32)
+        read[0] = 0
+
+        def keep(pos, h, got=got):
+            got[pos] = h
+
+        blocked_layers(
+            sum_layers(model),
+            x,
+            indptr,
+            ind,
+            deg,
+            targets,
+            keep,
+            new_array=lambda r, c: np.zeros((r, c), np.float32),
+            budget=10**9,
+            threads=2,
+        )
+        outs.append(got)
+        reads.append(read[0])
+    assert not np.isnan(outs[0]).any()
+    np.testing.assert_allclose(outs[0], outs[2], atol=1e-6)
+    np.testing.assert_allclose(outs[1], outs[2], atol=1e-6)
+    assert once > 0 and reads[0] == reads[1] - once and reads[2] == 0
+
+
+def test_held_lists_of_a_subset():
+    """:meth:`blocked.Lists.of`: the lists of any subset of the held nodes, in order; None
+    when a node is not held."""
+    indptr, indices, _ = _graph(seed=5)
+    nodes = np.array([3, 8, 9, 100, 250])
+    ptr, src = blocked._in_edges(indptr, indices, nodes, always=True)
+    lists = blocked.Lists(nodes, ptr, src)
+    assert lists.of(nodes)[1] is src
+    sub = np.array([8, 100, 250])
+    p2, s2 = lists.of(sub)
+    for i, t in enumerate(sub):
+        assert s2[p2[i] : p2[i + 1]].tolist() == indices[indptr[t] : indptr[t + 1]].tolist()
+    assert lists.of(np.array([8, 101])) is None and lists.of(np.array([251])) is None
+
+
 def test_row_writer_counts_the_pages_scattered_rows_dirty(tmp_path, monkeypatch):
     """Rows far apart dirty a page each: the writer flushes by pages, not by row bytes."""
     n = 4096

@@ -93,6 +93,39 @@ PULL_CHUNK_BYTES = 1 << 30
 #: 71 ns an edge over 7 GB of float16 rows at the quarter of papers100M; spans of 1M-4M ids
 #: alike, docs/measurements.md); 16 bytes of cursors per target
 PULL_SPAN_BYTES = 512 << 20
+#: the share of the working memory the last layer's targets' in-edges may take, kept from
+#: the needed-nodes pass that read them (default 1/16): the last layer then reads no list
+#: from the CSR file again (targets scattered over the file cost a pass over it: the
+#: quarter of papers100M's 84k evaluated nodes, 3.2 GB, for 10 MB of lists)
+LISTS_SHARE = 1 / 16
+
+
+@dataclass
+class Lists:
+    """The in-edges of the sorted ``nodes`` in memory: a compact CSR ``(ptr, src)`` over
+    their positions, as :func:`_in_edges` returns."""
+
+    nodes: np.ndarray
+    ptr: np.ndarray
+    src: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.nodes.nbytes + self.ptr.nbytes + self.src.nbytes
+
+    def of(self, nodes: np.ndarray) -> tuple | None:
+        """The in-edges of the sorted ``nodes`` (positions as :func:`_in_edges`), None
+        unless every one of them is held (the arrays themselves when they are all)."""
+        if len(nodes) == len(self.nodes) and np.array_equal(nodes, self.nodes):
+            return self.ptr, self.src
+        pos = np.searchsorted(self.nodes, nodes)
+        if np.any(pos >= len(self.nodes)) or not np.array_equal(self.nodes[pos], nodes):
+            return None
+        ptr = np.zeros(len(nodes) + 1, np.int64)
+        np.cumsum(self.ptr[pos + 1] - self.ptr[pos], out=ptr[1:])
+        src = huge_empty((int(ptr[-1]),), self.src.dtype)
+        BK._copy_lists(self.ptr, self.src, pos, ptr, src)
+        return ptr, src
 
 
 def sum_layers(model: torch.nn.Module) -> list[SumLayer] | None:
@@ -333,14 +366,25 @@ def _spans(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray) -> Iterat
         a = b
 
 
-def _in_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, always: bool = False):
+def _in_edges(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    nodes: np.ndarray,
+    always: bool = False,
+    lists: Lists | None = None,
+):
     """``(ptr, sources)``: the in-edges of the sorted ``nodes`` as a compact CSR over their
     positions, read from a file-backed ``indices`` span by span (:data:`SPAN_BYTES` at a
-    time, :func:`~shoal.utils.mapped.read_span`: no page of the map is touched); None when
-    ``indices`` is in memory (use it as is), unless ``always`` (then copied)."""
+    time, :func:`~shoal.utils.mapped.read_span`: no page of the map is touched) unless
+    ``lists`` holds them; None when ``indices`` is in memory (use it as is), unless
+    ``always`` (then copied)."""
     on_disk = file_of(indices) is not None
     if not on_disk and not always:
         return None
+    if on_disk and lists is not None:
+        held = lists.of(nodes)
+        if held is not None:
+            return held
     deg = np.asarray(indptr[nodes + 1], np.int64) - np.asarray(indptr[nodes], np.int64)
     ptr = np.zeros(len(nodes) + 1, np.int64)
     np.cumsum(deg, out=ptr[1:])
@@ -377,7 +421,7 @@ def _read_ahead(pool: ThreadPoolExecutor, rows: LayerRows, pre, items: Iterator[
         yield item0, fut.result()
 
 
-def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads):
+def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads, lists=None):
     """One block of targets: sweep the source ranges its in-edges need (each range's needed
     rows read in one planned pass, the next range's while this one's messages are added;
     the targets' own rows read in the same pass and kept, so the file is swept once per
@@ -388,7 +432,7 @@ def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads
     n_ranges = -(-len(deg_t) // range_rows)
     ptr = np.zeros(n_ranges + 1, np.int64)
     edges, at = (indptr, indices), block
-    compact = _in_edges(indptr, indices, block)
+    compact = _in_edges(indptr, indices, block, lists=lists)
     if compact is not None:  # the block's in-edges read from the file into memory
         edges, at = compact, np.arange(len(block), dtype=np.int64)
     m = BK._count_by_range(edges[0], at, edges[1], range_rows, ptr)
@@ -489,15 +533,16 @@ def pull_sum(
 
 
 def _pull_block(
-    sl: SumLayer, rows: LayerRows, held: tuple, graph, block, reads: _Reads, w, acc=None
+    sl: SumLayer, rows: LayerRows, held: tuple, graph, block, reads: _Reads, w, acc=None, lists=None
 ):
     """One block of targets whose sources are all in memory (:func:`pull_sum`): each target
     sums its in-neighbours' stored rows, then the targets are finished in slices; yields
     ``(offset in block, output rows)`` per slice, as :func:`_layer_block`. ``acc``: the
-    zeroed accumulators to use (default: new ones)."""
+    zeroed accumulators to use (default: new ones); ``lists``: in-edges already in memory
+    (:class:`Lists`)."""
     indptr, indices, deg_t = graph
     edges, at = (indptr, indices), block
-    compact = _in_edges(indptr, indices, block, always=rows.row_ids is not None)
+    compact = _in_edges(indptr, indices, block, always=rows.row_ids is not None, lists=lists)
     if compact is not None:  # the block's in-edges read from the file into memory
         edges, at = compact, np.arange(len(block), dtype=np.int64)
     if rows.row_ids is not None:  # ids -> their rows in a compact layer output
@@ -571,11 +616,11 @@ def _chunk_code(rows: LayerRows) -> int:
     return rows.stored16()
 
 
-def _chunk_edges(indptr, indices, block):
+def _chunk_edges(indptr, indices, block, lists=None):
     """``(cur, end, entries)`` of the block's in-edges for chunked pulls, each list sorted:
     cursors into the CSR when it is in memory and sorted, else into a copy (read from the
-    file, sorted where it was not)."""
-    compact = _in_edges(indptr, indices, block)
+    file or taken from ``lists``, sorted where it was not)."""
+    compact = _in_edges(indptr, indices, block, lists=lists)
     if compact is None:
         cur = np.asarray(indptr[block], np.int64)
         end = np.asarray(indptr[block + 1], np.int64)
@@ -596,7 +641,7 @@ CURSOR_BYTES = 24
 
 
 def _chunked_block(
-    sl: SumLayer, rows: LayerRows, graph, block, reads: _Reads, chunks, w, spill=None
+    sl: SumLayer, rows: LayerRows, graph, block, reads: _Reads, chunks, w, spill=None, lists=None
 ):
     """One block of targets whose sources are read from disk: the source ids are taken in
     chunks of ``chunks.rows``, in order (one pass over the layer's input per block); each
@@ -606,14 +651,15 @@ def _chunked_block(
     no message materialised); the own rows are kept as stored, in memory or, with
     ``spill`` (``spill(rows, cols, dtype)``: a file-backed scratch array), written to a
     scratch file in block order as the chunks pass them and read back in order to finish
-    (:func:`_plan_layer` spills them when that saves a pass over the input). Then the
+    (:func:`_plan_layer` spills them when that saves a pass over the input); ``lists``: the
+    in-edges already in memory (:class:`Lists`). Then the
     targets are finished in slices: yields ``(offset in block, output rows)`` as
     :func:`_layer_block`."""
     indptr, indices, deg_t = graph
     n = len(deg_t)
     t = Timer()
     with t.phase("in-edges"):
-        cur, end, entries = _chunk_edges(indptr, indices, block)
+        cur, end, entries = _chunk_edges(indptr, indices, block, lists)
     ahead = cur.copy()  # the marking cursors, one chunk ahead of the summing ones
     acc = huge_zeros((len(block), sl.width), np.float32)
     own_dtype, encode, decode = _own_kind(rows)
@@ -849,25 +895,53 @@ def needed_nodes(
     every earlier one the nodes of the next plus their in-neighbours (ids below ``size``, as
     :func:`id_dtype` ids; CSR rows for the ids that have them). A val evaluation thus
     computes the first layer for the targets' neighbourhood only, not for every node."""
+    return needed_nodes_lists(indptr, indices, size, targets, num_layers)[0]
+
+
+def needed_nodes_lists(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    size: int,
+    targets: np.ndarray,
+    num_layers: int,
+    keep: int = 0,
+) -> tuple[list[np.ndarray], Lists | None]:
+    """:func:`needed_nodes`, and the in-edges of the last layer's ``targets`` when the pass
+    read them from a file-backed ``indices`` and they take at most ``keep`` bytes (a
+    :class:`Lists`; else None): the last layer need not read them again."""
     out: list[np.ndarray] = [np.empty(0, np.int64)] * num_layers
     if num_layers == 0:
-        return out
+        return out, None
     out[-1] = np.asarray(targets)
     mark = np.zeros(size, dtype=np.bool_)
     cur = out[-1]
     on_disk = file_of(indices) is not None
+    kept = None
     for li in range(num_layers - 2, -1, -1):
         mark[cur] = True
         rows = cur[cur < len(indptr) - 1]
         if not on_disk:
             BK._mark_in_neighbours(indptr, indices, rows, mark)
+        elif kept is None and li == num_layers - 2 and _lists_fit(indptr, indices, rows, keep):
+            ptr, src = _in_edges(indptr, indices, np.asarray(rows, np.int64))
+            BK._mark_in_neighbours(ptr, src, np.arange(len(rows), dtype=np.int64), mark)
+            if len(rows) == len(cur):  # every target has its list
+                kept = Lists(np.asarray(rows, np.int64), ptr, src)
         else:  # span by span, read from the file (one pass at most)
             for a, b, lo, part in _spans(indptr, indices, rows):
                 local = np.asarray(indptr[rows[a] : rows[b - 1] + 2], np.int64) - lo
                 BK._mark_in_neighbours(local, part, rows[a:b] - rows[a], mark)
         cur = nonzero_ids(mark)
         out[li] = cur
-    return out
+    return out, kept
+
+
+def _lists_fit(indptr, indices, nodes, keep: int) -> bool:
+    """Whether the in-edges of ``nodes`` take at most ``keep`` bytes in memory."""
+    if keep <= 0 or np.any(np.diff(nodes) <= 0):  # (sorted, unique: as read)
+        return False
+    edges = int((np.asarray(indptr[nodes + 1], np.int64) - np.asarray(indptr[nodes])).sum())
+    return 16 * len(nodes) + edges * indices.itemsize <= keep
 
 
 def output_width(sl: SumLayer, in_dim: int, nxt=None) -> int:
@@ -896,6 +970,7 @@ def blocked_layer(
     compact: bool = False,
     spill: Callable[[int, int, np.dtype], np.ndarray] | None = None,
     keep_width: int = 0,
+    lists: Lists | None = None,
 ) -> np.ndarray | None:
     """One layer for the targets ``todo`` (sorted, unique) from the rows of ``src`` (anything
     :class:`LayerRows` reads): ``graph = (indptr, indices, deg)`` with ``deg`` a float32
@@ -909,7 +984,8 @@ def blocked_layer(
     always kept in memory). ``keep_width`` (with ``out`` None): the outputs, ``keep_width``
     columns in ``todo``'s order, are kept in memory and returned; a pull from memory in one
     block writes them over its own accumulators (:func:`_packed`: no second array's pages
-    faulted in)."""
+    faulted in). ``lists``: in-edges of ``todo`` already in memory (:class:`Lists`: not
+    read from the file again)."""
     rows = LayerRows(src, normalize=normalize, threads=threads, row_ids=src_ids)
     plan = _plan_layer(sl, rows, pre, graph, todo, budget, src_ids, spill is not None)
     blocks, chunks, how, w = plan.blocks, None, plan.how, plan.weights
@@ -940,12 +1016,12 @@ def blocked_layer(
         for a, b in blocks:
             block = np.asarray(todo[a:b], np.int64)
             if plan.held is not None:
-                parts = _pull_block(sl, rows, plan.held, graph, block, reads, w, acc)
+                parts = _pull_block(sl, rows, plan.held, graph, block, reads, w, acc, lists)
             elif chunks is not None:
                 how_own = spill if plan.spill else None
-                parts = _chunked_block(sl, rows, graph, block, reads, chunks, w, how_own)
+                parts = _chunked_block(sl, rows, graph, block, reads, chunks, w, how_own, lists)
             else:
-                parts = _layer_block(sl, rows, pre, graph, block, reads)
+                parts = _layer_block(sl, rows, pre, graph, block, reads, lists)
             for i, h in parts:
                 at = a + i
                 if writer is None:
@@ -1000,11 +1076,15 @@ def blocked_layers(
     handed to ``on_output(target positions, rows)`` block by block. ``budget``: bytes of
     working memory (accumulators, edges, the rows being read, and a layer's output when it
     fits :data:`KEEP_SHARE` of it: kept in memory instead of a scratch file); ``spill``: as
-    :func:`blocked_layer`'s."""
+    :func:`blocked_layer`'s. The last layer's in-edges, read by the needed-nodes pass, are
+    kept for it when they take at most :data:`LISTS_SHARE` of ``budget`` (counted in every
+    layer's working memory)."""
     n = len(deg)
     graph = (indptr, indices, torch.from_numpy(np.asarray(deg, np.float32)))
     src, norm, pre = inputs, normalize, layers[0].pre if layers else None
-    todos = needed_nodes(indptr, indices, n, targets, len(layers))
+    keep = int(budget * LISTS_SHARE) if len(layers) > 1 else 0
+    todos, lists = needed_nodes_lists(indptr, indices, n, targets, len(layers), keep)
+    budget -= 0 if lists is None else lists.nbytes
     src_ids = None  # the input's rows are the graph's ids; then a layer's compact output
     kept = 0  # bytes of the input held in memory (a layer output kept there)
     for li, sl in enumerate(layers):
@@ -1041,6 +1121,7 @@ def blocked_layers(
             compact=True,
             spill=spill,
             keep_width=keep_width,
+            lists=lists if last else None,
         )
         bar.close()
         src, norm, pre, src_ids = kept_out if keep_width else out, False, None, todo
