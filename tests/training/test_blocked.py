@@ -211,6 +211,29 @@ def test_row_writer_writes_runs(tmp_path):
     assert (got[[3, 4, 6, 9]] == -1).all()
 
 
+def _last_layer(model, x, indptr, indices, deg, targets, budget: int) -> np.ndarray:
+    """The model's last-layer rows of ``targets`` by :func:`blocked_layers` (5 columns;
+    hidden layers' outputs in memory)."""
+    got = np.full((len(targets), 5), np.nan, np.float32)
+
+    def keep(pos, h):
+        got[pos] = h
+
+    blocked_layers(
+        sum_layers(model),
+        x,
+        indptr,
+        indices,
+        deg,
+        targets,
+        keep,
+        new_array=lambda r, c: np.zeros((r, c), np.float32),
+        budget=budget,
+        threads=2,
+    )
+    return got
+
+
 @pytest.mark.parametrize("name", ["sage", "gcn"])
 @pytest.mark.parametrize("budget", [20_000, 10**9])
 def test_a_structure_on_disk_is_read_span_by_span(tmp_path, monkeypatch, name, budget):
@@ -236,24 +259,7 @@ def test_a_structure_on_disk_is_read_span_by_span(tmp_path, monkeypatch, name, b
     model = build_model(name, in_dim=12, hidden=16, out_dim=5, num_layers=2, dropout=0.5).eval()
     outs = []
     for ind in (indices, on_disk):
-        got = np.full((len(targets), 5), np.nan, np.float32)
-
-        def keep(pos, h, got=got):
-            got[pos] = h
-
-        blocked_layers(
-            sum_layers(model),
-            x,
-            indptr,
-            ind,
-            deg,
-            targets,
-            keep,
-            new_array=lambda r, c: np.zeros((r, c), np.float32),
-            budget=budget,
-            threads=2,
-        )
-        outs.append(got)
+        outs.append(_last_layer(model, x, indptr, ind, deg, targets, budget))
     assert np.allclose(outs[0], outs[1], atol=1e-6) and not np.isnan(outs[1]).any()
 
 
@@ -286,25 +292,8 @@ def test_the_last_layers_lists_are_read_once(tmp_path, monkeypatch, name, layers
     outs, reads = [], []
     for share, ind in ((blocked.LISTS_SHARE, on_disk), (0.0, on_disk), (0.0, indices)):
         monkeypatch.setattr(blocked, "LISTS_SHARE", share)
-        got = np.full((len(targets), 5), np.nan, np.float32)
         read[0] = 0
-
-        def keep(pos, h, got=got):
-            got[pos] = h
-
-        blocked_layers(
-            sum_layers(model),
-            x,
-            indptr,
-            ind,
-            deg,
-            targets,
-            keep,
-            new_array=lambda r, c: np.zeros((r, c), np.float32),
-            budget=10**9,
-            threads=2,
-        )
-        outs.append(got)
+        outs.append(_last_layer(model, x, indptr, ind, deg, targets, 10**9))
         reads.append(read[0])
     assert not np.isnan(outs[0]).any()
     np.testing.assert_allclose(outs[0], outs[2], atol=1e-6)

@@ -922,7 +922,7 @@ def needed_nodes_lists(
         rows = cur[cur < len(indptr) - 1]
         if not on_disk:
             BK._mark_in_neighbours(indptr, indices, rows, mark)
-        elif kept is None and li == num_layers - 2 and _lists_fit(indptr, indices, rows, keep):
+        elif li == num_layers - 2 and _lists_fit(indptr, indices, rows, keep):
             ptr, src = _in_edges(indptr, indices, np.asarray(rows, np.int64))
             BK._mark_in_neighbours(ptr, src, np.arange(len(rows), dtype=np.int64), mark)
             if len(rows) == len(cur):  # every target has its list
