@@ -27,18 +27,30 @@ def _counted(
     sums: bool = True,
     chunk: int = 0,
     min_steps: int = 0,
+    packed_share: int = -1,
 ):
     """``_outputs`` with the layers pulled (or swept, ``pull`` false; the owners summing,
     or the rows sent, ``sums`` false), the rounds pulled on this rank and the most steps a
     pulled round took. ``chunk``: partial sums sent this many targets at a time;
-    ``min_steps``: a sweep's fewest steps (0: as set)."""
+    ``min_steps``: a sweep's fewest steps (0: as set); ``packed_share``: steps needing
+    fewer than ``1 / packed_share`` of their rows read them packed (-1: as set). With the
+    owners summing, the steps read packed and all steps are counted too."""
     import shoal.distributed.pulled as P
+    import shoal.distributed.pulled_steps as PT
     import shoal.distributed.pulled_sums as PS
 
     P.PARTIAL_SUMS = sums
     PS.SUM_CHUNK = chunk or PS.SUM_CHUNK
     P.MIN_STEPS = min_steps or P.MIN_STEPS
-    rounds, steps = [], []
+    PT.PACKED_SHARE = PT.PACKED_SHARE if packed_share < 0 else packed_share
+    rounds, steps, packed = [], [], []
+    kept_packed = PS.packed
+
+    def count_packed(n, R):
+        packed.append(kept_packed(n, R))
+        return packed[-1]
+
+    PS.packed = count_packed
     kept = {name: getattr(P, name) for name in ("rows_round", "sums_round")}
 
     def counted(one):
@@ -56,7 +68,9 @@ def _counted(
     finally:
         for name, one in kept.items():
             setattr(P, name, one)
-    return got, (len(rounds), max(steps, default=0))
+        PS.packed = kept_packed
+    counts = (len(rounds), max(steps, default=0))
+    return got, counts + ((sum(packed), len(packed)) if packed_share >= 0 else ())
 
 
 def _compare(res, n: int) -> None:
@@ -147,6 +161,30 @@ def test_pulled_rows_as_stored(make_graph, tmp_path, dtype):
         res = run_world(_counted, 2, str(store), [0, 1, 0], budget, False, True, timeout=240)
         _compare(res, g.num_nodes)
         assert all(rounds >= 4 for _, (rounds, _) in res)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_steps_read_packed(make_graph, tmp_path, dtype):
+    """Steps that need few of their rows read them packed, found through a slot per offset
+    (``PACKED_SHARE``; 0: every step): every step packed gives the outputs of rows laid out
+    by offset (a huge share: only the steps that need no row packed)."""
+    from shoal.partition.base import Assignment
+    from shoal.partition.io import write_assignment
+    from shoal.store import build_store
+
+    g = _graph(make_graph)
+    node_part = np.random.default_rng(1).integers(0, 2, g.num_nodes).astype(np.int32)
+    adir = tmp_path / "assign"
+    write_assignment(adir, Assignment(node_part=node_part, num_parts=2, algorithm="hand"), g)
+    store = tmp_path / "store"
+    build_store(g, adir, store, feature_dtype=dtype)
+    for share, budget in ((0, ROOMY), (0, 6000), (1 << 30, 6000)):
+        args = (str(store), [0, 1], budget, False, True, True, 0, 0, share)
+        res = run_world(_counted, 2, *args, timeout=240)
+        _compare(res, g.num_nodes)
+        for _, (_, _, packed, steps) in res:
+            assert steps > 0
+            assert packed == steps if share == 0 else packed < steps
 
 
 def test_the_ablation_sweeps_every_layer(make_graph, make_store):

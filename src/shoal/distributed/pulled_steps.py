@@ -1,6 +1,6 @@
 """The pieces both ways of a pulled round share (:mod:`shoal.distributed.pulled`): a
-block's in-edges as runs of served indices per owner, a step's rows laid out by offset, and
-reused buffers."""
+block's in-edges as runs of served indices per owner, a step's rows laid out by offset (or
+packed, when the step needs few of its range's rows), and reused buffers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,21 @@ from shoal.training import _kernels as BK
 from shoal.training.blocked import id_dtype
 from shoal.utils.memory import huge_empty
 
-__all__ = ["DenseRows", "buffer", "cuts", "served_edges"]
+__all__ = ["PACKED_SHARE", "DenseRows", "buffer", "cuts", "packed", "served_edges"]
+
+#: a step's rows are read packed (row ``i`` of the buffer for its ``i``-th needed id, found
+#: through a slot per offset of the step's range) when the step needs fewer than
+#: ``1 / PACKED_SHARE`` of its range's rows (default 8): laid out by offset, a sparse step
+#: writes a few rows to every page of a buffer of the whole range (a hidden layer's inputs,
+#: the first layer's targets only, are ~1-7% of a rank's rows at papers100M's split), so
+#: the buffer is faulted in whole for them; packed, the pull looks up a slot an entry (a
+#: dependent load, slower per entry: dense steps stay laid out by offset)
+PACKED_SHARE = 8
+
+
+def packed(n: int, R: int) -> bool:
+    """Whether a step of ``R`` rows needing ``n`` of them reads them packed."""
+    return n * PACKED_SHARE < R
 
 
 def cuts(ids: np.ndarray, steps: int, R: int) -> np.ndarray:
@@ -39,7 +53,9 @@ def served_edges(p, block, edges, layout, halo_served, me: int, total: int):
 class DenseRows:
     """This rank's rows of a step's sorted ids, each at its offset in the step's range of
     ``R`` rows (``out[u % R]``: the pull finds a row without a slot lookup, and the rows
-    read lie densely), as stored 16-bit bits (int16, as the sweep reads them) or as float32."""
+    read lie densely), or packed in the ids' order when the step needs few of them
+    (:func:`packed`: ``out[i]`` for ``ids[i]``), as stored 16-bit bits (int16, as the sweep
+    reads them) or as float32."""
 
     def __init__(self, sources, stored, R: int) -> None:
         self.sources, self.stored, self.R = sources, stored, R
@@ -47,6 +63,10 @@ class DenseRows:
     def read(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
         if self.sources is None or not len(ids):
             return out.view(np.int16) if self.stored is not None else out
+        if packed(len(ids), self.R):
+            if self.stored is not None:
+                return self.sources.read_stored(ids, out).view(np.int16)
+            return self.sources.read(ids, out)
         dest = ids - (int(ids[0]) // self.R) * self.R
         if self.stored is not None:
             return self.sources.read_stored(ids, out, dest).view(np.int16)

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from shoal.distributed import _served_kernels as SK
 from shoal.distributed.comm import CommStats, all_to_all_rows
-from shoal.distributed.pulled_steps import DenseRows, buffer, cuts, served_edges
+from shoal.distributed.pulled_steps import DenseRows, buffer, cuts, packed, served_edges
 from shoal.distributed.runtime import DistContext
 from shoal.rows import _kernels as RK
 from shoal.training import _kernels as BK
@@ -97,18 +97,24 @@ def sums_round(
             yield np.flatnonzero(need[lo : lo + R]) + lo, s
 
     none = _read_only(np.empty(0, np.int64))  # no slots: rows lie densely by offset
-    for (_, s), h in _read_ahead(pool, DenseRows(sources, stored, R), None, items(), bufs):
+    slots = buffer(spare, "slots", 1, R, np.int64)[0]  # a packed step's row per offset
+    for (got, s), h in _read_ahead(pool, DenseRows(sources, stored, R), None, items(), bufs):
         t0 = clock.add("read wait", t0)
         rows = h.numpy().view(np.uint16) if stored is not None else h.numpy()
         lo = s * R
+        slot = none
+        if packed(len(got), R):  # rows in the order of the step's ids (DenseRows)
+            slots[got - lo] = np.arange(len(got))
+            slot = _read_only(slots)
         if has and ct[s + 1] > ct[s]:
-            RK._gather_rows(rows, targets[ct[s] : ct[s + 1]] - lo, own[ct[s] : ct[s + 1]])
+            at = targets[ct[s] : ct[s + 1]] - lo
+            RK._gather_rows(rows, at if slot is none else slots[at], own[ct[s] : ct[s + 1]])
         t0 = clock.add("own rows", t0)
         rows = _read_only(rows)
         for r, (ptr, ids) in enumerate(lists):
             if len(ids):
                 end = _read_only(ptr[1:])
-                kernel(curs[r], end, ids, lo, lo + R, none, rows, w, accs[r])
+                kernel(curs[r], end, ids, lo, lo + R, slot, rows, w, accs[r])
         t0 = clock.add("pull", t0)
     acc = _gather_sums(accs, me, ctx, spare, stats)
     clock.add("exchange", t0)
