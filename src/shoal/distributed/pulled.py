@@ -96,8 +96,8 @@ def _row_bytes(dim: int, size: int, world: int, sums: bool = False) -> int:
     """Bytes per row of a step: the read buffers, float32 rows' read before they are laid
     out (:class:`_DenseRows`) and, unless the owners sum (``sums``), those sent and received
     (one range of each peer at most), a peer's laid out by offset and the step's marks."""
-    if sums:  # and a packed step's slot per row (pulled_steps.packed)
-        return size * dim * (READ_AHEAD + 1 + (size == 4)) + 8
+    if sums:  # (a packed step's slots lie in its read buffer's free tail: tail_slots)
+        return size * dim * (READ_AHEAD + 1 + (size == 4))
     peers = max(world - 1, 1)
     return size * dim * (READ_AHEAD + 2 + 2 * peers + (size == 4)) + 1
 

@@ -11,7 +11,7 @@ from shoal.training import _kernels as BK
 from shoal.training.blocked import id_dtype
 from shoal.utils.memory import huge_empty
 
-__all__ = ["PACKED_SHARE", "DenseRows", "buffer", "cuts", "packed", "served_edges"]
+__all__ = ["PACKED_SHARE", "DenseRows", "buffer", "cuts", "packed", "served_edges", "tail_slots"]
 
 #: a step's rows are read packed (row ``i`` of the buffer for its ``i``-th needed id, found
 #: through a slot per offset of the step's range) when the step needs fewer than
@@ -23,9 +23,18 @@ __all__ = ["PACKED_SHARE", "DenseRows", "buffer", "cuts", "packed", "served_edge
 PACKED_SHARE = 8
 
 
-def packed(n: int, R: int) -> bool:
-    """Whether a step of ``R`` rows needing ``n`` of them reads them packed."""
-    return n * PACKED_SHARE < R
+def packed(n: int, R: int, row_bytes: int) -> bool:
+    """Whether a step of ``R`` rows of ``row_bytes`` needing ``n`` of them reads them
+    packed: few of them, and the slots fit the buffer's tail that the rows leave free."""
+    return n * PACKED_SHARE < R and n * row_bytes + 8 * R + 8 <= R * row_bytes
+
+
+def tail_slots(buf: np.ndarray, R: int) -> np.ndarray:
+    """``R`` int64 slots in the tail of the step's read buffer ``buf`` (C-contiguous), past
+    the rows a packed step reads (:func:`packed`): no memory beside the buffer."""
+    raw = buf.reshape(-1).view(np.uint8)
+    start = (raw.nbytes - 8 * R) // 8 * 8
+    return raw[start : start + 8 * R].view(np.int64)
 
 
 def cuts(ids: np.ndarray, steps: int, R: int) -> np.ndarray:
@@ -63,7 +72,7 @@ class DenseRows:
     def read(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
         if self.sources is None or not len(ids):
             return out.view(np.int16) if self.stored is not None else out
-        if packed(len(ids), self.R):
+        if packed(len(ids), self.R, out.shape[1] * out.itemsize):
             if self.stored is not None:
                 return self.sources.read_stored(ids, out).view(np.int16)
             return self.sources.read(ids, out)

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from shoal.distributed import _served_kernels as SK
 from shoal.distributed.comm import CommStats, all_to_all_rows
-from shoal.distributed.pulled_steps import DenseRows, buffer, cuts, packed, served_edges
+from shoal.distributed.pulled_steps import DenseRows, buffer, cuts, packed, served_edges, tail_slots
 from shoal.distributed.runtime import DistContext
 from shoal.rows import _kernels as RK
 from shoal.training import _kernels as BK
@@ -97,13 +97,15 @@ def sums_round(
             yield np.flatnonzero(need[lo : lo + R]) + lo, s
 
     none = _read_only(np.empty(0, np.int64))  # no slots: rows lie densely by offset
-    slots = buffer(spare, "slots", 1, R, np.int64)[0]  # a packed step's row per offset
-    for (got, s), h in _read_ahead(pool, DenseRows(sources, stored, R), None, items(), bufs):
+    reads = _read_ahead(pool, DenseRows(sources, stored, R), None, items(), bufs)
+    for k, ((got, s), h) in enumerate(reads):
         t0 = clock.add("read wait", t0)
         rows = h.numpy().view(np.uint16) if stored is not None else h.numpy()
         lo = s * R
-        slot = none
-        if packed(len(got), R):  # rows in the order of the step's ids (DenseRows)
+        slot = slots = none
+        buf = bufs[k % len(bufs)]  # the buffer _read_ahead read item k into
+        if packed(len(got), R, buf.shape[1] * buf.itemsize):  # rows in the ids' order
+            slots = tail_slots(buf, R)  # a row per offset, past the rows read
             slots[got - lo] = np.arange(len(got))
             slot = _read_only(slots)
         if has and ct[s + 1] > ct[s]:
