@@ -144,19 +144,25 @@ def test_a_sweep_takes_min_steps(make_graph, make_store, sums):
     assert [steps for _, (_, steps) in res] == [6, 6]  # ~150 rows a rank: 6 steps of 25
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_pulled_rows_as_stored(make_graph, tmp_path, dtype):
-    """16-bit rows, not normalised: the first layer reads, sends and sums them as stored."""
+def _store_as(g, tmp_path, parts: int, dtype: str):
+    """A store of ``g`` in ``parts`` random parts, its features stored as ``dtype``."""
     from shoal.partition.base import Assignment
     from shoal.partition.io import write_assignment
     from shoal.store import build_store
 
-    g = _graph(make_graph)
-    node_part = np.random.default_rng(1).integers(0, 3, g.num_nodes).astype(np.int32)
+    node_part = np.random.default_rng(1).integers(0, parts, g.num_nodes).astype(np.int32)
     adir = tmp_path / "assign"
-    write_assignment(adir, Assignment(node_part=node_part, num_parts=3, algorithm="hand"), g)
+    write_assignment(adir, Assignment(node_part=node_part, num_parts=parts, algorithm="hand"), g)
     store = tmp_path / "store"
     build_store(g, adir, store, feature_dtype=dtype)
+    return store
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pulled_rows_as_stored(make_graph, tmp_path, dtype):
+    """16-bit rows, not normalised: the first layer reads, sends and sums them as stored."""
+    g = _graph(make_graph)
+    store = _store_as(g, tmp_path, 3, dtype)
     for budget in (ROOMY, 6000):
         res = run_world(_counted, 2, str(store), [0, 1, 0], budget, False, True, timeout=240)
         _compare(res, g.num_nodes)
@@ -169,16 +175,8 @@ def test_steps_read_packed(make_graph, tmp_path, dtype):
     (``PACKED_SHARE``; 0: every step whose slots fit the buffer's tail): packed steps give
     the outputs of rows laid out by offset (a huge share: only the steps that need no row
     packed)."""
-    from shoal.partition.base import Assignment
-    from shoal.partition.io import write_assignment
-    from shoal.store import build_store
-
     g = _graph(make_graph)
-    node_part = np.random.default_rng(1).integers(0, 2, g.num_nodes).astype(np.int32)
-    adir = tmp_path / "assign"
-    write_assignment(adir, Assignment(node_part=node_part, num_parts=2, algorithm="hand"), g)
-    store = tmp_path / "store"
-    build_store(g, adir, store, feature_dtype=dtype)
+    store = _store_as(g, tmp_path, 2, dtype)
     for share, budget in ((0, ROOMY), (0, 6000), (1 << 30, 6000)):
         args = (str(store), [0, 1], budget, False, True, True, 0, 0, share)
         res = run_world(_counted, 2, *args, timeout=240)
