@@ -28,22 +28,27 @@ def _counted(
     chunk: int = 0,
     min_steps: int = 0,
     packed_share: int = -1,
+    spill: bool = True,
 ):
     """``_outputs`` with the layers pulled (or swept, ``pull`` false; the owners summing,
     or the rows sent, ``sums`` false), the rounds pulled on this rank and the most steps a
     pulled round took. ``chunk``: partial sums sent this many targets at a time;
     ``min_steps``: a sweep's fewest steps (0: as set); ``packed_share``: steps needing
     fewer than ``1 / packed_share`` of their rows read them packed (-1: as set). With the
-    owners summing, the steps read packed and all steps are counted too."""
+    owners summing, the steps read packed and all steps are counted too. ``spill``: own
+    rows may be spilled (``SPILL_OWN_ROWS``); whether each round spilled them is kept in
+    ``_counted.spilled``."""
     import shoal.distributed.pulled as P
     import shoal.distributed.pulled_steps as PT
     import shoal.distributed.pulled_sums as PS
 
     P.PARTIAL_SUMS = sums
-    PS.SUM_CHUNK = chunk or PS.SUM_CHUNK
+    P.SPILL_OWN_ROWS = spill
+    PS.SUM_CHUNK = P.SUM_CHUNK = chunk or PS.SUM_CHUNK  # (the plan counts pulled.SUM_CHUNK)
     P.MIN_STEPS = min_steps or P.MIN_STEPS
     PT.PACKED_SHARE = PT.PACKED_SHARE if packed_share < 0 else packed_share
-    rounds, steps, packed = [], [], []
+    rounds, steps, packed, spilled = [], [], [], []
+    _counted.spilled = spilled
     kept_packed = PS.packed
 
     def count_packed(*args):
@@ -56,6 +61,7 @@ def _counted(
     def counted(one):
         def count(*args, **kw):
             rounds.append(1)
+            spilled.append(kw.get("spill") is not None)
             steps.append(kw["steps"])
             return one(*args, **kw)
 
@@ -186,6 +192,33 @@ def test_steps_read_packed(make_graph, tmp_path, dtype):
             # every step needs all its rows when a round takes every target (ROOMY): the
             # slots do not fit beside them; small blocks' rounds need few
             assert packed < steps if share else (packed > 0) == (budget != ROOMY)
+
+
+def _spilling(rank: int, world: int, store: str, part_to_rank, budget: int, spill: bool):
+    """:func:`_counted` (not normalised, pulled, the owners summing, partial sums sent 7 targets at a time) with the rounds that
+    spilled their own rows: ``(outputs, (rounds, steps), spilled rounds)``."""
+    args = (rank, world, store, part_to_rank, budget, False, True, True, 7)
+    got, counts = _counted(*args, spill=spill)
+    return got, counts, sum(_counted.spilled)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_own_rows_spilled(make_graph, tmp_path, dtype):
+    """In little working memory the owners' sum writes its targets' own rows to a scratch
+    file and reads them back to finish when that takes fewer rounds (``SPILL_OWN_ROWS``):
+    the outputs of the rows kept in memory (the ablation), in fewer rounds. Rows as wide
+    as the hidden layer's (8): the first layer is pulled, not projected first, and its own
+    rows take a third of a target's memory."""
+    g = _graph(make_graph, dim=8)
+    store = str(_store_as(g, tmp_path, 2, dtype))
+    rounds = {}
+    for spill in (True, False):
+        res = run_world(_spilling, 2, store, [0, 1], 6000, spill, timeout=240)
+        _compare([(got, counts) for got, counts, _ in res], g.num_nodes)
+        rounds[spill] = [counts[0] for _, counts, _ in res]
+        spilled = [n for _, _, n in res]
+        assert all(n > 0 for n in spilled) if spill else spilled == [0, 0]
+    assert max(rounds[True]) < max(rounds[False]), rounds
 
 
 def test_the_ablation_sweeps_every_layer(make_graph, make_store):

@@ -13,14 +13,14 @@ import torch
 from tests.distributed.helpers import run_world
 
 
-def _graph(make_graph, n: int = 300, seed: int = 5):
+def _graph(make_graph, n: int = 300, seed: int = 5, dim: int = 4):
     rng = np.random.default_rng(seed)
     src, dst = rng.integers(0, n, 6 * n), rng.integers(0, n, 6 * n)
     keep = (src != 11) & (dst != 11)  # node 11 is isolated
     src, dst = src[keep], dst[keep]
     src[:4], dst[:4] = [2, 2, 8, 8], [2, 2, 8, 8]  # self-loops and duplicates
     y = rng.integers(0, 3, n)
-    x = rng.random((n, 4)).astype(np.float32)
+    x = rng.random((n, dim)).astype(np.float32)
     idx = rng.permutation(n)
     return make_graph(
         np.stack([src, dst], 1),
@@ -70,7 +70,7 @@ def _outputs(
     P.PULL_ROUNDS = pull
     ctx, st, p2r, parts, tables = _rank_view(rank, world, store, part_to_rank)
     torch.manual_seed(3)
-    model = GraphSAGE(in_dim=4, hidden=hidden, out_dim=3, num_layers=2).eval()
+    model = GraphSAGE(in_dim=st.feature_dim, hidden=hidden, out_dim=3, num_layers=2).eval()
     layers = sum_layers(model)
     got, rounds = {}, {}
     for halo in halos:

@@ -395,6 +395,7 @@ def blocked_dist_outputs(
                 threads=threads,
                 stats=stats,
                 input_rows=None if li == 0 else {p.index: core[li - 1][p.index] for p in parts},
+                spill=scratch.spill,
             )
             inputs, dim, norm, pre = outs, width, False, None
             continue

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import torch
@@ -48,7 +49,7 @@ from shoal.nn.base import SumLayer
 from shoal.training.blocked import id_dtype
 from shoal.utils.memory import huge_empty
 
-__all__ = ["MIN_STEPS", "PULL_ROUNDS", "pullable", "pulled_layer", "step_rows"]
+__all__ = ["MIN_STEPS", "PULL_ROUNDS", "SPILL_OWN_ROWS", "pullable", "pulled_layer", "step_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,10 @@ SUM_STEP_SHARE = 4
 #: pulled, so a sweep in two 1 GiB steps waits for half the rows (10M nodes uncapped, owners
 #: summing: docs/measurements.md#steps-of-a-sixth-at-least-session-of-2026-12-03)
 MIN_STEPS = 6
+#: whether the owners' sum spills its targets' own rows to a scratch file (written in block
+#: order as the steps pass them, read back to finish) when that takes fewer rounds, each a
+#: sweep of the rank's rows (default True; False keeps them in memory: the ablation)
+SPILL_OWN_ROWS = True
 #: bytes per needed source while a round is planned: its local id, its served index and
 #: its offset among its owner's rows (at most; 4 bytes each under 2**31 nodes)
 SOURCE_BYTES = 12
@@ -139,6 +144,16 @@ def _blocks(parts, todo, graphs, phases, free: int, most: int | None = None) -> 
     return blocks
 
 
+def _spilled_blocks(parts, todo, graphs, planned, pulling, free: int, own: int, W: int):
+    """``(blocks, rounds)`` of the owners' sum with the targets' own rows (``own`` bytes
+    each) spilled to a scratch file instead of kept (collective: every rank's cap on a
+    block's targets and the rounds are agreed)."""
+    per_target = max(pulling[0] - own, 1)
+    most = reduced(max(free // per_target, 1), W, dist.ReduceOp.MIN)
+    blocks = _blocks(parts, todo, graphs, (planned, (per_target, pulling[1])), free, most)
+    return blocks, reduced(len(blocks), W, dist.ReduceOp.MAX)
+
+
 @torch.no_grad()
 def pulled_layer(
     sl: SumLayer,
@@ -156,11 +171,16 @@ def pulled_layer(
     stats: CommStats | None,
     clock,
     finish: Callable,
+    spill: Callable | None = None,
 ) -> None:
     """One layer of :func:`~shoal.distributed.served.served_layer` for a layer that
     :func:`pullable` admits (module docstring); collective. ``sources``: this rank's rows
     (None without parts); ``stored``: the 16-bit dtype they are read, sent and summed as
-    (None: float32); ``finish(p, a, block, acc, own)`` finishes a block's targets."""
+    (None: float32); ``finish(p, a, block, acc, own)`` finishes a block's targets.
+    ``spill(rows, cols, dtype)``: a file-backed scratch array (default None: none); when the
+    owners sum and the targets' own rows written there in block order, read back to finish,
+    take fewer rounds than kept in memory, every rank spills them (:func:`_spilled_blocks`:
+    the single-process chunked pull's spill, :mod:`shoal.training.blocked`)."""
     W, me = ctx.world_size, ctx.rank
     size = 4 if stored is None else np.dtype(stored).itemsize
     sums = PARTIAL_SUMS and W > 1
@@ -205,10 +225,15 @@ def pulled_layer(
         most = reduced(max(free // pulling[0], 1), W, dist.ReduceOp.MIN)
     blocks = _blocks(parts, todo, graphs, (planned, pulling), free, most)
     rounds = reduced(len(blocks), W, dist.ReduceOp.MAX)
+    spilled = False
+    if sums and SPILL_OWN_ROWS and spill is not None:  # own rows on disk: fewer rounds?
+        fewer = _spilled_blocks(parts, todo, graphs, planned, pulling, free, size * dim, W)
+        if fewer[1] < rounds:
+            (blocks, rounds), spilled = fewer, True
     log.info(
         "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
         "ranks, each target %s%s as each round sweeps this rank's %d rows in %d steps of %d "
-        "rows (%.0f MiB of working memory, %.0f MiB of it buffers)",
+        "rows%s (%.0f MiB of working memory, %.0f MiB of it buffers)",
         sl.width,
         sum(len(todo[p.index]) for p in parts),
         len(blocks),
@@ -219,6 +244,7 @@ def pulled_layer(
         mine,
         steps,
         R,
+        ", own rows spilled to a scratch file" if spilled else "",
         budget / 2**20,
         held / 2**20,
     )
@@ -226,11 +252,12 @@ def pulled_layer(
     bufs = [huge_empty((R, dim), read) for _ in range(READ_AHEAD + 1)]
     spare: dict = {}
     pool = ThreadPoolExecutor(1, thread_name_prefix="shoal-pulled-read")
+    one_round = partial(sums_round, spill=spill if spilled else None) if sums else rows_round
     try:
         for k in range(rounds):
             p, a, block = blocks[k] if k < len(blocks) else (None, 0, np.empty(0, np.int64))
             block = np.asarray(block, np.int64)
-            acc, own = (sums_round if sums else rows_round)(
+            acc, own = one_round(
                 p,
                 block,
                 graphs,

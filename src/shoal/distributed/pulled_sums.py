@@ -18,7 +18,7 @@ from shoal.distributed.pulled_steps import DenseRows, buffer, cuts, packed, serv
 from shoal.distributed.runtime import DistContext
 from shoal.rows import _kernels as RK
 from shoal.training import _kernels as BK
-from shoal.training.blocked import _in_edges, _read_ahead, _read_only, id_dtype
+from shoal.training.blocked import RowWriter, _in_edges, _read_ahead, _read_only, id_dtype
 from shoal.utils.memory import huge_zeros
 
 __all__ = ["SUM_CHUNK", "sums_round"]
@@ -46,13 +46,16 @@ def sums_round(
     width: int,
     stats: CommStats | None,
     clock,
+    spill=None,
 ):
     """One round of ``block`` (this rank's targets in ``p``; empty: it only serves its
     peers); collective at its start (the lists) and end (the partial sums) only: between
     them this rank sweeps its own rows alone, ``R`` rows a step, ``steps`` steps, reading
     into ``bufs`` (``spare``: reused exchange buffers by name). Returns the block's
     accumulators (``width`` float32 columns, every owner's sum added) and its targets' own
-    rows (16-bit bits when ``stored``, as the sweep's), None without a block."""
+    rows (16-bit bits when ``stored``, as the sweep's), None without a block; with
+    ``spill(rows, cols, dtype)`` the own rows are written, step by step, to that file-backed
+    scratch array (default None: kept in memory)."""
     W, me = ctx.world_size, ctx.rank
     t0 = time.perf_counter()
     mtype = np.uint16 if stored is not None else np.float32
@@ -87,7 +90,10 @@ def sums_round(
     w = _read_only(np.empty((0, 1), np.float32))
     accs = [huge_zeros((len(ptr) - 1, width), np.float32) for ptr, _ in lists]
     curs = [ptr[:-1].copy() for ptr, _ in lists]
-    own = np.empty((len(block), dim), mtype) if has else None
+    own = writer = None
+    if has:
+        own = np.empty((len(block), dim), mtype) if spill is None else spill(len(block), dim, mtype)
+        writer = RowWriter(own) if spill is not None else None
     ct = cuts(targets, steps, R)
     t0 = clock.add("plan", t0)
 
@@ -109,8 +115,12 @@ def sums_round(
             slots[got - lo] = np.arange(len(got))
             slot = _read_only(slots)
         if has and ct[s + 1] > ct[s]:
-            at = targets[ct[s] : ct[s + 1]] - lo
-            RK._gather_rows(rows, at if slot is none else slots[at], own[ct[s] : ct[s + 1]])
+            a, b = int(ct[s]), int(ct[s + 1])
+            at = targets[a:b] - lo
+            dst = own[a:b] if writer is None else buffer(spare, "own rows", b - a, dim, mtype)
+            RK._gather_rows(rows, at if slot is none else slots[at], dst)
+            if writer is not None:
+                writer.write(np.arange(a, b, dtype=np.int64), dst)
         t0 = clock.add("own rows", t0)
         rows = _read_only(rows)
         for r, (ptr, ids) in enumerate(lists):
@@ -118,6 +128,8 @@ def sums_round(
                 end = _read_only(ptr[1:])
                 kernel(curs[r], end, ids, lo, lo + R, slot, rows, w, accs[r])
         t0 = clock.add("pull", t0)
+    if writer is not None:
+        writer.close()
     acc = _gather_sums(accs, me, ctx, spare, stats)
     clock.add("exchange", t0)
     return (acc if has else None), own

@@ -36,6 +36,7 @@ from shoal.distributed.feature_store import owner_of
 from shoal.distributed.pulled import pullable, pulled_layer
 from shoal.distributed.runtime import DistContext
 from shoal.nn.base import SumLayer
+from shoal.rows.opener import open_rows
 from shoal.store.reader import Partition
 from shoal.training import _kernels as BK
 from shoal.training.blocked import (
@@ -211,6 +212,7 @@ def served_layer(
     threads: int = 8,
     stats: CommStats | None = None,
     input_rows: dict[int, np.ndarray] | None = None,
+    spill: Callable | None = None,
 ) -> None:
     """One layer for the sorted core positions ``todo[part]`` of this rank's ``parts``
     (module docstring); collective. ``inputs[part]``: the layer's input rows of the part's
@@ -220,7 +222,9 @@ def served_layer(
     ``deg`` float32 full in-degrees; ``halo_served[part]``: the served index of each halo
     node (:meth:`ServedLayout.served_of`). Outputs go to ``outs[part]``, one row per position
     of ``todo[part]`` in order (``nxt`` applied first: a compact array, not one over every
-    core row), or to ``on_output[part](positions in todo, rows)``."""
+    core row), or to ``on_output[part](positions in todo, rows)``. ``spill(rows, cols,
+    dtype)``: a file-backed scratch array for a pulled layer's own rows when that saves
+    rounds (:func:`~shoal.distributed.pulled.pulled_layer`; default None: none)."""
     W = ctx.world_size
     width_in = dim if pre is None else int(pre(torch.zeros(1, dim)).shape[1])
     sources = None
@@ -273,6 +277,7 @@ def served_layer(
                 stats=stats,
                 clock=clock,
                 finish=finish,
+                spill=spill,
             )
         finally:
             close()
@@ -567,17 +572,28 @@ def _widen(rows: np.ndarray, stored: np.dtype) -> np.ndarray:
 
 def _finish(sl, p, a, block, acc, own, graphs, slice_rows, stored, nxt, writer, emit):
     """Finish a block's targets ``slice_rows`` at a time (their own rows kept from the sweep,
-    16-bit bits of ``stored`` when not None)."""
+    16-bit bits of ``stored`` when not None; spilled to a scratch file: read back slice by
+    slice with planned reads, not page faults)."""
     deg_t = graphs[p.index][2]
     k = slice_rows
-    for i in range(0, len(block), k):
-        ids = block[i : i + k]
-        d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
-        mine = own[i : i + k]
-        if stored is not None:
-            mine = _widen(mine, stored)
-        h = sl.finish(torch.from_numpy(acc[i : i + k]), torch.from_numpy(mine), d)
-        if writer is not None:  # rows a + i.. of the compact output
-            writer.write(np.arange(a + i, a + i + len(h)), (nxt(h) if nxt else h).numpy())
-        else:
-            emit(np.arange(a + i, a + i + len(h)), h.numpy())
+    spilled = open_rows(own, threads=1) if file_of(own) is not None else None
+    buf = np.empty((min(k, len(block)), own.shape[1]), own.dtype) if spilled else None
+    try:
+        for i in range(0, len(block), k):
+            ids = block[i : i + k]
+            d = deg_t[torch.from_numpy(ids)].unsqueeze(1)
+            if spilled is None:
+                mine = own[i : i + k]
+            else:
+                mine = buf[: len(ids)]
+                spilled.read(np.arange(i, i + len(ids), dtype=np.int64), mine)
+            if stored is not None:
+                mine = _widen(mine, stored)
+            h = sl.finish(torch.from_numpy(acc[i : i + k]), torch.from_numpy(mine), d)
+            if writer is not None:  # rows a + i.. of the compact output
+                writer.write(np.arange(a + i, a + i + len(h)), (nxt(h) if nxt else h).numpy())
+            else:
+                emit(np.arange(a + i, a + i + len(h)), h.numpy())
+    finally:
+        if spilled is not None:
+            spilled.close()

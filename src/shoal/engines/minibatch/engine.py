@@ -429,6 +429,8 @@ class MinibatchEngine(Engine):
             for j, b in enumerate(self.epoch_batches(e))
         ]
         size = self.sampler.group_size(self.train_config.sampling.batch_size, room)
+        reads = self.sampler.group_reads
+        passes, nbytes = reads.passes, reads.bytes
         for a in range(0, len(steps), size):
             group = steps[a : a + size]
             t0 = time.perf_counter()
@@ -437,6 +439,17 @@ class MinibatchEngine(Engine):
                 timer["sampling"] += time.perf_counter() - t0
                 yield e, mb
                 t0 = time.perf_counter()
+        if self.sampler.reads_from_disk and len(steps) > 1:
+            log.info(
+                "rank %d sampled epoch(s) %s: %d batches in groups of %d, %d pass(es) reading "
+                "%.2f GB of neighbour lists",
+                rank,
+                ",".join(str(e + 1) for e in epochs),
+                len(steps),
+                size,
+                reads.passes - passes,
+                (reads.bytes - nbytes) / 1e9,
+            )
 
     def _round_sampler(self, timer: dict[str, float], room: int):
         """``rounds(epochs)`` for :meth:`DistWindows.windows`: the epochs a sweep packs,
