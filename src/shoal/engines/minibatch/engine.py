@@ -267,7 +267,8 @@ class MinibatchEngine(Engine):
             hold_bytes=plan.neighbor_cache // 2 if mine else 0,
         )
         log.info(
-            "rank %d samples its parts' neighbour lists %s, in groups of %d batches",
+            "rank %d samples its parts' neighbour lists %s, in groups of %d batches (more "
+            "in a packing sweep, in the memory its windows leave idle)",
             self.ctx.rank,
             f"from disk (parts {parts})" if parts else "from memory",
             self.sampler.group_size(self.train_config.sampling.batch_size),
