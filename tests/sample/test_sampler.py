@@ -355,13 +355,19 @@ def test_a_group_sampled_from_disk_is_the_same_batches_read_in_one_pass_per_hop(
     one.close()
 
 
-@pytest.mark.parametrize("grouped", [False, True])
+@pytest.mark.parametrize(
+    ("grouped", "read_entries"), [(False, 1 << 20), (True, 1 << 20), (True, 7)]
+)
 def test_held_lists_of_the_seeds_give_the_same_batches_without_reading_them_again(
-    tmp_path, grouped
+    tmp_path, monkeypatch, grouped, read_entries
 ):
     """The training seeds' neighbour lists held in memory (a hub, an isolated seed, rows
     past the CSR's): every batch equals the in-memory sampler's, alone or in a group; hop 0
-    of seeds that are all held reads nothing from disk, and the lists are read once."""
+    of seeds that are all held reads nothing from disk, and the lists are read once (in one
+    read, or ``read_entries`` at a time: the hub's list alone in a read of its own)."""
+    from shoal.sample.sampler import HeldLists
+
+    monkeypatch.setattr(HeldLists, "READ_ENTRIES", read_entries)
     rng = np.random.default_rng(4)
     n = 1500
     hub = np.stack([rng.integers(0, n, 400), np.zeros(400, np.int64)], 1)

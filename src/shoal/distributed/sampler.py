@@ -417,7 +417,10 @@ class DistNeighborSampler(BlockSampler):
                 self._readers[i] = open_rows(src, threads=io_threads)
         self.group_bytes = int(group_bytes)
         rows = {i: np.asarray((hold or {}).get(i, _NO_INDICES), np.int64) for i in self._readers}
-        need = sum(HeldLists.nbytes(self.parts[i].indptr, r) for i, r in rows.items())
+        need = sum(
+            HeldLists.nbytes(self.parts[i].indptr, r, self.parts[i].indices.dtype.itemsize)
+            for i, r in rows.items()
+        )
         if hold and need <= hold_bytes:
             for i, r in rows.items():
                 p = self.parts[i]

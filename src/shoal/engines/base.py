@@ -239,7 +239,13 @@ class Engine(ABC):
 
     # ---------------------------------------------------------------- memory
     def plan_memory(
-        self, *, feature_bytes: int, num_rows: int, extra_bytes: int = 0, structure: str = "auto"
+        self,
+        *,
+        feature_bytes: int,
+        num_rows: int,
+        extra_bytes: int = 0,
+        structure: str = "auto",
+        held_lists: int = 0,
     ) -> BudgetPlan:
         """This rank's memory budget (``--memory``, by default its share of the machine's or
         cgroup's limit, :func:`~shoal.rows.budget.plan_budget`) for ``feature_bytes`` of
@@ -247,7 +253,9 @@ class Engine(ABC):
         (:meth:`reserve_bytes`) and ``extra_bytes`` (the engine's own arrays allocated after
         the plan: samplers' id maps, marks) are taken out first. The parts' row indices (``indptr``) are read into memory, their
         neighbour lists too when the plan keeps the structure there (``structure``: "auto",
-        or "memory"/"disk" forced; an engine that samples from disk passes the option)."""
+        or "memory"/"disk" forced; an engine that samples from disk passes the option, and
+        ``held_lists``: the bytes of the lists it holds in memory then, planned beside the
+        index)."""
         tc = self.train_config
         return_freed_memory()
         index = sum(int(p.indptr.nbytes) for p in self.parts)
@@ -263,6 +271,7 @@ class Engine(ABC):
             processes=local_peers(self.ctx),
             index_bytes=index,
             structure=structure,
+            held_lists=held_lists,
         )
         # the activations in the reserve: free while evaluating (refitted when sampled)
         act, row_bytes = step_activations(self._step_shape(num_rows))

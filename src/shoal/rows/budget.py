@@ -351,6 +351,9 @@ class BudgetPlan:
     fit: dict | None = None  # how fit_windows resized cache and windows (WindowFit.to_dict)
     index_bytes: int = 0  # the structure's O(V) part, held in memory in any case (indptr)
     neighbor_cache: int = 0  # with the structure on disk: its block cache (BlockCache)
+    #: with the structure on disk: the neighbour lists held in memory beside the index (the
+    #: training seeds', every batch's hop 0: ``plan_budget``'s ``held_lists``)
+    held_lists: int = 0
     #: of the reserve, one training batch's activations (free while evaluating): set by the
     #: trainer, lowered by :meth:`fit_activations` once the batches are sampled
     activations: int = 0
@@ -363,7 +366,7 @@ class BudgetPlan:
         cache of its neighbour-list blocks."""
         if self.structure_in_memory:
             return self.structure
-        return self.index_bytes + self.neighbor_cache
+        return self.index_bytes + self.held_lists + self.neighbor_cache
 
     @property
     def pool(self) -> int:
@@ -411,8 +414,9 @@ class BudgetPlan:
         where = (
             "in memory"
             if self.structure_in_memory
-            else f"on disk (row index {self.index_bytes / mib:.0f} MiB, block cache "
-            f"{self.neighbor_cache / mib:.0f} MiB)"
+            else f"on disk (row index {self.index_bytes / mib:.0f} MiB, "
+            + (f"held lists {self.held_lists / mib:.0f} MiB, " if self.held_lists else "")
+            + f"block cache {self.neighbor_cache / mib:.0f} MiB)"
         )
         return (
             f"memory budget {self.total / mib:.0f} MiB ({self.source}): reserve "
@@ -450,6 +454,7 @@ def plan_budget(
     processes: tuple[int, int] = (1, 1),
     index_bytes: int = 0,
     structure: str = "auto",
+    held_lists: int = 0,
 ) -> BudgetPlan:
     """Share ``memory`` (None: :func:`memory_limit`) between the ``reserve`` (give
     :func:`reserve_for`, measured on this process; default the fixed :data:`RESERVE`), the graph
@@ -461,6 +466,10 @@ def plan_budget(
     fits next to one window, it is cached whole and windows are not needed.
 
     ``structure``: ``"auto"`` (as above), ``"memory"`` or ``"disk"`` (forced).
+
+    ``held_lists``: bytes of neighbour lists held in memory when the structure is on disk,
+    planned beside its row index (default 0; the training seeds' lists, which hop 0 of
+    every batch draws from: :class:`~shoal.sample.sampler.HeldLists`).
 
     ``processes``: training processes on this machine and in this process's memory cgroup,
     which share the default limit (:func:`memory_limit`).
@@ -490,6 +499,9 @@ def plan_budget(
     # auto: held whenever it fits beside the two smallest windows (module docstring)
     in_mem = structure == "memory" or (structure == "auto" and structure_bytes <= left - need)
     left -= structure_bytes if in_mem else index_bytes
+    # the held lists when they fit beside the two smallest windows (else none are held)
+    held = int(held_lists) if not in_mem and 0 < held_lists <= left - need else 0
+    left -= held
     # on disk: an eighth of what is left (at most the lists) caches blocks of neighbour lists
     lists = 0 if in_mem else max(0, min(structure_bytes - index_bytes, (left - need) // 8))
     left -= lists
@@ -502,7 +514,12 @@ def plan_budget(
             fix=f"give {option} {_mib_up(smallest)} or more"
             + (" or keep the structure on disk (--structure disk)" if in_mem else ""),
         )
-    kw = {"min_window": min_window, "index_bytes": int(index_bytes), "neighbor_cache": lists}
+    kw = {
+        "min_window": min_window,
+        "index_bytes": int(index_bytes),
+        "neighbor_cache": lists,
+        "held_lists": held,
+    }
     if feature_bytes + min_window <= left:
         return BudgetPlan(
             memory,

@@ -100,10 +100,14 @@ class HeldLists:
     of every epoch), read once in one sorted pass. :meth:`take` resolves the positions of
     ``indices`` that fall inside a held row."""
 
+    #: entries read at once (default 1M): their positions are the reading's only memory
+    #: beside the held entries (8 MiB)
+    READ_ENTRIES = 1 << 20
+
     def __init__(self, indptr: np.ndarray, rows: np.ndarray, read, dtype) -> None:
         """``rows``: sorted distinct row ids; ``read(pos, out)``: the entries at the sorted
         positions ``pos`` into ``out`` (``(len(pos), 1)`` of ``dtype``, the entries' type);
-        returns the bytes read."""
+        returns the bytes read. Read in one sorted pass, :data:`READ_ENTRIES` at a time."""
         starts = np.asarray(indptr[rows], np.int64)
         ends = np.asarray(indptr[rows + 1], np.int64)
         keep = ends > starts  # rows without entries hold nothing
@@ -112,19 +116,28 @@ class HeldLists:
         self.local = np.zeros(len(lens), np.int64)
         np.cumsum(lens[:-1], out=self.local[1:])
         total = int(lens.sum())
-        pos = np.repeat(self.starts - self.local, lens) + np.arange(total, dtype=np.int64)
         vals = np.empty((total, 1), dtype)
-        self.bytes_read = int(read(pos, vals)) if total else 0
-        del pos
+        self.bytes_read = 0
+        a = 0
+        while a < len(lens):  # rows whose entries make up at most READ_ENTRIES (one at least)
+            top = int(self.local[a]) + self.READ_ENTRIES
+            b = max(int(np.searchsorted(self.local, top, side="right")), a + 1)
+            lo, hi = int(self.local[a]), int(self.local[b - 1] + lens[b - 1])
+            pos = np.repeat(self.starts[a:b] - self.local[a:b], lens[a:b])
+            pos += np.arange(lo, hi, dtype=np.int64)
+            self.bytes_read += int(read(pos, vals[lo:hi]))
+            a = b
         self.values = vals[:, 0]
 
-    @staticmethod
-    def nbytes(indptr: np.ndarray, rows: np.ndarray) -> int:
-        """Memory :class:`HeldLists` takes for ``rows`` at most: while they are read, each
-        entry's position (8 B) and the entry (at most 8 B); then 24 B of offsets per row."""
+    @classmethod
+    def nbytes(cls, indptr: np.ndarray, rows: np.ndarray, itemsize: int = 8) -> int:
+        """Memory :class:`HeldLists` takes for ``rows`` at most: each entry (``itemsize``
+        bytes, at most 8), 24 B of offsets per row, and while they are read the positions of
+        :data:`READ_ENTRIES` entries (8 B each)."""
         rows = np.asarray(rows, np.int64)
         lens = np.asarray(indptr[rows + 1], np.int64) - np.asarray(indptr[rows], np.int64)
-        return int(lens.sum()) * 16 + 24 * len(rows)
+        entries = int(lens.sum())
+        return entries * int(itemsize) + 24 * len(rows) + 8 * min(entries, cls.READ_ENTRIES)
 
     @property
     def held_bytes(self) -> int:
@@ -404,7 +417,7 @@ class NeighborSampler(BlockSampler):
             return False
         rows = np.asarray(rows, np.int64)
         rows = unique_sorted(rows[(rows >= 0) & (rows < self.indptr.shape[0] - 1)])
-        if HeldLists.nbytes(self.indptr, rows) > max_bytes:
+        if HeldLists.nbytes(self.indptr, rows, self.indices.dtype.itemsize) > max_bytes:
             return False
         self._held = HeldLists(self.indptr, rows, self._reader.read, self.indices.dtype)
         return True

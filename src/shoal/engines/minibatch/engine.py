@@ -45,6 +45,7 @@ from shoal.rows.budget import batch_rows
 from shoal.rows.budgeted import BudgetedStore
 from shoal.rows.packing import default_pack_epochs
 from shoal.rows.parts import part_rows
+from shoal.sample.sampler import HeldLists
 from shoal.training import batch_seed
 from shoal.training.embedding import load_tables, save_tables, table_dir
 from shoal.training.meter import EpochMeter
@@ -172,11 +173,13 @@ class MinibatchEngine(Engine):
         extra = 5 * rows
         fanouts, bs = tuple(cfg.sampling.fanouts), cfg.sampling.batch_size
         extra += self.prefetch * batch_rows(fanouts, bs, max(rows, 1)) * self.row_bytes
+        mode = self._structure_mode()
         plan = self.plan_memory(
             feature_bytes=rows * self.row_bytes,
             num_rows=max(rows, 1),
             extra_bytes=extra,
-            structure=self._structure_mode(),
+            structure=mode,
+            held_lists=sum(self._seed_lists().values()) if mode != "memory" else 0,
         )
         on_disk = self._sample_from_disk(plan)
         if ctx.is_rank0:
@@ -241,6 +244,17 @@ class MinibatchEngine(Engine):
             )
         return "memory"
 
+    def _seed_lists(self) -> dict[int, int]:
+        """Per part, the bytes its training seeds' neighbour lists take held in memory
+        (:class:`~shoal.sample.sampler.HeldLists`: hop 0 of every batch draws from them):
+        planned beside the row index when the structure is on disk."""
+        return {
+            p.index: HeldLists.nbytes(
+                p.indptr, np.flatnonzero(np.asarray(p.mask("train"))), p.indices.dtype.itemsize
+            )
+            for p in self.parts
+        }
+
     def _sample_from_disk(self, plan: Any) -> bool:
         """Whether some rank's plan left its parts' neighbour lists on disk (collective):
         then every rank samples in groups of the smallest group memory of those ranks
@@ -255,16 +269,17 @@ class MinibatchEngine(Engine):
             dist.all_reduce(group, op=dist.ReduceOp.MIN)
         if not int(flag):
             return False
-        # half the plan's neighbour-list memory for a group's passes, half for the lists of
-        # the rank's training seeds in its parts (hop 0 of its batches), held when they fit
-        self.structure_group = max(int(group) // 2, 1)
+        # the plan's neighbour-list memory for a group's passes; the lists of the rank's
+        # training seeds in its parts (hop 0 of its batches) held in a share of their own
+        # when the plan found room for them (plan.held_lists)
+        self.structure_group = max(int(group), 1)
         io_threads = self.train_config.memory.io_threads
         hold = {p.index: np.flatnonzero(np.asarray(p.mask("train"))) for p in self.parts}
         parts = self.sampler.read_from_disk(
             io_threads=io_threads,
             group_bytes=self.structure_group,
             hold=hold,
-            hold_bytes=plan.neighbor_cache // 2 if mine else 0,
+            hold_bytes=plan.held_lists if mine else 0,
         )
         log.info(
             "rank %d samples its parts' neighbour lists %s, in groups of %d batches (more "
