@@ -125,7 +125,9 @@ def test_local_tables_give_the_global_tables_batches(make_graph, make_store):
         assert len(glob[0][0]) > 20
 
 
-def _disk_vs_memory(rank: int, world: int, store: str, disk_ranks: tuple[int, ...]) -> dict:
+def _disk_vs_memory(
+    rank: int, world: int, store: str, disk_ranks: tuple[int, ...], hold_all: bool = False
+) -> dict:
     from shoal.distributed import DistNeighborSampler, parts_of_rank
     from shoal.sample.sampler import group_batches
     from shoal.store import Store
@@ -156,14 +158,20 @@ def _disk_vs_memory(rank: int, world: int, store: str, disk_ranks: tuple[int, ..
     s = make(rank in disk_ranks)
     # groups of 3 batches (3 groups, the last of one), the same figure on every rank
     # the lists of every other own row held in memory (the engine holds the training seeds')
-    hold = {p.index: np.arange(0, p.num_core, 2) for p in s.parts.values()}
+    # (hold_all: every own row's, hop 0 of every batch: no hop-0 pass, as the engine sets)
+    hold = {p.index: np.arange(0, p.num_core, 1 if hold_all else 2) for p in s.parts.values()}
     read = s.read_from_disk(
         io_threads=2, group_bytes=2 * 3 * 24 * (3 + 6) * bs, hold=hold, hold_bytes=1 << 30
     )
     held = {i: len(h.starts) for i, h in s._held.items()}
+    assert s.holds_first_hop
+    if hold_all:
+        s.first_held = True
+        s.group_bytes = 2 * 3 * 24 * 6 * bs  # groups of 3 still: no hop-0 entries counted
     assert s.group_size(bs) == 3 == group_batches(fanouts, 3 * 24 * (3 + 6) * bs, bs)
     # a round lends idle memory: groups grow by what it adds (counted twice, as above)
-    assert s.group_size(bs, room=2 * 2 * 24 * (3 + 6) * bs) == 5
+    if not hold_all:
+        assert s.group_size(bs, room=2 * 2 * 24 * (3 + 6) * bs) == 5
     got = []
     for a in range(0, len(batches), 3):
         got += list(s.sample_group(batches[a : a + 3]))
@@ -184,22 +192,31 @@ def _disk_vs_memory(rank: int, world: int, store: str, disk_ranks: tuple[int, ..
     return out
 
 
-@pytest.mark.parametrize("disk_ranks", [(0, 1), (0,)])
-def test_neighbour_lists_on_disk_give_the_same_batches(make_graph, make_store, disk_ranks):
+@pytest.mark.parametrize(
+    ("disk_ranks", "hold_all"), [((0, 1), False), ((0,), False), ((0, 1), True)]
+)
+def test_neighbour_lists_on_disk_give_the_same_batches(
+    make_graph, make_store, disk_ranks, hold_all
+):
     """Positions drawn from ``indptr`` and their entries read from disk, a group of batches
     hop by hop in one sorted pass per part (collective: a rank whose lists are in memory takes
     part in its peers' passes): every batch equals the in-memory sampler's, over groups of 3,
-    a group of one and a batch sampled alone."""
+    a group of one and a batch sampled alone; with every seed's list held (``hold_all``,
+    ``first_held``) hop 0 takes no pass."""
     g = community_graph(make_graph, n=120)
     store = str(make_store(parts=3, graph=g))
-    res = run_world(_disk_vs_memory, 2, store, disk_ranks)
+    res = run_world(_disk_vs_memory, 2, store, disk_ranks, hold_all)
     for rank, r in enumerate(res):
         assert all(r["same"]), r["same"]
         on_disk = rank in disk_ranks
         assert bool(r["read"]) == on_disk
-        # two groups of 3 read a pass per hop and per part (a group of one reads directly)
-        assert r["passes"] == (2 * 2 * len(r["read"]) if on_disk else 0)
-        assert (r["bytes"] > 0) == on_disk and r["largest"] <= max(r["file"], 4096)
+        # two groups of 3 read a pass per hop (hop 1 only: hold_all) and per part (a group
+        # of one reads directly)
+        hops = 1 if hold_all else 2
+        assert r["passes"] == (2 * hops * len(r["read"]) if on_disk else 0)
+        # (hold_all: every list of every rank's rows is held, so the passes read nothing)
+        assert (r["bytes"] > 0) == (on_disk and not hold_all)
+        assert r["largest"] <= max(r["file"], 4096)
         assert r["structure_bytes_read"] >= r["bytes"]
         assert (len(r["held"]) > 0 and all(v > 0 for v in r["held"].values())) == on_disk
 

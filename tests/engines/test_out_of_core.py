@@ -249,4 +249,5 @@ def test_minibatch_with_neighbour_lists_on_disk_trains_the_same_model(make_graph
         # records are summed over ranks: every epoch read neighbour lists
         assert all(r["structure_bytes_read"] > 0 for r in d["io"])
         if rank in disk_ranks:  # one pass per hop of each group (the epoch is one group)
-            assert d["group_passes"].passes >= 2 * 2
+            # but hop 0's: the plan holds the training seeds' lists (first_held)
+            assert d["group_passes"].passes >= 2 * 1

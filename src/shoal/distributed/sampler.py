@@ -127,6 +127,10 @@ class DistNeighborSampler(BlockSampler):
         self.group_bytes = 0
         #: the passes of :meth:`sample_group` over the parts' neighbour lists on disk
         self.group_reads = GroupReads()
+        #: whether every rank reading lists from disk holds its batches' seeds' lists in
+        #: memory (set by the engine, the same on every rank): :meth:`sample_group` then
+        #: skips hop 0's pass, and a group's memory counts no hop-0 entries
+        self.first_held = False
         self._local = threading.local()  # the group being sampled, by the thread sampling it
         # local tables: each pick carries its degree (the batch's, by local id, in _bdeg)
         self._bdeg = np.empty(0, np.float32)
@@ -428,6 +432,12 @@ class DistNeighborSampler(BlockSampler):
         return sorted(self._readers)
 
     @property
+    def holds_first_hop(self) -> bool:
+        """Whether every part this rank reads from disk has its held lists (True when it
+        reads none): hop 0 of the batches of its held rows reads nothing."""
+        return set(self._held) == set(self._readers)
+
+    @property
     def reads_from_disk(self) -> bool:
         """Whether this rank reads some part's neighbour lists from disk."""
         return bool(self._readers)
@@ -445,7 +455,8 @@ class DistNeighborSampler(BlockSampler):
         own rows' neighbours and those of the rows the others ask it for."""
         if self.group_bytes <= 0:
             return 1
-        return group_batches(self.fanouts, (self.group_bytes + max(int(room), 0)) // 2, batch_size)
+        bytes_ = (self.group_bytes + max(int(room), 0)) // 2
+        return group_batches(self.fanouts, bytes_, batch_size, first_held=self.first_held)
 
     def sample_group(self, batches: Sequence[tuple[np.ndarray, int]]) -> Iterator[MiniBatch]:
         """``sample(seeds, seed)`` of each ``(seeds, seed)`` of ``batches``, in order, the
@@ -457,13 +468,14 @@ class DistNeighborSampler(BlockSampler):
         batches drawn to the end from what was read. A group reads at most each part's file
         once per hop (DiskGNN's sorted passes over the structure: Liu et al., VLDB 2025,
         Sec. 3); counted in :attr:`group_reads`. The cost: hop ``h``'s exchanges run ``L - h
-        + 1`` times instead of once."""
+        + 1`` times instead of once. With :attr:`first_held` hop 0 has no pass: its entries
+        come from the held lists (any outside them read directly)."""
         if self.group_bytes <= 0 or len(batches) < 2:
             for seeds, seed in batches:
                 yield self.sample(seeds, seed)
             return
         g = _DistGroup()
-        for hop in range(self.num_layers):
+        for hop in range(1 if self.first_held else 0, self.num_layers):
             g.collecting, g.positions = hop, {}
             for seeds, seed in batches:
                 self._in_group(g, seeds, seed, self.fanouts[: hop + 1])

@@ -281,6 +281,11 @@ class MinibatchEngine(Engine):
             hold=hold,
             hold_bytes=plan.held_lists if mine else 0,
         )
+        # hop 0 of the training batches needs no pass when every rank holds its seeds' lists
+        held = torch.tensor([int(self.sampler.holds_first_hop)], dtype=torch.int64)
+        if self.ctx.world_size > 1:
+            dist.all_reduce(held, op=dist.ReduceOp.MIN)
+        self.sampler.first_held = bool(int(held))
         log.info(
             "rank %d samples its parts' neighbour lists %s, in groups of %d batches (more "
             "in a packing sweep, in the memory its windows leave idle)",
