@@ -178,9 +178,10 @@ def pulled_layer(
     (None without parts); ``stored``: the 16-bit dtype they are read, sent and summed as
     (None: float32); ``finish(p, a, block, acc, own)`` finishes a block's targets.
     ``spill(rows, cols, dtype)``: a file-backed scratch array (default None: none); when the
-    owners sum and the targets' own rows written there in block order, read back to finish,
-    take fewer rounds than kept in memory, every rank spills them (:func:`_spilled_blocks`:
-    the single-process chunked pull's spill, :mod:`shoal.training.blocked`)."""
+    owners sum and writing the targets' own rows there (in block order, read back to
+    finish) takes fewer rounds than keeping them in memory, every rank spills them
+    (:func:`_spilled_blocks`: the single-process chunked pull's spill,
+    :mod:`shoal.training.blocked`)."""
     W, me = ctx.world_size, ctx.rank
     size = 4 if stored is None else np.dtype(stored).itemsize
     sums = PARTIAL_SUMS and W > 1
