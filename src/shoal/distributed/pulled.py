@@ -227,7 +227,7 @@ def pulled_layer(
     blocks = _blocks(parts, todo, graphs, (planned, pulling), free, most)
     rounds = reduced(len(blocks), W, dist.ReduceOp.MAX)
     spilled = False
-    if sums and SPILL_OWN_ROWS and spill is not None:  # own rows on disk: fewer rounds?
+    if sums and SPILL_OWN_ROWS and spill is not None and rounds > 1:  # fewer rounds?
         fewer = _spilled_blocks(parts, todo, graphs, planned, pulling, free, size * dim, W)
         if fewer[1] < rounds:
             (blocks, rounds), spilled = fewer, True

@@ -141,6 +141,7 @@ class MinibatchEngine(Engine):
         #: the sampling thread's process group (made by every rank here, in the same order):
         #: its collectives never interleave with the gradient all-reduce (None: the world's)
         self.sample_group = None
+        self._seeds: dict[int, np.ndarray] | None = None  # the parts' training seeds' rows
         if self.prefetch and ctx.world_size > 1:
             timeout = datetime.timedelta(seconds=float(self.options.dist_timeout))
             self.sample_group = dist.new_group(backend="gloo", timeout=timeout)
@@ -244,14 +245,19 @@ class MinibatchEngine(Engine):
             )
         return "memory"
 
+    def _seed_rows(self) -> dict[int, np.ndarray]:
+        """Per part, the local rows of its training seeds (hop 0 of every batch)."""
+        if self._seeds is None:
+            self._seeds = {p.index: np.flatnonzero(np.asarray(p.mask("train"))) for p in self.parts}
+        return self._seeds
+
     def _seed_lists(self) -> dict[int, int]:
         """Per part, the bytes its training seeds' neighbour lists take held in memory
         (:class:`~shoal.sample.sampler.HeldLists`: hop 0 of every batch draws from them):
         planned beside the row index when the structure is on disk."""
+        rows = self._seed_rows()
         return {
-            p.index: HeldLists.nbytes(
-                p.indptr, np.flatnonzero(np.asarray(p.mask("train"))), p.indices.dtype.itemsize
-            )
+            p.index: HeldLists.nbytes(p.indptr, rows[p.index], p.indices.dtype.itemsize)
             for p in self.parts
         }
 
@@ -274,7 +280,7 @@ class MinibatchEngine(Engine):
         # when the plan found room for them (plan.held_lists)
         self.structure_group = max(int(group), 1)
         io_threads = self.train_config.memory.io_threads
-        hold = {p.index: np.flatnonzero(np.asarray(p.mask("train"))) for p in self.parts}
+        hold = self._seed_rows()
         parts = self.sampler.read_from_disk(
             io_threads=io_threads,
             group_bytes=self.structure_group,
