@@ -364,7 +364,8 @@ def test_held_lists_of_the_seeds_give_the_same_batches_without_reading_them_agai
     """The training seeds' neighbour lists held in memory (a hub, an isolated seed, rows
     past the CSR's): every batch equals the in-memory sampler's, alone or in a group; hop 0
     of seeds that are all held reads nothing from disk, and the lists are read once (in one
-    read, or ``read_entries`` at a time: the hub's list alone in a read of its own)."""
+    read, or ``read_entries`` at a time: the hub's list alone in a read of its own). A
+    group has no hop-0 pass; a batch's rows outside the held ones are read directly."""
     from shoal.sample.sampler import HeldLists
 
     monkeypatch.setattr(HeldLists, "READ_ENTRIES", read_entries)
@@ -384,7 +385,11 @@ def test_held_lists_of_the_seeds_give_the_same_batches_without_reading_them_agai
     lens = np.diff(indptr)[seeds]
     assert held >= lens.sum() * 4 and s._held.values.shape == (lens.sum(),)
     batches = [(rng.permutation(seeds)[:30], step) for step in range(6)]
+    others = np.setdiff1d(np.arange(n), seeds)  # a batch of rows not held: read directly
+    batches.insert(3, (np.concatenate([seeds[:5], others[:25]]), 77))
     got = list(s.sample_group(batches)) if grouped else [s.sample(*b) for b in batches]
+    if grouped:  # hop 0 has no pass: hop 1's only
+        assert s.group_reads.passes == 1
     for (b, seed), mb in zip(batches, got, strict=True):
         a = mem.sample(b, seed)
         assert np.array_equal(a.n_id, mb.n_id)

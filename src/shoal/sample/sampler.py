@@ -442,13 +442,14 @@ class NeighborSampler(BlockSampler):
         if m == 0:
             return
         g = getattr(self._local, "group", None)
-        if g is not None:
-            if self._hop == g.collecting:  # noted for the hop's pass; this draw is dropped
-                g.positions.append(unique_sorted(picked[:m]))
-                picked[:m] = 0
-            else:
-                picked[:m] = g.drawn[self._hop].take(picked[:m])
+        if g is not None and self._hop == g.collecting:  # noted for the hop's pass; dropped
+            g.positions.append(unique_sorted(picked[:m]))
+            picked[:m] = 0
             return
+        if g is not None and self._hop in g.drawn:
+            picked[:m] = g.drawn[self._hop].take(picked[:m])
+            return
+        # (a hop without a pass, hop 0 beside held lists: read like a batch alone)
         if self._blocks is not None:
             picked[:m] = self._blocks.take(picked[:m])
             return
@@ -507,13 +508,14 @@ class NeighborSampler(BlockSampler):
         per neighbour list drawn, tens of times the file per epoch of a large graph
         (DiskGNN's offline sampling reads the structure in sorted passes too: Liu et al.,
         VLDB 2025, Sec. 3). Counted in :attr:`group_reads`. Untyped draws only (a typed
-        graph's batches are sampled one by one)."""
+        graph's batches are sampled one by one). With held lists (:meth:`hold_rows`) hop 0
+        has no pass: its entries come from them (any outside them read directly)."""
         if self._reader is None or self._per_relation_draws() or len(batches) < 2:
             for seeds, seed in batches:
                 yield self.sample(seeds, seed)
             return
         g = _Group()
-        for hop in range(self.num_layers):
+        for hop in range(1 if self._held is not None else 0, self.num_layers):
             g.collecting, g.positions = hop, []
             for seeds, seed in batches:
                 self._in_group(g, seeds, seed, self.fanouts[: hop + 1])
