@@ -47,6 +47,7 @@ PRELOAD = [
     "torch",
     "torch.distributed",
     "numba",
+    "torch_geometric.nn",  # (shoal imports PyG when a model is built)
     "shoal.distributed",
     "shoal.engines",
     "shoal.store",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import resource
 import sys
@@ -57,8 +58,10 @@ def keep_freed_memory(nbytes: int) -> bool:
     return _set_thresholds(mmap=min(n, MAX_MMAP_THRESHOLD), trim=n, top_pad=n)
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    """glibc, or None elsewhere."""
+    """glibc, or None elsewhere (looked up once: ``find_library`` runs ``ldconfig -p``, a
+    fork of this process, on every call)."""
     name = ctypes.util.find_library("c")
     if not name or not sys.platform.startswith("linux"):
         return None
