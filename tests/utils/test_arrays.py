@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shoal.utils.arrays import descending_order, union_sorted, unique_sorted
+from shoal.utils.arrays import descending_order, setdiff_sorted, union_sorted, unique_sorted
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("n, high", [(0, 5), (1, 5), (7, 1), (50, 10), (5000, 10**7)])
-def test_unique_and_union_equal_numpy(dtype, n, high):
+def test_unique_union_and_setdiff_equal_numpy(dtype, n, high):
     rng = np.random.default_rng(n + high)
     a = rng.integers(0, high, size=n).astype(dtype)
     b = rng.integers(0, high, size=n // 2 + 1).astype(dtype)
@@ -18,6 +18,8 @@ def test_unique_and_union_equal_numpy(dtype, n, high):
     assert u.dtype == np.unique(a).dtype and np.array_equal(u, np.unique(a))
     v = union_sorted(a, b)
     assert v.dtype == np.union1d(a, b).dtype and np.array_equal(v, np.union1d(a, b))
+    d = setdiff_sorted(a, b)
+    assert d.dtype == np.setdiff1d(a, b).dtype and np.array_equal(d, np.setdiff1d(a, b))
 
 
 def test_input_is_not_modified_and_2d_is_flattened():

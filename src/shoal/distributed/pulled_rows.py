@@ -21,6 +21,7 @@ from shoal.distributed.runtime import DistContext
 from shoal.rows import _kernels as RK
 from shoal.training import _kernels as BK
 from shoal.training.blocked import _in_edges, _read_ahead, _read_only, id_dtype
+from shoal.utils.arrays import union_sorted
 from shoal.utils.memory import huge_zeros
 
 __all__ = ["rows_round"]
@@ -59,7 +60,7 @@ def _plan(p, block, edges, layout, halo_served, ctx, stats) -> _Plan:
         cut = np.searchsorted(served, layout.rank_offset)
         want = [(served[cut[o] : cut[o + 1]] - layout.rank_offset[o]).astype(off) for o in range(W)]
         del served
-        mine = np.union1d(core, want[me]).astype(off) if len(want[me]) else core
+        mine = union_sorted(core, want[me]).astype(off) if len(want[me]) else core
         want[me] = empty
     asked = [empty] * W
     if W > 1:

@@ -49,6 +49,7 @@ from shoal.training.blocked import (
     _read_ahead,
     id_dtype,
 )
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.mapped import file_of
 
 __all__ = ["ServedLayout", "served_layer"]
@@ -462,7 +463,7 @@ def _gather(
             tg = (mine[tcut[s] : tcut[s + 1]] - s * R).astype(OFF)
             union = None
             if any(len(x) for x in lists) or len(tg):
-                union = np.unique(np.concatenate([*lists, tg]))
+                union = unique_sorted(np.concatenate([*lists, tg]))
             ids = np.empty(0, np.int64) if union is None else union.astype(np.int64) + s * R
             yield ids, s, union, lists, tg
 

@@ -13,6 +13,7 @@ from shoal.distributed.comm import exchange
 from shoal.distributed.feature_store import owner_of
 from shoal.errors import ShoalInputError
 from shoal.store.reader import Partition, Store
+from shoal.utils.arrays import union_sorted, unique_sorted
 from shoal.utils.io import read_json
 from shoal.utils.memory import trim_freed_memory
 
@@ -222,7 +223,7 @@ class NodeTables:
         ranges = [(p.start, p.stop) for p in parts]
         own = LocalIndex(ranges, np.empty(0, np.int64))
         halo = [np.asarray(p.halo_ids, np.int64) for p in parts if p.num_halo]
-        extra = np.unique(np.concatenate(halo)) if halo else np.empty(0, np.int64)
+        extra = unique_sorted(np.concatenate(halo)) if halo else np.empty(0, np.int64)
         extra = extra[~own.owned(extra)]
         index = LocalIndex(ranges, extra)
         deg, lab, tr = _own_values(
@@ -275,7 +276,7 @@ class NodeTables:
         with nothing new)."""
         if self.scope == "global":
             return
-        ids = np.unique(np.asarray(ids, np.int64))
+        ids = unique_sorted(np.asarray(ids, np.int64))
         _, found = self.index.find(ids)
         new = ids[~found]
         distributed = dist.is_initialized() and dist.get_world_size() > 1
@@ -286,7 +287,7 @@ class NodeTables:
         values = (self.degrees.values, self.labels.values, self.train.values)
         vals = self._ask_owners(new, self.part_to_rank, self.index, values)
         old = self.index
-        extra = np.union1d(old.extra, new)
+        extra = union_sorted(old.extra, new)
         index = LocalIndex(list(zip(old.starts, old.stops, strict=True)), extra)
         at_old = index.positions(old.extra)
         at_new = index.positions(new)

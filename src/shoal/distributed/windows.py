@@ -34,6 +34,7 @@ from shoal.graph.blocks import MiniBatch
 from shoal.rows.featstore import DiskFeatures, FeatureStats, Window
 from shoal.rows.packing import Packs, compact_ids
 from shoal.rows.spool import SampleSpool
+from shoal.utils.arrays import union_sorted
 from shoal.utils.idset import IdSet
 
 __all__ = ["READ_AHEAD", "ROUND_ROOM", "DistWindows"]
@@ -292,7 +293,7 @@ class DistWindows:
         order = np.argsort(own[~local], kind="stable")
         counts = np.bincount(own[~local], minlength=self.world_size).astype(np.int64)
         asked, _ = exchange(remote[order], counts, self.stats, self.group)
-        need = np.union1d(ids[local], asked.numpy())
+        need = union_sorted(ids[local], asked.numpy())
         return self.local_index(need) if len(need) else need.astype(np.int64)
 
     def _read(self, cold: np.ndarray) -> Window:

@@ -38,6 +38,7 @@ import torch
 from shoal.graph.blocks import Block, MiniBatch
 from shoal.sample import _kernels as K
 from shoal.sample.base import parse_fanouts
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.splitmix import GOLDEN, below, mix64, signed
 
 __all__ = ["DeviceSampler"]
@@ -128,7 +129,7 @@ class DeviceSampler:
             if s.size and (s.min() < 0 or s.max() >= self.num_nodes):
                 bad = int(s[(s < 0) | (s >= self.num_nodes)][0])
                 raise ValueError(f"seed node {bad} is out of range [0, {self.num_nodes})")
-            if len(np.unique(s)) != len(s):
+            if len(unique_sorted(s)) != len(s):
                 raise ValueError("seeds must be unique")
             seeds = torch.from_numpy(s)
         nodes = seeds.to(self.device, torch.int64)

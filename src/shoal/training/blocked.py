@@ -37,6 +37,7 @@ from shoal.rows.gather import gather_rows
 from shoal.rows.opener import open_rows
 from shoal.training import _kernels as BK
 from shoal.training.batches import Timer
+from shoal.utils.arrays import union_sorted
 from shoal.utils.featdtype import of_stored, scales_of
 from shoal.utils.mapped import file_of, read_span
 from shoal.utils.memory import huge_empty, huge_zeros
@@ -444,7 +445,7 @@ def _layer_block(sl: SumLayer, rows: LayerRows, pre, graph, block, reads: _Reads
     mark = np.full(range_rows, -1, np.int64)
     # the targets of each range: block[tcut[r]:tcut[r + 1]] (block is sorted)
     tcut = np.searchsorted(block, np.arange(n_ranges + 1, dtype=np.int64) * range_rows)
-    todo = np.union1d(np.flatnonzero(np.diff(ptr)), np.flatnonzero(np.diff(tcut)))
+    todo = union_sorted(np.flatnonzero(np.diff(ptr)), np.flatnonzero(np.diff(tcut)))
 
     def ranges(src: np.ndarray) -> Iterator[tuple]:
         for r in todo:

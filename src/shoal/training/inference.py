@@ -41,6 +41,7 @@ from shoal.sample.sampler import NeighborSampler
 from shoal.training.batches import batch_seed
 from shoal.training.blocked import blocked_layers, id_dtype, needed_nodes, sum_layers
 from shoal.training.data import TrainData
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.diskspace import open_output_memmap
 from shoal.utils.io import release_pages, scratch_space
 from shoal.utils.progress import progress
@@ -174,7 +175,7 @@ def receptive_field(
     earlier one the next plus its in-neighbours (:func:`~shoal.training.blocked.
     needed_nodes`; layer ``l`` only needs the nodes within ``L - l`` hops of the evaluated
     ones). None when the targets are every node (``shoal embed``): the full pass."""
-    targets = np.unique(np.asarray(targets, np.int64))
+    targets = unique_sorted(np.asarray(targets, np.int64))
     if len(targets) >= size:
         return None
     return needed_nodes(indptr, indices, size, targets, num_layers + 1)

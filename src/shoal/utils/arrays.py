@@ -2,9 +2,9 @@
 
 numpy 2's ``np.unique`` (without ``return_*`` options) and ``np.union1d`` go through a hash
 set, which is several times slower than sorting for integer ids drawn from a large range
-(docs/measurements.md#reading-rows-from-disk). Ids of sampled nodes are exactly that case,
-so the hot paths (feature
-windows, layer-wise evaluation, samplers) use these instead. Results equal numpy's: sorted,
+(docs/measurements.md#reading-rows-from-disk); at millions of distinct ids, fifty times (15M
+ids: 18 s against 0.3 s). Node ids are exactly that case, so shoal uses these instead (a
+plain ``np.unique`` stays only where the values are few: part and rank numbers). Results equal numpy's: sorted,
 distinct, the input's dtype.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["descending_order", "union_sorted", "unique_sorted"]
+__all__ = ["descending_order", "setdiff_sorted", "union_sorted", "unique_sorted"]
 
 
 def unique_sorted(a: np.ndarray) -> np.ndarray:
@@ -29,6 +29,12 @@ def unique_sorted(a: np.ndarray) -> np.ndarray:
 def union_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``np.union1d(a, b)``: the sorted distinct values of both."""
     return unique_sorted(np.concatenate([np.asarray(a).ravel(), np.asarray(b).ravel()]))
+
+
+def setdiff_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.setdiff1d(a, b)``: the sorted distinct values of ``a`` not in ``b``."""
+    u = unique_sorted(a)
+    return u[~np.isin(u, unique_sorted(b), assume_unique=True)]
 
 
 def descending_order(values: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ from shoal.rows.parts import part_rows
 from shoal.rows.source import RowSource
 from shoal.store._io import NpyAppender
 from shoal.store.reader import Partition
+from shoal.utils.arrays import unique_sorted
 
 __all__ = ["GrownPart", "grow_parts"]
 
@@ -116,7 +117,7 @@ class _Growing:
         pos = np.searchsorted(self.sorted_ids, g)
         pos[pos == len(self.sorted_ids)] = 0
         seen = self.sorted_ids[pos] == g if len(self.sorted_ids) else np.zeros(len(g), bool)
-        new = np.unique(g[~seen])
+        new = unique_sorted(g[~seen])
         if len(new):
             self.ids.append(new)
             ids = np.concatenate([self.sorted_ids, new])

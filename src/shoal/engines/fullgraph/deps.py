@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shoal.utils.arrays import unique_sorted
+from shoal.utils.arrays import setdiff_sorted, unique_sorted
 
 __all__ = [
     "Costs",
@@ -205,8 +205,8 @@ def build_sets(halo: np.ndarray, cached: list[np.ndarray], have: list[set]) -> D
         above = rep[k + 1]
         rest = np.array(sorted(have[k] - set(above.tolist())), dtype=np.int64)
         rep[k] = np.concatenate([above, rest]).astype(np.int64)
-    com = [np.setdiff1d(halo, rep[k]).astype(np.int64) for k in range(layers)]
-    communicated = [np.setdiff1d(halo, c).astype(np.int64) for c in cached]
+    com = [setdiff_sorted(halo, rep[k]).astype(np.int64) for k in range(layers)]
+    communicated = [setdiff_sorted(halo, c).astype(np.int64) for c in cached]
     return DepSets(rep=rep, com=com, cached=cached, communicated=communicated)
 
 
@@ -259,5 +259,5 @@ def fetch_closure(
         csr = fetch_in_edges(frontier, owner_rank(frontier), serve, world, stats)
         known = known.merge(csr)
         nxt = unique_sorted(csr.indices)
-        frontier = np.setdiff1d(nxt[~local_mask(nxt)], known.ids)
+        frontier = setdiff_sorted(nxt[~local_mask(nxt)], known.ids)
     return known

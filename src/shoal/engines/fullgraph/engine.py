@@ -59,6 +59,7 @@ from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
+from shoal.utils.arrays import unique_sorted
 from shoal.utils.io import parse_size
 
 __all__ = ["FullGraphEngine"]
@@ -325,7 +326,7 @@ class FullGraphEngine(Engine):
         for st in np.unique(stage).tolist():
             targets = np.flatnonzero(stage == st)
             esrc = src[stage[tgt] == st]
-            used = np.unique(esrc)
+            used = unique_sorted(esrc)
             used = used[~np.isin(used, targets)]
             loc, mir = used[used < have], used[used >= have]
             order = np.concatenate([targets, loc, mir])
