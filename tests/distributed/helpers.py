@@ -47,7 +47,6 @@ PRELOAD = [
     "torch",
     "torch.distributed",
     "numba",
-    "torch_geometric.nn",  # (shoal imports PyG when a model is built)
     "shoal.distributed",
     "shoal.engines",
     "shoal.store",

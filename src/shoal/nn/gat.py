@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch_geometric.nn import GATConv
 
 from shoal.graph.blocks import Block
 from shoal.nn.attention import attend_projected
@@ -46,9 +47,6 @@ class GAT(BlockGNN):
             raise ValueError("heads and out_heads must be >= 1")
         if hidden % heads:
             raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
-        # PyG imported on first use: its import costs every process ~2 s
-        from torch_geometric.nn import GATConv
-
         convs = []
         for i, (a, b) in enumerate(self.dims(in_dim, hidden, out_dim, num_layers)):
             if i < num_layers - 1:
@@ -82,7 +80,7 @@ class GAT(BlockGNN):
         return out + c.bias if c.bias is not None else out
 
 
-def _fusable(c: nn.Module) -> bool:
+def _fusable(c: GATConv) -> bool:
     """Whether :func:`~shoal.nn.attention.attend_projected` computes ``c`` (the GAT's own
     layers: one shared weight, self loops, no edge features or residual)."""
     return (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch_geometric.nn import GCNConv
 
 from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, SumLayer, gcn_adj_t, project_first
@@ -49,9 +50,6 @@ class GCN(BlockGNN):
     def __init__(
         self, *, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5
     ) -> None:
-        # PyG imported on first use: its import costs every process ~2 s
-        from torch_geometric.nn import GCNConv
-
         super().__init__(num_layers, dropout)
         self.convs = nn.ModuleList(
             GCNConv(i, o) for i, o in self.dims(in_dim, hidden, out_dim, num_layers)

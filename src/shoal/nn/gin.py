@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch_geometric.nn import GINConv
 
 from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, SumLayer, sum_aggregate
@@ -30,9 +31,6 @@ class GIN(BlockGNN):
         dropout: float = 0.5,
         train_eps: bool = True,
     ) -> None:
-        # PyG imported on first use: its import costs every process ~2 s
-        from torch_geometric.nn import GINConv
-
         super().__init__(num_layers, dropout)
         self.convs = nn.ModuleList(
             GINConv(

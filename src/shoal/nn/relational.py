@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch_geometric.nn import GATConv, RGCNConv
 
 from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN
@@ -299,9 +300,6 @@ class RGCN(RelationalGNN):
         **common: Any,
     ) -> None:
         super().__init__(hidden=hidden, num_layers=num_layers, dropout=dropout, **common)
-        # PyG imported on first use: its import costs every process ~2 s
-        from torch_geometric.nn import RGCNConv
-
         dims = self.dims(self.input.out_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(
             RGCNConv(a, b, self.num_relations, num_bases=num_bases) for a, b in dims
@@ -403,9 +401,6 @@ class RGAT(RelationalGNN):
             )
         self.heads, self.root, self.final_linear = int(heads), bool(root), bool(final_linear)
         self.relation_bias = bool(relation_bias)
-        # PyG imported on first use: its import costs every process ~2 s
-        from torch_geometric.nn import GATConv
-
         self.convs = nn.ModuleList()
         self.roots = nn.ModuleList()
         self.biases = nn.ParameterList()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch_geometric.nn import SAGEConv
 
 from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, SumLayer, mean_aggregate, project_first
@@ -29,9 +30,6 @@ class GraphSAGE(BlockGNN):
     def __init__(
         self, *, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5
     ) -> None:
-        # PyG imported on first use: its import costs every process ~2 s
-        from torch_geometric.nn import SAGEConv
-
         super().__init__(num_layers, dropout)
         self.convs = nn.ModuleList(
             SAGEConv(i, o, aggr="mean") for i, o in self.dims(in_dim, hidden, out_dim, num_layers)

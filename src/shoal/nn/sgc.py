@@ -6,6 +6,7 @@ product (``S^K (X W)``) on fewer columns. No nonlinearity, dropout only on the i
 from __future__ import annotations
 
 import torch
+from torch_geometric.nn import SGConv
 
 from shoal.graph.blocks import Block
 from shoal.nn.base import BlockGNN, SumLayer
@@ -28,9 +29,6 @@ class SGC(BlockGNN):
         dropout: float = 0.0,
         hidden: int | None = None,
     ) -> None:
-        # PyG imported on first use: its import costs every process ~2 s
-        from torch_geometric.nn import SGConv
-
         super().__init__(num_layers, dropout)
         self.sgc = SGConv(in_dim, out_dim, K=num_layers)
 
