@@ -56,9 +56,31 @@ def _exchange_rows(rank: int, world: int) -> list[list[int]]:
     return [int(c) for c in recv_counts] + recv.tolist()
 
 
+def _ask_and_answer(rank: int, world: int) -> tuple[list[int], list[int], int]:
+    """Rank r asks every other rank d for d + 1 ids; the answers come back in one all-to-all
+    whose counts both sides know (``recv_counts``): the asked ids times 10, in order."""
+    counts = np.array([0 if d == rank else d + 1 for d in range(world)], dtype=np.int64)
+    ids = np.concatenate([np.arange(c, dtype=np.int64) + 100 * d for d, c in enumerate(counts)])
+    stats = CommStats()
+    asked, asked_counts = exchange(ids, counts, stats)
+    rounds = stats.rounds
+    answers, got = exchange(asked.numpy() * 10, asked_counts, stats, recv_counts=counts)
+    return answers.tolist(), got.tolist(), stats.rounds - rounds
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_an_answer_whose_counts_are_known_comes_back_in_order(world):
+    for rank, (answers, got, rounds) in enumerate(run_world(_ask_and_answer, world)):
+        expect = [10 * (100 * d + j) for d in range(world) if d != rank for j in range(d + 1)]
+        assert answers == expect and rounds == 1
+        assert got == [0 if d == rank else d + 1 for d in range(world)]
+
+
 def test_exchange_rejects_rows_to_self():
     with process_group(DistConfig()), pytest.raises(ValueError, match="stay local"):
         exchange(np.zeros(1, dtype=np.int64), np.array([1]))
+    with process_group(DistConfig()), pytest.raises(ValueError, match="recv_counts"):
+        exchange(np.zeros(0, dtype=np.int64), np.array([0]), recv_counts=np.array([0, 1]))
 
 
 def test_process_group_single_process_and_teardown():

@@ -67,6 +67,8 @@ def exchange(
     send_counts: np.ndarray,
     stats: CommStats | None = None,
     group: dist.ProcessGroup | None = None,
+    *,
+    recv_counts: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, np.ndarray]:
     """All-to-all-v: rows ``send[off[i]:off[i+1]]`` go to rank ``i``; returns what arrived.
 
@@ -75,6 +77,10 @@ def exchange(
         send_counts: rows for each rank (length world size); ``send_counts[rank]`` must be 0.
         stats: counters to update (bytes and messages exclude the calling rank itself).
         group: the process group (default: the whole world); ranks are the group's.
+        recv_counts: the rows each rank sends this one, when every rank knows them already
+            (an answer to a request: as many rows as were asked, or as the counts received
+            before announced); default None: exchanged first, one all-to-all more. Give them
+            on every rank or on none.
 
     Returns:
         ``(recv, recv_counts)``: rows from each rank concatenated in rank order, and how many
@@ -90,11 +96,16 @@ def exchange(
         raise ValueError("rows addressed to the calling rank must stay local (send_counts[rank])")
     if int(counts.sum()) != t.shape[0]:
         raise ValueError(f"send has {t.shape[0]} rows but send_counts sums to {counts.sum()}")
+    if recv_counts is not None:
+        recv_counts = np.asarray(recv_counts, dtype=np.int64).copy()
+        if recv_counts.shape != (world,) or recv_counts[rank] != 0:
+            raise ValueError(f"recv_counts must have length {world} and 0 at this rank")
     if world == 1:
         return t[:0].clone(), np.zeros(1, dtype=np.int64)
-    recv_counts_t = torch.empty(world, dtype=torch.int64)
-    dist.all_to_all_single(recv_counts_t, torch.from_numpy(counts.copy()), group=group)
-    recv_counts = recv_counts_t.numpy().copy()
+    if recv_counts is None:
+        recv_counts_t = torch.empty(world, dtype=torch.int64)
+        dist.all_to_all_single(recv_counts_t, torch.from_numpy(counts.copy()), group=group)
+        recv_counts = recv_counts_t.numpy().copy()
     row_shape = tuple(t.shape[1:])
     recv = torch.empty((int(recv_counts.sum()), *row_shape), dtype=t.dtype)
     dist.all_to_all_single(

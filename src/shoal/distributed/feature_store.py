@@ -170,7 +170,7 @@ class DistFeatureStore:
         req, req_counts = exchange(ids[order], counts, self.stats, self.group)
         req_ids = req.numpy()
         served = self._gather_local(req_ids, np.empty((req_ids.shape[0], dim), np.float32))
-        rows, _ = exchange(served, req_counts, self.stats, self.group)
+        rows, _ = exchange(served, req_counts, self.stats, self.group, recv_counts=counts)
         if order.size:
             out[order] = rows.numpy()
         return torch.from_numpy(out)

@@ -562,12 +562,14 @@ class DistNeighborSampler(BlockSampler):
             per_rank = _segment_sums(sc, req_counts)
             if self._part_deg is not None:  # each count with the requested node's degree
                 sc = np.stack([sc, self._own_degrees(req.numpy()).astype(np.int64)], axis=1)
-            rc, _ = exchange(sc, req_counts, self.stats, self.group)
-            rp, _ = exchange(sp, per_rank, self.stats, self.group)
+            # (the answers' sizes are known: a count per request, then the picks counted)
+            rc, _ = exchange(sc, req_counts, self.stats, self.group, recv_counts=send_counts)
             rc = rc.numpy()
             if self._part_deg is not None:
                 self._bdeg[remote] = rc[:, 1]
                 rc = np.ascontiguousarray(rc[:, 0])
+            got = _segment_sums(rc, send_counts)
+            rp, _ = exchange(sp, per_rank, self.stats, self.group, recv_counts=got)
             counts[remote] = rc
         else:
             remote = np.empty(0, dtype=np.int64)

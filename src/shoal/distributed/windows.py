@@ -243,7 +243,7 @@ class DistWindows:
                 flags = np.zeros(len(asked), np.uint8)
             else:
                 flags = (~self._own_cached[self.local_index(asked)]).astype(np.uint8)
-            back, _ = exchange(flags, asked_counts, self.stats, self.group)
+            back, _ = exchange(flags, asked_counts, self.stats, self.group, recv_counts=counts)
             keep[order] = back.numpy().astype(np.bool_)
         return ids[keep]
 
