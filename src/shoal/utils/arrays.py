@@ -2,10 +2,10 @@
 
 numpy 2's ``np.unique`` (without ``return_*`` options) and ``np.union1d`` go through a hash
 set, which is several times slower than sorting for integer ids drawn from a large range
-(docs/measurements.md#reading-rows-from-disk); at millions of distinct ids, fifty times (15M
-ids: 18 s against 0.3 s). Node ids are exactly that case, so shoal uses these instead (a
-plain ``np.unique`` stays only where the values are few: part and rank numbers). Results equal numpy's: sorted,
-distinct, the input's dtype.
+(docs/measurements.md#reading-rows-from-disk), far slower at millions of distinct ids. Node
+ids are exactly that case, so shoal uses these instead (a plain ``np.unique`` stays only
+where the values are few: part and rank numbers). Results equal numpy's: sorted, distinct,
+the input's dtype.
 """
 
 from __future__ import annotations

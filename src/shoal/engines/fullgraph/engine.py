@@ -59,7 +59,7 @@ from shoal.graph.blocks import Block
 from shoal.nn.base import keyed_dropout, layer_widths
 from shoal.training import batch_seed
 from shoal.training.meter import EpochMeter
-from shoal.utils.arrays import unique_sorted
+from shoal.utils.arrays import setdiff_sorted
 from shoal.utils.io import parse_size
 
 __all__ = ["FullGraphEngine"]
@@ -326,8 +326,7 @@ class FullGraphEngine(Engine):
         for st in np.unique(stage).tolist():
             targets = np.flatnonzero(stage == st)
             esrc = src[stage[tgt] == st]
-            used = unique_sorted(esrc)
-            used = used[~np.isin(used, targets)]
+            used = setdiff_sorted(esrc, targets)
             loc, mir = used[used < have], used[used >= have]
             order = np.concatenate([targets, loc, mir])
             remap = np.full(len(ids), -1, np.int64)
