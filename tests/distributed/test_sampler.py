@@ -126,21 +126,30 @@ def test_local_tables_give_the_global_tables_batches(make_graph, make_store):
 
 
 def _disk_vs_memory(
-    rank: int, world: int, store: str, disk_ranks: tuple[int, ...], hold_all: bool = False
+    rank: int,
+    world: int,
+    store: str,
+    disk_ranks: tuple[int, ...],
+    hold_all: bool = False,
+    chunk: int = 0,
 ) -> dict:
-    from shoal.distributed import DistNeighborSampler, parts_of_rank
+    from shoal.distributed import DistNeighborSampler, NodeTables, parts_of_rank, sampler_chunks
     from shoal.sample.sampler import group_batches
     from shoal.store import Store
 
     st = Store.open(store)
     owner = parts_of_rank(st.num_parts, world)
     fanouts, bs = (3, 2), 5
+    if chunk:  # a group's batches sampled together `chunk` at a time; each pick its degree
+        sampler_chunks.CHUNK_BYTES = sampler_chunks.ENTRY_BYTES * (3 + 6) * bs * chunk
+        assert sampler_chunks.chunk_batches(fanouts, bs) == chunk
 
     def make(on_disk: bool) -> DistNeighborSampler:  # (a store's parts are cached: one each)
         parts = [p for p in Store.open(store).parts() if owner[p.index] == rank]
         for p in parts:
             if not on_disk:
                 p.indices = np.array(p.indices)  # read into memory
+        scope = "local" if chunk and on_disk else "global"
         return DistNeighborSampler(
             parts=parts,
             part_offsets=st.part_offsets,
@@ -148,7 +157,7 @@ def _disk_vs_memory(
             rank=rank,
             world_size=world,
             fanouts=fanouts,
-            degrees=np.ones(st.num_nodes, np.float32),
+            degrees=NodeTables(st, parts, part_to_rank=owner, scope=scope).degrees,
         )
 
     own = np.concatenate([np.arange(p.start, p.stop) for p in st.parts() if owner[p.index] == rank])
@@ -178,7 +187,10 @@ def _disk_vs_memory(
     one = s.sample(*batches[0])  # one batch alone: entries read directly
     same = [
         np.array_equal(a.n_id, b.n_id)
-        and all(x.edge_index.equal(y.edge_index) for x, y in zip(a.blocks, b.blocks, strict=True))
+        and all(
+            x.edge_index.equal(y.edge_index) and x.deg_src.equal(y.deg_src)
+            for x, y in zip(a.blocks, b.blocks, strict=True)
+        )
         for a, b in zip(want + want[:1], got + [one], strict=True)
     ]
     out = {"same": same, "read": read, "passes": s.group_reads.passes, "bytes": s.group_reads.bytes}
@@ -193,19 +205,22 @@ def _disk_vs_memory(
 
 
 @pytest.mark.parametrize(
-    ("disk_ranks", "hold_all"), [((0, 1), False), ((0,), False), ((0, 1), True)]
+    ("disk_ranks", "hold_all", "chunk"),
+    [((0, 1), False, 0), ((0,), False, 0), ((0, 1), True, 0), ((0, 1), False, 2)],
 )
 def test_neighbour_lists_on_disk_give_the_same_batches(
-    make_graph, make_store, disk_ranks, hold_all
+    make_graph, make_store, disk_ranks, hold_all, chunk
 ):
     """Positions drawn from ``indptr`` and their entries read from disk, a group of batches
     hop by hop in one sorted pass per part (collective: a rank whose lists are in memory takes
-    part in its peers' passes): every batch equals the in-memory sampler's, over groups of 3,
-    a group of one and a batch sampled alone; with every seed's list held (``hold_all``,
-    ``first_held``) hop 0 takes no pass."""
+    part in its peers' passes): every batch (ids, edges, the sources' degrees) equals the
+    in-memory sampler's one batch at a time, over groups of 3, a group of one and a batch
+    sampled alone; with every seed's list held (``hold_all``, ``first_held``) hop 0 takes
+    no pass. ``chunk``: a group's batches drawn 2 at a time (one set of exchanges per hop
+    for both; else all 3 at once) with local node tables, each pick carrying its degree."""
     g = community_graph(make_graph, n=120)
     store = str(make_store(parts=3, graph=g))
-    res = run_world(_disk_vs_memory, 2, store, disk_ranks, hold_all)
+    res = run_world(_disk_vs_memory, 2, store, disk_ranks, hold_all, chunk)
     for rank, r in enumerate(res):
         assert all(r["same"]), r["same"]
         on_disk = rank in disk_ranks

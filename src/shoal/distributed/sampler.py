@@ -27,6 +27,8 @@ import torch.distributed as dist
 from shoal.data.hetero import HeteroSchema
 from shoal.distributed.comm import CommStats, exchange
 from shoal.distributed.feature_store import owner_of
+from shoal.distributed.sampler_chunks import chunk_batches, sample_chunk
+from shoal.distributed.segments import scatter_segments, segment_sums
 from shoal.distributed.tables import NodeValues
 from shoal.graph.blocks import MiniBatch
 from shoal.rows.direct import RowFile
@@ -200,11 +202,19 @@ class DistNeighborSampler(BlockSampler):
         self._part_types()
 
     def _sample_owned(
-        self, ids: np.ndarray, fanout: int, key: np.uint64, ex: dict[int, np.ndarray] | None = None
+        self,
+        ids: np.ndarray,
+        fanout: int,
+        key: np.uint64 | np.ndarray,
+        ex: dict[int, np.ndarray] | None = None,
+        segments: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(counts, picked global ids) for nodes this rank owns, in ``ids`` order; ``ex``:
         per part, sorted local keys ``row * num_nodes + source`` of edges to skip. With local
-        tables the picks are ``(m, 2)`` rows: global id, full in-degree."""
+        tables the picks are ``(m, 2)`` rows: global id, full in-degree. ``segments``: the
+        batch of each of ``ids`` (non-decreasing; several batches' rows at once, untyped and
+        without ``ex``), ``key`` then each batch's key: every row draws what it draws with
+        its own batch's rows alone."""
         n = ids.shape[0]
         counts = np.zeros(n, dtype=np.int64)
         if n == 0:
@@ -236,9 +246,8 @@ class DistNeighborSampler(BlockSampler):
             m = int(rowptr[-1])
             picked = np.empty(m, dtype=np.int64)
             dst = np.empty(m, dtype=np.int64)
-            # a stream per (part, row position): rows at the same position in different parts
-            # must not share random numbers (part 0 keeps ``key``, so one part = one sampler)
-            pkey = key if int(i) == 0 else np.uint64(K._stream_key(key, np.uint64(i)))
+            # a stream per (part, row position) (_part_key)
+            pkey = key if int(i) == 0 or segments is not None else _part_key(key, int(i))
             if keys is not None and self._etypes:  # (not ``ex``: the next part reads it)
                 self._fill_rows(
                     part, rows, rowptr, pkey, picked, dst, (keys, np.int64(part.num_nodes))
@@ -257,6 +266,13 @@ class DistNeighborSampler(BlockSampler):
                     part.num_nodes,
                     n_ex,
                 )
+            elif segments is not None:  # several batches: each row its batch's stream
+                disk = int(i) in self._readers
+                rkeys, rpos = _row_streams(key, int(i), segments[sel])
+                src = _NO_INDICES if disk else part.indices
+                K._fill_keyed(part.indptr, src, rows, k, rowptr, rkeys, rpos, picked, disk)
+                if disk:
+                    self._read_picked(int(i), picked)
             elif int(i) in self._readers:  # positions drawn, their entries read
                 K._fill(part.indptr, _NO_INDICES, rows, k, rowptr, pkey, picked, dst, True)
                 self._read_picked(int(i), picked)
@@ -281,7 +297,7 @@ class DistNeighborSampler(BlockSampler):
         np.cumsum(counts, out=rowptr_all[1:])
         out = np.empty((int(rowptr_all[-1]),) + self._empty_picks().shape[1:], dtype=np.int64)
         for sel, rowptr, picked in pieces:
-            _scatter_segments(out, rowptr_all, sel, np.diff(rowptr), picked)
+            scatter_segments(out, rowptr_all, sel, np.diff(rowptr), picked)
         return counts, out
 
     def _count_rows(
@@ -468,17 +484,25 @@ class DistNeighborSampler(BlockSampler):
         batches drawn to the end from what was read. A group reads at most each part's file
         once per hop (DiskGNN's sorted passes over the structure: Liu et al., VLDB 2025,
         Sec. 3); counted in :attr:`group_reads`. The cost: hop ``h``'s exchanges run ``L - h
-        + 1`` times instead of once. With :attr:`first_held` hop 0 has no pass: its entries
-        come from the held lists (any outside them read directly)."""
+        + 1`` times instead of once, each for a chunk of batches at a time
+        (:func:`~shoal.distributed.sampler_chunks.sample_chunk`: one set of exchanges per
+        hop for the chunk). With :attr:`first_held` hop 0 has no pass: its entries come from
+        the held lists (any outside them read directly)."""
         if self.group_bytes <= 0 or len(batches) < 2:
             for seeds, seed in batches:
                 yield self.sample(seeds, seed)
             return
         g = _DistGroup()
+        size = chunk_batches(self.fanouts, max(len(seeds) for seeds, _ in batches))
+        if self.world_size > 1:  # the same chunks on every rank (their exchanges pair up)
+            t = torch.tensor([size], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+            size = int(t.item())
+        chunks = [batches[a : a + size] for a in range(0, len(batches), size)]
         for hop in range(1 if self.first_held else 0, self.num_layers):
             g.collecting, g.positions = hop, {}
-            for seeds, seed in batches:
-                self._in_group(g, seeds, seed, self.fanouts[: hop + 1])
+            for chunk in chunks:
+                self._in_group(g, chunk, self.fanouts[: hop + 1], blocks=False)
             for i, reader in self._readers.items():
                 got = g.positions.get(i)
                 pos = unique_sorted(np.concatenate(got)) if got else _NO_INDICES
@@ -490,13 +514,17 @@ class DistNeighborSampler(BlockSampler):
                 r.largest = max(r.largest, int(nbytes))
             g.positions = {}
         g.collecting = -1
-        for seeds, seed in batches:
-            yield self._in_group(g, seeds, seed, None)
+        for chunk in chunks:
+            yield from self._in_group(g, chunk, self.fanouts)
 
-    def _in_group(self, g: _DistGroup, seeds: np.ndarray, seed: int, fanouts) -> MiniBatch:
+    def _in_group(
+        self, g: _DistGroup, chunk: Sequence[tuple[np.ndarray, int]], fanouts, blocks=True
+    ) -> list[MiniBatch]:
+        """A chunk of a group's batches sampled together (:func:`sample_chunk`) in the
+        group's pass ``g``."""
         self._local.group = g
         try:
-            return self.sample(seeds, seed, fanouts=fanouts)
+            return sample_chunk(self, chunk, fanouts, blocks=blocks)
         finally:
             self._local.group = None
 
@@ -559,7 +587,7 @@ class DistNeighborSampler(BlockSampler):
             sc, sp = self._serve(
                 req.numpy(), req_counts, fanout, key ^ np.uint64(0x5BD1E995), exclude
             )
-            per_rank = _segment_sums(sc, req_counts)
+            per_rank = segment_sums(sc, req_counts)
             if self._part_deg is not None:  # each count with the requested node's degree
                 sc = np.stack([sc, self._own_degrees(req.numpy()).astype(np.int64)], axis=1)
             # (the answers' sizes are known: a count per request, then the picks counted)
@@ -568,7 +596,7 @@ class DistNeighborSampler(BlockSampler):
             if self._part_deg is not None:
                 self._bdeg[remote] = rc[:, 1]
                 rc = np.ascontiguousarray(rc[:, 0])
-            got = _segment_sums(rc, send_counts)
+            got = segment_sums(rc, send_counts)
             rp, _ = exchange(sp, per_rank, self.stats, self.group, recv_counts=got)
             counts[remote] = rc
         else:
@@ -579,17 +607,33 @@ class DistNeighborSampler(BlockSampler):
         picked = np.empty(int(rowptr[-1]), dtype=np.int64)
         rp = rp.numpy()
         if self._part_deg is None:
-            _scatter_segments(picked, rowptr, local, lc, lp)
-            _scatter_segments(picked, rowptr, remote, rc, rp)
+            scatter_segments(picked, rowptr, local, lc, lp)
+            scatter_segments(picked, rowptr, remote, rc, rp)
         else:  # the picks' degrees too
             rp = rp.reshape(-1, 2)
             deg = np.empty(int(rowptr[-1]), dtype=np.int64)
             for col, out in ((0, picked), (1, deg)):
-                _scatter_segments(out, rowptr, local, lc, np.ascontiguousarray(lp[:, col]))
-                _scatter_segments(out, rowptr, remote, rc, np.ascontiguousarray(rp[:, col]))
+                scatter_segments(out, rowptr, local, lc, np.ascontiguousarray(lp[:, col]))
+                scatter_segments(out, rowptr, remote, rc, np.ascontiguousarray(rp[:, col]))
             self._hop_deg = deg.astype(np.float32)
         dst = np.repeat(np.arange(n, dtype=np.int64), counts)
         return rowptr, picked, dst
+
+
+def _part_key(key: np.uint64, part: int) -> np.uint64:
+    """The stream of ``part``'s rows under the hop's ``key``: rows at the same position in
+    different parts must not share random numbers (part 0 keeps ``key``, so one part = one
+    sampler)."""
+    return key if part == 0 else np.uint64(K._stream_key(key, np.uint64(part)))
+
+
+def _row_streams(keys: np.ndarray, part: int, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``part`` drawn for several batches at once (``seg``: each row's batch,
+    non-decreasing): its batch's key for the part, and its position among the batch's rows
+    of the part (what :meth:`DistNeighborSampler._sample_owned` keys one batch's row by)."""
+    pkeys = np.array([_part_key(np.uint64(k), part) for k in keys], dtype=np.uint64)
+    pos = np.arange(len(seg), dtype=np.int64) - np.searchsorted(seg, seg, side="left")
+    return pkeys[seg], pos
 
 
 def _local_keys(part: Partition, halo: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -613,23 +657,3 @@ def _room(buf: np.ndarray, n: int) -> np.ndarray:
     grown = np.empty(max(n, 2 * buf.shape[0]), np.float32)
     grown[: buf.shape[0]] = buf
     return grown
-
-
-def _segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Sum of ``values`` over consecutive segments of lengths ``counts``."""
-    c = np.concatenate([[0], np.cumsum(values)])
-    ends = np.cumsum(counts)
-    starts = ends - counts
-    return (c[ends] - c[starts]).astype(np.int64)
-
-
-def _scatter_segments(
-    out: np.ndarray, rowptr: np.ndarray, positions: np.ndarray, counts: np.ndarray, data: np.ndarray
-) -> None:
-    """Copy consecutive segments of ``data`` (lengths ``counts``) to rows ``positions`` of
-    ``out`` (row ``r`` spans ``rowptr[r]:rowptr[r + 1]``)."""
-    if data.shape[0] == 0:
-        return
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    where = np.repeat(rowptr[positions] - starts, counts) + np.arange(data.shape[0])
-    out[where] = data

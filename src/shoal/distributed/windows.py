@@ -263,23 +263,24 @@ class DistWindows:
         return self.current.gather(self.local_index(ids), out)
 
     # ---------------------------------------------------------------- windows
-    def _new_rows(self, mb: MiniBatch) -> tuple[np.ndarray, np.ndarray]:
-        """``mb``'s rows not cached by their owner and not yet in the window, and how many
-        of them each owner holds, summed over ranks (collective)."""
+    def _new_rows(self, mb: MiniBatch, held: int = 0) -> tuple[np.ndarray, np.ndarray, bool]:
+        """``mb``'s rows not cached by their owner and not yet in the window, how many of
+        them each owner holds, summed over ranks, and whether some rank's window samples
+        (``held`` bytes here) reach ``sample_bytes`` (collective: one all-reduce, the
+        samples' bytes each in its rank's slot)."""
         fresh = ~self._window.contains(mb.n_id)
         if self._rules is not None:  # the batch's degrees are its input block's
             deg = mb.blocks[0].deg_src.numpy() if mb.blocks else np.zeros(len(mb.n_id))
             new = self._uncached_by_rule(mb.n_id[fresh], deg[fresh])
         else:
             new = self._uncached(mb.n_id[fresh])
-        counts = np.bincount(self.owner_rank(new), minlength=self.world_size).astype(np.int64)
-        return new, self._reduce(counts).numpy()
-
-    def _too_many_samples(self, held: int) -> bool:
-        """Whether some rank's window samples reach ``sample_bytes`` (collective)."""
-        if self.sample_bytes is None:
-            return False
-        return int(self._reduce([held], MAX)) >= self.sample_bytes
+        w = self.world_size
+        vec = np.zeros(2 * w, np.int64)
+        vec[:w] = np.bincount(self.owner_rank(new), minlength=w)
+        vec[w + self.rank] = held
+        vec = self._reduce(vec).numpy()
+        full = self.sample_bytes is not None and int(vec[w:].max()) >= self.sample_bytes
+        return new, vec[:w].copy(), full
 
     def _needed(self) -> np.ndarray:
         """Stacked local positions (sorted) of the uncached rows this rank reads for the
@@ -369,13 +370,12 @@ class DistWindows:
         acc = np.zeros(self.world_size, np.int64)
         held = 0
         for mb in batches:
-            new, counts = self._new_rows(mb)
-            full = self._too_many_samples(held)
+            new, counts, full = self._new_rows(mb, held)
             if pending and (full or (acc + counts > self.window_rows).any()):  # all ranks
                 yield pending
                 pending, acc, held = [], np.zeros_like(acc), 0
                 self._seen.clear()
-                new, counts = self._new_rows(mb)
+                new, counts, _ = self._new_rows(mb)
             self._window.add(new)
             if count:
                 self._count_unique(mb)

@@ -128,6 +128,22 @@ def _fill_py(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets):
         _fill_row(indptr, indices, nodes[i], i, start, k, key, picked, dst, offsets)
 
 
+def _fill_keyed_py(indptr, indices, nodes, n_dst, rowptr, keys, pos, picked, offsets):
+    """:func:`_fill_py` of rows from several batches at once: row ``i`` draws from the stream
+    ``keys[i]`` at frontier position ``pos[i]`` (its batch's key and its position among that
+    batch's rows), so each row draws what :func:`_fill_py` draws for it in its own batch."""
+    for i in prange(n_dst):
+        start = rowptr[i]
+        k = rowptr[i + 1] - start
+        if k == 0:
+            continue
+        v = nodes[i]
+        b = np.int64(indptr[v])
+        d = np.int64(indptr[v + 1]) - b
+        state = _mix64(keys[i] ^ np.uint64(pos[i]))
+        _draw_run(indices, b, d, k, state, picked, start, offsets)
+
+
 #: Below this many rows the serial twin of a kernel runs: waking threads costs more.
 #: The per-batch kernels release the GIL (``nogil``): a batch is sampled in a background thread
 #: while the training thread launches the device's kernels (``DeviceFeed(background=True)``).
@@ -135,10 +151,17 @@ PARALLEL_MIN = 512
 
 _count_par, _count_ser = parallel_and_serial(_count_py, nogil=True)
 _fill_par, _fill_ser = parallel_and_serial(_fill_py, nogil=True)
+_fill_keyed_par, _fill_keyed_ser = parallel_and_serial(_fill_keyed_py, nogil=True)
 
 
 def _count(indptr, nodes, n_dst, fanout, counts):
     (_count_par if n_dst >= PARALLEL_MIN else _count_ser)(indptr, nodes, n_dst, fanout, counts)
+
+
+def _fill_keyed(indptr, indices, nodes, n_dst, rowptr, keys, pos, picked, offsets=False):
+    (_fill_keyed_par if n_dst >= PARALLEL_MIN else _fill_keyed_ser)(
+        indptr, indices, nodes, n_dst, rowptr, keys, pos, picked, offsets
+    )
 
 
 def _fill(indptr, indices, nodes, n_dst, rowptr, key, picked, dst, offsets=False):

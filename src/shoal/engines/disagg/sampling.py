@@ -29,7 +29,8 @@ import numpy as np
 
 from shoal.distributed.comm import exchange
 from shoal.distributed.feature_store import owner_of
-from shoal.distributed.sampler import DistNeighborSampler, _scatter_segments, _segment_sums
+from shoal.distributed.sampler import DistNeighborSampler
+from shoal.distributed.segments import scatter_segments, segment_sums
 from shoal.graph.blocks import MiniBatch
 from shoal.rows import open_rows
 from shoal.rows.gather import read_rows
@@ -331,7 +332,7 @@ class BatchSampler(DistNeighborSampler):
         np.cumsum(counts, out=rowptr[1:])
         out = np.empty(int(rowptr[-1]), np.int64)
         for sel, c, picked in pieces:
-            _scatter_segments(out, rowptr, sel, c, picked)
+            scatter_segments(out, rowptr, sel, c, picked)
         return counts, out
 
     def _from_store(
@@ -439,19 +440,19 @@ class BatchSampler(DistNeighborSampler):
             send_counts = np.bincount(owners[remote], minlength=self.world_size)
             req, req_counts = exchange(frontier[remote], send_counts, self.stats, self.group)
             sc, sp = self._serve(req.numpy(), req_counts, fanout, key ^ _SERVE_STREAM, exclude)
-            per_rank = _segment_sums(sc, req_counts)
+            per_rank = segment_sums(sc, req_counts)
             # (the answers' sizes are known: a count per request, then the picks counted)
             rct, _ = exchange(sc, req_counts, self.stats, self.group, recv_counts=send_counts)
             rc = rct.numpy()
-            got = _segment_sums(rc, send_counts)
+            got = segment_sums(rc, send_counts)
             rpt, _ = exchange(sp, per_rank, self.stats, self.group, recv_counts=got)
             rp = rpt.numpy()
             counts[remote] = rc
         rowptr = hop_rowptr(counts, n)
         picked = np.empty(int(rowptr[-1]), np.int64)
-        _scatter_segments(picked, rowptr, local, lc, lp)
-        _scatter_segments(picked, rowptr, rep, ec, ep)
+        scatter_segments(picked, rowptr, local, lc, lp)
+        scatter_segments(picked, rowptr, rep, ec, ep)
         if len(remote):
-            _scatter_segments(picked, rowptr, remote, rc, rp)
+            scatter_segments(picked, rowptr, remote, rc, rp)
         dst = np.repeat(np.arange(n, dtype=np.int64), counts)
         return rowptr, picked, dst
