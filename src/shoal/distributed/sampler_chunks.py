@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK_BYTES", "chunk_batches", "sample_chunk"]
 
-#: memory a chunk's arrays may take while it is sampled (default 32 MiB), counted as
-#: :data:`ENTRY_BYTES` per entry its batches may draw: the batches of a group are sampled
-#: in chunks of this size, each chunk's exchanges shared by its batches
-CHUNK_BYTES = 32 << 20
+#: memory a chunk's arrays may take while it is sampled (default 24 MiB: 4 batches of 1024
+#: seeds at fanouts 10,5), counted as :data:`ENTRY_BYTES` per entry its batches may draw:
+#: the batches of a group are sampled in chunks of this size, each chunk's exchanges shared
+#: by its batches. Like one batch's arrays when batches are sampled one by one, it is part
+#: of the process's working memory (the plan's reserve), not of the group's entries
+CHUNK_BYTES = 24 << 20
 #: bytes a drawn entry takes while its chunk is sampled: the pick and its degree, as sent and
 #: as received, its column, its destination and its edge (an upper bound)
 ENTRY_BYTES = 96
@@ -76,56 +78,66 @@ def sample_chunk(
     Untyped, without exclusions. ``blocks`` False: the last hop is only drawn (its owners
     note what a group's pass reads) and nothing is returned."""
     bs = [_Batch(_checked(s, seeds), int(seed)) for seeds, seed in batches]
-    local_deg = s._part_deg is not None
     for hop, f in enumerate(fanouts):
         s._hop = hop
-        last = hop == len(fanouts) - 1
-        keys = np.array(
-            [K._stream_key(np.uint64(b.seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)) for b in bs],
-            dtype=np.uint64,
-        )
-        n = np.array([len(b.nodes) for b in bs], np.int64)
-        frontier = np.concatenate([b.nodes for b in bs]) if bs else np.empty(0, np.int64)
-        seg = np.repeat(np.arange(len(bs), dtype=np.int64), n)
-        owners = s.part_to_rank[owner_of(s.part_offsets, frontier)]
-        local = np.flatnonzero(owners == s.rank)
-        lc, lp = s._sample_owned(frontier[local], f, keys, segments=seg[local])
-        counts = np.zeros(len(frontier), np.int64)
-        counts[local] = lc
-        deg = np.zeros(len(frontier), np.float32) if local_deg else None
-        if deg is not None:
-            deg[local] = s._own_degrees(frontier[local])
-        remote = np.empty(0, np.int64)
-        rc, rp = np.empty(0, np.int64), s._empty_picks()
-        if s.world_size > 1:
-            remote = np.flatnonzero(owners != s.rank)
-            remote = remote[np.argsort(owners[remote], kind="stable")]
-            answer = _ask(
-                s, frontier, seg, owners, remote, len(bs), f, keys, not (last and not blocks)
-            )
-            if answer is not None:
-                rc, rp = answer
-                if deg is not None:
-                    deg[remote] = rc[:, 1]
-                    rc = np.ascontiguousarray(rc[:, 0])
-                counts[remote] = rc
-        if last and not blocks:
+        noted = hop == len(fanouts) - 1 and not blocks
+        drawn = _draw(s, bs, hop, f, answer=not noted)
+        if noted:
             return []
-        rowptr = hop_rowptr(counts, len(frontier))
-        picked = np.empty(int(rowptr[-1]), np.int64)
-        pdeg = np.empty(int(rowptr[-1]), np.int64) if local_deg else None
-        _lay_out(picked, pdeg, rowptr, local, lc, lp, remote, rc, rp)
-        start = np.zeros(len(bs) + 1, np.int64)
-        np.cumsum(n, out=start[1:])
+        picked, pdeg, rowptr, start = drawn
         for j, b in enumerate(bs):
             a, z = int(start[j]), int(start[j + 1])
-            if deg is not None:
-                b.deg[: z - a] = deg[a:z]
             lo, hi = int(rowptr[a]), int(rowptr[z])
-            _relabel(
-                s, b, picked[lo:hi], rowptr[a : z + 1] - lo, None if pdeg is None else pdeg[lo:hi]
-            )
+            part = None if pdeg is None else pdeg[lo:hi]
+            _relabel(s, b, picked[lo:hi], rowptr[a : z + 1] - lo, part)
     return [_assemble(s, b) for b in bs]
+
+
+def _draw(s: DistNeighborSampler, bs: list[_Batch], hop: int, fanout: int, answer: bool):
+    """Hop ``hop`` of every batch of ``bs`` (collective): ``(picked, their degrees or None,
+    rowptr, each batch's first frontier row)`` over the batches' frontiers back to back,
+    each frontier node's degree noted in its batch; without ``answer`` the owners only draw
+    (None)."""
+    keys = np.array(
+        [K._stream_key(np.uint64(b.seed & 0xFFFFFFFFFFFFFFFF), np.uint64(hop)) for b in bs],
+        dtype=np.uint64,
+    )
+    n = np.array([len(b.nodes) for b in bs], np.int64)
+    frontier = np.concatenate([b.nodes for b in bs]) if bs else np.empty(0, np.int64)
+    seg = np.repeat(np.arange(len(bs), dtype=np.int64), n)
+    owners = s.part_to_rank[owner_of(s.part_offsets, frontier)]
+    local = np.flatnonzero(owners == s.rank)
+    lc, lp = s._sample_owned(frontier[local], fanout, keys, segments=seg[local])
+    counts = np.zeros(len(frontier), np.int64)
+    counts[local] = lc
+    deg = np.zeros(len(frontier), np.float32) if s._part_deg is not None else None
+    if deg is not None:
+        deg[local] = s._own_degrees(frontier[local])
+    remote = np.empty(0, np.int64)
+    rc, rp = np.empty(0, np.int64), s._empty_picks()
+    if s.world_size > 1:
+        remote = np.flatnonzero(owners != s.rank)
+        remote = remote[np.argsort(owners[remote], kind="stable")]
+        got = _ask(s, frontier, seg, owners, remote, len(bs), fanout, keys, answer)
+        if got is None:
+            return None
+        rc, rp = got
+        if deg is not None:
+            deg[remote] = rc[:, 1]
+            rc = np.ascontiguousarray(rc[:, 0])
+        counts[remote] = rc
+    elif not answer:
+        return None
+    rowptr = hop_rowptr(counts, len(frontier))
+    picked = np.empty(int(rowptr[-1]), np.int64)
+    pdeg = np.empty(int(rowptr[-1]), np.int64) if deg is not None else None
+    _lay_out(picked, pdeg, rowptr, local, lc, lp, remote, rc, rp)
+    start = np.zeros(len(bs) + 1, np.int64)
+    np.cumsum(n, out=start[1:])
+    if deg is not None:
+        for j, b in enumerate(bs):
+            b.deg[: n[j]] = deg[start[j] : start[j + 1]]
+    return picked, pdeg, rowptr, start
 
 
 def _checked(s: DistNeighborSampler, seeds: np.ndarray) -> np.ndarray:
