@@ -144,12 +144,11 @@ def _disk_vs_memory(
         sampler_chunks.CHUNK_BYTES = sampler_chunks.ENTRY_BYTES * (3 + 6) * bs * chunk
         assert sampler_chunks.chunk_batches(fanouts, bs) == chunk
 
-    def make(on_disk: bool) -> DistNeighborSampler:  # (a store's parts are cached: one each)
-        parts = [p for p in Store.open(store).parts() if owner[p.index] == rank]
+    def make(on_disk: bool, scope: str = "global") -> DistNeighborSampler:
+        parts = [p for p in Store.open(store).parts() if owner[p.index] == rank]  # (cached)
         for p in parts:
             if not on_disk:
                 p.indices = np.array(p.indices)  # read into memory
-        scope = "local" if chunk and on_disk else "global"
         return DistNeighborSampler(
             parts=parts,
             part_offsets=st.part_offsets,
@@ -164,7 +163,7 @@ def _disk_vs_memory(
     batches = [(own[i * bs : (i + 1) * bs], 7 + i) for i in range(7)]
     ref = make(False)
     want = [ref.sample(s, k) for s, k in batches]
-    s = make(rank in disk_ranks)
+    s = make(rank in disk_ranks, "local" if chunk else "global")
     # groups of 3 batches (3 groups, the last of one), the same figure on every rank
     # the lists of every other own row held in memory (the engine holds the training seeds')
     # (hold_all: every own row's, hop 0 of every batch: no hop-0 pass, as the engine sets)
@@ -205,11 +204,17 @@ def _disk_vs_memory(
 
 
 @pytest.mark.parametrize(
-    ("disk_ranks", "hold_all", "chunk"),
-    [((0, 1), False, 0), ((0,), False, 0), ((0, 1), True, 0), ((0, 1), False, 2)],
+    ("disk_ranks", "hold_all", "chunk", "world"),
+    [
+        ((0, 1), False, 0, 2),
+        ((0,), False, 0, 2),
+        ((0, 1), True, 0, 2),
+        ((0, 1), False, 2, 2),
+        ((0, 2), False, 2, 3),
+    ],
 )
 def test_neighbour_lists_on_disk_give_the_same_batches(
-    make_graph, make_store, disk_ranks, hold_all, chunk
+    make_graph, make_store, disk_ranks, hold_all, chunk, world
 ):
     """Positions drawn from ``indptr`` and their entries read from disk, a group of batches
     hop by hop in one sorted pass per part (collective: a rank whose lists are in memory takes
@@ -217,10 +222,11 @@ def test_neighbour_lists_on_disk_give_the_same_batches(
     in-memory sampler's one batch at a time, over groups of 3, a group of one and a batch
     sampled alone; with every seed's list held (``hold_all``, ``first_held``) hop 0 takes
     no pass. ``chunk``: a group's batches drawn 2 at a time (one set of exchanges per hop
-    for both; else all 3 at once) with local node tables, each pick carrying its degree."""
+    for both; else all 3 at once) with local node tables, each pick carrying its degree; on
+    3 ranks a chunk's requests come from two peers."""
     g = community_graph(make_graph, n=120)
     store = str(make_store(parts=3, graph=g))
-    res = run_world(_disk_vs_memory, 2, store, disk_ranks, hold_all, chunk)
+    res = run_world(_disk_vs_memory, world, store, disk_ranks, hold_all, chunk)
     for rank, r in enumerate(res):
         assert all(r["same"]), r["same"]
         on_disk = rank in disk_ranks
