@@ -213,7 +213,7 @@ def test_own_rows_spilled(make_graph, tmp_path, dtype):
     store = str(_store_as(g, tmp_path, 2, dtype))
     rounds = {}
     for spill in (True, False):
-        res = run_world(_spilling, 2, store, [0, 1], 6000, spill, timeout=240)
+        res = run_world(_spilling, 2, store, [0, 1], 4000, spill, timeout=240)
         _compare([(got, counts) for got, counts, _ in res], g.num_nodes)
         rounds[spill] = [counts[0] for _, counts, _ in res]
         spilled = [n for _, _, n in res]

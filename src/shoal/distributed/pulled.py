@@ -204,11 +204,13 @@ def pulled_layer(
         fixed = mine + 2 * SUM_CHUNK * max(W - 1, 1) * 4 * sl.width
         # while a block's lists are made (its in-edges as read and renumbered, per target
         # its list start, runs and counts, then the lists by owner: flat ids, a received
-        # peer's as many) and while it is pulled (per target and rank, the block's and the
-        # peers' as large, a list start, a cursor and an accumulator; its own row; per
-        # in-edge an id, as many of the peers' lists over this rank's rows)
+        # peer's as many, this rank's own copied out) and while it is pulled (per target
+        # and rank, the block's and the peers' as large, a list start, a cursor and an
+        # accumulator; its own row; per in-edge an id: the block's entries over this
+        # rank's rows and the peers' over them, as many as the block's in-edges when the
+        # peers' blocks are as large, the entries sent freed)
         planned = (8 + 24 * W, edge + 2 * off)
-        pulling = (W * (16 + 4 * sl.width) + size * dim, 2 * off)
+        pulling = (W * (16 + 4 * sl.width) + size * dim, off)
     else:
         # beside the blocks: a round's marks (a byte per local id of a part) and the ids the
         # peers ask of this rank (every row of it at most)

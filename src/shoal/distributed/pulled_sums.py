@@ -145,9 +145,8 @@ def _exchange_lists(counts: np.ndarray, flat: np.ndarray, ctx: DistContext, stat
     m = counts.sum(axis=1)
     peers = [o for o in range(W) if o != me]
     lists: list = [None] * W
-    mine = flat[int(m[peers].sum()) :]
-    lists[me] = (_ptr(counts[me]), _read_only(mine))
     if W == 1:
+        lists[me] = (_ptr(counts[me]), _read_only(flat))
         return lists
     sizes = torch.tensor([[n, int(m[o])] for o in range(W)], dtype=torch.int64)
     got = torch.empty_like(sizes)
@@ -162,6 +161,11 @@ def _exchange_lists(counts: np.ndarray, flat: np.ndarray, ctx: DistContext, stat
     all_to_all_rows(flat[: int(m[peers].sum())], recv, send_m, got_m)
     if stats is not None:
         stats.tally(sum(send_m), len(recv), recv.itemsize)
+    # this rank's own entries copied out of the send buffer, which the caller then frees:
+    # while pulling, a rank holds its own block's entries over its rows and the peers'
+    # over its rows (about one id per in-edge of a block, the plan's pulling phase), not
+    # the entries it sent as well
+    lists[me] = (_ptr(counts[me]), _read_only(flat[int(m[peers].sum()) :].copy()))
     a = b = 0
     for r in peers:
         lists[r] = (_ptr(recv_c[a : a + got_n[r]]), _read_only(recv[b : b + got_m[r]]))
