@@ -29,6 +29,7 @@ def _counted(
     min_steps: int = 0,
     packed_share: int = -1,
     spill: bool = True,
+    share_max: int = 0,
 ):
     """``_outputs`` with the layers pulled (or swept, ``pull`` false; the owners summing,
     or the rows sent, ``sums`` false), the rounds pulled on this rank and the most steps a
@@ -37,7 +38,8 @@ def _counted(
     fewer than ``1 / packed_share`` of their rows read them packed (-1: as set). With the
     owners summing, the steps read packed and all steps are counted too. ``spill``: own
     rows may be spilled (``SPILL_OWN_ROWS``); whether each round spilled them is kept in
-    ``_counted.spilled``."""
+    ``_counted.spilled``. ``share_max``: the smallest share of the working memory the
+    owners' step buffers may shrink to (0: as set)."""
     import shoal.distributed.pulled as P
     import shoal.distributed.pulled_steps as PT
     import shoal.distributed.pulled_sums as PS
@@ -46,6 +48,7 @@ def _counted(
     P.SPILL_OWN_ROWS = spill
     PS.SUM_CHUNK = P.SUM_CHUNK = chunk or PS.SUM_CHUNK  # (the plan counts pulled.SUM_CHUNK)
     P.MIN_STEPS = min_steps or P.MIN_STEPS
+    P.SUM_STEP_SHARE_MAX = share_max or P.SUM_STEP_SHARE_MAX
     PT.PACKED_SHARE = PT.PACKED_SHARE if packed_share < 0 else packed_share
     rounds, steps, packed, spilled = [], [], [], []
     _counted.spilled = spilled
@@ -258,3 +261,24 @@ def test_owner_lists_of_runs():
     out = np.full(7, -1, np.int32)
     SK._owner_lists(ids, cur, end, np.array([1, 0]), rank_offset, out)
     assert out.tolist() == [2, 5, 3, 3, 5, 9, 9]  # rank 1's (12, 15 - 10), then rank 0's
+
+
+def test_smaller_steps_for_a_round_fewer(make_graph, tmp_path):
+    """When step buffers smaller than 1 / ``SUM_STEP_SHARE`` of the working memory leave
+    the blocks room for a round fewer (each round a sweep of the rank's rows), the owners'
+    sum takes them (``SUM_STEP_SHARE_MAX``): the outputs of the fixed share (the ablation),
+    in fewer rounds of more steps."""
+    import shoal.distributed.pulled as P
+
+    g = _graph(make_graph, dim=8)
+    store = str(_store_as(g, tmp_path, 2, "float32"))
+    counts = {}
+    for share_max in (P.SUM_STEP_SHARE_MAX, P.SUM_STEP_SHARE):
+        args = (store, [0, 1], 5000, False, True, True, 7, 0, -1, True, share_max)
+        res = run_world(_counted, 2, *args, timeout=240)
+        _compare(res, g.num_nodes)
+        counts[share_max] = [c for _, c in res]
+    for (rounds, steps), (fixed_rounds, fixed_steps) in zip(
+        counts[P.SUM_STEP_SHARE_MAX], counts[P.SUM_STEP_SHARE], strict=True
+    ):  # (13 rounds of 12 steps at the fixed share: 11 of 19-20)
+        assert rounds < fixed_rounds and steps > fixed_steps, counts

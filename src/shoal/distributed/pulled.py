@@ -36,6 +36,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -78,6 +79,13 @@ STEP_SHARE = 8
 #: working memory (default 4: half the steps of 8, each accumulator visited in fewer; 2
 #: doubles the rounds, each a sweep of the rank's rows: docs/measurements.md)
 SUM_STEP_SHARE = 4
+#: with :data:`PARTIAL_SUMS`, the smallest share a step's read buffers may shrink to when
+#: that takes fewer rounds (default 8: from 1 / :data:`SUM_STEP_SHARE` down to 1 / 8 of the
+#: working memory, the first share with the fewest rounds; a round is a sweep of the rank's
+#: rows from disk, a smaller step a visit more of each accumulator:
+#: docs/measurements.md#a-round-fewer-session-of-2026-12-04). Equal to SUM_STEP_SHARE: the
+#: share is fixed (the ablation)
+SUM_STEP_SHARE_MAX = 8
 #: a rank's rows are swept in at least this many steps when it has that many rows (default
 #: 6): the first step's read waits alone, each later one is read while the step before it is
 #: pulled, so a sweep in two 1 GiB steps waits for half the rows (10M nodes uncapped, owners
@@ -107,11 +115,15 @@ def _row_bytes(dim: int, size: int, world: int, sums: bool = False) -> int:
     return size * dim * (READ_AHEAD + 2 + 2 * peers + (size == 4)) + 1
 
 
-def step_rows(budget: int, dim: int, size: int, world: int, sums: bool = False) -> int:
+def step_rows(
+    budget: int, dim: int, size: int, world: int, sums: bool = False, share: int | None = None
+) -> int:
     """Rows per step (before the ranks agree on the smallest, unless the owners sum):
-    buffers of ``1 /`` :data:`STEP_SHARE` of ``budget`` (:data:`SUM_STEP_SHARE` when the
-    owners sum, ``sums``), a read buffer of at most :data:`STEP_BYTES`."""
-    share = SUM_STEP_SHARE if sums else STEP_SHARE
+    buffers of ``1 / share`` of ``budget`` (default :data:`STEP_SHARE`, or
+    :data:`SUM_STEP_SHARE` when the owners sum, ``sums``), a read buffer of at most
+    :data:`STEP_BYTES`."""
+    if share is None:
+        share = SUM_STEP_SHARE if sums else STEP_SHARE
     rows = budget // (share * _row_bytes(dim, size, world, sums))
     return max(1, min(rows, STEP_BYTES // max(size * dim, 1)))
 
@@ -154,38 +166,48 @@ def _spilled_blocks(parts, todo, graphs, planned, pulling, free: int, own: int, 
     return blocks, reduced(len(blocks), W, dist.ReduceOp.MAX)
 
 
-@torch.no_grad()
-def pulled_layer(
+class _Plan(NamedTuple):
+    """A pulled layer's plan on this rank: ``R`` rows a step in ``steps`` steps, ``held``
+    bytes of step buffers, its ``blocks`` of targets, the ``rounds`` agreed over the ranks
+    and whether the targets' own rows are ``spilled``."""
+
+    R: int
+    steps: int
+    held: int
+    blocks: list
+    rounds: int
+    spilled: bool
+
+
+def _shares(sums: bool) -> range:
+    """The step buffers' shares of the working memory a plan tries, first to last: the
+    owners' sum from :data:`SUM_STEP_SHARE` to :data:`SUM_STEP_SHARE_MAX`, else
+    :data:`STEP_SHARE` alone."""
+    if not sums:
+        return range(STEP_SHARE, STEP_SHARE + 1)
+    return range(SUM_STEP_SHARE, max(SUM_STEP_SHARE_MAX, SUM_STEP_SHARE) + 1)
+
+
+def _plan(
     sl: SumLayer,
     parts: list,
-    graphs: dict[int, tuple],
-    todo: dict[int, np.ndarray],
+    graphs: dict,
+    todo: dict,
     layout,
-    halo_served: dict[int, np.ndarray],
+    halo_served: dict,
     ctx: DistContext,
-    sources,
-    stored,
-    *,
     dim: int,
+    size: int,
     budget: int,
-    stats: CommStats | None,
-    clock,
-    finish: Callable,
-    spill: Callable | None = None,
-) -> None:
-    """One layer of :func:`~shoal.distributed.served.served_layer` for a layer that
-    :func:`pullable` admits (module docstring); collective. ``sources``: this rank's rows
-    (None without parts); ``stored``: the 16-bit dtype they are read, sent and summed as
-    (None: float32); ``finish(p, a, block, acc, own)`` finishes a block's targets.
-    ``spill(rows, cols, dtype)``: a file-backed scratch array (default None: none); when the
-    owners sum and writing the targets' own rows there (in block order, read back to
-    finish) takes fewer rounds than keeping them in memory, every rank spills them
-    (:func:`_spilled_blocks`: the single-process chunked pull's spill,
-    :mod:`shoal.training.blocked`)."""
+    share: int,
+    sums: bool,
+    spill,
+) -> _Plan:
+    """The plan of a pulled layer with step buffers of ``1 / share`` of ``budget``
+    (collective: the steps, unless the owners sum, a block's targets and the rounds are
+    agreed over the ranks)."""
     W, me = ctx.world_size, ctx.rank
-    size = 4 if stored is None else np.dtype(stored).itemsize
-    sums = PARTIAL_SUMS and W > 1
-    R = step_rows(budget, dim, size, W, sums)
+    R = step_rows(budget, dim, size, W, sums, share)
     if not sums:  # the ranks step together
         R = reduced(R, W, dist.ReduceOp.MIN)
     mine = int(layout.rank_rows[me]) if len(layout.rank_rows) else 0
@@ -233,6 +255,51 @@ def pulled_layer(
         fewer = _spilled_blocks(parts, todo, graphs, planned, pulling, free, size * dim, W)
         if fewer[1] < rounds:
             (blocks, rounds), spilled = fewer, True
+    return _Plan(R, steps, held, blocks, rounds, spilled)
+
+
+@torch.no_grad()
+def pulled_layer(
+    sl: SumLayer,
+    parts: list,
+    graphs: dict[int, tuple],
+    todo: dict[int, np.ndarray],
+    layout,
+    halo_served: dict[int, np.ndarray],
+    ctx: DistContext,
+    sources,
+    stored,
+    *,
+    dim: int,
+    budget: int,
+    stats: CommStats | None,
+    clock,
+    finish: Callable,
+    spill: Callable | None = None,
+) -> None:
+    """One layer of :func:`~shoal.distributed.served.served_layer` for a layer that
+    :func:`pullable` admits (module docstring); collective. ``sources``: this rank's rows
+    (None without parts); ``stored``: the 16-bit dtype they are read, sent and summed as
+    (None: float32); ``finish(p, a, block, acc, own)`` finishes a block's targets.
+    ``spill(rows, cols, dtype)``: a file-backed scratch array (default None: none); when the
+    owners sum and writing the targets' own rows there (in block order, read back to
+    finish) takes fewer rounds than keeping them in memory, every rank spills them
+    (:func:`_spilled_blocks`: the single-process chunked pull's spill,
+    :mod:`shoal.training.blocked`)."""
+    W, me = ctx.world_size, ctx.rank
+    size = 4 if stored is None else np.dtype(stored).itemsize
+    sums = PARTIAL_SUMS and W > 1
+    plan = None
+    for share in _shares(sums):  # collective: every rank tries the same shares
+        got = _plan(
+            sl, parts, graphs, todo, layout, halo_served, ctx, dim, size, budget, share, sums, spill
+        )
+        if plan is None or got.rounds < plan.rounds:
+            plan = got
+        if plan.rounds <= 1:
+            break
+    R, steps, held, blocks, rounds, spilled = plan
+    mine = int(layout.rank_rows[me]) if len(layout.rank_rows) else 0
     log.info(
         "layer of width %d: %d targets in %d block(s) of at most %d, %d round(s) over the "
         "ranks, each target %s%s as each round sweeps this rank's %d rows in %d steps of %d "
