@@ -368,22 +368,40 @@ def section(name: str, s: dict) -> list[str]:
         p = s["stages"].get(stage)
         if p:
             lines += [_row(stage, r) for r in (p["uncapped"], p["capped"]) if r is not None]
-    machines = s.get("machines", {})
-    lines += ["", *[_dated(k, v, machines.get(k)) for k, v in s.get("dates", {}).items()], ""]
+    machines, cmds = s.get("machines", {}), s.get("commands", {})
+    dated = [_dated(k, v, machines.get(k), cmds.get(k)) for k, v in s.get("dates", {}).items()]
+    lines += ["", *dated, ""]
     return lines + checks(s) + [""]
 
 
-def _dated(stage: str, date: str, machine: str | None) -> str:
+def _dated(stage: str, date: str, machine: str | None, command: str | None = None) -> str:
     """A stage's date line, with the machine it ran on (stages rerun in later sessions may
-    have run on another host than the header's: compare a stage's rows with each other)."""
+    have run on another host than the header's: compare a stage's rows with each other) and
+    the command that ran it (when recorded: stages run before 2026-12-04 name none)."""
     cpu = f" on {machine.split(',')[1].strip()}" if machine and "," in machine else ""
-    return f"Stage {stage} run {date}{cpu}."
+    by = f" by `{command}`" if command else ""
+    return f"Stage {stage} run {date}{cpu}{by}."
+
+
+def _commands(res: dict) -> list[str]:
+    """Every command that wrote a stage now in ``res``, once each in order; for a graph's
+    stages run before the stages named theirs (2026-12-04), the command that writes them."""
+    cmds: list[str] = []
+    for name, s in res.get("graphs", {}).items():
+        known = s.get("commands", {})
+        older = [k for k in s.get("dates", {}) if k not in known]
+        if older:
+            cmds.append(f"python bench/scale.py --graph {name} --stages {','.join(older)}")
+        for c in known.values():
+            if c not in cmds:
+                cmds.append(c)
+    return cmds
 
 
 def render(res: dict) -> str:
     lines = header(
         "A quarter of papers100M in 4 GiB",
-        res,
+        {**res, "commands": _commands(res)},
         "Every stage of the pipeline runs uncapped and then inside one cgroup-v1 memory group "
         "(limit on the processes and their page cache), back to back, its inputs dropped from "
         "the page cache before each run. `peak GiB`: the group's peak usage (capped), the "
@@ -436,6 +454,7 @@ def main() -> None:
         if stage not in stages:
             continue
         s["dates"][stage] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        s.setdefault("commands", {})[stage] = res["commands"][name]
         s.setdefault("machines", {})[stage] = res["machine"]
         s["stages"][stage] = run_pair(stage, name, d, cap, epochs)
         if (d / "graph" / "meta.json").exists():
