@@ -15,7 +15,7 @@ batch, as in :class:`~shoal.sample.base.BlockSampler`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,10 +26,33 @@ from shoal.graph.blocks import MiniBatch
 from shoal.sample import _kernels as K
 from shoal.sample.base import HopEdges, assemble_blocks, hop_rowptr
 
-if TYPE_CHECKING:
-    from shoal.distributed.sampler import DistNeighborSampler
+__all__ = ["CHUNK_BYTES", "ChunkSampler", "chunk_batches", "sample_chunk"]
 
-__all__ = ["CHUNK_BYTES", "chunk_batches", "sample_chunk"]
+
+class ChunkSampler(Protocol):
+    """What a chunk is sampled with: a
+    :class:`~shoal.distributed.sampler.DistNeighborSampler`, named here by the members a
+    chunk uses, not imported (that module imports this one)."""
+
+    num_nodes: int
+    rank: int
+    world_size: int
+    group: Any
+    stats: Any
+    part_offsets: np.ndarray
+    part_to_rank: np.ndarray
+    _ids: Any
+    _hop: int
+    _part_deg: dict | None
+
+    def _sample_owned(self, ids, fanout, key, ex=None, segments=None) -> tuple: ...
+
+    def _own_degrees(self, ids: np.ndarray) -> np.ndarray: ...
+
+    def _empty_picks(self) -> np.ndarray: ...
+
+    def _degrees_of(self, n_id: np.ndarray) -> np.ndarray: ...
+
 
 #: memory a chunk's arrays may take while it is sampled (default 24 MiB: 4 batches of 1024
 #: seeds at fanouts 10,5), counted as :data:`ENTRY_BYTES` per entry its batches may draw:
@@ -67,7 +90,7 @@ class _Batch:
 
 
 def sample_chunk(
-    s: DistNeighborSampler,
+    s: ChunkSampler,
     batches: Sequence[tuple[np.ndarray, int]],
     fanouts: Sequence[int],
     *,
@@ -93,7 +116,7 @@ def sample_chunk(
     return [_assemble(s, b) for b in bs]
 
 
-def _draw(s: DistNeighborSampler, bs: list[_Batch], hop: int, fanout: int, answer: bool):
+def _draw(s: ChunkSampler, bs: list[_Batch], hop: int, fanout: int, answer: bool):
     """Hop ``hop`` of every batch of ``bs`` (collective): ``(picked, their degrees or None,
     rowptr, each batch's first frontier row)`` over the batches' frontiers back to back,
     each frontier node's degree noted in its batch; without ``answer`` the owners only draw
@@ -140,7 +163,7 @@ def _draw(s: DistNeighborSampler, bs: list[_Batch], hop: int, fanout: int, answe
     return picked, pdeg, rowptr, start
 
 
-def _checked(s: DistNeighborSampler, seeds: np.ndarray) -> np.ndarray:
+def _checked(s: ChunkSampler, seeds: np.ndarray) -> np.ndarray:
     """``seeds`` as int64 in the id space (their uniqueness: at the first relabelling)."""
     seeds = np.asarray(seeds, dtype=np.int64)
     if seeds.size and (seeds.min() < 0 or seeds.max() >= s.num_nodes):
@@ -150,7 +173,7 @@ def _checked(s: DistNeighborSampler, seeds: np.ndarray) -> np.ndarray:
 
 
 def _ask(
-    s: DistNeighborSampler,
+    s: ChunkSampler,
     frontier: np.ndarray,
     seg: np.ndarray,
     owners: np.ndarray,
@@ -220,7 +243,7 @@ def _lay_out(picked, pdeg, rowptr, local, lc, lp, remote, rc, rp) -> None:
 
 
 def _relabel(
-    s: DistNeighborSampler,
+    s: ChunkSampler,
     b: _Batch,
     picked: np.ndarray,
     rowptr: np.ndarray,
@@ -251,7 +274,7 @@ def _relabel(
         b.deg = deg
 
 
-def _assemble(s: DistNeighborSampler, b: _Batch) -> MiniBatch:
+def _assemble(s: ChunkSampler, b: _Batch) -> MiniBatch:
     n_id = b.nodes.copy()
     deg = b.deg[: len(n_id)].copy() if s._part_deg is not None else s._degrees_of(n_id)
     return assemble_blocks(b.hops, n_id, deg, len(b.seeds), True)
