@@ -356,19 +356,24 @@ def test_a_group_sampled_from_disk_is_the_same_batches_read_in_one_pass_per_hop(
 
 
 @pytest.mark.parametrize(
-    ("grouped", "read_entries"), [(False, 1 << 20), (True, 1 << 20), (True, 7)]
+    ("grouped", "read_entries", "later_share"),
+    [(False, 1 << 20, 0.5), (True, 1 << 20, 0.5), (True, 7, 0.5), (True, 1 << 20, 0.0)],
 )
 def test_held_lists_of_the_seeds_give_the_same_batches_without_reading_them_again(
-    tmp_path, monkeypatch, grouped, read_entries
+    tmp_path, monkeypatch, grouped, read_entries, later_share
 ):
     """The training seeds' neighbour lists held in memory (a hub, an isolated seed, rows
     past the CSR's): every batch equals the in-memory sampler's, alone or in a group; hop 0
     of seeds that are all held reads nothing from disk, and the lists are read once (in one
     read, or ``read_entries`` at a time: the hub's list alone in a read of its own). A
-    group has no hop-0 pass; a batch's rows outside the held ones are read directly."""
+    group has no hop-0 pass; a batch's rows outside the held ones are read directly. The
+    held lists are a sixth of the entries: a group's hop 1 takes their positions from its
+    pass (``later_share`` 1/2), or looks them up among the held rows (0)."""
+    from shoal.sample import sampler as sampler_module
     from shoal.sample.sampler import HeldLists
 
     monkeypatch.setattr(HeldLists, "READ_ENTRIES", read_entries)
+    monkeypatch.setattr(sampler_module, "HELD_LATER_HOPS", later_share)
     rng = np.random.default_rng(4)
     n = 1500
     hub = np.stack([rng.integers(0, n, 400), np.zeros(400, np.int64)], 1)
@@ -384,6 +389,7 @@ def test_held_lists_of_the_seeds_give_the_same_batches_without_reading_them_agai
     held = s.structure_bytes_read
     lens = np.diff(indptr)[seeds]
     assert held >= lens.sum() * 4 and s._held.values.shape == (lens.sum(),)
+    assert s._held.serves_later_hops == (later_share == 0.0)
     batches = [(rng.permutation(seeds)[:30], step) for step in range(6)]
     others = np.setdiff1d(np.arange(n), seeds)  # a batch of rows not held: read directly
     batches.insert(3, (np.concatenate([seeds[:5], others[:25]]), 77))

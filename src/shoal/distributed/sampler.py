@@ -532,8 +532,12 @@ class DistNeighborSampler(BlockSampler):
         """Replace the positions ``picked`` of part ``i``'s ``indices`` by the entries there:
         read now (one planned pass over their sorted distinct positions), or, in a group,
         taken from the hop's pass (or noted for it: the draws of the hop being collected are
-        placeholders, the last hop of a pass that is dropped)."""
+        placeholders, the last hop of a pass that is dropped). A group's hop past the first
+        takes the held rows' positions from its pass too unless they hold most of the part's
+        entries (:data:`~shoal.sample.sampler.HELD_LATER_HOPS`)."""
         held = self._held.get(i)
+        if held is not None and self._hop > 0 and not held.serves_later_hops:
+            held = None if getattr(self._local, "group", None) is not None else held
         if held is not None and len(picked):  # the held rows' entries from memory
             held.resolve(picked, lambda rest: self._read_picked_disk(i, rest))
             return

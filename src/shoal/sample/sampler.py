@@ -35,6 +35,7 @@ __all__ = [
     "DrawnEntries",
     "GroupReads",
     "HeldLists",
+    "HELD_LATER_HOPS",
     "NeighborSampler",
     "group_batches",
     "parse_fanouts",
@@ -94,6 +95,16 @@ class DrawnEntries:
         return out
 
 
+#: a hop past the first of a group of batches looks its drawn positions up among the held
+#: rows (:class:`HeldLists`) only when those hold at least this share of all the entries
+#: (default 1/2); below it the hop's pass reads every position it drew, the held rows' too
+#: (the same entries): the training seeds' lists at papers100M's split, 1% of the nodes,
+#: saved the pass almost nothing, and looking up the tens of entries each seed's draws
+#: bring at a later hop took a quarter of the quarter graph's sampling sweep
+#: (docs/measurements.md)
+HELD_LATER_HOPS = 0.5
+
+
 class HeldLists:
     """Some rows' neighbour lists held in memory (a structure otherwise on disk): the rows
     every batch starts from (the training seeds, whose lists hop 0 draws from in every batch
@@ -128,6 +139,8 @@ class HeldLists:
             self.bytes_read += int(read(pos, vals[lo:hi]))
             a = b
         self.values = vals[:, 0]
+        #: whether a group's later hops look their positions up here (:data:`HELD_LATER_HOPS`)
+        self.serves_later_hops = total >= HELD_LATER_HOPS * int(indptr[-1])
 
     @classmethod
     def nbytes(cls, indptr: np.ndarray, rows: np.ndarray, itemsize: int = 8) -> int:
@@ -431,11 +444,16 @@ class NeighborSampler(BlockSampler):
         """Replace the positions ``picked[:m]`` by the entries of ``indices`` there: those of
         held rows (:meth:`hold_rows`) from memory, the others read from disk in one planned
         pass over their sorted distinct positions (in a group, :meth:`sample_group`: taken
-        from the hop's pass, or noted for it)."""
-        if m == 0 or self._held is None:
+        from the hop's pass, or noted for it). A group's hop past the first takes the held
+        rows' positions from its pass too unless they hold most entries
+        (:data:`HELD_LATER_HOPS`)."""
+        held = self._held
+        if held is not None and self._hop > 0 and not held.serves_later_hops:
+            held = None if getattr(self._local, "group", None) is not None else held
+        if m == 0 or held is None:
             self._read_positions(picked, m)
             return
-        self._held.resolve(picked[:m], lambda rest: self._read_positions(rest, len(rest)))
+        held.resolve(picked[:m], lambda rest: self._read_positions(rest, len(rest)))
 
     def _read_positions(self, picked: np.ndarray, m: int) -> None:
         """:meth:`_read_picked` of positions outside the held rows."""
