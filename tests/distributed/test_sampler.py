@@ -132,8 +132,13 @@ def _disk_vs_memory(
     disk_ranks: tuple[int, ...],
     hold_all: bool = False,
     chunk: int = 0,
+    marks: bool = True,
 ) -> dict:
     from shoal.distributed import DistNeighborSampler, NodeTables, parts_of_rank, sampler_chunks
+    from shoal.sample.sampler import DrawnMarks
+
+    # a pass's positions marked (DrawnMarks, as these small parts always pay) or sorted
+    DrawnMarks.pays = classmethod(lambda cls, entries, drawn: marks)
     from shoal.sample.sampler import group_batches
     from shoal.store import Store
 
@@ -204,17 +209,18 @@ def _disk_vs_memory(
 
 
 @pytest.mark.parametrize(
-    ("disk_ranks", "hold_all", "chunk", "world"),
+    ("disk_ranks", "hold_all", "chunk", "world", "marks"),
     [
-        ((0, 1), False, 0, 2),
-        ((0,), False, 0, 2),
-        ((0, 1), True, 0, 2),
-        ((0, 1), False, 2, 2),
-        ((0, 2), False, 2, 3),
+        ((0, 1), False, 0, 2, True),
+        ((0,), False, 0, 2, True),
+        ((0, 1), True, 0, 2, True),
+        ((0, 1), False, 2, 2, True),
+        ((0, 1), False, 2, 2, False),
+        ((0, 2), False, 2, 3, True),
     ],
 )
 def test_neighbour_lists_on_disk_give_the_same_batches(
-    make_graph, make_store, disk_ranks, hold_all, chunk, world
+    make_graph, make_store, disk_ranks, hold_all, chunk, world, marks
 ):
     """Positions drawn from ``indptr`` and their entries read from disk, a group of batches
     hop by hop in one sorted pass per part (collective: a rank whose lists are in memory takes
@@ -223,10 +229,11 @@ def test_neighbour_lists_on_disk_give_the_same_batches(
     sampled alone; with every seed's list held (``hold_all``, ``first_held``) hop 0 takes
     no pass. ``chunk``: a group's batches drawn 2 at a time (one set of exchanges per hop
     for both; else all 3 at once) with local node tables, each pick carrying its degree; on
-    3 ranks a chunk's requests come from two peers."""
+    3 ranks a chunk's requests come from two peers. A pass's positions marked
+    (:class:`~shoal.sample.sampler.DrawnMarks`) or kept sorted (``marks`` False)."""
     g = community_graph(make_graph, n=120)
     store = str(make_store(parts=3, graph=g))
-    res = run_world(_disk_vs_memory, world, store, disk_ranks, hold_all, chunk)
+    res = run_world(_disk_vs_memory, world, store, disk_ranks, hold_all, chunk, marks)
     for rank, r in enumerate(res):
         assert all(r["same"]), r["same"]
         on_disk = rank in disk_ranks

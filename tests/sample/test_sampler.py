@@ -311,13 +311,21 @@ def test_exclusion_changes_nothing_elsewhere_and_is_uniform():
 
 @pytest.mark.parametrize("fanouts", [(4, 3), (-1, 2), (3, 2, 2)])
 @pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("marks", [False, True])
 def test_a_group_sampled_from_disk_is_the_same_batches_read_in_one_pass_per_hop(
-    tmp_path, fanouts, cached
+    tmp_path, monkeypatch, fanouts, cached, marks
 ):
     """``sample_group`` over a CSR on disk: the very batches of the in-memory CSR, in order
     (a hub, isolated nodes, an empty batch), with or without a block cache beside it; each
     hop of the group is one sorted pass reading at most the file (a counter, not a timing),
-    far less in all than the pages that batches sampled one by one read."""
+    far less in all than the pages that batches sampled one by one read. Each hop's drawn
+    positions kept sorted (:class:`DrawnEntries`) or marked (:class:`DrawnMarks`)."""
+    from shoal.sample.sampler import DrawnMarks
+
+    monkeypatch.setattr(DrawnMarks, "pays", classmethod(lambda cls, entries, drawn: marks))
+    marked = []
+    positions = DrawnMarks.positions
+    monkeypatch.setattr(DrawnMarks, "positions", lambda m: marked.append(1) or positions(m))
     rng = np.random.default_rng(3)
     n = 2000
     hub = np.stack([rng.integers(0, n, 500), np.zeros(500, np.int64)], 1)
@@ -343,6 +351,7 @@ def test_a_group_sampled_from_disk_is_the_same_batches_read_in_one_pass_per_hop(
             assert np.array_equal(x.rowptr.numpy(), y.rowptr.numpy())
     r = group.group_reads
     assert r.passes == len(fanouts)  # one pass per hop for the whole group
+    assert len(marked) == (len(fanouts) if marks else 0)
     assert 0 < r.largest <= -(-indices.nbytes // 4096) * 4096  # a pass reads the file at most
     assert group.structure_bytes_read == r.bytes
     if not cached:  # a page per drawn list, batch by batch
@@ -409,13 +418,23 @@ def test_held_lists_of_the_seeds_give_the_same_batches_without_reading_them_agai
 
 
 @pytest.mark.parametrize("n", [1, 2, 17, 5000])
-def test_drawn_entries_take_the_entry_at_each_position(n):
-    from shoal.sample.sampler import DrawnEntries
+@pytest.mark.parametrize("marked", [False, True])
+def test_drawn_entries_take_the_entry_at_each_position(n, marked):
+    """A hop's drawn positions and their entries, sorted (:class:`DrawnEntries`) or marked
+    (:class:`DrawnMarks`: bits 0 and 63 of a word, words with one bit or all 64)."""
+    from shoal.sample.sampler import DrawnEntries, DrawnMarks
 
     rng = np.random.default_rng(n)
     pos = np.unique(rng.integers(0, 10 * n + 3, 3 * n))  # dense and sparse runs, any size
     vals = rng.integers(0, 1 << 30, len(pos)).astype(np.int32)
-    entries = DrawnEntries(pos, vals)
+    if marked:
+        entries = DrawnMarks(int(pos[-1]) + 1)
+        for part in np.array_split(rng.permutation(np.repeat(pos, 2)), 3):  # repeats too
+            entries.add(part)
+        assert np.array_equal(entries.positions(), pos)
+        entries.read(vals)
+    else:
+        entries = DrawnEntries(pos, vals)
     picked = pos[rng.integers(0, len(pos), 4 * n)]
     want = {int(p): int(v) for p, v in zip(pos, vals)}
     got = entries.take(picked)

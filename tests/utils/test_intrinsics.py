@@ -1,11 +1,12 @@
-"""The LLVM intrinsics of the row kernels: exact 16-bit decoding, a harmless prefetch."""
+"""The LLVM intrinsics of the row kernels: exact 16-bit decoding, a harmless prefetch, a
+count of set bits."""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from shoal.utils._intrinsics import bfloat_to_float, half_to_float, prefetch_row
+from shoal.utils._intrinsics import bfloat_to_float, half_to_float, popcount, prefetch_row
 
 
 @numba.njit
@@ -52,3 +53,21 @@ def test_prefetch_changes_nothing_it_reads():
     x = np.arange(40, dtype=np.float64).reshape(10, 4)
     rows = np.array([9, 0, 3, 3, 7])
     assert _prefetched_sum(x, rows) == float(x[rows, 0].sum())
+
+
+def test_popcount_counts_the_set_bits_of_every_word():
+    """0, one bit anywhere (the sign bit too), all 64, and random words against Python's
+    count of ones."""
+
+    @numba.njit
+    def counts(words):
+        out = np.empty(len(words), np.int64)
+        for i in range(len(words)):
+            out[i] = popcount(words[i])
+        return out
+
+    one_bit = [np.int64(1) << k for k in range(63)] + [np.iinfo(np.int64).min]
+    rand = np.random.default_rng(0).integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 200)
+    words = np.array([0, -1, *one_bit, *rand], np.int64)
+    want = [bin(int(w) & (2**64 - 1)).count("1") for w in words]
+    assert counts(words).tolist() == want

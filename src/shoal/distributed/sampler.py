@@ -37,7 +37,7 @@ from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.base import BlockSampler, hop_rowptr
 from shoal.sample.relations import RelationDraws, row_types
-from shoal.sample.sampler import DrawnEntries, GroupReads, HeldLists, group_batches
+from shoal.sample.sampler import DrawnEntries, DrawnMarks, GroupReads, HeldLists, group_batches
 from shoal.store.reader import Partition
 from shoal.utils.arrays import unique_sorted
 
@@ -52,9 +52,10 @@ class _DistGroup:
     rank's own rows and the rows it serves for the others)."""
 
     def __init__(self) -> None:
-        self.drawn: dict[tuple[int, int], DrawnEntries] = {}
+        self.drawn: dict[tuple[int, int], DrawnEntries | DrawnMarks] = {}
         self.collecting = -1
         self.positions: dict[int, list[np.ndarray]] = {}
+        self.marks: dict[int, DrawnMarks] = {}  # parts whose positions are marked
 
 
 class DistNeighborSampler(BlockSampler):
@@ -499,20 +500,36 @@ class DistNeighborSampler(BlockSampler):
             dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
             size = int(t.item())
         chunks = [batches[a : a + size] for a in range(0, len(batches), size)]
+        seeds_in = sum(len(seeds) for seeds, _ in batches)
         for hop in range(1 if self.first_held else 0, self.num_layers):
             g.collecting, g.positions = hop, {}
+            # about what this rank's batches draw, its rows serving as many as it asks
+            drawn = seeds_in * int(np.prod([f if f > 0 else 64 for f in self.fanouts[: hop + 1]]))
+            g.marks = {}
+            for i in self._readers:
+                entries = int(self.parts[i].indices.shape[0])
+                if DrawnMarks.pays(entries, drawn):  # (DrawnMarks: its memory pays)
+                    g.marks[i] = DrawnMarks(entries)
             for chunk in chunks:
                 self._in_group(g, chunk, self.fanouts[: hop + 1], blocks=False)
             for i, reader in self._readers.items():
+                marks = g.marks.get(i)
                 got = g.positions.get(i)
-                pos = unique_sorted(np.concatenate(got)) if got else _NO_INDICES
+                if marks is not None:
+                    pos = marks.positions()
+                else:
+                    pos = unique_sorted(np.concatenate(got)) if got else _NO_INDICES
                 vals = np.empty((len(pos), 1), dtype=self.parts[i].indices.dtype)
                 nbytes = reader.read(pos, vals) if len(pos) else 0
-                g.drawn[(hop, i)] = DrawnEntries(pos, vals[:, 0])
+                if marks is not None:
+                    g.drawn[(hop, i)] = marks.read(vals[:, 0])
+                else:
+                    g.drawn[(hop, i)] = DrawnEntries(pos, vals[:, 0])
+                del pos
                 r = self.group_reads
                 r.passes, r.bytes = r.passes + 1, r.bytes + int(nbytes)
                 r.largest = max(r.largest, int(nbytes))
-            g.positions = {}
+            g.positions, g.marks = {}, {}
         g.collecting = -1
         for chunk in chunks:
             yield from self._in_group(g, chunk, self.fanouts)
@@ -549,7 +566,10 @@ class DistNeighborSampler(BlockSampler):
             return
         g = getattr(self._local, "group", None)
         if g is not None and self._hop == g.collecting:
-            g.positions.setdefault(i, []).append(unique_sorted(picked))
+            if i in g.marks:
+                g.marks[i].add(picked)
+            else:
+                g.positions.setdefault(i, []).append(unique_sorted(picked))
             picked[:] = 0
             return
         if g is not None and (self._hop, i) in g.drawn:

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from shoal.utils._intrinsics import prefetch_at
+from shoal.utils._intrinsics import popcount, prefetch_at
 from shoal.utils.idset import probe_slot
 from shoal.utils.jit import parallel_and_serial
 
@@ -293,4 +293,66 @@ def _take_drawn(pos, starts, shift, values, picked, out):
             out[i] = values[lo]
         else:
             missing += 1
+    return missing
+
+
+# ------------------------------------------------------- a group's drawn positions as bits
+# (:class:`shoal.sample.sampler.DrawnMarks`): bit ``p & 63`` of word ``p >> 6`` marks
+# position ``p``; ``before[w]``, the set bits of the words before ``w``, ranks a marked
+# position among the hop's sorted distinct ones: its entry's index, with no search.
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_bits(bits, picked):
+    """Set the bit of every position in ``picked`` (each in range)."""
+    n = picked.shape[0]
+    for i in range(n):
+        if i + TAKE_AHEAD < n:
+            prefetch_at(bits, picked[i + TAKE_AHEAD] >> 6)
+        p = picked[i]
+        bits[p >> 6] |= np.int64(1) << (p & 63)
+
+
+@numba.njit(cache=True, nogil=True)
+def _bit_ranks(bits, before):
+    """``before[w]``: the set bits of ``bits[:w]``; returns the set bits of all."""
+    c = 0
+    for w in range(bits.shape[0]):
+        before[w] = c
+        c += popcount(bits[w])
+    return c
+
+
+@numba.njit(cache=True, nogil=True)
+def _bit_positions(bits, out):
+    """The marked positions, ascending, into ``out`` (as long as the set bits)."""
+    k = 0
+    for w in range(bits.shape[0]):
+        x = bits[w]
+        while x != 0:
+            low = x & -x
+            out[k] = (w << 6) + popcount(low - 1)
+            k += 1
+            x ^= low
+
+
+@numba.njit(cache=True, nogil=True)
+def _take_marked(bits, before, values, picked, out):
+    """``out[i]``: the entry of position ``picked[i]``, ``values[rank]`` by its bit's rank
+    among the marked positions. Returns how many were not marked (their ``out`` unset)."""
+    missing = 0
+    n = picked.shape[0]
+    for i in range(n):
+        if i + TAKE_AHEAD < n:
+            w = picked[i + TAKE_AHEAD] >> 6
+            prefetch_at(bits, w)
+            prefetch_at(before, w)
+        p = picked[i]
+        w = p >> 6
+        x = bits[w]
+        b = p & 63
+        if (x >> b) & 1 == 0:
+            missing += 1
+        else:
+            out[i] = values[before[w] + popcount(x & ((np.int64(1) << b) - 1))]
     return missing

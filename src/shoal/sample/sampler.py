@@ -33,6 +33,7 @@ from shoal.utils.arrays import unique_sorted
 __all__ = [
     "GROUP_ENTRY_BYTES",
     "DrawnEntries",
+    "DrawnMarks",
     "GroupReads",
     "HeldLists",
     "HELD_LATER_HOPS",
@@ -103,6 +104,71 @@ class DrawnEntries:
 #: bring at a later hop took a quarter of the quarter graph's sampling sweep
 #: (docs/measurements.md)
 HELD_LATER_HOPS = 0.5
+
+
+class DrawnMarks:
+    """The positions of ``indices`` one hop of a group drew, marked in a bitmap of a bit an
+    entry of ``indices``, then the entries there, read in one sorted pass: for a group that
+    draws more positions than a 32nd of ``indices`` has entries (:meth:`pays`), where
+    :class:`DrawnEntries` would sort every drawn position, build a directory and search it
+    for every lookup (a sort and two lookups of each of the quarter graph's 46M positions
+    at the start: ~40% of its sampling). :meth:`take` finds an entry by its position's rank
+    among the marked ones: the set bits of the words before it (a count a word) and of its
+    own word below it, no search. Memory: :meth:`nbytes`."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = int(entries)
+        self.bits = np.zeros(-(-self.entries // 64), np.int64)
+        self.before = np.empty(0, np.int64)
+        self.values = np.empty(0, np.int64)
+
+    @staticmethod
+    def _count_type(entries: int) -> type:
+        return np.uint32 if entries < 1 << 32 else np.int64
+
+    @classmethod
+    def nbytes(cls, entries: int) -> int:
+        """Memory of the marks of a structure of ``entries`` (beside the entries read): a
+        bit an entry and a count a 64-bit word (4 bytes; 8 past 2^32 entries)."""
+        count = np.dtype(cls._count_type(entries)).itemsize
+        return -(-int(entries) // 64) * (8 + count)
+
+    @classmethod
+    def pays(cls, entries: int, drawn: int) -> bool:
+        """Whether marks take less memory than ``drawn`` positions would (8 bytes each)."""
+        return cls.nbytes(entries) <= 8 * int(drawn)
+
+    def add(self, picked: np.ndarray) -> None:
+        """Mark the positions ``picked``."""
+        picked = np.ascontiguousarray(picked, np.int64)
+        if len(picked) and (picked.min() < 0 or picked.max() >= self.entries):
+            raise ValueError(f"a drawn position outside the {self.entries} entries")
+        K._mark_bits(self.bits, picked)
+
+    def positions(self) -> np.ndarray:
+        """The marked positions, sorted (their counts a word kept for :meth:`take`)."""
+        self.before = np.empty(len(self.bits), self._count_type(self.entries))
+        out = np.empty(K._bit_ranks(self.bits, self.before), np.int64)
+        K._bit_positions(self.bits, out)
+        return out
+
+    def read(self, values: np.ndarray) -> DrawnMarks:
+        """The entries at :meth:`positions`, in their order; returns self."""
+        self.values = values
+        return self
+
+    def take(self, picked: np.ndarray) -> np.ndarray:
+        """The entries at the positions ``picked`` (each one of those marked)."""
+        picked = np.ascontiguousarray(picked, np.int64)
+        out = np.empty(len(picked), self.values.dtype)
+        if not len(picked):
+            return out
+        if picked.min() < 0 or picked.max() >= self.entries:
+            raise ValueError("a drawn position outside those the group read")
+        missing = K._take_marked(self.bits, self.before, self.values, picked, out)
+        if missing:
+            raise ValueError(f"{missing} drawn positions were not among those the group read")
+        return out
 
 
 class HeldLists:
@@ -183,9 +249,10 @@ class _Group:
     already read) or the positions drawn so far (the hop being collected)."""
 
     def __init__(self) -> None:
-        self.drawn: dict[int, DrawnEntries] = {}
+        self.drawn: dict[int, DrawnEntries | DrawnMarks] = {}
         self.collecting = -1
         self.positions: list[np.ndarray] = []
+        self.marks: DrawnMarks | None = None  # the hop being collected, marked
 
 
 def group_batches(
@@ -461,7 +528,10 @@ class NeighborSampler(BlockSampler):
             return
         g = getattr(self._local, "group", None)
         if g is not None and self._hop == g.collecting:  # noted for the hop's pass; dropped
-            g.positions.append(unique_sorted(picked[:m]))
+            if g.marks is not None:
+                g.marks.add(picked[:m])
+            else:
+                g.positions.append(unique_sorted(picked[:m]))
             picked[:m] = 0
             return
         if g is not None and self._hop in g.drawn:
@@ -533,15 +603,26 @@ class NeighborSampler(BlockSampler):
                 yield self.sample(seeds, seed)
             return
         g = _Group()
+        seeds_in = sum(len(seeds) for seeds, _ in batches)
         for hop in range(1 if self._held is not None else 0, self.num_layers):
             g.collecting, g.positions = hop, []
+            drawn = seeds_in * int(np.prod([f if f > 0 else 64 for f in self.fanouts[: hop + 1]]))
+            entries = self.indices.shape[0]
+            g.marks = DrawnMarks(entries) if DrawnMarks.pays(entries, drawn) else None
             for seeds, seed in batches:
                 self._in_group(g, seeds, seed, self.fanouts[: hop + 1])
-            pos = unique_sorted(np.concatenate(g.positions)) if g.positions else _NO_INDICES
+            if g.marks is not None:
+                pos = g.marks.positions()
+            else:
+                pos = unique_sorted(np.concatenate(g.positions)) if g.positions else _NO_INDICES
             g.positions = []
             vals = np.empty((len(pos), 1), dtype=self.indices.dtype)
             nbytes = self._reader.read(pos, vals) if len(pos) else 0
-            g.drawn[hop] = DrawnEntries(pos, vals[:, 0])
+            if g.marks is not None:
+                g.drawn[hop], g.marks = g.marks.read(vals[:, 0]), None
+            else:
+                g.drawn[hop] = DrawnEntries(pos, vals[:, 0])
+            del pos
             r = self.group_reads
             r.passes, r.bytes, r.largest = r.passes + 1, r.bytes + nbytes, max(r.largest, nbytes)
         g.collecting = -1

@@ -4,6 +4,7 @@
   rows at random (an in-neighbour's features): issued a few edges ahead, the row's cache lines
   arrive while earlier edges are added, instead of each edge waiting for memory in turn
   (docs/measurements.md#pulling-rows-held-in-memory).
+- :func:`popcount`: the set bits of a 64-bit word (the CPU's ``popcnt`` where it has one).
 - :func:`half_to_float` / :func:`bfloat_to_float`: a float16 / bfloat16 (its ``uint16`` bits)
   as a float32, exactly (IEEE conversion: subnormals and infinities included; a signalling NaN
   comes out quiet); numba has no float16 type, and these compile to the CPU's vector
@@ -18,7 +19,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["bfloat_to_float", "half_to_float", "prefetch_at", "prefetch_row"]
+__all__ = ["bfloat_to_float", "half_to_float", "popcount", "prefetch_at", "prefetch_row"]
 
 #: the intrinsic's name: LLVM 15 on has opaque pointers (``p0``), LLVM 14 typed ones
 _NAME = "llvm.prefetch.p0" if llvm.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
@@ -116,5 +117,22 @@ def bfloat_to_float(typingctx, bits):
     def codegen(context, builder, signature, args):
         wide = builder.zext(args[0], ir.IntType(32))
         return builder.bitcast(builder.shl(wide, ir.Constant(ir.IntType(32), 16)), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def popcount(typingctx, word):
+    """The number of set bits of the 64-bit integer ``word`` (an int64)."""
+    if not isinstance(word, types.Integer) or word.bitwidth != 64:
+        return None
+    sig = types.int64(word)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i64, [i64]), "llvm.ctpop.i64"
+        )
+        return builder.call(fn, [args[0]])
 
     return sig, codegen
