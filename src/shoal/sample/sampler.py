@@ -100,9 +100,8 @@ class DrawnEntries:
 #: rows (:class:`HeldLists`) only when those hold at least this share of all the entries
 #: (default 1/2); below it the hop's pass reads every position it drew, the held rows' too
 #: (the same entries): the training seeds' lists at papers100M's split, 1% of the nodes,
-#: saved the pass almost nothing, and looking up the tens of entries each seed's draws
-#: bring at a later hop took a quarter of the quarter graph's sampling sweep
-#: (docs/measurements.md)
+#: save the pass almost nothing, while looking up every entry a later hop draws costs a
+#: search each (docs/measurements.md, "The start's sampling")
 HELD_LATER_HOPS = 0.5
 
 
@@ -111,8 +110,8 @@ class DrawnMarks:
     entry of ``indices``, then the entries there, read in one sorted pass: for a group that
     draws more positions than a 32nd of ``indices`` has entries (:meth:`pays`), where
     :class:`DrawnEntries` would sort every drawn position, build a directory and search it
-    for every lookup (a sort and two lookups of each of the quarter graph's 46M positions
-    at the start: ~40% of its sampling). :meth:`take` finds an entry by its position's rank
+    for every lookup (docs/measurements.md, "The start's sampling"). :meth:`take` finds an
+    entry by its position's rank
     among the marked ones: the set bits of the words before it (a count a word) and of its
     own word below it, no search. Memory: :meth:`nbytes`."""
 
