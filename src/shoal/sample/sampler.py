@@ -108,12 +108,11 @@ HELD_LATER_HOPS = 0.5
 class DrawnMarks:
     """The positions of ``indices`` one hop of a group drew, marked in a bitmap of a bit an
     entry of ``indices``, then the entries there, read in one sorted pass: for a group that
-    draws more positions than a 32nd of ``indices`` has entries (:meth:`pays`), where
-    :class:`DrawnEntries` would sort every drawn position, build a directory and search it
-    for every lookup (docs/measurements.md, "The start's sampling"). :meth:`take` finds an
-    entry by its position's rank
-    among the marked ones: the set bits of the words before it (a count a word) and of its
-    own word below it, no search. Memory: :meth:`nbytes`."""
+    draws more positions than ~2% of the entries (:meth:`pays`), where :class:`DrawnEntries`
+    would sort every drawn position, build a directory and search it for every lookup
+    (docs/measurements.md, "The start's sampling"). :meth:`take` finds an entry by its
+    position's rank among the marked ones: the set bits of the words before it (a count a
+    word) and of its own word below it, no search. Memory: :meth:`nbytes`."""
 
     def __init__(self, entries: int) -> None:
         self.entries = int(entries)
