@@ -618,12 +618,18 @@ def test_the_presampled_cache_holds_the_rows_most_batches_need(make_graph, monke
         assert torch.equal(p, q)
 
 
-def test_the_start_samples_its_round_in_groups_across_epochs(make_graph, tmp_path, monkeypatch):
+def test_the_start_samples_its_round_in_groups_across_epochs(
+    make_graph, tmp_path, monkeypatch, caplog
+):
     """When the start's room holds a group larger than an epoch but not the lists whole,
     the first round's epochs (0-1) are sampled together before the windows are sized: one
     group spanning both, so each hop's lists are read once for the round instead of once
-    per epoch; the same batches, each epoch sampled once."""
+    per epoch; the same batches, each epoch sampled once. The log says so."""
+    import logging
+
     import shoal.sample.sampler as sampler_mod
+
+    caplog.set_level(logging.INFO, logger="shoal.rows.prefetch")
 
     # (a drawn entry's memory made small: a group of this tiny graph's batches larger than an
     # epoch, as at scale, within a room smaller than its lists)
@@ -634,6 +640,11 @@ def test_the_start_samples_its_round_in_groups_across_epochs(make_graph, tmp_pat
     assert 2 * n <= groups[0][0] and s.loaded_bytes == 0, (groups, n)  # epochs 0-1 in one
     passes = s.group_reads.passes
     assert passes == 2  # one per hop, for both epochs
+    said = [r.getMessage() for r in caplog.records if "ahead:" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        f"sampled epoch(s) 1,2 ahead: {2 * n} batches in groups of {groups[0][0]}, "
+        "2 pass(es) reading "
+    ), said
     for epoch in range(4):
         _compare_epoch(plain, win, epoch)
     win.prefetcher.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import threading
 import time
@@ -41,6 +42,8 @@ from shoal.rows.windowfit import (
 from shoal.utils.arrays import unique_sorted
 
 __all__ = ["WindowPrefetcher", "read_bytes_of_process"]
+
+log = logging.getLogger(__name__)
 
 
 def read_bytes_of_process() -> int:
@@ -216,11 +219,24 @@ class WindowPrefetcher:
             return
         if sampler.group_size(self.loader.batch_size) <= len(self.loader):
             return  # a group holds an epoch or less: nothing shared between epochs
+        t0, size = time.perf_counter(), sampler.group_size(self.loader.batch_size)
+        reads = getattr(sampler, "group_reads", None)
+        passes, nbytes = (reads.passes, reads.bytes) if reads is not None else (0, 0)
         made = samples_of(todo)
         per_epoch = len(self.loader)
         for e in todo:
             for _ in sp.record(e, (mb for _, mb in itertools.islice(made, per_epoch))):
                 pass
+        log.info(
+            "sampled epoch(s) %s ahead: %d batches in groups of %d, %d pass(es) reading "
+            "%.2f GB of neighbour lists, in %.1f s",
+            ",".join(str(e + 1) for e in todo),
+            per_epoch * len(todo),
+            min(size, per_epoch * len(todo)),
+            (reads.passes - passes) if reads is not None else 0,
+            ((reads.bytes - nbytes) if reads is not None else 0) / 1e9,
+            time.perf_counter() - t0,
+        )
 
     def _drop_start_lists(self) -> None:
         """Free the neighbour lists read whole for the start's sampling (before the cache
