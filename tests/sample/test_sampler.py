@@ -447,3 +447,41 @@ def test_drawn_entries_take_the_entry_at_each_position(n, marked):
             entries.take(absent[:1])
     with pytest.raises(ValueError, match="outside"):
         entries.take(np.array([int(pos[-1]) + 1]))
+
+
+def test_held_lists_find_the_positions_inside_held_rows():
+    """``HeldLists.take``/``resolve`` against a mask of the held rows' positions: rows
+    without entries, positions before the first held row and after the last, and the rest
+    read by the callback."""
+    from shoal.sample.sampler import HeldLists
+
+    rng = np.random.default_rng(1)
+    n = 3000
+    deg = rng.integers(0, 12, n)
+    deg[[0, 5]] = 0  # rows without entries, one of them held
+    indptr = np.concatenate([[0], np.cumsum(deg)])
+    indices = rng.integers(0, n, int(indptr[-1])).astype(np.int32)
+    rows = np.union1d(rng.choice(np.arange(10, n - 10), 400, replace=False), [5])
+
+    def read(pos, out):
+        out[:, 0] = indices[pos]
+        return pos.size * 4
+
+    held = HeldLists(indptr, rows, read, np.int32)
+    picked = rng.integers(0, int(indptr[-1]), 20000)
+    mask = np.zeros(int(indptr[-1]), bool)
+    for r in rows:
+        mask[indptr[r] : indptr[r + 1]] = True
+    inside, vals = held.take(picked)
+    assert np.array_equal(inside, mask[picked]) and 0 < inside.mean() < 0.5
+    assert np.array_equal(vals[inside], indices[picked[inside]]) and not vals[~inside].any()
+    asked = []
+
+    def rest(pos):
+        asked.append(pos.copy())
+        pos[:] = indices[pos]
+
+    got = picked.copy()
+    held.resolve(got, rest)
+    assert np.array_equal(got, indices[picked])
+    assert np.array_equal(asked[0], picked[~mask[picked]])  # only the others read

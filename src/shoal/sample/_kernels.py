@@ -356,3 +356,31 @@ def _take_marked(bits, before, values, picked, out):
         else:
             out[i] = values[before[w] + popcount(x & ((np.int64(1) << b) - 1))]
     return missing
+
+
+@numba.njit(cache=True, nogil=True)
+def _take_held(starts, ends, local, values, picked, inside, out):
+    """For each position ``picked[i]``: whether it falls in a held row ``j`` (``starts[j] <=
+    p < ends[j]``, ``starts`` sorted, rows disjoint) into ``inside[i]``, and if so its entry
+    ``values[local[j] + p - starts[j]]`` into ``out[i]`` (else 0). Returns how many fell
+    inside."""
+    m = starts.shape[0]
+    k = 0
+    for i in range(picked.shape[0]):
+        p = picked[i]
+        lo, hi = 0, m  # the first row starting after p
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if starts[mid] <= p:
+                lo = mid + 1
+            else:
+                hi = mid
+        j = lo - 1
+        if j >= 0 and p < ends[j]:
+            inside[i] = True
+            out[i] = values[local[j] + p - starts[j]]
+            k += 1
+        else:
+            inside[i] = False
+            out[i] = 0
+    return k

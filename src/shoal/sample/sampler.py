@@ -223,8 +223,8 @@ class HeldLists:
     def resolve(self, picked: np.ndarray, read_rest) -> None:
         """Replace the positions ``picked`` by their entries in place: those inside a held
         row from memory, the others by ``read_rest(rest)`` (in place too)."""
-        inside, vals = self.take(picked)
-        if not inside.all():
+        inside, vals, count = self._take(picked)
+        if count < len(picked):
             rest = np.ascontiguousarray(picked[~inside])
             read_rest(rest)
             vals[~inside] = rest
@@ -233,13 +233,16 @@ class HeldLists:
     def take(self, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(inside, values)``: which positions ``picked`` fall in a held row, and the
         entries there (0 elsewhere)."""
-        j = np.searchsorted(self.starts, picked, side="right") - 1
-        jj = np.maximum(j, 0)
-        inside = (j >= 0) & (picked < self.ends[jj]) if len(self.starts) else j >= 0
-        vals = np.zeros(len(picked), np.int64)
-        at = jj[inside]
-        vals[inside] = self.values[self.local[at] + picked[inside] - self.starts[at]]
+        inside, vals, _ = self._take(picked)
         return inside, vals
+
+    def _take(self, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """:meth:`take` and how many fell in a held row."""
+        picked = np.ascontiguousarray(picked, np.int64)
+        inside = np.empty(len(picked), np.bool_)
+        vals = np.empty(len(picked), np.int64)
+        args = (self.starts, self.ends, self.local, self.values)
+        return inside, vals, int(K._take_held(*args, picked, inside, vals))
 
 
 class _Group:
