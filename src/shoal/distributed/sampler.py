@@ -37,7 +37,15 @@ from shoal.sample import _exclude_kernels as KX
 from shoal.sample import _kernels as K
 from shoal.sample.base import BlockSampler, hop_rowptr
 from shoal.sample.relations import RelationDraws, row_types
-from shoal.sample.sampler import DrawnEntries, DrawnMarks, GroupReads, HeldLists, group_batches
+from shoal.sample.sampler import (
+    DrawnEntries,
+    DrawnMarks,
+    GroupReads,
+    HeldLists,
+    NotedPositions,
+    draws_per_seed,
+    group_batches,
+)
 from shoal.store.reader import Partition
 from shoal.utils.arrays import unique_sorted
 
@@ -54,8 +62,7 @@ class _DistGroup:
     def __init__(self) -> None:
         self.drawn: dict[tuple[int, int], DrawnEntries | DrawnMarks] = {}
         self.collecting = -1
-        self.positions: dict[int, list[np.ndarray]] = {}
-        self.marks: dict[int, DrawnMarks] = {}  # parts whose positions are marked
+        self.noted: dict[int, NotedPositions] = {}  # per part read from disk
 
 
 class DistNeighborSampler(BlockSampler):
@@ -502,34 +509,24 @@ class DistNeighborSampler(BlockSampler):
         chunks = [batches[a : a + size] for a in range(0, len(batches), size)]
         seeds_in = sum(len(seeds) for seeds, _ in batches)
         for hop in range(1 if self.first_held else 0, self.num_layers):
-            g.collecting, g.positions = hop, {}
             # about what this rank's batches draw, its rows serving as many as it asks
-            drawn = seeds_in * int(np.prod([f if f > 0 else 64 for f in self.fanouts[: hop + 1]]))
-            g.marks = {}
-            for i in self._readers:
-                entries = int(self.parts[i].indices.shape[0])
-                if DrawnMarks.pays(entries, drawn):  # (DrawnMarks: its memory pays)
-                    g.marks[i] = DrawnMarks(entries)
+            drawn = seeds_in * draws_per_seed(self.fanouts, hop)
+            g.collecting = hop
+            g.noted = {
+                i: NotedPositions(self.parts[i].indices.shape[0], drawn) for i in self._readers
+            }
             for chunk in chunks:
                 self._in_group(g, chunk, self.fanouts[: hop + 1], blocks=False)
             for i, reader in self._readers.items():
-                marks = g.marks.get(i)
-                got = g.positions.get(i)
-                if marks is not None:
-                    pos = marks.positions()
-                else:
-                    pos = unique_sorted(np.concatenate(got)) if got else _NO_INDICES
+                pos = g.noted[i].positions()
                 vals = np.empty((len(pos), 1), dtype=self.parts[i].indices.dtype)
                 nbytes = reader.read(pos, vals) if len(pos) else 0
-                if marks is not None:
-                    g.drawn[(hop, i)] = marks.read(vals[:, 0])
-                else:
-                    g.drawn[(hop, i)] = DrawnEntries(pos, vals[:, 0])
+                g.drawn[(hop, i)] = g.noted[i].read(pos, vals[:, 0])
                 del pos
                 r = self.group_reads
                 r.passes, r.bytes = r.passes + 1, r.bytes + int(nbytes)
                 r.largest = max(r.largest, int(nbytes))
-            g.positions, g.marks = {}, {}
+            g.noted = {}
         g.collecting = -1
         for chunk in chunks:
             yield from self._in_group(g, chunk, self.fanouts)
@@ -552,10 +549,10 @@ class DistNeighborSampler(BlockSampler):
         placeholders, the last hop of a pass that is dropped). A group's hop past the first
         takes the held rows' positions from its pass too unless they hold most of the part's
         entries (:data:`~shoal.sample.sampler.HELD_LATER_HOPS`)."""
-        held = self._held.get(i)
-        if held is not None and self._hop > 0 and not held.serves_later_hops:
-            held = None if getattr(self._local, "group", None) is not None else held
-        if held is not None and len(picked):  # the held rows' entries from memory
+        held, in_group = self._held.get(i), getattr(self._local, "group", None) is not None
+        if (
+            held is not None and len(picked) and held.serves(self._hop, in_group)
+        ):  # the held rows' entries from memory
             held.resolve(picked, lambda rest: self._read_picked_disk(i, rest))
             return
         self._read_picked_disk(i, picked)
@@ -566,10 +563,7 @@ class DistNeighborSampler(BlockSampler):
             return
         g = getattr(self._local, "group", None)
         if g is not None and self._hop == g.collecting:
-            if i in g.marks:
-                g.marks[i].add(picked)
-            else:
-                g.positions.setdefault(i, []).append(unique_sorted(picked))
+            g.noted[i].add(picked)
             picked[:] = 0
             return
         if g is not None and (self._hop, i) in g.drawn:

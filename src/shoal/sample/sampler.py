@@ -38,6 +38,8 @@ __all__ = [
     "HeldLists",
     "HELD_LATER_HOPS",
     "NeighborSampler",
+    "NotedPositions",
+    "draws_per_seed",
     "group_batches",
     "parse_fanouts",
 ]
@@ -169,6 +171,35 @@ class DrawnMarks:
         return out
 
 
+class NotedPositions:
+    """The positions one hop of a group draws from ``indices`` (``entries`` entries), noted
+    for the hop's pass: marked (:class:`DrawnMarks`) when that pays for the ``drawn``
+    positions expected, else each batch's kept and sorted together once
+    (:class:`DrawnEntries`)."""
+
+    def __init__(self, entries: int, drawn: int) -> None:
+        self.marks = DrawnMarks(entries) if DrawnMarks.pays(entries, drawn) else None
+        self.parts: list[np.ndarray] = []
+
+    def add(self, picked: np.ndarray) -> None:
+        """Note the positions ``picked``."""
+        if self.marks is not None:
+            self.marks.add(picked)
+        else:
+            self.parts.append(unique_sorted(picked))
+
+    def positions(self) -> np.ndarray:
+        """The noted positions, sorted and distinct (int64)."""
+        if self.marks is not None:
+            return self.marks.positions()
+        return unique_sorted(np.concatenate(self.parts)) if self.parts else _NO_INDICES
+
+    def read(self, pos: np.ndarray, values: np.ndarray) -> DrawnEntries | DrawnMarks:
+        """The hop's entries: ``values`` at :meth:`positions` ``pos``, in their order."""
+        self.parts = []
+        return self.marks.read(values) if self.marks is not None else DrawnEntries(pos, values)
+
+
 class HeldLists:
     """Some rows' neighbour lists held in memory (a structure otherwise on disk): the rows
     every batch starts from (the training seeds, whose lists hop 0 draws from in every batch
@@ -205,6 +236,11 @@ class HeldLists:
         self.values = vals[:, 0]
         #: whether a group's later hops look their positions up here (:data:`HELD_LATER_HOPS`)
         self.serves_later_hops = total >= HELD_LATER_HOPS * int(indptr[-1])
+
+    def serves(self, hop: int, in_group: bool) -> bool:
+        """Whether hop ``hop``'s positions are looked up here: always alone or at hop 0; at a
+        group's later hop only when :attr:`serves_later_hops` (else its pass reads them)."""
+        return hop == 0 or not in_group or self.serves_later_hops
 
     @classmethod
     def nbytes(cls, indptr: np.ndarray, rows: np.ndarray, itemsize: int = 8) -> int:
@@ -247,13 +283,12 @@ class HeldLists:
 
 class _Group:
     """The state of :meth:`NeighborSampler.sample_group`: per hop, the entries read (hops
-    already read) or the positions drawn so far (the hop being collected)."""
+    already read) or the positions noted so far (the hop being collected)."""
 
     def __init__(self) -> None:
         self.drawn: dict[int, DrawnEntries | DrawnMarks] = {}
         self.collecting = -1
-        self.positions: list[np.ndarray] = []
-        self.marks: DrawnMarks | None = None  # the hop being collected, marked
+        self.noted: NotedPositions | None = None  # the hop being collected
 
 
 def group_batches(
@@ -263,11 +298,18 @@ def group_batches(
     a batch draws at most ``batch_size`` times the fanouts' products summed over the hops (an
     unbounded hop counted as 64; not hop 0 with ``first_held``: the seeds' lists are held,
     their draws never collected), each entry taking :data:`GROUP_ENTRY_BYTES`."""
-    entries, per_seed = 0, 1
-    for h, f in enumerate(fanouts):
-        per_seed *= f if f > 0 else 64
-        entries += per_seed if h or not first_held else 0
+    hops = range(1 if first_held else 0, len(fanouts))
+    entries = sum(draws_per_seed(fanouts, h) for h in hops)
     return max(1, int(group_bytes) // max(GROUP_ENTRY_BYTES * entries * batch_size, 1))
+
+
+def draws_per_seed(fanouts: Sequence[int], hop: int) -> int:
+    """Entries hop ``hop`` draws at most for each seed: the fanouts' product up to it (an
+    unbounded hop counted as 64)."""
+    n = 1
+    for f in fanouts[: hop + 1]:
+        n *= f if f > 0 else 64
+    return n
 
 
 def _as_index_array(a: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
@@ -515,10 +557,8 @@ class NeighborSampler(BlockSampler):
         from the hop's pass, or noted for it). A group's hop past the first takes the held
         rows' positions from its pass too unless they hold most entries
         (:data:`HELD_LATER_HOPS`)."""
-        held = self._held
-        if held is not None and self._hop > 0 and not held.serves_later_hops:
-            held = None if getattr(self._local, "group", None) is not None else held
-        if m == 0 or held is None:
+        held, in_group = self._held, getattr(self._local, "group", None) is not None
+        if m == 0 or held is None or not held.serves(self._hop, in_group):
             self._read_positions(picked, m)
             return
         held.resolve(picked[:m], lambda rest: self._read_positions(rest, len(rest)))
@@ -529,10 +569,7 @@ class NeighborSampler(BlockSampler):
             return
         g = getattr(self._local, "group", None)
         if g is not None and self._hop == g.collecting:  # noted for the hop's pass; dropped
-            if g.marks is not None:
-                g.marks.add(picked[:m])
-            else:
-                g.positions.append(unique_sorted(picked[:m]))
+            g.noted.add(picked[:m])
             picked[:m] = 0
             return
         if g is not None and self._hop in g.drawn:
@@ -606,23 +643,14 @@ class NeighborSampler(BlockSampler):
         g = _Group()
         seeds_in = sum(len(seeds) for seeds, _ in batches)
         for hop in range(1 if self._held is not None else 0, self.num_layers):
-            g.collecting, g.positions = hop, []
-            drawn = seeds_in * int(np.prod([f if f > 0 else 64 for f in self.fanouts[: hop + 1]]))
-            entries = self.indices.shape[0]
-            g.marks = DrawnMarks(entries) if DrawnMarks.pays(entries, drawn) else None
+            drawn = seeds_in * draws_per_seed(self.fanouts, hop)
+            g.collecting, g.noted = hop, NotedPositions(self.indices.shape[0], drawn)
             for seeds, seed in batches:
                 self._in_group(g, seeds, seed, self.fanouts[: hop + 1])
-            if g.marks is not None:
-                pos = g.marks.positions()
-            else:
-                pos = unique_sorted(np.concatenate(g.positions)) if g.positions else _NO_INDICES
-            g.positions = []
+            pos = g.noted.positions()
             vals = np.empty((len(pos), 1), dtype=self.indices.dtype)
             nbytes = self._reader.read(pos, vals) if len(pos) else 0
-            if g.marks is not None:
-                g.drawn[hop], g.marks = g.marks.read(vals[:, 0]), None
-            else:
-                g.drawn[hop] = DrawnEntries(pos, vals[:, 0])
+            g.drawn[hop], g.noted = g.noted.read(pos, vals[:, 0]), None
             del pos
             r = self.group_reads
             r.passes, r.bytes, r.largest = r.passes + 1, r.bytes + nbytes, max(r.largest, nbytes)
